@@ -1,0 +1,212 @@
+//! cgroup v1 backend.
+//!
+//! Layout: a directory `<name>` under the cpuset hierarchy (and under cpu and
+//! cpuacct when they are mounted), with `cell-<id>` inside per cell. allot's
+//! cpuset directory gets the managed CPUs and the parent's memory nodes, and
+//! `cgroup.clone_children` so new cells inherit the memory nodes.
+//!
+//! Per cell: `cpuset.cpus` (cpuset) and `cpu.shares` (cpu, 1024 per unit of
+//! weight) are opened once and rewritten in place; usage is
+//! `cpuacct.usage`; a process joins by writing its pid to `cgroup.procs` of
+//! each hierarchy, once.
+
+use crate::cgroupfs::{CgroupFs, ControlFile};
+use crate::{Applied, BackendKind, EnforceError, Enforcer, Result};
+use allot_topo::CpuSet;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Where the v1 hierarchies allot uses are mounted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct V1Mounts {
+    /// The cpuset hierarchy (required).
+    pub cpuset: PathBuf,
+    /// The cpu hierarchy (for weights), if mounted.
+    pub cpu: Option<PathBuf>,
+    /// The cpuacct hierarchy (for usage), if mounted. May equal `cpu`.
+    pub cpuacct: Option<PathBuf>,
+}
+
+/// The cgroup v1 backend.
+#[derive(Debug)]
+pub struct Cgroup1 {
+    fs: Arc<dyn CgroupFs>,
+    cpuset: PathBuf,
+    cpu: Option<PathBuf>,
+    cpuacct: Option<PathBuf>,
+    cells: HashMap<u64, Cell>,
+    created: Vec<PathBuf>,
+}
+
+#[derive(Debug)]
+struct Cell {
+    cpus: Box<dyn ControlFile>,
+    shares: Option<Box<dyn ControlFile>>,
+    last: Option<Applied>,
+}
+
+/// `cpu.shares` for an allot weight.
+pub fn v1_shares(w: u32) -> u32 {
+    (w.max(1) * 1024).clamp(2, 262_144)
+}
+
+fn err(what: String) -> impl FnOnce(std::io::Error) -> EnforceError {
+    move |e| EnforceError::new(what, e)
+}
+
+impl Cgroup1 {
+    /// Sets up (or reopens) allot's directories named `name` in the v1
+    /// hierarchies, confined to `usable`.
+    pub fn new(fs: Arc<dyn CgroupFs>, mounts: &V1Mounts, name: &str, usable: CpuSet) -> Result<Cgroup1> {
+        let mut created = Vec::new();
+        let cpuset = mounts.cpuset.join(name);
+        let mems = fs
+            .read(&mounts.cpuset.join("cpuset.mems"))
+            .map_err(err(format!("cgroup1 cpuset at {}", mounts.cpuset.display())))?;
+        if !fs.exists(&cpuset) {
+            created.push(cpuset.clone());
+        }
+        fs.mkdir(&cpuset).map_err(err(format!("create {}", cpuset.display())))?;
+        fs.write(&cpuset.join("cpuset.cpus"), &usable.to_string())
+            .map_err(err(format!("set CPUs of {}", cpuset.display())))?;
+        fs.write(&cpuset.join("cpuset.mems"), mems.trim())
+            .map_err(err(format!("set memory nodes of {}", cpuset.display())))?;
+        fs.write(&cpuset.join("cgroup.clone_children"), "1")
+            .map_err(err(format!("set clone_children in {}", cpuset.display())))?;
+        let mut sub = |mount: &Option<PathBuf>| -> Result<Option<PathBuf>> {
+            let Some(m) = mount else { return Ok(None) };
+            let dir = m.join(name);
+            if !fs.exists(&dir) {
+                created.push(dir.clone());
+            }
+            fs.mkdir(&dir).map_err(err(format!("create {}", dir.display())))?;
+            Ok(Some(dir))
+        };
+        let cpu = sub(&mounts.cpu)?;
+        let cpuacct = if mounts.cpuacct == mounts.cpu { cpu.clone() } else { sub(&mounts.cpuacct)? };
+        Ok(Cgroup1 { fs, cpuset, cpu, cpuacct, cells: HashMap::new(), created })
+    }
+
+    fn dirs(&self, cell: u64) -> Vec<PathBuf> {
+        let leaf = format!("cell-{cell}");
+        let mut out = vec![self.cpuset.join(&leaf)];
+        out.extend(self.cpu.iter().map(|d| d.join(&leaf)));
+        if self.cpuacct != self.cpu {
+            out.extend(self.cpuacct.iter().map(|d| d.join(&leaf)));
+        }
+        out
+    }
+
+    fn open_cell(&mut self, cell: u64) -> Result<&mut Cell> {
+        if !self.cells.contains_key(&cell) {
+            let leaf = format!("cell-{cell}");
+            let cpus = self
+                .fs
+                .open(&self.cpuset.join(&leaf).join("cpuset.cpus"))
+                .map_err(err(format!("cell {cell}")))?;
+            let shares = match &self.cpu {
+                Some(d) => Some(self.fs.open(&d.join(&leaf).join("cpu.shares")).map_err(err(format!("cell {cell}")))?),
+                None => None,
+            };
+            self.cells.insert(cell, Cell { cpus, shares, last: None });
+        }
+        Ok(self.cells.get_mut(&cell).expect("inserted above"))
+    }
+}
+
+impl Enforcer for Cgroup1 {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cgroup1
+    }
+
+    fn create(&mut self, cell: u64) -> Result<()> {
+        for d in self.dirs(cell) {
+            self.fs.mkdir(&d).map_err(err(format!("create cell {cell}")))?;
+        }
+        let mems = self.fs.read(&self.cpuset.join("cpuset.mems")).unwrap_or_default();
+        let leaf = self.cpuset.join(format!("cell-{cell}"));
+        // clone_children copies the parent's settings; write them anyway so
+        // a cell is usable even if that flag was reset by someone else.
+        if self.fs.read(&leaf.join("cpuset.mems")).unwrap_or_default().trim().is_empty() {
+            self.fs.write(&leaf.join("cpuset.mems"), mems.trim()).map_err(err(format!("cell {cell} memory nodes")))?;
+        }
+        if self.fs.read(&leaf.join("cpuset.cpus")).unwrap_or_default().trim().is_empty() {
+            let all = self.fs.read(&self.cpuset.join("cpuset.cpus")).unwrap_or_default();
+            self.fs.write(&leaf.join("cpuset.cpus"), all.trim()).map_err(err(format!("cell {cell} CPUs")))?;
+        }
+        self.open_cell(cell).map(|_| ())
+    }
+
+    fn adopt(&mut self, cell: u64, _members: &[u32]) -> Result<Option<CpuSet>> {
+        let leaf = self.cpuset.join(format!("cell-{cell}"));
+        if !self.fs.exists(&leaf) {
+            return Err(EnforceError::new(format!("adopt cell {cell}"), std::io::Error::from(std::io::ErrorKind::NotFound)));
+        }
+        let now = self.fs.read(&leaf.join("cpuset.cpus")).ok().and_then(|t| CpuSet::parse_list(&t).ok());
+        for d in self.dirs(cell) {
+            self.fs.mkdir(&d).map_err(err(format!("adopt cell {cell}")))?;
+        }
+        self.open_cell(cell)?;
+        Ok(now)
+    }
+
+    fn attach(&mut self, cell: u64, pid: u32) -> Result<()> {
+        self.open_cell(cell)?;
+        for d in self.dirs(cell) {
+            self.fs
+                .write(&d.join("cgroup.procs"), &pid.to_string())
+                .map_err(err(format!("move process {pid} into {}", d.display())))?;
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, cell: u64, a: &Applied) -> Result<()> {
+        let c = self.open_cell(cell)?;
+        let last = c.last;
+        if last.map(|l| l.cpus) != Some(a.cpus) {
+            c.cpus.set(&a.cpus.to_string()).map_err(err(format!("set CPUs of cell {cell} to {}", a.cpus)))?;
+        }
+        if let Some(s) = c.shares.as_mut() {
+            if last.map(|l| l.weight) != Some(a.weight) {
+                s.set(&v1_shares(a.weight).to_string()).map_err(err(format!("set weight of cell {cell}")))?;
+            }
+        }
+        c.last = Some(*a);
+        Ok(())
+    }
+
+    fn remove(&mut self, cell: u64) -> Result<()> {
+        self.cells.remove(&cell);
+        let mut first_err = None;
+        for d in self.dirs(cell) {
+            if let Err(e) = self.fs.rmdir(&d) {
+                first_err.get_or_insert(EnforceError::new(format!("remove cell {cell}"), e));
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    fn usage_ns(&mut self, cell: u64) -> Option<u64> {
+        let dir = self.cpuacct.as_ref()?.join(format!("cell-{cell}"));
+        self.fs.read(&dir.join("cpuacct.usage")).ok()?.trim().parse().ok()
+    }
+
+    fn pids(&mut self, cell: u64) -> Vec<u32> {
+        let text = self.fs.read(&self.cpuset.join(format!("cell-{cell}/cgroup.procs"))).unwrap_or_default();
+        text.split_whitespace().filter_map(|p| p.parse().ok()).collect()
+    }
+
+    fn cleanup(&mut self) -> Result<()> {
+        let cells: Vec<u64> = self.cells.keys().copied().collect();
+        for c in cells {
+            let _ = self.remove(c);
+        }
+        for d in self.created.clone() {
+            if self.fs.children(&d).map(|c| c.is_empty()).unwrap_or(false) {
+                self.fs.rmdir(&d).map_err(err(format!("remove {}", d.display())))?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,229 @@
+//! The cgroup filesystem behind a trait.
+//!
+//! The cgroup backends never call `std::fs` directly: they go through
+//! [`CgroupFs`], whose [`KernelFs`] implementation is the real cgroupfs and
+//! whose [`FixtureFs`] implementation turns a plain directory into a
+//! stand-in (on `mkdir` it creates the interface files the kernel would).
+//! That is how cgroup v2 is tested on a machine whose unified hierarchy lacks
+//! the cpuset controller.
+//!
+//! Control files that change on the hot path are opened once and rewritten
+//! in place through a [`ControlFile`] (one `pwrite`, about a microsecond).
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// An open control file that is rewritten whole on every `set`.
+pub trait ControlFile: Send + std::fmt::Debug {
+    /// Replaces the file's value with `text`.
+    fn set(&mut self, text: &str) -> io::Result<()>;
+}
+
+/// Filesystem operations on a cgroup hierarchy.
+pub trait CgroupFs: Send + Sync + std::fmt::Debug {
+    /// Creates a cgroup directory (parents must exist).
+    fn mkdir(&self, path: &Path) -> io::Result<()>;
+    /// Removes an empty cgroup directory.
+    fn rmdir(&self, path: &Path) -> io::Result<()>;
+    /// Reads a control file.
+    fn read(&self, path: &Path) -> io::Result<String>;
+    /// Writes a control file once.
+    fn write(&self, path: &Path, text: &str) -> io::Result<()>;
+    /// Opens a control file for repeated in-place writes.
+    fn open(&self, path: &Path) -> io::Result<Box<dyn ControlFile>>;
+    /// Whether `path` exists.
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+    /// Child cgroup directory names of `path`.
+    fn children(&self, path: &Path) -> io::Result<Vec<String>> {
+        let mut out: Vec<String> = std::fs::read_dir(path)?
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+}
+
+/// The kernel's cgroupfs.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct KernelFs;
+
+#[derive(Debug)]
+struct KernelFile {
+    file: File,
+}
+
+impl ControlFile for KernelFile {
+    fn set(&mut self, text: &str) -> io::Result<()> {
+        // cgroupfs takes each write as a whole value and ignores the offset.
+        let n = self.file.write_at(text.as_bytes(), 0)?;
+        if n != text.len() {
+            return Err(io::Error::other(format!("short write of {n} bytes")));
+        }
+        Ok(())
+    }
+}
+
+fn ctx(e: io::Error, what: &str, path: &Path) -> io::Error {
+    io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
+}
+
+impl CgroupFs for KernelFs {
+    fn mkdir(&self, path: &Path) -> io::Result<()> {
+        match std::fs::create_dir(path) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+            other => other.map_err(|e| ctx(e, "create cgroup", path)),
+        }
+    }
+    fn rmdir(&self, path: &Path) -> io::Result<()> {
+        match std::fs::remove_dir(path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            other => other.map_err(|e| ctx(e, "remove cgroup", path)),
+        }
+    }
+    fn read(&self, path: &Path) -> io::Result<String> {
+        std::fs::read_to_string(path).map_err(|e| ctx(e, "read", path))
+    }
+    fn write(&self, path: &Path, text: &str) -> io::Result<()> {
+        let f = OpenOptions::new().write(true).open(path).map_err(|e| ctx(e, "open", path))?;
+        KernelFile { file: f }.set(text).map_err(|e| ctx(e, "write", path))
+    }
+    fn open(&self, path: &Path) -> io::Result<Box<dyn ControlFile>> {
+        let file = OpenOptions::new().write(true).open(path).map_err(|e| ctx(e, "open", path))?;
+        Ok(Box::new(KernelFile { file }))
+    }
+}
+
+/// Which interface files [`FixtureFs`] creates in a new directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FixtureLayout {
+    /// A cgroup v2 directory with the cpuset and cpu controllers.
+    V2,
+    /// A cgroup v1 cpuset directory.
+    V1Cpuset,
+    /// A cgroup v1 cpu directory.
+    V1Cpu,
+    /// A cgroup v1 cpuacct directory.
+    V1Cpuacct,
+}
+
+impl FixtureLayout {
+    /// Files and their initial contents.
+    pub fn files(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            FixtureLayout::V2 => &[
+                ("cgroup.procs", ""),
+                ("cgroup.controllers", "cpuset cpu memory io\n"),
+                ("cgroup.subtree_control", ""),
+                ("cgroup.events", "populated 0\nfrozen 0\n"),
+                ("cgroup.freeze", "0\n"),
+                ("cpuset.cpus", ""),
+                ("cpuset.mems", ""),
+                ("cpuset.cpus.effective", ""),
+                ("cpu.weight", "100\n"),
+                ("cpu.max", "max 100000\n"),
+                ("cpu.stat", "usage_usec 0\nuser_usec 0\nsystem_usec 0\n"),
+            ],
+            FixtureLayout::V1Cpuset => &[
+                ("cgroup.procs", ""),
+                ("tasks", ""),
+                ("cgroup.clone_children", "0\n"),
+                ("cpuset.cpus", ""),
+                ("cpuset.mems", ""),
+            ],
+            FixtureLayout::V1Cpu => &[
+                ("cgroup.procs", ""),
+                ("tasks", ""),
+                ("cpu.shares", "1024\n"),
+                ("cpu.cfs_quota_us", "-1\n"),
+                ("cpu.cfs_period_us", "100000\n"),
+            ],
+            FixtureLayout::V1Cpuacct => &[("cgroup.procs", ""), ("tasks", ""), ("cpuacct.usage", "0\n")],
+        }
+    }
+}
+
+/// A plain directory playing cgroupfs: `mkdir` creates the interface files
+/// of `layout`; writes replace a file's contents; `rmdir` removes the files
+/// and refuses when `cgroup.procs` is not empty, as the kernel does.
+#[derive(Debug, Clone)]
+pub struct FixtureFs {
+    layout: FixtureLayout,
+}
+
+#[derive(Debug)]
+struct FixtureFile {
+    path: PathBuf,
+}
+
+impl ControlFile for FixtureFile {
+    fn set(&mut self, text: &str) -> io::Result<()> {
+        std::fs::write(&self.path, text)
+    }
+}
+
+impl FixtureFs {
+    /// A fixture filesystem creating `layout` files.
+    pub fn new(layout: FixtureLayout) -> Self {
+        FixtureFs { layout }
+    }
+
+    /// Creates a root directory with its interface files (the part the
+    /// kernel provides before allot runs).
+    pub fn populate(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        for (name, init) in self.layout.files() {
+            let p = dir.join(name);
+            if !p.exists() {
+                std::fs::write(p, init)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl CgroupFs for FixtureFs {
+    fn mkdir(&self, path: &Path) -> io::Result<()> {
+        if !path.parent().is_some_and(Path::is_dir) {
+            return Err(io::Error::new(io::ErrorKind::NotFound, format!("create cgroup {}: no parent", path.display())));
+        }
+        self.populate(path)
+    }
+    fn rmdir(&self, path: &Path) -> io::Result<()> {
+        if !path.exists() {
+            return Ok(());
+        }
+        let procs = std::fs::read_to_string(path.join("cgroup.procs")).unwrap_or_default();
+        if !procs.trim().is_empty() {
+            return Err(io::Error::new(io::ErrorKind::ResourceBusy, format!("remove cgroup {}: still has processes", path.display())));
+        }
+        std::fs::remove_dir_all(path)
+    }
+    fn read(&self, path: &Path) -> io::Result<String> {
+        std::fs::read_to_string(path).map_err(|e| ctx(e, "read", path))
+    }
+    fn write(&self, path: &Path, text: &str) -> io::Result<()> {
+        if !path.exists() {
+            return Err(ctx(io::Error::from(io::ErrorKind::NotFound), "open", path));
+        }
+        if path.file_name().is_some_and(|n| n == "cgroup.procs") {
+            // Moving a process appends it, as the kernel lists it afterwards.
+            let mut cur = std::fs::read_to_string(path)?;
+            cur.push_str(text.trim());
+            cur.push('\n');
+            return std::fs::write(path, cur);
+        }
+        std::fs::write(path, text)
+    }
+    fn open(&self, path: &Path) -> io::Result<Box<dyn ControlFile>> {
+        if !path.exists() {
+            return Err(ctx(io::Error::from(io::ErrorKind::NotFound), "open", path));
+        }
+        Ok(Box::new(FixtureFile { path: path.to_path_buf() }))
+    }
+}

@@ -1,0 +1,198 @@
+//! allot's mechanism layer: making the kernel enforce a plan.
+//!
+//! One trait, [`Enforcer`], four backends chosen at start-up from what the
+//! machine allows ([`BackendKind::Auto`] picks the first that works):
+//!
+//! | backend                 | confines with                        | needs                    |
+//! |-------------------------|--------------------------------------|--------------------------|
+//! | [`Cgroup2`]             | `cpuset.cpus`, `cpu.weight`          | a writable v2 subtree with cpuset |
+//! | [`Cgroup1`]             | cpuset, cpu, cpuacct hierarchies     | writable v1 mounts       |
+//! | [`Affinity`]            | `sched_setaffinity` on every thread  | nothing (same user)      |
+//! | [`DryRun`]              | nothing; records every call          | nothing                  |
+//!
+//! Hot path: processes are moved into a cell's cgroup once, when they join
+//! it; a grant change only rewrites `cpuset.cpus` through a file kept open
+//! (about a microsecond). Moving tasks between cgroups costs milliseconds
+//! and never happens on a grant change.
+//!
+//! The OS sits behind [`os::Os`] (processes) and [`cgroupfs::CgroupFs`]
+//! (cgroup files); both have fakes for tests, and the cgroup backends take
+//! their root paths so they run against temporary directories.
+
+pub mod affinity;
+pub mod cgroup1;
+pub mod cgroup2;
+pub mod cgroupfs;
+pub mod detect;
+pub mod dryrun;
+pub mod os;
+
+pub use affinity::Affinity;
+pub use cgroup1::{Cgroup1, V1Mounts};
+pub use cgroup2::Cgroup2;
+pub use dryrun::{Call, DryRun};
+
+use allot_topo::CpuSet;
+use std::fmt;
+use std::str::FromStr;
+
+/// What a cell should get from the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Applied {
+    /// CPUs its threads may run on.
+    pub cpus: CpuSet,
+    /// Relative CPU weight (allot's 1..=10000 scale; backends map it).
+    pub weight: u32,
+}
+
+/// A failed enforcement step.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {source}")]
+pub struct EnforceError {
+    /// What was being done.
+    pub what: String,
+    /// The OS error.
+    #[source]
+    pub source: std::io::Error,
+}
+
+impl EnforceError {
+    /// Wraps `source` with a description.
+    pub fn new(what: impl Into<String>, source: std::io::Error) -> Self {
+        EnforceError { what: what.into(), source }
+    }
+    /// Whether the failure means "the cell still has processes".
+    pub fn is_busy(&self) -> bool {
+        self.source.kind() == std::io::ErrorKind::ResourceBusy || self.source.raw_os_error() == Some(libc::EBUSY)
+    }
+}
+
+/// Result alias.
+pub type Result<T> = std::result::Result<T, EnforceError>;
+
+/// The mechanism interface the broker drives.
+///
+/// Cells are identified by the broker's numeric id. Calls for a cell always
+/// come in the order `create` → (`attach` | `apply`)* → `remove`, or
+/// `adopt` instead of `create` after a broker restart.
+pub trait Enforcer: Send + fmt::Debug {
+    /// Which backend this is.
+    fn kind(&self) -> BackendKind;
+    /// Prepares a new cell (creates its cgroups).
+    fn create(&mut self, cell: u64) -> Result<()>;
+    /// Re-attaches to a cell that existed before a broker restart, with its
+    /// known member processes, without changing what it runs on. Returns the
+    /// CPUs it is confined to now, if the backend can tell.
+    fn adopt(&mut self, cell: u64, members: &[u32]) -> Result<Option<CpuSet>>;
+    /// Puts process `pid` (and, for the affinity backend, its future
+    /// descendants) into the cell. Called once per process.
+    fn attach(&mut self, cell: u64, pid: u32) -> Result<()>;
+    /// Applies a grant. Hot path: must not move processes.
+    fn apply(&mut self, cell: u64, applied: &Applied) -> Result<()>;
+    /// Tears a cell down. Fails with a busy error if processes remain.
+    fn remove(&mut self, cell: u64) -> Result<()>;
+    /// CPU time the cell's processes have used, in nanoseconds.
+    fn usage_ns(&mut self, cell: u64) -> Option<u64>;
+    /// Processes in the cell now.
+    fn pids(&mut self, cell: u64) -> Vec<u32>;
+    /// Removes everything the backend created that is empty (broker exit).
+    fn cleanup(&mut self) -> Result<()>;
+}
+
+/// Backend choice, as `--backend` spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BackendKind {
+    /// The first that works: cgroup2, cgroup1, affinity.
+    #[default]
+    Auto,
+    /// cgroup v2.
+    Cgroup2,
+    /// cgroup v1.
+    Cgroup1,
+    /// `sched_setaffinity` only.
+    Affinity,
+    /// Record, do nothing.
+    DryRun,
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BackendKind::Auto => "auto",
+            BackendKind::Cgroup2 => "cgroup2",
+            BackendKind::Cgroup1 => "cgroup1",
+            BackendKind::Affinity => "affinity",
+            BackendKind::DryRun => "dry-run",
+        })
+    }
+}
+
+impl FromStr for BackendKind {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        Ok(match s {
+            "auto" => BackendKind::Auto,
+            "cgroup2" => BackendKind::Cgroup2,
+            "cgroup1" => BackendKind::Cgroup1,
+            "affinity" => BackendKind::Affinity,
+            "dry-run" | "dryrun" => BackendKind::DryRun,
+            other => return Err(format!("unknown backend {other:?}: expected auto, cgroup2, cgroup1, affinity or dry-run")),
+        })
+    }
+}
+
+/// Settings for [`open`].
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    /// Name of allot's cgroup directory under each hierarchy ("allot").
+    pub cgroup_name: String,
+    /// Explicit cgroup v2 subtree to manage (a delegated directory); when
+    /// `None`, `<cgroup2 mount>/<cgroup_name>`.
+    pub cgroup2_root: Option<std::path::PathBuf>,
+    /// CPUs the broker manages.
+    pub usable: CpuSet,
+}
+
+/// Opens the requested backend; with `Auto`, the first of cgroup2, cgroup1,
+/// affinity that can be set up. Returns the backend and, for `Auto`, why the
+/// ones before it were skipped.
+pub fn open(kind: BackendKind, opts: &OpenOptions) -> Result<(Box<dyn Enforcer>, Vec<String>)> {
+    use std::sync::Arc;
+    let mounts = detect::Mounts::read();
+    let try_v2 = || -> Result<Box<dyn Enforcer>> {
+        let root = match &opts.cgroup2_root {
+            Some(r) => r.clone(),
+            None => mounts
+                .cgroup2
+                .as_ref()
+                .ok_or_else(|| EnforceError::new("cgroup2", std::io::Error::other("no cgroup2 hierarchy is mounted")))?
+                .join(&opts.cgroup_name),
+        };
+        Ok(Box::new(Cgroup2::new(Arc::new(cgroupfs::KernelFs), root, opts.usable)?))
+    };
+    let try_v1 = || -> Result<Box<dyn Enforcer>> {
+        let m = mounts.v1().ok_or_else(|| {
+            EnforceError::new("cgroup1", std::io::Error::other("no cgroup v1 cpuset hierarchy is mounted"))
+        })?;
+        Ok(Box::new(Cgroup1::new(Arc::new(cgroupfs::KernelFs), &m, &opts.cgroup_name, opts.usable)?))
+    };
+    let affinity = || -> Box<dyn Enforcer> { Box::new(Affinity::new(Arc::new(os::RealOs))) };
+    match kind {
+        BackendKind::Cgroup2 => Ok((try_v2()?, vec![])),
+        BackendKind::Cgroup1 => Ok((try_v1()?, vec![])),
+        BackendKind::Affinity => Ok((affinity(), vec![])),
+        BackendKind::DryRun => Ok((Box::new(DryRun::new()), vec![])),
+        BackendKind::Auto => {
+            let mut skipped = Vec::new();
+            match try_v2() {
+                Ok(b) => return Ok((b, skipped)),
+                Err(e) => skipped.push(format!("cgroup2 skipped: {e}")),
+            }
+            match try_v1() {
+                Ok(b) => return Ok((b, skipped)),
+                Err(e) => skipped.push(format!("cgroup1 skipped: {e}")),
+            }
+            Ok((affinity(), skipped))
+        }
+    }
+}

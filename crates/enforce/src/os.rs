@@ -1,0 +1,245 @@
+//! The operating system as the affinity backend and the monitor see it:
+//! threads, children, affinity masks and CPU time of processes.
+//!
+//! [`RealOs`] reads `/proc` and calls `sched_setaffinity`; [`FakeOs`] is an
+//! in-memory process table for unit tests of the layers above. The contract
+//! tests in `tests/os_contract.rs` run the same assertions on both against
+//! processes the test itself starts.
+
+use allot_topo::CpuSet;
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::{Arc, Mutex};
+
+/// Process and thread operations.
+pub trait Os: Send + Sync + std::fmt::Debug {
+    /// Thread ids of process `pid` (including `pid` itself).
+    fn threads(&self, pid: u32) -> io::Result<Vec<u32>>;
+    /// Direct children of process `pid` (of any of its threads).
+    fn children(&self, pid: u32) -> Vec<u32>;
+    /// Sets the CPU affinity of thread `tid`.
+    fn set_affinity(&self, tid: u32, cpus: &CpuSet) -> io::Result<()>;
+    /// The CPU affinity of thread `tid`.
+    fn affinity(&self, tid: u32) -> io::Result<CpuSet>;
+    /// CPU time of process `pid` in nanoseconds: its own plus that of
+    /// children it has reaped.
+    fn cpu_time_ns(&self, pid: u32) -> Option<u64>;
+    /// Whether process `pid` exists (zombies count as gone).
+    fn alive(&self, pid: u32) -> bool;
+    /// Process start time (clock ticks after boot), to tell a process from a
+    /// later one that reused its pid.
+    fn start_time(&self, pid: u32) -> Option<u64>;
+    /// Real user id of process `pid`.
+    fn uid(&self, pid: u32) -> Option<u32>;
+}
+
+/// The real thing: `/proc` and `sched_setaffinity`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RealOs;
+
+fn clock_ticks() -> u64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 { t as u64 } else { 100 }
+}
+
+/// Fields of `/proc/PID/stat` after the command name (which may contain
+/// spaces and parentheses, so we split after the last `)`).
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &text[text.rfind(')')? + 2..];
+    Some(rest.split_whitespace().map(str::to_string).collect())
+}
+
+impl Os for RealOs {
+    fn threads(&self, pid: u32) -> io::Result<Vec<u32>> {
+        let mut out: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))?
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect();
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    fn children(&self, pid: u32) -> Vec<u32> {
+        let mut out = Vec::new();
+        for tid in self.threads(pid).unwrap_or_default() {
+            if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/children")) {
+                out.extend(text.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    fn set_affinity(&self, tid: u32, cpus: &CpuSet) -> io::Result<()> {
+        let mut set = rustix::thread::CpuSet::new();
+        for c in cpus.iter().filter(|&c| c < rustix::thread::CpuSet::MAX_CPU) {
+            set.set(c);
+        }
+        let pid = rustix::process::Pid::from_raw(tid as i32).ok_or_else(|| io::Error::other("pid 0"))?;
+        rustix::thread::sched_setaffinity(Some(pid), &set)?;
+        Ok(())
+    }
+
+    fn affinity(&self, tid: u32) -> io::Result<CpuSet> {
+        let pid = rustix::process::Pid::from_raw(tid as i32).ok_or_else(|| io::Error::other("pid 0"))?;
+        let set = rustix::thread::sched_getaffinity(Some(pid))?;
+        Ok((0..rustix::thread::CpuSet::MAX_CPU.min(allot_topo::MAX_CPUS)).filter(|&c| set.is_set(c)).collect())
+    }
+
+    fn cpu_time_ns(&self, pid: u32) -> Option<u64> {
+        let f = stat_fields(pid)?;
+        // After the name: state(0) ppid(1) … utime(11) stime(12) cutime(13) cstime(14).
+        let ticks: u64 = (11..=14).filter_map(|i| f.get(i)?.parse::<u64>().ok()).sum();
+        Some(ticks * 1_000_000_000 / clock_ticks())
+    }
+
+    fn alive(&self, pid: u32) -> bool {
+        matches!(stat_fields(pid), Some(f) if f.first().is_some_and(|s| s != "Z" && s != "X"))
+    }
+
+    fn start_time(&self, pid: u32) -> Option<u64> {
+        stat_fields(pid)?.get(19)?.parse().ok()
+    }
+
+    fn uid(&self, pid: u32) -> Option<u32> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let line = text.lines().find(|l| l.starts_with("Uid:"))?;
+        line.split_whitespace().nth(1)?.parse().ok()
+    }
+}
+
+/// One process in a [`FakeOs`].
+#[derive(Debug, Clone, Default)]
+pub struct FakeProc {
+    /// Parent pid.
+    pub parent: u32,
+    /// Thread ids (the first is the pid).
+    pub threads: Vec<u32>,
+    /// CPU time in ns.
+    pub cpu_ns: u64,
+    /// Owner.
+    pub uid: u32,
+    /// Start time.
+    pub start: u64,
+}
+
+/// An in-memory process table for tests. Cloning shares the table.
+#[derive(Debug, Clone, Default)]
+pub struct FakeOs {
+    inner: Arc<Mutex<FakeState>>,
+}
+
+#[derive(Debug, Default)]
+struct FakeState {
+    procs: BTreeMap<u32, FakeProc>,
+    affinity: BTreeMap<u32, CpuSet>,
+}
+
+impl FakeOs {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, FakeState> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds process `pid` with `nthreads` threads (tids pid, pid+1, …), a
+    /// child of `parent` (0: none). New threads inherit the parent's
+    /// affinity, as `clone` does.
+    pub fn spawn(&self, pid: u32, parent: u32, nthreads: u32, all: &CpuSet) {
+        let mut s = self.lock();
+        let mask = s.affinity.get(&parent).copied().unwrap_or(*all);
+        let threads: Vec<u32> = (0..nthreads).map(|i| pid + i).collect();
+        for &t in &threads {
+            s.affinity.insert(t, mask);
+        }
+        s.procs.insert(pid, FakeProc { parent, threads, uid: 0, start: pid as u64, cpu_ns: 0 });
+    }
+
+    /// Removes process `pid` (its children are reparented to nobody).
+    pub fn exit(&self, pid: u32) {
+        let mut s = self.lock();
+        if let Some(p) = s.procs.remove(&pid) {
+            for t in p.threads {
+                s.affinity.remove(&t);
+            }
+        }
+    }
+
+    /// Adds CPU time to `pid`.
+    pub fn burn(&self, pid: u32, ns: u64) {
+        if let Some(p) = self.lock().procs.get_mut(&pid) {
+            p.cpu_ns += ns;
+        }
+    }
+
+    /// Sets the owner of `pid`.
+    pub fn set_uid(&self, pid: u32, uid: u32) {
+        if let Some(p) = self.lock().procs.get_mut(&pid) {
+            p.uid = uid;
+        }
+    }
+}
+
+impl Os for FakeOs {
+    fn threads(&self, pid: u32) -> io::Result<Vec<u32>> {
+        self.lock()
+            .procs
+            .get(&pid)
+            .map(|p| p.threads.clone())
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))
+    }
+    fn children(&self, pid: u32) -> Vec<u32> {
+        self.lock().procs.iter().filter(|(_, p)| p.parent == pid).map(|(&c, _)| c).collect()
+    }
+    fn set_affinity(&self, tid: u32, cpus: &CpuSet) -> io::Result<()> {
+        let mut s = self.lock();
+        if cpus.is_empty() {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        match s.affinity.get_mut(&tid) {
+            Some(m) => {
+                *m = *cpus;
+                Ok(())
+            }
+            None => Err(io::Error::from_raw_os_error(libc::ESRCH)),
+        }
+    }
+    fn affinity(&self, tid: u32) -> io::Result<CpuSet> {
+        self.lock().affinity.get(&tid).copied().ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))
+    }
+    fn cpu_time_ns(&self, pid: u32) -> Option<u64> {
+        self.lock().procs.get(&pid).map(|p| p.cpu_ns)
+    }
+    fn alive(&self, pid: u32) -> bool {
+        self.lock().procs.contains_key(&pid)
+    }
+    fn start_time(&self, pid: u32) -> Option<u64> {
+        self.lock().procs.get(&pid).map(|p| p.start)
+    }
+    fn uid(&self, pid: u32) -> Option<u32> {
+        self.lock().procs.get(&pid).map(|p| p.uid)
+    }
+}
+
+/// A process and all its descendants, parents first.
+pub fn process_tree(os: &dyn Os, roots: &[u32]) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut stack: Vec<u32> = roots.iter().rev().copied().collect();
+    let mut seen = std::collections::HashSet::new();
+    while let Some(p) = stack.pop() {
+        if !seen.insert(p) || !os.alive(p) {
+            continue;
+        }
+        out.push(p);
+        let mut kids = os.children(p);
+        kids.reverse();
+        stack.extend(kids);
+    }
+    out
+}

@@ -1,0 +1,207 @@
+//! The mapping layer: from CPU counts to CPU sets.
+//!
+//! Input: per cell its entitlement count, how much of it the cell keeps, how
+//! much it borrows, whether it is stacked; the stacked pool's size; the
+//! previous plan. Output: a [`Plan`]. No I/O; the same input always gives the
+//! same plan.
+//!
+//! Steps, in order (each only takes CPUs nobody took in an earlier step):
+//!
+//! 1. **Reserve**: kept from the previous plan when its size is unchanged,
+//!    else whole cores from CPU 0 up.
+//! 2. **Keep**: each whole-CPU cell keeps its previous entitlement (minus
+//!    CPUs now reserved), trimmed to its new count by dropping outliers. This
+//!    is what makes successive plans move as few CPUs as possible: a cell
+//!    loses CPUs only when its count shrinks.
+//! 3. **Pool keep**: the stacked pool keeps its previous CPUs that are free.
+//! 4. **Grow**: cells that need more CPUs take the nearest free ones, the most
+//!    constrained first (NUMA placement, then LLC, then any; larger first).
+//!    A constrained cell whose kept CPUs straddle domains, or whose domain
+//!    lacks room, moves into the domain that can hold it (placement wins over
+//!    stability); when no domain can, placement is best effort.
+//! 5. **Pool grow** to its base size.
+//! 6. **Own**: inside its entitlement each cell keeps the CPUs it uses,
+//!    preferring those of its previous grant; the rest is lendable, together
+//!    with every CPU nobody is entitled to.
+//! 7. **Lend**: borrowers (and the pool) take the nearest lendable CPUs,
+//!    previous borrowings first.
+//!
+//! Stacked cells all run on the pool (the kernel time-shares it, weighted by
+//! cell weight); each is advised a thread count proportional to its weight.
+
+mod place;
+
+pub use place::Topo;
+
+use crate::plan::{Grant, Plan};
+use crate::spec::{CellId, Placement};
+use allot_topo::CpuSet;
+use std::collections::BTreeMap;
+
+/// What the mapping needs to know about one cell.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MapCell {
+    /// The cell.
+    pub id: CellId,
+    /// Where its CPUs should lie.
+    pub placement: Placement,
+    /// Its weight (for stacked thread counts).
+    pub weight: u32,
+    /// Whole CPUs it is entitled to (0 if stacked).
+    pub entitled: u32,
+    /// How many of those it keeps.
+    pub own: u32,
+    /// How many it borrows beyond them.
+    pub borrow: u32,
+    /// It shares the stacked pool.
+    pub stacked: bool,
+    /// Real-valued fair share (reported).
+    pub share: f64,
+}
+
+/// Pool sizes from the policy and lending steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PoolSize {
+    /// CPUs set aside for stacked cells.
+    pub base: u32,
+    /// CPUs the pool borrows.
+    pub borrow: u32,
+}
+
+fn constraint_rank(p: Placement) -> u8 {
+    match p {
+        Placement::Numa => 0,
+        Placement::Llc => 1,
+        Placement::Any => 2,
+    }
+}
+
+/// Builds the plan. `reserve` is the number of CPUs kept for processes
+/// outside any cell.
+pub fn map(topo: &Topo<'_>, reserve: u32, cells: &[MapCell], pool: PoolSize, prev: &Plan) -> Plan {
+    let usable = *topo.machine.usable();
+
+    // 1. Reserve.
+    let reserved = if prev.reserve.len() == reserve as usize && prev.reserve.is_subset(&usable) {
+        prev.reserve
+    } else {
+        topo.pick_reserve(reserve as usize)
+    };
+    let space = usable.difference(&reserved);
+    let capacity = space.len() as u32;
+    let mut free = space;
+
+    // 2. Keep.
+    let whole: Vec<&MapCell> = cells.iter().filter(|c| !c.stacked).collect();
+    let mut ent: BTreeMap<CellId, CpuSet> = BTreeMap::new();
+    for c in &whole {
+        let before = prev.cells.get(&c.id).map(|g| g.entitled).unwrap_or_default();
+        let kept = topo.shrink(before.intersection(&free), c.entitled as usize);
+        free = free.difference(&kept);
+        ent.insert(c.id, kept);
+    }
+
+    // 3. Pool keep.
+    let mut pool_set = topo.shrink(prev.pool.intersection(&free), pool.base as usize);
+    free = free.difference(&pool_set);
+
+    // 4. Grow, most constrained and largest first.
+    let mut order: Vec<&MapCell> = whole.clone();
+    order.sort_by_key(|c| (constraint_rank(c.placement), std::cmp::Reverse(c.entitled), c.id));
+    for c in order {
+        let mut set = ent[&c.id];
+        let need = c.entitled as usize;
+        if let Some(home) = topo.home_domain(&set, &free, need, c.placement) {
+            let outside = set.difference(&home);
+            free = free.union(&outside);
+            set = set.intersection(&home);
+            set = topo.grow(set, need - set.len(), &free.intersection(&home), c.placement);
+        }
+        if set.len() < need {
+            set = topo.grow(set, need - set.len(), &free, c.placement);
+        }
+        free = free.difference(&set);
+        ent.insert(c.id, set);
+    }
+
+    // 5. Pool grow.
+    if pool_set.len() < pool.base as usize {
+        pool_set = topo.grow(pool_set, pool.base as usize - pool_set.len(), &free, Placement::Any);
+        free = free.difference(&pool_set);
+    }
+
+    // 6. Own.
+    let mut own: BTreeMap<CellId, CpuSet> = BTreeMap::new();
+    let mut lendable = free;
+    for c in &whole {
+        let e = ent[&c.id];
+        let before = prev.cells.get(&c.id).map(|g| g.cpus.intersection(&e)).unwrap_or_default();
+        let mut mine = topo.shrink(before, c.own as usize);
+        if mine.len() < c.own as usize {
+            mine = topo.grow(mine, c.own as usize - mine.len(), &e, c.placement);
+        }
+        lendable = lendable.union(&e.difference(&mine));
+        own.insert(c.id, mine);
+    }
+
+    // 7. Lend: previous borrowings first, then the nearest.
+    let mut borrowed: BTreeMap<CellId, CpuSet> = BTreeMap::new();
+    for c in whole.iter().filter(|c| c.borrow > 0) {
+        let before = prev.cells.get(&c.id).map(|g| g.lent.intersection(&lendable)).unwrap_or_default();
+        let keep = topo.shrink(before, c.borrow as usize);
+        lendable = lendable.difference(&keep);
+        borrowed.insert(c.id, keep);
+    }
+    for c in whole.iter().filter(|c| c.borrow > 0) {
+        let mine = own[&c.id];
+        let have = borrowed[&c.id];
+        let grown = topo.grow(mine.union(&have), c.borrow as usize - have.len(), &lendable, c.placement);
+        let got = grown.difference(&mine);
+        lendable = lendable.difference(&got);
+        borrowed.insert(c.id, got);
+    }
+    let pool_lent = if pool.borrow > 0 {
+        let before = prev.pool.intersection(&lendable);
+        let kept = topo.shrink(before, pool.borrow as usize);
+        let grown = topo.grow(pool_set.union(&kept), pool.borrow as usize - kept.len(), &lendable, Placement::Any);
+        grown.difference(&pool_set)
+    } else {
+        CpuSet::new()
+    };
+    let pool_all = pool_set.union(&pool_lent);
+
+    // Assemble.
+    let stacked_weight: u64 = cells.iter().filter(|c| c.stacked).map(|c| c.weight.max(1) as u64).sum();
+    let mut out = BTreeMap::new();
+    for c in cells {
+        let grant = if c.stacked {
+            let portion = pool_all.len() as u64 * c.weight.max(1) as u64 / stacked_weight.max(1);
+            Grant {
+                cpus: pool_all,
+                lent: pool_lent,
+                entitled: CpuSet::new(),
+                threads: portion.max(1) as u32,
+                stacked: true,
+                share: c.share,
+            }
+        } else {
+            let lent = borrowed.get(&c.id).copied().unwrap_or_default();
+            let cpus = own[&c.id].union(&lent);
+            Grant {
+                cpus,
+                lent,
+                entitled: ent[&c.id],
+                threads: cpus.len().max(1) as u32,
+                stacked: false,
+                share: c.share,
+            }
+        };
+        out.insert(c.id, grant);
+    }
+    Plan {
+        capacity,
+        reserve: reserved,
+        pool: pool_all,
+        cells: out,
+    }
+}

@@ -1,0 +1,233 @@
+//! The plan: every cell's grant, and the checker for the plan invariants.
+//!
+//! Invariants (see `docs/design.md`; [`Plan::check`] verifies all of them and
+//! the property tests run it on random cell sets over every fixture):
+//!
+//! 1. Every grant lies inside the usable CPUs minus the reserve.
+//! 2. Whole-CPU grants are pairwise disjoint and disjoint from the stacked
+//!    pool, so exclusive grants never overlap anything.
+//! 3. The CPUs handed out (whole-CPU grants plus the pool) never exceed the
+//!    capacity.
+//! 4. Every guaranteed cell is entitled to at least its minimum, and an
+//!    exclusive cell's grant contains its whole entitlement.
+//! 5. Every cell has at least one CPU and a thread count of at least one;
+//!    no grant exceeds the cell's maximum.
+//! 6. Lent CPUs are part of the grant and outside the cell's entitlement.
+
+use crate::spec::{CellId, CellSpec};
+use allot_topo::{CpuSet, Machine};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// What one cell holds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Grant {
+    /// CPUs the cell may run on now.
+    pub cpus: CpuSet,
+    /// The part of `cpus` lent to it: beyond its entitlement, taken back as
+    /// soon as its owner (or a newcomer's guarantee) needs it.
+    pub lent: CpuSet,
+    /// The CPUs the cell is entitled to (empty for stacked cells). Part of it
+    /// may be lent to others while the cell cannot use it.
+    pub entitled: CpuSet,
+    /// Recommended number of worker threads.
+    pub threads: u32,
+    /// The cell shares the stacked pool with other cells.
+    pub stacked: bool,
+    /// Real-valued fair share, in CPUs.
+    pub share: f64,
+}
+
+/// The broker's whole decision.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct Plan {
+    /// CPUs available to cells (usable minus reserve).
+    pub capacity: u32,
+    /// CPUs kept for processes outside any cell.
+    pub reserve: CpuSet,
+    /// CPUs shared by the stacked cells (including borrowed ones).
+    pub pool: CpuSet,
+    /// Grants by cell.
+    pub cells: BTreeMap<CellId, Grant>,
+}
+
+/// A broken invariant.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Violation {
+    /// Invariant 1.
+    #[error("cell {0}: grant {1} leaves the usable CPUs minus the reserve")]
+    OutOfBounds(CellId, CpuSet),
+    /// Invariant 2.
+    #[error("cells {0} and {1} overlap on {2}")]
+    Overlap(CellId, CellId, CpuSet),
+    /// Invariant 2 (pool).
+    #[error("cell {0} overlaps the stacked pool on {1}")]
+    PoolOverlap(CellId, CpuSet),
+    /// Invariant 3.
+    #[error("{used} CPUs handed out but capacity is {capacity}")]
+    OverCapacity {
+        /// Handed out.
+        used: usize,
+        /// Capacity.
+        capacity: u32,
+    },
+    /// Invariant 4.
+    #[error("cell {0} is entitled to {1} CPUs, below its guarantee of {2}")]
+    BelowMinimum(CellId, usize, u32),
+    /// Invariant 4 (exclusive).
+    #[error("exclusive cell {0} lends part of its entitlement")]
+    ExclusiveLends(CellId),
+    /// Invariant 5.
+    #[error("cell {0} has no CPU or no thread")]
+    Empty(CellId),
+    /// Invariant 5 (max).
+    #[error("cell {0} holds {1} CPUs, above its maximum {2}")]
+    AboveMaximum(CellId, usize, u32),
+    /// Invariant 6.
+    #[error("cell {0}: lent CPUs {1} are not a subset of the grant minus the entitlement")]
+    BadLent(CellId, CpuSet),
+    /// A cell of the input has no grant.
+    #[error("cell {0} has no grant")]
+    Missing(CellId),
+}
+
+impl Plan {
+    /// Checks every invariant against the machine and the cells' specs.
+    pub fn check(&self, machine: &Machine, specs: &[(CellId, CellSpec)]) -> Result<(), Violation> {
+        let space = machine.usable().difference(&self.reserve);
+        let mut whole: Vec<(CellId, CpuSet)> = Vec::new(); // non-stacked grants so far
+        for (id, spec) in specs {
+            let g = self.cells.get(id).ok_or(Violation::Missing(*id))?;
+            if !g.cpus.is_subset(&space) {
+                return Err(Violation::OutOfBounds(*id, g.cpus));
+            }
+            if g.cpus.is_empty() || g.threads == 0 {
+                return Err(Violation::Empty(*id));
+            }
+            let max = spec.max_within(self.capacity).max(spec.guaranteed());
+            if g.cpus.len() > max as usize && !g.stacked {
+                return Err(Violation::AboveMaximum(*id, g.cpus.len(), max));
+            }
+            if spec.is_guaranteed() && g.entitled.len() < spec.guaranteed() as usize {
+                return Err(Violation::BelowMinimum(*id, g.entitled.len(), spec.guaranteed()));
+            }
+            if spec.exclusive && !g.entitled.is_subset(&g.cpus) {
+                return Err(Violation::ExclusiveLends(*id));
+            }
+            if !g.lent.is_subset(&g.cpus) || g.lent.intersects(&g.entitled) {
+                return Err(Violation::BadLent(*id, g.lent));
+            }
+            if g.stacked {
+                if !g.cpus.is_subset(&self.pool) {
+                    return Err(Violation::OutOfBounds(*id, g.cpus));
+                }
+            } else {
+                if g.cpus.intersects(&self.pool) {
+                    return Err(Violation::PoolOverlap(*id, g.cpus.intersection(&self.pool)));
+                }
+                // Grants are pairwise disjoint, entitlements are pairwise
+                // disjoint, and a grant reaches into another cell's
+                // entitlement only through CPUs marked lent.
+                for (other, _) in &whole {
+                    let o = &self.cells[other];
+                    let clash = g
+                        .cpus
+                        .intersection(&o.cpus)
+                        .union(&g.entitled.intersection(&o.entitled))
+                        .union(&g.cpus.intersection(&o.entitled).difference(&g.lent))
+                        .union(&o.cpus.intersection(&g.entitled).difference(&o.lent));
+                    if !clash.is_empty() {
+                        return Err(Violation::Overlap(*other, *id, clash));
+                    }
+                }
+                whole.push((*id, g.cpus));
+            }
+        }
+        let used = whole
+            .iter()
+            .map(|(id, _)| self.cells[id].cpus)
+            .fold(self.pool, |acc, s| acc.union(&s))
+            .len();
+        if used > self.capacity as usize {
+            return Err(Violation::OverCapacity { used, capacity: self.capacity });
+        }
+        Ok(())
+    }
+
+    /// How many CPUs changed hands between `self` (older) and `next`:
+    /// the sum over cells of CPUs removed from their grants.
+    pub fn moves_to(&self, next: &Plan) -> usize {
+        next.cells
+            .iter()
+            .map(|(id, g)| match self.cells.get(id) {
+                Some(old) => old.cpus.difference(&g.cpus).len(),
+                None => 0,
+            })
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{CellInput, PlanConfig, Planner};
+
+    fn setup() -> (Machine, Vec<(CellId, CellSpec)>, Plan) {
+        let m = Machine::uniform(4);
+        let specs = vec![
+            (CellId(1), CellSpec { min: 1, exclusive: true, ..Default::default() }),
+            (CellId(2), CellSpec::default()),
+        ];
+        let cells: Vec<CellInput> = specs.iter().map(|&(id, spec)| CellInput { id, spec, demand: None }).collect();
+        let plan = Planner::new(&m, PlanConfig::default()).plan(&cells, &Plan::default());
+        (m, specs, plan)
+    }
+
+    #[test]
+    fn checker_accepts_a_real_plan() {
+        let (m, specs, plan) = setup();
+        assert_eq!(plan.check(&m, &specs), Ok(()));
+    }
+
+    #[test]
+    fn checker_catches_each_violation() {
+        let (m, specs, plan) = setup();
+        let id1 = CellId(1);
+        let id2 = CellId(2);
+        let cpu_of_1 = plan.cells[&id1].cpus.first().unwrap();
+
+        let mut p = plan.clone();
+        p.cells.get_mut(&id2).unwrap().cpus.insert(cpu_of_1);
+        assert!(matches!(p.check(&m, &specs), Err(Violation::Overlap(..))), "{:?}", p.check(&m, &specs));
+
+        let mut p = plan.clone();
+        p.cells.get_mut(&id1).unwrap().entitled = CpuSet::new();
+        assert!(matches!(p.check(&m, &specs), Err(Violation::BelowMinimum(..))));
+
+        let mut p = plan.clone();
+        p.cells.get_mut(&id2).unwrap().cpus = CpuSet::new();
+        assert!(matches!(p.check(&m, &specs), Err(Violation::Empty(_))));
+
+        let mut p = plan.clone();
+        p.cells.get_mut(&id2).unwrap().cpus.insert(9);
+        assert!(matches!(p.check(&m, &specs), Err(Violation::OutOfBounds(..))));
+
+        let mut p = plan.clone();
+        let g = p.cells.get_mut(&id1).unwrap();
+        g.lent = g.entitled;
+        assert!(matches!(p.check(&m, &specs), Err(Violation::BadLent(..))));
+
+        let mut p = plan.clone();
+        let other = p.cells[&id2].cpus.first().unwrap();
+        p.cells.get_mut(&id1).unwrap().entitled.insert(other);
+        assert!(matches!(p.check(&m, &specs), Err(Violation::ExclusiveLends(_))));
+
+        let mut p = plan.clone();
+        p.capacity = 1;
+        assert!(matches!(p.check(&m, &specs), Err(Violation::OverCapacity { .. }) | Err(Violation::AboveMaximum(..))));
+
+        let mut p = plan;
+        p.cells.remove(&id2);
+        assert_eq!(p.check(&m, &specs), Err(Violation::Missing(id2)));
+    }
+}

@@ -1,0 +1,225 @@
+//! Plan invariants over random cell sets on every fixture machine.
+//!
+//! Cells are admitted one by one through admission control (as the broker
+//! does), so the guarantees in every generated set are ones the broker
+//! would have given.
+
+use allot_plan::{
+    Admission, Admitted, CellId, CellInput, CellSpec, GlobalPolicy, Placement, Plan, PlanConfig, Planner,
+};
+use allot_topo::{FIXTURES, Machine, fixture};
+use proptest::prelude::*;
+use std::sync::OnceLock;
+
+fn machines() -> &'static Vec<Machine> {
+    static M: OnceLock<Vec<Machine>> = OnceLock::new();
+    M.get_or_init(|| FIXTURES.iter().map(|n| fixture(n).unwrap()).collect())
+}
+
+#[derive(Debug, Clone)]
+struct RawCell {
+    min: u32,
+    max: u32,
+    weight: u32,
+    exclusive: bool,
+    placement: u8,
+    demand: Option<u32>,
+}
+
+fn raw_cell() -> impl Strategy<Value = RawCell> {
+    (
+        prop_oneof![3 => Just(0u32), 1 => 1u32..4, 1 => 1u32..20],
+        prop_oneof![2 => Just(0u32), 1 => 1u32..40],
+        1u32..5,
+        prop::bool::weighted(0.2),
+        0u8..3,
+        prop_oneof![1 => Just(None), 2 => (1u32..30).prop_map(Some)],
+    )
+        .prop_map(|(min, max, weight, exclusive, placement, demand)| RawCell {
+            min,
+            max: if max == 0 { 0 } else { max.max(min) },
+            weight,
+            exclusive,
+            placement,
+            demand,
+        })
+}
+
+/// Admits the raw cells in order, dropping those admission refuses.
+fn admitted(planner: &Planner<'_>, raw: &[RawCell]) -> Vec<CellInput> {
+    let mut cells: Vec<CellInput> = Vec::new();
+    for (i, r) in raw.iter().enumerate() {
+        let spec = CellSpec {
+            min: r.min,
+            max: r.max,
+            weight: r.weight,
+            exclusive: r.exclusive,
+            placement: Placement::from_code(r.placement).unwrap(),
+        };
+        let specs: Vec<CellSpec> = cells.iter().map(|c| c.spec).collect();
+        let adm: Vec<Admitted> = specs.iter().map(|s| Admitted { name: "c", spec: s }).collect();
+        if planner.admit(&adm, &spec) == Admission::Admit {
+            cells.push(CellInput { id: CellId(i as u64), spec, demand: r.demand });
+        }
+    }
+    cells
+}
+
+fn check(planner: &Planner<'_>, m: &Machine, cells: &[CellInput], plan: &Plan) {
+    let specs: Vec<(CellId, CellSpec)> = cells.iter().map(|c| (c.id, c.spec)).collect();
+    if let Err(v) = plan.check(m, &specs) {
+        panic!("{} ({:?}): {v}\ncells: {cells:#?}\nplan: {plan:#?}", m.name(), planner.config());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn invariants_hold(
+        which in 0usize..4,
+        raw in prop::collection::vec(raw_cell(), 1..40),
+        reserve in prop_oneof![3 => Just(0u32), 1 => 1u32..3],
+        lend in any::<bool>(),
+        priority in any::<bool>(),
+    ) {
+        let m = &machines()[which];
+        let policy = if priority { GlobalPolicy::Priority } else { GlobalPolicy::FairShare };
+        let planner = Planner::new(m, PlanConfig { reserve, policy, lend });
+        let cells = admitted(&planner, &raw);
+        prop_assume!(!cells.is_empty());
+        let plan = planner.plan(&cells, &Plan::default());
+        check(&planner, m, &cells, &plan);
+    }
+
+    #[test]
+    fn plans_are_stable(
+        which in 0usize..4,
+        raw in prop::collection::vec(raw_cell(), 1..30),
+        lend in any::<bool>(),
+    ) {
+        let m = &machines()[which];
+        let planner = Planner::new(m, PlanConfig { lend, ..Default::default() });
+        let cells = admitted(&planner, &raw);
+        prop_assume!(!cells.is_empty());
+        let first = planner.plan(&cells, &Plan::default());
+        let again = planner.plan(&cells, &first);
+        prop_assert_eq!(&again, &first, "replanning the same input moved CPUs");
+    }
+
+    #[test]
+    fn a_newcomer_moves_few_cpus(
+        which in 0usize..4,
+        raw in prop::collection::vec(raw_cell(), 2..30),
+    ) {
+        // With placement `any`, an existing cell keeps min(old, new) of its
+        // entitled CPUs when another cell arrives: only shrinking loses CPUs.
+        let m = &machines()[which];
+        let planner = Planner::new(m, PlanConfig { lend: false, ..Default::default() });
+        let raw: Vec<RawCell> = raw.into_iter().map(|r| RawCell { placement: 0, ..r }).collect();
+        let cells = admitted(&planner, &raw);
+        prop_assume!(cells.len() >= 2);
+        let (old_cells, _) = cells.split_at(cells.len() - 1);
+        let before = planner.plan(old_cells, &Plan::default());
+        let after = planner.plan(&cells, &before);
+        check(&planner, m, &cells, &after);
+        for c in old_cells {
+            let (b, a) = (&before.cells[&c.id], &after.cells[&c.id]);
+            let kept = b.entitled.intersection(&a.entitled).len();
+            prop_assert_eq!(kept, b.entitled.len().min(a.entitled.len()),
+                "cell {} entitled {} then {}", c.id, b.entitled, a.entitled);
+        }
+    }
+
+    #[test]
+    fn no_cpu_idles_while_a_cell_wants_more(
+        which in 0usize..4,
+        raw in prop::collection::vec(raw_cell(), 1..20),
+    ) {
+        let m = &machines()[which];
+        let planner = Planner::new(m, PlanConfig { lend: true, ..Default::default() });
+        let mut cells = admitted(&planner, &raw);
+        prop_assume!(!cells.is_empty());
+        // One unbounded cell that can use everything.
+        cells[0].spec.max = 0;
+        cells[0].demand = None;
+        let plan = planner.plan(&cells, &Plan::default());
+        check(&planner, m, &cells, &plan);
+        if !plan.cells[&cells[0].id].stacked {
+            let used = plan.cells.values().fold(allot_topo::CpuSet::new(), |acc, g| acc.union(&g.cpus));
+            prop_assert_eq!(used.len() as u32, planner.capacity(),
+                "idle CPUs while cell {} wants more: {:#?}", cells[0].id, plan);
+        }
+    }
+}
+
+#[test]
+fn two_cells_share_the_vm_then_one_gets_both() {
+    let m = fixture("vm2").unwrap();
+    let planner = Planner::new(&m, PlanConfig { lend: true, ..Default::default() });
+    let a = CellInput { id: CellId(1), spec: CellSpec::default(), demand: None };
+    let b = CellInput { id: CellId(2), spec: CellSpec::default(), demand: None };
+    let both = planner.plan(&[a, b], &Plan::default());
+    assert_eq!(both.cells[&CellId(1)].cpus.len(), 1);
+    assert_eq!(both.cells[&CellId(2)].cpus.len(), 1);
+    assert!(!both.cells[&CellId(1)].cpus.intersects(&both.cells[&CellId(2)].cpus));
+    let alone = planner.plan(&[b], &both);
+    assert_eq!(alone.cells[&CellId(2)].cpus.to_string(), "0-1");
+    assert_eq!(alone.cells[&CellId(2)].threads, 2);
+    // B kept the CPU it had.
+    assert!(both.cells[&CellId(2)].cpus.is_subset(&alone.cells[&CellId(2)].cpus));
+}
+
+#[test]
+fn idle_cell_lends_its_cpu_and_gets_it_back() {
+    let spec = CellSpec::default();
+    let mut cells = [
+        CellInput { id: CellId(1), spec, demand: None },
+        CellInput { id: CellId(2), spec, demand: None },
+    ];
+    // On 2 CPUs an idle cell still keeps its one CPU, so lending shows on
+    // the 16-CPU fixture.
+    let x = fixture("xeon-x5550-2s").unwrap();
+    let planner16 = Planner::new(&x, PlanConfig { lend: true, ..Default::default() });
+    let q0 = planner16.plan(&cells, &Plan::default());
+    assert_eq!(q0.cells[&CellId(1)].cpus.len(), 8);
+    cells[0].demand = Some(2);
+    let q1 = planner16.plan(&cells, &q0);
+    let (g1, g2) = (&q1.cells[&CellId(1)], &q1.cells[&CellId(2)]);
+    assert_eq!(g1.cpus.len(), 2);
+    assert_eq!(g2.cpus.len(), 14);
+    assert_eq!(g2.lent.len(), 6, "borrowed CPUs are marked lent");
+    assert!(g2.lent.is_subset(&g1.entitled));
+    // Demand rises again: the lent CPUs go back to their owner.
+    cells[0].demand = None;
+    let q2 = planner16.plan(&cells, &q1);
+    assert_eq!(q2.cells[&CellId(1)].cpus, q0.cells[&CellId(1)].cpus);
+    assert!(q2.cells[&CellId(2)].lent.is_empty());
+}
+
+#[test]
+fn stacked_cells_share_a_pool_and_run_one_thread_each() {
+    let m = fixture("vm2").unwrap();
+    let planner = Planner::new(&m, PlanConfig { lend: true, ..Default::default() });
+    let cells: Vec<CellInput> =
+        (0..4).map(|i| CellInput { id: CellId(i), spec: CellSpec::default(), demand: None }).collect();
+    let p = planner.plan(&cells, &Plan::default());
+    for g in p.cells.values() {
+        assert!(g.stacked);
+        assert_eq!(g.cpus.to_string(), "0-1");
+        assert_eq!(g.threads, 1);
+    }
+}
+
+#[test]
+fn numa_placement_keeps_cells_on_one_node() {
+    let m = fixture("opteron6276-4s").unwrap();
+    let planner = Planner::new(&m, PlanConfig { lend: false, ..Default::default() });
+    let spec = CellSpec { min: 6, max: 6, placement: Placement::Numa, ..Default::default() };
+    let cells: Vec<CellInput> = (0..8).map(|i| CellInput { id: CellId(i), spec, demand: None }).collect();
+    let p = planner.plan(&cells, &Plan::default());
+    for g in p.cells.values() {
+        let nodes = m.nodes().iter().filter(|n| n.cpus.intersects(&g.cpus)).count();
+        assert_eq!(nodes, 1, "{}", g.cpus);
+    }
+}

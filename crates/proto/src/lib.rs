@@ -1,0 +1,49 @@
+//! allot's versioned contract between the broker and its clients.
+//!
+//! - [`msg`]: control messages (requests and replies) and their documented,
+//!   fuzzable decoder; [`PROTOCOL_VERSION`].
+//! - [`page`]: the grant page layout, its seqlock and futex protocol.
+//! - [`shm`]: the sealed memfd that holds a grant page.
+//! - [`transport`]: the seqpacket socket, with file descriptor passing.
+//! - [`wire`]: the primitive field encoding.
+//!
+//! Any change to a message or to the page layout must bump
+//! [`PROTOCOL_VERSION`]; both sides refuse other versions with a message
+//! that says so.
+
+pub mod msg;
+pub mod page;
+pub mod shm;
+pub mod transport;
+pub mod wire;
+
+pub use msg::{ErrorCode, FrameError, MAX_MESSAGE, PROTOCOL_VERSION, Reply, Request};
+pub use page::{FLAG_RELEASED, FLAG_STACKED, Grant, GrantPage, PAGE_SIZE, PageError};
+pub use shm::{PageMap, ShmError};
+pub use transport::{CallError, Conn};
+
+/// Environment variable naming the broker's socket.
+pub const ENV_SOCKET: &str = "ALLOT_SOCKET";
+/// Environment variable carrying the cell id for processes `allot run` starts.
+pub const ENV_CELL: &str = "ALLOT_CELL";
+/// Environment variable carrying the file descriptor of the cell's grant page
+/// (inherited by processes `allot run` starts).
+pub const ENV_GRANT_FD: &str = "ALLOT_GRANT_FD";
+
+/// The socket path: `$ALLOT_SOCKET`, else `$XDG_RUNTIME_DIR/allot/allot.sock`,
+/// else `/run/allot/allot.sock` for root, else `/tmp/allot-$UID/allot.sock`.
+pub fn default_socket_path() -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os(ENV_SOCKET).filter(|p| !p.is_empty()) {
+        return p.into();
+    }
+    default_state_dir().join("allot.sock")
+}
+
+/// The directory for the socket and journal of the default broker.
+pub fn default_state_dir() -> std::path::PathBuf {
+    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        return std::path::Path::new(&d).join("allot");
+    }
+    let uid = rustix::process::getuid().as_raw();
+    if uid == 0 { "/run/allot".into() } else { format!("/tmp/allot-{uid}").into() }
+}

@@ -1,0 +1,271 @@
+//! The grant page: a 4 KiB shared-memory page through which the broker tells
+//! one cell what it holds, readable without a system call.
+//!
+//! # Layout (little-endian, all fields naturally aligned)
+//!
+//! ```text
+//! offset size field       meaning
+//!      0    4 magic       PAGE_MAGIC ("ALOT")
+//!      4    4 version     PROTOCOL_VERSION of the writer
+//!      8    4 size        PAGE_SIZE
+//!     12    4 futex       bumped after every publish; FUTEX_WAIT on it
+//!     16    8 seq         seqlock: odd while the broker writes
+//!     24    8 cell        cell id
+//!     32    8 generation  grant generation; only grows
+//!     40    8 instance    broker instance that wrote it
+//!     48    4 threads     recommended worker count
+//!     52    4 flags       FLAG_* bits
+//!     56    4 entitled    CPUs the cell is entitled to
+//!     60    4 ncpus       CPUs in `cpus`
+//!     64    4 share_milli fair share in thousandths of a CPU
+//!     68   60 reserved    zero
+//!    128  128 cpus        CPU bitmap (bit i of word w = CPU 64w+i)
+//!    256  128 lent        bitmap of the lent subset of `cpus`
+//!    384 3712 reserved    zero
+//! ```
+//!
+//! # Protocol
+//!
+//! One writer (the broker, through the only writable mapping) and any number
+//! of readers (read-only mappings of the same sealed memfd).
+//!
+//! Writer: `seq += 1` (odd), release fence, store the fields, `seq += 1`
+//! (even, release), then `futex += 1` and `FUTEX_WAKE` all waiters.
+//!
+//! Reader: load `seq` (acquire); if odd, retry; load the fields (relaxed);
+//! acquire fence; reload `seq`; if it changed, retry. A reader therefore
+//! never acts on a torn grant. All fields are atomics, so concurrent access
+//! is defined behaviour even though the writer is another process.
+//!
+//! Waiting: read `futex`, read the grant, act, then `FUTEX_WAIT(futex, seen)`:
+//! a publish between the read and the wait changes the word and the wait
+//! returns at once, so no change is missed.
+//!
+//! **Changing this layout requires bumping `PROTOCOL_VERSION`.**
+
+use crate::msg::PROTOCOL_VERSION;
+use allot_topo::{CPUSET_WORDS, CpuSet};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+use std::time::Duration;
+
+/// "ALOT" in little-endian.
+pub const PAGE_MAGIC: u32 = u32::from_le_bytes(*b"ALOT");
+
+/// Size of the page in bytes.
+pub const PAGE_SIZE: usize = 4096;
+
+/// The cell shares the stacked pool with other cells.
+pub const FLAG_STACKED: u32 = 1;
+/// The cell has ended; the grant is final.
+pub const FLAG_RELEASED: u32 = 2;
+
+/// The page as laid out in memory.
+#[repr(C)]
+#[derive(Debug)]
+pub struct GrantPage {
+    magic: AtomicU32,
+    version: AtomicU32,
+    size: AtomicU32,
+    futex: AtomicU32,
+    seq: AtomicU64,
+    cell: AtomicU64,
+    generation: AtomicU64,
+    instance: AtomicU64,
+    threads: AtomicU32,
+    flags: AtomicU32,
+    entitled: AtomicU32,
+    ncpus: AtomicU32,
+    share_milli: AtomicU32,
+    _reserved: [AtomicU32; 15],
+    cpus: [AtomicU64; CPUSET_WORDS],
+    lent: [AtomicU64; CPUSET_WORDS],
+    _tail: [u8; PAGE_SIZE - 384],
+}
+
+const _: () = assert!(std::mem::size_of::<GrantPage>() == PAGE_SIZE);
+const _: () = assert!(std::mem::offset_of!(GrantPage, futex) == 12);
+const _: () = assert!(std::mem::offset_of!(GrantPage, seq) == 16);
+const _: () = assert!(std::mem::offset_of!(GrantPage, share_milli) == 64);
+const _: () = assert!(std::mem::offset_of!(GrantPage, cpus) == 128);
+const _: () = assert!(std::mem::offset_of!(GrantPage, lent) == 256);
+
+/// A consistent copy of a grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Grant {
+    /// Cell id.
+    pub cell: u64,
+    /// Generation; grows with every change.
+    pub generation: u64,
+    /// Broker instance that wrote it.
+    pub instance: u64,
+    /// Recommended worker count.
+    pub threads: u32,
+    /// `FLAG_*` bits.
+    pub flags: u32,
+    /// CPUs the cell is entitled to.
+    pub entitled: u32,
+    /// Fair share in thousandths of a CPU.
+    pub share_milli: u32,
+    /// CPUs the cell may run on.
+    pub cpus: CpuSet,
+    /// The lent part of `cpus`.
+    pub lent: CpuSet,
+}
+
+/// Why a mapped page is not a valid grant page.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PageError {
+    /// Wrong magic.
+    #[error("not an allot grant page (magic 0x{0:08x})")]
+    Magic(u32),
+    /// Another layout version.
+    #[error("grant page version {0} differs from this library's {PROTOCOL_VERSION}; use matching allot versions")]
+    Version(u32),
+    /// Wrong size.
+    #[error("grant page claims {0} bytes, expected {PAGE_SIZE}")]
+    Size(u32),
+}
+
+impl GrantPage {
+    /// Writes the constant header. The broker calls this once, before the
+    /// page is shared.
+    pub fn init(&self, cell: u64, instance: u64) {
+        self.magic.store(PAGE_MAGIC, Ordering::Relaxed);
+        self.version.store(PROTOCOL_VERSION as u32, Ordering::Relaxed);
+        self.size.store(PAGE_SIZE as u32, Ordering::Relaxed);
+        self.cell.store(cell, Ordering::Relaxed);
+        self.instance.store(instance, Ordering::Relaxed);
+        fence(Ordering::Release);
+    }
+
+    /// Checks the constant header (readers call this once after mapping).
+    pub fn validate(&self) -> Result<(), PageError> {
+        let magic = self.magic.load(Ordering::Acquire);
+        if magic != PAGE_MAGIC {
+            return Err(PageError::Magic(magic));
+        }
+        let v = self.version.load(Ordering::Relaxed);
+        if v != PROTOCOL_VERSION as u32 {
+            return Err(PageError::Version(v));
+        }
+        let s = self.size.load(Ordering::Relaxed);
+        if s as usize != PAGE_SIZE {
+            return Err(PageError::Size(s));
+        }
+        Ok(())
+    }
+
+    /// Publishes `g` (single writer only). Wakes every waiter.
+    pub fn publish(&self, g: &Grant) {
+        let s = self.seq.load(Ordering::Relaxed);
+        self.seq.store(s.wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        self.cell.store(g.cell, Ordering::Relaxed);
+        self.generation.store(g.generation, Ordering::Relaxed);
+        self.instance.store(g.instance, Ordering::Relaxed);
+        self.threads.store(g.threads, Ordering::Relaxed);
+        self.flags.store(g.flags, Ordering::Relaxed);
+        self.entitled.store(g.entitled, Ordering::Relaxed);
+        self.ncpus.store(g.cpus.len() as u32, Ordering::Relaxed);
+        self.share_milli.store(g.share_milli, Ordering::Relaxed);
+        for i in 0..CPUSET_WORDS {
+            self.cpus[i].store(g.cpus.words()[i], Ordering::Relaxed);
+            self.lent[i].store(g.lent.words()[i], Ordering::Relaxed);
+        }
+        self.seq.store(s.wrapping_add(2), Ordering::Release);
+        self.futex.fetch_add(1, Ordering::Release);
+        // Waking can only fail on a bad address, which a mapped page is not.
+        let _ = rustix::thread::futex::wake(&self.futex, rustix::thread::futex::Flags::empty(), i32::MAX as u32);
+    }
+
+    /// The current grant, consistent (see the module docs). No system call.
+    pub fn read(&self) -> Grant {
+        loop {
+            if let Some(g) = self.try_read() {
+                return g;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// One attempt at a consistent read; `None` if a write was in progress.
+    pub fn try_read(&self) -> Option<Grant> {
+        let s1 = self.seq.load(Ordering::Acquire);
+        if s1 & 1 == 1 {
+            return None;
+        }
+        let mut cpus = [0u64; CPUSET_WORDS];
+        let mut lent = [0u64; CPUSET_WORDS];
+        for i in 0..CPUSET_WORDS {
+            cpus[i] = self.cpus[i].load(Ordering::Relaxed);
+            lent[i] = self.lent[i].load(Ordering::Relaxed);
+        }
+        let g = Grant {
+            cell: self.cell.load(Ordering::Relaxed),
+            generation: self.generation.load(Ordering::Relaxed),
+            instance: self.instance.load(Ordering::Relaxed),
+            threads: self.threads.load(Ordering::Relaxed),
+            flags: self.flags.load(Ordering::Relaxed),
+            entitled: self.entitled.load(Ordering::Relaxed),
+            share_milli: self.share_milli.load(Ordering::Relaxed),
+            cpus: CpuSet::from_words(cpus),
+            lent: CpuSet::from_words(lent),
+        };
+        fence(Ordering::Acquire);
+        (self.seq.load(Ordering::Relaxed) == s1).then_some(g)
+    }
+
+    /// The generation alone (one load; for cheap "did anything change" checks).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The recommended thread count alone (one load). May be one publish
+    /// stale relative to `cpus`; use [`GrantPage::read`] when both matter.
+    pub fn threads(&self) -> u32 {
+        self.threads.load(Ordering::Acquire)
+    }
+
+    /// The wake-up word's current value, to pass to [`GrantPage::wait`].
+    pub fn futex_word(&self) -> u32 {
+        self.futex.load(Ordering::Acquire)
+    }
+
+    /// Blocks until the wake-up word differs from `seen` or `timeout`
+    /// passes. Returns true if it changed.
+    pub fn wait(&self, seen: u32, timeout: Option<Duration>) -> bool {
+        use rustix::thread::futex;
+        let ts = timeout.map(|t| rustix::time::Timespec {
+            tv_sec: t.as_secs() as i64,
+            tv_nsec: t.subsec_nanos() as _,
+        });
+        loop {
+            if self.futex.load(Ordering::Acquire) != seen {
+                return true;
+            }
+            match futex::wait(&self.futex, futex::Flags::empty(), seen, ts.as_ref()) {
+                Ok(()) => {}
+                Err(rustix::io::Errno::AGAIN) => return true,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(rustix::io::Errno::TIMEDOUT) => return self.futex.load(Ordering::Acquire) != seen,
+                Err(_) => return self.futex.load(Ordering::Acquire) != seen,
+            }
+            if timeout.is_some() {
+                // A spurious wake-up with a timeout: report what we see
+                // rather than restarting the full timeout.
+                return self.futex.load(Ordering::Acquire) != seen;
+            }
+        }
+    }
+}
+
+impl Grant {
+    /// Whether the cell shares the stacked pool.
+    pub fn stacked(&self) -> bool {
+        self.flags & FLAG_STACKED != 0
+    }
+    /// Whether the cell has ended.
+    pub fn released(&self) -> bool {
+        self.flags & FLAG_RELEASED != 0
+    }
+}

@@ -1,0 +1,162 @@
+//! The memory that holds a grant page: a sealed memfd.
+//!
+//! The broker creates the memfd, maps it read-write, then seals it
+//! (`F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL`): its
+//! own mapping stays writable, but nobody can map it writable again, resize
+//! it or remove the seals. The fd is passed to the client with `SCM_RIGHTS`;
+//! the client maps it read-only. A client can therefore read its grant but
+//! never forge one.
+
+use crate::page::{GrantPage, PAGE_SIZE, PageError};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::fs::{MemfdFlags, SealFlags};
+use rustix::mm::{MapFlags, ProtFlags};
+use std::ptr::NonNull;
+
+/// A mapping of one grant page. Unmapped on drop.
+#[derive(Debug)]
+pub struct PageMap {
+    ptr: NonNull<GrantPage>,
+    fd: OwnedFd,
+    writable: bool,
+}
+
+// SAFETY: the mapping is plain shared memory whose fields are all atomics;
+// `&GrantPage` is safe to use from any thread, and the mapping's lifetime is
+// tied to `PageMap`, not to a thread.
+unsafe impl Send for PageMap {}
+// SAFETY: see `Send`: every access goes through atomics.
+unsafe impl Sync for PageMap {}
+
+/// Why a page could not be created or mapped.
+#[derive(Debug, thiserror::Error)]
+pub enum ShmError {
+    /// A system call failed.
+    #[error("{what}: {source}")]
+    Os {
+        /// Which step.
+        what: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The page header is not valid.
+    #[error(transparent)]
+    Page(#[from] PageError),
+}
+
+fn os(what: &'static str) -> impl FnOnce(rustix::io::Errno) -> ShmError {
+    move |e| ShmError::Os { what, source: e.into() }
+}
+
+fn map(fd: BorrowedFd<'_>, prot: ProtFlags) -> Result<NonNull<GrantPage>, ShmError> {
+    // SAFETY: a fresh mapping (null hint) of PAGE_SIZE bytes of a file at
+    // least that long; nothing else aliases the address range we get back.
+    let ptr = unsafe { rustix::mm::mmap(std::ptr::null_mut(), PAGE_SIZE, prot, MapFlags::SHARED, fd, 0) }
+        .map_err(os("mmap grant page"))?;
+    NonNull::new(ptr.cast::<GrantPage>()).ok_or(ShmError::Os {
+        what: "mmap grant page",
+        source: std::io::Error::other("null mapping"),
+    })
+}
+
+impl PageMap {
+    /// Creates a sealed page for `cell`, writable by the caller only.
+    pub fn create(cell: u64, instance: u64) -> Result<PageMap, ShmError> {
+        let fd = rustix::fs::memfd_create("allot-grant", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
+            .map_err(os("memfd_create"))?;
+        rustix::fs::ftruncate(&fd, PAGE_SIZE as u64).map_err(os("ftruncate grant page"))?;
+        let ptr = map(fd.as_fd(), ProtFlags::READ | ProtFlags::WRITE)?;
+        rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::FUTURE_WRITE | SealFlags::SEAL)
+            .map_err(os("seal grant page"))?;
+        let page = PageMap { ptr, fd, writable: true };
+        page.page().init(cell, instance);
+        Ok(page)
+    }
+
+    /// Maps a page received from the broker, read-only, and checks its header.
+    pub fn open(fd: OwnedFd) -> Result<PageMap, ShmError> {
+        let ptr = map(fd.as_fd(), ProtFlags::READ)?;
+        let page = PageMap { ptr, fd, writable: false };
+        page.page().validate()?;
+        Ok(page)
+    }
+
+    /// The page.
+    pub fn page(&self) -> &GrantPage {
+        // SAFETY: `ptr` is a live mapping of PAGE_SIZE bytes, suitably aligned
+        // (page-aligned), valid until `self` drops; GrantPage is all atomics
+        // and bytes, valid for any bit pattern.
+        unsafe { self.ptr.as_ref() }
+    }
+
+    /// The memfd, to pass to a client.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Whether this mapping can publish.
+    pub fn writable(&self) -> bool {
+        self.writable
+    }
+}
+
+impl Drop for PageMap {
+    fn drop(&mut self) {
+        // SAFETY: we own this mapping; no reference into it outlives `self`
+        // because `page()` borrows `self`.
+        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), PAGE_SIZE) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::page::Grant;
+    use allot_topo::CpuSet;
+    use rustix::fd::AsRawFd;
+
+    #[test]
+    fn reader_sees_what_writer_publishes() {
+        let w = PageMap::create(5, 77).unwrap();
+        let dup = rustix::io::fcntl_dupfd_cloexec(w.fd(), 0).unwrap();
+        let r = PageMap::open(dup).unwrap();
+        let g = Grant {
+            cell: 5,
+            generation: 3,
+            instance: 77,
+            threads: 2,
+            flags: 0,
+            entitled: 2,
+            share_milli: 2000,
+            cpus: CpuSet::parse_list("0-1").unwrap(),
+            lent: CpuSet::parse_list("1").unwrap(),
+        };
+        let seen = r.page().futex_word();
+        w.page().publish(&g);
+        assert!(r.page().wait(seen, Some(std::time::Duration::from_millis(10))));
+        assert_eq!(r.page().read(), g);
+        assert!(!r.writable());
+    }
+
+    #[test]
+    fn the_client_cannot_write_or_resize() {
+        let w = PageMap::create(1, 1).unwrap();
+        let dup = rustix::io::fcntl_dupfd_cloexec(w.fd(), 0).unwrap();
+        // A new writable shared mapping is refused by the seal.
+        // SAFETY: fresh mapping; unmapped below if it (wrongly) succeeds.
+        let rw = unsafe {
+            rustix::mm::mmap(std::ptr::null_mut(), PAGE_SIZE, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, &dup, 0)
+        };
+        assert!(rw.is_err(), "writable mapping of a sealed page must fail");
+        assert!(rustix::fs::ftruncate(&dup, 2 * PAGE_SIZE as u64).is_err());
+        assert!(rustix::io::write(&dup, b"x").is_err());
+        assert!(dup.as_raw_fd() >= 0);
+    }
+
+    #[test]
+    fn garbage_is_not_a_page() {
+        let fd = rustix::fs::memfd_create("junk", MemfdFlags::CLOEXEC).unwrap();
+        rustix::fs::ftruncate(&fd, PAGE_SIZE as u64).unwrap();
+        assert!(matches!(PageMap::open(fd), Err(ShmError::Page(PageError::Magic(0)))));
+    }
+}

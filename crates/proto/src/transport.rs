@@ -1,0 +1,168 @@
+//! The control socket: `AF_UNIX` `SOCK_SEQPACKET`, one message per datagram,
+//! file descriptors passed with `SCM_RIGHTS`.
+//!
+//! Seqpacket keeps message boundaries (no framing layer) and reports the
+//! peer's credentials (`SO_PEERCRED`), which the broker uses for permission
+//! checks.
+
+use crate::msg::{MAX_MESSAGE, Reply, Request};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::net::{
+    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage,
+    SendFlags, SocketAddrUnix, SocketFlags, SocketType,
+};
+use std::io::{IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::path::Path;
+
+/// One received datagram.
+#[derive(Debug)]
+pub struct Datagram {
+    /// Bytes received (at most the buffer's length).
+    pub len: usize,
+    /// The datagram was longer than the buffer and was cut.
+    pub truncated: bool,
+    /// A file descriptor that came with it.
+    pub fd: Option<OwnedFd>,
+}
+
+/// Sends `bytes` as one datagram, with `fd` attached if given.
+pub fn send(sock: BorrowedFd<'_>, bytes: &[u8], fd: Option<BorrowedFd<'_>>) -> std::io::Result<()> {
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    let fds;
+    if let Some(fd) = fd {
+        fds = [fd];
+        control.push(SendAncillaryMessage::ScmRights(&fds));
+    }
+    let n = loop {
+        match rustix::net::sendmsg(sock, &[IoSlice::new(bytes)], &mut control, SendFlags::NOSIGNAL) {
+            Err(rustix::io::Errno::INTR) => continue,
+            other => break other?,
+        }
+    };
+    if n != bytes.len() {
+        return Err(std::io::Error::other(format!("short send: {n} of {} bytes", bytes.len())));
+    }
+    Ok(())
+}
+
+/// Receives one datagram into `buf`; `Ok(None)` at end of stream (peer gone).
+pub fn recv(sock: BorrowedFd<'_>, buf: &mut [u8], nonblocking: bool) -> std::io::Result<Option<Datagram>> {
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let mut flags = RecvFlags::CMSG_CLOEXEC | RecvFlags::TRUNC;
+    if nonblocking {
+        flags |= RecvFlags::DONTWAIT;
+    }
+    let msg = loop {
+        match rustix::net::recvmsg(sock, &mut [IoSliceMut::new(buf)], &mut control, flags) {
+            Err(rustix::io::Errno::INTR) => continue,
+            other => break other?,
+        }
+    };
+    let mut fd = None;
+    for m in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(fds) = m {
+            // Keep the first, close any others by dropping them.
+            for f in fds {
+                if fd.is_none() {
+                    fd = Some(f);
+                }
+            }
+        }
+    }
+    if msg.bytes == 0 && fd.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(Datagram { len: msg.bytes.min(buf.len()), truncated: msg.bytes > buf.len(), fd }))
+}
+
+/// Creates a listening socket at `path` (removing a stale socket file first).
+pub fn listen(path: &Path) -> std::io::Result<OwnedFd> {
+    let sock = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+        None,
+    )?;
+    let addr = SocketAddrUnix::new(path)?;
+    rustix::net::bind(&sock, &addr)?;
+    rustix::net::listen(&sock, 128)?;
+    Ok(sock)
+}
+
+/// A client's connection to the broker.
+#[derive(Debug)]
+pub struct Conn {
+    sock: OwnedFd,
+    buf: Vec<u8>,
+}
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// The socket failed.
+    #[error("broker connection failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// The broker closed the connection.
+    #[error("the broker closed the connection")]
+    Closed,
+    /// The reply did not decode.
+    #[error("the broker sent an unreadable reply: {0}")]
+    Frame(#[from] crate::msg::FrameError),
+}
+
+impl Conn {
+    /// Connects to the broker's socket at `path`.
+    pub fn connect(path: &Path) -> std::io::Result<Conn> {
+        let sock = rustix::net::socket_with(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)?;
+        let addr = SocketAddrUnix::new(path)?;
+        loop {
+            match rustix::net::connect(&sock, &addr) {
+                Err(rustix::io::Errno::INTR) => continue,
+                other => break other?,
+            }
+        }
+        Ok(Conn { sock, buf: vec![0; MAX_MESSAGE] })
+    }
+
+    /// Wraps an already connected socket (tests, socketpairs).
+    pub fn from_fd(sock: OwnedFd) -> Conn {
+        Conn { sock, buf: vec![0; MAX_MESSAGE] }
+    }
+
+    /// The socket, for polling.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+
+    /// Sends a request.
+    pub fn send(&self, req: &Request) -> std::io::Result<()> {
+        send(self.sock.as_fd(), &req.encode(), None)
+    }
+
+    /// Sends raw bytes (for tests of the broker's decoder).
+    pub fn send_raw(&self, bytes: &[u8]) -> std::io::Result<()> {
+        send(self.sock.as_fd(), bytes, None)
+    }
+
+    /// Receives one reply (blocking), with any file descriptor attached.
+    pub fn recv(&mut self) -> Result<(Reply, Option<OwnedFd>), CallError> {
+        let d = recv(self.sock.as_fd(), &mut self.buf, false)?.ok_or(CallError::Closed)?;
+        let reply = Reply::decode(&self.buf[..d.len])?;
+        Ok((reply, d.fd))
+    }
+
+    /// Sends `req` and waits for its reply.
+    pub fn call(&mut self, req: &Request) -> Result<(Reply, Option<OwnedFd>), CallError> {
+        self.send(req)?;
+        self.recv()
+    }
+
+    /// Sets a receive timeout (`None`: block forever).
+    pub fn set_timeout(&self, t: Option<std::time::Duration>) -> std::io::Result<()> {
+        rustix::net::sockopt::set_socket_timeout(&self.sock, rustix::net::sockopt::Timeout::Recv, t)?;
+        Ok(())
+    }
+}

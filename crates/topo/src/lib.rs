@@ -1,0 +1,37 @@
+//! allot's machine model.
+//!
+//! [`Machine`] describes the CPUs allot may hand out: which logical CPUs share
+//! a core (SMT siblings), a last-level cache and a NUMA node, how far apart the
+//! nodes are and how much memory each has. It is discovered from sysfs
+//! ([`discover_live`], [`discover`]) and intersected with the CPUs the process
+//! may use, so a broker started under `taskset` or inside a cpuset manages
+//! only what it was given.
+//!
+//! Fixture machines (sysfs trees of real machines) live in
+//! `crates/topo/fixtures/` and are loaded with [`fixture`]; the planner's
+//! tests and benchmarks run on them.
+
+mod cpuset;
+mod machine;
+mod report;
+mod sysfs;
+
+pub use cpuset::{CPUSET_WORDS, CpuListError, CpuSet, Iter, MAX_CPUS};
+pub use machine::{Core, Cpu, Llc, Machine, MachineError, Node, RawCpu, RawNode};
+pub use report::TopologyReport;
+pub use sysfs::{DiscoverError, allowed_cpus, discover, discover_live};
+
+use std::path::PathBuf;
+
+/// Names of the fixture machines shipped in `crates/topo/fixtures/`.
+pub const FIXTURES: [&str; 4] = ["vm2", "opteron6276-4s", "xeonphi7250", "xeon-x5550-2s"];
+
+/// Directory of the fixture machine `name` (a sysfs root).
+pub fn fixture_dir(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(name)
+}
+
+/// Loads the fixture machine `name` (see [`FIXTURES`]).
+pub fn fixture(name: &str) -> Result<Machine, DiscoverError> {
+    discover(&fixture_dir(name), name, None)
+}
