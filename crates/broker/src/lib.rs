@@ -1,1 +1,27 @@
-//! placeholder
+//! `allotd`, the broker: one per machine (or per user in user mode).
+//!
+//! It owns the machine's CPUs on behalf of every parallel program on it.
+//! Programs connect over a seqpacket socket and ask for a share as a *cell*;
+//! the broker admits or refuses them ([`allot_plan::admit`]), divides the
+//! CPUs ([`allot_plan::Planner`]), makes the kernel enforce the division
+//! ([`allot_enforce`]), tells each cell what it holds through a shared grant
+//! page, notices within milliseconds when a cell's processes die (pidfd),
+//! and journals enough to be killed and restarted without moving anyone.
+//!
+//! - [`core`]: the state machine (no I/O besides the enforcer, pages and
+//!   journal); returns effects.
+//! - [`server`]: the epoll loop driving it.
+//! - [`demand`]: how busy each cell is, from usage and reports.
+//! - [`journal`]: crash-safe state.
+//! - [`config`], [`status`].
+
+pub mod config;
+pub mod core;
+pub mod demand;
+pub mod journal;
+pub mod log;
+pub mod server;
+pub mod status;
+
+pub use config::Config;
+pub use server::{Broker, StartError, StopHandle};

@@ -34,7 +34,10 @@ struct Cell {
 impl Affinity {
     /// A backend acting through `os`.
     pub fn new(os: Arc<dyn Os>) -> Self {
-        Affinity { os, cells: HashMap::new() }
+        Affinity {
+            os,
+            cells: HashMap::new(),
+        }
     }
 
     /// Sets `cpus` on every thread of the trees rooted at `roots`, until a
@@ -117,7 +120,10 @@ impl Enforcer for Affinity {
     }
 
     fn pids(&mut self, cell: u64) -> Vec<u32> {
-        self.cells.get(&cell).map(|c| process_tree(self.os.as_ref(), &c.members)).unwrap_or_default()
+        self.cells
+            .get(&cell)
+            .map(|c| process_tree(self.os.as_ref(), &c.members))
+            .unwrap_or_default()
     }
 
     fn cleanup(&mut self) -> Result<()> {

@@ -58,16 +58,25 @@ fn err(what: String) -> impl FnOnce(std::io::Error) -> EnforceError {
 impl Cgroup1 {
     /// Sets up (or reopens) allot's directories named `name` in the v1
     /// hierarchies, confined to `usable`.
-    pub fn new(fs: Arc<dyn CgroupFs>, mounts: &V1Mounts, name: &str, usable: CpuSet) -> Result<Cgroup1> {
+    pub fn new(
+        fs: Arc<dyn CgroupFs>,
+        mounts: &V1Mounts,
+        name: &str,
+        usable: CpuSet,
+    ) -> Result<Cgroup1> {
         let mut created = Vec::new();
         let cpuset = mounts.cpuset.join(name);
         let mems = fs
             .read(&mounts.cpuset.join("cpuset.mems"))
-            .map_err(err(format!("cgroup1 cpuset at {}", mounts.cpuset.display())))?;
+            .map_err(err(format!(
+                "cgroup1 cpuset at {}",
+                mounts.cpuset.display()
+            )))?;
         if !fs.exists(&cpuset) {
             created.push(cpuset.clone());
         }
-        fs.mkdir(&cpuset).map_err(err(format!("create {}", cpuset.display())))?;
+        fs.mkdir(&cpuset)
+            .map_err(err(format!("create {}", cpuset.display())))?;
         fs.write(&cpuset.join("cpuset.cpus"), &usable.to_string())
             .map_err(err(format!("set CPUs of {}", cpuset.display())))?;
         fs.write(&cpuset.join("cpuset.mems"), mems.trim())
@@ -80,12 +89,24 @@ impl Cgroup1 {
             if !fs.exists(&dir) {
                 created.push(dir.clone());
             }
-            fs.mkdir(&dir).map_err(err(format!("create {}", dir.display())))?;
+            fs.mkdir(&dir)
+                .map_err(err(format!("create {}", dir.display())))?;
             Ok(Some(dir))
         };
         let cpu = sub(&mounts.cpu)?;
-        let cpuacct = if mounts.cpuacct == mounts.cpu { cpu.clone() } else { sub(&mounts.cpuacct)? };
-        Ok(Cgroup1 { fs, cpuset, cpu, cpuacct, cells: HashMap::new(), created })
+        let cpuacct = if mounts.cpuacct == mounts.cpu {
+            cpu.clone()
+        } else {
+            sub(&mounts.cpuacct)?
+        };
+        Ok(Cgroup1 {
+            fs,
+            cpuset,
+            cpu,
+            cpuacct,
+            cells: HashMap::new(),
+            created,
+        })
     }
 
     fn dirs(&self, cell: u64) -> Vec<PathBuf> {
@@ -106,10 +127,21 @@ impl Cgroup1 {
                 .open(&self.cpuset.join(&leaf).join("cpuset.cpus"))
                 .map_err(err(format!("cell {cell}")))?;
             let shares = match &self.cpu {
-                Some(d) => Some(self.fs.open(&d.join(&leaf).join("cpu.shares")).map_err(err(format!("cell {cell}")))?),
+                Some(d) => Some(
+                    self.fs
+                        .open(&d.join(&leaf).join("cpu.shares"))
+                        .map_err(err(format!("cell {cell}")))?,
+                ),
                 None => None,
             };
-            self.cells.insert(cell, Cell { cpus, shares, last: None });
+            self.cells.insert(
+                cell,
+                Cell {
+                    cpus,
+                    shares,
+                    last: None,
+                },
+            );
         }
         Ok(self.cells.get_mut(&cell).expect("inserted above"))
     }
@@ -122,18 +154,42 @@ impl Enforcer for Cgroup1 {
 
     fn create(&mut self, cell: u64) -> Result<()> {
         for d in self.dirs(cell) {
-            self.fs.mkdir(&d).map_err(err(format!("create cell {cell}")))?;
+            self.fs
+                .mkdir(&d)
+                .map_err(err(format!("create cell {cell}")))?;
         }
-        let mems = self.fs.read(&self.cpuset.join("cpuset.mems")).unwrap_or_default();
+        let mems = self
+            .fs
+            .read(&self.cpuset.join("cpuset.mems"))
+            .unwrap_or_default();
         let leaf = self.cpuset.join(format!("cell-{cell}"));
         // clone_children copies the parent's settings; write them anyway so
         // a cell is usable even if that flag was reset by someone else.
-        if self.fs.read(&leaf.join("cpuset.mems")).unwrap_or_default().trim().is_empty() {
-            self.fs.write(&leaf.join("cpuset.mems"), mems.trim()).map_err(err(format!("cell {cell} memory nodes")))?;
+        if self
+            .fs
+            .read(&leaf.join("cpuset.mems"))
+            .unwrap_or_default()
+            .trim()
+            .is_empty()
+        {
+            self.fs
+                .write(&leaf.join("cpuset.mems"), mems.trim())
+                .map_err(err(format!("cell {cell} memory nodes")))?;
         }
-        if self.fs.read(&leaf.join("cpuset.cpus")).unwrap_or_default().trim().is_empty() {
-            let all = self.fs.read(&self.cpuset.join("cpuset.cpus")).unwrap_or_default();
-            self.fs.write(&leaf.join("cpuset.cpus"), all.trim()).map_err(err(format!("cell {cell} CPUs")))?;
+        if self
+            .fs
+            .read(&leaf.join("cpuset.cpus"))
+            .unwrap_or_default()
+            .trim()
+            .is_empty()
+        {
+            let all = self
+                .fs
+                .read(&self.cpuset.join("cpuset.cpus"))
+                .unwrap_or_default();
+            self.fs
+                .write(&leaf.join("cpuset.cpus"), all.trim())
+                .map_err(err(format!("cell {cell} CPUs")))?;
         }
         self.open_cell(cell).map(|_| ())
     }
@@ -141,11 +197,20 @@ impl Enforcer for Cgroup1 {
     fn adopt(&mut self, cell: u64, _members: &[u32]) -> Result<Option<CpuSet>> {
         let leaf = self.cpuset.join(format!("cell-{cell}"));
         if !self.fs.exists(&leaf) {
-            return Err(EnforceError::new(format!("adopt cell {cell}"), std::io::Error::from(std::io::ErrorKind::NotFound)));
+            return Err(EnforceError::new(
+                format!("adopt cell {cell}"),
+                std::io::Error::from(std::io::ErrorKind::NotFound),
+            ));
         }
-        let now = self.fs.read(&leaf.join("cpuset.cpus")).ok().and_then(|t| CpuSet::parse_list(&t).ok());
+        let now = self
+            .fs
+            .read(&leaf.join("cpuset.cpus"))
+            .ok()
+            .and_then(|t| CpuSet::parse_list(&t).ok());
         for d in self.dirs(cell) {
-            self.fs.mkdir(&d).map_err(err(format!("adopt cell {cell}")))?;
+            self.fs
+                .mkdir(&d)
+                .map_err(err(format!("adopt cell {cell}")))?;
         }
         self.open_cell(cell)?;
         Ok(now)
@@ -165,11 +230,14 @@ impl Enforcer for Cgroup1 {
         let c = self.open_cell(cell)?;
         let last = c.last;
         if last.map(|l| l.cpus) != Some(a.cpus) {
-            c.cpus.set(&a.cpus.to_string()).map_err(err(format!("set CPUs of cell {cell} to {}", a.cpus)))?;
+            c.cpus
+                .set(&a.cpus.to_string())
+                .map_err(err(format!("set CPUs of cell {cell} to {}", a.cpus)))?;
         }
         if let Some(s) = c.shares.as_mut() {
             if last.map(|l| l.weight) != Some(a.weight) {
-                s.set(&v1_shares(a.weight).to_string()).map_err(err(format!("set weight of cell {cell}")))?;
+                s.set(&v1_shares(a.weight).to_string())
+                    .map_err(err(format!("set weight of cell {cell}")))?;
             }
         }
         c.last = Some(*a);
@@ -189,12 +257,22 @@ impl Enforcer for Cgroup1 {
 
     fn usage_ns(&mut self, cell: u64) -> Option<u64> {
         let dir = self.cpuacct.as_ref()?.join(format!("cell-{cell}"));
-        self.fs.read(&dir.join("cpuacct.usage")).ok()?.trim().parse().ok()
+        self.fs
+            .read(&dir.join("cpuacct.usage"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
     }
 
     fn pids(&mut self, cell: u64) -> Vec<u32> {
-        let text = self.fs.read(&self.cpuset.join(format!("cell-{cell}/cgroup.procs"))).unwrap_or_default();
-        text.split_whitespace().filter_map(|p| p.parse().ok()).collect()
+        let text = self
+            .fs
+            .read(&self.cpuset.join(format!("cell-{cell}/cgroup.procs")))
+            .unwrap_or_default();
+        text.split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
     }
 
     fn cleanup(&mut self) -> Result<()> {
@@ -204,7 +282,9 @@ impl Enforcer for Cgroup1 {
         }
         for d in self.created.clone() {
             if self.fs.children(&d).map(|c| c.is_empty()).unwrap_or(false) {
-                self.fs.rmdir(&d).map_err(err(format!("remove {}", d.display())))?;
+                self.fs
+                    .rmdir(&d)
+                    .map_err(err(format!("remove {}", d.display())))?;
             }
         }
         Ok(())

@@ -46,11 +46,15 @@ impl Cgroup2 {
     /// Sets up (or reopens) the subtree at `root`, enabling cpuset and cpu
     /// for it, confined to `usable`.
     pub fn new(fs: Arc<dyn CgroupFs>, root: PathBuf, usable: CpuSet) -> Result<Cgroup2> {
-        let parent = root.parent().ok_or_else(|| EnforceError::new("cgroup2 root", std::io::Error::other("no parent")))?;
-        let available = fs.read(&parent.join("cgroup.controllers")).map_err(err(format!(
-            "cgroup2 at {} is not a cgroup directory",
-            parent.display()
-        )))?;
+        let parent = root
+            .parent()
+            .ok_or_else(|| EnforceError::new("cgroup2 root", std::io::Error::other("no parent")))?;
+        let available = fs
+            .read(&parent.join("cgroup.controllers"))
+            .map_err(err(format!(
+                "cgroup2 at {} is not a cgroup directory",
+                parent.display()
+            )))?;
         for ctrl in ["cpuset", "cpu"] {
             if !available.split_whitespace().any(|c| c == ctrl) {
                 return Err(EnforceError::new(
@@ -61,17 +65,30 @@ impl Cgroup2 {
                 ));
             }
         }
-        let enabled = fs.read(&parent.join("cgroup.subtree_control")).unwrap_or_default();
-        if !enabled.split_whitespace().any(|c| c == "cpuset") || !enabled.split_whitespace().any(|c| c == "cpu") {
+        let enabled = fs
+            .read(&parent.join("cgroup.subtree_control"))
+            .unwrap_or_default();
+        if !enabled.split_whitespace().any(|c| c == "cpuset")
+            || !enabled.split_whitespace().any(|c| c == "cpu")
+        {
             fs.write(&parent.join("cgroup.subtree_control"), "+cpuset +cpu")
-                .map_err(err(format!("enable cpuset and cpu in {}", parent.display())))?;
+                .map_err(err(format!(
+                    "enable cpuset and cpu in {}",
+                    parent.display()
+                )))?;
         }
         let created_root = !fs.exists(&root);
-        fs.mkdir(&root).map_err(err(format!("create {}", root.display())))?;
+        fs.mkdir(&root)
+            .map_err(err(format!("create {}", root.display())))?;
         let _ = fs.write(&root.join("cpuset.cpus"), &usable.to_string());
         fs.write(&root.join("cgroup.subtree_control"), "+cpuset +cpu")
             .map_err(err(format!("enable cpuset and cpu in {}", root.display())))?;
-        Ok(Cgroup2 { fs, root, cells: HashMap::new(), created_root })
+        Ok(Cgroup2 {
+            fs,
+            root,
+            cells: HashMap::new(),
+            created_root,
+        })
     }
 
     /// The subtree root.
@@ -82,9 +99,23 @@ impl Cgroup2 {
     fn open_cell(&mut self, cell: u64) -> Result<&mut Cell> {
         if !self.cells.contains_key(&cell) {
             let dir = self.root.join(format!("cell-{cell}"));
-            let cpus = self.fs.open(&dir.join("cpuset.cpus")).map_err(err(format!("cell {cell}")))?;
-            let weight = self.fs.open(&dir.join("cpu.weight")).map_err(err(format!("cell {cell}")))?;
-            self.cells.insert(cell, Cell { dir, cpus, weight, last: None });
+            let cpus = self
+                .fs
+                .open(&dir.join("cpuset.cpus"))
+                .map_err(err(format!("cell {cell}")))?;
+            let weight = self
+                .fs
+                .open(&dir.join("cpu.weight"))
+                .map_err(err(format!("cell {cell}")))?;
+            self.cells.insert(
+                cell,
+                Cell {
+                    dir,
+                    cpus,
+                    weight,
+                    last: None,
+                },
+            );
         }
         Ok(self.cells.get_mut(&cell).expect("inserted above"))
     }
@@ -97,16 +128,25 @@ impl Enforcer for Cgroup2 {
 
     fn create(&mut self, cell: u64) -> Result<()> {
         let dir = self.root.join(format!("cell-{cell}"));
-        self.fs.mkdir(&dir).map_err(err(format!("create cell {cell}")))?;
+        self.fs
+            .mkdir(&dir)
+            .map_err(err(format!("create cell {cell}")))?;
         self.open_cell(cell).map(|_| ())
     }
 
     fn adopt(&mut self, cell: u64, _members: &[u32]) -> Result<Option<CpuSet>> {
         let dir = self.root.join(format!("cell-{cell}"));
         if !self.fs.exists(&dir) {
-            return Err(EnforceError::new(format!("adopt cell {cell}"), std::io::Error::from(std::io::ErrorKind::NotFound)));
+            return Err(EnforceError::new(
+                format!("adopt cell {cell}"),
+                std::io::Error::from(std::io::ErrorKind::NotFound),
+            ));
         }
-        let now = self.fs.read(&dir.join("cpuset.cpus")).ok().and_then(|t| CpuSet::parse_list(&t).ok());
+        let now = self
+            .fs
+            .read(&dir.join("cpuset.cpus"))
+            .ok()
+            .and_then(|t| CpuSet::parse_list(&t).ok());
         self.open_cell(cell)?;
         Ok(now)
     }
@@ -122,10 +162,14 @@ impl Enforcer for Cgroup2 {
         let c = self.open_cell(cell)?;
         let last = c.last;
         if last.map(|l| l.cpus) != Some(a.cpus) {
-            c.cpus.set(&a.cpus.to_string()).map_err(err(format!("set CPUs of cell {cell} to {}", a.cpus)))?;
+            c.cpus
+                .set(&a.cpus.to_string())
+                .map_err(err(format!("set CPUs of cell {cell} to {}", a.cpus)))?;
         }
         if last.map(|l| l.weight) != Some(a.weight) {
-            c.weight.set(&v2_weight(a.weight).to_string()).map_err(err(format!("set weight of cell {cell}")))?;
+            c.weight
+                .set(&v2_weight(a.weight).to_string())
+                .map_err(err(format!("set weight of cell {cell}")))?;
         }
         c.last = Some(*a);
         Ok(())
@@ -134,18 +178,32 @@ impl Enforcer for Cgroup2 {
     fn remove(&mut self, cell: u64) -> Result<()> {
         let dir = self.root.join(format!("cell-{cell}"));
         self.cells.remove(&cell);
-        self.fs.rmdir(&dir).map_err(err(format!("remove cell {cell}")))
+        self.fs
+            .rmdir(&dir)
+            .map_err(err(format!("remove cell {cell}")))
     }
 
     fn usage_ns(&mut self, cell: u64) -> Option<u64> {
-        let text = self.fs.read(&self.root.join(format!("cell-{cell}/cpu.stat"))).ok()?;
+        let text = self
+            .fs
+            .read(&self.root.join(format!("cell-{cell}/cpu.stat")))
+            .ok()?;
         let line = text.lines().find(|l| l.starts_with("usage_usec"))?;
-        line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|us| us * 1000)
+        line.split_whitespace()
+            .nth(1)?
+            .parse::<u64>()
+            .ok()
+            .map(|us| us * 1000)
     }
 
     fn pids(&mut self, cell: u64) -> Vec<u32> {
-        let text = self.fs.read(&self.root.join(format!("cell-{cell}/cgroup.procs"))).unwrap_or_default();
-        text.split_whitespace().filter_map(|p| p.parse().ok()).collect()
+        let text = self
+            .fs
+            .read(&self.root.join(format!("cell-{cell}/cgroup.procs")))
+            .unwrap_or_default();
+        text.split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
     }
 
     fn cleanup(&mut self) -> Result<()> {
@@ -153,8 +211,16 @@ impl Enforcer for Cgroup2 {
         for c in cells {
             let _ = self.remove(c);
         }
-        if self.created_root && self.fs.children(&self.root).map(|c| c.is_empty()).unwrap_or(false) {
-            self.fs.rmdir(&self.root).map_err(err(format!("remove {}", self.root.display())))?;
+        if self.created_root
+            && self
+                .fs
+                .children(&self.root)
+                .map(|c| c.is_empty())
+                .unwrap_or(false)
+        {
+            self.fs
+                .rmdir(&self.root)
+                .map_err(err(format!("remove {}", self.root.display())))?;
         }
         Ok(())
     }

@@ -90,11 +90,19 @@ impl CgroupFs for KernelFs {
         std::fs::read_to_string(path).map_err(|e| ctx(e, "read", path))
     }
     fn write(&self, path: &Path, text: &str) -> io::Result<()> {
-        let f = OpenOptions::new().write(true).open(path).map_err(|e| ctx(e, "open", path))?;
-        KernelFile { file: f }.set(text).map_err(|e| ctx(e, "write", path))
+        let f = OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|e| ctx(e, "open", path))?;
+        KernelFile { file: f }
+            .set(text)
+            .map_err(|e| ctx(e, "write", path))
     }
     fn open(&self, path: &Path) -> io::Result<Box<dyn ControlFile>> {
-        let file = OpenOptions::new().write(true).open(path).map_err(|e| ctx(e, "open", path))?;
+        let file = OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|e| ctx(e, "open", path))?;
         Ok(Box::new(KernelFile { file }))
     }
 }
@@ -143,7 +151,11 @@ impl FixtureLayout {
                 ("cpu.cfs_quota_us", "-1\n"),
                 ("cpu.cfs_period_us", "100000\n"),
             ],
-            FixtureLayout::V1Cpuacct => &[("cgroup.procs", ""), ("tasks", ""), ("cpuacct.usage", "0\n")],
+            FixtureLayout::V1Cpuacct => &[
+                ("cgroup.procs", ""),
+                ("tasks", ""),
+                ("cpuacct.usage", "0\n"),
+            ],
         }
     }
 }
@@ -190,7 +202,10 @@ impl FixtureFs {
 impl CgroupFs for FixtureFs {
     fn mkdir(&self, path: &Path) -> io::Result<()> {
         if !path.parent().is_some_and(Path::is_dir) {
-            return Err(io::Error::new(io::ErrorKind::NotFound, format!("create cgroup {}: no parent", path.display())));
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("create cgroup {}: no parent", path.display()),
+            ));
         }
         self.populate(path)
     }
@@ -200,7 +215,10 @@ impl CgroupFs for FixtureFs {
         }
         let procs = std::fs::read_to_string(path.join("cgroup.procs")).unwrap_or_default();
         if !procs.trim().is_empty() {
-            return Err(io::Error::new(io::ErrorKind::ResourceBusy, format!("remove cgroup {}: still has processes", path.display())));
+            return Err(io::Error::new(
+                io::ErrorKind::ResourceBusy,
+                format!("remove cgroup {}: still has processes", path.display()),
+            ));
         }
         std::fs::remove_dir_all(path)
     }
@@ -224,6 +242,8 @@ impl CgroupFs for FixtureFs {
         if !path.exists() {
             return Err(ctx(io::Error::from(io::ErrorKind::NotFound), "open", path));
         }
-        Ok(Box::new(FixtureFile { path: path.to_path_buf() }))
+        Ok(Box::new(FixtureFile {
+            path: path.to_path_buf(),
+        }))
     }
 }

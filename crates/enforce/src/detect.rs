@@ -14,23 +14,32 @@ pub struct Mounts {
 impl Mounts {
     /// Reads this process's mounts.
     pub fn read() -> Mounts {
-        std::fs::read_to_string("/proc/self/mountinfo").map(|t| Mounts::parse(&t)).unwrap_or_default()
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .map(|t| Mounts::parse(&t))
+            .unwrap_or_default()
     }
 
     /// Parses mountinfo text.
     pub fn parse(mountinfo: &str) -> Mounts {
         let mut m = Mounts::default();
         for line in mountinfo.lines() {
-            let Some((left, right)) = line.split_once(" - ") else { continue };
+            let Some((left, right)) = line.split_once(" - ") else {
+                continue;
+            };
             let point = left.split_whitespace().nth(4).map(unescape);
             let mut r = right.split_whitespace();
-            let (Some(fstype), _, Some(opts), Some(point)) = (r.next(), r.next(), r.next(), point) else { continue };
+            let (Some(fstype), _, Some(opts), Some(point)) = (r.next(), r.next(), r.next(), point)
+            else {
+                continue;
+            };
             match fstype {
                 "cgroup2" if m.cgroup2.is_none() => m.cgroup2 = Some(point),
                 "cgroup" => {
                     let ctrls = opts
                         .split(',')
-                        .filter(|o| ["cpuset", "cpu", "cpuacct", "memory", "blkio", "freezer"].contains(o))
+                        .filter(|o| {
+                            ["cpuset", "cpu", "cpuacct", "memory", "blkio", "freezer"].contains(o)
+                        })
                         .map(str::to_string)
                         .collect();
                     m.v1.push((ctrls, point));
@@ -43,7 +52,10 @@ impl Mounts {
 
     /// The v1 mount holding `controller`.
     pub fn v1_for(&self, controller: &str) -> Option<&Path> {
-        self.v1.iter().find(|(c, _)| c.iter().any(|x| x == controller)).map(|(_, p)| p.as_path())
+        self.v1
+            .iter()
+            .find(|(c, _)| c.iter().any(|x| x == controller))
+            .map(|(_, p)| p.as_path())
     }
 
     /// The v1 mounts allot uses, if cpuset is there.
@@ -88,7 +100,10 @@ mod tests {
 50 31 0:39 / /mnt/with\\040space rw - cgroup cgroup rw,cpu,cpuacct
 ";
         let m = Mounts::parse(text);
-        assert_eq!(m.cgroup2.as_deref(), Some(Path::new("/sys/fs/cgroup/unified")));
+        assert_eq!(
+            m.cgroup2.as_deref(),
+            Some(Path::new("/sys/fs/cgroup/unified"))
+        );
         let v1 = m.v1().unwrap();
         assert_eq!(v1.cpuset, Path::new("/sys/fs/cgroup/cpuset"));
         assert_eq!(v1.cpu.as_deref(), Some(Path::new("/sys/fs/cgroup/cpu")));

@@ -59,11 +59,15 @@ pub struct EnforceError {
 impl EnforceError {
     /// Wraps `source` with a description.
     pub fn new(what: impl Into<String>, source: std::io::Error) -> Self {
-        EnforceError { what: what.into(), source }
+        EnforceError {
+            what: what.into(),
+            source,
+        }
     }
     /// Whether the failure means "the cell still has processes".
     pub fn is_busy(&self) -> bool {
-        self.source.kind() == std::io::ErrorKind::ResourceBusy || self.source.raw_os_error() == Some(libc::EBUSY)
+        self.source.kind() == std::io::ErrorKind::ResourceBusy
+            || self.source.raw_os_error() == Some(libc::EBUSY)
     }
 }
 
@@ -136,7 +140,11 @@ impl FromStr for BackendKind {
             "cgroup1" => BackendKind::Cgroup1,
             "affinity" => BackendKind::Affinity,
             "dry-run" | "dryrun" => BackendKind::DryRun,
-            other => return Err(format!("unknown backend {other:?}: expected auto, cgroup2, cgroup1, affinity or dry-run")),
+            other => {
+                return Err(format!(
+                    "unknown backend {other:?}: expected auto, cgroup2, cgroup1, affinity or dry-run"
+                ));
+            }
         })
     }
 }
@@ -165,16 +173,33 @@ pub fn open(kind: BackendKind, opts: &OpenOptions) -> Result<(Box<dyn Enforcer>,
             None => mounts
                 .cgroup2
                 .as_ref()
-                .ok_or_else(|| EnforceError::new("cgroup2", std::io::Error::other("no cgroup2 hierarchy is mounted")))?
+                .ok_or_else(|| {
+                    EnforceError::new(
+                        "cgroup2",
+                        std::io::Error::other("no cgroup2 hierarchy is mounted"),
+                    )
+                })?
                 .join(&opts.cgroup_name),
         };
-        Ok(Box::new(Cgroup2::new(Arc::new(cgroupfs::KernelFs), root, opts.usable)?))
+        Ok(Box::new(Cgroup2::new(
+            Arc::new(cgroupfs::KernelFs),
+            root,
+            opts.usable,
+        )?))
     };
     let try_v1 = || -> Result<Box<dyn Enforcer>> {
         let m = mounts.v1().ok_or_else(|| {
-            EnforceError::new("cgroup1", std::io::Error::other("no cgroup v1 cpuset hierarchy is mounted"))
+            EnforceError::new(
+                "cgroup1",
+                std::io::Error::other("no cgroup v1 cpuset hierarchy is mounted"),
+            )
         })?;
-        Ok(Box::new(Cgroup1::new(Arc::new(cgroupfs::KernelFs), &m, &opts.cgroup_name, opts.usable)?))
+        Ok(Box::new(Cgroup1::new(
+            Arc::new(cgroupfs::KernelFs),
+            &m,
+            &opts.cgroup_name,
+            opts.usable,
+        )?))
     };
     let affinity = || -> Box<dyn Enforcer> { Box::new(Affinity::new(Arc::new(os::RealOs))) };
     match kind {

@@ -65,7 +65,10 @@ impl Os for RealOs {
         let mut out = Vec::new();
         for tid in self.threads(pid).unwrap_or_default() {
             if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/children")) {
-                out.extend(text.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+                out.extend(
+                    text.split_whitespace()
+                        .filter_map(|c| c.parse::<u32>().ok()),
+                );
             }
         }
         out.sort_unstable();
@@ -78,21 +81,29 @@ impl Os for RealOs {
         for c in cpus.iter().filter(|&c| c < rustix::thread::CpuSet::MAX_CPU) {
             set.set(c);
         }
-        let pid = rustix::process::Pid::from_raw(tid as i32).ok_or_else(|| io::Error::other("pid 0"))?;
+        let pid =
+            rustix::process::Pid::from_raw(tid as i32).ok_or_else(|| io::Error::other("pid 0"))?;
         rustix::thread::sched_setaffinity(Some(pid), &set)?;
         Ok(())
     }
 
     fn affinity(&self, tid: u32) -> io::Result<CpuSet> {
-        let pid = rustix::process::Pid::from_raw(tid as i32).ok_or_else(|| io::Error::other("pid 0"))?;
+        let pid =
+            rustix::process::Pid::from_raw(tid as i32).ok_or_else(|| io::Error::other("pid 0"))?;
         let set = rustix::thread::sched_getaffinity(Some(pid))?;
-        Ok((0..rustix::thread::CpuSet::MAX_CPU.min(allot_topo::MAX_CPUS)).filter(|&c| set.is_set(c)).collect())
+        Ok(
+            (0..rustix::thread::CpuSet::MAX_CPU.min(allot_topo::MAX_CPUS))
+                .filter(|&c| set.is_set(c))
+                .collect(),
+        )
     }
 
     fn cpu_time_ns(&self, pid: u32) -> Option<u64> {
         let f = stat_fields(pid)?;
         // After the name: state(0) ppid(1) … utime(11) stime(12) cutime(13) cstime(14).
-        let ticks: u64 = (11..=14).filter_map(|i| f.get(i)?.parse::<u64>().ok()).sum();
+        let ticks: u64 = (11..=14)
+            .filter_map(|i| f.get(i)?.parse::<u64>().ok())
+            .sum();
         Some(ticks * 1_000_000_000 / clock_ticks())
     }
 
@@ -158,7 +169,16 @@ impl FakeOs {
         for &t in &threads {
             s.affinity.insert(t, mask);
         }
-        s.procs.insert(pid, FakeProc { parent, threads, uid: 0, start: pid as u64, cpu_ns: 0 });
+        s.procs.insert(
+            pid,
+            FakeProc {
+                parent,
+                threads,
+                uid: 0,
+                start: pid as u64,
+                cpu_ns: 0,
+            },
+        );
     }
 
     /// Removes process `pid` (its children are reparented to nobody).
@@ -195,7 +215,12 @@ impl Os for FakeOs {
             .ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))
     }
     fn children(&self, pid: u32) -> Vec<u32> {
-        self.lock().procs.iter().filter(|(_, p)| p.parent == pid).map(|(&c, _)| c).collect()
+        self.lock()
+            .procs
+            .iter()
+            .filter(|(_, p)| p.parent == pid)
+            .map(|(&c, _)| c)
+            .collect()
     }
     fn set_affinity(&self, tid: u32, cpus: &CpuSet) -> io::Result<()> {
         let mut s = self.lock();
@@ -211,7 +236,11 @@ impl Os for FakeOs {
         }
     }
     fn affinity(&self, tid: u32) -> io::Result<CpuSet> {
-        self.lock().affinity.get(&tid).copied().ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))
+        self.lock()
+            .affinity
+            .get(&tid)
+            .copied()
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))
     }
     fn cpu_time_ns(&self, pid: u32) -> Option<u64> {
         self.lock().procs.get(&pid).map(|p| p.cpu_ns)

@@ -18,20 +18,38 @@ fn confines_threads_and_later_threads() {
     let mut b = Affinity::new(Arc::new(RealOs));
     b.create(1).unwrap();
     let first = all.take_first(1);
-    b.apply(1, &Applied { cpus: first, weight: 1 }).unwrap();
+    b.apply(
+        1,
+        &Applied {
+            cpus: first,
+            weight: 1,
+        },
+    )
+    .unwrap();
     b.attach(1, pid).unwrap();
-    assert!(eventually(Duration::from_secs(5), || thread_masks(pid).len() >= 3));
+    assert!(eventually(Duration::from_secs(5), || thread_masks(pid)
+        .len()
+        >= 3));
     for (tid, mask) in thread_masks(pid) {
         assert_eq!(mask, first.to_string(), "thread {tid}");
     }
     // Threads created after the change inherit it.
-    assert!(eventually(Duration::from_secs(5), || thread_masks(pid).len() >= 5));
+    assert!(eventually(Duration::from_secs(5), || thread_masks(pid)
+        .len()
+        >= 5));
     for (tid, mask) in thread_masks(pid) {
         assert_eq!(mask, first.to_string(), "late thread {tid}");
     }
     if all.len() >= 2 {
         let second: CpuSet = all.iter().skip(1).take(1).collect();
-        b.apply(1, &Applied { cpus: second, weight: 1 }).unwrap();
+        b.apply(
+            1,
+            &Applied {
+                cpus: second,
+                weight: 1,
+            },
+        )
+        .unwrap();
         for (tid, mask) in thread_masks(pid) {
             assert_eq!(mask, second.to_string(), "thread {tid} after the change");
         }
@@ -45,12 +63,22 @@ fn confines_children_of_members() {
     let all = allot_topo::allowed_cpus().unwrap();
     let p = forking(3);
     let pid = p.pid();
-    assert!(eventually(Duration::from_secs(5), || allot_enforce::os::process_tree(&RealOs, &[pid]).len() == 4));
+    assert!(eventually(
+        Duration::from_secs(5),
+        || allot_enforce::os::process_tree(&RealOs, &[pid]).len() == 4
+    ));
     let mut b = Affinity::new(Arc::new(RealOs));
     b.create(2).unwrap();
     b.attach(2, pid).unwrap();
     let one = all.take_first(1);
-    b.apply(2, &Applied { cpus: one, weight: 1 }).unwrap();
+    b.apply(
+        2,
+        &Applied {
+            cpus: one,
+            weight: 1,
+        },
+    )
+    .unwrap();
     let tree = b.pids(2);
     assert_eq!(tree.len(), 4);
     for p in tree {
@@ -70,7 +98,14 @@ fn fake_tree_is_confined_whole() {
     b.create(1).unwrap();
     b.attach(1, 10).unwrap();
     let two = CpuSet::parse_list("2-3").unwrap();
-    b.apply(1, &Applied { cpus: two, weight: 1 }).unwrap();
+    b.apply(
+        1,
+        &Applied {
+            cpus: two,
+            weight: 1,
+        },
+    )
+    .unwrap();
     use allot_enforce::os::Os;
     for t in [10, 11, 20, 21, 22] {
         assert_eq!(os.affinity(t).unwrap(), two);

@@ -16,13 +16,30 @@ fn fixture_tree() {
     let cpuset = FixtureFs::new(FixtureLayout::V1Cpuset);
     cpuset.populate(&dir.path().join("cpuset")).unwrap();
     std::fs::write(dir.path().join("cpuset/cpuset.mems"), "0\n").unwrap();
-    let mounts = V1Mounts { cpuset: dir.path().join("cpuset"), cpu: None, cpuacct: None };
+    let mounts = V1Mounts {
+        cpuset: dir.path().join("cpuset"),
+        cpu: None,
+        cpuacct: None,
+    };
     let mut b = Cgroup1::new(Arc::new(cpuset), &mounts, "allot", CpuSet::first_n(4)).unwrap();
     b.create(1).unwrap();
     let leaf = dir.path().join("cpuset/allot/cell-1");
-    assert_eq!(std::fs::read_to_string(leaf.join("cpuset.mems")).unwrap(), "0");
-    b.apply(1, &Applied { cpus: CpuSet::parse_list("1,3").unwrap(), weight: 1 }).unwrap();
-    assert_eq!(std::fs::read_to_string(leaf.join("cpuset.cpus")).unwrap(), "1,3");
+    assert_eq!(
+        std::fs::read_to_string(leaf.join("cpuset.mems")).unwrap(),
+        "0"
+    );
+    b.apply(
+        1,
+        &Applied {
+            cpus: CpuSet::parse_list("1,3").unwrap(),
+            weight: 1,
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(leaf.join("cpuset.cpus")).unwrap(),
+        "1,3"
+    );
     b.remove(1).unwrap();
     b.cleanup().unwrap();
     assert!(!dir.path().join("cpuset/allot").exists());
@@ -53,22 +70,43 @@ fn live_cells_confine_every_thread_and_follow_grant_changes() {
     let mut b = Cgroup1::new(Arc::new(KernelFs), &mounts, &name, all).unwrap();
     b.create(7).unwrap();
     let first = all.take_first(1);
-    b.apply(7, &Applied { cpus: first, weight: 1 }).unwrap();
+    b.apply(
+        7,
+        &Applied {
+            cpus: first,
+            weight: 1,
+        },
+    )
+    .unwrap();
     b.attach(7, pid).unwrap();
     assert_eq!(b.pids(7), vec![pid]);
     // Every thread, including the two started after the move, runs on `first`.
-    assert!(eventually(Duration::from_secs(5), || thread_masks(pid).len() >= 5));
+    assert!(eventually(Duration::from_secs(5), || thread_masks(pid)
+        .len()
+        >= 5));
     for (tid, mask) in thread_masks(pid) {
         assert_eq!(mask, first.to_string(), "thread {tid}");
     }
     // A grant change rewrites cpuset.cpus; the kernel moves every thread.
     let second: CpuSet = all.iter().skip(1).take(1).collect();
-    b.apply(7, &Applied { cpus: second, weight: 2 }).unwrap();
+    b.apply(
+        7,
+        &Applied {
+            cpus: second,
+            weight: 2,
+        },
+    )
+    .unwrap();
     for (tid, mask) in thread_masks(pid) {
         assert_eq!(mask, second.to_string(), "thread {tid} after the change");
     }
     if let Some(cpu) = &mounts.cpu {
-        assert_eq!(std::fs::read_to_string(cpu.join(&name).join("cell-7/cpu.shares")).unwrap().trim(), "2048");
+        assert_eq!(
+            std::fs::read_to_string(cpu.join(&name).join("cell-7/cpu.shares"))
+                .unwrap()
+                .trim(),
+            "2048"
+        );
     }
     assert!(b.usage_ns(7).is_some() || mounts.cpuacct.is_none());
     // Removal waits for the processes to go.

@@ -21,16 +21,38 @@ fn manages_cells_in_a_fixture_tree() {
     let (dir, fs) = fixture();
     let root = dir.path().join("allot");
     let mut b = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(8)).unwrap();
-    assert!(fs.read(&dir.path().join("cgroup.subtree_control")).unwrap().contains("+cpuset"));
+    assert!(
+        fs.read(&dir.path().join("cgroup.subtree_control"))
+            .unwrap()
+            .contains("+cpuset")
+    );
     assert_eq!(fs.read(&root.join("cpuset.cpus")).unwrap(), "0-7");
     b.create(3).unwrap();
     b.attach(3, 4242).unwrap();
     assert_eq!(b.pids(3), vec![4242]);
-    b.apply(3, &Applied { cpus: CpuSet::parse_list("2-5").unwrap(), weight: 2 }).unwrap();
+    b.apply(
+        3,
+        &Applied {
+            cpus: CpuSet::parse_list("2-5").unwrap(),
+            weight: 2,
+        },
+    )
+    .unwrap();
     assert_eq!(fs.read(&root.join("cell-3/cpuset.cpus")).unwrap(), "2-5");
     assert_eq!(fs.read(&root.join("cell-3/cpu.weight")).unwrap(), "200");
-    b.apply(3, &Applied { cpus: CpuSet::parse_list("2").unwrap(), weight: 2 }).unwrap();
-    assert_eq!(fs.read(&root.join("cell-3/cpuset.cpus")).unwrap(), "2", "rewritten in place, not appended");
+    b.apply(
+        3,
+        &Applied {
+            cpus: CpuSet::parse_list("2").unwrap(),
+            weight: 2,
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        fs.read(&root.join("cell-3/cpuset.cpus")).unwrap(),
+        "2",
+        "rewritten in place, not appended"
+    );
     std::fs::write(root.join("cell-3/cpu.stat"), "usage_usec 1500\n").unwrap();
     assert_eq!(b.usage_ns(3), Some(1_500_000));
     // A populated cell cannot be removed, as in the kernel.
@@ -39,7 +61,10 @@ fn manages_cells_in_a_fixture_tree() {
     b.remove(3).unwrap();
     assert!(!root.join("cell-3").exists());
     b.cleanup().unwrap();
-    assert!(!root.exists(), "the root allot created is removed when empty");
+    assert!(
+        !root.exists(),
+        "the root allot created is removed when empty"
+    );
 }
 
 #[test]
@@ -49,10 +74,20 @@ fn adopts_existing_cells_after_restart() {
     {
         let mut b = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(4)).unwrap();
         b.create(9).unwrap();
-        b.apply(9, &Applied { cpus: CpuSet::parse_list("1-2").unwrap(), weight: 1 }).unwrap();
+        b.apply(
+            9,
+            &Applied {
+                cpus: CpuSet::parse_list("1-2").unwrap(),
+                weight: 1,
+            },
+        )
+        .unwrap();
     }
     let mut b = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(4)).unwrap();
-    assert_eq!(b.adopt(9, &[]).unwrap(), Some(CpuSet::parse_list("1-2").unwrap()));
+    assert_eq!(
+        b.adopt(9, &[]).unwrap(),
+        Some(CpuSet::parse_list("1-2").unwrap())
+    );
     assert!(b.adopt(10, &[]).is_err());
 }
 
@@ -62,7 +97,11 @@ fn refuses_a_hierarchy_without_cpuset() {
     std::fs::write(dir.path().join("cgroup.controllers"), "memory io\n").unwrap();
     let fs = Arc::new(FixtureFs::new(FixtureLayout::V2));
     let err = Cgroup2::new(fs, dir.path().join("allot"), CpuSet::first_n(2)).unwrap_err();
-    assert!(err.to_string().contains("cpuset controller is not available"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("cpuset controller is not available"),
+        "{err}"
+    );
 }
 
 /// The fixture behaves like the kernel for what the backend relies on:
@@ -73,11 +112,17 @@ fn fs_contract(fs: &dyn CgroupFs, parent: &Path, pid: u32) {
     fs.mkdir(&d).unwrap();
     assert!(fs.exists(&d.join("cgroup.procs")));
     fs.write(&d.join("cgroup.procs"), &pid.to_string()).unwrap();
-    let listed: Vec<u32> = fs.read(&d.join("cgroup.procs")).unwrap().split_whitespace().map(|p| p.parse().unwrap()).collect();
+    let listed: Vec<u32> = fs
+        .read(&d.join("cgroup.procs"))
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
     assert_eq!(listed, vec![pid]);
     assert!(fs.rmdir(&d).is_err(), "populated cgroups cannot be removed");
     // Move it back out, then remove.
-    fs.write(&parent.join("cgroup.procs"), &pid.to_string()).unwrap();
+    fs.write(&parent.join("cgroup.procs"), &pid.to_string())
+        .unwrap();
     if fs.read(&d.join("cgroup.procs")).unwrap().trim() == pid.to_string() {
         // The fixture does not model migration; empty it by hand.
         std::fs::write(d.join("cgroup.procs"), "").unwrap();
@@ -108,14 +153,24 @@ fn fixture_matches_the_kernel_unified_hierarchy() {
 #[test]
 fn live_unified_hierarchy_is_refused_with_a_clear_reason_when_it_lacks_cpuset() {
     let mounts = allot_enforce::detect::Mounts::read();
-    let Some(unified) = mounts.cgroup2 else { return };
-    let controllers = std::fs::read_to_string(unified.join("cgroup.controllers")).unwrap_or_default();
+    let Some(unified) = mounts.cgroup2 else {
+        return;
+    };
+    let controllers =
+        std::fs::read_to_string(unified.join("cgroup.controllers")).unwrap_or_default();
     if controllers.split_whitespace().any(|c| c == "cpuset") {
         return; // a full v2 machine: nothing to refuse
     }
     let root = unified.join(common::unique("v2"));
     let _guard = common::CgroupDirs(vec![root.clone()]);
     let err = Cgroup2::new(Arc::new(KernelFs), root.clone(), CpuSet::first_n(1)).unwrap_err();
-    assert!(err.to_string().contains("cpuset controller is not available"), "{err}");
-    assert!(!root.exists(), "nothing is created when the hierarchy is refused");
+    assert!(
+        err.to_string()
+            .contains("cpuset controller is not available"),
+        "{err}"
+    );
+    assert!(
+        !root.exists(),
+        "nothing is created when the hierarchy is refused"
+    );
 }

@@ -10,7 +10,10 @@ use std::time::Duration;
 
 fn contract(os: &dyn Os, parent: u32, child: u32, nthreads_at_least: usize, all: &CpuSet) {
     let threads = os.threads(parent).unwrap();
-    assert!(threads.contains(&parent), "a process's threads include its pid");
+    assert!(
+        threads.contains(&parent),
+        "a process's threads include its pid"
+    );
     assert!(threads.len() >= nthreads_at_least, "{threads:?}");
     assert!(os.children(parent).contains(&child));
     assert!(os.alive(parent) && os.alive(child));
@@ -24,7 +27,10 @@ fn contract(os: &dyn Os, parent: u32, child: u32, nthreads_at_least: usize, all:
     assert_eq!(os.affinity(threads[0]).unwrap(), one);
     os.set_affinity(threads[0], all).unwrap();
     assert_eq!(os.affinity(threads[0]).unwrap(), *all);
-    assert!(os.set_affinity(threads[0], &CpuSet::new()).is_err(), "an empty mask is refused");
+    assert!(
+        os.set_affinity(threads[0], &CpuSet::new()).is_err(),
+        "an empty mask is refused"
+    );
     let tree = process_tree(os, &[parent]);
     assert_eq!(tree[0], parent);
     assert!(tree.contains(&child));
@@ -36,12 +42,18 @@ fn real_os_meets_the_contract() {
     // A shell with one sleeping child; the shell itself has one thread.
     let p = forking(1);
     let pid = p.pid();
-    assert!(eventually(Duration::from_secs(5), || !RealOs.children(pid).is_empty()));
+    assert!(eventually(Duration::from_secs(5), || !RealOs
+        .children(pid)
+        .is_empty()));
     let child = RealOs.children(pid)[0];
     contract(&RealOs, pid, child, 1, &all);
     // A threaded process reports all its threads.
     let t = threaded(3, 0, 0);
-    assert!(eventually(Duration::from_secs(5), || RealOs.threads(t.pid()).map(|v| v.len()).unwrap_or(0) >= 4));
+    assert!(eventually(Duration::from_secs(5), || RealOs
+        .threads(t.pid())
+        .map(|v| v.len())
+        .unwrap_or(0)
+        >= 4));
 }
 
 #[test]

@@ -5,7 +5,7 @@
 //! changed, which is what the broker does on every event.
 //! Run: `cargo bench -p allot-plan --bench plan`.
 
-use allot_plan::{CellId, CellInput, CellSpec, Plan, PlanConfig, Placement, Planner};
+use allot_plan::{CellId, CellInput, CellSpec, Placement, Plan, PlanConfig, Planner};
 
 fn main() {
     divan::main();
@@ -22,7 +22,11 @@ fn cells(n: usize) -> Vec<CellInput> {
                 exclusive: i % 20 == 0,
                 placement: [Placement::Any, Placement::Llc, Placement::Numa][i % 3],
             },
-            demand: if i % 2 == 0 { None } else { Some(1 + (i % 5) as u32) },
+            demand: if i % 2 == 0 {
+                None
+            } else {
+                Some(1 + (i % 5) as u32)
+            },
         })
         .collect()
 }
@@ -30,7 +34,13 @@ fn cells(n: usize) -> Vec<CellInput> {
 #[divan::bench(args = ["opteron6276-4s", "xeonphi7250"], consts = [10, 100, 1000])]
 fn replan<const N: usize>(bencher: divan::Bencher, fixture: &str) {
     let machine = allot_topo::fixture(fixture).unwrap();
-    let planner = Planner::new(&machine, PlanConfig { lend: true, ..Default::default() });
+    let planner = Planner::new(
+        &machine,
+        PlanConfig {
+            lend: true,
+            ..Default::default()
+        },
+    );
     let mut input = cells(N);
     // Keep guarantees admissible on the machine.
     let cap = planner.capacity();

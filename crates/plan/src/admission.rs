@@ -36,7 +36,12 @@ pub struct Admitted<'a> {
 }
 
 /// Decides on `new` given the cells already admitted.
-pub fn admit(machine: &Machine, reserve: u32, admitted: &[Admitted<'_>], new: &CellSpec) -> Admission {
+pub fn admit(
+    machine: &Machine,
+    reserve: u32,
+    admitted: &[Admitted<'_>],
+    new: &CellSpec,
+) -> Admission {
     if let Err(e) = new.validate() {
         return Admission::Never(invalid(e));
     }
@@ -71,13 +76,23 @@ pub fn admit(machine: &Machine, reserve: u32, admitted: &[Admitted<'_>], new: &C
         .filter(|a| a.spec.is_guaranteed())
         .map(|a| format!("{} ({})", a.name, a.spec.guaranteed()))
         .collect();
-    let holders = if holders.is_empty() { "none".to_string() } else { holders.join(", ") };
+    let holders = if holders.is_empty() {
+        "none".to_string()
+    } else {
+        holders.join(", ")
+    };
     Admission::NotNow(if new.is_guaranteed() {
         format!(
             "asks for {want} guaranteed CPUs but only {} of {capacity} are unguaranteed now \
              (guarantees held by: {holders}{}); retry later or pass --wait to queue",
-            capacity.saturating_sub(held + u32::from(best_effort && admitted.iter().any(|a| !a.spec.is_guaranteed()))),
-            if admitted.iter().any(|a| !a.spec.is_guaranteed()) { "; one CPU stays with the best-effort cells" } else { "" },
+            capacity.saturating_sub(
+                held + u32::from(best_effort && admitted.iter().any(|a| !a.spec.is_guaranteed()))
+            ),
+            if admitted.iter().any(|a| !a.spec.is_guaranteed()) {
+                "; one CPU stays with the best-effort cells"
+            } else {
+                ""
+            },
         )
     } else {
         format!(
@@ -96,7 +111,11 @@ mod tests {
     use super::*;
 
     fn spec(min: u32, exclusive: bool) -> CellSpec {
-        CellSpec { min, exclusive, ..Default::default() }
+        CellSpec {
+            min,
+            exclusive,
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -104,7 +123,10 @@ mod tests {
         let m = Machine::uniform(2);
         let be = spec(0, false);
         let others = vec![be; 10];
-        let adm: Vec<Admitted> = others.iter().map(|s| Admitted { name: "x", spec: s }).collect();
+        let adm: Vec<Admitted> = others
+            .iter()
+            .map(|s| Admitted { name: "x", spec: s })
+            .collect();
         assert_eq!(admit(&m, 0, &adm, &be), Admission::Admit);
     }
 
@@ -112,10 +134,22 @@ mod tests {
     fn guarantees_add_up() {
         let m = Machine::uniform(2);
         let a = spec(1, true);
-        let adm = [Admitted { name: "a", spec: &a }];
+        let adm = [Admitted {
+            name: "a",
+            spec: &a,
+        }];
         assert_eq!(admit(&m, 0, &adm, &spec(1, true)), Admission::Admit);
         let b = spec(1, true);
-        let adm = [Admitted { name: "a", spec: &a }, Admitted { name: "b", spec: &b }];
+        let adm = [
+            Admitted {
+                name: "a",
+                spec: &a,
+            },
+            Admitted {
+                name: "b",
+                spec: &b,
+            },
+        ];
         match admit(&m, 0, &adm, &spec(1, false)) {
             Admission::NotNow(r) => assert!(r.contains("a (1), b (1)"), "{r}"),
             other => panic!("{other:?}"),
@@ -131,35 +165,54 @@ mod tests {
     fn exclusive_cannot_take_the_last_cpu_from_best_effort_cells() {
         let m = Machine::uniform(2);
         let be = spec(0, false);
-        let adm = [Admitted { name: "be", spec: &be }];
+        let adm = [Admitted {
+            name: "be",
+            spec: &be,
+        }];
         assert_eq!(admit(&m, 0, &adm, &spec(1, true)), Admission::Admit);
-        assert!(matches!(admit(&m, 0, &adm, &spec(2, true)), Admission::NotNow(_)));
+        assert!(matches!(
+            admit(&m, 0, &adm, &spec(2, true)),
+            Admission::NotNow(_)
+        ));
     }
 
     #[test]
     fn impossible_requests_name_the_limit() {
         let m = Machine::uniform(2);
         match admit(&m, 0, &[], &spec(4, false)) {
-            Admission::Never(r) => assert!(r.contains("at least 4 CPUs") && r.contains("only 2"), "{r}"),
+            Admission::Never(r) => {
+                assert!(r.contains("at least 4 CPUs") && r.contains("only 2"), "{r}")
+            }
             other => panic!("{other:?}"),
         }
         match admit(&m, 1, &[], &spec(2, false)) {
             Admission::Never(r) => assert!(r.contains("1 reserved"), "{r}"),
             other => panic!("{other:?}"),
         }
-        let bad = CellSpec { weight: 0, ..Default::default() };
+        let bad = CellSpec {
+            weight: 0,
+            ..Default::default()
+        };
         assert!(matches!(admit(&m, 0, &[], &bad), Admission::Never(_)));
     }
 
     #[test]
     fn placement_limits() {
         let m = allot_topo::fixture("opteron6276-4s").unwrap();
-        let s = CellSpec { min: 12, placement: Placement::Numa, ..Default::default() };
+        let s = CellSpec {
+            min: 12,
+            placement: Placement::Numa,
+            ..Default::default()
+        };
         match admit(&m, 0, &[], &s) {
             Admission::Never(r) => assert!(r.contains("NUMA node but the largest has 8"), "{r}"),
             other => panic!("{other:?}"),
         }
-        let s = CellSpec { min: 8, placement: Placement::Llc, ..Default::default() };
+        let s = CellSpec {
+            min: 8,
+            placement: Placement::Llc,
+            ..Default::default()
+        };
         assert_eq!(admit(&m, 0, &[], &s), Admission::Admit);
     }
 }

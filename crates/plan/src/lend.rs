@@ -64,7 +64,10 @@ pub fn lend(
             Use { own, borrow: 0 }
         })
         .collect();
-    let mut out = Lending { cells, pool_borrow: 0 };
+    let mut out = Lending {
+        cells,
+        pool_borrow: 0,
+    };
     if !enabled {
         return out;
     }
@@ -81,12 +84,23 @@ pub fn lend(
     for (i, e) in ent.cells.iter().enumerate() {
         if !e.stacked && want(i) > e.cpus {
             who.push(i);
-            claims.push(Claim { lo: 0, hi: want(i) - e.cpus, w: specs[i].weight.max(1), tie: 0 });
+            claims.push(Claim {
+                lo: 0,
+                hi: want(i) - e.cpus,
+                w: specs[i].weight.max(1),
+                tie: 0,
+            });
         }
     }
-    let stacked: Vec<usize> = (0..ent.cells.len()).filter(|&i| ent.cells[i].stacked).collect();
+    let stacked: Vec<usize> = (0..ent.cells.len())
+        .filter(|&i| ent.cells[i].stacked)
+        .collect();
     if !stacked.is_empty() {
-        let pool_want: u32 = stacked.iter().map(|&i| want(i)).sum::<u32>().min(stacked.len() as u32);
+        let pool_want: u32 = stacked
+            .iter()
+            .map(|&i| want(i))
+            .sum::<u32>()
+            .min(stacked.len() as u32);
         if pool_want > ent.pool {
             who.push(usize::MAX);
             claims.push(Claim {
@@ -113,7 +127,14 @@ mod tests {
 
     fn ent(cpus: &[u32]) -> Entitlements {
         Entitlements {
-            cells: cpus.iter().map(|&c| Entitlement { share: c as f64, cpus: c, stacked: false }).collect(),
+            cells: cpus
+                .iter()
+                .map(|&c| Entitlement {
+                    share: c as f64,
+                    cpus: c,
+                    stacked: false,
+                })
+                .collect(),
             pool: 0,
         }
     }
@@ -132,7 +153,13 @@ mod tests {
 
     #[test]
     fn exclusive_cells_never_lend() {
-        let specs = [CellSpec { exclusive: true, ..Default::default() }, CellSpec::default()];
+        let specs = [
+            CellSpec {
+                exclusive: true,
+                ..Default::default()
+            },
+            CellSpec::default(),
+        ];
         let l = lend(4, &specs, &[Some(1), None], &ent(&[2, 2]), true);
         assert_eq!(l.cells[0], Use { own: 2, borrow: 0 });
         assert_eq!(l.cells[1].borrow, 0);
@@ -148,20 +175,50 @@ mod tests {
 
     #[test]
     fn borrowing_respects_max() {
-        let specs = [CellSpec::default(), CellSpec { max: 3, ..Default::default() }];
+        let specs = [
+            CellSpec::default(),
+            CellSpec {
+                max: 3,
+                ..Default::default()
+            },
+        ];
         let l = lend(8, &specs, &[Some(1), None], &ent(&[4, 3]), true);
         assert_eq!(l.cells[1].borrow, 0);
     }
 
     #[test]
     fn stacked_pool_borrows_idle_cpus() {
-        let specs = [CellSpec { min: 2, ..Default::default() }, CellSpec::default(), CellSpec::default(), CellSpec::default()];
+        let specs = [
+            CellSpec {
+                min: 2,
+                ..Default::default()
+            },
+            CellSpec::default(),
+            CellSpec::default(),
+            CellSpec::default(),
+        ];
         let e = Entitlements {
             cells: vec![
-                Entitlement { share: 2.0, cpus: 2, stacked: false },
-                Entitlement { share: 0.6, cpus: 0, stacked: true },
-                Entitlement { share: 0.6, cpus: 0, stacked: true },
-                Entitlement { share: 0.6, cpus: 0, stacked: true },
+                Entitlement {
+                    share: 2.0,
+                    cpus: 2,
+                    stacked: false,
+                },
+                Entitlement {
+                    share: 0.6,
+                    cpus: 0,
+                    stacked: true,
+                },
+                Entitlement {
+                    share: 0.6,
+                    cpus: 0,
+                    stacked: true,
+                },
+                Entitlement {
+                    share: 0.6,
+                    cpus: 0,
+                    stacked: true,
+                },
             ],
             pool: 2,
         };

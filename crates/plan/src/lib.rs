@@ -65,8 +65,13 @@ impl<'m> Planner<'m> {
     /// clipped so that one CPU remains for cells.
     pub fn new(machine: &'m Machine, config: PlanConfig) -> Self {
         let mut config = config;
-        config.reserve = config.reserve.min(machine.num_cpus().saturating_sub(1) as u32);
-        Planner { topo: Topo::new(machine), config }
+        config.reserve = config
+            .reserve
+            .min(machine.num_cpus().saturating_sub(1) as u32);
+        Planner {
+            topo: Topo::new(machine),
+            config,
+        }
     }
 
     /// The settings in force (after clipping).
@@ -113,7 +118,10 @@ impl<'m> Planner<'m> {
                 share: e.share,
             })
             .collect();
-        let pool = PoolSize { base: ent.pool, borrow: lending.pool_borrow };
+        let pool = PoolSize {
+            base: ent.pool,
+            borrow: lending.pool_borrow,
+        };
         mapping::map(&self.topo, self.config.reserve, &map_cells, pool, prev)
     }
 }

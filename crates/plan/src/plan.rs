@@ -109,7 +109,11 @@ impl Plan {
                 return Err(Violation::AboveMaximum(*id, g.cpus.len(), max));
             }
             if spec.is_guaranteed() && g.entitled.len() < spec.guaranteed() as usize {
-                return Err(Violation::BelowMinimum(*id, g.entitled.len(), spec.guaranteed()));
+                return Err(Violation::BelowMinimum(
+                    *id,
+                    g.entitled.len(),
+                    spec.guaranteed(),
+                ));
             }
             if spec.exclusive && !g.entitled.is_subset(&g.cpus) {
                 return Err(Violation::ExclusiveLends(*id));
@@ -149,7 +153,10 @@ impl Plan {
             .fold(self.pool, |acc, s| acc.union(&s))
             .len();
         if used > self.capacity as usize {
-            return Err(Violation::OverCapacity { used, capacity: self.capacity });
+            return Err(Violation::OverCapacity {
+                used,
+                capacity: self.capacity,
+            });
         }
         Ok(())
     }
@@ -175,10 +182,24 @@ mod tests {
     fn setup() -> (Machine, Vec<(CellId, CellSpec)>, Plan) {
         let m = Machine::uniform(4);
         let specs = vec![
-            (CellId(1), CellSpec { min: 1, exclusive: true, ..Default::default() }),
+            (
+                CellId(1),
+                CellSpec {
+                    min: 1,
+                    exclusive: true,
+                    ..Default::default()
+                },
+            ),
             (CellId(2), CellSpec::default()),
         ];
-        let cells: Vec<CellInput> = specs.iter().map(|&(id, spec)| CellInput { id, spec, demand: None }).collect();
+        let cells: Vec<CellInput> = specs
+            .iter()
+            .map(|&(id, spec)| CellInput {
+                id,
+                spec,
+                demand: None,
+            })
+            .collect();
         let plan = Planner::new(&m, PlanConfig::default()).plan(&cells, &Plan::default());
         (m, specs, plan)
     }
@@ -198,11 +219,18 @@ mod tests {
 
         let mut p = plan.clone();
         p.cells.get_mut(&id2).unwrap().cpus.insert(cpu_of_1);
-        assert!(matches!(p.check(&m, &specs), Err(Violation::Overlap(..))), "{:?}", p.check(&m, &specs));
+        assert!(
+            matches!(p.check(&m, &specs), Err(Violation::Overlap(..))),
+            "{:?}",
+            p.check(&m, &specs)
+        );
 
         let mut p = plan.clone();
         p.cells.get_mut(&id1).unwrap().entitled = CpuSet::new();
-        assert!(matches!(p.check(&m, &specs), Err(Violation::BelowMinimum(..))));
+        assert!(matches!(
+            p.check(&m, &specs),
+            Err(Violation::BelowMinimum(..))
+        ));
 
         let mut p = plan.clone();
         p.cells.get_mut(&id2).unwrap().cpus = CpuSet::new();
@@ -210,7 +238,10 @@ mod tests {
 
         let mut p = plan.clone();
         p.cells.get_mut(&id2).unwrap().cpus.insert(9);
-        assert!(matches!(p.check(&m, &specs), Err(Violation::OutOfBounds(..))));
+        assert!(matches!(
+            p.check(&m, &specs),
+            Err(Violation::OutOfBounds(..))
+        ));
 
         let mut p = plan.clone();
         let g = p.cells.get_mut(&id1).unwrap();
@@ -220,11 +251,17 @@ mod tests {
         let mut p = plan.clone();
         let other = p.cells[&id2].cpus.first().unwrap();
         p.cells.get_mut(&id1).unwrap().entitled.insert(other);
-        assert!(matches!(p.check(&m, &specs), Err(Violation::ExclusiveLends(_))));
+        assert!(matches!(
+            p.check(&m, &specs),
+            Err(Violation::ExclusiveLends(_))
+        ));
 
         let mut p = plan.clone();
         p.capacity = 1;
-        assert!(matches!(p.check(&m, &specs), Err(Violation::OverCapacity { .. }) | Err(Violation::AboveMaximum(..))));
+        assert!(matches!(
+            p.check(&m, &specs),
+            Err(Violation::OverCapacity { .. }) | Err(Violation::AboveMaximum(..))
+        ));
 
         let mut p = plan;
         p.cells.remove(&id2);

@@ -151,7 +151,10 @@ mod tests {
         // 3:1 weights over 8 units.
         assert_eq!(waterfill_int(8, &[c(0, 8, 3), c(0, 8, 1)]), vec![6, 2]);
         // A capped claimant's surplus flows to the others.
-        assert_eq!(waterfill_int(8, &[c(0, 1, 1), c(0, 8, 1), c(0, 8, 1)]), vec![1, 4, 3]);
+        assert_eq!(
+            waterfill_int(8, &[c(0, 1, 1), c(0, 8, 1), c(0, 8, 1)]),
+            vec![1, 4, 3]
+        );
         // A minimum above the fair share is honoured.
         assert_eq!(waterfill_int(4, &[c(3, 4, 1), c(0, 4, 1)]), vec![3, 1]);
         let r = waterfill_real(4.0, &[c(3, 4, 1), c(0, 4, 1)]);
@@ -164,8 +167,18 @@ mod tests {
 
     #[test]
     fn ties_prefer_previous_holder() {
-        let a = Claim { lo: 0, hi: 3, w: 1, tie: 0 };
-        let b = Claim { lo: 0, hi: 3, w: 1, tie: 2 };
+        let a = Claim {
+            lo: 0,
+            hi: 3,
+            w: 1,
+            tie: 0,
+        };
+        let b = Claim {
+            lo: 0,
+            hi: 3,
+            w: 1,
+            tie: 2,
+        };
         assert_eq!(waterfill_int(3, &[a, b]), vec![1, 2]);
     }
 

@@ -70,7 +70,9 @@ impl FromStr for Placement {
             "any" => Ok(Placement::Any),
             "llc" => Ok(Placement::Llc),
             "numa" => Ok(Placement::Numa),
-            other => Err(format!("unknown placement {other:?}: expected any, llc or numa")),
+            other => Err(format!(
+                "unknown placement {other:?}: expected any, llc or numa"
+            )),
         }
     }
 }
@@ -145,18 +147,30 @@ impl CellSpec {
 
     /// The guaranteed number of CPUs: `min`, raised to 1 for exclusive cells.
     pub fn guaranteed(&self) -> u32 {
-        if self.exclusive { self.min.max(1) } else { self.min }
+        if self.exclusive {
+            self.min.max(1)
+        } else {
+            self.min
+        }
     }
 
     /// The maximum, with 0 meaning `capacity`, clipped to `capacity`.
     pub fn max_within(&self, capacity: u32) -> u32 {
-        if self.max == 0 { capacity } else { self.max.min(capacity) }
+        if self.max == 0 {
+            capacity
+        } else {
+            self.max.min(capacity)
+        }
     }
 }
 
 impl fmt::Display for CellSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let max = if self.max == 0 { "all".to_string() } else { self.max.to_string() };
+        let max = if self.max == 0 {
+            "all".to_string()
+        } else {
+            self.max.to_string()
+        };
         write!(
             f,
             "min {} max {} weight {}{} place {}",
@@ -176,22 +190,46 @@ mod tests {
     #[test]
     fn validation() {
         assert!(CellSpec::default().validate().is_ok());
-        let bad = CellSpec { weight: 0, ..Default::default() };
+        let bad = CellSpec {
+            weight: 0,
+            ..Default::default()
+        };
         assert_eq!(bad.validate(), Err(SpecError::Weight(0)));
-        let bad = CellSpec { min: 3, max: 2, ..Default::default() };
-        assert_eq!(bad.validate(), Err(SpecError::MinAboveMax { min: 3, max: 2 }));
-        let ok = CellSpec { min: 3, max: 0, ..Default::default() };
+        let bad = CellSpec {
+            min: 3,
+            max: 2,
+            ..Default::default()
+        };
+        assert_eq!(
+            bad.validate(),
+            Err(SpecError::MinAboveMax { min: 3, max: 2 })
+        );
+        let ok = CellSpec {
+            min: 3,
+            max: 0,
+            ..Default::default()
+        };
         assert!(ok.validate().is_ok());
     }
 
     #[test]
     fn guarantees() {
-        let ex = CellSpec { exclusive: true, ..Default::default() };
+        let ex = CellSpec {
+            exclusive: true,
+            ..Default::default()
+        };
         assert_eq!(ex.guaranteed(), 1);
         assert!(ex.is_guaranteed());
         assert!(!CellSpec::default().is_guaranteed());
         assert_eq!(CellSpec::default().max_within(8), 8);
-        assert_eq!(CellSpec { max: 20, ..Default::default() }.max_within(8), 8);
+        assert_eq!(
+            CellSpec {
+                max: 20,
+                ..Default::default()
+            }
+            .max_within(8),
+            8
+        );
     }
 
     #[test]

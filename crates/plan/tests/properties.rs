@@ -5,7 +5,8 @@
 //! would have given.
 
 use allot_plan::{
-    Admission, Admitted, CellId, CellInput, CellSpec, GlobalPolicy, Placement, Plan, PlanConfig, Planner,
+    Admission, Admitted, CellId, CellInput, CellSpec, GlobalPolicy, Placement, Plan, PlanConfig,
+    Planner,
 };
 use allot_topo::{FIXTURES, Machine, fixture};
 use proptest::prelude::*;
@@ -57,9 +58,16 @@ fn admitted(planner: &Planner<'_>, raw: &[RawCell]) -> Vec<CellInput> {
             placement: Placement::from_code(r.placement).unwrap(),
         };
         let specs: Vec<CellSpec> = cells.iter().map(|c| c.spec).collect();
-        let adm: Vec<Admitted> = specs.iter().map(|s| Admitted { name: "c", spec: s }).collect();
+        let adm: Vec<Admitted> = specs
+            .iter()
+            .map(|s| Admitted { name: "c", spec: s })
+            .collect();
         if planner.admit(&adm, &spec) == Admission::Admit {
-            cells.push(CellInput { id: CellId(i as u64), spec, demand: r.demand });
+            cells.push(CellInput {
+                id: CellId(i as u64),
+                spec,
+                demand: r.demand,
+            });
         }
     }
     cells
@@ -68,7 +76,11 @@ fn admitted(planner: &Planner<'_>, raw: &[RawCell]) -> Vec<CellInput> {
 fn check(planner: &Planner<'_>, m: &Machine, cells: &[CellInput], plan: &Plan) {
     let specs: Vec<(CellId, CellSpec)> = cells.iter().map(|c| (c.id, c.spec)).collect();
     if let Err(v) = plan.check(m, &specs) {
-        panic!("{} ({:?}): {v}\ncells: {cells:#?}\nplan: {plan:#?}", m.name(), planner.config());
+        panic!(
+            "{} ({:?}): {v}\ncells: {cells:#?}\nplan: {plan:#?}",
+            m.name(),
+            planner.config()
+        );
     }
 }
 
@@ -156,31 +168,67 @@ proptest! {
 #[test]
 fn two_cells_share_the_vm_then_one_gets_both() {
     let m = fixture("vm2").unwrap();
-    let planner = Planner::new(&m, PlanConfig { lend: true, ..Default::default() });
-    let a = CellInput { id: CellId(1), spec: CellSpec::default(), demand: None };
-    let b = CellInput { id: CellId(2), spec: CellSpec::default(), demand: None };
+    let planner = Planner::new(
+        &m,
+        PlanConfig {
+            lend: true,
+            ..Default::default()
+        },
+    );
+    let a = CellInput {
+        id: CellId(1),
+        spec: CellSpec::default(),
+        demand: None,
+    };
+    let b = CellInput {
+        id: CellId(2),
+        spec: CellSpec::default(),
+        demand: None,
+    };
     let both = planner.plan(&[a, b], &Plan::default());
     assert_eq!(both.cells[&CellId(1)].cpus.len(), 1);
     assert_eq!(both.cells[&CellId(2)].cpus.len(), 1);
-    assert!(!both.cells[&CellId(1)].cpus.intersects(&both.cells[&CellId(2)].cpus));
+    assert!(
+        !both.cells[&CellId(1)]
+            .cpus
+            .intersects(&both.cells[&CellId(2)].cpus)
+    );
     let alone = planner.plan(&[b], &both);
     assert_eq!(alone.cells[&CellId(2)].cpus.to_string(), "0-1");
     assert_eq!(alone.cells[&CellId(2)].threads, 2);
     // B kept the CPU it had.
-    assert!(both.cells[&CellId(2)].cpus.is_subset(&alone.cells[&CellId(2)].cpus));
+    assert!(
+        both.cells[&CellId(2)]
+            .cpus
+            .is_subset(&alone.cells[&CellId(2)].cpus)
+    );
 }
 
 #[test]
 fn idle_cell_lends_its_cpu_and_gets_it_back() {
     let spec = CellSpec::default();
     let mut cells = [
-        CellInput { id: CellId(1), spec, demand: None },
-        CellInput { id: CellId(2), spec, demand: None },
+        CellInput {
+            id: CellId(1),
+            spec,
+            demand: None,
+        },
+        CellInput {
+            id: CellId(2),
+            spec,
+            demand: None,
+        },
     ];
     // On 2 CPUs an idle cell still keeps its one CPU, so lending shows on
     // the 16-CPU fixture.
     let x = fixture("xeon-x5550-2s").unwrap();
-    let planner16 = Planner::new(&x, PlanConfig { lend: true, ..Default::default() });
+    let planner16 = Planner::new(
+        &x,
+        PlanConfig {
+            lend: true,
+            ..Default::default()
+        },
+    );
     let q0 = planner16.plan(&cells, &Plan::default());
     assert_eq!(q0.cells[&CellId(1)].cpus.len(), 8);
     cells[0].demand = Some(2);
@@ -200,9 +248,20 @@ fn idle_cell_lends_its_cpu_and_gets_it_back() {
 #[test]
 fn stacked_cells_share_a_pool_and_run_one_thread_each() {
     let m = fixture("vm2").unwrap();
-    let planner = Planner::new(&m, PlanConfig { lend: true, ..Default::default() });
-    let cells: Vec<CellInput> =
-        (0..4).map(|i| CellInput { id: CellId(i), spec: CellSpec::default(), demand: None }).collect();
+    let planner = Planner::new(
+        &m,
+        PlanConfig {
+            lend: true,
+            ..Default::default()
+        },
+    );
+    let cells: Vec<CellInput> = (0..4)
+        .map(|i| CellInput {
+            id: CellId(i),
+            spec: CellSpec::default(),
+            demand: None,
+        })
+        .collect();
     let p = planner.plan(&cells, &Plan::default());
     for g in p.cells.values() {
         assert!(g.stacked);
@@ -214,12 +273,33 @@ fn stacked_cells_share_a_pool_and_run_one_thread_each() {
 #[test]
 fn numa_placement_keeps_cells_on_one_node() {
     let m = fixture("opteron6276-4s").unwrap();
-    let planner = Planner::new(&m, PlanConfig { lend: false, ..Default::default() });
-    let spec = CellSpec { min: 6, max: 6, placement: Placement::Numa, ..Default::default() };
-    let cells: Vec<CellInput> = (0..8).map(|i| CellInput { id: CellId(i), spec, demand: None }).collect();
+    let planner = Planner::new(
+        &m,
+        PlanConfig {
+            lend: false,
+            ..Default::default()
+        },
+    );
+    let spec = CellSpec {
+        min: 6,
+        max: 6,
+        placement: Placement::Numa,
+        ..Default::default()
+    };
+    let cells: Vec<CellInput> = (0..8)
+        .map(|i| CellInput {
+            id: CellId(i),
+            spec,
+            demand: None,
+        })
+        .collect();
     let p = planner.plan(&cells, &Plan::default());
     for g in p.cells.values() {
-        let nodes = m.nodes().iter().filter(|n| n.cpus.intersects(&g.cpus)).count();
+        let nodes = m
+            .nodes()
+            .iter()
+            .filter(|n| n.cpus.intersects(&g.cpus))
+            .count();
         assert_eq!(nodes, 1, "{}", g.cpus);
     }
 }

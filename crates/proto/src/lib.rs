@@ -45,5 +45,9 @@ pub fn default_state_dir() -> std::path::PathBuf {
         return std::path::Path::new(&d).join("allot");
     }
     let uid = rustix::process::getuid().as_raw();
-    if uid == 0 { "/run/allot".into() } else { format!("/tmp/allot-{uid}").into() }
+    if uid == 0 {
+        "/run/allot".into()
+    } else {
+        format!("/tmp/allot-{uid}").into()
+    }
 }

@@ -239,7 +239,11 @@ impl Reply {
 
     /// An error reply.
     pub fn error(code: ErrorCode, request: u16, message: impl Into<String>) -> Reply {
-        Reply::Error { code, request, message: message.into() }
+        Reply::Error {
+            code,
+            request,
+            message: message.into(),
+        }
     }
 }
 
@@ -253,7 +257,9 @@ pub enum FrameError {
     #[error("bad magic 0x{0:04x}: the peer does not speak the allot protocol")]
     Magic(u16),
     /// Another protocol version.
-    #[error("protocol version {got} is not supported (this side speaks {PROTOCOL_VERSION}); use matching allot versions")]
+    #[error(
+        "protocol version {got} is not supported (this side speaks {PROTOCOL_VERSION}); use matching allot versions"
+    )]
     Version {
         /// The peer's version.
         got: u16,
@@ -312,7 +318,10 @@ fn unframe(buf: &[u8]) -> Result<(u16, &[u8]), FrameError> {
         return Err(FrameError::Oversized(buf.len()));
     }
     if buf.len() < HEADER_LEN {
-        return Err(FrameError::Frame(format!("{} bytes is shorter than the {HEADER_LEN}-byte header", buf.len())));
+        return Err(FrameError::Frame(format!(
+            "{} bytes is shorter than the {HEADER_LEN}-byte header",
+            buf.len()
+        )));
     }
     let u16_at = |i: usize| u16::from_le_bytes([buf[i], buf[i + 1]]);
     let magic = u16_at(0);
@@ -338,7 +347,11 @@ fn unframe(buf: &[u8]) -> Result<(u16, &[u8]), FrameError> {
 }
 
 fn put_spec(w: &mut Writer, s: &CellSpec) {
-    w.u32(s.min).u32(s.max).u32(s.weight).bool(s.exclusive).u8(s.placement.code());
+    w.u32(s.min)
+        .u32(s.max)
+        .u32(s.weight)
+        .bool(s.exclusive)
+        .u8(s.placement.code());
 }
 
 fn get_spec(r: &mut Reader<'_>) -> Result<CellSpec, DecodeError> {
@@ -351,7 +364,13 @@ fn get_spec(r: &mut Reader<'_>) -> Result<CellSpec, DecodeError> {
         field: "spec.placement",
         detail: format!("unknown placement code {code}"),
     })?;
-    Ok(CellSpec { min, max, weight, exclusive, placement })
+    Ok(CellSpec {
+        min,
+        max,
+        weight,
+        exclusive,
+        placement,
+    })
 }
 
 impl Request {
@@ -362,7 +381,12 @@ impl Request {
             Request::Hello { client } => {
                 w.str(client);
             }
-            Request::Register { name, spec, wait, members } => {
+            Request::Register {
+                name,
+                spec,
+                wait,
+                members,
+            } => {
                 w.str(name);
                 put_spec(&mut w, spec);
                 w.bool(*wait).u32_list(members);
@@ -373,7 +397,12 @@ impl Request {
             Request::AddMember { cell, pid } => {
                 w.u64(*cell).u32(*pid);
             }
-            Request::Report { cell, busy, wanted, progress } => {
+            Request::Report {
+                cell,
+                busy,
+                wanted,
+                progress,
+            } => {
                 w.u64(*cell).u32(*busy).u32(*wanted).u64(*progress);
             }
             Request::UpdateSpec { cell, spec } => {
@@ -395,30 +424,44 @@ impl Request {
             return Err(FrameError::Kind(kind));
         }
         let mut r = Reader::new(body);
-        let req = Request::decode_body(kind, &mut r).map_err(|err| FrameError::Body { kind, err })?;
+        let req =
+            Request::decode_body(kind, &mut r).map_err(|err| FrameError::Body { kind, err })?;
         r.finish().map_err(|err| FrameError::Body { kind, err })?;
         Ok(req)
     }
 
     fn decode_body(kind: u16, r: &mut Reader<'_>) -> Result<Request, DecodeError> {
         Ok(match kind {
-            0x01 => Request::Hello { client: r.str("client")? },
+            0x01 => Request::Hello {
+                client: r.str("client")?,
+            },
             0x02 => Request::Register {
                 name: r.str("name")?,
                 spec: get_spec(r)?,
                 wait: r.bool("wait")?,
                 members: r.u32_list("members")?,
             },
-            0x03 => Request::Rejoin { cell: r.u64("cell")?, token: r.u64("token")? },
-            0x04 => Request::AddMember { cell: r.u64("cell")?, pid: r.u32("pid")? },
+            0x03 => Request::Rejoin {
+                cell: r.u64("cell")?,
+                token: r.u64("token")?,
+            },
+            0x04 => Request::AddMember {
+                cell: r.u64("cell")?,
+                pid: r.u32("pid")?,
+            },
             0x05 => Request::Report {
                 cell: r.u64("cell")?,
                 busy: r.u32("busy")?,
                 wanted: r.u32("wanted")?,
                 progress: r.u64("progress")?,
             },
-            0x06 => Request::UpdateSpec { cell: r.u64("cell")?, spec: get_spec(r)? },
-            0x07 => Request::Release { cell: r.u64("cell")? },
+            0x06 => Request::UpdateSpec {
+                cell: r.u64("cell")?,
+                spec: get_spec(r)?,
+            },
+            0x07 => Request::Release {
+                cell: r.u64("cell")?,
+            },
             0x08 => Request::Status,
             _ => Request::Shutdown,
         })
@@ -430,17 +473,39 @@ impl Reply {
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::new();
         match self {
-            Reply::Welcome { broker_pid, instance, backend, machine, cpus } => {
-                w.u32(*broker_pid).u64(*instance).str(backend).str(machine).u32(*cpus);
+            Reply::Welcome {
+                broker_pid,
+                instance,
+                backend,
+                machine,
+                cpus,
+            } => {
+                w.u32(*broker_pid)
+                    .u64(*instance)
+                    .str(backend)
+                    .str(machine)
+                    .u32(*cpus);
             }
-            Reply::Registered { cell, token, generation } => {
+            Reply::Registered {
+                cell,
+                token,
+                generation,
+            } => {
                 w.u64(*cell).u64(*token).u64(*generation);
             }
-            Reply::Queued { cell, position, reason } => {
+            Reply::Queued {
+                cell,
+                position,
+                reason,
+            } => {
                 w.u64(*cell).u32(*position).str(reason);
             }
             Reply::Ok => {}
-            Reply::Error { code, request, message } => {
+            Reply::Error {
+                code,
+                request,
+                message,
+            } => {
                 w.u16(*code as u16).u16(*request).str(message);
             }
             Reply::Status { more, json } => {
@@ -471,15 +536,26 @@ impl Reply {
                 machine: r.str("machine")?,
                 cpus: r.u32("cpus")?,
             },
-            0x82 => Reply::Registered { cell: r.u64("cell")?, token: r.u64("token")?, generation: r.u64("generation")? },
-            0x83 => Reply::Queued { cell: r.u64("cell")?, position: r.u32("position")?, reason: r.str("reason")? },
+            0x82 => Reply::Registered {
+                cell: r.u64("cell")?,
+                token: r.u64("token")?,
+                generation: r.u64("generation")?,
+            },
+            0x83 => Reply::Queued {
+                cell: r.u64("cell")?,
+                position: r.u32("position")?,
+                reason: r.str("reason")?,
+            },
             0x84 => Reply::Ok,
             0x85 => Reply::Error {
                 code: ErrorCode::from_u16(r.u16("code")?),
                 request: r.u16("request")?,
                 message: r.str("message")?,
             },
-            _ => Reply::Status { more: r.bool("more")?, json: r.str("json")? },
+            _ => Reply::Status {
+                more: r.bool("more")?,
+                json: r.str("json")?,
+            },
         })
     }
 }
@@ -491,17 +567,36 @@ mod tests {
 
     fn requests() -> Vec<Request> {
         vec![
-            Request::Hello { client: "test ✓".into() },
+            Request::Hello {
+                client: "test ✓".into(),
+            },
             Request::Register {
                 name: "make".into(),
-                spec: CellSpec { min: 1, max: 4, weight: 2, exclusive: true, placement: Placement::Numa },
+                spec: CellSpec {
+                    min: 1,
+                    max: 4,
+                    weight: 2,
+                    exclusive: true,
+                    placement: Placement::Numa,
+                },
                 wait: true,
                 members: vec![1, 2, 3],
             },
-            Request::Rejoin { cell: 7, token: u64::MAX },
+            Request::Rejoin {
+                cell: 7,
+                token: u64::MAX,
+            },
             Request::AddMember { cell: 7, pid: 42 },
-            Request::Report { cell: 7, busy: 3, wanted: 4, progress: 99 },
-            Request::UpdateSpec { cell: 1, spec: CellSpec::default() },
+            Request::Report {
+                cell: 7,
+                busy: 3,
+                wanted: 4,
+                progress: 99,
+            },
+            Request::UpdateSpec {
+                cell: 1,
+                spec: CellSpec::default(),
+            },
             Request::Release { cell: 9 },
             Request::Status,
             Request::Shutdown,
@@ -518,12 +613,29 @@ mod tests {
     #[test]
     fn replies_roundtrip() {
         for r in [
-            Reply::Welcome { broker_pid: 1, instance: 2, backend: "cgroup1".into(), machine: "m".into(), cpus: 2 },
-            Reply::Registered { cell: 1, token: 2, generation: 3 },
-            Reply::Queued { cell: 1, position: 2, reason: "busy".into() },
+            Reply::Welcome {
+                broker_pid: 1,
+                instance: 2,
+                backend: "cgroup1".into(),
+                machine: "m".into(),
+                cpus: 2,
+            },
+            Reply::Registered {
+                cell: 1,
+                token: 2,
+                generation: 3,
+            },
+            Reply::Queued {
+                cell: 1,
+                position: 2,
+                reason: "busy".into(),
+            },
             Reply::Ok,
             Reply::error(ErrorCode::Refused, 2, "no"),
-            Reply::Status { more: true, json: "{}".into() },
+            Reply::Status {
+                more: true,
+                json: "{}".into(),
+            },
         ] {
             assert_eq!(Reply::decode(&r.encode()), Ok(r.clone()));
         }
@@ -533,29 +645,53 @@ mod tests {
     fn header_errors_are_specific() {
         let mut m = Request::Status.encode();
         m[2] = 99;
-        assert!(matches!(Request::decode(&m), Err(FrameError::Version { got: 99 })));
-        assert_eq!(FrameError::Version { got: 99 }.code(), ErrorCode::UnsupportedVersion);
+        assert!(matches!(
+            Request::decode(&m),
+            Err(FrameError::Version { got: 99 })
+        ));
+        assert_eq!(
+            FrameError::Version { got: 99 }.code(),
+            ErrorCode::UnsupportedVersion
+        );
         let mut m = Request::Status.encode();
         m[0] = 0;
         assert!(matches!(Request::decode(&m), Err(FrameError::Magic(_))));
         let mut m = Request::Status.encode();
         m[4] = 0x70;
         assert_eq!(Request::decode(&m), Err(FrameError::Kind(0x70)));
-        assert!(matches!(Request::decode(&[1, 2, 3]), Err(FrameError::Frame(_))));
+        assert!(matches!(
+            Request::decode(&[1, 2, 3]),
+            Err(FrameError::Frame(_))
+        ));
         let big = vec![0u8; MAX_MESSAGE + 1];
-        assert_eq!(Request::decode(&big), Err(FrameError::Oversized(MAX_MESSAGE + 1)));
+        assert_eq!(
+            Request::decode(&big),
+            Err(FrameError::Oversized(MAX_MESSAGE + 1))
+        );
         // Truncated body: header length patched to match, body short.
         let full = Request::Release { cell: 9 }.encode();
         let mut cut = full[..full.len() - 3].to_vec();
         let n = (cut.len() - HEADER_LEN) as u32;
         cut[8..12].copy_from_slice(&n.to_le_bytes());
-        assert!(matches!(Request::decode(&cut), Err(FrameError::Body { kind: 0x07, err: DecodeError::Truncated(_) })));
+        assert!(matches!(
+            Request::decode(&cut),
+            Err(FrameError::Body {
+                kind: 0x07,
+                err: DecodeError::Truncated(_)
+            })
+        ));
         // Trailing bytes.
         let mut long = full.clone();
         long.push(0);
         let n = (long.len() - HEADER_LEN) as u32;
         long[8..12].copy_from_slice(&n.to_le_bytes());
-        assert!(matches!(Request::decode(&long), Err(FrameError::Body { err: DecodeError::Trailing(1), .. })));
+        assert!(matches!(
+            Request::decode(&long),
+            Err(FrameError::Body {
+                err: DecodeError::Trailing(1),
+                ..
+            })
+        ));
     }
 
     proptest! {

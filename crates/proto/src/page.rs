@@ -119,7 +119,9 @@ pub enum PageError {
     #[error("not an allot grant page (magic 0x{0:08x})")]
     Magic(u32),
     /// Another layout version.
-    #[error("grant page version {0} differs from this library's {PROTOCOL_VERSION}; use matching allot versions")]
+    #[error(
+        "grant page version {0} differs from this library's {PROTOCOL_VERSION}; use matching allot versions"
+    )]
     Version(u32),
     /// Wrong size.
     #[error("grant page claims {0} bytes, expected {PAGE_SIZE}")]
@@ -131,7 +133,8 @@ impl GrantPage {
     /// page is shared.
     pub fn init(&self, cell: u64, instance: u64) {
         self.magic.store(PAGE_MAGIC, Ordering::Relaxed);
-        self.version.store(PROTOCOL_VERSION as u32, Ordering::Relaxed);
+        self.version
+            .store(PROTOCOL_VERSION as u32, Ordering::Relaxed);
         self.size.store(PAGE_SIZE as u32, Ordering::Relaxed);
         self.cell.store(cell, Ordering::Relaxed);
         self.instance.store(instance, Ordering::Relaxed);
@@ -175,7 +178,11 @@ impl GrantPage {
         self.seq.store(s.wrapping_add(2), Ordering::Release);
         self.futex.fetch_add(1, Ordering::Release);
         // Waking can only fail on a bad address, which a mapped page is not.
-        let _ = rustix::thread::futex::wake(&self.futex, rustix::thread::futex::Flags::empty(), i32::MAX as u32);
+        let _ = rustix::thread::futex::wake(
+            &self.futex,
+            rustix::thread::futex::Flags::empty(),
+            i32::MAX as u32,
+        );
     }
 
     /// The current grant, consistent (see the module docs). No system call.
@@ -247,7 +254,9 @@ impl GrantPage {
                 Ok(()) => {}
                 Err(rustix::io::Errno::AGAIN) => return true,
                 Err(rustix::io::Errno::INTR) => {}
-                Err(rustix::io::Errno::TIMEDOUT) => return self.futex.load(Ordering::Acquire) != seen,
+                Err(rustix::io::Errno::TIMEDOUT) => {
+                    return self.futex.load(Ordering::Acquire) != seen;
+                }
                 Err(_) => return self.futex.load(Ordering::Acquire) != seen,
             }
             if timeout.is_some() {

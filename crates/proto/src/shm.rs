@@ -1,11 +1,17 @@
 //! The memory that holds a grant page: a sealed memfd.
 //!
-//! The broker creates the memfd, maps it read-write, then seals it
-//! (`F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL`): its
-//! own mapping stays writable, but nobody can map it writable again, resize
-//! it or remove the seals. The fd is passed to the client with `SCM_RIGHTS`;
-//! the client maps it read-only. A client can therefore read its grant but
-//! never forge one.
+//! The broker creates the memfd, maps it read-write and seals its size
+//! (`F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL`): nobody can resize it or
+//! lift the seals, so the broker's writes can never fault on a page a client
+//! truncated. The fd is passed to the client with `SCM_RIGHTS`; the client
+//! maps it read-only.
+//!
+//! The page is deliberately *not* sealed against writes: after a broker
+//! restart the client hands the same fd back (`Rejoin`) and the new broker
+//! resumes writing the very page every process of the cell already has
+//! mapped, including programs that inherited it from `allot run`. A client
+//! that maps its own page writable can only mislead itself: the kernel
+//! enforces the grant, not the page.
 
 use crate::page::{GrantPage, PAGE_SIZE, PageError};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -44,15 +50,32 @@ pub enum ShmError {
     Page(#[from] PageError),
 }
 
+/// Seals every grant page carries: its size is fixed for good.
+const REQUIRED_SEALS: SealFlags = SealFlags::SHRINK
+    .union(SealFlags::GROW)
+    .union(SealFlags::SEAL);
+
 fn os(what: &'static str) -> impl FnOnce(rustix::io::Errno) -> ShmError {
-    move |e| ShmError::Os { what, source: e.into() }
+    move |e| ShmError::Os {
+        what,
+        source: e.into(),
+    }
 }
 
 fn map(fd: BorrowedFd<'_>, prot: ProtFlags) -> Result<NonNull<GrantPage>, ShmError> {
     // SAFETY: a fresh mapping (null hint) of PAGE_SIZE bytes of a file at
     // least that long; nothing else aliases the address range we get back.
-    let ptr = unsafe { rustix::mm::mmap(std::ptr::null_mut(), PAGE_SIZE, prot, MapFlags::SHARED, fd, 0) }
-        .map_err(os("mmap grant page"))?;
+    let ptr = unsafe {
+        rustix::mm::mmap(
+            std::ptr::null_mut(),
+            PAGE_SIZE,
+            prot,
+            MapFlags::SHARED,
+            fd,
+            0,
+        )
+    }
+    .map_err(os("mmap grant page"))?;
     NonNull::new(ptr.cast::<GrantPage>()).ok_or(ShmError::Os {
         what: "mmap grant page",
         source: std::io::Error::other("null mapping"),
@@ -62,13 +85,50 @@ fn map(fd: BorrowedFd<'_>, prot: ProtFlags) -> Result<NonNull<GrantPage>, ShmErr
 impl PageMap {
     /// Creates a sealed page for `cell`, writable by the caller only.
     pub fn create(cell: u64, instance: u64) -> Result<PageMap, ShmError> {
-        let fd = rustix::fs::memfd_create("allot-grant", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
-            .map_err(os("memfd_create"))?;
+        let fd = rustix::fs::memfd_create(
+            "allot-grant",
+            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+        )
+        .map_err(os("memfd_create"))?;
         rustix::fs::ftruncate(&fd, PAGE_SIZE as u64).map_err(os("ftruncate grant page"))?;
         let ptr = map(fd.as_fd(), ProtFlags::READ | ProtFlags::WRITE)?;
-        rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::FUTURE_WRITE | SealFlags::SEAL)
-            .map_err(os("seal grant page"))?;
-        let page = PageMap { ptr, fd, writable: true };
+        rustix::fs::fcntl_add_seals(&fd, REQUIRED_SEALS).map_err(os("seal grant page"))?;
+        let page = PageMap {
+            ptr,
+            fd,
+            writable: true,
+        };
+        page.page().init(cell, instance);
+        Ok(page)
+    }
+
+    /// Takes over a page a client handed back after a broker restart: checks
+    /// that it is a sealed memfd of the right size, maps it read-write and
+    /// rewrites its header for `cell` and this broker `instance`.
+    pub fn adopt(fd: OwnedFd, cell: u64, instance: u64) -> Result<PageMap, ShmError> {
+        let seals = rustix::fs::fcntl_get_seals(&fd).map_err(os("read grant page seals"))?;
+        if !seals.contains(REQUIRED_SEALS) {
+            return Err(ShmError::Os {
+                what: "adopt grant page",
+                source: std::io::Error::other("the page is not sealed against resizing"),
+            });
+        }
+        let st = rustix::fs::fstat(&fd).map_err(os("stat grant page"))?;
+        if st.st_size as usize != PAGE_SIZE {
+            return Err(ShmError::Os {
+                what: "adopt grant page",
+                source: std::io::Error::other(format!(
+                    "page is {} bytes, expected {PAGE_SIZE}",
+                    st.st_size
+                )),
+            });
+        }
+        let ptr = map(fd.as_fd(), ProtFlags::READ | ProtFlags::WRITE)?;
+        let page = PageMap {
+            ptr,
+            fd,
+            writable: true,
+        };
         page.page().init(cell, instance);
         Ok(page)
     }
@@ -76,7 +136,11 @@ impl PageMap {
     /// Maps a page received from the broker, read-only, and checks its header.
     pub fn open(fd: OwnedFd) -> Result<PageMap, ShmError> {
         let ptr = map(fd.as_fd(), ProtFlags::READ)?;
-        let page = PageMap { ptr, fd, writable: false };
+        let page = PageMap {
+            ptr,
+            fd,
+            writable: false,
+        };
         page.page().validate()?;
         Ok(page)
     }
@@ -113,7 +177,6 @@ mod tests {
     use super::*;
     use crate::page::Grant;
     use allot_topo::CpuSet;
-    use rustix::fd::AsRawFd;
 
     #[test]
     fn reader_sees_what_writer_publishes() {
@@ -133,30 +196,65 @@ mod tests {
         };
         let seen = r.page().futex_word();
         w.page().publish(&g);
-        assert!(r.page().wait(seen, Some(std::time::Duration::from_millis(10))));
+        assert!(
+            r.page()
+                .wait(seen, Some(std::time::Duration::from_millis(10)))
+        );
         assert_eq!(r.page().read(), g);
         assert!(!r.writable());
     }
 
     #[test]
-    fn the_client_cannot_write_or_resize() {
+    fn the_page_cannot_be_resized_or_unsealed() {
         let w = PageMap::create(1, 1).unwrap();
         let dup = rustix::io::fcntl_dupfd_cloexec(w.fd(), 0).unwrap();
-        // A new writable shared mapping is refused by the seal.
-        // SAFETY: fresh mapping; unmapped below if it (wrongly) succeeds.
-        let rw = unsafe {
-            rustix::mm::mmap(std::ptr::null_mut(), PAGE_SIZE, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, &dup, 0)
-        };
-        assert!(rw.is_err(), "writable mapping of a sealed page must fail");
         assert!(rustix::fs::ftruncate(&dup, 2 * PAGE_SIZE as u64).is_err());
-        assert!(rustix::io::write(&dup, b"x").is_err());
-        assert!(dup.as_raw_fd() >= 0);
+        assert!(rustix::fs::ftruncate(&dup, 0).is_err());
+        assert!(
+            rustix::fs::fcntl_add_seals(&dup, SealFlags::WRITE).is_err(),
+            "seals are sealed"
+        );
+        let r = PageMap::open(dup).unwrap();
+        assert!(!r.writable());
+    }
+
+    #[test]
+    fn a_restarted_writer_adopts_the_page_readers_hold() {
+        let old = PageMap::create(4, 1).unwrap();
+        let reader = PageMap::open(rustix::io::fcntl_dupfd_cloexec(old.fd(), 0).unwrap()).unwrap();
+        let handed_back = rustix::io::fcntl_dupfd_cloexec(old.fd(), 0).unwrap();
+        drop(old); // the old broker dies
+        let new = PageMap::adopt(handed_back, 4, 2).unwrap();
+        let g = Grant {
+            cell: 4,
+            generation: 9,
+            instance: 2,
+            threads: 1,
+            cpus: CpuSet::first_n(1),
+            ..Default::default()
+        };
+        new.page().publish(&g);
+        assert_eq!(
+            reader.page().read(),
+            g,
+            "the reader sees the new broker's writes on its old mapping"
+        );
+    }
+
+    #[test]
+    fn adoption_refuses_unsealed_memory() {
+        let fd = rustix::fs::memfd_create("plain", MemfdFlags::CLOEXEC).unwrap();
+        rustix::fs::ftruncate(&fd, PAGE_SIZE as u64).unwrap();
+        assert!(PageMap::adopt(fd, 1, 1).is_err());
     }
 
     #[test]
     fn garbage_is_not_a_page() {
         let fd = rustix::fs::memfd_create("junk", MemfdFlags::CLOEXEC).unwrap();
         rustix::fs::ftruncate(&fd, PAGE_SIZE as u64).unwrap();
-        assert!(matches!(PageMap::open(fd), Err(ShmError::Page(PageError::Magic(0)))));
+        assert!(matches!(
+            PageMap::open(fd),
+            Err(ShmError::Page(PageError::Magic(0)))
+        ));
     }
 }

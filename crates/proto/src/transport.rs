@@ -8,8 +8,8 @@
 use crate::msg::{MAX_MESSAGE, Reply, Request};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::net::{
-    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage,
-    SendFlags, SocketAddrUnix, SocketFlags, SocketType,
+    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags, SocketAddrUnix, SocketFlags, SocketType,
 };
 use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
@@ -36,19 +36,31 @@ pub fn send(sock: BorrowedFd<'_>, bytes: &[u8], fd: Option<BorrowedFd<'_>>) -> s
         control.push(SendAncillaryMessage::ScmRights(&fds));
     }
     let n = loop {
-        match rustix::net::sendmsg(sock, &[IoSlice::new(bytes)], &mut control, SendFlags::NOSIGNAL) {
+        match rustix::net::sendmsg(
+            sock,
+            &[IoSlice::new(bytes)],
+            &mut control,
+            SendFlags::NOSIGNAL,
+        ) {
             Err(rustix::io::Errno::INTR) => continue,
             other => break other?,
         }
     };
     if n != bytes.len() {
-        return Err(std::io::Error::other(format!("short send: {n} of {} bytes", bytes.len())));
+        return Err(std::io::Error::other(format!(
+            "short send: {n} of {} bytes",
+            bytes.len()
+        )));
     }
     Ok(())
 }
 
 /// Receives one datagram into `buf`; `Ok(None)` at end of stream (peer gone).
-pub fn recv(sock: BorrowedFd<'_>, buf: &mut [u8], nonblocking: bool) -> std::io::Result<Option<Datagram>> {
+pub fn recv(
+    sock: BorrowedFd<'_>,
+    buf: &mut [u8],
+    nonblocking: bool,
+) -> std::io::Result<Option<Datagram>> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let mut flags = RecvFlags::CMSG_CLOEXEC | RecvFlags::TRUNC;
@@ -75,7 +87,11 @@ pub fn recv(sock: BorrowedFd<'_>, buf: &mut [u8], nonblocking: bool) -> std::io:
     if msg.bytes == 0 && fd.is_none() {
         return Ok(None);
     }
-    Ok(Some(Datagram { len: msg.bytes.min(buf.len()), truncated: msg.bytes > buf.len(), fd }))
+    Ok(Some(Datagram {
+        len: msg.bytes.min(buf.len()),
+        truncated: msg.bytes > buf.len(),
+        fd,
+    }))
 }
 
 /// Creates a listening socket at `path` (removing a stale socket file first).
@@ -116,7 +132,12 @@ pub enum CallError {
 impl Conn {
     /// Connects to the broker's socket at `path`.
     pub fn connect(path: &Path) -> std::io::Result<Conn> {
-        let sock = rustix::net::socket_with(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)?;
+        let sock = rustix::net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )?;
         let addr = SocketAddrUnix::new(path)?;
         loop {
             match rustix::net::connect(&sock, &addr) {
@@ -124,12 +145,18 @@ impl Conn {
                 other => break other?,
             }
         }
-        Ok(Conn { sock, buf: vec![0; MAX_MESSAGE] })
+        Ok(Conn {
+            sock,
+            buf: vec![0; MAX_MESSAGE],
+        })
     }
 
     /// Wraps an already connected socket (tests, socketpairs).
     pub fn from_fd(sock: OwnedFd) -> Conn {
-        Conn { sock, buf: vec![0; MAX_MESSAGE] }
+        Conn {
+            sock,
+            buf: vec![0; MAX_MESSAGE],
+        }
     }
 
     /// The socket, for polling.
@@ -140,6 +167,11 @@ impl Conn {
     /// Sends a request.
     pub fn send(&self, req: &Request) -> std::io::Result<()> {
         send(self.sock.as_fd(), &req.encode(), None)
+    }
+
+    /// Sends a request with a file descriptor attached.
+    pub fn send_with_fd(&self, req: &Request, fd: BorrowedFd<'_>) -> std::io::Result<()> {
+        send(self.sock.as_fd(), &req.encode(), Some(fd))
     }
 
     /// Sends raw bytes (for tests of the broker's decoder).
@@ -162,7 +194,11 @@ impl Conn {
 
     /// Sets a receive timeout (`None`: block forever).
     pub fn set_timeout(&self, t: Option<std::time::Duration>) -> std::io::Result<()> {
-        rustix::net::sockopt::set_socket_timeout(&self.sock, rustix::net::sockopt::Timeout::Recv, t)?;
+        rustix::net::sockopt::set_socket_timeout(
+            &self.sock,
+            rustix::net::sockopt::Timeout::Recv,
+            t,
+        )?;
         Ok(())
     }
 }

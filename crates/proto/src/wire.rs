@@ -154,24 +154,35 @@ impl<'a> Reader<'a> {
         match self.u8(what)? {
             0 => Ok(false),
             1 => Ok(true),
-            v => Err(DecodeError::Malformed { field: what, detail: format!("boolean byte {v}") }),
+            v => Err(DecodeError::Malformed {
+                field: what,
+                detail: format!("boolean byte {v}"),
+            }),
         }
     }
     /// Reads a string.
     pub fn str(&mut self, what: &'static str) -> Result<String, DecodeError> {
         let n = self.u16(what)? as usize;
         if n > MAX_STR {
-            return Err(DecodeError::Malformed { field: what, detail: format!("length {n} above {MAX_STR}") });
+            return Err(DecodeError::Malformed {
+                field: what,
+                detail: format!("length {n} above {MAX_STR}"),
+            });
         }
         let b = self.take(n, what)?;
-        String::from_utf8(b.to_vec())
-            .map_err(|_| DecodeError::Malformed { field: what, detail: "not UTF-8".into() })
+        String::from_utf8(b.to_vec()).map_err(|_| DecodeError::Malformed {
+            field: what,
+            detail: "not UTF-8".into(),
+        })
     }
     /// Reads a list of `u32`s.
     pub fn u32_list(&mut self, what: &'static str) -> Result<Vec<u32>, DecodeError> {
         let n = self.u16(what)? as usize;
         if n > MAX_LIST {
-            return Err(DecodeError::Malformed { field: what, detail: format!("{n} items above {MAX_LIST}") });
+            return Err(DecodeError::Malformed {
+                field: what,
+                detail: format!("{n} items above {MAX_LIST}"),
+            });
         }
         if self.buf.len() < n * 4 {
             return Err(DecodeError::Truncated(what));
@@ -182,7 +193,10 @@ impl<'a> Reader<'a> {
     pub fn cpuset(&mut self, what: &'static str) -> Result<CpuSet, DecodeError> {
         let n = self.u8(what)? as usize;
         if n > CPUSET_WORDS {
-            return Err(DecodeError::Malformed { field: what, detail: format!("{n} words above {CPUSET_WORDS}") });
+            return Err(DecodeError::Malformed {
+                field: what,
+                detail: format!("{n} words above {CPUSET_WORDS}"),
+            });
         }
         let mut words = [0u64; CPUSET_WORDS];
         for w in words.iter_mut().take(n) {
@@ -192,6 +206,10 @@ impl<'a> Reader<'a> {
     }
     /// Fails if bytes remain.
     pub fn finish(self) -> Result<(), DecodeError> {
-        if self.buf.is_empty() { Ok(()) } else { Err(DecodeError::Trailing(self.buf.len())) }
+        if self.buf.is_empty() {
+            Ok(())
+        } else {
+            Err(DecodeError::Trailing(self.buf.len()))
+        }
     }
 }

@@ -28,7 +28,9 @@ pub const FIXTURES: [&str; 4] = ["vm2", "opteron6276-4s", "xeonphi7250", "xeon-x
 
 /// Directory of the fixture machine `name` (a sysfs root).
 pub fn fixture_dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name)
 }
 
 /// Loads the fixture machine `name` (see [`FIXTURES`]).

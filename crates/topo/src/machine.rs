@@ -365,9 +365,8 @@ impl Machine {
 
     /// One line: "16 CPUs, 8 cores, 2 LLC domains, 2 NUMA nodes".
     pub fn summary(&self) -> String {
-        let plural = |n: usize, one: &str, many: &str| {
-            format!("{n} {}", if n == 1 { one } else { many })
-        };
+        let plural =
+            |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
         format!(
             "{}, {}, {}, {}",
             plural(self.cpus.len(), "CPU", "CPUs"),

@@ -88,17 +88,34 @@ impl<'a> TopologyReport<'a> {
                 "node {} (index {}): CPUs {}, {} MiB, distances {:?}",
                 n.id,
                 n.index,
-                if n.cpus.is_empty() { "none".to_string() } else { n.cpus.to_string() },
+                if n.cpus.is_empty() {
+                    "none".to_string()
+                } else {
+                    n.cpus.to_string()
+                },
                 n.mem_total_kib / 1024,
                 n.distances
             );
         }
         for l in self.llcs {
-            let size = if l.size_kib > 0 { format!(", {} KiB", l.size_kib) } else { String::new() };
-            let _ = writeln!(out, "  LLC {} (L{}{}): CPUs {}", l.index, l.level, size, l.cpus);
+            let size = if l.size_kib > 0 {
+                format!(", {} KiB", l.size_kib)
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                out,
+                "  LLC {} (L{}{}): CPUs {}",
+                l.index, l.level, size, l.cpus
+            );
         }
         let smt = self.cores.iter().map(|c| c.cpus.len()).max().unwrap_or(1);
-        let _ = writeln!(out, "{} cores, up to {} hardware threads each", self.cores.len(), smt);
+        let _ = writeln!(
+            out,
+            "{} cores, up to {} hardware threads each",
+            self.cores.len(),
+            smt
+        );
         out
     }
 }

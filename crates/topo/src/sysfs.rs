@@ -128,7 +128,11 @@ fn mem_total_kib(meminfo: &str) -> u64 {
 
 /// Reads the topology under `root` (the directory playing `/sys`) and keeps
 /// the online CPUs that are also in `allowed` (`None`: all online CPUs).
-pub fn discover(root: &Path, name: &str, allowed: Option<&CpuSet>) -> Result<Machine, DiscoverError> {
+pub fn discover(
+    root: &Path,
+    name: &str,
+    allowed: Option<&CpuSet>,
+) -> Result<Machine, DiscoverError> {
     let cpu_root = root.join("devices/system/cpu");
     let online = list(&cpu_root.join("online"))?;
 
@@ -181,7 +185,10 @@ pub fn discover(root: &Path, name: &str, allowed: Option<&CpuSet>) -> Result<Mac
         if !dir.is_dir() {
             return Err(DiscoverError::Read {
                 path: dir,
-                source: std::io::Error::new(std::io::ErrorKind::NotFound, "CPU listed online but has no directory"),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "CPU listed online but has no directory",
+                ),
             });
         }
         let topo = dir.join("topology");
@@ -201,15 +208,18 @@ pub fn discover(root: &Path, name: &str, allowed: Option<&CpuSet>) -> Result<Mac
         Some(a) => online.intersection(a),
         None => online,
     };
-    Machine::from_cpus(name, &raw_cpus, &raw_nodes, &usable).map_err(|source| DiscoverError::Machine {
-        root: root.to_path_buf(),
-        source,
+    Machine::from_cpus(name, &raw_cpus, &raw_nodes, &usable).map_err(|source| {
+        DiscoverError::Machine {
+            root: root.to_path_buf(),
+            source,
+        }
     })
 }
 
 /// The CPUs this process may run on (`sched_getaffinity`).
 pub fn allowed_cpus() -> Result<CpuSet, DiscoverError> {
-    let set = rustix::thread::sched_getaffinity(None).map_err(|e| DiscoverError::Affinity(e.into()))?;
+    let set =
+        rustix::thread::sched_getaffinity(None).map_err(|e| DiscoverError::Affinity(e.into()))?;
     Ok((0..crate::MAX_CPUS.min(rustix::thread::CpuSet::MAX_CPU))
         .filter(|&c| set.is_set(c))
         .collect())
@@ -243,6 +253,10 @@ mod tests {
     #[test]
     fn missing_root_names_the_path() {
         let err = discover(Path::new("/nonexistent-sysfs"), "x", None).unwrap_err();
-        assert!(err.to_string().contains("/nonexistent-sysfs/devices/system/cpu/online"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("/nonexistent-sysfs/devices/system/cpu/online"),
+            "{err}"
+        );
     }
 }

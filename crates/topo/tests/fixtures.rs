@@ -4,7 +4,12 @@ use allot_topo::{CpuSet, FIXTURES, TopologyReport, fixture};
 
 fn counts(name: &str) -> (usize, usize, usize, usize) {
     let m = fixture(name).unwrap_or_else(|e| panic!("{name}: {e}"));
-    (m.num_cpus(), m.cores().len(), m.llcs().len(), m.nodes().len())
+    (
+        m.num_cpus(),
+        m.cores().len(),
+        m.llcs().len(),
+        m.nodes().len(),
+    )
 }
 
 #[test]

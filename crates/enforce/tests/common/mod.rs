@@ -45,7 +45,13 @@ pub fn threaded(early: u32, late: u32, delay_ms: u32) -> Proc {
 /// A shell that forks `n` sleeping children.
 pub fn forking(n: u32) -> Proc {
     let script = format!("for i in $(seq {n}); do sleep 60 & done; wait");
-    Proc(Command::new("sh").arg("-c").arg(script).spawn().expect("sh runs"))
+    Proc(
+        Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .spawn()
+            .expect("sh runs"),
+    )
 }
 
 /// Waits until `f` holds or `timeout` passes.
@@ -84,7 +90,11 @@ impl Drop for CgroupDirs {
     fn drop(&mut self) {
         for d in self.0.iter().rev() {
             if let Ok(rd) = std::fs::read_dir(d) {
-                let mut kids: Vec<PathBuf> = rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+                let mut kids: Vec<PathBuf> = rd
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.is_dir())
+                    .collect();
                 kids.sort();
                 for k in kids.iter().rev() {
                     move_out(k);
@@ -98,7 +108,9 @@ impl Drop for CgroupDirs {
 }
 
 fn move_out(dir: &PathBuf) {
-    let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) else { return };
+    let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
+        return;
+    };
     let mut root = dir.clone();
     while root.join("..").join("cgroup.procs").exists() && root.parent().is_some() {
         let p = root.parent().unwrap().to_path_buf();

@@ -95,7 +95,11 @@ pub fn map(topo: &Topo<'_>, reserve: u32, cells: &[MapCell], pool: PoolSize, pre
     let whole: Vec<&MapCell> = cells.iter().filter(|c| !c.stacked).collect();
     let mut ent: BTreeMap<CellId, CpuSet> = BTreeMap::new();
     for c in &whole {
-        let before = prev.cells.get(&c.id).map(|g| g.entitled).unwrap_or_default();
+        let before = prev
+            .cells
+            .get(&c.id)
+            .map(|g| g.entitled)
+            .unwrap_or_default();
         let kept = topo.shrink(before.intersection(&free), c.entitled as usize);
         free = free.difference(&kept);
         ent.insert(c.id, kept);
@@ -107,7 +111,13 @@ pub fn map(topo: &Topo<'_>, reserve: u32, cells: &[MapCell], pool: PoolSize, pre
 
     // 4. Grow, most constrained and largest first.
     let mut order: Vec<&MapCell> = whole.clone();
-    order.sort_by_key(|c| (constraint_rank(c.placement), std::cmp::Reverse(c.entitled), c.id));
+    order.sort_by_key(|c| {
+        (
+            constraint_rank(c.placement),
+            std::cmp::Reverse(c.entitled),
+            c.id,
+        )
+    });
     for c in order {
         let mut set = ent[&c.id];
         let need = c.entitled as usize;
@@ -115,7 +125,12 @@ pub fn map(topo: &Topo<'_>, reserve: u32, cells: &[MapCell], pool: PoolSize, pre
             let outside = set.difference(&home);
             free = free.union(&outside);
             set = set.intersection(&home);
-            set = topo.grow(set, need - set.len(), &free.intersection(&home), c.placement);
+            set = topo.grow(
+                set,
+                need - set.len(),
+                &free.intersection(&home),
+                c.placement,
+            );
         }
         if set.len() < need {
             set = topo.grow(set, need - set.len(), &free, c.placement);
@@ -126,7 +141,12 @@ pub fn map(topo: &Topo<'_>, reserve: u32, cells: &[MapCell], pool: PoolSize, pre
 
     // 5. Pool grow.
     if pool_set.len() < pool.base as usize {
-        pool_set = topo.grow(pool_set, pool.base as usize - pool_set.len(), &free, Placement::Any);
+        pool_set = topo.grow(
+            pool_set,
+            pool.base as usize - pool_set.len(),
+            &free,
+            Placement::Any,
+        );
         free = free.difference(&pool_set);
     }
 
@@ -135,7 +155,11 @@ pub fn map(topo: &Topo<'_>, reserve: u32, cells: &[MapCell], pool: PoolSize, pre
     let mut lendable = free;
     for c in &whole {
         let e = ent[&c.id];
-        let before = prev.cells.get(&c.id).map(|g| g.cpus.intersection(&e)).unwrap_or_default();
+        let before = prev
+            .cells
+            .get(&c.id)
+            .map(|g| g.cpus.intersection(&e))
+            .unwrap_or_default();
         let mut mine = topo.shrink(before, c.own as usize);
         if mine.len() < c.own as usize {
             mine = topo.grow(mine, c.own as usize - mine.len(), &e, c.placement);
@@ -147,7 +171,11 @@ pub fn map(topo: &Topo<'_>, reserve: u32, cells: &[MapCell], pool: PoolSize, pre
     // 7. Lend: previous borrowings first, then the nearest.
     let mut borrowed: BTreeMap<CellId, CpuSet> = BTreeMap::new();
     for c in whole.iter().filter(|c| c.borrow > 0) {
-        let before = prev.cells.get(&c.id).map(|g| g.lent.intersection(&lendable)).unwrap_or_default();
+        let before = prev
+            .cells
+            .get(&c.id)
+            .map(|g| g.lent.intersection(&lendable))
+            .unwrap_or_default();
         let keep = topo.shrink(before, c.borrow as usize);
         lendable = lendable.difference(&keep);
         borrowed.insert(c.id, keep);
@@ -155,7 +183,12 @@ pub fn map(topo: &Topo<'_>, reserve: u32, cells: &[MapCell], pool: PoolSize, pre
     for c in whole.iter().filter(|c| c.borrow > 0) {
         let mine = own[&c.id];
         let have = borrowed[&c.id];
-        let grown = topo.grow(mine.union(&have), c.borrow as usize - have.len(), &lendable, c.placement);
+        let grown = topo.grow(
+            mine.union(&have),
+            c.borrow as usize - have.len(),
+            &lendable,
+            c.placement,
+        );
         let got = grown.difference(&mine);
         lendable = lendable.difference(&got);
         borrowed.insert(c.id, got);
@@ -163,7 +196,12 @@ pub fn map(topo: &Topo<'_>, reserve: u32, cells: &[MapCell], pool: PoolSize, pre
     let pool_lent = if pool.borrow > 0 {
         let before = prev.pool.intersection(&lendable);
         let kept = topo.shrink(before, pool.borrow as usize);
-        let grown = topo.grow(pool_set.union(&kept), pool.borrow as usize - kept.len(), &lendable, Placement::Any);
+        let grown = topo.grow(
+            pool_set.union(&kept),
+            pool.borrow as usize - kept.len(),
+            &lendable,
+            Placement::Any,
+        );
         grown.difference(&pool_set)
     } else {
         CpuSet::new()
@@ -171,7 +209,11 @@ pub fn map(topo: &Topo<'_>, reserve: u32, cells: &[MapCell], pool: PoolSize, pre
     let pool_all = pool_set.union(&pool_lent);
 
     // Assemble.
-    let stacked_weight: u64 = cells.iter().filter(|c| c.stacked).map(|c| c.weight.max(1) as u64).sum();
+    let stacked_weight: u64 = cells
+        .iter()
+        .filter(|c| c.stacked)
+        .map(|c| c.weight.max(1) as u64)
+        .sum();
     let mut out = BTreeMap::new();
     for c in cells {
         let grant = if c.stacked {

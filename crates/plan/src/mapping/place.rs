@@ -36,11 +36,18 @@ impl<'m> Topo<'m> {
             node[c.id] = machine.nodes()[c.node].cpus;
             node_idx[c.id] = c.node;
         }
-        Topo { machine, core, llc, node, node_idx }
+        Topo {
+            machine,
+            core,
+            llc,
+            node,
+            node_idx,
+        }
     }
 
     fn union_of(&self, set: &CpuSet, table: &[CpuSet]) -> CpuSet {
-        set.iter().fold(CpuSet::new(), |acc, c| acc.union(&table[c]))
+        set.iter()
+            .fold(CpuSet::new(), |acc, c| acc.union(&table[c]))
     }
 
     /// Picks the next CPUs to take from `cands` (all of them free):
@@ -178,7 +185,13 @@ impl<'m> Topo<'m> {
     /// domain with room. `None` for `Placement::Any`, when `need` exceeds every
     /// domain, or when no domain has room (fragmentation: placement becomes
     /// best effort).
-    pub fn home_domain(&self, held: &CpuSet, avail: &CpuSet, need: usize, placement: Placement) -> Option<CpuSet> {
+    pub fn home_domain(
+        &self,
+        held: &CpuSet,
+        avail: &CpuSet,
+        need: usize,
+        placement: Placement,
+    ) -> Option<CpuSet> {
         let domains: Vec<CpuSet> = match placement {
             Placement::Any => return None,
             Placement::Llc => self.machine.llcs().iter().map(|l| l.cpus).collect(),
@@ -191,7 +204,13 @@ impl<'m> Topo<'m> {
         }
         with_room
             .iter()
-            .max_by_key(|d| (d.intersection(held).len(), std::cmp::Reverse(room(d)), std::cmp::Reverse(d.first())))
+            .max_by_key(|d| {
+                (
+                    d.intersection(held).len(),
+                    std::cmp::Reverse(room(d)),
+                    std::cmp::Reverse(d.first()),
+                )
+            })
             .map(|d| **d)
     }
 
@@ -224,13 +243,25 @@ mod tests {
         let t = Topo::new(&m);
         let set = t.grow(CpuSet::new(), 8, m.usable(), Placement::Any);
         assert_eq!(set.len(), 8);
-        assert_eq!(m.llcs().iter().filter(|l| l.cpus.intersects(&set)).count(), 1, "{set}");
+        assert_eq!(
+            m.llcs().iter().filter(|l| l.cpus.intersects(&set)).count(),
+            1,
+            "{set}"
+        );
         // Growing a set on node 0 by 8 more goes to the same package's other node.
         let more = t.grow(set, 8, m.usable(), Placement::Any);
-        let nodes: Vec<u32> = m.nodes().iter().filter(|n| n.cpus.intersects(&more)).map(|n| n.id).collect();
+        let nodes: Vec<u32> = m
+            .nodes()
+            .iter()
+            .filter(|n| n.cpus.intersects(&more))
+            .map(|n| n.id)
+            .collect();
         assert_eq!(nodes.len(), 2);
         let d = &m.nodes()[0].distances;
-        assert_eq!(d[nodes[1] as usize], 16, "second node should be the same-package one");
+        assert_eq!(
+            d[nodes[1] as usize], 16,
+            "second node should be the same-package one"
+        );
     }
 
     #[test]
@@ -240,7 +271,10 @@ mod tests {
         let set = t.grow(CpuSet::new(), 4, m.usable(), Placement::Any);
         // Two whole cores: each chosen core has both siblings.
         for c in set.iter() {
-            assert!(m.cores()[m.cpu(c).unwrap().core].cpus.is_subset(&set), "{set}");
+            assert!(
+                m.cores()[m.cpu(c).unwrap().core].cpus.is_subset(&set),
+                "{set}"
+            );
         }
     }
 
@@ -268,9 +302,14 @@ mod tests {
         let m = fixture("opteron6276-4s");
         let t = Topo::new(&m);
         let held = CpuSet::parse_list("8-10").unwrap();
-        let home = t.home_domain(&held, m.usable(), 6, Placement::Numa).unwrap();
+        let home = t
+            .home_domain(&held, m.usable(), 6, Placement::Numa)
+            .unwrap();
         assert_eq!(home.to_string(), "8-15");
-        assert!(t.home_domain(&held, m.usable(), 9, Placement::Numa).is_none());
+        assert!(
+            t.home_domain(&held, m.usable(), 9, Placement::Numa)
+                .is_none()
+        );
     }
 
     #[test]

@@ -42,7 +42,12 @@ mod tests {
 
     fn cell(min: u32, max: u32, weight: u32) -> PolicyCell {
         PolicyCell {
-            spec: CellSpec { min, max, weight, ..Default::default() },
+            spec: CellSpec {
+                min,
+                max,
+                weight,
+                ..Default::default()
+            },
             previous: 0,
         }
     }
@@ -51,12 +56,18 @@ mod tests {
     fn two_cells_split_two_cpus() {
         let e = entitle(2, &[cell(0, 0, 1), cell(0, 0, 1)]);
         assert_eq!(e.pool, 0);
-        assert_eq!(e.cells.iter().map(|c| c.cpus).collect::<Vec<_>>(), vec![1, 1]);
+        assert_eq!(
+            e.cells.iter().map(|c| c.cpus).collect::<Vec<_>>(),
+            vec![1, 1]
+        );
     }
 
     #[test]
     fn more_cells_than_cpus_are_stacked() {
-        let e = entitle(2, &[cell(0, 0, 1), cell(0, 0, 1), cell(0, 0, 1), cell(0, 0, 1)]);
+        let e = entitle(
+            2,
+            &[cell(0, 0, 1), cell(0, 0, 1), cell(0, 0, 1), cell(0, 0, 1)],
+        );
         assert_eq!(e.pool, 2);
         assert!(e.cells.iter().all(|c| c.stacked && c.cpus == 0));
         assert!((e.cells[0].share - 0.5).abs() < 1e-9);

@@ -92,7 +92,9 @@ impl FromStr for GlobalPolicy {
         match s {
             "fair-share" | "fair" => Ok(GlobalPolicy::FairShare),
             "priority" => Ok(GlobalPolicy::Priority),
-            other => Err(format!("unknown policy {other:?}: expected fair-share or priority")),
+            other => Err(format!(
+                "unknown policy {other:?}: expected fair-share or priority"
+            )),
         }
     }
 }
@@ -119,11 +121,23 @@ pub(crate) fn split_stacked(
         .map(|(c, &s)| !c.spec.is_guaranteed() && s < 1.0 - EPS)
         .collect();
     loop {
-        let stacked_share: f64 = shares.iter().zip(&stacked).filter(|(_, s)| **s).map(|(x, _)| *x).sum();
+        let stacked_share: f64 = shares
+            .iter()
+            .zip(&stacked)
+            .filter(|(_, s)| **s)
+            .map(|(x, _)| *x)
+            .sum();
         let any_stacked = stacked.iter().any(|&s| s);
-        let pool = if any_stacked { ((stacked_share - EPS).ceil() as u32).max(1) } else { 0 };
+        let pool = if any_stacked {
+            ((stacked_share - EPS).ceil() as u32).max(1)
+        } else {
+            0
+        };
         let whole: Vec<usize> = (0..cells.len()).filter(|&i| !stacked[i]).collect();
-        let lo_sum: u32 = whole.iter().map(|&i| cells[i].spec.guaranteed().max(1)).sum();
+        let lo_sum: u32 = whole
+            .iter()
+            .map(|&i| cells[i].spec.guaranteed().max(1))
+            .sum();
         if lo_sum + pool > capacity {
             let demote = whole
                 .iter()
@@ -139,7 +153,11 @@ pub(crate) fn split_stacked(
         let mut out: Vec<Entitlement> = cells
             .iter()
             .zip(shares)
-            .map(|(_, &share)| Entitlement { share, cpus: 0, stacked: true })
+            .map(|(_, &share)| Entitlement {
+                share,
+                cpus: 0,
+                stacked: true,
+            })
             .collect();
         for (k, &i) in whole.iter().enumerate() {
             out[i].stacked = false;

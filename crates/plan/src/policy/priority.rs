@@ -28,10 +28,19 @@ pub(super) fn entitle(capacity: u32, cells: &[PolicyCell]) -> Entitlements {
         if left <= 0.0 {
             break;
         }
-        let members: Vec<usize> = all.iter().copied().filter(|&i| cells[i].spec.weight == w).collect();
+        let members: Vec<usize> = all
+            .iter()
+            .copied()
+            .filter(|&i| cells[i].spec.weight == w)
+            .collect();
         let claims: Vec<Claim> = members
             .iter()
-            .map(|&i| Claim { lo: 0, hi: hi(i) - lo(i), w: 1, tie: 0 })
+            .map(|&i| Claim {
+                lo: 0,
+                hi: hi(i) - lo(i),
+                w: 1,
+                tie: 0,
+            })
             .collect();
         let extra = waterfill_real(left, &claims);
         for (k, &i) in members.iter().enumerate() {
@@ -47,12 +56,19 @@ pub(super) fn entitle(capacity: u32, cells: &[PolicyCell]) -> Entitlements {
             if left == 0 {
                 break;
             }
-            let members: Vec<usize> = (0..whole.len()).filter(|&k| cells[whole[k]].spec.weight == w).collect();
+            let members: Vec<usize> = (0..whole.len())
+                .filter(|&k| cells[whole[k]].spec.weight == w)
+                .collect();
             let claims: Vec<Claim> = members
                 .iter()
                 .map(|&k| {
                     let i = whole[k];
-                    Claim { lo: 0, hi: hi(i).max(1) - given[k], w: 1, tie: cells[i].previous }
+                    Claim {
+                        lo: 0,
+                        hi: hi(i).max(1) - given[k],
+                        w: 1,
+                        tie: cells[i].previous,
+                    }
                 })
                 .collect();
             let extra = waterfill_int(left, &claims);
@@ -72,7 +88,12 @@ mod tests {
 
     fn cell(min: u32, max: u32, weight: u32) -> PolicyCell {
         PolicyCell {
-            spec: CellSpec { min, max, weight, ..Default::default() },
+            spec: CellSpec {
+                min,
+                max,
+                weight,
+                ..Default::default()
+            },
             previous: 0,
         }
     }

@@ -1,0 +1,563 @@
+//! The broker's event loop: one thread, one epoll set.
+//!
+//! Sources, each with an epoll token:
+//!
+//! | source          | token            | on readiness                                |
+//! |-----------------|------------------|---------------------------------------------|
+//! | listening socket| `LISTENER`       | accept, record peer credentials              |
+//! | monitor timerfd | `TIMER`          | `Core::tick` (usage → demand → re-plan)      |
+//! | stop pipe       | `STOP`           | leave the loop (signals write to it)         |
+//! | client socket   | `SESSION | id`   | up to `MAX_PER_TURN` requests, then yield    |
+//! | pidfd           | `PIDFD | pid`    | `Core::exited` (reclaim in the same step)    |
+//!
+//! Level-triggered epoll plus the per-turn request budget means a client
+//! flooding its socket is served a bounded amount per loop and cannot
+//! starve the others. Replies are queued per session and flushed when the
+//! socket is writable; a client whose queue exceeds `MAX_QUEUED` replies is
+//! disconnected (it is not reading them).
+//!
+//! Processes without a pidfd (kernels before 5.3) are polled through `/proc`
+//! on every tick instead.
+
+use crate::config::Config;
+use crate::core::{Core, Effect, Peer, SessionId};
+use crate::journal::Journal;
+use crate::{debug, info, warn};
+use allot_enforce::os::{Os, RealOs};
+use allot_proto::msg::{ErrorCode, MAX_MESSAGE, Reply, Request};
+use allot_proto::transport;
+use rustix::event::epoll::{self, CreateFlags, Event, EventData, EventFlags};
+use rustix::fd::{AsFd, AsRawFd, OwnedFd};
+use rustix::time::{Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const LISTENER: u64 = 1;
+const TIMER: u64 = 2;
+const STOP: u64 = 3;
+const SESSION: u64 = 1 << 62;
+const PIDFD: u64 = 2 << 62;
+const KIND_MASK: u64 = 3 << 62;
+
+/// Requests served per session per loop iteration.
+const MAX_PER_TURN: usize = 32;
+/// Replies queued for a session that does not read before it is dropped.
+const MAX_QUEUED: usize = 1024;
+
+#[derive(Debug)]
+struct Session {
+    sock: OwnedFd,
+    peer: Peer,
+    out: VecDeque<(Vec<u8>, Option<OwnedFd>)>,
+    writable_wanted: bool,
+}
+
+/// A running broker: the state plus its event sources.
+#[derive(Debug)]
+pub struct Broker {
+    core: Core,
+    cfg: Config,
+    epoll: OwnedFd,
+    listener: OwnedFd,
+    timer: OwnedFd,
+    stop_r: OwnedFd,
+    stop_w: Arc<OwnedFd>,
+    sessions: HashMap<SessionId, Session>,
+    pidfds: HashMap<u32, OwnedFd>,
+    polled: HashSet<u32>,
+    next_session: SessionId,
+    socket_ino: Option<u64>,
+    _lock: OwnedFd,
+    buf: Vec<u8>,
+}
+
+/// Stops a running broker from another thread or a signal handler.
+#[derive(Debug, Clone)]
+pub struct StopHandle {
+    w: Arc<OwnedFd>,
+}
+
+impl StopHandle {
+    /// Asks the broker to leave its loop.
+    pub fn stop(&self) {
+        let _ = rustix::io::write(&*self.w, b"x");
+    }
+
+    /// The raw write end, for `signal_hook::low_level::pipe::register_raw`.
+    pub fn raw_fd(&self) -> i32 {
+        self.w.as_raw_fd()
+    }
+}
+
+/// Why the broker could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Another broker serves the socket.
+    #[error("another broker is already serving {0}")]
+    AlreadyRunning(PathBuf),
+    /// Anything else, with what to do about it.
+    #[error("{0}")]
+    Other(String),
+}
+
+fn other(what: impl std::fmt::Display) -> StartError {
+    StartError::Other(what.to_string())
+}
+
+fn add(ep: &OwnedFd, fd: impl AsFd, token: u64, flags: EventFlags) -> std::io::Result<()> {
+    epoll::add(ep, fd, EventData::new_u64(token), flags)?;
+    Ok(())
+}
+
+impl Broker {
+    /// Sets everything up: topology, backend, journal (adopting surviving
+    /// cells), the socket. Fails if another broker serves the socket.
+    pub fn start(cfg: Config) -> Result<Broker, StartError> {
+        let dir = cfg.socket.parent().unwrap_or(Path::new(".")).to_path_buf();
+        let private = !rustix::process::geteuid().is_root();
+        for d in [&dir, &cfg.state_dir] {
+            std::fs::create_dir_all(d)
+                .map_err(|e| other(format!("cannot create {}: {e}", d.display())))?;
+        }
+        if private {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
+        }
+        // One broker per state directory: an flock held for our lifetime.
+        let lock_path = cfg.state_dir.join("broker.lock");
+        let lock = rustix::fs::open(
+            &lock_path,
+            rustix::fs::OFlags::CREATE | rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| other(format!("cannot open {}: {e}", lock_path.display())))?;
+        if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+            return Err(StartError::AlreadyRunning(cfg.socket.clone()));
+        }
+        if cfg.socket.exists() {
+            if allot_proto::Conn::connect(&cfg.socket).is_ok() {
+                return Err(StartError::AlreadyRunning(cfg.socket.clone()));
+            }
+            let _ = std::fs::remove_file(&cfg.socket);
+        }
+
+        let allowed = allot_topo::allowed_cpus().map_err(other)?;
+        let machine = match &cfg.sysfs {
+            Some(root) => allot_topo::discover(root, &root.display().to_string(), None),
+            None => allot_topo::discover(Path::new("/sys"), "this machine", Some(&allowed)),
+        }
+        .map_err(|e| other(format!("cannot read the machine's topology: {e}")))?;
+        let machine = match &cfg.cpus {
+            Some(c) => machine
+                .restrict(c)
+                .map_err(|e| other(format!("cpus = {c}: {e}")))?,
+            None => machine,
+        };
+        let (enforcer, notes) = allot_enforce::open(
+            cfg.backend,
+            &allot_enforce::OpenOptions {
+                cgroup_name: cfg.cgroup_name.clone(),
+                cgroup2_root: cfg.cgroup2_root.clone(),
+                usable: *machine.usable(),
+            },
+        )
+        .map_err(|e| other(format!("cannot set up the {} backend: {e}", cfg.backend)))?;
+        for n in &notes {
+            info!("{n}");
+        }
+        let journal = Journal::open(&cfg.journal_path()).map_err(|e| {
+            other(format!(
+                "cannot open the journal {}: {e}",
+                cfg.journal_path().display()
+            ))
+        })?;
+        let os: Arc<dyn Os> = Arc::new(RealOs);
+        let (mut core, effects) = Core::new(&cfg, machine, enforcer, os, Some(journal));
+        core.set_backend_notes(notes);
+
+        let epoll = epoll::create(CreateFlags::CLOEXEC).map_err(other)?;
+        let listener = transport::listen(&cfg.socket)
+            .map_err(|e| other(format!("cannot listen on {}: {e}", cfg.socket.display())))?;
+        {
+            // Root's broker serves every user (peer credentials decide what
+            // each may do); a user's broker serves that user only.
+            use std::os::unix::fs::PermissionsExt;
+            let mode = if private { 0o600 } else { 0o666 };
+            let _ = std::fs::set_permissions(&cfg.socket, std::fs::Permissions::from_mode(mode));
+        }
+        let socket_ino =
+            std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&cfg.socket).map_err(other)?);
+        add(&epoll, &listener, LISTENER, EventFlags::IN).map_err(other)?;
+
+        let timer = rustix::time::timerfd_create(
+            TimerfdClockId::Monotonic,
+            TimerfdFlags::CLOEXEC | TimerfdFlags::NONBLOCK,
+        )
+        .map_err(other)?;
+        let ts = Timespec {
+            tv_sec: cfg.tick.as_secs() as i64,
+            tv_nsec: cfg.tick.subsec_nanos() as _,
+        };
+        rustix::time::timerfd_settime(
+            &timer,
+            TimerfdTimerFlags::empty(),
+            &Itimerspec {
+                it_interval: ts,
+                it_value: ts,
+            },
+        )
+        .map_err(other)?;
+        add(&epoll, &timer, TIMER, EventFlags::IN).map_err(other)?;
+
+        let (stop_r, stop_w) = rustix::pipe::pipe_with(
+            rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK,
+        )
+        .map_err(other)?;
+        add(&epoll, &stop_r, STOP, EventFlags::IN).map_err(other)?;
+
+        let mut b = Broker {
+            core,
+            cfg,
+            epoll,
+            listener,
+            timer,
+            stop_r,
+            stop_w: Arc::new(stop_w),
+            sessions: HashMap::new(),
+            pidfds: HashMap::new(),
+            polled: HashSet::new(),
+            next_session: 1,
+            socket_ino: Some(socket_ino),
+            _lock: lock,
+            buf: vec![0; MAX_MESSAGE + 1],
+        };
+        b.apply(effects);
+        info!(
+            "serving {} on {} with the {} backend; {} CPUs for cells",
+            b.core.machine.summary(),
+            b.cfg.socket.display(),
+            b.core.backend(),
+            b.core.planner.capacity()
+        );
+        Ok(b)
+    }
+
+    /// A handle that stops the loop.
+    pub fn stop_handle(&self) -> StopHandle {
+        StopHandle {
+            w: self.stop_w.clone(),
+        }
+    }
+
+    /// Runs until stopped (signal, `Shutdown` request, or idle exit).
+    pub fn run(mut self) -> std::io::Result<()> {
+        let mut events: Vec<Event> = Vec::with_capacity(256);
+        let mut idle_since: Option<Instant> = None;
+        loop {
+            events.clear();
+            let timeout = Timespec {
+                tv_sec: 1,
+                tv_nsec: 0,
+            };
+            match epoll::wait(
+                &self.epoll,
+                rustix::buffer::spare_capacity(&mut events),
+                Some(&timeout),
+            ) {
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+            let mut stop = false;
+            for ev in events.iter() {
+                let token = ev.data.u64();
+                let flags = ev.flags;
+                match token & KIND_MASK {
+                    SESSION => self.on_session(token & !KIND_MASK, flags),
+                    PIDFD => {
+                        let pid = (token & !KIND_MASK) as u32;
+                        let effects = self.core.exited(pid);
+                        self.apply(effects);
+                    }
+                    _ => match token {
+                        LISTENER => self.accept(),
+                        TIMER => {
+                            let mut b = [0u8; 8];
+                            let _ = rustix::io::read(&self.timer, &mut b);
+                            self.on_tick();
+                        }
+                        STOP => {
+                            let mut b = [0u8; 64];
+                            let _ = rustix::io::read(&self.stop_r, &mut b);
+                            stop = true;
+                        }
+                        _ => {}
+                    },
+                }
+            }
+            if stop || self.core.stop_requested() {
+                break;
+            }
+            if let Some(limit) = self.cfg.idle_exit {
+                if self.core.idle() && self.sessions.is_empty() {
+                    let since = *idle_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= limit {
+                        info!("idle for {:?}; exiting", limit);
+                        break;
+                    }
+                } else {
+                    idle_since = None;
+                }
+            }
+        }
+        self.finish();
+        Ok(())
+    }
+
+    fn finish(&mut self) {
+        // Flush what we can (a Shutdown reply, for one).
+        let ids: Vec<SessionId> = self.sessions.keys().copied().collect();
+        for id in ids {
+            self.flush(id);
+        }
+        self.core.shutdown();
+        // Remove the socket only if it is still ours.
+        let ours = std::fs::metadata(&self.cfg.socket)
+            .map(|m| Some(std::os::unix::fs::MetadataExt::ino(&m)) == self.socket_ino)
+            .unwrap_or(false);
+        if ours {
+            let _ = std::fs::remove_file(&self.cfg.socket);
+        }
+        info!("stopped");
+    }
+
+    fn on_tick(&mut self) {
+        // Exit polling for processes without a pidfd.
+        let gone: Vec<u32> = self
+            .polled
+            .iter()
+            .copied()
+            .filter(|&p| !self.core.os().alive(p))
+            .collect();
+        for pid in gone {
+            self.polled.remove(&pid);
+            let effects = self.core.exited(pid);
+            self.apply(effects);
+        }
+        let effects = self.core.tick(Instant::now());
+        self.apply(effects);
+    }
+
+    fn accept(&mut self) {
+        loop {
+            let sock = match rustix::net::accept_with(
+                &self.listener,
+                rustix::net::SocketFlags::CLOEXEC | rustix::net::SocketFlags::NONBLOCK,
+            ) {
+                Ok(s) => s,
+                Err(rustix::io::Errno::AGAIN) => return,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => {
+                    warn!("accept: {e}");
+                    return;
+                }
+            };
+            let peer = match rustix::net::sockopt::socket_peercred(&sock) {
+                Ok(c) => Peer {
+                    pid: c.pid.as_raw_nonzero().get() as u32,
+                    uid: c.uid.as_raw(),
+                    gid: c.gid.as_raw(),
+                },
+                Err(e) => {
+                    warn!("cannot read peer credentials ({e}); closing the connection");
+                    continue;
+                }
+            };
+            let id = self.next_session;
+            self.next_session += 1;
+            if let Err(e) = add(
+                &self.epoll,
+                &sock,
+                SESSION | id,
+                EventFlags::IN | EventFlags::RDHUP,
+            ) {
+                warn!("epoll add: {e}");
+                continue;
+            }
+            debug!("session {id}: pid {} uid {}", peer.pid, peer.uid);
+            self.sessions.insert(
+                id,
+                Session {
+                    sock,
+                    peer,
+                    out: VecDeque::new(),
+                    writable_wanted: false,
+                },
+            );
+        }
+    }
+
+    fn on_session(&mut self, id: SessionId, flags: EventFlags) {
+        if flags.contains(EventFlags::OUT) {
+            self.flush(id);
+        }
+        if !flags.intersects(EventFlags::IN | EventFlags::HUP | EventFlags::RDHUP | EventFlags::ERR)
+        {
+            return;
+        }
+        for _ in 0..MAX_PER_TURN {
+            let Some(s) = self.sessions.get(&id) else {
+                return;
+            };
+            let peer = s.peer;
+            let got = transport::recv(s.sock.as_fd(), &mut self.buf, true);
+            let d = match got {
+                Ok(Some(d)) => d,
+                Ok(None) => return self.close(id),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    debug!("session {id}: {e}");
+                    return self.close(id);
+                }
+            };
+            let effects = if d.truncated || d.len > MAX_MESSAGE {
+                vec![Effect::Reply {
+                    session: id,
+                    reply: Reply::error(
+                        ErrorCode::Oversized,
+                        0,
+                        format!("message exceeds the {MAX_MESSAGE}-byte limit"),
+                    ),
+                    fd: None,
+                }]
+            } else {
+                match Request::decode(&self.buf[..d.len]) {
+                    Ok(req) => {
+                        let fd = if matches!(req, Request::Rejoin { .. }) {
+                            d.fd
+                        } else {
+                            None
+                        };
+                        self.core.handle(id, peer, req, fd)
+                    }
+                    Err(e) => {
+                        debug!("session {id}: bad message: {e}");
+                        vec![Effect::Reply {
+                            session: id,
+                            reply: Reply::error(e.code(), e.request_kind(), e.to_string()),
+                            fd: None,
+                        }]
+                    }
+                }
+            };
+            self.apply(effects);
+        }
+    }
+
+    fn close(&mut self, id: SessionId) {
+        if let Some(s) = self.sessions.remove(&id) {
+            let _ = epoll::delete(&self.epoll, &s.sock);
+            debug!("session {id} closed");
+        }
+        let effects = self.core.session_closed(id);
+        self.apply(effects);
+    }
+
+    fn apply(&mut self, effects: Vec<Effect>) {
+        for e in effects {
+            match e {
+                Effect::Reply { session, reply, fd } => {
+                    let Some(s) = self.sessions.get_mut(&session) else {
+                        continue;
+                    };
+                    if s.out.len() >= MAX_QUEUED {
+                        warn!("session {session} is not reading its replies; disconnecting it");
+                        self.close(session);
+                        continue;
+                    }
+                    s.out.push_back((reply.encode(), fd));
+                    self.flush(session);
+                }
+                Effect::Watch(pid) => self.watch(pid),
+                Effect::Unwatch(pid) => {
+                    self.polled.remove(&pid);
+                    if let Some(fd) = self.pidfds.remove(&pid) {
+                        let _ = epoll::delete(&self.epoll, &fd);
+                    }
+                }
+            }
+        }
+    }
+
+    fn watch(&mut self, pid: u32) {
+        if self.pidfds.contains_key(&pid) {
+            return;
+        }
+        let Some(p) = rustix::process::Pid::from_raw(pid as i32) else {
+            return;
+        };
+        match rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()) {
+            Ok(fd) => {
+                if add(&self.epoll, &fd, PIDFD | pid as u64, EventFlags::IN).is_ok() {
+                    self.pidfds.insert(pid, fd);
+                } else {
+                    self.polled.insert(pid);
+                }
+            }
+            Err(rustix::io::Errno::SRCH) => {
+                let effects = self.core.exited(pid);
+                self.apply(effects);
+            }
+            Err(_) => {
+                // No pidfd support: poll /proc on every tick.
+                self.polled.insert(pid);
+            }
+        }
+    }
+
+    fn flush(&mut self, id: SessionId) {
+        let Some(s) = self.sessions.get_mut(&id) else {
+            return;
+        };
+        while let Some((bytes, fd)) = s.out.front() {
+            match transport::send(s.sock.as_fd(), bytes, fd.as_ref().map(|f| f.as_fd())) {
+                Ok(()) => {
+                    s.out.pop_front();
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    debug!("session {id}: send failed: {e}");
+                    s.out.clear();
+                    break;
+                }
+            }
+        }
+        let want = !s.out.is_empty();
+        if want != s.writable_wanted {
+            s.writable_wanted = want;
+            let flags = if want {
+                EventFlags::IN | EventFlags::RDHUP | EventFlags::OUT
+            } else {
+                EventFlags::IN | EventFlags::RDHUP
+            };
+            let _ = epoll::modify(
+                &self.epoll,
+                &s.sock,
+                EventData::new_u64(SESSION | id),
+                flags,
+            );
+        }
+    }
+
+    /// The socket this broker serves.
+    pub fn socket(&self) -> &Path {
+        &self.cfg.socket
+    }
+
+    /// The tick period.
+    pub fn tick(&self) -> Duration {
+        self.cfg.tick
+    }
+}

@@ -1,0 +1,136 @@
+//! `allot daemon`: the broker in the foreground.
+
+use allot_broker::{Broker, Config, StartError};
+use allot_enforce::BackendKind;
+use allot_plan::GlobalPolicy;
+use allot_topo::CpuSet;
+use std::path::PathBuf;
+
+/// Arguments of `allot daemon`. Command-line values override the config file.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Socket to serve [default: $ALLOT_SOCKET, else $XDG_RUNTIME_DIR/allot/allot.sock,
+    /// else /run/allot/allot.sock for root]
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// How to enforce grants: auto picks cgroup2, then cgroup1, then affinity.
+    #[arg(long, value_name = "auto|cgroup2|cgroup1|affinity|dry-run")]
+    backend: Option<BackendKind>,
+    /// TOML configuration file (see docs/operations.md).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// How CPUs are divided among cells.
+    #[arg(long, value_name = "fair-share|priority")]
+    policy: Option<GlobalPolicy>,
+    /// CPUs kept for processes outside any cell.
+    #[arg(long, value_name = "N")]
+    reserve: Option<u32>,
+    /// Do not lend idle CPUs to busy cells (for experiments).
+    #[arg(long)]
+    no_lend: bool,
+    /// Manage only these CPUs (cpulist, e.g. 0-7).
+    #[arg(long, value_name = "LIST")]
+    cpus: Option<CpuSet>,
+    /// Monitor period in milliseconds (usage sampling, demand).
+    #[arg(long, value_name = "MS")]
+    tick_ms: Option<u64>,
+    /// Exit after this many seconds with no cell and no client.
+    #[arg(long, value_name = "SECS")]
+    idle_exit: Option<u64>,
+    /// Directory for the journal [default: the socket's directory].
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// Name of allot's directory in each cgroup hierarchy.
+    #[arg(long, value_name = "NAME")]
+    cgroup_name: Option<String>,
+    /// Plan for a fixture machine's topology (sysfs tree); for simulations
+    /// with --backend dry-run.
+    #[arg(long, value_name = "DIR", hide = true)]
+    sysfs: Option<PathBuf>,
+}
+
+fn config(a: Args) -> Result<Config, String> {
+    let socket = a
+        .socket
+        .clone()
+        .unwrap_or_else(allot_proto::default_socket_path);
+    let mut c = Config::new(socket.clone());
+    if let Some(f) = &a.config {
+        c.load_file(f)?;
+        if a.socket.is_some() {
+            c.socket = socket;
+        }
+    }
+    if let Some(b) = a.backend {
+        c.backend = b;
+    }
+    if let Some(p) = a.policy {
+        c.policy = p;
+    }
+    if let Some(r) = a.reserve {
+        c.reserve = r;
+    }
+    if a.no_lend {
+        c.lend = false;
+    }
+    if let Some(cpus) = a.cpus {
+        c.cpus = Some(cpus);
+    }
+    if let Some(t) = a.tick_ms {
+        if !(10..=10_000).contains(&t) {
+            return Err(format!("--tick-ms {t} is out of range (10 to 10000)"));
+        }
+        c.tick = std::time::Duration::from_millis(t);
+    }
+    if let Some(s) = a.idle_exit {
+        c.idle_exit = (s > 0).then(|| std::time::Duration::from_secs(s));
+    }
+    if let Some(d) = a.state_dir {
+        c.state_dir = d;
+    }
+    if let Some(n) = a.cgroup_name {
+        c.cgroup_name = n;
+    }
+    c.sysfs = a.sysfs;
+    Ok(c)
+}
+
+/// Runs `allot daemon`.
+pub fn run(a: Args) -> i32 {
+    let cfg = match config(a) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("allot: {e}");
+            return 2;
+        }
+    };
+    let broker = match Broker::start(cfg) {
+        Ok(b) => b,
+        Err(e @ StartError::AlreadyRunning(_)) => {
+            eprintln!("allot: {e}; stop it first (allot status shows it)");
+            return 3;
+        }
+        Err(e) => {
+            eprintln!("allot: {e}");
+            return 1;
+        }
+    };
+    let stop = broker.stop_handle();
+    for sig in [
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
+    ] {
+        if let Err(e) = signal_hook::low_level::pipe::register_raw(sig, stop.raw_fd()) {
+            eprintln!("allot: cannot handle signal {sig}: {e}");
+            return 1;
+        }
+    }
+    match broker.run() {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("allot: broker failed: {e}");
+            1
+        }
+    }
+}

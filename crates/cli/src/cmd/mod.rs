@@ -1,0 +1,11 @@
+//! Subcommands. Each `run` returns the exit code and prints its own errors.
+
+pub mod daemon;
+pub mod status;
+pub mod topology;
+
+/// Prints `err` with its causes as `allot: …` and returns exit code 1.
+pub fn fail(err: anyhow::Error) -> i32 {
+    eprintln!("allot: {err:#}");
+    1
+}

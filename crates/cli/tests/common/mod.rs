@@ -1,0 +1,197 @@
+//! Live-test helpers: a broker, processes and cgroups the test started,
+//! all cleaned up on drop, even when the test panics.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const ALLOT: &str = env!("CARGO_BIN_EXE_allot");
+
+/// A child process, killed and reaped on drop.
+pub struct Proc(pub Child);
+
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+    pub fn kill9(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A CPU-bound shell loop.
+pub fn spinner() -> Proc {
+    Proc(
+        Command::new("sh")
+            .arg("-c")
+            .arg("while :; do :; done")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("sh"),
+    )
+}
+
+pub fn sleeper() -> Proc {
+    Proc(Command::new("sleep").arg("120").spawn().expect("sleep"))
+}
+
+pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    f()
+}
+
+/// `Cpus_allowed_list` of every thread of `pid`.
+pub fn thread_masks(pid: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for e in rd.flatten() {
+            if let Ok(s) = std::fs::read_to_string(e.path().join("status")) {
+                if let Some(l) = s.lines().find(|l| l.starts_with("Cpus_allowed_list:")) {
+                    out.push(l.split_whitespace().nth(1).unwrap_or("").to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
+pub fn v1_cpuset_writable() -> bool {
+    rustix::process::getuid().is_root() && Path::new("/sys/fs/cgroup/cpuset/cpuset.cpus").exists()
+}
+
+/// A broker started by the test on a private socket and cgroup name.
+pub struct Daemon {
+    pub child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub socket: PathBuf,
+    pub cgroup: String,
+    pub backend: String,
+    extra: Vec<String>,
+}
+
+static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+impl Daemon {
+    pub fn start(backend: &str, extra: &[&str]) -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut d = Daemon {
+            child: None,
+            socket: dir.path().join("allot.sock"),
+            dir,
+            cgroup: format!("allot-test-{}-{n}", std::process::id()),
+            backend: backend.to_string(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        d.spawn();
+        d
+    }
+
+    pub fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("daemon.log"))
+            .unwrap();
+        let child = Command::new(ALLOT)
+            .args(["daemon", "--socket"])
+            .arg(&self.socket)
+            .args([
+                "--backend",
+                &self.backend,
+                "--cgroup-name",
+                &self.cgroup,
+                "--tick-ms",
+                "50",
+            ])
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("allot daemon");
+        self.child = Some(child);
+        let sock = self.socket.clone();
+        assert!(
+            eventually(Duration::from_secs(10), || allot_proto::Conn::connect(
+                &sock
+            )
+            .is_ok()),
+            "broker did not come up: {}",
+            self.log()
+        );
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("daemon.log")).unwrap_or_default()
+    }
+
+    pub fn client(&self) -> allot_client::Client {
+        allot_client::Client::connect(&self.socket).expect("connect")
+    }
+
+    pub fn status(&self) -> serde_json::Value {
+        serde_json::from_str(&self.client().status().unwrap()).unwrap()
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait; returns the exit status code.
+    pub fn stop(&mut self) -> Option<i32> {
+        let c = self.child.as_mut()?;
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(c.id() as i32).unwrap(),
+            rustix::process::Signal::TERM,
+        );
+        let st = c.wait().ok()?;
+        self.child = None;
+        st.code()
+    }
+
+    pub fn cgroup_dirs(&self) -> Vec<PathBuf> {
+        ["cpuset", "cpu", "cpuacct"]
+            .iter()
+            .map(|h| Path::new("/sys/fs/cgroup").join(h).join(&self.cgroup))
+            .collect()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stop();
+        // Whatever the test left (a failure mid-way): move processes out and
+        // remove the directories.
+        for d in self.cgroup_dirs() {
+            if let Ok(rd) = std::fs::read_dir(&d) {
+                for e in rd.flatten().filter(|e| e.path().is_dir()) {
+                    let root = d.parent().unwrap().join("cgroup.procs");
+                    if let Ok(p) = std::fs::read_to_string(e.path().join("cgroup.procs")) {
+                        for pid in p.split_whitespace() {
+                            let _ = std::fs::write(&root, pid);
+                        }
+                    }
+                    let _ = std::fs::remove_dir(e.path());
+                }
+            }
+            let _ = std::fs::remove_dir(&d);
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! A connection to the broker: typed requests, typed errors.
+
+use allot_plan::CellSpec;
+use allot_proto::msg::ErrorCode;
+use allot_proto::{CallError, Conn, PageMap, Reply, Request};
+use rustix::fd::{AsFd, BorrowedFd};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Why a broker call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// No broker listens on the socket.
+    #[error("no broker answers on {path}: {source}")]
+    NoBroker {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The connection failed mid-call.
+    #[error(transparent)]
+    Call(#[from] CallError),
+    /// The broker answered with an error.
+    #[error("{message}")]
+    Broker {
+        /// Stable code.
+        code: ErrorCode,
+        /// What happened and what to do.
+        message: String,
+    },
+    /// The broker answered something unexpected.
+    #[error("unexpected reply from the broker: {0}")]
+    Protocol(String),
+    /// The grant page could not be mapped.
+    #[error("cannot map the grant page: {0}")]
+    Page(#[from] allot_proto::ShmError),
+}
+
+impl ClientError {
+    /// The broker's error code, if it answered with one.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            ClientError::Broker { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+impl From<std::io::Error> for ClientError {
+    fn from(e: std::io::Error) -> Self {
+        ClientError::Call(CallError::Io(e))
+    }
+}
+
+fn broker_err(reply: Reply) -> ClientError {
+    match reply {
+        Reply::Error { code, message, .. } => ClientError::Broker { code, message },
+        other => ClientError::Protocol(format!("{other:?}")),
+    }
+}
+
+/// What the broker says about itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Welcome {
+    /// Broker pid.
+    pub broker_pid: u32,
+    /// Broker run id (changes on restart).
+    pub instance: u64,
+    /// Enforcement backend.
+    pub backend: String,
+    /// Machine summary.
+    pub machine: String,
+    /// CPUs available to cells.
+    pub cpus: u32,
+}
+
+/// An admitted cell: its id, the secret to rejoin it, and its grant page.
+#[derive(Debug)]
+pub struct Registration {
+    /// Cell id.
+    pub cell: u64,
+    /// Rejoin secret.
+    pub token: u64,
+    /// The grant page.
+    pub page: PageMap,
+}
+
+/// A connection to the broker.
+#[derive(Debug)]
+pub struct Client {
+    conn: Conn,
+    socket: PathBuf,
+}
+
+impl Client {
+    /// Connects to the broker at `socket`.
+    pub fn connect(socket: &Path) -> Result<Client, ClientError> {
+        let conn = Conn::connect(socket).map_err(|source| ClientError::NoBroker {
+            path: socket.to_path_buf(),
+            source,
+        })?;
+        Ok(Client {
+            conn,
+            socket: socket.to_path_buf(),
+        })
+    }
+
+    /// Connects to the default socket (`$ALLOT_SOCKET` or the per-user path).
+    pub fn connect_default() -> Result<Client, ClientError> {
+        Self::connect(&allot_proto::default_socket_path())
+    }
+
+    /// The socket this client is connected to.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// The raw connection (to poll it).
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.conn.fd()
+    }
+
+    /// Bounds how long a call waits for its reply.
+    pub fn set_timeout(&self, t: Option<Duration>) -> Result<(), ClientError> {
+        self.conn.set_timeout(t)?;
+        Ok(())
+    }
+
+    fn call(&mut self, req: &Request) -> Result<Reply, ClientError> {
+        Ok(self.conn.call(req)?.0)
+    }
+
+    fn ok(&mut self, req: &Request) -> Result<(), ClientError> {
+        match self.call(req)? {
+            Reply::Ok => Ok(()),
+            other => Err(broker_err(other)),
+        }
+    }
+
+    /// Introduces the client; returns the broker's description of itself.
+    pub fn hello(&mut self, client: &str) -> Result<Welcome, ClientError> {
+        match self.call(&Request::Hello {
+            client: client.into(),
+        })? {
+            Reply::Welcome {
+                broker_pid,
+                instance,
+                backend,
+                machine,
+                cpus,
+            } => Ok(Welcome {
+                broker_pid,
+                instance,
+                backend,
+                machine,
+                cpus,
+            }),
+            other => Err(broker_err(other)),
+        }
+    }
+
+    /// Registers a cell for `members` (empty: this process). With `wait`,
+    /// blocks in the broker's queue until admitted, calling `on_queued` with
+    /// the position and reason first.
+    pub fn register(
+        &mut self,
+        name: &str,
+        spec: CellSpec,
+        members: &[u32],
+        wait: bool,
+        mut on_queued: impl FnMut(u32, &str),
+    ) -> Result<Registration, ClientError> {
+        self.conn.send(&Request::Register {
+            name: name.into(),
+            spec,
+            wait,
+            members: members.to_vec(),
+        })?;
+        loop {
+            let (reply, fd) = self.conn.recv()?;
+            match reply {
+                Reply::Registered { cell, token, .. } => {
+                    let fd = fd.ok_or_else(|| {
+                        ClientError::Protocol("Registered without a grant page".into())
+                    })?;
+                    return Ok(Registration {
+                        cell,
+                        token,
+                        page: PageMap::open(fd)?,
+                    });
+                }
+                Reply::Queued {
+                    position, reason, ..
+                } => on_queued(position, &reason),
+                other => return Err(broker_err(other)),
+            }
+        }
+    }
+
+    /// Reattaches to `cell` after a broker restart, handing back the page
+    /// the client holds so every process of the cell keeps reading the same
+    /// page. Returns the page to use from now on.
+    pub fn rejoin(
+        &mut self,
+        cell: u64,
+        token: u64,
+        page: Option<&PageMap>,
+    ) -> Result<PageMap, ClientError> {
+        let req = Request::Rejoin { cell, token };
+        match page {
+            Some(p) => self.conn.send_with_fd(&req, p.fd().as_fd())?,
+            None => self.conn.send(&req)?,
+        }
+        let (reply, fd) = self.conn.recv()?;
+        match reply {
+            Reply::Registered { .. } => {
+                let fd = fd.ok_or_else(|| {
+                    ClientError::Protocol("Registered without a grant page".into())
+                })?;
+                Ok(PageMap::open(fd)?)
+            }
+            other => Err(broker_err(other)),
+        }
+    }
+
+    /// Adds process `pid` to `cell`.
+    pub fn add_member(&mut self, cell: u64, pid: u32) -> Result<(), ClientError> {
+        self.ok(&Request::AddMember { cell, pid })
+    }
+
+    /// Sends a progress report (no reply).
+    pub fn report(
+        &mut self,
+        cell: u64,
+        busy: u32,
+        wanted: u32,
+        progress: u64,
+    ) -> Result<(), ClientError> {
+        self.conn.send(&Request::Report {
+            cell,
+            busy,
+            wanted,
+            progress,
+        })?;
+        Ok(())
+    }
+
+    /// Changes `cell`'s request.
+    pub fn update_spec(&mut self, cell: u64, spec: CellSpec) -> Result<(), ClientError> {
+        self.ok(&Request::UpdateSpec { cell, spec })
+    }
+
+    /// Ends `cell`.
+    pub fn release(&mut self, cell: u64) -> Result<(), ClientError> {
+        self.ok(&Request::Release { cell })
+    }
+
+    /// The broker's status document (JSON text).
+    pub fn status(&mut self) -> Result<String, ClientError> {
+        self.conn.send(&Request::Status)?;
+        let mut json = String::new();
+        loop {
+            match self.conn.recv()?.0 {
+                Reply::Status { more, json: part } => {
+                    json.push_str(&part);
+                    if !more {
+                        return Ok(json);
+                    }
+                }
+                other => return Err(broker_err(other)),
+            }
+        }
+    }
+
+    /// Asks the broker to exit.
+    pub fn shutdown(&mut self) -> Result<(), ClientError> {
+        self.ok(&Request::Shutdown)
+    }
+}
