@@ -1,11 +1,22 @@
 //! allot's client library.
 //!
-//! A program (or `allot run` on its behalf) connects to the broker,
-//! registers a cell, and reads its grant from a shared page at the cost of a
-//! few loads: [`Client`], [`Registration`], [`allot_proto::GrantPage`].
+//! A parallel program uses it to share the machine cooperatively: it
+//! registers as a cell (or joins the cell `allot run` put it in), reads its
+//! grant in nanoseconds from a shared page, learns of changes at once
+//! (futex), and reports its progress. Without a broker it runs standalone on
+//! the CPUs it is allowed, unchanged.
+//!
+//! - [`Cell`]: the handle programs and runtimes use.
+//! - [`Client`]: the raw connection (for `allot run` and tools).
+//!
+//! The library starts no async runtime and installs no global logger; a
+//! registered cell owns one small watcher thread that rejoins the broker
+//! after a restart.
 
+mod cell;
 mod conn;
 
 pub use allot_plan::{CellSpec, Placement};
 pub use allot_proto::{Grant, GrantPage, PageMap};
+pub use cell::{Cell, GrantWriter, Mode, Options, broker_alive, page_from_raw_fd};
 pub use conn::{Client, ClientError, Registration, Welcome};

@@ -1,0 +1,441 @@
+//! A cell as its program sees it: the grant, changes to it, reports.
+//!
+//! [`Cell`] hides where the grant comes from:
+//!
+//! - **registered**: this program asked the broker for a cell;
+//! - **joined**: `allot run` put this program in a cell and passed the grant
+//!   page down (`ALLOT_CELL`, `ALLOT_GRANT_FD`);
+//! - **standalone**: no broker; the grant is the CPUs the process may use
+//!   and never changes (the ARS "graceful fallback");
+//! - **manual**: the caller publishes grants itself (tests, simulations,
+//!   embedding the runtime under another resource manager).
+//!
+//! Reading the grant is a seqlock read of a shared page behind one atomic
+//! pointer: no system call, no lock. The page pointer changes only if the
+//! broker restarts *and* cannot adopt the page this client held; old
+//! mappings stay mapped until the `Cell` drops, so a reader racing the
+//! switch still reads valid memory.
+//!
+//! For registered cells a watcher thread notices when the broker goes away
+//! (end of stream on the socket), keeps the last grant meanwhile, and
+//! rejoins the restarted broker with the cell's token, handing its page back
+//! so every process that mapped it keeps reading the same page. If the new
+//! broker no longer knows the cell (its journal was lost) the watcher
+//! registers it again.
+
+use crate::conn::{Client, ClientError};
+use allot_plan::CellSpec;
+use allot_proto::msg::ErrorCode;
+use allot_proto::{GrantPage, PageMap};
+use allot_topo::CpuSet;
+use rustix::fd::{FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+pub use allot_proto::Grant;
+
+/// How a [`Cell`] gets its grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Registered with the broker by this program.
+    Registered,
+    /// Put in a cell by `allot run`.
+    Joined,
+    /// No broker: the allowed CPUs, fixed.
+    Standalone,
+    /// Grants published by the caller.
+    Manual,
+}
+
+/// Options for [`Cell::register`].
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Cell name shown by `allot status`.
+    pub name: String,
+    /// What to ask for.
+    pub spec: CellSpec,
+    /// Broker socket (default: `$ALLOT_SOCKET` or the per-user path).
+    pub socket: Option<PathBuf>,
+    /// Queue if admission says "not now".
+    pub wait: bool,
+    /// Without a broker, run standalone instead of failing.
+    pub fallback: bool,
+}
+
+impl Options {
+    /// Defaults: best effort, no waiting, standalone fallback on.
+    pub fn new(name: impl Into<String>) -> Options {
+        Options { name: name.into(), spec: CellSpec::default(), socket: None, wait: false, fallback: true }
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    current: AtomicPtr<GrantPage>,
+    pages: Mutex<Vec<Arc<PageMap>>>,
+    mode: Mode,
+    id: AtomicU64,
+    token: AtomicU64,
+    socket: Option<PathBuf>,
+    conn: Mutex<Option<Client>>,
+    name: String,
+    spec: CellSpec,
+    stop: AtomicBool,
+    broker_up: AtomicBool,
+    fallback_reason: Option<String>,
+}
+
+// SAFETY: `current` always points into a mapping owned by `pages`, which is
+// only ever appended to while `Inner` lives; every access through it is to
+// atomics.
+unsafe impl Send for Inner {}
+// SAFETY: see `Send`.
+unsafe impl Sync for Inner {}
+
+impl Inner {
+    fn page(&self) -> &GrantPage {
+        // SAFETY: the pointer is set from a `PageMap` kept alive in `pages`
+        // until `Inner` drops (mappings are never removed).
+        unsafe { &*self.current.load(Ordering::Acquire) }
+    }
+
+    fn switch_to(&self, page: Arc<PageMap>) {
+        let ptr = page.page() as *const GrantPage as *mut GrantPage;
+        self.pages.lock().unwrap_or_else(|p| p.into_inner()).push(page);
+        self.current.store(ptr, Ordering::Release);
+    }
+
+    fn current_map(&self) -> Option<Arc<PageMap>> {
+        let ptr = self.current.load(Ordering::Acquire) as *const GrantPage;
+        self.pages.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|p| std::ptr::eq(p.page(), ptr)).cloned()
+    }
+}
+
+/// A cell: read its grant, wait for changes, report progress.
+#[derive(Debug, Clone)]
+pub struct Cell {
+    inner: Arc<Inner>,
+    _watcher: Option<Arc<Watcher>>,
+}
+
+#[derive(Debug)]
+struct Watcher {
+    inner: Arc<Inner>,
+    handle: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.inner.stop.store(true, Ordering::Release);
+        if let Some(h) = self.handle.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = h.join();
+        }
+        if self.inner.mode == Mode::Registered {
+            let id = self.inner.id.load(Ordering::Acquire);
+            if let Some(c) = self.inner.conn.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+                let _ = c.set_timeout(Some(Duration::from_secs(2)));
+                let _ = c.release(id);
+            }
+        }
+    }
+}
+
+/// Poll period of the watcher while the broker is up.
+const WATCH_PERIOD: Duration = Duration::from_millis(200);
+/// Reconnection back-off bounds.
+const BACKOFF_MIN: Duration = Duration::from_millis(20);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+fn allowed_grant() -> Grant {
+    let cpus = allot_topo::allowed_cpus().unwrap_or_else(|_| CpuSet::first_n(1));
+    Grant { generation: 1, threads: cpus.len() as u32, entitled: cpus.len() as u32, cpus, ..Grant::default() }
+}
+
+fn local_page(g: &Grant) -> Result<Arc<PageMap>, ClientError> {
+    let p = PageMap::create(g.cell, 0)?;
+    p.page().publish(g);
+    Ok(Arc::new(p))
+}
+
+impl Cell {
+    fn from_parts(mode: Mode, page: Arc<PageMap>, id: u64, token: u64, socket: Option<PathBuf>, conn: Option<Client>, opts: Option<&Options>, reason: Option<String>) -> Cell {
+        let ptr = page.page() as *const GrantPage as *mut GrantPage;
+        let inner = Arc::new(Inner {
+            current: AtomicPtr::new(ptr),
+            pages: Mutex::new(vec![page]),
+            mode,
+            id: AtomicU64::new(id),
+            token: AtomicU64::new(token),
+            socket,
+            conn: Mutex::new(conn),
+            name: opts.map(|o| o.name.clone()).unwrap_or_default(),
+            spec: opts.map(|o| o.spec).unwrap_or_default(),
+            stop: AtomicBool::new(false),
+            broker_up: AtomicBool::new(matches!(mode, Mode::Registered | Mode::Joined)),
+            fallback_reason: reason,
+        });
+        let watcher = (mode == Mode::Registered).then(|| {
+            let w = Arc::new(Watcher { inner: inner.clone(), handle: Mutex::new(None) });
+            let i = inner.clone();
+            let h = std::thread::Builder::new().name("allot-watch".into()).spawn(move || watch(i)).ok();
+            *w.handle.lock().unwrap_or_else(|p| p.into_inner()) = h;
+            w
+        });
+        Cell { inner, _watcher: watcher }
+    }
+
+    /// Registers this process as a cell with the broker. Without a broker
+    /// and with `opts.fallback`, returns a standalone cell (see
+    /// [`Cell::fallback_reason`]); admission refusals are errors.
+    pub fn register(opts: &Options) -> Result<Cell, ClientError> {
+        let socket = opts.socket.clone().unwrap_or_else(allot_proto::default_socket_path);
+        let mut client = match Client::connect(&socket) {
+            Ok(c) => c,
+            Err(e) if opts.fallback => return Ok(Cell::standalone_because(e.to_string())),
+            Err(e) => return Err(e),
+        };
+        let reg = client.register(&opts.name, opts.spec, &[], opts.wait, |_, _| {})?;
+        Ok(Cell::from_parts(Mode::Registered, Arc::new(reg.page), reg.cell, reg.token, Some(socket), Some(client), Some(opts), None))
+    }
+
+    /// The cell `allot run` put this process in, from `ALLOT_CELL` and
+    /// `ALLOT_GRANT_FD`; `None` outside `allot run`.
+    pub fn from_env() -> Option<Result<Cell, ClientError>> {
+        let id: u64 = std::env::var(allot_proto::ENV_CELL).ok()?.parse().ok()?;
+        let fd: i32 = std::env::var(allot_proto::ENV_GRANT_FD).ok()?.parse().ok()?;
+        // Duplicate the inherited descriptor so the caller's fd stays theirs.
+        // SAFETY: `fd` is only borrowed for the duration of the dup call; if
+        // it is not open, fcntl fails and we report it.
+        let borrowed = unsafe { rustix::fd::BorrowedFd::borrow_raw(fd) };
+        let dup = match rustix::io::fcntl_dupfd_cloexec(borrowed, 0) {
+            Ok(d) => d,
+            Err(e) => return Some(Err(ClientError::Call(allot_proto::CallError::Io(e.into())))),
+        };
+        let page = match PageMap::open(dup) {
+            Ok(p) => p,
+            Err(e) => return Some(Err(e.into())),
+        };
+        let socket = std::env::var_os(allot_proto::ENV_SOCKET).map(PathBuf::from);
+        Some(Ok(Cell::from_parts(Mode::Joined, Arc::new(page), id, 0, socket, None, None, None)))
+    }
+
+    /// `from_env`, else `register`, else standalone: what a library that
+    /// just wants "the CPUs I should use" calls.
+    pub fn auto(name: &str) -> Cell {
+        if let Some(Ok(c)) = Cell::from_env() {
+            return c;
+        }
+        Cell::register(&Options::new(name)).unwrap_or_else(|e| Cell::standalone_because(e.to_string()))
+    }
+
+    /// A cell without a broker: the CPUs this process may use, fixed.
+    pub fn standalone() -> Cell {
+        Cell::standalone_because("requested".into())
+    }
+
+    fn standalone_because(reason: String) -> Cell {
+        let g = allowed_grant();
+        match local_page(&g) {
+            Ok(p) => Cell::from_parts(Mode::Standalone, p, 0, 0, None, None, None, Some(reason)),
+            Err(e) => panic!("cannot create a local grant page (memfd_create failed: {e})"),
+        }
+    }
+
+    /// A cell whose grants the caller publishes through the returned
+    /// [`GrantWriter`]. Starts with `cpus`.
+    pub fn manual(cpus: CpuSet) -> Result<(Cell, GrantWriter), ClientError> {
+        let g = Grant { generation: 1, threads: cpus.len() as u32, entitled: cpus.len() as u32, cpus, ..Grant::default() };
+        let page = local_page(&g)?;
+        let cell = Cell::from_parts(Mode::Manual, page.clone(), 0, 0, None, None, None, None);
+        Ok((cell, GrantWriter { page, generation: 1 }))
+    }
+
+    /// Where the grant comes from.
+    pub fn mode(&self) -> Mode {
+        self.inner.mode
+    }
+
+    /// Why the cell is standalone, if it fell back.
+    pub fn fallback_reason(&self) -> Option<&str> {
+        self.inner.fallback_reason.as_deref()
+    }
+
+    /// The cell id (0 when standalone or manual).
+    pub fn id(&self) -> u64 {
+        self.inner.id.load(Ordering::Acquire)
+    }
+
+    /// Whether the broker currently answers (registered cells).
+    pub fn broker_up(&self) -> bool {
+        self.inner.broker_up.load(Ordering::Acquire)
+    }
+
+    /// The current grant. A few dozen loads, no system call.
+    pub fn grant(&self) -> Grant {
+        self.inner.page().read()
+    }
+
+    /// The grant generation (one load).
+    pub fn generation(&self) -> u64 {
+        self.inner.page().generation()
+    }
+
+    /// Recommended worker count (one load).
+    pub fn threads(&self) -> u32 {
+        self.inner.page().threads().max(1)
+    }
+
+    /// Blocks until the grant's generation differs from `seen` (or `timeout`
+    /// passes) and returns the grant then current.
+    pub fn wait_change(&self, seen: u64, timeout: Option<Duration>) -> Grant {
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        loop {
+            let page = self.inner.page();
+            let word = page.futex_word();
+            let g = page.read();
+            if g.generation != seen {
+                return g;
+            }
+            let left = match deadline {
+                Some(d) => match d.checked_duration_since(std::time::Instant::now()) {
+                    Some(l) if !l.is_zero() => Some(l.min(WATCH_PERIOD)),
+                    _ => return g,
+                },
+                // Bounded waits so a page switch (broker restart) is noticed.
+                None => Some(WATCH_PERIOD),
+            };
+            page.wait(word, left);
+        }
+    }
+
+    /// Tells the broker how the cell is doing: workers busy now, CPUs it
+    /// could use now (0: unknown), a monotone progress counter. Ignored when
+    /// there is no broker.
+    pub fn report(&self, busy: u32, wanted: u32, progress: u64) -> Result<(), ClientError> {
+        let id = self.id();
+        if id == 0 {
+            return Ok(());
+        }
+        let mut conn = self.inner.conn.lock().unwrap_or_else(|p| p.into_inner());
+        if conn.is_none() {
+            let Some(socket) = &self.inner.socket else { return Ok(()) };
+            *conn = Some(Client::connect(socket)?);
+        }
+        let c = conn.as_mut().expect("set above");
+        if let Err(e) = c.report(id, busy, wanted, progress) {
+            *conn = None;
+            return Err(e);
+        }
+        Ok(())
+    }
+}
+
+/// Publishes grants to a manual cell.
+#[derive(Debug)]
+pub struct GrantWriter {
+    page: Arc<PageMap>,
+    generation: u64,
+}
+
+impl GrantWriter {
+    /// Publishes `cpus` (with `lent` marked) as the next generation; the
+    /// recommended thread count is the number of CPUs.
+    pub fn publish(&mut self, cpus: CpuSet, lent: CpuSet) -> u64 {
+        self.generation += 1;
+        self.page.page().publish(&Grant {
+            generation: self.generation,
+            threads: cpus.len().max(1) as u32,
+            entitled: cpus.difference(&lent).len() as u32,
+            cpus,
+            lent,
+            ..Grant::default()
+        });
+        self.generation
+    }
+}
+
+/// The watcher thread of a registered cell: waits for the broker to hang
+/// up (polling a duplicate of the socket, so reports are never blocked),
+/// then reconnects.
+fn watch(inner: Arc<Inner>) {
+    while !inner.stop.load(Ordering::Acquire) {
+        let fd = inner
+            .conn
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .and_then(|c| rustix::io::fcntl_dupfd_cloexec(c.fd(), 0).ok());
+        let gone = match fd {
+            None => true,
+            Some(fd) => hung_up(&fd, WATCH_PERIOD),
+        };
+        if gone && !inner.stop.load(Ordering::Acquire) {
+            inner.broker_up.store(false, Ordering::Release);
+            *inner.conn.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            reconnect(&inner);
+        }
+    }
+}
+
+/// Waits up to `wait` for the peer to hang up.
+fn hung_up(fd: &OwnedFd, wait: Duration) -> bool {
+    use rustix::event::{PollFd, PollFlags};
+    let mut fds = [PollFd::new(fd, PollFlags::RDHUP | PollFlags::HUP)];
+    let ts = rustix::time::Timespec { tv_sec: wait.as_secs() as i64, tv_nsec: wait.subsec_nanos() as _ };
+    match rustix::event::poll(&mut fds, Some(&ts)) {
+        Ok(0) | Err(_) => false,
+        Ok(_) => fds[0].revents().intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR),
+    }
+}
+
+fn reconnect(inner: &Arc<Inner>) {
+    let Some(socket) = inner.socket.clone() else { return };
+    let mut backoff = BACKOFF_MIN;
+    while !inner.stop.load(Ordering::Acquire) {
+        std::thread::sleep(backoff);
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+        let Ok(mut client) = Client::connect(&socket) else { continue };
+        let id = inner.id.load(Ordering::Acquire);
+        let token = inner.token.load(Ordering::Acquire);
+        let held = inner.current_map();
+        match client.rejoin(id, token, held.as_deref()) {
+            Ok(page) => {
+                inner.switch_to(Arc::new(page));
+            }
+            Err(e) if e.code() == Some(ErrorCode::UnknownCell) => {
+                // The new broker lost the cell: ask again.
+                match client.register(&inner.name, inner.spec, &[], true, |_, _| {}) {
+                    Ok(reg) => {
+                        inner.id.store(reg.cell, Ordering::Release);
+                        inner.token.store(reg.token, Ordering::Release);
+                        inner.switch_to(Arc::new(reg.page));
+                    }
+                    Err(_) => continue,
+                }
+            }
+            Err(_) => continue,
+        }
+        *inner.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(client);
+        inner.broker_up.store(true, Ordering::Release);
+        return;
+    }
+}
+
+/// Maps a grant page from a raw inherited descriptor (for the C API and
+/// the preload shim, which receive descriptors from the environment).
+///
+/// # Safety
+/// `fd` must be an open descriptor this call may take ownership of.
+pub unsafe fn page_from_raw_fd(fd: i32) -> Result<PageMap, ClientError> {
+    // SAFETY: the caller hands over ownership of an open descriptor.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    Ok(PageMap::open(owned)?)
+}
+
+/// Whether a broker answers on `socket`.
+pub fn broker_alive(socket: &Path) -> bool {
+    Client::connect(socket).is_ok()
+}
