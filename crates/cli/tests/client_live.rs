@@ -1,0 +1,86 @@
+//! The client library's `Cell` against a real broker.
+
+mod common;
+
+use allot_client::{Cell, Mode, Options};
+use allot_topo::CpuSet;
+use common::*;
+use std::time::Duration;
+
+#[test]
+fn standalone_and_manual_cells() {
+    let s = Cell::standalone();
+    assert_eq!(s.mode(), Mode::Standalone);
+    assert_eq!(s.grant().cpus, allot_topo::allowed_cpus().unwrap());
+    let (m, mut w) = Cell::manual(CpuSet::first_n(1)).unwrap();
+    let g0 = m.grant();
+    let waiter = {
+        let m = m.clone();
+        std::thread::spawn(move || m.wait_change(g0.generation, Some(Duration::from_secs(5))))
+    };
+    std::thread::sleep(Duration::from_millis(20));
+    w.publish(CpuSet::first_n(2), CpuSet::parse_list("1").unwrap());
+    let g = waiter.join().unwrap();
+    assert_eq!(g.cpus, CpuSet::first_n(2));
+    assert_eq!(g.lent.to_string(), "1");
+    assert_eq!(m.threads(), 2);
+}
+
+#[test]
+fn no_broker_means_standalone_with_a_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = Options::new("t");
+    o.socket = Some(dir.path().join("nobody.sock"));
+    let c = Cell::register(&o).unwrap();
+    assert_eq!(c.mode(), Mode::Standalone);
+    assert!(
+        c.fallback_reason().unwrap().contains("no broker answers"),
+        "{:?}",
+        c.fallback_reason()
+    );
+    o.fallback = false;
+    assert!(Cell::register(&o).is_err());
+}
+
+#[test]
+fn registered_cell_follows_the_broker_across_a_restart() {
+    let mut d = Daemon::start("dry-run", &[]);
+    let mut o = Options::new("me");
+    o.socket = Some(d.socket.clone());
+    let cell = Cell::register(&o).unwrap();
+    assert_eq!(cell.mode(), Mode::Registered);
+    let id = cell.id();
+    let g = cell.grant();
+    assert_eq!(g.cell, id);
+    assert!(!g.cpus.is_empty());
+    cell.report(1, 0, 10).unwrap();
+    assert!(eventually(Duration::from_secs(2), || d.status()["cells"]
+        [0]["progress"]
+        == 10));
+
+    d.kill9();
+    assert!(eventually(Duration::from_secs(3), || !cell.broker_up()));
+    assert_eq!(
+        cell.grant().cpus,
+        g.cpus,
+        "the last grant is kept while the broker is down"
+    );
+    d.spawn();
+    assert!(
+        eventually(Duration::from_secs(5), || cell.broker_up()),
+        "watcher did not rejoin\n{}",
+        d.log()
+    );
+    assert_eq!(cell.id(), id);
+    let instance = d.client().hello("t").unwrap().instance;
+    assert!(
+        eventually(Duration::from_secs(2), || cell.grant().instance == instance),
+        "the page is written by the new broker"
+    );
+    // Dropping the cell releases it.
+    drop(cell);
+    assert!(eventually(Duration::from_secs(3), || d.status()["cells"]
+        .as_array()
+        .unwrap()
+        .is_empty()));
+}

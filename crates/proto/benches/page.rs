@@ -1,0 +1,39 @@
+//! Cost of reading a grant, against the system call a program would use
+//! today to learn its CPUs (`sched_getaffinity`).
+//!
+//! Run: `cargo bench -p allot-proto --bench page`.
+
+use allot_proto::{Grant, PageMap};
+use allot_topo::CpuSet;
+use std::sync::OnceLock;
+
+fn main() {
+    divan::main();
+}
+
+fn page() -> &'static PageMap {
+    static P: OnceLock<PageMap> = OnceLock::new();
+    P.get_or_init(|| {
+        let p = PageMap::create(1, 1).unwrap();
+        p.page().publish(&Grant { generation: 7, threads: 2, cpus: CpuSet::first_n(2), ..Default::default() });
+        p
+    })
+}
+
+/// A full consistent read of the grant (seqlock, 37 loads).
+#[divan::bench]
+fn grant_page_read() -> Grant {
+    divan::black_box(page().page()).read()
+}
+
+/// The generation alone (one load): "did anything change?".
+#[divan::bench]
+fn grant_page_generation() -> u64 {
+    divan::black_box(page().page()).generation()
+}
+
+/// Baseline: what a runtime calls today to size itself.
+#[divan::bench]
+fn baseline_sched_getaffinity() -> bool {
+    rustix::thread::sched_getaffinity(None).map(|s| s.is_set(0)).unwrap_or(false)
+}
