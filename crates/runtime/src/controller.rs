@@ -1,0 +1,421 @@
+//! The thread controller: every worker's loop (Sting's thread controller).
+//!
+//! The controller owns the mechanisms — running tasks, looking for work,
+//! spinning then sleeping, following the CPU assignment — and asks the
+//! pool's [`ThreadPolicy`] for every decision (where a task goes, what runs
+//! next, whom to steal from, whom to wake, where a retiring worker's tasks
+//! go).
+//!
+//! # Worker slots
+//!
+//! A pool has a fixed number of *slots* (at least the machine's CPU count).
+//! Slot `i` is served by one OS thread for the pool's whole life, started
+//! the first time the slot gets a CPU. Each slot has:
+//!
+//! - `target`: the CPU the monitor assigned (`cpu + 1`, 0 = none), written
+//!   only by the monitor (`crate::monitor`);
+//! - `current`: the CPU the worker is pinned to and serving (`cpu + 1`,
+//!   0 = dormant), written only by the worker.
+//!
+//! The slot is *settled* when `current == target`; the pool is resized when
+//! every slot is settled.
+//!
+//! # Following the assignment (retirement protocol)
+//!
+//! A worker compares `target` with `current` between tasks, and in every
+//! round of looking for work (also inside `join` waits):
+//!
+//! 1. same → nothing;
+//! 2. another CPU → pin itself there, store `current` (re-pin; its queue
+//!    and any task on its stack come along);
+//! 3. none, at the top of its loop (no task on its stack) → retire:
+//!    `drain` its queues through the policy, wake a sleeper through the
+//!    fenced path, leave the roster, `current = 0`, then park `DORMANT`
+//!    until a CPU is assigned again;
+//! 4. none, inside a `join`/`scope` wait (a task is on its stack, and tasks
+//!    are never preempted) → drain its queue and take no new work, only
+//!    wait for its latch; it retires when it is back at the top.
+//!
+//! Because a worker only retires with an empty stack and after draining,
+//! and queues return each task exactly once, no task is lost or run twice
+//! across a resize.
+
+use crate::affinity;
+use crate::loom::hint;
+use crate::policy::{Here, Hint, Idle, Place, PoolInfo, ThreadPolicy, Wake};
+use crate::sleep::Sleep;
+use crate::sync::CoreLatch;
+use crate::task::{Outcome, StackJob, Task};
+use crossbeam_utils::CachePadded;
+use std::cell::Cell;
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// One worker slot's shared state (see the module docs).
+#[derive(Debug, Default)]
+pub(crate) struct Slot {
+    pub(crate) target: AtomicUsize,
+    pub(crate) current: AtomicUsize,
+    pub(crate) tid: AtomicI32,
+    pub(crate) idle: AtomicBool,
+    pub(crate) completed: AtomicU64,
+}
+
+/// Monitor-side bookkeeping, under `Registry::plan`.
+#[derive(Debug, Default)]
+pub(crate) struct PlanState {
+    pub(crate) generation: u64,
+    pub(crate) started: Vec<bool>,
+    pub(crate) handles: Vec<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// Everything the workers of one pool share.
+#[derive(Debug)]
+pub(crate) struct Registry {
+    pub(crate) info: PoolInfo,
+    pub(crate) policy: Box<dyn ThreadPolicy>,
+    pub(crate) sleep: Sleep,
+    pub(crate) slots: Box<[CachePadded<Slot>]>,
+    pub(crate) active: AtomicUsize,
+    pub(crate) terminate: AtomicBool,
+    pub(crate) spin: Duration,
+    pub(crate) name: String,
+    pub(crate) stack_size: Option<usize>,
+    pub(crate) plan: Mutex<PlanState>,
+    pub(crate) planned: AtomicU64,
+    pub(crate) settled: AtomicU64,
+    pub(crate) escaped_panics: AtomicU64,
+    pub(crate) pin_errors: AtomicU64,
+}
+
+thread_local! {
+    static CURRENT: Cell<*const WorkerThread> = const { Cell::new(std::ptr::null()) };
+}
+
+/// The state a worker thread keeps on its own stack.
+#[derive(Debug)]
+pub(crate) struct WorkerThread {
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) here: Here,
+    cpu: Cell<usize>,
+}
+
+/// What looking for work ended with.
+enum Found {
+    Task(Task),
+    /// The latch being waited for is set.
+    Done,
+    /// Top level only: retire (no CPU) or shut down.
+    Leave,
+}
+
+impl Registry {
+    pub(crate) fn slot(&self, i: usize) -> &Slot {
+        &self.slots[i]
+    }
+
+    /// Queues a task from a thread outside the pool (or from a worker of
+    /// another pool) and wakes a worker for it.
+    pub(crate) fn inject(&self, task: Task, hint: Hint) {
+        let place = self.policy.place(None, hint);
+        self.policy.enqueue(None, place, task, hint);
+        self.wake_for(None, place, hint, true);
+    }
+
+    #[inline]
+    fn wake_for(&self, from: Option<&Here>, place: Place, hint: Hint, external: bool) {
+        if external {
+            std::sync::atomic::fence(Ordering::SeqCst);
+        }
+        if self.sleep.sleepers() == 0 {
+            return;
+        }
+        match self.policy.wake(from, place, hint) {
+            Wake::Nobody => {}
+            Wake::Any => self.sleep.new_work(false, None),
+            Wake::Prefer(i) => self.sleep.new_work(false, Some(i)),
+        }
+    }
+
+    /// Whether every slot follows its assignment.
+    pub(crate) fn is_settled(&self) -> bool {
+        self.slots.iter().all(|s| s.current.load(Ordering::SeqCst) == s.target.load(Ordering::SeqCst))
+    }
+
+    /// Asks every worker to finish the queued work and exit.
+    pub(crate) fn shut_down(&self) {
+        self.terminate.store(true, Ordering::SeqCst);
+        for i in 0..self.slots.len() {
+            self.sleep.notify_worker(i);
+        }
+    }
+}
+
+impl WorkerThread {
+    /// The worker running on this thread, if any.
+    #[inline]
+    pub(crate) fn current() -> *const WorkerThread {
+        CURRENT.with(Cell::get)
+    }
+
+    /// The worker running on this thread if it serves `reg`.
+    #[inline]
+    pub(crate) fn current_in(reg: &Arc<Registry>) -> Option<&'static WorkerThread> {
+        let p = Self::current();
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: `CURRENT` is non-null only while `worker_main` runs on
+        // this thread, and everything that calls this runs inside it.
+        let wt = unsafe { &*p };
+        Arc::ptr_eq(&wt.registry, reg).then_some(wt)
+    }
+
+    /// Queues a task created on this worker and wakes a sleeper for it.
+    #[inline]
+    pub(crate) fn push(&self, task: Task, hint: Hint) {
+        let reg = &*self.registry;
+        let place = reg.policy.place(Some(&self.here), hint);
+        reg.policy.enqueue(Some(&self.here), place, task, hint);
+        reg.wake_for(Some(&self.here), place, hint, false);
+    }
+
+    #[inline]
+    fn execute(&self, t: Task) {
+        if panic::catch_unwind(AssertUnwindSafe(|| t.run())).is_err() {
+            self.registry.escaped_panics.fetch_add(1, Ordering::Relaxed);
+        }
+        let c = &self.registry.slot(self.here.index()).completed;
+        c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+
+    /// Compares the assignment with the CPU served; re-pins if moved.
+    /// Returns true if the worker must retire (no CPU).
+    fn follow_assignment(&self) -> bool {
+        let slot = self.registry.slot(self.here.index());
+        let t = slot.target.load(Ordering::SeqCst);
+        if t == self.cpu.get() {
+            return false;
+        }
+        if t == 0 {
+            return true;
+        }
+        self.pin(t);
+        self.cpu.set(t);
+        slot.current.store(t, Ordering::SeqCst);
+        false
+    }
+
+    fn pin(&self, t: usize) {
+        if affinity::pin_current(t - 1).is_err() {
+            self.registry.pin_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Runs `f` and `g`, possibly in parallel; `g` is offered to thieves
+    /// and taken back if nobody stole it.
+    pub(crate) fn join<A, B, RA, RB>(&self, a: A, b: B) -> (RA, RB)
+    where
+        A: FnOnce() -> RA + Send,
+        B: FnOnce() -> RB + Send,
+        RA: Send,
+        RB: Send,
+    {
+        let job_b = StackJob::new(b, CoreLatch::new(self.here.index(), &self.registry.sleep));
+        // SAFETY: `job_b` stays in this frame until its latch is set or the
+        // task is taken back below; the task is pushed once.
+        let task_b = unsafe { job_b.as_task() };
+        let id_b = task_b.id();
+        self.push(task_b, Hint::Fork);
+        let ra = panic::catch_unwind(AssertUnwindSafe(a));
+        while !job_b.signal.probe() {
+            match self.registry.policy.dequeue(&self.here, Hint::Wait) {
+                Some(t) if t.id() == id_b => {
+                    // Nobody stole `b`: run it here, without the latch.
+                    let f = job_b.take();
+                    let ra = ra.unwrap_or_else(|p| panic::resume_unwind(p));
+                    return (ra, f());
+                }
+                Some(t) => self.execute(t),
+                None => self.wait_until(&job_b.signal),
+            }
+        }
+        let ra = ra.unwrap_or_else(|p| panic::resume_unwind(p));
+        match job_b.into_outcome() {
+            Outcome::Done(rb) => (ra, rb),
+            Outcome::Panicked(p) => panic::resume_unwind(p),
+            Outcome::Pending => unreachable!("latch set before the result"),
+        }
+    }
+
+    /// Runs other work until `latch` is set.
+    pub(crate) fn wait_until(&self, latch: &CoreLatch) {
+        let done = || latch.probe();
+        loop {
+            match self.find_work(Hint::Wait, Some(&done)) {
+                Found::Task(t) => self.execute(t),
+                Found::Done | Found::Leave => return,
+            }
+        }
+    }
+
+    /// Runs other work until `done()` holds; `done` must be a condition
+    /// whose setter then calls `Sleep::notify_worker(self.index)`.
+    pub(crate) fn wait_for(&self, done: &dyn Fn() -> bool) {
+        loop {
+            match self.find_work(Hint::Wait, Some(done)) {
+                Found::Task(t) => self.execute(t),
+                Found::Done | Found::Leave => return,
+            }
+        }
+    }
+
+    /// Looks for a task: policy dequeue, then policy idle (steal), then
+    /// spin, then sleep. `until` is set when waiting inside a task.
+    fn find_work(&self, mut hint: Hint, until: Option<&dyn Fn() -> bool>) -> Found {
+        let reg = &*self.registry;
+        let here = &self.here;
+        let slot = reg.slot(here.index());
+        let mut round = 0u32;
+        let mut spin_start: Option<Instant> = None;
+        let found = loop {
+            if let Some(done) = until
+                && done()
+            {
+                break Found::Done;
+            }
+            let retiring = self.follow_assignment();
+            if retiring {
+                if until.is_none() {
+                    break Found::Leave;
+                }
+                // A task is on our stack: hand our queue to others and
+                // only wait.
+                reg.policy.drain(here, Hint::Resize);
+                reg.wake_for(None, Place::Global, Hint::Resize, true);
+            } else {
+                if let Some(t) = reg.policy.dequeue(here, hint) {
+                    break Found::Task(t);
+                }
+                match reg.policy.idle(here, round, Hint::Steal) {
+                    Idle::Run(t) => break Found::Task(t),
+                    Idle::Retry => {
+                        round = round.saturating_add(1);
+                        hint::spin_loop();
+                        continue;
+                    }
+                    Idle::Park => {}
+                }
+            }
+            if until.is_none() && reg.terminate.load(Ordering::SeqCst) {
+                break Found::Leave;
+            }
+            if round == 0 {
+                slot.idle.store(true, Ordering::Relaxed);
+            }
+            let start = *spin_start.get_or_insert_with(Instant::now);
+            if round < 4 || start.elapsed() < reg.spin {
+                backoff(round);
+                round = round.saturating_add(1);
+                continue;
+            }
+            // Sleep: announce, re-check everything, then park.
+            let s = reg.sleep.announce(here.index());
+            let stop = until.is_some_and(|d| d())
+                || (!retiring && slot.target.load(Ordering::SeqCst) != self.cpu.get())
+                || (until.is_none() && reg.terminate.load(Ordering::SeqCst));
+            if stop {
+                reg.sleep.cancel(s);
+                continue;
+            }
+            if !retiring {
+                if let Some(t) = reg.policy.dequeue(here, Hint::Wake) {
+                    reg.sleep.cancel(s);
+                    break Found::Task(t);
+                }
+                match reg.policy.idle(here, 0, Hint::Steal) {
+                    Idle::Run(t) => {
+                        reg.sleep.cancel(s);
+                        break Found::Task(t);
+                    }
+                    Idle::Retry => {
+                        reg.sleep.cancel(s);
+                        continue;
+                    }
+                    Idle::Park => {}
+                }
+            }
+            reg.sleep.park(s);
+            hint = Hint::Wake;
+            round = 0;
+            spin_start = None;
+        };
+        slot.idle.store(false, Ordering::Relaxed);
+        found
+    }
+}
+
+/// Pauses between idle rounds: a growing burst of spin hints, and a
+/// scheduler yield now and then so a co-located thread can run.
+#[inline]
+fn backoff(round: u32) {
+    for _ in 0..(1u32 << round.min(6)) {
+        hint::spin_loop();
+    }
+    if round > 16 && round % 8 == 0 {
+        std::thread::yield_now();
+    }
+}
+
+/// The body of worker slot `index`'s thread.
+pub(crate) fn worker_main(reg: Arc<Registry>, index: usize) {
+    let wt = WorkerThread { here: Here::new(index, reg.info.id), registry: reg, cpu: Cell::new(0) };
+    let reg = &*wt.registry;
+    CURRENT.with(|c| c.set(&wt));
+    reg.sleep.register(index, std::thread::current());
+    let slot = reg.slot(index);
+    slot.tid.store(affinity::current_tid(), Ordering::SeqCst);
+    reg.policy.init_worker(&wt.here);
+    loop {
+        let t = slot.target.load(Ordering::SeqCst);
+        if t == 0 {
+            if reg.terminate.load(Ordering::SeqCst) {
+                break;
+            }
+            let s = reg.sleep.announce_dormant(index);
+            if slot.target.load(Ordering::SeqCst) != 0 || reg.terminate.load(Ordering::SeqCst) {
+                reg.sleep.cancel(s);
+            } else {
+                reg.sleep.park(s);
+            }
+            continue;
+        }
+        // Activate on CPU `t - 1`.
+        wt.pin(t);
+        wt.cpu.set(t);
+        reg.info.roster.set(index, true);
+        reg.active.fetch_add(1, Ordering::SeqCst);
+        slot.current.store(t, Ordering::SeqCst);
+        let mut hint = Hint::Resize;
+        loop {
+            match wt.find_work(hint, None) {
+                Found::Task(task) => wt.execute(task),
+                Found::Done | Found::Leave => break,
+            }
+            hint = Hint::Continue;
+        }
+        // Retire (or shut down): nothing is on our stack.
+        reg.policy.drain(&wt.here, Hint::Resize);
+        reg.info.roster.set(index, false);
+        reg.active.fetch_sub(1, Ordering::SeqCst);
+        wt.cpu.set(0);
+        slot.current.store(0, Ordering::SeqCst);
+        reg.wake_for(None, Place::Global, Hint::Resize, true);
+        if reg.terminate.load(Ordering::SeqCst) {
+            break;
+        }
+    }
+    CURRENT.with(|c| c.set(std::ptr::null()));
+}

@@ -1,0 +1,80 @@
+//! allot's cooperative runtime: a work-stealing pool whose workers follow
+//! the cell's CPU grant.
+//!
+//! ```no_run
+//! let pool = allot_runtime::Pool::new(); // joins the cell, else standalone
+//! let (a, b) = pool.join(|| 1 + 1, || 2 + 2);
+//! let h = pool.spawn(|| "done");
+//! assert_eq!(h.join().unwrap(), "done");
+//! let mut v = vec![0u64; 1000];
+//! pool.scope(|s| {
+//!     for chunk in v.chunks_mut(100) {
+//!         s.spawn(move |_| chunk.iter_mut().for_each(|x| *x += 1));
+//!     }
+//! });
+//! pool.for_each(0..1_000, 64, |i| { let _ = i; });
+//! # let _ = (a, b);
+//! ```
+//!
+//! # Structure
+//!
+//! - **Thread controller** (`controller`): owns each worker's loop —
+//!   running tasks, looking for work, spin-then-park, following the CPU
+//!   assignment — and asks the **thread policy** ([`ThreadPolicy`],
+//!   `policy/`) for every decision (Sting's split of control and policy).
+//!   Shipped policies: [`PolicyKind::Lifo`] and [`PolicyKind::Fifo`].
+//! - **Monitor** (`monitor`): a small thread blocked on the grant page;
+//!   on every generation it maps the granted CPUs to worker slots and
+//!   tells the workers, and it sends progress reports (ARS's resource
+//!   controller with dynamic run-time parallelism).
+//! - **Sleep** (`sleep/`, with its design note `sleep/README.md`): the
+//!   doorbell protocol that parks idle workers without losing wake-ups.
+//! - **Queues** ([`queue`]): policy-free deque and injector primitives.
+//! - **Sync** ([`Latch`], [`Event`]): spin-then-park primitives.
+//!
+//! # Workers and CPUs
+//!
+//! One worker per granted CPU, pinned to it (`sched_setaffinity`); at most
+//! `grant.threads` workers and at most [`Pool::max_workers`] (default: the
+//! machine's CPU count). Lent CPUs host workers like owned ones (owned
+//! CPUs are used first when `threads` caps the count). When the grant
+//! changes, workers on revoked CPUs move to newly granted CPUs or retire,
+//! always between tasks, handing their queued tasks to the others; no
+//! task is lost or run twice. [`Pool::applied_generation`] says when a
+//! grant is fully applied.
+//!
+//! # Invariants
+//!
+//! - A task runs exactly once, on a worker, never preempted by the pool.
+//! - A worker runs only while it holds a CPU of the current grant, except
+//!   to finish the task it was running when its CPU was revoked.
+//! - `join`, `scope` and `install` never return before the work they
+//!   started has finished, even when it panicked.
+
+pub mod affinity;
+#[cfg(not(loom))]
+mod controller;
+pub(crate) mod loom;
+#[cfg(loom)]
+mod models;
+#[cfg(not(loom))]
+mod monitor;
+pub mod policy;
+#[cfg(not(loom))]
+mod pool;
+pub mod queue;
+#[cfg(not(loom))]
+mod scope;
+mod sleep;
+mod sync;
+mod task;
+
+#[cfg(not(loom))]
+pub use monitor::{SlotView, assign, wanted_cpus};
+pub use policy::{Here, Hint, Idle, Place, PolicyKind, PoolInfo, Roster, ThreadPolicy, UnknownPolicy, Wake, WorkerLocal};
+#[cfg(not(loom))]
+pub use pool::{BuildError, Builder, DEFAULT_REPORT_PERIOD, DEFAULT_SPIN, JoinHandle, Pool, WorkerInfo, join};
+#[cfg(not(loom))]
+pub use scope::Scope;
+pub use sync::{EVENT_SPIN, Event, Latch};
+pub use task::{Task, TaskPanic};

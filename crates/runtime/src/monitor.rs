@@ -1,0 +1,274 @@
+//! The monitor: follows the cell's grant and reports progress (the ARS
+//! resource controller, "dynamic run-time parallelism").
+//!
+//! One small thread per pool (`<name>-monitor`, not pinned) blocks in
+//! `Cell::wait_change` — a futex wait on the grant page — so it costs
+//! nothing while the grant is stable and reacts within microseconds when
+//! it changes. A dedicated thread was chosen over piggy-backing on idle
+//! workers because a fully busy pool must still shrink at once, and busy
+//! workers should not poll the page.
+//!
+//! On every new generation it:
+//!
+//! 1. picks the CPUs to use ([`wanted_cpus`]): all granted CPUs (lent ones
+//!    included: they are ours until revoked, and a revocation is handled
+//!    like any other change), capped by the grant's `threads` and by the
+//!    pool's slot count, owned CPUs before lent ones;
+//! 2. maps CPUs to worker slots with the pure function [`assign`], which
+//!    moves as few workers as possible;
+//! 3. stores each changed slot's `target` and wakes that worker (or starts
+//!    its thread the first time the slot gets a CPU). The workers do the
+//!    rest themselves, between tasks (see `crate::controller`).
+//!
+//! Every `report_period` (default 100 ms) it calls `Cell::report(busy,
+//! wanted, completed)`: `busy` = active workers running a task, `wanted` =
+//! busy workers plus workers with queued work plus the global backlog (a
+//! simple demand signal, capped at the slot count), `completed` = tasks run
+//! so far. Errors are ignored (no broker = nothing to tell).
+//!
+//! The monitor never blocks the pool: it waits in slices of at most
+//! `MONITOR_SLICE` so it notices `Pool` being dropped, and is detached at
+//! drop (it exits within one slice).
+
+use crate::controller::{Registry, worker_main};
+use allot_client::{Cell, Grant};
+use allot_topo::CpuSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// Longest a monitor waits before looking at the stop flag.
+pub(crate) const MONITOR_SLICE: Duration = Duration::from_millis(50);
+
+/// The CPUs a pool with `slots` slots should use under `g`; empty keeps
+/// the current workers (a grant without CPUs is ignored).
+pub fn wanted_cpus(g: &Grant, slots: usize) -> CpuSet {
+    let mut n = g.cpus.len().min(slots);
+    if g.threads > 0 {
+        n = n.min(g.threads as usize);
+    }
+    let owned = g.cpus.difference(&g.lent);
+    let mut out = owned.take_first(n);
+    let more = n - out.len();
+    out = out.union(&g.lent.intersection(&g.cpus).take_first(more));
+    out
+}
+
+/// What [`assign`] knows about a slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SlotView {
+    /// CPU assigned now.
+    pub target: Option<usize>,
+    /// CPU the worker still serves (may differ while it moves).
+    pub current: Option<usize>,
+    /// Whether the slot's thread exists.
+    pub started: bool,
+}
+
+/// Maps the CPUs in `want` to slots, moving as few workers as possible.
+///
+/// Returns one target per slot. Guarantees: targets are distinct, all in
+/// `want`, and `min(want.len(), slots)` of them are set. Preference order
+/// for each CPU: the slot already assigned it; the slot still running on
+/// it; a slot whose CPU was revoked (re-pinned: cheaper than retiring one
+/// worker and waking another); a started dormant slot; any slot.
+pub fn assign(slots: &[SlotView], want: &CpuSet) -> Vec<Option<usize>> {
+    let mut out: Vec<Option<usize>> = vec![None; slots.len()];
+    let mut taken = CpuSet::new();
+    // 1. keep
+    for (i, s) in slots.iter().enumerate() {
+        if let Some(c) = s.target
+            && want.contains(c)
+            && !taken.contains(c)
+        {
+            out[i] = Some(c);
+            taken.insert(c);
+        }
+    }
+    // 2. give a CPU back to the worker still running there
+    for (i, s) in slots.iter().enumerate() {
+        if out[i].is_none()
+            && let Some(c) = s.current
+            && want.contains(c)
+            && !taken.contains(c)
+        {
+            out[i] = Some(c);
+            taken.insert(c);
+        }
+    }
+    let mut free = want.difference(&taken).iter().collect::<Vec<_>>().into_iter();
+    // 3. re-pin workers whose CPU was revoked, 4. started dormant slots, 5. the rest
+    let order = (0..slots.len())
+        .filter(|&i| slots[i].target.is_some() || slots[i].current.is_some())
+        .chain((0..slots.len()).filter(|&i| slots[i].target.is_none() && slots[i].current.is_none() && slots[i].started))
+        .chain((0..slots.len()).filter(|&i| !slots[i].started && slots[i].target.is_none() && slots[i].current.is_none()));
+    for i in order {
+        if out[i].is_some() {
+            continue;
+        }
+        match free.next() {
+            Some(c) => out[i] = Some(c),
+            None => break,
+        }
+    }
+    out
+}
+
+fn decode(v: usize) -> Option<usize> {
+    v.checked_sub(1)
+}
+
+/// Applies grant `g` to the pool: new targets, wake-ups, thread starts.
+pub(crate) fn apply(reg: &Arc<Registry>, g: &Grant) {
+    let mut plan = reg.plan.lock().unwrap_or_else(|p| p.into_inner());
+    if reg.terminate.load(Ordering::SeqCst) || (plan.generation != 0 && g.generation <= plan.generation) {
+        return;
+    }
+    let want = wanted_cpus(g, reg.slots.len());
+    if want.is_empty() {
+        plan.generation = g.generation;
+        reg.planned.store(g.generation, Ordering::SeqCst);
+        return;
+    }
+    let views: Vec<SlotView> = (0..reg.slots.len())
+        .map(|i| SlotView {
+            target: decode(reg.slot(i).target.load(Ordering::SeqCst)),
+            current: decode(reg.slot(i).current.load(Ordering::SeqCst)),
+            started: plan.started[i],
+        })
+        .collect();
+    let targets = assign(&views, &want);
+    for (i, t) in targets.into_iter().enumerate() {
+        let enc = t.map_or(0, |c| c + 1);
+        if reg.slot(i).target.load(Ordering::SeqCst) == enc {
+            continue;
+        }
+        reg.slot(i).target.store(enc, Ordering::SeqCst);
+        if enc != 0 && !plan.started[i] {
+            let r = reg.clone();
+            let mut b = std::thread::Builder::new().name(format!("{}-{i}", reg.name));
+            if let Some(s) = reg.stack_size {
+                b = b.stack_size(s);
+            }
+            match b.spawn(move || worker_main(r, i)) {
+                Ok(h) => {
+                    plan.started[i] = true;
+                    plan.handles[i] = Some(h);
+                }
+                Err(_) => reg.slot(i).target.store(0, Ordering::SeqCst),
+            }
+        } else {
+            reg.sleep.notify_worker(i);
+        }
+    }
+    plan.generation = g.generation;
+    reg.planned.store(g.generation, Ordering::SeqCst);
+}
+
+/// Sends one progress report; errors are ignored.
+pub(crate) fn report(reg: &Registry, cell: &Cell) {
+    let (busy, wanted, done) = demand(reg);
+    let _ = cell.report(busy, wanted, done);
+}
+
+/// `(busy, wanted, completed)` as the module docs define them.
+pub(crate) fn demand(reg: &Registry) -> (u32, u32, u64) {
+    let mut busy = 0usize;
+    let mut wanted = 0usize;
+    let mut done = 0u64;
+    for (i, s) in reg.slots.iter().enumerate() {
+        done += s.completed.load(Ordering::Relaxed);
+        if s.current.load(Ordering::Relaxed) == 0 {
+            continue;
+        }
+        let is_busy = !s.idle.load(Ordering::Relaxed);
+        busy += is_busy as usize;
+        wanted += (is_busy || reg.policy.queued(Some(i)) > 0) as usize;
+    }
+    wanted += reg.policy.queued(None);
+    (busy as u32, wanted.min(reg.slots.len()) as u32, done)
+}
+
+/// The monitor thread's body.
+pub(crate) fn monitor_main(reg: Arc<Registry>, cell: Cell, mut seen: u64, period: Duration) {
+    let mut next_report = Instant::now() + period;
+    while !reg.terminate.load(Ordering::SeqCst) {
+        let slice = next_report.saturating_duration_since(Instant::now()).clamp(Duration::from_millis(1), MONITOR_SLICE);
+        let g = cell.wait_change(seen, Some(slice));
+        if g.generation != seen {
+            apply(&reg, &g);
+            seen = g.generation;
+        }
+        if Instant::now() >= next_report {
+            report(&reg, &cell);
+            next_report = Instant::now() + period;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn set(cpus: &[usize]) -> CpuSet {
+        cpus.iter().copied().collect()
+    }
+
+    #[test]
+    fn keeps_moves_and_retires() {
+        let slots = [
+            SlotView { target: Some(0), current: Some(0), started: true },
+            SlotView { target: Some(1), current: Some(1), started: true },
+            SlotView::default(),
+        ];
+        assert_eq!(assign(&slots, &set(&[1])), vec![None, Some(1), None]);
+        assert_eq!(assign(&slots, &set(&[1, 2])), vec![Some(2), Some(1), None]);
+        assert_eq!(assign(&slots, &set(&[0, 1, 2])), vec![Some(0), Some(1), Some(2)]);
+    }
+
+    #[test]
+    fn cpu_goes_back_to_worker_still_there() {
+        let slots = [
+            SlotView { target: None, current: Some(0), started: true },
+            SlotView { target: None, current: None, started: true },
+        ];
+        assert_eq!(assign(&slots, &set(&[0])), vec![Some(0), None]);
+    }
+
+    #[test]
+    fn wanted_prefers_owned_and_caps() {
+        let g = Grant { cpus: set(&[0, 1, 2, 3]), lent: set(&[0]), threads: 2, ..Grant::default() };
+        assert_eq!(wanted_cpus(&g, 8), set(&[1, 2]));
+        let g = Grant { cpus: set(&[0, 1]), lent: set(&[1]), threads: 0, ..Grant::default() };
+        assert_eq!(wanted_cpus(&g, 8), set(&[0, 1]));
+        assert_eq!(wanted_cpus(&g, 1), set(&[0]));
+    }
+
+    proptest! {
+        #[test]
+        fn assign_invariants(
+            raw in proptest::collection::vec((proptest::option::of(0usize..8), proptest::option::of(0usize..8), any::<bool>()), 1..8),
+            want in proptest::collection::btree_set(0usize..8, 0..8),
+        ) {
+            // Make current targets distinct, as the pool keeps them.
+            let mut seen = CpuSet::new();
+            let slots: Vec<SlotView> = raw.iter().map(|&(t, c, s)| {
+                let t = t.filter(|&t| seen.insert(t));
+                SlotView { target: t, current: c, started: s || t.is_some() }
+            }).collect();
+            let want: CpuSet = want.into_iter().collect();
+            let out = assign(&slots, &want);
+            let got: Vec<usize> = out.iter().flatten().copied().collect();
+            let distinct: CpuSet = got.iter().copied().collect();
+            prop_assert_eq!(distinct.len(), got.len());
+            prop_assert!(distinct.is_subset(&want));
+            prop_assert_eq!(got.len(), want.len().min(slots.len()));
+            for (s, o) in slots.iter().zip(&out) {
+                if let Some(t) = s.target && want.contains(t) {
+                    prop_assert_eq!(*o, Some(t));
+                }
+            }
+        }
+    }
+}

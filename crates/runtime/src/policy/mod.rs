@@ -1,0 +1,385 @@
+//! Thread policies: the decisions the controller delegates (Sting's
+//! thread policy manager).
+//!
+//! The controller (`crate::controller`) owns every worker's loop, the
+//! sleep/wake mechanism, pinning and resizing. Whenever it needs a
+//! *decision* it calls the pool's [`ThreadPolicy`]:
+//!
+//! | controller needs                       | policy call           | Sting            |
+//! |----------------------------------------|-----------------------|------------------|
+//! | a worker slot starts                   | [`ThreadPolicy::init_worker`] (opt.) | `tpm-initialize-vp` |
+//! | where a new task should live           | [`ThreadPolicy::place`] (opt.)       | `tpm-allocate-vp`   |
+//! | store a ready task                     | [`ThreadPolicy::enqueue`]            | `tpm-enqueue-ready-thread` |
+//! | the next task for a worker             | [`ThreadPolicy::dequeue`]            | `tpm-dequeue-ready-thread` |
+//! | whom to wake for new work              | [`ThreadPolicy::wake`] (opt.)        | wake-up policy      |
+//! | an idle worker: steal from whom / park | [`ThreadPolicy::idle`]               | `tpm-vp-idle`       |
+//! | a worker retires: where its work goes  | [`ThreadPolicy::drain`]              | migration           |
+//! | demand for reports                     | [`ThreadPolicy::queued`] (opt.)      | per-VP statistics   |
+//!
+//! Every call carries a [`Hint`] saying *why* it is made. A policy returns
+//! decisions and moves [`Task`]s between its own queues; it never spawns,
+//! parks, wakes or pins a thread. Its data structures are private to it;
+//! per-worker state lives in a [`WorkerLocal`], reachable only from the
+//! worker it belongs to (the [`Here`] value is the proof).
+//!
+//! Contract every policy must keep: each task given to `enqueue` is
+//! returned exactly once, by `dequeue` or `idle` on some worker; after
+//! `drain(w)` no task may remain reachable only through worker `w`.
+//!
+//! The shipped policies, one per file, are named by [`PolicyKind`].
+
+mod fifo;
+mod lifo;
+
+pub use fifo::Fifo;
+pub use lifo::Lifo;
+
+use crate::loom::sync::Arc;
+use crate::loom::sync::atomic::{AtomicU64, Ordering};
+use crate::loom::cell::UnsafeCell;
+use crate::task::Task;
+use std::cell::Cell;
+use std::fmt;
+use std::marker::PhantomData;
+use std::str::FromStr;
+
+/// Why the controller calls the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Hint {
+    /// A new independent task (`spawn`, scoped spawn, `install`).
+    Spawn,
+    /// The second half of a `join`, which its pusher will take back if no
+    /// one steals it.
+    Fork,
+    /// A worker finished a task and continues (the "yield" point).
+    Continue,
+    /// A worker waits inside `join`/`scope` and looks for work meanwhile.
+    Wait,
+    /// A worker was just woken from sleep.
+    Wake,
+    /// An idle worker looks for work to take from others.
+    Steal,
+    /// The pool is resizing: the worker was re-pinned, started, or retires.
+    Resize,
+}
+
+/// Where a task goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// The calling worker's own queues.
+    Local,
+    /// The pool-wide queue.
+    Global,
+    /// A given worker's queues (policies that support it).
+    Worker(usize),
+}
+
+/// What an idle worker does next.
+#[derive(Debug)]
+pub enum Idle {
+    /// Run this task (stolen or migrated).
+    Run(Task),
+    /// Lost a race; look again soon.
+    Retry,
+    /// Nothing anywhere: the controller may spin, then park.
+    Park,
+}
+
+/// Which worker to wake for new work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// Any sleeping worker.
+    Any,
+    /// This worker first, else any.
+    Prefer(usize),
+    /// Nobody (the policy knows the work is covered).
+    Nobody,
+}
+
+/// Facts about the pool a policy is built for.
+#[derive(Debug, Clone)]
+pub struct PoolInfo {
+    pub(crate) id: u64,
+    pub(crate) slots: usize,
+    pub(crate) roster: Arc<Roster>,
+}
+
+impl PoolInfo {
+    /// Number of worker slots (an upper bound on live workers).
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// The set of workers currently holding a CPU.
+    pub fn roster(&self) -> &Arc<Roster> {
+        &self.roster
+    }
+}
+
+static NEXT_POOL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl PoolInfo {
+    pub(crate) fn new(slots: usize) -> PoolInfo {
+        let id = NEXT_POOL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        PoolInfo { id, slots, roster: Arc::new(Roster::new(slots)) }
+    }
+}
+
+/// Which worker slots are active (hold a CPU); maintained by the controller.
+#[derive(Debug)]
+pub struct Roster {
+    words: Box<[AtomicU64]>,
+    slots: usize,
+}
+
+impl Roster {
+    fn new(slots: usize) -> Roster {
+        Roster { words: (0..slots.div_ceil(64).max(1)).map(|_| AtomicU64::new(0)).collect(), slots }
+    }
+
+    pub(crate) fn set(&self, i: usize, on: bool) {
+        let bit = 1u64 << (i % 64);
+        if on {
+            self.words[i / 64].fetch_or(bit, Ordering::SeqCst);
+        } else {
+            self.words[i / 64].fetch_and(!bit, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether worker `i` is active now.
+    pub fn is_active(&self, i: usize) -> bool {
+        i < self.slots && self.words[i / 64].load(Ordering::Relaxed) & (1 << (i % 64)) != 0
+    }
+
+    /// Number of slots.
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// Active workers now.
+    pub fn count(&self) -> usize {
+        self.words.iter().map(|w| w.load(Ordering::Relaxed).count_ones() as usize).sum()
+    }
+}
+
+/// The calling worker, as seen by a policy: its slot index and a private
+/// random stream. `!Send`/`!Sync`: a `&Here` proves the caller *is* that
+/// worker, which is what makes [`WorkerLocal::get`] sound.
+#[derive(Debug)]
+pub struct Here {
+    index: usize,
+    pool: u64,
+    rng: Cell<u64>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Here {
+    /// Only the controller creates `Here`s: one per worker thread and pool.
+    pub(crate) fn new(index: usize, pool: u64) -> Here {
+        Here { index, pool, rng: Cell::new(0x9e37_79b9_7f4a_7c15 ^ (index as u64 + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9)), _not_send: PhantomData }
+    }
+
+    /// This worker's slot index.
+    #[inline]
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// A pseudo-random number (xorshift), for victim selection.
+    #[inline]
+    pub fn random(&self) -> u64 {
+        let mut x = self.rng.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng.set(x);
+        x
+    }
+}
+
+/// Per-worker policy state: one `T` per slot, reachable only by the worker
+/// that owns the slot (it must present its [`Here`]).
+pub struct WorkerLocal<T> {
+    pool: u64,
+    cells: Box<[UnsafeCell<T>]>,
+}
+
+// SAFETY: each `T` is only ever reached through `get` by the one thread
+// holding that slot's `Here` (a `!Send` value the controller creates once
+// per worker thread), so sharing the container never shares a `T`; moving
+// it between threads needs `T: Send`.
+unsafe impl<T: Send> Sync for WorkerLocal<T> {}
+// SAFETY: see `Sync`.
+unsafe impl<T: Send> Send for WorkerLocal<T> {}
+
+impl<T> fmt::Debug for WorkerLocal<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkerLocal").field("slots", &self.cells.len()).finish()
+    }
+}
+
+impl<T> WorkerLocal<T> {
+    /// One value per slot of the pool `info` describes.
+    pub fn new(info: &PoolInfo, mut make: impl FnMut(usize) -> T) -> Self {
+        WorkerLocal { pool: info.id, cells: (0..info.slots).map(|i| UnsafeCell::new(make(i))).collect() }
+    }
+
+    /// The calling worker's value.
+    ///
+    /// # Panics
+    /// If `here` belongs to another pool.
+    #[inline]
+    pub fn get<'a>(&'a self, here: &'a Here) -> &'a T {
+        assert_eq!(here.pool, self.pool, "WorkerLocal used with a worker of another pool");
+        // SAFETY: `here` proves the caller is the only thread that may use
+        // slot `here.index` (see the `Sync` impl); shared references only.
+        self.cells[here.index].with(|p| unsafe { &*p })
+    }
+
+    /// Every slot's value, mutably (no worker can be running: `&mut self`).
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        // SAFETY: `&mut self` excludes every other access.
+        self.cells.iter_mut().map(|c| c.with_mut(|p| unsafe { &mut *p }))
+    }
+}
+
+/// The decisions a pool delegates. See the module docs for the contract.
+///
+/// `enqueue`, `dequeue`, `idle` and `drain` are required; the others have
+/// default bodies.
+pub trait ThreadPolicy: Send + Sync + fmt::Debug + 'static {
+    /// The policy's name (for logs and reports).
+    fn name(&self) -> &'static str;
+
+    /// Worker slot `index` starts serving the pool (once per slot).
+    fn init_worker(&self, here: &Here) {
+        let _ = here;
+    }
+
+    /// Initial placement of a new task. `from` is the creating worker, or
+    /// `None` for threads outside the pool. Default: the creator's own
+    /// queue, the global queue for outsiders.
+    fn place(&self, from: Option<&Here>, hint: Hint) -> Place {
+        let _ = hint;
+        if from.is_some() { Place::Local } else { Place::Global }
+    }
+
+    /// Stores a ready task at `place` (`Place::Local` only with `from`).
+    fn enqueue(&self, from: Option<&Here>, place: Place, task: Task, hint: Hint);
+
+    /// The next task for `here` from the queues it serves first, or `None`.
+    fn dequeue(&self, here: &Here, hint: Hint) -> Option<Task>;
+
+    /// `dequeue` found nothing: take work from elsewhere, or say park.
+    /// `round` counts consecutive idle calls since the worker last ran a
+    /// task (0 on the first).
+    fn idle(&self, here: &Here, round: u32, hint: Hint) -> Idle;
+
+    /// Worker `here` retires (its CPU was revoked): move every task only it
+    /// can reach to where others find them.
+    fn drain(&self, here: &Here, hint: Hint);
+
+    /// Whom to wake after a task was placed at `place` while some worker
+    /// sleeps. Default: the target worker for `Place::Worker`, else any.
+    fn wake(&self, from: Option<&Here>, place: Place, hint: Hint) -> Wake {
+        let _ = (from, hint);
+        match place {
+            Place::Worker(i) => Wake::Prefer(i),
+            _ => Wake::Any,
+        }
+    }
+
+    /// Tasks queued at worker `worker`, or in shared queues for `None`
+    /// (a demand estimate for reports; may be approximate). Default 0.
+    fn queued(&self, worker: Option<usize>) -> usize {
+        let _ = worker;
+        0
+    }
+}
+
+/// The shipped thread policies, by name (`"lifo"`, `"fifo"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum PolicyKind {
+    /// Per-worker LIFO deques, random-victim stealing of the oldest task,
+    /// and a global FIFO queue for tasks from outside the pool (the
+    /// Cilk/rayon discipline: depth-first locally, breadth-first steals).
+    /// Best for fork/join and nested parallelism.
+    #[default]
+    Lifo,
+    /// One global FIFO queue shared by all workers (Sting's "Global FIFO"):
+    /// tasks start in submission order, no locality; contention grows with
+    /// the number of workers. `join` halves stay with their forking worker
+    /// (stealable) so nested fork/join keeps shallow stacks.
+    Fifo,
+}
+
+impl PolicyKind {
+    /// Every shipped policy.
+    pub const ALL: [PolicyKind; 2] = [PolicyKind::Lifo, PolicyKind::Fifo];
+
+    /// Its name as parsed.
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::Lifo => "lifo",
+            PolicyKind::Fifo => "fifo",
+        }
+    }
+
+    /// Builds the policy for a pool.
+    pub fn build(self, info: &PoolInfo) -> Box<dyn ThreadPolicy> {
+        match self {
+            PolicyKind::Lifo => Box::new(Lifo::new(info)),
+            PolicyKind::Fifo => Box::new(Fifo::new(info)),
+        }
+    }
+}
+
+impl fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An unknown policy name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown thread policy {0:?}; known: lifo, fifo")]
+pub struct UnknownPolicy(String);
+
+impl FromStr for PolicyKind {
+    type Err = UnknownPolicy;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "lifo" => Ok(PolicyKind::Lifo),
+            "fifo" => Ok(PolicyKind::Fifo),
+            other => Err(UnknownPolicy(other.to_string())),
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_parse_and_print() {
+        for k in PolicyKind::ALL {
+            assert_eq!(k.name().parse::<PolicyKind>(), Ok(k));
+            assert_eq!(k.to_string(), k.name());
+        }
+        assert_eq!(" FIFO ".parse::<PolicyKind>(), Ok(PolicyKind::Fifo));
+        assert!("round-robin".parse::<PolicyKind>().is_err());
+    }
+
+    #[test]
+    fn roster_bits() {
+        let info = PoolInfo::new(70);
+        info.roster.set(3, true);
+        info.roster.set(66, true);
+        assert!(info.roster.is_active(66));
+        assert_eq!(info.roster.count(), 2);
+        info.roster.set(3, false);
+        assert!(!info.roster.is_active(3));
+    }
+}

@@ -1,0 +1,535 @@
+//! The public pool: building it, and running work on it.
+//!
+//! A [`Pool`] owns a registry (shared with its workers and its monitor).
+//! Work enters in four ways, all through the thread policy:
+//!
+//! - [`Pool::spawn`]: an independent `'static` task with a [`JoinHandle`];
+//! - [`Pool::join`] / [`join`]: fork/join, recursive, no allocation;
+//! - [`Pool::scope`]: tasks borrowing from the caller's stack;
+//! - [`Pool::install`]: run a closure on a worker (everything above called
+//!   inside it stays on the pool's fast paths).
+//!
+//! Calls from a worker of the same pool take the local fast path; calls
+//! from any other thread queue a job and block the caller (spin, then
+//! park) until it is done.
+//!
+//! Dropping the pool lets queued tasks finish, stops the workers and joins
+//! them (unless it is dropped from one of its own workers, which then
+//! exit on their own).
+
+use crate::controller::{PlanState, Registry, Slot, WorkerThread};
+use crate::monitor;
+use crate::policy::{Hint, PolicyKind, PoolInfo, ThreadPolicy};
+use crate::sleep::Sleep;
+use crate::sync::Event;
+use crate::task::{Outcome, StackJob, Task, TaskPanic};
+use allot_client::Cell;
+use allot_topo::CpuSet;
+use crossbeam_utils::CachePadded;
+use std::cell::UnsafeCell;
+use std::fmt;
+use std::ops::Range;
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Default spin budget of an idle worker before it parks: about the cost
+/// of one blocking wake-up on the reference VM (10–16 µs), rounded up.
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(20);
+/// Default period of progress reports to the broker.
+pub const DEFAULT_REPORT_PERIOD: Duration = Duration::from_millis(100);
+
+type PolicyFactory = Box<dyn FnOnce(&PoolInfo) -> Box<dyn ThreadPolicy>>;
+
+/// Configures a [`Pool`].
+pub struct Builder {
+    cell: Option<Cell>,
+    policy: PolicyFactory,
+    policy_name: &'static str,
+    name: String,
+    spin: Duration,
+    slots: Option<usize>,
+    stack_size: Option<usize>,
+    report_period: Duration,
+}
+
+impl fmt::Debug for Builder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("policy", &self.policy_name)
+            .field("name", &self.name)
+            .field("spin", &self.spin)
+            .field("slots", &self.slots)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a pool could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("{kind}")]
+pub struct BuildError {
+    kind: BuildErrorKind,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum BuildErrorKind {
+    #[error("could not start a worker thread: {0}; check the process's thread limit (ulimit -u)")]
+    Spawn(std::io::Error),
+    #[error("workers did not start within {0:?}; the machine may be overloaded")]
+    Timeout(Duration),
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder {
+            cell: None,
+            policy: Box::new(|i| PolicyKind::Lifo.build(i)),
+            policy_name: "lifo",
+            name: "allot".into(),
+            spin: DEFAULT_SPIN,
+            slots: None,
+            stack_size: None,
+            report_period: DEFAULT_REPORT_PERIOD,
+        }
+    }
+}
+
+impl Builder {
+    /// The cell whose grant the pool follows (default `Cell::auto(name)`).
+    pub fn cell(mut self, cell: Cell) -> Self {
+        self.cell = Some(cell);
+        self
+    }
+
+    /// A shipped thread policy (default [`PolicyKind::Lifo`]).
+    pub fn policy(mut self, kind: PolicyKind) -> Self {
+        self.policy = Box::new(move |i| kind.build(i));
+        self.policy_name = kind.name();
+        self
+    }
+
+    /// A custom thread policy, built once the pool's size is known.
+    pub fn policy_with(mut self, make: impl FnOnce(&PoolInfo) -> Box<dyn ThreadPolicy> + 'static) -> Self {
+        self.policy = Box::new(make);
+        self.policy_name = "custom";
+        self
+    }
+
+    /// Thread-name prefix and cell name (default `"allot"`).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// How long an idle worker spins before parking (default
+    /// [`DEFAULT_SPIN`]; zero parks at once).
+    pub fn spin(mut self, budget: Duration) -> Self {
+        self.spin = budget;
+        self
+    }
+
+    /// Maximum number of workers (default: the machine's CPU count, or
+    /// the grant's size if larger). CPUs beyond it are left unused.
+    pub fn max_workers(mut self, n: usize) -> Self {
+        self.slots = Some(n.max(1));
+        self
+    }
+
+    /// Worker stack size in bytes (default: the platform's).
+    pub fn stack_size(mut self, bytes: usize) -> Self {
+        self.stack_size = Some(bytes);
+        self
+    }
+
+    /// Period of `Cell::report` calls (default [`DEFAULT_REPORT_PERIOD`]).
+    pub fn report_period(mut self, period: Duration) -> Self {
+        self.report_period = period.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Starts the workers for the current grant and the monitor.
+    pub fn build(self) -> Result<Pool, BuildError> {
+        let cell = self.cell.unwrap_or_else(|| Cell::auto(&self.name));
+        let grant = cell.grant();
+        let slots = self.slots.unwrap_or_else(|| machine_cpus().max(grant.cpus.len())).max(1);
+        let info = PoolInfo::new(slots);
+        let policy = (self.policy)(&info);
+        let reg = Arc::new(Registry {
+            info,
+            policy,
+            sleep: Sleep::new(slots),
+            slots: (0..slots).map(|_| CachePadded::new(Slot::default())).collect(),
+            active: AtomicUsize::new(0),
+            terminate: AtomicBool::new(false),
+            spin: self.spin,
+            name: self.name.clone(),
+            stack_size: self.stack_size,
+            plan: Mutex::new(PlanState { generation: 0, started: vec![false; slots], handles: (0..slots).map(|_| None).collect() }),
+            planned: AtomicU64::new(0),
+            settled: AtomicU64::new(0),
+            escaped_panics: AtomicU64::new(0),
+            pin_errors: AtomicU64::new(0),
+        });
+        monitor::apply(&reg, &grant);
+        let pool = Pool { reg: reg.clone(), cell: cell.clone() };
+        if reg.active.load(Ordering::SeqCst) == 0 && !reg.plan.lock().unwrap_or_else(|p| p.into_inner()).started.iter().any(|&s| s) {
+            return Err(BuildError { kind: BuildErrorKind::Spawn(std::io::Error::other("no worker thread started")) });
+        }
+        let limit = Duration::from_secs(5);
+        if !pool.wait_resized(grant.generation, limit) {
+            return Err(BuildError { kind: BuildErrorKind::Timeout(limit) });
+        }
+        if cell.mode() != allot_client::Mode::Standalone {
+            let period = self.report_period;
+            let r = reg.clone();
+            std::thread::Builder::new()
+                .name(format!("{}-monitor", self.name))
+                .spawn(move || monitor::monitor_main(r, cell, grant.generation, period))
+                .map_err(|e| BuildError { kind: BuildErrorKind::Spawn(e) })?;
+        }
+        Ok(pool)
+    }
+}
+
+/// CPUs present on the machine (the most workers a grant can ask for).
+fn machine_cpus() -> usize {
+    std::fs::read_to_string("/sys/devices/system/cpu/present")
+        .ok()
+        .and_then(|s| CpuSet::parse_list(s.trim()).ok())
+        .map(|s| s.len())
+        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
+        .unwrap_or(1)
+}
+
+/// A worker thread as seen from outside (for checks and tools).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerInfo {
+    /// Slot index.
+    pub index: usize,
+    /// Kernel thread id.
+    pub tid: i32,
+    /// The CPU it is pinned to.
+    pub cpu: usize,
+}
+
+/// A work-stealing pool whose workers follow a cell's CPU grant.
+pub struct Pool {
+    reg: Arc<Registry>,
+    cell: Cell,
+}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool")
+            .field("name", &self.reg.name)
+            .field("policy", &self.reg.policy.name())
+            .field("workers", &self.workers())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pool {
+    /// A pool following `Cell::auto("allot")` with the default policy.
+    ///
+    /// # Panics
+    /// If no worker thread can be started.
+    pub fn new() -> Pool {
+        Pool::builder().build().expect("cannot start the allot pool")
+    }
+
+    /// A builder with defaults.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    /// The cell the pool follows.
+    pub fn cell(&self) -> &Cell {
+        &self.cell
+    }
+
+    /// The thread policy's name.
+    pub fn policy_name(&self) -> &'static str {
+        self.reg.policy.name()
+    }
+
+    /// Workers active now (holding a CPU).
+    pub fn workers(&self) -> usize {
+        self.reg.active.load(Ordering::SeqCst)
+    }
+
+    /// Worker slots (most workers the pool can have).
+    pub fn max_workers(&self) -> usize {
+        self.reg.slots.len()
+    }
+
+    /// The active workers: slot, thread id and CPU of each.
+    pub fn worker_threads(&self) -> Vec<WorkerInfo> {
+        (0..self.reg.slots.len())
+            .filter_map(|i| {
+                let s = self.reg.slot(i);
+                let cpu = s.current.load(Ordering::SeqCst).checked_sub(1)?;
+                Some(WorkerInfo { index: i, tid: s.tid.load(Ordering::SeqCst), cpu })
+            })
+            .collect()
+    }
+
+    /// The newest grant generation the pool has fully applied: every
+    /// retiring worker left, every new worker runs pinned on its CPU.
+    pub fn applied_generation(&self) -> u64 {
+        let planned = self.reg.planned.load(Ordering::SeqCst);
+        if self.reg.is_settled() && self.reg.planned.load(Ordering::SeqCst) == planned {
+            self.reg.settled.fetch_max(planned, Ordering::SeqCst);
+        }
+        self.reg.settled.load(Ordering::SeqCst)
+    }
+
+    /// Waits until [`Pool::applied_generation`] reaches `generation`.
+    pub fn wait_resized(&self, generation: u64, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.applied_generation() >= generation {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+
+    /// `(busy, wanted, completed)`, the numbers the monitor reports.
+    pub fn demand(&self) -> (u32, u32, u64) {
+        monitor::demand(&self.reg)
+    }
+
+    /// Tasks completed so far.
+    pub fn completed(&self) -> u64 {
+        self.demand().2
+    }
+
+    /// Times a worker failed to pin itself (a CPU outside the process's
+    /// allowed set).
+    pub fn pin_errors(&self) -> u64 {
+        self.reg.pin_errors.load(Ordering::Relaxed)
+    }
+
+    /// Runs `f` on a worker of this pool and returns its result; a panic
+    /// in `f` continues in the caller.
+    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        if WorkerThread::current_in(&self.reg).is_some() {
+            return f();
+        }
+        let job = StackJob::new(f, Event::new());
+        // SAFETY: `job` stays in this frame until its event is set (we wait
+        // below), and the task is queued once.
+        self.reg.inject(unsafe { job.as_task() }, Hint::Spawn);
+        job.signal.wait();
+        match job.into_outcome() {
+            Outcome::Done(r) => r,
+            Outcome::Panicked(p) => panic::resume_unwind(p),
+            Outcome::Pending => unreachable!("event set before the result"),
+        }
+    }
+
+    /// Runs `a` and `b`, in parallel when a worker is free, and returns
+    /// both results. Panics in either continue in the caller (after both
+    /// finished).
+    pub fn join<A, B, RA, RB>(&self, a: A, b: B) -> (RA, RB)
+    where
+        A: FnOnce() -> RA + Send,
+        B: FnOnce() -> RB + Send,
+        RA: Send,
+        RB: Send,
+    {
+        match WorkerThread::current_in(&self.reg) {
+            Some(wt) => wt.join(a, b),
+            None => self.install(|| join(a, b)),
+        }
+    }
+
+    /// Runs `f(i)` for every `i` in `range`, in chunks of at most `grain`
+    /// indices.
+    pub fn for_each<F: Fn(usize) + Sync>(&self, range: Range<usize>, grain: usize, f: F) {
+        self.for_each_chunk(range, grain, |r| r.for_each(&f));
+    }
+
+    /// Runs `f` on disjoint sub-ranges covering `range`, each at most
+    /// `grain` long (split in halves with `join`).
+    pub fn for_each_chunk<F: Fn(Range<usize>) + Sync>(&self, range: Range<usize>, grain: usize, f: F) {
+        if range.is_empty() {
+            return;
+        }
+        let grain = grain.max(1);
+        self.install(|| split(range, grain, &f));
+    }
+
+    /// Maps every chunk of `range` with `map` and combines the results
+    /// with `reduce` (associative), starting from `identity()`.
+    pub fn map_reduce<T, M, R>(&self, range: Range<usize>, grain: usize, identity: impl Fn() -> T + Sync, map: M, reduce: R) -> T
+    where
+        T: Send,
+        M: Fn(Range<usize>) -> T + Sync,
+        R: Fn(T, T) -> T + Sync,
+    {
+        if range.is_empty() {
+            return identity();
+        }
+        let grain = grain.max(1);
+        self.install(|| split_reduce(range, grain, &map, &reduce))
+    }
+
+    /// Starts `f` as an independent task.
+    pub fn spawn<T, F>(&self, f: F) -> JoinHandle<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let packet = Arc::new(Packet { done: Event::new(), waiter: AtomicUsize::new(0), result: UnsafeCell::new(None) });
+        let p = packet.clone();
+        let task = Task::heap(move || {
+            let r = panic::catch_unwind(AssertUnwindSafe(f)).map_err(TaskPanic::new);
+            p.complete(r);
+        });
+        match WorkerThread::current_in(&self.reg) {
+            Some(wt) => wt.push(task, Hint::Spawn),
+            None => self.reg.inject(task, Hint::Spawn),
+        }
+        JoinHandle { packet, reg: self.reg.clone() }
+    }
+
+    /// Runs `f` with a [`Scope`](crate::Scope) whose tasks may borrow
+    /// anything that outlives the call; returns once all of them finished.
+    /// The first panic among `f` and the tasks continues in the caller.
+    pub fn scope<'env, R: Send>(&self, f: impl for<'s> FnOnce(&'s crate::Scope<'s, 'env>) -> R + Send) -> R {
+        self.install(|| {
+            let wt = WorkerThread::current_in(&self.reg).expect("install runs on a worker");
+            crate::scope::run(wt, f)
+        })
+    }
+}
+
+impl Default for Pool {
+    fn default() -> Self {
+        Pool::new()
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        let handles: Vec<_> = {
+            let mut plan = self.reg.plan.lock().unwrap_or_else(|p| p.into_inner());
+            self.reg.shut_down();
+            plan.handles.iter_mut().filter_map(Option::take).collect()
+        };
+        if WorkerThread::current_in(&self.reg).is_some() {
+            return;
+        }
+        for h in handles {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Runs `a` and `b` on the current worker's pool, in parallel when
+/// possible; outside any pool, one after the other.
+pub fn join<A, B, RA, RB>(a: A, b: B) -> (RA, RB)
+where
+    A: FnOnce() -> RA + Send,
+    B: FnOnce() -> RB + Send,
+    RA: Send,
+    RB: Send,
+{
+    let p = WorkerThread::current();
+    if p.is_null() {
+        return (a(), b());
+    }
+    // SAFETY: non-null only while the worker's main loop (which owns the
+    // `WorkerThread`) runs on this thread.
+    unsafe { &*p }.join(a, b)
+}
+
+fn split<F: Fn(Range<usize>) + Sync>(r: Range<usize>, grain: usize, f: &F) {
+    if r.len() <= grain {
+        f(r);
+        return;
+    }
+    let mid = r.start + r.len() / 2;
+    join(|| split(r.start..mid, grain, f), || split(mid..r.end, grain, f));
+}
+
+fn split_reduce<T: Send, M, R>(r: Range<usize>, grain: usize, map: &M, reduce: &R) -> T
+where
+    M: Fn(Range<usize>) -> T + Sync,
+    R: Fn(T, T) -> T + Sync,
+{
+    if r.len() <= grain {
+        return map(r);
+    }
+    let mid = r.start + r.len() / 2;
+    let (a, b) = join(|| split_reduce(r.start..mid, grain, map, reduce), || split_reduce(mid..r.end, grain, map, reduce));
+    reduce(a, b)
+}
+
+/// Result slot of a spawned task.
+struct Packet<T> {
+    done: Event,
+    /// `index + 1` of a pool worker waiting in `join`, else 0.
+    waiter: AtomicUsize,
+    result: UnsafeCell<Option<Result<T, TaskPanic>>>,
+}
+
+// SAFETY: `result` is written once by the task before `done` is set
+// (release) and read once by the joiner after seeing it (acquire).
+unsafe impl<T: Send> Sync for Packet<T> {}
+
+impl<T> Packet<T> {
+    fn complete(&self, r: Result<T, TaskPanic>) {
+        // SAFETY: only the task writes, once, before `done` is set.
+        unsafe { *self.result.get() = Some(r) };
+        self.done.set();
+        let w = self.waiter.load(Ordering::SeqCst);
+        if w != 0 {
+            let p = WorkerThread::current();
+            if !p.is_null() {
+                // SAFETY: see `join` above; the task runs on a worker.
+                unsafe { &*p }.registry.sleep.notify_worker(w - 1);
+            }
+        }
+    }
+}
+
+/// Owned permission to collect a spawned task's result.
+pub struct JoinHandle<T> {
+    packet: Arc<Packet<T>>,
+    reg: Arc<Registry>,
+}
+
+impl<T> fmt::Debug for JoinHandle<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JoinHandle").field("finished", &self.is_finished()).finish()
+    }
+}
+
+impl<T> JoinHandle<T> {
+    /// Whether the task has finished.
+    pub fn is_finished(&self) -> bool {
+        self.packet.done.is_set()
+    }
+
+    /// Waits for the task: its value, or its panic. On a worker of the
+    /// same pool, runs other tasks while waiting.
+    pub fn join(self) -> Result<T, TaskPanic> {
+        if !self.packet.done.is_set() {
+            match WorkerThread::current_in(&self.reg) {
+                Some(wt) => {
+                    self.packet.waiter.store(wt.here.index() + 1, Ordering::SeqCst);
+                    wt.wait_for(&|| self.packet.done.is_set());
+                }
+                None => self.packet.done.wait(),
+            }
+        }
+        // SAFETY: `done` is set: the task wrote the result and is done with it.
+        unsafe { (*self.packet.result.get()).take() }.expect("task result taken twice")
+    }
+}
