@@ -1,0 +1,183 @@
+//! Loom models of the runtime's concurrency protocols, run with
+//!
+//! ```text
+//! RUSTFLAGS="--cfg loom" cargo test -p allot-runtime --release --lib loom
+//! ```
+//!
+//! They drive the real `Sleep`, `Event`, queue and policy code (built on
+//! loom's primitives through `crate::loom`) with tiny thread counts, so
+//! loom can explore every interleaving in minutes on two cores.
+
+use crate::loom::sync::Arc;
+use crate::loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use crate::policy::{Here, Hint, Idle, Lifo, Place, PolicyKind, PoolInfo, ThreadPolicy};
+use crate::sleep::Sleep;
+use crate::sync::Event;
+use crate::task::Task;
+use loom::thread;
+
+/// An idle worker's loop in miniature: look, announce, re-check, park.
+/// Returns once `flag` is seen.
+fn idle_until(sleep: &Sleep, flag: &AtomicBool) {
+    loop {
+        if flag.load(Ordering::SeqCst) {
+            return;
+        }
+        let s = sleep.announce(0);
+        if flag.load(Ordering::SeqCst) {
+            sleep.cancel(s);
+            return;
+        }
+        sleep.park(s);
+    }
+}
+
+/// No lost wake-up: a worker going to sleep while another thread publishes
+/// work and calls `new_work` always wakes (loom reports a deadlock if the
+/// worker could park forever).
+#[test]
+fn loom_sleep_no_lost_wakeup() {
+    loom::model(|| {
+        let sleep = Arc::new(Sleep::new(1));
+        let flag = Arc::new(AtomicBool::new(false));
+        let (s2, f2) = (sleep.clone(), flag.clone());
+        let worker = thread::spawn(move || {
+            s2.register(0, thread::current());
+            idle_until(&s2, &f2);
+        });
+        flag.store(true, Ordering::Relaxed);
+        sleep.new_work(true, None);
+        worker.join().unwrap();
+        assert_eq!(sleep.sleepers(), 0);
+    });
+}
+
+/// A targeted wake-up (resize, latch) racing the worker's own cancel never
+/// leaves the sleeper count wrong or the worker parked.
+#[test]
+fn loom_sleep_targeted_notify() {
+    loom::model(|| {
+        let sleep = Arc::new(Sleep::new(2));
+        let flag = Arc::new(AtomicBool::new(false));
+        let (s2, f2) = (sleep.clone(), flag.clone());
+        let worker = thread::spawn(move || {
+            s2.register(0, thread::current());
+            idle_until(&s2, &f2);
+        });
+        flag.store(true, Ordering::SeqCst);
+        sleep.notify_worker(0);
+        worker.join().unwrap();
+        assert_eq!(sleep.sleepers(), 0);
+    });
+}
+
+/// `Event::set` racing a waiter that spins, then blocks: the waiter always
+/// returns.
+#[test]
+fn loom_event_set_wait() {
+    loom::model(|| {
+        let ev = Arc::new(Event::new());
+        let e2 = ev.clone();
+        let t = thread::spawn(move || e2.wait());
+        ev.set();
+        t.join().unwrap();
+        assert!(ev.is_set());
+    });
+}
+
+fn counting_task(hits: &Arc<[AtomicUsize; 3]>, i: usize) -> Task {
+    let h = hits.clone();
+    Task::heap(move || {
+        h[i].fetch_add(1, Ordering::SeqCst);
+    })
+}
+
+/// Resize: worker 0 has tasks queued locally and retires (`drain`) while
+/// worker 1 steals concurrently (`idle`) and then serves the global queue
+/// (`dequeue`). Every task runs exactly once.
+fn retire_model(kind: PolicyKind) {
+    loom::model(move || {
+        let info = PoolInfo::new(2);
+        let policy: Arc<Box<dyn ThreadPolicy>> = Arc::new(kind.build(&info));
+        let hits = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0)]);
+        let id = info.id;
+        let (p1, h1) = (policy.clone(), hits.clone());
+        let retiring = thread::spawn(move || {
+            let here = Here::new(0, id);
+            for i in 0..3 {
+                // Fork placement puts tasks on the worker's own deque.
+                let place = p1.place(Some(&here), Hint::Fork);
+                assert_eq!(place, Place::Local);
+                p1.enqueue(Some(&here), place, counting_task(&h1, i), Hint::Fork);
+            }
+            // Runs one of its own tasks, then its CPU is revoked.
+            if let Some(t) = p1.dequeue(&here, Hint::Continue) {
+                t.run();
+            }
+            p1.drain(&here, Hint::Resize);
+        });
+        let p2 = policy.clone();
+        let thief = thread::spawn(move || {
+            let here = Here::new(1, id);
+            if let Idle::Run(t) = p2.idle(&here, 0, Hint::Steal) {
+                t.run();
+            }
+        });
+        retiring.join().unwrap();
+        thief.join().unwrap();
+        // The surviving worker finishes whatever the retiree handed over.
+        let here = Here::new(1, id);
+        while let Some(t) = policy.dequeue(&here, Hint::Resize) {
+            t.run();
+        }
+        while let Idle::Run(t) = policy.idle(&here, 0, Hint::Steal) {
+            t.run();
+        }
+        for h in hits.iter() {
+            assert_eq!(h.load(Ordering::SeqCst), 1);
+        }
+    });
+}
+
+#[test]
+fn loom_resize_retire_drains_exactly_once_lifo() {
+    retire_model(PolicyKind::Lifo);
+}
+
+#[test]
+fn loom_resize_retire_drains_exactly_once_fifo() {
+    retire_model(PolicyKind::Fifo);
+}
+
+/// The lifo policy's queues as used by one owner and one thief: each task
+/// once (checks the policy's own bookkeeping, not just the deque).
+#[test]
+fn loom_lifo_owner_and_thief() {
+    loom::model(|| {
+        let info = PoolInfo::new(2);
+        let lifo = Arc::new(Lifo::new(&info));
+        let hits = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0)]);
+        let id = info.id;
+        let (l2, h2) = (lifo.clone(), hits.clone());
+        let owner = thread::spawn(move || {
+            let here = Here::new(0, id);
+            l2.enqueue(Some(&here), Place::Local, counting_task(&h2, 0), Hint::Spawn);
+            l2.enqueue(Some(&here), Place::Local, counting_task(&h2, 1), Hint::Spawn);
+            while let Some(t) = l2.dequeue(&here, Hint::Continue) {
+                t.run();
+            }
+        });
+        let here = Here::new(1, id);
+        lifo.enqueue(None, Place::Global, counting_task(&hits, 2), Hint::Spawn);
+        if let Idle::Run(t) = lifo.idle(&here, 0, Hint::Steal) {
+            t.run();
+        }
+        owner.join().unwrap();
+        while let Some(t) = lifo.dequeue(&here, Hint::Continue) {
+            t.run();
+        }
+        for h in hits.iter() {
+            assert_eq!(h.load(Ordering::SeqCst), 1);
+        }
+    });
+}
