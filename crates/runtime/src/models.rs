@@ -181,3 +181,47 @@ fn loom_lifo_owner_and_thief() {
         }
     });
 }
+
+/// The controller's idle path on a real policy: the worker looks for work
+/// (`dequeue` + `idle`), announces, looks again, parks; an outside thread
+/// queues a task on the global queue and wakes through the fenced path.
+/// The task always runs (no lost wake-up between "no work" and "parked").
+#[test]
+fn loom_sleep_with_policy_queue() {
+    loom::model(|| {
+        let info = PoolInfo::new(1);
+        let policy: Arc<Box<dyn ThreadPolicy>> = Arc::new(PolicyKind::Lifo.build(&info));
+        let sleep = Arc::new(Sleep::new(1));
+        let hits = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0)]);
+        let id = info.id;
+        let (p2, s2, h2) = (policy.clone(), sleep.clone(), hits.clone());
+        let worker = thread::spawn(move || {
+            s2.register(0, thread::current());
+            let here = Here::new(0, id);
+            let find = || match p2.dequeue(&here, Hint::Continue) {
+                Some(t) => Some(t),
+                None => match p2.idle(&here, 0, Hint::Steal) {
+                    Idle::Run(t) => Some(t),
+                    _ => None,
+                },
+            };
+            while h2[0].load(Ordering::SeqCst) == 0 {
+                if let Some(t) = find() {
+                    t.run();
+                    continue;
+                }
+                let s = s2.announce(0);
+                if let Some(t) = find() {
+                    s2.cancel(s);
+                    t.run();
+                    continue;
+                }
+                s2.park(s);
+            }
+        });
+        policy.enqueue(None, Place::Global, counting_task(&hits, 0), Hint::Spawn);
+        sleep.new_work(true, None);
+        worker.join().unwrap();
+        assert_eq!(hits[0].load(Ordering::SeqCst), 1);
+    });
+}

@@ -488,6 +488,7 @@ impl<T> Packet<T> {
         // SAFETY: only the task writes, once, before `done` is set.
         unsafe { *self.result.get() = Some(r) };
         self.done.set();
+        std::sync::atomic::fence(Ordering::SeqCst);
         let w = self.waiter.load(Ordering::SeqCst);
         if w != 0 {
             let p = WorkerThread::current();

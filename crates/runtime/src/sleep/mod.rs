@@ -133,6 +133,10 @@ impl Sleep {
     /// Wakes worker `index` if it is sleepy or dormant. Callers publish
     /// their condition (and fence) first. Returns whether it was woken.
     pub(crate) fn notify_worker(&self, index: usize) -> bool {
+        // Orders the caller's condition store before the bell load (the
+        // waker's half of the Dekker pair; `SeqCst` accesses alone would do
+        // in C++'s model, but loom only checks fences).
+        fence(Ordering::SeqCst);
         let bell = &self.bells[index];
         let mut cur = bell.state.load(Ordering::SeqCst);
         loop {
