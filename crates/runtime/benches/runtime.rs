@@ -24,11 +24,19 @@ fn main() {
     divan::main();
 }
 
-static POOL: LazyLock<Pool> =
-    LazyLock::new(|| Pool::builder().cell(Cell::standalone()).name("bench").build().expect("allot pool"));
+static POOL: LazyLock<Pool> = LazyLock::new(|| {
+    Pool::builder()
+        .cell(Cell::standalone())
+        .name("bench")
+        .build()
+        .expect("allot pool")
+});
 
 static RAYON: LazyLock<rayon::ThreadPool> = LazyLock::new(|| {
-    rayon::ThreadPoolBuilder::new().num_threads(POOL.workers()).build().expect("rayon pool")
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(POOL.workers())
+        .build()
+        .expect("rayon pool")
 });
 
 /// Idle time before a "cold" sample: far above the 20 µs spin budget, so
@@ -183,7 +191,8 @@ mod parfor {
 
     const N: usize = 100_000;
 
-    static OUT: LazyLock<Vec<AtomicU64>> = LazyLock::new(|| (0..N).map(|_| AtomicU64::new(0)).collect());
+    static OUT: LazyLock<Vec<AtomicU64>> =
+        LazyLock::new(|| (0..N).map(|_| AtomicU64::new(0)).collect());
 
     #[inline]
     fn body(i: usize) {
@@ -200,6 +209,21 @@ mod parfor {
     fn rayon_par_iter(b: Bencher, grain: usize) {
         LazyLock::force(&OUT);
         b.bench(|| RAYON.install(|| (0..N).into_par_iter().with_min_len(grain).for_each(body)));
+    }
+
+    /// rayon split into exactly the same chunks as `allot_for_each`.
+    #[divan::bench(args = [64, 256, 1024])]
+    fn rayon_par_iter_fixed(b: Bencher, grain: usize) {
+        LazyLock::force(&OUT);
+        b.bench(|| {
+            RAYON.install(|| {
+                (0..N)
+                    .into_par_iter()
+                    .with_min_len(grain)
+                    .with_max_len(grain)
+                    .for_each(body)
+            })
+        });
     }
 
     #[divan::bench]
@@ -221,7 +245,11 @@ mod wake {
     }
 
     fn event_responder() -> Responder {
-        let r = Responder { event: Arc::new(Event::new()), cv: Arc::new((Mutex::new(0), Condvar::new())), done: Arc::new(AtomicU64::new(0)) };
+        let r = Responder {
+            event: Arc::new(Event::new()),
+            cv: Arc::new((Mutex::new(0), Condvar::new())),
+            done: Arc::new(AtomicU64::new(0)),
+        };
         let (ev, done) = (r.event.clone(), r.done.clone());
         std::thread::spawn(move || {
             loop {
@@ -234,7 +262,11 @@ mod wake {
     }
 
     fn condvar_responder() -> Responder {
-        let r = Responder { event: Arc::new(Event::new()), cv: Arc::new((Mutex::new(0), Condvar::new())), done: Arc::new(AtomicU64::new(0)) };
+        let r = Responder {
+            event: Arc::new(Event::new()),
+            cv: Arc::new((Mutex::new(0), Condvar::new())),
+            done: Arc::new(AtomicU64::new(0)),
+        };
         let (cv, done) = (r.cv.clone(), r.done.clone());
         std::thread::spawn(move || {
             let mut seen = 0;
@@ -279,19 +311,22 @@ mod wake {
     /// Every sample starts with all workers parked.
     #[divan::bench(sample_size = 1, sample_count = 1000)]
     fn allot_pool_cold(b: Bencher) {
-        b.with_inputs(|| std::thread::sleep(COLD)).bench_values(|()| pool_roundtrip());
+        b.with_inputs(|| std::thread::sleep(COLD))
+            .bench_values(|()| pool_roundtrip());
     }
 
     #[divan::bench(sample_size = 1, sample_count = 1000)]
     fn event_cold(b: Bencher) {
         LazyLock::force(&EVENT);
-        b.with_inputs(|| std::thread::sleep(COLD)).bench_values(|()| event_roundtrip());
+        b.with_inputs(|| std::thread::sleep(COLD))
+            .bench_values(|()| event_roundtrip());
     }
 
     #[divan::bench(sample_size = 1, sample_count = 1000)]
     fn condvar_cold(b: Bencher) {
         LazyLock::force(&CONDVAR);
-        b.with_inputs(|| std::thread::sleep(COLD)).bench_values(|()| condvar_roundtrip());
+        b.with_inputs(|| std::thread::sleep(COLD))
+            .bench_values(|()| condvar_roundtrip());
     }
 
     /// Back to back: the pool's workers / the `Event` waiter are still
@@ -327,8 +362,17 @@ mod resize {
     static R: LazyLock<Resizable> = LazyLock::new(|| {
         let allowed = allot_topo::allowed_cpus().expect("allowed cpus");
         let (cell, writer) = Cell::manual(allowed).expect("manual cell");
-        let pool = Pool::builder().cell(cell).name("resize").build().expect("pool");
-        Resizable { pool, writer: Mutex::new(writer), cpus: allowed.iter().collect(), flip: AtomicU64::new(0) }
+        let pool = Pool::builder()
+            .cell(cell)
+            .name("resize")
+            .build()
+            .expect("pool");
+        Resizable {
+            pool,
+            writer: Mutex::new(writer),
+            cpus: allowed.iter().collect(),
+            flip: AtomicU64::new(0),
+        }
     });
 
     /// Alternates between all allowed CPUs and one: publish, then spin
@@ -339,7 +383,7 @@ mod resize {
         let r = &*R;
         b.with_inputs(|| {
             let k = r.flip.fetch_add(1, Ordering::Relaxed);
-            let n = if k % 2 == 0 { 1 } else { r.cpus.len() };
+            let n = if k.is_multiple_of(2) { 1 } else { r.cpus.len() };
             let set: CpuSet = r.cpus.iter().copied().take(n).collect();
             std::thread::sleep(Duration::from_micros(200));
             (set, n)
@@ -359,7 +403,7 @@ mod resize {
         let r = &*R;
         b.with_inputs(|| {
             let k = r.flip.fetch_add(1, Ordering::Relaxed);
-            let n = if k % 2 == 0 { 1 } else { r.cpus.len() };
+            let n = if k.is_multiple_of(2) { 1 } else { r.cpus.len() };
             std::thread::sleep(Duration::from_micros(200));
             r.cpus.iter().copied().take(n).collect::<CpuSet>()
         })

@@ -17,7 +17,10 @@ pub fn current_tid() -> i32 {
 pub fn pin_current(cpu: usize) -> io::Result<()> {
     let mut set = rustix::thread::CpuSet::new();
     if cpu >= rustix::thread::CpuSet::MAX_CPU {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("CPU {cpu} beyond the affinity mask")));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("CPU {cpu} beyond the affinity mask"),
+        ));
     }
     set.set(cpu);
     rustix::thread::sched_setaffinity(None, &set).map_err(io::Error::from)
@@ -39,8 +42,11 @@ pub fn thread_cpus(tid: i32) -> io::Result<CpuSet> {
     let line = status
         .lines()
         .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no Cpus_allowed_list in status"))?;
-    CpuSet::parse_list(line.trim()).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
+        .ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidData, "no Cpus_allowed_list in status")
+        })?;
+    CpuSet::parse_list(line.trim())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
 }
 
 #[cfg(test)]
@@ -53,7 +59,13 @@ mod tests {
         let cpu = allowed.last().expect("some CPU");
         std::thread::spawn(move || {
             pin_current(cpu).expect("pin");
-            assert_eq!(thread_cpus(current_tid()).expect("read").iter().collect::<Vec<_>>(), vec![cpu]);
+            assert_eq!(
+                thread_cpus(current_tid())
+                    .expect("read")
+                    .iter()
+                    .collect::<Vec<_>>(),
+                vec![cpu]
+            );
         })
         .join()
         .unwrap();

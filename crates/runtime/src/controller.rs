@@ -141,7 +141,9 @@ impl Registry {
 
     /// Whether every slot follows its assignment.
     pub(crate) fn is_settled(&self) -> bool {
-        self.slots.iter().all(|s| s.current.load(Ordering::SeqCst) == s.target.load(Ordering::SeqCst))
+        self.slots
+            .iter()
+            .all(|s| s.current.load(Ordering::SeqCst) == s.target.load(Ordering::SeqCst))
     }
 
     /// Asks every worker to finish the queued work and exit.
@@ -364,14 +366,18 @@ fn backoff(round: u32) {
     for _ in 0..(1u32 << round.min(6)) {
         hint::spin_loop();
     }
-    if round > 16 && round % 8 == 0 {
+    if round > 16 && round.is_multiple_of(8) {
         std::thread::yield_now();
     }
 }
 
 /// The body of worker slot `index`'s thread.
 pub(crate) fn worker_main(reg: Arc<Registry>, index: usize) {
-    let wt = WorkerThread { here: Here::new(index, reg.info.id), registry: reg, cpu: Cell::new(0) };
+    let wt = WorkerThread {
+        here: Here::new(index, reg.info.id),
+        registry: reg,
+        cpu: Cell::new(0),
+    };
     let reg = &*wt.registry;
     CURRENT.with(|c| c.set(&wt));
     reg.sleep.register(index, std::thread::current());
@@ -399,11 +405,8 @@ pub(crate) fn worker_main(reg: Arc<Registry>, index: usize) {
         reg.active.fetch_add(1, Ordering::SeqCst);
         slot.current.store(t, Ordering::SeqCst);
         let mut hint = Hint::Resize;
-        loop {
-            match wt.find_work(hint, None) {
-                Found::Task(task) => wt.execute(task),
-                Found::Done | Found::Leave => break,
-            }
+        while let Found::Task(task) = wt.find_work(hint, None) {
+            wt.execute(task);
             hint = Hint::Continue;
         }
         // Retire (or shut down): nothing is on our stack.

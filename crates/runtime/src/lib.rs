@@ -51,11 +51,14 @@
 //! - `join`, `scope` and `install` never return before the work they
 //!   started has finished, even when it panicked.
 
+// Under `cfg(loom)` only the protocol modules the models use are built.
+#![cfg_attr(loom, allow(dead_code, unused_imports))]
+
 pub mod affinity;
 #[cfg(not(loom))]
 mod controller;
 pub(crate) mod loom;
-#[cfg(loom)]
+#[cfg(all(loom, test))]
 mod models;
 #[cfg(not(loom))]
 mod monitor;
@@ -71,9 +74,14 @@ mod task;
 
 #[cfg(not(loom))]
 pub use monitor::{SlotView, assign, wanted_cpus};
-pub use policy::{Here, Hint, Idle, Place, PolicyKind, PoolInfo, Roster, ThreadPolicy, UnknownPolicy, Wake, WorkerLocal};
+pub use policy::{
+    Here, Hint, Idle, Place, PolicyKind, PoolInfo, Roster, ThreadPolicy, UnknownPolicy, Wake,
+    WorkerLocal,
+};
 #[cfg(not(loom))]
-pub use pool::{BuildError, Builder, DEFAULT_REPORT_PERIOD, DEFAULT_SPIN, JoinHandle, Pool, WorkerInfo, join};
+pub use pool::{
+    BuildError, Builder, DEFAULT_REPORT_PERIOD, DEFAULT_SPIN, JoinHandle, Pool, WorkerInfo, join,
+};
 #[cfg(not(loom))]
 pub use scope::Scope;
 pub use sync::{EVENT_SPIN, Event, Latch};

@@ -21,7 +21,9 @@ pub(crate) mod sync {
 
     pub(crate) mod atomic {
         #[allow(unused_imports)]
-        pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
+        pub(crate) use std::sync::atomic::{
+            AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+        };
     }
 }
 
@@ -30,7 +32,9 @@ pub(crate) mod sync {
     pub(crate) use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
 
     pub(crate) mod atomic {
-        pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
+        pub(crate) use loom::sync::atomic::{
+            AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+        };
     }
 }
 
@@ -40,6 +44,7 @@ pub(crate) mod thread {
     pub(crate) use std::thread::{Thread, current, park, yield_now};
 
     #[cfg(loom)]
+    #[allow(unused_imports)]
     pub(crate) use loom::thread::{Thread, current, park, yield_now};
 }
 

@@ -99,7 +99,11 @@ fn retire_model(kind: PolicyKind) {
     loom::model(move || {
         let info = PoolInfo::new(2);
         let policy: Arc<Box<dyn ThreadPolicy>> = Arc::new(kind.build(&info));
-        let hits = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0)]);
+        let hits = Arc::new([
+            AtomicUsize::new(0),
+            AtomicUsize::new(0),
+            AtomicUsize::new(0),
+        ]);
         let id = info.id;
         let (p1, h1) = (policy.clone(), hits.clone());
         let retiring = thread::spawn(move || {
@@ -156,13 +160,27 @@ fn loom_lifo_owner_and_thief() {
     loom::model(|| {
         let info = PoolInfo::new(2);
         let lifo = Arc::new(Lifo::new(&info));
-        let hits = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0)]);
+        let hits = Arc::new([
+            AtomicUsize::new(0),
+            AtomicUsize::new(0),
+            AtomicUsize::new(0),
+        ]);
         let id = info.id;
         let (l2, h2) = (lifo.clone(), hits.clone());
         let owner = thread::spawn(move || {
             let here = Here::new(0, id);
-            l2.enqueue(Some(&here), Place::Local, counting_task(&h2, 0), Hint::Spawn);
-            l2.enqueue(Some(&here), Place::Local, counting_task(&h2, 1), Hint::Spawn);
+            l2.enqueue(
+                Some(&here),
+                Place::Local,
+                counting_task(&h2, 0),
+                Hint::Spawn,
+            );
+            l2.enqueue(
+                Some(&here),
+                Place::Local,
+                counting_task(&h2, 1),
+                Hint::Spawn,
+            );
             while let Some(t) = l2.dequeue(&here, Hint::Continue) {
                 t.run();
             }
@@ -192,7 +210,11 @@ fn loom_sleep_with_policy_queue() {
         let info = PoolInfo::new(1);
         let policy: Arc<Box<dyn ThreadPolicy>> = Arc::new(PolicyKind::Lifo.build(&info));
         let sleep = Arc::new(Sleep::new(1));
-        let hits = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0)]);
+        let hits = Arc::new([
+            AtomicUsize::new(0),
+            AtomicUsize::new(0),
+            AtomicUsize::new(0),
+        ]);
         let id = info.id;
         let (p2, s2, h2) = (policy.clone(), sleep.clone(), hits.clone());
         let worker = thread::spawn(move || {

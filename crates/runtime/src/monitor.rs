@@ -96,12 +96,20 @@ pub fn assign(slots: &[SlotView], want: &CpuSet) -> Vec<Option<usize>> {
             taken.insert(c);
         }
     }
-    let mut free = want.difference(&taken).iter().collect::<Vec<_>>().into_iter();
+    let mut free = want
+        .difference(&taken)
+        .iter()
+        .collect::<Vec<_>>()
+        .into_iter();
     // 3. re-pin workers whose CPU was revoked, 4. started dormant slots, 5. the rest
     let order = (0..slots.len())
         .filter(|&i| slots[i].target.is_some() || slots[i].current.is_some())
-        .chain((0..slots.len()).filter(|&i| slots[i].target.is_none() && slots[i].current.is_none() && slots[i].started))
-        .chain((0..slots.len()).filter(|&i| !slots[i].started && slots[i].target.is_none() && slots[i].current.is_none()));
+        .chain((0..slots.len()).filter(|&i| {
+            slots[i].target.is_none() && slots[i].current.is_none() && slots[i].started
+        }))
+        .chain((0..slots.len()).filter(|&i| {
+            !slots[i].started && slots[i].target.is_none() && slots[i].current.is_none()
+        }));
     for i in order {
         if out[i].is_some() {
             continue;
@@ -121,7 +129,9 @@ fn decode(v: usize) -> Option<usize> {
 /// Applies grant `g` to the pool: new targets, wake-ups, thread starts.
 pub(crate) fn apply(reg: &Arc<Registry>, g: &Grant) {
     let mut plan = reg.plan.lock().unwrap_or_else(|p| p.into_inner());
-    if reg.terminate.load(Ordering::SeqCst) || (plan.generation != 0 && g.generation <= plan.generation) {
+    if reg.terminate.load(Ordering::SeqCst)
+        || (plan.generation != 0 && g.generation <= plan.generation)
+    {
         return;
     }
     let want = wanted_cpus(g, reg.slots.len());
@@ -193,7 +203,9 @@ pub(crate) fn demand(reg: &Registry) -> (u32, u32, u64) {
 pub(crate) fn monitor_main(reg: Arc<Registry>, cell: Cell, mut seen: u64, period: Duration) {
     let mut next_report = Instant::now() + period;
     while !reg.terminate.load(Ordering::SeqCst) {
-        let slice = next_report.saturating_duration_since(Instant::now()).clamp(Duration::from_millis(1), MONITOR_SLICE);
+        let slice = next_report
+            .saturating_duration_since(Instant::now())
+            .clamp(Duration::from_millis(1), MONITOR_SLICE);
         let g = cell.wait_change(seen, Some(slice));
         if g.generation != seen {
             apply(&reg, &g);
@@ -218,29 +230,58 @@ mod tests {
     #[test]
     fn keeps_moves_and_retires() {
         let slots = [
-            SlotView { target: Some(0), current: Some(0), started: true },
-            SlotView { target: Some(1), current: Some(1), started: true },
+            SlotView {
+                target: Some(0),
+                current: Some(0),
+                started: true,
+            },
+            SlotView {
+                target: Some(1),
+                current: Some(1),
+                started: true,
+            },
             SlotView::default(),
         ];
         assert_eq!(assign(&slots, &set(&[1])), vec![None, Some(1), None]);
         assert_eq!(assign(&slots, &set(&[1, 2])), vec![Some(2), Some(1), None]);
-        assert_eq!(assign(&slots, &set(&[0, 1, 2])), vec![Some(0), Some(1), Some(2)]);
+        assert_eq!(
+            assign(&slots, &set(&[0, 1, 2])),
+            vec![Some(0), Some(1), Some(2)]
+        );
     }
 
     #[test]
     fn cpu_goes_back_to_worker_still_there() {
         let slots = [
-            SlotView { target: None, current: Some(0), started: true },
-            SlotView { target: None, current: None, started: true },
+            SlotView {
+                target: None,
+                current: Some(0),
+                started: true,
+            },
+            SlotView {
+                target: None,
+                current: None,
+                started: true,
+            },
         ];
         assert_eq!(assign(&slots, &set(&[0])), vec![Some(0), None]);
     }
 
     #[test]
     fn wanted_prefers_owned_and_caps() {
-        let g = Grant { cpus: set(&[0, 1, 2, 3]), lent: set(&[0]), threads: 2, ..Grant::default() };
+        let g = Grant {
+            cpus: set(&[0, 1, 2, 3]),
+            lent: set(&[0]),
+            threads: 2,
+            ..Grant::default()
+        };
         assert_eq!(wanted_cpus(&g, 8), set(&[1, 2]));
-        let g = Grant { cpus: set(&[0, 1]), lent: set(&[1]), threads: 0, ..Grant::default() };
+        let g = Grant {
+            cpus: set(&[0, 1]),
+            lent: set(&[1]),
+            threads: 0,
+            ..Grant::default()
+        };
         assert_eq!(wanted_cpus(&g, 8), set(&[0, 1]));
         assert_eq!(wanted_cpus(&g, 1), set(&[0]));
     }

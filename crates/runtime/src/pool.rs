@@ -30,6 +30,7 @@ use std::cell::UnsafeCell;
 use std::fmt;
 use std::ops::Range;
 use std::panic::{self, AssertUnwindSafe};
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -110,7 +111,10 @@ impl Builder {
     }
 
     /// A custom thread policy, built once the pool's size is known.
-    pub fn policy_with(mut self, make: impl FnOnce(&PoolInfo) -> Box<dyn ThreadPolicy> + 'static) -> Self {
+    pub fn policy_with(
+        mut self,
+        make: impl FnOnce(&PoolInfo) -> Box<dyn ThreadPolicy> + 'static,
+    ) -> Self {
         self.policy = Box::new(make);
         self.policy_name = "custom";
         self
@@ -152,33 +156,57 @@ impl Builder {
     pub fn build(self) -> Result<Pool, BuildError> {
         let cell = self.cell.unwrap_or_else(|| Cell::auto(&self.name));
         let grant = cell.grant();
-        let slots = self.slots.unwrap_or_else(|| machine_cpus().max(grant.cpus.len())).max(1);
+        let slots = self
+            .slots
+            .unwrap_or_else(|| machine_cpus().max(grant.cpus.len()))
+            .max(1);
         let info = PoolInfo::new(slots);
         let policy = (self.policy)(&info);
         let reg = Arc::new(Registry {
             info,
             policy,
             sleep: Sleep::new(slots),
-            slots: (0..slots).map(|_| CachePadded::new(Slot::default())).collect(),
+            slots: (0..slots)
+                .map(|_| CachePadded::new(Slot::default()))
+                .collect(),
             active: AtomicUsize::new(0),
             terminate: AtomicBool::new(false),
             spin: self.spin,
             name: self.name.clone(),
             stack_size: self.stack_size,
-            plan: Mutex::new(PlanState { generation: 0, started: vec![false; slots], handles: (0..slots).map(|_| None).collect() }),
+            plan: Mutex::new(PlanState {
+                generation: 0,
+                started: vec![false; slots],
+                handles: (0..slots).map(|_| None).collect(),
+            }),
             planned: AtomicU64::new(0),
             settled: AtomicU64::new(0),
             escaped_panics: AtomicU64::new(0),
             pin_errors: AtomicU64::new(0),
         });
         monitor::apply(&reg, &grant);
-        let pool = Pool { reg: reg.clone(), cell: cell.clone() };
-        if reg.active.load(Ordering::SeqCst) == 0 && !reg.plan.lock().unwrap_or_else(|p| p.into_inner()).started.iter().any(|&s| s) {
-            return Err(BuildError { kind: BuildErrorKind::Spawn(std::io::Error::other("no worker thread started")) });
+        let pool = Pool {
+            reg: reg.clone(),
+            cell: cell.clone(),
+        };
+        if reg.active.load(Ordering::SeqCst) == 0
+            && !reg
+                .plan
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .started
+                .iter()
+                .any(|&s| s)
+        {
+            return Err(BuildError {
+                kind: BuildErrorKind::Spawn(std::io::Error::other("no worker thread started")),
+            });
         }
         let limit = Duration::from_secs(5);
         if !pool.wait_resized(grant.generation, limit) {
-            return Err(BuildError { kind: BuildErrorKind::Timeout(limit) });
+            return Err(BuildError {
+                kind: BuildErrorKind::Timeout(limit),
+            });
         }
         if cell.mode() != allot_client::Mode::Standalone {
             let period = self.report_period;
@@ -186,7 +214,9 @@ impl Builder {
             std::thread::Builder::new()
                 .name(format!("{}-monitor", self.name))
                 .spawn(move || monitor::monitor_main(r, cell, grant.generation, period))
-                .map_err(|e| BuildError { kind: BuildErrorKind::Spawn(e) })?;
+                .map_err(|e| BuildError {
+                    kind: BuildErrorKind::Spawn(e),
+                })?;
         }
         Ok(pool)
     }
@@ -235,7 +265,9 @@ impl Pool {
     /// # Panics
     /// If no worker thread can be started.
     pub fn new() -> Pool {
-        Pool::builder().build().expect("cannot start the allot pool")
+        Pool::builder()
+            .build()
+            .expect("cannot start the allot pool")
     }
 
     /// A builder with defaults.
@@ -269,7 +301,11 @@ impl Pool {
             .filter_map(|i| {
                 let s = self.reg.slot(i);
                 let cpu = s.current.load(Ordering::SeqCst).checked_sub(1)?;
-                Some(WorkerInfo { index: i, tid: s.tid.load(Ordering::SeqCst), cpu })
+                Some(WorkerInfo {
+                    index: i,
+                    tid: s.tid.load(Ordering::SeqCst),
+                    cpu,
+                })
             })
             .collect()
     }
@@ -356,7 +392,12 @@ impl Pool {
 
     /// Runs `f` on disjoint sub-ranges covering `range`, each at most
     /// `grain` long (split in halves with `join`).
-    pub fn for_each_chunk<F: Fn(Range<usize>) + Sync>(&self, range: Range<usize>, grain: usize, f: F) {
+    pub fn for_each_chunk<F: Fn(Range<usize>) + Sync>(
+        &self,
+        range: Range<usize>,
+        grain: usize,
+        f: F,
+    ) {
         if range.is_empty() {
             return;
         }
@@ -366,7 +407,14 @@ impl Pool {
 
     /// Maps every chunk of `range` with `map` and combines the results
     /// with `reduce` (associative), starting from `identity()`.
-    pub fn map_reduce<T, M, R>(&self, range: Range<usize>, grain: usize, identity: impl Fn() -> T + Sync, map: M, reduce: R) -> T
+    pub fn map_reduce<T, M, R>(
+        &self,
+        range: Range<usize>,
+        grain: usize,
+        identity: impl Fn() -> T + Sync,
+        map: M,
+        reduce: R,
+    ) -> T
     where
         T: Send,
         M: Fn(Range<usize>) -> T + Sync,
@@ -385,23 +433,41 @@ impl Pool {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        let packet = Arc::new(Packet { done: Event::new(), waiter: AtomicUsize::new(0), result: UnsafeCell::new(None) });
-        let p = packet.clone();
-        let task = Task::heap(move || {
-            let r = panic::catch_unwind(AssertUnwindSafe(f)).map_err(TaskPanic::new);
-            p.complete(r);
+        // One allocation holds the closure and the result slot.
+        let job = Arc::new(SpawnJob {
+            packet: Packet {
+                done: Event::new(),
+                waiter: AtomicUsize::new(0),
+                result: UnsafeCell::new(None),
+            },
+            f: UnsafeCell::new(Some(f)),
         });
+        let raw = Arc::into_raw(job.clone());
+        // SAFETY: `raw` is a strong reference handed to the task, which
+        // `run_spawned` takes back exactly once.
+        let task = unsafe {
+            Task::from_raw(
+                NonNull::new_unchecked(raw.cast_mut().cast()),
+                run_spawned::<F, T>,
+            )
+        };
         match WorkerThread::current_in(&self.reg) {
             Some(wt) => wt.push(task, Hint::Spawn),
             None => self.reg.inject(task, Hint::Spawn),
         }
-        JoinHandle { packet, reg: self.reg.clone() }
+        JoinHandle {
+            job,
+            reg: self.reg.clone(),
+        }
     }
 
     /// Runs `f` with a [`Scope`](crate::Scope) whose tasks may borrow
     /// anything that outlives the call; returns once all of them finished.
     /// The first panic among `f` and the tasks continues in the caller.
-    pub fn scope<'env, R: Send>(&self, f: impl for<'s> FnOnce(&'s crate::Scope<'s, 'env>) -> R + Send) -> R {
+    pub fn scope<'env, R: Send>(
+        &self,
+        f: impl for<'s> FnOnce(&'s crate::Scope<'s, 'env>) -> R + Send,
+    ) -> R {
         self.install(|| {
             let wt = WorkerThread::current_in(&self.reg).expect("install runs on a worker");
             crate::scope::run(wt, f)
@@ -455,7 +521,10 @@ fn split<F: Fn(Range<usize>) + Sync>(r: Range<usize>, grain: usize, f: &F) {
         return;
     }
     let mid = r.start + r.len() / 2;
-    join(|| split(r.start..mid, grain, f), || split(mid..r.end, grain, f));
+    join(
+        || split(r.start..mid, grain, f),
+        || split(mid..r.end, grain, f),
+    );
 }
 
 fn split_reduce<T: Send, M, R>(r: Range<usize>, grain: usize, map: &M, reduce: &R) -> T
@@ -467,7 +536,10 @@ where
         return map(r);
     }
     let mid = r.start + r.len() / 2;
-    let (a, b) = join(|| split_reduce(r.start..mid, grain, map, reduce), || split_reduce(mid..r.end, grain, map, reduce));
+    let (a, b) = join(
+        || split_reduce(r.start..mid, grain, map, reduce),
+        || split_reduce(mid..r.end, grain, map, reduce),
+    );
     reduce(a, b)
 }
 
@@ -479,9 +551,40 @@ struct Packet<T> {
     result: UnsafeCell<Option<Result<T, TaskPanic>>>,
 }
 
-// SAFETY: `result` is written once by the task before `done` is set
-// (release) and read once by the joiner after seeing it (acquire).
-unsafe impl<T: Send> Sync for Packet<T> {}
+/// A spawned task: closure and result slot in one allocation.
+struct SpawnJob<F, T> {
+    packet: Packet<T>,
+    f: UnsafeCell<Option<F>>,
+}
+
+// SAFETY: `f` is taken once by the task; `result` is written once by the
+// task before `done` is set (release) and read once by the joiner after
+// seeing it (acquire).
+unsafe impl<F: Send, T: Send> Sync for SpawnJob<F, T> {}
+
+/// What a `JoinHandle` sees of a spawned job.
+trait HasPacket<T>: Send + Sync {
+    fn packet(&self) -> &Packet<T>;
+}
+
+impl<F: Send, T: Send> HasPacket<T> for SpawnJob<F, T> {
+    fn packet(&self) -> &Packet<T> {
+        &self.packet
+    }
+}
+
+/// Runs a spawned job and drops the task's reference to it.
+///
+/// # Safety
+/// `p` is an `Arc<SpawnJob<F, T>>` reference from `Arc::into_raw`, used once.
+unsafe fn run_spawned<F: FnOnce() -> T, T>(p: NonNull<()>) {
+    // SAFETY: see the contract above.
+    let job = unsafe { Arc::from_raw(p.as_ptr().cast_const().cast::<SpawnJob<F, T>>()) };
+    // SAFETY: only this run touches `f`.
+    let f = unsafe { (*job.f.get()).take() }.expect("spawned task run twice");
+    let r = panic::catch_unwind(AssertUnwindSafe(f)).map_err(TaskPanic::new);
+    job.packet.complete(r);
+}
 
 impl<T> Packet<T> {
     fn complete(&self, r: Result<T, TaskPanic>) {
@@ -502,35 +605,38 @@ impl<T> Packet<T> {
 
 /// Owned permission to collect a spawned task's result.
 pub struct JoinHandle<T> {
-    packet: Arc<Packet<T>>,
+    job: Arc<dyn HasPacket<T>>,
     reg: Arc<Registry>,
 }
 
 impl<T> fmt::Debug for JoinHandle<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("JoinHandle").field("finished", &self.is_finished()).finish()
+        f.debug_struct("JoinHandle")
+            .field("finished", &self.is_finished())
+            .finish()
     }
 }
 
 impl<T> JoinHandle<T> {
     /// Whether the task has finished.
     pub fn is_finished(&self) -> bool {
-        self.packet.done.is_set()
+        self.job.packet().done.is_set()
     }
 
     /// Waits for the task: its value, or its panic. On a worker of the
     /// same pool, runs other tasks while waiting.
     pub fn join(self) -> Result<T, TaskPanic> {
-        if !self.packet.done.is_set() {
+        let packet = self.job.packet();
+        if !packet.done.is_set() {
             match WorkerThread::current_in(&self.reg) {
                 Some(wt) => {
-                    self.packet.waiter.store(wt.here.index() + 1, Ordering::SeqCst);
-                    wt.wait_for(&|| self.packet.done.is_set());
+                    packet.waiter.store(wt.here.index() + 1, Ordering::SeqCst);
+                    wt.wait_for(&|| packet.done.is_set());
                 }
-                None => self.packet.done.wait(),
+                None => packet.done.wait(),
             }
         }
         // SAFETY: `done` is set: the task wrote the result and is done with it.
-        unsafe { (*self.packet.result.get()).take() }.expect("task result taken twice")
+        unsafe { (*packet.result.get()).take() }.expect("task result taken twice")
     }
 }

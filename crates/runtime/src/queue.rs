@@ -186,17 +186,29 @@ mod imp {
 
     impl<T> LocalQueue<T> {
         pub fn new_lifo() -> Self {
-            LocalQueue { q: Arc::new(Mutex::new(VecDeque::new())), lifo: true, _not_sync: Default::default() }
+            LocalQueue {
+                q: Arc::new(Mutex::new(VecDeque::new())),
+                lifo: true,
+                _not_sync: Default::default(),
+            }
         }
         pub fn new_fifo() -> Self {
-            LocalQueue { q: Arc::new(Mutex::new(VecDeque::new())), lifo: false, _not_sync: Default::default() }
+            LocalQueue {
+                q: Arc::new(Mutex::new(VecDeque::new())),
+                lifo: false,
+                _not_sync: Default::default(),
+            }
         }
         pub fn push(&self, t: T) {
             lock(&self.q).push_back(t)
         }
         pub fn pop(&self) -> Option<T> {
             let mut q = lock(&self.q);
-            if self.lifo { q.pop_back() } else { q.pop_front() }
+            if self.lifo {
+                q.pop_back()
+            } else {
+                q.pop_front()
+            }
         }
         pub fn stealer(&self) -> Stealer<T> {
             Stealer(self.q.clone())

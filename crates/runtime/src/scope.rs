@@ -41,7 +41,9 @@ unsafe impl Send for Scope<'_, '_> {}
 
 impl fmt::Debug for Scope<'_, '_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Scope").field("pending", &self.pending.load(Ordering::Relaxed)).finish()
+        f.debug_struct("Scope")
+            .field("pending", &self.pending.load(Ordering::Relaxed))
+            .finish()
     }
 }
 
@@ -71,15 +73,12 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         // SAFETY: `run` does not return before `pending` reaches 0, i.e.
         // before this task finished; everything `f` borrows outlives that.
         let task = unsafe { Task::heap_unchecked(body) };
-        let cur = WorkerThread::current();
         // SAFETY: `owner` is the worker running the scope body, alive
-        // until the scope completes; `cur` is live while non-null.
+        // until the scope completes (which waits for this task).
         let owner = unsafe { &*self.owner };
-        if !cur.is_null() && std::sync::Arc::ptr_eq(unsafe { &(*cur).registry }, &owner.registry) {
-            // SAFETY: as above.
-            unsafe { &*cur }.push(task, Hint::Spawn);
-        } else {
-            owner.registry.inject(task, Hint::Spawn);
+        match WorkerThread::current_in(&owner.registry) {
+            Some(wt) => wt.push(task, Hint::Spawn),
+            None => owner.registry.inject(task, Hint::Spawn),
         }
     }
 
@@ -105,7 +104,10 @@ impl<'scope, 'env> Scope<'scope, 'env> {
 }
 
 /// Runs a scope body on worker `wt` and waits for all its tasks.
-pub(crate) fn run<'env, R>(wt: &WorkerThread, f: impl for<'s> FnOnce(&'s Scope<'s, 'env>) -> R) -> R {
+pub(crate) fn run<'env, R>(
+    wt: &WorkerThread,
+    f: impl for<'s> FnOnce(&'s Scope<'s, 'env>) -> R,
+) -> R {
     let scope = Scope {
         pending: AtomicUsize::new(1),
         latch: CoreLatch::new(wt.here.index(), &wt.registry.sleep),

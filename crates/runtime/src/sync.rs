@@ -58,7 +58,11 @@ impl Default for Event {
 impl Event {
     /// An unset event.
     pub fn new() -> Event {
-        Event { state: AtomicU32::new(UNSET), lock: Mutex::new(()), cv: Condvar::new() }
+        Event {
+            state: AtomicU32::new(UNSET),
+            lock: Mutex::new(()),
+            cv: Condvar::new(),
+        }
     }
 
     /// Whether the event is set (acquire).
@@ -69,7 +73,10 @@ impl Event {
 
     /// Sets the event and wakes every waiter. Idempotent.
     pub fn set(&self) {
-        match self.state.compare_exchange(UNSET, SET, Ordering::SeqCst, Ordering::SeqCst) {
+        match self
+            .state
+            .compare_exchange(UNSET, SET, Ordering::SeqCst, Ordering::SeqCst)
+        {
             Ok(_) | Err(SET) => {}
             Err(_) => {
                 let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
@@ -101,9 +108,11 @@ impl Event {
         let deadline = timeout.map(|t| std::time::Instant::now() + t);
         let mut g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         loop {
-            match self.state.compare_exchange(UNSET, WAITING, Ordering::SeqCst, Ordering::SeqCst) {
-                Err(SET) => return true,
-                Ok(_) | Err(_) => {}
+            if let Err(SET) =
+                self.state
+                    .compare_exchange(UNSET, WAITING, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                return true;
             }
             match deadline {
                 None => g = self.cv.wait(g).unwrap_or_else(|p| p.into_inner()),
@@ -127,7 +136,7 @@ impl Event {
                 return true;
             }
             i = i.wrapping_add(1);
-            if i % 64 == 0 && start.elapsed() >= budget {
+            if i.is_multiple_of(64) && start.elapsed() >= budget {
                 return false;
             }
             hint::spin_loop();
@@ -140,12 +149,22 @@ impl Event {
 }
 
 #[cfg(not(loom))]
-fn wait_timeout<'a>(cv: &Condvar, g: std::sync::MutexGuard<'a, ()>, d: Duration) -> std::sync::MutexGuard<'a, ()> {
-    cv.wait_timeout(g, d).map(|r| r.0).unwrap_or_else(|p| p.into_inner().0)
+fn wait_timeout<'a>(
+    cv: &Condvar,
+    g: std::sync::MutexGuard<'a, ()>,
+    d: Duration,
+) -> std::sync::MutexGuard<'a, ()> {
+    cv.wait_timeout(g, d)
+        .map(|r| r.0)
+        .unwrap_or_else(|p| p.into_inner().0)
 }
 
 #[cfg(loom)]
-fn wait_timeout<'a>(cv: &Condvar, g: crate::loom::sync::MutexGuard<'a, ()>, _d: Duration) -> crate::loom::sync::MutexGuard<'a, ()> {
+fn wait_timeout<'a>(
+    cv: &Condvar,
+    g: crate::loom::sync::MutexGuard<'a, ()>,
+    _d: Duration,
+) -> crate::loom::sync::MutexGuard<'a, ()> {
     cv.wait(g).unwrap_or_else(|p| p.into_inner())
 }
 
@@ -161,7 +180,10 @@ impl Latch {
     /// A latch that opens after `count` calls to [`Latch::count_down`]
     /// (immediately if `count` is 0).
     pub fn new(count: usize) -> Latch {
-        let l = Latch { left: AtomicUsize::new(count), done: Event::new() };
+        let l = Latch {
+            left: AtomicUsize::new(count),
+            done: Event::new(),
+        };
         if count == 0 {
             l.done.set();
         }
@@ -225,7 +247,11 @@ unsafe impl Sync for CoreLatch {}
 
 impl CoreLatch {
     pub(crate) fn new(owner: usize, sleep: &Sleep) -> CoreLatch {
-        CoreLatch { state: AtomicU32::new(UNSET), owner, sleep }
+        CoreLatch {
+            state: AtomicU32::new(UNSET),
+            owner,
+            sleep,
+        }
     }
 
     /// Whether the latch is set (`SeqCst`: part of the sleep re-check).

@@ -43,6 +43,7 @@ impl fmt::Debug for Task {
 
 impl Task {
     /// A task owning the boxed closure `f`.
+    #[cfg_attr(not(loom), allow(dead_code))]
     pub(crate) fn heap<F: FnOnce() + Send + 'static>(f: F) -> Task {
         // SAFETY: `'static` closures need no lifetime erasure.
         unsafe { Task::heap_unchecked(f) }
@@ -62,7 +63,10 @@ impl Task {
         let p = Box::into_raw(Box::new(f));
         // SAFETY: `Box::into_raw` never returns null.
         let ptr = unsafe { NonNull::new_unchecked(p.cast::<()>()) };
-        Task { ptr, run: run_box::<F> }
+        Task {
+            ptr,
+            run: run_box::<F>,
+        }
     }
 
     /// A task from a raw job pointer and its run function.
@@ -120,7 +124,9 @@ impl TaskPanic {
 
 impl fmt::Debug for TaskPanic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TaskPanic").field("message", &self.message()).finish()
+        f.debug_struct("TaskPanic")
+            .field("message", &self.message())
+            .finish()
     }
 }
 
@@ -167,7 +173,11 @@ where
     S: Signal,
 {
     pub(crate) fn new(f: F, signal: S) -> Self {
-        StackJob { f: UnsafeCell::new(Some(f)), out: UnsafeCell::new(Outcome::Pending), signal }
+        StackJob {
+            f: UnsafeCell::new(Some(f)),
+            out: UnsafeCell::new(Outcome::Pending),
+            signal,
+        }
     }
 
     /// The task that runs this job.
@@ -181,7 +191,10 @@ where
             // SAFETY: the owner keeps the job alive until the signal, and
             // only this run touches `f` and `out` before it.
             unsafe {
-                let f = (*job).f.with_mut(|f| (*f).take()).expect("stack job run twice");
+                let f = (*job)
+                    .f
+                    .with_mut(|f| (*f).take())
+                    .expect("stack job run twice");
                 let out = match panic::catch_unwind(AssertUnwindSafe(f)) {
                     Ok(r) => Outcome::Done(r),
                     Err(p) => Outcome::Panicked(p),
@@ -200,13 +213,16 @@ where
     pub(crate) fn take(&self) -> F {
         // SAFETY: called by the owner after it took the only task back, so
         // no other thread can reach the job.
-        self.f.with_mut(|f| unsafe { (*f).take() }).expect("stack job already taken")
+        self.f
+            .with_mut(|f| unsafe { (*f).take() })
+            .expect("stack job already taken")
     }
 
     /// The result after the signal was observed.
     pub(crate) fn into_outcome(self) -> Outcome<R> {
         // SAFETY: the signal happened-after the write of `out` (acquire on
         // the waiter's side), and nobody touches the job after signalling.
-        self.out.with_mut(|o| unsafe { std::mem::replace(&mut *o, Outcome::Pending) })
+        self.out
+            .with_mut(|o| unsafe { std::mem::replace(&mut *o, Outcome::Pending) })
     }
 }

@@ -1,6 +1,8 @@
 //! Pool API behaviour on real threads: join, scope, for_each, spawn,
 //! panics, policies, standalone cells.
 
+#![cfg(not(loom))]
+
 use allot_client::Cell;
 use allot_runtime::{Event, Latch, PolicyKind, Pool};
 use std::sync::Arc;
@@ -8,7 +10,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 fn pool(kind: PolicyKind) -> Pool {
-    Pool::builder().cell(Cell::standalone()).policy(kind).name(format!("t-{kind}")).build().expect("pool")
+    Pool::builder()
+        .cell(Cell::standalone())
+        .policy(kind)
+        .name(format!("t-{kind}"))
+        .build()
+        .expect("pool")
 }
 
 fn fib(n: u64) -> u64 {
@@ -20,7 +27,11 @@ fn fib(n: u64) -> u64 {
 }
 
 fn fib_seq(n: u64) -> u64 {
-    if n < 2 { n } else { fib_seq(n - 1) + fib_seq(n - 2) }
+    if n < 2 {
+        n
+    } else {
+        fib_seq(n - 1) + fib_seq(n - 2)
+    }
 }
 
 #[test]
@@ -44,7 +55,13 @@ fn for_each_and_map_reduce_match_sequential() {
             sum.fetch_add(data[i], Ordering::Relaxed);
         });
         assert_eq!(sum.load(Ordering::Relaxed), want, "{kind}");
-        let got = p.map_reduce(0..n, 1000, || 0u64, |r| data[r].iter().sum::<u64>(), |a, b| a + b);
+        let got = p.map_reduce(
+            0..n,
+            1000,
+            || 0u64,
+            |r| data[r].iter().sum::<u64>(),
+            |a, b| a + b,
+        );
         assert_eq!(got, want);
         let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
         p.for_each_chunk(0..n, 7, |r| {
@@ -76,7 +93,11 @@ fn scope_borrows_and_waits() {
             }
         });
         assert_eq!(counter.load(Ordering::Relaxed), 100);
-        assert!(v.chunks(100).enumerate().all(|(k, c)| c.iter().all(|&x| x == k as u64)));
+        assert!(
+            v.chunks(100)
+                .enumerate()
+                .all(|(k, c)| c.iter().all(|&x| x == k as u64))
+        );
     }
 }
 
@@ -101,7 +122,9 @@ fn panics_reach_the_joiner_and_pool_survives() {
         let h = p.spawn(|| -> u32 { panic!("boom in task") });
         let err = h.join().unwrap_err();
         assert_eq!(err.message(), Some("boom in task"));
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| p.join(|| 1, || -> i32 { panic!("right side") })));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            p.join(|| 1, || -> i32 { panic!("right side") })
+        }));
         assert!(r.is_err());
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             p.scope(|s| {
@@ -110,7 +133,9 @@ fn panics_reach_the_joiner_and_pool_survives() {
             })
         }));
         assert!(r.is_err());
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| p.install(|| panic!("installed"))));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            p.install(|| panic!("installed"))
+        }));
         assert!(r.is_err());
         // Still works.
         assert_eq!(p.install(|| fib(18)), fib_seq(18));
@@ -142,7 +167,10 @@ fn standalone_pool_runs_everything() {
 #[test]
 fn auto_pool_without_broker() {
     // SAFETY-free: only points the client at a socket that does not exist.
-    let p = Pool::builder().cell(Cell::auto("runtime-test-no-broker")).build().unwrap();
+    let p = Pool::builder()
+        .cell(Cell::auto("runtime-test-no-broker"))
+        .build()
+        .unwrap();
     assert!(p.workers() >= 1);
     assert_eq!(p.install(|| fib(15)), fib_seq(15));
 }
@@ -178,4 +206,3 @@ fn drop_finishes_queued_tasks() {
     }
     assert_eq!(n.load(Ordering::Relaxed), 10_000);
 }
-

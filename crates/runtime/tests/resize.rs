@@ -2,6 +2,8 @@
 //! runs exactly once, and after each change every worker is pinned to one
 //! granted CPU, one worker per CPU (read back from /proc).
 
+#![cfg(not(loom))]
+
 use allot_client::{Cell, GrantWriter};
 use allot_runtime::affinity::thread_cpus;
 use allot_runtime::{PolicyKind, Pool};
@@ -22,17 +24,24 @@ impl Rng {
 }
 
 fn allowed() -> Vec<usize> {
-    allot_topo::allowed_cpus().expect("allowed cpus").iter().collect()
+    allot_topo::allowed_cpus()
+        .expect("allowed cpus")
+        .iter()
+        .collect()
 }
 
 /// A random non-empty subset of `cpus`; every other call a single CPU, so
 /// the pool keeps shrinking to one worker and growing back.
 fn random_grant(rng: &mut Rng, cpus: &[usize], step: u64) -> CpuSet {
-    if step % 2 == 0 {
+    if step.is_multiple_of(2) {
         return std::iter::once(cpus[(rng.next() % cpus.len() as u64) as usize]).collect();
     }
     loop {
-        let s: CpuSet = cpus.iter().copied().filter(|_| rng.next() % 4 != 0).collect();
+        let s: CpuSet = cpus
+            .iter()
+            .copied()
+            .filter(|_| !rng.next().is_multiple_of(4))
+            .collect();
         if !s.is_empty() {
             return s;
         }
@@ -53,13 +62,27 @@ fn churn(mut writer: GrantWriter, stop: &AtomicBool, changes: &AtomicU64) {
 }
 
 fn check_exactly_once(flags: &[AtomicU8]) {
-    let bad: Vec<usize> = flags.iter().enumerate().filter(|(_, f)| f.load(Ordering::Relaxed) != 1).map(|(i, _)| i).take(10).collect();
-    assert!(bad.is_empty(), "tasks not run exactly once (first few): {bad:?}");
+    let bad: Vec<usize> = flags
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.load(Ordering::Relaxed) != 1)
+        .map(|(i, _)| i)
+        .take(10)
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "tasks not run exactly once (first few): {bad:?}"
+    );
 }
 
 fn million_tasks(kind: PolicyKind, n: usize) {
     let (cell, writer) = Cell::manual(allowed().into_iter().collect()).expect("manual cell");
-    let pool = Pool::builder().cell(cell).policy(kind).name(format!("m-{kind}")).build().expect("pool");
+    let pool = Pool::builder()
+        .cell(cell)
+        .policy(kind)
+        .name(format!("m-{kind}"))
+        .build()
+        .expect("pool");
     let flags: Arc<[AtomicU8]> = (0..n).map(|_| AtomicU8::new(0)).collect();
     let stop = AtomicBool::new(false);
     let changes = AtomicU64::new(0);
@@ -86,10 +109,13 @@ fn million_tasks(kind: PolicyKind, n: usize) {
         let mut i = 5 * per_scope;
         while i < n {
             let (flags, ext) = (flags.clone(), external_done.clone());
-            if i + 1 < n && i % 4 == 0 {
+            if i + 1 < n && i.is_multiple_of(4) {
                 let (a, b) = (i, i + 1);
                 drop(pool.spawn(move || {
-                    allot_runtime::join(|| flags[a].fetch_add(1, Ordering::Relaxed), || flags[b].fetch_add(1, Ordering::Relaxed));
+                    allot_runtime::join(
+                        || flags[a].fetch_add(1, Ordering::Relaxed),
+                        || flags[b].fetch_add(1, Ordering::Relaxed),
+                    );
                     ext.fetch_add(2, Ordering::Relaxed);
                 }));
                 i += 2;
@@ -110,8 +136,16 @@ fn million_tasks(kind: PolicyKind, n: usize) {
         stop.store(true, Ordering::Relaxed);
     });
     check_exactly_once(&flags);
-    assert!(changes.load(Ordering::Relaxed) > 10, "grant changed only {} times", changes.load(Ordering::Relaxed));
-    eprintln!("{kind}: {n} tasks, {} grant changes, {:?}", changes.load(Ordering::Relaxed), started.elapsed());
+    assert!(
+        changes.load(Ordering::Relaxed) > 10,
+        "grant changed only {} times",
+        changes.load(Ordering::Relaxed)
+    );
+    eprintln!(
+        "{kind}: {n} tasks, {} grant changes, {:?}",
+        changes.load(Ordering::Relaxed),
+        started.elapsed()
+    );
 }
 
 #[test]
@@ -128,7 +162,11 @@ fn tasks_exactly_once_under_grant_churn_fifo() {
 fn affinity_follows_every_grant_change() {
     let cpus = allowed();
     let (cell, mut writer) = Cell::manual(cpus.iter().copied().collect()).expect("manual cell");
-    let pool = Pool::builder().cell(cell).name("aff").build().expect("pool");
+    let pool = Pool::builder()
+        .cell(cell)
+        .name("aff")
+        .build()
+        .expect("pool");
     let stop = AtomicBool::new(false);
     let ran = AtomicU64::new(0);
     let mut rng = Rng(0x0bad_cafe_f00d_1234);
@@ -145,12 +183,19 @@ fn affinity_follows_every_grant_change() {
         for step in 0..60 {
             let grant = random_grant(&mut rng, &cpus, step);
             let generation = writer.publish(grant, CpuSet::new());
-            assert!(pool.wait_resized(generation, Duration::from_secs(10)), "generation {generation} not applied");
+            assert!(
+                pool.wait_resized(generation, Duration::from_secs(10)),
+                "generation {generation} not applied"
+            );
             let workers = pool.worker_threads();
             let mut seen = CpuSet::new();
             for w in &workers {
                 let actual = thread_cpus(w.tid).expect("read worker affinity");
-                assert_eq!(actual.iter().collect::<Vec<_>>(), vec![w.cpu], "worker {w:?} pinned to {actual}");
+                assert_eq!(
+                    actual.iter().collect::<Vec<_>>(),
+                    vec![w.cpu],
+                    "worker {w:?} pinned to {actual}"
+                );
                 assert!(seen.insert(w.cpu), "two workers on CPU {}", w.cpu);
             }
             assert_eq!(seen, grant, "workers on {seen}, grant {grant}");
@@ -167,7 +212,11 @@ fn affinity_follows_every_grant_change() {
 fn threads_caps_workers_and_lent_cpus_host_workers() {
     let cpus = allowed();
     let (cell, mut writer) = Cell::manual(cpus.iter().copied().collect()).expect("manual cell");
-    let pool = Pool::builder().cell(cell).name("lent").build().expect("pool");
+    let pool = Pool::builder()
+        .cell(cell)
+        .name("lent")
+        .build()
+        .expect("pool");
     let all: CpuSet = cpus.iter().copied().collect();
     let lent: CpuSet = std::iter::once(cpus[0]).collect();
     let g = writer.publish(all, lent);
@@ -175,7 +224,12 @@ fn threads_caps_workers_and_lent_cpus_host_workers() {
     assert_eq!(pool.workers(), cpus.len());
     // A pool capped at one worker uses an owned CPU before a lent one.
     let (cell, mut writer) = Cell::manual(all).expect("manual cell");
-    let small = Pool::builder().cell(cell).max_workers(1).name("cap").build().expect("pool");
+    let small = Pool::builder()
+        .cell(cell)
+        .max_workers(1)
+        .name("cap")
+        .build()
+        .expect("pool");
     let g = writer.publish(all, lent);
     assert!(small.wait_resized(g, Duration::from_secs(10)));
     assert_eq!(small.workers(), 1);

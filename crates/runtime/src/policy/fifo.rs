@@ -29,11 +29,16 @@ pub struct Fifo {
 impl Fifo {
     /// A `fifo` policy for the pool `info` describes.
     pub fn new(info: &PoolInfo) -> Fifo {
-        let queues: Vec<LocalQueue<Task>> = (0..info.slots()).map(|_| LocalQueue::new_lifo()).collect();
+        let queues: Vec<LocalQueue<Task>> =
+            (0..info.slots()).map(|_| LocalQueue::new_lifo()).collect();
         let stealers = queues.iter().map(LocalQueue::stealer).collect();
         let mut queues = queues.into_iter();
         let forks = WorkerLocal::new(info, |_| queues.next().expect("one queue per slot"));
-        Fifo { global: Injector::new(), forks, stealers }
+        Fifo {
+            global: Injector::new(),
+            forks,
+            stealers,
+        }
     }
 
     fn take_global(&self) -> Option<Task> {
@@ -53,7 +58,11 @@ impl ThreadPolicy for Fifo {
     }
 
     fn place(&self, from: Option<&Here>, hint: Hint) -> Place {
-        if from.is_some() && hint == Hint::Fork { Place::Local } else { Place::Global }
+        if from.is_some() && hint == Hint::Fork {
+            Place::Local
+        } else {
+            Place::Global
+        }
     }
 
     fn enqueue(&self, from: Option<&Here>, place: Place, task: Task, _hint: Hint) {

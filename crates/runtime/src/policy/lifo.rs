@@ -30,11 +30,16 @@ pub struct Lifo {
 impl Lifo {
     /// A `lifo` policy for the pool `info` describes.
     pub fn new(info: &PoolInfo) -> Lifo {
-        let queues: Vec<LocalQueue<Task>> = (0..info.slots()).map(|_| LocalQueue::new_lifo()).collect();
+        let queues: Vec<LocalQueue<Task>> =
+            (0..info.slots()).map(|_| LocalQueue::new_lifo()).collect();
         let stealers = queues.iter().map(LocalQueue::stealer).collect();
         let mut queues = queues.into_iter();
         let locals = WorkerLocal::new(info, |_| queues.next().expect("one queue per slot"));
-        Lifo { locals, stealers, global: Injector::new() }
+        Lifo {
+            locals,
+            stealers,
+            global: Injector::new(),
+        }
     }
 }
 

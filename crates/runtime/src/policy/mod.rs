@@ -34,9 +34,9 @@ mod lifo;
 pub use fifo::Fifo;
 pub use lifo::Lifo;
 
+use crate::loom::cell::UnsafeCell;
 use crate::loom::sync::Arc;
 use crate::loom::sync::atomic::{AtomicU64, Ordering};
-use crate::loom::cell::UnsafeCell;
 use crate::task::Task;
 use std::cell::Cell;
 use std::fmt;
@@ -122,7 +122,11 @@ static NEXT_POOL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::n
 impl PoolInfo {
     pub(crate) fn new(slots: usize) -> PoolInfo {
         let id = NEXT_POOL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        PoolInfo { id, slots, roster: Arc::new(Roster::new(slots)) }
+        PoolInfo {
+            id,
+            slots,
+            roster: Arc::new(Roster::new(slots)),
+        }
     }
 }
 
@@ -135,7 +139,12 @@ pub struct Roster {
 
 impl Roster {
     fn new(slots: usize) -> Roster {
-        Roster { words: (0..slots.div_ceil(64).max(1)).map(|_| AtomicU64::new(0)).collect(), slots }
+        Roster {
+            words: (0..slots.div_ceil(64).max(1))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            slots,
+        }
     }
 
     pub(crate) fn set(&self, i: usize, on: bool) {
@@ -159,7 +168,10 @@ impl Roster {
 
     /// Active workers now.
     pub fn count(&self) -> usize {
-        self.words.iter().map(|w| w.load(Ordering::Relaxed).count_ones() as usize).sum()
+        self.words
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed).count_ones() as usize)
+            .sum()
     }
 }
 
@@ -177,7 +189,14 @@ pub struct Here {
 impl Here {
     /// Only the controller creates `Here`s: one per worker thread and pool.
     pub(crate) fn new(index: usize, pool: u64) -> Here {
-        Here { index, pool, rng: Cell::new(0x9e37_79b9_7f4a_7c15 ^ (index as u64 + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9)), _not_send: PhantomData }
+        Here {
+            index,
+            pool,
+            rng: Cell::new(
+                0x9e37_79b9_7f4a_7c15 ^ (index as u64 + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9),
+            ),
+            _not_send: PhantomData,
+        }
     }
 
     /// This worker's slot index.
@@ -215,14 +234,19 @@ unsafe impl<T: Send> Send for WorkerLocal<T> {}
 
 impl<T> fmt::Debug for WorkerLocal<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("WorkerLocal").field("slots", &self.cells.len()).finish()
+        f.debug_struct("WorkerLocal")
+            .field("slots", &self.cells.len())
+            .finish()
     }
 }
 
 impl<T> WorkerLocal<T> {
     /// One value per slot of the pool `info` describes.
     pub fn new(info: &PoolInfo, mut make: impl FnMut(usize) -> T) -> Self {
-        WorkerLocal { pool: info.id, cells: (0..info.slots).map(|i| UnsafeCell::new(make(i))).collect() }
+        WorkerLocal {
+            pool: info.id,
+            cells: (0..info.slots).map(|i| UnsafeCell::new(make(i))).collect(),
+        }
     }
 
     /// The calling worker's value.
@@ -231,7 +255,10 @@ impl<T> WorkerLocal<T> {
     /// If `here` belongs to another pool.
     #[inline]
     pub fn get<'a>(&'a self, here: &'a Here) -> &'a T {
-        assert_eq!(here.pool, self.pool, "WorkerLocal used with a worker of another pool");
+        assert_eq!(
+            here.pool, self.pool,
+            "WorkerLocal used with a worker of another pool"
+        );
         // SAFETY: `here` proves the caller is the only thread that may use
         // slot `here.index` (see the `Sync` impl); shared references only.
         self.cells[here.index].with(|p| unsafe { &*p })
@@ -240,7 +267,9 @@ impl<T> WorkerLocal<T> {
     /// Every slot's value, mutably (no worker can be running: `&mut self`).
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
         // SAFETY: `&mut self` excludes every other access.
-        self.cells.iter_mut().map(|c| c.with_mut(|p| unsafe { &mut *p }))
+        self.cells
+            .iter_mut()
+            .map(|c| c.with_mut(|p| unsafe { &mut *p }))
     }
 }
 
@@ -262,7 +291,11 @@ pub trait ThreadPolicy: Send + Sync + fmt::Debug + 'static {
     /// queue, the global queue for outsiders.
     fn place(&self, from: Option<&Here>, hint: Hint) -> Place {
         let _ = hint;
-        if from.is_some() { Place::Local } else { Place::Global }
+        if from.is_some() {
+            Place::Local
+        } else {
+            Place::Global
+        }
     }
 
     /// Stores a ready task at `place` (`Place::Local` only with `from`).

@@ -71,14 +71,22 @@ impl Sleep {
             sleepers: CachePadded::new(AtomicUsize::new(0)),
             rotor: AtomicUsize::new(0),
             bells: (0..slots)
-                .map(|_| CachePadded::new(Doorbell { state: AtomicU32::new(AWAKE), thread: Mutex::new(None) }))
+                .map(|_| {
+                    CachePadded::new(Doorbell {
+                        state: AtomicU32::new(AWAKE),
+                        thread: Mutex::new(None),
+                    })
+                })
                 .collect(),
         }
     }
 
     /// Records the thread that serves slot `index` (before it first parks).
     pub(crate) fn register(&self, index: usize, t: Thread) {
-        *self.bells[index].thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(t);
+        *self.bells[index]
+            .thread
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(t);
     }
 
     /// Workers announced sleepy and not yet woken.
@@ -94,7 +102,10 @@ impl Sleep {
         let prev = self.bells[index].state.swap(SLEEPY, Ordering::SeqCst);
         debug_assert_eq!(prev, AWAKE);
         fence(Ordering::SeqCst);
-        Sleepy { index, dormant: false }
+        Sleepy {
+            index,
+            dormant: false,
+        }
     }
 
     /// Like [`Sleep::announce`] for a worker without a CPU: it will be woken
@@ -103,14 +114,21 @@ impl Sleep {
         let prev = self.bells[index].state.swap(DORMANT, Ordering::SeqCst);
         debug_assert_eq!(prev, AWAKE);
         fence(Ordering::SeqCst);
-        Sleepy { index, dormant: true }
+        Sleepy {
+            index,
+            dormant: true,
+        }
     }
 
     /// A wake condition held at the re-check: back to `AWAKE`.
     pub(crate) fn cancel(&self, s: Sleepy) {
         let bell = &self.bells[s.index];
         let from = if s.dormant { DORMANT } else { SLEEPY };
-        if bell.state.compare_exchange(from, AWAKE, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+        if bell
+            .state
+            .compare_exchange(from, AWAKE, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
             if !s.dormant {
                 self.sleepers.fetch_sub(1, Ordering::SeqCst);
             }
@@ -143,7 +161,10 @@ impl Sleep {
             if cur != SLEEPY && cur != DORMANT {
                 return false;
             }
-            match bell.state.compare_exchange(cur, NOTIFIED, Ordering::SeqCst, Ordering::SeqCst) {
+            match bell
+                .state
+                .compare_exchange(cur, NOTIFIED, Ordering::SeqCst, Ordering::SeqCst)
+            {
                 Ok(_) => break,
                 Err(now) => cur = now,
             }
@@ -193,7 +214,11 @@ impl Sleep {
         if bell.state.load(Ordering::SeqCst) != SLEEPY {
             return false;
         }
-        if bell.state.compare_exchange(SLEEPY, NOTIFIED, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+        if bell
+            .state
+            .compare_exchange(SLEEPY, NOTIFIED, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
             return false;
         }
         self.sleepers.fetch_sub(1, Ordering::SeqCst);
@@ -202,7 +227,12 @@ impl Sleep {
     }
 
     fn unpark(&self, index: usize) {
-        if let Some(t) = self.bells[index].thread.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        if let Some(t) = self.bells[index]
+            .thread
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
             t.unpark();
         }
     }
