@@ -315,6 +315,20 @@ mod wake {
             .bench_values(|()| pool_roundtrip());
     }
 
+    /// Like `allot_pool_cold`, but the caller spins on `is_finished`
+    /// (never parks), the same wait the `condvar` baseline uses.
+    #[divan::bench(sample_size = 1, sample_count = 1000)]
+    fn allot_pool_cold_spinwait(b: Bencher) {
+        b.with_inputs(|| std::thread::sleep(COLD))
+            .bench_values(|()| {
+                let h = POOL.spawn(|| black_box(1));
+                while !h.is_finished() {
+                    std::hint::spin_loop();
+                }
+                h.join().unwrap()
+            });
+    }
+
     #[divan::bench(sample_size = 1, sample_count = 1000)]
     fn event_cold(b: Bencher) {
         LazyLock::force(&EVENT);
