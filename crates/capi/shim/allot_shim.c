@@ -1,0 +1,742 @@
+/*
+ * allot_shim.c: an LD_PRELOAD shim that keeps the OpenMP teams of an
+ * unmodified program within its cell's grant.
+ *
+ * `allot run` hands the program its cell's grant page as an inherited file
+ * descriptor (ALLOT_GRANT_FD). This library maps that page once, in its
+ * constructor, and interposes the entry points through which compiled
+ * OpenMP code starts a parallel region: GOMP_parallel* (GNU libgomp, also
+ * provided by LLVM libomp for gcc-compiled code) and __kmpc_fork_call (LLVM
+ * libomp, x86-64 only). Before a region starts it reads the grant's
+ * `threads` and, when the team would be larger, asks the runtime for a
+ * smaller one. The design note is crates/capi/SHIM.md.
+ *
+ * Invariants
+ *
+ *  1. Shrink only. The team size passed on is never larger than what the
+ *     program asked for: min(num_threads, grant) for an explicit request,
+ *     min(nthreads-var, grant) for the default one, and the request itself
+ *     whenever the grant is not smaller. `allot run` sets OMP_NUM_THREADS to
+ *     the cell's maximum, so omp_get_max_threads() stays an upper bound on
+ *     every team: buffers sized by it are never overrun. To the program the
+ *     shim looks like dynamic adjustment (OMP_DYNAMIC) choosing smaller teams.
+ *
+ *  2. Inert outside a cell. Without a valid page every interposed function
+ *     forwards to the real one; the only added work is finding the real
+ *     function (two loads, cached) and one predictable branch on `g_page`.
+ *     The constructor does no symbol lookup, so programs that never use
+ *     OpenMP (ls, sh, python3, make) never need an OpenMP runtime.
+ *
+ *  3. No locks. `g_page` is written once, in the constructor, before the
+ *     program runs. Grant reads follow the page's seqlock (docs/protocol.md)
+ *     with __atomic builtins. The caches of real functions are filled with
+ *     compare-and-swap; a race only repeats an idempotent lookup.
+ *
+ *  4. The right runtime. A program may hold several OpenMP runtimes: one
+ *     in the global scope (linked by the executable), or private copies
+ *     loaded with RTLD_LOCAL by Python extension modules (wheels vendor
+ *     their own libgomp). Because the shim is preloaded, every region of
+ *     every one of them comes through here, and each must reach the
+ *     runtime its own code is bound to: a region started in one runtime
+ *     whose body asks another for omp_get_thread_num() computes garbage.
+ *     When a runtime is in the global scope, the code is bound to it, and
+ *     dlsym(RTLD_NEXT) finds it. Otherwise the region's outlined function
+ *     (or its source-location record, for __kmpc calls) lies in the object
+ *     that compiled it; we look the symbol up in that object's own
+ *     dependencies. Objects found this way stay loaded (never dlclosed), so
+ *     cached pointers cannot dangle.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <link.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define EXPORT __attribute__((visibility("default")))
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* ------------------------------------------------------------------------ */
+/* The grant page (docs/protocol.md; Rust: crates/proto/src/page.rs).       */
+/* Changing this layout requires bumping PROTOCOL_VERSION on both sides.     */
+/* ------------------------------------------------------------------------ */
+
+#define PAGE_MAGIC 0x544F4C41u /* "ALOT", little-endian */
+#define PAGE_VERSION 1u
+#define PAGE_BYTES 4096u
+
+struct grant_page {
+    uint32_t magic;
+    uint32_t version;
+    uint32_t size;
+    uint32_t futex;
+    uint64_t seq;
+    uint64_t cell;
+    uint64_t generation;
+    uint64_t instance;
+    uint32_t threads;
+    uint32_t flags;
+    uint32_t entitled;
+    uint32_t ncpus;
+    uint32_t share_milli;
+    uint32_t reserved[15];
+    uint64_t cpus[16];
+    uint64_t lent[16];
+};
+
+_Static_assert(offsetof(struct grant_page, futex) == 12, "futex offset");
+_Static_assert(offsetof(struct grant_page, seq) == 16, "seq offset");
+_Static_assert(offsetof(struct grant_page, cell) == 24, "cell offset");
+_Static_assert(offsetof(struct grant_page, generation) == 32, "generation offset");
+_Static_assert(offsetof(struct grant_page, threads) == 48, "threads offset");
+_Static_assert(offsetof(struct grant_page, share_milli) == 64, "share_milli offset");
+_Static_assert(offsetof(struct grant_page, cpus) == 128, "cpus offset");
+_Static_assert(offsetof(struct grant_page, lent) == 256, "lent offset");
+_Static_assert(sizeof(struct grant_page) <= PAGE_BYTES, "page fits");
+
+/* Seqlock attempts before a read gives up. A publish is a few dozen stores;
+ * running out means the writer was descheduled (or died) mid-publish, and
+ * the region then runs uncapped rather than wait. */
+#define SEQ_TRIES 256
+
+/* The cell's page, or NULL when the shim is inert. Written once by the
+ * constructor, before any thread of the program exists. */
+static const struct grant_page *g_page;
+static int g_debug;
+
+#if defined(__x86_64__) || defined(__i386__)
+#define CPU_RELAX() __builtin_ia32_pause()
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+
+static inline int shim_active(void)
+{
+    return __atomic_load_n(&g_page, __ATOMIC_RELAXED) != NULL;
+}
+
+/* The grant's recommended thread count (>= 1), or 0 if no consistent read
+ * could be had. Reader side of the seqlock: seq (acquire), retry if odd,
+ * the field, acquire fence, seq again, retry if it moved. */
+static unsigned grant_threads(void)
+{
+    const struct grant_page *p = __atomic_load_n(&g_page, __ATOMIC_RELAXED);
+    for (int i = 0; i < SEQ_TRIES; i++) {
+        uint64_t s1 = __atomic_load_n(&p->seq, __ATOMIC_ACQUIRE);
+        if (s1 & 1) {
+            CPU_RELAX();
+            continue;
+        }
+        uint32_t t = __atomic_load_n(&p->threads, __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&p->seq, __ATOMIC_RELAXED) == s1)
+            return t ? t : 1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Messages                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void say(const char *fmt, ...)
+{
+    char line[256];
+    int off = snprintf(line, sizeof line, "allot-shim[%ld]: ", (long)getpid());
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line + off, sizeof line - (size_t)off - 1, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    size_t len = (size_t)off + (size_t)n;
+    if (len > sizeof line - 2)
+        len = sizeof line - 2;
+    line[len++] = '\n';
+    ssize_t w = write(STDERR_FILENO, line, len);
+    (void)w;
+}
+
+static void die(const char *what, const char *name) __attribute__((noreturn));
+
+static void die(const char *what, const char *name)
+{
+    say("%s %s; the program cannot continue (unset LD_PRELOAD to run it "
+        "without allot's OpenMP shim)",
+        what, name);
+    abort();
+}
+
+/* ------------------------------------------------------------------------ */
+/* Finding the real functions                                               */
+/* ------------------------------------------------------------------------ */
+
+enum sym {
+    S_GOMP_PARALLEL,
+    S_GOMP_PARALLEL_START,
+    S_GOMP_PARALLEL_REDUCTIONS,
+    S_GOMP_PARALLEL_SECTIONS,
+    S_GOMP_PARALLEL_SECTIONS_START,
+    S_GOMP_PARALLEL_LOOP_STATIC,
+    S_GOMP_PARALLEL_LOOP_DYNAMIC,
+    S_GOMP_PARALLEL_LOOP_GUIDED,
+    S_GOMP_PARALLEL_LOOP_RUNTIME,
+    S_GOMP_PARALLEL_LOOP_NONMONOTONIC_DYNAMIC,
+    S_GOMP_PARALLEL_LOOP_NONMONOTONIC_GUIDED,
+    S_GOMP_PARALLEL_LOOP_NONMONOTONIC_RUNTIME,
+    S_GOMP_PARALLEL_LOOP_MAYBE_NONMONOTONIC_RUNTIME,
+    S_GOMP_PARALLEL_LOOP_STATIC_START,
+    S_GOMP_PARALLEL_LOOP_DYNAMIC_START,
+    S_GOMP_PARALLEL_LOOP_GUIDED_START,
+    S_GOMP_PARALLEL_LOOP_RUNTIME_START,
+    S_OMP_GET_MAX_THREADS,
+    S_KMPC_FORK_CALL,
+    S_KMPC_PUSH_NUM_THREADS,
+    S_KMPC_SERIALIZED_PARALLEL,
+    S_KMPC_GLOBAL_THREAD_NUM,
+    S_COUNT
+};
+
+static const char *const sym_name[S_COUNT] = {
+    [S_GOMP_PARALLEL] = "GOMP_parallel",
+    [S_GOMP_PARALLEL_START] = "GOMP_parallel_start",
+    [S_GOMP_PARALLEL_REDUCTIONS] = "GOMP_parallel_reductions",
+    [S_GOMP_PARALLEL_SECTIONS] = "GOMP_parallel_sections",
+    [S_GOMP_PARALLEL_SECTIONS_START] = "GOMP_parallel_sections_start",
+    [S_GOMP_PARALLEL_LOOP_STATIC] = "GOMP_parallel_loop_static",
+    [S_GOMP_PARALLEL_LOOP_DYNAMIC] = "GOMP_parallel_loop_dynamic",
+    [S_GOMP_PARALLEL_LOOP_GUIDED] = "GOMP_parallel_loop_guided",
+    [S_GOMP_PARALLEL_LOOP_RUNTIME] = "GOMP_parallel_loop_runtime",
+    [S_GOMP_PARALLEL_LOOP_NONMONOTONIC_DYNAMIC] = "GOMP_parallel_loop_nonmonotonic_dynamic",
+    [S_GOMP_PARALLEL_LOOP_NONMONOTONIC_GUIDED] = "GOMP_parallel_loop_nonmonotonic_guided",
+    [S_GOMP_PARALLEL_LOOP_NONMONOTONIC_RUNTIME] = "GOMP_parallel_loop_nonmonotonic_runtime",
+    [S_GOMP_PARALLEL_LOOP_MAYBE_NONMONOTONIC_RUNTIME] =
+        "GOMP_parallel_loop_maybe_nonmonotonic_runtime",
+    [S_GOMP_PARALLEL_LOOP_STATIC_START] = "GOMP_parallel_loop_static_start",
+    [S_GOMP_PARALLEL_LOOP_DYNAMIC_START] = "GOMP_parallel_loop_dynamic_start",
+    [S_GOMP_PARALLEL_LOOP_GUIDED_START] = "GOMP_parallel_loop_guided_start",
+    [S_GOMP_PARALLEL_LOOP_RUNTIME_START] = "GOMP_parallel_loop_runtime_start",
+    [S_OMP_GET_MAX_THREADS] = "omp_get_max_threads",
+    [S_KMPC_FORK_CALL] = "__kmpc_fork_call",
+    [S_KMPC_PUSH_NUM_THREADS] = "__kmpc_push_num_threads",
+    [S_KMPC_SERIALIZED_PARALLEL] = "__kmpc_serialized_parallel",
+    [S_KMPC_GLOBAL_THREAD_NUM] = "__kmpc_global_thread_num",
+};
+
+/* Runtime families: which interface a caller speaks. A single library
+ * (libomp) may provide both. */
+enum family { FAM_GOMP, FAM_KMPC, FAM_COUNT };
+
+/* One OpenMP runtime library: its handle (a dlopen(RTLD_NOLOAD) reference
+ * that also keeps it loaded) and its functions, looked up on first use. */
+struct omp_rt {
+    void *handle;
+    void *fn[S_COUNT];
+};
+
+/* A fn[] entry for a symbol the runtime does not have. */
+#define MISSING ((void *)1)
+
+#define MAX_RUNTIMES 16
+static struct omp_rt g_runtimes[MAX_RUNTIMES];
+
+/* Per family: NULL until the first call, then the runtime in the global
+ * scope, or &g_local if there is none and each caller's object decides. */
+static struct omp_rt *g_global[FAM_COUNT];
+static struct omp_rt g_local;
+
+/* Objects whose regions were routed by their own dependencies (see 4. in
+ * the header), keyed by link map; open addressing, never removed. */
+#define OWNER_SLOTS 256
+struct owner {
+    struct link_map *obj;
+    struct omp_rt *rt[FAM_COUNT];
+};
+static struct owner g_owners[OWNER_SLOTS];
+
+static struct link_map *object_of(const void *addr)
+{
+    struct dl_find_object r;
+    if (addr == NULL || _dl_find_object((void *)addr, &r) != 0)
+        return NULL;
+    return r.dlfo_link_map;
+}
+
+static int is_self(const void *addr)
+{
+    static const char anchor = 0;
+    struct link_map *obj = object_of(addr);
+    return obj != NULL && obj == object_of(&anchor);
+}
+
+/* A reference to the loaded object `obj` (NULL for the main program, which
+ * has no name to open). */
+static void *open_object(const struct link_map *obj)
+{
+    if (obj == NULL || obj->l_name == NULL || obj->l_name[0] == '\0')
+        return NULL;
+    return dlopen(obj->l_name, RTLD_LAZY | RTLD_NOLOAD);
+}
+
+/* The runtime whose library defines `fn`. */
+static struct omp_rt *runtime_of(void *fn, const char *name)
+{
+    void *handle = open_object(object_of(fn));
+    if (handle == NULL)
+        die("cannot open the library that provides", name);
+    for (int i = 0; i < MAX_RUNTIMES; i++) {
+        struct omp_rt *rt = &g_runtimes[i];
+        void *cur = __atomic_load_n(&rt->handle, __ATOMIC_ACQUIRE);
+        if (cur == NULL) {
+            void *expected = NULL;
+            if (__atomic_compare_exchange_n(&rt->handle, &expected, handle, 0,
+                                            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+                return rt;
+            cur = expected;
+        }
+        /* dlopen returns the same handle for the same object; the extra
+         * reference we took is harmless (the object stays loaded anyway). */
+        if (cur == handle)
+            return rt;
+    }
+    die("more OpenMP runtimes loaded than the shim can track, at", name);
+}
+
+/* `name` in `handle`'s scope, unless that finds the shim itself. */
+static void *lookup(void *handle, const char *name)
+{
+    void *p = dlsym(handle, name);
+    return p != NULL && !is_self(p) ? p : NULL;
+}
+
+static void *rt_fn_slow(struct omp_rt *rt, enum sym s)
+{
+    void *f = lookup(rt->handle, sym_name[s]);
+    __atomic_store_n(&rt->fn[s], f ? f : MISSING, __ATOMIC_RELEASE);
+    return f;
+}
+
+/* The runtime's function `s`, or NULL if it has none. */
+static inline void *rt_fn(struct omp_rt *rt, enum sym s)
+{
+    void *f = __atomic_load_n(&rt->fn[s], __ATOMIC_ACQUIRE);
+    if (LIKELY((uintptr_t)f > 1))
+        return f;
+    return f == MISSING ? NULL : rt_fn_slow(rt, s);
+}
+
+/* The runtime's function `s`, which it must have (the entry point being
+ * forwarded: a caller reached it, so it exists). */
+static inline void *rt_need(struct omp_rt *rt, enum sym s)
+{
+    void *f = rt_fn(rt, s);
+    if (UNLIKELY(f == NULL))
+        die("found no real", sym_name[s]);
+    return f;
+}
+
+static struct owner *owner_slot(struct link_map *obj)
+{
+    uintptr_t h = ((uintptr_t)obj >> 4) * 0x9E3779B97F4A7C15u;
+    for (unsigned i = 0; i < OWNER_SLOTS; i++) {
+        struct owner *o = &g_owners[(h + i) % OWNER_SLOTS];
+        struct link_map *cur = __atomic_load_n(&o->obj, __ATOMIC_ACQUIRE);
+        if (cur == NULL) {
+            struct link_map *expected = NULL;
+            if (__atomic_compare_exchange_n(&o->obj, &expected, obj, 0, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_ACQUIRE))
+                return o;
+            cur = expected;
+        }
+        if (cur == obj)
+            return o;
+    }
+    return NULL; /* full: resolve without caching */
+}
+
+/* No runtime in the global scope: route by the object `owner` lies in. */
+static struct omp_rt *runtime_for_owner(enum family fam, enum sym probe, const void *owner)
+{
+    struct link_map *obj = object_of(owner);
+    struct owner *slot = obj ? owner_slot(obj) : NULL;
+    if (slot != NULL) {
+        struct omp_rt *rt = __atomic_load_n(&slot->rt[fam], __ATOMIC_ACQUIRE);
+        if (LIKELY(rt != NULL))
+            return rt;
+    }
+    void *handle = open_object(obj);
+    void *real = handle ? lookup(handle, sym_name[probe]) : NULL;
+    if (real == NULL) /* not among its dependencies: it relies on a global one */
+        real = dlsym(RTLD_NEXT, sym_name[probe]);
+    if (real == NULL)
+        die("found no OpenMP runtime that provides", sym_name[probe]);
+    struct omp_rt *rt = runtime_of(real, sym_name[probe]);
+    if (slot != NULL)
+        /* Keep `handle`: the owner must stay loaded while it is a key. */
+        __atomic_store_n(&slot->rt[fam], rt, __ATOMIC_RELEASE);
+    else if (handle != NULL)
+        dlclose(handle); /* the caller's own references keep both loaded */
+    return rt;
+}
+
+static struct omp_rt *runtime_slow(enum family fam, enum sym probe, const void *owner)
+{
+    struct omp_rt *rt = __atomic_load_n(&g_global[fam], __ATOMIC_ACQUIRE);
+    if (rt == NULL) {
+        void *real = dlsym(RTLD_NEXT, sym_name[probe]);
+        rt = real ? runtime_of(real, sym_name[probe]) : &g_local;
+        __atomic_store_n(&g_global[fam], rt, __ATOMIC_RELEASE);
+        if (rt != &g_local)
+            return rt;
+    }
+    return runtime_for_owner(fam, probe, owner);
+}
+
+/* The runtime a call of entry point `probe` must go to; `owner` is an
+ * address in the calling code's object (outlined function or location). */
+static inline struct omp_rt *runtime_for(enum family fam, enum sym probe, const void *owner)
+{
+    struct omp_rt *rt = __atomic_load_n(&g_global[fam], __ATOMIC_ACQUIRE);
+    if (LIKELY(rt != NULL && rt != &g_local))
+        return rt;
+    return runtime_slow(fam, probe, owner);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The team-size rule                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* The team size to request instead of `requested` (0 = the default,
+ * nthreads-var), for a region entering through `entry`. Returns
+ * `requested` unchanged unless the grant is smaller than the team it
+ * stands for; never returns a larger number (invariant 1). */
+static unsigned cap_team(struct omp_rt *rt, unsigned requested, enum sym entry)
+{
+    if (requested == 1)
+        return requested;
+    unsigned grant = grant_threads();
+    if (grant == 0)
+        return requested;
+    unsigned want = requested;
+    if (want == 0) {
+        int (*max_threads)(void) = (int (*)(void))rt_fn(rt, S_OMP_GET_MAX_THREADS);
+        int m = max_threads ? max_threads() : 0;
+        if (m <= 0)
+            return requested;
+        want = (unsigned)m;
+    }
+    if (grant >= want)
+        return requested;
+    if (UNLIKELY(g_debug))
+        say("%s: team of %u capped to the grant's %u", sym_name[entry], want, grant);
+    return grant;
+}
+
+/* ------------------------------------------------------------------------ */
+/* GNU libgomp entry points (signatures: libgomp's libgomp_g.h)             */
+/* ------------------------------------------------------------------------ */
+
+typedef void (*gomp_fn)(void *);
+
+/* The real entry points' types. */
+typedef void (*parallel_fn)(gomp_fn, void *, unsigned, unsigned);
+typedef void (*parallel_start_fn)(gomp_fn, void *, unsigned);
+typedef unsigned (*parallel_reductions_fn)(gomp_fn, void *, unsigned, unsigned);
+typedef void (*sections_fn)(gomp_fn, void *, unsigned, unsigned, unsigned);
+typedef void (*sections_start_fn)(gomp_fn, void *, unsigned, unsigned);
+/* Combined loops: (fn, data, num_threads, start, end, incr, chunk_size, flags). */
+typedef void (*loop_fn)(gomp_fn, void *, unsigned, long, long, long, long, unsigned);
+/* Runtime schedule: no chunk size. */
+typedef void (*loop_runtime_fn)(gomp_fn, void *, unsigned, long, long, long, unsigned);
+/* The GOMP_1.0 split form (the team runs until GOMP_parallel_end): no flags. */
+typedef void (*loop_start_fn)(gomp_fn, void *, unsigned, long, long, long, long);
+typedef void (*loop_runtime_start_fn)(gomp_fn, void *, unsigned, long, long, long);
+
+/* Declares `real`, the function entry point `s` forwards to, and caps
+ * `num_threads` when in a cell. The outlined `fn` locates the caller. */
+#define GOMP_PROLOGUE(s, type)                                                 \
+    struct omp_rt *rt = runtime_for(FAM_GOMP, (s), (const void *)fn);          \
+    type real = (type)rt_need(rt, (s));                                        \
+    if (UNLIKELY(shim_active()))                                               \
+    num_threads = cap_team(rt, num_threads, (s))
+
+EXPORT void GOMP_parallel(gomp_fn fn, void *data, unsigned num_threads, unsigned flags)
+{
+    GOMP_PROLOGUE(S_GOMP_PARALLEL, parallel_fn);
+    real(fn, data, num_threads, flags);
+}
+
+EXPORT void GOMP_parallel_start(gomp_fn fn, void *data, unsigned num_threads)
+{
+    GOMP_PROLOGUE(S_GOMP_PARALLEL_START, parallel_start_fn);
+    real(fn, data, num_threads);
+}
+
+EXPORT unsigned GOMP_parallel_reductions(gomp_fn fn, void *data, unsigned num_threads,
+                                         unsigned flags)
+{
+    GOMP_PROLOGUE(S_GOMP_PARALLEL_REDUCTIONS, parallel_reductions_fn);
+    return real(fn, data, num_threads, flags);
+}
+
+EXPORT void GOMP_parallel_sections(gomp_fn fn, void *data, unsigned num_threads, unsigned count,
+                                   unsigned flags)
+{
+    GOMP_PROLOGUE(S_GOMP_PARALLEL_SECTIONS, sections_fn);
+    real(fn, data, num_threads, count, flags);
+}
+
+EXPORT void GOMP_parallel_sections_start(gomp_fn fn, void *data, unsigned num_threads,
+                                         unsigned count)
+{
+    GOMP_PROLOGUE(S_GOMP_PARALLEL_SECTIONS_START, sections_start_fn);
+    real(fn, data, num_threads, count);
+}
+
+#define GOMP_LOOP(name, s)                                                     \
+    EXPORT void name(gomp_fn fn, void *data, unsigned num_threads, long start, \
+                     long end, long incr, long chunk_size, unsigned flags)     \
+    {                                                                          \
+        GOMP_PROLOGUE(s, loop_fn);                                             \
+        real(fn, data, num_threads, start, end, incr, chunk_size, flags);      \
+    }
+GOMP_LOOP(GOMP_parallel_loop_static, S_GOMP_PARALLEL_LOOP_STATIC)
+GOMP_LOOP(GOMP_parallel_loop_dynamic, S_GOMP_PARALLEL_LOOP_DYNAMIC)
+GOMP_LOOP(GOMP_parallel_loop_guided, S_GOMP_PARALLEL_LOOP_GUIDED)
+GOMP_LOOP(GOMP_parallel_loop_nonmonotonic_dynamic, S_GOMP_PARALLEL_LOOP_NONMONOTONIC_DYNAMIC)
+GOMP_LOOP(GOMP_parallel_loop_nonmonotonic_guided, S_GOMP_PARALLEL_LOOP_NONMONOTONIC_GUIDED)
+
+#define GOMP_LOOP_RUNTIME(name, s)                                             \
+    EXPORT void name(gomp_fn fn, void *data, unsigned num_threads, long start, \
+                     long end, long incr, unsigned flags)                      \
+    {                                                                          \
+        GOMP_PROLOGUE(s, loop_runtime_fn);                                     \
+        real(fn, data, num_threads, start, end, incr, flags);                  \
+    }
+GOMP_LOOP_RUNTIME(GOMP_parallel_loop_runtime, S_GOMP_PARALLEL_LOOP_RUNTIME)
+GOMP_LOOP_RUNTIME(GOMP_parallel_loop_nonmonotonic_runtime,
+                  S_GOMP_PARALLEL_LOOP_NONMONOTONIC_RUNTIME)
+GOMP_LOOP_RUNTIME(GOMP_parallel_loop_maybe_nonmonotonic_runtime,
+                  S_GOMP_PARALLEL_LOOP_MAYBE_NONMONOTONIC_RUNTIME)
+
+#define GOMP_LOOP_START(name, s)                                               \
+    EXPORT void name(gomp_fn fn, void *data, unsigned num_threads, long start, \
+                     long end, long incr, long chunk_size)                     \
+    {                                                                          \
+        GOMP_PROLOGUE(s, loop_start_fn);                                       \
+        real(fn, data, num_threads, start, end, incr, chunk_size);             \
+    }
+GOMP_LOOP_START(GOMP_parallel_loop_static_start, S_GOMP_PARALLEL_LOOP_STATIC_START)
+GOMP_LOOP_START(GOMP_parallel_loop_dynamic_start, S_GOMP_PARALLEL_LOOP_DYNAMIC_START)
+GOMP_LOOP_START(GOMP_parallel_loop_guided_start, S_GOMP_PARALLEL_LOOP_GUIDED_START)
+
+EXPORT void GOMP_parallel_loop_runtime_start(gomp_fn fn, void *data, unsigned num_threads,
+                                             long start, long end, long incr)
+{
+    GOMP_PROLOGUE(S_GOMP_PARALLEL_LOOP_RUNTIME_START, loop_runtime_start_fn);
+    real(fn, data, num_threads, start, end, incr);
+}
+
+/* ------------------------------------------------------------------------ */
+/* LLVM libomp entry points (x86-64 only)                                   */
+/* ------------------------------------------------------------------------ */
+#if defined(__x86_64__)
+
+/*
+ * clang lowers `#pragma omp parallel` to
+ *
+ *     [__kmpc_push_num_threads(loc, gtid, n);]   only with num_threads(n)
+ *     if (cond) __kmpc_fork_call(loc, argc, microtask, arg1, ..., argN);
+ *     else      __kmpc_serialized_parallel(loc, gtid); ...
+ *
+ * An explicit request is capped where it is pushed, and the thread
+ * remembers it pushed (t_pushed) so that the fork that consumes the value
+ * does not replace it with the default cap, which could be larger. A fork
+ * without a pushed value pushes min(grant, omp_get_max_threads()) itself,
+ * when that is smaller.
+ */
+static __thread int t_pushed __attribute__((tls_model("initial-exec")));
+
+EXPORT void __kmpc_push_num_threads(void *loc, int32_t gtid, int32_t num_threads)
+{
+    struct omp_rt *rt = runtime_for(FAM_KMPC, S_KMPC_PUSH_NUM_THREADS, loc);
+    void (*real)(void *, int32_t, int32_t) =
+        (void (*)(void *, int32_t, int32_t))rt_need(rt, S_KMPC_PUSH_NUM_THREADS);
+    if (UNLIKELY(shim_active())) {
+        t_pushed = 1;
+        if (num_threads > 1)
+            num_threads = (int32_t)cap_team(rt, (unsigned)num_threads, S_KMPC_PUSH_NUM_THREADS);
+    }
+    real(loc, gtid, num_threads);
+}
+
+EXPORT void __kmpc_serialized_parallel(void *loc, int32_t gtid)
+{
+    struct omp_rt *rt = runtime_for(FAM_KMPC, S_KMPC_SERIALIZED_PARALLEL, loc);
+    void (*real)(void *, int32_t) = (void (*)(void *, int32_t))rt_need(rt, S_KMPC_SERIALIZED_PARALLEL);
+    if (UNLIKELY(shim_active()))
+        t_pushed = 0; /* the pushed value (if any) was for this region */
+    real(loc, gtid);
+}
+
+/* Called by the __kmpc_fork_call trampoline below with the fork's first
+ * three arguments; returns the real __kmpc_fork_call to jump to. */
+__attribute__((visibility("hidden"), used)) void *allot_kmpc_fork_prepare(void *loc, int32_t argc,
+                                                                         void *microtask);
+
+void *allot_kmpc_fork_prepare(void *loc, int32_t argc, void *microtask)
+{
+    (void)argc;
+    struct omp_rt *rt = runtime_for(FAM_KMPC, S_KMPC_FORK_CALL, microtask);
+    void *real = rt_need(rt, S_KMPC_FORK_CALL);
+    if (LIKELY(!shim_active()))
+        return real;
+    if (t_pushed) {
+        t_pushed = 0;
+        return real;
+    }
+    int32_t (*gtid)(void *) = (int32_t (*)(void *))rt_fn(rt, S_KMPC_GLOBAL_THREAD_NUM);
+    void (*push)(void *, int32_t, int32_t) =
+        (void (*)(void *, int32_t, int32_t))rt_fn(rt, S_KMPC_PUSH_NUM_THREADS);
+    if (gtid == NULL || push == NULL)
+        return real;
+    unsigned n = cap_team(rt, 0, S_KMPC_FORK_CALL);
+    if (n != 0)
+        push(loc, gtid(loc), (int32_t)n);
+    return real;
+}
+
+/*
+ * __kmpc_fork_call(ident_t *loc, kmp_int32 argc, kmpc_micro microtask, ...)
+ * passes `argc` pointer-sized arguments on to the microtask. C cannot
+ * forward a variable argument list, so the interposer is a trampoline: it
+ * saves the argument registers (and %al, the vector-register count of a
+ * variadic call), asks allot_kmpc_fork_prepare for the real function (which
+ * may push a smaller team first), restores the registers and jumps to it.
+ * The stack, with any arguments beyond the sixth, is untouched, so every
+ * argc is forwarded exactly. The varargs are pointers, so no argument
+ * travels in a vector register. Seven pushes after the return address
+ * leave %rsp 16-byte aligned for the call.
+ */
+__asm__(".text\n"
+        ".globl __kmpc_fork_call\n"
+        ".type __kmpc_fork_call, @function\n"
+        ".p2align 4\n"
+        "__kmpc_fork_call:\n"
+        "  .cfi_startproc\n"
+        "  endbr64\n"
+        "  pushq %rdi\n"
+        "  .cfi_adjust_cfa_offset 8\n"
+        "  pushq %rsi\n"
+        "  .cfi_adjust_cfa_offset 8\n"
+        "  pushq %rdx\n"
+        "  .cfi_adjust_cfa_offset 8\n"
+        "  pushq %rcx\n"
+        "  .cfi_adjust_cfa_offset 8\n"
+        "  pushq %r8\n"
+        "  .cfi_adjust_cfa_offset 8\n"
+        "  pushq %r9\n"
+        "  .cfi_adjust_cfa_offset 8\n"
+        "  pushq %rax\n"
+        "  .cfi_adjust_cfa_offset 8\n"
+        "  call allot_kmpc_fork_prepare\n"
+        "  movq %rax, %r11\n"
+        "  popq %rax\n"
+        "  .cfi_adjust_cfa_offset -8\n"
+        "  popq %r9\n"
+        "  .cfi_adjust_cfa_offset -8\n"
+        "  popq %r8\n"
+        "  .cfi_adjust_cfa_offset -8\n"
+        "  popq %rcx\n"
+        "  .cfi_adjust_cfa_offset -8\n"
+        "  popq %rdx\n"
+        "  .cfi_adjust_cfa_offset -8\n"
+        "  popq %rsi\n"
+        "  .cfi_adjust_cfa_offset -8\n"
+        "  popq %rdi\n"
+        "  .cfi_adjust_cfa_offset -8\n"
+        "  jmp *%r11\n"
+        "  .cfi_endproc\n"
+        ".size __kmpc_fork_call, .-__kmpc_fork_call\n");
+
+#endif /* __x86_64__ */
+
+/* ------------------------------------------------------------------------ */
+/* Start-up                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Maps the page named by ALLOT_GRANT_FD, or says why not. */
+static const struct grant_page *map_page(const char *var, const char **why)
+{
+    if (var == NULL || var[0] == '\0') {
+        *why = "ALLOT_GRANT_FD is not set";
+        return NULL;
+    }
+    char *end = NULL;
+    errno = 0;
+    long fd = strtol(var, &end, 10);
+    if (errno != 0 || end == var || *end != '\0' || fd < 0 || fd > INT_MAX) {
+        *why = "ALLOT_GRANT_FD is not a descriptor number";
+        return NULL;
+    }
+    struct stat st;
+    if (fstat((int)fd, &st) != 0) {
+        *why = "ALLOT_GRANT_FD is not open";
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode) || st.st_size < (off_t)PAGE_BYTES) {
+        *why = "ALLOT_GRANT_FD is not a grant page (wrong type or size)";
+        return NULL;
+    }
+    /* A page sealed against shrinking can never fault (SIGBUS) under us. */
+    int seals = fcntl((int)fd, F_GET_SEALS);
+    if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
+        *why = "ALLOT_GRANT_FD is not a sealed grant page";
+        return NULL;
+    }
+    void *m = mmap(NULL, PAGE_BYTES, PROT_READ, MAP_SHARED, (int)fd, 0);
+    if (m == MAP_FAILED) {
+        *why = "cannot map ALLOT_GRANT_FD";
+        return NULL;
+    }
+    const struct grant_page *p = m;
+    if (__atomic_load_n(&p->magic, __ATOMIC_ACQUIRE) != PAGE_MAGIC ||
+        __atomic_load_n(&p->version, __ATOMIC_RELAXED) != PAGE_VERSION ||
+        __atomic_load_n(&p->size, __ATOMIC_RELAXED) != PAGE_BYTES) {
+        munmap(m, PAGE_BYTES);
+        *why = "ALLOT_GRANT_FD is not an allot grant page of protocol version 1";
+        return NULL;
+    }
+    return p;
+}
+
+__attribute__((constructor)) static void shim_init(void)
+{
+    int saved = errno;
+    const char *dbg = getenv("ALLOT_SHIM_DEBUG");
+    g_debug = dbg != NULL && dbg[0] == '1' && dbg[1] == '\0';
+    const char *why = NULL;
+    const struct grant_page *p = map_page(getenv("ALLOT_GRANT_FD"), &why);
+    __atomic_store_n(&g_page, p, __ATOMIC_RELEASE);
+    if (g_debug) {
+        if (p != NULL)
+            say("active: cell %llu, grant %u threads",
+                (unsigned long long)__atomic_load_n(&p->cell, __ATOMIC_RELAXED),
+                grant_threads());
+        else
+            say("inert: %s", why);
+    }
+    errno = saved;
+}

@@ -1,0 +1,60 @@
+//! The shim with LLVM libomp (`__kmpc_fork_call`): clang-compiled programs.
+//! Skipped, with a message, where clang or libomp is missing (CI installs
+//! `clang` and `libomp-dev`, see `.ci/run`).
+
+mod common;
+
+use common::scenarios;
+use common::*;
+
+/// Constructs teamsize.c runs when built by clang (no GOMP_1.0 ones).
+const CONSTRUCTS: usize = 12;
+
+/// Whether to run: clang with OpenMP works here.
+fn available() -> bool {
+    match clang_openmp() {
+        Ok(_) => true,
+        Err(why) => {
+            eprintln!("skipping libomp test: {why} (apt-get install clang libomp-dev)");
+            false
+        }
+    }
+}
+
+#[test]
+fn team_follows_the_grant_down_and_back_up() {
+    if available() {
+        scenarios::team_follows_the_grant(Toolchain::Clang);
+    }
+}
+
+/// Includes a region with 20 captured variables, so `__kmpc_fork_call`
+/// carries arguments on the stack through the trampoline.
+#[test]
+fn every_kmpc_construct_is_capped() {
+    if available() {
+        scenarios::every_construct_is_capped(Toolchain::Clang, CONSTRUCTS);
+    }
+}
+
+/// Exercises `__kmpc_push_num_threads` and the pushed-value bookkeeping.
+#[test]
+fn num_threads_clause_is_capped_never_raised() {
+    if available() {
+        scenarios::num_threads_clause_is_capped_never_raised(Toolchain::Clang);
+    }
+}
+
+#[test]
+fn buffers_sized_by_max_threads_never_see_a_bigger_team() {
+    if available() {
+        scenarios::buffers_sized_by_max_threads_hold(Toolchain::Clang);
+    }
+}
+
+#[test]
+fn libomp_loaded_rtld_local_is_found() {
+    if available() {
+        scenarios::runtime_loaded_rtld_local(Toolchain::Clang, CONSTRUCTS);
+    }
+}
