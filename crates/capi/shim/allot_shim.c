@@ -366,6 +366,40 @@ static struct owner *owner_slot(struct link_map *obj)
     return NULL; /* full: resolve without caching */
 }
 
+/* Names of the loaded objects, gathered by dl_iterate_phdr (which holds a
+ * loader lock, so no dlopen inside the callback). */
+#define MAX_OBJECTS 512
+struct object_names {
+    const char *name[MAX_OBJECTS];
+    int n;
+};
+
+static int collect_name(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    struct object_names *names = arg;
+    if (info->dlpi_name != NULL && info->dlpi_name[0] != '\0' && names->n < MAX_OBJECTS)
+        names->name[names->n++] = info->dlpi_name;
+    return 0;
+}
+
+/* Last resort for a caller in no loaded object: `name` from the first
+ * loaded library (in load order) that provides it. */
+static void *any_loaded(const char *name)
+{
+    struct object_names names = {.n = 0};
+    dl_iterate_phdr(collect_name, &names);
+    void *found = NULL;
+    for (int i = 0; i < names.n && found == NULL; i++) {
+        void *handle = dlopen(names.name[i], RTLD_LAZY | RTLD_NOLOAD);
+        if (handle == NULL)
+            continue;
+        found = lookup(handle, name);
+        dlclose(handle); /* it stays loaded; runtime_of() takes its own reference */
+    }
+    return found;
+}
+
 /* No runtime in the global scope: route by the object `owner` lies in. */
 static struct omp_rt *runtime_for_owner(enum family fam, enum sym probe, const void *owner)
 {
@@ -380,6 +414,8 @@ static struct omp_rt *runtime_for_owner(enum family fam, enum sym probe, const v
     void *real = handle ? lookup(handle, sym_name[probe]) : NULL;
     if (real == NULL) /* not among its dependencies: it relies on a global one */
         real = dlsym(RTLD_NEXT, sym_name[probe]);
+    if (real == NULL) /* e.g. JIT-compiled code, in no object at all */
+        real = any_loaded(sym_name[probe]);
     if (real == NULL)
         die("found no OpenMP runtime that provides", sym_name[probe]);
     struct omp_rt *rt = runtime_of(real, sym_name[probe]);

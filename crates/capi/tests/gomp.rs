@@ -36,6 +36,49 @@ fn libgomp_loaded_rtld_local_is_found() {
 }
 
 #[test]
+fn concurrent_first_regions_from_many_threads() {
+    scenarios::concurrent_first_regions_from_many_threads(Toolchain::Gcc);
+}
+
+#[test]
+fn grant_changing_under_the_program() {
+    scenarios::grant_changing_under_the_program(Toolchain::Gcc);
+}
+
+/// A region whose outlined function lies in no loaded object (as
+/// JIT-compiled code's does), with libgomp loaded `RTLD_LOCAL`: the shim
+/// falls back to the loaded library that provides the entry point.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn region_from_code_in_no_object_finds_the_runtime() {
+    let lib = compile(
+        "gcc",
+        "tests/omp/anon.c",
+        "libanon.so",
+        &["-fopenmp", "-fPIC", "-shared", "-DAS_LIBRARY"],
+    )
+    .unwrap();
+    let driver = dlopen_driver().unwrap();
+    let page = Page::new(1);
+    for (in_cell, want) in [(true, "team 1\n"), (false, "team 2\n")] {
+        let mut cmd = Command::new(&driver);
+        cmd.arg(&lib);
+        with_shim(&mut cmd, MAX);
+        if in_cell {
+            inherit_page(&mut cmd, page.fd());
+        }
+        let out = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "in cell {in_cell}: {stderr}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            want,
+            "in cell {in_cell}"
+        );
+    }
+}
+
+#[test]
 fn debug_prints_one_line_per_capped_region_and_nothing_when_off() {
     let page = Page::new(1);
     let mut cmd = Command::new(teamsize(Toolchain::Gcc).unwrap());

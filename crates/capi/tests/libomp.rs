@@ -58,3 +58,41 @@ fn libomp_loaded_rtld_local_is_found() {
         scenarios::runtime_loaded_rtld_local(Toolchain::Clang, CONSTRUCTS);
     }
 }
+
+#[test]
+fn concurrent_first_regions_from_many_threads() {
+    if available() {
+        scenarios::concurrent_first_regions_from_many_threads(Toolchain::Clang);
+    }
+}
+
+#[test]
+fn grant_changing_under_the_program() {
+    if available() {
+        scenarios::grant_changing_under_the_program(Toolchain::Clang);
+    }
+}
+
+/// gcc-compiled code on LLVM libomp's implementation of the GOMP interface
+/// (libomp preloaded after the shim): every GOMP entry point is capped and
+/// forwarded to libomp.
+#[test]
+fn gcc_code_on_libomp_gomp_layer() {
+    if !available() {
+        return;
+    }
+    let libomp = libomp_path().unwrap();
+    let page = Page::new(1);
+    let mut cmd = std::process::Command::new(teamsize(Toolchain::Gcc).unwrap());
+    cmd.args(["once", "0", "0"]);
+    with_shim(&mut cmd, scenarios::MAX);
+    cmd.env(
+        "LD_PRELOAD",
+        format!("{}:{}", shim().display(), libomp.display()),
+    );
+    inherit_page(&mut cmd, page.fd());
+    let (r, _) = run(&mut cmd);
+    r.assert_complete();
+    assert_eq!(r.regions.len(), 19);
+    assert!(r.regions.iter().all(|x| x.team == 1), "{:?}", r.teams());
+}

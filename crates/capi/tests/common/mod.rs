@@ -118,8 +118,51 @@ pub fn teamsize_rtld_local(tc: Toolchain) -> Result<(PathBuf, PathBuf), String> 
         &format!("libteamsize-{}.so", tc.tag()),
         &args,
     )?;
-    let driver = compile("gcc", "tests/omp/dlopen_driver.c", "dlopen_driver", &[])?;
-    Ok((driver, lib))
+    Ok((dlopen_driver()?, lib))
+}
+
+/// The driver that runs a library build of a test program.
+pub fn dlopen_driver() -> Result<PathBuf, String> {
+    compile(
+        "gcc",
+        "tests/omp/dlopen_driver.c",
+        "dlopen_driver",
+        &["-ldl"],
+    )
+}
+
+/// threads.c as a program and as a library.
+pub fn threads(tc: Toolchain) -> Result<(PathBuf, PathBuf), String> {
+    let src = "tests/omp/threads.c";
+    let bin = compile(
+        tc.cc(),
+        src,
+        &format!("threads-{}", tc.tag()),
+        &["-fopenmp", "-pthread"],
+    )?;
+    let lib = compile(
+        tc.cc(),
+        src,
+        &format!("libthreads-{}.so", tc.tag()),
+        &["-fopenmp", "-pthread", "-fPIC", "-shared", "-DAS_LIBRARY"],
+    )?;
+    Ok((bin, lib))
+}
+
+/// Where LLVM's libomp is: the one clang's OpenMP programs load (`ldd`).
+pub fn libomp_path() -> Result<PathBuf, String> {
+    let bin = teamsize(Toolchain::Clang)?;
+    let out = Command::new("ldd")
+        .arg(&bin)
+        .output()
+        .map_err(|e| format!("ldd: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .filter(|l| l.contains("libomp"))
+        .find_map(|l| l.split_whitespace().nth(2))
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .ok_or_else(|| format!("no libomp in ldd's output: {text}"))
 }
 
 /// Whether clang can build and run an OpenMP program here; the reason if not.

@@ -182,3 +182,61 @@ pub fn runtime_loaded_rtld_local(tc: Toolchain, constructs: usize) {
         inert.teams()
     );
 }
+
+/// Six POSIX threads each start their own top-level OpenMP regions at
+/// once, so the first regions race through the shim's lookups: directly
+/// linked, and with the runtime loaded `RTLD_LOCAL` (the per-object path).
+pub fn concurrent_first_regions_from_many_threads(tc: Toolchain) {
+    let (bin, lib) = threads(tc).unwrap();
+    let driver = dlopen_driver().unwrap();
+    let page = Page::new(1);
+    for (in_cell, want) in [(true, "teams 1 1\nsum 1\n"), (false, "teams 2 2\nsum 1\n")] {
+        for direct in [true, false] {
+            let mut cmd = if direct {
+                Command::new(&bin)
+            } else {
+                let mut c = Command::new(&driver);
+                c.arg(&lib);
+                c
+            };
+            cmd.args(["6", "100"]);
+            with_shim(&mut cmd, MAX);
+            if in_cell {
+                inherit_page(&mut cmd, page.fd());
+            }
+            let out = cmd.output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.success(),
+                "in cell {in_cell}, direct {direct}: {stderr}"
+            );
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                want,
+                "in cell {in_cell}, direct {direct}"
+            );
+        }
+    }
+}
+
+/// The broker publishes as fast as it can, alternating 1 and 2, while the
+/// program runs every construct: every team is one the grant allowed (the
+/// seqlock never hands out a torn value) and no region loses work.
+pub fn grant_changing_under_the_program(tc: Toolchain) {
+    let mut page = Page::new(2);
+    let mut cmd = teamsize_cmd(tc, &["all", "300", "100"]);
+    inherit_page(&mut cmd, page.fd());
+    let running = Running::start(&mut cmd);
+    let deadline = std::time::Instant::now() + Duration::from_millis(300);
+    let mut publishes = 0u32;
+    while std::time::Instant::now() < deadline {
+        page.publish(1 + publishes % 2);
+        publishes += 1;
+    }
+    let (report, _) = running.finish();
+    report.assert_complete();
+    assert!(publishes > 1000, "only {publishes} publishes");
+    for r in &report.regions {
+        assert!(r.team == 1 || r.team == 2, "{r:?}");
+    }
+}

@@ -1,17 +1,18 @@
 /*
- * dlopen_driver: loads a library build of teamsize.c with RTLD_LOCAL, the
- * way Python loads an extension module that carries its own OpenMP runtime,
- * and runs it. The runtime is then not in the global scope.
+ * dlopen_driver: loads a library build (-DAS_LIBRARY) of a test program
+ * with RTLD_LOCAL, the way Python loads an extension module that carries
+ * its own OpenMP runtime, and runs its teamsize_main(). The runtime is then
+ * not in the global scope.
  *
- *     dlopen_driver LIBRARY MODE DURATION_MS PERIOD_US
+ *     dlopen_driver LIBRARY [ARGS...]
  */
 #include <dlfcn.h>
 #include <stdio.h>
 
 int main(int argc, char **argv)
 {
-    if (argc != 5) {
-        fprintf(stderr, "usage: dlopen_driver LIBRARY MODE DURATION_MS PERIOD_US\n");
+    if (argc < 2) {
+        fprintf(stderr, "usage: dlopen_driver LIBRARY [ARGS...]\n");
         return 2;
     }
     void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
@@ -24,6 +25,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "dlopen_driver: %s\n", dlerror());
         return 2;
     }
-    char *args[] = {"teamsize", argv[2], argv[3], argv[4], NULL};
-    return run(4, args);
+    /* The library sees ARGS as its command line, LIBRARY as its name. */
+    return run(argc - 1, argv + 1);
 }
