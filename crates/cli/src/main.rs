@@ -4,6 +4,7 @@
 //! exit code.
 
 mod cmd;
+mod run;
 
 use clap::{Parser, Subcommand};
 
@@ -18,6 +19,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run a program in a cell: confined to the CPUs the broker grants it,
+    /// with thread-count variables, a jobserver and the OpenMP shim.
+    Run(run::Args),
     /// Run the broker (allotd) in the foreground.
     Daemon(cmd::daemon::Args),
     /// Show the broker's cells and grants.
@@ -29,6 +33,7 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     let code = match cli.command {
+        Command::Run(a) => run::run(a),
         Command::Daemon(a) => cmd::daemon::run(a),
         Command::Status(a) => cmd::status::run(a),
         Command::Topology(a) => cmd::topology::run(a),

@@ -191,13 +191,19 @@ impl Cell {
     /// and with `opts.fallback`, returns a standalone cell (see
     /// [`Cell::fallback_reason`]); admission refusals are errors.
     pub fn register(opts: &Options) -> Result<Cell, ClientError> {
+        Cell::register_with(opts, |_, _| {})
+    }
+
+    /// [`Cell::register`], calling `on_queued(position, reason)` while the
+    /// broker keeps the request waiting (with `opts.wait`).
+    pub fn register_with(opts: &Options, on_queued: impl FnMut(u32, &str)) -> Result<Cell, ClientError> {
         let socket = opts.socket.clone().unwrap_or_else(allot_proto::default_socket_path);
         let mut client = match Client::connect(&socket) {
             Ok(c) => c,
             Err(e) if opts.fallback => return Ok(Cell::standalone_because(e.to_string())),
             Err(e) => return Err(e),
         };
-        let reg = client.register(&opts.name, opts.spec, &[], opts.wait, |_, _| {})?;
+        let reg = client.register(&opts.name, opts.spec, &[], opts.wait, on_queued)?;
         Ok(Cell::from_parts(Mode::Registered, Arc::new(reg.page), reg.cell, reg.token, Some(socket), Some(client), Some(opts), None))
     }
 
@@ -309,6 +315,26 @@ impl Cell {
             };
             page.wait(word, left);
         }
+    }
+
+    /// Adds process `pid` (a child of this one, typically) to the cell, so
+    /// the broker watches it. A no-op without a broker connection.
+    pub fn add_member(&self, pid: u32) -> Result<(), ClientError> {
+        let id = self.id();
+        let mut conn = self.inner.conn.lock().unwrap_or_else(|p| p.into_inner());
+        match conn.as_mut() {
+            Some(c) if id != 0 => c.add_member(id, pid),
+            _ => Ok(()),
+        }
+    }
+
+    /// A new descriptor for the current grant page, without close-on-exec,
+    /// for a child process to inherit (`ALLOT_GRANT_FD`). The caller owns it.
+    pub fn inheritable_page_fd(&self) -> Result<OwnedFd, ClientError> {
+        let map = self.inner.current_map().ok_or_else(|| ClientError::Protocol("no grant page".into()))?;
+        let fd = rustix::io::fcntl_dupfd_cloexec(map.fd(), 3).map_err(std::io::Error::from)?;
+        rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::empty()).map_err(std::io::Error::from)?;
+        Ok(fd)
     }
 
     /// Tells the broker how the cell is doing: workers busy now, CPUs it

@@ -23,6 +23,7 @@ const MAX_PASSES: usize = 8;
 pub struct Affinity {
     os: Arc<dyn Os>,
     cells: HashMap<u64, Cell>,
+    all: Option<CpuSet>,
 }
 
 #[derive(Debug, Default)]
@@ -34,10 +35,14 @@ struct Cell {
 impl Affinity {
     /// A backend acting through `os`.
     pub fn new(os: Arc<dyn Os>) -> Self {
-        Affinity {
-            os,
-            cells: HashMap::new(),
-        }
+        Affinity { os, cells: HashMap::new(), all: None }
+    }
+
+    /// Processes still running when their cell is removed get `all` back
+    /// (they leave confinement) instead of keeping their last mask.
+    pub fn restore_on_remove(mut self, all: CpuSet) -> Self {
+        self.all = Some(all);
+        self
     }
 
     /// Sets `cpus` on every thread of the trees rooted at `roots`, until a
@@ -109,7 +114,10 @@ impl Enforcer for Affinity {
     }
 
     fn remove(&mut self, cell: u64) -> Result<()> {
-        self.cells.remove(&cell);
+        if let (Some(c), Some(all)) = (self.cells.remove(&cell), self.all) {
+            Self::confine(self.os.as_ref(), &c.members, &all)
+                .map_err(|e| EnforceError::new(format!("release cell {cell}"), e))?;
+        }
         Ok(())
     }
 

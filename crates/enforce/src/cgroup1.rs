@@ -248,7 +248,10 @@ impl Enforcer for Cgroup1 {
         self.cells.remove(&cell);
         let mut first_err = None;
         for d in self.dirs(cell) {
-            if let Err(e) = self.fs.rmdir(&d) {
+            // Processes still in the cell leave allot's confinement: they
+            // move to the hierarchy's root, outside allot's directory.
+            let root = d.parent().and_then(|p| p.parent()).map(|p| p.to_path_buf()).unwrap_or_default();
+            if let Err(e) = crate::cgroupfs::evict_and_remove(self.fs.as_ref(), &d, &root) {
                 first_err.get_or_insert(EnforceError::new(format!("remove cell {cell}"), e));
             }
         }

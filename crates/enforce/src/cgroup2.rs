@@ -178,8 +178,10 @@ impl Enforcer for Cgroup2 {
     fn remove(&mut self, cell: u64) -> Result<()> {
         let dir = self.root.join(format!("cell-{cell}"));
         self.cells.remove(&cell);
-        self.fs
-            .rmdir(&dir)
+        // allot's root has controllers enabled for its children, so (by the
+        // v2 no-internal-process rule) leftovers go to the root's parent.
+        let out = self.root.parent().map(|p| p.to_path_buf()).unwrap_or_default();
+        crate::cgroupfs::evict_and_remove(self.fs.as_ref(), &dir, &out)
             .map_err(err(format!("remove cell {cell}")))
     }
 

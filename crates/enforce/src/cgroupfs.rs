@@ -49,6 +49,26 @@ pub trait CgroupFs: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// Removes cgroup `dir`; if processes remain in it, first moves them to
+/// `out` (so they leave the cell's confinement), retrying a few times for
+/// processes forked during the move.
+pub fn evict_and_remove(fs: &dyn CgroupFs, dir: &Path, out: &Path) -> io::Result<()> {
+    const ATTEMPTS: usize = 5;
+    let mut last = Ok(());
+    for _ in 0..ATTEMPTS {
+        match fs.rmdir(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) => last = Err(e),
+        }
+        let procs = fs.read(&dir.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.split_whitespace() {
+            // A process that exited meanwhile is not an error.
+            let _ = fs.write(&out.join("cgroup.procs"), pid);
+        }
+    }
+    last
+}
+
 /// The kernel's cgroupfs.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct KernelFs;
@@ -199,6 +219,36 @@ impl FixtureFs {
     }
 }
 
+impl FixtureFs {
+    /// Removes `pid` from every other `cgroup.procs` of the hierarchy that
+    /// holds `target` (the topmost ancestor with a `cgroup.procs`), as the
+    /// kernel keeps each process in exactly one cgroup per hierarchy.
+    fn unlist(&self, target: &Path, pid: &str) {
+        let Some(mut root) = target.parent().map(Path::to_path_buf) else { return };
+        while let Some(up) = root.parent() {
+            if !up.join("cgroup.procs").exists() {
+                break;
+            }
+            root = up.to_path_buf();
+        }
+        let mut stack = vec![root];
+        while let Some(d) = stack.pop() {
+            let f = d.join("cgroup.procs");
+            if f != target {
+                if let Ok(text) = std::fs::read_to_string(&f) {
+                    if text.split_whitespace().any(|p| p == pid) {
+                        let kept: String = text.split_whitespace().filter(|p| *p != pid).map(|p| format!("{p}\n")).collect();
+                        let _ = std::fs::write(&f, kept);
+                    }
+                }
+            }
+            if let Ok(rd) = std::fs::read_dir(&d) {
+                stack.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+            }
+        }
+    }
+}
+
 impl CgroupFs for FixtureFs {
     fn mkdir(&self, path: &Path) -> io::Result<()> {
         if !path.parent().is_some_and(Path::is_dir) {
@@ -230,9 +280,12 @@ impl CgroupFs for FixtureFs {
             return Err(ctx(io::Error::from(io::ErrorKind::NotFound), "open", path));
         }
         if path.file_name().is_some_and(|n| n == "cgroup.procs") {
-            // Moving a process appends it, as the kernel lists it afterwards.
+            // Moving a process lists it here and, as in the kernel, nowhere
+            // else under the same root.
+            let pid = text.trim();
+            self.unlist(path, pid);
             let mut cur = std::fs::read_to_string(path)?;
-            cur.push_str(text.trim());
+            cur.push_str(pid);
             cur.push('\n');
             return std::fs::write(path, cur);
         }

@@ -93,7 +93,8 @@ pub trait Enforcer: Send + fmt::Debug {
     fn attach(&mut self, cell: u64, pid: u32) -> Result<()>;
     /// Applies a grant. Hot path: must not move processes.
     fn apply(&mut self, cell: u64, applied: &Applied) -> Result<()>;
-    /// Tears a cell down. Fails with a busy error if processes remain.
+    /// Tears a cell down. Processes still in it leave confinement (they move
+    /// out of allot's cgroups, or get every managed CPU back).
     fn remove(&mut self, cell: u64) -> Result<()>;
     /// CPU time the cell's processes have used, in nanoseconds.
     fn usage_ns(&mut self, cell: u64) -> Option<u64>;
@@ -201,7 +202,7 @@ pub fn open(kind: BackendKind, opts: &OpenOptions) -> Result<(Box<dyn Enforcer>,
             opts.usable,
         )?))
     };
-    let affinity = || -> Box<dyn Enforcer> { Box::new(Affinity::new(Arc::new(os::RealOs))) };
+    let affinity = || -> Box<dyn Enforcer> { Box::new(Affinity::new(Arc::new(os::RealOs)).restore_on_remove(opts.usable)) };
     match kind {
         BackendKind::Cgroup2 => Ok((try_v2()?, vec![])),
         BackendKind::Cgroup1 => Ok((try_v1()?, vec![])),

@@ -56,6 +56,12 @@ fn confines_threads_and_later_threads() {
     }
     assert!(b.usage_ns(1).is_some());
     assert_eq!(b.pids(1), vec![pid]);
+    // Released processes get every CPU back.
+    let mut b = b.restore_on_remove(all);
+    b.remove(1).unwrap();
+    for (tid, mask) in thread_masks(pid) {
+        assert_eq!(mask, all.to_string(), "thread {tid} after release");
+    }
 }
 
 #[test]

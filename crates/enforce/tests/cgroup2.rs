@@ -55,11 +55,10 @@ fn manages_cells_in_a_fixture_tree() {
     );
     std::fs::write(root.join("cell-3/cpu.stat"), "usage_usec 1500\n").unwrap();
     assert_eq!(b.usage_ns(3), Some(1_500_000));
-    // A populated cell cannot be removed, as in the kernel.
-    assert!(b.remove(3).unwrap_err().is_busy());
-    std::fs::write(root.join("cell-3/cgroup.procs"), "").unwrap();
+    // Removing a populated cell moves its processes out of allot's subtree.
     b.remove(3).unwrap();
     assert!(!root.join("cell-3").exists());
+    assert_eq!(fs.read(&dir.path().join("cgroup.procs")).unwrap().trim(), "4242");
     b.cleanup().unwrap();
     assert!(
         !root.exists(),

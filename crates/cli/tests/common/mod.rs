@@ -73,7 +73,12 @@ pub fn v1_cpuset_writable() -> bool {
     rustix::process::getuid().is_root() && Path::new("/sys/fs/cgroup/cpuset/cpuset.cpus").exists()
 }
 
-/// A broker started by the test on a private socket and cgroup name.
+/// Live tests measure and share this machine's CPUs, and each runs its own
+/// broker (which believes it owns them all): they take turns.
+static MACHINE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A broker started by the test on a private socket and cgroup name. Holds
+/// the machine for the test's duration.
 pub struct Daemon {
     pub child: Option<Child>,
     pub dir: tempfile::TempDir,
@@ -81,6 +86,7 @@ pub struct Daemon {
     pub cgroup: String,
     pub backend: String,
     extra: Vec<String>,
+    _turn: std::sync::MutexGuard<'static, ()>,
 }
 
 static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -89,7 +95,9 @@ impl Daemon {
     pub fn start(backend: &str, extra: &[&str]) -> Daemon {
         let dir = tempfile::tempdir().unwrap();
         let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let turn = MACHINE.lock().unwrap_or_else(|p| p.into_inner());
         let mut d = Daemon {
+            _turn: turn,
             child: None,
             socket: dir.path().join("allot.sock"),
             dir,

@@ -1,0 +1,346 @@
+//! `allot run`: an unmodified program in a cell.
+//!
+//! Steps:
+//!
+//! 1. Resolve the command like `env` does (unknown: exit 127; not
+//!    executable: 126) before anything else, so a typo creates no cell.
+//! 2. Make sure a broker answers (starting a user-mode one on first use);
+//!    if none can be had, run the program unconfined with a warning — never
+//!    refuse to run it.
+//! 3. Register a cell with this process as its member: the broker confines
+//!    this process *before* the program exists, so the program, forked from
+//!    it, inherits the cell's cgroup and CPUs and runs its first instruction
+//!    inside. Then the program is added as a member so the broker watches it.
+//! 4. Start the program with the thread-count variables, the cell's grant
+//!    page (`ALLOT_GRANT_FD`), its jobserver and the OpenMP shim.
+//! 5. Follow the grant: jobserver tokens track it; a broker restart is
+//!    survived (the client library rejoins, handing the page back).
+//! 6. Pass the exit status through (a program killed by a signal makes
+//!    `allot run` die of the same signal), forward termination signals, and
+//!    release the cell.
+
+mod autostart;
+pub mod env;
+pub mod jobserver;
+pub mod makeargs;
+mod resolve;
+
+use allot_client::{Cell, ClientError, Options};
+use allot_plan::{CellSpec, Placement};
+use allot_proto::msg::ErrorCode;
+use env::{CellEnv, OmpThreads};
+use jobserver::{Jobserver, Style};
+use std::ffi::OsString;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// Exit code for allot's own failures (as `env` uses 125).
+pub const EXIT_ALLOT: i32 = 125;
+
+/// Arguments of `allot run`.
+#[derive(Debug, clap::Args)]
+#[command(trailing_var_arg = true)]
+pub struct Args {
+    /// CPUs guaranteed to the program (0: best effort).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    min: u32,
+    /// Most CPUs the program may hold (0: the whole machine).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    max: u32,
+    /// Share of contended CPUs relative to other cells (1-10000).
+    #[arg(long, default_value_t = 1, value_name = "W")]
+    weight: u32,
+    /// Hold CPUs no other cell may use (implies at least one guaranteed).
+    #[arg(long)]
+    exclusive: bool,
+    /// Keep the CPUs within one last-level cache or NUMA node when they fit.
+    #[arg(long, default_value = "any", value_name = "any|llc|numa")]
+    place: Placement,
+    /// Name shown by `allot status` [default: the program's name].
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+    /// Wait in the broker's queue when CPUs cannot be guaranteed now.
+    #[arg(long)]
+    wait: bool,
+    /// Do not preload the OpenMP shim (teams then stay as large as
+    /// OMP_NUM_THREADS, which is set to the grant at launch).
+    #[arg(long)]
+    no_shim: bool,
+    /// Jobserver style for make, cargo and gcc -flto: pipe (make 4.3+), fifo
+    /// (make 4.4+), or off.
+    #[arg(long, default_value = "pipe", value_name = "pipe|fifo|off")]
+    jobserver: String,
+    /// What OMP_NUM_THREADS is set to: the cell's maximum (default with the
+    /// shim) or the grant at launch (default without).
+    #[arg(long, value_name = "grant|max", hide = true)]
+    omp_threads: Option<OmpThreads>,
+    /// Broker socket [default: $ALLOT_SOCKET or the per-user default].
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// The program and its arguments.
+    #[arg(required = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+fn warn(msg: impl std::fmt::Display) {
+    eprintln!("allot: warning: {msg}");
+}
+
+/// Runs `allot run`; returns the exit code (or dies of the program's signal).
+pub fn run(a: Args) -> i32 {
+    let cmd = &a.command[0];
+    let program = match resolve::resolve(cmd, std::env::var_os("PATH").as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            let what = match &e {
+                resolve::Unrunnable::NotFound => "No such file or directory".to_string(),
+                resolve::Unrunnable::NotExecutable(p) => format!("Permission denied ({})", p.display()),
+            };
+            eprintln!("allot: '{}': {what}", cmd.to_string_lossy());
+            return e.exit_code();
+        }
+    };
+    let mut args: Vec<OsString> = a.command[1..].to_vec();
+    let mut cap = None;
+    if makeargs::is_make(&program) && a.jobserver != "off" {
+        let (stripped, jobs) = makeargs::strip_jobs(&args);
+        args = stripped;
+        cap = match jobs {
+            makeargs::Jobs::Max(n) => Some(n.max(1)),
+            _ => None,
+        };
+    }
+    let style = match a.jobserver.as_str() {
+        "off" => None,
+        s => match s.parse::<Style>() {
+            Ok(st) => Some(st),
+            Err(e) => {
+                eprintln!("allot: --jobserver: {e}");
+                return 2;
+            }
+        },
+    };
+    let spec = CellSpec { min: a.min, max: a.max, weight: a.weight, exclusive: a.exclusive, placement: a.place };
+    if let Err(e) = spec.validate() {
+        eprintln!("allot: {e}");
+        return 2;
+    }
+    let name = a
+        .name
+        .clone()
+        .unwrap_or_else(|| program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
+    let socket = a.socket.clone().unwrap_or_else(allot_proto::default_socket_path);
+
+    // The cell (or none: unconfined).
+    let cell = match autostart::ensure_broker(&socket) {
+        Err(e) => {
+            warn(format!("{e}; running {} unconfined", cmd.to_string_lossy()));
+            None
+        }
+        Ok(()) => {
+            let mut opts = Options::new(&name);
+            opts.spec = spec;
+            opts.socket = Some(socket.clone());
+            opts.wait = a.wait;
+            opts.fallback = false;
+            let on_queued = |pos: u32, why: &str| eprintln!("allot: waiting for CPUs (position {pos}): {why}");
+            match Cell::register_with(&opts, on_queued) {
+                Ok(c) => Some(c),
+                Err(ClientError::Broker { code: ErrorCode::Refused | ErrorCode::Never | ErrorCode::Invalid, message }) => {
+                    eprintln!("allot: {message}");
+                    return EXIT_ALLOT;
+                }
+                Err(e) => {
+                    warn(format!("{e}; running {} unconfined", cmd.to_string_lossy()));
+                    None
+                }
+            }
+        }
+    };
+
+    let grant = cell.as_ref().map(|c| c.grant());
+    let threads = grant.map_or_else(|| allot_topo::allowed_cpus().map_or(1, |s| s.len() as u32), |g| g.threads.max(1));
+    let machine_cpus = allot_topo::allowed_cpus().map_or(threads, |s| s.len() as u32);
+    let max = if a.max > 0 { a.max.min(machine_cpus) } else { machine_cpus };
+    let slots = |t: u32| cap.map_or(t as usize, |c: usize| c.min(t as usize)).max(1);
+
+    let mut js = match style {
+        Some(st) => match Jobserver::new(st, slots(threads)) {
+            Ok(j) => Some(j),
+            Err(e) => {
+                warn(format!("cannot create a jobserver ({e}); make runs without one"));
+                None
+            }
+        },
+        None => None,
+    };
+    let js_flags = js.as_ref().and_then(|j| j.prepare_for_children(cap.unwrap_or(max as usize)).ok());
+
+    let page_fd = cell.as_ref().and_then(|c| c.inheritable_page_fd().ok());
+    let shim = if a.no_shim || cell.is_none() {
+        None
+    } else {
+        match allot_capi::install_shim(&shim_dir(&socket)) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                warn(format!("cannot install the OpenMP shim ({e}); OpenMP teams keep their launch size"));
+                None
+            }
+        }
+    };
+    let omp = a.omp_threads.unwrap_or(if shim.is_some() { OmpThreads::Max } else { OmpThreads::Grant });
+    let cell_env = CellEnv {
+        threads,
+        max,
+        omp,
+        cell: cell.as_ref().zip(page_fd.as_ref()).map(|(c, fd)| {
+            use rustix::fd::AsRawFd;
+            (socket.clone(), c.id(), fd.as_raw_fd())
+        }),
+        jobserver: js_flags,
+        shim,
+    };
+    let vars = env::variables(&cell_env, &|k| std::env::var_os(k));
+
+    // Handlers go in before the program exists, so an early Ctrl-C cannot
+    // kill this process first; signals wait in the handler's pipe until the
+    // forwarding thread knows the program's pid.
+    let signals = signal_setup();
+
+    let mut command = std::process::Command::new(&program);
+    command.arg0(cmd).args(&args).envs(vars);
+    let mut child = match command.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("allot: cannot run '{}': {e}", cmd.to_string_lossy());
+            return if e.kind() == std::io::ErrorKind::PermissionDenied { 126 } else { 127 };
+        }
+    };
+    drop(page_fd);
+    let pid = child.id();
+    if let Some(c) = &cell {
+        if let Err(e) = c.add_member(pid) {
+            warn(format!("the broker did not take the program as a member ({e}); it stays confined through this process"));
+        }
+    }
+
+    let forward = signals.map(|s| forward_signals(s, pid));
+
+    // Follow the grant while the program runs.
+    let done = Arc::new(AtomicBool::new(false));
+    let follower = match (cell.clone(), js.take()) {
+        (Some(c), Some(j)) => {
+            let d = done.clone();
+            Some(std::thread::spawn(move || follow(c, j, cap, pid, d)))
+        }
+        _ => None,
+    };
+
+    let status = loop {
+        match child.wait() {
+            Ok(s) => break s,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                eprintln!("allot: cannot wait for the program: {e}");
+                return EXIT_ALLOT;
+            }
+        }
+    };
+    done.store(true, Ordering::Release);
+    if let Some(f) = follower {
+        let _ = f.join();
+    }
+    if let Some(h) = forward {
+        h.close();
+    }
+    drop(cell); // releases the cell
+    exit_like(status)
+}
+
+/// Where the shim library is written: a `shim` directory beside the
+/// socket (private to the user, not on a noexec mount like some /tmp).
+fn shim_dir(socket: &std::path::Path) -> PathBuf {
+    socket.parent().map_or_else(|| allot_proto::default_state_dir().join("shim"), |p| p.join("shim"))
+}
+
+/// Keeps the jobserver in step with the grant until `done`.
+///
+/// While tokens are being withheld the follower sits in `poll` on the pipe,
+/// so a token a client writes back is taken before the client's next read
+/// (make returns a token when it reaps a job and reads again only after its
+/// bookkeeping); otherwise it sleeps on the grant page's futex.
+fn follow(cell: Cell, mut js: Jobserver, cap: Option<usize>, pid: u32, done: Arc<AtomicBool>) {
+    const TICK: Duration = Duration::from_millis(50);
+    const LEAK_CHECK: Duration = Duration::from_millis(250);
+    let os = allot_enforce::os::RealOs;
+    let mut seen = 0;
+    let mut last_check = std::time::Instant::now();
+    while !done.load(Ordering::Acquire) {
+        let g = if js.withholding() {
+            js.wait_returned(Duration::from_millis(5));
+            cell.grant()
+        } else {
+            cell.wait_change(seen, Some(TICK))
+        };
+        if g.generation != seen {
+            seen = g.generation;
+            let slots = cap.map_or(g.threads as usize, |c| c.min(g.threads as usize)).max(1);
+            let _ = js.set_slots(slots);
+        }
+        js.withhold();
+        if last_check.elapsed() >= LEAK_CHECK {
+            last_check = std::time::Instant::now();
+            let n = js.check_leaks(&os, pid);
+            if n > 0 {
+                warn(format!("{n} jobserver token(s) were lost with a client that died; restored"));
+            }
+        }
+    }
+}
+
+fn signal_setup() -> Option<signal_hook::iterator::Signals> {
+    use signal_hook::consts::*;
+    signal_hook::iterator::Signals::new([SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGINT, SIGQUIT]).ok()
+}
+
+/// Forwards SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 to `pid`. SIGINT and
+/// SIGQUIT reach the program from the terminal directly (same process
+/// group), so they are only kept from killing `allot run`. Dropping the
+/// handle stops forwarding.
+fn forward_signals(mut signals: signal_hook::iterator::Signals, pid: u32) -> signal_hook::iterator::Handle {
+    use signal_hook::consts::*;
+    let handle = signals.handle();
+    std::thread::spawn(move || {
+        for sig in signals.forever() {
+            if sig == SIGINT || sig == SIGQUIT {
+                continue;
+            }
+            if let (Some(p), Some(s)) = (rustix::process::Pid::from_raw(pid as i32), rustix::process::Signal::from_named_raw(sig)) {
+                let _ = rustix::process::kill_process(p, s);
+            }
+        }
+    });
+    handle
+}
+
+/// Exits like the program did: same code, or death by the same signal.
+fn exit_like(status: std::process::ExitStatus) -> i32 {
+    if let Some(code) = status.code() {
+        return code;
+    }
+    if let Some(sig) = status.signal() {
+        // Restore the default action and deliver the signal to ourselves so
+        // the shell sees the same death (and prints "Killed", etc.).
+        // SAFETY: resetting a disposition and raising a signal have no
+        // memory-safety preconditions.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
+        }
+        return 128 + sig;
+    }
+    EXIT_ALLOT
+}

@@ -1,0 +1,369 @@
+//! `allot run` with real programs, a real broker and real make.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn allot_run(d: &Daemon, args: &[&str]) -> Command {
+    let mut c = Command::new(ALLOT);
+    c.arg("run").args(args).env("ALLOT_SOCKET", &d.socket);
+    c
+}
+
+fn run_out(mut c: Command) -> Output {
+    c.stdin(Stdio::null()).output().expect("allot runs")
+}
+
+fn backend() -> &'static str {
+    if v1_cpuset_writable() { "cgroup1" } else { "affinity" }
+}
+
+#[test]
+fn unknown_commands_fail_like_env() {
+    let d = Daemon::start("dry-run", &[]);
+    let o = run_out(allot_run(&d, &["--", "no-such-command-xyz", "a"]));
+    assert_eq!(o.status.code(), Some(127));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("'no-such-command-xyz': No such file or directory"));
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("not-a-program");
+    std::fs::write(&plain, "just text").unwrap();
+    let o = run_out(allot_run(&d, &["--", plain.to_str().unwrap()]));
+    assert_eq!(o.status.code(), Some(126));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("Permission denied"));
+    assert!(d.status()["cells"].as_array().unwrap().is_empty(), "no cell for a command that cannot run");
+}
+
+#[test]
+fn exit_status_and_signals_pass_through() {
+    use std::os::unix::process::ExitStatusExt;
+    let d = Daemon::start("dry-run", &[]);
+    let o = run_out(allot_run(&d, &["--", "sh", "-c", "echo hi; exit 7"]));
+    assert_eq!(o.status.code(), Some(7));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "hi\n");
+    let o = run_out(allot_run(&d, &["--", "sh", "-c", "kill -TERM $$"]));
+    assert_eq!(o.status.signal(), Some(15), "allot run dies of the program's signal");
+    // SIGTERM to allot run reaches the program.
+    let mut c = allot_run(&d, &["--", "sh", "-c", "trap 'echo got-term; exit 3' TERM; while :; do sleep 0.05; done"]);
+    let child = c.stdout(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = rustix::process::kill_process(
+        rustix::process::Pid::from_raw(child.id() as i32).unwrap(),
+        rustix::process::Signal::TERM,
+    );
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("got-term"));
+    // The cell was released.
+    assert!(eventually(Duration::from_secs(3), || d.status()["cells"].as_array().unwrap().is_empty()));
+}
+
+#[test]
+fn impossible_requests_name_the_limit() {
+    let d = Daemon::start("dry-run", &[]);
+    let o = run_out(allot_run(&d, &["--min", "64", "--", "true"]));
+    assert_eq!(o.status.code(), Some(125));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("at least 64 CPUs"), "{err}");
+}
+
+/// Pids of the program a cell runs (not `allot run` itself).
+fn cell_program_pids(d: &Daemon) -> Vec<u32> {
+    let st = d.status();
+    st["cells"]
+        .as_array()
+        .map(|cells| {
+            cells
+                .iter()
+                .flat_map(|c| c["pids"].as_array().cloned().unwrap_or_default())
+                .filter_map(|p| p.as_u64().map(|p| p as u32))
+                .filter(|&p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| !c.starts_with("allot")))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+const THREADS_PY: &str = "import threading,time\n\
+def spin():\n    t=time.time()\n    while time.time()-t<30: pass\n\
+[threading.Thread(target=spin,daemon=True).start() for _ in range(2)]\n\
+time.sleep(0.7)\n\
+[threading.Thread(target=spin,daemon=True).start() for _ in range(2)]\n\
+time.sleep(30)\n";
+
+#[test]
+fn every_thread_follows_the_grant() {
+    let all = allot_topo::allowed_cpus().unwrap();
+    if all.len() < 2 {
+        return;
+    }
+    let d = Daemon::start(backend(), &[]);
+    let mut a = Proc(allot_run(&d, &["--name", "a", "--", "python3", "-c", THREADS_PY]).spawn().unwrap());
+    assert!(eventually(Duration::from_secs(5), || cell_program_pids(&d).len() == 1));
+    let pa = cell_program_pids(&d)[0];
+    // Alone: both CPUs, on every thread.
+    assert!(eventually(Duration::from_secs(5), || {
+        let m = thread_masks(pa);
+        m.len() >= 3 && m.iter().all(|x| *x == all.take_first(2).to_string())
+    }), "{:?}", thread_masks(pa));
+    // A second program arrives: the first shrinks to one CPU, threads created
+    // later included.
+    let mut b = Proc(allot_run(&d, &["--name", "b", "--", "python3", "-c", THREADS_PY]).spawn().unwrap());
+    assert!(eventually(Duration::from_secs(5), || cell_program_pids(&d).len() == 2));
+    let pb = *cell_program_pids(&d).iter().find(|&&p| p != pa).unwrap();
+    assert!(eventually(Duration::from_secs(5), || {
+        let (ma, mb) = (thread_masks(pa), thread_masks(pb));
+        ma.len() >= 5 && mb.len() >= 3 && ma.iter().all(|x| x.len() == 1) && mb.iter().all(|x| x.len() == 1) && ma[0] != mb[0]
+    }), "a {:?} b {:?}\n{}", thread_masks(pa), thread_masks(pb), d.log());
+    // The second program ends: the first gets both CPUs back.
+    let _ = rustix::process::kill_process(rustix::process::Pid::from_raw(pb as i32).unwrap(), rustix::process::Signal::KILL);
+    let _ = b.0.wait();
+    assert!(eventually(Duration::from_secs(5), || thread_masks(pa).iter().all(|x| *x == all.take_first(2).to_string())));
+    a.kill9();
+}
+
+/// A Makefile with `n` CPU-bound targets logging their start and end.
+fn makefile(dir: &Path, name: &str, n: usize, secs: f64) -> PathBuf {
+    let log = dir.join(format!("{name}.log"));
+    let busy = format!(
+        "python3 -c \"import time,sys; t=time.monotonic(); open('{log}','a').write('start %f\\\\n' % t); \
+         exec('while time.monotonic()-t<{secs}: pass'); open('{log}','a').write('end %f\\\\n' % time.monotonic())\"",
+        log = log.display()
+    );
+    let targets: Vec<String> = (0..n).map(|i| format!("t{i}")).collect();
+    let mut text = format!(".PHONY: all {}\nall: {}\n", targets.join(" "), targets.join(" "));
+    for t in &targets {
+        text.push_str(&format!("{t}:\n\t@{busy}\n"));
+    }
+    let mf = dir.join(format!("{name}.mk"));
+    std::fs::write(&mf, text).unwrap();
+    mf
+}
+
+/// (start, end) of every recipe in a log.
+fn intervals(log: &Path) -> Vec<(f64, f64)> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut starts = Vec::new();
+    let mut ends = Vec::new();
+    for l in text.lines() {
+        let mut w = l.split_whitespace();
+        match (w.next(), w.next().and_then(|v| v.parse::<f64>().ok())) {
+            (Some("start"), Some(t)) => starts.push(t),
+            (Some("end"), Some(t)) => ends.push(t),
+            _ => {}
+        }
+    }
+    starts.sort_by(f64::total_cmp);
+    ends.sort_by(f64::total_cmp);
+    // Pair by order of events: concurrency is what matters, not identity.
+    starts.into_iter().zip(ends).collect()
+}
+
+/// Most recipes running at once within [from, to].
+fn max_concurrency(iv: &[(f64, f64)], from: f64, to: f64) -> usize {
+    let mut ev: Vec<(f64, i32)> = Vec::new();
+    for &(s, e) in iv {
+        if e < from || s > to {
+            continue;
+        }
+        ev.push((s.max(from), 1));
+        ev.push((e.min(to), -1));
+    }
+    ev.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let (mut cur, mut best) = (0i32, 0i32);
+    for (_, d) in ev {
+        cur += d;
+        best = best.max(cur);
+    }
+    best as usize
+}
+
+fn now_mono() -> f64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
+}
+
+#[test]
+fn make_j8_in_a_one_cpu_cell_runs_one_recipe_at_a_time() {
+    let d = Daemon::start(backend(), &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let mf = makefile(dir.path(), "one", 6, 0.15);
+    let o = run_out(allot_run(&d, &["--max", "1", "--", "make", "-j8", "-f", mf.to_str().unwrap()]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let iv = intervals(&dir.path().join("one.log"));
+    assert_eq!(iv.len(), 6);
+    assert_eq!(max_concurrency(&iv, 0.0, f64::MAX), 1, "{iv:?}");
+    // Without allot the same make runs them in parallel (the test is not vacuous).
+    let mf2 = makefile(dir.path(), "free", 4, 0.3);
+    let o = Command::new("make").args(["-j8", "-f", mf2.to_str().unwrap()]).output().unwrap();
+    assert!(o.status.success());
+    assert!(max_concurrency(&intervals(&dir.path().join("free.log")), 0.0, f64::MAX) >= 2);
+}
+
+#[test]
+fn two_builds_share_the_cpus_and_the_survivor_speeds_up() {
+    if allot_topo::allowed_cpus().unwrap().len() < 2 {
+        return;
+    }
+    let d = Daemon::start(backend(), &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let short = makefile(dir.path(), "short", 4, 0.4);
+    let long = makefile(dir.path(), "long", 14, 0.4);
+    let mut b = allot_run(&d, &["--name", "long", "--", "make", "-j8", "-f", long.to_str().unwrap()]);
+    let b = b.stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = now_mono();
+    let o = run_out(allot_run(&d, &["--name", "short", "--", "make", "-j8", "-f", short.to_str().unwrap()]));
+    let t1 = now_mono();
+    assert!(o.status.success());
+    let ob = b.wait_with_output().unwrap();
+    assert!(ob.status.success(), "{}", String::from_utf8_lossy(&ob.stderr));
+    let s = intervals(&dir.path().join("short.log"));
+    let l = intervals(&dir.path().join("long.log"));
+    // While both ran (after the second was admitted), one recipe each.
+    let both_from = s.first().map_or(t0, |x| x.0) + 0.2;
+    assert_eq!(max_concurrency(&s, 0.0, f64::MAX), 1, "short build: {s:?}");
+    assert_eq!(max_concurrency(&l, both_from, t1 - 0.05), 1, "long build while the short one ran: {l:?}");
+    // After the short build ended, the long one runs two at once.
+    assert_eq!(max_concurrency(&l, t1 + 0.3, f64::MAX), 2, "long build after the other ended: {l:?}\n{}", d.log());
+}
+
+const LEAK_PY: &str = r#"
+import os, re, signal
+flags = os.environ.get('MAKEFLAGS', '')
+r, w = map(int, re.search(r'--jobserver-auth=(\d+),(\d+)', flags).groups())
+os.read(r, 1)                          # take a token...
+os.kill(os.getpid(), signal.SIGKILL)   # ...and die holding it
+"#;
+
+#[test]
+fn tokens_lost_with_a_crashed_client_are_restored() {
+    if allot_topo::allowed_cpus().unwrap().len() < 2 {
+        return;
+    }
+    let d = Daemon::start(backend(), &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let mf = makefile(dir.path(), "after", 8, 0.3);
+    let leak = dir.path().join("leak.py");
+    std::fs::write(&leak, LEAK_PY).unwrap();
+    let script = format!("python3 {} ; sleep 1; make -f {}", leak.display(), mf.display());
+    let o = run_out(allot_run(&d, &["--max", "2", "--", "sh", "-c", &script]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("token(s) were lost") && err.contains("restored"), "{err}");
+    let iv = intervals(&dir.path().join("after.log"));
+    assert_eq!(max_concurrency(&iv, 0.0, f64::MAX), 2, "the restored token lets make run two jobs: {iv:?}");
+}
+
+#[test]
+fn program_runs_on_when_the_broker_dies() {
+    let mut d = Daemon::start(backend(), &[]);
+    let mut c = allot_run(&d, &["--", "sh", "-c", "sleep 1; echo finished"]);
+    let child = c.stdout(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    d.kill9();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "finished\n");
+    // A restarted broker finds the cell gone and cleans up.
+    d.spawn();
+    assert!(eventually(Duration::from_secs(5), || d.status()["cells"].as_array().unwrap().is_empty()));
+}
+
+#[test]
+fn a_broker_is_started_on_first_use_and_leaves_when_idle() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("auto/allot.sock");
+    let o = Command::new(ALLOT)
+        .args(["run", "--", "sh", "-c", "echo $ALLOT_CELL $OMP_NUM_THREADS"])
+        .env("ALLOT_SOCKET", &socket)
+        .env("ALLOT_BACKEND", "affinity")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let cell: u64 = out.split_whitespace().next().unwrap().parse().expect("ALLOT_CELL set");
+    assert!(cell >= 1);
+    assert!(dir.path().join("auto/broker.log").exists());
+    // It exits by itself once idle (2 s) and removes its socket.
+    assert!(eventually(Duration::from_secs(8), || !socket.exists()), "the auto-started broker did not leave");
+}
+
+#[test]
+fn no_broker_possible_means_unconfined_with_a_warning() {
+    let o = Command::new(ALLOT)
+        .args(["run", "--", "sh", "-c", "echo ran; exit 4"])
+        .env("ALLOT_SOCKET", "/proc/allot-cannot-exist/allot.sock")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(4));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "ran\n");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unconfined"));
+}
+
+#[test]
+fn queued_with_wait_then_admitted() {
+    let d = Daemon::start("dry-run", &[]);
+    let cpus = allot_topo::allowed_cpus().unwrap().len().to_string();
+    let started = Instant::now();
+    let mut holder = Proc(allot_run(&d, &["--min", &cpus, "--exclusive", "--", "sleep", "1"]).spawn().unwrap());
+    assert!(eventually(Duration::from_secs(5), || d.status()["cells"].as_array().unwrap().len() == 1));
+    let o = run_out(allot_run(&d, &["--", "true"]));
+    assert_eq!(o.status.code(), Some(125), "refused without --wait");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--wait"));
+    let o = run_out(allot_run(&d, &["--wait", "--", "true"]));
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("waiting for CPUs"));
+    assert!(started.elapsed() >= Duration::from_millis(900), "it waited for the holder");
+    let _ = holder.0.wait();
+}
+
+/// An unmodified OpenMP program under `allot run`: its teams follow the
+/// grant (through the preload shim) as another program comes and goes.
+#[test]
+fn openmp_teams_follow_the_grant_under_allot_run() {
+    if allot_topo::allowed_cpus().unwrap().len() < 2 {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../capi/tests/omp/teamsize.c");
+    let exe = dir.path().join("teamsize");
+    let cc = Command::new("gcc").args(["-fopenmp", "-O2", "-o"]).arg(&exe).arg(&src).status();
+    if !cc.is_ok_and(|s| s.success()) {
+        eprintln!("gcc -fopenmp unavailable; skipped");
+        return;
+    }
+    let d = Daemon::start(backend(), &[]);
+    // Exclusive: the program keeps its CPUs even when mostly idle, and a
+    // newcomer takes half by fair share.
+    let omp = allot_run(&d, &["--exclusive", "--name", "omp", "--", exe.to_str().unwrap(), "parallel", "3000", "2000"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    let t_in = now_mono();
+    let o = run_out(allot_run(&d, &["--name", "other", "--", "python3", "-c", "import time\nt=time.time()\nwhile time.time()-t<1.0: pass"]));
+    let t_out = now_mono();
+    assert!(o.status.success());
+    let out = omp.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().next().unwrap().starts_with("max 2"), "OMP_NUM_THREADS is the cell maximum: {text}");
+    let regions: Vec<(f64, usize, bool)> = text
+        .lines()
+        .filter(|l| l.starts_with("r "))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f[2].parse::<f64>().unwrap() / 1e9, f[4].parse().unwrap(), f[5] == "1")
+        })
+        .collect();
+    assert!(regions.iter().all(|r| r.2), "every region completed its work");
+    let teams = |from: f64, to: f64| -> Vec<usize> { regions.iter().filter(|r| r.0 > from && r.0 < to).map(|r| r.1).collect() };
+    let before = teams(0.0, t_in);
+    let during = teams(t_in + 0.3, t_out - 0.05);
+    let after = teams(t_out + 0.3, f64::MAX);
+    assert!(before.contains(&2), "alone: teams of 2: {before:?}");
+    assert!(!during.is_empty() && during.iter().all(|&t| t == 1), "sharing: teams of 1: {during:?}");
+    assert!(after.contains(&2), "alone again: teams of 2: {after:?}");
+}
