@@ -29,8 +29,10 @@
 //! One writer (the broker, through the only writable mapping) and any number
 //! of readers (read-only mappings of the same sealed memfd).
 //!
-//! Writer: `seq += 1` (odd), release fence, store the fields, `seq += 1`
-//! (even, release), then `futex += 1` and `FUTEX_WAKE` all waiters.
+//! Writer: `seq` rounded up to even, then `+1` (odd), release fence, store
+//! the fields, `+1` again (even, release), then `futex += 1` and
+//! `FUTEX_WAKE` all waiters. The rounding lets a writer that takes over a
+//! page from one that died mid-publish restore the parity.
 //!
 //! Reader: load `seq` (acquire); if odd, retry; load the fields (relaxed);
 //! acquire fence; reload `seq`; if it changed, retry. A reader therefore
@@ -160,7 +162,11 @@ impl GrantPage {
 
     /// Publishes `g` (single writer only). Wakes every waiter.
     pub fn publish(&self, g: &Grant) {
-        let s = self.seq.load(Ordering::Relaxed);
+        // Round up to even first: a writer that died mid-publish (a broker
+        // killed between the two stores) leaves `seq` odd, and a new writer
+        // resuming the page must still make it odd while it writes and even
+        // after.
+        let s = self.seq.load(Ordering::Relaxed).wrapping_add(1) & !1;
         self.seq.store(s.wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);
         self.cell.store(g.cell, Ordering::Relaxed);
@@ -265,6 +271,31 @@ impl GrantPage {
                 return self.futex.load(Ordering::Acquire) != seen;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_writer_that_died_mid_publish_leaves_a_recoverable_page() {
+        let page: Box<GrantPage> = {
+            // SAFETY: GrantPage is atomics and bytes; all-zero is a valid value.
+            unsafe { Box::new(std::mem::zeroed()) }
+        };
+        page.init(1, 1);
+        let g = Grant { generation: 3, threads: 2, cpus: CpuSet::first_n(2), ..Default::default() };
+        page.publish(&g);
+        // The old writer dies after its first store.
+        page.seq.fetch_add(1, Ordering::Relaxed);
+        assert!(page.try_read().is_none(), "a torn page is not readable");
+        // A new writer takes over: the next publish makes the page readable
+        // and consistent again.
+        let g2 = Grant { generation: 4, threads: 1, cpus: CpuSet::first_n(1), ..Default::default() };
+        page.publish(&g2);
+        assert_eq!(page.seq.load(Ordering::Relaxed) % 2, 0);
+        assert_eq!(page.try_read(), Some(g2));
     }
 }
 
