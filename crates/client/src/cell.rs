@@ -68,7 +68,13 @@ pub struct Options {
 impl Options {
     /// Defaults: best effort, no waiting, standalone fallback on.
     pub fn new(name: impl Into<String>) -> Options {
-        Options { name: name.into(), spec: CellSpec::default(), socket: None, wait: false, fallback: true }
+        Options {
+            name: name.into(),
+            spec: CellSpec::default(),
+            socket: None,
+            wait: false,
+            fallback: true,
+        }
     }
 }
 
@@ -104,13 +110,21 @@ impl Inner {
 
     fn switch_to(&self, page: Arc<PageMap>) {
         let ptr = page.page() as *const GrantPage as *mut GrantPage;
-        self.pages.lock().unwrap_or_else(|p| p.into_inner()).push(page);
+        self.pages
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(page);
         self.current.store(ptr, Ordering::Release);
     }
 
     fn current_map(&self) -> Option<Arc<PageMap>> {
         let ptr = self.current.load(Ordering::Acquire) as *const GrantPage;
-        self.pages.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|p| std::ptr::eq(p.page(), ptr)).cloned()
+        self.pages
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|p| std::ptr::eq(p.page(), ptr))
+            .cloned()
     }
 }
 
@@ -135,7 +149,13 @@ impl Drop for Watcher {
         }
         if self.inner.mode == Mode::Registered {
             let id = self.inner.id.load(Ordering::Acquire);
-            if let Some(c) = self.inner.conn.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            if let Some(c) = self
+                .inner
+                .conn
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_mut()
+            {
                 let _ = c.set_timeout(Some(Duration::from_secs(2)));
                 let _ = c.release(id);
             }
@@ -151,7 +171,13 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 fn allowed_grant() -> Grant {
     let cpus = allot_topo::allowed_cpus().unwrap_or_else(|_| CpuSet::first_n(1));
-    Grant { generation: 1, threads: cpus.len() as u32, entitled: cpus.len() as u32, cpus, ..Grant::default() }
+    Grant {
+        generation: 1,
+        threads: cpus.len() as u32,
+        entitled: cpus.len() as u32,
+        cpus,
+        ..Grant::default()
+    }
 }
 
 fn local_page(g: &Grant) -> Result<Arc<PageMap>, ClientError> {
@@ -161,7 +187,16 @@ fn local_page(g: &Grant) -> Result<Arc<PageMap>, ClientError> {
 }
 
 impl Cell {
-    fn from_parts(mode: Mode, page: Arc<PageMap>, id: u64, token: u64, socket: Option<PathBuf>, conn: Option<Client>, opts: Option<&Options>, reason: Option<String>) -> Cell {
+    fn from_parts(
+        mode: Mode,
+        page: Arc<PageMap>,
+        id: u64,
+        token: u64,
+        socket: Option<PathBuf>,
+        conn: Option<Client>,
+        opts: Option<&Options>,
+        reason: Option<String>,
+    ) -> Cell {
         let ptr = page.page() as *const GrantPage as *mut GrantPage;
         let inner = Arc::new(Inner {
             current: AtomicPtr::new(ptr),
@@ -178,13 +213,22 @@ impl Cell {
             fallback_reason: reason,
         });
         let watcher = (mode == Mode::Registered).then(|| {
-            let w = Arc::new(Watcher { inner: inner.clone(), handle: Mutex::new(None) });
+            let w = Arc::new(Watcher {
+                inner: inner.clone(),
+                handle: Mutex::new(None),
+            });
             let i = inner.clone();
-            let h = std::thread::Builder::new().name("allot-watch".into()).spawn(move || watch(i)).ok();
+            let h = std::thread::Builder::new()
+                .name("allot-watch".into())
+                .spawn(move || watch(i))
+                .ok();
             *w.handle.lock().unwrap_or_else(|p| p.into_inner()) = h;
             w
         });
-        Cell { inner, _watcher: watcher }
+        Cell {
+            inner,
+            _watcher: watcher,
+        }
     }
 
     /// Registers this process as a cell with the broker. Without a broker
@@ -196,22 +240,40 @@ impl Cell {
 
     /// [`Cell::register`], calling `on_queued(position, reason)` while the
     /// broker keeps the request waiting (with `opts.wait`).
-    pub fn register_with(opts: &Options, on_queued: impl FnMut(u32, &str)) -> Result<Cell, ClientError> {
-        let socket = opts.socket.clone().unwrap_or_else(allot_proto::default_socket_path);
+    pub fn register_with(
+        opts: &Options,
+        on_queued: impl FnMut(u32, &str),
+    ) -> Result<Cell, ClientError> {
+        let socket = opts
+            .socket
+            .clone()
+            .unwrap_or_else(allot_proto::default_socket_path);
         let mut client = match Client::connect(&socket) {
             Ok(c) => c,
             Err(e) if opts.fallback => return Ok(Cell::standalone_because(e.to_string())),
             Err(e) => return Err(e),
         };
         let reg = client.register(&opts.name, opts.spec, &[], opts.wait, on_queued)?;
-        Ok(Cell::from_parts(Mode::Registered, Arc::new(reg.page), reg.cell, reg.token, Some(socket), Some(client), Some(opts), None))
+        Ok(Cell::from_parts(
+            Mode::Registered,
+            Arc::new(reg.page),
+            reg.cell,
+            reg.token,
+            Some(socket),
+            Some(client),
+            Some(opts),
+            None,
+        ))
     }
 
     /// The cell `allot run` put this process in, from `ALLOT_CELL` and
     /// `ALLOT_GRANT_FD`; `None` outside `allot run`.
     pub fn from_env() -> Option<Result<Cell, ClientError>> {
         let id: u64 = std::env::var(allot_proto::ENV_CELL).ok()?.parse().ok()?;
-        let fd: i32 = std::env::var(allot_proto::ENV_GRANT_FD).ok()?.parse().ok()?;
+        let fd: i32 = std::env::var(allot_proto::ENV_GRANT_FD)
+            .ok()?
+            .parse()
+            .ok()?;
         // Duplicate the inherited descriptor so the caller's fd stays theirs.
         // SAFETY: `fd` is only borrowed for the duration of the dup call; if
         // it is not open, fcntl fails and we report it.
@@ -225,7 +287,16 @@ impl Cell {
             Err(e) => return Some(Err(e.into())),
         };
         let socket = std::env::var_os(allot_proto::ENV_SOCKET).map(PathBuf::from);
-        Some(Ok(Cell::from_parts(Mode::Joined, Arc::new(page), id, 0, socket, None, None, None)))
+        Some(Ok(Cell::from_parts(
+            Mode::Joined,
+            Arc::new(page),
+            id,
+            0,
+            socket,
+            None,
+            None,
+            None,
+        )))
     }
 
     /// `from_env`, else `register`, else standalone: what a library that
@@ -234,7 +305,8 @@ impl Cell {
         if let Some(Ok(c)) = Cell::from_env() {
             return c;
         }
-        Cell::register(&Options::new(name)).unwrap_or_else(|e| Cell::standalone_because(e.to_string()))
+        Cell::register(&Options::new(name))
+            .unwrap_or_else(|e| Cell::standalone_because(e.to_string()))
     }
 
     /// A cell without a broker: the CPUs this process may use, fixed.
@@ -253,10 +325,22 @@ impl Cell {
     /// A cell whose grants the caller publishes through the returned
     /// [`GrantWriter`]. Starts with `cpus`.
     pub fn manual(cpus: CpuSet) -> Result<(Cell, GrantWriter), ClientError> {
-        let g = Grant { generation: 1, threads: cpus.len() as u32, entitled: cpus.len() as u32, cpus, ..Grant::default() };
+        let g = Grant {
+            generation: 1,
+            threads: cpus.len() as u32,
+            entitled: cpus.len() as u32,
+            cpus,
+            ..Grant::default()
+        };
         let page = local_page(&g)?;
         let cell = Cell::from_parts(Mode::Manual, page.clone(), 0, 0, None, None, None, None);
-        Ok((cell, GrantWriter { page, generation: 1 }))
+        Ok((
+            cell,
+            GrantWriter {
+                page,
+                generation: 1,
+            },
+        ))
     }
 
     /// Where the grant comes from.
@@ -331,7 +415,10 @@ impl Cell {
     /// A new descriptor for the current grant page, without close-on-exec,
     /// for a child process to inherit (`ALLOT_GRANT_FD`). The caller owns it.
     pub fn inheritable_page_fd(&self) -> Result<OwnedFd, ClientError> {
-        let map = self.inner.current_map().ok_or_else(|| ClientError::Protocol("no grant page".into()))?;
+        let map = self
+            .inner
+            .current_map()
+            .ok_or_else(|| ClientError::Protocol("no grant page".into()))?;
         let fd = rustix::io::fcntl_dupfd_cloexec(map.fd(), 3).map_err(std::io::Error::from)?;
         rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::empty()).map_err(std::io::Error::from)?;
         Ok(fd)
@@ -347,7 +434,9 @@ impl Cell {
         }
         let mut conn = self.inner.conn.lock().unwrap_or_else(|p| p.into_inner());
         if conn.is_none() {
-            let Some(socket) = &self.inner.socket else { return Ok(()) };
+            let Some(socket) = &self.inner.socket else {
+                return Ok(());
+            };
             *conn = Some(Client::connect(socket)?);
         }
         let c = conn.as_mut().expect("set above");
@@ -410,20 +499,29 @@ fn watch(inner: Arc<Inner>) {
 fn hung_up(fd: &OwnedFd, wait: Duration) -> bool {
     use rustix::event::{PollFd, PollFlags};
     let mut fds = [PollFd::new(fd, PollFlags::RDHUP | PollFlags::HUP)];
-    let ts = rustix::time::Timespec { tv_sec: wait.as_secs() as i64, tv_nsec: wait.subsec_nanos() as _ };
+    let ts = rustix::time::Timespec {
+        tv_sec: wait.as_secs() as i64,
+        tv_nsec: wait.subsec_nanos() as _,
+    };
     match rustix::event::poll(&mut fds, Some(&ts)) {
         Ok(0) | Err(_) => false,
-        Ok(_) => fds[0].revents().intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR),
+        Ok(_) => fds[0]
+            .revents()
+            .intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR),
     }
 }
 
 fn reconnect(inner: &Arc<Inner>) {
-    let Some(socket) = inner.socket.clone() else { return };
+    let Some(socket) = inner.socket.clone() else {
+        return;
+    };
     let mut backoff = BACKOFF_MIN;
     while !inner.stop.load(Ordering::Acquire) {
         std::thread::sleep(backoff);
         backoff = (backoff * 2).min(BACKOFF_MAX);
-        let Ok(mut client) = Client::connect(&socket) else { continue };
+        let Ok(mut client) = Client::connect(&socket) else {
+            continue;
+        };
         let id = inner.id.load(Ordering::Acquire);
         let token = inner.token.load(Ordering::Acquire);
         let held = inner.current_map();

@@ -15,6 +15,7 @@
 
 mod cell;
 mod conn;
+pub mod require;
 
 pub use allot_plan::{CellSpec, Placement};
 pub use allot_proto::{Grant, GrantPage, PageMap};

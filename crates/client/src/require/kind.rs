@@ -1,0 +1,347 @@
+//! Resource kinds (Poli-C §4.2): named resources with devices and the
+//! operations that make the OS honour an allocation.
+//!
+//! | kind | devices | amount | restrict (per thread) | throttle |
+//! |------|---------|--------|-----------------------|----------|
+//! | `cpu` | the CPUs this process may use | utilisation 0..1 | `sched_setaffinity` to the CPUs with a non-zero amount | fractions below 1 by the monitor thread (`throttle.rs`) |
+//! | `memory` | NUMA nodes | bytes | `set_mempolicy(MPOL_BIND)` to the nodes with a non-zero amount | none: amounts are accounted, not enforced |
+//! | `io` | block devices (`major:minor`) | weight 1..1000 | — | the thread's I/O priority (`ioprio_set`, best-effort level from the largest weight held; idle class when every device is 0) |
+//! | virtual | named counters | any | — | — |
+//!
+//! Operations apply to the *calling* thread: a thread applies its own
+//! allocation when it enters or leaves a scope, and a child applies what it
+//! inherits when it starts. Kinds that touch the OS (`cpu`, `memory`, `io`)
+//! are built in and trusted; processes may register *virtual* kinds, which
+//! only count (the paper's StrongCore/WeakCore), through the broker so every
+//! process sees the same counters.
+
+use allot_topo::{CpuSet, Machine};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One device of a kind.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Device {
+    /// Name (`"3"` for CPU 3, `"node0"`, `"8:0"`, or the virtual kind's).
+    pub name: String,
+    /// Amount left to processes that asked for nothing.
+    pub min: f64,
+    /// Largest allocation the device supports.
+    pub max: f64,
+}
+
+/// OS operations of a kind, for the calling thread.
+pub trait KindOps: Send + Sync + fmt::Debug {
+    /// Cumulative usage counters of the calling thread on `dev` (Poli-C's
+    /// get1/get2), if the kind can measure them.
+    fn probe(&self, _dev: usize) -> Option<(u64, u64)> {
+        None
+    }
+    /// A usage rate from two probes `dt` apart: by default `Δget1 / Δt`
+    /// (per nanosecond), or `Δget1 / Δget2` when `get2` counts too.
+    fn rate(&self, before: (u64, u64), after: (u64, u64), dt: Duration) -> f64 {
+        let d1 = after.0.saturating_sub(before.0) as f64;
+        let d2 = after.1.saturating_sub(before.1) as f64;
+        if d2 > 0.0 {
+            d1 / d2
+        } else {
+            d1 / dt.as_nanos().max(1) as f64
+        }
+    }
+    /// Lets the calling thread use exactly the devices whose amount is not
+    /// zero; `None` means "unconstrained" (no frame on that device).
+    fn restrict(&self, amounts: &[Option<f64>]) -> std::io::Result<()>;
+    /// Limits the calling thread's rate on `dev` (`None` lifts the limit).
+    /// Returns false when the kind cannot, so the monitor thread must.
+    fn throttle(&self, _dev: usize, _fraction: Option<f64>) -> std::io::Result<bool> {
+        Ok(false)
+    }
+}
+
+/// A registered resource kind.
+#[derive(Debug, Clone)]
+pub struct Kind {
+    /// Name used in requests.
+    pub name: String,
+    /// Its devices.
+    pub devices: Vec<Device>,
+    /// OS operations (`None`: virtual, counting only).
+    pub ops: Option<Arc<dyn KindOps>>,
+}
+
+impl Kind {
+    /// Index of a device named `name` or numbered by it.
+    pub fn device(&self, name: &str) -> Option<usize> {
+        self.devices
+            .iter()
+            .position(|d| d.name == name)
+            .or_else(|| {
+                name.parse::<usize>()
+                    .ok()
+                    .filter(|&i| i < self.devices.len())
+            })
+    }
+
+    /// Whether the kind only counts.
+    pub fn is_virtual(&self) -> bool {
+        self.ops.is_none()
+    }
+}
+
+/// `cpu`: one device per usable CPU.
+#[derive(Debug)]
+pub struct CpuOps {
+    /// Device index → CPU number.
+    pub cpus: Vec<usize>,
+}
+
+impl KindOps for CpuOps {
+    fn probe(&self, _dev: usize) -> Option<(u64, u64)> {
+        // The calling thread's CPU time; utilisation = Δ / Δt.
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+        Some((t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64, 0))
+    }
+
+    fn restrict(&self, amounts: &[Option<f64>]) -> std::io::Result<()> {
+        let mut set = rustix::thread::CpuSet::new();
+        let mut any = false;
+        for (i, a) in amounts.iter().enumerate() {
+            if a.is_none_or(|x| x > 0.0) {
+                if let Some(&c) = self.cpus.get(i) {
+                    set.set(c);
+                    any = true;
+                }
+            }
+        }
+        if !any {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "an allocation that denies every CPU",
+            ));
+        }
+        rustix::thread::sched_setaffinity(None, &set)?;
+        Ok(())
+    }
+}
+
+/// `memory`: one device per NUMA node.
+#[derive(Debug)]
+pub struct MemoryOps {
+    /// Device index → kernel node id.
+    pub nodes: Vec<u32>,
+}
+
+impl KindOps for MemoryOps {
+    fn restrict(&self, amounts: &[Option<f64>]) -> std::io::Result<()> {
+        const MPOL_DEFAULT: libc::c_long = 0;
+        const MPOL_BIND: libc::c_long = 2;
+        let unconstrained = amounts.iter().all(Option::is_none);
+        let mut mask = [0u64; 16];
+        for (i, a) in amounts.iter().enumerate() {
+            if a.is_none_or(|x| x > 0.0) {
+                if let Some(&n) = self.nodes.get(i) {
+                    mask[n as usize / 64] |= 1 << (n % 64);
+                }
+            }
+        }
+        let (mode, ptr, bits) = if unconstrained || mask.iter().all(|&w| w == 0) {
+            (MPOL_DEFAULT, std::ptr::null::<u64>(), 0)
+        } else {
+            (MPOL_BIND, mask.as_ptr(), 1024)
+        };
+        // SAFETY: set_mempolicy reads `bits` bits from `ptr`, which points
+        // at our 1024-bit mask (or is null with 0 bits for MPOL_DEFAULT).
+        let r = unsafe { libc::syscall(libc::SYS_set_mempolicy, mode, ptr, bits as libc::c_ulong) };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+/// `io`: one device per block device.
+#[derive(Debug)]
+pub struct IoOps;
+
+impl IoOps {
+    fn set_ioprio(class: i32, level: i32) -> std::io::Result<()> {
+        const IOPRIO_WHO_PROCESS: libc::c_int = 1;
+        let value = (class << 13) | level;
+        // SAFETY: ioprio_set takes plain integers; who = 0 is the caller
+        // (for IOPRIO_WHO_PROCESS, a thread id; 0 means the calling thread).
+        let r = unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, value) };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl KindOps for IoOps {
+    fn restrict(&self, amounts: &[Option<f64>]) -> std::io::Result<()> {
+        const CLASS_BE: i32 = 2;
+        const CLASS_IDLE: i32 = 3;
+        if amounts.iter().all(Option::is_none) {
+            return Self::set_ioprio(0, 0);
+        }
+        let best = amounts
+            .iter()
+            .map(|a| a.unwrap_or(IO_MAX))
+            .fold(0.0, f64::max);
+        if best <= 0.0 {
+            return Self::set_ioprio(CLASS_IDLE, 0);
+        }
+        // Weight 1..1000 → best-effort level 7 (lowest) .. 0 (highest).
+        let level = 7 - ((best / IO_MAX) * 7.0).round().clamp(0.0, 7.0) as i32;
+        Self::set_ioprio(CLASS_BE, level)
+    }
+}
+
+/// Largest `io` weight.
+pub const IO_MAX: f64 = 1000.0;
+
+/// The built-in kinds for `machine`, restricted to `usable` CPUs.
+pub fn builtin(machine: &Machine, usable: &CpuSet) -> Vec<Kind> {
+    let cpus: Vec<usize> = usable.iter().collect();
+    let cpu = Kind {
+        name: "cpu".into(),
+        devices: cpus
+            .iter()
+            .map(|c| Device {
+                name: c.to_string(),
+                min: 0.0,
+                max: 1.0,
+            })
+            .collect(),
+        ops: Some(Arc::new(CpuOps { cpus })),
+    };
+    let nodes: Vec<&allot_topo::Node> = machine.nodes().iter().collect();
+    let memory = Kind {
+        name: "memory".into(),
+        devices: nodes
+            .iter()
+            .map(|n| Device {
+                name: format!("node{}", n.id),
+                min: 0.0,
+                max: (n.mem_total_kib * 1024) as f64,
+            })
+            .collect(),
+        ops: Some(Arc::new(MemoryOps {
+            nodes: nodes.iter().map(|n| n.id).collect(),
+        })),
+    };
+    let io = Kind {
+        name: "io".into(),
+        devices: block_devices(),
+        ops: Some(Arc::new(IoOps)),
+    };
+    vec![cpu, memory, io]
+}
+
+/// Whole-disk block devices (`/sys/block/*`, without loop and ram disks).
+fn block_devices() -> Vec<Device> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir("/sys/block") {
+        let mut names: Vec<String> = rd
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        names.sort();
+        for n in names {
+            if n.starts_with("loop") || n.starts_with("ram") {
+                continue;
+            }
+            if let Ok(dev) = std::fs::read_to_string(format!("/sys/block/{n}/dev")) {
+                out.push(Device {
+                    name: dev.trim().to_string(),
+                    min: 0.0,
+                    max: IO_MAX,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// A virtual kind: `count` devices named `0..count`, each up to `max`.
+pub fn virtual_kind(name: &str, count: usize, max: f64) -> Kind {
+    Kind {
+        name: name.to_string(),
+        devices: (0..count)
+            .map(|i| Device {
+                name: i.to_string(),
+                min: 0.0,
+                max,
+            })
+            .collect(),
+        ops: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtins_describe_this_machine() {
+        let m = allot_topo::discover_live().unwrap();
+        let kinds = builtin(&m, m.usable());
+        assert_eq!(kinds[0].name, "cpu");
+        assert_eq!(kinds[0].devices.len(), m.num_cpus());
+        assert_eq!(kinds[0].device("0"), Some(0));
+        assert_eq!(kinds[1].name, "memory");
+        assert!(kinds[1].devices.iter().all(|d| d.max > 0.0));
+        assert_eq!(kinds[2].name, "io");
+    }
+
+    #[test]
+    fn cpu_restrict_confines_the_calling_thread() {
+        let all = allot_topo::allowed_cpus().unwrap();
+        let cpus: Vec<usize> = all.iter().collect();
+        let ops = CpuOps { cpus: cpus.clone() };
+        std::thread::spawn(move || {
+            let mut amounts: Vec<Option<f64>> = vec![Some(0.0); cpus.len()];
+            amounts[0] = Some(1.0);
+            ops.restrict(&amounts).unwrap();
+            let got = rustix::thread::sched_getaffinity(None).unwrap();
+            assert!(got.is_set(cpus[0]));
+            assert_eq!((0..1024).filter(|&c| got.is_set(c)).count(), 1);
+            assert!(
+                ops.restrict(&vec![Some(0.0); cpus.len()]).is_err(),
+                "denying every CPU is refused"
+            );
+            ops.restrict(&vec![None; cpus.len()]).unwrap();
+            assert_eq!(
+                (0..1024)
+                    .filter(|&c| rustix::thread::sched_getaffinity(None).unwrap().is_set(c))
+                    .count(),
+                cpus.len()
+            );
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn memory_binding_and_io_priority_apply() {
+        std::thread::spawn(|| {
+            let mem = MemoryOps { nodes: vec![0] };
+            mem.restrict(&[Some(1.0)]).unwrap();
+            mem.restrict(&[None]).unwrap();
+            IoOps.restrict(&[Some(500.0)]).unwrap();
+            IoOps.restrict(&[None]).unwrap();
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn virtual_kinds_count_only() {
+        let k = virtual_kind("StrongCore", 4, 2.0);
+        assert!(k.is_virtual());
+        assert_eq!(k.devices.len(), 4);
+        assert_eq!(k.device("3"), Some(3));
+        assert_eq!(k.device("9"), None);
+    }
+}

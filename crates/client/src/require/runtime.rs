@@ -1,0 +1,928 @@
+//! The require runtime of a process: scopes, waiting, spawning, blocking,
+//! and the OS effects of each thread's allocation.
+//!
+//! One lock guards everything (kinds, trees, waiters), as in Poli-C; a
+//! condition variable wakes waiting threads whenever an allocation is given
+//! back (the *epoch* counts those events). Every operation is on the calling
+//! thread, identified by its kernel thread id.
+//!
+//! Entering a scope: resolve the requests (amounts given as a share of what
+//! is available become absolute, policies run on a view of every device),
+//! then acquire everything at once. If that cannot happen now, the thread
+//! gives back what it holds (so no two waiting threads can hold what the
+//! other needs), waits for the epoch to move, retakes what it held, and runs
+//! the policies again. A request larger than its enclosing allocation is a
+//! programming error reported with the scope's source location.
+//!
+//! Timing options: `BeforeSpawn` and `AfterSpawn` requests wait until the
+//! scope's first spawn (just before it / just after it); `ForChild`
+//! requests are made by each thread spawned in the scope when it starts;
+//! `ForDescendants` by every descendant. Spawn points — allot's runtime,
+//! [`spawn`], and the `pthread_create` preload shim — call
+//! [`Runtime::spawn_prepare`], [`Runtime::spawn_done`] and, in the child,
+//! [`Runtime::child_start`].
+
+use super::kind::{self, Kind};
+use super::policy::{DevView, Outcome, Policy, View};
+use super::tree::{Ask, Dev, KindId, NodeId, Ownership, Refusal, Tid, Trees};
+use allot_topo::Machine;
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::panic::Location;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+
+/// How much of a device.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Amount {
+    /// An absolute amount (1.0 = a whole CPU, bytes for memory, …).
+    Abs(f64),
+    /// A fraction (0..1) of what is available in the enclosing allocation
+    /// when the scope is entered (the paper's `50%` is `Share(0.5)`).
+    Share(f64),
+}
+
+/// When a request takes effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Timing {
+    /// On entering the scope.
+    #[default]
+    Now,
+    /// Just before the scope's first spawned thread is created.
+    BeforeSpawn,
+    /// Just after the scope's first spawned thread is created.
+    AfterSpawn,
+    /// Made by each thread spawned in the scope, when it starts.
+    ForChild,
+    /// Made by every descendant spawned in the scope, when it starts.
+    ForDescendants,
+}
+
+/// What is requested.
+#[derive(Debug, Clone)]
+pub enum What {
+    /// An amount of one device of a kind.
+    Device {
+        /// Kind name.
+        kind: String,
+        /// Device name or index.
+        dev: String,
+        /// Amount.
+        amount: Amount,
+    },
+    /// A policy.
+    Policy(Arc<dyn Policy>),
+}
+
+/// One request of a `require`.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// What.
+    pub what: What,
+    /// Ownership.
+    pub own: Ownership,
+    /// When.
+    pub timing: Timing,
+}
+
+impl Request {
+    /// `kind(dev, amount)`.
+    pub fn device(kind: &str, dev: impl ToString, amount: f64) -> Request {
+        Request {
+            what: What::Device {
+                kind: kind.into(),
+                dev: dev.to_string(),
+                amount: Amount::Abs(amount),
+            },
+            own: Ownership::Default,
+            timing: Timing::Now,
+        }
+    }
+    /// `kind(dev, share%)`: a share of what is available.
+    pub fn device_share(kind: &str, dev: impl ToString, share: f64) -> Request {
+        Request {
+            what: What::Device {
+                kind: kind.into(),
+                dev: dev.to_string(),
+                amount: Amount::Share(share),
+            },
+            own: Ownership::Default,
+            timing: Timing::Now,
+        }
+    }
+    /// A policy.
+    pub fn policy(p: Arc<dyn Policy>) -> Request {
+        Request {
+            what: What::Policy(p),
+            own: Ownership::Default,
+            timing: Timing::Now,
+        }
+    }
+    /// With ownership `own`.
+    pub fn owned(mut self, own: Ownership) -> Request {
+        self.own = own;
+        self
+    }
+    /// With timing `t`.
+    pub fn when(mut self, t: Timing) -> Request {
+        self.timing = t;
+        self
+    }
+}
+
+/// Why a require failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RequireError {
+    /// No such kind.
+    #[error("{site}: unknown resource kind {kind:?} (known: {known})")]
+    UnknownKind {
+        /// The name.
+        kind: String,
+        /// Kinds that exist.
+        known: String,
+        /// Where.
+        site: &'static Location<'static>,
+    },
+    /// No such device.
+    #[error("{site}: resource kind {kind:?} has no device {dev:?} (it has {count})")]
+    UnknownDevice {
+        /// Kind.
+        kind: String,
+        /// Device asked.
+        dev: String,
+        /// How many it has.
+        count: usize,
+        /// Where.
+        site: &'static Location<'static>,
+    },
+    /// Asked more than the enclosing allocation (a programming error).
+    #[error(
+        "{site}: requires {asked} of {kind} device {dev} inside a scope that holds {enclosing}: a nested require may not ask for more than its enclosing one"
+    )]
+    TooLarge {
+        /// Kind.
+        kind: String,
+        /// Device.
+        dev: String,
+        /// Asked.
+        asked: f64,
+        /// Enclosing.
+        enclosing: f64,
+        /// Where.
+        site: &'static Location<'static>,
+    },
+    /// An amount outside 0..=max, or a share outside 0..=1.
+    #[error("{site}: invalid amount {amount} for {kind} device {dev} (0 to {max})")]
+    BadAmount {
+        /// Kind.
+        kind: String,
+        /// Device.
+        dev: String,
+        /// Amount.
+        amount: f64,
+        /// Device maximum.
+        max: f64,
+        /// Where.
+        site: &'static Location<'static>,
+    },
+    /// A policy that can never be met on this machine did not succeed even
+    /// with everything free.
+    #[error("{site}: policy {policy} cannot be met on this machine even with every device free")]
+    Impossible {
+        /// Policy name.
+        policy: String,
+        /// Where.
+        site: &'static Location<'static>,
+    },
+    /// Registering a kind failed.
+    #[error("resource kind {0:?} already exists with other devices")]
+    KindExists(String),
+}
+
+#[derive(Debug)]
+struct ScopeRec {
+    id: u64,
+    frames: Vec<(Dev, NodeId)>,
+    before: Vec<Request>,
+    after: Vec<Request>,
+    for_child: Vec<Request>,
+    for_desc: Vec<Request>,
+    spawned: bool,
+    site: &'static Location<'static>,
+}
+
+#[derive(Debug, Default)]
+struct ThreadRec {
+    scopes: Vec<ScopeRec>,
+    /// `ForDescendants` requests inherited from ancestors.
+    inherited: Vec<Request>,
+    /// Last OS state applied, per kind.
+    applied: HashMap<KindId, Vec<Option<f64>>>,
+}
+
+#[derive(Debug)]
+struct State {
+    trees: Trees,
+    kinds: Vec<Kind>,
+    by_name: HashMap<String, KindId>,
+    waiting: HashMap<Dev, u32>,
+    total_waiting: u32,
+    epoch: u64,
+    threads: HashMap<Tid, ThreadRec>,
+    next_scope: u64,
+}
+
+/// The require runtime of a process (or a simulated one).
+#[derive(Debug)]
+pub struct Runtime {
+    state: Mutex<State>,
+    cond: Condvar,
+    machine: Machine,
+    apply_os: bool,
+}
+
+/// The calling thread's kernel id.
+pub fn current_tid() -> Tid {
+    rustix::thread::gettid().as_raw_nonzero().get() as Tid
+}
+
+impl Runtime {
+    /// A runtime for `machine` with the built-in kinds over `machine`'s
+    /// usable CPUs, each device's whole amount in the process root.
+    /// `apply_os` makes scopes change the calling thread's affinity, memory
+    /// policy and I/O priority (false for simulations on fixture machines).
+    pub fn new(machine: Machine, apply_os: bool) -> Runtime {
+        let kinds = kind::builtin(&machine, machine.usable());
+        let mut st = State {
+            trees: Trees::new(),
+            kinds: Vec::new(),
+            by_name: HashMap::new(),
+            waiting: HashMap::new(),
+            total_waiting: 0,
+            epoch: 0,
+            threads: HashMap::new(),
+            next_scope: 1,
+        };
+        for k in kinds {
+            add_kind(&mut st, k);
+        }
+        Runtime {
+            state: Mutex::new(st),
+            cond: Condvar::new(),
+            machine,
+            apply_os,
+        }
+    }
+
+    /// The process's runtime (this machine, OS effects on).
+    pub fn global() -> &'static Runtime {
+        static RT: OnceLock<Runtime> = OnceLock::new();
+        RT.get_or_init(|| {
+            let m = allot_topo::discover_live().unwrap_or_else(|_| Machine::uniform(1));
+            Runtime::new(m, true)
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The machine.
+    pub fn machine(&self) -> &Machine {
+        &self.machine
+    }
+
+    /// Registers a virtual (counting) kind: `count` devices of `max` each.
+    /// Registering the same definition twice is fine.
+    pub fn register_virtual(&self, name: &str, count: usize, max: f64) -> Result<(), RequireError> {
+        let mut st = self.lock();
+        if let Some(&k) = st.by_name.get(name) {
+            let same = st.kinds[k].devices.len() == count
+                && st.kinds[k].devices.iter().all(|d| d.max == max);
+            return if same {
+                Ok(())
+            } else {
+                Err(RequireError::KindExists(name.into()))
+            };
+        }
+        add_kind(&mut st, kind::virtual_kind(name, count, max));
+        Ok(())
+    }
+
+    /// Names of the registered kinds.
+    pub fn kinds(&self) -> Vec<String> {
+        self.lock().kinds.iter().map(|k| k.name.clone()).collect()
+    }
+
+    /// Enters a scope on the calling thread, waiting until its requests can
+    /// be met.
+    #[track_caller]
+    pub fn enter(&self, reqs: Vec<Request>) -> Result<Scope<'_>, RequireError> {
+        self.enter_as(current_tid(), reqs, true, Location::caller())
+            .map(|s| s.expect("blocking enter returns a scope"))
+    }
+
+    /// Like [`Runtime::enter`] for simulated thread `tid`; with `block` false
+    /// it returns `Ok(None)` instead of waiting.
+    pub fn enter_as(
+        &self,
+        tid: Tid,
+        reqs: Vec<Request>,
+        block: bool,
+        site: &'static Location<'static>,
+    ) -> Result<Option<Scope<'_>>, RequireError> {
+        let (now, mut later): (Vec<Request>, Vec<Request>) =
+            reqs.into_iter().partition(|r| r.timing == Timing::Now);
+        let mut st = self.lock();
+        st.trees.thread_start(tid);
+        let id = st.next_scope;
+        st.next_scope += 1;
+        let (guard, acquired) = self.acquire(st, tid, &now, block, site);
+        st = guard;
+        let Some((frames, outcome)) = acquired? else {
+            return Ok(None);
+        };
+        let mut rec = ScopeRec {
+            id,
+            frames,
+            before: Vec::new(),
+            after: Vec::new(),
+            for_child: Vec::new(),
+            for_desc: Vec::new(),
+            spawned: false,
+            site,
+        };
+        for r in later.drain(..) {
+            match r.timing {
+                Timing::BeforeSpawn => rec.before.push(r),
+                Timing::AfterSpawn => rec.after.push(r),
+                Timing::ForChild => rec.for_child.push(r),
+                _ => rec.for_desc.push(r),
+            }
+        }
+        st.threads.entry(tid).or_default().scopes.push(rec);
+        self.apply(&mut st, tid);
+        Ok(Some(Scope {
+            rt: self,
+            id,
+            tid,
+            outcome,
+            _not_send: PhantomData,
+        }))
+    }
+
+    /// Resolves and acquires `reqs` for `tid` as one unit, waiting (when
+    /// `block`) until they can be met. Takes and returns the lock guard,
+    /// which waiting hands to the condition variable.
+    #[allow(clippy::type_complexity)]
+    fn acquire<'s>(
+        &'s self,
+        mut st: MutexGuard<'s, State>,
+        tid: Tid,
+        reqs: &[Request],
+        block: bool,
+        site: &'static Location<'static>,
+    ) -> (
+        MutexGuard<'s, State>,
+        Result<Option<(Vec<(Dev, NodeId)>, Outcome)>, RequireError>,
+    ) {
+        if reqs.is_empty() {
+            return (st, Ok(Some((Vec::new(), Outcome::default()))));
+        }
+        let has_policy = reqs.iter().any(|r| matches!(r.what, What::Policy(_)));
+        loop {
+            let resolved = match resolve(&st, &self.machine, tid, reqs, site) {
+                Ok(r) => r,
+                Err(e) => return (st, Err(e)),
+            };
+            let failure = match resolved {
+                Some((asks, outcome)) => {
+                    match st.trees.acquire(tid, &asks, has_policy || asks.len() > 1) {
+                        Ok(nodes) => {
+                            let frames = asks.iter().map(|a| a.dev).zip(nodes).collect();
+                            return (st, Ok(Some((frames, outcome))));
+                        }
+                        Err(Refusal::TooLarge {
+                            dev,
+                            asked,
+                            enclosing,
+                        }) => {
+                            let k = &st.kinds[dev.0];
+                            let e = RequireError::TooLarge {
+                                kind: k.name.clone(),
+                                dev: k.devices[dev.1].name.clone(),
+                                asked,
+                                enclosing,
+                                site,
+                            };
+                            return (st, Err(e));
+                        }
+                        Err(Refusal::Wait { devs, .. }) => devs,
+                    }
+                }
+                None => Vec::new(),
+            };
+            if !block {
+                return (st, Ok(None));
+            }
+            if has_policy && policy_impossible(&st, &self.machine, reqs) {
+                let name = reqs
+                    .iter()
+                    .find_map(|r| {
+                        if let What::Policy(p) = &r.what {
+                            Some(p.name().to_string())
+                        } else {
+                            None
+                        }
+                    })
+                    .unwrap_or_default();
+                return (st, Err(RequireError::Impossible { policy: name, site }));
+            }
+            st = self.wait(st, tid, &failure);
+        }
+    }
+
+    /// Gives back what `tid` holds, waits for a release, retakes.
+    fn wait<'s>(
+        &'s self,
+        mut st: MutexGuard<'s, State>,
+        tid: Tid,
+        devs: &[Dev],
+    ) -> MutexGuard<'s, State> {
+        for d in devs {
+            *st.waiting.entry(*d).or_default() += 1;
+        }
+        st.total_waiting += 1;
+        st.trees.block(tid);
+        st.epoch += 1;
+        self.cond.notify_all();
+        let seen = st.epoch;
+        while st.epoch == seen {
+            st = self.cond.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        for d in devs {
+            if let Some(w) = st.waiting.get_mut(d) {
+                *w -= 1;
+                if *w == 0 {
+                    st.waiting.remove(d);
+                }
+            }
+        }
+        st.total_waiting -= 1;
+        self.retake(st, tid)
+    }
+
+    /// Retakes `tid`'s allocations after it was blocked, waiting as needed.
+    fn retake<'s>(&'s self, mut st: MutexGuard<'s, State>, tid: Tid) -> MutexGuard<'s, State> {
+        loop {
+            match st.trees.unblock(tid) {
+                Ok(()) => return st,
+                Err(_) => {
+                    let seen = st.epoch;
+                    while st.epoch == seen {
+                        st = self.cond.wait(st).unwrap_or_else(|p| p.into_inner());
+                    }
+                }
+            }
+        }
+    }
+
+    fn exit(&self, tid: Tid, id: u64) {
+        let mut st = self.lock();
+        let Some(t) = st.threads.get_mut(&tid) else {
+            return;
+        };
+        let Some(pos) = t.scopes.iter().position(|s| s.id == id) else {
+            return;
+        };
+        if pos + 1 != t.scopes.len() {
+            let site = t.scopes[pos].site;
+            drop(st);
+            panic!("{site}: a require scope was left before the scopes nested inside it");
+        }
+        let rec = t.scopes.pop().expect("position found");
+        if !st.trees.release(tid, &rec.frames) {
+            let site = rec.site;
+            drop(st);
+            panic!("{site}: a require scope was left out of order");
+        }
+        st.epoch += 1;
+        self.cond.notify_all();
+        self.apply(&mut st, tid);
+    }
+
+    /// The calling thread is about to block (a join, a condition wait, an
+    /// idle park): it gives back what no other running thread uses.
+    pub fn block_current(&self) {
+        let tid = current_tid();
+        let mut st = self.lock();
+        if st.trees.devices_of(tid).is_empty() {
+            return;
+        }
+        st.trees.block(tid);
+        st.epoch += 1;
+        self.cond.notify_all();
+    }
+
+    /// The calling thread continues after blocking: it retakes its
+    /// allocations, waiting until it can.
+    pub fn unblock_current(&self) {
+        let tid = current_tid();
+        let mut st = self.lock();
+        if st.trees.devices_of(tid).is_empty() {
+            st.trees.thread_start(tid);
+            return;
+        }
+        drop(self.retake(st, tid));
+    }
+
+    /// Before the calling thread creates a thread: runs the innermost
+    /// scope's pending `BeforeSpawn` requests and returns what the child
+    /// inherits (`None` if the thread is in no scope and inherits nothing).
+    pub fn spawn_prepare(&self) -> Option<SpawnCtx> {
+        let tid = current_tid();
+        let mut st = self.lock();
+        let t = st.threads.get(&tid)?;
+        if t.scopes.is_empty() && t.inherited.is_empty() {
+            return None;
+        }
+        if let Some(top) = t.scopes.last() {
+            if !top.spawned && !top.before.is_empty() {
+                let (reqs, site) = (top.before.clone(), top.site);
+                let (guard, got) = self.acquire(st, tid, &reqs, true, site);
+                st = guard;
+                if let Ok(Some((frames, _))) = got {
+                    let rec = st
+                        .threads
+                        .get_mut(&tid)
+                        .and_then(|t| t.scopes.last_mut())
+                        .expect("top scope");
+                    rec.frames.extend(frames);
+                    rec.before.clear();
+                }
+                self.apply(&mut st, tid);
+            }
+        }
+        let t = st.threads.get(&tid)?;
+        // The child makes these when it starts: they are immediate there.
+        let now = |r: &Request| r.clone().when(Timing::Now);
+        let mut for_child: Vec<Request> = t.inherited.clone();
+        for s in &t.scopes {
+            for_child.extend(s.for_desc.iter().map(now));
+        }
+        let descendants = for_child.clone();
+        for s in &t.scopes {
+            for_child.extend(s.for_child.iter().map(now));
+        }
+        Some(SpawnCtx {
+            parent: tid,
+            for_child,
+            descendants,
+        })
+    }
+
+    /// After the calling thread created a thread: runs the innermost scope's
+    /// pending `AfterSpawn` requests (once, at the first spawn).
+    pub fn spawn_done(&self) {
+        let tid = current_tid();
+        let mut st = self.lock();
+        let Some(top) = st.threads.get_mut(&tid).and_then(|t| t.scopes.last_mut()) else {
+            return;
+        };
+        if top.spawned {
+            return;
+        }
+        top.spawned = true;
+        let (reqs, site) = (std::mem::take(&mut top.after), top.site);
+        if reqs.is_empty() {
+            return;
+        }
+        let (guard, got) = self.acquire(st, tid, &reqs, true, site);
+        st = guard;
+        if let Ok(Some((frames, _))) = got {
+            if let Some(rec) = st.threads.get_mut(&tid).and_then(|t| t.scopes.last_mut()) {
+                rec.frames.extend(frames);
+            }
+        }
+        self.apply(&mut st, tid);
+    }
+
+    /// In a new thread: shares the parent's allocations, then makes its
+    /// `ForChild`/`ForDescendants` requests. Returns the guard that releases
+    /// everything when the thread ends.
+    pub fn child_start(&self, ctx: SpawnCtx) -> ChildGuard<'_> {
+        let tid = current_tid();
+        let mut st = self.lock();
+        st.trees.spawn(ctx.parent, tid);
+        st = self.retake(st, tid);
+        st.threads.entry(tid).or_default().inherited = ctx.descendants;
+        drop(st);
+        let scope = if ctx.for_child.is_empty() {
+            None
+        } else {
+            let reqs = ctx.for_child;
+            self.enter_as(tid, reqs, true, Location::caller())
+                .ok()
+                .flatten()
+                .map(|s| {
+                    let id = s.id;
+                    std::mem::forget(s);
+                    id
+                })
+        };
+        let mut st = self.lock();
+        self.apply(&mut st, tid);
+        ChildGuard {
+            rt: self,
+            tid,
+            scope,
+            _not_send: PhantomData,
+        }
+    }
+
+    fn thread_exit(&self, tid: Tid) {
+        let mut st = self.lock();
+        st.trees.thread_exit(tid);
+        st.threads.remove(&tid);
+        st.epoch += 1;
+        self.cond.notify_all();
+    }
+
+    /// What `tid` holds on `kind` device `dev` (None: unconstrained).
+    pub fn holding(&self, tid: Tid, kind: &str, dev: usize) -> Option<f64> {
+        let st = self.lock();
+        let k = *st.by_name.get(kind)?;
+        match st.trees.holding(tid, (k, dev)) {
+            super::tree::Holding::Unconstrained => None,
+            super::tree::Holding::Amount(a) => Some(a),
+        }
+    }
+
+    /// Threads waiting now.
+    pub fn waiting(&self) -> u32 {
+        self.lock().total_waiting
+    }
+
+    /// Applies `tid`'s holdings to the OS when it is the calling thread and
+    /// they changed.
+    fn apply(&self, st: &mut MutexGuard<'_, State>, tid: Tid) {
+        if !self.apply_os || tid != current_tid() {
+            return;
+        }
+        for k in 0..st.kinds.len() {
+            let Some(ops) = st.kinds[k].ops.clone() else {
+                continue;
+            };
+            let holdings: Vec<Option<f64>> = (0..st.kinds[k].devices.len())
+                .map(|d| match st.trees.holding(tid, (k, d)) {
+                    super::tree::Holding::Unconstrained => None,
+                    super::tree::Holding::Amount(a) => Some(a),
+                })
+                .collect();
+            let t = st.threads.entry(tid).or_default();
+            let before = t.applied.get(&k);
+            let unchanged = match before {
+                Some(b) => *b == holdings,
+                None => holdings.iter().all(Option::is_none),
+            };
+            if unchanged {
+                continue;
+            }
+            // Failures (e.g. memory binding on a kernel without NUMA) leave
+            // the allocation accounted but not enforced.
+            let _ = ops.restrict(&holdings);
+            if k == 0 {
+                super::throttle::set(tid, cpu_fraction(&holdings));
+            }
+            t.applied.insert(k, holdings);
+        }
+    }
+}
+
+/// The rate limit of a CPU allocation: the sum of fractional amounts when
+/// any allowed CPU is held below 1.0, else none.
+fn cpu_fraction(h: &[Option<f64>]) -> Option<f64> {
+    let allowed: Vec<f64> = h.iter().filter_map(|a| *a).filter(|&a| a > 0.0).collect();
+    if allowed.iter().any(|&a| a < 1.0 - 1e-9) {
+        Some(allowed.iter().sum::<f64>().min(1.0))
+    } else {
+        None
+    }
+}
+
+fn add_kind(st: &mut State, k: Kind) {
+    let id = st.kinds.len();
+    for (d, dev) in k.devices.iter().enumerate() {
+        st.trees.set_root((id, d), dev.max);
+    }
+    st.by_name.insert(k.name.clone(), id);
+    st.kinds.push(k);
+}
+
+/// Resolves requests into asks: devices looked up, shares made absolute,
+/// policies run. `None` when a policy fails now.
+fn resolve(
+    st: &State,
+    machine: &Machine,
+    tid: Tid,
+    reqs: &[Request],
+    site: &'static Location<'static>,
+) -> Result<Option<(Vec<Ask>, Outcome)>, RequireError> {
+    let mut asks = Vec::new();
+    let mut outcome = Outcome::default();
+    for r in reqs {
+        match &r.what {
+            What::Device { kind, dev, amount } => {
+                let (k, d) = lookup(st, kind, dev, site)?;
+                let max = st.kinds[k].devices[d].max;
+                let abs = match *amount {
+                    Amount::Abs(a) => a,
+                    Amount::Share(s) if (0.0..=1.0).contains(&s) => {
+                        s * st.trees.available(tid, (k, d))
+                    }
+                    Amount::Share(s) => s * 100.0 + max + 1.0, // out of range: reported below
+                };
+                if !(0.0..=max + 1e-9).contains(&abs) || abs.is_nan() {
+                    return Err(RequireError::BadAmount {
+                        kind: kind.clone(),
+                        dev: dev.clone(),
+                        amount: abs,
+                        max,
+                        site,
+                    });
+                }
+                asks.push(Ask {
+                    dev: (k, d),
+                    amount: abs,
+                    own: r.own,
+                });
+            }
+            What::Policy(p) => {
+                let mut view = view_for(st, machine, tid, r.own);
+                if !p.run(&mut view) {
+                    return Ok(None);
+                }
+                for d in view.requests() {
+                    let k = st.by_name[&d.kind];
+                    asks.push(Ask {
+                        dev: (k, d.index),
+                        amount: d.request.unwrap_or(0.0).max(0.0),
+                        own: d.ownership,
+                    });
+                }
+                outcome = view.out;
+            }
+        }
+    }
+    Ok(Some((asks, outcome)))
+}
+
+fn lookup(
+    st: &State,
+    kind: &str,
+    dev: &str,
+    site: &'static Location<'static>,
+) -> Result<(KindId, usize), RequireError> {
+    let Some(&k) = st.by_name.get(kind) else {
+        return Err(RequireError::UnknownKind {
+            kind: kind.into(),
+            known: st
+                .kinds
+                .iter()
+                .map(|k| k.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            site,
+        });
+    };
+    let d = st.kinds[k]
+        .device(dev)
+        .ok_or_else(|| RequireError::UnknownDevice {
+            kind: kind.into(),
+            dev: dev.into(),
+            count: st.kinds[k].devices.len(),
+            site,
+        })?;
+    Ok((k, d))
+}
+
+fn view_for<'m>(st: &State, machine: &'m Machine, tid: Tid, own: Ownership) -> View<'m> {
+    let mut devs = Vec::new();
+    for (k, kind) in st.kinds.iter().enumerate() {
+        for (d, dev) in kind.devices.iter().enumerate() {
+            devs.push(DevView {
+                kind: kind.name.clone(),
+                index: d,
+                name: dev.name.clone(),
+                max: dev.max,
+                available: st.trees.available(tid, (k, d)),
+                shared_available: st.trees.shared_available(tid, (k, d)),
+                waiters: st.waiting.get(&(k, d)).copied().unwrap_or(0),
+                request: None,
+                ownership: own,
+            });
+        }
+    }
+    View::new(devs, machine, st.total_waiting, own)
+}
+
+/// Whether a policy fails even on a completely free machine.
+fn policy_impossible(st: &State, machine: &Machine, reqs: &[Request]) -> bool {
+    let mut devs = Vec::new();
+    for (k, kind) in st.kinds.iter().enumerate() {
+        for (d, dev) in kind.devices.iter().enumerate() {
+            let _ = k;
+            devs.push(DevView {
+                kind: kind.name.clone(),
+                index: d,
+                name: dev.name.clone(),
+                max: dev.max,
+                available: dev.max,
+                shared_available: dev.max,
+                waiters: 0,
+                request: None,
+                ownership: Ownership::Default,
+            });
+        }
+    }
+    reqs.iter().any(|r| match &r.what {
+        What::Policy(p) => !p.run(&mut View::new(devs.clone(), machine, 0, r.own)),
+        _ => false,
+    })
+}
+
+/// An entered scope; leaving it (drop) releases what it acquired.
+#[derive(Debug)]
+pub struct Scope<'r> {
+    rt: &'r Runtime,
+    id: u64,
+    tid: Tid,
+    /// What the policies obtained.
+    pub outcome: Outcome,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Scope<'_> {
+    /// The scope's thread.
+    pub fn tid(&self) -> Tid {
+        self.tid
+    }
+}
+
+impl Drop for Scope<'_> {
+    fn drop(&mut self) {
+        self.rt.exit(self.tid, self.id);
+    }
+}
+
+/// What a spawned thread inherits.
+#[derive(Debug, Clone)]
+pub struct SpawnCtx {
+    parent: Tid,
+    for_child: Vec<Request>,
+    descendants: Vec<Request>,
+}
+
+/// Held by a spawned thread while it runs.
+#[derive(Debug)]
+pub struct ChildGuard<'r> {
+    rt: &'r Runtime,
+    tid: Tid,
+    scope: Option<u64>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Drop for ChildGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.scope.take() {
+            self.rt.exit(self.tid, id);
+        }
+        self.rt.thread_exit(self.tid);
+    }
+}
+
+/// Spawns a thread that shares the calling thread's allocations (and makes
+/// its scopes' `ForChild` requests), like `std::thread::spawn`.
+pub fn spawn<F, T>(f: F) -> std::thread::JoinHandle<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let rt = Runtime::global();
+    let ctx = rt.spawn_prepare();
+    let h = std::thread::spawn(move || {
+        let _g = ctx.map(|c| rt.child_start(c));
+        f()
+    });
+    rt.spawn_done();
+    h
+}
+
+/// Runs `f` (a blocking call) with the calling thread's allocations given
+/// back meanwhile, as Poli-C does for threads blocked outside I/O.
+pub fn blocking<R>(f: impl FnOnce() -> R) -> R {
+    let rt = Runtime::global();
+    rt.block_current();
+    let r = f();
+    rt.unblock_current();
+    r
+}

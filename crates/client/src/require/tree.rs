@@ -1,0 +1,831 @@
+//! Allocation trees (Poli-C §6.2): who holds how much of each device, inside
+//! one process.
+//!
+//! A pure data structure: threads are plain ids, nothing blocks, nothing
+//! touches the OS. The scope layer (`scope.rs`) drives it under the
+//! process-wide lock, sleeps threads when it says "wait", and applies the
+//! OS effects it reports.
+//!
+//! # Model
+//!
+//! For every device of every resource kind there is a tree of allocation
+//! *nodes*. The root holds what the process may use of the device (all of
+//! it when standalone; what the broker granted otherwise). Every other node
+//! is an allocation carved out of its parent by a `require`.
+//!
+//! Every thread has, per device, a *stack* of frames pointing at nodes (an
+//! empty stack means the root). A frame is *active* when it is the top of a
+//! running thread's stack — the thread uses that allocation now; otherwise it
+//! is *dormant* (the "dotted arrow": the thread may use it again later).
+//!
+//! A node is **held** — its amount is taken out of its parent — while it is
+//! active, or any of its children is held, or it belongs to a policy unit of
+//! which some node is active. A node that stops being held gives its amount
+//! back to its parent, up the tree; a node that must become held again takes
+//! it back, which may have to wait. This is how a blocked thread gives its
+//! allocation back and retakes it before it continues, so requires cannot
+//! deadlock.
+//!
+//! # Invariants (checked by [`Trees::check`], used in tests)
+//!
+//! 1. `free(n) = amount(n) − Σ amount(c)` over held exclusive children `c`,
+//!    and `free(n) ≥ max amount(s)` over held shared children `s`.
+//! 2. A held node's parent is held; the root is always held.
+//! 3. A node exists while a frame points at it or it has children.
+//! 4. A child never asks for more than its context's amount: a nested
+//!    request larger than the enclosing allocation is refused as a
+//!    programming error, not made to wait.
+
+use std::collections::HashMap;
+
+/// Identifies a thread (the OS thread id, or any unique number in tests).
+pub type Tid = u64;
+/// Index of a resource kind.
+pub type KindId = usize;
+/// Index of a device within its kind.
+pub type DevId = usize;
+/// Identifies a node.
+pub type NodeId = usize;
+/// Identifies a policy unit.
+pub type UnitId = usize;
+
+/// A (kind, device) pair.
+pub type Dev = (KindId, DevId);
+
+/// Who else may use an allocation (Poli-C's ownership options).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Ownership {
+    /// Exclusive, shared with threads spawned inside the scope.
+    #[default]
+    Default,
+    /// Exclusive, not even shared with spawned threads.
+    Private,
+    /// A limit without exclusivity: coexists with other shared allocations
+    /// of the same device.
+    Shared,
+}
+
+#[derive(Debug, Clone)]
+struct Node {
+    dev: Dev,
+    parent: Option<NodeId>,
+    amount: f64,
+    free: f64,
+    own: Ownership,
+    /// Frames that are the top of a running thread's stack.
+    active: u32,
+    /// All frames pointing here.
+    frames: u32,
+    children: u32,
+    held: bool,
+    unit: Option<UnitId>,
+    /// Held shared children's amounts (the largest bounds exclusive use).
+    shared: Vec<f64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Frame {
+    /// The allocation (for a deny frame: the context it denies within).
+    node: NodeId,
+    /// A zero request: the thread may not use the device. Deny frames take
+    /// nothing, create no node and leave reference counts alone, so a
+    /// policy can deny hundreds of devices cheaply.
+    deny: bool,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Thread {
+    stacks: HashMap<Dev, Vec<Frame>>,
+    running: bool,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Unit {
+    nodes: Vec<NodeId>,
+    active: u32,
+}
+
+/// One request of an atomic acquisition.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ask {
+    /// Device.
+    pub dev: Dev,
+    /// Absolute amount.
+    pub amount: f64,
+    /// Ownership.
+    pub own: Ownership,
+}
+
+/// Why an acquisition did not happen now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refusal {
+    /// Not enough now; wait for a release on these devices and retry. The
+    /// roots' shortfall (what the process root lacks) is listed so the caller
+    /// can ask the broker for it.
+    Wait {
+        /// Devices to wait on.
+        devs: Vec<Dev>,
+        /// Shortfall at roots: (device, amount missing at the root).
+        root_short: Vec<(Dev, f64)>,
+    },
+    /// A programming error: the request exceeds its enclosing allocation.
+    TooLarge {
+        /// Device.
+        dev: Dev,
+        /// Asked.
+        asked: f64,
+        /// Enclosing amount.
+        enclosing: f64,
+    },
+}
+
+/// What the thread now holds on a device (for the OS effects).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Holding {
+    /// No frame: what every thread shares by default.
+    Unconstrained,
+    /// An allocation of this amount.
+    Amount(f64),
+}
+
+const EPS: f64 = 1e-9;
+
+/// Every allocation tree of the process.
+#[derive(Debug, Default, Clone)]
+pub struct Trees {
+    nodes: Vec<Option<Node>>,
+    free_slots: Vec<NodeId>,
+    roots: HashMap<Dev, NodeId>,
+    threads: HashMap<Tid, Thread>,
+    units: Vec<Option<Unit>>,
+}
+
+impl Trees {
+    /// Empty trees.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn node(&self, n: NodeId) -> &Node {
+        self.nodes[n].as_ref().expect("live node")
+    }
+
+    fn node_mut(&mut self, n: NodeId) -> &mut Node {
+        self.nodes[n].as_mut().expect("live node")
+    }
+
+    fn alloc(&mut self, node: Node) -> NodeId {
+        match self.free_slots.pop() {
+            Some(i) => {
+                self.nodes[i] = Some(node);
+                i
+            }
+            None => {
+                self.nodes.push(Some(node));
+                self.nodes.len() - 1
+            }
+        }
+    }
+
+    /// Creates (or resizes) the root of a device: `amount` is what the
+    /// process may use of it. Growing a root adds free amount; shrinking it
+    /// removes free amount only (the caller never shrinks below what is
+    /// handed out).
+    pub fn set_root(&mut self, dev: Dev, amount: f64) {
+        match self.roots.get(&dev) {
+            Some(&r) => {
+                let n = self.node_mut(r);
+                let used = n.amount - n.free;
+                n.amount = amount.max(used);
+                n.free = n.amount - used;
+            }
+            None => {
+                let r = self.alloc(Node {
+                    dev,
+                    parent: None,
+                    amount,
+                    free: amount,
+                    own: Ownership::Default,
+                    active: 0,
+                    frames: 0,
+                    children: 0,
+                    held: true,
+                    unit: None,
+                    shared: Vec::new(),
+                });
+                self.roots.insert(dev, r);
+            }
+        }
+    }
+
+    /// The root's (amount, free) of a device.
+    pub fn root(&self, dev: Dev) -> Option<(f64, f64)> {
+        self.roots
+            .get(&dev)
+            .map(|&r| (self.node(r).amount, self.node(r).free))
+    }
+
+    /// Whether the root of `dev` has no children (its holdings can go back
+    /// to the broker).
+    pub fn root_idle(&self, dev: Dev) -> bool {
+        self.roots
+            .get(&dev)
+            .is_none_or(|&r| self.node(r).children == 0)
+    }
+
+    /// Registers a running thread (idempotent).
+    pub fn thread_start(&mut self, tid: Tid) {
+        self.threads.entry(tid).or_default().running = true;
+    }
+
+    /// The top frame of `tid` on `dev`, if any.
+    fn top_frame(&self, tid: Tid, dev: Dev) -> Option<Frame> {
+        self.threads
+            .get(&tid)
+            .and_then(|t| t.stacks.get(&dev))
+            .and_then(|s| s.last())
+            .copied()
+    }
+
+    /// The node at the top of `tid`'s stack for `dev` (the root if empty).
+    fn top(&self, tid: Tid, dev: Dev) -> Option<NodeId> {
+        self.threads
+            .get(&tid)
+            .and_then(|t| t.stacks.get(&dev))
+            .and_then(|s| s.last())
+            .map(|f| f.node)
+            .or_else(|| self.roots.get(&dev).copied())
+    }
+
+    fn is_root(&self, n: NodeId) -> bool {
+        self.node(n).parent.is_none()
+    }
+
+    fn unit_active(&self, n: NodeId) -> bool {
+        match self.node(n).unit {
+            Some(u) => self.units[u].as_ref().is_some_and(|u| u.active > 0),
+            None => false,
+        }
+    }
+
+    /// Whether `n` must be held given its own state.
+    fn needs_hold(&self, n: NodeId) -> bool {
+        let node = self.node(n);
+        node.parent.is_none() || node.active > 0 || self.unit_active(n) || self.has_held_child(n)
+    }
+
+    fn has_held_child(&self, n: NodeId) -> bool {
+        // Children are found by scanning: trees are small (a few nodes per
+        // device per active scope) and this keeps nodes free of child lists.
+        self.nodes
+            .iter()
+            .flatten()
+            .any(|c| c.parent == Some(n) && c.held)
+    }
+
+    /// Exclusive availability in `n` (what a Default/Private child can take).
+    fn excl_free(&self, n: NodeId) -> f64 {
+        let node = self.node(n);
+        let peak = node.shared.iter().copied().fold(0.0, f64::max);
+        node.free - peak
+    }
+
+    fn take(&mut self, parent: NodeId, amount: f64, own: Ownership) {
+        let p = self.node_mut(parent);
+        match own {
+            Ownership::Shared => p.shared.push(amount),
+            _ => p.free -= amount,
+        }
+    }
+
+    fn give(&mut self, parent: NodeId, amount: f64, own: Ownership) {
+        let p = self.node_mut(parent);
+        match own {
+            Ownership::Shared => {
+                if let Some(i) = p.shared.iter().position(|&a| (a - amount).abs() < EPS) {
+                    p.shared.swap_remove(i);
+                }
+            }
+            _ => p.free += amount,
+        }
+    }
+
+    /// Gives back `n` and then its ancestors while they no longer need to
+    /// be held.
+    fn release_up(&mut self, mut n: NodeId) {
+        loop {
+            if !self.node(n).held || self.needs_hold(n) {
+                return;
+            }
+            let (parent, amount, own) = {
+                let node = self.node(n);
+                (node.parent.expect("roots stay held"), node.amount, node.own)
+            };
+            self.node_mut(n).held = false;
+            self.give(parent, amount, own);
+            // Siblings in the same unit may now be releasable too.
+            if let Some(u) = self.node(n).unit {
+                let others: Vec<NodeId> = self.units[u]
+                    .as_ref()
+                    .map(|u| u.nodes.clone())
+                    .unwrap_or_default();
+                for o in others {
+                    if o != n && self.nodes.get(o).is_some_and(Option::is_some) {
+                        self.release_up(o);
+                    }
+                }
+            }
+            n = parent;
+        }
+    }
+
+    /// The chain of unheld nodes from `n` up (n first) and the shortfalls
+    /// that stop re-holding it, if any.
+    fn hold_chain(&self, n: NodeId) -> Result<Vec<NodeId>, Vec<Dev>> {
+        let mut chain = Vec::new();
+        let mut cur = n;
+        while !self.node(cur).held {
+            chain.push(cur);
+            cur = self.node(cur).parent.expect("roots stay held");
+        }
+        // `cur` is held; check top-down that each can be taken.
+        let mut sim: HashMap<NodeId, (f64, Vec<f64>)> = HashMap::new();
+        for &c in chain.iter().rev() {
+            let node = self.node(c);
+            let parent = node.parent.expect("non-root");
+            let (free, shared) = sim
+                .entry(parent)
+                .or_insert_with(|| (self.node(parent).free, self.node(parent).shared.clone()));
+            let peak = shared.iter().copied().fold(0.0, f64::max);
+            let ok = match node.own {
+                Ownership::Shared => *free + EPS >= node.amount,
+                _ => *free - peak + EPS >= node.amount,
+            };
+            if !ok {
+                return Err(vec![node.dev]);
+            }
+            match node.own {
+                Ownership::Shared => shared.push(node.amount),
+                _ => *free -= node.amount,
+            }
+        }
+        Ok(chain)
+    }
+
+    fn hold(&mut self, chain: &[NodeId]) {
+        for &c in chain.iter().rev() {
+            let (parent, amount, own) = {
+                let node = self.node(c);
+                (node.parent.expect("non-root"), node.amount, node.own)
+            };
+            self.take(parent, amount, own);
+            self.node_mut(c).held = true;
+        }
+    }
+
+    fn set_active(&mut self, n: NodeId, delta: i32) {
+        let node = self.node_mut(n);
+        node.active = (node.active as i32 + delta).max(0) as u32;
+        if let Some(u) = node.unit {
+            if let Some(unit) = self.units[u].as_mut() {
+                unit.active = (unit.active as i32 + delta).max(0) as u32;
+            }
+        }
+    }
+
+    /// Tries to acquire every `ask` at once for running thread `tid`.
+    /// On success pushes one frame per ask (grouped in a unit when
+    /// `as_unit`), and returns the new nodes. Nothing changes on refusal.
+    pub fn acquire(
+        &mut self,
+        tid: Tid,
+        asks: &[Ask],
+        as_unit: bool,
+    ) -> Result<Vec<NodeId>, Refusal> {
+        self.thread_start(tid);
+        let mut wait = Vec::new();
+        let mut root_short = Vec::new();
+        // Simulate the takes so asks on the same device add up.
+        let mut taken: HashMap<NodeId, (f64, Vec<f64>)> = HashMap::new();
+        for a in asks {
+            if a.amount <= 0.0 {
+                continue; // a deny frame takes nothing
+            }
+            if self.top_frame(tid, a.dev).is_some_and(|f| f.deny) {
+                return Err(Refusal::TooLarge {
+                    dev: a.dev,
+                    asked: a.amount,
+                    enclosing: 0.0,
+                });
+            }
+            let ctx = self.top(tid, a.dev).ok_or(Refusal::Wait {
+                devs: vec![a.dev],
+                root_short: vec![(a.dev, a.amount)],
+            })?;
+            let ctx_node = self.node(ctx);
+            if a.amount > ctx_node.amount + EPS {
+                return Err(Refusal::TooLarge {
+                    dev: a.dev,
+                    asked: a.amount,
+                    enclosing: ctx_node.amount,
+                });
+            }
+            // Nested requests need the context held and this thread to be
+            // its only running user (no revocation from siblings).
+            if !self.is_root(ctx) && (!ctx_node.held || ctx_node.active > 1) {
+                wait.push(a.dev);
+                continue;
+            }
+            let (free, shared) = taken
+                .entry(ctx)
+                .or_insert_with(|| (ctx_node.free, ctx_node.shared.clone()));
+            let peak = shared.iter().copied().fold(0.0, f64::max);
+            let ok = match a.own {
+                Ownership::Shared => *free + EPS >= a.amount,
+                _ => *free - peak + EPS >= a.amount,
+            };
+            if ok {
+                match a.own {
+                    Ownership::Shared => shared.push(a.amount),
+                    _ => *free -= a.amount,
+                }
+            } else {
+                wait.push(a.dev);
+                if self.is_root(ctx) {
+                    let have = match a.own {
+                        Ownership::Shared => *free,
+                        _ => *free - peak,
+                    };
+                    root_short.push((a.dev, a.amount - have.max(0.0)));
+                }
+            }
+        }
+        if !wait.is_empty() {
+            return Err(Refusal::Wait {
+                devs: wait,
+                root_short,
+            });
+        }
+        let unit = as_unit.then(|| {
+            self.units.push(Some(Unit::default()));
+            self.units.len() - 1
+        });
+        let mut made = Vec::new();
+        for a in asks {
+            if a.amount <= 0.0 {
+                let ctx = self.top(tid, a.dev).ok_or(Refusal::Wait {
+                    devs: vec![a.dev],
+                    root_short: vec![],
+                })?;
+                self.threads
+                    .entry(tid)
+                    .or_default()
+                    .stacks
+                    .entry(a.dev)
+                    .or_default()
+                    .push(Frame {
+                        node: ctx,
+                        deny: true,
+                    });
+                made.push(ctx);
+                continue;
+            }
+            let ctx = self.top(tid, a.dev).expect("checked above");
+            self.take(ctx, a.amount, a.own);
+            let n = self.alloc(Node {
+                dev: a.dev,
+                parent: Some(ctx),
+                amount: a.amount,
+                free: a.amount,
+                own: a.own,
+                active: 0,
+                frames: 0,
+                children: 0,
+                held: true,
+                unit,
+                shared: Vec::new(),
+            });
+            self.node_mut(ctx).children += 1;
+            if let Some(u) = unit {
+                self.units[u].as_mut().expect("just made").nodes.push(n);
+            }
+            // The old top goes dormant, the new node becomes the active top.
+            self.push_frame(tid, a.dev, n);
+            made.push(n);
+        }
+        Ok(made)
+    }
+
+    fn push_frame(&mut self, tid: Tid, dev: Dev, n: NodeId) {
+        let running = self.threads.get(&tid).is_some_and(|t| t.running);
+        let old = self.top(tid, dev);
+        let t = self.threads.entry(tid).or_default();
+        t.stacks.entry(dev).or_default().push(Frame {
+            node: n,
+            deny: false,
+        });
+        self.node_mut(n).frames += 1;
+        if running {
+            self.set_active(n, 1);
+            if let Some(o) = old.filter(|&o| !self.is_root(o)) {
+                self.set_active(o, -1);
+                self.release_up(o);
+            }
+        }
+    }
+
+    /// Pops `tid`'s top frame of every device in `devs` (leaving a scope).
+    /// Returns false (changing nothing) if one of them is not `expected`'s
+    /// node — a scope left out of order, a programming error.
+    pub fn release(&mut self, tid: Tid, frames: &[(Dev, NodeId)]) -> bool {
+        for &(dev, n) in frames {
+            if self
+                .threads
+                .get(&tid)
+                .and_then(|t| t.stacks.get(&dev))
+                .and_then(|s| s.last())
+                .map(|f| f.node)
+                != Some(n)
+            {
+                return false;
+            }
+        }
+        let running = self.threads.get(&tid).is_some_and(|t| t.running);
+        for &(dev, n) in frames.iter().rev() {
+            let stack = self
+                .threads
+                .get_mut(&tid)
+                .and_then(|t| t.stacks.get_mut(&dev))
+                .expect("checked");
+            let popped = stack.pop().expect("checked");
+            if popped.deny {
+                if stack.is_empty() {
+                    self.threads
+                        .get_mut(&tid)
+                        .expect("checked")
+                        .stacks
+                        .remove(&dev);
+                }
+                continue;
+            }
+            if stack.is_empty() {
+                self.threads
+                    .get_mut(&tid)
+                    .expect("checked")
+                    .stacks
+                    .remove(&dev);
+            }
+            let below = self.top(tid, dev).filter(|&b| !self.is_root(b));
+            // Activate what is below first, so it stays held when `n` goes.
+            if running {
+                if let Some(b) = below {
+                    self.set_active(b, 1);
+                }
+                self.set_active(n, -1);
+            }
+            self.node_mut(n).frames -= 1;
+            self.drop_if_unused(n);
+        }
+        true
+    }
+
+    fn drop_if_unused(&mut self, n: NodeId) {
+        let node = self.node(n);
+        if node.frames > 0 || node.children > 0 {
+            self.release_up(n);
+            return;
+        }
+        // Give back, then delete, then maybe release the parent.
+        let (parent, amount, own, held, unit) =
+            (node.parent, node.amount, node.own, node.held, node.unit);
+        if let Some(p) = parent {
+            if held {
+                self.give(p, amount, own);
+            }
+            self.node_mut(p).children -= 1;
+        }
+        if let Some(u) = unit {
+            if let Some(unit) = self.units[u].as_mut() {
+                unit.nodes.retain(|&x| x != n);
+                if unit.nodes.is_empty() {
+                    self.units[u] = None;
+                }
+            }
+        }
+        self.nodes[n] = None;
+        self.free_slots.push(n);
+        if let Some(p) = parent.filter(|&p| !self.is_root(p)) {
+            self.drop_if_unused(p);
+        }
+    }
+
+    /// `tid` blocks: its active frames go dormant and give back what no
+    /// running thread uses.
+    pub fn block(&mut self, tid: Tid) {
+        let Some(t) = self.threads.get_mut(&tid) else {
+            return;
+        };
+        if !t.running {
+            return;
+        }
+        t.running = false;
+        let tops: Vec<NodeId> = t
+            .stacks
+            .values()
+            .filter_map(|s| s.last())
+            .filter(|f| !f.deny)
+            .map(|f| f.node)
+            .collect();
+        for n in tops {
+            self.set_active(n, -1);
+            self.release_up(n);
+        }
+    }
+
+    /// `tid` wants to run again: its top frames become active and take back
+    /// their allocations. Refused (nothing changes) while one cannot be
+    /// re-held; the caller waits and retries.
+    pub fn unblock(&mut self, tid: Tid) -> Result<(), Vec<Dev>> {
+        let Some(t) = self.threads.get(&tid) else {
+            self.thread_start(tid);
+            return Ok(());
+        };
+        if t.running {
+            return Ok(());
+        }
+        let tops: Vec<NodeId> = t
+            .stacks
+            .values()
+            .filter_map(|s| s.last())
+            .filter(|f| !f.deny)
+            .map(|f| f.node)
+            .collect();
+        let mut chains = Vec::new();
+        let mut short = Vec::new();
+        for &n in &tops {
+            match self.hold_chain(n) {
+                Ok(c) => chains.push(c),
+                Err(d) => short.extend(d),
+            }
+        }
+        if !short.is_empty() {
+            return Err(short);
+        }
+        for c in chains {
+            // A chain may already have been held by an earlier one (shared
+            // ancestors): hold only what is still unheld.
+            let still: Vec<NodeId> = c.into_iter().filter(|&n| !self.node(n).held).collect();
+            self.hold(&still);
+        }
+        for n in tops {
+            self.set_active(n, 1);
+        }
+        self.threads.get_mut(&tid).expect("present").running = true;
+        Ok(())
+    }
+
+    /// A thread spawned by `parent` shares its current allocations: the
+    /// child's stacks start with the parent's top frames (Private frames are
+    /// skipped: the child gets the frame below). The child starts dormant
+    /// and must [`Trees::unblock`] before it runs.
+    pub fn spawn(&mut self, parent: Tid, child: Tid) {
+        let Some(p) = self.threads.get(&parent) else {
+            self.threads.entry(child).or_default();
+            return;
+        };
+        let mut inherit: Vec<(Dev, Frame)> = Vec::new();
+        for (&dev, stack) in &p.stacks {
+            if let Some(f) = stack
+                .iter()
+                .rev()
+                .find(|f| f.deny || self.node(f.node).own != Ownership::Private)
+            {
+                inherit.push((dev, *f));
+            }
+        }
+        let c = self.threads.entry(child).or_default();
+        c.running = false;
+        for (dev, f) in &inherit {
+            c.stacks.entry(*dev).or_default().push(*f);
+        }
+        for (_, f) in inherit {
+            if !f.deny {
+                self.node_mut(f.node).frames += 1;
+            }
+        }
+    }
+
+    /// The ownership of a node.
+    pub fn ownership(&self, n: NodeId) -> Ownership {
+        self.node(n).own
+    }
+
+    /// A thread exits: all its frames are popped.
+    pub fn thread_exit(&mut self, tid: Tid) {
+        self.block(tid);
+        let Some(t) = self.threads.remove(&tid) else {
+            return;
+        };
+        for (_, stack) in t.stacks {
+            for f in stack.into_iter().rev().filter(|f| !f.deny) {
+                self.node_mut(f.node).frames -= 1;
+                self.drop_if_unused(f.node);
+            }
+        }
+    }
+
+    /// What `tid` holds on `dev` now.
+    pub fn holding(&self, tid: Tid, dev: Dev) -> Holding {
+        match self.top_frame(tid, dev) {
+            Some(f) if f.deny => Holding::Amount(0.0),
+            Some(f) => Holding::Amount(self.node(f.node).amount),
+            None => Holding::Unconstrained,
+        }
+    }
+
+    /// The amount available to a new request by `tid` on `dev`: the
+    /// context's exclusive free amount (the policy view's `available`).
+    pub fn available(&self, tid: Tid, dev: Dev) -> f64 {
+        self.usable_context(tid, dev)
+            .map_or(0.0, |n| self.excl_free(n).max(0.0))
+    }
+
+    /// The amount available to a new *shared* request by `tid` on `dev`.
+    pub fn shared_available(&self, tid: Tid, dev: Dev) -> f64 {
+        self.usable_context(tid, dev)
+            .map_or(0.0, |n| self.node(n).free.max(0.0))
+    }
+
+    fn usable_context(&self, tid: Tid, dev: Dev) -> Option<NodeId> {
+        if self.top_frame(tid, dev).is_some_and(|f| f.deny) {
+            return None;
+        }
+        self.top(tid, dev)
+            .filter(|&n| self.is_root(n) || (self.node(n).held && self.node(n).active <= 1))
+    }
+
+    /// The amount of the context `tid` would request `dev` from.
+    pub fn context_amount(&self, tid: Tid, dev: Dev) -> f64 {
+        self.top(tid, dev).map_or(0.0, |n| self.node(n).amount)
+    }
+
+    /// Devices the thread has frames on.
+    pub fn devices_of(&self, tid: Tid) -> Vec<Dev> {
+        self.threads
+            .get(&tid)
+            .map(|t| t.stacks.keys().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Checks the invariants of the module docs.
+    pub fn check(&self) -> Result<(), String> {
+        for (i, n) in self.nodes.iter().enumerate() {
+            let Some(n) = n else { continue };
+            let held_excl: f64 = self
+                .nodes
+                .iter()
+                .flatten()
+                .filter(|c| c.parent == Some(i) && c.held && c.own != Ownership::Shared)
+                .map(|c| c.amount)
+                .sum();
+            if (n.amount - held_excl - n.free).abs() > 1e-6 {
+                return Err(format!(
+                    "node {i}: amount {} − held {} ≠ free {}",
+                    n.amount, held_excl, n.free
+                ));
+            }
+            let peak = n.shared.iter().copied().fold(0.0, f64::max);
+            if n.free + 1e-6 < peak {
+                return Err(format!(
+                    "node {i}: free {} below shared peak {peak}",
+                    n.free
+                ));
+            }
+            if n.held {
+                if let Some(p) = n.parent {
+                    if !self.node(p).held {
+                        return Err(format!("node {i} held under unheld parent {p}"));
+                    }
+                }
+            } else if n.parent.is_none() {
+                return Err(format!("root {i} not held"));
+            }
+            let kids = self
+                .nodes
+                .iter()
+                .flatten()
+                .filter(|c| c.parent == Some(i))
+                .count() as u32;
+            if kids != n.children {
+                return Err(format!("node {i}: {kids} children counted {}", n.children));
+            }
+            if n.parent.is_some() && n.frames == 0 && n.children == 0 {
+                return Err(format!("node {i} survives unused"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,259 @@
+//! `require` scopes with real threads on this machine, and policies on the
+//! fixture machines (simulated threads, no OS effects).
+
+use allot_client::require::Ownership;
+use allot_client::require::policy::{self, Constraint, Domain};
+use allot_client::require::{Request, RequireError, Runtime, Timing};
+use std::panic::Location;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+fn affinity() -> Vec<usize> {
+    let s = rustix::thread::sched_getaffinity(None).unwrap();
+    (0..1024).filter(|&c| s.is_set(c)).collect()
+}
+
+/// Poli-C's Figure 1, scaled to this machine: main holds every CPU, spawns
+/// more threads than CPUs, each asks for one core: never more threads run
+/// in the block than CPUs, each alone on its CPU.
+#[test]
+fn figure_1_threads_never_exceed_the_granted_cores() {
+    let cpus = allot_topo::allowed_cpus().unwrap();
+    let rt: &'static Runtime = Box::leak(Box::new(Runtime::new(
+        allot_topo::discover_live().unwrap(),
+        true,
+    )));
+    let all: Vec<Request> = cpus
+        .iter()
+        .map(|c| Request::device("cpu", rt_index(rt, c), 1.0))
+        .collect();
+    let outer = rt.enter(all).unwrap();
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let seen: Arc<std::sync::Mutex<Vec<Vec<usize>>>> = Arc::default();
+    let mut handles = Vec::new();
+    for _ in 0..(cpus.len() * 3) {
+        let ctx = rt.spawn_prepare();
+        let (running, peak, seen) = (running.clone(), peak.clone(), seen.clone());
+        handles.push(std::thread::spawn(move || {
+            let _g = ctx.map(|c| rt.child_start(c));
+            let s = rt.enter(vec![Request::policy(policy::cores(1))]).unwrap();
+            let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+            peak.fetch_max(now, Ordering::SeqCst);
+            let mine = affinity();
+            seen.lock().unwrap().push(mine.clone());
+            assert_eq!(mine.len(), 1, "alone on one CPU");
+            assert_eq!(s.outcome.ncores, 1);
+            std::thread::sleep(Duration::from_millis(30));
+            running.fetch_sub(1, Ordering::SeqCst);
+        }));
+        rt.spawn_done();
+    }
+    // The parent blocks in the join: its share goes to the children.
+    rt.block_current();
+    for h in handles {
+        h.join().unwrap();
+    }
+    rt.unblock_current();
+    drop(outer);
+    assert!(
+        peak.load(Ordering::SeqCst) <= cpus.len(),
+        "peak {} > {} CPUs",
+        peak.load(Ordering::SeqCst),
+        cpus.len()
+    );
+    assert_eq!(seen.lock().unwrap().len(), cpus.len() * 3);
+    assert_eq!(
+        affinity().len(),
+        cpus.len(),
+        "leaving the scope restores the thread's CPUs"
+    );
+}
+
+fn rt_index(rt: &Runtime, cpu: usize) -> usize {
+    rt.machine().usable().iter().position(|c| c == cpu).unwrap()
+}
+
+#[test]
+fn errors_name_the_site() {
+    let rt = Runtime::new(allot_topo::discover_live().unwrap(), false);
+    let e = rt.enter(vec![Request::device("gpu", 0, 1.0)]).unwrap_err();
+    assert!(matches!(e, RequireError::UnknownKind { .. }));
+    assert!(
+        e.to_string().contains("require.rs") && e.to_string().contains("known: cpu, memory, io"),
+        "{e}"
+    );
+    let e = rt
+        .enter(vec![Request::device("cpu", 999, 1.0)])
+        .unwrap_err();
+    assert!(matches!(e, RequireError::UnknownDevice { .. }), "{e}");
+    let e = rt.enter(vec![Request::device("cpu", 0, 2.0)]).unwrap_err();
+    assert!(matches!(e, RequireError::BadAmount { .. }), "{e}");
+    let _s = rt.enter(vec![Request::device("cpu", 0, 0.25)]).unwrap();
+    let e = rt.enter(vec![Request::device("cpu", 0, 0.5)]).unwrap_err();
+    assert!(matches!(e, RequireError::TooLarge { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("may not ask for more than its enclosing one")
+    );
+    let e = rt
+        .enter(vec![Request::policy(policy::cores(10_000))])
+        .unwrap_err();
+    assert!(matches!(e, RequireError::Impossible { .. }), "{e}");
+}
+
+#[test]
+fn shares_and_nesting() {
+    let rt = Runtime::new(allot_topo::discover_live().unwrap(), false);
+    let tid = allot_client::require::runtime::current_tid();
+    let outer = rt.enter(vec![Request::device("cpu", 0, 0.8)]).unwrap();
+    let inner = rt
+        .enter(vec![Request::device_share("cpu", 0, 0.5)])
+        .unwrap();
+    assert!(
+        (rt.holding(tid, "cpu", 0).unwrap() - 0.4).abs() < 1e-9,
+        "50% of the 0.8 available"
+    );
+    drop(inner);
+    assert!((rt.holding(tid, "cpu", 0).unwrap() - 0.8).abs() < 1e-9);
+    drop(outer);
+    assert_eq!(rt.holding(tid, "cpu", 0), None);
+}
+
+#[test]
+fn for_child_requests_are_made_by_each_child() {
+    let cpus = allot_topo::allowed_cpus().unwrap();
+    if cpus.len() < 2 {
+        return;
+    }
+    let rt: &'static Runtime = Box::leak(Box::new(Runtime::new(
+        allot_topo::discover_live().unwrap(),
+        true,
+    )));
+    let s = rt
+        .enter(vec![
+            Request::policy(policy::cores(2)),
+            Request::policy(policy::cores(1)).when(Timing::ForChild),
+        ])
+        .unwrap();
+    assert_eq!(s.outcome.ncores, 2);
+    let ctx = rt.spawn_prepare().unwrap();
+    let h = std::thread::spawn(move || {
+        let _g = rt.child_start(ctx);
+        affinity()
+    });
+    rt.spawn_done();
+    rt.block_current();
+    let child = h.join().unwrap();
+    rt.unblock_current();
+    assert_eq!(
+        child.len(),
+        1,
+        "the child made its own cores(1) inside the parent's two"
+    );
+    assert!(s.outcome.cpus.contains(child[0]));
+}
+
+/// The join case study on the 64-core Opteron fixture: strong and weak
+/// joins never share a core, at most two joins per core.
+#[test]
+fn join_policies_keep_strong_and_weak_apart() {
+    let m = allot_topo::fixture("opteron6276-4s").unwrap();
+    let rt = Runtime::new(m, false);
+    rt.register_virtual("StrongCore", 64, 2.0).unwrap();
+    rt.register_virtual("WeakCore", 64, 2.0).unwrap();
+    let site = Location::caller();
+    let mut scopes = Vec::new();
+    // 16 joins, alternating strong and weak, as in the paper's experiment.
+    for j in 0..16u64 {
+        let p = if j % 2 == 0 {
+            policy::strong_numa_node()
+        } else {
+            policy::weak_numa_node()
+        };
+        if let Some(s) = rt
+            .enter_as(1000 + j, vec![Request::policy(p)], false, site)
+            .unwrap()
+        {
+            scopes.push((j % 2 == 0, s));
+        }
+    }
+    assert_eq!(scopes.len(), 16, "8 nodes × 2 joins per core fit all 16");
+    for (i, (strong_i, si)) in scopes.iter().enumerate() {
+        for (strong_j, sj) in scopes.iter().skip(i + 1) {
+            if strong_i != strong_j {
+                assert!(
+                    !si.outcome.cpus.intersects(&sj.outcome.cpus),
+                    "a strong and a weak join share {}",
+                    si.outcome.cpus.intersection(&sj.outcome.cpus)
+                );
+            }
+        }
+    }
+    for c in 0..64 {
+        let n = scopes
+            .iter()
+            .filter(|(_, s)| s.outcome.cpus.contains(c))
+            .count();
+        assert!(n <= 2, "core {c} has {n} joins");
+    }
+    // A 17th join of either class must wait.
+    assert!(
+        rt.enter_as(
+            2000,
+            vec![Request::policy(policy::strong_numa_node())],
+            false,
+            site
+        )
+        .unwrap()
+        .is_none()
+    );
+}
+
+#[test]
+fn declarative_constraints_stay_in_one_domain() {
+    let m = allot_topo::fixture("xeonphi7250").unwrap();
+    let rt = Runtime::new(m.clone(), false);
+    let site = Location::caller();
+    let c = Constraint {
+        min: 4,
+        max: 8,
+        domain: Domain::Llc,
+    };
+    let s = rt
+        .enter_as(
+            1,
+            vec![Request::policy(policy::constrained(c))],
+            false,
+            site,
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(s.outcome.ncores, 8);
+    let llcs: std::collections::HashSet<usize> = s
+        .outcome
+        .cpus
+        .iter()
+        .map(|c| m.cpu(c).unwrap().llc)
+        .collect();
+    assert_eq!(llcs.len(), 1, "{}", s.outcome.cpus);
+    let x = allot_topo::fixture("xeon-x5550-2s").unwrap();
+    let rt = Runtime::new(x.clone(), false);
+    let n = Constraint {
+        min: 2,
+        max: 16,
+        domain: Domain::Numa,
+    };
+    let s = rt
+        .enter_as(
+            1,
+            vec![Request::policy(policy::constrained(n)).owned(Ownership::Default)],
+            false,
+            site,
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(s.outcome.ncores, 8, "one whole node of the X5550");
+    assert_eq!(s.outcome.nodes.len(), 1);
+}
