@@ -26,15 +26,6 @@ pub fn pin_current(cpu: usize) -> io::Result<()> {
     rustix::thread::sched_setaffinity(None, &set).map_err(io::Error::from)
 }
 
-/// Restricts the calling thread to `cpus` (used for parked workers).
-pub fn pin_current_to(cpus: &CpuSet) -> io::Result<()> {
-    let mut set = rustix::thread::CpuSet::new();
-    for c in cpus.iter().filter(|&c| c < rustix::thread::CpuSet::MAX_CPU) {
-        set.set(c);
-    }
-    rustix::thread::sched_setaffinity(None, &set).map_err(io::Error::from)
-}
-
 /// The CPUs thread `tid` of this process may run on, from
 /// `/proc/self/task/<tid>/status` (`Cpus_allowed_list`).
 pub fn thread_cpus(tid: i32) -> io::Result<CpuSet> {

@@ -67,7 +67,8 @@ pub(crate) struct Slot {
 #[derive(Debug, Default)]
 pub(crate) struct PlanState {
     pub(crate) generation: u64,
-    pub(crate) started: Vec<bool>,
+    /// Slot `i`'s thread, once started (taken when the pool is dropped,
+    /// after which nothing is started any more).
     pub(crate) handles: Vec<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -78,7 +79,6 @@ pub(crate) struct Registry {
     pub(crate) policy: Box<dyn ThreadPolicy>,
     pub(crate) sleep: Sleep,
     pub(crate) slots: Box<[CachePadded<Slot>]>,
-    pub(crate) active: AtomicUsize,
     pub(crate) terminate: AtomicBool,
     pub(crate) spin: Duration,
     pub(crate) name: String,
@@ -99,7 +99,6 @@ thread_local! {
 pub(crate) struct WorkerThread {
     pub(crate) registry: Arc<Registry>,
     pub(crate) here: Here,
-    cpu: Cell<usize>,
 }
 
 /// What looking for work ended with.
@@ -193,19 +192,27 @@ impl WorkerThread {
         c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     }
 
+    /// The CPU this worker serves (`cpu + 1`, 0 = none): its slot's
+    /// `current`, which only this thread writes.
+    fn serving(&self) -> usize {
+        self.registry
+            .slot(self.here.index())
+            .current
+            .load(Ordering::Relaxed)
+    }
+
     /// Compares the assignment with the CPU served; re-pins if moved.
     /// Returns true if the worker must retire (no CPU).
     fn follow_assignment(&self) -> bool {
         let slot = self.registry.slot(self.here.index());
         let t = slot.target.load(Ordering::SeqCst);
-        if t == self.cpu.get() {
+        if t == self.serving() {
             return false;
         }
         if t == 0 {
             return true;
         }
         self.pin(t);
-        self.cpu.set(t);
         slot.current.store(t, Ordering::SeqCst);
         false
     }
@@ -241,7 +248,7 @@ impl WorkerThread {
                     return (ra, f());
                 }
                 Some(t) => self.execute(t),
-                None => self.wait_until(&job_b.signal),
+                None => self.wait_for(&|| job_b.signal.probe()),
             }
         }
         let ra = ra.unwrap_or_else(|p| panic::resume_unwind(p));
@@ -249,17 +256,6 @@ impl WorkerThread {
             Outcome::Done(rb) => (ra, rb),
             Outcome::Panicked(p) => panic::resume_unwind(p),
             Outcome::Pending => unreachable!("latch set before the result"),
-        }
-    }
-
-    /// Runs other work until `latch` is set.
-    pub(crate) fn wait_until(&self, latch: &CoreLatch) {
-        let done = || latch.probe();
-        loop {
-            match self.find_work(Hint::Wait, Some(&done)) {
-                Found::Task(t) => self.execute(t),
-                Found::Done | Found::Leave => return,
-            }
         }
     }
 
@@ -326,7 +322,7 @@ impl WorkerThread {
             // Sleep: announce, re-check everything, then park.
             let s = reg.sleep.announce(here.index());
             let stop = until.is_some_and(|d| d())
-                || (!retiring && slot.target.load(Ordering::SeqCst) != self.cpu.get())
+                || (!retiring && slot.target.load(Ordering::SeqCst) != self.serving())
                 || (until.is_none() && reg.terminate.load(Ordering::SeqCst));
             if stop {
                 reg.sleep.cancel(s);
@@ -376,7 +372,6 @@ pub(crate) fn worker_main(reg: Arc<Registry>, index: usize) {
     let wt = WorkerThread {
         here: Here::new(index, reg.info.id),
         registry: reg,
-        cpu: Cell::new(0),
     };
     let reg = &*wt.registry;
     CURRENT.with(|c| c.set(&wt));
@@ -400,9 +395,7 @@ pub(crate) fn worker_main(reg: Arc<Registry>, index: usize) {
         }
         // Activate on CPU `t - 1`.
         wt.pin(t);
-        wt.cpu.set(t);
         reg.info.roster.set(index, true);
-        reg.active.fetch_add(1, Ordering::SeqCst);
         slot.current.store(t, Ordering::SeqCst);
         let mut hint = Hint::Resize;
         while let Found::Task(task) = wt.find_work(hint, None) {
@@ -412,8 +405,6 @@ pub(crate) fn worker_main(reg: Arc<Registry>, index: usize) {
         // Retire (or shut down): nothing is on our stack.
         reg.policy.drain(&wt.here, Hint::Resize);
         reg.info.roster.set(index, false);
-        reg.active.fetch_sub(1, Ordering::SeqCst);
-        wt.cpu.set(0);
         slot.current.store(0, Ordering::SeqCst);
         reg.wake_for(None, Place::Global, Hint::Resize, true);
         if reg.terminate.load(Ordering::SeqCst) {

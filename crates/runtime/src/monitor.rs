@@ -144,7 +144,7 @@ pub(crate) fn apply(reg: &Arc<Registry>, g: &Grant) {
         .map(|i| SlotView {
             target: decode(reg.slot(i).target.load(Ordering::SeqCst)),
             current: decode(reg.slot(i).current.load(Ordering::SeqCst)),
-            started: plan.started[i],
+            started: plan.handles[i].is_some(),
         })
         .collect();
     let targets = assign(&views, &want);
@@ -154,17 +154,14 @@ pub(crate) fn apply(reg: &Arc<Registry>, g: &Grant) {
             continue;
         }
         reg.slot(i).target.store(enc, Ordering::SeqCst);
-        if enc != 0 && !plan.started[i] {
+        if enc != 0 && plan.handles[i].is_none() {
             let r = reg.clone();
             let mut b = std::thread::Builder::new().name(format!("{}-{i}", reg.name));
             if let Some(s) = reg.stack_size {
                 b = b.stack_size(s);
             }
             match b.spawn(move || worker_main(r, i)) {
-                Ok(h) => {
-                    plan.started[i] = true;
-                    plan.handles[i] = Some(h);
-                }
+                Ok(h) => plan.handles[i] = Some(h),
                 Err(_) => reg.slot(i).target.store(0, Ordering::SeqCst),
             }
         } else {

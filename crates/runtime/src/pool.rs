@@ -169,14 +169,12 @@ impl Builder {
             slots: (0..slots)
                 .map(|_| CachePadded::new(Slot::default()))
                 .collect(),
-            active: AtomicUsize::new(0),
             terminate: AtomicBool::new(false),
             spin: self.spin,
             name: self.name.clone(),
             stack_size: self.stack_size,
             plan: Mutex::new(PlanState {
                 generation: 0,
-                started: vec![false; slots],
                 handles: (0..slots).map(|_| None).collect(),
             }),
             planned: AtomicU64::new(0),
@@ -189,14 +187,13 @@ impl Builder {
             reg: reg.clone(),
             cell: cell.clone(),
         };
-        if reg.active.load(Ordering::SeqCst) == 0
-            && !reg
-                .plan
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .started
-                .iter()
-                .any(|&s| s)
+        if !reg
+            .plan
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .handles
+            .iter()
+            .any(Option::is_some)
         {
             return Err(BuildError {
                 kind: BuildErrorKind::Spawn(std::io::Error::other("no worker thread started")),
@@ -287,7 +284,7 @@ impl Pool {
 
     /// Workers active now (holding a CPU).
     pub fn workers(&self) -> usize {
-        self.reg.active.load(Ordering::SeqCst)
+        self.reg.info.roster.count()
     }
 
     /// Worker slots (most workers the pool can have).

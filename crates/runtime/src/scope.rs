@@ -119,7 +119,7 @@ pub(crate) fn run<'env, R>(
     let r = panic::catch_unwind(AssertUnwindSafe(|| f(&scope)));
     // SAFETY: `scope` lives in this frame until the wait below returns.
     unsafe { Scope::finish(&scope) };
-    wt.wait_until(&scope.latch);
+    wt.wait_for(&|| scope.latch.probe());
     let first = scope.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
     match r {
         Err(p) => panic::resume_unwind(p),
