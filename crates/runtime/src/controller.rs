@@ -90,6 +90,40 @@ pub(crate) struct Registry {
     pub(crate) pin_errors: AtomicU64,
 }
 
+/// Aborts the process when dropped, i.e. when a panic unwinds through it
+/// before [`AbortOnUnwind::disarm`]: the guard of a window in which a frame
+/// on this stack is reachable from other threads.
+///
+/// A `join`'s second half, a scope's tasks and an installed job point into
+/// the frame of the code that waits for them, and any worker may run them —
+/// write a result and set a latch in that frame — until the waiter has seen
+/// them finish. Task panics are caught, so inside such a window only the
+/// thread policy can unwind (it is safe code, `Builder::policy_with`), and
+/// nothing but aborting is sound: unwinding frees the frame while a task
+/// still points into it; the wait cannot be finished first, because it
+/// needs the policy that just panicked and whose queues are in an unknown
+/// state; and a frame cannot outlive the unwinding of its thread. (rayon
+/// guards the same windows with `AbortIfPanic`.)
+#[must_use = "a guard dropped at once guards nothing"]
+pub(crate) struct AbortOnUnwind;
+
+impl AbortOnUnwind {
+    /// Closes the window: the frame is no longer shared.
+    pub(crate) fn disarm(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for AbortOnUnwind {
+    fn drop(&mut self) {
+        eprintln!(
+            "allot-runtime: the thread policy panicked while a task's frame was shared with \
+             other workers; aborting (unwinding that frame would be undefined behaviour)"
+        );
+        std::process::abort();
+    }
+}
+
 thread_local! {
     static CURRENT: Cell<*const WorkerThread> = const { Cell::new(std::ptr::null()) };
 }
@@ -234,15 +268,18 @@ impl WorkerThread {
     {
         let job_b = StackJob::new(b, CoreLatch::new(self.here.index(), &self.registry.sleep));
         // SAFETY: `job_b` stays in this frame until its latch is set or the
-        // task is taken back below; the task is pushed once.
+        // task is taken back below (the guard aborts rather than unwind
+        // earlier); the task is pushed once.
         let task_b = unsafe { job_b.as_task() };
         let id_b = task_b.id();
+        let shared = AbortOnUnwind;
         self.push(task_b, Hint::Fork);
         let ra = panic::catch_unwind(AssertUnwindSafe(a));
         while !job_b.signal.probe() {
             match self.registry.policy.dequeue(&self.here, Hint::Wait) {
                 Some(t) if t.id() == id_b => {
                     // Nobody stole `b`: run it here, without the latch.
+                    shared.disarm();
                     let f = job_b.take();
                     let ra = ra.unwrap_or_else(|p| panic::resume_unwind(p));
                     return (ra, f());
@@ -251,6 +288,7 @@ impl WorkerThread {
                 None => self.wait_for(&|| job_b.signal.probe()),
             }
         }
+        shared.disarm();
         let ra = ra.unwrap_or_else(|p| panic::resume_unwind(p));
         match job_b.into_outcome() {
             Outcome::Done(rb) => (ra, rb),

@@ -17,7 +17,7 @@
 //! them (unless it is dropped from one of its own workers, which then
 //! exit on their own).
 
-use crate::controller::{PlanState, Registry, Slot, WorkerThread};
+use crate::controller::{AbortOnUnwind, PlanState, Registry, Slot, WorkerThread};
 use crate::monitor;
 use crate::policy::{Hint, PolicyKind, PoolInfo, ThreadPolicy};
 use crate::sleep::Sleep;
@@ -354,10 +354,13 @@ impl Pool {
             return f();
         }
         let job = StackJob::new(f, Event::new());
+        let shared = AbortOnUnwind;
         // SAFETY: `job` stays in this frame until its event is set (we wait
-        // below), and the task is queued once.
+        // below; the guard aborts rather than unwind earlier), and the task
+        // is queued once.
         self.reg.inject(unsafe { job.as_task() }, Hint::Spawn);
         job.signal.wait();
+        shared.disarm();
         match job.into_outcome() {
             Outcome::Done(r) => r,
             Outcome::Panicked(p) => panic::resume_unwind(p),

@@ -9,7 +9,7 @@
 //! waits. Panics are caught per task; the first one is kept and continues
 //! in the caller after the scope is complete.
 
-use crate::controller::WorkerThread;
+use crate::controller::{AbortOnUnwind, WorkerThread};
 use crate::policy::Hint;
 use crate::sync::CoreLatch;
 use crate::task::Task;
@@ -76,10 +76,15 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         // SAFETY: `owner` is the worker running the scope body, alive
         // until the scope completes (which waits for this task).
         let owner = unsafe { &*self.owner };
+        // The scope counts the task from here on: if the policy panicked
+        // while queueing it, the scope could neither wait for it (it may be
+        // lost) nor return (it may be queued, pointing into the scope).
+        let counted = AbortOnUnwind;
         match WorkerThread::current_in(&owner.registry) {
             Some(wt) => wt.push(task, Hint::Spawn),
             None => owner.registry.inject(task, Hint::Spawn),
         }
+        counted.disarm();
     }
 
     fn keep_panic(&self, p: Box<dyn Any + Send>) {
@@ -116,10 +121,13 @@ pub(crate) fn run<'env, R>(
         _scope: PhantomData,
         _env: PhantomData,
     };
+    // Tasks of the scope point into this frame until the latch is set.
+    let shared = AbortOnUnwind;
     let r = panic::catch_unwind(AssertUnwindSafe(|| f(&scope)));
     // SAFETY: `scope` lives in this frame until the wait below returns.
     unsafe { Scope::finish(&scope) };
     wt.wait_for(&|| scope.latch.probe());
+    shared.disarm();
     let first = scope.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
     match r {
         Err(p) => panic::resume_unwind(p),

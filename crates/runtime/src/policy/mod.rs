@@ -277,6 +277,15 @@ impl<T> WorkerLocal<T> {
 ///
 /// `enqueue`, `dequeue`, `idle` and `drain` are required; the others have
 /// default bodies.
+///
+/// # Panics
+///
+/// A policy should not panic. If it does while a `join`, `scope` or
+/// `install` frame is shared with other workers (its tasks point into that
+/// frame), the pool aborts the process, because unwinding the frame would
+/// be undefined behaviour; anywhere else the panic unwinds into the task
+/// that made the call (and is reported to its waiter) or ends the worker
+/// thread.
 pub trait ThreadPolicy: Send + Sync + fmt::Debug + 'static {
     /// The policy's name (for logs and reports).
     fn name(&self) -> &'static str;
