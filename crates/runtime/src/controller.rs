@@ -257,8 +257,9 @@ impl WorkerThread {
         }
     }
 
-    /// Runs `f` and `g`, possibly in parallel; `g` is offered to thieves
-    /// and taken back if nobody stole it.
+    /// Runs `a` and `b`, possibly in parallel; `b` is offered to thieves
+    /// and taken back if nobody stole it. Both always run; a panic of `a`
+    /// (else of `b`) continues once both finished.
     pub(crate) fn join<A, B, RA, RB>(&self, a: A, b: B) -> (RA, RB)
     where
         A: FnOnce() -> RA + Send,
@@ -278,11 +279,17 @@ impl WorkerThread {
         while !job_b.signal.probe() {
             match self.registry.policy.dequeue(&self.here, Hint::Wait) {
                 Some(t) if t.id() == id_b => {
-                    // Nobody stole `b`: run it here, without the latch.
+                    // Nobody stole `b`: run it here, without the latch;
+                    // also when `a` panicked (both closures always run).
                     shared.disarm();
                     let f = job_b.take();
-                    let ra = ra.unwrap_or_else(|p| panic::resume_unwind(p));
-                    return (ra, f());
+                    return match ra {
+                        Ok(ra) => (ra, f()),
+                        Err(p) => {
+                            let _ = panic::catch_unwind(AssertUnwindSafe(f));
+                            panic::resume_unwind(p)
+                        }
+                    };
                 }
                 Some(t) => self.execute(t),
                 None => self.wait_for(&|| job_b.signal.probe()),

@@ -369,8 +369,12 @@ impl Pool {
     }
 
     /// Runs `a` and `b`, in parallel when a worker is free, and returns
-    /// both results. Panics in either continue in the caller (after both
-    /// finished).
+    /// both results.
+    ///
+    /// # Panics
+    /// Both closures always run, also when the other one panicked. Once
+    /// both finished, a panic of either continues in the caller; if both
+    /// panicked, the panic of `a` (as `rayon::join`).
     pub fn join<A, B, RA, RB>(&self, a: A, b: B) -> (RA, RB)
     where
         A: FnOnce() -> RA + Send,
@@ -498,7 +502,8 @@ impl Drop for Pool {
 }
 
 /// Runs `a` and `b` on the current worker's pool, in parallel when
-/// possible; outside any pool, one after the other.
+/// possible; outside any pool, one after the other. Panics as
+/// [`Pool::join`].
 pub fn join<A, B, RA, RB>(a: A, b: B) -> (RA, RB)
 where
     A: FnOnce() -> RA + Send,
@@ -508,7 +513,13 @@ where
 {
     let p = WorkerThread::current();
     if p.is_null() {
-        return (a(), b());
+        return match panic::catch_unwind(AssertUnwindSafe(a)) {
+            Ok(ra) => (ra, b()),
+            Err(p) => {
+                let _ = panic::catch_unwind(AssertUnwindSafe(b));
+                panic::resume_unwind(p)
+            }
+        };
     }
     // SAFETY: non-null only while the worker's main loop (which owns the
     // `WorkerThread`) runs on this thread.

@@ -143,6 +143,36 @@ fn panics_reach_the_joiner_and_pool_survives() {
     }
 }
 
+/// `join` runs both closures whatever happens, also when `a` panics and
+/// nobody stole `b` (one worker: `b` cannot be stolen), then continues the
+/// panic of `a` (the first one if both panic), as rayon does.
+#[test]
+fn join_runs_b_when_a_panics() {
+    for kind in PolicyKind::ALL {
+        let p = Pool::builder()
+            .cell(Cell::standalone())
+            .policy(kind)
+            .max_workers(1)
+            .build()
+            .expect("pool");
+        let ran_b = AtomicUsize::new(0);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            p.join(
+                || -> u32 { panic!("left") },
+                || ran_b.fetch_add(1, Ordering::SeqCst),
+            )
+        }));
+        let payload = r.expect_err("a's panic continues");
+        assert_eq!(payload.downcast_ref::<&str>(), Some(&"left"), "{kind}");
+        assert_eq!(ran_b.load(Ordering::SeqCst), 1, "{kind}: b did not run");
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            p.join(|| -> u32 { panic!("left") }, || -> u32 { panic!("right") })
+        }));
+        let payload = r.expect_err("a panic continues");
+        assert_eq!(payload.downcast_ref::<&str>(), Some(&"left"), "{kind}");
+    }
+}
+
 #[test]
 fn standalone_pool_runs_everything() {
     let p = Pool::builder().cell(Cell::standalone()).build().unwrap();
