@@ -11,7 +11,13 @@
 //! same number of threads (the CPUs this process may use), so the
 //! comparison is like for like. Results and ratios: `BENCHMARKS.md`.
 
+// The pool does not exist in loom builds (`--cfg loom`, for the models):
+// there every item is left out and `main` does nothing.
+#![cfg_attr(loom, allow(unused))]
+
+#[cfg(not(loom))]
 use allot_client::{Cell, GrantWriter};
+#[cfg(not(loom))]
 use allot_runtime::{Event, Pool};
 use allot_topo::CpuSet;
 use divan::{Bencher, black_box};
@@ -21,9 +27,11 @@ use std::sync::{Arc, Condvar, LazyLock, Mutex};
 use std::time::Duration;
 
 fn main() {
+    #[cfg(not(loom))]
     divan::main();
 }
 
+#[cfg(not(loom))]
 static POOL: LazyLock<Pool> = LazyLock::new(|| {
     Pool::builder()
         .cell(Cell::standalone())
@@ -32,6 +40,7 @@ static POOL: LazyLock<Pool> = LazyLock::new(|| {
         .expect("allot pool")
 });
 
+#[cfg(not(loom))]
 static RAYON: LazyLock<rayon::ThreadPool> = LazyLock::new(|| {
     rayon::ThreadPoolBuilder::new()
         .num_threads(POOL.workers())
@@ -43,6 +52,7 @@ static RAYON: LazyLock<rayon::ThreadPool> = LazyLock::new(|| {
 /// every worker / helper is parked when the sample starts.
 const COLD: Duration = Duration::from_micros(300);
 
+#[cfg(not(loom))]
 mod spawn {
     use super::*;
 
@@ -145,6 +155,7 @@ mod spawn {
     }
 }
 
+#[cfg(not(loom))]
 mod forkjoin {
     use super::*;
 
@@ -186,6 +197,7 @@ mod forkjoin {
     }
 }
 
+#[cfg(not(loom))]
 mod parfor {
     use super::*;
 
@@ -233,6 +245,7 @@ mod parfor {
     }
 }
 
+#[cfg(not(loom))]
 mod wake {
     use super::*;
 
@@ -363,6 +376,7 @@ mod wake {
     }
 }
 
+#[cfg(not(loom))]
 mod resize {
     use super::*;
 

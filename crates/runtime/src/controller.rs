@@ -29,9 +29,10 @@
 //! 2. another CPU → pin itself there, store `current` (re-pin; its queue
 //!    and any task on its stack come along);
 //! 3. none, at the top of its loop (no task on its stack) → retire:
-//!    `drain` its queues through the policy, wake a sleeper through the
-//!    fenced path, leave the roster, `current = 0`, then park `DORMANT`
-//!    until a CPU is assigned again;
+//!    `drain` its queues through the policy (the shipped policies leave
+//!    them where they are: every worker's queue is stolen from), wake a
+//!    sleeper through the fenced path, leave the roster, `current = 0`,
+//!    then park `DORMANT` until a CPU is assigned again;
 //! 4. none, inside a `join`/`scope` wait (a task is on its stack, and tasks
 //!    are never preempted) → drain its queue and take no new work, only
 //!    wait for its latch; it retires when it is back at the top.
@@ -39,6 +40,36 @@
 //! Because a worker only retires with an empty stack and after draining,
 //! and queues return each task exactly once, no task is lost or run twice
 //! across a resize.
+//!
+//! # Waiting (the nesting rule)
+//!
+//! A task never blocks its worker to wait for other tasks (`join`'s second
+//! half, a scope's tasks, a `JoinHandle`): the worker looks for work
+//! meanwhile (`WorkerThread::wait`) and runs it *nested on its own stack*,
+//! returning to the waiting task when the wait is over. What a waiter may
+//! run is therefore limited to work that cannot nest without bound:
+//!
+//! 1. the awaited work itself, if nobody started it: `join` takes its
+//!    second half back from its own queue; a `JoinHandle::join` runs the
+//!    handle's task; a scope's owner runs tasks spawned into the scope from
+//!    outside the pool. The last two may sit in the global queue, so they
+//!    are claimed directly ([`Waited::claim`], `crate::claim`);
+//! 2. through the policy, with `Hint::Wait`: tasks from the worker's own
+//!    queues, newest first, and tasks stolen from other workers' own
+//!    queues — never the global queue (the contract is in `crate::policy`,
+//!    "Waiting workers").
+//!
+//! Taking the oldest task of the global queue, as any FIFO waiter would,
+//! nests an unrelated task that may wait and take the next one, one frame
+//! per queued task: a scope of 50 000 tasks that each open a scope
+//! overflowed the stack that way. With the rule, a waiter nests an
+//! unrelated task only when the work it forked itself was stolen.
+//!
+//! Every wait can still finish: the awaited work is claimable (1), in the
+//! waiter's own queue (1, 2), or in some worker's own queue, which every
+//! other worker steals from (2) — policies keep structured work
+//! (`Hint::Fork`, `Hint::Scoped`) there, also after its worker retired —
+//! or it is running on another worker.
 
 use crate::affinity;
 use crate::loom::hint;
@@ -135,6 +166,28 @@ pub(crate) struct WorkerThread {
     pub(crate) here: Here,
 }
 
+/// What a worker waits for inside a task (see "Waiting" in the module
+/// docs).
+pub(crate) trait Waited {
+    /// Whether the wait is over. Whoever makes it true then calls
+    /// `Sleep::notify_worker` for the waiting worker.
+    fn done(&self) -> bool;
+
+    /// A part of the awaited work that nobody started, claimed for the
+    /// waiter to run now (it may sit in a queue waiting workers do not
+    /// serve). Whoever makes a new claim possible while the waiter may be
+    /// parked calls `Sleep::notify_worker` for it.
+    fn claim(&self) -> Option<Task> {
+        None
+    }
+}
+
+impl Waited for CoreLatch {
+    fn done(&self) -> bool {
+        self.probe()
+    }
+}
+
 /// What looking for work ended with.
 enum Found {
     Task(Task),
@@ -209,18 +262,27 @@ impl WorkerThread {
     }
 
     /// Queues a task created on this worker and wakes a sleeper for it.
+    ///
+    /// A task kept in this worker's own queues skips the fence of the
+    /// wake-up (this worker pops it before it sleeps; sleep README, "local
+    /// pushes"); one placed elsewhere takes the fenced path, since this
+    /// worker may be waiting inside a task and not serve that queue.
     #[inline]
     pub(crate) fn push(&self, task: Task, hint: Hint) {
         let reg = &*self.registry;
         let place = reg.policy.place(Some(&self.here), hint);
         reg.policy.enqueue(Some(&self.here), place, task, hint);
-        reg.wake_for(Some(&self.here), place, hint, false);
+        reg.wake_for(Some(&self.here), place, hint, place != Place::Local);
     }
 
     #[inline]
     fn execute(&self, t: Task) {
-        if panic::catch_unwind(AssertUnwindSafe(|| t.run())).is_err() {
-            self.registry.escaped_panics.fetch_add(1, Ordering::Relaxed);
+        match panic::catch_unwind(AssertUnwindSafe(|| t.run())) {
+            Ok(false) => return, // a waiter had claimed and run it
+            Ok(true) => {}
+            Err(_) => {
+                self.registry.escaped_panics.fetch_add(1, Ordering::Relaxed);
+            }
         }
         let c = &self.registry.slot(self.here.index()).completed;
         c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
@@ -292,7 +354,7 @@ impl WorkerThread {
                     };
                 }
                 Some(t) => self.execute(t),
-                None => self.wait_for(&|| job_b.signal.probe()),
+                None => self.wait(&job_b.signal),
             }
         }
         shared.disarm();
@@ -304,30 +366,40 @@ impl WorkerThread {
         }
     }
 
-    /// Runs other work until `done()` holds; `done` must be a condition
-    /// whose setter then calls `Sleep::notify_worker(self.index)`.
-    pub(crate) fn wait_for(&self, done: &dyn Fn() -> bool) {
+    /// Runs other work, nested on this stack, until `w` is done (see
+    /// "Waiting" in the module docs).
+    pub(crate) fn wait(&self, w: &dyn Waited) {
         loop {
-            match self.find_work(Hint::Wait, Some(done)) {
+            match self.find_work(Hint::Wait, Some(w)) {
                 Found::Task(t) => self.execute(t),
                 Found::Done | Found::Leave => return,
             }
         }
     }
 
-    /// Looks for a task: policy dequeue, then policy idle (steal), then
-    /// spin, then sleep. `until` is set when waiting inside a task.
-    fn find_work(&self, mut hint: Hint, until: Option<&dyn Fn() -> bool>) -> Found {
+    /// Looks for a task: the awaited work's claimable part (when waiting),
+    /// policy dequeue, then policy idle (steal), then spin, then sleep.
+    /// `until` is set when waiting inside a task; every policy call is then
+    /// made with `Hint::Wait`.
+    fn find_work(&self, mut hint: Hint, until: Option<&dyn Waited>) -> Found {
         let reg = &*self.registry;
         let here = &self.here;
         let slot = reg.slot(here.index());
+        let idle_hint = if until.is_some() {
+            Hint::Wait
+        } else {
+            Hint::Steal
+        };
         let mut round = 0u32;
         let mut spin_start: Option<Instant> = None;
         let found = loop {
-            if let Some(done) = until
-                && done()
-            {
-                break Found::Done;
+            if let Some(w) = until {
+                if w.done() {
+                    break Found::Done;
+                }
+                if let Some(t) = w.claim() {
+                    break Found::Task(t);
+                }
             }
             let retiring = self.follow_assignment();
             if retiring {
@@ -342,7 +414,7 @@ impl WorkerThread {
                 if let Some(t) = reg.policy.dequeue(here, hint) {
                     break Found::Task(t);
                 }
-                match reg.policy.idle(here, round, Hint::Steal) {
+                match reg.policy.idle(here, round, idle_hint) {
                     Idle::Run(t) => break Found::Task(t),
                     Idle::Retry => {
                         round = round.saturating_add(1);
@@ -366,19 +438,28 @@ impl WorkerThread {
             }
             // Sleep: announce, re-check everything, then park.
             let s = reg.sleep.announce(here.index());
-            let stop = until.is_some_and(|d| d())
+            let stop = until.is_some_and(|w| w.done())
                 || (!retiring && slot.target.load(Ordering::SeqCst) != self.serving())
                 || (until.is_none() && reg.terminate.load(Ordering::SeqCst));
             if stop {
                 reg.sleep.cancel(s);
                 continue;
             }
+            if let Some(t) = until.and_then(|w| w.claim()) {
+                reg.sleep.cancel(s);
+                break Found::Task(t);
+            }
             if !retiring {
-                if let Some(t) = reg.policy.dequeue(here, Hint::Wake) {
+                let look = if until.is_some() {
+                    Hint::Wait
+                } else {
+                    Hint::Wake
+                };
+                if let Some(t) = reg.policy.dequeue(here, look) {
                     reg.sleep.cancel(s);
                     break Found::Task(t);
                 }
-                match reg.policy.idle(here, 0, Hint::Steal) {
+                match reg.policy.idle(here, 0, idle_hint) {
                     Idle::Run(t) => {
                         reg.sleep.cancel(s);
                         break Found::Task(t);
@@ -391,7 +472,9 @@ impl WorkerThread {
                 }
             }
             reg.sleep.park(s);
-            hint = Hint::Wake;
+            if until.is_none() {
+                hint = Hint::Wake;
+            }
             round = 0;
             spin_start = None;
         };

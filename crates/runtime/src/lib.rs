@@ -56,6 +56,8 @@
 
 pub mod affinity;
 #[cfg(not(loom))]
+mod claim;
+#[cfg(not(loom))]
 mod controller;
 pub(crate) mod loom;
 #[cfg(all(loom, test))]

@@ -93,8 +93,8 @@ fn counting_task(hits: &Arc<[AtomicUsize; 3]>, i: usize) -> Task {
 }
 
 /// Resize: worker 0 has tasks queued locally and retires (`drain`) while
-/// worker 1 steals concurrently (`idle`) and then serves the global queue
-/// (`dequeue`). Every task runs exactly once.
+/// worker 1 steals concurrently (`idle`) and then takes whatever is left
+/// (`dequeue`, `idle`). Every task runs exactly once.
 fn retire_model(kind: PolicyKind) {
     loom::model(move || {
         let info = PoolInfo::new(2);

@@ -22,9 +22,9 @@
 //!
 //! Every `report_period` (default 100 ms) it calls `Cell::report(busy,
 //! wanted, completed)`: `busy` = active workers running a task, `wanted` =
-//! busy workers plus workers with queued work plus the global backlog (a
-//! simple demand signal, capped at the slot count), `completed` = tasks run
-//! so far. Errors are ignored (no broker = nothing to tell).
+//! busy workers plus workers with queued work plus the backlog (global
+//! queue, queues left by retired workers; a simple demand signal, capped at
+//! the slot count), `completed` = tasks run so far. Errors are ignored (no broker = nothing to tell).
 //!
 //! The monitor never blocks the pool: it waits in slices of at most
 //! `MONITOR_SLICE` so it notices `Pool` being dropped, and is detached at
@@ -185,12 +185,15 @@ pub(crate) fn demand(reg: &Registry) -> (u32, u32, u64) {
     let mut done = 0u64;
     for (i, s) in reg.slots.iter().enumerate() {
         done += s.completed.load(Ordering::Relaxed);
+        let queued = reg.policy.queued(Some(i)) > 0;
         if s.current.load(Ordering::Relaxed) == 0 {
+            // A retired worker's queue is stolen from: backlog.
+            wanted += queued as usize;
             continue;
         }
         let is_busy = !s.idle.load(Ordering::Relaxed);
         busy += is_busy as usize;
-        wanted += (is_busy || reg.policy.queued(Some(i)) > 0) as usize;
+        wanted += (is_busy || queued) as usize;
     }
     wanted += reg.policy.queued(None);
     (busy as u32, wanted.min(reg.slots.len()) as u32, done)

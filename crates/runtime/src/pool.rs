@@ -17,7 +17,8 @@
 //! them (unless it is dropped from one of its own workers, which then
 //! exit on their own).
 
-use crate::controller::{AbortOnUnwind, PlanState, Registry, Slot, WorkerThread};
+use crate::claim::{Claim, ClaimJob};
+use crate::controller::{AbortOnUnwind, PlanState, Registry, Slot, Waited, WorkerThread};
 use crate::monitor;
 use crate::policy::{Hint, PolicyKind, PoolInfo, ThreadPolicy};
 use crate::sleep::Sleep;
@@ -30,7 +31,6 @@ use std::cell::UnsafeCell;
 use std::fmt;
 use std::ops::Range;
 use std::panic::{self, AssertUnwindSafe};
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -437,24 +437,20 @@ impl Pool {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        // One allocation holds the closure and the result slot.
-        let job = Arc::new(SpawnJob {
-            packet: Packet {
+        // One allocation holds the closure and the result slot; the queued
+        // task and the handle share it (the handle may claim the task).
+        let job = ClaimJob::new(
+            Packet {
                 done: Event::new(),
                 waiter: AtomicUsize::new(0),
                 result: UnsafeCell::new(None),
             },
-            f: UnsafeCell::new(Some(f)),
-        });
-        let raw = Arc::into_raw(job.clone());
-        // SAFETY: `raw` is a strong reference handed to the task, which
-        // `run_spawned` takes back exactly once.
-        let task = unsafe {
-            Task::from_raw(
-                NonNull::new_unchecked(raw.cast_mut().cast()),
-                run_spawned::<F, T>,
-            )
-        };
+            move |p: &Packet<T>| {
+                p.complete(panic::catch_unwind(AssertUnwindSafe(f)).map_err(TaskPanic::new))
+            },
+        );
+        // SAFETY: `F` and `T` are `'static`.
+        let task = unsafe { job.queued_task() };
         match WorkerThread::current_in(&self.reg) {
             Some(wt) => wt.push(task, Hint::Spawn),
             None => self.reg.inject(task, Hint::Spawn),
@@ -562,39 +558,34 @@ struct Packet<T> {
     result: UnsafeCell<Option<Result<T, TaskPanic>>>,
 }
 
-/// A spawned task: closure and result slot in one allocation.
-struct SpawnJob<F, T> {
-    packet: Packet<T>,
-    f: UnsafeCell<Option<F>>,
-}
+// SAFETY: `result` is written once, by the task, before `done` is set
+// (release), and read once, by the joiner, after it saw `done` (acquire).
+unsafe impl<T: Send> Sync for Packet<T> {}
 
-// SAFETY: `f` is taken once by the task; `result` is written once by the
-// task before `done` is set (release) and read once by the joiner after
-// seeing it (acquire).
-unsafe impl<F: Send, T: Send> Sync for SpawnJob<F, T> {}
-
-/// What a `JoinHandle` sees of a spawned job.
-trait HasPacket<T>: Send + Sync {
+/// What a `JoinHandle` sees of its spawned job (a [`ClaimJob`] whose
+/// payload is the result slot).
+trait Spawned<T>: Claim {
     fn packet(&self) -> &Packet<T>;
 }
 
-impl<F: Send, T: Send> HasPacket<T> for SpawnJob<F, T> {
+impl<T: Send, F: FnOnce(&Packet<T>) + Send> Spawned<T> for ClaimJob<Packet<T>, F> {
     fn packet(&self) -> &Packet<T> {
-        &self.packet
+        &self.payload
     }
 }
 
-/// Runs a spawned job and drops the task's reference to it.
-///
-/// # Safety
-/// `p` is an `Arc<SpawnJob<F, T>>` reference from `Arc::into_raw`, used once.
-unsafe fn run_spawned<F: FnOnce() -> T, T>(p: NonNull<()>) {
-    // SAFETY: see the contract above.
-    let job = unsafe { Arc::from_raw(p.as_ptr().cast_const().cast::<SpawnJob<F, T>>()) };
-    // SAFETY: only this run touches `f`.
-    let f = unsafe { (*job.f.get()).take() }.expect("spawned task run twice");
-    let r = panic::catch_unwind(AssertUnwindSafe(f)).map_err(TaskPanic::new);
-    job.packet.complete(r);
+/// A `JoinHandle::join` on a worker of the pool: done when the task is;
+/// the task itself is claimable (see `crate::claim`).
+struct HandleWait<'a, T>(&'a Arc<dyn Spawned<T>>);
+
+impl<T> Waited for HandleWait<'_, T> {
+    fn done(&self) -> bool {
+        self.0.packet().done.is_set()
+    }
+
+    fn claim(&self) -> Option<Task> {
+        self.0.clone().claim()
+    }
 }
 
 impl<T> Packet<T> {
@@ -616,7 +607,7 @@ impl<T> Packet<T> {
 
 /// Owned permission to collect a spawned task's result.
 pub struct JoinHandle<T> {
-    job: Arc<dyn HasPacket<T>>,
+    job: Arc<dyn Spawned<T>>,
     reg: Arc<Registry>,
 }
 
@@ -635,14 +626,15 @@ impl<T> JoinHandle<T> {
     }
 
     /// Waits for the task: its value, or its panic. On a worker of the
-    /// same pool, runs other tasks while waiting.
+    /// same pool, runs the task itself if it has not started yet, else
+    /// runs other work while waiting (see "Waiting" in `controller.rs`).
     pub fn join(self) -> Result<T, TaskPanic> {
         let packet = self.job.packet();
         if !packet.done.is_set() {
             match WorkerThread::current_in(&self.reg) {
                 Some(wt) => {
                     packet.waiter.store(wt.here.index() + 1, Ordering::SeqCst);
-                    wt.wait_for(&|| packet.done.is_set());
+                    wt.wait(&HandleWait(&self.job));
                 }
                 None => packet.done.wait(),
             }

@@ -5,11 +5,20 @@
 //! unwind) before every task spawned in the scope has finished. A counter
 //! starts at 1 (the scope body itself) and each spawn adds 1; each finished
 //! task, and the body, subtract 1; the one that reaches 0 sets a
-//! [`CoreLatch`] owned by the worker running the body, which works while it
-//! waits. Panics are caught per task; the first one is kept and continues
-//! in the caller after the scope is complete.
+//! [`CoreLatch`] owned by the worker running the body (the *owner*), which
+//! works while it waits. Panics are caught per task; the first one is kept
+//! and continues in the caller after the scope is complete.
+//!
+//! Where the tasks go: a task spawned on a worker of the pool is queued
+//! with `Hint::Scoped`, which policies keep in that worker's own queues
+//! (structured work, reachable by waiting workers; see "Waiting" in
+//! `crate::controller`). A task spawned from a thread outside the pool goes
+//! through the global queue, which a waiting owner does not serve, so it is
+//! also listed in the scope for the owner to claim (`crate::claim`), and
+//! the owner is notified.
 
-use crate::controller::{AbortOnUnwind, WorkerThread};
+use crate::claim::{Claim, ClaimJob};
+use crate::controller::{AbortOnUnwind, Waited, WorkerThread};
 use crate::policy::Hint;
 use crate::sync::CoreLatch;
 use crate::task::Task;
@@ -17,8 +26,8 @@ use std::any::Any;
 use std::fmt;
 use std::marker::PhantomData;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// A scope in which tasks may borrow anything that outlives `'env`.
 /// Created by [`Pool::scope`](crate::Pool::scope).
@@ -29,6 +38,11 @@ pub struct Scope<'scope, 'env: 'scope> {
     /// The worker that runs the scope body (where tasks are pushed from
     /// outside a worker).
     owner: *const WorkerThread,
+    /// Tasks spawned from outside the pool, for the owner to claim, and
+    /// their number (read without the lock by the owner's wait). Their
+    /// true type is `dyn Claim + 'scope` (see `spawn`).
+    outside: Mutex<Vec<Arc<dyn Claim>>>,
+    outside_len: AtomicUsize,
     _scope: PhantomData<&'scope mut &'scope ()>,
     _env: PhantomData<&'env mut &'env ()>,
 }
@@ -70,19 +84,43 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             // SAFETY: last use of the scope by this task.
             unsafe { Scope::finish(ptr.0) };
         };
-        // SAFETY: `run` does not return before `pending` reaches 0, i.e.
-        // before this task finished; everything `f` borrows outlives that.
-        let task = unsafe { Task::heap_unchecked(body) };
         // SAFETY: `owner` is the worker running the scope body, alive
         // until the scope completes (which waits for this task).
         let owner = unsafe { &*self.owner };
+        let reg = &owner.registry;
         // The scope counts the task from here on: if the policy panicked
         // while queueing it, the scope could neither wait for it (it may be
         // lost) nor return (it may be queued, pointing into the scope).
         let counted = AbortOnUnwind;
-        match WorkerThread::current_in(&owner.registry) {
-            Some(wt) => wt.push(task, Hint::Spawn),
-            None => owner.registry.inject(task, Hint::Spawn),
+        match WorkerThread::current_in(reg) {
+            Some(wt) => {
+                // SAFETY: `run` does not return before `pending` reaches 0,
+                // i.e. before this task finished; everything `f` borrows
+                // outlives that.
+                let task = unsafe { Task::heap_unchecked(body) };
+                wt.push(task, Hint::Scoped);
+            }
+            None => {
+                let job = ClaimJob::new((), move |_: &()| body());
+                // SAFETY: as above; once the owner claimed the job, the
+                // queued task only drops it (it holds no borrow then).
+                let task = unsafe { job.queued_task() };
+                let job: Arc<dyn Claim + 'scope> = job;
+                // SAFETY: only the lifetime bound changes (same layout).
+                // The scope drops this list once `pending` reached 0, when
+                // every job has run and its closure — the only part that
+                // borrows for `'scope` — is gone; dropping what is left
+                // touches no borrowed data.
+                let job: Arc<dyn Claim> =
+                    unsafe { std::mem::transmute::<Arc<dyn Claim + 'scope>, Arc<dyn Claim>>(job) };
+                {
+                    let mut list = self.outside.lock().unwrap_or_else(|e| e.into_inner());
+                    list.push(job);
+                    self.outside_len.store(list.len(), Ordering::SeqCst);
+                }
+                reg.inject(task, Hint::Scoped);
+                reg.sleep.notify_worker(owner.here.index());
+            }
         }
         counted.disarm();
     }
@@ -108,6 +146,28 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     }
 }
 
+/// The owner's wait at the end of the scope.
+impl Waited for Scope<'_, '_> {
+    fn done(&self) -> bool {
+        self.latch.probe()
+    }
+
+    fn claim(&self) -> Option<Task> {
+        if self.outside_len.load(Ordering::SeqCst) == 0 {
+            return None;
+        }
+        let mut list = self.outside.lock().unwrap_or_else(|e| e.into_inner());
+        let mut claimed = None;
+        while claimed.is_none()
+            && let Some(job) = list.pop()
+        {
+            claimed = job.claim();
+        }
+        self.outside_len.store(list.len(), Ordering::SeqCst);
+        claimed
+    }
+}
+
 /// Runs a scope body on worker `wt` and waits for all its tasks.
 pub(crate) fn run<'env, R>(
     wt: &WorkerThread,
@@ -118,6 +178,8 @@ pub(crate) fn run<'env, R>(
         latch: CoreLatch::new(wt.here.index(), &wt.registry.sleep),
         panic: Mutex::new(None),
         owner: wt,
+        outside: Mutex::new(Vec::new()),
+        outside_len: AtomicUsize::new(0),
         _scope: PhantomData,
         _env: PhantomData,
     };
@@ -126,7 +188,7 @@ pub(crate) fn run<'env, R>(
     let r = panic::catch_unwind(AssertUnwindSafe(|| f(&scope)));
     // SAFETY: `scope` lives in this frame until the wait below returns.
     unsafe { Scope::finish(&scope) };
-    wt.wait_for(&|| scope.latch.probe());
+    wt.wait(&scope);
     shared.disarm();
     let first = scope.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
     match r {

@@ -27,7 +27,9 @@ use std::ptr::NonNull;
 /// Policies move tasks between queues; only the controller runs them.
 pub struct Task {
     ptr: NonNull<()>,
-    run: unsafe fn(NonNull<()>),
+    /// Runs the job; false if the job had been done already (a claimed
+    /// job's queued task, `crate::claim`).
+    run: unsafe fn(NonNull<()>) -> bool,
 }
 
 // SAFETY: a task is created only from `Send` closures (heap jobs) or from
@@ -55,10 +57,11 @@ impl Task {
     /// Everything `f` borrows must outlive the task's run (scopes wait for
     /// every spawned task before returning).
     pub(crate) unsafe fn heap_unchecked<F: FnOnce() + Send>(f: F) -> Task {
-        unsafe fn run_box<F: FnOnce()>(p: NonNull<()>) {
+        unsafe fn run_box<F: FnOnce()>(p: NonNull<()>) -> bool {
             // SAFETY: `p` came from `Box::into_raw` below and is run once.
             let f = unsafe { Box::from_raw(p.as_ptr().cast::<F>()) };
             f();
+            true
         }
         let p = Box::into_raw(Box::new(f));
         // SAFETY: `Box::into_raw` never returns null.
@@ -72,14 +75,16 @@ impl Task {
     /// A task from a raw job pointer and its run function.
     ///
     /// # Safety
-    /// `run(ptr)` must be sound to call once from any thread.
-    pub(crate) unsafe fn from_raw(ptr: NonNull<()>, run: unsafe fn(NonNull<()>)) -> Task {
+    /// `run(ptr)` must be sound to call once from any thread; it returns
+    /// false only if it found its job done already.
+    pub(crate) unsafe fn from_raw(ptr: NonNull<()>, run: unsafe fn(NonNull<()>) -> bool) -> Task {
         Task { ptr, run }
     }
 
-    /// Runs the task.
+    /// Runs the task; false if it found its job done already (by a waiter
+    /// that claimed it).
     #[inline]
-    pub(crate) fn run(self) {
+    pub(crate) fn run(self) -> bool {
         // SAFETY: constructors guarantee `run(ptr)` may be called once; `self`
         // is consumed, so it is.
         unsafe { (self.run)(self.ptr) }
@@ -186,7 +191,7 @@ where
     /// The job must stay in place until its signal is seen (or until the
     /// task is taken back unrun), and the task must be run at most once.
     pub(crate) unsafe fn as_task(&self) -> Task {
-        unsafe fn run<F: FnOnce() -> R, R, S: Signal>(p: NonNull<()>) {
+        unsafe fn run<F: FnOnce() -> R, R, S: Signal>(p: NonNull<()>) -> bool {
             let job = p.as_ptr().cast::<StackJob<F, R, S>>().cast_const();
             // SAFETY: the owner keeps the job alive until the signal, and
             // only this run touches `f` and `out` before it.
@@ -202,6 +207,7 @@ where
                 (*job).out.with_mut(|o| *o = out);
                 S::signal(&raw const (*job).signal);
             }
+            true
         }
         let ptr = NonNull::from(self).cast::<()>();
         // SAFETY: see the contract above.

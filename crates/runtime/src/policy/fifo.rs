@@ -1,18 +1,25 @@
-//! `fifo`: one global FIFO queue for tasks (Sting's "Global FIFO" policy
-//! manager), with fork halves kept by their forking worker.
+//! `fifo`: one global FIFO queue for independent tasks (Sting's "Global
+//! FIFO" policy manager), with structured work kept by the worker that
+//! created it.
 //!
-//! - placement: every spawned, scoped or installed task goes to the global
-//!   queue, whoever creates it, so tasks start in submission order. The
-//!   second half of a `join` (`Hint::Fork`) is not a new thread of control
-//!   but the continuation of the running task; it goes on the forking
-//!   worker's own deque, where others can steal it. (Running tasks on the
-//!   worker's stack, a joiner that took the *oldest* global task while it
-//!   waits would nest unrelated work without bound and overflow the stack;
-//!   Sting's threads had their own stacks and did not have this problem.)
+//! - placement: every spawned or installed task (`Hint::Spawn`) goes to the
+//!   global queue, whoever creates it, so independent tasks start in
+//!   submission order. The second half of a `join` (`Hint::Fork`) and a
+//!   scoped task created on a worker (`Hint::Scoped`) are not independent:
+//!   they are parts of the running task, which will wait for them. They go
+//!   on the creating worker's own deque (the *fork deque*), where others
+//!   can steal them. (A waiting worker runs tasks nested on its stack; had
+//!   these parts gone to the global queue, a waiter would have to take the
+//!   oldest global task to reach them and would nest unrelated work without
+//!   bound. Sting's threads had their own stacks and did not have this
+//!   problem.)
 //! - dequeue: the worker's fork deque (newest first), then the oldest task
-//!   of the global queue;
-//! - idle: the global queue, then the fork deques of other workers;
-//! - drain: a retiring worker moves its forks to the global queue.
+//!   of the global queue — except when waiting (`Hint::Wait`): fork deque
+//!   only;
+//! - idle: the global queue (not when waiting), then the fork deques of
+//!   other workers;
+//! - drain: nothing to move; fork deques are stolen from whether or not
+//!   their worker is active.
 
 use super::{Here, Hint, Idle, Place, PoolInfo, ThreadPolicy, WorkerLocal};
 use crate::queue::{Injector, LocalQueue, Steal, Stealer};
@@ -58,7 +65,7 @@ impl ThreadPolicy for Fifo {
     }
 
     fn place(&self, from: Option<&Here>, hint: Hint) -> Place {
-        if from.is_some() && hint == Hint::Fork {
+        if from.is_some() && matches!(hint, Hint::Fork | Hint::Scoped) {
             Place::Local
         } else {
             Place::Global
@@ -72,16 +79,22 @@ impl ThreadPolicy for Fifo {
         }
     }
 
-    fn dequeue(&self, here: &Here, _hint: Hint) -> Option<Task> {
-        self.forks.get(here).pop().or_else(|| self.take_global())
+    fn dequeue(&self, here: &Here, hint: Hint) -> Option<Task> {
+        let own = self.forks.get(here).pop();
+        if own.is_some() || hint == Hint::Wait {
+            return own;
+        }
+        self.take_global()
     }
 
-    fn idle(&self, here: &Here, _round: u32, _hint: Hint) -> Idle {
+    fn idle(&self, here: &Here, _round: u32, hint: Hint) -> Idle {
         let mut retry = false;
-        match self.global.steal() {
-            Steal::Success(t) => return Idle::Run(t),
-            Steal::Retry => retry = true,
-            Steal::Empty => {}
+        if hint != Hint::Wait {
+            match self.global.steal() {
+                Steal::Success(t) => return Idle::Run(t),
+                Steal::Retry => retry = true,
+                Steal::Empty => {}
+            }
         }
         let n = self.stealers.len();
         let start = (here.random() % n as u64) as usize;
@@ -99,11 +112,10 @@ impl ThreadPolicy for Fifo {
         if retry { Idle::Retry } else { Idle::Park }
     }
 
-    fn drain(&self, here: &Here, _hint: Hint) {
-        let forks = self.forks.get(here);
-        while let Some(t) = forks.pop() {
-            self.global.push(t);
-        }
+    fn drain(&self, _here: &Here, _hint: Hint) {
+        // Nothing to move: `idle` steals from every fork deque, also a
+        // retired worker's. (Moving its tasks to the global queue would
+        // hide them from waiting workers, which may need them.)
     }
 
     fn queued(&self, worker: Option<usize>) -> usize {

@@ -4,16 +4,18 @@
 //!   outside the pool (and `Place::Worker`, which deques cannot accept from
 //!   other threads) go to the global FIFO queue;
 //! - dequeue: own deque, newest first (depth-first, cache-warm), then a
-//!   batch from the global queue;
+//!   batch from the global queue — except when waiting (`Hint::Wait`): own
+//!   deque only;
 //! - idle: steal the *oldest* task (the biggest piece of a fork/join tree)
-//!   from workers in a random rotation, once around; `Retry` if any steal
-//!   lost a race, `Park` if all were empty;
-//! - drain: a retiring worker moves its whole deque to the global queue.
+//!   from workers in a random rotation, once around, then the global queue
+//!   (not when waiting); `Retry` if any steal lost a race, `Park` if all
+//!   were empty;
+//! - drain: nothing to move (see the invariant).
 //!
 //! Invariant: deque `i` is pushed and popped only by the worker holding
 //! slot `i` (enforced by `WorkerLocal`); other threads only steal. Workers
-//! that are not active are still stolen from, so a task a retiring worker
-//! has not drained yet is never stranded.
+//! that are not active are still stolen from, so a retired worker's tasks
+//! are never stranded and stay where waiting workers find them.
 
 use super::{Here, Hint, Idle, Place, PoolInfo, ThreadPolicy, WorkerLocal};
 use crate::queue::{Injector, LocalQueue, Steal, Stealer};
@@ -57,10 +59,13 @@ impl ThreadPolicy for Lifo {
     }
 
     #[inline]
-    fn dequeue(&self, here: &Here, _hint: Hint) -> Option<Task> {
+    fn dequeue(&self, here: &Here, hint: Hint) -> Option<Task> {
         let local = self.locals.get(here);
         if let Some(t) = local.pop() {
             return Some(t);
+        }
+        if hint == Hint::Wait {
+            return None;
         }
         loop {
             match self.global.steal_batch_and_pop(local) {
@@ -71,7 +76,7 @@ impl ThreadPolicy for Lifo {
         }
     }
 
-    fn idle(&self, here: &Here, _round: u32, _hint: Hint) -> Idle {
+    fn idle(&self, here: &Here, _round: u32, hint: Hint) -> Idle {
         let n = self.stealers.len();
         let local = self.locals.get(here);
         let start = (here.random() % n as u64) as usize;
@@ -87,6 +92,9 @@ impl ThreadPolicy for Lifo {
                 Steal::Empty => {}
             }
         }
+        if hint == Hint::Wait {
+            return if retry { Idle::Retry } else { Idle::Park };
+        }
         match self.global.steal_batch_and_pop(local) {
             Steal::Success(t) => Idle::Run(t),
             Steal::Retry => Idle::Retry,
@@ -95,11 +103,11 @@ impl ThreadPolicy for Lifo {
         }
     }
 
-    fn drain(&self, here: &Here, _hint: Hint) {
-        let local = self.locals.get(here);
-        while let Some(t) = local.pop() {
-            self.global.push(t);
-        }
+    fn drain(&self, _here: &Here, _hint: Hint) {
+        // Nothing to move: `idle` steals from every deque, also a retired
+        // worker's. (Moving its tasks to the global queue would hide them
+        // from waiting workers, which may need them: fork halves of joins
+        // still on some worker's stack can be there after batch steals.)
     }
 
     fn queued(&self, worker: Option<usize>) -> usize {

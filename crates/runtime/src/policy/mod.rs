@@ -26,6 +26,32 @@
 //! returned exactly once, by `dequeue` or `idle` on some worker; after
 //! `drain(w)` no task may remain reachable only through worker `w`.
 //!
+//! # Waiting workers (`Hint::Wait`)
+//!
+//! A worker that waits inside a task (`join`, the end of a `scope`,
+//! `JoinHandle::join`) looks for work meanwhile and runs it *on its own
+//! stack*, nested in the task that waits. It asks `dequeue` and `idle` with
+//! [`Hint::Wait`], and a policy must then hand out only
+//!
+//! - tasks from the calling worker's own queues, newest first, and
+//! - tasks taken from other workers' own queues (steals),
+//!
+//! never tasks from a queue of independent work shared by the pool (the
+//! global queue). Taking the *oldest* task of a shared queue nests an
+//! unrelated task, which may wait in turn and take the next one: one stack
+//! frame per queued task, until the stack overflows. From its own queue,
+//! newest first, a waiter reaches what it forked itself before anything
+//! older, so it nests further only when its own work was stolen (as in
+//! rayon).
+//!
+//! So that every wait can finish without the global queue, a policy keeps
+//! the tasks a worker creates as structured work — [`Hint::Fork`] and
+//! [`Hint::Scoped`] — where waiting workers find them: that worker's own
+//! queues, which the others steal from, also after it retired (`drain` may
+//! leave them in place). The controller itself runs what a waiter needs
+//! from the global queue: the task a `JoinHandle` waits for and scoped
+//! tasks created outside the pool (it claims them, see `crate::claim`).
+//!
 //! The shipped policies, one per file, are named by [`PolicyKind`].
 
 mod fifo;
@@ -47,18 +73,25 @@ use std::str::FromStr;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Hint {
-    /// A new independent task (`spawn`, scoped spawn, `install`).
+    /// A new independent task (`spawn`, `install`).
     Spawn,
+    /// A task of a scope (`Scope::spawn`): structured work the scope's
+    /// owner waits for. A worker's scoped tasks must stay reachable by
+    /// waiting workers (see "Waiting workers" above).
+    Scoped,
     /// The second half of a `join`, which its pusher will take back if no
     /// one steals it.
     Fork,
     /// A worker finished a task and continues (the "yield" point).
     Continue,
-    /// A worker waits inside `join`/`scope` and looks for work meanwhile.
+    /// A worker waits inside `join`/`scope`/`JoinHandle::join` and looks
+    /// for work meanwhile, to run nested on its stack: only its own queues
+    /// and other workers' own queues (see "Waiting workers" above).
     Wait,
     /// A worker was just woken from sleep.
     Wake,
-    /// An idle worker looks for work to take from others.
+    /// An idle worker (not inside a task) looks for work to take from
+    /// others. A waiting worker calls `idle` with `Wait` instead.
     Steal,
     /// The pool is resizing: the worker was re-pinned, started, or retires.
     Resize,
@@ -311,15 +344,19 @@ pub trait ThreadPolicy: Send + Sync + fmt::Debug + 'static {
     fn enqueue(&self, from: Option<&Here>, place: Place, task: Task, hint: Hint);
 
     /// The next task for `here` from the queues it serves first, or `None`.
+    /// With `Hint::Wait`, only from `here`'s own queues (see "Waiting
+    /// workers" in the module docs).
     fn dequeue(&self, here: &Here, hint: Hint) -> Option<Task>;
 
     /// `dequeue` found nothing: take work from elsewhere, or say park.
     /// `round` counts consecutive idle calls since the worker last ran a
-    /// task (0 on the first).
+    /// task (0 on the first). `hint` is `Steal`, or `Wait` for a waiting
+    /// worker (then: steal only from other workers' own queues).
     fn idle(&self, here: &Here, round: u32, hint: Hint) -> Idle;
 
-    /// Worker `here` retires (its CPU was revoked): move every task only it
-    /// can reach to where others find them.
+    /// Worker `here` retires (its CPU was revoked), with no task on its
+    /// stack: no task may stay reachable only through it afterwards. Tasks
+    /// in queues other workers steal from may stay where they are.
     fn drain(&self, here: &Here, hint: Hint);
 
     /// Whom to wake after a task was placed at `place` while some worker
@@ -349,10 +386,11 @@ pub enum PolicyKind {
     /// Best for fork/join and nested parallelism.
     #[default]
     Lifo,
-    /// One global FIFO queue shared by all workers (Sting's "Global FIFO"):
-    /// tasks start in submission order, no locality; contention grows with
-    /// the number of workers. `join` halves stay with their forking worker
-    /// (stealable) so nested fork/join keeps shallow stacks.
+    /// One global FIFO queue shared by all workers (Sting's "Global FIFO")
+    /// for independent tasks (`spawn`, `install`): they start in submission
+    /// order, no locality; contention grows with the number of workers.
+    /// Structured work (`join` halves, scoped tasks) stays with the worker
+    /// that created it (stealable), so waits never nest unrelated tasks.
     Fifo,
 }
 

@@ -1,0 +1,158 @@
+//! Claimable jobs: heap jobs that run at most once, through whichever
+//! claims them first — the task queued for them, or a worker waiting for
+//! them.
+//!
+//! A waiting worker does not serve the global queue (see "Waiting" in
+//! `crate::controller`), yet some of what it waits for may sit there: the
+//! task of a [`JoinHandle`](crate::JoinHandle) it joins, and tasks spawned
+//! into its scope from outside the pool. Such a job is queued as usual
+//! *and* reachable by its waiter, who claims it and runs it on the spot;
+//! the queued task, when it is dequeued later, finds the job claimed and
+//! only drops its reference.
+//!
+//! Protocol: `claimed` goes `false → true` once (`swap`); the winner takes
+//! the closure and runs it, nobody else touches the closure. The job is an
+//! `Arc`: the queued task holds one reference, each claimant (a handle, a
+//! scope's list) another; the closure is gone (taken) before any reference
+//! that outlives the wait is dropped.
+
+use crate::task::Task;
+use std::cell::UnsafeCell;
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Something a waiting worker may claim (type-erased [`ClaimJob`]).
+pub(crate) trait Claim: Send + Sync {
+    /// Claims the job for the calling worker: the task that runs it now,
+    /// or `None` if it was claimed before (it runs, or ran, elsewhere).
+    fn claim(self: Arc<Self>) -> Option<Task>;
+}
+
+/// A heap job with a payload its waiter reads (a spawned task's result
+/// slot) and a closure that runs once, given the payload.
+pub(crate) struct ClaimJob<P, F> {
+    pub(crate) payload: P,
+    claimed: AtomicBool,
+    f: UnsafeCell<Option<F>>,
+}
+
+// SAFETY: `f` is taken and run by the one thread that won `claimed`
+// (`F: Send` moves it there); `payload` is shared (`P: Sync`).
+unsafe impl<P: Sync, F: Send> Sync for ClaimJob<P, F> {}
+
+impl<P, F> ClaimJob<P, F>
+where
+    P: Send + Sync,
+    F: FnOnce(&P) + Send,
+{
+    pub(crate) fn new(payload: P, f: F) -> Arc<Self> {
+        Arc::new(ClaimJob {
+            payload,
+            claimed: AtomicBool::new(false),
+            f: UnsafeCell::new(Some(f)),
+        })
+    }
+
+    /// The task to queue for the job; it runs the job unless a waiter
+    /// claimed it first.
+    ///
+    /// # Safety
+    /// Everything `F` borrows must outlive the job's run; once the job was
+    /// claimed, the task may run (and only drop the job) at any time later.
+    pub(crate) unsafe fn queued_task(self: &Arc<Self>) -> Task {
+        /// # Safety
+        /// `p` is a reference from `Arc::into_raw`, used once.
+        unsafe fn run_queued<P, F: FnOnce(&P)>(p: NonNull<()>) -> bool {
+            // SAFETY: see above.
+            let job = unsafe { Arc::from_raw(p.as_ptr().cast_const().cast::<ClaimJob<P, F>>()) };
+            if job.claimed.swap(true, Ordering::AcqRel) {
+                // A waiter ran it. Its closure is gone: dropping the job
+                // drops only a `None` and the payload, which borrow nothing.
+                return false;
+            }
+            job.run();
+            true
+        }
+        // SAFETY: `run_queued` takes the reference back exactly once.
+        unsafe { into_task(self.clone(), run_queued::<P, F>) }
+    }
+}
+
+impl<P, F: FnOnce(&P)> ClaimJob<P, F> {
+    /// Runs the closure; only the winner of `claimed` calls this.
+    fn run(&self) {
+        // SAFETY: the caller won `claimed`, so no other thread touches `f`.
+        let f = unsafe { (*self.f.get()).take() }.expect("claimed job run twice");
+        f(&self.payload);
+    }
+}
+
+impl<P, F> Claim for ClaimJob<P, F>
+where
+    P: Send + Sync,
+    F: FnOnce(&P) + Send,
+{
+    fn claim(self: Arc<Self>) -> Option<Task> {
+        if self.claimed.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        /// # Safety
+        /// `p` is a reference from `Arc::into_raw` to a job this thread
+        /// claimed, used once.
+        unsafe fn run_claimed<P, F: FnOnce(&P)>(p: NonNull<()>) -> bool {
+            // SAFETY: see above.
+            let job = unsafe { Arc::from_raw(p.as_ptr().cast_const().cast::<ClaimJob<P, F>>()) };
+            job.run();
+            true
+        }
+        // SAFETY: `run_claimed` takes the reference back exactly once, and
+        // the claim was won above.
+        Some(unsafe { into_task(self, run_claimed::<P, F>) })
+    }
+}
+
+/// A task owning one reference to `job`.
+///
+/// # Safety
+/// `run` must take the reference back with `Arc::from_raw` exactly once.
+unsafe fn into_task<T>(job: Arc<T>, run: unsafe fn(NonNull<()>) -> bool) -> Task {
+    let raw = Arc::into_raw(job);
+    // SAFETY: `Arc::into_raw` never returns null; `run` is sound to call
+    // once from any thread (the caller's contract, `T: Send + Sync`).
+    unsafe { Task::from_raw(NonNull::new_unchecked(raw.cast_mut().cast()), run) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn claimed_job_runs_once_and_queued_task_only_drops_it() {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let r = runs.clone();
+        let job = ClaimJob::new((), move |_: &()| {
+            r.fetch_add(1, Ordering::SeqCst);
+        });
+        // SAFETY: the closure borrows nothing.
+        let queued = unsafe { job.queued_task() };
+        let claimed = job.clone().claim().expect("first claim wins");
+        assert!(job.clone().claim().is_none());
+        assert!(claimed.run());
+        assert!(!queued.run(), "a claimed job's queued task does nothing");
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        assert_eq!(Arc::strong_count(&job), 1);
+    }
+
+    #[test]
+    fn queued_task_first_leaves_nothing_to_claim() {
+        let job = ClaimJob::new(AtomicUsize::new(0), |n: &AtomicUsize| {
+            n.fetch_add(1, Ordering::SeqCst);
+        });
+        // SAFETY: the closure borrows nothing.
+        unsafe { job.queued_task() }.run();
+        assert!(job.clone().claim().is_none());
+        assert_eq!(job.payload.load(Ordering::SeqCst), 1);
+    }
+}
