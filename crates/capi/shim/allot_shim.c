@@ -114,6 +114,14 @@ _Static_assert(sizeof(struct grant_page) <= PAGE_BYTES, "page fits");
 static const struct grant_page *g_page;
 static int g_debug;
 
+/* An odd `seq` that a read gave up on without seeing it move: the page's
+ * writer stopped in the middle of a publish (a broker killed, or stopped,
+ * between its two stores to `seq`). Reads that find `seq` still at this
+ * value return at once instead of waiting again; any publish moves `seq`
+ * (a new writer first rounds it up to even), so the next read after one
+ * is normal. 0, an even value, means none. */
+static uint64_t g_stuck_seq;
+
 #if defined(__x86_64__) || defined(__i386__)
 #define CPU_RELAX() __builtin_ia32_pause()
 #else
@@ -125,14 +133,19 @@ static inline int shim_active(void)
     return __atomic_load_n(&g_page, __ATOMIC_RELAXED) != NULL;
 }
 
-/* The grant's recommended thread count (>= 1), or 0 if no consistent read
- * could be had. Reader side of the seqlock: seq (acquire), retry if odd,
- * the field, acquire fence, seq again, retry if it moved. */
-static unsigned grant_threads(void)
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* grant_threads() after a first attempt that found `seq` at `first` and
+ * failed: retries up to SEQ_TRIES times. */
+static __attribute__((noinline)) unsigned grant_threads_slow(const struct grant_page *p,
+                                                             uint64_t first)
 {
-    const struct grant_page *p = __atomic_load_n(&g_page, __ATOMIC_RELAXED);
+    if ((first & 1) && first == __atomic_load_n(&g_stuck_seq, __ATOMIC_RELAXED))
+        return 0; /* still stuck where a read gave up before: do not wait again */
+    int moved = 0;
     for (int i = 0; i < SEQ_TRIES; i++) {
         uint64_t s1 = __atomic_load_n(&p->seq, __ATOMIC_ACQUIRE);
+        moved |= s1 != first;
         if (s1 & 1) {
             CPU_RELAX();
             continue;
@@ -142,14 +155,35 @@ static unsigned grant_threads(void)
         if (__atomic_load_n(&p->seq, __ATOMIC_RELAXED) == s1)
             return t ? t : 1;
     }
+    if ((first & 1) && !moved) {
+        __atomic_store_n(&g_stuck_seq, first, __ATOMIC_RELAXED);
+        if (UNLIKELY(g_debug))
+            say("grant page left mid-publish by its writer (seq %llu); regions run uncapped "
+                "until it is published again",
+                (unsigned long long)first);
+    }
     return 0;
+}
+
+/* The grant's recommended thread count (>= 1), or 0 if no consistent read
+ * could be had. Reader side of the seqlock: seq (acquire), retry if odd,
+ * the field, acquire fence, seq again, retry if it moved. */
+static inline unsigned grant_threads(void)
+{
+    const struct grant_page *p = __atomic_load_n(&g_page, __ATOMIC_RELAXED);
+    uint64_t s1 = __atomic_load_n(&p->seq, __ATOMIC_ACQUIRE);
+    if (LIKELY(!(s1 & 1))) {
+        uint32_t t = __atomic_load_n(&p->threads, __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (LIKELY(__atomic_load_n(&p->seq, __ATOMIC_RELAXED) == s1))
+            return t ? t : 1;
+    }
+    return grant_threads_slow(p, s1);
 }
 
 /* ------------------------------------------------------------------------ */
 /* Messages                                                                 */
 /* ------------------------------------------------------------------------ */
-
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 static void say(const char *fmt, ...)
 {

@@ -204,3 +204,30 @@ fn children_of_the_program_follow_the_grant_too() {
     assert!(teams.len() >= 4, "{text}");
     assert!(teams.iter().all(|&t| t == "1"), "{text}");
 }
+
+/// The page's writer died in the middle of a publish: `seq` stays odd. The
+/// shim waits (a bounded spin) once, then runs regions uncapped without
+/// waiting again, until a new writer publishes, which it then follows.
+#[test]
+fn page_left_mid_publish_costs_one_wait_and_recovers() {
+    let mut page = Page::new(1);
+    page.stall_mid_publish();
+    let mut cmd = Command::new(teamsize(Toolchain::Gcc).unwrap());
+    cmd.args(["parallel", "700", "1000"]);
+    with_shim(&mut cmd, MAX);
+    cmd.env("ALLOT_SHIM_DEBUG", "1");
+    inherit_page(&mut cmd, page.fd());
+    let running = Running::start(&mut cmd);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let resumed = change(&mut page, 1);
+    let (report, stderr) = running.finish();
+    report.assert_complete();
+    let stuck: Vec<&Region> = report.regions.iter().filter(|r| r.t1 < resumed.start).collect();
+    let after: Vec<&Region> = report.regions.iter().filter(|r| r.t0 > resumed.end).collect();
+    assert!(stuck.len() > 20, "{stuck:?}");
+    assert!(after.len() > 20, "{after:?}");
+    assert!(stuck.iter().all(|r| r.team == MAX), "{stuck:?}");
+    assert!(after.iter().all(|r| r.team == 1), "{after:?}");
+    let waits = stderr.lines().filter(|l| l.contains("left mid-publish")).count();
+    assert_eq!(waits, 1, "{stderr}");
+}

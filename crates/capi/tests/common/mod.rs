@@ -217,6 +217,19 @@ impl Page {
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.map.fd()
     }
+
+    /// Leaves the page as a writer that died in the middle of a publish
+    /// does: `seq` odd, and nobody to make it even. The next
+    /// [`Page::publish`], like a new writer's, recovers it.
+    pub fn stall_mid_publish(&self) {
+        const SEQ: u64 = 16; // offset of `seq` (docs/protocol.md)
+        let mut b = [0u8; 8];
+        assert_eq!(rustix::io::pread(self.fd(), &mut b[..], SEQ).unwrap(), 8);
+        let seq = u64::from_le_bytes(b);
+        assert_eq!(seq % 2, 0, "a publish is in progress");
+        let odd = (seq + 1).to_le_bytes();
+        assert_eq!(rustix::io::pwrite(self.fd(), &odd, SEQ).unwrap(), 8);
+    }
 }
 
 /// Makes `cmd` inherit `fd` (opened close-on-exec in this process) under
