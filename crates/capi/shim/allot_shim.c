@@ -7,9 +7,9 @@
  * constructor, and interposes the entry points through which compiled
  * OpenMP code starts a parallel region: GOMP_parallel* (GNU libgomp, also
  * provided by LLVM libomp for gcc-compiled code) and __kmpc_fork_call (LLVM
- * libomp, x86-64 only). Before a region starts it reads the grant's
- * `threads` and, when the team would be larger, asks the runtime for a
- * smaller one. The design note is crates/capi/SHIM.md.
+ * libomp, x86-64 only). Before a region starts it
+ * reads the grant's `threads` and, when the team would be larger, asks the
+ * runtime for a smaller one. The design note is crates/capi/SHIM.md.
  *
  * Invariants
  *
@@ -27,10 +27,16 @@
  *     The constructor does no symbol lookup, so programs that never use
  *     OpenMP (ls, sh, python3, make) never need an OpenMP runtime.
  *
- *  3. No locks. `g_page` is written once, in the constructor, before the
- *     program runs. Grant reads follow the page's seqlock (docs/protocol.md)
- *     with __atomic builtins. The caches of real functions are filled with
- *     compare-and-swap; a race only repeats an idempotent lookup.
+ *  3. No locks of our own. `g_page` is written once, in the constructor,
+ *     before the program runs. Grant reads follow the page's seqlock
+ *     (docs/protocol.md) with __atomic builtins. The caches of runtimes and
+ *     their functions are filled with compare-and-swap; a race only repeats
+ *     an idempotent lookup. The loader's lookups (dlsym, dlopen) take its
+ *     lock, so a runtime's functions are all looked up at once, by the
+ *     thread that first meets the runtime, before any team of it exists:
+ *     team threads find them cached and never wait for the loader lock,
+ *     which the primary thread may hold (regions run by a constructor
+ *     during dlopen) while it waits for them at the region's end.
  *
  *  4. The right runtime. A program may hold several OpenMP runtimes: one
  *     in the global scope (linked by the executable), or private copies
@@ -43,8 +49,15 @@
  *     dlsym(RTLD_NEXT) finds it. Otherwise the region's outlined function
  *     (or its source-location record, for __kmpc calls) lies in the object
  *     that compiled it; we look the symbol up in that object's own
- *     dependencies. Objects found this way stay loaded (never dlclosed), so
- *     cached pointers cannot dangle.
+ *     dependencies. The shim holds a reference (dlopen) to every runtime
+ *     and every calling object it remembers, so cached pointers cannot
+ *     dangle and a cached object's address cannot be reused by another.
+ *
+ *  5. Never fatal for the shim's own reasons. A runtime or caller the shim
+ *     cannot track (more runtimes than its table holds, a library it cannot
+ *     take a reference to) has its regions forwarded uncapped, with a note
+ *     under ALLOT_SHIM_DEBUG=1. The shim stops a program only where the
+ *     loader would have: an entry point that no loaded library provides.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -203,13 +216,38 @@ static void say(const char *fmt, ...)
     (void)w;
 }
 
+/* Things the shim cannot handle and works around; each is told once, with
+ * ALLOT_SHIM_DEBUG=1. */
+enum note {
+    NOTE_TOO_MANY_RUNTIMES,
+    NOTE_CANNOT_OPEN,
+    NOTE_COUNT
+};
+static int g_noted[NOTE_COUNT];
+
+static void note(enum note which, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void note(enum note which, const char *fmt, ...)
+{
+    if (!g_debug || __atomic_exchange_n(&g_noted[which], 1, __ATOMIC_RELAXED))
+        return;
+    char text[200];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    if (n >= 0)
+        say("%s", text);
+}
+
+/* For what the loader itself would have refused: a call to an entry point
+ * that no loaded library provides (the program could not have bound it
+ * without the shim). Never for the shim's own limits (invariant 5). */
 static void die(const char *what, const char *name) __attribute__((noreturn));
 
 static void die(const char *what, const char *name)
 {
-    say("%s %s; the program cannot continue (unset LD_PRELOAD to run it "
-        "without allot's OpenMP shim)",
-        what, name);
+    say("%s %s; the program cannot continue", what, name);
     abort();
 }
 
@@ -273,10 +311,12 @@ static const char *const sym_name[S_COUNT] = {
  * (libomp) may provide both. */
 enum family { FAM_GOMP, FAM_KMPC, FAM_COUNT };
 
-/* One OpenMP runtime library: its handle (a dlopen(RTLD_NOLOAD) reference
- * that also keeps it loaded) and its functions, looked up on first use. */
+/* One OpenMP runtime library: a dlopen(RTLD_NOLOAD) reference that keeps it
+ * loaded, and all its functions, looked up together (invariant 3) before
+ * `ready` is set. */
 struct omp_rt {
     void *handle;
+    int ready;
     void *fn[S_COUNT];
 };
 
@@ -292,7 +332,10 @@ static struct omp_rt *g_global[FAM_COUNT];
 static struct omp_rt g_local;
 
 /* Objects whose regions were routed by their own dependencies (see 4. in
- * the header), keyed by link map; open addressing, never removed. */
+ * the header), keyed by link map; open addressing, never removed. A key is
+ * stored only together with a reference to the object that the shim keeps
+ * (or for the main program, which is never unloaded), so no other object
+ * can come to live at a key's address. */
 #define OWNER_SLOTS 256
 struct owner {
     struct link_map *obj;
@@ -315,37 +358,28 @@ static int is_self(const void *addr)
     return obj != NULL && obj == object_of(&anchor);
 }
 
-/* A reference to the loaded object `obj` (NULL for the main program, which
- * has no name to open). */
-static void *open_object(const struct link_map *obj)
+/* The main program: the only object without a name. */
+static int is_main(const struct link_map *obj)
 {
-    if (obj == NULL || obj->l_name == NULL || obj->l_name[0] == '\0')
-        return NULL;
-    return dlopen(obj->l_name, RTLD_LAZY | RTLD_NOLOAD);
+    return obj != NULL && (obj->l_name == NULL || obj->l_name[0] == '\0');
 }
 
-/* The runtime whose library defines `fn`. */
-static struct omp_rt *runtime_of(void *fn, const char *name)
+/* A reference to the loaded object `obj`, or NULL: for the main program
+ * (which has no name to open), or when its name leads to another object
+ * than `obj` (one in another link-map namespace, see dlmopen) or to none. */
+static void *open_object(const struct link_map *obj)
 {
-    void *handle = open_object(object_of(fn));
+    if (obj == NULL || is_main(obj))
+        return NULL;
+    void *handle = dlopen(obj->l_name, RTLD_LAZY | RTLD_NOLOAD);
     if (handle == NULL)
-        die("cannot open the library that provides", name);
-    for (int i = 0; i < MAX_RUNTIMES; i++) {
-        struct omp_rt *rt = &g_runtimes[i];
-        void *cur = __atomic_load_n(&rt->handle, __ATOMIC_ACQUIRE);
-        if (cur == NULL) {
-            void *expected = NULL;
-            if (__atomic_compare_exchange_n(&rt->handle, &expected, handle, 0,
-                                            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-                return rt;
-            cur = expected;
-        }
-        /* dlopen returns the same handle for the same object; the extra
-         * reference we took is harmless (the object stays loaded anyway). */
-        if (cur == handle)
-            return rt;
+        return NULL;
+    struct link_map *opened = NULL;
+    if (dlinfo(handle, RTLD_DI_LINKMAP, &opened) != 0 || opened != obj) {
+        dlclose(handle);
+        return NULL;
     }
-    die("more OpenMP runtimes loaded than the shim can track, at", name);
+    return handle;
 }
 
 /* `name` in `handle`'s scope, unless that finds the shim itself. */
@@ -355,90 +389,192 @@ static void *lookup(void *handle, const char *name)
     return p != NULL && !is_self(p) ? p : NULL;
 }
 
-static void *rt_fn_slow(struct omp_rt *rt, enum sym s)
+/* Looks up every function of `rt` not looked up yet, then marks it ready. */
+static void resolve_all(struct omp_rt *rt)
 {
-    void *f = lookup(rt->handle, sym_name[s]);
-    __atomic_store_n(&rt->fn[s], f ? f : MISSING, __ATOMIC_RELEASE);
-    return f;
+    if (__atomic_load_n(&rt->ready, __ATOMIC_ACQUIRE))
+        return;
+    for (int s = 0; s < S_COUNT; s++) {
+        if (__atomic_load_n(&rt->fn[s], __ATOMIC_ACQUIRE) != NULL)
+            continue;
+        void *f = lookup(rt->handle, sym_name[s]);
+        __atomic_store_n(&rt->fn[s], f ? f : MISSING, __ATOMIC_RELEASE);
+    }
+    __atomic_store_n(&rt->ready, 1, __ATOMIC_RELEASE);
 }
 
-/* The runtime's function `s`, or NULL if it has none. */
+/* The runtime whose library defines `fn`, with all its functions looked
+ * up; NULL if the shim cannot track it (invariant 5). */
+static struct omp_rt *runtime_of(void *fn)
+{
+    void *handle = open_object(object_of(fn));
+    if (handle == NULL) {
+        note(NOTE_CANNOT_OPEN,
+             "cannot take a reference to the OpenMP runtime at %p; its regions run uncapped", fn);
+        return NULL;
+    }
+    for (int i = 0; i < MAX_RUNTIMES; i++) {
+        struct omp_rt *rt = &g_runtimes[i];
+        void *cur = __atomic_load_n(&rt->handle, __ATOMIC_ACQUIRE);
+        if (cur == NULL) {
+            void *expected = NULL;
+            if (__atomic_compare_exchange_n(&rt->handle, &expected, handle, 0,
+                                            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+                resolve_all(rt); /* the slot keeps `handle` */
+                return rt;
+            }
+            cur = expected;
+        }
+        /* dlopen returns the same handle for the same object; the slot
+         * already holds a reference. */
+        if (cur == handle) {
+            dlclose(handle);
+            resolve_all(rt); /* in case its first finder is still at it */
+            return rt;
+        }
+    }
+    dlclose(handle);
+    note(NOTE_TOO_MANY_RUNTIMES,
+         "more than %d OpenMP runtimes loaded; the regions of the others run uncapped",
+         MAX_RUNTIMES);
+    return NULL;
+}
+
+/* The runtime's function `s`, or NULL if it has none. Never looks up: the
+ * runtime's functions were all looked up before it was handed out. */
 static inline void *rt_fn(struct omp_rt *rt, enum sym s)
 {
     void *f = __atomic_load_n(&rt->fn[s], __ATOMIC_ACQUIRE);
-    if (LIKELY((uintptr_t)f > 1))
-        return f;
-    return f == MISSING ? NULL : rt_fn_slow(rt, s);
+    return (uintptr_t)f > 1 ? f : NULL;
 }
 
-/* The runtime's function `s`, which it must have (the entry point being
- * forwarded: a caller reached it, so it exists). */
-static inline void *rt_need(struct omp_rt *rt, enum sym s)
-{
-    void *f = rt_fn(rt, s);
-    if (UNLIKELY(f == NULL))
-        die("found no real", sym_name[s]);
-    return f;
-}
-
-static struct owner *owner_slot(struct link_map *obj)
+/* The cache slot of `obj`, or NULL if it has none. */
+static struct owner *owner_find(struct link_map *obj)
 {
     uintptr_t h = ((uintptr_t)obj >> 4) * 0x9E3779B97F4A7C15u;
     for (unsigned i = 0; i < OWNER_SLOTS; i++) {
         struct owner *o = &g_owners[(h + i) % OWNER_SLOTS];
         struct link_map *cur = __atomic_load_n(&o->obj, __ATOMIC_ACQUIRE);
-        if (cur == NULL) {
-            struct link_map *expected = NULL;
-            if (__atomic_compare_exchange_n(&o->obj, &expected, obj, 0, __ATOMIC_ACQ_REL,
-                                            __ATOMIC_ACQUIRE))
-                return o;
-            cur = expected;
-        }
         if (cur == obj)
             return o;
+        if (cur == NULL)
+            return NULL;
     }
-    return NULL; /* full: resolve without caching */
+    return NULL;
 }
 
-/* Names of the loaded objects, gathered by dl_iterate_phdr (which holds a
- * loader lock, so no dlopen inside the callback). */
-#define MAX_OBJECTS 512
-struct object_names {
-    const char *name[MAX_OBJECTS];
-    int n;
+/* Remembers that `obj`'s calls of family `fam` go to `rt`. Returns 1 if
+ * this call created `obj`'s slot, which then owns the caller's reference
+ * to `obj`; 0 if the slot existed (another thread's reference keeps `obj`)
+ * or the table is full. */
+static int owner_remember(struct link_map *obj, enum family fam, struct omp_rt *rt)
+{
+    uintptr_t h = ((uintptr_t)obj >> 4) * 0x9E3779B97F4A7C15u;
+    for (unsigned i = 0; i < OWNER_SLOTS; i++) {
+        struct owner *o = &g_owners[(h + i) % OWNER_SLOTS];
+        struct link_map *cur = __atomic_load_n(&o->obj, __ATOMIC_ACQUIRE);
+        int created = 0;
+        if (cur == NULL) {
+            struct link_map *expected = NULL;
+            created = __atomic_compare_exchange_n(&o->obj, &expected, obj, 0, __ATOMIC_ACQ_REL,
+                                                  __ATOMIC_ACQUIRE);
+            cur = created ? obj : expected;
+        }
+        if (cur == obj) {
+            __atomic_store_n(&o->rt[fam], rt, __ATOMIC_RELEASE);
+            return created;
+        }
+    }
+    return 0; /* full: resolved again on every call */
+}
+
+/* Names of loaded objects, copied by dl_iterate_phdr's callback (the names
+ * belong to the loader and may be freed by a dlclose once it returns; and
+ * the callback holds a loader lock, so no dlopen inside it). A batch holds
+ * the names of objects `skip` onwards that fit in `buf`. */
+#define NAME_BATCH_BYTES 4096
+struct name_batch {
+    int skip, seen, taken;
+    size_t len;
+    char buf[NAME_BATCH_BYTES];
 };
 
-static int collect_name(struct dl_phdr_info *info, size_t size, void *arg)
+static int collect_names(struct dl_phdr_info *info, size_t size, void *arg)
 {
     (void)size;
-    struct object_names *names = arg;
-    if (info->dlpi_name != NULL && info->dlpi_name[0] != '\0' && names->n < MAX_OBJECTS)
-        names->name[names->n++] = info->dlpi_name;
+    struct name_batch *b = arg;
+    if (b->seen++ < b->skip)
+        return 0;
+    const char *name = info->dlpi_name != NULL ? info->dlpi_name : "";
+    size_t need = strlen(name) + 1;
+    if (need > sizeof b->buf) { /* cannot be a name dlopen takes */
+        b->taken++;
+        return 0;
+    }
+    if (b->len + need > sizeof b->buf)
+        return 1; /* full: the next batch starts here */
+    memcpy(b->buf + b->len, name, need);
+    b->len += need;
+    b->taken++;
     return 0;
 }
 
 /* Last resort for a caller in no loaded object: `name` from the first
- * loaded library (in load order) that provides it. */
-static void *any_loaded(const char *name)
+ * loaded library (in load order) that provides it. *hold receives a
+ * reference to that library, for the caller to drop. */
+static void *any_loaded(const char *name, void **hold)
 {
-    struct object_names names = {.n = 0};
-    dl_iterate_phdr(collect_name, &names);
-    void *found = NULL;
-    for (int i = 0; i < names.n && found == NULL; i++) {
-        void *handle = dlopen(names.name[i], RTLD_LAZY | RTLD_NOLOAD);
-        if (handle == NULL)
-            continue;
-        found = lookup(handle, name);
-        dlclose(handle); /* it stays loaded; runtime_of() takes its own reference */
+    struct name_batch b;
+    for (int skip = 0;; skip += b.taken) {
+        b.skip = skip;
+        b.seen = b.taken = 0;
+        b.len = 0;
+        dl_iterate_phdr(collect_names, &b);
+        for (size_t off = 0; off < b.len; off += strlen(b.buf + off) + 1) {
+            const char *object = b.buf + off;
+            if (object[0] == '\0')
+                continue;
+            void *handle = dlopen(object, RTLD_LAZY | RTLD_NOLOAD);
+            if (handle == NULL)
+                continue;
+            void *found = lookup(handle, name);
+            if (found != NULL) {
+                *hold = handle;
+                return found;
+            }
+            dlclose(handle);
+        }
+        if (b.taken == 0)
+            return NULL;
     }
-    return found;
 }
 
-/* No runtime in the global scope: route by the object `owner` lies in. */
-static struct omp_rt *runtime_for_owner(enum family fam, enum sym probe, const void *owner)
+/* `name` for code in `owner`'s object, the way the loader binds it: from
+ * the object's own dependencies, else the global scope, else (code in no
+ * object) any loaded library. *hold: a reference to drop, or NULL. */
+static void *find_for(const void *owner, const char *name, void **hold)
+{
+    void *handle = open_object(object_of(owner));
+    void *real = handle ? lookup(handle, name) : NULL;
+    if (real == NULL)
+        real = dlsym(RTLD_NEXT, name);
+    if (real == NULL) {
+        if (handle != NULL)
+            dlclose(handle);
+        return any_loaded(name, hold);
+    }
+    *hold = handle;
+    return real;
+}
+
+/* No runtime in the global scope: the runtime of the object `owner` lies
+ * in, found through the entry point `probe`. NULL if there is none, or if
+ * the shim cannot track it; then *probe_fn is the real `probe` (or NULL). */
+static struct omp_rt *runtime_for_owner(enum family fam, enum sym probe, const void *owner,
+                                        void **probe_fn)
 {
     struct link_map *obj = object_of(owner);
-    struct owner *slot = obj ? owner_slot(obj) : NULL;
+    struct owner *slot = obj ? owner_find(obj) : NULL;
     if (slot != NULL) {
         struct omp_rt *rt = __atomic_load_n(&slot->rt[fam], __ATOMIC_ACQUIRE);
         if (LIKELY(rt != NULL))
@@ -446,42 +582,92 @@ static struct omp_rt *runtime_for_owner(enum family fam, enum sym probe, const v
     }
     void *handle = open_object(obj);
     void *real = handle ? lookup(handle, sym_name[probe]) : NULL;
+    void *hold = NULL;
     if (real == NULL) /* not among its dependencies: it relies on a global one */
         real = dlsym(RTLD_NEXT, sym_name[probe]);
     if (real == NULL) /* e.g. JIT-compiled code, in no object at all */
-        real = any_loaded(sym_name[probe]);
-    if (real == NULL)
-        die("found no OpenMP runtime that provides", sym_name[probe]);
-    struct omp_rt *rt = runtime_of(real, sym_name[probe]);
-    if (slot != NULL)
-        /* Keep `handle`: the owner must stay loaded while it is a key. */
-        __atomic_store_n(&slot->rt[fam], rt, __ATOMIC_RELEASE);
-    else if (handle != NULL)
+        real = any_loaded(sym_name[probe], &hold);
+    struct omp_rt *rt = real ? runtime_of(real) : NULL;
+    if (hold != NULL)
+        dlclose(hold); /* runtime_of() took its own reference */
+    /* Cache only what the shim holds a reference to (invariant 4). */
+    int kept = rt != NULL && obj != NULL && (handle != NULL || is_main(obj)) &&
+               owner_remember(obj, fam, rt);
+    if (handle != NULL && !kept)
         dlclose(handle); /* the caller's own references keep both loaded */
+    if (rt == NULL)
+        *probe_fn = real;
     return rt;
 }
 
-static struct omp_rt *runtime_slow(enum family fam, enum sym probe, const void *owner)
+/* The runtime for entry point `probe` called from `owner`'s object; NULL
+ * as for runtime_for_owner(). */
+static struct omp_rt *runtime_for(enum family fam, enum sym probe, const void *owner,
+                                  void **probe_fn)
 {
     struct omp_rt *rt = __atomic_load_n(&g_global[fam], __ATOMIC_ACQUIRE);
     if (rt == NULL) {
         void *real = dlsym(RTLD_NEXT, sym_name[probe]);
-        rt = real ? runtime_of(real, sym_name[probe]) : &g_local;
+        if (real != NULL) {
+            rt = runtime_of(real);
+            if (rt == NULL) { /* untracked: decided again on the next call */
+                *probe_fn = real;
+                return NULL;
+            }
+        } else {
+            rt = &g_local;
+        }
         __atomic_store_n(&g_global[fam], rt, __ATOMIC_RELEASE);
-        if (rt != &g_local)
-            return rt;
     }
-    return runtime_for_owner(fam, probe, owner);
+    if (rt != &g_local)
+        return rt;
+    return runtime_for_owner(fam, probe, owner, probe_fn);
 }
 
-/* The runtime a call of entry point `probe` must go to; `owner` is an
- * address in the calling code's object (outlined function or location). */
-static inline struct omp_rt *runtime_for(enum family fam, enum sym probe, const void *owner)
+static __attribute__((noinline)) void *route_slow(enum family fam, enum sym s,
+                                                  const void *owner, struct omp_rt **rtp)
+{
+    void *probe_fn = NULL;
+    struct omp_rt *rt = runtime_for(fam, s, owner, &probe_fn);
+    void *f = rt != NULL ? rt_fn(rt, s) : probe_fn;
+    if (f == NULL) {
+        /* The runtime lacks this entry point: forward it to the library
+         * that provides it, as the loader would have bound the call. */
+        void *hold = NULL;
+        f = find_for(owner, sym_name[s], &hold);
+        rt = f ? runtime_of(f) : NULL;
+        if (hold != NULL)
+            dlclose(hold);
+    }
+    *rtp = rt;
+    return f;
+}
+
+/* The real function for entry point `s` called from `owner`'s object (an
+ * outlined function or location record); *rtp receives its runtime, or
+ * NULL if the shim does not track it (the call then goes on uncapped).
+ * NULL if no loaded library provides it. */
+static inline void *route(enum family fam, enum sym s, const void *owner, struct omp_rt **rtp)
 {
     struct omp_rt *rt = __atomic_load_n(&g_global[fam], __ATOMIC_ACQUIRE);
-    if (LIKELY(rt != NULL && rt != &g_local))
-        return rt;
-    return runtime_slow(fam, probe, owner);
+    if (LIKELY(rt != NULL && rt != &g_local)) {
+        void *f = __atomic_load_n(&rt->fn[s], __ATOMIC_ACQUIRE);
+        if (LIKELY((uintptr_t)f > 1)) {
+            *rtp = rt;
+            return f;
+        }
+    }
+    return route_slow(fam, s, owner, rtp);
+}
+
+/* route() for an entry point the call must reach. */
+static inline void *route_need(enum family fam, enum sym s, const void *owner,
+                               struct omp_rt **rtp)
+{
+    void *f = route(fam, s, owner, rtp);
+    if (UNLIKELY(f == NULL))
+        die("no loaded library provides", sym_name[s]);
+    return f;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -494,7 +680,7 @@ static inline struct omp_rt *runtime_for(enum family fam, enum sym probe, const 
  * stands for; never returns a larger number (invariant 1). */
 static unsigned cap_team(struct omp_rt *rt, unsigned requested, enum sym entry)
 {
-    if (requested == 1)
+    if (requested == 1 || rt == NULL)
         return requested;
     unsigned grant = grant_threads();
     if (grant == 0)
@@ -537,8 +723,8 @@ typedef void (*loop_runtime_start_fn)(gomp_fn, void *, unsigned, long, long, lon
 /* Declares `real`, the function entry point `s` forwards to, and caps
  * `num_threads` when in a cell. The outlined `fn` locates the caller. */
 #define GOMP_PROLOGUE(s, type)                                                 \
-    struct omp_rt *rt = runtime_for(FAM_GOMP, (s), (const void *)fn);          \
-    type real = (type)rt_need(rt, (s));                                        \
+    struct omp_rt *rt;                                                         \
+    type real = (type)route_need(FAM_GOMP, (s), (const void *)fn, &rt);        \
     if (UNLIKELY(shim_active()))                                               \
     num_threads = cap_team(rt, num_threads, (s))
 
@@ -641,9 +827,9 @@ static __thread int t_pushed __attribute__((tls_model("initial-exec")));
 
 EXPORT void __kmpc_push_num_threads(void *loc, int32_t gtid, int32_t num_threads)
 {
-    struct omp_rt *rt = runtime_for(FAM_KMPC, S_KMPC_PUSH_NUM_THREADS, loc);
-    void (*real)(void *, int32_t, int32_t) =
-        (void (*)(void *, int32_t, int32_t))rt_need(rt, S_KMPC_PUSH_NUM_THREADS);
+    struct omp_rt *rt;
+    void (*real)(void *, int32_t, int32_t) = (void (*)(void *, int32_t, int32_t))route_need(
+        FAM_KMPC, S_KMPC_PUSH_NUM_THREADS, loc, &rt);
     if (UNLIKELY(shim_active())) {
         t_pushed = 1;
         if (num_threads > 1)
@@ -654,8 +840,9 @@ EXPORT void __kmpc_push_num_threads(void *loc, int32_t gtid, int32_t num_threads
 
 EXPORT void __kmpc_serialized_parallel(void *loc, int32_t gtid)
 {
-    struct omp_rt *rt = runtime_for(FAM_KMPC, S_KMPC_SERIALIZED_PARALLEL, loc);
-    void (*real)(void *, int32_t) = (void (*)(void *, int32_t))rt_need(rt, S_KMPC_SERIALIZED_PARALLEL);
+    struct omp_rt *rt;
+    void (*real)(void *, int32_t) =
+        (void (*)(void *, int32_t))route_need(FAM_KMPC, S_KMPC_SERIALIZED_PARALLEL, loc, &rt);
     if (UNLIKELY(shim_active()))
         t_pushed = 0; /* the pushed value (if any) was for this region */
     real(loc, gtid);
@@ -669,14 +856,16 @@ __attribute__((visibility("hidden"), used)) void *allot_kmpc_fork_prepare(void *
 void *allot_kmpc_fork_prepare(void *loc, int32_t argc, void *microtask)
 {
     (void)argc;
-    struct omp_rt *rt = runtime_for(FAM_KMPC, S_KMPC_FORK_CALL, microtask);
-    void *real = rt_need(rt, S_KMPC_FORK_CALL);
+    struct omp_rt *rt;
+    void *real = route_need(FAM_KMPC, S_KMPC_FORK_CALL, microtask, &rt);
     if (LIKELY(!shim_active()))
         return real;
     if (t_pushed) {
         t_pushed = 0;
         return real;
     }
+    if (rt == NULL) /* untracked: uncapped */
+        return real;
     int32_t (*gtid)(void *) = (int32_t (*)(void *))rt_fn(rt, S_KMPC_GLOBAL_THREAD_NUM);
     void (*push)(void *, int32_t, int32_t) =
         (void (*)(void *, int32_t, int32_t))rt_fn(rt, S_KMPC_PUSH_NUM_THREADS);

@@ -205,6 +205,13 @@ fn children_of_the_program_follow_the_grant_too() {
     assert!(teams.iter().all(|&t| t == "1"), "{text}");
 }
 
+/// Regions run by a library constructor during `dlopen`, with a nested
+/// region on a team thread: no deadlock on the loader lock.
+#[test]
+fn region_in_a_constructor_during_dlopen_finishes() {
+    scenarios::region_in_a_constructor_during_dlopen(Toolchain::Gcc);
+}
+
 /// The page's writer died in the middle of a publish: `seq` stays odd. The
 /// shim waits (a bounded spin) once, then runs regions uncapped without
 /// waiting again, until a new writer publishes, which it then follows.
@@ -213,21 +220,55 @@ fn page_left_mid_publish_costs_one_wait_and_recovers() {
     let mut page = Page::new(1);
     page.stall_mid_publish();
     let mut cmd = Command::new(teamsize(Toolchain::Gcc).unwrap());
-    cmd.args(["parallel", "700", "1000"]);
+    cmd.args(["parallel", "1000", "1000"]);
     with_shim(&mut cmd, MAX);
     cmd.env("ALLOT_SHIM_DEBUG", "1");
     inherit_page(&mut cmd, page.fd());
     let running = Running::start(&mut cmd);
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    std::thread::sleep(std::time::Duration::from_millis(400));
     let resumed = change(&mut page, 1);
     let (report, stderr) = running.finish();
     report.assert_complete();
     let stuck: Vec<&Region> = report.regions.iter().filter(|r| r.t1 < resumed.start).collect();
     let after: Vec<&Region> = report.regions.iter().filter(|r| r.t0 > resumed.end).collect();
-    assert!(stuck.len() > 20, "{stuck:?}");
-    assert!(after.len() > 20, "{after:?}");
+    assert!(stuck.len() >= 3, "{stuck:?}");
+    assert!(after.len() >= 3, "{after:?}");
     assert!(stuck.iter().all(|r| r.team == MAX), "{stuck:?}");
     assert!(after.iter().all(|r| r.team == 1), "{after:?}");
     let waits = stderr.lines().filter(|l| l.contains("left mid-publish")).count();
     assert_eq!(waits, 1, "{stderr}");
+}
+
+/// More distinct runtimes than the shim's table holds (16; here copies of
+/// a stand-in runtime, each running a region of its own, loaded
+/// `RTLD_LOCAL`): the regions of the first 16 are capped, the others run
+/// uncapped, and the program is not stopped; the debug output says so once.
+#[test]
+fn more_runtimes_than_the_shim_tracks_run_uncapped() {
+    let libs = fake_rt_copies(19).unwrap();
+    let page = Page::new(3);
+    let mut cmd = Command::new(each_driver().unwrap());
+    cmd.args(&libs).args(["--", "gomp"]);
+    with_shim(&mut cmd, MAX);
+    cmd.env("ALLOT_SHIM_DEBUG", "1").env("FAKE_MAX_THREADS", "4");
+    inherit_page(&mut cmd, page.fd());
+    let out = output_within(&mut cmd, std::time::Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let teams: Vec<String> = named_values(&String::from_utf8_lossy(&out.stdout))
+        .into_iter()
+        .map(|(k, v)| {
+            assert_eq!(k, "gomp");
+            v
+        })
+        .collect();
+    let mut want = vec!["3"; 16];
+    want.extend(["0"; 3]); // 0: the default team, uncapped
+    assert_eq!(teams, want, "{stderr}");
+    let told = stderr
+        .lines()
+        .filter(|l| l.contains("more than 16 OpenMP runtimes"))
+        .count();
+    assert_eq!(told, 1, "{stderr}");
+    let _ = std::fs::remove_dir_all(libs[0].parent().unwrap());
 }

@@ -96,3 +96,12 @@ fn gcc_code_on_libomp_gomp_layer() {
     assert_eq!(r.regions.len(), 19);
     assert!(r.regions.iter().all(|x| x.team == 1), "{:?}", r.teams());
 }
+
+/// Regions run by a library constructor during `dlopen`, with a nested
+/// region on a team thread: no deadlock on the loader lock.
+#[test]
+fn region_in_a_constructor_during_dlopen_finishes() {
+    if available() {
+        scenarios::region_in_a_constructor_during_dlopen(Toolchain::Clang);
+    }
+}

@@ -149,6 +149,87 @@ pub fn threads(tc: Toolchain) -> Result<(PathBuf, PathBuf), String> {
     Ok((bin, lib))
 }
 
+/// ctor_nested.c as a library: OpenMP regions, nested ones on team threads,
+/// run by its constructor, so inside the `dlopen` that loads it.
+pub fn ctor_nested(tc: Toolchain) -> Result<PathBuf, String> {
+    compile(
+        tc.cc(),
+        "tests/omp/ctor_nested.c",
+        &format!("libctor_nested-{}.so", tc.tag()),
+        &["-fopenmp", "-fPIC", "-shared", "-DAS_LIBRARY"],
+    )
+}
+
+/// fake_rt.c, a stand-in runtime with a program of its own: with every
+/// entry point the shim knows, or (`old`) without those newer than LLVM 14.
+pub fn fake_rt(old: bool) -> Result<PathBuf, String> {
+    let (out, args): (&str, &[&str]) = if old {
+        ("libfake_rt_old.so", &["-fPIC", "-shared", "-DOLD_RUNTIME"])
+    } else {
+        ("libfake_rt.so", &["-fPIC", "-shared"])
+    };
+    compile("gcc", "tests/omp/fake_rt.c", out, args)
+}
+
+/// `n` copies of fake_rt.c's library under different names: `n` distinct
+/// runtimes to the loader (and the shim), in load order.
+pub fn fake_rt_copies(n: usize) -> Result<Vec<PathBuf>, String> {
+    let lib = fake_rt(false)?;
+    let dir = work_dir().join(format!("fake_rt_copies.{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    (0..n)
+        .map(|i| {
+            let copy = dir.join(format!("libfake_rt{i}.so"));
+            std::fs::copy(&lib, &copy).map_err(|e| e.to_string())?;
+            Ok(copy)
+        })
+        .collect()
+}
+
+/// The driver that runs several library builds of test programs in turn.
+pub fn each_driver() -> Result<PathBuf, String> {
+    compile("gcc", "tests/omp/each_driver.c", "each_driver", &["-ldl"])
+}
+
+/// `NAME VALUE` lines (as fake_rt.c and kmpc_calls.c print them).
+pub fn named_values(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// Runs `cmd` with its output captured; kills it (by its pid) and panics
+/// if it has not exited after `limit`, e.g. because it deadlocked.
+pub fn output_within(cmd: &mut Command, limit: std::time::Duration) -> Output {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = rustix::process::Pid::from_child(&child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => {
+            waiter.join().unwrap();
+            out.unwrap()
+        }
+        Err(_) => {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            let out = rx.recv().unwrap().unwrap();
+            waiter.join().unwrap();
+            panic!(
+                "{cmd:?} did not finish within {limit:?} (killed); stdout: {}; stderr: {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
 /// Where LLVM's libomp is: the one clang's OpenMP programs load (`ldd`).
 pub fn libomp_path() -> Result<PathBuf, String> {
     let bin = teamsize(Toolchain::Clang)?;

@@ -240,3 +240,31 @@ pub fn grant_changing_under_the_program(tc: Toolchain) {
         assert!(r.team == 1 || r.team == 2, "{r:?}");
     }
 }
+
+/// A library's constructor runs a region whose team thread opens a nested
+/// region through an entry point not used before, all inside the `dlopen`
+/// that loads it, so with the loader lock held by the primary thread, which
+/// waits for the team at the region's end. The shim must not need the
+/// loader on the team thread (it looks a runtime's functions up all at
+/// once, on first meeting it): the program finishes, in a cell or not.
+pub fn region_in_a_constructor_during_dlopen(tc: Toolchain) {
+    let lib = ctor_nested(tc).unwrap();
+    let driver = dlopen_driver().unwrap();
+    let page = Page::new(2);
+    for in_cell in [false, true] {
+        let mut cmd = Command::new(&driver);
+        cmd.arg(&lib);
+        with_shim(&mut cmd, MAX);
+        if in_cell {
+            inherit_page(&mut cmd, page.fd());
+        }
+        let out = output_within(&mut cmd, Duration::from_secs(60));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "in cell {in_cell}: {stderr}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "outer 2 inner 2 sum 4950\n",
+            "in cell {in_cell}: {stderr}"
+        );
+    }
+}
