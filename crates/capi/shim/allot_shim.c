@@ -6,8 +6,8 @@
  * descriptor (ALLOT_GRANT_FD). This library maps that page once, in its
  * constructor, and interposes the entry points through which compiled
  * OpenMP code starts a parallel region: GOMP_parallel* (GNU libgomp, also
- * provided by LLVM libomp for gcc-compiled code) and __kmpc_fork_call (LLVM
- * libomp, x86-64 only). Before a region starts it
+ * provided by LLVM libomp for gcc-compiled code) and __kmpc_fork_call with
+ * its companions (LLVM libomp, x86-64 only). Before a region starts it
  * reads the grant's `threads` and, when the team would be larger, asks the
  * runtime for a smaller one. The design note is crates/capi/SHIM.md.
  *
@@ -20,6 +20,8 @@
  *     the cell's maximum, so omp_get_max_threads() stays an upper bound on
  *     every team: buffers sized by it are never overrun. To the program the
  *     shim looks like dynamic adjustment (OMP_DYNAMIC) choosing smaller teams.
+ *     A `strict` request, which dynamic adjustment may not shrink either, is
+ *     passed on unchanged.
  *
  *  2. Inert outside a cell. Without a valid page every interposed function
  *     forwards to the real one; the only added work is finding the real
@@ -221,6 +223,8 @@ static void say(const char *fmt, ...)
 enum note {
     NOTE_TOO_MANY_RUNTIMES,
     NOTE_CANNOT_OPEN,
+    NOTE_OLD_RUNTIME,
+    NOTE_LONG_LIST,
     NOTE_COUNT
 };
 static int g_noted[NOTE_COUNT];
@@ -275,11 +279,20 @@ enum sym {
     S_GOMP_PARALLEL_LOOP_RUNTIME_START,
     S_OMP_GET_MAX_THREADS,
     S_KMPC_FORK_CALL,
+    S_KMPC_FORK_TEAMS,
     S_KMPC_PUSH_NUM_THREADS,
     S_KMPC_SERIALIZED_PARALLEL,
+    S_KMPC_END_SERIALIZED_PARALLEL,
     S_KMPC_GLOBAL_THREAD_NUM,
+    /* Optional: newer libomp only (LLVM 20+; not in LLVM 14). A call of one
+     * is routed like __kmpc_fork_call, and works on without it. */
+    S_KMPC_PUSH_NUM_THREADS_STRICT,
+    S_KMPC_PUSH_NUM_THREADS_LIST,
+    S_KMPC_PUSH_NUM_THREADS_LIST_STRICT,
+    S_KMPC_FORK_CALL_IF,
     S_COUNT
 };
+#define S_FIRST_OPTIONAL S_KMPC_PUSH_NUM_THREADS_STRICT
 
 static const char *const sym_name[S_COUNT] = {
     [S_GOMP_PARALLEL] = "GOMP_parallel",
@@ -302,9 +315,15 @@ static const char *const sym_name[S_COUNT] = {
     [S_GOMP_PARALLEL_LOOP_RUNTIME_START] = "GOMP_parallel_loop_runtime_start",
     [S_OMP_GET_MAX_THREADS] = "omp_get_max_threads",
     [S_KMPC_FORK_CALL] = "__kmpc_fork_call",
+    [S_KMPC_FORK_TEAMS] = "__kmpc_fork_teams",
     [S_KMPC_PUSH_NUM_THREADS] = "__kmpc_push_num_threads",
     [S_KMPC_SERIALIZED_PARALLEL] = "__kmpc_serialized_parallel",
+    [S_KMPC_END_SERIALIZED_PARALLEL] = "__kmpc_end_serialized_parallel",
     [S_KMPC_GLOBAL_THREAD_NUM] = "__kmpc_global_thread_num",
+    [S_KMPC_PUSH_NUM_THREADS_STRICT] = "__kmpc_push_num_threads_strict",
+    [S_KMPC_PUSH_NUM_THREADS_LIST] = "__kmpc_push_num_threads_list",
+    [S_KMPC_PUSH_NUM_THREADS_LIST_STRICT] = "__kmpc_push_num_threads_list_strict",
+    [S_KMPC_FORK_CALL_IF] = "__kmpc_fork_call_if",
 };
 
 /* Runtime families: which interface a caller speaks. A single library
@@ -624,13 +643,33 @@ static struct omp_rt *runtime_for(enum family fam, enum sym probe, const void *o
     return runtime_for_owner(fam, probe, owner, probe_fn);
 }
 
+/* `name` from the library that defines `fn` (an untracked runtime). */
+static void *sibling(void *fn, const char *name)
+{
+    void *handle = open_object(object_of(fn));
+    if (handle == NULL)
+        return NULL;
+    void *f = lookup(handle, name);
+    dlclose(handle); /* the caller's references keep it loaded */
+    return f;
+}
+
 static __attribute__((noinline)) void *route_slow(enum family fam, enum sym s,
                                                   const void *owner, struct omp_rt **rtp)
 {
+    /* An optional entry point is routed by one every runtime has. */
+    int optional = s >= S_FIRST_OPTIONAL;
+    enum sym probe = optional ? S_KMPC_FORK_CALL : s;
     void *probe_fn = NULL;
-    struct omp_rt *rt = runtime_for(fam, s, owner, &probe_fn);
-    void *f = rt != NULL ? rt_fn(rt, s) : probe_fn;
-    if (f == NULL) {
+    struct omp_rt *rt = runtime_for(fam, probe, owner, &probe_fn);
+    void *f;
+    if (rt != NULL)
+        f = rt_fn(rt, s);
+    else if (s == probe)
+        f = probe_fn;
+    else
+        f = probe_fn ? sibling(probe_fn, sym_name[s]) : NULL;
+    if (f == NULL && !optional) {
         /* The runtime lacks this entry point: forward it to the library
          * that provides it, as the loader would have bound the call. */
         void *hold = NULL;
@@ -646,7 +685,8 @@ static __attribute__((noinline)) void *route_slow(enum family fam, enum sym s,
 /* The real function for entry point `s` called from `owner`'s object (an
  * outlined function or location record); *rtp receives its runtime, or
  * NULL if the shim does not track it (the call then goes on uncapped).
- * NULL if no loaded library provides it. */
+ * NULL if there is no such function: an optional entry point the runtime
+ * lacks, or one that no loaded library provides. */
 static inline void *route(enum family fam, enum sym s, const void *owner, struct omp_rt **rtp)
 {
     struct omp_rt *rt = __atomic_load_n(&g_global[fam], __ATOMIC_ACQUIRE);
@@ -817,19 +857,36 @@ EXPORT void GOMP_parallel_loop_runtime_start(gomp_fn fn, void *data, unsigned nu
  *     if (cond) __kmpc_fork_call(loc, argc, microtask, arg1, ..., argN);
  *     else      __kmpc_serialized_parallel(loc, gtid); ...
  *
- * An explicit request is capped where it is pushed, and the thread
- * remembers it pushed (t_pushed) so that the fork that consumes the value
- * does not replace it with the default cap, which could be larger. A fork
- * without a pushed value pushes min(grant, omp_get_max_threads()) itself,
- * when that is smaller.
+ * Newer LLVM (OpenMPIRBuilder, flang) also pushes with
+ * __kmpc_push_num_threads_strict (num_threads(strict: n)) and the _list
+ * forms (a count per nesting level, num_threads(n1, n2, ...)), and forks
+ * with __kmpc_fork_call_if (the if clause evaluated by the runtime); a host
+ * `teams` construct forks with __kmpc_fork_teams.
+ *
+ * A pushed value is for the next fork on the same thread, whichever entry
+ * point that is. An explicit request is capped where it is pushed (unless
+ * strict), and the thread remembers it pushed (t_pushed) so that the fork
+ * that consumes the value does not replace it with the default cap, which
+ * could be larger; every fork entry point clears the mark. A fork without
+ * a pushed value pushes min(grant, omp_get_max_threads()) itself, when
+ * that is smaller.
  */
 static __thread int t_pushed __attribute__((tls_model("initial-exec")));
+
+typedef void (*kmpc_micro)(int32_t *, int32_t *, ...);
+typedef void (*push_fn)(void *, int32_t, int32_t);
+typedef void (*push_strict_fn)(void *, int32_t, int32_t, int, const char *);
+typedef void (*push_list_fn)(void *, int32_t, uint32_t, int32_t *);
+typedef void (*push_list_strict_fn)(void *, int32_t, uint32_t, int32_t *, int, const char *);
+typedef void (*serialized_fn)(void *, int32_t);
+typedef int32_t (*gtid_fn)(void *);
+typedef void (*fork_fn)(void *, int32_t, kmpc_micro, ...);
+typedef void (*fork_if_fn)(void *, int32_t, kmpc_micro, int32_t, void *);
 
 EXPORT void __kmpc_push_num_threads(void *loc, int32_t gtid, int32_t num_threads)
 {
     struct omp_rt *rt;
-    void (*real)(void *, int32_t, int32_t) = (void (*)(void *, int32_t, int32_t))route_need(
-        FAM_KMPC, S_KMPC_PUSH_NUM_THREADS, loc, &rt);
+    push_fn real = (push_fn)route_need(FAM_KMPC, S_KMPC_PUSH_NUM_THREADS, loc, &rt);
     if (UNLIKELY(shim_active())) {
         t_pushed = 1;
         if (num_threads > 1)
@@ -838,14 +895,119 @@ EXPORT void __kmpc_push_num_threads(void *loc, int32_t gtid, int32_t num_threads
     real(loc, gtid, num_threads);
 }
 
+/* A push for a runtime that lacks the newer entry point `missing` (the
+ * caller found it through the shim, which exports it): the plain push of
+ * the first level's count, which is how libomp implements them, less the
+ * strictness or the inner levels. */
+static void push_plain(void *loc, int32_t gtid, int32_t num_threads, enum sym missing)
+{
+    note(NOTE_OLD_RUNTIME,
+         "the OpenMP runtime predates %s (and maybe others); the shim stands in for them",
+         sym_name[missing]);
+    struct omp_rt *rt;
+    push_fn push = (push_fn)route_need(FAM_KMPC, S_KMPC_PUSH_NUM_THREADS, loc, &rt);
+    push(loc, gtid, num_threads);
+}
+
+/* num_threads(strict: n): the program requires exactly n threads (the
+ * runtime reports an error otherwise), which dynamic adjustment may not
+ * change either, so it is passed on unchanged; the mark keeps the fork
+ * from applying the default cap. */
+EXPORT void __kmpc_push_num_threads_strict(void *loc, int32_t gtid, int32_t num_threads,
+                                           int severity, const char *message)
+{
+    struct omp_rt *rt;
+    push_strict_fn real =
+        (push_strict_fn)route(FAM_KMPC, S_KMPC_PUSH_NUM_THREADS_STRICT, loc, &rt);
+    if (UNLIKELY(shim_active()))
+        t_pushed = 1;
+    if (LIKELY(real != NULL))
+        real(loc, gtid, num_threads, severity, message);
+    else
+        push_plain(loc, gtid, num_threads, S_KMPC_PUSH_NUM_THREADS_STRICT);
+}
+
+/* Nesting levels of a capped num_threads list the shim copies; a longer
+ * list is passed on uncapped. */
+#define MAX_LEVELS 8
+static __thread int32_t t_levels[MAX_LEVELS] __attribute__((tls_model("initial-exec")));
+
+/* `list` with its first level (the team about to be forked) capped; the
+ * inner levels are the teams of nested regions, capped when those fork.
+ * The program's array is never written: a changed list is a per-thread
+ * copy, valid until this thread's next capped list (libomp copies the list
+ * into its own thread state when it is pushed). */
+static int32_t *cap_levels(struct omp_rt *rt, uint32_t len, int32_t *list)
+{
+    if (list == NULL || len == 0 || list[0] <= 1)
+        return list;
+    int32_t first = (int32_t)cap_team(rt, (unsigned)list[0], S_KMPC_PUSH_NUM_THREADS_LIST);
+    if (first == list[0])
+        return list;
+    if (len > MAX_LEVELS) {
+        note(NOTE_LONG_LIST, "num_threads list of %u levels (the shim copies %d): passed on uncapped",
+             len, MAX_LEVELS);
+        return list;
+    }
+    memcpy(t_levels, list, len * sizeof *list);
+    t_levels[0] = first;
+    return t_levels;
+}
+
+EXPORT void __kmpc_push_num_threads_list(void *loc, int32_t gtid, uint32_t list_length,
+                                         int32_t *num_threads_list)
+{
+    struct omp_rt *rt;
+    push_list_fn real = (push_list_fn)route(FAM_KMPC, S_KMPC_PUSH_NUM_THREADS_LIST, loc, &rt);
+    int32_t *list = num_threads_list;
+    if (UNLIKELY(shim_active())) {
+        t_pushed = 1;
+        list = cap_levels(rt, list_length, list);
+    }
+    if (LIKELY(real != NULL))
+        real(loc, gtid, list_length, list);
+    else if (list != NULL && list_length > 0)
+        push_plain(loc, gtid, list[0], S_KMPC_PUSH_NUM_THREADS_LIST);
+}
+
+/* A strict list: passed on unchanged, as a strict single count. */
+EXPORT void __kmpc_push_num_threads_list_strict(void *loc, int32_t gtid, uint32_t list_length,
+                                                int32_t *num_threads_list, int severity,
+                                                const char *message)
+{
+    struct omp_rt *rt;
+    push_list_strict_fn real =
+        (push_list_strict_fn)route(FAM_KMPC, S_KMPC_PUSH_NUM_THREADS_LIST_STRICT, loc, &rt);
+    if (UNLIKELY(shim_active()))
+        t_pushed = 1;
+    if (LIKELY(real != NULL))
+        real(loc, gtid, list_length, num_threads_list, severity, message);
+    else if (num_threads_list != NULL && list_length > 0)
+        push_plain(loc, gtid, num_threads_list[0], S_KMPC_PUSH_NUM_THREADS_LIST_STRICT);
+}
+
 EXPORT void __kmpc_serialized_parallel(void *loc, int32_t gtid)
 {
     struct omp_rt *rt;
-    void (*real)(void *, int32_t) =
-        (void (*)(void *, int32_t))route_need(FAM_KMPC, S_KMPC_SERIALIZED_PARALLEL, loc, &rt);
+    serialized_fn real = (serialized_fn)route_need(FAM_KMPC, S_KMPC_SERIALIZED_PARALLEL, loc, &rt);
     if (UNLIKELY(shim_active()))
         t_pushed = 0; /* the pushed value (if any) was for this region */
     real(loc, gtid);
+}
+
+/* The default cap, for a fork with nothing pushed: pushes
+ * min(grant, omp_get_max_threads()) when that is smaller. */
+static void push_default_cap(struct omp_rt *rt, void *loc, enum sym entry)
+{
+    if (rt == NULL)
+        return;
+    gtid_fn gtid = (gtid_fn)rt_fn(rt, S_KMPC_GLOBAL_THREAD_NUM);
+    push_fn push = (push_fn)rt_fn(rt, S_KMPC_PUSH_NUM_THREADS);
+    if (gtid == NULL || push == NULL)
+        return;
+    unsigned n = cap_team(rt, 0, entry);
+    if (n != 0)
+        push(loc, gtid(loc), (int32_t)n);
 }
 
 /* Called by the __kmpc_fork_call trampoline below with the fork's first
@@ -864,71 +1026,147 @@ void *allot_kmpc_fork_prepare(void *loc, int32_t argc, void *microtask)
         t_pushed = 0;
         return real;
     }
-    if (rt == NULL) /* untracked: uncapped */
-        return real;
-    int32_t (*gtid)(void *) = (int32_t (*)(void *))rt_fn(rt, S_KMPC_GLOBAL_THREAD_NUM);
-    void (*push)(void *, int32_t, int32_t) =
-        (void (*)(void *, int32_t, int32_t))rt_fn(rt, S_KMPC_PUSH_NUM_THREADS);
-    if (gtid == NULL || push == NULL)
-        return real;
-    unsigned n = cap_team(rt, 0, S_KMPC_FORK_CALL);
-    if (n != 0)
-        push(loc, gtid(loc), (int32_t)n);
+    push_default_cap(rt, loc, S_KMPC_FORK_CALL);
     return real;
+}
+
+/* The same for __kmpc_fork_teams: a pass-through that clears the mark (the
+ * teams construct replaces any pushed value with its league size; teams
+ * are not capped). */
+__attribute__((visibility("hidden"), used)) void *
+allot_kmpc_fork_teams_prepare(void *loc, int32_t argc, void *microtask);
+
+void *allot_kmpc_fork_teams_prepare(void *loc, int32_t argc, void *microtask)
+{
+    (void)loc;
+    (void)argc;
+    struct omp_rt *rt;
+    void *real = route_need(FAM_KMPC, S_KMPC_FORK_TEAMS, microtask, &rt);
+    if (UNLIKELY(shim_active()))
+        t_pushed = 0;
+    return real;
+}
+
+/* __kmpc_fork_call_if for a runtime that predates it: what libomp's own
+ * does, through entry points every libomp has. */
+static __attribute__((noinline)) void fork_call_if_standin(void *loc, int32_t argc,
+                                                           kmpc_micro microtask, int32_t cond,
+                                                           void *args)
+{
+    note(NOTE_OLD_RUNTIME,
+         "the OpenMP runtime predates %s (and maybe others); the shim stands in for them",
+         sym_name[S_KMPC_FORK_CALL_IF]);
+    if (cond) {
+        fork_fn fork = (fork_fn)allot_kmpc_fork_prepare(loc, argc, (void *)microtask);
+        if (args != NULL)
+            fork(loc, argc, microtask, args);
+        else
+            fork(loc, argc, microtask);
+        return;
+    }
+    struct omp_rt *rt;
+    const void *owner = (const void *)microtask;
+    gtid_fn gtid_of = (gtid_fn)route_need(FAM_KMPC, S_KMPC_GLOBAL_THREAD_NUM, owner, &rt);
+    serialized_fn begin =
+        (serialized_fn)route_need(FAM_KMPC, S_KMPC_SERIALIZED_PARALLEL, owner, &rt);
+    serialized_fn end =
+        (serialized_fn)route_need(FAM_KMPC, S_KMPC_END_SERIALIZED_PARALLEL, owner, &rt);
+    int32_t gtid = gtid_of(loc);
+    if (shim_active())
+        t_pushed = 0;
+    begin(loc, gtid);
+    int32_t bound_tid = 0;
+    if (args != NULL)
+        microtask(&gtid, &bound_tid, args);
+    else
+        microtask(&gtid, &bound_tid);
+    end(loc, gtid);
+}
+
+/* If `cond`, a fork like __kmpc_fork_call's (the default cap applies unless
+ * a value was pushed); if not, the pushed value (if any) is dropped with the
+ * serialized region. The mark stays set while the runtime runs the call, in
+ * case its fork goes through __kmpc_fork_call (and so through the shim),
+ * and is cleared once it returns. */
+EXPORT void __kmpc_fork_call_if(void *loc, int32_t argc, kmpc_micro microtask, int32_t cond,
+                                void *args)
+{
+    struct omp_rt *rt;
+    fork_if_fn real =
+        (fork_if_fn)route(FAM_KMPC, S_KMPC_FORK_CALL_IF, (const void *)microtask, &rt);
+    if (UNLIKELY(real == NULL)) {
+        fork_call_if_standin(loc, argc, microtask, cond, args);
+        return;
+    }
+    int active = shim_active();
+    if (UNLIKELY(active)) {
+        if (!cond) {
+            t_pushed = 0;
+        } else if (!t_pushed) {
+            push_default_cap(rt, loc, S_KMPC_FORK_CALL_IF);
+            t_pushed = 1;
+        }
+    }
+    real(loc, argc, microtask, cond, args);
+    if (UNLIKELY(active))
+        t_pushed = 0;
 }
 
 /*
  * __kmpc_fork_call(ident_t *loc, kmp_int32 argc, kmpc_micro microtask, ...)
- * passes `argc` pointer-sized arguments on to the microtask. C cannot
- * forward a variable argument list, so the interposer is a trampoline: it
- * saves the argument registers (and %al, the vector-register count of a
- * variadic call), asks allot_kmpc_fork_prepare for the real function (which
- * may push a smaller team first), restores the registers and jumps to it.
- * The stack, with any arguments beyond the sixth, is untouched, so every
- * argc is forwarded exactly. The varargs are pointers, so no argument
- * travels in a vector register. Seven pushes after the return address
- * leave %rsp 16-byte aligned for the call.
+ * passes `argc` pointer-sized arguments on to the microtask, and so does
+ * __kmpc_fork_teams. C cannot forward a variable argument list, so their
+ * interposers are trampolines: each saves the argument registers (and %al,
+ * the vector-register count of a variadic call), asks its prepare function
+ * for the real function (which may push a smaller team first), restores the
+ * registers and jumps to it. The stack, with any arguments beyond the
+ * sixth, is untouched, so every argc is forwarded exactly. The varargs are
+ * pointers, so no argument travels in a vector register. Seven pushes after
+ * the return address leave %rsp 16-byte aligned for the call.
  */
-__asm__(".text\n"
-        ".globl __kmpc_fork_call\n"
-        ".type __kmpc_fork_call, @function\n"
-        ".p2align 4\n"
-        "__kmpc_fork_call:\n"
-        "  .cfi_startproc\n"
-        "  endbr64\n"
-        "  pushq %rdi\n"
-        "  .cfi_adjust_cfa_offset 8\n"
-        "  pushq %rsi\n"
-        "  .cfi_adjust_cfa_offset 8\n"
-        "  pushq %rdx\n"
-        "  .cfi_adjust_cfa_offset 8\n"
-        "  pushq %rcx\n"
-        "  .cfi_adjust_cfa_offset 8\n"
-        "  pushq %r8\n"
-        "  .cfi_adjust_cfa_offset 8\n"
-        "  pushq %r9\n"
-        "  .cfi_adjust_cfa_offset 8\n"
-        "  pushq %rax\n"
-        "  .cfi_adjust_cfa_offset 8\n"
-        "  call allot_kmpc_fork_prepare\n"
-        "  movq %rax, %r11\n"
-        "  popq %rax\n"
-        "  .cfi_adjust_cfa_offset -8\n"
-        "  popq %r9\n"
-        "  .cfi_adjust_cfa_offset -8\n"
-        "  popq %r8\n"
-        "  .cfi_adjust_cfa_offset -8\n"
-        "  popq %rcx\n"
-        "  .cfi_adjust_cfa_offset -8\n"
-        "  popq %rdx\n"
-        "  .cfi_adjust_cfa_offset -8\n"
-        "  popq %rsi\n"
-        "  .cfi_adjust_cfa_offset -8\n"
-        "  popq %rdi\n"
-        "  .cfi_adjust_cfa_offset -8\n"
-        "  jmp *%r11\n"
-        "  .cfi_endproc\n"
-        ".size __kmpc_fork_call, .-__kmpc_fork_call\n");
+#define KMPC_TRAMPOLINE(name, prepare)                                         \
+    __asm__(".text\n"                                                          \
+            ".globl " #name "\n"                                               \
+            ".type " #name ", @function\n"                                     \
+            ".p2align 4\n" #name ":\n"                                         \
+            "  .cfi_startproc\n"                                               \
+            "  endbr64\n"                                                      \
+            "  pushq %rdi\n"                                                   \
+            "  .cfi_adjust_cfa_offset 8\n"                                     \
+            "  pushq %rsi\n"                                                   \
+            "  .cfi_adjust_cfa_offset 8\n"                                     \
+            "  pushq %rdx\n"                                                   \
+            "  .cfi_adjust_cfa_offset 8\n"                                     \
+            "  pushq %rcx\n"                                                   \
+            "  .cfi_adjust_cfa_offset 8\n"                                     \
+            "  pushq %r8\n"                                                    \
+            "  .cfi_adjust_cfa_offset 8\n"                                     \
+            "  pushq %r9\n"                                                    \
+            "  .cfi_adjust_cfa_offset 8\n"                                     \
+            "  pushq %rax\n"                                                   \
+            "  .cfi_adjust_cfa_offset 8\n"                                     \
+            "  call " #prepare "\n"                                            \
+            "  movq %rax, %r11\n"                                              \
+            "  popq %rax\n"                                                    \
+            "  .cfi_adjust_cfa_offset -8\n"                                    \
+            "  popq %r9\n"                                                     \
+            "  .cfi_adjust_cfa_offset -8\n"                                    \
+            "  popq %r8\n"                                                     \
+            "  .cfi_adjust_cfa_offset -8\n"                                    \
+            "  popq %rcx\n"                                                    \
+            "  .cfi_adjust_cfa_offset -8\n"                                    \
+            "  popq %rdx\n"                                                    \
+            "  .cfi_adjust_cfa_offset -8\n"                                    \
+            "  popq %rsi\n"                                                    \
+            "  .cfi_adjust_cfa_offset -8\n"                                    \
+            "  popq %rdi\n"                                                    \
+            "  .cfi_adjust_cfa_offset -8\n"                                    \
+            "  jmp *%r11\n"                                                    \
+            "  .cfi_endproc\n"                                                 \
+            ".size " #name ", .-" #name "\n")
+
+KMPC_TRAMPOLINE(__kmpc_fork_call, allot_kmpc_fork_prepare);
+KMPC_TRAMPOLINE(__kmpc_fork_teams, allot_kmpc_fork_teams_prepare);
 
 #endif /* __x86_64__ */
 

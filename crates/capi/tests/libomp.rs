@@ -105,3 +105,179 @@ fn region_in_a_constructor_during_dlopen_finishes() {
         scenarios::region_in_a_constructor_during_dlopen(Toolchain::Clang);
     }
 }
+
+/// Every push and fork entry point, with the team size each fork received
+/// checked exactly, on a stand-in runtime (tests/omp/fake_rt.c): one that
+/// has the entry points newer than LLVM 14 (forking inside
+/// `__kmpc_fork_call_if` through `__kmpc_fork_call`, or internally), and
+/// one without them, whose calls then reach the shim's stand-ins. An
+/// explicit request is never replaced by a larger default cap: not after
+/// a strict or list push, nor after a push consumed by `__kmpc_fork_teams`
+/// or `__kmpc_fork_call_if`. Strict requests are passed on uncapped.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn every_push_and_fork_entry_point_keeps_the_explicit_request() {
+    use std::process::Command;
+    // The runtime's nthreads-var is 4; explicit requests are 2 (lists {2, 1}).
+    let capped_to_3 = [
+        ("fork", "3"),
+        ("push", "2"),
+        ("strict", "2"),
+        ("list", "2"),
+        ("list_intact", "1"),
+        ("list_strict", "2"),
+        ("fork_after_teams", "3"),
+        ("if_true", "3"),
+        ("push_if_true", "2"),
+        ("fork_after_if_true", "3"),
+        ("push_if_false", "1"),
+        ("fork_after_if_false", "3"),
+        ("args", "1"),
+        ("ran", "12"),
+    ];
+    let capped_to_1 = [
+        ("fork", "1"),
+        ("push", "1"),
+        ("strict", "2"), // strict: passed on as it is
+        ("list", "1"),
+        ("list_intact", "1"), // the program's array is not written
+        ("list_strict", "2"),
+        ("fork_after_teams", "1"),
+        ("if_true", "1"),
+        ("push_if_true", "1"),
+        ("fork_after_if_true", "1"),
+        ("push_if_false", "1"),
+        ("fork_after_if_false", "1"),
+        ("args", "1"),
+        ("ran", "12"),
+    ];
+    let inert = [
+        ("fork", "4"),
+        ("push", "2"),
+        ("strict", "2"),
+        ("list", "2"),
+        ("list_intact", "1"),
+        ("list_strict", "2"),
+        ("fork_after_teams", "4"),
+        ("if_true", "4"),
+        ("push_if_true", "2"),
+        ("fork_after_if_true", "4"),
+        ("push_if_false", "1"),
+        ("fork_after_if_false", "4"),
+        ("args", "1"),
+        ("ran", "12"),
+    ];
+    let driver = dlopen_driver().unwrap();
+    let pages = [Page::new(3), Page::new(1)];
+    for (old, direct) in [(false, "0"), (false, "1"), (true, "0")] {
+        let lib = fake_rt(old).unwrap();
+        for (page, want) in [
+            (Some(&pages[0]), &capped_to_3),
+            (Some(&pages[1]), &capped_to_1),
+            (None, &inert),
+        ] {
+            let mut cmd = Command::new(&driver);
+            cmd.arg(&lib).arg("kmpc");
+            with_shim(&mut cmd, scenarios::MAX);
+            cmd.env("FAKE_MAX_THREADS", "4").env("FAKE_DIRECT", direct);
+            if let Some(p) = page {
+                inherit_page(&mut cmd, p.fd());
+            }
+            let out = cmd.output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let what = format!("old runtime {old}, direct {direct}, in cell {}", page.is_some());
+            assert!(out.status.success(), "{what}: {stderr}");
+            let got = named_values(&String::from_utf8_lossy(&out.stdout));
+            let want: Vec<(String, String)> = want
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            assert_eq!(got, want, "{what}: {stderr}");
+        }
+    }
+}
+
+/// Hand-written calls of LLVM 14's libomp: a push before `__kmpc_fork_teams`
+/// (which clang does not emit that way), and the entry points this libomp
+/// lacks, which a program finds in the shim (here with `dlsym`): they are
+/// harmless, doing what libomp's own do through the entry points it has.
+#[test]
+fn hand_written_kmpc_calls_on_libomp() {
+    use std::process::Command;
+    if !available() {
+        return;
+    }
+    let bin = kmpc_calls().unwrap();
+    // OMP_NUM_THREADS=4; explicit requests are 2 (lists {2, 1}).
+    let capped_to_3 = [
+        ("fork", "3"),
+        ("fork_after_teams", "3"),
+        ("teams_arg", "1"),
+        ("strict", "2"),
+        ("list", "2"),
+        ("list_intact", "1"),
+        ("list_strict", "2"),
+        ("if_true", "3"),
+        ("push_if_true", "2"),
+        ("push_if_false", "1"),
+        ("fork_after_if_false", "3"),
+        ("if_args", "1"),
+    ];
+    let capped_to_1 = [
+        ("fork", "1"),
+        ("fork_after_teams", "1"),
+        ("teams_arg", "1"),
+        ("strict", "2"),
+        ("list", "1"),
+        ("list_intact", "1"),
+        ("list_strict", "2"),
+        ("if_true", "1"),
+        ("push_if_true", "1"),
+        ("push_if_false", "1"),
+        ("fork_after_if_false", "1"),
+        ("if_args", "1"),
+    ];
+    let pages = [Page::new(3), Page::new(1)];
+    for (page, want) in [(&pages[0], &capped_to_3), (&pages[1], &capped_to_1)] {
+        let mut cmd = Command::new(&bin);
+        with_shim(&mut cmd, 4);
+        inherit_page(&mut cmd, page.fd());
+        let out = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        let got = named_values(&String::from_utf8_lossy(&out.stdout));
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        assert_eq!(got, want, "{stderr}");
+    }
+    // Outside a cell: requests and defaults as they are. (After the
+    // serialized if(false) region, what libomp does with the value pushed
+    // for it is its own business; not checked.)
+    let mut cmd = Command::new(&bin);
+    with_shim(&mut cmd, 4);
+    let out = cmd.output().unwrap();
+    assert!(out.status.success());
+    let got: Vec<(String, String)> = named_values(&String::from_utf8_lossy(&out.stdout))
+        .into_iter()
+        .filter(|(k, _)| k != "fork_after_if_false")
+        .collect();
+    let want: Vec<(String, String)> = [
+        ("fork", "4"),
+        ("fork_after_teams", "4"),
+        ("teams_arg", "1"),
+        ("strict", "2"),
+        ("list", "2"),
+        ("list_intact", "1"),
+        ("list_strict", "2"),
+        ("if_true", "4"),
+        ("push_if_true", "2"),
+        ("push_if_false", "1"),
+        ("if_args", "1"),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect();
+    assert_eq!(got, want);
+}

@@ -191,6 +191,16 @@ pub fn each_driver() -> Result<PathBuf, String> {
     compile("gcc", "tests/omp/each_driver.c", "each_driver", &["-ldl"])
 }
 
+/// kmpc_calls.c: hand-written calls of libomp's entry points (clang).
+pub fn kmpc_calls() -> Result<PathBuf, String> {
+    compile(
+        "clang",
+        "tests/omp/kmpc_calls.c",
+        "kmpc_calls",
+        &["-fopenmp", "-ldl"],
+    )
+}
+
 /// `NAME VALUE` lines (as fake_rt.c and kmpc_calls.c print them).
 pub fn named_values(text: &str) -> Vec<(String, String)> {
     text.lines()
