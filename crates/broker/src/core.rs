@@ -22,6 +22,7 @@
 use crate::config::Config;
 use crate::demand::Estimator;
 use crate::journal::{GrantRec, Journal, MemberRec, Record};
+use crate::ledger::Ledger;
 use crate::{debug, info, warn};
 use allot_enforce::os::Os;
 use allot_enforce::{Applied, Enforcer};
@@ -113,6 +114,9 @@ pub struct Core {
     pub(crate) backend_notes: Vec<String>,
     stop_requested: bool,
     uid: u32,
+    pub(crate) ledger: Ledger,
+    /// Sessions waiting for the ledger to change: (session, pid, epoch seen).
+    watchers: Vec<(SessionId, u32, u64)>,
 }
 
 fn random_u64() -> u64 {
@@ -169,6 +173,8 @@ impl Core {
             backend_notes: Vec::new(),
             stop_requested: false,
             uid: rustix::process::geteuid().as_raw(),
+            ledger: Ledger::new(machine),
+            watchers: Vec::new(),
         };
         let effects = core.restore();
         (core, effects)
@@ -583,6 +589,49 @@ impl Core {
                 });
                 e
             }
+            Request::KindDefine { name, devices } => match self.ledger.define(&name, &devices) {
+                Ok(()) => reply(Reply::Ok),
+                Err(e) => reply(err(ErrorCode::Invalid, kind, e)),
+            },
+            Request::KindList => {
+                let json = self.ledger.json();
+                let mut chunks = crate::status::chunks(&json);
+                let last = chunks.pop().unwrap_or_default();
+                let mut e: Vec<Effect> = chunks
+                    .into_iter()
+                    .map(|c| Effect::Reply { session, reply: Reply::Json { more: true, json: c }, fd: None })
+                    .collect();
+                e.push(Effect::Reply { session, reply: Reply::Json { more: false, json: last }, fd: None });
+                e
+            }
+            Request::KindAcquire { items } => {
+                let first = !self.ledger.holds(peer.pid);
+                match self.ledger.acquire(peer.pid, &items) {
+                    Ok(()) => {
+                        let mut e = Vec::new();
+                        if first {
+                            // Watch it, so its holdings come back if it dies.
+                            e.push(Effect::Watch(peer.pid));
+                        }
+                        e.push(Effect::Reply { session, reply: Reply::Ok, fd: None });
+                        e
+                    }
+                    Err(why) => reply(err(ErrorCode::Refused, kind, why)),
+                }
+            }
+            Request::KindRelease { items } => {
+                self.ledger.release(peer.pid, &items);
+                self.ledger_changed()
+            }
+            Request::KindWatch { epoch, waiting } => {
+                if self.ledger.epoch() > epoch {
+                    reply(Reply::Changed { epoch: self.ledger.epoch(), waiters: self.ledger.waiters() })
+                } else {
+                    self.ledger.set_waiting(peer.pid, waiting);
+                    self.watchers.push((session, peer.pid, epoch));
+                    vec![]
+                }
+            }
             Request::Shutdown => {
                 if peer.uid == 0 || peer.uid == self.uid {
                     info!("shutdown requested by pid {} (uid {})", peer.pid, peer.uid);
@@ -597,6 +646,26 @@ impl Core {
                 }
             }
         }
+    }
+
+    /// Answers every watcher whose epoch is behind the ledger's.
+    fn ledger_changed(&mut self) -> Vec<Effect> {
+        let epoch = self.ledger.epoch();
+        let mut out = Vec::new();
+        let mut keep = Vec::new();
+        for (session, pid, seen) in std::mem::take(&mut self.watchers) {
+            if epoch > seen {
+                self.ledger.set_waiting(pid, 0);
+                out.push((session, pid));
+            } else {
+                keep.push((session, pid, seen));
+            }
+        }
+        self.watchers = keep;
+        let waiters = self.ledger.waiters();
+        out.into_iter()
+            .map(|(session, _)| Effect::Reply { session, reply: Reply::Changed { epoch, waiters }, fd: None })
+            .collect()
     }
 
     fn owned(&self, peer: Peer, cell: u64, kind: u16) -> Result<(), Reply> {
@@ -1006,19 +1075,26 @@ impl Core {
         self.journal(&[Record::End { id }]);
         c.members
             .iter()
-            .map(|m| {
+            .filter_map(|m| {
                 self.by_pid.remove(&m.pid);
-                Effect::Unwatch(m.pid)
+                // A process that holds ledger items stays watched.
+                (!self.ledger.holds(m.pid)).then_some(Effect::Unwatch(m.pid))
             })
             .collect()
     }
 
     /// A watched process exited.
     pub fn exited(&mut self, pid: u32) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        if self.ledger.release_all(pid) {
+            info!("process {pid} died holding resources; given back");
+            effects.extend(self.ledger_changed());
+        }
         let Some(id) = self.by_pid.remove(&pid) else {
-            return vec![];
+            effects.push(Effect::Unwatch(pid));
+            return effects;
         };
-        let mut effects = vec![Effect::Unwatch(pid)];
+        effects.push(Effect::Unwatch(pid));
         let Some(c) = self.cells.get_mut(&id) else {
             return effects;
         };
@@ -1059,6 +1135,10 @@ impl Core {
     /// A session closed: its queued cells are dropped. Its admitted cells
     /// live on while their processes do.
     pub fn session_closed(&mut self, session: SessionId) -> Vec<Effect> {
+        for (_, pid, _) in self.watchers.iter().filter(|w| w.0 == session) {
+            self.ledger.set_waiting(*pid, 0);
+        }
+        self.watchers.retain(|w| w.0 != session);
         let before = self.queue.len();
         self.queue.retain(|q| q.session != session);
         if self.queue.len() != before {

@@ -13,12 +13,14 @@
 //! - [`server`]: the epoll loop driving it.
 //! - [`demand`]: how busy each cell is, from usage and reports.
 //! - [`journal`]: crash-safe state.
+//! - [`ledger`]: what each process holds of each resource kind (`require`).
 //! - [`config`], [`status`].
 
 pub mod config;
 pub mod core;
 pub mod demand;
 pub mod journal;
+pub mod ledger;
 pub mod log;
 pub mod server;
 pub mod status;

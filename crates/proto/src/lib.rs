@@ -7,9 +7,9 @@
 //! - [`transport`]: the seqpacket socket, with file descriptor passing.
 //! - [`wire`]: the primitive field encoding.
 //!
-//! Any change to a message or to the page layout must bump
-//! [`PROTOCOL_VERSION`]; both sides refuse other versions with a message
-//! that says so.
+//! Any change to a message must bump [`PROTOCOL_VERSION`], any change to
+//! the page layout [`PAGE_VERSION`]; both sides refuse other versions with a
+//! message that says so.
 
 pub mod msg;
 pub mod page;
@@ -17,8 +17,8 @@ pub mod shm;
 pub mod transport;
 pub mod wire;
 
-pub use msg::{ErrorCode, FrameError, MAX_MESSAGE, PROTOCOL_VERSION, Reply, Request};
-pub use page::{FLAG_RELEASED, FLAG_STACKED, Grant, GrantPage, PAGE_SIZE, PageError};
+pub use msg::{DeviceDef, ErrorCode, FrameError, LedgerItem, MAX_MESSAGE, PROTOCOL_VERSION, Reply, Request};
+pub use page::{FLAG_RELEASED, FLAG_STACKED, Grant, GrantPage, PAGE_SIZE, PAGE_VERSION, PageError};
 pub use shm::{PageMap, ShmError};
 pub use transport::{CallError, Conn};
 

@@ -23,10 +23,12 @@
 use crate::wire::{DecodeError, Reader, Writer};
 use allot_plan::{CellSpec, Placement};
 
-/// Wire-format version. **Bump it on any change to a message or to the grant
-/// page layout**; the broker answers other versions with
-/// [`ErrorCode::UnsupportedVersion`].
-pub const PROTOCOL_VERSION: u16 = 1;
+/// Wire-format version. **Bump it on any change to a message**; the broker
+/// answers other versions with [`ErrorCode::UnsupportedVersion`]. (The grant
+/// page has its own [`crate::page::PAGE_VERSION`].)
+///
+/// History: 1 — cells; 2 — the resource ledger for `require` (0x0A–0x0E).
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// Header magic.
 pub const MAGIC: u16 = 0xA110;
@@ -85,8 +87,33 @@ impl ErrorCode {
     }
 }
 
+/// One line of a ledger acquisition or release: an amount of one device of
+/// a resource kind.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LedgerItem {
+    /// Kind name.
+    pub kind: String,
+    /// Device index.
+    pub dev: u32,
+    /// Amount.
+    pub amount: f64,
+    /// A shared (non-exclusive) holding.
+    pub shared: bool,
+}
+
+/// One device of a kind definition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceDef {
+    /// Name.
+    pub name: String,
+    /// Left to processes that asked for nothing.
+    pub min: f64,
+    /// Largest allocation.
+    pub max: f64,
+}
+
 /// A client's request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Request {
     /// `0x01` — `client: str`. Introduces the client; answered by `Welcome`.
     Hello {
@@ -148,6 +175,36 @@ pub enum Request {
     Status,
     /// `0x09` — no fields. Asks the broker to exit (its owner or root only).
     Shutdown,
+    /// `0x0A` — `name: str, devices: list<(name: str, min: f64, max: f64)>`.
+    /// Defines a virtual (counting) resource kind for every process.
+    KindDefine {
+        /// Kind name.
+        name: String,
+        /// Its devices.
+        devices: Vec<DeviceDef>,
+    },
+    /// `0x0B` — no fields. The ledger as JSON (`Json` chunks).
+    KindList,
+    /// `0x0C` — `items: list<(kind: str, dev: u32, amount: f64, shared: bool)>`.
+    /// Takes every item for the calling process, all or nothing.
+    KindAcquire {
+        /// What to take.
+        items: Vec<LedgerItem>,
+    },
+    /// `0x0D` — same fields as `KindAcquire`. Gives items back; no reply.
+    KindRelease {
+        /// What to give back.
+        items: Vec<LedgerItem>,
+    },
+    /// `0x0E` — `epoch: u64, waiting: u32`. Answered with `Changed` as soon
+    /// as the ledger's epoch exceeds `epoch`; `waiting` is how many of the
+    /// caller's threads wait (summed into the waiters policies see).
+    KindWatch {
+        /// Last epoch seen.
+        epoch: u64,
+        /// Threads of the caller waiting.
+        waiting: u32,
+    },
 }
 
 /// The broker's reply.
@@ -205,6 +262,20 @@ pub enum Reply {
         /// This chunk.
         json: String,
     },
+    /// `0x87` — `more: bool, json: str`. One chunk of the ledger JSON.
+    Json {
+        /// Another chunk follows.
+        more: bool,
+        /// This chunk.
+        json: String,
+    },
+    /// `0x88` — `epoch: u64, waiters: u32`. The ledger changed.
+    Changed {
+        /// The ledger's epoch now.
+        epoch: u64,
+        /// Threads waiting across all processes.
+        waiters: u32,
+    },
 }
 
 impl Request {
@@ -220,6 +291,11 @@ impl Request {
             Request::Release { .. } => 0x07,
             Request::Status => 0x08,
             Request::Shutdown => 0x09,
+            Request::KindDefine { .. } => 0x0A,
+            Request::KindList => 0x0B,
+            Request::KindAcquire { .. } => 0x0C,
+            Request::KindRelease { .. } => 0x0D,
+            Request::KindWatch { .. } => 0x0E,
         }
     }
 }
@@ -234,6 +310,8 @@ impl Reply {
             Reply::Ok => 0x84,
             Reply::Error { .. } => 0x85,
             Reply::Status { .. } => 0x86,
+            Reply::Json { .. } => 0x87,
+            Reply::Changed { .. } => 0x88,
         }
     }
 
@@ -346,6 +424,31 @@ fn unframe(buf: &[u8]) -> Result<(u16, &[u8]), FrameError> {
     Ok((kind, &buf[HEADER_LEN..]))
 }
 
+fn put_items(w: &mut Writer, items: &[LedgerItem]) {
+    let n = items.len().min(crate::wire::MAX_LIST);
+    w.u16(n as u16);
+    for i in &items[..n] {
+        w.str(&i.kind).u32(i.dev).f64(i.amount).bool(i.shared);
+    }
+}
+
+fn get_items(r: &mut Reader<'_>) -> Result<Vec<LedgerItem>, DecodeError> {
+    let n = r.u16("items")? as usize;
+    if n > crate::wire::MAX_LIST {
+        return Err(DecodeError::Malformed { field: "items", detail: format!("{n} items") });
+    }
+    (0..n)
+        .map(|_| {
+            Ok(LedgerItem {
+                kind: r.str("item.kind")?,
+                dev: r.u32("item.dev")?,
+                amount: r.f64("item.amount")?,
+                shared: r.bool("item.shared")?,
+            })
+        })
+        .collect()
+}
+
 fn put_spec(w: &mut Writer, s: &CellSpec) {
     w.u32(s.min)
         .u32(s.max)
@@ -412,7 +515,19 @@ impl Request {
             Request::Release { cell } => {
                 w.u64(*cell);
             }
-            Request::Status | Request::Shutdown => {}
+            Request::Status | Request::Shutdown | Request::KindList => {}
+            Request::KindDefine { name, devices } => {
+                w.str(name);
+                let n = devices.len().min(crate::wire::MAX_LIST);
+                w.u16(n as u16);
+                for d in &devices[..n] {
+                    w.str(&d.name).f64(d.min).f64(d.max);
+                }
+            }
+            Request::KindAcquire { items } | Request::KindRelease { items } => put_items(&mut w, items),
+            Request::KindWatch { epoch, waiting } => {
+                w.u64(*epoch).u32(*waiting);
+            }
         }
         frame(self.kind(), w)
     }
@@ -420,7 +535,7 @@ impl Request {
     /// Decodes one datagram. Never panics, whatever the bytes.
     pub fn decode(buf: &[u8]) -> Result<Request, FrameError> {
         let (kind, body) = unframe(buf)?;
-        if !(0x01..=0x09).contains(&kind) {
+        if !(0x01..=0x0E).contains(&kind) {
             return Err(FrameError::Kind(kind));
         }
         let mut r = Reader::new(body);
@@ -463,7 +578,22 @@ impl Request {
                 cell: r.u64("cell")?,
             },
             0x08 => Request::Status,
-            _ => Request::Shutdown,
+            0x09 => Request::Shutdown,
+            0x0A => {
+                let name = r.str("name")?;
+                let n = r.u16("devices")? as usize;
+                if n > crate::wire::MAX_LIST {
+                    return Err(DecodeError::Malformed { field: "devices", detail: format!("{n} devices") });
+                }
+                let devices = (0..n)
+                    .map(|_| Ok(DeviceDef { name: r.str("device.name")?, min: r.f64("device.min")?, max: r.f64("device.max")? }))
+                    .collect::<Result<_, DecodeError>>()?;
+                Request::KindDefine { name, devices }
+            }
+            0x0B => Request::KindList,
+            0x0C => Request::KindAcquire { items: get_items(r)? },
+            0x0D => Request::KindRelease { items: get_items(r)? },
+            _ => Request::KindWatch { epoch: r.u64("epoch")?, waiting: r.u32("waiting")? },
         })
     }
 }
@@ -508,8 +638,11 @@ impl Reply {
             } => {
                 w.u16(*code as u16).u16(*request).str(message);
             }
-            Reply::Status { more, json } => {
+            Reply::Status { more, json } | Reply::Json { more, json } => {
                 w.bool(*more).str(json);
+            }
+            Reply::Changed { epoch, waiters } => {
+                w.u64(*epoch).u32(*waiters);
             }
         }
         frame(self.kind(), w)
@@ -518,7 +651,7 @@ impl Reply {
     /// Decodes one datagram. Never panics, whatever the bytes.
     pub fn decode(buf: &[u8]) -> Result<Reply, FrameError> {
         let (kind, body) = unframe(buf)?;
-        if !(0x81..=0x86).contains(&kind) {
+        if !(0x81..=0x88).contains(&kind) {
             return Err(FrameError::Kind(kind));
         }
         let mut r = Reader::new(body);
@@ -600,6 +733,11 @@ mod tests {
             Request::Release { cell: 9 },
             Request::Status,
             Request::Shutdown,
+            Request::KindDefine { name: "StrongCore".into(), devices: vec![DeviceDef { name: "0".into(), min: 0.0, max: 2.0 }] },
+            Request::KindList,
+            Request::KindAcquire { items: vec![LedgerItem { kind: "cpu".into(), dev: 1, amount: 0.5, shared: true }] },
+            Request::KindRelease { items: vec![LedgerItem { kind: "cpu".into(), dev: 1, amount: 0.5, shared: false }] },
+            Request::KindWatch { epoch: 9, waiting: 2 },
         ]
     }
 
@@ -639,6 +777,14 @@ mod tests {
         ] {
             assert_eq!(Reply::decode(&r.encode()), Ok(r.clone()));
         }
+    }
+
+    #[test]
+    fn non_finite_amounts_are_malformed() {
+        let mut m = Request::KindAcquire { items: vec![LedgerItem { kind: "cpu".into(), dev: 0, amount: 1.0, shared: false }] }.encode();
+        let at = m.len() - 9;
+        m[at..at + 8].copy_from_slice(&f64::NAN.to_bits().to_le_bytes());
+        assert!(matches!(Request::decode(&m), Err(FrameError::Body { err: DecodeError::Malformed { .. }, .. })));
     }
 
     #[test]
@@ -720,7 +866,7 @@ mod tests {
         }
 
         #[test]
-        fn every_truncation_of_a_valid_message_is_an_error(i in 0usize..9, cut in 0usize..64) {
+        fn every_truncation_of_a_valid_message_is_an_error(i in 0usize..14, cut in 0usize..64) {
             let m = requests()[i].encode();
             prop_assume!(cut < m.len());
             prop_assert!(Request::decode(&m[..cut]).is_err());

@@ -6,7 +6,7 @@
 //! ```text
 //! offset size field       meaning
 //!      0    4 magic       PAGE_MAGIC ("ALOT")
-//!      4    4 version     PROTOCOL_VERSION of the writer
+//!      4    4 version     PAGE_VERSION of the writer
 //!      8    4 size        PAGE_SIZE
 //!     12    4 futex       bumped after every publish; FUTEX_WAIT on it
 //!     16    8 seq         seqlock: odd while the broker writes
@@ -43,9 +43,12 @@
 //! a publish between the read and the wait changes the word and the wait
 //! returns at once, so no change is missed.
 //!
-//! **Changing this layout requires bumping `PROTOCOL_VERSION`.**
+//! **Changing this layout requires bumping [`PAGE_VERSION`]** (and the
+//! shim's copy of it in `crates/capi/shim/allot_shim.c`).
 
-use crate::msg::PROTOCOL_VERSION;
+/// Version of the page layout. Independent of the message protocol: the
+/// OpenMP shim and programs that only read their page depend on this alone.
+pub const PAGE_VERSION: u32 = 1;
 use allot_topo::{CPUSET_WORDS, CpuSet};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 use std::time::Duration;
@@ -122,7 +125,7 @@ pub enum PageError {
     Magic(u32),
     /// Another layout version.
     #[error(
-        "grant page version {0} differs from this library's {PROTOCOL_VERSION}; use matching allot versions"
+        "grant page version {0} differs from this library's {PAGE_VERSION}; use matching allot versions"
     )]
     Version(u32),
     /// Wrong size.
@@ -136,7 +139,7 @@ impl GrantPage {
     pub fn init(&self, cell: u64, instance: u64) {
         self.magic.store(PAGE_MAGIC, Ordering::Relaxed);
         self.version
-            .store(PROTOCOL_VERSION as u32, Ordering::Relaxed);
+            .store(PAGE_VERSION, Ordering::Relaxed);
         self.size.store(PAGE_SIZE as u32, Ordering::Relaxed);
         self.cell.store(cell, Ordering::Relaxed);
         self.instance.store(instance, Ordering::Relaxed);
@@ -150,7 +153,7 @@ impl GrantPage {
             return Err(PageError::Magic(magic));
         }
         let v = self.version.load(Ordering::Relaxed);
-        if v != PROTOCOL_VERSION as u32 {
+        if v != PAGE_VERSION {
             return Err(PageError::Version(v));
         }
         let s = self.size.load(Ordering::Relaxed);

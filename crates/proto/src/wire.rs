@@ -5,6 +5,7 @@
 //! | form      | encoding                                        |
 //! |-----------|-------------------------------------------------|
 //! | `u8..u64` | little-endian, fixed width                      |
+//! | `f64`     | IEEE-754 bits as a `u64`; NaN/∞ are malformed      |
 //! | `bool`    | one byte, 0 or 1 (anything else is malformed)    |
 //! | `str`     | `u16` byte length, then UTF-8 (≤ [`MAX_STR`])    |
 //! | `list<T>` | `u16` count (≤ [`MAX_LIST`]), then the items     |
@@ -73,6 +74,10 @@ impl Writer {
     pub fn u64(&mut self, v: u64) -> &mut Self {
         self.buf.extend_from_slice(&v.to_le_bytes());
         self
+    }
+    /// Appends an `f64` (its IEEE-754 bits, little-endian).
+    pub fn f64(&mut self, v: f64) -> &mut Self {
+        self.u64(v.to_bits())
     }
     /// Appends a `bool`.
     pub fn bool(&mut self, v: bool) -> &mut Self {
@@ -148,6 +153,14 @@ impl<'a> Reader<'a> {
         let mut a = [0u8; 8];
         a.copy_from_slice(b);
         Ok(u64::from_le_bytes(a))
+    }
+    /// Reads an `f64`; NaN and infinities are malformed.
+    pub fn f64(&mut self, what: &'static str) -> Result<f64, DecodeError> {
+        let v = f64::from_bits(self.u64(what)?);
+        if !v.is_finite() {
+            return Err(DecodeError::Malformed { field: what, detail: format!("{v} is not a finite number") });
+        }
+        Ok(v)
     }
     /// Reads a `bool`.
     pub fn bool(&mut self, what: &'static str) -> Result<bool, DecodeError> {

@@ -9,3 +9,4 @@ pub mod tree;
 pub use policy::{Constraint, Domain, Outcome, Policy, View};
 pub use runtime::{Amount, Request, RequireError, Runtime, Scope, Timing, What, blocking, spawn};
 pub use tree::Ownership;
+pub mod ledger;

@@ -23,6 +23,8 @@
 //! [`Runtime::child_start`].
 
 use super::kind::{self, Kind};
+use super::ledger::{self, Denied, Link};
+use allot_proto::{DeviceDef, LedgerItem};
 use super::policy::{DevView, Outcome, Policy, View};
 use super::tree::{Ask, Dev, KindId, NodeId, Ownership, Refusal, Tid, Trees};
 use allot_topo::Machine;
@@ -229,6 +231,16 @@ struct State {
     epoch: u64,
     threads: HashMap<Tid, ThreadRec>,
     next_scope: u64,
+    /// The broker's ledger, when one answers: roots then hold only what it
+    /// granted.
+    link: Option<Link>,
+    /// What each root got from the broker (given back item by item).
+    root_items: HashMap<Dev, Vec<LedgerItem>>,
+    /// Threads waiting in other processes too (from the broker).
+    broker_waiters: u32,
+    /// Ledger epoch last seen, and whether a watcher thread runs.
+    ledger_epoch: u64,
+    watching: bool,
 }
 
 /// The require runtime of a process (or a simulated one).
@@ -238,6 +250,8 @@ pub struct Runtime {
     cond: Condvar,
     machine: Machine,
     apply_os: bool,
+    /// Set when the runtime is made `'static` (the ledger watcher needs it).
+    this: OnceLock<&'static Runtime>,
 }
 
 /// The calling thread's kernel id.
@@ -251,6 +265,12 @@ impl Runtime {
     /// `apply_os` makes scopes change the calling thread's affinity, memory
     /// policy and I/O priority (false for simulations on fixture machines).
     pub fn new(machine: Machine, apply_os: bool) -> Runtime {
+        Runtime::with_broker(machine, apply_os, None)
+    }
+
+    /// Like [`Runtime::new`], coordinated with other processes through the
+    /// broker's ledger at `socket` when one answers there.
+    pub fn with_broker(machine: Machine, apply_os: bool, socket: Option<&std::path::Path>) -> Runtime {
         let kinds = kind::builtin(&machine, machine.usable());
         let mut st = State {
             trees: Trees::new(),
@@ -261,6 +281,11 @@ impl Runtime {
             epoch: 0,
             threads: HashMap::new(),
             next_scope: 1,
+            link: socket.and_then(Link::connect),
+            root_items: HashMap::new(),
+            broker_waiters: 0,
+            ledger_epoch: 0,
+            watching: false,
         };
         for k in kinds {
             add_kind(&mut st, k);
@@ -270,16 +295,25 @@ impl Runtime {
             cond: Condvar::new(),
             machine,
             apply_os,
+            this: OnceLock::new(),
         }
     }
 
     /// The process's runtime (this machine, OS effects on).
     pub fn global() -> &'static Runtime {
-        static RT: OnceLock<Runtime> = OnceLock::new();
+        static RT: OnceLock<&'static Runtime> = OnceLock::new();
         RT.get_or_init(|| {
             let m = allot_topo::discover_live().unwrap_or_else(|_| Machine::uniform(1));
-            Runtime::new(m, true)
+            Runtime::with_broker(m, true, Some(&allot_proto::default_socket_path())).into_static()
         })
+    }
+
+    /// Leaks the runtime for the life of the process (what a runtime shared
+    /// by threads, and one coordinated through a broker, needs).
+    pub fn into_static(self) -> &'static Runtime {
+        let r: &'static Runtime = Box::leak(Box::new(self));
+        let _ = r.this.set(r);
+        r
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -304,8 +338,17 @@ impl Runtime {
                 Err(RequireError::KindExists(name.into()))
             };
         }
+        if let Some(link) = st.link.as_mut() {
+            let devs = (0..count).map(|i| DeviceDef { name: i.to_string(), min: 0.0, max }).collect();
+            link.define(name, devs).map_err(|_| RequireError::KindExists(name.into()))?;
+        }
         add_kind(&mut st, kind::virtual_kind(name, count, max));
         Ok(())
+    }
+
+    /// Whether this runtime coordinates with a broker.
+    pub fn coordinated(&self) -> bool {
+        self.lock().link.is_some()
     }
 
     /// Names of the registered kinds.
@@ -416,7 +459,15 @@ impl Runtime {
                             };
                             return (st, Err(e));
                         }
-                        Err(Refusal::Wait { devs, .. }) => devs,
+                        Err(Refusal::Wait { devs, root_short }) => {
+                            if !root_short.is_empty()
+                                && st.link.is_some()
+                                && self.from_broker(&mut st, &root_short)
+                            {
+                                continue; // the roots grew: try again at once
+                            }
+                            devs
+                        }
                     }
                 }
                 None => Vec::new(),
@@ -455,6 +506,7 @@ impl Runtime {
         st.trees.block(tid);
         st.epoch += 1;
         self.cond.notify_all();
+        self.watch_ledger(&mut st);
         let seen = st.epoch;
         while st.epoch == seen {
             st = self.cond.wait(st).unwrap_or_else(|p| p.into_inner());
@@ -505,6 +557,7 @@ impl Runtime {
             drop(st);
             panic!("{site}: a require scope was left out of order");
         }
+        give_back(&mut st);
         st.epoch += 1;
         self.cond.notify_all();
         self.apply(&mut st, tid);
@@ -643,6 +696,7 @@ impl Runtime {
         let mut st = self.lock();
         st.trees.thread_exit(tid);
         st.threads.remove(&tid);
+        give_back(&mut st);
         st.epoch += 1;
         self.cond.notify_all();
     }
@@ -660,6 +714,84 @@ impl Runtime {
     /// Threads waiting now.
     pub fn waiting(&self) -> u32 {
         self.lock().total_waiting
+    }
+
+    /// Asks the broker for what the roots lack; true if granted (the roots
+    /// grew). A broker that went away leaves the process standalone: every
+    /// root gets its whole device.
+    fn from_broker(&self, st: &mut MutexGuard<'_, State>, short: &[(Dev, f64, bool)]) -> bool {
+        let items: Vec<(Dev, LedgerItem)> = short
+            .iter()
+            .map(|&(dev, amount, shared)| {
+                let kind = st.kinds[dev.0].name.clone();
+                (dev, LedgerItem { kind, dev: dev.1 as u32, amount, shared })
+            })
+            .collect();
+        let Some(link) = st.link.as_mut() else { return false };
+        match link.acquire(items.iter().map(|(_, i)| i.clone()).collect()) {
+            Ok(()) => {
+                for (dev, it) in items {
+                    let (amount, _) = st.trees.root(dev).unwrap_or((0.0, 0.0));
+                    st.trees.set_root(dev, amount + it.amount);
+                    st.root_items.entry(dev).or_default().push(it);
+                }
+                true
+            }
+            Err(Denied::NotNow(_)) => false,
+            Err(Denied::Gone(_)) => {
+                st.link = None;
+                for k in 0..st.kinds.len() {
+                    for d in 0..st.kinds[k].devices.len() {
+                        let max = st.kinds[k].devices[d].max;
+                        st.trees.set_root((k, d), max);
+                    }
+                }
+                st.root_items.clear();
+                true
+            }
+        }
+    }
+
+    /// Starts the watcher thread (if not running) that turns ledger changes
+    /// into wake-ups of this process's waiting threads.
+    fn watch_ledger(&self, st: &mut MutexGuard<'_, State>) {
+        if st.watching {
+            return;
+        }
+        let Some(socket) = st.link.as_ref().map(|l| l.socket().to_path_buf()) else { return };
+        let Some(me) = self.as_static() else { return };
+        st.watching = true;
+        let _ = std::thread::Builder::new().name("allot-ledger".into()).spawn(move || {
+            loop {
+                let (epoch, waiting) = {
+                    let mut st = me.lock();
+                    if st.total_waiting == 0 || st.link.is_none() {
+                        st.watching = false;
+                        return;
+                    }
+                    (st.ledger_epoch, st.total_waiting)
+                };
+                let got = ledger::watch(&socket, epoch, waiting);
+                let mut st = me.lock();
+                match got {
+                    Some((e, w)) => {
+                        st.ledger_epoch = e;
+                        st.broker_waiters = w;
+                    }
+                    None => st.watching = false,
+                }
+                st.epoch += 1;
+                me.cond.notify_all();
+                if !st.watching {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// `self` as `'static`, if it was made so (see [`Runtime::into_static`]).
+    fn as_static(&self) -> Option<&'static Runtime> {
+        self.this.get().copied()
     }
 
     /// Applies `tid`'s holdings to the OS when it is the calling thread and
@@ -709,10 +841,31 @@ fn cpu_fraction(h: &[Option<f64>]) -> Option<f64> {
     }
 }
 
+/// Gives the broker back what idle roots got from it.
+fn give_back(st: &mut State) {
+    if st.link.is_none() {
+        return;
+    }
+    let mut items = Vec::new();
+    for (dev, _) in st.trees.idle_roots() {
+        if let Some(its) = st.root_items.remove(&dev) {
+            items.extend(its);
+            st.trees.set_root(dev, 0.0);
+        }
+    }
+    if !items.is_empty() {
+        if let Some(l) = st.link.as_mut() {
+            l.release(items);
+        }
+    }
+}
+
 fn add_kind(st: &mut State, k: Kind) {
     let id = st.kinds.len();
+    // With a broker, roots start empty and grow with what it grants.
+    let coordinated = st.link.is_some();
     for (d, dev) in k.devices.iter().enumerate() {
-        st.trees.set_root((id, d), dev.max);
+        st.trees.set_root((id, d), if coordinated { 0.0 } else { dev.max });
     }
     st.by_name.insert(k.name.clone(), id);
     st.kinds.push(k);
@@ -822,7 +975,7 @@ fn view_for<'m>(st: &State, machine: &'m Machine, tid: Tid, own: Ownership) -> V
             });
         }
     }
-    View::new(devs, machine, st.total_waiting, own)
+    View::new(devs, machine, st.total_waiting.max(st.broker_waiters), own)
 }
 
 /// Whether a policy fails even on a completely free machine.

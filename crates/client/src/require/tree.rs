@@ -125,8 +125,8 @@ pub enum Refusal {
     Wait {
         /// Devices to wait on.
         devs: Vec<Dev>,
-        /// Shortfall at roots: (device, amount missing at the root).
-        root_short: Vec<(Dev, f64)>,
+        /// Shortfall at roots: (device, amount missing, shared).
+        root_short: Vec<(Dev, f64, bool)>,
     },
     /// A programming error: the request exceeds its enclosing allocation.
     TooLarge {
@@ -223,6 +223,18 @@ impl Trees {
         self.roots
             .get(&dev)
             .map(|&r| (self.node(r).amount, self.node(r).free))
+    }
+
+    /// Devices whose root holds something but has no children: what can go
+    /// back to the broker.
+    pub fn idle_roots(&self) -> Vec<(Dev, f64)> {
+        self.roots
+            .iter()
+            .filter_map(|(&d, &r)| {
+                let n = self.node(r);
+                (n.children == 0 && n.amount > 0.0).then_some((d, n.amount))
+            })
+            .collect()
     }
 
     /// Whether the root of `dev` has no children (its holdings can go back
@@ -420,10 +432,12 @@ impl Trees {
             }
             let ctx = self.top(tid, a.dev).ok_or(Refusal::Wait {
                 devs: vec![a.dev],
-                root_short: vec![(a.dev, a.amount)],
+                root_short: vec![(a.dev, a.amount, a.own == Ownership::Shared)],
             })?;
             let ctx_node = self.node(ctx);
-            if a.amount > ctx_node.amount + EPS {
+            // A root may hold less than the device (what the broker granted
+            // so far); the caller checks requests against the device maximum.
+            if !self.is_root(ctx) && a.amount > ctx_node.amount + EPS {
                 return Err(Refusal::TooLarge {
                     dev: a.dev,
                     asked: a.amount,
@@ -456,7 +470,7 @@ impl Trees {
                         Ownership::Shared => *free,
                         _ => *free - peak,
                     };
-                    root_short.push((a.dev, a.amount - have.max(0.0)));
+                    root_short.push((a.dev, a.amount - have.max(0.0), a.own == Ownership::Shared));
                 }
             }
         }

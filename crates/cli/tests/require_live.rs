@@ -1,0 +1,94 @@
+//! `require` across processes, coordinated by a real broker's ledger.
+
+mod common;
+
+use allot_client::require::{Request, Runtime};
+use common::*;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn mono() -> f64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
+}
+
+/// The child role: enter `require(cpu(0, 1.0))`, report, hold, leave.
+/// Selected by ALLOT_REQUIRE_CHILD=<hold milliseconds>.
+#[test]
+fn child_role() {
+    let Ok(hold) = std::env::var("ALLOT_REQUIRE_CHILD") else { return };
+    let hold: u64 = hold.parse().unwrap();
+    let socket = std::env::var("ALLOT_SOCKET").unwrap();
+    let m = allot_topo::discover_live().unwrap();
+    let rt = Runtime::with_broker(m, false, Some(socket.as_ref())).into_static();
+    assert!(rt.coordinated(), "no broker at {socket}");
+    let s = rt.enter(vec![Request::device("cpu", 0, 1.0)]).unwrap();
+    println!("entered {}", mono());
+    std::thread::sleep(Duration::from_millis(hold));
+    println!("leaving {}", mono());
+    drop(s);
+}
+
+fn child(d: &Daemon, hold_ms: u64) -> Proc {
+    let exe = std::env::current_exe().unwrap();
+    Proc(
+        Command::new(exe)
+            .args(["--exact", "child_role", "--nocapture", "--test-threads", "1"])
+            .env("ALLOT_REQUIRE_CHILD", hold_ms.to_string())
+            .env("ALLOT_SOCKET", &d.socket)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// The first "entered"/"leaving" timestamps a child printed.
+fn stamps(p: &mut Proc) -> (f64, f64) {
+    let out = BufReader::new(p.0.stdout.take().unwrap());
+    let (mut e, mut l) = (f64::NAN, f64::NAN);
+    // libtest may print its own "test child_role ... " on the same line.
+    let after = |line: &str, key: &str| line.find(key).and_then(|i| line[i + key.len()..].split_whitespace().next()?.parse::<f64>().ok());
+    for line in out.lines().map_while(Result::ok) {
+        if let Some(t) = after(&line, "entered ") {
+            e = t;
+        }
+        if let Some(t) = after(&line, "leaving ") {
+            l = t;
+        }
+    }
+    (e, l)
+}
+
+#[test]
+fn two_processes_never_hold_the_same_cpu_at_once() {
+    let d = Daemon::start("dry-run", &[]);
+    let mut a = child(&d, 400);
+    std::thread::sleep(Duration::from_millis(150));
+    let mut b = child(&d, 100);
+    let (ea, la) = stamps(&mut a);
+    let (eb, lb) = stamps(&mut b);
+    assert!(a.0.wait().unwrap().success() && b.0.wait().unwrap().success());
+    assert!(ea < la && eb < lb, "{ea} {la} {eb} {lb}");
+    assert!(eb >= la, "b entered at {eb}, before a left at {la}: the exclusive CPU was held twice\n{}", d.log());
+}
+
+#[test]
+fn a_process_killed_inside_require_gives_everything_back() {
+    let d = Daemon::start("dry-run", &[]);
+    let mut a = child(&d, 60_000);
+    // Wait until a holds the CPU.
+    let out = BufReader::new(a.0.stdout.take().unwrap());
+    let mut lines = out.lines();
+    assert!(lines.by_ref().map_while(Result::ok).any(|l| l.contains("entered ")), "the holder never entered\n{}", d.log());
+    let mut b = child(&d, 10);
+    std::thread::sleep(Duration::from_millis(300));
+    let killed = mono();
+    a.kill9();
+    let (eb, _) = stamps(&mut b);
+    assert!(b.0.wait().unwrap().success());
+    let after = eb - killed;
+    eprintln!("the waiting process entered {:.1} ms after the holder was killed", after * 1e3);
+    assert!(after >= 0.0, "b entered while a still held the CPU");
+    assert!(after < 2.0, "reclaim took {after} s\n{}", d.log());
+}
