@@ -211,10 +211,10 @@ impl Core {
     }
 
     fn journal(&mut self, recs: &[Record]) {
-        if let Some(j) = self.journal.as_mut() {
-            if let Err(e) = j.append(recs) {
-                warn!("journal write failed: {e}; a broker restart may lose recent changes");
-            }
+        if let Some(j) = self.journal.as_mut()
+            && let Err(e) = j.append(recs)
+        {
+            warn!("journal write failed: {e}; a broker restart may lose recent changes");
         }
     }
 
@@ -599,9 +599,23 @@ impl Core {
                 let last = chunks.pop().unwrap_or_default();
                 let mut e: Vec<Effect> = chunks
                     .into_iter()
-                    .map(|c| Effect::Reply { session, reply: Reply::Json { more: true, json: c }, fd: None })
+                    .map(|c| Effect::Reply {
+                        session,
+                        reply: Reply::Json {
+                            more: true,
+                            json: c,
+                        },
+                        fd: None,
+                    })
                     .collect();
-                e.push(Effect::Reply { session, reply: Reply::Json { more: false, json: last }, fd: None });
+                e.push(Effect::Reply {
+                    session,
+                    reply: Reply::Json {
+                        more: false,
+                        json: last,
+                    },
+                    fd: None,
+                });
                 e
             }
             Request::KindAcquire { items } => {
@@ -613,7 +627,11 @@ impl Core {
                             // Watch it, so its holdings come back if it dies.
                             e.push(Effect::Watch(peer.pid));
                         }
-                        e.push(Effect::Reply { session, reply: Reply::Ok, fd: None });
+                        e.push(Effect::Reply {
+                            session,
+                            reply: Reply::Ok,
+                            fd: None,
+                        });
                         e
                     }
                     Err(why) => reply(err(ErrorCode::Refused, kind, why)),
@@ -625,7 +643,10 @@ impl Core {
             }
             Request::KindWatch { epoch, waiting } => {
                 if self.ledger.epoch() > epoch {
-                    reply(Reply::Changed { epoch: self.ledger.epoch(), waiters: self.ledger.waiters() })
+                    reply(Reply::Changed {
+                        epoch: self.ledger.epoch(),
+                        waiters: self.ledger.waiters(),
+                    })
                 } else {
                     self.ledger.set_waiting(peer.pid, waiting);
                     self.watchers.push((session, peer.pid, epoch));
@@ -664,7 +685,11 @@ impl Core {
         self.watchers = keep;
         let waiters = self.ledger.waiters();
         out.into_iter()
-            .map(|(session, _)| Effect::Reply { session, reply: Reply::Changed { epoch, waiters }, fd: None })
+            .map(|(session, _)| Effect::Reply {
+                session,
+                reply: Reply::Changed { epoch, waiters },
+                fd: None,
+            })
             .collect()
     }
 

@@ -68,29 +68,58 @@ impl Ledger {
     /// The built-in kinds of `machine`.
     pub fn new(machine: &Machine) -> Ledger {
         let mut l = Ledger::default();
-        let dev = |name: String, max: f64| Dev { name, min: 0.0, max, exclusive: 0.0, shared: Vec::new() };
+        let dev = |name: String, max: f64| Dev {
+            name,
+            min: 0.0,
+            max,
+            exclusive: 0.0,
+            shared: Vec::new(),
+        };
         l.kinds.insert(
             "cpu".into(),
-            Kind { devices: machine.usable().iter().map(|c| dev(c.to_string(), 1.0)).collect(), virtual_: false },
+            Kind {
+                devices: machine
+                    .usable()
+                    .iter()
+                    .map(|c| dev(c.to_string(), 1.0))
+                    .collect(),
+                virtual_: false,
+            },
         );
         l.kinds.insert(
             "memory".into(),
             Kind {
-                devices: machine.nodes().iter().map(|n| dev(format!("node{}", n.id), (n.mem_total_kib * 1024) as f64)).collect(),
+                devices: machine
+                    .nodes()
+                    .iter()
+                    .map(|n| dev(format!("node{}", n.id), (n.mem_total_kib * 1024) as f64))
+                    .collect(),
                 virtual_: false,
             },
         );
         let mut io = Vec::new();
         if let Ok(rd) = std::fs::read_dir("/sys/block") {
-            let mut names: Vec<String> = rd.flatten().filter_map(|e| e.file_name().into_string().ok()).collect();
+            let mut names: Vec<String> = rd
+                .flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect();
             names.sort();
-            for n in names.into_iter().filter(|n| !n.starts_with("loop") && !n.starts_with("ram")) {
+            for n in names
+                .into_iter()
+                .filter(|n| !n.starts_with("loop") && !n.starts_with("ram"))
+            {
                 if let Ok(d) = std::fs::read_to_string(format!("/sys/block/{n}/dev")) {
                     io.push(dev(d.trim().to_string(), 1000.0));
                 }
             }
         }
-        l.kinds.insert("io".into(), Kind { devices: io, virtual_: false });
+        l.kinds.insert(
+            "io".into(),
+            Kind {
+                devices: io,
+                virtual_: false,
+            },
+        );
         l
     }
 
@@ -128,56 +157,137 @@ impl Ledger {
         if name.is_empty() || devices.is_empty() {
             return Err("a kind needs a name and at least one device".into());
         }
-        if devices.iter().any(|d| !(d.max > 0.0) || d.min < 0.0 || d.min > d.max) {
-            return Err(format!("kind {name:?}: every device needs 0 ≤ min ≤ max and max > 0"));
+        if devices
+            .iter()
+            .any(|d| d.max.is_nan() || d.max <= 0.0 || d.min < 0.0 || d.min > d.max)
+        {
+            return Err(format!(
+                "kind {name:?}: every device needs 0 ≤ min ≤ max and max > 0"
+            ));
         }
         match self.kinds.get(name) {
             Some(k) if !k.virtual_ => Err(format!("{name:?} is a built-in kind")),
             Some(k) => {
                 let same = k.devices.len() == devices.len()
-                    && k.devices.iter().zip(devices).all(|(a, b)| a.name == b.name && a.max == b.max && a.min == b.min);
-                if same { Ok(()) } else { Err(format!("kind {name:?} already exists with other devices")) }
+                    && k.devices
+                        .iter()
+                        .zip(devices)
+                        .all(|(a, b)| a.name == b.name && a.max == b.max && a.min == b.min);
+                if same {
+                    Ok(())
+                } else {
+                    Err(format!("kind {name:?} already exists with other devices"))
+                }
             }
             None => {
                 let devs = devices
                     .iter()
-                    .map(|d| Dev { name: d.name.clone(), min: d.min, max: d.max, exclusive: 0.0, shared: Vec::new() })
+                    .map(|d| Dev {
+                        name: d.name.clone(),
+                        min: d.min,
+                        max: d.max,
+                        exclusive: 0.0,
+                        shared: Vec::new(),
+                    })
                     .collect();
-                self.kinds.insert(name.to_string(), Kind { devices: devs, virtual_: true });
+                self.kinds.insert(
+                    name.to_string(),
+                    Kind {
+                        devices: devs,
+                        virtual_: true,
+                    },
+                );
                 Ok(())
             }
         }
     }
 
-    fn dev_mut(&mut self, item: &LedgerItem) -> Result<&mut Dev, String> {
-        let k = self.kinds.get_mut(&item.kind).ok_or_else(|| format!("unknown resource kind {:?}", item.kind))?;
-        let n = k.devices.len();
-        k.devices.get_mut(item.dev as usize).ok_or_else(|| format!("kind {:?} has no device {} (it has {n})", item.kind, item.dev))
+    fn dev(&self, item: &LedgerItem) -> Result<&Dev, String> {
+        let k = self
+            .kinds
+            .get(&item.kind)
+            .ok_or_else(|| format!("unknown resource kind {:?}", item.kind))?;
+        k.devices.get(item.dev as usize).ok_or_else(|| {
+            format!(
+                "kind {:?} has no device {} (it has {})",
+                item.kind,
+                item.dev,
+                k.devices.len()
+            )
+        })
     }
 
-    /// Takes every item for `pid`, or nothing (with the reason).
+    fn dev_mut(&mut self, item: &LedgerItem) -> Result<&mut Dev, String> {
+        let k = self
+            .kinds
+            .get_mut(&item.kind)
+            .ok_or_else(|| format!("unknown resource kind {:?}", item.kind))?;
+        let n = k.devices.len();
+        k.devices.get_mut(item.dev as usize).ok_or_else(|| {
+            format!(
+                "kind {:?} has no device {} (it has {n})",
+                item.kind, item.dev
+            )
+        })
+    }
+
+    /// Takes every item for `pid`, or nothing (with the reason). Checks
+    /// first, accumulating items on the same device, then applies.
     pub fn acquire(&mut self, pid: u32, items: &[LedgerItem]) -> Result<(), String> {
-        let mut trial = self.clone();
+        // (kind, dev) -> (exclusive added, largest shared added)
+        let mut adding: Vec<((&str, u32), f64, f64)> = Vec::new();
         for it in items {
-            if !(it.amount >= 0.0) {
-                return Err(format!("negative amount {} of {} device {}", it.amount, it.kind, it.dev));
-            }
-            let d = trial.dev_mut(it)?;
-            let avail = if it.shared { d.avail_shared() } else { d.avail_exclusive() };
-            if avail + EPS < it.amount {
+            if it.amount.is_nan() || it.amount < 0.0 {
                 return Err(format!(
-                    "{} device {} ({}): {} asked, {avail} available",
-                    it.kind, it.dev, d.name, it.amount
+                    "negative amount {} of {} device {}",
+                    it.amount, it.kind, it.dev
                 ));
             }
+            let d = self.dev(it)?;
+            let key = (it.kind.as_str(), it.dev);
+            let i = match adding.iter().position(|a| a.0 == key) {
+                Some(i) => i,
+                None => {
+                    adding.push((key, 0.0, 0.0));
+                    adding.len() - 1
+                }
+            };
+            let (_, excl, shared) = &mut adding[i];
+            if it.shared {
+                *shared = f64::max(*shared, it.amount);
+            } else {
+                *excl += it.amount;
+            }
+            let peak = d.shared_peak().max(*shared);
+            let avail_excl = d.max - d.min - d.exclusive - *excl - peak;
+            let avail_shared = d.max - d.min - d.exclusive - *excl;
+            if avail_excl < -EPS || (it.shared && avail_shared + EPS < it.amount) {
+                return Err(format!(
+                    "{} device {} ({}): {} asked, {} available",
+                    it.kind,
+                    it.dev,
+                    d.name,
+                    it.amount,
+                    if it.shared {
+                        d.avail_shared()
+                    } else {
+                        d.avail_exclusive()
+                    }
+                ));
+            }
+        }
+        for it in items {
+            let d = self.dev_mut(it).expect("checked above");
             if it.shared {
                 d.shared.push(it.amount);
             } else {
                 d.exclusive += it.amount;
             }
         }
-        *self = trial;
-        self.holdings.entry(pid).or_default().extend(items.iter().cloned());
+        self.holdings
+            .entry(pid)
+            .or_default()
+            .extend(items.iter().cloned());
         Ok(())
     }
 
@@ -185,11 +295,15 @@ impl Ledger {
     pub fn release(&mut self, pid: u32, items: &[LedgerItem]) {
         let mut changed = false;
         for it in items {
-            let Some(held) = self.holdings.get_mut(&pid) else { break };
-            let Some(pos) = held
-                .iter()
-                .position(|h| h.kind == it.kind && h.dev == it.dev && h.shared == it.shared && (h.amount - it.amount).abs() < EPS)
-            else {
+            let Some(held) = self.holdings.get_mut(&pid) else {
+                break;
+            };
+            let Some(pos) = held.iter().position(|h| {
+                h.kind == it.kind
+                    && h.dev == it.dev
+                    && h.shared == it.shared
+                    && (h.amount - it.amount).abs() < EPS
+            }) else {
                 continue;
             };
             let h = held.swap_remove(pos);
@@ -216,7 +330,9 @@ impl Ledger {
     /// anything.
     pub fn release_all(&mut self, pid: u32) -> bool {
         self.waiting.remove(&pid);
-        let Some(items) = self.holdings.get(&pid).cloned() else { return false };
+        let Some(items) = self.holdings.get(&pid).cloned() else {
+            return false;
+        };
         self.release(pid, &items);
         true
     }
@@ -242,7 +358,11 @@ impl Ledger {
                 })
             })
             .collect();
-        let holders: Vec<_> = self.holdings.iter().map(|(pid, items)| json!({ "pid": pid, "items": items.len() })).collect();
+        let holders: Vec<_> = self
+            .holdings
+            .iter()
+            .map(|(pid, items)| json!({ "pid": pid, "items": items.len() }))
+            .collect();
         json!({ "epoch": self.epoch, "waiters": self.waiters(), "kinds": kinds, "holders": holders }).to_string()
     }
 }
@@ -252,19 +372,33 @@ mod tests {
     use super::*;
 
     fn item(dev: u32, amount: f64, shared: bool) -> LedgerItem {
-        LedgerItem { kind: "cpu".into(), dev, amount, shared }
+        LedgerItem {
+            kind: "cpu".into(),
+            dev,
+            amount,
+            shared,
+        }
     }
 
     #[test]
     fn exclusive_and_shared_accounting() {
         let mut l = Ledger::new(&Machine::uniform(2));
         l.acquire(10, &[item(0, 1.0, false)]).unwrap();
-        assert!(l.acquire(11, &[item(0, 0.1, false)]).is_err(), "CPU 0 is taken");
+        assert!(
+            l.acquire(11, &[item(0, 0.1, false)]).is_err(),
+            "CPU 0 is taken"
+        );
         // All or nothing: CPU 1 is not taken when CPU 0 fails.
-        assert!(l.acquire(11, &[item(1, 1.0, false), item(0, 1.0, false)]).is_err());
+        assert!(
+            l.acquire(11, &[item(1, 1.0, false), item(0, 1.0, false)])
+                .is_err()
+        );
         l.acquire(11, &[item(1, 1.0, true)]).unwrap();
         l.acquire(12, &[item(1, 1.0, true)]).unwrap();
-        assert!(l.acquire(13, &[item(1, 0.5, false)]).is_err(), "shared holders keep exclusive ones out");
+        assert!(
+            l.acquire(13, &[item(1, 0.5, false)]).is_err(),
+            "shared holders keep exclusive ones out"
+        );
         let e0 = l.epoch();
         assert!(l.release_all(10));
         assert!(l.epoch() > e0);
@@ -282,15 +416,46 @@ mod tests {
     #[test]
     fn virtual_kinds() {
         let mut l = Ledger::new(&Machine::uniform(1));
-        let devs = vec![DeviceDef { name: "0".into(), min: 0.0, max: 2.0 }];
+        let devs = vec![DeviceDef {
+            name: "0".into(),
+            min: 0.0,
+            max: 2.0,
+        }];
         l.define("StrongCore", &devs).unwrap();
         l.define("StrongCore", &devs).unwrap();
-        assert!(l.define("StrongCore", &[DeviceDef { name: "0".into(), min: 0.0, max: 3.0 }]).is_err());
+        assert!(
+            l.define(
+                "StrongCore",
+                &[DeviceDef {
+                    name: "0".into(),
+                    min: 0.0,
+                    max: 3.0
+                }]
+            )
+            .is_err()
+        );
         assert!(l.define("cpu", &devs).is_err());
-        let s = LedgerItem { kind: "StrongCore".into(), dev: 0, amount: 1.0, shared: false };
+        let s = LedgerItem {
+            kind: "StrongCore".into(),
+            dev: 0,
+            amount: 1.0,
+            shared: false,
+        };
         l.acquire(1, std::slice::from_ref(&s)).unwrap();
         l.acquire(2, std::slice::from_ref(&s)).unwrap();
         assert!(l.acquire(3, &[s]).is_err());
-        assert!(l.acquire(3, &[LedgerItem { kind: "nope".into(), dev: 0, amount: 1.0, shared: false }]).unwrap_err().contains("unknown resource kind"));
+        assert!(
+            l.acquire(
+                3,
+                &[LedgerItem {
+                    kind: "nope".into(),
+                    dev: 0,
+                    amount: 1.0,
+                    shared: false
+                }]
+            )
+            .unwrap_err()
+            .contains("unknown resource kind")
+        );
     }
 }

@@ -186,17 +186,29 @@ fn local_page(g: &Grant) -> Result<Arc<PageMap>, ClientError> {
     Ok(Arc::new(p))
 }
 
+/// How a cell reaches the broker, if it does.
+#[derive(Default)]
+struct Link {
+    id: u64,
+    token: u64,
+    socket: Option<PathBuf>,
+    conn: Option<Client>,
+}
+
 impl Cell {
     fn from_parts(
         mode: Mode,
         page: Arc<PageMap>,
-        id: u64,
-        token: u64,
-        socket: Option<PathBuf>,
-        conn: Option<Client>,
+        link: Link,
         opts: Option<&Options>,
         reason: Option<String>,
     ) -> Cell {
+        let Link {
+            id,
+            token,
+            socket,
+            conn,
+        } = link;
         let ptr = page.page() as *const GrantPage as *mut GrantPage;
         let inner = Arc::new(Inner {
             current: AtomicPtr::new(ptr),
@@ -257,10 +269,12 @@ impl Cell {
         Ok(Cell::from_parts(
             Mode::Registered,
             Arc::new(reg.page),
-            reg.cell,
-            reg.token,
-            Some(socket),
-            Some(client),
+            Link {
+                id: reg.cell,
+                token: reg.token,
+                socket: Some(socket),
+                conn: Some(client),
+            },
             Some(opts),
             None,
         ))
@@ -290,10 +304,11 @@ impl Cell {
         Some(Ok(Cell::from_parts(
             Mode::Joined,
             Arc::new(page),
-            id,
-            0,
-            socket,
-            None,
+            Link {
+                id,
+                socket,
+                ..Link::default()
+            },
             None,
             None,
         )))
@@ -317,7 +332,7 @@ impl Cell {
     fn standalone_because(reason: String) -> Cell {
         let g = allowed_grant();
         match local_page(&g) {
-            Ok(p) => Cell::from_parts(Mode::Standalone, p, 0, 0, None, None, None, Some(reason)),
+            Ok(p) => Cell::from_parts(Mode::Standalone, p, Link::default(), None, Some(reason)),
             Err(e) => panic!("cannot create a local grant page (memfd_create failed: {e})"),
         }
     }
@@ -333,7 +348,7 @@ impl Cell {
             ..Grant::default()
         };
         let page = local_page(&g)?;
-        let cell = Cell::from_parts(Mode::Manual, page.clone(), 0, 0, None, None, None, None);
+        let cell = Cell::from_parts(Mode::Manual, page.clone(), Link::default(), None, None);
         Ok((
             cell,
             GrantWriter {

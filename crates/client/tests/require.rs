@@ -44,7 +44,7 @@ fn figure_1_threads_never_exceed_the_granted_cores() {
             let mine = affinity();
             seen.lock().unwrap().push(mine.clone());
             assert_eq!(mine.len(), 1, "alone on one CPU");
-            assert_eq!(s.outcome.ncores, 1);
+            assert_eq!(s.outcome().ncores, 1);
             std::thread::sleep(Duration::from_millis(30));
             running.fetch_sub(1, Ordering::SeqCst);
         }));
@@ -137,7 +137,7 @@ fn for_child_requests_are_made_by_each_child() {
             Request::policy(policy::cores(1)).when(Timing::ForChild),
         ])
         .unwrap();
-    assert_eq!(s.outcome.ncores, 2);
+    assert_eq!(s.outcome().ncores, 2);
     let ctx = rt.spawn_prepare().unwrap();
     let h = std::thread::spawn(move || {
         let _g = rt.child_start(ctx);
@@ -152,7 +152,7 @@ fn for_child_requests_are_made_by_each_child() {
         1,
         "the child made its own cores(1) inside the parent's two"
     );
-    assert!(s.outcome.cpus.contains(child[0]));
+    assert!(s.outcome().cpus.contains(child[0]));
 }
 
 /// The join case study on the 64-core Opteron fixture: strong and weak
@@ -184,9 +184,9 @@ fn join_policies_keep_strong_and_weak_apart() {
         for (strong_j, sj) in scopes.iter().skip(i + 1) {
             if strong_i != strong_j {
                 assert!(
-                    !si.outcome.cpus.intersects(&sj.outcome.cpus),
+                    !si.outcome().cpus.intersects(&sj.outcome().cpus),
                     "a strong and a weak join share {}",
-                    si.outcome.cpus.intersection(&sj.outcome.cpus)
+                    si.outcome().cpus.intersection(&sj.outcome().cpus)
                 );
             }
         }
@@ -194,7 +194,7 @@ fn join_policies_keep_strong_and_weak_apart() {
     for c in 0..64 {
         let n = scopes
             .iter()
-            .filter(|(_, s)| s.outcome.cpus.contains(c))
+            .filter(|(_, s)| s.outcome().cpus.contains(c))
             .count();
         assert!(n <= 2, "core {c} has {n} joins");
     }
@@ -230,14 +230,14 @@ fn declarative_constraints_stay_in_one_domain() {
         )
         .unwrap()
         .unwrap();
-    assert_eq!(s.outcome.ncores, 8);
+    assert_eq!(s.outcome().ncores, 8);
     let llcs: std::collections::HashSet<usize> = s
-        .outcome
+        .outcome()
         .cpus
         .iter()
         .map(|c| m.cpu(c).unwrap().llc)
         .collect();
-    assert_eq!(llcs.len(), 1, "{}", s.outcome.cpus);
+    assert_eq!(llcs.len(), 1, "{}", s.outcome().cpus);
     let x = allot_topo::fixture("xeon-x5550-2s").unwrap();
     let rt = Runtime::new(x.clone(), false);
     let n = Constraint {
@@ -254,6 +254,6 @@ fn declarative_constraints_stay_in_one_domain() {
         )
         .unwrap()
         .unwrap();
-    assert_eq!(s.outcome.ncores, 8, "one whole node of the X5550");
-    assert_eq!(s.outcome.nodes.len(), 1);
+    assert_eq!(s.outcome().ncores, 8, "one whole node of the X5550");
+    assert_eq!(s.outcome().nodes.len(), 1);
 }

@@ -28,7 +28,14 @@ fn time_apply(b: &mut dyn Enforcer, cell: u64, sets: [CpuSet; 2]) -> (Duration, 
     let mut v = Vec::with_capacity(ROUNDS);
     for i in 0..ROUNDS {
         let t = Instant::now();
-        b.apply(cell, &Applied { cpus: sets[i % 2], weight: 1 }).unwrap();
+        b.apply(
+            cell,
+            &Applied {
+                cpus: sets[i % 2],
+                weight: 1,
+            },
+        )
+        .unwrap();
         v.push(t.elapsed());
     }
     v.sort();
@@ -45,8 +52,14 @@ fn main() {
         return;
     }
     let sets = [all.take_first(1), all.take_first(2)];
-    println!("grant change cost, {ROUNDS} changes alternating {} / {}, process with 8 threads in the cell", sets[0], sets[1]);
-    println!("{:<10} {:>14} {:>14} {:>22}", "backend", "median", "p99", "one-time attach");
+    println!(
+        "grant change cost, {ROUNDS} changes alternating {} / {}, process with 8 threads in the cell",
+        sets[0], sets[1]
+    );
+    println!(
+        "{:<10} {:>14} {:>14} {:>22}",
+        "backend", "median", "p99", "one-time attach"
+    );
 
     let mut child = threaded();
     std::thread::sleep(Duration::from_millis(300));
@@ -56,7 +69,13 @@ fn main() {
     aff.attach(1, child.id()).unwrap();
     let attach = t.elapsed();
     let (m, p99) = time_apply(&mut aff, 1, sets);
-    println!("{:<10} {:>11.2} µs {:>11.2} µs {:>19.2} µs", "affinity", m.as_secs_f64() * 1e6, p99.as_secs_f64() * 1e6, attach.as_secs_f64() * 1e6);
+    println!(
+        "{:<10} {:>11.2} µs {:>11.2} µs {:>19.2} µs",
+        "affinity",
+        m.as_secs_f64() * 1e6,
+        p99.as_secs_f64() * 1e6,
+        attach.as_secs_f64() * 1e6
+    );
 
     let mounts = allot_enforce::detect::Mounts::read();
     if let (true, Some(v1)) = (rustix::process::getuid().is_root(), mounts.v1()) {
@@ -67,7 +86,13 @@ fn main() {
         cg.attach(1, child.id()).unwrap();
         let attach = t.elapsed();
         let (m, p99) = time_apply(&mut cg, 1, sets);
-        println!("{:<10} {:>11.2} µs {:>11.2} µs {:>19.2} µs", "cgroup1", m.as_secs_f64() * 1e6, p99.as_secs_f64() * 1e6, attach.as_secs_f64() * 1e6);
+        println!(
+            "{:<10} {:>11.2} µs {:>11.2} µs {:>19.2} µs",
+            "cgroup1",
+            m.as_secs_f64() * 1e6,
+            p99.as_secs_f64() * 1e6,
+            attach.as_secs_f64() * 1e6
+        );
         let _ = child.kill();
         let _ = child.wait();
         for _ in 0..100 {

@@ -35,7 +35,11 @@ struct Cell {
 impl Affinity {
     /// A backend acting through `os`.
     pub fn new(os: Arc<dyn Os>) -> Self {
-        Affinity { os, cells: HashMap::new(), all: None }
+        Affinity {
+            os,
+            cells: HashMap::new(),
+            all: None,
+        }
     }
 
     /// Processes still running when their cell is removed get `all` back

@@ -234,11 +234,11 @@ impl Enforcer for Cgroup1 {
                 .set(&a.cpus.to_string())
                 .map_err(err(format!("set CPUs of cell {cell} to {}", a.cpus)))?;
         }
-        if let Some(s) = c.shares.as_mut() {
-            if last.map(|l| l.weight) != Some(a.weight) {
-                s.set(&v1_shares(a.weight).to_string())
-                    .map_err(err(format!("set weight of cell {cell}")))?;
-            }
+        if let Some(s) = c.shares.as_mut()
+            && last.map(|l| l.weight) != Some(a.weight)
+        {
+            s.set(&v1_shares(a.weight).to_string())
+                .map_err(err(format!("set weight of cell {cell}")))?;
         }
         c.last = Some(*a);
         Ok(())
@@ -250,7 +250,11 @@ impl Enforcer for Cgroup1 {
         for d in self.dirs(cell) {
             // Processes still in the cell leave allot's confinement: they
             // move to the hierarchy's root, outside allot's directory.
-            let root = d.parent().and_then(|p| p.parent()).map(|p| p.to_path_buf()).unwrap_or_default();
+            let root = d
+                .parent()
+                .and_then(|p| p.parent())
+                .map(|p| p.to_path_buf())
+                .unwrap_or_default();
             if let Err(e) = crate::cgroupfs::evict_and_remove(self.fs.as_ref(), &d, &root) {
                 first_err.get_or_insert(EnforceError::new(format!("remove cell {cell}"), e));
             }

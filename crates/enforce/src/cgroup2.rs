@@ -180,7 +180,11 @@ impl Enforcer for Cgroup2 {
         self.cells.remove(&cell);
         // allot's root has controllers enabled for its children, so (by the
         // v2 no-internal-process rule) leftovers go to the root's parent.
-        let out = self.root.parent().map(|p| p.to_path_buf()).unwrap_or_default();
+        let out = self
+            .root
+            .parent()
+            .map(|p| p.to_path_buf())
+            .unwrap_or_default();
         crate::cgroupfs::evict_and_remove(self.fs.as_ref(), &dir, &out)
             .map_err(err(format!("remove cell {cell}")))
     }

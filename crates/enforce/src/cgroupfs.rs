@@ -224,7 +224,9 @@ impl FixtureFs {
     /// holds `target` (the topmost ancestor with a `cgroup.procs`), as the
     /// kernel keeps each process in exactly one cgroup per hierarchy.
     fn unlist(&self, target: &Path, pid: &str) {
-        let Some(mut root) = target.parent().map(Path::to_path_buf) else { return };
+        let Some(mut root) = target.parent().map(Path::to_path_buf) else {
+            return;
+        };
         while let Some(up) = root.parent() {
             if !up.join("cgroup.procs").exists() {
                 break;
@@ -234,13 +236,16 @@ impl FixtureFs {
         let mut stack = vec![root];
         while let Some(d) = stack.pop() {
             let f = d.join("cgroup.procs");
-            if f != target {
-                if let Ok(text) = std::fs::read_to_string(&f) {
-                    if text.split_whitespace().any(|p| p == pid) {
-                        let kept: String = text.split_whitespace().filter(|p| *p != pid).map(|p| format!("{p}\n")).collect();
-                        let _ = std::fs::write(&f, kept);
-                    }
-                }
+            if f != target
+                && let Ok(text) = std::fs::read_to_string(&f)
+                && text.split_whitespace().any(|p| p == pid)
+            {
+                let kept: String = text
+                    .split_whitespace()
+                    .filter(|p| *p != pid)
+                    .map(|p| format!("{p}\n"))
+                    .collect();
+                let _ = std::fs::write(&f, kept);
             }
             if let Ok(rd) = std::fs::read_dir(&d) {
                 stack.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()));

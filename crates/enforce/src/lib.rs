@@ -202,7 +202,9 @@ pub fn open(kind: BackendKind, opts: &OpenOptions) -> Result<(Box<dyn Enforcer>,
             opts.usable,
         )?))
     };
-    let affinity = || -> Box<dyn Enforcer> { Box::new(Affinity::new(Arc::new(os::RealOs)).restore_on_remove(opts.usable)) };
+    let affinity = || -> Box<dyn Enforcer> {
+        Box::new(Affinity::new(Arc::new(os::RealOs)).restore_on_remove(opts.usable))
+    };
     match kind {
         BackendKind::Cgroup2 => Ok((try_v2()?, vec![])),
         BackendKind::Cgroup1 => Ok((try_v1()?, vec![])),

@@ -112,7 +112,9 @@ fn live_cells_confine_every_thread_and_follow_grant_changes() {
     // Removing the cell while the process runs releases it: it leaves
     // allot's cgroups and runs on every CPU again.
     b.remove(7).unwrap();
-    assert!(eventually(Duration::from_secs(2), || thread_masks(pid).iter().all(|(_, m)| *m == all.to_string())));
+    assert!(eventually(Duration::from_secs(2), || thread_masks(pid)
+        .iter()
+        .all(|(_, m)| *m == all.to_string())));
     let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
     assert!(!cg.contains(&name), "still in allot's cgroups: {cg}");
     b.cleanup().unwrap();

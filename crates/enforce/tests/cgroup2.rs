@@ -58,7 +58,10 @@ fn manages_cells_in_a_fixture_tree() {
     // Removing a populated cell moves its processes out of allot's subtree.
     b.remove(3).unwrap();
     assert!(!root.join("cell-3").exists());
-    assert_eq!(fs.read(&dir.path().join("cgroup.procs")).unwrap().trim(), "4242");
+    assert_eq!(
+        fs.read(&dir.path().join("cgroup.procs")).unwrap().trim(),
+        "4242"
+    );
     b.cleanup().unwrap();
     assert!(
         !root.exists(),

@@ -122,7 +122,7 @@ mod tests {
     fn best_effort_cells_always_fit_when_a_cpu_is_unguaranteed() {
         let m = Machine::uniform(2);
         let be = spec(0, false);
-        let others = vec![be; 10];
+        let others = [be; 10];
         let adm: Vec<Admitted> = others
             .iter()
             .map(|s| Admitted { name: "x", spec: s })

@@ -15,7 +15,12 @@ fn page() -> &'static PageMap {
     static P: OnceLock<PageMap> = OnceLock::new();
     P.get_or_init(|| {
         let p = PageMap::create(1, 1).unwrap();
-        p.page().publish(&Grant { generation: 7, threads: 2, cpus: CpuSet::first_n(2), ..Default::default() });
+        p.page().publish(&Grant {
+            generation: 7,
+            threads: 2,
+            cpus: CpuSet::first_n(2),
+            ..Default::default()
+        });
         p
     })
 }
@@ -35,5 +40,7 @@ fn grant_page_generation() -> u64 {
 /// Baseline: what a runtime calls today to size itself.
 #[divan::bench]
 fn baseline_sched_getaffinity() -> bool {
-    rustix::thread::sched_getaffinity(None).map(|s| s.is_set(0)).unwrap_or(false)
+    rustix::thread::sched_getaffinity(None)
+        .map(|s| s.is_set(0))
+        .unwrap_or(false)
 }

@@ -17,7 +17,9 @@ pub mod shm;
 pub mod transport;
 pub mod wire;
 
-pub use msg::{DeviceDef, ErrorCode, FrameError, LedgerItem, MAX_MESSAGE, PROTOCOL_VERSION, Reply, Request};
+pub use msg::{
+    DeviceDef, ErrorCode, FrameError, LedgerItem, MAX_MESSAGE, PROTOCOL_VERSION, Reply, Request,
+};
 pub use page::{FLAG_RELEASED, FLAG_STACKED, Grant, GrantPage, PAGE_SIZE, PAGE_VERSION, PageError};
 pub use shm::{PageMap, ShmError};
 pub use transport::{CallError, Conn};

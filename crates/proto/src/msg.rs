@@ -435,7 +435,10 @@ fn put_items(w: &mut Writer, items: &[LedgerItem]) {
 fn get_items(r: &mut Reader<'_>) -> Result<Vec<LedgerItem>, DecodeError> {
     let n = r.u16("items")? as usize;
     if n > crate::wire::MAX_LIST {
-        return Err(DecodeError::Malformed { field: "items", detail: format!("{n} items") });
+        return Err(DecodeError::Malformed {
+            field: "items",
+            detail: format!("{n} items"),
+        });
     }
     (0..n)
         .map(|_| {
@@ -524,7 +527,9 @@ impl Request {
                     w.str(&d.name).f64(d.min).f64(d.max);
                 }
             }
-            Request::KindAcquire { items } | Request::KindRelease { items } => put_items(&mut w, items),
+            Request::KindAcquire { items } | Request::KindRelease { items } => {
+                put_items(&mut w, items)
+            }
             Request::KindWatch { epoch, waiting } => {
                 w.u64(*epoch).u32(*waiting);
             }
@@ -583,17 +588,33 @@ impl Request {
                 let name = r.str("name")?;
                 let n = r.u16("devices")? as usize;
                 if n > crate::wire::MAX_LIST {
-                    return Err(DecodeError::Malformed { field: "devices", detail: format!("{n} devices") });
+                    return Err(DecodeError::Malformed {
+                        field: "devices",
+                        detail: format!("{n} devices"),
+                    });
                 }
                 let devices = (0..n)
-                    .map(|_| Ok(DeviceDef { name: r.str("device.name")?, min: r.f64("device.min")?, max: r.f64("device.max")? }))
+                    .map(|_| {
+                        Ok(DeviceDef {
+                            name: r.str("device.name")?,
+                            min: r.f64("device.min")?,
+                            max: r.f64("device.max")?,
+                        })
+                    })
                     .collect::<Result<_, DecodeError>>()?;
                 Request::KindDefine { name, devices }
             }
             0x0B => Request::KindList,
-            0x0C => Request::KindAcquire { items: get_items(r)? },
-            0x0D => Request::KindRelease { items: get_items(r)? },
-            _ => Request::KindWatch { epoch: r.u64("epoch")?, waiting: r.u32("waiting")? },
+            0x0C => Request::KindAcquire {
+                items: get_items(r)?,
+            },
+            0x0D => Request::KindRelease {
+                items: get_items(r)?,
+            },
+            _ => Request::KindWatch {
+                epoch: r.u64("epoch")?,
+                waiting: r.u32("waiting")?,
+            },
         })
     }
 }
@@ -733,11 +754,35 @@ mod tests {
             Request::Release { cell: 9 },
             Request::Status,
             Request::Shutdown,
-            Request::KindDefine { name: "StrongCore".into(), devices: vec![DeviceDef { name: "0".into(), min: 0.0, max: 2.0 }] },
+            Request::KindDefine {
+                name: "StrongCore".into(),
+                devices: vec![DeviceDef {
+                    name: "0".into(),
+                    min: 0.0,
+                    max: 2.0,
+                }],
+            },
             Request::KindList,
-            Request::KindAcquire { items: vec![LedgerItem { kind: "cpu".into(), dev: 1, amount: 0.5, shared: true }] },
-            Request::KindRelease { items: vec![LedgerItem { kind: "cpu".into(), dev: 1, amount: 0.5, shared: false }] },
-            Request::KindWatch { epoch: 9, waiting: 2 },
+            Request::KindAcquire {
+                items: vec![LedgerItem {
+                    kind: "cpu".into(),
+                    dev: 1,
+                    amount: 0.5,
+                    shared: true,
+                }],
+            },
+            Request::KindRelease {
+                items: vec![LedgerItem {
+                    kind: "cpu".into(),
+                    dev: 1,
+                    amount: 0.5,
+                    shared: false,
+                }],
+            },
+            Request::KindWatch {
+                epoch: 9,
+                waiting: 2,
+            },
         ]
     }
 
@@ -781,10 +826,24 @@ mod tests {
 
     #[test]
     fn non_finite_amounts_are_malformed() {
-        let mut m = Request::KindAcquire { items: vec![LedgerItem { kind: "cpu".into(), dev: 0, amount: 1.0, shared: false }] }.encode();
+        let mut m = Request::KindAcquire {
+            items: vec![LedgerItem {
+                kind: "cpu".into(),
+                dev: 0,
+                amount: 1.0,
+                shared: false,
+            }],
+        }
+        .encode();
         let at = m.len() - 9;
         m[at..at + 8].copy_from_slice(&f64::NAN.to_bits().to_le_bytes());
-        assert!(matches!(Request::decode(&m), Err(FrameError::Body { err: DecodeError::Malformed { .. }, .. })));
+        assert!(matches!(
+            Request::decode(&m),
+            Err(FrameError::Body {
+                err: DecodeError::Malformed { .. },
+                ..
+            })
+        ));
     }
 
     #[test]

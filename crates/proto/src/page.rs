@@ -138,8 +138,7 @@ impl GrantPage {
     /// page is shared.
     pub fn init(&self, cell: u64, instance: u64) {
         self.magic.store(PAGE_MAGIC, Ordering::Relaxed);
-        self.version
-            .store(PAGE_VERSION, Ordering::Relaxed);
+        self.version.store(PAGE_VERSION, Ordering::Relaxed);
         self.size.store(PAGE_SIZE as u32, Ordering::Relaxed);
         self.cell.store(cell, Ordering::Relaxed);
         self.instance.store(instance, Ordering::Relaxed);
@@ -277,6 +276,17 @@ impl GrantPage {
     }
 }
 
+impl Grant {
+    /// Whether the cell shares the stacked pool.
+    pub fn stacked(&self) -> bool {
+        self.flags & FLAG_STACKED != 0
+    }
+    /// Whether the cell has ended.
+    pub fn released(&self) -> bool {
+        self.flags & FLAG_RELEASED != 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -288,27 +298,26 @@ mod tests {
             unsafe { Box::new(std::mem::zeroed()) }
         };
         page.init(1, 1);
-        let g = Grant { generation: 3, threads: 2, cpus: CpuSet::first_n(2), ..Default::default() };
+        let g = Grant {
+            generation: 3,
+            threads: 2,
+            cpus: CpuSet::first_n(2),
+            ..Default::default()
+        };
         page.publish(&g);
         // The old writer dies after its first store.
         page.seq.fetch_add(1, Ordering::Relaxed);
         assert!(page.try_read().is_none(), "a torn page is not readable");
         // A new writer takes over: the next publish makes the page readable
         // and consistent again.
-        let g2 = Grant { generation: 4, threads: 1, cpus: CpuSet::first_n(1), ..Default::default() };
+        let g2 = Grant {
+            generation: 4,
+            threads: 1,
+            cpus: CpuSet::first_n(1),
+            ..Default::default()
+        };
         page.publish(&g2);
         assert_eq!(page.seq.load(Ordering::Relaxed) % 2, 0);
         assert_eq!(page.try_read(), Some(g2));
-    }
-}
-
-impl Grant {
-    /// Whether the cell shares the stacked pool.
-    pub fn stacked(&self) -> bool {
-        self.flags & FLAG_STACKED != 0
-    }
-    /// Whether the cell has ended.
-    pub fn released(&self) -> bool {
-        self.flags & FLAG_RELEASED != 0
     }
 }

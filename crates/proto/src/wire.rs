@@ -158,7 +158,10 @@ impl<'a> Reader<'a> {
     pub fn f64(&mut self, what: &'static str) -> Result<f64, DecodeError> {
         let v = f64::from_bits(self.u64(what)?);
         if !v.is_finite() {
-            return Err(DecodeError::Malformed { field: what, detail: format!("{v} is not a finite number") });
+            return Err(DecodeError::Malformed {
+                field: what,
+                detail: format!("{v} is not a finite number"),
+            });
         }
         Ok(v)
     }

@@ -466,7 +466,7 @@ mod tests {
         }];
         let all = CpuSet::first_n(1);
         assert_eq!(
-            Machine::from_cpus("t", &[cpu.clone()], &nodes, &all),
+            Machine::from_cpus("t", std::slice::from_ref(&cpu), &nodes, &all),
             Err(MachineError::UnknownNode { cpu: 0, node: 7 })
         );
         let ok = RawCpu { node: 0, ..cpu };

@@ -107,11 +107,11 @@ impl KindOps for CpuOps {
         let mut set = rustix::thread::CpuSet::new();
         let mut any = false;
         for (i, a) in amounts.iter().enumerate() {
-            if a.is_none_or(|x| x > 0.0) {
-                if let Some(&c) = self.cpus.get(i) {
-                    set.set(c);
-                    any = true;
-                }
+            if a.is_none_or(|x| x > 0.0)
+                && let Some(&c) = self.cpus.get(i)
+            {
+                set.set(c);
+                any = true;
             }
         }
         if !any {
@@ -139,10 +139,10 @@ impl KindOps for MemoryOps {
         let unconstrained = amounts.iter().all(Option::is_none);
         let mut mask = [0u64; 16];
         for (i, a) in amounts.iter().enumerate() {
-            if a.is_none_or(|x| x > 0.0) {
-                if let Some(&n) = self.nodes.get(i) {
-                    mask[n as usize / 64] |= 1 << (n % 64);
-                }
+            if a.is_none_or(|x| x > 0.0)
+                && let Some(&n) = self.nodes.get(i)
+            {
+                mask[n as usize / 64] |= 1 << (n % 64);
             }
         }
         let (mode, ptr, bits) = if unconstrained || mask.iter().all(|&w| w == 0) {

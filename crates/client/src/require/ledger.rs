@@ -36,8 +36,12 @@ impl Link {
     /// Connects to the broker at `socket`.
     pub fn connect(socket: &Path) -> Option<Link> {
         let conn = Conn::connect(socket).ok()?;
-        conn.set_timeout(Some(std::time::Duration::from_secs(10))).ok()?;
-        Some(Link { socket: socket.to_path_buf(), conn })
+        conn.set_timeout(Some(std::time::Duration::from_secs(10)))
+            .ok()?;
+        Some(Link {
+            socket: socket.to_path_buf(),
+            conn,
+        })
     }
 
     /// The socket.
@@ -59,10 +63,16 @@ impl Link {
 
     /// Takes `items` for this process, all or nothing.
     pub fn acquire(&mut self, items: Vec<LedgerItem>) -> Result<(), Denied> {
-        self.conn.send(&Request::KindAcquire { items }).map_err(|e| Denied::Gone(e.to_string()))?;
+        self.conn
+            .send(&Request::KindAcquire { items })
+            .map_err(|e| Denied::Gone(e.to_string()))?;
         match self.reply()? {
             Reply::Ok => Ok(()),
-            Reply::Error { code: ErrorCode::Refused, message, .. } => Err(Denied::NotNow(message)),
+            Reply::Error {
+                code: ErrorCode::Refused,
+                message,
+                ..
+            } => Err(Denied::NotNow(message)),
             Reply::Error { message, .. } => Err(Denied::Gone(message)),
             other => Err(Denied::Gone(format!("unexpected reply {other:?}"))),
         }
@@ -75,7 +85,12 @@ impl Link {
 
     /// Defines a virtual kind for every process.
     pub fn define(&mut self, name: &str, devices: Vec<DeviceDef>) -> Result<(), String> {
-        self.conn.send(&Request::KindDefine { name: name.into(), devices }).map_err(|e| e.to_string())?;
+        self.conn
+            .send(&Request::KindDefine {
+                name: name.into(),
+                devices,
+            })
+            .map_err(|e| e.to_string())?;
         match self.reply() {
             Ok(Reply::Ok) => Ok(()),
             Ok(Reply::Error { message, .. }) => Err(message),

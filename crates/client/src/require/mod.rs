@@ -7,6 +7,8 @@ pub mod throttle;
 pub mod tree;
 
 pub use policy::{Constraint, Domain, Outcome, Policy, View};
-pub use runtime::{Amount, Request, RequireError, Runtime, Scope, Timing, What, blocking, spawn};
+pub use runtime::{
+    Amount, Prepared, Request, RequireError, Runtime, Scope, Timing, What, blocking, spawn,
+};
 pub use tree::Ownership;
 pub mod ledger;

@@ -415,16 +415,15 @@ fn solve_constraint(v: &mut View<'_>, c: Constraint) -> bool {
         .take(c.max.max(c.min).max(1) as usize)
         .collect();
     take_cores(v, &take);
-    if c.domain == Domain::Numa {
-        if let Some(node) = take
+    if c.domain == Domain::Numa
+        && let Some(node) = take
             .first()
             .and_then(|&i| v.cpu_of(i))
             .and_then(|c| m.cpu(c))
             .map(|x| m.nodes()[x.node].id)
-        {
-            bind_memory(v, &[node]);
-            v.out.nodes = vec![node];
-        }
+    {
+        bind_memory(v, &[node]);
+        v.out.nodes = vec![node];
     }
     true
 }

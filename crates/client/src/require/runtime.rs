@@ -24,9 +24,15 @@
 
 use super::kind::{self, Kind};
 use super::ledger::{self, Denied, Link};
-use allot_proto::{DeviceDef, LedgerItem};
 use super::policy::{DevView, Outcome, Policy, View};
-use super::tree::{Ask, Dev, KindId, NodeId, Ownership, Refusal, Tid, Trees};
+use std::borrow::Cow;
+
+/// Asks resolved from requests, and what a policy reported.
+type Resolved = (Vec<Ask>, Option<Box<Outcome>>);
+/// Frames pushed by an acquisition, and what a policy reported.
+type Acquired = (Vec<(Dev, NodeId)>, Option<Box<Outcome>>);
+use super::tree::{Ask, Dev, IntMap, KindId, NodeId, Ownership, Refusal, Tid, Trees};
+use allot_proto::{DeviceDef, LedgerItem};
 use allot_topo::Machine;
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -218,7 +224,10 @@ struct ThreadRec {
     /// `ForDescendants` requests inherited from ancestors.
     inherited: Vec<Request>,
     /// Last OS state applied, per kind.
-    applied: HashMap<KindId, Vec<Option<f64>>>,
+    applied: IntMap<KindId, Vec<Option<f64>>>,
+    /// Frame vectors of left scopes, kept for reuse (no allocation per
+    /// scope on the hot path).
+    spare: Vec<Vec<(Dev, NodeId)>>,
 }
 
 #[derive(Debug)]
@@ -226,21 +235,27 @@ struct State {
     trees: Trees,
     kinds: Vec<Kind>,
     by_name: HashMap<String, KindId>,
-    waiting: HashMap<Dev, u32>,
+    waiting: IntMap<Dev, u32>,
     total_waiting: u32,
     epoch: u64,
-    threads: HashMap<Tid, ThreadRec>,
+    threads: IntMap<Tid, ThreadRec>,
     next_scope: u64,
     /// The broker's ledger, when one answers: roots then hold only what it
     /// granted.
     link: Option<Link>,
     /// What each root got from the broker (given back item by item).
-    root_items: HashMap<Dev, Vec<LedgerItem>>,
+    root_items: IntMap<Dev, Vec<LedgerItem>>,
     /// Threads waiting in other processes too (from the broker).
     broker_waiters: u32,
     /// Ledger epoch last seen, and whether a watcher thread runs.
     ledger_epoch: u64,
     watching: bool,
+    /// Threads sleeping on the condition variable (no wake-up call is made
+    /// when there are none: it is a system call).
+    sleepers: u32,
+    /// Scratch buffers reused by every acquisition.
+    scratch_asks: Vec<Ask>,
+    scratch_nodes: Vec<NodeId>,
 }
 
 /// The require runtime of a process (or a simulated one).
@@ -256,7 +271,10 @@ pub struct Runtime {
 
 /// The calling thread's kernel id.
 pub fn current_tid() -> Tid {
-    rustix::thread::gettid().as_raw_nonzero().get() as Tid
+    thread_local! {
+        static TID: Tid = rustix::thread::gettid().as_raw_nonzero().get() as Tid;
+    }
+    TID.with(|t| *t)
 }
 
 impl Runtime {
@@ -270,22 +288,29 @@ impl Runtime {
 
     /// Like [`Runtime::new`], coordinated with other processes through the
     /// broker's ledger at `socket` when one answers there.
-    pub fn with_broker(machine: Machine, apply_os: bool, socket: Option<&std::path::Path>) -> Runtime {
+    pub fn with_broker(
+        machine: Machine,
+        apply_os: bool,
+        socket: Option<&std::path::Path>,
+    ) -> Runtime {
         let kinds = kind::builtin(&machine, machine.usable());
         let mut st = State {
             trees: Trees::new(),
             kinds: Vec::new(),
             by_name: HashMap::new(),
-            waiting: HashMap::new(),
+            waiting: IntMap::default(),
             total_waiting: 0,
             epoch: 0,
-            threads: HashMap::new(),
+            threads: IntMap::default(),
             next_scope: 1,
             link: socket.and_then(Link::connect),
-            root_items: HashMap::new(),
+            root_items: IntMap::default(),
             broker_waiters: 0,
             ledger_epoch: 0,
             watching: false,
+            sleepers: 0,
+            scratch_asks: Vec::new(),
+            scratch_nodes: Vec::new(),
         };
         for k in kinds {
             add_kind(&mut st, k);
@@ -339,8 +364,15 @@ impl Runtime {
             };
         }
         if let Some(link) = st.link.as_mut() {
-            let devs = (0..count).map(|i| DeviceDef { name: i.to_string(), min: 0.0, max }).collect();
-            link.define(name, devs).map_err(|_| RequireError::KindExists(name.into()))?;
+            let devs = (0..count)
+                .map(|i| DeviceDef {
+                    name: i.to_string(),
+                    min: 0.0,
+                    max,
+                })
+                .collect();
+            link.define(name, devs)
+                .map_err(|_| RequireError::KindExists(name.into()))?;
         }
         add_kind(&mut st, kind::virtual_kind(name, count, max));
         Ok(())
@@ -373,13 +405,83 @@ impl Runtime {
         block: bool,
         site: &'static Location<'static>,
     ) -> Result<Option<Scope<'_>>, RequireError> {
-        let (now, mut later): (Vec<Request>, Vec<Request>) =
-            reqs.into_iter().partition(|r| r.timing == Timing::Now);
+        self.enter_inner(tid, &reqs, None, block, site)
+    }
+
+    /// Resolves `reqs` once (kinds and devices looked up, amounts checked),
+    /// so entering them again costs no lookup and no allocation for them.
+    #[track_caller]
+    pub fn prepare(&self, reqs: Vec<Request>) -> Result<Prepared, RequireError> {
+        let site = Location::caller();
+        let st = self.lock();
+        let mut devs = Vec::with_capacity(reqs.len());
+        for r in &reqs {
+            devs.push(match &r.what {
+                What::Device { kind, dev, amount } => {
+                    let (k, d) = lookup(&st, kind, dev, site)?;
+                    let max = st.kinds[k].devices[d].max;
+                    if let Amount::Abs(a) = *amount
+                        && !(0.0..=max + 1e-9).contains(&a)
+                    {
+                        return Err(RequireError::BadAmount {
+                            kind: kind.clone(),
+                            dev: dev.clone(),
+                            amount: a,
+                            max,
+                            site,
+                        });
+                    }
+                    Some((k, d))
+                }
+                What::Policy(_) => None,
+            });
+        }
+        Ok(Prepared { reqs, devs, site })
+    }
+
+    /// Enters a scope of prepared requests on the calling thread.
+    pub fn enter_prepared(&self, p: &Prepared) -> Result<Scope<'_>, RequireError> {
+        self.enter_inner(current_tid(), &p.reqs, Some(&p.devs), true, p.site)
+            .map(|s| s.expect("blocking enter returns a scope"))
+    }
+
+    fn enter_inner(
+        &self,
+        tid: Tid,
+        reqs: &[Request],
+        devs: Option<&[Option<Dev>]>,
+        block: bool,
+        site: &'static Location<'static>,
+    ) -> Result<Option<Scope<'_>>, RequireError> {
+        let deferred = reqs.iter().any(|r| r.timing != Timing::Now);
+        // Requests for later (spawn timings) are kept aside; the rest are
+        // acquired now. Without deferred requests nothing is copied.
+        let (now, mut later, now_devs): (Cow<'_, [Request]>, Vec<Request>, Option<Vec<_>>) =
+            if deferred {
+                let mut now = Vec::new();
+                let mut nd = Vec::new();
+                let mut later = Vec::new();
+                for (i, r) in reqs.iter().enumerate() {
+                    if r.timing == Timing::Now {
+                        now.push(r.clone());
+                        nd.push(devs.and_then(|d| d[i]));
+                    } else {
+                        later.push(r.clone());
+                    }
+                }
+                (Cow::Owned(now), later, Some(nd))
+            } else {
+                (Cow::Borrowed(reqs), Vec::new(), None)
+            };
+        let now_devs: Option<&[Option<Dev>]> = match &now_devs {
+            Some(v) => Some(v),
+            None => devs,
+        };
         let mut st = self.lock();
         st.trees.thread_start(tid);
         let id = st.next_scope;
         st.next_scope += 1;
-        let (guard, acquired) = self.acquire(st, tid, &now, block, site);
+        let (guard, acquired) = self.acquire(st, tid, &now, now_devs, block, site);
         st = guard;
         let Some((frames, outcome)) = acquired? else {
             return Ok(None);
@@ -422,28 +524,43 @@ impl Runtime {
         mut st: MutexGuard<'s, State>,
         tid: Tid,
         reqs: &[Request],
+        devs: Option<&[Option<Dev>]>,
         block: bool,
         site: &'static Location<'static>,
     ) -> (
         MutexGuard<'s, State>,
-        Result<Option<(Vec<(Dev, NodeId)>, Outcome)>, RequireError>,
+        Result<Option<Acquired>, RequireError>,
     ) {
         if reqs.is_empty() {
-            return (st, Ok(Some((Vec::new(), Outcome::default()))));
+            return (st, Ok(Some((Vec::new(), None))));
         }
         let has_policy = reqs.iter().any(|r| matches!(r.what, What::Policy(_)));
         loop {
-            let resolved = match resolve(&st, &self.machine, tid, reqs, site) {
+            let buf = std::mem::take(&mut st.scratch_asks);
+            let resolved = match resolve(&st, &self.machine, tid, reqs, devs, site, buf) {
                 Ok(r) => r,
                 Err(e) => return (st, Err(e)),
             };
             let failure = match resolved {
                 Some((asks, outcome)) => {
-                    match st.trees.acquire(tid, &asks, has_policy || asks.len() > 1) {
-                        Ok(nodes) => {
-                            let frames = asks.iter().map(|a| a.dev).zip(nodes).collect();
-                            return (st, Ok(Some((frames, outcome))));
-                        }
+                    let mut nodes = std::mem::take(&mut st.scratch_nodes);
+                    let got =
+                        st.trees
+                            .acquire_into(tid, &asks, has_policy || asks.len() > 1, &mut nodes);
+                    if got.is_ok() {
+                        let mut frames = st
+                            .threads
+                            .get_mut(&tid)
+                            .and_then(|t| t.spare.pop())
+                            .unwrap_or_default();
+                        frames.extend(asks.iter().map(|a| a.dev).zip(nodes.iter().copied()));
+                        st.scratch_nodes = nodes;
+                        st.scratch_asks = asks;
+                        return (st, Ok(Some((frames, outcome))));
+                    }
+                    st.scratch_nodes = nodes;
+                    match got.map(|_| ()) {
+                        Ok(()) => unreachable!("handled above"),
                         Err(Refusal::TooLarge {
                             dev,
                             asked,
@@ -462,7 +579,7 @@ impl Runtime {
                         Err(Refusal::Wait { devs, root_short }) => {
                             if !root_short.is_empty()
                                 && st.link.is_some()
-                                && self.from_broker(&mut st, &root_short)
+                                && self.grow_from_broker(&mut st, &root_short)
                             {
                                 continue; // the roots grew: try again at once
                             }
@@ -505,11 +622,15 @@ impl Runtime {
         st.total_waiting += 1;
         st.trees.block(tid);
         st.epoch += 1;
-        self.cond.notify_all();
+        if st.sleepers > 0 {
+            self.cond.notify_all();
+        }
         self.watch_ledger(&mut st);
         let seen = st.epoch;
         while st.epoch == seen {
+            st.sleepers += 1;
             st = self.cond.wait(st).unwrap_or_else(|p| p.into_inner());
+            st.sleepers -= 1;
         }
         for d in devs {
             if let Some(w) = st.waiting.get_mut(d) {
@@ -531,7 +652,9 @@ impl Runtime {
                 Err(_) => {
                     let seen = st.epoch;
                     while st.epoch == seen {
+                        st.sleepers += 1;
                         st = self.cond.wait(st).unwrap_or_else(|p| p.into_inner());
+                        st.sleepers -= 1;
                     }
                 }
             }
@@ -551,15 +674,21 @@ impl Runtime {
             drop(st);
             panic!("{site}: a require scope was left before the scopes nested inside it");
         }
-        let rec = t.scopes.pop().expect("position found");
+        let mut rec = t.scopes.pop().expect("position found");
         if !st.trees.release(tid, &rec.frames) {
             let site = rec.site;
             drop(st);
             panic!("{site}: a require scope was left out of order");
         }
+        rec.frames.clear();
+        if let Some(t) = st.threads.get_mut(&tid) {
+            t.spare.push(std::mem::take(&mut rec.frames));
+        }
         give_back(&mut st);
         st.epoch += 1;
-        self.cond.notify_all();
+        if st.sleepers > 0 {
+            self.cond.notify_all();
+        }
         self.apply(&mut st, tid);
     }
 
@@ -573,7 +702,9 @@ impl Runtime {
         }
         st.trees.block(tid);
         st.epoch += 1;
-        self.cond.notify_all();
+        if st.sleepers > 0 {
+            self.cond.notify_all();
+        }
     }
 
     /// The calling thread continues after blocking: it retakes its
@@ -598,22 +729,23 @@ impl Runtime {
         if t.scopes.is_empty() && t.inherited.is_empty() {
             return None;
         }
-        if let Some(top) = t.scopes.last() {
-            if !top.spawned && !top.before.is_empty() {
-                let (reqs, site) = (top.before.clone(), top.site);
-                let (guard, got) = self.acquire(st, tid, &reqs, true, site);
-                st = guard;
-                if let Ok(Some((frames, _))) = got {
-                    let rec = st
-                        .threads
-                        .get_mut(&tid)
-                        .and_then(|t| t.scopes.last_mut())
-                        .expect("top scope");
-                    rec.frames.extend(frames);
-                    rec.before.clear();
-                }
-                self.apply(&mut st, tid);
+        if let Some(top) = t.scopes.last()
+            && !top.spawned
+            && !top.before.is_empty()
+        {
+            let (reqs, site) = (top.before.clone(), top.site);
+            let (guard, got) = self.acquire(st, tid, &reqs, None, true, site);
+            st = guard;
+            if let Ok(Some((frames, _))) = got {
+                let rec = st
+                    .threads
+                    .get_mut(&tid)
+                    .and_then(|t| t.scopes.last_mut())
+                    .expect("top scope");
+                rec.frames.extend(frames);
+                rec.before.clear();
             }
+            self.apply(&mut st, tid);
         }
         let t = st.threads.get(&tid)?;
         // The child makes these when it starts: they are immediate there.
@@ -649,12 +781,12 @@ impl Runtime {
         if reqs.is_empty() {
             return;
         }
-        let (guard, got) = self.acquire(st, tid, &reqs, true, site);
+        let (guard, got) = self.acquire(st, tid, &reqs, None, true, site);
         st = guard;
-        if let Ok(Some((frames, _))) = got {
-            if let Some(rec) = st.threads.get_mut(&tid).and_then(|t| t.scopes.last_mut()) {
-                rec.frames.extend(frames);
-            }
+        if let Ok(Some((frames, _))) = got
+            && let Some(rec) = st.threads.get_mut(&tid).and_then(|t| t.scopes.last_mut())
+        {
+            rec.frames.extend(frames);
         }
         self.apply(&mut st, tid);
     }
@@ -698,7 +830,9 @@ impl Runtime {
         st.threads.remove(&tid);
         give_back(&mut st);
         st.epoch += 1;
-        self.cond.notify_all();
+        if st.sleepers > 0 {
+            self.cond.notify_all();
+        }
     }
 
     /// What `tid` holds on `kind` device `dev` (None: unconstrained).
@@ -719,15 +853,25 @@ impl Runtime {
     /// Asks the broker for what the roots lack; true if granted (the roots
     /// grew). A broker that went away leaves the process standalone: every
     /// root gets its whole device.
-    fn from_broker(&self, st: &mut MutexGuard<'_, State>, short: &[(Dev, f64, bool)]) -> bool {
+    fn grow_from_broker(&self, st: &mut MutexGuard<'_, State>, short: &[(Dev, f64, bool)]) -> bool {
         let items: Vec<(Dev, LedgerItem)> = short
             .iter()
             .map(|&(dev, amount, shared)| {
                 let kind = st.kinds[dev.0].name.clone();
-                (dev, LedgerItem { kind, dev: dev.1 as u32, amount, shared })
+                (
+                    dev,
+                    LedgerItem {
+                        kind,
+                        dev: dev.1 as u32,
+                        amount,
+                        shared,
+                    },
+                )
             })
             .collect();
-        let Some(link) = st.link.as_mut() else { return false };
+        let Some(link) = st.link.as_mut() else {
+            return false;
+        };
         match link.acquire(items.iter().map(|(_, i)| i.clone()).collect()) {
             Ok(()) => {
                 for (dev, it) in items {
@@ -758,35 +902,41 @@ impl Runtime {
         if st.watching {
             return;
         }
-        let Some(socket) = st.link.as_ref().map(|l| l.socket().to_path_buf()) else { return };
+        let Some(socket) = st.link.as_ref().map(|l| l.socket().to_path_buf()) else {
+            return;
+        };
         let Some(me) = self.as_static() else { return };
         st.watching = true;
-        let _ = std::thread::Builder::new().name("allot-ledger".into()).spawn(move || {
-            loop {
-                let (epoch, waiting) = {
+        let _ = std::thread::Builder::new()
+            .name("allot-ledger".into())
+            .spawn(move || {
+                loop {
+                    let (epoch, waiting) = {
+                        let mut st = me.lock();
+                        if st.total_waiting == 0 || st.link.is_none() {
+                            st.watching = false;
+                            return;
+                        }
+                        (st.ledger_epoch, st.total_waiting)
+                    };
+                    let got = ledger::watch(&socket, epoch, waiting);
                     let mut st = me.lock();
-                    if st.total_waiting == 0 || st.link.is_none() {
-                        st.watching = false;
+                    match got {
+                        Some((e, w)) => {
+                            st.ledger_epoch = e;
+                            st.broker_waiters = w;
+                        }
+                        None => st.watching = false,
+                    }
+                    st.epoch += 1;
+                    if st.sleepers > 0 {
+                        me.cond.notify_all();
+                    }
+                    if !st.watching {
                         return;
                     }
-                    (st.ledger_epoch, st.total_waiting)
-                };
-                let got = ledger::watch(&socket, epoch, waiting);
-                let mut st = me.lock();
-                match got {
-                    Some((e, w)) => {
-                        st.ledger_epoch = e;
-                        st.broker_waiters = w;
-                    }
-                    None => st.watching = false,
                 }
-                st.epoch += 1;
-                me.cond.notify_all();
-                if !st.watching {
-                    return;
-                }
-            }
-        });
+            });
     }
 
     /// `self` as `'static`, if it was made so (see [`Runtime::into_static`]).
@@ -853,10 +1003,10 @@ fn give_back(st: &mut State) {
             st.trees.set_root(dev, 0.0);
         }
     }
-    if !items.is_empty() {
-        if let Some(l) = st.link.as_mut() {
-            l.release(items);
-        }
+    if !items.is_empty()
+        && let Some(l) = st.link.as_mut()
+    {
+        l.release(items);
     }
 }
 
@@ -865,7 +1015,8 @@ fn add_kind(st: &mut State, k: Kind) {
     // With a broker, roots start empty and grow with what it grants.
     let coordinated = st.link.is_some();
     for (d, dev) in k.devices.iter().enumerate() {
-        st.trees.set_root((id, d), if coordinated { 0.0 } else { dev.max });
+        st.trees
+            .set_root((id, d), if coordinated { 0.0 } else { dev.max });
     }
     st.by_name.insert(k.name.clone(), id);
     st.kinds.push(k);
@@ -878,14 +1029,21 @@ fn resolve(
     machine: &Machine,
     tid: Tid,
     reqs: &[Request],
+    devs: Option<&[Option<Dev>]>,
     site: &'static Location<'static>,
-) -> Result<Option<(Vec<Ask>, Outcome)>, RequireError> {
-    let mut asks = Vec::new();
-    let mut outcome = Outcome::default();
-    for r in reqs {
+    mut asks: Vec<Ask>,
+) -> Result<Option<Resolved>, RequireError> {
+    asks.clear();
+    // Only policies report an outcome; device requests leave it empty and
+    // skip moving it around on the enter path.
+    let mut outcome = None;
+    for (i, r) in reqs.iter().enumerate() {
         match &r.what {
             What::Device { kind, dev, amount } => {
-                let (k, d) = lookup(st, kind, dev, site)?;
+                let (k, d) = match devs.and_then(|v| v[i]) {
+                    Some(kd) => kd,
+                    None => lookup(st, kind, dev, site)?,
+                };
                 let max = st.kinds[k].devices[d].max;
                 let abs = match *amount {
                     Amount::Abs(a) => a,
@@ -922,7 +1080,7 @@ fn resolve(
                         own: d.ownership,
                     });
                 }
-                outcome = view.out;
+                outcome = Some(Box::new(view.out));
             }
         }
     }
@@ -1003,18 +1161,35 @@ fn policy_impossible(st: &State, machine: &Machine, reqs: &[Request]) -> bool {
     })
 }
 
+/// Requests resolved once against a runtime ([`Runtime::prepare`]).
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    reqs: Vec<Request>,
+    devs: Vec<Option<Dev>>,
+    site: &'static Location<'static>,
+}
+
 /// An entered scope; leaving it (drop) releases what it acquired.
 #[derive(Debug)]
 pub struct Scope<'r> {
     rt: &'r Runtime,
     id: u64,
     tid: Tid,
-    /// What the policies obtained.
-    pub outcome: Outcome,
+    outcome: Option<Box<Outcome>>,
     _not_send: PhantomData<*const ()>,
 }
 
 impl Scope<'_> {
+    /// What the scope's policy obtained (empty for device requests).
+    pub fn outcome(&self) -> &Outcome {
+        static NONE: Outcome = Outcome {
+            ncores: 0,
+            cpus: allot_topo::CpuSet::new(),
+            nodes: Vec::new(),
+        };
+        self.outcome.as_deref().unwrap_or(&NONE)
+    }
+
     /// The scope's thread.
     pub fn tid(&self) -> Tid {
         self.tid

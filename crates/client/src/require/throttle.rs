@@ -90,10 +90,10 @@ pub fn set(tid: Tid, fraction: Option<f64>) {
         Some(f) => {
             start();
             t.entry(tid).or_default().fraction = f.clamp(0.01, 1.0);
-            if !(0..SLOTS).any(|i| TID[i].load(Ordering::Acquire) == tid) {
-                if let Some(i) = (0..SLOTS).find(|&i| TID[i].load(Ordering::Acquire) == 0) {
-                    TID[i].store(tid, Ordering::Release);
-                }
+            if !(0..SLOTS).any(|i| TID[i].load(Ordering::Acquire) == tid)
+                && let Some(i) = (0..SLOTS).find(|&i| TID[i].load(Ordering::Acquire) == 0)
+            {
+                TID[i].store(tid, Ordering::Release);
             }
         }
         None => {

@@ -37,6 +37,32 @@
 //!    programming error, not made to wait.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// A fast hasher for the small integer keys of these maps (thread ids,
+/// device pairs): a rotate-xor-multiply per word. Not for untrusted keys.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct IntHasher(u64);
+
+impl Hasher for IntHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A `HashMap` keyed by small integers.
+pub type IntMap<K, V> = HashMap<K, V, BuildHasherDefault<IntHasher>>;
 
 /// Identifies a thread (the OS thread id, or any unique number in tests).
 pub type Tid = u64;
@@ -95,8 +121,42 @@ struct Frame {
 
 #[derive(Debug, Default, Clone)]
 struct Thread {
-    stacks: HashMap<Dev, Vec<Frame>>,
+    stacks: Stacks,
     running: bool,
+}
+
+/// A thread's frame stacks by device. Threads touch few devices, so a
+/// short list searched in order beats hashing on the enter/leave path.
+#[derive(Debug, Default, Clone)]
+struct Stacks(Vec<(Dev, Vec<Frame>)>);
+
+impl Stacks {
+    fn get(&self, dev: &Dev) -> Option<&Vec<Frame>> {
+        self.0.iter().find(|(d, _)| d == dev).map(|(_, s)| s)
+    }
+
+    fn get_mut(&mut self, dev: &Dev) -> Option<&mut Vec<Frame>> {
+        self.0.iter_mut().find(|(d, _)| d == dev).map(|(_, s)| s)
+    }
+
+    /// The stack of `dev`, created empty if the thread has none yet.
+    fn at(&mut self, dev: Dev) -> &mut Vec<Frame> {
+        match self.0.iter().position(|(d, _)| *d == dev) {
+            Some(i) => &mut self.0[i].1,
+            None => {
+                self.0.push((dev, Vec::new()));
+                &mut self.0.last_mut().expect("just pushed").1
+            }
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&Dev, &Vec<Frame>)> {
+        self.0.iter().map(|(d, s)| (d, s))
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Vec<Frame>> {
+        self.0.iter().map(|(_, s)| s)
+    }
 }
 
 #[derive(Debug, Default, Clone)]
@@ -155,9 +215,13 @@ const EPS: f64 = 1e-9;
 pub struct Trees {
     nodes: Vec<Option<Node>>,
     free_slots: Vec<NodeId>,
-    roots: HashMap<Dev, NodeId>,
-    threads: HashMap<Tid, Thread>,
+    roots: IntMap<Dev, NodeId>,
+    threads: IntMap<Tid, Thread>,
     units: Vec<Option<Unit>>,
+    /// Unit slots free for reuse, with their node lists' memory.
+    free_units: Vec<(usize, Vec<NodeId>)>,
+    /// Scratch space of `acquire_into` (kept to avoid an allocation per call).
+    scratch: Vec<(NodeId, f64, Vec<f64>)>,
 }
 
 impl Trees {
@@ -172,6 +236,19 @@ impl Trees {
 
     fn node_mut(&mut self, n: NodeId) -> &mut Node {
         self.nodes[n].as_mut().expect("live node")
+    }
+
+    fn new_unit(&mut self) -> usize {
+        match self.free_units.pop() {
+            Some((u, nodes)) => {
+                self.units[u] = Some(Unit { nodes, active: 0 });
+                u
+            }
+            None => {
+                self.units.push(Some(Unit::default()));
+                self.units.len() - 1
+            }
+        }
     }
 
     fn alloc(&mut self, node: Node) -> NodeId {
@@ -398,96 +475,36 @@ impl Trees {
     fn set_active(&mut self, n: NodeId, delta: i32) {
         let node = self.node_mut(n);
         node.active = (node.active as i32 + delta).max(0) as u32;
-        if let Some(u) = node.unit {
-            if let Some(unit) = self.units[u].as_mut() {
-                unit.active = (unit.active as i32 + delta).max(0) as u32;
-            }
+        if let Some(u) = node.unit
+            && let Some(unit) = self.units[u].as_mut()
+        {
+            unit.active = (unit.active as i32 + delta).max(0) as u32;
         }
     }
 
     /// Tries to acquire every `ask` at once for running thread `tid`.
     /// On success pushes one frame per ask (grouped in a unit when
     /// `as_unit`), and returns the new nodes. Nothing changes on refusal.
-    pub fn acquire(
+    pub fn acquire_into(
         &mut self,
         tid: Tid,
         asks: &[Ask],
         as_unit: bool,
-    ) -> Result<Vec<NodeId>, Refusal> {
+        made: &mut Vec<NodeId>,
+    ) -> Result<(), Refusal> {
         self.thread_start(tid);
-        let mut wait = Vec::new();
-        let mut root_short = Vec::new();
-        // Simulate the takes so asks on the same device add up.
-        let mut taken: HashMap<NodeId, (f64, Vec<f64>)> = HashMap::new();
+        // Simulate the takes so asks on the same device add up; the
+        // buffer is kept between calls so the hot path does not allocate.
+        let mut taken = std::mem::take(&mut self.scratch);
+        taken.clear();
+        let fits = self.simulate(tid, asks, &mut taken);
+        self.scratch = taken;
+        fits?;
+        let unit = as_unit.then(|| self.new_unit());
+        made.clear();
         for a in asks {
             if a.amount <= 0.0 {
-                continue; // a deny frame takes nothing
-            }
-            if self.top_frame(tid, a.dev).is_some_and(|f| f.deny) {
-                return Err(Refusal::TooLarge {
-                    dev: a.dev,
-                    asked: a.amount,
-                    enclosing: 0.0,
-                });
-            }
-            let ctx = self.top(tid, a.dev).ok_or(Refusal::Wait {
-                devs: vec![a.dev],
-                root_short: vec![(a.dev, a.amount, a.own == Ownership::Shared)],
-            })?;
-            let ctx_node = self.node(ctx);
-            // A root may hold less than the device (what the broker granted
-            // so far); the caller checks requests against the device maximum.
-            if !self.is_root(ctx) && a.amount > ctx_node.amount + EPS {
-                return Err(Refusal::TooLarge {
-                    dev: a.dev,
-                    asked: a.amount,
-                    enclosing: ctx_node.amount,
-                });
-            }
-            // Nested requests need the context held and this thread to be
-            // its only running user (no revocation from siblings).
-            if !self.is_root(ctx) && (!ctx_node.held || ctx_node.active > 1) {
-                wait.push(a.dev);
-                continue;
-            }
-            let (free, shared) = taken
-                .entry(ctx)
-                .or_insert_with(|| (ctx_node.free, ctx_node.shared.clone()));
-            let peak = shared.iter().copied().fold(0.0, f64::max);
-            let ok = match a.own {
-                Ownership::Shared => *free + EPS >= a.amount,
-                _ => *free - peak + EPS >= a.amount,
-            };
-            if ok {
-                match a.own {
-                    Ownership::Shared => shared.push(a.amount),
-                    _ => *free -= a.amount,
-                }
-            } else {
-                wait.push(a.dev);
-                if self.is_root(ctx) {
-                    let have = match a.own {
-                        Ownership::Shared => *free,
-                        _ => *free - peak,
-                    };
-                    root_short.push((a.dev, a.amount - have.max(0.0), a.own == Ownership::Shared));
-                }
-            }
-        }
-        if !wait.is_empty() {
-            return Err(Refusal::Wait {
-                devs: wait,
-                root_short,
-            });
-        }
-        let unit = as_unit.then(|| {
-            self.units.push(Some(Unit::default()));
-            self.units.len() - 1
-        });
-        let mut made = Vec::new();
-        for a in asks {
-            if a.amount <= 0.0 {
-                let ctx = self.top(tid, a.dev).ok_or(Refusal::Wait {
+                let ctx = self.top(tid, a.dev).ok_or_else(|| Refusal::Wait {
                     devs: vec![a.dev],
                     root_short: vec![],
                 })?;
@@ -495,8 +512,7 @@ impl Trees {
                     .entry(tid)
                     .or_default()
                     .stacks
-                    .entry(a.dev)
-                    .or_default()
+                    .at(a.dev)
                     .push(Frame {
                         node: ctx,
                         deny: true,
@@ -527,14 +543,109 @@ impl Trees {
             self.push_frame(tid, a.dev, n);
             made.push(n);
         }
+        Ok(())
+    }
+
+    /// [`Trees::acquire_into`] returning the new nodes in a new vector.
+    pub fn acquire(
+        &mut self,
+        tid: Tid,
+        asks: &[Ask],
+        as_unit: bool,
+    ) -> Result<Vec<NodeId>, Refusal> {
+        let mut made = Vec::with_capacity(asks.len());
+        self.acquire_into(tid, asks, as_unit, &mut made)?;
         Ok(made)
+    }
+
+    /// Checks that every ask fits, accumulating takes per context in
+    /// `taken`. Changes nothing.
+    fn simulate(
+        &self,
+        tid: Tid,
+        asks: &[Ask],
+        taken: &mut Vec<(NodeId, f64, Vec<f64>)>,
+    ) -> Result<(), Refusal> {
+        let mut wait = Vec::new();
+        let mut root_short = Vec::new();
+        for a in asks {
+            if a.amount <= 0.0 {
+                continue; // a deny frame takes nothing
+            }
+            let frame = self.top_frame(tid, a.dev);
+            if frame.is_some_and(|f| f.deny) {
+                return Err(Refusal::TooLarge {
+                    dev: a.dev,
+                    asked: a.amount,
+                    enclosing: 0.0,
+                });
+            }
+            let ctx = frame
+                .map(|f| f.node)
+                .or_else(|| self.roots.get(&a.dev).copied())
+                .ok_or_else(|| Refusal::Wait {
+                    devs: vec![a.dev],
+                    root_short: vec![(a.dev, a.amount, a.own == Ownership::Shared)],
+                })?;
+            let ctx_node = self.node(ctx);
+            // A root may hold less than the device (what the broker granted
+            // so far); the caller checks requests against the device maximum.
+            if !self.is_root(ctx) && a.amount > ctx_node.amount + EPS {
+                return Err(Refusal::TooLarge {
+                    dev: a.dev,
+                    asked: a.amount,
+                    enclosing: ctx_node.amount,
+                });
+            }
+            // Nested requests need the context held and this thread to be
+            // its only running user (no revocation from siblings).
+            if !self.is_root(ctx) && (!ctx_node.held || ctx_node.active > 1) {
+                wait.push(a.dev);
+                continue;
+            }
+            let i = match taken.iter().position(|t| t.0 == ctx) {
+                Some(i) => i,
+                None => {
+                    taken.push((ctx, ctx_node.free, ctx_node.shared.clone()));
+                    taken.len() - 1
+                }
+            };
+            let (_, free, shared) = &mut taken[i];
+            let peak = shared.iter().copied().fold(0.0, f64::max);
+            let ok = match a.own {
+                Ownership::Shared => *free + EPS >= a.amount,
+                _ => *free - peak + EPS >= a.amount,
+            };
+            if ok {
+                match a.own {
+                    Ownership::Shared => shared.push(a.amount),
+                    _ => *free -= a.amount,
+                }
+            } else {
+                wait.push(a.dev);
+                if self.is_root(ctx) {
+                    let have = match a.own {
+                        Ownership::Shared => *free,
+                        _ => *free - peak,
+                    };
+                    root_short.push((a.dev, a.amount - have.max(0.0), a.own == Ownership::Shared));
+                }
+            }
+        }
+        if !wait.is_empty() {
+            return Err(Refusal::Wait {
+                devs: wait,
+                root_short,
+            });
+        }
+        Ok(())
     }
 
     fn push_frame(&mut self, tid: Tid, dev: Dev, n: NodeId) {
         let running = self.threads.get(&tid).is_some_and(|t| t.running);
         let old = self.top(tid, dev);
         let t = self.threads.entry(tid).or_default();
-        t.stacks.entry(dev).or_default().push(Frame {
+        t.stacks.at(dev).push(Frame {
             node: n,
             deny: false,
         });
@@ -573,21 +684,7 @@ impl Trees {
                 .expect("checked");
             let popped = stack.pop().expect("checked");
             if popped.deny {
-                if stack.is_empty() {
-                    self.threads
-                        .get_mut(&tid)
-                        .expect("checked")
-                        .stacks
-                        .remove(&dev);
-                }
                 continue;
-            }
-            if stack.is_empty() {
-                self.threads
-                    .get_mut(&tid)
-                    .expect("checked")
-                    .stacks
-                    .remove(&dev);
             }
             let below = self.top(tid, dev).filter(|&b| !self.is_root(b));
             // Activate what is below first, so it stays held when `n` goes.
@@ -618,12 +715,14 @@ impl Trees {
             }
             self.node_mut(p).children -= 1;
         }
-        if let Some(u) = unit {
-            if let Some(unit) = self.units[u].as_mut() {
-                unit.nodes.retain(|&x| x != n);
-                if unit.nodes.is_empty() {
-                    self.units[u] = None;
-                }
+        if let Some(u) = unit
+            && let Some(unit) = self.units[u].as_mut()
+        {
+            unit.nodes.retain(|&x| x != n);
+            if unit.nodes.is_empty() {
+                let nodes = std::mem::take(&mut unit.nodes);
+                self.units[u] = None;
+                self.free_units.push((u, nodes));
             }
         }
         self.nodes[n] = None;
@@ -708,7 +807,7 @@ impl Trees {
             return;
         };
         let mut inherit: Vec<(Dev, Frame)> = Vec::new();
-        for (&dev, stack) in &p.stacks {
+        for (&dev, stack) in p.stacks.iter() {
             if let Some(f) = stack
                 .iter()
                 .rev()
@@ -720,7 +819,7 @@ impl Trees {
         let c = self.threads.entry(child).or_default();
         c.running = false;
         for (dev, f) in &inherit {
-            c.stacks.entry(*dev).or_default().push(*f);
+            c.stacks.at(*dev).push(*f);
         }
         for (_, f) in inherit {
             if !f.deny {
@@ -740,7 +839,7 @@ impl Trees {
         let Some(t) = self.threads.remove(&tid) else {
             return;
         };
-        for (_, stack) in t.stacks {
+        for (_, stack) in t.stacks.0 {
             for f in stack.into_iter().rev().filter(|f| !f.deny) {
                 self.node_mut(f.node).frames -= 1;
                 self.drop_if_unused(f.node);
@@ -787,7 +886,13 @@ impl Trees {
     pub fn devices_of(&self, tid: Tid) -> Vec<Dev> {
         self.threads
             .get(&tid)
-            .map(|t| t.stacks.keys().copied().collect())
+            .map(|t| {
+                t.stacks
+                    .iter()
+                    .filter(|(_, s)| !s.is_empty())
+                    .map(|(d, _)| *d)
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -816,10 +921,10 @@ impl Trees {
                 ));
             }
             if n.held {
-                if let Some(p) = n.parent {
-                    if !self.node(p).held {
-                        return Err(format!("node {i} held under unheld parent {p}"));
-                    }
+                if let Some(p) = n.parent
+                    && !self.node(p).held
+                {
+                    return Err(format!("node {i} held under unheld parent {p}"));
                 }
             } else if n.parent.is_none() {
                 return Err(format!("root {i} not held"));

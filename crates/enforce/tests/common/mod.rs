@@ -2,7 +2,7 @@
 //! up on drop even when the test panics.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -72,10 +72,10 @@ pub fn thread_masks(pid: u32) -> Vec<(u32, String)> {
     if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) {
         for e in rd.flatten() {
             let tid: u32 = e.file_name().to_string_lossy().parse().unwrap_or(0);
-            if let Ok(s) = std::fs::read_to_string(e.path().join("status")) {
-                if let Some(l) = s.lines().find(|l| l.starts_with("Cpus_allowed_list:")) {
-                    out.push((tid, l.split_whitespace().nth(1).unwrap_or("").to_string()));
-                }
+            if let Ok(s) = std::fs::read_to_string(e.path().join("status"))
+                && let Some(l) = s.lines().find(|l| l.starts_with("Cpus_allowed_list:"))
+            {
+                out.push((tid, l.split_whitespace().nth(1).unwrap_or("").to_string()));
             }
         }
     }
@@ -107,11 +107,11 @@ impl Drop for CgroupDirs {
     }
 }
 
-fn move_out(dir: &PathBuf) {
+fn move_out(dir: &Path) {
     let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
         return;
     };
-    let mut root = dir.clone();
+    let mut root = dir.to_path_buf();
     while root.join("..").join("cgroup.procs").exists() && root.parent().is_some() {
         let p = root.parent().unwrap().to_path_buf();
         if !p.join("cgroup.procs").exists() {

@@ -89,7 +89,7 @@ fn nested_requests_larger_than_their_scope_are_errors() {
         t.acquire(1, &[ask(0.5)], false),
         Err(Refusal::TooLarge { .. })
     ));
-    assert!(matches!(t.acquire(1, &[ask(0.1)], false), Ok(_)));
+    assert!(t.acquire(1, &[ask(0.1)], false).is_ok());
 }
 
 #[test]
@@ -205,11 +205,10 @@ fn invariants_under_random_operations() {
             let amount = amt as f64 / 8.0;
             match op {
                 0 | 1 => {
-                    if t.threads.get(&tid).is_some_and(|x| x.running) || !t.threads.contains_key(&tid) {
-                        if let Ok(made) = t.acquire(tid, &[ask(amount)], false) {
+                    if (t.threads.get(&tid).is_some_and(|x| x.running) || !t.threads.contains_key(&tid))
+                        && let Ok(made) = t.acquire(tid, &[ask(amount)], false) {
                             scopes.entry(tid).or_default().push(made[0]);
                         }
-                    }
                 }
                 2 => {
                     if let Some(n) = scopes.get_mut(&tid).and_then(|s| s.pop()) {
@@ -260,4 +259,30 @@ fn deny_frames_restrict_without_taking() {
     assert!(t.release(1, &[(R, d)]));
     assert_eq!(t.holding(1, R), Holding::Unconstrained);
     t.check().unwrap();
+}
+
+#[test]
+fn repeated_scopes_reuse_their_slots() {
+    const M: Dev = (1, 0);
+    let mut t = trees();
+    t.set_root(M, G);
+    let asks = [
+        ask(0.5),
+        Ask {
+            dev: M,
+            amount: 0.25,
+            own: Ownership::Default,
+        },
+    ];
+    let mut made = Vec::new();
+    for _ in 0..1000 {
+        t.acquire_into(1, &asks, true, &mut made).unwrap();
+        let frames = [(R, made[0]), (M, made[1])];
+        assert!(t.release(1, &frames));
+    }
+    t.check().unwrap();
+    assert!((root_free(&t) - G).abs() < 1e-9);
+    // Node and unit slots are recycled (two roots, two scope nodes).
+    assert!(t.nodes.len() <= 4, "{} node slots", t.nodes.len());
+    assert!(t.units.len() <= 1, "{} unit slots", t.units.len());
 }

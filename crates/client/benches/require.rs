@@ -1,0 +1,87 @@
+//! Cost of entering and leaving an uncontended `require` scope.
+//!
+//! - in-process: a device request on a runtime with no broker (the root
+//!   covers it), OS effects off (the affinity call is measured separately:
+//!   it is what a CPU allocation costs on top);
+//! - through the broker: the same with a ledger link, so each enter asks
+//!   the broker for the root's shortfall and each exit gives it back.
+//!
+//! Run: `cargo bench -p allot-client --bench require`. The broker rows need
+//! `ALLOT_BENCH_SOCKET` pointing at a running broker (the cli bench
+//! `cargo bench -p allot-cli --bench require` starts one and sets it).
+
+use allot_client::require::{Request, Runtime};
+use std::sync::OnceLock;
+
+fn main() {
+    divan::main();
+}
+
+fn local() -> &'static Runtime {
+    static R: OnceLock<&'static Runtime> = OnceLock::new();
+    R.get_or_init(|| Runtime::new(allot_topo::discover_live().unwrap(), false).into_static())
+}
+
+/// Enter + leave `require(cpu(0, 0.5))`, in-process.
+#[divan::bench]
+fn enter_leave_in_process(b: divan::Bencher) {
+    let rt = local();
+    let reqs = vec![Request::device("cpu", 0, 0.5)];
+    b.bench_local(|| {
+        let s = rt.enter(reqs.clone()).unwrap();
+        drop(s);
+    });
+}
+
+/// Enter + leave prepared `require(cpu(0, 0.5))` (names resolved once, as
+/// the C macro's per-site cache does), in-process.
+#[divan::bench]
+fn enter_leave_prepared_in_process(b: divan::Bencher) {
+    let rt = local();
+    let p = rt.prepare(vec![Request::device("cpu", 0, 0.5)]).unwrap();
+    b.bench_local(|| {
+        let s = rt.enter_prepared(&p).unwrap();
+        drop(s);
+    });
+}
+
+/// Enter + leave `require(cores(1))` (a policy over every device).
+#[divan::bench]
+fn enter_leave_policy_in_process(b: divan::Bencher) {
+    let rt = local();
+    let reqs = vec![Request::policy(allot_client::require::policy::cores(1))];
+    b.bench_local(|| {
+        let s = rt.enter(reqs.clone()).unwrap();
+        drop(s);
+    });
+}
+
+/// Enter + leave through the broker's ledger.
+#[divan::bench]
+fn enter_leave_through_broker(b: divan::Bencher) {
+    let Ok(socket) = std::env::var("ALLOT_BENCH_SOCKET") else {
+        return;
+    };
+    static R: OnceLock<&'static Runtime> = OnceLock::new();
+    let rt = R.get_or_init(|| {
+        Runtime::with_broker(
+            allot_topo::discover_live().unwrap(),
+            false,
+            Some(socket.as_ref()),
+        )
+        .into_static()
+    });
+    assert!(rt.coordinated(), "no broker at {socket}");
+    let reqs = vec![Request::device("cpu", 0, 0.5)];
+    b.bench_local(|| {
+        let s = rt.enter(reqs.clone()).unwrap();
+        drop(s);
+    });
+}
+
+/// Baseline: the affinity system call a CPU allocation adds.
+#[divan::bench]
+fn baseline_sched_setaffinity(b: divan::Bencher) {
+    let cur = rustix::thread::sched_getaffinity(None).unwrap();
+    b.bench_local(|| rustix::thread::sched_setaffinity(None, &cur).unwrap());
+}
