@@ -697,7 +697,7 @@ impl Runtime {
     pub fn block_current(&self) {
         let tid = current_tid();
         let mut st = self.lock();
-        if st.trees.devices_of(tid).is_empty() {
+        if !st.trees.holds_any(tid) {
             return;
         }
         st.trees.block(tid);
@@ -712,11 +712,26 @@ impl Runtime {
     pub fn unblock_current(&self) {
         let tid = current_tid();
         let mut st = self.lock();
-        if st.trees.devices_of(tid).is_empty() {
+        if !st.trees.holds_any(tid) {
             st.trees.thread_start(tid);
             return;
         }
         drop(self.retake(st, tid));
+    }
+
+    /// Like [`Runtime::unblock_current`] but never waits: returns false
+    /// (the thread stays blocked) if its allocations cannot be retaken now.
+    /// For callers that hold a lock another thread may need before the
+    /// allocations come back (a condition wait's mutex): they drop the
+    /// lock, call `unblock_current`, and lock again.
+    pub fn try_unblock_current(&self) -> bool {
+        let tid = current_tid();
+        let mut st = self.lock();
+        if !st.trees.holds_any(tid) {
+            st.trees.thread_start(tid);
+            return true;
+        }
+        st.trees.unblock(tid).is_ok()
     }
 
     /// Before the calling thread creates a thread: runs the innermost

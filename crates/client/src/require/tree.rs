@@ -882,6 +882,13 @@ impl Trees {
         self.top(tid, dev).map_or(0.0, |n| self.node(n).amount)
     }
 
+    /// Whether the thread has a frame on any device.
+    pub fn holds_any(&self, tid: Tid) -> bool {
+        self.threads
+            .get(&tid)
+            .is_some_and(|t| t.stacks.values().any(|s| !s.is_empty()))
+    }
+
     /// Devices the thread has frames on.
     pub fn devices_of(&self, tid: Tid) -> Vec<Dev> {
         self.threads
