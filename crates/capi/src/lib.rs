@@ -1,12 +1,17 @@
 //! allot's C side.
 //!
+//! - [`abi`]: the C ABI, `liballot` with `include/allot.h`: cells (the
+//!   grant, its changes, reports) and pools (spawn/join, fork/join,
+//!   parallel loops) for C and C++ programs, behind generation-checked
+//!   handles. Built as `liballot_capi.{so,a}` and installed as
+//!   `liballot.{so,a}` by `scripts/install-liballot.sh`; design notes and
+//!   benchmarks in `CAPI.md`.
 //! - [`shim`]: `liballot_shim.so`, an `LD_PRELOAD` library that keeps the
 //!   OpenMP teams of unmodified programs within their cell's grant. The
 //!   `allot` binary carries it ([`SHIM_SO`]) and writes it out with
 //!   [`install_shim`] before starting a program under it.
-//!
-//! The C ABI (`liballot`, `include/allot.h`) will live beside it.
 
+pub mod abi;
 pub mod shim;
 
 pub use shim::{SHIM_FILE_NAME, SHIM_SO, install_shim, preload_with_shim};

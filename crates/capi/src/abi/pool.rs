@@ -1,0 +1,368 @@
+//! `allot_pool_*` and `allot_task_*`: pools over [`allot_runtime::Pool`].
+//!
+//! # Calls and lifetimes
+//!
+//! The pool table holds `Arc<Pool>`. Every call clones the `Arc` out of
+//! the table (under its lock) and drops the clone when it returns, so a
+//! pool is never dropped while a call uses it: `allot_pool_free` takes the
+//! pool out of the table (new calls then fail with `ALLOT_ERR_HANDLE`) and
+//! waits until its own reference is the last ([`finish`]), then drops the
+//! pool, which lets queued tasks finish and joins the workers.
+//!
+//! A task's `JoinHandle` lives in the task table, apart from its pool:
+//! joining a task of a freed pool works (the task ran before the pool's
+//! workers stopped).
+//!
+//! # Callback frames
+//!
+//! C code runs on pool workers only inside callbacks, and every callback
+//! is entered through this module, which pushes a [`Frame`] (the pool's
+//! handle id and, for a spawned task, the task's) on a per-thread stack
+//! for the callback's duration. That makes calls that would wait for
+//! themselves detectable, and they fail with `ALLOT_ERR_INVALID` instead
+//! of deadlocking:
+//!
+//! - `allot_pool_free(P)` inside a callback of `P` (the pool would wait
+//!   for the callback that waits for it);
+//! - `allot_shutdown()` inside any callback;
+//! - `allot_task_join(T)` inside task `T` itself.
+//!
+//! # Unwinding
+//!
+//! Callbacks are called through `extern "C"` trampolines
+//! ([`call_task`], [`call_body`]). A callback that unwinds (a C++
+//! exception, or a Rust `extern "C-unwind"` function that panics) reaches
+//! the trampoline's non-unwinding boundary and the process aborts; it never
+//! unwinds through the runtime. A callback that `longjmp`s out skips Rust
+//! frames and is undefined behaviour, as the header says.
+
+use super::handle::Kind;
+use super::status::{Error, Status, entry};
+use super::{
+    CELLS, CellHandle, POOLS, PoolHandle, TASKS, TaskHandle, ensure_live, need_out, write_out,
+};
+use allot_runtime::{JoinHandle, Pool};
+use std::cell::RefCell;
+use std::ffi::{c_int, c_void};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// `void (*)(void *)`, declared unwinding so that an exception thrown by
+/// one has defined behaviour (an abort at the trampoline) instead of being
+/// undefined.
+pub type TaskFn = unsafe extern "C-unwind" fn(*mut c_void);
+/// `void (*)(size_t lo, size_t hi, void *)`.
+pub type BodyFn = unsafe extern "C-unwind" fn(usize, usize, *mut c_void);
+
+/// The name of pools made by `allot_pool_new` (thread names, and the cell
+/// name when it registers one itself).
+const POOL_NAME: &str = "liballot";
+
+/// With grain 0, aim at this many chunks per worker.
+const AUTO_CHUNKS_PER_WORKER: usize = 8;
+
+/// The C caller's `void *arg`, handed to a callback on another thread.
+#[derive(Debug, Clone, Copy)]
+struct Arg(*mut c_void);
+
+// SAFETY: the pointer is only passed back to the C callback the caller
+// paired it with; making that safe across threads is the C caller's
+// contract (documented under "Undefined behaviour" in the header).
+unsafe impl Send for Arg {}
+// SAFETY: see `Send`; the library never dereferences it.
+unsafe impl Sync for Arg {}
+
+impl Arg {
+    /// The pointer (a method, so closures capture the whole `Arg`).
+    fn ptr(self) -> *mut c_void {
+        self.0
+    }
+}
+
+/// Calls a task callback. Not unwinding: an unwind out of `f` aborts here.
+extern "C" fn call_task(f: TaskFn, arg: *mut c_void) {
+    // SAFETY: `f` is the function pointer the C caller passed (non-null,
+    // checked at entry) and `arg` its argument; the caller promises `f`
+    // is a function of this type.
+    unsafe { f(arg) }
+}
+
+/// Calls a loop body. Not unwinding, like [`call_task`].
+extern "C" fn call_body(f: BodyFn, lo: usize, hi: usize, arg: *mut c_void) {
+    // SAFETY: as in `call_task`.
+    unsafe { f(lo, hi, arg) }
+}
+
+/// A callback running on this thread.
+#[derive(Debug, Clone, Copy)]
+struct Frame {
+    pool: u64,
+    /// The task's handle id, or 0 for loop bodies and join halves.
+    task: u64,
+}
+
+thread_local! {
+    static FRAMES: RefCell<Vec<Frame>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Pops its frame when the callback returns.
+struct FrameGuard;
+
+impl FrameGuard {
+    fn enter(pool: u64, task: u64) -> FrameGuard {
+        FRAMES.with(|f| f.borrow_mut().push(Frame { pool, task }));
+        FrameGuard
+    }
+}
+
+impl Drop for FrameGuard {
+    fn drop(&mut self) {
+        // A callback frame is pushed and popped on the same thread, so the
+        // slot exists; `try_with` only guards thread teardown.
+        let _ = FRAMES.try_with(|f| f.borrow_mut().pop());
+    }
+}
+
+fn any_frame(pred: impl Fn(&Frame) -> bool) -> bool {
+    FRAMES
+        .try_with(|f| f.borrow().iter().any(pred))
+        .unwrap_or(false)
+}
+
+/// Whether this thread is inside a callback of any pool.
+pub(crate) fn in_any_callback() -> bool {
+    any_frame(|_| true)
+}
+
+/// Runs task callback `f(arg)` as task `task` of pool `pool`.
+fn run_task(pool: u64, task: u64, f: TaskFn, arg: Arg) {
+    let _frame = FrameGuard::enter(pool, task);
+    call_task(f, arg.ptr());
+}
+
+/// What the task table holds.
+#[derive(Debug)]
+pub struct TaskEntry {
+    handle: JoinHandle<()>,
+}
+
+/// Waits until `pool` is the last reference to its pool, then drops it:
+/// queued tasks finish, workers are joined.
+///
+/// Other references are clones held by calls in progress on other
+/// threads (see the module docs); they are dropped when those calls
+/// return, so this polls with a backoff (1 µs doubling to 1 ms) rather
+/// than adding a counter to every call.
+pub(crate) fn finish(mut pool: Arc<Pool>) {
+    let mut pause = Duration::from_micros(1);
+    loop {
+        match Arc::try_unwrap(pool) {
+            Ok(p) => {
+                drop(p);
+                return;
+            }
+            Err(shared) => {
+                pool = shared;
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(1));
+            }
+        }
+    }
+}
+
+/// `int allot_pool_new(allot_cell_t cell, allot_pool_t *out)`.
+///
+/// # Safety
+/// `out` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn allot_pool_new(cell: CellHandle, out: *mut PoolHandle) -> c_int {
+    entry("allot_pool_new", || {
+        ensure_live()?;
+        need_out(out, "out")?;
+        let cell = if cell.id == 0 {
+            super::cell::auto_cell(POOL_NAME)?
+        } else {
+            CELLS.get(cell.id)?
+        };
+        let pool = Pool::builder()
+            .cell(cell)
+            .name(POOL_NAME)
+            .build()
+            .map_err(|e| Error::new(Status::Os, format!("cannot start the pool: {e}")))?;
+        let pool = Arc::new(pool);
+        match POOLS.insert(pool.clone()) {
+            Ok(id) => {
+                // SAFETY: checked non-null above.
+                unsafe { write_out(out, PoolHandle { id }) };
+                Ok(())
+            }
+            Err(e) => {
+                // Shut down meanwhile: stop the workers we started.
+                finish(pool);
+                Err(e)
+            }
+        }
+    })
+}
+
+/// `int allot_pool_workers(allot_pool_t pool, uint32_t *out)`.
+///
+/// # Safety
+/// `out` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn allot_pool_workers(pool: PoolHandle, out: *mut u32) -> c_int {
+    entry("allot_pool_workers", || {
+        need_out(out, "out")?;
+        let n = POOLS.with(pool.id, |p| p.workers())?;
+        // SAFETY: checked non-null above.
+        unsafe { write_out(out, u32::try_from(n).unwrap_or(u32::MAX)) };
+        Ok(())
+    })
+}
+
+/// `int allot_pool_spawn(allot_pool_t pool, void (*fn)(void *), void *arg,
+/// allot_task_t *out)`.
+///
+/// # Safety
+/// `out` is null or valid for a write; `f` is null or a function of this
+/// type, safe to call with `arg` on another thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn allot_pool_spawn(
+    pool: PoolHandle,
+    f: Option<TaskFn>,
+    arg: *mut c_void,
+    out: *mut TaskHandle,
+) -> c_int {
+    entry("allot_pool_spawn", || {
+        need_out(out, "out")?;
+        let f = f.ok_or_else(|| Error::invalid("fn is NULL"))?;
+        let p = POOLS.get(pool.id)?;
+        let arg = Arg(arg);
+        let pool_id = pool.id;
+        // The task is started under the task table's lock, once its id is
+        // certain, so that it knows its own id (for the self-join check).
+        let id = TASKS.insert_with(|task| TaskEntry {
+            handle: p.spawn(move || run_task(pool_id, task, f, arg)),
+        })?;
+        // SAFETY: checked non-null above.
+        unsafe { write_out(out, TaskHandle { id }) };
+        Ok(())
+    })
+}
+
+/// `int allot_task_join(allot_task_t task)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn allot_task_join(task: TaskHandle) -> c_int {
+    entry("allot_task_join", || {
+        // Before the table check: another thread may already be joining
+        // this task (the handle is then gone), and the answer is the same.
+        if task.id != 0 && any_frame(|f| f.task == task.id) {
+            return Err(Error::invalid(
+                "a task cannot join itself (it would wait forever); join it from another thread or task",
+            ));
+        }
+        let t = TASKS.remove(task.id)?;
+        t.handle.join().map_err(|p| {
+            Error::new(
+                Status::Internal,
+                format!("the task panicked inside allot ({p:?}); please report it"),
+            )
+        })
+    })
+}
+
+/// `int allot_task_detach(allot_task_t task)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn allot_task_detach(task: TaskHandle) -> c_int {
+    entry("allot_task_detach", || {
+        drop(TASKS.remove(task.id)?);
+        Ok(())
+    })
+}
+
+/// `int allot_pool_parallel_for(allot_pool_t pool, size_t begin, size_t
+/// end, size_t grain, void (*body)(size_t, size_t, void *), void *arg)`.
+///
+/// # Safety
+/// `body` is null or a function of this type, safe to call concurrently
+/// with `arg` from several threads.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn allot_pool_parallel_for(
+    pool: PoolHandle,
+    begin: usize,
+    end: usize,
+    grain: usize,
+    body: Option<BodyFn>,
+    arg: *mut c_void,
+) -> c_int {
+    entry("allot_pool_parallel_for", || {
+        let body = body.ok_or_else(|| Error::invalid("body is NULL"))?;
+        let p = POOLS.get(pool.id)?;
+        if begin > end {
+            return Err(Error::invalid(format!(
+                "begin ({begin}) is after end ({end}); the range is [begin, end)"
+            )));
+        }
+        if begin == end {
+            return Ok(());
+        }
+        let grain = if grain == 0 {
+            let chunks = p.workers().max(1) * AUTO_CHUNKS_PER_WORKER;
+            ((end - begin) / chunks).max(1)
+        } else {
+            grain
+        };
+        let arg = Arg(arg);
+        let pool_id = pool.id;
+        p.for_each_chunk(begin..end, grain, move |r| {
+            let _frame = FrameGuard::enter(pool_id, 0);
+            call_body(body, r.start, r.end, arg.ptr());
+        });
+        Ok(())
+    })
+}
+
+/// `int allot_pool_join(allot_pool_t pool, void (*a)(void *), void *a_arg,
+/// void (*b)(void *), void *b_arg)`.
+///
+/// # Safety
+/// `a` and `b` are null or functions of this type, safe to call with their
+/// arguments on other threads.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn allot_pool_join(
+    pool: PoolHandle,
+    a: Option<TaskFn>,
+    a_arg: *mut c_void,
+    b: Option<TaskFn>,
+    b_arg: *mut c_void,
+) -> c_int {
+    entry("allot_pool_join", || {
+        let a = a.ok_or_else(|| Error::invalid("a is NULL"))?;
+        let b = b.ok_or_else(|| Error::invalid("b is NULL"))?;
+        let p = POOLS.get(pool.id)?;
+        let (a_arg, b_arg) = (Arg(a_arg), Arg(b_arg));
+        let pool_id = pool.id;
+        p.join(
+            move || run_task(pool_id, 0, a, a_arg),
+            move || run_task(pool_id, 0, b, b_arg),
+        );
+        Ok(())
+    })
+}
+
+/// `int allot_pool_free(allot_pool_t pool)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn allot_pool_free(pool: PoolHandle) -> c_int {
+    entry("allot_pool_free", || {
+        POOLS.check(pool.id)?;
+        if any_frame(|f| f.pool == pool.id) {
+            return Err(Error::invalid(format!(
+                "called from a callback running on this pool; the pool would wait for that \
+                 callback to finish. Free it from a thread outside the pool (the {} stays valid)",
+                Kind::Pool.c_name()
+            )));
+        }
+        finish(POOLS.remove(pool.id)?);
+        Ok(())
+    })
+}

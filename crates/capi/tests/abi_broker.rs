@@ -1,0 +1,266 @@
+//! The C ABI's cells against a real broker (in this process, dry-run
+//! backend, on a private socket): registration, admission answers mapped
+//! to `ALLOT_ERR_REFUSED` / `ALLOT_ERR_NEVER`, grant changes seen through
+//! `allot_cell_wait_change`, reports, pools on registered cells, and what
+//! happens when the broker goes away.
+
+mod abi_util;
+
+use abi_util::*;
+use allot_broker::{Broker, Config, StopHandle};
+use allot_capi::abi::cell::*;
+use allot_capi::abi::pool::*;
+use allot_capi::abi::status::Status;
+use allot_capi::abi::*;
+use allot_client::{CellSpec, Client};
+use std::ffi::{CString, c_void};
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+struct TestBroker {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    socket: CString,
+    stop: StopHandle,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl TestBroker {
+    fn start() -> TestBroker {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("allot.sock");
+        let mut cfg = Config::new(socket.clone());
+        cfg.backend = allot_enforce::BackendKind::DryRun;
+        cfg.tick = Duration::from_millis(20);
+        let broker = Broker::start(cfg).unwrap();
+        let stop = broker.stop_handle();
+        let thread = std::thread::spawn(move || broker.run().unwrap());
+        TestBroker {
+            socket: CString::new(socket.to_str().unwrap()).unwrap(),
+            path: socket,
+            _dir: dir,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn register(&self, name: &str, spec: Spec, wait: bool) -> Result<CellHandle, Status> {
+        let name = CString::new(name).unwrap();
+        let mut c = CellHandle::default();
+        // SAFETY: valid strings, spec and out-pointer.
+        let rc = unsafe {
+            allot_cell_register_at(
+                self.socket.as_ptr(),
+                name.as_ptr(),
+                &spec,
+                i32::from(wait),
+                &mut c,
+            )
+        };
+        match status(rc) {
+            Status::Ok => Ok(c),
+            s => Err(s),
+        }
+    }
+
+    /// A cell for another process (the broker admits one cell per
+    /// process): a `sleep` child, registered through the Rust client.
+    fn register_other(&self, spec: CellSpec) -> Other {
+        let child = Command::new("sleep").arg("60").spawn().unwrap();
+        let mut client = Client::connect(&self.path).unwrap();
+        let reg = client
+            .register("capi-other", spec, &[child.id()], false, |_, _| {})
+            .unwrap();
+        Other {
+            child,
+            client,
+            cell: reg.cell,
+        }
+    }
+
+    fn stop(&mut self) {
+        self.stop.stop();
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+}
+
+impl Drop for TestBroker {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Another process's cell; released (and the process killed) on drop.
+struct Other {
+    child: Child,
+    client: Client,
+    cell: u64,
+}
+
+impl Drop for Other {
+    fn drop(&mut self) {
+        let _ = self.client.release(self.cell);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn cpus() -> u32 {
+    rustix::thread::sched_getaffinity(None).unwrap().count()
+}
+
+#[test]
+fn a_registered_cell_has_a_broker_id_and_a_grant() {
+    let b = TestBroker::start();
+    let c = b.register("capi-basic", Spec::default(), false).unwrap();
+    let mut mode = -1;
+    let mut id = 0;
+    // SAFETY: valid out-pointers.
+    unsafe {
+        ok(allot_cell_mode(c, &mut mode));
+        ok(allot_cell_broker_id(c, &mut id));
+    }
+    assert_eq!(mode, MODE_REGISTERED);
+    assert_ne!(id, 0);
+    let g = grant(c).unwrap();
+    assert!(g.generation >= 1 && g.ncpus >= 1 && g.threads >= 1, "{g:?}");
+    ok(allot_cell_report(c, 1, 1, 10));
+    ok(allot_cell_free(c));
+}
+
+#[test]
+fn admission_answers_map_to_refused_and_never() {
+    let b = TestBroker::start();
+    let n = cpus();
+    let never = Spec {
+        min: n + 1000,
+        ..Spec::default()
+    };
+    assert_eq!(b.register("capi-never", never, false), Err(Status::Never));
+    assert!(
+        last_error().starts_with("allot_cell_register_at: "),
+        "{}",
+        last_error()
+    );
+
+    // Another process holds every CPU as a guarantee.
+    let big = b.register_other(CellSpec {
+        min: n,
+        ..CellSpec::default()
+    });
+    let one = Spec {
+        min: 1,
+        ..Spec::default()
+    };
+    assert_eq!(b.register("capi-refused", one, false), Err(Status::Refused));
+    assert!(
+        last_error().contains("capi-other"),
+        "names who holds it: {}",
+        last_error()
+    );
+
+    // With wait, the request queues until the big cell leaves.
+    let socket = b.socket.clone();
+    let waiter = std::thread::spawn(move || {
+        let mut c = CellHandle::default();
+        // SAFETY: valid strings, spec and out-pointer.
+        let rc = unsafe {
+            allot_cell_register_at(socket.as_ptr(), c"capi-queued".as_ptr(), &one, 1, &mut c)
+        };
+        (status(rc), c)
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        !waiter.is_finished(),
+        "admitted while the guarantees were taken"
+    );
+    drop(big);
+    let (rc, queued) = waiter.join().unwrap();
+    assert_eq!(rc, Status::Ok, "{}", last_error());
+    assert!(grant(queued).unwrap().ncpus >= 1);
+
+    // One registered cell per process: a second one is refused as invalid.
+    assert_eq!(
+        b.register("capi-second", Spec::default(), false),
+        Err(Status::Invalid)
+    );
+    assert!(last_error().contains("already in cell"), "{}", last_error());
+    ok(allot_cell_free(queued));
+}
+
+#[test]
+fn a_grant_change_wakes_the_waiter() {
+    let b = TestBroker::start();
+    let a = b.register("capi-a", Spec::default(), false).unwrap();
+    let g = grant(a).unwrap();
+    let waiter = std::thread::spawn(move || {
+        let mut h = Grant::default();
+        // SAFETY: valid out-pointer.
+        let rc = unsafe { allot_cell_wait_change(a, g.generation, 5_000_000_000, &mut h) };
+        (status(rc), h)
+    });
+    // A guaranteed newcomer takes CPUs from the best-effort cell (or at
+    // least re-plans it): the generation moves.
+    let other = b.register_other(CellSpec {
+        min: 1,
+        ..CellSpec::default()
+    });
+    let (rc, h) = waiter.join().unwrap();
+    assert_eq!(rc, Status::Ok, "{}", last_error());
+    assert!(h.generation > g.generation);
+    drop(other);
+    ok(allot_cell_free(a));
+}
+
+extern "C-unwind" fn bump(arg: *mut c_void) {
+    // SAFETY: the test passes an `AtomicUsize` that outlives the task.
+    unsafe { &*(arg as *const AtomicUsize) }.fetch_add(1, Ordering::SeqCst);
+}
+
+#[test]
+fn a_pool_on_a_registered_cell_keeps_it_after_its_handle_is_freed() {
+    let b = TestBroker::start();
+    let c = b.register("capi-pool", Spec::default(), false).unwrap();
+    let g = grant(c).unwrap();
+    let mut p = PoolHandle::default();
+    // SAFETY: valid out-pointer.
+    ok(unsafe { allot_pool_new(c, &mut p) });
+    ok(allot_cell_free(c));
+    let w = workers(p).unwrap();
+    assert!(w >= 1 && w <= g.ncpus, "{w} workers for {g:?}");
+    let n = AtomicUsize::new(0);
+    let tasks: Vec<_> = (0..100)
+        .map(|_| spawn(p, bump, &n as *const AtomicUsize as *mut c_void).unwrap())
+        .collect();
+    for t in tasks {
+        ok(allot_task_join(t));
+    }
+    assert_eq!(n.load(Ordering::SeqCst), 100);
+    ok(allot_pool_free(p));
+}
+
+#[test]
+fn without_the_broker_reports_say_no_broker_and_the_grant_stays() {
+    let mut b = TestBroker::start();
+    let c = b.register("capi-orphan", Spec::default(), false).unwrap();
+    let g = grant(c).unwrap();
+    b.stop();
+    // The first report may still be written into the dying socket; within
+    // a few tries the connection is known to be gone.
+    let mut last = Status::Ok;
+    for _ in 0..50 {
+        last = status(allot_cell_report(c, 0, 0, 0));
+        if last != Status::Ok {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(last, Status::NoBroker, "{}", last_error());
+    assert_eq!(grant(c).unwrap().cpus, g.cpus, "the last grant is kept");
+    ok(allot_cell_free(c));
+}
