@@ -229,13 +229,24 @@ fn page_left_mid_publish_costs_one_wait_and_recovers() {
     let resumed = change(&mut page, 1);
     let (report, stderr) = running.finish();
     report.assert_complete();
-    let stuck: Vec<&Region> = report.regions.iter().filter(|r| r.t1 < resumed.start).collect();
-    let after: Vec<&Region> = report.regions.iter().filter(|r| r.t0 > resumed.end).collect();
+    let stuck: Vec<&Region> = report
+        .regions
+        .iter()
+        .filter(|r| r.t1 < resumed.start)
+        .collect();
+    let after: Vec<&Region> = report
+        .regions
+        .iter()
+        .filter(|r| r.t0 > resumed.end)
+        .collect();
     assert!(stuck.len() >= 3, "{stuck:?}");
     assert!(after.len() >= 3, "{after:?}");
     assert!(stuck.iter().all(|r| r.team == MAX), "{stuck:?}");
     assert!(after.iter().all(|r| r.team == 1), "{after:?}");
-    let waits = stderr.lines().filter(|l| l.contains("left mid-publish")).count();
+    let waits = stderr
+        .lines()
+        .filter(|l| l.contains("left mid-publish"))
+        .count();
     assert_eq!(waits, 1, "{stderr}");
 }
 
@@ -250,7 +261,8 @@ fn more_runtimes_than_the_shim_tracks_run_uncapped() {
     let mut cmd = Command::new(each_driver().unwrap());
     cmd.args(&libs).args(["--", "gomp"]);
     with_shim(&mut cmd, MAX);
-    cmd.env("ALLOT_SHIM_DEBUG", "1").env("FAKE_MAX_THREADS", "4");
+    cmd.env("ALLOT_SHIM_DEBUG", "1")
+        .env("FAKE_MAX_THREADS", "4");
     inherit_page(&mut cmd, page.fd());
     let out = output_within(&mut cmd, std::time::Duration::from_secs(60));
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -185,7 +185,10 @@ fn every_push_and_fork_entry_point_keeps_the_explicit_request() {
             }
             let out = cmd.output().unwrap();
             let stderr = String::from_utf8_lossy(&out.stderr);
-            let what = format!("old runtime {old}, direct {direct}, in cell {}", page.is_some());
+            let what = format!(
+                "old runtime {old}, direct {direct}, in cell {}",
+                page.is_some()
+            );
             assert!(out.status.success(), "{what}: {stderr}");
             let got = named_values(&String::from_utf8_lossy(&out.stdout));
             let want: Vec<(String, String)> = want

@@ -269,6 +269,9 @@ pub struct Runtime {
     this: OnceLock<&'static Runtime>,
 }
 
+/// The process's runtime ([`Runtime::global`]).
+static GLOBAL: OnceLock<&'static Runtime> = OnceLock::new();
+
 /// The calling thread's kernel id.
 pub fn current_tid() -> Tid {
     thread_local! {
@@ -324,13 +327,21 @@ impl Runtime {
         }
     }
 
-    /// The process's runtime (this machine, OS effects on).
+    /// The process's runtime (this machine, OS effects on), created on first
+    /// use and coordinated through the broker at the default socket when
+    /// one answers.
     pub fn global() -> &'static Runtime {
-        static RT: OnceLock<&'static Runtime> = OnceLock::new();
-        RT.get_or_init(|| {
+        GLOBAL.get_or_init(|| {
             let m = allot_topo::discover_live().unwrap_or_else(|_| Machine::uniform(1));
             Runtime::with_broker(m, true, Some(&allot_proto::default_socket_path())).into_static()
         })
+    }
+
+    /// The process's runtime if something already created it: hooks that
+    /// run on every thread creation or wait (the preload shim's) use this
+    /// to cost nothing in processes that never entered a scope.
+    pub fn global_if_started() -> Option<&'static Runtime> {
+        GLOBAL.get().copied()
     }
 
     /// Leaks the runtime for the life of the process (what a runtime shared
