@@ -25,19 +25,19 @@
 use super::kind::{self, Kind};
 use super::ledger::{self, Denied, Link};
 use super::policy::{DevView, Outcome, Policy, View};
+use super::tree::{Ask, Dev, IntMap, KindId, NodeId, Ownership, Refusal, Tid, Trees};
+use allot_proto::{DeviceDef, LedgerItem};
+use allot_topo::Machine;
 use std::borrow::Cow;
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::panic::Location;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 /// Asks resolved from requests, and what a policy reported.
 type Resolved = (Vec<Ask>, Option<Box<Outcome>>);
 /// Frames pushed by an acquisition, and what a policy reported.
 type Acquired = (Vec<(Dev, NodeId)>, Option<Box<Outcome>>);
-use super::tree::{Ask, Dev, IntMap, KindId, NodeId, Ownership, Refusal, Tid, Trees};
-use allot_proto::{DeviceDef, LedgerItem};
-use allot_topo::Machine;
-use std::collections::HashMap;
-use std::marker::PhantomData;
-use std::panic::Location;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 /// How much of a device.
 #[derive(Debug, Clone, Copy, PartialEq)]
