@@ -3,7 +3,7 @@
 //!
 //! | kind | devices | amount | restrict (per thread) | throttle |
 //! |------|---------|--------|-----------------------|----------|
-//! | `cpu` | the CPUs this process may use | utilisation 0..1 | `sched_setaffinity` to the CPUs with a non-zero amount | fractions below 1 by the monitor thread (`throttle.rs`) |
+//! | `cpu` | the CPUs this process may use | utilisation 0..1 | `sched_setaffinity` to the CPUs with a non-zero amount | fractions below 1: a per-thread cgroup quota when a cgroup is given, else the monitor thread (`throttle.rs`) |
 //! | `memory` | NUMA nodes | bytes | `set_mempolicy(MPOL_BIND)` to the nodes with a non-zero amount | none: amounts are accounted, not enforced |
 //! | `io` | block devices (`major:minor`) | weight 1..1000 | — | the thread's I/O priority (`ioprio_set`, best-effort level from the largest weight held; idle class when every device is 0) |
 //! | virtual | named counters | any | — | — |
@@ -52,10 +52,11 @@ pub trait KindOps: Send + Sync + fmt::Debug {
     /// Lets the calling thread use exactly the devices whose amount is not
     /// zero; `None` means "unconstrained" (no frame on that device).
     fn restrict(&self, amounts: &[Option<f64>]) -> std::io::Result<()>;
-    /// Limits the calling thread's rate on `dev` (`None` lifts the limit).
-    /// Returns false when the kind cannot, so the monitor thread must.
-    fn throttle(&self, _dev: usize, _fraction: Option<f64>) -> std::io::Result<bool> {
-        Ok(false)
+    /// Limits the rate of thread `tid` (the caller) to what `amounts`
+    /// allow, or lifts the limit. Kinds without a rate to enforce keep the
+    /// default, which does nothing.
+    fn throttle(&self, _tid: u64, _amounts: &[Option<f64>]) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -122,6 +123,22 @@ impl KindOps for CpuOps {
         }
         rustix::thread::sched_setaffinity(None, &set)?;
         Ok(())
+    }
+
+    fn throttle(&self, tid: u64, amounts: &[Option<f64>]) -> std::io::Result<()> {
+        super::throttle::set(tid, cpu_fraction(amounts));
+        Ok(())
+    }
+}
+
+/// The rate limit of a CPU allocation: the sum of fractional amounts when
+/// any allowed CPU is held below 1.0, else none.
+pub fn cpu_fraction(h: &[Option<f64>]) -> Option<f64> {
+    let allowed = h.iter().filter_map(|a| *a).filter(|&a| a > 0.0);
+    if allowed.clone().any(|a| a < 1.0 - 1e-9) {
+        Some(allowed.sum::<f64>().min(1.0))
+    } else {
+        None
     }
 }
 

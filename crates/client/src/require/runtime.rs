@@ -998,22 +998,9 @@ impl Runtime {
             // Failures (e.g. memory binding on a kernel without NUMA) leave
             // the allocation accounted but not enforced.
             let _ = ops.restrict(&holdings);
-            if k == 0 {
-                super::throttle::set(tid, cpu_fraction(&holdings));
-            }
+            let _ = ops.throttle(tid, &holdings);
             t.applied.insert(k, holdings);
         }
-    }
-}
-
-/// The rate limit of a CPU allocation: the sum of fractional amounts when
-/// any allowed CPU is held below 1.0, else none.
-fn cpu_fraction(h: &[Option<f64>]) -> Option<f64> {
-    let allowed: Vec<f64> = h.iter().filter_map(|a| *a).filter(|&a| a > 0.0).collect();
-    if allowed.iter().any(|&a| a < 1.0 - 1e-9) {
-        Some(allowed.iter().sum::<f64>().min(1.0))
-    } else {
-        None
     }
 }
 

@@ -1,13 +1,25 @@
-//! The monitor thread that throttles fractional CPU allocations.
+//! Throttling fractional CPU allocations (`require(cpu(0, 0.3))`).
 //!
-//! `cpu` allocations below a whole CPU (`require(cpu(0, 0.3))`) have no
-//! per-thread kernel knob outside cgroups, so — as Poli-C does — a monitor
-//! thread watches each throttled thread's CPU time and, when it ran ahead of
-//! its share over the last window, interrupts it with a real-time signal
-//! whose handler sleeps just long enough to bring it back to its rate.
+//! Two mechanisms, chosen per call of [`set`]:
 //!
-//! The handler only reads a lock-free table (thread id → nanoseconds to
-//! sleep) and calls `nanosleep`: both async-signal-safe.
+//! - **A cgroup quota** ([`Quota`]) when `ALLOT_THROTTLE_CGROUP` names a
+//!   cgroup directory this process may create children in: the thread moves
+//!   into its own child cgroup `allot-t<tid>` whose CPU quota is its
+//!   fraction of a 100 ms period (cgroup v1 `cpu.cfs_quota_us`, or a
+//!   threaded cgroup v2 child with `cpu.max`), and moves back when the limit
+//!   is lifted. The kernel enforces it exactly and costs nothing meanwhile.
+//! - **The monitor thread** otherwise, as Poli-C does: it watches each
+//!   throttled thread's CPU time and, when the thread ran ahead of its share
+//!   over the last window, interrupts it with a real-time signal whose
+//!   handler sleeps just long enough to bring it back to its rate. The
+//!   handler only reads a lock-free table (thread id → nanoseconds to
+//!   sleep) and calls `nanosleep`: both async-signal-safe.
+//!
+//! If the quota cannot be set (no permission, no cpu controller), the
+//! monitor takes over for that thread.
+
+mod quota;
+pub use quota::Quota;
 
 use super::tree::Tid;
 use std::collections::HashMap;
@@ -83,8 +95,35 @@ fn cpu_ns(tid: Tid) -> Option<u64> {
     text.split_whitespace().next()?.parse().ok()
 }
 
-/// Limits thread `tid` to `fraction` of a CPU (`None`: no limit).
+/// The quota directory from `ALLOT_THROTTLE_CGROUP`, if usable.
+fn quota() -> Option<&'static Quota> {
+    static Q: OnceLock<Option<Quota>> = OnceLock::new();
+    Q.get_or_init(|| {
+        let dir = std::env::var_os("ALLOT_THROTTLE_CGROUP")?;
+        Quota::at(dir.into()).ok()
+    })
+    .as_ref()
+}
+
+/// Limits thread `tid` to `fraction` of a CPU (`None`: no limit), with a
+/// cgroup quota when one is configured, else with the monitor thread.
 pub fn set(tid: Tid, fraction: Option<f64>) {
+    if let Some(q) = quota() {
+        match fraction {
+            Some(f) if q.limit(tid, f).is_ok() => {
+                monitor_set(tid, None);
+                return;
+            }
+            Some(_) => {}
+            None => {
+                let _ = q.lift(tid);
+            }
+        }
+    }
+    monitor_set(tid, fraction);
+}
+
+fn monitor_set(tid: Tid, fraction: Option<f64>) {
     let mut t = table().lock().unwrap_or_else(|p| p.into_inner());
     match fraction {
         Some(f) => {
