@@ -146,6 +146,7 @@ fn with_path(e: io::Error, path: &Path) -> io::Error {
 
 fn is_cgroupfs(p: &Path) -> bool {
     rustix::fs::statfs(p).is_ok_and(|s| {
+        #[allow(clippy::unnecessary_cast)] // f_type is not i64 on every target
         let t = s.f_type as i64;
         t == CGROUP_SUPER_MAGIC || t == CGROUP2_SUPER_MAGIC
     })
