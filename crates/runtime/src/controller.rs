@@ -33,11 +33,17 @@
 //!    them where they are: every worker's queue is stolen from), wake a
 //!    sleeper through the fenced path, leave the roster, `current = 0`,
 //!    then park `DORMANT` until a CPU is assigned again;
-//! 4. none, inside a `join`/`scope` wait (a task is on its stack, and tasks
-//!    are never preempted) → drain its queue and take no new work, only
-//!    wait for its latch; it retires when it is back at the top.
+//! 4. none, inside a wait (a task is on its stack, and tasks are never
+//!    preempted) → take no new work: no more tasks from its queue (a
+//!    joiner does not even take its own `b` back; others steal it), no
+//!    steals; only the awaited work's claimable part ("Waiting" below).
+//!    It wakes one sleeper, once, for the tasks in its queue, and parks
+//!    `DORMANT` — not counted as a sleeper, so never woken for work — until
+//!    its wait is over, a claim appears, or its assignment changes; it
+//!    retires when it is back at the top.
 //!
-//! Because a worker only retires with an empty stack and after draining,
+//! Because a worker only retires with an empty stack, and its queues stay
+//! reachable (drained, or stolen from) while it waits and after it retired,
 //! and queues return each task exactly once, no task is lost or run twice
 //! across a resize.
 //!
@@ -73,8 +79,8 @@
 
 use crate::affinity;
 use crate::loom::hint;
-use crate::policy::{Here, Hint, Idle, Place, PoolInfo, ThreadPolicy, Wake};
-use crate::sleep::Sleep;
+use crate::policy::{Here, Hint, Idle, Place, PoolInfo, ThreadPolicy};
+use crate::sleep::{Sleep, Woken};
 use crate::sync::CoreLatch;
 use crate::task::{Outcome, StackJob, Task};
 use crossbeam_utils::CachePadded;
@@ -195,6 +201,9 @@ enum Found {
     Done,
     /// Top level only: retire (no CPU) or shut down.
     Leave,
+    /// Inside `find_work` only: look again from the start (the assignment
+    /// changed, or the worker slept).
+    Again,
 }
 
 impl Registry {
@@ -212,17 +221,8 @@ impl Registry {
 
     #[inline]
     fn wake_for(&self, from: Option<&Here>, place: Place, hint: Hint, external: bool) {
-        if external {
-            std::sync::atomic::fence(Ordering::SeqCst);
-        }
-        if self.sleep.sleepers() == 0 {
-            return;
-        }
-        match self.policy.wake(from, place, hint) {
-            Wake::Nobody => {}
-            Wake::Any => self.sleep.new_work(false, None),
-            Wake::Prefer(i) => self.sleep.new_work(false, Some(i)),
-        }
+        self.sleep
+            .wake_for_work(external, || self.policy.wake(from, place, hint));
     }
 
     /// Whether every slot follows its assignment.
@@ -339,6 +339,13 @@ impl WorkerThread {
         self.push(task_b, Hint::Fork);
         let ra = panic::catch_unwind(AssertUnwindSafe(a));
         while !job_b.signal.probe() {
+            if self.follow_assignment() {
+                // Our CPU was revoked: take nothing more from our queue,
+                // not even `b` (the others steal it); wait (see "Following
+                // the assignment", step 4).
+                self.wait(&job_b.signal);
+                break;
+            }
             match self.registry.policy.dequeue(&self.here, Hint::Wait) {
                 Some(t) if t.id() == id_b => {
                     // Nobody stole `b`: run it here, without the latch;
@@ -372,7 +379,7 @@ impl WorkerThread {
         loop {
             match self.find_work(Hint::Wait, Some(w)) {
                 Found::Task(t) => self.execute(t),
-                Found::Done | Found::Leave => return,
+                Found::Done | Found::Leave | Found::Again => return,
             }
         }
     }
@@ -381,7 +388,86 @@ impl WorkerThread {
     /// policy dequeue, then policy idle (steal), then spin, then sleep.
     /// `until` is set when waiting inside a task; every policy call is then
     /// made with `Hint::Wait`.
-    fn find_work(&self, mut hint: Hint, until: Option<&dyn Waited>) -> Found {
+    fn find_work(&self, hint: Hint, until: Option<&dyn Waited>) -> Found {
+        // A wake-up for work this worker absorbed (see `Woken::ForWork`).
+        let mut nudged = false;
+        let found = match until {
+            None => self.find_task(hint, &mut nudged),
+            Some(w) => self.find_while_waiting(w, &mut nudged),
+        };
+        let slot = self.registry.slot(self.here.index());
+        slot.idle.store(false, Ordering::Relaxed);
+        if nudged && matches!(found, Found::Done) {
+            // Woken for work, but we go back to the task on our stack.
+            self.registry.sleep.pass_on();
+        }
+        found
+    }
+
+    /// `find_work` at the top of the worker's loop: a task, or `Leave` to
+    /// retire (no CPU) or shut down.
+    fn find_task(&self, mut hint: Hint, nudged: &mut bool) -> Found {
+        loop {
+            if self.follow_assignment() {
+                return Found::Leave;
+            }
+            match self.search(&mut hint, None, nudged) {
+                Found::Again => {}
+                found => return found,
+            }
+        }
+    }
+
+    /// `find_work` inside a task, until `w` is done (see "Waiting" and
+    /// "Following the assignment" in the module docs).
+    fn find_while_waiting(&self, w: &dyn Waited, nudged: &mut bool) -> Found {
+        let reg = &*self.registry;
+        let index = self.here.index();
+        let slot = reg.slot(index);
+        let mut handed_over = false;
+        loop {
+            if w.done() {
+                return Found::Done;
+            }
+            if let Some(t) = w.claim() {
+                return Found::Task(t);
+            }
+            if !self.follow_assignment() {
+                match self.search(&mut Hint::Wait, Some(w), nudged) {
+                    Found::Again => continue,
+                    found => return found,
+                }
+            }
+            // Our CPU was revoked, and a task is on our stack: we cannot
+            // retire before it finishes (tasks are never preempted). Run
+            // nothing but the awaited work's claimable part (above), leave
+            // our queues to the others — wake one of them, once — and park
+            // where work is never handed to us, until the wait is over, a
+            // claim appears, or the assignment changes.
+            slot.idle.store(true, Ordering::Relaxed);
+            if !handed_over {
+                handed_over = true;
+                reg.wake_for(None, Place::Global, Hint::Resize, true);
+            }
+            let s = reg.sleep.announce_dormant(index);
+            let claimed = w.claim();
+            if claimed.is_some() || w.done() || slot.target.load(Ordering::SeqCst) != 0 {
+                *nudged |= reg.sleep.cancel(s) == Woken::ForWork;
+                if let Some(t) = claimed {
+                    return Found::Task(t);
+                }
+            } else {
+                *nudged |= reg.sleep.park(s) == Woken::ForWork;
+            }
+        }
+    }
+
+    /// One search of a worker that serves its CPU: policy dequeue and idle,
+    /// spinning while the budget lasts, then the sleep protocol. Returns a
+    /// task; `Done` (waiter) or `Leave` (top, shutting down) when that holds
+    /// after a search found nothing; or `Again` when the assignment changed
+    /// or the worker slept (the caller looks again).
+    fn search(&self, hint: &mut Hint, until: Option<&dyn Waited>, nudged: &mut bool) -> Found {
         let reg = &*self.registry;
         let here = &self.here;
         let slot = reg.slot(here.index());
@@ -390,42 +476,34 @@ impl WorkerThread {
         } else {
             Hint::Steal
         };
+        // What ends a search that found no policy work.
+        let interrupted = || -> Option<Found> {
+            if slot.target.load(Ordering::SeqCst) != self.serving() {
+                return Some(Found::Again);
+            }
+            match until {
+                Some(w) if w.done() => Some(Found::Done),
+                Some(w) => w.claim().map(Found::Task),
+                None => reg.terminate.load(Ordering::SeqCst).then_some(Found::Leave),
+            }
+        };
         let mut round = 0u32;
         let mut spin_start: Option<Instant> = None;
-        let found = loop {
-            if let Some(w) = until {
-                if w.done() {
-                    break Found::Done;
-                }
-                if let Some(t) = w.claim() {
-                    break Found::Task(t);
-                }
+        loop {
+            if let Some(t) = reg.policy.dequeue(here, *hint) {
+                return Found::Task(t);
             }
-            let retiring = self.follow_assignment();
-            if retiring {
-                if until.is_none() {
-                    break Found::Leave;
+            match reg.policy.idle(here, round, idle_hint) {
+                Idle::Run(t) => return Found::Task(t),
+                Idle::Retry => {
+                    round = round.saturating_add(1);
+                    hint::spin_loop();
+                    continue;
                 }
-                // A task is on our stack: hand our queue to others and
-                // only wait.
-                reg.policy.drain(here, Hint::Resize);
-                reg.wake_for(None, Place::Global, Hint::Resize, true);
-            } else {
-                if let Some(t) = reg.policy.dequeue(here, hint) {
-                    break Found::Task(t);
-                }
-                match reg.policy.idle(here, round, idle_hint) {
-                    Idle::Run(t) => break Found::Task(t),
-                    Idle::Retry => {
-                        round = round.saturating_add(1);
-                        hint::spin_loop();
-                        continue;
-                    }
-                    Idle::Park => {}
-                }
+                Idle::Park => {}
             }
-            if until.is_none() && reg.terminate.load(Ordering::SeqCst) {
-                break Found::Leave;
+            if let Some(found) = interrupted() {
+                return found;
             }
             if round == 0 {
                 slot.idle.store(true, Ordering::Relaxed);
@@ -438,48 +516,27 @@ impl WorkerThread {
             }
             // Sleep: announce, re-check everything, then park.
             let s = reg.sleep.announce(here.index());
-            let stop = until.is_some_and(|w| w.done())
-                || (!retiring && slot.target.load(Ordering::SeqCst) != self.serving())
-                || (until.is_none() && reg.terminate.load(Ordering::SeqCst));
-            if stop {
-                reg.sleep.cancel(s);
-                continue;
-            }
-            if let Some(t) = until.and_then(|w| w.claim()) {
-                reg.sleep.cancel(s);
-                break Found::Task(t);
-            }
-            if !retiring {
-                let look = if until.is_some() {
-                    Hint::Wait
-                } else {
-                    Hint::Wake
-                };
-                if let Some(t) = reg.policy.dequeue(here, look) {
-                    reg.sleep.cancel(s);
-                    break Found::Task(t);
+            let found = interrupted()
+                .or_else(|| reg.policy.dequeue(here, *hint).map(Found::Task))
+                .or_else(|| match reg.policy.idle(here, 0, idle_hint) {
+                    Idle::Run(t) => Some(Found::Task(t)),
+                    Idle::Retry => Some(Found::Again),
+                    Idle::Park => None,
+                });
+            return match found {
+                Some(found) => {
+                    *nudged |= reg.sleep.cancel(s) == Woken::ForWork;
+                    found
                 }
-                match reg.policy.idle(here, 0, idle_hint) {
-                    Idle::Run(t) => {
-                        reg.sleep.cancel(s);
-                        break Found::Task(t);
+                None => {
+                    *nudged |= reg.sleep.park(s) == Woken::ForWork;
+                    if until.is_none() {
+                        *hint = Hint::Wake;
                     }
-                    Idle::Retry => {
-                        reg.sleep.cancel(s);
-                        continue;
-                    }
-                    Idle::Park => {}
+                    Found::Again
                 }
-            }
-            reg.sleep.park(s);
-            if until.is_none() {
-                hint = Hint::Wake;
-            }
-            round = 0;
-            spin_start = None;
-        };
-        slot.idle.store(false, Ordering::Relaxed);
-        found
+            };
+        }
     }
 }
 
@@ -513,11 +570,13 @@ pub(crate) fn worker_main(reg: Arc<Registry>, index: usize) {
             if reg.terminate.load(Ordering::SeqCst) {
                 break;
             }
+            // Dormant bells are only notified (never woken for work), so
+            // there is no wake-up for work to pass on.
             let s = reg.sleep.announce_dormant(index);
             if slot.target.load(Ordering::SeqCst) != 0 || reg.terminate.load(Ordering::SeqCst) {
-                reg.sleep.cancel(s);
+                let _ = reg.sleep.cancel(s);
             } else {
-                reg.sleep.park(s);
+                let _ = reg.sleep.park(s);
             }
             continue;
         }

@@ -10,31 +10,32 @@
 
 use crate::loom::sync::Arc;
 use crate::loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use crate::policy::{Here, Hint, Idle, Lifo, Place, PolicyKind, PoolInfo, ThreadPolicy};
-use crate::sleep::Sleep;
+use crate::policy::{Here, Hint, Idle, Lifo, Place, PolicyKind, PoolInfo, ThreadPolicy, Wake};
+use crate::sleep::{Sleep, Woken};
 use crate::sync::Event;
 use crate::task::Task;
 use loom::thread;
 
-/// An idle worker's loop in miniature: look, announce, re-check, park.
-/// Returns once `flag` is seen.
-fn idle_until(sleep: &Sleep, flag: &AtomicBool) {
+/// An idle worker's loop in miniature (bell `index`): look, announce,
+/// re-check, park. Returns once `flag` is seen.
+fn idle_until(sleep: &Sleep, index: usize, flag: &AtomicBool) {
     loop {
         if flag.load(Ordering::SeqCst) {
             return;
         }
-        let s = sleep.announce(0);
+        let s = sleep.announce(index);
         if flag.load(Ordering::SeqCst) {
-            sleep.cancel(s);
+            let _ = sleep.cancel(s);
             return;
         }
-        sleep.park(s);
+        let _ = sleep.park(s);
     }
 }
 
 /// No lost wake-up: a worker going to sleep while another thread publishes
-/// work and calls `new_work` always wakes (loom reports a deadlock if the
-/// worker could park forever).
+/// work and wakes through `wake_for_work` (the path `Registry::wake_for`
+/// takes, with the policy's choice) always wakes (loom reports a deadlock
+/// if the worker could park forever).
 #[test]
 fn loom_sleep_no_lost_wakeup() {
     loom::model(|| {
@@ -43,10 +44,10 @@ fn loom_sleep_no_lost_wakeup() {
         let (s2, f2) = (sleep.clone(), flag.clone());
         let worker = thread::spawn(move || {
             s2.register(0, thread::current());
-            idle_until(&s2, &f2);
+            idle_until(&s2, 0, &f2);
         });
         flag.store(true, Ordering::Relaxed);
-        sleep.new_work(true, None);
+        sleep.wake_for_work(true, || Wake::Any);
         worker.join().unwrap();
         assert_eq!(sleep.sleepers(), 0);
     });
@@ -62,7 +63,7 @@ fn loom_sleep_targeted_notify() {
         let (s2, f2) = (sleep.clone(), flag.clone());
         let worker = thread::spawn(move || {
             s2.register(0, thread::current());
-            idle_until(&s2, &f2);
+            idle_until(&s2, 0, &f2);
         });
         flag.store(true, Ordering::SeqCst);
         sleep.notify_worker(0);
@@ -234,16 +235,67 @@ fn loom_sleep_with_policy_queue() {
                 }
                 let s = s2.announce(0);
                 if let Some(t) = find() {
-                    s2.cancel(s);
+                    let _ = s2.cancel(s);
                     t.run();
                     continue;
                 }
-                s2.park(s);
+                let _ = s2.park(s);
             }
         });
         policy.enqueue(None, Place::Global, counting_task(&hits, 0), Hint::Spawn);
-        sleep.new_work(true, None);
+        // As `Registry::inject`: fenced, the policy chooses whom to wake.
+        sleep.wake_for_work(true, || policy.wake(None, Place::Global, Hint::Spawn));
         worker.join().unwrap();
         assert_eq!(hits[0].load(Ordering::SeqCst), 1);
+    });
+}
+
+/// A wake-up for work absorbed by a worker whose wait ends at the same
+/// moment is passed on. Worker 0 waits inside a task (for `latch`); worker
+/// 1 is idle at the top. The main thread sets the latch and notifies worker
+/// 0, then publishes work and wakes a sleeper for it — possibly worker 0,
+/// which then returns to its task: it must `pass_on` the wake-up, or
+/// worker 1 sleeps forever beside the work (loom reports the deadlock).
+#[test]
+fn loom_waiter_passes_on_a_wakeup_for_work() {
+    // Three threads with two bells explore for minutes unbounded; the race
+    // needs two preemptions (main between its two wake-ups, the waiter
+    // between its announce and its re-check).
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(3);
+    model.check(|| {
+        let sleep = Arc::new(Sleep::new(2));
+        let latch = Arc::new(AtomicBool::new(false));
+        let work = Arc::new(AtomicBool::new(false));
+        let (s0, l0) = (sleep.clone(), latch.clone());
+        let waiter = thread::spawn(move || {
+            s0.register(0, thread::current());
+            let mut nudged = false;
+            while !l0.load(Ordering::SeqCst) {
+                let s = s0.announce(0);
+                let woken = if l0.load(Ordering::SeqCst) {
+                    s0.cancel(s)
+                } else {
+                    s0.park(s)
+                };
+                nudged |= woken == Woken::ForWork;
+            }
+            // As `WorkerThread::find_work` on `Found::Done`.
+            if nudged {
+                s0.pass_on();
+            }
+        });
+        let (s1, w1) = (sleep.clone(), work.clone());
+        let idle = thread::spawn(move || {
+            s1.register(1, thread::current());
+            idle_until(&s1, 1, &w1);
+        });
+        latch.store(true, Ordering::SeqCst);
+        sleep.notify_worker(0);
+        work.store(true, Ordering::SeqCst);
+        sleep.wake_for_work(true, || Wake::Any);
+        waiter.join().unwrap();
+        idle.join().unwrap();
+        assert_eq!(sleep.sleepers(), 0);
     });
 }
