@@ -257,3 +257,67 @@ fn declarative_constraints_stay_in_one_domain() {
     assert_eq!(s.outcome().ncores, 8, "one whole node of the X5550");
     assert_eq!(s.outcome().nodes.len(), 1);
 }
+
+/// Figure 6(c) with the spawn points called as the `pthread_create` hooks
+/// call them for a libgomp team, and the parent's `AfterSpawn` request made
+/// before the child starts: the child still shares what the parent had at
+/// the spawn (not the parent's private core), and each thread ends alone
+/// on its own CPU.
+#[test]
+fn figure_6c_after_spawn_and_for_child_give_each_thread_its_cpu() {
+    let cpus = allot_topo::allowed_cpus().unwrap();
+    if cpus.len() < 2 {
+        return;
+    }
+    let rt: &'static Runtime = Box::leak(Box::new(Runtime::new(
+        allot_topo::discover_live().unwrap(),
+        true,
+    )));
+    std::thread::spawn(move || {
+        let outer = rt
+            .enter(vec![
+                Request::policy(policy::cores(2)).when(Timing::BeforeSpawn),
+            ])
+            .unwrap();
+        let inner = rt
+            .enter(vec![
+                Request::policy(policy::cores(1))
+                    .owned(Ownership::Private)
+                    .when(Timing::AfterSpawn),
+                Request::policy(policy::cores(1)).when(Timing::ForChild),
+            ])
+            .unwrap();
+        assert_eq!(
+            affinity().len(),
+            cpus.len(),
+            "nothing taken before the spawn"
+        );
+        let ctx = rt.spawn_prepare().unwrap();
+        assert_eq!(affinity().len(), 2, "BeforeSpawn of the enclosing scope");
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let (seen_tx, seen_rx) = std::sync::mpsc::channel();
+        let h = std::thread::spawn(move || {
+            go_rx.recv().unwrap();
+            let _g = rt.child_start(ctx);
+            seen_tx.send(affinity()).unwrap();
+        });
+        rt.spawn_done();
+        let parent = affinity();
+        assert_eq!(parent.len(), 1, "AfterSpawn: the parent's private core");
+        go_tx.send(()).unwrap();
+        // Waiting without telling the runtime: the parent keeps running on
+        // its core (as a team's primary thread does), so this is the
+        // child's placement while both run.
+        let child = seen_rx.recv().unwrap();
+        rt.block_current();
+        h.join().unwrap();
+        rt.unblock_current();
+        assert_eq!(child.len(), 1, "ForChild: the child's own core");
+        assert_ne!(child, parent);
+        drop(inner);
+        drop(outer);
+        assert_eq!(affinity().len(), cpus.len());
+    })
+    .join()
+    .unwrap();
+}

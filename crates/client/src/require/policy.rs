@@ -110,6 +110,13 @@ impl<'a> View<'a> {
             .find(|d| d.kind == kind && (d.name == name || Some(d.index) == idx))
     }
 
+    /// Every device of every kind, kinds in registration order and each
+    /// kind's devices by index (for code that walks the view itself, such
+    /// as the C ABI's device iteration).
+    pub fn devs_mut(&mut self) -> &mut [DevView] {
+        &mut self.devs
+    }
+
     /// Number of devices of `kind`.
     pub fn dev_count(&self, kind: &str) -> usize {
         self.devs.iter().filter(|d| d.kind == kind).count()

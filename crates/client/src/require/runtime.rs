@@ -32,6 +32,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::panic::Location;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 /// Asks resolved from requests, and what a policy reported.
@@ -567,6 +568,14 @@ impl Runtime {
                         frames.extend(asks.iter().map(|a| a.dev).zip(nodes.iter().copied()));
                         st.scratch_nodes = nodes;
                         st.scratch_asks = asks;
+                        // A nested acquisition moves this thread off its
+                        // enclosing allocations (and denials stop its use of
+                        // others): a sibling waiting to carve from them may
+                        // proceed now.
+                        if st.sleepers > 0 {
+                            st.epoch += 1;
+                            self.cond.notify_all();
+                        }
                         return (st, Ok(Some((frames, outcome))));
                     }
                     st.scratch_nodes = nodes;
@@ -686,6 +695,7 @@ impl Runtime {
             panic!("{site}: a require scope was left before the scopes nested inside it");
         }
         let mut rec = t.scopes.pop().expect("position found");
+        let was_running = !st.trees.is_blocked(tid);
         if !st.trees.release(tid, &rec.frames) {
             let site = rec.site;
             drop(st);
@@ -699,6 +709,11 @@ impl Runtime {
         st.epoch += 1;
         if st.sleepers > 0 {
             self.cond.notify_all();
+        }
+        if was_running && st.trees.is_blocked(tid) {
+            // A denial left uncovered an allocation that was given back
+            // while this thread did not use it: take it back first.
+            st = self.retake(st, tid);
         }
         self.apply(&mut st, tid);
     }
@@ -745,9 +760,15 @@ impl Runtime {
         st.trees.unblock(tid).is_ok()
     }
 
-    /// Before the calling thread creates a thread: runs the innermost
-    /// scope's pending `BeforeSpawn` requests and returns what the child
-    /// inherits (`None` if the thread is in no scope and inherits nothing).
+    /// Before the calling thread creates a thread: runs the pending
+    /// `BeforeSpawn` requests (see [`Runtime::spawn_done`] for which scopes)
+    /// and returns what the child inherits (`None` if the thread is in no
+    /// scope and inherits nothing). The child is attached to the calling
+    /// thread's allocations *now*: it shares what the parent used at this
+    /// point, whatever the parent does before the child runs (an
+    /// `AfterSpawn` request, a nested scope, leaving the scope). Hand the
+    /// context to [`Runtime::child_start`] in the child, or to
+    /// [`Runtime::spawn_cancel`] if the thread could not be created.
     pub fn spawn_prepare(&self) -> Option<SpawnCtx> {
         let tid = current_tid();
         let mut st = self.lock();
@@ -755,24 +776,7 @@ impl Runtime {
         if t.scopes.is_empty() && t.inherited.is_empty() {
             return None;
         }
-        if let Some(top) = t.scopes.last()
-            && !top.spawned
-            && !top.before.is_empty()
-        {
-            let (reqs, site) = (top.before.clone(), top.site);
-            let (guard, got) = self.acquire(st, tid, &reqs, None, true, site);
-            st = guard;
-            if let Ok(Some((frames, _))) = got {
-                let rec = st
-                    .threads
-                    .get_mut(&tid)
-                    .and_then(|t| t.scopes.last_mut())
-                    .expect("top scope");
-                rec.frames.extend(frames);
-                rec.before.clear();
-            }
-            self.apply(&mut st, tid);
-        }
+        st = self.run_spawn_timed(st, tid, false);
         let t = st.threads.get(&tid)?;
         // The child makes these when it starts: they are immediate there.
         let now = |r: &Request| r.clone().when(Timing::Now);
@@ -784,46 +788,112 @@ impl Runtime {
         for s in &t.scopes {
             for_child.extend(s.for_child.iter().map(now));
         }
+        // A dormant stand-in holds the child's share until it starts.
+        let pending = PENDING_CHILD | NEXT_PENDING.fetch_add(1, Ordering::Relaxed);
+        st.trees.spawn(tid, pending);
         Some(SpawnCtx {
-            parent: tid,
+            pending,
             for_child,
             descendants,
         })
     }
 
-    /// After the calling thread created a thread: runs the innermost scope's
-    /// pending `AfterSpawn` requests (once, at the first spawn).
-    pub fn spawn_done(&self) {
-        let tid = current_tid();
+    /// The thread `ctx` was prepared for was not created: drops what was
+    /// set aside for it.
+    pub fn spawn_cancel(&self, ctx: SpawnCtx) {
         let mut st = self.lock();
-        let Some(top) = st.threads.get_mut(&tid).and_then(|t| t.scopes.last_mut()) else {
-            return;
-        };
-        if top.spawned {
-            return;
+        st.trees.thread_exit(ctx.pending);
+        give_back(&mut st);
+        st.epoch += 1;
+        if st.sleepers > 0 {
+            self.cond.notify_all();
         }
-        top.spawned = true;
-        let (reqs, site) = (std::mem::take(&mut top.after), top.site);
-        if reqs.is_empty() {
-            return;
-        }
-        let (guard, got) = self.acquire(st, tid, &reqs, None, true, site);
-        st = guard;
-        if let Ok(Some((frames, _))) = got
-            && let Some(rec) = st.threads.get_mut(&tid).and_then(|t| t.scopes.last_mut())
-        {
-            rec.frames.extend(frames);
-        }
-        self.apply(&mut st, tid);
     }
 
-    /// In a new thread: shares the parent's allocations, then makes its
+    /// After the calling thread created a thread: runs the pending
+    /// `AfterSpawn` requests, once, at the first spawn.
+    ///
+    /// Spawn-timed requests belong to the innermost scope and to the
+    /// enclosing scopes below it as long as every scope nested in them holds
+    /// nothing yet (so `require(cores(BeforeSpawn, n)) { require(cores(
+    /// AfterSpawn, Private, 1), cores(ForChild, 1)) { parallel region } }`
+    /// takes the outer `n` cores just before the region's first thread);
+    /// they run outermost first, so their frames nest like the scopes.
+    pub fn spawn_done(&self) {
+        let tid = current_tid();
+        let st = self.lock();
+        drop(self.run_spawn_timed(st, tid, true));
+    }
+
+    /// Acquires the pending `BeforeSpawn` (`after` false) or `AfterSpawn`
+    /// (`after` true) requests of the scopes a spawn concerns (see
+    /// [`Runtime::spawn_done`]). Errors leave the requests unmade: a spawn
+    /// point has no one to report them to.
+    fn run_spawn_timed<'s>(
+        &'s self,
+        mut st: MutexGuard<'s, State>,
+        tid: Tid,
+        after: bool,
+    ) -> MutexGuard<'s, State> {
+        let ids: Vec<u64> = match st.threads.get(&tid) {
+            Some(t) if !t.scopes.is_empty() => {
+                let mut first = t.scopes.len() - 1;
+                while first > 0 && t.scopes[first].frames.is_empty() {
+                    first -= 1;
+                }
+                t.scopes[first..].iter().map(|s| s.id).collect()
+            }
+            _ => return st,
+        };
+        let mut changed = false;
+        for id in ids {
+            let Some(rec) = st
+                .threads
+                .get_mut(&tid)
+                .and_then(|t| t.scopes.iter_mut().find(|s| s.id == id))
+            else {
+                continue;
+            };
+            let reqs = if after {
+                if rec.spawned {
+                    continue;
+                }
+                rec.spawned = true;
+                std::mem::take(&mut rec.after)
+            } else {
+                std::mem::take(&mut rec.before)
+            };
+            if reqs.is_empty() {
+                continue;
+            }
+            let site = rec.site;
+            let (guard, got) = self.acquire(st, tid, &reqs, None, true, site);
+            st = guard;
+            if let Ok(Some((frames, _))) = got
+                && let Some(rec) = st
+                    .threads
+                    .get_mut(&tid)
+                    .and_then(|t| t.scopes.iter_mut().find(|s| s.id == id))
+            {
+                rec.frames.extend(frames);
+                changed = true;
+            }
+        }
+        if changed {
+            self.apply(&mut st, tid);
+        }
+        st
+    }
+
+    /// In a new thread: shares the allocations its parent had when it
+    /// called [`Runtime::spawn_prepare`], then makes its
     /// `ForChild`/`ForDescendants` requests. Returns the guard that releases
     /// everything when the thread ends.
     pub fn child_start(&self, ctx: SpawnCtx) -> ChildGuard<'_> {
         let tid = current_tid();
         let mut st = self.lock();
-        st.trees.spawn(ctx.parent, tid);
+        st.trees.spawn(ctx.pending, tid);
+        st.trees.thread_exit(ctx.pending);
         st = self.retake(st, tid);
         st.threads.entry(tid).or_default().inherited = ctx.descendants;
         drop(st);
@@ -1216,12 +1286,18 @@ impl Drop for Scope<'_> {
 }
 
 /// What a spawned thread inherits.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct SpawnCtx {
-    parent: Tid,
+    /// The dormant stand-in that holds the child's share until it starts.
+    pending: Tid,
     for_child: Vec<Request>,
     descendants: Vec<Request>,
 }
+
+/// Stand-ins for children not started yet have ids with the top bit set
+/// (kernel thread ids never do).
+const PENDING_CHILD: Tid = 1 << 63;
+static NEXT_PENDING: AtomicU64 = AtomicU64::new(0);
 
 /// Held by a spawned thread while it runs.
 #[derive(Debug)]

@@ -115,7 +115,9 @@ struct Frame {
     node: NodeId,
     /// A zero request: the thread may not use the device. Deny frames take
     /// nothing, create no node and leave reference counts alone, so a
-    /// policy can deny hundreds of devices cheaply.
+    /// policy can deny hundreds of devices cheaply. The thread stops being
+    /// a running user of the allocation below a denial (it may not use it),
+    /// until the denial is popped.
     deny: bool,
 }
 
@@ -508,6 +510,10 @@ impl Trees {
                     devs: vec![a.dev],
                     root_short: vec![],
                 })?;
+                // The allocation below stops being used by this thread: it
+                // no longer counts it as a running user (so a sibling may
+                // carve from it) and gives it back if no one else runs on it.
+                let below = self.active_below(tid, a.dev);
                 self.threads
                     .entry(tid)
                     .or_default()
@@ -517,6 +523,10 @@ impl Trees {
                         node: ctx,
                         deny: true,
                     });
+                if let Some(b) = below {
+                    self.set_active(b, -1);
+                    self.release_up(b);
+                }
                 made.push(ctx);
                 continue;
             }
@@ -641,6 +651,14 @@ impl Trees {
         Ok(())
     }
 
+    /// The node `tid` uses on `dev` as a running thread: its top frame's,
+    /// unless that frame is a denial or the root (neither counts users).
+    fn active_below(&self, tid: Tid, dev: Dev) -> Option<NodeId> {
+        let t = self.threads.get(&tid).filter(|t| t.running)?;
+        let f = t.stacks.get(&dev).and_then(|s| s.last())?;
+        (!f.deny && !self.is_root(f.node)).then_some(f.node)
+    }
+
     fn push_frame(&mut self, tid: Tid, dev: Dev, n: NodeId) {
         let running = self.threads.get(&tid).is_some_and(|t| t.running);
         let old = self.top(tid, dev);
@@ -661,7 +679,9 @@ impl Trees {
 
     /// Pops `tid`'s top frame of every device in `devs` (leaving a scope).
     /// Returns false (changing nothing) if one of them is not `expected`'s
-    /// node — a scope left out of order, a programming error.
+    /// node — a scope left out of order, a programming error. When a popped
+    /// denial uncovers an allocation that was given back meanwhile, the
+    /// thread is left blocked ([`Trees::is_blocked`]) and must unblock.
     pub fn release(&mut self, tid: Tid, frames: &[(Dev, NodeId)]) -> bool {
         for &(dev, n) in frames {
             if self
@@ -676,6 +696,7 @@ impl Trees {
             }
         }
         let running = self.threads.get(&tid).is_some_and(|t| t.running);
+        let mut retake = false;
         for &(dev, n) in frames.iter().rev() {
             let stack = self
                 .threads
@@ -684,6 +705,12 @@ impl Trees {
                 .expect("checked");
             let popped = stack.pop().expect("checked");
             if popped.deny {
+                // The allocation below is used again. It may have been given
+                // back meanwhile: then the thread must retake it first.
+                if let Some(b) = self.active_below(tid, dev) {
+                    self.set_active(b, 1);
+                    retake |= !self.node(b).held;
+                }
                 continue;
             }
             let below = self.top(tid, dev).filter(|&b| !self.is_root(b));
@@ -697,7 +724,17 @@ impl Trees {
             self.node_mut(n).frames -= 1;
             self.drop_if_unused(n);
         }
+        if retake {
+            // Blocked, so that unblocking holds the allocation again (the
+            // caller retakes, waiting if it must; see `is_blocked`).
+            self.block(tid);
+        }
         true
+    }
+
+    /// Whether `tid` is known and blocked (not running).
+    pub fn is_blocked(&self, tid: Tid) -> bool {
+        self.threads.get(&tid).is_some_and(|t| !t.running)
     }
 
     fn drop_if_unused(&mut self, n: NodeId) {
