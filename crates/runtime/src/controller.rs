@@ -103,7 +103,10 @@ pub(crate) struct Slot {
 /// Monitor-side bookkeeping, under `Registry::plan`.
 #[derive(Debug, Default)]
 pub(crate) struct PlanState {
-    pub(crate) generation: u64,
+    /// The grant applied last (`None` before the first).
+    pub(crate) applied: Option<crate::monitor::GrantStamp>,
+    /// `applied`'s generation once every slot followed it (0 before).
+    pub(crate) settled: u64,
     /// Slot `i`'s thread, once started (taken when the pool is dropped,
     /// after which nothing is started any more).
     pub(crate) handles: Vec<Option<std::thread::JoinHandle<()>>>,
@@ -121,8 +124,6 @@ pub(crate) struct Registry {
     pub(crate) name: String,
     pub(crate) stack_size: Option<usize>,
     pub(crate) plan: Mutex<PlanState>,
-    pub(crate) planned: AtomicU64,
-    pub(crate) settled: AtomicU64,
     pub(crate) escaped_panics: AtomicU64,
     pub(crate) pin_errors: AtomicU64,
 }

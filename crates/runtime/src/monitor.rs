@@ -8,7 +8,7 @@
 //! workers because a fully busy pool must still shrink at once, and busy
 //! workers should not poll the page.
 //!
-//! On every new generation it:
+//! On every new grant it:
 //!
 //! 1. picks the CPUs to use ([`wanted_cpus`]): all granted CPUs (lent ones
 //!    included: they are ours until revoked, and a revocation is handled
@@ -25,6 +25,17 @@
 //! busy workers plus workers with queued work plus the backlog (global
 //! queue, queues left by retired workers; a simple demand signal, capped at
 //! the slot count), `completed` = tasks run so far. Errors are ignored (no broker = nothing to tell).
+//!
+//! A grant is new ([`supersedes`]) when its generation is newer than the
+//! one applied last, or when it comes from another *epoch*: a different
+//! `(cell, instance)`. Generations only grow within an epoch; when the
+//! client library registers the cell again with a broker that lost its
+//! journal, the grant moves to a new page whose cell id and broker
+//! instance differ and whose generations restart at 1, and a new broker
+//! instance may write the same cell id with generations of its own. The
+//! monitor looks at the grant after every wait, also when the generation
+//! did not change (a new epoch may reuse the old number), so it follows a
+//! new epoch within one `MONITOR_SLICE` at worst.
 //!
 //! The monitor never blocks the pool: it waits in slices of at most
 //! `MONITOR_SLICE` so it notices `Pool` being dropped, and is detached at
@@ -126,18 +137,54 @@ fn decode(v: usize) -> Option<usize> {
     v.checked_sub(1)
 }
 
-/// Applies grant `g` to the pool: new targets, wake-ups, thread starts.
+/// Which grant the pool applied: its epoch `(cell, instance)` and its
+/// generation within it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GrantStamp {
+    pub(crate) cell: u64,
+    pub(crate) instance: u64,
+    pub(crate) generation: u64,
+}
+
+impl GrantStamp {
+    pub(crate) fn of(g: &Grant) -> GrantStamp {
+        GrantStamp {
+            cell: g.cell,
+            instance: g.instance,
+            generation: g.generation,
+        }
+    }
+
+    fn same_epoch(&self, other: &GrantStamp) -> bool {
+        (self.cell, self.instance) == (other.cell, other.instance)
+    }
+}
+
+/// Whether grant `g` is to be applied after the grant `last` (none yet):
+/// it is the first, comes from another epoch (cell id or broker instance
+/// differs: generations restarted), or has a newer generation.
+pub(crate) fn supersedes(last: Option<GrantStamp>, g: &Grant) -> bool {
+    let new = GrantStamp::of(g);
+    match last {
+        None => true,
+        Some(last) => !last.same_epoch(&new) || new.generation > last.generation,
+    }
+}
+
+/// Applies grant `g` to the pool if it supersedes the one applied last:
+/// new targets, wake-ups, thread starts.
 pub(crate) fn apply(reg: &Arc<Registry>, g: &Grant) {
     let mut plan = reg.plan.lock().unwrap_or_else(|p| p.into_inner());
-    if reg.terminate.load(Ordering::SeqCst)
-        || (plan.generation != 0 && g.generation <= plan.generation)
-    {
+    if reg.terminate.load(Ordering::SeqCst) || !supersedes(plan.applied, g) {
         return;
     }
+    let stamp = GrantStamp::of(g);
+    if !plan.applied.is_some_and(|a| a.same_epoch(&stamp)) {
+        plan.settled = 0;
+    }
+    plan.applied = Some(stamp);
     let want = wanted_cpus(g, reg.slots.len());
     if want.is_empty() {
-        plan.generation = g.generation;
-        reg.planned.store(g.generation, Ordering::SeqCst);
         return;
     }
     let views: Vec<SlotView> = (0..reg.slots.len())
@@ -168,8 +215,6 @@ pub(crate) fn apply(reg: &Arc<Registry>, g: &Grant) {
             reg.sleep.notify_worker(i);
         }
     }
-    plan.generation = g.generation;
-    reg.planned.store(g.generation, Ordering::SeqCst);
 }
 
 /// Sends one progress report; errors are ignored.
@@ -207,10 +252,9 @@ pub(crate) fn monitor_main(reg: Arc<Registry>, cell: Cell, mut seen: u64, period
             .saturating_duration_since(Instant::now())
             .clamp(Duration::from_millis(1), MONITOR_SLICE);
         let g = cell.wait_change(seen, Some(slice));
-        if g.generation != seen {
-            apply(&reg, &g);
-            seen = g.generation;
-        }
+        // Also without a new generation: a new epoch may reuse the number.
+        apply(&reg, &g);
+        seen = g.generation;
         if Instant::now() >= next_report {
             report(&reg, &cell);
             next_report = Instant::now() + period;
@@ -265,6 +309,35 @@ mod tests {
             },
         ];
         assert_eq!(assign(&slots, &set(&[0])), vec![Some(0), None]);
+    }
+
+    fn grant(cell: u64, instance: u64, generation: u64) -> Grant {
+        Grant {
+            cell,
+            instance,
+            generation,
+            ..Grant::default()
+        }
+    }
+
+    #[test]
+    fn newer_generations_and_new_epochs_supersede() {
+        let last = Some(GrantStamp::of(&grant(7, 3, 40)));
+        assert!(supersedes(None, &grant(7, 3, 1)), "the first grant");
+        assert!(supersedes(last, &grant(7, 3, 41)));
+        assert!(!supersedes(last, &grant(7, 3, 40)), "seen already");
+        assert!(!supersedes(last, &grant(7, 3, 12)), "stale, same epoch");
+        // The client re-registered with a broker that lost its journal: a
+        // new page, new cell id and instance, generations from 1.
+        assert!(supersedes(last, &grant(9, 4, 1)));
+        // A new broker instance writing the same cell id, with its own
+        // (lower or equal) generations.
+        assert!(supersedes(last, &grant(7, 4, 2)));
+        assert!(supersedes(last, &grant(7, 4, 40)));
+        // A rejoined broker keeps the cell id and continues generations.
+        assert!(supersedes(last, &grant(7, 4, 41)));
+        // Another cell id under the same instance.
+        assert!(supersedes(last, &grant(8, 3, 5)));
     }
 
     #[test]

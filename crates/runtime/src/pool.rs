@@ -174,11 +174,9 @@ impl Builder {
             name: self.name.clone(),
             stack_size: self.stack_size,
             plan: Mutex::new(PlanState {
-                generation: 0,
                 handles: (0..slots).map(|_| None).collect(),
+                ..PlanState::default()
             }),
-            planned: AtomicU64::new(0),
-            settled: AtomicU64::new(0),
             escaped_panics: AtomicU64::new(0),
             pin_errors: AtomicU64::new(0),
         });
@@ -309,12 +307,19 @@ impl Pool {
 
     /// The newest grant generation the pool has fully applied: every
     /// retiring worker left, every new worker runs pinned on its CPU.
+    ///
+    /// Generations restart (and this value goes back) when the cell's
+    /// grant comes from a new registration or broker instance (see
+    /// `crate::monitor`).
     pub fn applied_generation(&self) -> u64 {
-        let planned = self.reg.planned.load(Ordering::SeqCst);
-        if self.reg.is_settled() && self.reg.planned.load(Ordering::SeqCst) == planned {
-            self.reg.settled.fetch_max(planned, Ordering::SeqCst);
+        let mut plan = self.reg.plan.lock().unwrap_or_else(|p| p.into_inner());
+        // Under the lock the monitor cannot change targets meanwhile.
+        if let Some(applied) = plan.applied
+            && self.reg.is_settled()
+        {
+            plan.settled = applied.generation;
         }
-        self.reg.settled.load(Ordering::SeqCst)
+        plan.settled
     }
 
     /// Waits until [`Pool::applied_generation`] reaches `generation`.
@@ -641,5 +646,55 @@ impl<T> JoinHandle<T> {
         }
         // SAFETY: `done` is set: the task wrote the result and is done with it.
         unsafe { (*packet.result.get()).take() }.expect("task result taken twice")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use allot_client::Grant;
+
+    fn grant(cell: u64, instance: u64, generation: u64, cpus: CpuSet) -> Grant {
+        Grant {
+            cell,
+            instance,
+            generation,
+            threads: cpus.len() as u32,
+            cpus,
+            ..Grant::default()
+        }
+    }
+
+    /// The grant after a re-registration with a broker that lost its
+    /// journal has a lower generation; the pool applies it anyway (a
+    /// standalone pool has no monitor thread: the test is the monitor).
+    #[test]
+    fn pool_follows_a_grant_whose_generation_restarted() {
+        let all = allot_topo::allowed_cpus().expect("allowed cpus");
+        let one: CpuSet = all.iter().take(1).collect();
+        let pool = Pool::builder()
+            .cell(Cell::standalone())
+            .name("epochs")
+            .build()
+            .expect("pool");
+        let wait = |generation| {
+            assert!(pool.wait_resized(generation, Duration::from_secs(10)));
+            assert_eq!(pool.applied_generation(), generation);
+        };
+        monitor::apply(&pool.reg, &grant(7, 3, 40, one));
+        wait(40);
+        assert_eq!(pool.workers(), 1);
+        // Stale in the same epoch: ignored.
+        monitor::apply(&pool.reg, &grant(7, 3, 39, all));
+        wait(40);
+        assert_eq!(pool.workers(), 1);
+        // New epoch: applied, and the applied generation starts over.
+        monitor::apply(&pool.reg, &grant(9, 4, 1, all));
+        wait(1);
+        assert_eq!(pool.workers(), all.len().min(pool.max_workers()));
+        monitor::apply(&pool.reg, &grant(9, 4, 2, one));
+        wait(2);
+        assert_eq!(pool.workers(), 1);
+        assert_eq!(pool.install(|| 6 * 7), 42);
     }
 }
