@@ -74,6 +74,9 @@ pub struct SlotView {
     pub current: Option<usize>,
     /// Whether the slot's thread exists.
     pub started: bool,
+    /// Whether its worker is idle (looking for work, no task running);
+    /// meaningless for a slot without a CPU.
+    pub idle: bool,
 }
 
 /// Maps the CPUs in `want` to slots, moving as few workers as possible.
@@ -82,7 +85,13 @@ pub struct SlotView {
 /// `want`, and `min(want.len(), slots)` of them are set. Preference order
 /// for each CPU: the slot already assigned it; the slot still running on
 /// it; a slot whose CPU was revoked (re-pinned: cheaper than retiring one
-/// worker and waking another); a started dormant slot; any slot.
+/// worker and waking another), busy workers before idle ones; a started
+/// dormant slot; any slot.
+///
+/// Busy workers keep or move, idle ones retire: a busy worker follows a
+/// move at its next wait (its stack comes along), but it can retire only
+/// when its task is done — until then it holds the revoked CPU and the pool
+/// is not resized — while an idle worker retires, or moves, at once.
 pub fn assign(slots: &[SlotView], want: &CpuSet) -> Vec<Option<usize>> {
     let mut out: Vec<Option<usize>> = vec![None; slots.len()];
     let mut taken = CpuSet::new();
@@ -112,9 +121,15 @@ pub fn assign(slots: &[SlotView], want: &CpuSet) -> Vec<Option<usize>> {
         .iter()
         .collect::<Vec<_>>()
         .into_iter();
-    // 3. re-pin workers whose CPU was revoked, 4. started dormant slots, 5. the rest
-    let order = (0..slots.len())
-        .filter(|&i| slots[i].target.is_some() || slots[i].current.is_some())
+    // 3. re-pin workers whose CPU was revoked, busy ones first, 4. started
+    // dormant slots, 5. the rest
+    let revoked = |busy: bool| {
+        (0..slots.len()).filter(move |&i| {
+            (slots[i].target.is_some() || slots[i].current.is_some()) && slots[i].idle != busy
+        })
+    };
+    let order = revoked(true)
+        .chain(revoked(false))
         .chain((0..slots.len()).filter(|&i| {
             slots[i].target.is_none() && slots[i].current.is_none() && slots[i].started
         }))
@@ -192,6 +207,7 @@ pub(crate) fn apply(reg: &Arc<Registry>, g: &Grant) {
             target: decode(reg.slot(i).target.load(Ordering::SeqCst)),
             current: decode(reg.slot(i).current.load(Ordering::SeqCst)),
             started: plan.handles[i].is_some(),
+            idle: reg.slot(i).idle.load(Ordering::Relaxed),
         })
         .collect();
     let targets = assign(&views, &want);
@@ -278,11 +294,13 @@ mod tests {
                 target: Some(0),
                 current: Some(0),
                 started: true,
+                idle: false,
             },
             SlotView {
                 target: Some(1),
                 current: Some(1),
                 started: true,
+                idle: false,
             },
             SlotView::default(),
         ];
@@ -301,14 +319,41 @@ mod tests {
                 target: None,
                 current: Some(0),
                 started: true,
+                idle: false,
             },
             SlotView {
                 target: None,
                 current: None,
                 started: true,
+                idle: false,
             },
         ];
         assert_eq!(assign(&slots, &set(&[0])), vec![Some(0), None]);
+    }
+
+    #[test]
+    fn busy_workers_move_idle_ones_retire() {
+        let on = |cpu, idle| SlotView {
+            target: Some(cpu),
+            current: Some(cpu),
+            started: true,
+            idle,
+        };
+        // Both CPUs revoked, one new CPU: the busy worker gets it,
+        // whichever slot it is in.
+        assert_eq!(
+            assign(&[on(0, true), on(1, false)], &set(&[2])),
+            vec![None, Some(2)]
+        );
+        assert_eq!(
+            assign(&[on(0, false), on(1, true)], &set(&[2])),
+            vec![Some(2), None]
+        );
+        // A kept CPU stays with its worker, idle or not.
+        assert_eq!(
+            assign(&[on(0, true), on(1, false)], &set(&[0])),
+            vec![Some(0), None]
+        );
     }
 
     fn grant(cell: u64, instance: u64, generation: u64) -> Grant {
@@ -362,14 +407,14 @@ mod tests {
     proptest! {
         #[test]
         fn assign_invariants(
-            raw in proptest::collection::vec((proptest::option::of(0usize..8), proptest::option::of(0usize..8), any::<bool>()), 1..8),
+            raw in proptest::collection::vec((proptest::option::of(0usize..8), proptest::option::of(0usize..8), any::<bool>(), any::<bool>()), 1..8),
             want in proptest::collection::btree_set(0usize..8, 0..8),
         ) {
             // Make current targets distinct, as the pool keeps them.
             let mut seen = CpuSet::new();
-            let slots: Vec<SlotView> = raw.iter().map(|&(t, c, s)| {
+            let slots: Vec<SlotView> = raw.iter().map(|&(t, c, s, idle)| {
                 let t = t.filter(|&t| seen.insert(t));
-                SlotView { target: t, current: c, started: s || t.is_some() }
+                SlotView { target: t, current: c, started: s || t.is_some(), idle }
             }).collect();
             let want: CpuSet = want.into_iter().collect();
             let out = assign(&slots, &want);
@@ -382,6 +427,15 @@ mod tests {
                 if let Some(t) = s.target && want.contains(t) {
                     prop_assert_eq!(*o, Some(t));
                 }
+            }
+            // Among workers that lost their CPU, an idle one gets a new CPU
+            // only if no busy one has to retire.
+            let kept = |s: &SlotView| [s.target, s.current].iter().flatten().any(|&c| want.contains(c));
+            let moving = |idle: bool| slots.iter().zip(&out).filter(move |(s, _)| {
+                (s.target.is_some() || s.current.is_some()) && !kept(s) && s.idle == idle
+            });
+            if moving(true).any(|(_, o)| o.is_some()) {
+                prop_assert!(moving(false).all(|(_, o)| o.is_some()));
             }
         }
     }
