@@ -7,6 +7,9 @@
 //!   the guard around every function body (no panic crosses into C);
 //! - [`handle`]: the generation-checked handle tables;
 //! - [`cell`]: `allot_cell_*` over [`allot_client::Cell`];
+//! - [`require`]: `allot_require_enter` / `_leave` (Poli-C's require
+//!   blocks), virtual kinds and named policies; [`view`]: policies written
+//!   in C; [`hooks`]: the `allot_rq_*` thread hooks the preload shim calls;
 //! - [`pool`]: `allot_pool_*` and `allot_task_*` over
 //!   [`allot_runtime::Pool`], and the per-thread record of which pool's
 //!   callback is running (to refuse calls that would wait for themselves);
@@ -26,8 +29,11 @@
 
 pub mod cell;
 pub mod handle;
+pub mod hooks;
 pub mod pool;
+pub mod require;
 pub mod status;
+pub mod view;
 
 use handle::{Kind, Table};
 use status::{Error, Result, Status, entry};

@@ -43,10 +43,12 @@ pub enum Status {
     Os = 9,
     /// A bug in allot (or a broker of another version).
     Internal = 10,
+    /// No such resource kind, device or policy.
+    Unknown = 11,
 }
 
 /// Every status, in code order (for `allot_strerror` and tests).
-pub const ALL: [Status; 11] = [
+pub const ALL: [Status; 12] = [
     Status::Ok,
     Status::Invalid,
     Status::Handle,
@@ -58,6 +60,7 @@ pub const ALL: [Status; 11] = [
     Status::Timeout,
     Status::Os,
     Status::Internal,
+    Status::Unknown,
 ];
 
 impl Status {
@@ -80,6 +83,7 @@ impl Status {
             Status::Timeout => c"timed out",
             Status::Os => c"the operating system refused a resource",
             Status::Internal => c"internal error in allot (please report it)",
+            Status::Unknown => c"no such resource kind, device or policy",
         }
     }
 }
@@ -184,7 +188,7 @@ mod tests {
             assert_eq!(Status::from_code(i as c_int), Some(*s));
         }
         assert_eq!(Status::from_code(-1), None);
-        assert_eq!(Status::from_code(11), None);
+        assert_eq!(Status::from_code(12), None);
     }
 
     #[test]

@@ -904,8 +904,11 @@ impl Runtime {
             self.enter_as(tid, reqs, true, Location::caller())
                 .ok()
                 .flatten()
-                .map(|s| {
+                .map(|mut s| {
+                    // The guard leaves the scope by id; the outcome (a
+                    // box) is not needed.
                     let id = s.id;
+                    drop(s.outcome.take());
                     std::mem::forget(s);
                     id
                 })

@@ -1,0 +1,130 @@
+//! `allot_rq_*`: the thread hooks the preload shim calls from its
+//! `pthread_create`, `pthread_join` and condition-wait wrappers, so that
+//! threads the program (or a library such as libgomp) creates inside a
+//! `require` block share it and make its spawn-timed requests, and threads
+//! that block give their allocation back (Poli-C §2.3, §2.7, §5.3).
+//!
+//! Each hook costs one atomic load ([`Runtime::global_if_started`]) in a
+//! process that never entered a block, and does nothing while the calling
+//! thread is inside liballot's require code ([`busy`]): the runtime may
+//! create its ledger watcher thread, or wait, while it holds its lock. The
+//! hooks never call the functions they are hooked into. A panic inside one
+//! (a bug) is caught and the hook does nothing: a hook has no caller to
+//! report to, and thread creation must go on.
+
+use super::require::{Busy, busy};
+use allot_client::require::Runtime;
+use allot_client::require::runtime::{ChildGuard, SpawnCtx};
+use std::ffi::{c_int, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::ptr;
+
+/// The runtime, if one was started and this thread is not inside liballot.
+fn runtime() -> Option<&'static Runtime> {
+    if busy() {
+        return None;
+    }
+    Runtime::global_if_started()
+}
+
+/// Runs `f` as a hook: inside liballot, panics caught (`or` on a panic).
+fn hook<T>(or: T, f: impl FnOnce() -> T) -> T {
+    let _busy = Busy::new();
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(or)
+}
+
+/// `void *allot_rq_spawn_prepare(void)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn allot_rq_spawn_prepare() -> *mut c_void {
+    let Some(rt) = runtime() else {
+        return ptr::null_mut();
+    };
+    hook(ptr::null_mut(), || match rt.spawn_prepare() {
+        Some(ctx) => Box::into_raw(Box::new(ctx)) as *mut c_void,
+        None => ptr::null_mut(),
+    })
+}
+
+/// `void allot_rq_spawn_done(void)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn allot_rq_spawn_done() {
+    if let Some(rt) = runtime() {
+        hook((), || rt.spawn_done());
+    }
+}
+
+/// `void allot_rq_spawn_cancel(void *ctx)`.
+///
+/// # Safety
+/// `ctx` is NULL or a context from `allot_rq_spawn_prepare`, used once.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn allot_rq_spawn_cancel(ctx: *mut c_void) {
+    if ctx.is_null() {
+        return;
+    }
+    // SAFETY: the function's contract: a box made by spawn_prepare.
+    let ctx = unsafe { Box::from_raw(ctx as *mut SpawnCtx) };
+    if let Some(rt) = Runtime::global_if_started() {
+        hook((), || rt.spawn_cancel(*ctx));
+    }
+}
+
+/// `void *allot_rq_child_start(void *ctx)`.
+///
+/// # Safety
+/// `ctx` is NULL or a context from `allot_rq_spawn_prepare`, used once, in
+/// the thread it was prepared for.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn allot_rq_child_start(ctx: *mut c_void) -> *mut c_void {
+    if ctx.is_null() {
+        return ptr::null_mut();
+    }
+    // SAFETY: the function's contract: a box made by spawn_prepare.
+    let ctx = unsafe { Box::from_raw(ctx as *mut SpawnCtx) };
+    let Some(rt) = Runtime::global_if_started() else {
+        return ptr::null_mut();
+    };
+    hook(ptr::null_mut(), || {
+        Box::into_raw(Box::new(rt.child_start(*ctx))) as *mut c_void
+    })
+}
+
+/// `void allot_rq_child_exit(void *guard)`.
+///
+/// # Safety
+/// `guard` is NULL or what `allot_rq_child_start` returned on this thread,
+/// used once.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn allot_rq_child_exit(guard: *mut c_void) {
+    if guard.is_null() {
+        return;
+    }
+    // SAFETY: the function's contract: a box made by child_start.
+    let guard = unsafe { Box::from_raw(guard as *mut ChildGuard<'static>) };
+    hook((), || drop(guard));
+}
+
+/// `void allot_rq_block(void)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn allot_rq_block() {
+    if let Some(rt) = runtime() {
+        hook((), || rt.block_current());
+    }
+}
+
+/// `int allot_rq_try_unblock(void)`: 1 retaken, 0 must wait.
+#[unsafe(no_mangle)]
+pub extern "C" fn allot_rq_try_unblock() -> c_int {
+    match runtime() {
+        Some(rt) => hook(1, || c_int::from(rt.try_unblock_current())),
+        None => 1,
+    }
+}
+
+/// `void allot_rq_unblock(void)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn allot_rq_unblock() {
+    if let Some(rt) = runtime() {
+        hook((), || rt.unblock_current());
+    }
+}
