@@ -15,6 +15,12 @@
  *     allot_pool_parallel_for(pool, 0, n, 1024, body, &data);
  *     allot_pool_free(pool);
  *
+ * The same library gives C and C++ Poli-C's `require` blocks: a guarantee
+ * and a limit for a block of code (see "require" below):
+ *
+ *     allot_outcome_t c;
+ *     allot_require(&c, allot_cores(2)) { run_with(c.ncores); }
+ *
  * Build: cc -std=c11 prog.c $(pkg-config --cflags --libs allot)
  * (install with scripts/install-liballot.sh PREFIX; see crates/capi/CAPI.md).
  *

@@ -26,8 +26,11 @@
  *  2. Inert outside a cell. Without a valid page every interposed function
  *     forwards to the real one; the only added work is finding the real
  *     function (two loads, cached) and one predictable branch on `g_page`.
- *     The constructor does no symbol lookup, so programs that never use
- *     OpenMP (ls, sh, python3, make) never need an OpenMP runtime.
+ *     The constructor looks up no OpenMP symbol, so programs that never use
+ *     OpenMP (ls, sh, python3, make) never need an OpenMP runtime. (It does
+ *     look up libc's pthread functions and liballot's require hooks, which
+ *     the pthread wrappers further down use; without liballot they forward
+ *     after one branch.)
  *
  *  3. No locks of our own. `g_page` is written once, in the constructor,
  *     before the program runs. Grant reads follow the page's seqlock
