@@ -321,3 +321,30 @@ fn figure_6c_after_spawn_and_for_child_give_each_thread_its_cpu() {
     .join()
     .unwrap();
 }
+
+#[test]
+fn records_of_ended_threads_are_dropped() {
+    let rt = Runtime::new(allot_topo::Machine::uniform(2), false).into_static();
+    let threads: Vec<_> = (0..50)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let _s = rt.enter(vec![Request::device("cpu", 0, 0.5)]).unwrap();
+                rt.block_current();
+                rt.unblock_current();
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(rt.thread_records(), 0);
+    // A thread that ends inside a scope (its guard forgotten) gives back
+    // what it held.
+    std::thread::spawn(move || {
+        std::mem::forget(rt.enter(vec![Request::device("cpu", 1, 1.0)]).unwrap());
+    })
+    .join()
+    .unwrap();
+    assert_eq!(rt.thread_records(), 0);
+    let _all = rt.enter(vec![Request::device("cpu", 1, 1.0)]).unwrap();
+}

@@ -257,6 +257,7 @@ struct State {
     /// Scratch buffers reused by every acquisition.
     scratch_asks: Vec<Ask>,
     scratch_nodes: Vec<NodeId>,
+    scratch_holdings: Vec<Option<f64>>,
 }
 
 /// The require runtime of a process (or a simulated one).
@@ -272,6 +273,32 @@ pub struct Runtime {
 
 /// The process's runtime ([`Runtime::global`]).
 static GLOBAL: OnceLock<&'static Runtime> = OnceLock::new();
+
+/// Runtimes the calling thread has a record in; when the thread ends,
+/// each forgets it (and releases whatever it still held, as a child's
+/// guard does), so records do not pile up with short-lived threads.
+struct ForgetAtExit(std::cell::RefCell<Vec<(&'static Runtime, Tid)>>);
+
+impl Drop for ForgetAtExit {
+    fn drop(&mut self) {
+        for (rt, tid) in self.0.take() {
+            rt.thread_exit(tid);
+        }
+    }
+}
+
+thread_local! {
+    static FORGET: ForgetAtExit = const { ForgetAtExit(std::cell::RefCell::new(Vec::new())) };
+}
+
+fn forget_at_exit(rt: &'static Runtime, tid: Tid) {
+    let _ = FORGET.try_with(|f| {
+        let mut v = f.0.borrow_mut();
+        if !v.iter().any(|(r, _)| std::ptr::eq(*r, rt)) {
+            v.push((rt, tid));
+        }
+    });
+}
 
 /// The calling thread's kernel id.
 pub fn current_tid() -> Tid {
@@ -315,6 +342,7 @@ impl Runtime {
             sleepers: 0,
             scratch_asks: Vec::new(),
             scratch_nodes: Vec::new(),
+            scratch_holdings: Vec::new(),
         };
         for k in kinds {
             add_kind(&mut st, k);
@@ -490,7 +518,6 @@ impl Runtime {
             None => devs,
         };
         let mut st = self.lock();
-        st.trees.thread_start(tid);
         let id = st.next_scope;
         st.next_scope += 1;
         let (guard, acquired) = self.acquire(st, tid, &now, now_devs, block, site);
@@ -516,8 +543,15 @@ impl Runtime {
                 _ => rec.for_desc.push(r),
             }
         }
+        let first = !st.threads.contains_key(&tid);
         st.threads.entry(tid).or_default().scopes.push(rec);
         self.apply(&mut st, tid);
+        if first
+            && tid == current_tid()
+            && let Some(rt) = self.this.get()
+        {
+            forget_at_exit(rt, tid);
+        }
         Ok(Some(Scope {
             rt: self,
             id,
@@ -737,9 +771,10 @@ impl Runtime {
     /// allocations, waiting until it can.
     pub fn unblock_current(&self) {
         let tid = current_tid();
-        let mut st = self.lock();
+        let st = self.lock();
+        // A thread without frames was never blocked (see `block_current`);
+        // leave it unregistered so waits of unrelated threads cost no entry.
         if !st.trees.holds_any(tid) {
-            st.trees.thread_start(tid);
             return;
         }
         drop(self.retake(st, tid));
@@ -754,7 +789,6 @@ impl Runtime {
         let tid = current_tid();
         let mut st = self.lock();
         if !st.trees.holds_any(tid) {
-            st.trees.thread_start(tid);
             return true;
         }
         st.trees.unblock(tid).is_ok()
@@ -944,6 +978,13 @@ impl Runtime {
         }
     }
 
+    /// Threads the runtime keeps a record of (diagnostics: records of
+    /// ended threads are dropped when they end).
+    pub fn thread_records(&self) -> usize {
+        let st = self.lock();
+        st.threads.len().max(st.trees.thread_count())
+    }
+
     /// Threads waiting now.
     pub fn waiting(&self) -> u32 {
         self.lock().total_waiting
@@ -1049,31 +1090,39 @@ impl Runtime {
         if !self.apply_os || tid != current_tid() {
             return;
         }
+        let st = &mut **st;
+        let mut holdings = std::mem::take(&mut st.scratch_holdings);
         for k in 0..st.kinds.len() {
-            let Some(ops) = st.kinds[k].ops.clone() else {
+            let Some(ops) = st.kinds[k].ops.as_ref() else {
                 continue;
             };
-            let holdings: Vec<Option<f64>> = (0..st.kinds[k].devices.len())
-                .map(|d| match st.trees.holding(tid, (k, d)) {
-                    super::tree::Holding::Unconstrained => None,
-                    super::tree::Holding::Amount(a) => Some(a),
-                })
-                .collect();
+            let n = st.kinds[k].devices.len();
+            let constrained = st.trees.holdings_of_kind(tid, k, n, &mut holdings);
             let t = st.threads.entry(tid).or_default();
-            let before = t.applied.get(&k);
-            let unchanged = match before {
-                Some(b) => *b == holdings,
-                None => holdings.iter().all(Option::is_none),
+            let unchanged = match t.applied.get(&k) {
+                Some(b) => constrained && *b == holdings,
+                None => !constrained,
             };
             if unchanged {
                 continue;
+            }
+            if !constrained {
+                holdings.resize(n, None); // every device unconstrained
             }
             // Failures (e.g. memory binding on a kernel without NUMA) leave
             // the allocation accounted but not enforced.
             let _ = ops.restrict(&holdings);
             let _ = ops.throttle(tid, &holdings);
-            t.applied.insert(k, holdings);
+            let old = if constrained {
+                t.applied.insert(k, std::mem::take(&mut holdings))
+            } else {
+                t.applied.remove(&k)
+            };
+            if let Some(v) = old {
+                holdings = v; // reuse its memory next time
+            }
         }
+        st.scratch_holdings = holdings;
     }
 }
 

@@ -127,6 +127,36 @@ struct Thread {
     running: bool,
 }
 
+/// The root node of every device, indexed by kind then device (looked up
+/// on every enter and leave, so without hashing).
+#[derive(Debug, Default, Clone)]
+struct Roots(Vec<Vec<Option<NodeId>>>);
+
+impl Roots {
+    fn get(&self, dev: &Dev) -> Option<&NodeId> {
+        self.0.get(dev.0)?.get(dev.1)?.as_ref()
+    }
+
+    fn insert(&mut self, dev: Dev, n: NodeId) {
+        if self.0.len() <= dev.0 {
+            self.0.resize(dev.0 + 1, Vec::new());
+        }
+        let k = &mut self.0[dev.0];
+        if k.len() <= dev.1 {
+            k.resize(dev.1 + 1, None);
+        }
+        k[dev.1] = Some(n);
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (Dev, NodeId)> + '_ {
+        self.0.iter().enumerate().flat_map(|(k, devs)| {
+            devs.iter()
+                .enumerate()
+                .filter_map(move |(d, n)| n.map(|n| ((k, d), n)))
+        })
+    }
+}
+
 /// A thread's frame stacks by device. Threads touch few devices, so a
 /// short list searched in order beats hashing on the enter/leave path.
 #[derive(Debug, Default, Clone)]
@@ -217,7 +247,7 @@ const EPS: f64 = 1e-9;
 pub struct Trees {
     nodes: Vec<Option<Node>>,
     free_slots: Vec<NodeId>,
-    roots: IntMap<Dev, NodeId>,
+    roots: Roots,
     threads: IntMap<Tid, Thread>,
     units: Vec<Option<Unit>>,
     /// Unit slots free for reuse, with their node lists' memory.
@@ -309,7 +339,7 @@ impl Trees {
     pub fn idle_roots(&self) -> Vec<(Dev, f64)> {
         self.roots
             .iter()
-            .filter_map(|(&d, &r)| {
+            .filter_map(|(d, r)| {
                 let n = self.node(r);
                 (n.children == 0 && n.amount > 0.0).then_some((d, n.amount))
             })
@@ -884,6 +914,38 @@ impl Trees {
         }
     }
 
+    /// Writes what `tid` holds on every device of kind `kind` into `out`
+    /// (`n` devices; `None`: unconstrained), reusing its memory. Returns
+    /// false, leaving `out` empty, when the thread has no frame on the kind.
+    pub fn holdings_of_kind(
+        &self,
+        tid: Tid,
+        kind: KindId,
+        n: usize,
+        out: &mut Vec<Option<f64>>,
+    ) -> bool {
+        out.clear();
+        let Some(t) = self.threads.get(&tid) else {
+            return false;
+        };
+        for (dev, stack) in t.stacks.iter() {
+            let (Some(f), true) = (stack.last(), dev.0 == kind) else {
+                continue;
+            };
+            if out.is_empty() {
+                out.resize(n, None);
+            }
+            if let Some(slot) = out.get_mut(dev.1) {
+                *slot = Some(if f.deny {
+                    0.0
+                } else {
+                    self.node(f.node).amount
+                });
+            }
+        }
+        !out.is_empty()
+    }
+
     /// What `tid` holds on `dev` now.
     pub fn holding(&self, tid: Tid, dev: Dev) -> Holding {
         match self.top_frame(tid, dev) {
@@ -917,6 +979,11 @@ impl Trees {
     /// The amount of the context `tid` would request `dev` from.
     pub fn context_amount(&self, tid: Tid, dev: Dev) -> f64 {
         self.top(tid, dev).map_or(0.0, |n| self.node(n).amount)
+    }
+
+    /// Threads with a record.
+    pub fn thread_count(&self) -> usize {
+        self.threads.len()
     }
 
     /// Whether the thread has a frame on any device.
