@@ -1,6 +1,45 @@
 //! Poli-C's `require`: a guarantee and a limit for a block of code.
+//!
+//! A scope asks for resources — whole or fractional CPUs, memory on NUMA
+//! nodes, I/O weight, or a count of a *virtual* kind — either per device or
+//! through a [`Policy`] that looks at what is available and chooses. While
+//! the scope lives, its thread (and the threads spawned inside it) may use
+//! exactly that: the amounts are reserved for it and everything else is
+//! denied. Leaving the scope (dropping the guard) gives everything back.
+//!
+//! ```
+//! use allot_client::require::{self, Request, policy};
+//!
+//! // A policy: one whole CPU, exclusive; the block learns which one.
+//! let n = require::require(vec![Request::policy(policy::cores(1))], |s| {
+//!     assert_eq!(s.outcome().cpus.len(), 1);
+//!     s.outcome().ncores
+//! })
+//! .unwrap();
+//! assert_eq!(n, 1);
+//!
+//! // Per device: half of the first CPU (`"cpu"` device 0).
+//! let rt = require::Runtime::global();
+//! let scope = rt.enter(vec![Request::device("cpu", 0, 0.5)]).unwrap();
+//! drop(scope); // released here
+//! ```
+//!
+//! The pieces, each with its own invariants:
+//!
+//! - [`tree`]: allocation trees (who holds how much of each device inside
+//!   the process), pure data;
+//! - [`runtime`]: scopes, waiting, spawning, blocking, and the OS effects
+//!   of each thread's allocation;
+//! - [`policy`]: the policy view and the shipped policies, including
+//!   declarative constraints;
+//! - [`kind`]: resource kinds and their OS operations;
+//! - [`throttle`]: fractional CPU limits (cgroup quota or monitor thread);
+//! - [`ledger`]: coordination with other processes through the broker.
+//!
+//! `docs/require.md` is the user guide, for Rust and C.
 
 pub mod kind;
+pub mod ledger;
 pub mod policy;
 pub mod runtime;
 pub mod throttle;
@@ -11,4 +50,11 @@ pub use runtime::{
     Amount, Prepared, Request, RequireError, Runtime, Scope, Timing, What, blocking, spawn,
 };
 pub use tree::Ownership;
-pub mod ledger;
+
+/// Runs `f` inside a scope of the process's runtime ([`Runtime::global`])
+/// holding `reqs`, waiting until they can be met; the scope is left when
+/// `f` returns or unwinds.
+pub fn require<R>(reqs: Vec<Request>, f: impl FnOnce(&Scope<'_>) -> R) -> Result<R, RequireError> {
+    let scope = Runtime::global().enter(reqs)?;
+    Ok(f(&scope))
+}
