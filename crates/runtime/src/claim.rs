@@ -27,12 +27,20 @@ pub(crate) trait Claim: Send + Sync {
     /// Claims the job for the calling worker: the task that runs it now,
     /// or `None` if it was claimed before (it runs, or ran, elsewhere).
     fn claim(self: Arc<Self>) -> Option<Task>;
+
+    /// Whether the job was claimed already (a read: a waiter that polls
+    /// this does not disturb the worker running the job).
+    fn claimed(&self) -> bool;
 }
 
 /// A heap job with a payload its waiter reads (a spawned task's result
 /// slot) and a closure that runs once, given the payload.
 pub(crate) struct ClaimJob<P, F> {
     pub(crate) payload: P,
+    /// Whether waiters may claim the job. When its queued task sits in the
+    /// creating worker's own queues, waiters reach it there anyway, and the
+    /// task runs without the claim (one atomic swap less per task).
+    claimable: bool,
     claimed: AtomicBool,
     f: UnsafeCell<Option<F>>,
 }
@@ -46,9 +54,10 @@ where
     P: Send + Sync,
     F: FnOnce(&P) + Send,
 {
-    pub(crate) fn new(payload: P, f: F) -> Arc<Self> {
+    pub(crate) fn new(payload: P, f: F, claimable: bool) -> Arc<Self> {
         Arc::new(ClaimJob {
             payload,
+            claimable,
             claimed: AtomicBool::new(false),
             f: UnsafeCell::new(Some(f)),
         })
@@ -74,13 +83,28 @@ where
             job.run();
             true
         }
-        // SAFETY: `run_queued` takes the reference back exactly once.
-        unsafe { into_task(self.clone(), run_queued::<P, F>) }
+        /// # Safety
+        /// As `run_queued`, for a job nobody can claim.
+        unsafe fn run_unclaimable<P, F: FnOnce(&P)>(p: NonNull<()>) -> bool {
+            // SAFETY: see above.
+            let job = unsafe { Arc::from_raw(p.as_ptr().cast_const().cast::<ClaimJob<P, F>>()) };
+            job.run();
+            true
+        }
+        // SAFETY: both take the reference back exactly once.
+        unsafe {
+            if self.claimable {
+                into_task(self.clone(), run_queued::<P, F>)
+            } else {
+                into_task(self.clone(), run_unclaimable::<P, F>)
+            }
+        }
     }
 }
 
 impl<P, F: FnOnce(&P)> ClaimJob<P, F> {
-    /// Runs the closure; only the winner of `claimed` calls this.
+    /// Runs the closure; only the winner of `claimed` (or the queued task
+    /// of an unclaimable job) calls this.
     fn run(&self) {
         // SAFETY: the caller won `claimed`, so no other thread touches `f`.
         let f = unsafe { (*self.f.get()).take() }.expect("claimed job run twice");
@@ -93,8 +117,12 @@ where
     P: Send + Sync,
     F: FnOnce(&P) + Send,
 {
+    fn claimed(&self) -> bool {
+        !self.claimable || self.claimed.load(Ordering::Acquire)
+    }
+
     fn claim(self: Arc<Self>) -> Option<Task> {
-        if self.claimed.swap(true, Ordering::AcqRel) {
+        if !self.claimable || self.claimed.swap(true, Ordering::AcqRel) {
             return None;
         }
         /// # Safety
@@ -132,9 +160,13 @@ mod tests {
     fn claimed_job_runs_once_and_queued_task_only_drops_it() {
         let runs = Arc::new(AtomicUsize::new(0));
         let r = runs.clone();
-        let job = ClaimJob::new((), move |_: &()| {
-            r.fetch_add(1, Ordering::SeqCst);
-        });
+        let job = ClaimJob::new(
+            (),
+            move |_: &()| {
+                r.fetch_add(1, Ordering::SeqCst);
+            },
+            true,
+        );
         // SAFETY: the closure borrows nothing.
         let queued = unsafe { job.queued_task() };
         let claimed = job.clone().claim().expect("first claim wins");
@@ -147,12 +179,32 @@ mod tests {
 
     #[test]
     fn queued_task_first_leaves_nothing_to_claim() {
-        let job = ClaimJob::new(AtomicUsize::new(0), |n: &AtomicUsize| {
-            n.fetch_add(1, Ordering::SeqCst);
-        });
+        let job = ClaimJob::new(
+            AtomicUsize::new(0),
+            |n: &AtomicUsize| {
+                n.fetch_add(1, Ordering::SeqCst);
+            },
+            true,
+        );
         // SAFETY: the closure borrows nothing.
         unsafe { job.queued_task() }.run();
         assert!(job.clone().claim().is_none());
+        assert_eq!(job.payload.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn unclaimable_job_runs_through_its_queued_task_only() {
+        let job = ClaimJob::new(
+            AtomicUsize::new(0),
+            |n: &AtomicUsize| {
+                n.fetch_add(1, Ordering::SeqCst);
+            },
+            false,
+        );
+        assert!(job.claimed());
+        assert!(job.clone().claim().is_none());
+        // SAFETY: the closure borrows nothing.
+        assert!(unsafe { job.queued_task() }.run());
         assert_eq!(job.payload.load(Ordering::SeqCst), 1);
     }
 }

@@ -55,15 +55,17 @@
 //! returning to the waiting task when the wait is over. What a waiter may
 //! run is therefore limited to work that cannot nest without bound:
 //!
-//! 1. the awaited work itself, if nobody started it: `join` takes its
-//!    second half back from its own queue; a `JoinHandle::join` runs the
-//!    handle's task; a scope's owner runs tasks spawned into the scope from
-//!    outside the pool. The last two may sit in the global queue, so they
-//!    are claimed directly ([`Waited::claim`], `crate::claim`);
-//! 2. through the policy, with `Hint::Wait`: tasks from the worker's own
-//!    queues, newest first, and tasks stolen from other workers' own
-//!    queues — never the global queue (the contract is in `crate::policy`,
-//!    "Waiting workers").
+//! 1. through the policy, with `Hint::Wait`: tasks from the worker's own
+//!    queues, newest first (a `join` finds its second half there);
+//! 2. the awaited work itself, if nobody started it and it sits where
+//!    waiters do not look (the global queue): a `JoinHandle::join` runs the
+//!    handle's task, a scope's owner runs tasks spawned into the scope from
+//!    outside the pool; they claim them directly ([`Waited::claim`],
+//!    `crate::claim`). (A task placed in its creator's own queues needs no
+//!    claim: waiters reach it through 1 and 3.)
+//! 3. through the policy, with `Hint::Wait`: tasks stolen from other
+//!    workers' own queues — never the global queue (the contract is in
+//!    `crate::policy`, "Waiting workers").
 //!
 //! Taking the oldest task of the global queue, as any FIFO waiter would,
 //! nests an unrelated task that may wait and take the next one, one frame
@@ -71,9 +73,9 @@
 //! overflowed the stack that way. With the rule, a waiter nests an
 //! unrelated task only when the work it forked itself was stolen.
 //!
-//! Every wait can still finish: the awaited work is claimable (1), in the
-//! waiter's own queue (1, 2), or in some worker's own queue, which every
-//! other worker steals from (2) — policies keep structured work
+//! Every wait can still finish: the awaited work is in the waiter's own
+//! queue (1), claimable (2), or in some worker's own queue, which every
+//! other worker steals from (3) — policies keep structured work
 //! (`Hint::Fork`, `Hint::Scoped`) there, also after its worker retired —
 //! or it is running on another worker.
 
@@ -215,7 +217,11 @@ impl Registry {
     /// Queues a task from a thread outside the pool (or from a worker of
     /// another pool) and wakes a worker for it.
     pub(crate) fn inject(&self, task: Task, hint: Hint) {
-        let place = self.policy.place(None, hint);
+        self.inject_at(self.policy.place(None, hint), task, hint);
+    }
+
+    /// [`Registry::inject`] at a place the policy chose already.
+    pub(crate) fn inject_at(&self, place: Place, task: Task, hint: Hint) {
         self.policy.enqueue(None, place, task, hint);
         self.wake_for(None, place, hint, true);
     }
@@ -270,8 +276,17 @@ impl WorkerThread {
     /// worker may be waiting inside a task and not serve that queue.
     #[inline]
     pub(crate) fn push(&self, task: Task, hint: Hint) {
+        self.push_at(
+            self.registry.policy.place(Some(&self.here), hint),
+            task,
+            hint,
+        );
+    }
+
+    /// [`WorkerThread::push`] at a place the policy chose already.
+    #[inline]
+    pub(crate) fn push_at(&self, place: Place, task: Task, hint: Hint) {
         let reg = &*self.registry;
-        let place = reg.policy.place(Some(&self.here), hint);
         reg.policy.enqueue(Some(&self.here), place, task, hint);
         reg.wake_for(Some(&self.here), place, hint, place != Place::Local);
     }
@@ -378,6 +393,17 @@ impl WorkerThread {
     /// "Waiting" in the module docs).
     pub(crate) fn wait(&self, w: &dyn Waited) {
         loop {
+            // Fast path: the newest task of our own queues (what this task
+            // forked or spawned last), without the search machinery.
+            if w.done() {
+                return;
+            }
+            if !self.follow_assignment()
+                && let Some(t) = self.registry.policy.dequeue(&self.here, Hint::Wait)
+            {
+                self.execute(t);
+                continue;
+            }
             match self.find_work(Hint::Wait, Some(w)) {
                 Found::Task(t) => self.execute(t),
                 Found::Done | Found::Leave | Found::Again => return,
@@ -430,9 +456,6 @@ impl WorkerThread {
             if w.done() {
                 return Found::Done;
             }
-            if let Some(t) = w.claim() {
-                return Found::Task(t);
-            }
             if !self.follow_assignment() {
                 match self.search(&mut Hint::Wait, Some(w), nudged) {
                     Found::Again => continue,
@@ -441,10 +464,13 @@ impl WorkerThread {
             }
             // Our CPU was revoked, and a task is on our stack: we cannot
             // retire before it finishes (tasks are never preempted). Run
-            // nothing but the awaited work's claimable part (above), leave
+            // nothing but the awaited work's claimable part, leave
             // our queues to the others — wake one of them, once — and park
             // where work is never handed to us, until the wait is over, a
             // claim appears, or the assignment changes.
+            if let Some(t) = w.claim() {
+                return Found::Task(t);
+            }
             slot.idle.store(true, Ordering::Relaxed);
             if !handed_over {
                 handed_over = true;
@@ -463,8 +489,11 @@ impl WorkerThread {
         }
     }
 
-    /// One search of a worker that serves its CPU: policy dequeue and idle,
-    /// spinning while the budget lasts, then the sleep protocol. Returns a
+    /// One search of a worker that serves its CPU: policy dequeue, the
+    /// awaited work's claimable part (when waiting: after the worker's own
+    /// queue, whose newest tasks are the most local; before stealing),
+    /// policy idle, spinning while the budget lasts, then the sleep
+    /// protocol. Returns a
     /// task; `Done` (waiter) or `Leave` (top, shutting down) when that holds
     /// after a search found nothing; or `Again` when the assignment changed
     /// or the worker slept (the caller looks again).
@@ -492,6 +521,9 @@ impl WorkerThread {
         let mut spin_start: Option<Instant> = None;
         loop {
             if let Some(t) = reg.policy.dequeue(here, *hint) {
+                return Found::Task(t);
+            }
+            if let Some(t) = until.and_then(Waited::claim) {
                 return Found::Task(t);
             }
             match reg.policy.idle(here, round, idle_hint) {

@@ -49,7 +49,12 @@
 //! - A worker runs only while it holds a CPU of the current grant, except
 //!   to finish the task it was running when its CPU was revoked.
 //! - `join`, `scope` and `install` never return before the work they
-//!   started has finished, even when it panicked.
+//!   started has finished, even when it panicked; if the thread policy
+//!   panics while such work points into their frame, the process aborts.
+//! - A worker waiting inside a task runs other work nested on its stack,
+//!   but only the work it waits for and work from workers' own queues,
+//!   never the global queue's oldest task: the stack does not grow with
+//!   the length of a queue (`controller`, "Waiting").
 
 // Under `cfg(loom)` only the protocol modules the models use are built.
 #![cfg_attr(loom, allow(dead_code, unused_imports))]

@@ -20,7 +20,7 @@
 use crate::claim::{Claim, ClaimJob};
 use crate::controller::{AbortOnUnwind, PlanState, Registry, Slot, Waited, WorkerThread};
 use crate::monitor;
-use crate::policy::{Hint, PolicyKind, PoolInfo, ThreadPolicy};
+use crate::policy::{Hint, Place, PolicyKind, PoolInfo, ThreadPolicy};
 use crate::sleep::Sleep;
 use crate::sync::Event;
 use crate::task::{Outcome, StackJob, Task, TaskPanic};
@@ -442,8 +442,12 @@ impl Pool {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
+        let wt = WorkerThread::current_in(&self.reg);
+        let place = self.reg.policy.place(wt.map(|w| &w.here), Hint::Spawn);
         // One allocation holds the closure and the result slot; the queued
-        // task and the handle share it (the handle may claim the task).
+        // task and the handle share it. A joining worker may claim the task
+        // unless it sits in this worker's own queues, where waiters reach it
+        // anyway ("Waiting" in `controller.rs`).
         let job = ClaimJob::new(
             Packet {
                 done: Event::new(),
@@ -453,12 +457,13 @@ impl Pool {
             move |p: &Packet<T>| {
                 p.complete(panic::catch_unwind(AssertUnwindSafe(f)).map_err(TaskPanic::new))
             },
+            place != Place::Local,
         );
         // SAFETY: `F` and `T` are `'static`.
         let task = unsafe { job.queued_task() };
-        match WorkerThread::current_in(&self.reg) {
-            Some(wt) => wt.push(task, Hint::Spawn),
-            None => self.reg.inject(task, Hint::Spawn),
+        match wt {
+            Some(wt) => wt.push_at(place, task, Hint::Spawn),
+            None => self.reg.inject_at(place, task, Hint::Spawn),
         }
         JoinHandle {
             job,
@@ -580,16 +585,22 @@ impl<T: Send, F: FnOnce(&Packet<T>) + Send> Spawned<T> for ClaimJob<Packet<T>, F
 }
 
 /// A `JoinHandle::join` on a worker of the pool: done when the task is;
-/// the task itself is claimable (see `crate::claim`).
-struct HandleWait<'a, T>(&'a Arc<dyn Spawned<T>>);
+/// the task itself may be claimable (see `crate::claim`).
+struct HandleWait<'a, T> {
+    job: &'a Arc<dyn Spawned<T>>,
+    packet: &'a Packet<T>,
+}
 
 impl<T> Waited for HandleWait<'_, T> {
     fn done(&self) -> bool {
-        self.0.packet().done.is_set()
+        self.packet.done.is_set()
     }
 
     fn claim(&self) -> Option<Task> {
-        self.0.clone().claim()
+        if self.job.claimed() {
+            return None; // running or done elsewhere, or not claimable
+        }
+        self.job.clone().claim()
     }
 }
 
@@ -631,15 +642,20 @@ impl<T> JoinHandle<T> {
     }
 
     /// Waits for the task: its value, or its panic. On a worker of the
-    /// same pool, runs the task itself if it has not started yet, else
-    /// runs other work while waiting (see "Waiting" in `controller.rs`).
+    /// same pool, works meanwhile: the worker's own queued tasks first,
+    /// then the task itself if it has not started yet and waits in the
+    /// global queue, then tasks stolen from other workers (see "Waiting" in
+    /// `controller.rs`).
     pub fn join(self) -> Result<T, TaskPanic> {
         let packet = self.job.packet();
         if !packet.done.is_set() {
             match WorkerThread::current_in(&self.reg) {
                 Some(wt) => {
                     packet.waiter.store(wt.here.index() + 1, Ordering::SeqCst);
-                    wt.wait(&HandleWait(&self.job));
+                    wt.wait(&HandleWait {
+                        job: &self.job,
+                        packet,
+                    });
                 }
                 None => packet.done.wait(),
             }

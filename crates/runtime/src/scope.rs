@@ -101,7 +101,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
                 wt.push(task, Hint::Scoped);
             }
             None => {
-                let job = ClaimJob::new((), move |_: &()| body());
+                let job = ClaimJob::new((), move |_: &()| body(), true);
                 // SAFETY: as above; once the owner claimed the job, the
                 // queued task only drops it (it holds no borrow then).
                 let task = unsafe { job.queued_task() };
@@ -161,7 +161,9 @@ impl Waited for Scope<'_, '_> {
         while claimed.is_none()
             && let Some(job) = list.pop()
         {
-            claimed = job.claim();
+            if !job.claimed() {
+                claimed = job.claim();
+            }
         }
         self.outside_len.store(list.len(), Ordering::SeqCst);
         claimed
