@@ -1,0 +1,177 @@
+//! The OpenMP build: the embedded `allot-omp-workload` program, its
+//! installer, and running it.
+
+use crate::{Kernel, Outcome, parse_line};
+use std::ffi::OsStr;
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The OpenMP program (`c/driver_omp.c` + the kernels, `gcc -O2
+/// -fopenmp`), as built for this crate.
+pub const OMP_BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/allot-omp-workload"));
+
+/// The name [`install_omp_binary`] gives the program: it carries a hash of
+/// [`OMP_BINARY`], so different builds never overwrite each other's file.
+pub const OMP_BINARY_NAME: &str = concat!("allot-omp-workload-", env!("ALLOT_OMP_WORKLOAD_HASH"));
+
+/// Writes the OpenMP program into `dir` (created if missing) as
+/// [`OMP_BINARY_NAME`], mode 0755, and returns its path. A file already
+/// there is kept if its bytes are [`OMP_BINARY`] and replaced otherwise;
+/// a new file is written under a temporary name and renamed into place, so
+/// concurrent installers and running copies never see a partial file.
+///
+/// `dir` must not be on a `noexec` mount and should belong to the user
+/// (e.g. `$XDG_RUNTIME_DIR/allot`).
+pub fn install_omp_binary(dir: &Path) -> io::Result<PathBuf> {
+    fs::create_dir_all(dir)?;
+    let path = dir.join(OMP_BINARY_NAME);
+    match fs::read(&path) {
+        Ok(bytes) if bytes == OMP_BINARY => return Ok(path),
+        Ok(_) => {} // truncated or foreign: replace it
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    static SERIAL: AtomicU64 = AtomicU64::new(0);
+    let tmp = dir.join(format!(
+        ".{OMP_BINARY_NAME}.{}.{}.tmp",
+        std::process::id(),
+        SERIAL.fetch_add(1, Ordering::Relaxed)
+    ));
+    let written = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o755)
+        .open(&tmp)
+        .and_then(|mut f| {
+            f.write_all(OMP_BINARY)?;
+            f.sync_all()
+        })
+        .and_then(|()| fs::rename(&tmp, &path));
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    Ok(path)
+}
+
+/// The command line that runs `kernel` at `scale` with the OpenMP program
+/// at `binary`: `binary <kernel> <scale>` (for harnesses that wrap it, e.g.
+/// in `allot run`). The scale is printed so that the program parses back
+/// exactly the same `f64`.
+pub fn omp_args(kernel: Kernel, scale: f64) -> [String; 2] {
+    [kernel.name().to_string(), format!("{scale:?}")]
+}
+
+/// Runs `kernel` at `scale` with the installed OpenMP program `binary`,
+/// with the current environment plus `envs` (e.g. `OMP_NUM_THREADS`), and
+/// returns what it reported.
+///
+/// # Errors
+/// If the program cannot be started, exits unsuccessfully (the error
+/// carries its stderr), or prints no valid result line for `kernel`.
+pub fn run_omp<I, K, V>(kernel: Kernel, scale: f64, binary: &Path, envs: I) -> io::Result<Outcome>
+where
+    I: IntoIterator<Item = (K, V)>,
+    K: AsRef<OsStr>,
+    V: AsRef<OsStr>,
+{
+    let mut cmd = Command::new(binary);
+    cmd.args(omp_args(kernel, scale))
+        .envs(envs)
+        .stdin(Stdio::null());
+    let out = output_retrying_busy(&mut cmd)?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "{} {kernel} {scale}: {}: {}",
+            binary.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("workload="))
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{} printed no result line: {stdout:?}", binary.display()),
+            )
+        })?;
+    let parsed = parse_line(line)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{e}: {line:?}")))?;
+    if parsed.kernel != kernel {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("asked for {kernel}, the program ran {}", parsed.kernel),
+        ));
+    }
+    Ok(parsed.outcome)
+}
+
+/// `cmd.output()`, retried for a while if the program is "busy": right
+/// after an install, a child that another thread of this process forked
+/// (and has not yet exec'd) may still hold the installer's write
+/// descriptor, and `execve` fails with `ETXTBSY` until it lets go.
+fn output_retrying_busy(cmd: &mut Command) -> io::Result<std::process::Output> {
+    let mut delay = std::time::Duration::from_millis(1);
+    for _ in 0..10 {
+        match cmd.output() {
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::TXTBSY.raw_os_error()) => {
+                std::thread::sleep(delay);
+                delay *= 2;
+            }
+            r => return r,
+        }
+    }
+    cmd.output()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_program_is_an_elf_executable() {
+        assert_eq!(&OMP_BINARY[..4], b"\x7fELF");
+        assert!(
+            OMP_BINARY.windows(7).any(|w| w == b"libgomp"),
+            "linked with libgomp"
+        );
+    }
+
+    #[test]
+    fn install_writes_once_executable_and_repairs_a_damaged_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("a/b");
+        let p = install_omp_binary(&sub).unwrap();
+        assert_eq!(p.file_name().unwrap(), OMP_BINARY_NAME);
+        assert_eq!(fs::read(&p).unwrap(), OMP_BINARY);
+        assert_eq!(
+            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o755
+        );
+        let before = fs::metadata(&p).unwrap().modified().unwrap();
+        assert_eq!(install_omp_binary(&sub).unwrap(), p);
+        assert_eq!(fs::metadata(&p).unwrap().modified().unwrap(), before);
+        fs::write(&p, b"broken").unwrap();
+        assert_eq!(install_omp_binary(&sub).unwrap(), p);
+        assert_eq!(fs::read(&p).unwrap(), OMP_BINARY);
+        let leftovers = fs::read_dir(&sub).unwrap().count();
+        assert_eq!(leftovers, 1, "no temporary files left");
+    }
+
+    #[test]
+    fn scales_print_exactly() {
+        for s in [1.0, 0.02, 0.1 + 0.2, 1e-3, 7.5] {
+            let [_, text] = omp_args(Kernel::Pricing, s);
+            assert_eq!(text.parse::<f64>().unwrap(), s);
+        }
+    }
+}
