@@ -60,6 +60,7 @@
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
 pub mod affinity;
+mod blocking;
 #[cfg(not(loom))]
 mod claim;
 #[cfg(not(loom))]

@@ -106,6 +106,7 @@ impl Event {
             return true;
         }
         let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        let _blocked = crate::blocking::Blocked::begin();
         let mut g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             if let Err(SET) =

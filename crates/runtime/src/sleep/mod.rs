@@ -170,6 +170,7 @@ impl Sleep {
     /// spurious unparks are absorbed here.
     pub(crate) fn park(&self, s: Sleepy) -> Woken {
         let bell = &self.bells[s.index];
+        let _blocked = crate::blocking::Blocked::begin();
         loop {
             let now = bell.state.load(Ordering::SeqCst);
             if now == NOTIFIED || now == NUDGED {
