@@ -25,7 +25,14 @@ impl Drop for Guard {
 }
 
 fn spinner() -> Guard {
-    Guard(Command::new("sh").arg("-c").arg("while :; do :; done").stdin(Stdio::null()).spawn().unwrap())
+    Guard(
+        Command::new("sh")
+            .arg("-c")
+            .arg("while :; do :; done")
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
 }
 
 fn median(v: &mut [Duration]) -> Duration {
@@ -60,9 +67,13 @@ fn measure(backend: &str) -> Option<(Vec<Duration>, Vec<Duration>)> {
         let mut a = spinner();
         let b = spinner();
         let t = Instant::now();
-        let _ra = client.register("a", CellSpec::default(), &[a.0.id()], false, |_, _| {}).ok()?;
+        let _ra = client
+            .register("a", CellSpec::default(), &[a.0.id()], false, |_, _| {})
+            .ok()?;
         register.push(t.elapsed());
-        let rb = client.register("b", CellSpec::default(), &[b.0.id()], false, |_, _| {}).ok()?;
+        let rb = client
+            .register("b", CellSpec::default(), &[b.0.id()], false, |_, _| {})
+            .ok()?;
         let page = rb.page.page();
         let before = page.read().cpus.len();
         let t0 = Instant::now();
@@ -96,17 +107,27 @@ fn main() {
         return;
     }
     let mut backends = vec!["affinity"];
-    if rustix::process::getuid().is_root() && Path::new("/sys/fs/cgroup/cpuset/cpuset.cpus").exists() {
+    if rustix::process::getuid().is_root()
+        && Path::new("/sys/fs/cgroup/cpuset/cpuset.cpus").exists()
+    {
         backends.insert(0, "cgroup1");
     }
     println!("broker latencies, {ROUNDS} rounds each, medians (min … max)");
-    println!("{:<10} {:>28} {:>28}", "backend", "reclaim (kill → survivor page)", "register round trip");
+    println!(
+        "{:<10} {:>28} {:>28}",
+        "backend", "reclaim (kill → survivor page)", "register round trip"
+    );
     for b in backends {
         match measure(b) {
             Some((mut r, mut g)) => {
                 let fmt = |v: &mut Vec<Duration>| {
                     let m = median(v);
-                    format!("{:.0} µs ({:.0} … {:.0})", m.as_secs_f64() * 1e6, v[0].as_secs_f64() * 1e6, v[v.len() - 1].as_secs_f64() * 1e6)
+                    format!(
+                        "{:.0} µs ({:.0} … {:.0})",
+                        m.as_secs_f64() * 1e6,
+                        v[0].as_secs_f64() * 1e6,
+                        v[v.len() - 1].as_secs_f64() * 1e6
+                    )
                 };
                 println!("{:<10} {:>28} {:>28}", b, fmt(&mut r), fmt(&mut g));
             }

@@ -3,6 +3,7 @@
 //! Thin front end: each subcommand lives in `cmd/` and returns the process
 //! exit code.
 
+mod bench;
 mod cmd;
 mod run;
 
@@ -28,6 +29,14 @@ enum Command {
     Status(cmd::status::Args),
     /// Show the machine's CPUs, cores, caches and NUMA nodes.
     Topology(cmd::topology::Args),
+    /// Show, in under two minutes, what allot does for co-running programs.
+    Demo(cmd::demo::Args),
+    /// Experiments that check allot's claims on this machine.
+    #[command(subcommand)]
+    Bench(bench::Bench),
+    /// Run one of allot's workloads (for experiments).
+    #[command(hide = true)]
+    Workload(cmd::workload::Args),
 }
 
 fn main() {
@@ -37,6 +46,9 @@ fn main() {
         Command::Daemon(a) => cmd::daemon::run(a),
         Command::Status(a) => cmd::status::run(a),
         Command::Topology(a) => cmd::topology::run(a),
+        Command::Demo(a) => cmd::demo::run(a),
+        Command::Bench(b) => bench::run(b),
+        Command::Workload(a) => cmd::workload::run(a),
     };
     std::process::exit(code);
 }

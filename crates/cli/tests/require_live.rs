@@ -17,7 +17,9 @@ fn mono() -> f64 {
 /// Selected by ALLOT_REQUIRE_CHILD=<hold milliseconds>.
 #[test]
 fn child_role() {
-    let Ok(hold) = std::env::var("ALLOT_REQUIRE_CHILD") else { return };
+    let Ok(hold) = std::env::var("ALLOT_REQUIRE_CHILD") else {
+        return;
+    };
     let hold: u64 = hold.parse().unwrap();
     let socket = std::env::var("ALLOT_SOCKET").unwrap();
     let m = allot_topo::discover_live().unwrap();
@@ -34,7 +36,13 @@ fn child(d: &Daemon, hold_ms: u64) -> Proc {
     let exe = std::env::current_exe().unwrap();
     Proc(
         Command::new(exe)
-            .args(["--exact", "child_role", "--nocapture", "--test-threads", "1"])
+            .args([
+                "--exact",
+                "child_role",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
             .env("ALLOT_REQUIRE_CHILD", hold_ms.to_string())
             .env("ALLOT_SOCKET", &d.socket)
             .stdout(Stdio::piped())
@@ -48,7 +56,15 @@ fn stamps(p: &mut Proc) -> (f64, f64) {
     let out = BufReader::new(p.0.stdout.take().unwrap());
     let (mut e, mut l) = (f64::NAN, f64::NAN);
     // libtest may print its own "test child_role ... " on the same line.
-    let after = |line: &str, key: &str| line.find(key).and_then(|i| line[i + key.len()..].split_whitespace().next()?.parse::<f64>().ok());
+    let after = |line: &str, key: &str| {
+        line.find(key).and_then(|i| {
+            line[i + key.len()..]
+                .split_whitespace()
+                .next()?
+                .parse::<f64>()
+                .ok()
+        })
+    };
     for line in out.lines().map_while(Result::ok) {
         if let Some(t) = after(&line, "entered ") {
             e = t;
@@ -70,7 +86,11 @@ fn two_processes_never_hold_the_same_cpu_at_once() {
     let (eb, lb) = stamps(&mut b);
     assert!(a.0.wait().unwrap().success() && b.0.wait().unwrap().success());
     assert!(ea < la && eb < lb, "{ea} {la} {eb} {lb}");
-    assert!(eb >= la, "b entered at {eb}, before a left at {la}: the exclusive CPU was held twice\n{}", d.log());
+    assert!(
+        eb >= la,
+        "b entered at {eb}, before a left at {la}: the exclusive CPU was held twice\n{}",
+        d.log()
+    );
 }
 
 #[test]
@@ -80,7 +100,14 @@ fn a_process_killed_inside_require_gives_everything_back() {
     // Wait until a holds the CPU.
     let out = BufReader::new(a.0.stdout.take().unwrap());
     let mut lines = out.lines();
-    assert!(lines.by_ref().map_while(Result::ok).any(|l| l.contains("entered ")), "the holder never entered\n{}", d.log());
+    assert!(
+        lines
+            .by_ref()
+            .map_while(Result::ok)
+            .any(|l| l.contains("entered ")),
+        "the holder never entered\n{}",
+        d.log()
+    );
     let mut b = child(&d, 10);
     std::thread::sleep(Duration::from_millis(300));
     let killed = mono();
@@ -88,7 +115,10 @@ fn a_process_killed_inside_require_gives_everything_back() {
     let (eb, _) = stamps(&mut b);
     assert!(b.0.wait().unwrap().success());
     let after = eb - killed;
-    eprintln!("the waiting process entered {:.1} ms after the holder was killed", after * 1e3);
+    eprintln!(
+        "the waiting process entered {:.1} ms after the holder was killed",
+        after * 1e3
+    );
     assert!(after >= 0.0, "b entered while a still held the CPU");
     assert!(after < 2.0, "reclaim took {after} s\n{}", d.log());
 }

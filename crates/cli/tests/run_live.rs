@@ -18,7 +18,11 @@ fn run_out(mut c: Command) -> Output {
 }
 
 fn backend() -> &'static str {
-    if v1_cpuset_writable() { "cgroup1" } else { "affinity" }
+    if v1_cpuset_writable() {
+        "cgroup1"
+    } else {
+        "affinity"
+    }
 }
 
 #[test]
@@ -26,14 +30,20 @@ fn unknown_commands_fail_like_env() {
     let d = Daemon::start("dry-run", &[]);
     let o = run_out(allot_run(&d, &["--", "no-such-command-xyz", "a"]));
     assert_eq!(o.status.code(), Some(127));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("'no-such-command-xyz': No such file or directory"));
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("'no-such-command-xyz': No such file or directory")
+    );
     let dir = tempfile::tempdir().unwrap();
     let plain = dir.path().join("not-a-program");
     std::fs::write(&plain, "just text").unwrap();
     let o = run_out(allot_run(&d, &["--", plain.to_str().unwrap()]));
     assert_eq!(o.status.code(), Some(126));
     assert!(String::from_utf8_lossy(&o.stderr).contains("Permission denied"));
-    assert!(d.status()["cells"].as_array().unwrap().is_empty(), "no cell for a command that cannot run");
+    assert!(
+        d.status()["cells"].as_array().unwrap().is_empty(),
+        "no cell for a command that cannot run"
+    );
 }
 
 #[test]
@@ -44,9 +54,21 @@ fn exit_status_and_signals_pass_through() {
     assert_eq!(o.status.code(), Some(7));
     assert_eq!(String::from_utf8_lossy(&o.stdout), "hi\n");
     let o = run_out(allot_run(&d, &["--", "sh", "-c", "kill -TERM $$"]));
-    assert_eq!(o.status.signal(), Some(15), "allot run dies of the program's signal");
+    assert_eq!(
+        o.status.signal(),
+        Some(15),
+        "allot run dies of the program's signal"
+    );
     // SIGTERM to allot run reaches the program.
-    let mut c = allot_run(&d, &["--", "sh", "-c", "trap 'echo got-term; exit 3' TERM; while :; do sleep 0.05; done"]);
+    let mut c = allot_run(
+        &d,
+        &[
+            "--",
+            "sh",
+            "-c",
+            "trap 'echo got-term; exit 3' TERM; while :; do sleep 0.05; done",
+        ],
+    );
     let child = c.stdout(Stdio::piped()).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(500));
     let _ = rustix::process::kill_process(
@@ -57,7 +79,10 @@ fn exit_status_and_signals_pass_through() {
     assert_eq!(o.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&o.stdout).contains("got-term"));
     // The cell was released.
-    assert!(eventually(Duration::from_secs(3), || d.status()["cells"].as_array().unwrap().is_empty()));
+    assert!(eventually(Duration::from_secs(3), || d.status()["cells"]
+        .as_array()
+        .unwrap()
+        .is_empty()));
 }
 
 #[test]
@@ -79,7 +104,10 @@ fn cell_program_pids(d: &Daemon) -> Vec<u32> {
                 .iter()
                 .flat_map(|c| c["pids"].as_array().cloned().unwrap_or_default())
                 .filter_map(|p| p.as_u64().map(|p| p as u32))
-                .filter(|&p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| !c.starts_with("allot")))
+                .filter(|&p| {
+                    std::fs::read_to_string(format!("/proc/{p}/comm"))
+                        .is_ok_and(|c| !c.starts_with("allot"))
+                })
                 .collect()
         })
         .unwrap_or_default()
@@ -99,27 +127,58 @@ fn every_thread_follows_the_grant() {
         return;
     }
     let d = Daemon::start(backend(), &[]);
-    let mut a = Proc(allot_run(&d, &["--name", "a", "--", "python3", "-c", THREADS_PY]).spawn().unwrap());
-    assert!(eventually(Duration::from_secs(5), || cell_program_pids(&d).len() == 1));
+    let mut a = Proc(
+        allot_run(&d, &["--name", "a", "--", "python3", "-c", THREADS_PY])
+            .spawn()
+            .unwrap(),
+    );
+    assert!(eventually(Duration::from_secs(5), || cell_program_pids(&d)
+        .len()
+        == 1));
     let pa = cell_program_pids(&d)[0];
     // Alone: both CPUs, on every thread.
-    assert!(eventually(Duration::from_secs(5), || {
-        let m = thread_masks(pa);
-        m.len() >= 3 && m.iter().all(|x| *x == all.take_first(2).to_string())
-    }), "{:?}", thread_masks(pa));
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let m = thread_masks(pa);
+            m.len() >= 3 && m.iter().all(|x| *x == all.take_first(2).to_string())
+        }),
+        "{:?}",
+        thread_masks(pa)
+    );
     // A second program arrives: the first shrinks to one CPU, threads created
     // later included.
-    let mut b = Proc(allot_run(&d, &["--name", "b", "--", "python3", "-c", THREADS_PY]).spawn().unwrap());
-    assert!(eventually(Duration::from_secs(5), || cell_program_pids(&d).len() == 2));
+    let mut b = Proc(
+        allot_run(&d, &["--name", "b", "--", "python3", "-c", THREADS_PY])
+            .spawn()
+            .unwrap(),
+    );
+    assert!(eventually(Duration::from_secs(5), || cell_program_pids(&d)
+        .len()
+        == 2));
     let pb = *cell_program_pids(&d).iter().find(|&&p| p != pa).unwrap();
-    assert!(eventually(Duration::from_secs(5), || {
-        let (ma, mb) = (thread_masks(pa), thread_masks(pb));
-        ma.len() >= 5 && mb.len() >= 3 && ma.iter().all(|x| x.len() == 1) && mb.iter().all(|x| x.len() == 1) && ma[0] != mb[0]
-    }), "a {:?} b {:?}\n{}", thread_masks(pa), thread_masks(pb), d.log());
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let (ma, mb) = (thread_masks(pa), thread_masks(pb));
+            ma.len() >= 5
+                && mb.len() >= 3
+                && ma.iter().all(|x| x.len() == 1)
+                && mb.iter().all(|x| x.len() == 1)
+                && ma[0] != mb[0]
+        }),
+        "a {:?} b {:?}\n{}",
+        thread_masks(pa),
+        thread_masks(pb),
+        d.log()
+    );
     // The second program ends: the first gets both CPUs back.
-    let _ = rustix::process::kill_process(rustix::process::Pid::from_raw(pb as i32).unwrap(), rustix::process::Signal::KILL);
+    let _ = rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pb as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    );
     let _ = b.0.wait();
-    assert!(eventually(Duration::from_secs(5), || thread_masks(pa).iter().all(|x| *x == all.take_first(2).to_string())));
+    assert!(eventually(Duration::from_secs(5), || thread_masks(pa)
+        .iter()
+        .all(|x| *x == all.take_first(2).to_string())));
     a.kill9();
 }
 
@@ -132,7 +191,11 @@ fn makefile(dir: &Path, name: &str, n: usize, secs: f64) -> PathBuf {
         log = log.display()
     );
     let targets: Vec<String> = (0..n).map(|i| format!("t{i}")).collect();
-    let mut text = format!(".PHONY: all {}\nall: {}\n", targets.join(" "), targets.join(" "));
+    let mut text = format!(
+        ".PHONY: all {}\nall: {}\n",
+        targets.join(" "),
+        targets.join(" ")
+    );
     for t in &targets {
         text.push_str(&format!("{t}:\n\t@{busy}\n"));
     }
@@ -189,14 +252,28 @@ fn make_j8_in_a_one_cpu_cell_runs_one_recipe_at_a_time() {
     let d = Daemon::start(backend(), &[]);
     let dir = tempfile::tempdir().unwrap();
     let mf = makefile(dir.path(), "one", 6, 0.15);
-    let o = run_out(allot_run(&d, &["--max", "1", "--", "make", "-j8", "-f", mf.to_str().unwrap()]));
+    let o = run_out(allot_run(
+        &d,
+        &[
+            "--max",
+            "1",
+            "--",
+            "make",
+            "-j8",
+            "-f",
+            mf.to_str().unwrap(),
+        ],
+    ));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let iv = intervals(&dir.path().join("one.log"));
     assert_eq!(iv.len(), 6);
     assert_eq!(max_concurrency(&iv, 0.0, f64::MAX), 1, "{iv:?}");
     // Without allot the same make runs them in parallel (the test is not vacuous).
     let mf2 = makefile(dir.path(), "free", 4, 0.3);
-    let o = Command::new("make").args(["-j8", "-f", mf2.to_str().unwrap()]).output().unwrap();
+    let o = Command::new("make")
+        .args(["-j8", "-f", mf2.to_str().unwrap()])
+        .output()
+        .unwrap();
     assert!(o.status.success());
     assert!(max_concurrency(&intervals(&dir.path().join("free.log")), 0.0, f64::MAX) >= 2);
 }
@@ -210,23 +287,58 @@ fn two_builds_share_the_cpus_and_the_survivor_speeds_up() {
     let dir = tempfile::tempdir().unwrap();
     let short = makefile(dir.path(), "short", 4, 0.4);
     let long = makefile(dir.path(), "long", 14, 0.4);
-    let mut b = allot_run(&d, &["--name", "long", "--", "make", "-j8", "-f", long.to_str().unwrap()]);
+    let mut b = allot_run(
+        &d,
+        &[
+            "--name",
+            "long",
+            "--",
+            "make",
+            "-j8",
+            "-f",
+            long.to_str().unwrap(),
+        ],
+    );
     let b = b.stderr(Stdio::piped()).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let t0 = now_mono();
-    let o = run_out(allot_run(&d, &["--name", "short", "--", "make", "-j8", "-f", short.to_str().unwrap()]));
+    let o = run_out(allot_run(
+        &d,
+        &[
+            "--name",
+            "short",
+            "--",
+            "make",
+            "-j8",
+            "-f",
+            short.to_str().unwrap(),
+        ],
+    ));
     let t1 = now_mono();
     assert!(o.status.success());
     let ob = b.wait_with_output().unwrap();
-    assert!(ob.status.success(), "{}", String::from_utf8_lossy(&ob.stderr));
+    assert!(
+        ob.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ob.stderr)
+    );
     let s = intervals(&dir.path().join("short.log"));
     let l = intervals(&dir.path().join("long.log"));
     // While both ran (after the second was admitted), one recipe each.
     let both_from = s.first().map_or(t0, |x| x.0) + 0.2;
     assert_eq!(max_concurrency(&s, 0.0, f64::MAX), 1, "short build: {s:?}");
-    assert_eq!(max_concurrency(&l, both_from, t1 - 0.05), 1, "long build while the short one ran: {l:?}");
+    assert_eq!(
+        max_concurrency(&l, both_from, t1 - 0.05),
+        1,
+        "long build while the short one ran: {l:?}"
+    );
     // After the short build ended, the long one runs two at once.
-    assert_eq!(max_concurrency(&l, t1 + 0.3, f64::MAX), 2, "long build after the other ended: {l:?}\n{}", d.log());
+    assert_eq!(
+        max_concurrency(&l, t1 + 0.3, f64::MAX),
+        2,
+        "long build after the other ended: {l:?}\n{}",
+        d.log()
+    );
 }
 
 const LEAK_PY: &str = r#"
@@ -247,13 +359,24 @@ fn tokens_lost_with_a_crashed_client_are_restored() {
     let mf = makefile(dir.path(), "after", 8, 0.3);
     let leak = dir.path().join("leak.py");
     std::fs::write(&leak, LEAK_PY).unwrap();
-    let script = format!("python3 {} ; sleep 1; make -f {}", leak.display(), mf.display());
+    let script = format!(
+        "python3 {} ; sleep 1; make -f {}",
+        leak.display(),
+        mf.display()
+    );
     let o = run_out(allot_run(&d, &["--max", "2", "--", "sh", "-c", &script]));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
-    assert!(err.contains("token(s) were lost") && err.contains("restored"), "{err}");
+    assert!(
+        err.contains("token(s) were lost") && err.contains("restored"),
+        "{err}"
+    );
     let iv = intervals(&dir.path().join("after.log"));
-    assert_eq!(max_concurrency(&iv, 0.0, f64::MAX), 2, "the restored token lets make run two jobs: {iv:?}");
+    assert_eq!(
+        max_concurrency(&iv, 0.0, f64::MAX),
+        2,
+        "the restored token lets make run two jobs: {iv:?}"
+    );
 }
 
 #[test]
@@ -268,7 +391,10 @@ fn program_runs_on_when_the_broker_dies() {
     assert_eq!(String::from_utf8_lossy(&o.stdout), "finished\n");
     // A restarted broker finds the cell gone and cleans up.
     d.spawn();
-    assert!(eventually(Duration::from_secs(5), || d.status()["cells"].as_array().unwrap().is_empty()));
+    assert!(eventually(Duration::from_secs(5), || d.status()["cells"]
+        .as_array()
+        .unwrap()
+        .is_empty()));
 }
 
 #[test]
@@ -283,11 +409,19 @@ fn a_broker_is_started_on_first_use_and_leaves_when_idle() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let out = String::from_utf8_lossy(&o.stdout);
-    let cell: u64 = out.split_whitespace().next().unwrap().parse().expect("ALLOT_CELL set");
+    let cell: u64 = out
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .expect("ALLOT_CELL set");
     assert!(cell >= 1);
     assert!(dir.path().join("auto/broker.log").exists());
     // It exits by itself once idle (2 s) and removes its socket.
-    assert!(eventually(Duration::from_secs(8), || !socket.exists()), "the auto-started broker did not leave");
+    assert!(
+        eventually(Duration::from_secs(8), || !socket.exists()),
+        "the auto-started broker did not leave"
+    );
 }
 
 #[test]
@@ -307,15 +441,26 @@ fn queued_with_wait_then_admitted() {
     let d = Daemon::start("dry-run", &[]);
     let cpus = allot_topo::allowed_cpus().unwrap().len().to_string();
     let started = Instant::now();
-    let mut holder = Proc(allot_run(&d, &["--min", &cpus, "--exclusive", "--", "sleep", "1"]).spawn().unwrap());
-    assert!(eventually(Duration::from_secs(5), || d.status()["cells"].as_array().unwrap().len() == 1));
+    let mut holder = Proc(
+        allot_run(&d, &["--min", &cpus, "--exclusive", "--", "sleep", "1"])
+            .spawn()
+            .unwrap(),
+    );
+    assert!(eventually(Duration::from_secs(5), || d.status()["cells"]
+        .as_array()
+        .unwrap()
+        .len()
+        == 1));
     let o = run_out(allot_run(&d, &["--", "true"]));
     assert_eq!(o.status.code(), Some(125), "refused without --wait");
     assert!(String::from_utf8_lossy(&o.stderr).contains("--wait"));
     let o = run_out(allot_run(&d, &["--wait", "--", "true"]));
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("waiting for CPUs"));
-    assert!(started.elapsed() >= Duration::from_millis(900), "it waited for the holder");
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "it waited for the holder"
+    );
     let _ = holder.0.wait();
 }
 
@@ -329,7 +474,11 @@ fn openmp_teams_follow_the_grant_under_allot_run() {
     let dir = tempfile::tempdir().unwrap();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../capi/tests/omp/teamsize.c");
     let exe = dir.path().join("teamsize");
-    let cc = Command::new("gcc").args(["-fopenmp", "-O2", "-o"]).arg(&exe).arg(&src).status();
+    let cc = Command::new("gcc")
+        .args(["-fopenmp", "-O2", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status();
     if !cc.is_ok_and(|s| s.success()) {
         eprintln!("gcc -fopenmp unavailable; skipped");
         return;
@@ -337,33 +486,74 @@ fn openmp_teams_follow_the_grant_under_allot_run() {
     let d = Daemon::start(backend(), &[]);
     // Exclusive: the program keeps its CPUs even when mostly idle, and a
     // newcomer takes half by fair share.
-    let omp = allot_run(&d, &["--exclusive", "--name", "omp", "--", exe.to_str().unwrap(), "parallel", "3000", "2000"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let omp = allot_run(
+        &d,
+        &[
+            "--exclusive",
+            "--name",
+            "omp",
+            "--",
+            exe.to_str().unwrap(),
+            "parallel",
+            "3000",
+            "2000",
+        ],
+    )
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
     std::thread::sleep(Duration::from_millis(800));
     let t_in = now_mono();
-    let o = run_out(allot_run(&d, &["--name", "other", "--", "python3", "-c", "import time\nt=time.time()\nwhile time.time()-t<1.0: pass"]));
+    let o = run_out(allot_run(
+        &d,
+        &[
+            "--name",
+            "other",
+            "--",
+            "python3",
+            "-c",
+            "import time\nt=time.time()\nwhile time.time()-t<1.0: pass",
+        ],
+    ));
     let t_out = now_mono();
     assert!(o.status.success());
     let out = omp.wait_with_output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.lines().next().unwrap().starts_with("max 2"), "OMP_NUM_THREADS is the cell maximum: {text}");
+    assert!(
+        text.lines().next().unwrap().starts_with("max 2"),
+        "OMP_NUM_THREADS is the cell maximum: {text}"
+    );
     let regions: Vec<(f64, usize, bool)> = text
         .lines()
         .filter(|l| l.starts_with("r "))
         .map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            (f[2].parse::<f64>().unwrap() / 1e9, f[4].parse().unwrap(), f[5] == "1")
+            (
+                f[2].parse::<f64>().unwrap() / 1e9,
+                f[4].parse().unwrap(),
+                f[5] == "1",
+            )
         })
         .collect();
-    assert!(regions.iter().all(|r| r.2), "every region completed its work");
-    let teams = |from: f64, to: f64| -> Vec<usize> { regions.iter().filter(|r| r.0 > from && r.0 < to).map(|r| r.1).collect() };
+    assert!(
+        regions.iter().all(|r| r.2),
+        "every region completed its work"
+    );
+    let teams = |from: f64, to: f64| -> Vec<usize> {
+        regions
+            .iter()
+            .filter(|r| r.0 > from && r.0 < to)
+            .map(|r| r.1)
+            .collect()
+    };
     let before = teams(0.0, t_in);
     let during = teams(t_in + 0.3, t_out - 0.05);
     let after = teams(t_out + 0.3, f64::MAX);
     assert!(before.contains(&2), "alone: teams of 2: {before:?}");
-    assert!(!during.is_empty() && during.iter().all(|&t| t == 1), "sharing: teams of 1: {during:?}");
+    assert!(
+        !during.is_empty() && during.iter().all(|&t| t == 1),
+        "sharing: teams of 1: {during:?}"
+    );
     assert!(after.contains(&2), "alone again: teams of 2: {after:?}");
 }

@@ -90,6 +90,12 @@ struct Inner {
     name: String,
     spec: CellSpec,
     stop: AtomicBool,
+    /// Readable once the cell is being dropped: ends the watcher's poll at
+    /// once instead of at its next period.
+    stop_fd: Option<OwnedFd>,
+    /// Bumped by [`Cell::interrupt_waits`]; `wait_change` returns when it
+    /// moves.
+    interrupts: AtomicU64,
     broker_up: AtomicBool,
     fallback_reason: Option<String>,
 }
@@ -144,6 +150,9 @@ struct Watcher {
 impl Drop for Watcher {
     fn drop(&mut self) {
         self.inner.stop.store(true, Ordering::Release);
+        if let Some(fd) = &self.inner.stop_fd {
+            let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+        }
         if let Some(h) = self.handle.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = h.join();
         }
@@ -221,6 +230,10 @@ impl Cell {
             name: opts.map(|o| o.name.clone()).unwrap_or_default(),
             spec: opts.map(|o| o.spec).unwrap_or_default(),
             stop: AtomicBool::new(false),
+            stop_fd: (mode == Mode::Registered)
+                .then(|| rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC).ok())
+                .flatten(),
+            interrupts: AtomicU64::new(0),
             broker_up: AtomicBool::new(matches!(mode, Mode::Registered | Mode::Joined)),
             fallback_reason: reason,
         });
@@ -397,11 +410,12 @@ impl Cell {
     /// passes) and returns the grant then current.
     pub fn wait_change(&self, seen: u64, timeout: Option<Duration>) -> Grant {
         let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        let interrupts = self.inner.interrupts.load(Ordering::Acquire);
         loop {
             let page = self.inner.page();
             let word = page.futex_word();
             let g = page.read();
-            if g.generation != seen {
+            if g.generation != seen || self.inner.interrupts.load(Ordering::Acquire) != interrupts {
                 return g;
             }
             let left = match deadline {
@@ -414,6 +428,15 @@ impl Cell {
             };
             page.wait(word, left);
         }
+    }
+
+    /// Makes every [`Cell::wait_change`] in progress on this cell (in this
+    /// process) return now with the current grant, e.g. so a thread that
+    /// follows the grant notices it should stop. Other processes mapping
+    /// the page see a spurious wake-up and wait again.
+    pub fn interrupt_waits(&self) {
+        self.inner.interrupts.fetch_add(1, Ordering::AcqRel);
+        self.inner.page().wake_waiters();
     }
 
     /// Adds process `pid` (a child of this one, typically) to the cell, so
@@ -500,7 +523,7 @@ fn watch(inner: Arc<Inner>) {
             .and_then(|c| rustix::io::fcntl_dupfd_cloexec(c.fd(), 0).ok());
         let gone = match fd {
             None => true,
-            Some(fd) => hung_up(&fd, WATCH_PERIOD),
+            Some(fd) => hung_up(&fd, inner.stop_fd.as_ref(), WATCH_PERIOD),
         };
         if gone && !inner.stop.load(Ordering::Acquire) {
             inner.broker_up.store(false, Ordering::Release);
@@ -510,10 +533,14 @@ fn watch(inner: Arc<Inner>) {
     }
 }
 
-/// Waits up to `wait` for the peer to hang up.
-fn hung_up(fd: &OwnedFd, wait: Duration) -> bool {
+/// Waits up to `wait` for the peer to hang up, or for `stop` to become
+/// readable (then returns false: the caller checks its stop flag).
+fn hung_up(fd: &OwnedFd, stop: Option<&OwnedFd>, wait: Duration) -> bool {
     use rustix::event::{PollFd, PollFlags};
-    let mut fds = [PollFd::new(fd, PollFlags::RDHUP | PollFlags::HUP)];
+    let mut fds = vec![PollFd::new(fd, PollFlags::RDHUP | PollFlags::HUP)];
+    if let Some(s) = stop {
+        fds.push(PollFd::new(s, PollFlags::IN));
+    }
     let ts = rustix::time::Timespec {
         tv_sec: wait.as_secs() as i64,
         tv_nsec: wait.subsec_nanos() as _,

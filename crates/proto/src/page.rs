@@ -246,6 +246,18 @@ impl GrantPage {
         self.futex.load(Ordering::Acquire)
     }
 
+    /// Wakes every thread waiting on this page (in any process that maps
+    /// it) without publishing: they see no change and wait again, or notice
+    /// why they were woken (a process shutting down its waiters). Needs only
+    /// read access to the page.
+    pub fn wake_waiters(&self) {
+        let _ = rustix::thread::futex::wake(
+            &self.futex,
+            rustix::thread::futex::Flags::empty(),
+            i32::MAX as u32,
+        );
+    }
+
     /// Blocks until the wake-up word differs from `seen` or `timeout`
     /// passes. Returns true if it changed.
     pub fn wait(&self, seen: u32, timeout: Option<Duration>) -> bool {

@@ -1,8 +1,10 @@
 //! Subcommands. Each `run` returns the exit code and prints its own errors.
 
 pub mod daemon;
+pub mod demo;
 pub mod status;
 pub mod topology;
+pub mod workload;
 
 /// Prints `err` with its causes as `allot: …` and returns exit code 1.
 pub fn fail(err: anyhow::Error) -> i32 {

@@ -33,21 +33,29 @@ pub fn ensure_broker(socket: &Path) -> Result<(), String> {
         .open(dir.join("broker.log"))
         .map_err(|e| format!("cannot open {}: {e}", dir.join("broker.log").display()))?;
     let mut cmd = Command::new(exe);
-    cmd.arg("daemon").arg("--socket").arg(socket).arg("--idle-exit").arg(IDLE_EXIT_SECS.to_string());
+    cmd.arg("daemon")
+        .arg("--socket")
+        .arg(socket)
+        .arg("--idle-exit")
+        .arg(IDLE_EXIT_SECS.to_string());
     if let Ok(b) = std::env::var("ALLOT_BACKEND") {
         cmd.args(["--backend", &b]);
     }
     if let Ok(n) = std::env::var("ALLOT_CGROUP_NAME") {
         cmd.args(["--cgroup-name", &n]);
     }
-    cmd.stdin(Stdio::null()).stdout(log.try_clone().map_err(|e| e.to_string())?).stderr(log);
+    cmd.stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log);
     // SAFETY: setsid is async-signal-safe and touches no memory.
     unsafe {
         std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
             rustix::process::setsid().map(|_| ()).map_err(Into::into)
         });
     }
-    let mut child = cmd.spawn().map_err(|e| format!("cannot start a broker: {e}"))?;
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start a broker: {e}"))?;
     let start = Instant::now();
     while start.elapsed() < START_TIMEOUT {
         if allot_client::broker_alive(socket) {
@@ -61,10 +69,16 @@ pub fn ensure_broker(socket: &Path) -> Result<(), String> {
         if let Ok(Some(st)) = child.try_wait() {
             // Exit 3: another broker won the race; wait for its socket.
             if st.code() != Some(3) {
-                return Err(format!("the broker it started exited ({st}); see {}", dir.join("broker.log").display()));
+                return Err(format!(
+                    "the broker it started exited ({st}); see {}",
+                    dir.join("broker.log").display()
+                ));
             }
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    Err(format!("no broker came up on {} within {START_TIMEOUT:?}", socket.display()))
+    Err(format!(
+        "no broker came up on {} within {START_TIMEOUT:?}",
+        socket.display()
+    ))
 }

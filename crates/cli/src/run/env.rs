@@ -77,7 +77,10 @@ pub struct CellEnv {
 }
 
 /// The variables to set (name, value), given the current environment.
-pub fn variables(c: &CellEnv, current: &dyn Fn(&str) -> Option<OsString>) -> Vec<(String, OsString)> {
+pub fn variables(
+    c: &CellEnv,
+    current: &dyn Fn(&str) -> Option<OsString>,
+) -> Vec<(String, OsString)> {
     let mut out: Vec<(String, OsString)> = Vec::new();
     let threads = c.threads.max(1).to_string();
     for v in THREAD_VARS {
@@ -89,7 +92,10 @@ pub fn variables(c: &CellEnv, current: &dyn Fn(&str) -> Option<OsString>) -> Vec
         out.push((v.to_string(), value.into()));
     }
     if let Some((socket, cell, fd)) = &c.cell {
-        out.push((allot_proto::ENV_SOCKET.into(), socket.clone().into_os_string()));
+        out.push((
+            allot_proto::ENV_SOCKET.into(),
+            socket.clone().into_os_string(),
+        ));
         out.push((allot_proto::ENV_CELL.into(), cell.to_string().into()));
         out.push((allot_proto::ENV_GRANT_FD.into(), fd.to_string().into()));
     }
@@ -108,7 +114,10 @@ pub fn variables(c: &CellEnv, current: &dyn Fn(&str) -> Option<OsString>) -> Vec
         }
     }
     if let Some(shim) = &c.shim {
-        out.push(("LD_PRELOAD".into(), allot_capi::preload_with_shim(shim, current("LD_PRELOAD").as_deref())));
+        out.push((
+            "LD_PRELOAD".into(),
+            allot_capi::preload_with_shim(shim, current("LD_PRELOAD").as_deref()),
+        ));
     }
     out
 }
@@ -133,16 +142,30 @@ mod tests {
             _ => None,
         };
         let vars = variables(&c, &cur);
-        let get = |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.to_string_lossy().into_owned());
+        let get = |k: &str| {
+            vars.iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.to_string_lossy().into_owned())
+        };
         assert_eq!(get("OMP_NUM_THREADS").unwrap(), "2");
         assert_eq!(get("OPENBLAS_NUM_THREADS").unwrap(), "1");
         assert_eq!(get("GOMAXPROCS").unwrap(), "1");
         assert_eq!(get("ALLOT_GRANT_FD").unwrap(), "7");
         assert_eq!(get("MAKEFLAGS").unwrap(), "-k -j2 --jobserver-auth=3,4");
         assert_eq!(get("LD_PRELOAD").unwrap(), "/x/shim.so:/other.so");
-        let c = CellEnv { omp: OmpThreads::Grant, shim: None, cell: None, jobserver: None, ..c };
+        let c = CellEnv {
+            omp: OmpThreads::Grant,
+            shim: None,
+            cell: None,
+            jobserver: None,
+            ..c
+        };
         let vars = variables(&c, &|_| None);
         assert!(vars.iter().any(|(n, v)| n == "OMP_NUM_THREADS" && v == "1"));
-        assert!(!vars.iter().any(|(n, _)| n == "LD_PRELOAD" || n == "ALLOT_CELL"));
+        assert!(
+            !vars
+                .iter()
+                .any(|(n, _)| n == "LD_PRELOAD" || n == "ALLOT_CELL")
+        );
     }
 }

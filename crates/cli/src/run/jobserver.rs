@@ -50,7 +50,9 @@ impl std::str::FromStr for Style {
         match s {
             "pipe" => Ok(Style::Pipe),
             "fifo" => Ok(Style::Fifo),
-            other => Err(format!("unknown jobserver style {other:?}: expected pipe or fifo")),
+            other => Err(format!(
+                "unknown jobserver style {other:?}: expected pipe or fifo"
+            )),
         }
     }
 }
@@ -82,7 +84,8 @@ impl Jobserver {
         use rustix::fs::{Mode, OFlags};
         let (child_r, child_w, own_r, fifo) = match style {
             Style::Pipe => {
-                let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(io)?;
+                let (r, w) =
+                    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(io)?;
                 // A second open file description of the same pipe, so our
                 // O_NONBLOCK does not leak into the clients' description.
                 let own = rustix::fs::open(
@@ -94,13 +97,32 @@ impl Jobserver {
                 (r, w, own, None)
             }
             Style::Fifo => {
-                let dir = tempfile::Builder::new().prefix("allot-jobserver-").tempdir()?;
+                let dir = tempfile::Builder::new()
+                    .prefix("allot-jobserver-")
+                    .tempdir()?;
                 let path = dir.path().join("fifo");
-                rustix::fs::mknodat(rustix::fs::CWD, &path, rustix::fs::FileType::Fifo, Mode::from_raw_mode(0o600), 0)
+                rustix::fs::mknodat(
+                    rustix::fs::CWD,
+                    &path,
+                    rustix::fs::FileType::Fifo,
+                    Mode::from_raw_mode(0o600),
+                    0,
+                )
+                .map_err(io)?;
+                let own = rustix::fs::open(
+                    &path,
+                    OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+                .map_err(io)?;
+                let w = rustix::fs::open(&path, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())
                     .map_err(io)?;
-                let own = rustix::fs::open(&path, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC, Mode::empty()).map_err(io)?;
-                let w = rustix::fs::open(&path, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty()).map_err(io)?;
-                let r = rustix::fs::open(&path, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC, Mode::empty()).map_err(io)?;
+                let r = rustix::fs::open(
+                    &path,
+                    OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+                .map_err(io)?;
                 (r, w, own, Some((dir, path)))
             }
         };
@@ -150,7 +172,9 @@ impl Jobserver {
 
     /// Tokens sitting in the pipe now.
     pub fn in_pipe(&self) -> usize {
-        rustix::io::ioctl_fionread(&self.own_r).map(|n| n as usize).unwrap_or(0)
+        rustix::io::ioctl_fionread(&self.own_r)
+            .map(|n| n as usize)
+            .unwrap_or(0)
     }
 
     /// Sets the number of job slots: grows at once, shrinks as tokens return.
@@ -187,7 +211,10 @@ impl Jobserver {
     pub fn wait_returned(&self, timeout: std::time::Duration) {
         use rustix::event::{PollFd, PollFlags};
         let mut fds = [PollFd::new(&self.own_r, PollFlags::IN)];
-        let ts = rustix::time::Timespec { tv_sec: timeout.as_secs() as i64, tv_nsec: timeout.subsec_nanos() as _ };
+        let ts = rustix::time::Timespec {
+            tv_sec: timeout.as_secs() as i64,
+            tv_nsec: timeout.subsec_nanos() as _,
+        };
         let _ = rustix::event::poll(&mut fds, Some(&ts));
     }
 
@@ -237,7 +264,9 @@ impl Jobserver {
     }
 
     fn has_pipe_open(&self, pid: u32) -> bool {
-        let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
+        let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            return false;
+        };
         let pipe = format!("pipe:[{}]", self.ino);
         rd.flatten().any(|e| match std::fs::read_link(e.path()) {
             Ok(target) => {
@@ -269,7 +298,11 @@ mod tests {
             let mut js = Jobserver::new(style, 4).unwrap();
             assert_eq!(js.in_pipe(), 3);
             js.set_slots(2).unwrap();
-            assert_eq!(js.in_pipe(), 1, "{style:?}: idle tokens are withheld at once");
+            assert_eq!(
+                js.in_pipe(),
+                1,
+                "{style:?}: idle tokens are withheld at once"
+            );
             assert_eq!(js.circulating(), 1);
             // A client holds the token; shrinking to one slot waits for it.
             assert_eq!(take(&js, 1), 1);

@@ -25,7 +25,10 @@ pub enum Jobs {
 
 /// Whether `program` (as resolved) is GNU make.
 pub fn is_make(program: &Path) -> bool {
-    matches!(program.file_name().and_then(OsStr::to_str), Some("make" | "gmake"))
+    matches!(
+        program.file_name().and_then(OsStr::to_str),
+        Some("make" | "gmake")
+    )
 }
 
 /// Takes the `-j` options out of make's arguments (`args` excludes the
@@ -34,7 +37,11 @@ pub fn is_make(program: &Path) -> bool {
 pub fn strip_jobs(args: &[OsString]) -> (Vec<OsString>, Jobs) {
     let mut out = Vec::with_capacity(args.len());
     let mut jobs = Jobs::Absent;
-    let number = |s: &OsStr| std::str::from_utf8(s.as_bytes()).ok().and_then(|t| t.parse::<usize>().ok());
+    let number = |s: &OsStr| {
+        std::str::from_utf8(s.as_bytes())
+            .ok()
+            .and_then(|t| t.parse::<usize>().ok())
+    };
     let mut i = 0;
     while i < args.len() {
         let a = args[i].as_bytes();
@@ -109,15 +116,33 @@ mod tests {
     #[test]
     fn strips_every_form() {
         assert_eq!(strip_jobs(&v(&["-j8", "all"])), (v(&["all"]), Jobs::Max(8)));
-        assert_eq!(strip_jobs(&v(&["-j", "8", "all"])), (v(&["all"]), Jobs::Max(8)));
-        assert_eq!(strip_jobs(&v(&["-j", "all"])), (v(&["all"]), Jobs::Unlimited));
+        assert_eq!(
+            strip_jobs(&v(&["-j", "8", "all"])),
+            (v(&["all"]), Jobs::Max(8))
+        );
+        assert_eq!(
+            strip_jobs(&v(&["-j", "all"])),
+            (v(&["all"]), Jobs::Unlimited)
+        );
         assert_eq!(strip_jobs(&v(&["--jobs=3"])), (v(&[]), Jobs::Max(3)));
-        assert_eq!(strip_jobs(&v(&["--jobs", "3", "x"])), (v(&["x"]), Jobs::Max(3)));
-        assert_eq!(strip_jobs(&v(&["-kj4", "x"])), (v(&["-k", "x"]), Jobs::Max(4)));
-        assert_eq!(strip_jobs(&v(&["-k", "x"])), (v(&["-k", "x"]), Jobs::Absent));
+        assert_eq!(
+            strip_jobs(&v(&["--jobs", "3", "x"])),
+            (v(&["x"]), Jobs::Max(3))
+        );
+        assert_eq!(
+            strip_jobs(&v(&["-kj4", "x"])),
+            (v(&["-k", "x"]), Jobs::Max(4))
+        );
+        assert_eq!(
+            strip_jobs(&v(&["-k", "x"])),
+            (v(&["-k", "x"]), Jobs::Absent)
+        );
         // -C takes an argument: "-Cj" is a directory named "j", untouched.
         assert_eq!(strip_jobs(&v(&["-Cj"])), (v(&["-Cj"]), Jobs::Absent));
-        assert_eq!(strip_jobs(&v(&["--", "-j8"])), (v(&["--", "-j8"]), Jobs::Absent));
+        assert_eq!(
+            strip_jobs(&v(&["--", "-j8"])),
+            (v(&["--", "-j8"]), Jobs::Absent)
+        );
         assert!(is_make(Path::new("/usr/bin/make")));
         assert!(!is_make(Path::new("/usr/bin/cmake")));
     }

@@ -97,7 +97,9 @@ pub fn run(a: Args) -> i32 {
         Err(e) => {
             let what = match &e {
                 resolve::Unrunnable::NotFound => "No such file or directory".to_string(),
-                resolve::Unrunnable::NotExecutable(p) => format!("Permission denied ({})", p.display()),
+                resolve::Unrunnable::NotExecutable(p) => {
+                    format!("Permission denied ({})", p.display())
+                }
             };
             eprintln!("allot: '{}': {what}", cmd.to_string_lossy());
             return e.exit_code();
@@ -123,16 +125,27 @@ pub fn run(a: Args) -> i32 {
             }
         },
     };
-    let spec = CellSpec { min: a.min, max: a.max, weight: a.weight, exclusive: a.exclusive, placement: a.place };
+    let spec = CellSpec {
+        min: a.min,
+        max: a.max,
+        weight: a.weight,
+        exclusive: a.exclusive,
+        placement: a.place,
+    };
     if let Err(e) = spec.validate() {
         eprintln!("allot: {e}");
         return 2;
     }
-    let name = a
-        .name
+    let name = a.name.clone().unwrap_or_else(|| {
+        program
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    });
+    let socket = a
+        .socket
         .clone()
-        .unwrap_or_else(|| program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
-    let socket = a.socket.clone().unwrap_or_else(allot_proto::default_socket_path);
+        .unwrap_or_else(allot_proto::default_socket_path);
 
     // The cell (or none: unconfined).
     let cell = match autostart::ensure_broker(&socket) {
@@ -146,10 +159,14 @@ pub fn run(a: Args) -> i32 {
             opts.socket = Some(socket.clone());
             opts.wait = a.wait;
             opts.fallback = false;
-            let on_queued = |pos: u32, why: &str| eprintln!("allot: waiting for CPUs (position {pos}): {why}");
+            let on_queued =
+                |pos: u32, why: &str| eprintln!("allot: waiting for CPUs (position {pos}): {why}");
             match Cell::register_with(&opts, on_queued) {
                 Ok(c) => Some(c),
-                Err(ClientError::Broker { code: ErrorCode::Refused | ErrorCode::Never | ErrorCode::Invalid, message }) => {
+                Err(ClientError::Broker {
+                    code: ErrorCode::Refused | ErrorCode::Never | ErrorCode::Invalid,
+                    message,
+                }) => {
                     eprintln!("allot: {message}");
                     return EXIT_ALLOT;
                 }
@@ -162,22 +179,33 @@ pub fn run(a: Args) -> i32 {
     };
 
     let grant = cell.as_ref().map(|c| c.grant());
-    let threads = grant.map_or_else(|| allot_topo::allowed_cpus().map_or(1, |s| s.len() as u32), |g| g.threads.max(1));
+    let threads = grant.map_or_else(
+        || allot_topo::allowed_cpus().map_or(1, |s| s.len() as u32),
+        |g| g.threads.max(1),
+    );
     let machine_cpus = allot_topo::allowed_cpus().map_or(threads, |s| s.len() as u32);
-    let max = if a.max > 0 { a.max.min(machine_cpus) } else { machine_cpus };
+    let max = if a.max > 0 {
+        a.max.min(machine_cpus)
+    } else {
+        machine_cpus
+    };
     let slots = |t: u32| cap.map_or(t as usize, |c: usize| c.min(t as usize)).max(1);
 
     let mut js = match style {
         Some(st) => match Jobserver::new(st, slots(threads)) {
             Ok(j) => Some(j),
             Err(e) => {
-                warn(format!("cannot create a jobserver ({e}); make runs without one"));
+                warn(format!(
+                    "cannot create a jobserver ({e}); make runs without one"
+                ));
                 None
             }
         },
         None => None,
     };
-    let js_flags = js.as_ref().and_then(|j| j.prepare_for_children(cap.unwrap_or(max as usize)).ok());
+    let js_flags = js
+        .as_ref()
+        .and_then(|j| j.prepare_for_children(cap.unwrap_or(max as usize)).ok());
 
     let page_fd = cell.as_ref().and_then(|c| c.inheritable_page_fd().ok());
     let shim = if a.no_shim || cell.is_none() {
@@ -186,12 +214,18 @@ pub fn run(a: Args) -> i32 {
         match allot_capi::install_shim(&shim_dir(&socket)) {
             Ok(p) => Some(p),
             Err(e) => {
-                warn(format!("cannot install the OpenMP shim ({e}); OpenMP teams keep their launch size"));
+                warn(format!(
+                    "cannot install the OpenMP shim ({e}); OpenMP teams keep their launch size"
+                ));
                 None
             }
         }
     };
-    let omp = a.omp_threads.unwrap_or(if shim.is_some() { OmpThreads::Max } else { OmpThreads::Grant });
+    let omp = a.omp_threads.unwrap_or(if shim.is_some() {
+        OmpThreads::Max
+    } else {
+        OmpThreads::Grant
+    });
     let cell_env = CellEnv {
         threads,
         max,
@@ -216,15 +250,21 @@ pub fn run(a: Args) -> i32 {
         Ok(c) => c,
         Err(e) => {
             eprintln!("allot: cannot run '{}': {e}", cmd.to_string_lossy());
-            return if e.kind() == std::io::ErrorKind::PermissionDenied { 126 } else { 127 };
+            return if e.kind() == std::io::ErrorKind::PermissionDenied {
+                126
+            } else {
+                127
+            };
         }
     };
     drop(page_fd);
     let pid = child.id();
-    if let Some(c) = &cell {
-        if let Err(e) = c.add_member(pid) {
-            warn(format!("the broker did not take the program as a member ({e}); it stays confined through this process"));
-        }
+    if let Some(c) = &cell
+        && let Err(e) = c.add_member(pid)
+    {
+        warn(format!(
+            "the broker did not take the program as a member ({e}); it stays confined through this process"
+        ));
     }
 
     let forward = signals.map(|s| forward_signals(s, pid));
@@ -250,6 +290,9 @@ pub fn run(a: Args) -> i32 {
         }
     };
     done.store(true, Ordering::Release);
+    if let Some(c) = &cell {
+        c.interrupt_waits(); // the follower stops now, not at its next tick
+    }
     if let Some(f) = follower {
         let _ = f.join();
     }
@@ -263,7 +306,10 @@ pub fn run(a: Args) -> i32 {
 /// Where the shim library is written: a `shim` directory beside the
 /// socket (private to the user, not on a noexec mount like some /tmp).
 fn shim_dir(socket: &std::path::Path) -> PathBuf {
-    socket.parent().map_or_else(|| allot_proto::default_state_dir().join("shim"), |p| p.join("shim"))
+    socket.parent().map_or_else(
+        || allot_proto::default_state_dir().join("shim"),
+        |p| p.join("shim"),
+    )
 }
 
 /// Keeps the jobserver in step with the grant until `done`.
@@ -287,7 +333,9 @@ fn follow(cell: Cell, mut js: Jobserver, cap: Option<usize>, pid: u32, done: Arc
         };
         if g.generation != seen {
             seen = g.generation;
-            let slots = cap.map_or(g.threads as usize, |c| c.min(g.threads as usize)).max(1);
+            let slots = cap
+                .map_or(g.threads as usize, |c| c.min(g.threads as usize))
+                .max(1);
             let _ = js.set_slots(slots);
         }
         js.withhold();
@@ -295,7 +343,9 @@ fn follow(cell: Cell, mut js: Jobserver, cap: Option<usize>, pid: u32, done: Arc
             last_check = std::time::Instant::now();
             let n = js.check_leaks(&os, pid);
             if n > 0 {
-                warn(format!("{n} jobserver token(s) were lost with a client that died; restored"));
+                warn(format!(
+                    "{n} jobserver token(s) were lost with a client that died; restored"
+                ));
             }
         }
     }
@@ -310,7 +360,10 @@ fn signal_setup() -> Option<signal_hook::iterator::Signals> {
 /// SIGQUIT reach the program from the terminal directly (same process
 /// group), so they are only kept from killing `allot run`. Dropping the
 /// handle stops forwarding.
-fn forward_signals(mut signals: signal_hook::iterator::Signals, pid: u32) -> signal_hook::iterator::Handle {
+fn forward_signals(
+    mut signals: signal_hook::iterator::Signals,
+    pid: u32,
+) -> signal_hook::iterator::Handle {
     use signal_hook::consts::*;
     let handle = signals.handle();
     std::thread::spawn(move || {
@@ -318,7 +371,10 @@ fn forward_signals(mut signals: signal_hook::iterator::Signals, pid: u32) -> sig
             if sig == SIGINT || sig == SIGQUIT {
                 continue;
             }
-            if let (Some(p), Some(s)) = (rustix::process::Pid::from_raw(pid as i32), rustix::process::Signal::from_named_raw(sig)) {
+            if let (Some(p), Some(s)) = (
+                rustix::process::Pid::from_raw(pid as i32),
+                rustix::process::Signal::from_named_raw(sig),
+            ) {
                 let _ = rustix::process::kill_process(p, s);
             }
         }

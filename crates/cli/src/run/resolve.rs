@@ -51,7 +51,11 @@ pub fn resolve(cmd: &OsStr, path: Option<&OsStr>) -> Result<PathBuf, Unrunnable>
     let default = OsStr::new("/usr/local/bin:/usr/bin:/bin");
     let mut denied = None;
     for dir in std::env::split_paths(path.unwrap_or(default)) {
-        let dir = if dir.as_os_str().is_empty() { PathBuf::from(".") } else { dir };
+        let dir = if dir.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            dir
+        };
         let p = dir.join(cmd);
         if executable(&p) {
             return Ok(p);
@@ -69,10 +73,22 @@ mod tests {
 
     #[test]
     fn finds_sh_and_reports_missing() {
-        let p = resolve(OsStr::new("sh"), Some(OsStr::new("/nonexistent:/bin:/usr/bin"))).unwrap();
+        let p = resolve(
+            OsStr::new("sh"),
+            Some(OsStr::new("/nonexistent:/bin:/usr/bin")),
+        )
+        .unwrap();
         assert!(p.ends_with("sh"));
-        assert_eq!(resolve(OsStr::new("no-such-cmd-xyz"), None), Err(Unrunnable::NotFound));
-        assert_eq!(resolve(OsStr::new("/no/such"), None).unwrap_err().exit_code(), 127);
+        assert_eq!(
+            resolve(OsStr::new("no-such-cmd-xyz"), None),
+            Err(Unrunnable::NotFound)
+        );
+        assert_eq!(
+            resolve(OsStr::new("/no/such"), None)
+                .unwrap_err()
+                .exit_code(),
+            127
+        );
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("plain");
         std::fs::write(&f, "x").unwrap();

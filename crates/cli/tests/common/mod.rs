@@ -59,10 +59,10 @@ pub fn thread_masks(pid: u32) -> Vec<String> {
     let mut out = Vec::new();
     if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) {
         for e in rd.flatten() {
-            if let Ok(s) = std::fs::read_to_string(e.path().join("status")) {
-                if let Some(l) = s.lines().find(|l| l.starts_with("Cpus_allowed_list:")) {
-                    out.push(l.split_whitespace().nth(1).unwrap_or("").to_string());
-                }
+            if let Ok(s) = std::fs::read_to_string(e.path().join("status"))
+                && let Some(l) = s.lines().find(|l| l.starts_with("Cpus_allowed_list:"))
+            {
+                out.push(l.split_whitespace().nth(1).unwrap_or("").to_string());
             }
         }
     }

@@ -1,0 +1,134 @@
+//! The experiment's own broker.
+//!
+//! Benchmarks and the demo never use a broker someone else started: they
+//! start one on a private socket with a private cgroup name, and stop it
+//! when done, on every path out (drop, error, Ctrl-C — `Drop` runs while
+//! unwinding, and the CLI stops the experiment on SIGINT before exiting).
+//! A broker stopped with no cell removes the cgroups it made; the guard
+//! checks that, and removes leftovers of its own cgroup name if a job was
+//! still being torn down.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running private broker.
+#[derive(Debug)]
+pub struct PrivateBroker {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    socket: PathBuf,
+    cgroup: String,
+    backend: String,
+}
+
+impl PrivateBroker {
+    /// Starts `allot daemon` with `backend` on a private socket.
+    pub fn start(allot: &Path, backend: &str) -> Result<PrivateBroker, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("allot-bench-")
+            .tempdir()
+            .map_err(|e| e.to_string())?;
+        let socket = dir.path().join("allot.sock");
+        let cgroup = format!("allot-bench-{}", std::process::id());
+        let log =
+            std::fs::File::create(dir.path().join("broker.log")).map_err(|e| e.to_string())?;
+        let child = Command::new(allot)
+            .args(["daemon", "--socket"])
+            .arg(&socket)
+            .args(["--backend", backend, "--cgroup-name", &cgroup])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("cannot start the broker: {e}"))?;
+        let mut b = PrivateBroker {
+            child: Some(child),
+            dir,
+            socket,
+            cgroup,
+            backend: backend.to_string(),
+        };
+        let t = Instant::now();
+        while !allot_client::broker_alive(&b.socket) {
+            if let Some(Ok(Some(st))) = b.child.as_mut().map(|c| c.try_wait()) {
+                return Err(format!("the broker exited ({st}): {}", b.log()));
+            }
+            if t.elapsed() > Duration::from_secs(10) {
+                return Err(format!("the broker did not come up: {}", b.log()));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(b)
+    }
+
+    /// Its socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// The backend it enforces with (as reported by the broker).
+    pub fn backend(&self) -> String {
+        allot_client::Client::connect(&self.socket)
+            .and_then(|mut c| c.hello("bench"))
+            .map(|w| w.backend)
+            .unwrap_or_else(|_| self.backend.clone())
+    }
+
+    /// The broker's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("broker.log")).unwrap_or_default()
+    }
+
+    /// Waits until the broker has no cell (jobs' cells are released).
+    pub fn wait_idle(&self, timeout: Duration) -> bool {
+        let t = Instant::now();
+        while t.elapsed() < timeout {
+            let idle = allot_client::Client::connect(&self.socket)
+                .and_then(|mut c| c.status())
+                .ok()
+                .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+                .is_some_and(|v| v["cells"].as_array().is_some_and(|c| c.is_empty()));
+            if idle {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// Stops the broker; returns whether everything it made is gone.
+    pub fn stop(&mut self) -> bool {
+        let Some(mut c) = self.child.take() else {
+            return true;
+        };
+        if let Some(p) = rustix::process::Pid::from_raw(c.id() as i32) {
+            let _ = rustix::process::kill_process(p, rustix::process::Signal::TERM);
+        }
+        let _ = c.wait();
+        self.remove_leftovers()
+    }
+
+    fn remove_leftovers(&self) -> bool {
+        let mut clean = true;
+        for h in ["cpuset", "cpu", "cpuacct"] {
+            let d = Path::new("/sys/fs/cgroup").join(h).join(&self.cgroup);
+            if d.exists() {
+                clean = false;
+                if let Ok(rd) = std::fs::read_dir(&d) {
+                    for e in rd.flatten().filter(|e| e.path().is_dir()) {
+                        let _ = std::fs::remove_dir(e.path());
+                    }
+                }
+                let _ = std::fs::remove_dir(&d);
+            }
+        }
+        clean
+    }
+}
+
+impl Drop for PrivateBroker {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

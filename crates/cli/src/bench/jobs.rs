@@ -1,0 +1,250 @@
+//! What a job is and how each mode runs it.
+//!
+//! A job is either one of allot's workloads (a kernel at a scale) or an
+//! external command line. Modes:
+//!
+//! | mode | how the job runs |
+//! |------|------------------|
+//! | `plain` | the OpenMP binary (or the command) as is: libgomp defaults, every job sized to the whole machine, all jobs at once |
+//! | `seq` | the same, one job after the other |
+//! | `run` | `allot run -- <same>`: unmodified binary in a cell, OpenMP shim on (`OMP_NUM_THREADS` = cell maximum, teams capped to the grant) |
+//! | `run-grant` | `allot run --omp-threads grant --no-shim`: thread variables set to the grant at launch, no shim (for the ARS "dynamic parallelism" comparison) |
+//! | `runtime` | the workload's allot-runtime variant (`allot workload --variant allot`), registering its own cell; external commands fall back to `run` |
+//!
+//! Every setting of the baselines is written down here and in the report:
+//! `plain` and `seq` set no `OMP_*` variable, so libgomp uses one thread per
+//! online CPU and its default wait policy.
+
+use allot_workloads::Kernel;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::Command;
+use std::str::FromStr;
+
+/// One job of a mix.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Work {
+    /// An allot workload.
+    Kernel {
+        /// Which.
+        kernel: Kernel,
+        /// Work scale (1.0 ≈ 2–4 s alone on 2 CPUs).
+        scale: f64,
+    },
+    /// A user's command, run through `sh -c`.
+    Command {
+        /// Label in reports.
+        label: String,
+        /// The command line.
+        line: String,
+    },
+}
+
+impl Work {
+    /// Short label for tables.
+    pub fn label(&self) -> String {
+        match self {
+            Work::Kernel { kernel, .. } => kernel.to_string(),
+            Work::Command { label, .. } => label.clone(),
+        }
+    }
+
+    /// Parses `kernel`, `kernel@scale`, or `cmd:LABEL=COMMAND LINE` /
+    /// `cmd:COMMAND LINE`.
+    pub fn parse(s: &str, default_scale: f64) -> Result<Work, String> {
+        if let Some(rest) = s.strip_prefix("cmd:") {
+            let (label, line) = match rest.split_once('=') {
+                Some((l, c)) if !l.contains(' ') && !l.is_empty() => (l.to_string(), c.to_string()),
+                _ => (
+                    rest.split_whitespace().next().unwrap_or("cmd").to_string(),
+                    rest.to_string(),
+                ),
+            };
+            if line.trim().is_empty() {
+                return Err(format!("{s:?}: empty command"));
+            }
+            return Ok(Work::Command { label, line });
+        }
+        let (name, scale) = match s.split_once('@') {
+            Some((n, sc)) => (
+                n,
+                sc.parse::<f64>()
+                    .map_err(|_| format!("{s:?}: bad scale {sc:?}"))?,
+            ),
+            None => (s, default_scale),
+        };
+        if !(scale > 0.0 && scale < 1000.0) {
+            return Err(format!("{s:?}: scale must be positive"));
+        }
+        let kernel = Kernel::from_str(name).map_err(|e| format!("{s:?}: {e}"))?;
+        Ok(Work::Kernel { kernel, scale })
+    }
+}
+
+/// How a mix is run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Mode {
+    /// Everything at once, defaults.
+    Plain,
+    /// One after the other, defaults.
+    Seq,
+    /// Under `allot run` with the shim.
+    Run,
+    /// Under `allot run`, variables = grant, no shim.
+    RunGrant,
+    /// allot's runtime variant.
+    Runtime,
+}
+
+impl Mode {
+    /// Every mode, in report order.
+    pub const ALL: [Mode; 5] = [
+        Mode::Plain,
+        Mode::Seq,
+        Mode::Run,
+        Mode::RunGrant,
+        Mode::Runtime,
+    ];
+
+    /// Name used on the command line and in CSV.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Plain => "plain",
+            Mode::Seq => "seq",
+            Mode::Run => "run",
+            Mode::RunGrant => "run-grant",
+            Mode::Runtime => "runtime",
+        }
+    }
+
+    /// Human description for tables.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Mode::Plain => "all at once, runtime defaults",
+            Mode::Seq => "one after the other",
+            Mode::Run => "all at once under allot run",
+            Mode::RunGrant => "allot run, thread vars = grant, no shim",
+            Mode::Runtime => "all at once, linked with allot's runtime",
+        }
+    }
+
+    /// Whether the mode needs the broker.
+    pub fn uses_broker(self) -> bool {
+        matches!(self, Mode::Run | Mode::RunGrant | Mode::Runtime)
+    }
+}
+
+impl FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Mode, String> {
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| {
+                format!("unknown mode {s:?}: expected plain, seq, run, run-grant or runtime")
+            })
+    }
+}
+
+/// Paths the commands need.
+#[derive(Debug, Clone)]
+pub struct Tools {
+    /// The `allot` binary.
+    pub allot: PathBuf,
+    /// The installed OpenMP workload binary.
+    pub omp: PathBuf,
+    /// The experiment's broker socket.
+    pub socket: PathBuf,
+}
+
+/// The command for `work` in `mode`.
+pub fn command(work: &Work, mode: Mode, tools: &Tools) -> Command {
+    let base: Vec<OsString> = match work {
+        Work::Kernel { kernel, scale } => vec![
+            tools.omp.clone().into(),
+            kernel.to_string().into(),
+            format!("{scale}").into(),
+        ],
+        Work::Command { line, .. } => vec!["sh".into(), "-c".into(), line.into()],
+    };
+    let allot_run = |extra: &[&str]| {
+        let mut c = Command::new(&tools.allot);
+        c.arg("run")
+            .args(extra)
+            .arg("--name")
+            .arg(work.label())
+            .arg("--")
+            .args(&base);
+        c
+    };
+    let mut c = match (mode, work) {
+        (Mode::Plain | Mode::Seq, _) => {
+            let mut c = Command::new(&base[0]);
+            c.args(&base[1..]);
+            c
+        }
+        (Mode::Run, _) | (Mode::Runtime, Work::Command { .. }) => allot_run(&[]),
+        (Mode::RunGrant, _) => allot_run(&["--omp-threads", "grant", "--no-shim"]),
+        (Mode::Runtime, Work::Kernel { kernel, scale }) => {
+            let mut c = Command::new(&tools.allot);
+            c.args(["workload", "--variant", "allot", "--scale"])
+                .arg(format!("{scale}"))
+                .arg(kernel.to_string());
+            c
+        }
+    };
+    // Baselines run with the runtime defaults: nothing allot sets leaks in.
+    for v in crate::run::env::THREAD_VARS {
+        c.env_remove(v);
+    }
+    c.env_remove("ALLOT_CELL")
+        .env_remove("ALLOT_GRANT_FD")
+        .env_remove("LD_PRELOAD");
+    if mode.uses_broker() {
+        c.env("ALLOT_SOCKET", &tools.socket);
+    }
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_work() {
+        assert_eq!(
+            Work::parse("stencil", 1.0),
+            Ok(Work::Kernel {
+                kernel: Kernel::Stencil,
+                scale: 1.0
+            })
+        );
+        assert_eq!(
+            Work::parse("pricing@0.5", 1.0),
+            Ok(Work::Kernel {
+                kernel: Kernel::Pricing,
+                scale: 0.5
+            })
+        );
+        assert_eq!(
+            Work::parse("cmd:xz=xz -T0 -c f > /dev/null", 1.0),
+            Ok(Work::Command {
+                label: "xz".into(),
+                line: "xz -T0 -c f > /dev/null".into()
+            })
+        );
+        assert_eq!(
+            Work::parse("cmd:sleep 1", 1.0),
+            Ok(Work::Command {
+                label: "sleep".into(),
+                line: "sleep 1".into()
+            })
+        );
+        assert!(Work::parse("nosuch", 1.0).is_err());
+        assert!(Work::parse("stencil@-1", 1.0).is_err());
+        assert!(Work::parse("cmd:", 1.0).is_err());
+        for m in Mode::ALL {
+            assert_eq!(m.name().parse::<Mode>(), Ok(m));
+        }
+    }
+}

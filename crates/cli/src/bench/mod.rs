@@ -1,0 +1,161 @@
+//! `allot bench`: experiments that check allot's claims on your machine.
+//!
+//! - `allot bench mix`: random mixes of concurrent jobs at rising
+//!   co-tenancy, plain co-run vs one after the other vs `allot run` vs
+//!   allot's runtime (see `mix.rs`).
+//!
+//! Results go to `--out` (default `bench-out/mix-<unix time>`): `runs.csv`
+//! (every run), `mixes.csv` (medians per mix and mode), `levels.csv`
+//! (mean / min / max speed-up per level), `alone.csv`, `machine.txt`, and
+//! `speedup.png`.
+
+pub mod broker;
+pub mod jobs;
+pub mod mix;
+mod report;
+pub mod runner;
+
+use jobs::{Mode, Work};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `allot bench` subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Bench {
+    /// Random mixes of concurrent parallel jobs, with and without allot.
+    Mix(MixArgs),
+}
+
+/// Arguments of `allot bench mix`.
+#[derive(Debug, clap::Args)]
+pub struct MixArgs {
+    /// Co-tenancy levels: jobs running at once (comma-separated).
+    #[arg(long, default_value = "2,4,8", value_name = "K[,K…]")]
+    jobs: String,
+    /// Random mixes per level.
+    #[arg(long, default_value_t = 5, value_name = "M")]
+    mixes: usize,
+    /// Seed for drawing mixes (same seed, same mixes).
+    #[arg(long, default_value_t = 1, value_name = "S")]
+    seed: u64,
+    /// Jobs to draw from: workload names (pricing, stencil, pipeline,
+    /// anneal, cluster), NAME@SCALE, or cmd:LABEL=SHELL COMMAND for your own
+    /// programs (comma-separated; commas cannot appear inside a command).
+    #[arg(long, value_name = "LIST")]
+    workloads: Option<String>,
+    /// An explicit mix instead of random ones (repeatable), same syntax as
+    /// --workloads.
+    #[arg(long = "mix", value_name = "LIST")]
+    explicit: Vec<String>,
+    /// Work scale of the workloads (1.0 ≈ 2–4 s alone on 2 CPUs).
+    #[arg(long, default_value_t = 1.0, value_name = "X")]
+    scale: f64,
+    /// Modes to run: plain, seq, run, run-grant, runtime (comma-separated).
+    #[arg(long, default_value = "plain,seq,run,runtime", value_name = "LIST")]
+    modes: String,
+    /// Runs per mix and mode (the median is reported).
+    #[arg(long, default_value_t = 3, value_name = "R")]
+    repeats: usize,
+    /// Stop a run after this many seconds (its jobs are killed).
+    #[arg(long, default_value_t = 900, value_name = "SECS")]
+    timeout: u64,
+    /// Enforcement backend of the experiment's private broker.
+    #[arg(long, default_value = "auto", value_name = "BACKEND")]
+    backend: String,
+    /// Output directory.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+fn parse_list<T>(s: &str, f: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(f)
+        .collect()
+}
+
+/// Runs `allot bench …`.
+pub fn run(b: Bench) -> i32 {
+    match b {
+        Bench::Mix(a) => match mix_cmd(a) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("allot: {e}");
+                1
+            }
+        },
+    }
+}
+
+fn mix_cmd(a: MixArgs) -> Result<i32, String> {
+    let levels = parse_list(&a.jobs, |s| {
+        s.parse::<usize>()
+            .map_err(|_| format!("--jobs: {s:?} is not a number"))
+    })?;
+    if levels.contains(&0) {
+        return Err("--jobs: levels must be at least 1".into());
+    }
+    let modes = parse_list(&a.modes, |s| s.parse::<Mode>())?;
+    if modes.is_empty() {
+        return Err("--modes: give at least one mode".into());
+    }
+    let pool = match &a.workloads {
+        Some(w) => parse_list(w, |s| Work::parse(s, a.scale))?,
+        None => allot_workloads::Kernel::ALL
+            .iter()
+            .map(|&kernel| Work::Kernel {
+                kernel,
+                scale: a.scale,
+            })
+            .collect(),
+    };
+    if pool.is_empty() {
+        return Err("--workloads: empty".into());
+    }
+    let mixes = if a.explicit.is_empty() {
+        mix::random_mixes(&levels, a.mixes, a.seed, &pool)
+    } else {
+        a.explicit
+            .iter()
+            .map(|m| parse_list(m, |s| Work::parse(s, a.scale)).map(|v| (v.len(), v)))
+            .collect::<Result<_, _>>()?
+    };
+    let out = a.out.unwrap_or_else(|| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        PathBuf::from(format!("bench-out/mix-{t}"))
+    });
+    let plan = mix::Plan {
+        mixes,
+        modes,
+        repeats: a.repeats.max(1),
+        limit: Duration::from_secs(a.timeout),
+        backend: a.backend,
+        out,
+    };
+    let allot =
+        std::env::current_exe().map_err(|e| format!("cannot find the allot binary: {e}"))?;
+    let omp = allot_workloads::install_omp_binary(&plan.out.join("bin"))
+        .map_err(|e| format!("cannot install the OpenMP workloads: {e}"))?;
+    eprintln!(
+        "{} mixes × {} modes × {} repeats; results in {}",
+        plan.mixes.len(),
+        plan.modes.len(),
+        plan.repeats,
+        plan.out.display()
+    );
+    let outcome = mix::run(&plan, (&allot, &omp))?;
+    report::write(&plan, &outcome).map_err(|e| format!("cannot write the report: {e}"))?;
+    print!("{}", report::table(&plan, &outcome));
+    if !outcome.failures.is_empty() {
+        eprintln!("\n{} run(s) failed:", outcome.failures.len());
+        for f in &outcome.failures {
+            eprintln!("  {f}");
+        }
+        return Ok(1);
+    }
+    Ok(0)
+}
