@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
-# The project's checks: formatting, lints, every test. Run from anywhere.
-# Live tests confine, signal and move only processes they start, and remove
-# every cgroup they create.
+# The project's checks: packages, formatting, lints, every test. Run from
+# anywhere. Live tests confine, signal and move only processes they start,
+# and remove every cgroup they create.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
+
+step "packages"
+bash scripts/deps.sh
+
+if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+  export PATH="$HOME/.cargo/bin:$PATH"
+fi
+command -v cargo >/dev/null 2>&1 || { echo "error: no Rust toolchain (cargo); install Rust 1.95 with rustup" >&2; exit 1; }
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
@@ -15,5 +23,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 step "cargo test"
 cargo test --workspace
+
+step "loom models (runtime)"
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p allot-runtime --release --lib loom
 
 step "all checks passed"
