@@ -348,3 +348,47 @@ fn records_of_ended_threads_are_dropped() {
     assert_eq!(rt.thread_records(), 0);
     let _all = rt.enter(vec![Request::device("cpu", 1, 1.0)]).unwrap();
 }
+
+/// Threads waiting at the top level hold nothing, so one starting to wait
+/// must not wake the others: each would run its policy again, fail, and
+/// wake the rest in turn, keeping every waiter busy. While the CPUs are
+/// held, each waiter's policy runs a bounded number of times (once on
+/// entry, once per real wake-up), not continuously.
+#[test]
+fn waiters_holding_nothing_do_not_wake_each_other() {
+    let rt = Runtime::new(allot_topo::Machine::uniform(2), false).into_static();
+    let holder = rt
+        .enter(vec![Request::policy(policy::min_cores(1))])
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let runs = runs.clone();
+            std::thread::spawn(move || {
+                let fair = policy::fair_cores();
+                let counted = policy::from_fn("counted_fair_cores", move |v| {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    fair.run(v)
+                });
+                let s = rt.enter(vec![Request::policy(counted)]).unwrap();
+                assert!(s.outcome().ncores >= 1);
+            })
+        })
+        .collect();
+    while rt.waiting() < 3 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let while_held = runs.load(Ordering::SeqCst);
+    drop(holder);
+    for w in waiters {
+        w.join().unwrap();
+    }
+    // Arrivals may wake earlier waiters before all three wait (each wait
+    // of a thread that held something does): a few runs each, not the
+    // many thousands a storm makes in 200 ms.
+    assert!(
+        while_held <= 3 * 4,
+        "{while_held} policy runs while the CPUs were held"
+    );
+}

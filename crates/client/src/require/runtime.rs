@@ -674,10 +674,18 @@ impl Runtime {
             *st.waiting.entry(*d).or_default() += 1;
         }
         st.total_waiting += 1;
+        // Giving back what the thread holds may let a sleeper proceed, so
+        // it wakes them. A thread that holds nothing changes nothing for
+        // the others by starting to wait: waking them then made every
+        // waiter that failed again wake all the others in turn, a storm
+        // that kept waiting threads busy on the CPUs the running ones need.
+        let gives_back = st.trees.holds_any(tid);
         st.trees.block(tid);
-        st.epoch += 1;
-        if st.sleepers > 0 {
-            self.cond.notify_all();
+        if gives_back {
+            st.epoch += 1;
+            if st.sleepers > 0 {
+                self.cond.notify_all();
+            }
         }
         self.watch_ledger(&mut st);
         let seen = st.epoch;
