@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Regenerates the measurements behind docs/results.md: the co-tenancy
-# experiment (`allot bench mix` at 1, 2, 4 and 8 concurrent jobs) and the
-# `allot run` comparison on fixed mixes (fine- and coarse-grained OpenMP
-# programs, multithreaded compressors). Writes CSV files, PNG plots and the
-# machine description to docs/results/ (or the directory given), and prints
-# the tables. Takes about 30-40 minutes on a 2-CPU machine; run it on an
-# otherwise idle machine.
+# experiment (`allot bench mix` at 1, 2, 4 and 8 concurrent jobs), each
+# workload alone, and the `allot run` comparison on fixed mixes (fine- and
+# coarse-grained OpenMP programs, multithreaded compressors). Writes CSV
+# files, PNG plots and the machine description to docs/results/ (or the
+# directory given), and prints the tables. Takes about 45 minutes on a
+# 2-CPU machine; run it on an otherwise idle machine.
 #
 #   bash scripts/experiments.sh [OUT_DIR] [--quick]
 set -euo pipefail
@@ -50,6 +50,10 @@ echo "== co-tenancy: random mixes at 1, 2, 4, 8 concurrent jobs"
 "$allot" bench mix --jobs 1,2,4,8 --mixes "$mixes" --repeats "$repeats" --scale "$scale" \
   --modes plain,seq,run,runtime --seed 1 --out "$work/mix"
 
+echo "== one job alone: every workload, plain against allot run and allot's runtime"
+"$allot" bench mix --repeats "$repeats" --scale "$scale" --modes plain,run,runtime \
+  --mix pricing --mix stencil --mix pipeline --mix anneal --mix cluster --out "$work/alone"
+
 echo "== allot run: fixed mixes"
 xz="cmd:xz=xz -T0 -6 -c $work/input > /dev/null"
 zstd="cmd:zstd=zstd -T0 -15 -c $work/input > /dev/null"
@@ -58,7 +62,7 @@ zstd="cmd:zstd=zstd -T0 -15 -c $work/input > /dev/null"
   --mix pricing,pricing --mix pricing,pricing,pricing,pricing \
   --mix "$xz,$zstd" --out "$work/run"
 
-for d in mix run; do
+for d in mix alone run; do
   mkdir -p "$out/$d"
   cp "$work/$d"/*.csv "$work/$d"/*.png "$work/$d"/machine.txt "$out/$d/"
 done

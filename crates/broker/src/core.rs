@@ -286,6 +286,7 @@ impl Core {
                         entitled: g.entitled,
                         threads: g.threads,
                         stacked: g.stacked,
+                        home: g.home,
                         share: g.share,
                     },
                 );
@@ -333,6 +334,7 @@ impl Core {
             instance: self.instance,
             threads: g.threads,
             flags: if g.stacked { FLAG_STACKED } else { 0 },
+            home: g.home,
             entitled: g.entitled.len() as u32,
             share_milli: (g.share * 1000.0).round() as u32,
             cpus: g.cpus,
@@ -437,6 +439,7 @@ impl Core {
                     entitled: g.entitled,
                     threads: g.threads,
                     stacked: g.stacked,
+                    home: g.home,
                     share: g.share,
                     demand: c.est.demand(),
                 },
@@ -1091,6 +1094,7 @@ impl Core {
             flags: FLAG_RELEASED,
             entitled: 0,
             share_milli: 0,
+            home: 0,
             cpus: *self.machine.usable(),
             lent: Default::default(),
         };

@@ -47,6 +47,9 @@ pub struct GrantRec {
     pub threads: u32,
     /// Stacked.
     pub stacked: bool,
+    /// Position in the stacked pool (absent in older journals).
+    #[serde(default)]
+    pub home: u32,
     /// Share.
     pub share: f64,
     /// Demand estimate at the time.
@@ -330,6 +333,7 @@ mod tests {
             entitled: CpuSet::first_n(2),
             threads: 2,
             stacked: false,
+            home: 0,
             share: 2.0,
             demand: Some(1),
         }

@@ -7,8 +7,12 @@
 //!   the broker for the root's shortfall and each exit gives it back.
 //!
 //! Run: `cargo bench -p allot-client --bench require`. The broker rows need
-//! `ALLOT_BENCH_SOCKET` pointing at a running broker (the cli bench
-//! `cargo bench -p allot-cli --bench require` starts one and sets it).
+//! `ALLOT_BENCH_SOCKET` pointing at a running broker, for example
+//!
+//! ```text
+//! allot daemon --socket /tmp/bench.sock --backend affinity --idle-exit 5 &
+//! ALLOT_BENCH_SOCKET=/tmp/bench.sock cargo bench -p allot-client --bench require
+//! ```
 
 use allot_client::require::{Request, Runtime};
 use std::sync::OnceLock;

@@ -4,7 +4,11 @@
 //! now (measured by the broker, or reported by the cell's runtime). A
 //! non-exclusive cell that cannot use all of its entitlement keeps only what
 //! it uses (at least one CPU) and the rest is lent to cells that can use
-//! more, together with CPUs nobody is entitled to. Lent CPUs are marked in the
+//! more, together with CPUs nobody is entitled to. What no other cell
+//! claims stays with its owner: a cell shrunk to its measured use could
+//! never show that it can use more (a runtime sized to one CPU reports one
+//! CPU's worth of demand), so shrinking it for nobody would only ratchet it
+//! down. Lent CPUs are marked in the
 //! borrower's grant and are taken back in the next plan after their owner's
 //! demand rises, which is one monitor tick.
 //!
@@ -111,10 +115,23 @@ pub fn lend(
             });
         }
     }
+    let mut left = spare;
     for (k, got) in waterfill_int(spare, &claims).into_iter().enumerate() {
+        left -= got;
         match who[k] {
             usize::MAX => out.pool_borrow = got,
             i => out.cells[i].borrow = got,
+        }
+    }
+    // Unclaimed CPUs go back to the owners that gave them up.
+    for (u, e) in out.cells.iter_mut().zip(&ent.cells) {
+        if left == 0 {
+            break;
+        }
+        if !e.stacked && u.own < e.cpus {
+            let back = (e.cpus - u.own).min(left);
+            u.own += back;
+            left -= back;
         }
     }
     out
@@ -149,6 +166,27 @@ mod tests {
         let l = lend(4, &specs, &[Some(1), None], &ent(&[2, 2]), true);
         assert_eq!(l.cells[0], Use { own: 1, borrow: 0 });
         assert_eq!(l.cells[1], Use { own: 2, borrow: 1 });
+    }
+
+    #[test]
+    fn nothing_is_taken_for_nobody() {
+        // Alone, a cell using one of its two CPUs keeps both: a runtime
+        // shrunk to one CPU could never report more.
+        let specs = [CellSpec::default()];
+        let l = lend(2, &specs, &[Some(1)], &ent(&[2]), true);
+        assert_eq!(l.cells[0], Use { own: 2, borrow: 0 });
+        // Its neighbour can use one more CPU, not two: the owner lends one
+        // of its three spare CPUs and keeps the other two.
+        let specs = [
+            CellSpec::default(),
+            CellSpec {
+                max: 3,
+                ..Default::default()
+            },
+        ];
+        let l = lend(6, &specs, &[Some(1), None], &ent(&[4, 2]), true);
+        assert_eq!(l.cells[1], Use { own: 2, borrow: 1 });
+        assert_eq!(l.cells[0], Use { own: 3, borrow: 0 });
     }
 
     #[test]

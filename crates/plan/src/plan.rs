@@ -34,6 +34,11 @@ pub struct Grant {
     pub threads: u32,
     /// The cell shares the stacked pool with other cells.
     pub stacked: bool,
+    /// For a stacked cell, where its threads start among the pool's CPUs:
+    /// the threads of the stacked cells before it, so that cells pinning
+    /// `threads` workers from this position on (wrapping around) spread
+    /// over the pool instead of all taking its first CPUs. 0 otherwise.
+    pub home: u32,
     /// Real-valued fair share, in CPUs.
     pub share: f64,
 }

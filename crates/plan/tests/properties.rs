@@ -268,6 +268,14 @@ fn stacked_cells_share_a_pool_and_run_one_thread_each() {
         assert_eq!(g.cpus.to_string(), "0-1");
         assert_eq!(g.threads, 1);
     }
+    // Their homes tile the pool: two cells start on each CPU, so runtimes
+    // that pin one worker from their home on do not all take CPU 0.
+    let homes: Vec<u32> = p.cells.values().map(|g| g.home).collect();
+    assert_eq!(homes, [0, 1, 0, 1]);
+    // One cell leaves: the others keep tiling.
+    let p3 = planner.plan(&cells[1..], &p);
+    let homes: Vec<u32> = p3.cells.values().map(|g| g.home).collect();
+    assert_eq!(homes, [0, 1, 0]);
 }
 
 #[test]

@@ -18,7 +18,9 @@
 //!     56    4 entitled    CPUs the cell is entitled to
 //!     60    4 ncpus       CPUs in `cpus`
 //!     64    4 share_milli fair share in thousandths of a CPU
-//!     68   60 reserved    zero
+//!     68    4 home        stacked cells: first CPU (index into `cpus`)
+//!                         for pinned workers; 0 otherwise
+//!     72   56 reserved    zero
 //!    128  128 cpus        CPU bitmap (bit i of word w = CPU 64w+i)
 //!    256  128 lent        bitmap of the lent subset of `cpus`
 //!    384 3712 reserved    zero
@@ -81,7 +83,8 @@ pub struct GrantPage {
     entitled: AtomicU32,
     ncpus: AtomicU32,
     share_milli: AtomicU32,
-    _reserved: [AtomicU32; 15],
+    home: AtomicU32,
+    _reserved: [AtomicU32; 14],
     cpus: [AtomicU64; CPUSET_WORDS],
     lent: [AtomicU64; CPUSET_WORDS],
     _tail: [u8; PAGE_SIZE - 384],
@@ -91,6 +94,7 @@ const _: () = assert!(std::mem::size_of::<GrantPage>() == PAGE_SIZE);
 const _: () = assert!(std::mem::offset_of!(GrantPage, futex) == 12);
 const _: () = assert!(std::mem::offset_of!(GrantPage, seq) == 16);
 const _: () = assert!(std::mem::offset_of!(GrantPage, share_milli) == 64);
+const _: () = assert!(std::mem::offset_of!(GrantPage, home) == 68);
 const _: () = assert!(std::mem::offset_of!(GrantPage, cpus) == 128);
 const _: () = assert!(std::mem::offset_of!(GrantPage, lent) == 256);
 
@@ -111,6 +115,11 @@ pub struct Grant {
     pub entitled: u32,
     /// Fair share in thousandths of a CPU.
     pub share_milli: u32,
+    /// For a stacked cell, the index in `cpus` (in CPU order) where a
+    /// runtime that pins fewer workers than `cpus` holds should start, so
+    /// that the cells sharing the stacked pool spread over it; 0
+    /// otherwise. Older brokers leave it 0.
+    pub home: u32,
     /// CPUs the cell may run on.
     pub cpus: CpuSet,
     /// The lent part of `cpus`.
@@ -179,6 +188,7 @@ impl GrantPage {
         self.entitled.store(g.entitled, Ordering::Relaxed);
         self.ncpus.store(g.cpus.len() as u32, Ordering::Relaxed);
         self.share_milli.store(g.share_milli, Ordering::Relaxed);
+        self.home.store(g.home, Ordering::Relaxed);
         for i in 0..CPUSET_WORDS {
             self.cpus[i].store(g.cpus.words()[i], Ordering::Relaxed);
             self.lent[i].store(g.lent.words()[i], Ordering::Relaxed);
@@ -223,6 +233,7 @@ impl GrantPage {
             flags: self.flags.load(Ordering::Relaxed),
             entitled: self.entitled.load(Ordering::Relaxed),
             share_milli: self.share_milli.load(Ordering::Relaxed),
+            home: self.home.load(Ordering::Relaxed),
             cpus: CpuSet::from_words(cpus),
             lent: CpuSet::from_words(lent),
         };

@@ -191,6 +191,7 @@ mod tests {
             flags: 0,
             entitled: 2,
             share_milli: 2000,
+            home: 1,
             cpus: CpuSet::parse_list("0-1").unwrap(),
             lent: CpuSet::parse_list("1").unwrap(),
         };

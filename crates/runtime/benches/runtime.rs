@@ -9,7 +9,8 @@
 //!
 //! Run: `cargo bench -p allot-runtime --bench runtime`. Both pools get the
 //! same number of threads (the CPUs this process may use), so the
-//! comparison is like for like. Results and ratios: `BENCHMARKS.md`.
+//! comparison is like for like. Results and ratios:
+//! `crates/runtime/BENCHMARKS.md`.
 
 // The pool does not exist in loom builds (`--cfg loom`, for the models):
 // there every item is left out and `main` does nothing.

@@ -13,7 +13,10 @@
 //! 1. picks the CPUs to use ([`wanted_cpus`]): all granted CPUs (lent ones
 //!    included: they are ours until revoked, and a revocation is handled
 //!    like any other change), capped by the grant's `threads` and by the
-//!    pool's slot count, owned CPUs before lent ones;
+//!    pool's slot count, owned CPUs before lent ones; a stacked cell
+//!    (one sharing the stacked pool with others) starts at the grant's
+//!    `home` position, so that the cells sharing the pool pin their
+//!    workers to different CPUs instead of all to the pool's first;
 //! 2. maps CPUs to worker slots with the pure function [`assign`], which
 //!    moves as few workers as possible;
 //! 3. stores each changed slot's `target` and wakes that worker (or starts
@@ -59,9 +62,24 @@ pub fn wanted_cpus(g: &Grant, slots: usize) -> CpuSet {
         n = n.min(g.threads as usize);
     }
     let owned = g.cpus.difference(&g.lent);
-    let mut out = owned.take_first(n);
+    let start = if g.stacked() { g.home as usize } else { 0 };
+    let mut out = take_from(&owned, start, n);
     let more = n - out.len();
     out = out.union(&g.lent.intersection(&g.cpus).take_first(more));
+    out
+}
+
+/// `n` CPUs of `set` (all of them if it has fewer) in CPU order, starting
+/// with its `start`-th (modulo its size) and wrapping around.
+fn take_from(set: &CpuSet, start: usize, n: usize) -> CpuSet {
+    let len = set.len();
+    if n >= len || start % len == 0 {
+        return set.take_first(n);
+    }
+    let mut out = CpuSet::new();
+    for cpu in set.iter().chain(set.iter()).skip(start % len).take(n) {
+        out.insert(cpu);
+    }
     out
 }
 
@@ -402,6 +420,33 @@ mod tests {
         };
         assert_eq!(wanted_cpus(&g, 8), set(&[0, 1]));
         assert_eq!(wanted_cpus(&g, 1), set(&[0]));
+    }
+
+    /// Four stacked cells of one thread each on a two-CPU pool pin their
+    /// workers two per CPU; a cell with two threads wraps around.
+    #[test]
+    fn stacked_cells_spread_from_their_home() {
+        let stacked = |home, threads| Grant {
+            cpus: set(&[4, 5]),
+            threads,
+            flags: allot_client::FLAG_STACKED,
+            home,
+            ..Grant::default()
+        };
+        let picks: Vec<CpuSet> = (0..4).map(|h| wanted_cpus(&stacked(h % 2, 1), 8)).collect();
+        assert_eq!(picks, [set(&[4]), set(&[5]), set(&[4]), set(&[5])]);
+        assert_eq!(wanted_cpus(&stacked(1, 2), 8), set(&[4, 5]));
+        let three = Grant {
+            cpus: set(&[0, 1, 2]),
+            ..stacked(2, 2)
+        };
+        assert_eq!(wanted_cpus(&three, 8), set(&[2, 0]));
+        // A cell that is not stacked ignores `home`.
+        let own = Grant {
+            flags: 0,
+            ..stacked(1, 1)
+        };
+        assert_eq!(wanted_cpus(&own, 8), set(&[4]));
     }
 
     proptest! {

@@ -3,11 +3,16 @@
 //! Benchmarks and the demo never use a broker someone else started: they
 //! start one on a private socket with a private cgroup name, and stop it
 //! when done, on every path out (drop, error, Ctrl-C — `Drop` runs while
-//! unwinding, and the CLI stops the experiment on SIGINT before exiting).
+//! unwinding, and the CLI stops the experiment on SIGINT before exiting;
+//! see `interrupt`). The broker runs in its own process group, so that a
+//! terminal's Ctrl-C does not stop it before the jobs it confines, and
+//! with a parent-death signal, so that it stops even if the experiment is
+//! killed outright.
 //! A broker stopped with no cell removes the cgroups it made; the guard
 //! checks that, and removes leftovers of its own cgroup name if a job was
 //! still being torn down.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -33,13 +38,25 @@ impl PrivateBroker {
         let cgroup = format!("allot-bench-{}", std::process::id());
         let log =
             std::fs::File::create(dir.path().join("broker.log")).map_err(|e| e.to_string())?;
-        let child = Command::new(allot)
-            .args(["daemon", "--socket"])
+        let mut cmd = Command::new(allot);
+        cmd.args(["daemon", "--socket"])
             .arg(&socket)
             .args(["--backend", backend, "--cgroup-name", &cgroup])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
+            .process_group(0);
+        // SAFETY: the closure runs in the child between fork and exec and
+        // makes one async-signal-safe system call (prctl).
+        unsafe {
+            cmd.pre_exec(|| {
+                rustix::process::set_parent_process_death_signal(Some(
+                    rustix::process::Signal::TERM,
+                ))?;
+                Ok(())
+            });
+        }
+        let child = cmd
             .spawn()
             .map_err(|e| format!("cannot start the broker: {e}"))?;
         let mut b = PrivateBroker {

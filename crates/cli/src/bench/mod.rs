@@ -10,6 +10,7 @@
 //! `speedup.png`.
 
 pub mod broker;
+pub mod interrupt;
 pub mod jobs;
 pub mod mix;
 mod report;
@@ -82,13 +83,14 @@ pub fn run(b: Bench) -> i32 {
             Ok(code) => code,
             Err(e) => {
                 eprintln!("allot: {e}");
-                1
+                if interrupt::requested() { 130 } else { 1 }
             }
         },
     }
 }
 
 fn mix_cmd(a: MixArgs) -> Result<i32, String> {
+    interrupt::install();
     let levels = parse_list(&a.jobs, |s| {
         s.parse::<usize>()
             .map_err(|_| format!("--jobs: {s:?} is not a number"))

@@ -6,8 +6,10 @@
 //! it). A run past its time limit is stopped: the harness kills the
 //! processes it started (each job runs in its own process group, so
 //! `allot run`'s program and a shell's children go too) and marks the jobs
-//! as timed out.
+//! as timed out. A stopping signal (see `interrupt`) kills them the same
+//! way and makes the run return an `Interrupted` error.
 
+use super::interrupt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -41,6 +43,15 @@ fn spawn(mut c: Command) -> std::io::Result<std::process::Child> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    // SAFETY: the closure runs in the child between fork and exec and
+    // makes one async-signal-safe system call (prctl).
+    unsafe {
+        c.pre_exec(|| {
+            // If the harness itself is killed, so is the job it started.
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+            Ok(())
+        });
+    }
     c.spawn()
 }
 
@@ -52,6 +63,9 @@ fn kill_group(pid: u32) {
 
 /// Runs `cmds` concurrently, stopping them after `limit`.
 pub fn concurrent(cmds: Vec<Command>, limit: Duration) -> std::io::Result<RunResult> {
+    if interrupt::requested() {
+        return Err(interrupt::error());
+    }
     let t0 = Instant::now();
     let mut children = Vec::new();
     for c in cmds {
@@ -70,17 +84,18 @@ pub fn concurrent(cmds: Vec<Command>, limit: Duration) -> std::io::Result<RunRes
             (pid, started, waiter, deadline)
         })
         .collect();
-    // A watchdog kills whatever is still running at the deadline.
+    // A watchdog kills whatever is still running at the deadline, or at
+    // once on a stopping signal.
     let pids: Vec<u32> = handles.iter().map(|h| h.0).collect();
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let watchdog = {
         let done = done.clone();
         std::thread::spawn(move || {
-            while t0.elapsed() < limit {
+            while t0.elapsed() < limit && !interrupt::requested() {
                 if done.load(std::sync::atomic::Ordering::Acquire) {
                     return false;
                 }
-                std::thread::sleep(Duration::from_millis(50));
+                std::thread::sleep(Duration::from_millis(20));
             }
             for p in pids {
                 kill_group(p);
@@ -106,6 +121,9 @@ pub fn concurrent(cmds: Vec<Command>, limit: Duration) -> std::io::Result<RunRes
     }
     done.store(true, std::sync::atomic::Ordering::Release);
     let fired = watchdog.join().unwrap_or(false);
+    if interrupt::requested() {
+        return Err(interrupt::error());
+    }
     if fired {
         for j in &mut jobs {
             if j.code != Some(0) {

@@ -47,12 +47,17 @@ pub fn run(a: Args) -> i32 {
         Ok(c) => c,
         Err(e) => {
             eprintln!("allot demo: {e}");
-            1
+            if crate::bench::interrupt::requested() {
+                130
+            } else {
+                1
+            }
         }
     }
 }
 
 fn demo(a: Args) -> Result<i32, String> {
+    crate::bench::interrupt::install();
     let machine = allot_topo::discover_live().map_err(|e| e.to_string())?;
     let work: Vec<Work> = MIX
         .iter()

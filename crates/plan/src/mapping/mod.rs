@@ -215,17 +215,22 @@ pub fn map(topo: &Topo<'_>, reserve: u32, cells: &[MapCell], pool: PoolSize, pre
         .map(|c| c.weight.max(1) as u64)
         .sum();
     let mut out = BTreeMap::new();
+    let mut home = 0u32;
     for c in cells {
         let grant = if c.stacked {
             let portion = pool_all.len() as u64 * c.weight.max(1) as u64 / stacked_weight.max(1);
-            Grant {
+            let threads = portion.max(1) as u32;
+            let g = Grant {
                 cpus: pool_all,
                 lent: pool_lent,
                 entitled: CpuSet::new(),
-                threads: portion.max(1) as u32,
+                threads,
                 stacked: true,
+                home: home % pool_all.len().max(1) as u32,
                 share: c.share,
-            }
+            };
+            home = home.wrapping_add(threads);
+            g
         } else {
             let lent = borrowed.get(&c.id).copied().unwrap_or_default();
             let cpus = own[&c.id].union(&lent);
@@ -235,6 +240,7 @@ pub fn map(topo: &Topo<'_>, reserve: u32, cells: &[MapCell], pool: PoolSize, pre
                 entitled: ent[&c.id],
                 threads: cpus.len().max(1) as u32,
                 stacked: false,
+                home: 0,
                 share: c.share,
             }
         };
