@@ -73,7 +73,7 @@ pub fn wanted_cpus(g: &Grant, slots: usize) -> CpuSet {
 /// with its `start`-th (modulo its size) and wrapping around.
 fn take_from(set: &CpuSet, start: usize, n: usize) -> CpuSet {
     let len = set.len();
-    if n >= len || start % len == 0 {
+    if n >= len || start.is_multiple_of(len) {
         return set.take_first(n);
     }
     let mut out = CpuSet::new();
