@@ -8,9 +8,9 @@
 //! claims stays with its owner: a cell shrunk to its measured use could
 //! never show that it can use more (a runtime sized to one CPU reports one
 //! CPU's worth of demand), so shrinking it for nobody would only ratchet it
-//! down. Lent CPUs are marked in the
-//! borrower's grant and are taken back in the next plan after their owner's
-//! demand rises, which is one monitor tick.
+//! down. Lent CPUs are marked in the borrower's grant and are taken back in
+//! the next plan after their owner's demand rises, which is one monitor
+//! tick.
 //!
 //! Exclusive cells never lend (they asked for isolation), and the stacked
 //! pool borrows as one claimant on behalf of the stacked cells, so that a
