@@ -117,14 +117,14 @@ impl Mode {
         }
     }
 
-    /// Human description for tables.
-    pub fn describe(self) -> &'static str {
+    /// Short name for chart legends.
+    pub fn legend(self) -> &'static str {
         match self {
-            Mode::Plain => "all at once, runtime defaults",
+            Mode::Plain => "plain co-run",
             Mode::Seq => "one after the other",
-            Mode::Run => "all at once under allot run",
-            Mode::RunGrant => "allot run, thread vars = grant, no shim",
-            Mode::Runtime => "all at once, linked with allot's runtime",
+            Mode::Run => "allot run",
+            Mode::RunGrant => "allot run, no shim",
+            Mode::Runtime => "allot's runtime",
         }
     }
 

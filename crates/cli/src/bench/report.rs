@@ -168,7 +168,7 @@ fn plot(plan: &Plan, out: &Outcome) -> std::io::Result<()> {
     let mut chart = Chart::new(
         "Speed-up over plain co-run (mean, min/max across mixes)",
         "concurrent jobs",
-        "makespan ratio (higher is better)",
+        "speed-up (higher is better)",
     )
     .categories(levels.iter().map(|l| l.to_string()).collect())
     .hline(1.0, "plain co-run");
@@ -183,7 +183,7 @@ fn plot(plan: &Plan, out: &Outcome) -> std::io::Result<()> {
         }
         if !points.is_empty() {
             chart = chart.series(Series::Line {
-                name: m.describe().to_string(),
+                name: m.legend().to_string(),
                 points,
                 err: Some(err),
             });
