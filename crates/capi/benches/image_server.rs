@@ -53,7 +53,11 @@
 //! the programs build and run: a tiny image, one short burst per variant,
 //! nothing written.
 
+#[path = "../tests/support/liballot.rs"]
+mod liballot;
+
 use allot_plot::{Chart, Series};
+use liballot::run_stdout;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -190,20 +194,6 @@ fn parse_opts() -> Opts {
     o
 }
 
-fn run_ok(cmd: &mut Command) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 /// The two builds of the server: with liballot and without.
 struct Programs {
     with_allot: PathBuf,
@@ -215,15 +205,7 @@ fn build() -> Programs {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let work = Path::new(env!("CARGO_TARGET_TMPDIR")).join("image_server");
     let prefix = work.join("prefix");
-    // The libraries cargo built for this run sit beside the bench binary.
-    let exe = std::env::current_exe().unwrap();
-    run_ok(
-        Command::new("bash")
-            .arg(crate_dir.join("../../scripts/install-liballot.sh"))
-            .arg("--from")
-            .arg(exe.parent().unwrap())
-            .arg(&prefix),
-    );
+    liballot::install(&prefix);
     let src = crate_dir.join("benches/c/image_server.c");
     let gcc = |out: &Path| {
         let mut c = Command::new("gcc");
@@ -234,7 +216,7 @@ fn build() -> Programs {
         c
     };
     let with_allot = work.join("image_server");
-    run_ok(
+    run_stdout(
         gcc(&with_allot)
             .arg("-DIMAGE_SERVER_ALLOT")
             .arg(format!("-I{}", prefix.join("include").display()))
@@ -244,7 +226,7 @@ fn build() -> Programs {
             .arg("-lm"),
     );
     let plain = work.join("image_server_omp");
-    run_ok(gcc(&plain).arg("-lm"));
+    run_stdout(gcc(&plain).arg("-lm"));
     Programs {
         with_allot,
         plain,

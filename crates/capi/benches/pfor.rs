@@ -16,6 +16,10 @@
 //! OpenMP uses libgomp's defaults except its team size, set
 //! (`OMP_NUM_THREADS`) to the allot pool's worker count.
 
+#[path = "../tests/support/liballot.rs"]
+mod liballot;
+
+use liballot::run_stdout;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -27,37 +31,14 @@ fn env_or(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-fn run_ok(cmd: &mut Command) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 /// Installs this build's liballot and compiles pfor.c against it.
 fn build_pfor() -> PathBuf {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let work = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pfor");
     let prefix = work.join("prefix");
-    // The libraries cargo built for this run sit beside the bench binary.
-    let exe = std::env::current_exe().unwrap();
-    let artifacts = exe.parent().unwrap();
-    run_ok(
-        Command::new("bash")
-            .arg(crate_dir.join("../../scripts/install-liballot.sh"))
-            .arg("--from")
-            .arg(artifacts)
-            .arg(&prefix),
-    );
+    liballot::install(&prefix);
     let bin = work.join("pfor");
-    run_ok(
+    run_stdout(
         Command::new("gcc")
             .args(["-std=c11", "-O2", "-fopenmp", "-Wall", "-Wextra", "-Werror"])
             .arg(format!("-I{}", prefix.join("include").display()))
@@ -139,7 +120,7 @@ fn main() {
 
     let bin = build_pfor();
     let no_broker = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pfor/no-broker.sock");
-    let workers: u32 = run_ok(
+    let workers: u32 = run_stdout(
         Command::new(&bin)
             .arg("workers")
             .env("ALLOT_SOCKET", &no_broker),
@@ -182,7 +163,7 @@ fn main() {
     let started = Instant::now();
     for _ in 0..rounds {
         for (i, c) in configs.iter().enumerate() {
-            let out = run_ok(
+            let out = run_stdout(
                 Command::new(&bin)
                     .args([
                         c.mode,

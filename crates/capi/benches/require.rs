@@ -9,37 +9,20 @@
 //! slowest round. `ALLOT_BENCH_ROUNDS` (21) and `ALLOT_BENCH_ITERS` (20000)
 //! change the sizes.
 
+#[path = "../tests/support/liballot.rs"]
+mod liballot;
+
+use liballot::run_stdout;
 use std::path::Path;
 use std::process::Command;
-
-fn run_ok(cmd: &mut Command) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 fn main() {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let work = Path::new(env!("CARGO_TARGET_TMPDIR")).join("require_cost");
     let prefix = work.join("prefix");
-    let exe = std::env::current_exe().unwrap();
-    run_ok(
-        Command::new("bash")
-            .arg(crate_dir.join("../../scripts/install-liballot.sh"))
-            .arg("--from")
-            .arg(exe.parent().unwrap())
-            .arg(&prefix),
-    );
+    liballot::install(&prefix);
     let bin = work.join("require_cost");
-    run_ok(
+    run_stdout(
         Command::new("gcc")
             .args(["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror"])
             .arg(format!("-I{}", prefix.join("include").display()))
@@ -52,7 +35,7 @@ fn main() {
     );
     let rounds = std::env::var("ALLOT_BENCH_ROUNDS").unwrap_or_else(|_| "21".into());
     let iters = std::env::var("ALLOT_BENCH_ITERS").unwrap_or_else(|_| "20000".into());
-    let out = run_ok(
+    let out = run_stdout(
         Command::new(&bin)
             .args([&rounds, &iters])
             .env("ALLOT_SOCKET", work.join("no-broker.sock"))

@@ -13,17 +13,18 @@
 //! `staticlib` of this crate, beside the test binary in `deps/`): no nested
 //! cargo build, which would wait for the build lock this run holds.
 
+#[path = "support/liballot.rs"]
+mod liballot;
+
+use liballot::{repo, run};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::OnceLock;
 
-/// The directory holding the libraries cargo built for this run: the
-/// test binary's own directory, `target/<profile>/deps`. (cargo copies
-/// them up to `target/<profile>` only when the library itself was asked
-/// for, as by `cargo build`, so the copies there may be stale.)
+/// The libraries cargo built for this run (see `support/liballot.rs`),
+/// checked to be there.
 fn artifacts() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().to_path_buf();
+    let dir = liballot::artifacts();
     for f in ["liballot_capi.so", "liballot_capi.a"] {
         assert!(
             dir.join(f).is_file(),
@@ -34,29 +35,10 @@ fn artifacts() -> PathBuf {
     dir
 }
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 fn work() -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c_abi");
     std::fs::create_dir_all(&d).unwrap();
     d
-}
-
-#[track_caller]
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 /// The prefix liballot is installed into, once per test process.
@@ -72,12 +54,7 @@ fn prefix() -> &'static Path {
             .unwrap()
             .to_owned();
         let prefix = work().join("prefix").join(profile);
-        let script = repo().join("scripts/install-liballot.sh");
-        run(Command::new("bash")
-            .arg(&script)
-            .arg("--from")
-            .arg(artifacts())
-            .arg(&prefix));
+        liballot::install(&prefix);
         prefix
     })
 }
@@ -131,15 +108,11 @@ fn install_lays_out_the_prefix_and_is_idempotent() {
 
     // Again, into the same prefix: same files, nothing left over.
     let before = listing(p);
-    let script = repo().join("scripts/install-liballot.sh");
-    run(Command::new("bash")
-        .arg(&script)
-        .arg("--from")
-        .arg(artifacts())
-        .arg(p));
+    liballot::install(p);
     assert_eq!(listing(p), before);
 
     // Clear errors.
+    let script = repo().join("scripts/install-liballot.sh");
     let out = Command::new("bash").arg(&script).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no PREFIX given"));

@@ -13,39 +13,18 @@
 //! involved.
 
 mod common;
+#[path = "support/liballot.rs"]
+mod liballot;
 
+use liballot::{artifacts, run};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::OnceLock;
-
-fn artifacts() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().to_path_buf()
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 fn work() -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c_require");
     std::fs::create_dir_all(&d).unwrap();
     d
-}
-
-#[track_caller]
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 /// liballot installed from this build, once per test process.
@@ -59,11 +38,7 @@ fn prefix() -> &'static Path {
             .unwrap()
             .to_owned();
         let prefix = work().join("prefix").join(profile);
-        run(Command::new("bash")
-            .arg(repo().join("scripts/install-liballot.sh"))
-            .arg("--from")
-            .arg(artifacts())
-            .arg(&prefix));
+        liballot::install(&prefix);
         prefix
     })
 }

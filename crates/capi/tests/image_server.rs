@@ -5,24 +5,13 @@
 //! as the calibration. No timing is checked; `cargo bench -p allot-capi
 //! --bench image_server` measures.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+#[path = "support/liballot.rs"]
+mod liballot;
 
-#[track_caller]
-fn run(cmd: &mut Command) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
+use liballot::run_stdout;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
 
 /// The fields of the output line tagged `tag`.
 fn fields(out: &str, tag: &str) -> BTreeMap<String, String> {
@@ -51,17 +40,8 @@ fn num(f: &BTreeMap<String, String>, k: &str) -> f64 {
 fn every_variant_serves_a_short_burst() {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let work = Path::new(env!("CARGO_TARGET_TMPDIR")).join("image_server_smoke");
-    let artifacts: PathBuf = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf();
     let prefix = work.join("prefix");
-    run(Command::new("bash")
-        .arg(crate_dir.join("../../scripts/install-liballot.sh"))
-        .arg("--from")
-        .arg(&artifacts)
-        .arg(&prefix));
+    liballot::install(&prefix);
     let src = crate_dir.join("benches/c/image_server.c");
     let gcc = |out: &Path| {
         let mut c = Command::new("gcc");
@@ -72,19 +52,21 @@ fn every_variant_serves_a_short_burst() {
         c
     };
     let with_allot = work.join("image_server");
-    run(gcc(&with_allot)
-        .arg("-DIMAGE_SERVER_ALLOT")
-        .arg(format!("-I{}", prefix.join("include").display()))
-        .arg(format!("-L{}", prefix.join("lib").display()))
-        .arg("-lallot")
-        .arg(format!("-Wl,-rpath,{}", prefix.join("lib").display()))
-        .arg("-lm"));
+    run_stdout(
+        gcc(&with_allot)
+            .arg("-DIMAGE_SERVER_ALLOT")
+            .arg(format!("-I{}", prefix.join("include").display()))
+            .arg(format!("-L{}", prefix.join("lib").display()))
+            .arg("-lallot")
+            .arg(format!("-Wl,-rpath,{}", prefix.join("lib").display()))
+            .arg("-lm"),
+    );
     let plain = work.join("image_server_omp");
-    run(gcc(&plain).arg("-lm"));
+    run_stdout(gcc(&plain).arg("-lm"));
 
     let tiny = ["--width", "48", "--height", "32", "--passes", "1"];
     let cal = fields(
-        &run(Command::new(&plain).arg("calibrate").args(tiny)),
+        &run_stdout(Command::new(&plain).arg("calibrate").args(tiny)),
         "calibrate",
     );
     assert!(num(&cal, "service1_ms") > 0.0);
@@ -95,16 +77,18 @@ fn every_variant_serves_a_short_burst() {
         (&with_allot, &["fair"], "fair"),
     ];
     for (prog, args, name) in variants {
-        let out = run(Command::new(prog)
-            .args(args)
-            .arg("40")
-            .args(tiny)
-            .args(["--burst", "0.3", "--seed", "3"])
-            .env("ALLOT_SOCKET", work.join("no-broker.sock"))
-            .env_remove("ALLOT_CELL")
-            .env_remove("ALLOT_GRANT_FD")
-            .env_remove("LD_PRELOAD")
-            .env_remove("OMP_NUM_THREADS"));
+        let out = run_stdout(
+            Command::new(prog)
+                .args(args)
+                .arg("40")
+                .args(tiny)
+                .args(["--burst", "0.3", "--seed", "3"])
+                .env("ALLOT_SOCKET", work.join("no-broker.sock"))
+                .env_remove("ALLOT_CELL")
+                .env_remove("ALLOT_GRANT_FD")
+                .env_remove("LD_PRELOAD")
+                .env_remove("OMP_NUM_THREADS"),
+        );
         let f = fields(&out, "result");
         assert_eq!(f["variant"], name);
         let n = num(&f, "requests");
