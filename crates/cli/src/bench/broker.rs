@@ -46,16 +46,7 @@ impl PrivateBroker {
             .stdout(Stdio::null())
             .stderr(log)
             .process_group(0);
-        // SAFETY: the closure runs in the child between fork and exec and
-        // makes one async-signal-safe system call (prctl).
-        unsafe {
-            cmd.pre_exec(|| {
-                rustix::process::set_parent_process_death_signal(Some(
-                    rustix::process::Signal::TERM,
-                ))?;
-                Ok(())
-            });
-        }
+        super::interrupt::die_with_parent(&mut cmd, rustix::process::Signal::TERM);
         let child = cmd
             .spawn()
             .map_err(|e| format!("cannot start the broker: {e}"))?;

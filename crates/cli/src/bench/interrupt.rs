@@ -47,3 +47,18 @@ pub fn error() -> std::io::Error {
         "interrupted: the experiment's jobs were killed and its broker stopped",
     )
 }
+
+/// Makes the child `cmd` starts receive `sig` when the thread that starts
+/// it exits (for the experiment, its main thread: the process), so that
+/// nothing it started outlives an experiment that was killed outright.
+pub fn die_with_parent(cmd: &mut std::process::Command, sig: rustix::process::Signal) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec and
+    // makes one async-signal-safe system call (prctl).
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::process::set_parent_process_death_signal(Some(sig))?;
+            Ok(())
+        });
+    }
+}

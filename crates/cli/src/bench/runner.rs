@@ -43,15 +43,8 @@ fn spawn(mut c: Command) -> std::io::Result<std::process::Child> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    // SAFETY: the closure runs in the child between fork and exec and
-    // makes one async-signal-safe system call (prctl).
-    unsafe {
-        c.pre_exec(|| {
-            // If the harness itself is killed, so is the job it started.
-            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
-            Ok(())
-        });
-    }
+    // If the harness itself is killed, so is the job it started.
+    interrupt::die_with_parent(&mut c, rustix::process::Signal::KILL);
     c.spawn()
 }
 
