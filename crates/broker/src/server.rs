@@ -24,6 +24,7 @@ use crate::core::{Core, Effect, Peer, SessionId};
 use crate::journal::Journal;
 use crate::{debug, info, warn};
 use allot_enforce::os::{Os, RealOs};
+use allot_proto::dirs::TrustedDir;
 use allot_proto::msg::{ErrorCode, MAX_MESSAGE, Reply, Request};
 use allot_proto::transport;
 use rustix::event::epoll::{self, CreateFlags, Event, EventData, EventFlags};
@@ -115,16 +116,18 @@ impl Broker {
     /// Sets everything up: topology, backend, journal (adopting surviving
     /// cells), the socket. Fails if another broker serves the socket.
     pub fn start(cfg: Config) -> Result<Broker, StartError> {
-        let dir = cfg.socket.parent().unwrap_or(Path::new(".")).to_path_buf();
+        let dir = match cfg.socket.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
         let private = !rustix::process::geteuid().is_root();
-        for d in [&dir, &cfg.state_dir] {
-            std::fs::create_dir_all(d)
-                .map_err(|e| other(format!("cannot create {}: {e}", d.display())))?;
-        }
-        if private {
-            use std::os::unix::fs::PermissionsExt;
-            let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
-        }
+        // The socket's and the journal's directories must be the broker's
+        // own and writable by nobody else (see allot_proto::dirs); a user's
+        // broker keeps them private, root's lets every user reach the socket.
+        TrustedDir::create(&dir, if private { 0o700 } else { 0o755 })
+            .map_err(|e| other(format!("refusing the socket directory: {e}")))?;
+        TrustedDir::create(&cfg.state_dir, 0o700)
+            .map_err(|e| other(format!("refusing the state directory: {e}")))?;
         // One broker per state directory: an flock held for our lifetime.
         let lock_path = cfg.state_dir.join("broker.lock");
         let lock = rustix::fs::open(

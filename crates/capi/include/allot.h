@@ -205,7 +205,9 @@ int allot_cell_auto(const char *name, allot_cell_t *out);
  *   (wait == 0 and the guarantees of other cells leave no room now);
  *   ALLOT_ERR_NEVER (no state of this machine can meet the spec: min above
  *   the CPUs, or a placement no node/cache can hold);
- *   ALLOT_ERR_PERMISSION; ALLOT_ERR_SHUTDOWN; ALLOT_ERR_OS (socket or memory
+ *   ALLOT_ERR_PERMISSION (also: the socket's directory belongs to another
+ *   user or others can write it, so the socket is not trusted);
+ *   ALLOT_ERR_SHUTDOWN; ALLOT_ERR_OS (socket or memory
  *   mapping failures, too many live cells); ALLOT_ERR_INTERNAL (a broker of
  *   another protocol version).
  * Undefined behaviour: `name` not NUL-terminated. */

@@ -18,6 +18,14 @@ pub enum ClientError {
         /// Why.
         source: std::io::Error,
     },
+    /// The socket's directory could be controlled by another user.
+    #[error("refusing the broker socket {path}: {source}")]
+    Untrusted {
+        /// The socket.
+        path: PathBuf,
+        /// What is wrong with its directory.
+        source: allot_proto::dirs::DirError,
+    },
     /// The connection failed mid-call.
     #[error(transparent)]
     Call(#[from] CallError),
@@ -96,9 +104,23 @@ pub struct Client {
 impl Client {
     /// Connects to the broker at `socket`.
     pub fn connect(socket: &Path) -> Result<Client, ClientError> {
-        let conn = Conn::connect(socket).map_err(|source| ClientError::NoBroker {
-            path: socket.to_path_buf(),
-            source,
+        let conn = Conn::connect(socket).map_err(|source| {
+            match source
+                .get_ref()
+                .and_then(|e| e.downcast_ref::<allot_proto::dirs::DirError>())
+            {
+                Some(_) => ClientError::Untrusted {
+                    path: socket.to_path_buf(),
+                    source: *source
+                        .into_inner()
+                        .and_then(|e| e.downcast().ok())
+                        .expect("checked above"),
+                },
+                None => ClientError::NoBroker {
+                    path: socket.to_path_buf(),
+                    source,
+                },
+            }
         })?;
         Ok(Client {
             conn,

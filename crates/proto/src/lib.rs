@@ -11,6 +11,7 @@
 //! the page layout [`PAGE_VERSION`]; both sides refuse other versions with a
 //! message that says so.
 
+pub mod dirs;
 pub mod msg;
 pub mod page;
 pub mod shm;
@@ -32,24 +33,4 @@ pub const ENV_CELL: &str = "ALLOT_CELL";
 /// (inherited by processes `allot run` starts).
 pub const ENV_GRANT_FD: &str = "ALLOT_GRANT_FD";
 
-/// The socket path: `$ALLOT_SOCKET`, else `$XDG_RUNTIME_DIR/allot/allot.sock`,
-/// else `/run/allot/allot.sock` for root, else `/tmp/allot-$UID/allot.sock`.
-pub fn default_socket_path() -> std::path::PathBuf {
-    if let Some(p) = std::env::var_os(ENV_SOCKET).filter(|p| !p.is_empty()) {
-        return p.into();
-    }
-    default_state_dir().join("allot.sock")
-}
-
-/// The directory for the socket and journal of the default broker.
-pub fn default_state_dir() -> std::path::PathBuf {
-    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
-        return std::path::Path::new(&d).join("allot");
-    }
-    let uid = rustix::process::getuid().as_raw();
-    if uid == 0 {
-        "/run/allot".into()
-    } else {
-        format!("/tmp/allot-{uid}").into()
-    }
-}
+pub use dirs::{default_socket_path, default_state_dir};

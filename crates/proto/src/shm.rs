@@ -62,6 +62,27 @@ fn os(what: &'static str) -> impl FnOnce(rustix::io::Errno) -> ShmError {
     }
 }
 
+/// Checks that `fd` is memory of exactly one page, sealed against resizing.
+fn check_sealed_page(fd: &OwnedFd) -> Result<(), ShmError> {
+    let bad = |why: String| ShmError::Os {
+        what: "grant page",
+        source: std::io::Error::other(why),
+    };
+    let seals = rustix::fs::fcntl_get_seals(fd)
+        .map_err(|_| bad("the descriptor is not sealable memory (not a memfd)".into()))?;
+    if !seals.contains(REQUIRED_SEALS) {
+        return Err(bad("the page is not sealed against resizing".into()));
+    }
+    let st = rustix::fs::fstat(fd).map_err(os("stat grant page"))?;
+    if st.st_size as usize != PAGE_SIZE {
+        return Err(bad(format!(
+            "page is {} bytes, expected {PAGE_SIZE}",
+            st.st_size
+        )));
+    }
+    Ok(())
+}
+
 fn map(fd: BorrowedFd<'_>, prot: ProtFlags) -> Result<NonNull<GrantPage>, ShmError> {
     // SAFETY: a fresh mapping (null hint) of PAGE_SIZE bytes of a file at
     // least that long; nothing else aliases the address range we get back.
@@ -106,23 +127,7 @@ impl PageMap {
     /// that it is a sealed memfd of the right size, maps it read-write and
     /// rewrites its header for `cell` and this broker `instance`.
     pub fn adopt(fd: OwnedFd, cell: u64, instance: u64) -> Result<PageMap, ShmError> {
-        let seals = rustix::fs::fcntl_get_seals(&fd).map_err(os("read grant page seals"))?;
-        if !seals.contains(REQUIRED_SEALS) {
-            return Err(ShmError::Os {
-                what: "adopt grant page",
-                source: std::io::Error::other("the page is not sealed against resizing"),
-            });
-        }
-        let st = rustix::fs::fstat(&fd).map_err(os("stat grant page"))?;
-        if st.st_size as usize != PAGE_SIZE {
-            return Err(ShmError::Os {
-                what: "adopt grant page",
-                source: std::io::Error::other(format!(
-                    "page is {} bytes, expected {PAGE_SIZE}",
-                    st.st_size
-                )),
-            });
-        }
+        check_sealed_page(&fd)?;
         let ptr = map(fd.as_fd(), ProtFlags::READ | ProtFlags::WRITE)?;
         let page = PageMap {
             ptr,
@@ -134,7 +139,10 @@ impl PageMap {
     }
 
     /// Maps a page received from the broker, read-only, and checks its header.
+    /// The memory must be sealed against resizing: a page someone could
+    /// truncate would fault (`SIGBUS`) under its readers.
     pub fn open(fd: OwnedFd) -> Result<PageMap, ShmError> {
+        check_sealed_page(&fd)?;
         let ptr = map(fd.as_fd(), ProtFlags::READ)?;
         let page = PageMap {
             ptr,
@@ -251,11 +259,41 @@ mod tests {
 
     #[test]
     fn garbage_is_not_a_page() {
-        let fd = rustix::fs::memfd_create("junk", MemfdFlags::CLOEXEC).unwrap();
+        let fd = rustix::fs::memfd_create("junk", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
+            .unwrap();
         rustix::fs::ftruncate(&fd, PAGE_SIZE as u64).unwrap();
+        rustix::fs::fcntl_add_seals(&fd, REQUIRED_SEALS).unwrap();
         assert!(matches!(
             PageMap::open(fd),
             Err(ShmError::Page(PageError::Magic(0)))
         ));
+    }
+
+    #[test]
+    fn memory_someone_could_truncate_is_not_mapped() {
+        // A fake broker handing out an unsealed page could shrink it and
+        // fault every reader.
+        let w = PageMap::create(1, 1).unwrap();
+        let fd = rustix::fs::memfd_create("unsealed", MemfdFlags::CLOEXEC).unwrap();
+        rustix::fs::ftruncate(&fd, PAGE_SIZE as u64).unwrap();
+        // Even with a valid header, copied from a real page.
+        // SAFETY: reading the whole mapped page of `w` as bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts((w.page() as *const GrantPage).cast::<u8>(), PAGE_SIZE)
+        };
+        rustix::io::pwrite(&fd, bytes, 0).unwrap();
+        let e = PageMap::open(fd).unwrap_err();
+        assert!(
+            e.to_string().contains("sealable") || e.to_string().contains("sealed"),
+            "{e}"
+        );
+        let file = tempfile_fd();
+        assert!(PageMap::open(file).is_err(), "a plain file is refused");
+    }
+
+    fn tempfile_fd() -> OwnedFd {
+        let f = tempfile::tempfile().unwrap();
+        f.set_len(PAGE_SIZE as u64).unwrap();
+        OwnedFd::from(f)
     }
 }

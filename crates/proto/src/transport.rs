@@ -130,8 +130,19 @@ pub enum CallError {
 }
 
 impl Conn {
-    /// Connects to the broker's socket at `path`.
+    /// Connects to the broker's socket at `path`, after checking that the
+    /// socket's directory is the caller's or root's and writable by nobody
+    /// else ([`crate::dirs::socket_dir`]): a socket another user could
+    /// plant is never talked to. That refusal is a `PermissionDenied` error
+    /// whose inner error is the [`crate::dirs::DirError`].
     pub fn connect(path: &Path) -> std::io::Result<Conn> {
+        match crate::dirs::socket_dir(path) {
+            Err(e) if e.is_untrusted() => {
+                return Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, e));
+            }
+            // A missing directory: the connect below says "not found".
+            _ => {}
+        }
         let sock = rustix::net::socket_with(
             AddressFamily::UNIX,
             SocketType::SEQPACKET,

@@ -61,7 +61,9 @@ fn main() -> ExitCode {
             }
         }
         Variant::Omp => {
-            let dir = std::env::temp_dir().join(format!("allot-wl-{}", std::process::id()));
+            let scratch = tempfile::tempdir().expect("a temporary directory");
+            let dir = allot_proto::dirs::TrustedDir::create(scratch.path(), 0o700)
+                .expect("a private directory");
             let bin = install_omp_binary(&dir).expect("install the OpenMP program");
             for _ in 0..repeats {
                 match run_omp(kernel, scale, &bin, std::iter::empty::<(&str, &str)>()) {
@@ -75,7 +77,7 @@ fn main() -> ExitCode {
                     }
                 }
             }
-            let _ = std::fs::remove_dir_all(&dir);
+            drop(scratch);
         }
     }
     if repeats > 1 {

@@ -18,7 +18,9 @@
 //!     .build()
 //!     .unwrap();
 //! let a = run_allot(Kernel::Stencil, 1.0, &pool);
-//! let bin = install_omp_binary(std::path::Path::new("/tmp/allot")).unwrap();
+//! let private = allot_proto::default_state_dir().join("bin");
+//! let dir = allot_proto::dirs::TrustedDir::create(&private, 0o700).unwrap();
+//! let bin = install_omp_binary(&dir).unwrap();
 //! let o = run_omp(Kernel::Stencil, 1.0, &bin, [("OMP_NUM_THREADS", "2")]).unwrap();
 //! assert_eq!(a.answer, o.answer);
 //! ```

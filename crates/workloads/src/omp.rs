@@ -2,13 +2,11 @@
 //! installer, and running it.
 
 use crate::{Kernel, Outcome, parse_line};
+use allot_proto::dirs::TrustedDir;
 use std::ffi::OsStr;
-use std::fs;
-use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The OpenMP program (`c/driver_omp.c` + the kernels, `gcc -O2
 /// -fopenmp`), as built for this crate.
@@ -18,44 +16,16 @@ pub const OMP_BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/allot-om
 /// [`OMP_BINARY`], so different builds never overwrite each other's file.
 pub const OMP_BINARY_NAME: &str = concat!("allot-omp-workload-", env!("ALLOT_OMP_WORKLOAD_HASH"));
 
-/// Writes the OpenMP program into `dir` (created if missing) as
-/// [`OMP_BINARY_NAME`], mode 0755, and returns its path. A file already
-/// there is kept if its bytes are [`OMP_BINARY`] and replaced otherwise;
-/// a new file is written under a temporary name and renamed into place, so
-/// concurrent installers and running copies never see a partial file.
+/// Writes the OpenMP program into `dir` as [`OMP_BINARY_NAME`], mode 0755,
+/// and returns its path. A file already there is kept if its bytes are
+/// [`OMP_BINARY`] and replaced otherwise ([`TrustedDir::install`]: through
+/// the directory's descriptor, under a temporary name renamed into place,
+/// so concurrent installers and running copies never see a partial file).
 ///
-/// `dir` must not be on a `noexec` mount and should belong to the user
-/// (e.g. `$XDG_RUNTIME_DIR/allot`).
-pub fn install_omp_binary(dir: &Path) -> io::Result<PathBuf> {
-    fs::create_dir_all(dir)?;
-    let path = dir.join(OMP_BINARY_NAME);
-    match fs::read(&path) {
-        Ok(bytes) if bytes == OMP_BINARY => return Ok(path),
-        Ok(_) => {} // truncated or foreign: replace it
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
-    static SERIAL: AtomicU64 = AtomicU64::new(0);
-    let tmp = dir.join(format!(
-        ".{OMP_BINARY_NAME}.{}.{}.tmp",
-        std::process::id(),
-        SERIAL.fetch_add(1, Ordering::Relaxed)
-    ));
-    let written = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o755)
-        .open(&tmp)
-        .and_then(|mut f| {
-            f.write_all(OMP_BINARY)?;
-            f.sync_all()
-        })
-        .and_then(|()| fs::rename(&tmp, &path));
-    if let Err(e) = written {
-        let _ = fs::remove_file(&tmp);
-        return Err(e);
-    }
-    Ok(path)
+/// `dir` is a [`TrustedDir`], so nobody else can swap the program between
+/// this call and its execution. It must not be on a `noexec` mount.
+pub fn install_omp_binary(dir: &TrustedDir) -> io::Result<PathBuf> {
+    dir.install(OMP_BINARY_NAME, OMP_BINARY, 0o755)
 }
 
 /// The command line that runs `kernel` at `scale` with the OpenMP program
@@ -146,25 +116,17 @@ mod tests {
     }
 
     #[test]
-    fn install_writes_once_executable_and_repairs_a_damaged_file() {
+    fn install_writes_an_executable() {
         use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let sub = dir.path().join("a/b");
-        let p = install_omp_binary(&sub).unwrap();
+        let t = tempfile::tempdir().unwrap();
+        let dir = TrustedDir::create(&t.path().join("a/b"), 0o700).unwrap();
+        let p = install_omp_binary(&dir).unwrap();
         assert_eq!(p.file_name().unwrap(), OMP_BINARY_NAME);
-        assert_eq!(fs::read(&p).unwrap(), OMP_BINARY);
+        assert_eq!(std::fs::read(&p).unwrap(), OMP_BINARY);
         assert_eq!(
-            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
             0o755
         );
-        let before = fs::metadata(&p).unwrap().modified().unwrap();
-        assert_eq!(install_omp_binary(&sub).unwrap(), p);
-        assert_eq!(fs::metadata(&p).unwrap().modified().unwrap(), before);
-        fs::write(&p, b"broken").unwrap();
-        assert_eq!(install_omp_binary(&sub).unwrap(), p);
-        assert_eq!(fs::read(&p).unwrap(), OMP_BINARY);
-        let leftovers = fs::read_dir(&sub).unwrap().count();
-        assert_eq!(leftovers, 1, "no temporary files left");
     }
 
     #[test]

@@ -19,7 +19,8 @@ fn omp_binary() -> PathBuf {
     static BIN: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
     let (_dir, bin) = BIN.get_or_init(|| {
         let dir = tempfile::tempdir().expect("temp dir");
-        let bin = install_omp_binary(dir.path()).expect("install the OpenMP program");
+        let trusted = allot_proto::dirs::TrustedDir::create(dir.path(), 0o700).expect("private");
+        let bin = install_omp_binary(&trusted).expect("install the OpenMP program");
         (dir, bin)
     });
     bin.clone()
@@ -119,12 +120,13 @@ fn answers_differ_between_kernels() {
 /// a partial file; `run_omp` waits out a transient `ETXTBSY`).
 #[test]
 fn concurrent_installs_and_runs() {
-    let dir = tempfile::tempdir().expect("temp dir");
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let dir = allot_proto::dirs::TrustedDir::create(scratch.path(), 0o700).expect("private");
     let answers: Vec<u64> = std::thread::scope(|s| {
         let runs: Vec<_> = (0..4)
             .map(|_| {
                 s.spawn(|| {
-                    let bin = install_omp_binary(dir.path()).expect("install");
+                    let bin = install_omp_binary(&dir).expect("install");
                     run_omp(Kernel::Stencil, 0.001, &bin, [("OMP_NUM_THREADS", "1")])
                         .expect("run")
                         .answer

@@ -78,6 +78,8 @@ pub(crate) fn spec_from_c(s: &Spec) -> Result<CellSpec> {
 pub(crate) fn client_error(e: ClientError) -> Error {
     let status = match &e {
         ClientError::NoBroker { .. } => Status::NoBroker,
+        // Another user could control the socket's directory.
+        ClientError::Untrusted { .. } => Status::Permission,
         ClientError::Broker { code, .. } => match code {
             ErrorCode::Refused => Status::Refused,
             ErrorCode::Never => Status::Never,

@@ -22,7 +22,10 @@ pub fn work_dir() -> PathBuf {
 /// The shim, installed once per test process.
 pub fn shim() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| allot_capi::install_shim(&work_dir().join("shim")).unwrap())
+    P.get_or_init(|| {
+        let dir = allot_proto::dirs::TrustedDir::create(&work_dir().join("shim"), 0o700).unwrap();
+        allot_capi::install_shim(&dir).unwrap()
+    })
 }
 
 /// A C compiler with OpenMP support.

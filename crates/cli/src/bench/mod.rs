@@ -140,7 +140,9 @@ fn mix_cmd(a: MixArgs) -> Result<i32, String> {
     };
     let allot =
         std::env::current_exe().map_err(|e| format!("cannot find the allot binary: {e}"))?;
-    let omp = allot_workloads::install_omp_binary(&plan.out.join("bin"))
+    let bin_dir = allot_proto::dirs::TrustedDir::create(&plan.out.join("bin"), 0o700)
+        .map_err(|e| format!("cannot use {}: {e}", plan.out.join("bin").display()))?;
+    let omp = allot_workloads::install_omp_binary(&bin_dir)
         .map_err(|e| format!("cannot install the OpenMP workloads: {e}"))?;
     eprintln!(
         "{} mixes × {} modes × {} repeats; results in {}",

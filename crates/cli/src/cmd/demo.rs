@@ -78,7 +78,9 @@ fn demo(a: Args) -> Result<i32, String> {
         .prefix("allot-demo-")
         .tempdir()
         .map_err(|e| e.to_string())?;
-    let omp = allot_workloads::install_omp_binary(scratch.path()).map_err(|e| e.to_string())?;
+    let bin_dir =
+        allot_proto::dirs::TrustedDir::create(scratch.path(), 0o700).map_err(|e| e.to_string())?;
+    let omp = allot_workloads::install_omp_binary(&bin_dir).map_err(|e| e.to_string())?;
     let mut broker = PrivateBroker::start(&allot, &a.backend)?;
     let tools = Tools {
         allot,

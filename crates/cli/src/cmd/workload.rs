@@ -44,13 +44,17 @@ pub fn run(a: Args) -> i32 {
             0
         }
         "omp" => {
-            let dir = allot_proto::default_state_dir().join("bin");
+            let path = allot_proto::default_state_dir().join("bin");
+            let dir = match allot_proto::dirs::TrustedDir::create(&path, 0o700) {
+                Ok(d) => d,
+                Err(e) => return super::fail(anyhow::anyhow!("refusing {}: {e}", path.display())),
+            };
             let bin = match allot_workloads::install_omp_binary(&dir) {
                 Ok(b) => b,
                 Err(e) => {
                     return super::fail(anyhow::anyhow!(
                         "cannot install the OpenMP workloads in {}: {e}",
-                        dir.display()
+                        dir.path().display()
                     ));
                 }
             };

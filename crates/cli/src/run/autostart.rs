@@ -10,6 +10,7 @@
 //! `ALLOT_BACKEND` and `ALLOT_CGROUP_NAME` pass a backend and cgroup name to
 //! the started broker (tests and experiments use them).
 
+use allot_proto::dirs::{DirError, Trust, TrustedDir};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -19,19 +20,56 @@ pub const IDLE_EXIT_SECS: u64 = 2;
 /// How long to wait for a started broker's socket.
 const START_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Makes sure a broker answers on `socket`, starting one if needed.
-pub fn ensure_broker(socket: &Path) -> Result<(), String> {
-    if allot_client::broker_alive(socket) {
-        return Ok(());
+/// Why no broker could be had.
+#[derive(Debug)]
+pub enum NoBroker {
+    /// The socket's directory could be controlled by another user: nothing
+    /// in it may be trusted, and `allot run` refuses to go on.
+    Untrusted(DirError),
+    /// Anything else: the program may run unconfined.
+    Failed(String),
+}
+
+impl std::fmt::Display for NoBroker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NoBroker::Untrusted(e) => write!(f, "{e}"),
+            NoBroker::Failed(e) => f.write_str(e),
+        }
     }
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find the allot binary: {e}"))?;
-    let dir = socket.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("broker.log"))
-        .map_err(|e| format!("cannot open {}: {e}", dir.join("broker.log").display()))?;
+}
+
+fn checked(e: DirError) -> NoBroker {
+    if e.is_untrusted() {
+        NoBroker::Untrusted(e)
+    } else {
+        NoBroker::Failed(e.to_string())
+    }
+}
+
+/// Makes sure a broker answers on `socket`, starting one if needed. The
+/// socket's directory is checked first (`allot_proto::dirs`): a broker is
+/// only ever talked to, or started, in a directory of the user's or root's.
+pub fn ensure_broker(socket: &Path) -> Result<(), NoBroker> {
+    let dir_path = match socket.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    match TrustedDir::open(dir_path, Trust::OwnerOrRoot) {
+        Ok(_) if allot_client::broker_alive(socket) => return Ok(()),
+        Err(e) if e.is_untrusted() => return Err(NoBroker::Untrusted(e)),
+        _ => {}
+    }
+    // Starting one: the directory must be the user's own.
+    let dir = TrustedDir::create(dir_path, 0o700).map_err(checked)?;
+    let exe = std::env::current_exe()
+        .map_err(|e| NoBroker::Failed(format!("cannot find the allot binary: {e}")))?;
+    let log = dir.append("broker.log").map_err(|e| {
+        NoBroker::Failed(format!(
+            "cannot open {}: {e}",
+            dir.join("broker.log").display()
+        ))
+    })?;
     let mut cmd = Command::new(exe);
     cmd.arg("daemon")
         .arg("--socket")
@@ -45,7 +83,10 @@ pub fn ensure_broker(socket: &Path) -> Result<(), String> {
         cmd.args(["--cgroup-name", &n]);
     }
     cmd.stdin(Stdio::null())
-        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stdout(
+            log.try_clone()
+                .map_err(|e| NoBroker::Failed(e.to_string()))?,
+        )
         .stderr(log);
     // SAFETY: setsid is async-signal-safe and touches no memory.
     unsafe {
@@ -55,7 +96,7 @@ pub fn ensure_broker(socket: &Path) -> Result<(), String> {
     }
     let mut child = cmd
         .spawn()
-        .map_err(|e| format!("cannot start a broker: {e}"))?;
+        .map_err(|e| NoBroker::Failed(format!("cannot start a broker: {e}")))?;
     let start = Instant::now();
     while start.elapsed() < START_TIMEOUT {
         if allot_client::broker_alive(socket) {
@@ -69,16 +110,16 @@ pub fn ensure_broker(socket: &Path) -> Result<(), String> {
         if let Ok(Some(st)) = child.try_wait() {
             // Exit 3: another broker won the race; wait for its socket.
             if st.code() != Some(3) {
-                return Err(format!(
+                return Err(NoBroker::Failed(format!(
                     "the broker it started exited ({st}); see {}",
                     dir.join("broker.log").display()
-                ));
+                )));
             }
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    Err(format!(
+    Err(NoBroker::Failed(format!(
         "no broker came up on {} within {START_TIMEOUT:?}",
         socket.display()
-    ))
+    )))
 }

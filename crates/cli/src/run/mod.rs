@@ -27,6 +27,7 @@ mod resolve;
 
 use allot_client::{Cell, ClientError, Options};
 use allot_plan::{CellSpec, Placement};
+use allot_proto::dirs::{DirError, Trust, TrustedDir};
 use allot_proto::msg::ErrorCode;
 use env::{CellEnv, OmpThreads};
 use jobserver::{Jobserver, Style};
@@ -149,6 +150,10 @@ pub fn run(a: Args) -> i32 {
 
     // The cell (or none: unconfined).
     let cell = match autostart::ensure_broker(&socket) {
+        Err(autostart::NoBroker::Untrusted(e)) => {
+            eprintln!("allot: refusing to use the broker's directory: {e}");
+            return EXIT_ALLOT;
+        }
         Err(e) => {
             warn(format!("{e}; running {} unconfined", cmd.to_string_lossy()));
             None
@@ -211,7 +216,15 @@ pub fn run(a: Args) -> i32 {
     let shim = if a.no_shim || cell.is_none() {
         None
     } else {
-        match allot_capi::install_shim(&shim_dir(&socket)) {
+        let installed = match shim_dir(&socket) {
+            Ok(dir) => allot_capi::install_shim(&dir),
+            Err(e) if e.is_untrusted() => {
+                eprintln!("allot: refusing to install the OpenMP shim: {e}");
+                return EXIT_ALLOT;
+            }
+            Err(e) => Err(std::io::Error::other(e)),
+        };
+        match installed {
             Ok(p) => Some(p),
             Err(e) => {
                 warn(format!(
@@ -303,13 +316,20 @@ pub fn run(a: Args) -> i32 {
     exit_like(status)
 }
 
-/// Where the shim library is written: a `shim` directory beside the
-/// socket (private to the user, not on a noexec mount like some /tmp).
-fn shim_dir(socket: &std::path::Path) -> PathBuf {
-    socket.parent().map_or_else(
-        || allot_proto::default_state_dir().join("shim"),
-        |p| p.join("shim"),
-    )
+/// Where the shim library is written: a `shim` directory beside the socket
+/// when that directory is the user's (a broker of their own), else in the
+/// user's own runtime directory (a system broker's directory is root's).
+/// Either is a [`TrustedDir`]: nobody else can replace the library between
+/// its installation and the loader mapping it.
+fn shim_dir(socket: &std::path::Path) -> Result<TrustedDir, DirError> {
+    let beside = socket
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .and_then(|p| TrustedDir::open(p, Trust::Owner).ok());
+    match beside {
+        Some(d) => TrustedDir::create(&d.join("shim"), 0o700),
+        None => TrustedDir::create(&allot_proto::default_state_dir().join("shim"), 0o700),
+    }
 }
 
 /// Keeps the jobserver in step with the grant until `done`.

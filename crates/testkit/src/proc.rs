@@ -1,0 +1,97 @@
+//! Processes a test starts, killed and reaped on drop.
+
+use std::process::{Child, Command, Stdio};
+
+/// A child process, killed (SIGKILL) and reaped on drop.
+pub struct Proc(pub Child);
+
+impl Proc {
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+    /// Kills and reaps it now.
+    pub fn kill9(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A CPU-bound shell loop.
+pub fn spinner() -> Proc {
+    Proc(
+        Command::new("sh")
+            .arg("-c")
+            .arg("while :; do :; done")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("sh runs"),
+    )
+}
+
+/// `sleep 120`.
+pub fn sleeper() -> Proc {
+    Proc(
+        Command::new("sleep")
+            .arg("120")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("sleep runs"),
+    )
+}
+
+/// A Python process that starts `early` threads now and `late` more after
+/// `delay_ms`, then sleeps.
+pub fn threaded(early: u32, late: u32, delay_ms: u32) -> Proc {
+    let code = format!(
+        "import threading,time\n\
+         def s(): time.sleep(60)\n\
+         [threading.Thread(target=s,daemon=True).start() for _ in range({early})]\n\
+         time.sleep({delay_ms}/1000)\n\
+         [threading.Thread(target=s,daemon=True).start() for _ in range({late})]\n\
+         time.sleep(60)\n"
+    );
+    Proc(
+        Command::new("python3")
+            .arg("-c")
+            .arg(code)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("python3 runs"),
+    )
+}
+
+/// A shell that forks `n` sleeping children and waits for them.
+pub fn forking(n: u32) -> Proc {
+    let script = format!("for i in $(seq {n}); do sleep 60 & done; wait");
+    Proc(
+        Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("sh runs"),
+    )
+}
+
+/// `(tid, Cpus_allowed_list)` of every thread of `pid`.
+pub fn thread_masks(pid: u32) -> Vec<(u32, String)> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for e in rd.flatten() {
+            let tid: u32 = e.file_name().to_string_lossy().parse().unwrap_or(0);
+            if let Ok(s) = std::fs::read_to_string(e.path().join("status"))
+                && let Some(l) = s.lines().find(|l| l.starts_with("Cpus_allowed_list:"))
+            {
+                out.push((tid, l.split_whitespace().nth(1).unwrap_or("").to_string()));
+            }
+        }
+    }
+    out
+}
