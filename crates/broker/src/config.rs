@@ -12,7 +12,24 @@
 //! cgroup2_root = "/sys/fs/cgroup/allot"  # explicit (delegated) v2 subtree
 //! idle_exit_s = 0           # exit after this long with no cell and no client (0: never)
 //! state_dir = "/run/allot"  # journal location (default: next to the socket)
+//! show_other_users = false  # status shows other users' cell names and pids
+//!
+//! [limits]                  # what one user may make the broker keep; root is exempt
+//! connections = 64          # open connections
+//! cells = 64                # admitted cells
+//! queued = 4                # cells waiting for admission
+//! members = 256             # processes per cell
+//! kinds = 16                # resource kinds defined
+//! devices = 256             # devices per kind
+//! holdings = 1024           # ledger items held per process
+//! cells_total = 4096        # admitted cells, all users together
+//! kinds_total = 256         # kinds, all users together
 //! ```
+//!
+//! The limits bound the broker's memory and time whatever its clients send
+//! (a `Register` listing 4096 members, thousands of kind definitions, idle
+//! connections by the thousand): a request past a limit is refused with
+//! `ErrorCode::Limit` and a message naming the limit and its key here.
 
 use allot_enforce::BackendKind;
 use allot_plan::GlobalPolicy;
@@ -23,6 +40,47 @@ use std::time::Duration;
 
 /// Default monitor period.
 pub const DEFAULT_TICK: Duration = Duration::from_millis(100);
+
+/// Per-user bounds on what clients can make the broker keep (see the module
+/// docs). Root (uid 0) is exempt from the per-user ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Open connections per user.
+    pub connections: u32,
+    /// Admitted cells per user.
+    pub cells: u32,
+    /// Cells waiting for admission per user.
+    pub queued: u32,
+    /// Member processes per cell.
+    pub members: u32,
+    /// Resource kinds defined per user.
+    pub kinds: u32,
+    /// Devices per kind.
+    pub devices: u32,
+    /// Ledger items held per process.
+    pub holdings: u32,
+    /// Admitted cells in all.
+    pub cells_total: u32,
+    /// Resource kinds in all (built-in ones excluded).
+    pub kinds_total: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            connections: 64,
+            cells: 64,
+            queued: 4,
+            members: 256,
+            kinds: 16,
+            devices: 256,
+            holdings: 1024,
+            cells_total: 4096,
+            kinds_total: 256,
+        }
+    }
+}
 
 /// Everything the broker needs to start.
 #[derive(Debug, Clone)]
@@ -51,6 +109,10 @@ pub struct Config {
     pub idle_exit: Option<Duration>,
     /// Sysfs root for topology (tests use fixtures).
     pub sysfs: Option<PathBuf>,
+    /// Per-user limits.
+    pub limits: Limits,
+    /// Whether clients see other users' cell names and pids in the status.
+    pub show_other_users: bool,
 }
 
 impl Config {
@@ -73,6 +135,8 @@ impl Config {
             cgroup2_root: None,
             idle_exit: None,
             sysfs: None,
+            limits: Limits::default(),
+            show_other_users: false,
         }
     }
 
@@ -105,6 +169,8 @@ impl Config {
             idle_exit_s: Option<u64>,
             state_dir: Option<PathBuf>,
             socket: Option<PathBuf>,
+            show_other_users: Option<bool>,
+            limits: Option<Limits>,
         }
         let f: File = toml::from_str(text).map_err(|e| e.to_string())?;
         if let Some(b) = f.backend {
@@ -145,6 +211,17 @@ impl Config {
         }
         if let Some(s) = f.socket {
             self.socket = s;
+        }
+        if let Some(v) = f.show_other_users {
+            self.show_other_users = v;
+        }
+        if let Some(l) = f.limits {
+            if [l.connections, l.cells, l.members, l.cells_total].contains(&0) {
+                return Err(
+                    "limits: connections, cells, members and cells_total must be at least 1".into(),
+                );
+            }
+            self.limits = l;
         }
         Ok(())
     }
@@ -192,5 +269,25 @@ mod tests {
                 .unwrap_err()
                 .contains("plain directory")
         );
+        assert!(
+            c.apply_toml("[limits]\ncells = 0")
+                .unwrap_err()
+                .contains("at least 1")
+        );
+        assert!(
+            c.apply_toml("[limits]\nsockets = 3")
+                .unwrap_err()
+                .contains("unknown field")
+        );
+    }
+
+    #[test]
+    fn limits_keep_defaults_for_keys_not_given() {
+        let mut c = Config::new("/tmp/s".into());
+        c.apply_toml("show_other_users = true\n[limits]\nqueued = 9\n")
+            .unwrap();
+        assert!(c.show_other_users);
+        assert_eq!(c.limits.queued, 9);
+        assert_eq!(c.limits.cells, Limits::default().cells);
     }
 }

@@ -1,27 +1,57 @@
 //! The broker's journal: enough state to restart without moving anyone.
 //!
-//! An append-only file of JSON lines, one [`Record`] each. Appends are plain
-//! `write`s (no `fsync`): the journal must survive the broker being killed,
-//! not the machine losing power (which ends the cells too). When it grows
-//! past [`COMPACT_AFTER`] records it is rewritten as a snapshot into a
-//! temporary file and renamed over the old one, so a crash mid-compaction
-//! leaves either the old or the new journal, never a torn one.
+//! # Format
 //!
-//! Replay folds the records into [`Replayed`]: the live cells with their
-//! members, specs, tokens, last grants and demands, the pool and reserve,
-//! and the next cell id. A torn last line (the broker died mid-write) is
-//! ignored.
+//! A file of JSON lines, one [`Record`] each, headed by
+//! `{"t":"header","version":JOURNAL_VERSION}`. Journals without a header
+//! are version 1 (written before the journal had versions) and replay the
+//! same way; a journal of a *newer* version than this broker's is refused
+//! rather than misread. The records own their types ([`SpecRec`],
+//! [`GrantRec`]): the journal's format does not change when the planner's
+//! or the wire's types do.
+//!
+//! # Writing
+//!
+//! Appends are plain `write`s (no `fsync`): the journal must survive the
+//! broker being killed, not the machine losing power (which ends the cells
+//! too). When it grows past [`COMPACT_AFTER`] records it is rewritten as a
+//! snapshot into a temporary file and renamed over the old one, so a crash
+//! mid-compaction leaves either the old or the new journal, never a torn
+//! one.
+//!
+//! # When writing fails (a full disk)
+//!
+//! The in-memory state is always updated, the failure is remembered
+//! ([`Journal::problem`]) and every later append first tries to catch up by
+//! rewriting the whole snapshot: a failed append may have left a partial
+//! line, and appending after it would hide every later record from replay.
+//! While the journal cannot be written, the broker admits no new cell
+//! ([`Journal::writable`]): a cell it could not record would be lost on
+//! restart, its cgroup leaked and its id reused.
+//!
+//! # Reading
+//!
+//! Replay folds the records into [`Replayed`]. A torn last line (the
+//! broker died mid-write) is dropped quietly. Any other line that does not
+//! parse means the file was damaged: replay keeps what came before it, the
+//! whole file is copied aside to `journal.corrupt-<unix seconds>` for
+//! inspection, and [`Journal::open`] reports it ([`Opened::damaged`]) so the
+//! broker can warn loudly.
 
-use allot_plan::CellSpec;
 use allot_topo::CpuSet;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// Records before compaction.
 pub const COMPACT_AFTER: usize = 4096;
+
+/// Version of the journal format this broker writes and understands.
+/// History: 1 — no header; 2 — header, [`SpecRec`], recovered cells.
+pub const JOURNAL_VERSION: u32 = 2;
 
 /// A process belonging to a cell, with its start time to detect pid reuse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,6 +60,33 @@ pub struct MemberRec {
     pub pid: u32,
     /// Start time in clock ticks after boot (`/proc/PID/stat` field 22).
     pub start: u64,
+}
+
+/// What a cell asked for, as journaled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpecRec {
+    /// Guaranteed CPUs.
+    pub min: u32,
+    /// Most CPUs (0: the machine).
+    pub max: u32,
+    /// Weight.
+    pub weight: u32,
+    /// Exclusive.
+    pub exclusive: bool,
+    /// `any`, `llc` or `numa`.
+    pub placement: PlacementRec,
+}
+
+/// Placement, as journaled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlacementRec {
+    /// Anywhere.
+    Any,
+    /// One last-level cache.
+    Llc,
+    /// One NUMA node.
+    Numa,
 }
 
 /// What a cell holds, as journaled.
@@ -60,6 +117,11 @@ pub struct GrantRec {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
 pub enum Record {
+    /// The first line: the format's version.
+    Header {
+        /// [`JOURNAL_VERSION`] of the writer.
+        version: u32,
+    },
     /// A cell was admitted.
     Cell {
         /// Id.
@@ -69,8 +131,9 @@ pub enum Record {
         /// Owner.
         uid: u32,
         /// Spec.
-        spec: CellSpec,
-        /// Rejoin secret.
+        spec: SpecRec,
+        /// Rejoin secret; 0 for a cell recovered from its cgroup, whose
+        /// first member to rejoin sets it.
         token: u64,
     },
     /// A process joined a cell.
@@ -92,7 +155,14 @@ pub enum Record {
         /// Cell.
         id: u64,
         /// New spec.
-        spec: CellSpec,
+        spec: SpecRec,
+    },
+    /// A recovered cell was claimed by a member: its rejoin secret.
+    Token {
+        /// Cell.
+        id: u64,
+        /// The secret.
+        token: u64,
     },
     /// A cell's grant changed.
     Grant {
@@ -113,7 +183,8 @@ pub enum Record {
         /// Cell.
         id: u64,
     },
-    /// Next cell id to allocate (written at start and in snapshots).
+    /// Next cell id to allocate (written before each allocation and in
+    /// snapshots).
     NextId {
         /// The id.
         next: u64,
@@ -128,8 +199,8 @@ pub struct CellRec {
     /// Owner.
     pub uid: u32,
     /// Spec.
-    pub spec: CellSpec,
-    /// Rejoin secret.
+    pub spec: SpecRec,
+    /// Rejoin secret (0: recovered, not yet claimed).
     pub token: u64,
     /// Members.
     pub members: Vec<MemberRec>,
@@ -154,6 +225,7 @@ impl Replayed {
     /// Folds one record in.
     pub fn apply(&mut self, r: Record) {
         match r {
+            Record::Header { .. } => {}
             Record::Cell {
                 id,
                 name,
@@ -172,7 +244,7 @@ impl Replayed {
                         grant: None,
                     },
                 );
-                self.next_id = self.next_id.max(id + 1);
+                self.next_id = self.next_id.max(id.saturating_add(1));
             }
             Record::Member { id, member } => {
                 if let Some(c) = self.cells.get_mut(&id) {
@@ -188,6 +260,11 @@ impl Replayed {
             Record::Spec { id, spec } => {
                 if let Some(c) = self.cells.get_mut(&id) {
                     c.spec = spec;
+                }
+            }
+            Record::Token { id, token } => {
+                if let Some(c) = self.cells.get_mut(&id) {
+                    c.token = token;
                 }
             }
             Record::Grant { id, grant } => {
@@ -206,13 +283,18 @@ impl Replayed {
         }
     }
 
-    /// The records that recreate this state.
+    /// The records that recreate this state, header first.
     pub fn snapshot(&self) -> Vec<Record> {
-        let mut out = vec![Record::NextId { next: self.next_id }];
-        out.push(Record::Shared {
-            pool: self.pool,
-            reserve: self.reserve,
-        });
+        let mut out = vec![
+            Record::Header {
+                version: JOURNAL_VERSION,
+            },
+            Record::NextId { next: self.next_id },
+            Record::Shared {
+                pool: self.pool,
+                reserve: self.reserve,
+            },
+        ];
         for (&id, c) in &self.cells {
             out.push(Record::Cell {
                 id,
@@ -235,6 +317,41 @@ impl Replayed {
     }
 }
 
+/// Why a journal cannot be used at all.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The file cannot be read, created or rewritten.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// Written by a newer allot.
+    #[error(
+        "it was written by a newer allot (journal version {0}; this broker reads up to {JOURNAL_VERSION}): \
+         upgrade this broker, or move the journal away to start empty"
+    )]
+    Newer(u32),
+}
+
+/// What [`Journal::open`] found.
+#[derive(Debug)]
+pub struct Opened {
+    /// The journal, replayed.
+    pub journal: Journal,
+    /// The file was damaged: what replay kept, and where the damaged copy
+    /// was saved.
+    pub damaged: Option<Damage>,
+}
+
+/// A damaged journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damage {
+    /// The first line (1-based) that did not parse.
+    pub line: usize,
+    /// Records kept (those before it).
+    pub kept: usize,
+    /// Where the damaged file was copied (`None` if the copy failed).
+    pub copy: Option<PathBuf>,
+}
+
 /// The open journal.
 #[derive(Debug)]
 pub struct Journal {
@@ -242,88 +359,202 @@ pub struct Journal {
     file: File,
     state: Replayed,
     records: usize,
+    problem: Option<String>,
+}
+
+fn write_lines(w: &mut impl Write, recs: &[Record]) -> std::io::Result<()> {
+    let mut buf = Vec::new();
+    for r in recs {
+        serde_json::to_writer(&mut buf, r).map_err(std::io::Error::other)?;
+        buf.push(b'\n');
+    }
+    w.write_all(&buf)
 }
 
 impl Journal {
-    /// Opens (creating if needed) the journal at `path` and replays it.
-    pub fn open(path: &Path) -> std::io::Result<Journal> {
+    /// Opens (creating if needed) the journal at `path`, replays it and
+    /// rewrites it as a clean snapshot.
+    pub fn open(path: &Path) -> Result<Opened, OpenError> {
         let mut state = Replayed {
             next_id: 1,
             ..Default::default()
         };
         let mut records = 0;
-        if let Ok(f) = File::open(path) {
-            for line in BufReader::new(f).lines() {
-                let Ok(line) = line else { break };
-                match serde_json::from_str::<Record>(&line) {
-                    Ok(r) => {
-                        state.apply(r);
-                        records += 1;
+        let mut damaged = None;
+        match std::fs::read(path) {
+            Ok(bytes) => {
+                let text = String::from_utf8_lossy(&bytes);
+                let lines: Vec<&str> = text.split_terminator('\n').collect();
+                let torn_tail = !bytes.is_empty() && !bytes.ends_with(b"\n");
+                for (i, line) in lines.iter().enumerate() {
+                    match serde_json::from_str::<Record>(line) {
+                        Ok(Record::Header { version }) if version > JOURNAL_VERSION => {
+                            return Err(OpenError::Newer(version));
+                        }
+                        Ok(r) => {
+                            state.apply(r);
+                            records += 1;
+                        }
+                        // The broker died in the middle of its last write.
+                        Err(_) if torn_tail && i + 1 == lines.len() => break,
+                        Err(_) => {
+                            damaged = Some(Damage {
+                                line: i + 1,
+                                kept: records,
+                                copy: keep_copy(path, &bytes),
+                            });
+                            break;
+                        }
                     }
-                    Err(_) => break, // a torn tail: stop at the last whole record
                 }
             }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
         }
-        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(path)?;
         let mut j = Journal {
             path: path.to_path_buf(),
             file,
             state,
             records,
+            problem: None,
         };
-        // Rewrite from the replayed state: drops a torn tail and old history.
+        // Rewrite from the replayed state: drops a torn tail, damage and
+        // old history, and adds the header.
         j.compact()?;
-        Ok(j)
+        Ok(Opened {
+            journal: j,
+            damaged,
+        })
     }
 
-    /// The replayed state (kept current as records are appended).
+    /// The replayed state (kept current as records are appended, also
+    /// when writing them fails).
     pub fn state(&self) -> &Replayed {
         &self.state
     }
 
-    /// Appends records.
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Why the journal is behind the state, if it is.
+    pub fn problem(&self) -> Option<&str> {
+        self.problem.as_deref()
+    }
+
+    /// Whether the journal holds everything, catching up first if it was
+    /// behind. `false` means nothing new may be started that must survive a
+    /// restart.
+    pub fn writable(&mut self) -> bool {
+        if self.problem.is_some() {
+            let _ = self.compact();
+        }
+        self.problem.is_none()
+    }
+
+    /// Appends records (folding them into the state whatever happens). On
+    /// failure the journal is marked behind ([`Journal::problem`]) and the
+    /// next append rewrites the whole snapshot instead.
     pub fn append(&mut self, recs: &[Record]) -> std::io::Result<()> {
         if recs.is_empty() {
             return Ok(());
         }
-        let mut buf = Vec::new();
         for r in recs {
-            serde_json::to_writer(&mut buf, r).map_err(std::io::Error::other)?;
-            buf.push(b'\n');
             self.state.apply(r.clone());
         }
-        self.file.write_all(&buf)?;
-        self.records += recs.len();
-        if self.records > COMPACT_AFTER {
-            self.compact()?;
+        if self.problem.is_some() {
+            return self.compact();
         }
-        Ok(())
+        match write_lines(&mut self.file, recs) {
+            Ok(()) => {
+                self.records += recs.len();
+                if self.records > COMPACT_AFTER {
+                    self.compact()?;
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.problem = Some(e.to_string());
+                Err(e)
+            }
+        }
     }
 
-    /// Rewrites the journal as a snapshot of the current state.
+    /// Rewrites the journal as a snapshot of the current state. Clears the
+    /// problem when it succeeds.
     pub fn compact(&mut self) -> std::io::Result<()> {
         let tmp = self.path.with_extension("tmp");
         let snap = self.state.snapshot();
-        {
-            let mut f = File::create(&tmp)?;
-            let mut buf = Vec::new();
-            for r in &snap {
-                serde_json::to_writer(&mut buf, r).map_err(std::io::Error::other)?;
-                buf.push(b'\n');
+        let result = (|| -> std::io::Result<()> {
+            {
+                // Private: it holds the cells' rejoin secrets.
+                let mut f = OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .mode(0o600)
+                    .open(&tmp)?;
+                write_lines(&mut f, &snap)?;
+                f.sync_all()?;
             }
-            f.write_all(&buf)?;
-            f.sync_all()?;
+            std::fs::rename(&tmp, &self.path)?;
+            self.file = OpenOptions::new().append(true).open(&self.path)?;
+            Ok(())
+        })();
+        match result {
+            Ok(()) => {
+                self.records = snap.len();
+                self.problem = None;
+                Ok(())
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                self.problem = Some(e.to_string());
+                Err(e)
+            }
         }
-        std::fs::rename(&tmp, &self.path)?;
-        self.file = OpenOptions::new().append(true).open(&self.path)?;
-        self.records = snap.len();
-        Ok(())
     }
+}
+
+/// Copies a damaged journal's bytes aside, next to it.
+fn keep_copy(path: &Path, bytes: &[u8]) -> Option<PathBuf> {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let name = format!("{}.corrupt-{secs}", path.file_name()?.to_string_lossy());
+    let copy = path.with_file_name(name);
+    std::fs::write(&copy, bytes).ok().map(|()| copy)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn spec() -> SpecRec {
+        SpecRec {
+            min: 0,
+            max: 0,
+            weight: 1,
+            exclusive: false,
+            placement: PlacementRec::Any,
+        }
+    }
+
+    fn cell(id: u64, token: u64) -> Record {
+        Record::Cell {
+            id,
+            name: "a".into(),
+            uid: 0,
+            spec: spec(),
+            token,
+        }
+    }
 
     fn grant(g: u64) -> GrantRec {
         GrantRec {
@@ -339,20 +570,20 @@ mod tests {
         }
     }
 
+    fn open(p: &Path) -> Journal {
+        let o = Journal::open(p).unwrap();
+        assert_eq!(o.damaged, None);
+        o.journal
+    }
+
     #[test]
     fn replays_what_was_appended() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("journal");
         {
-            let mut j = Journal::open(&p).unwrap();
+            let mut j = open(&p);
             j.append(&[
-                Record::Cell {
-                    id: 1,
-                    name: "a".into(),
-                    uid: 0,
-                    spec: CellSpec::default(),
-                    token: 7,
-                },
+                cell(1, 7),
                 Record::Member {
                     id: 1,
                     member: MemberRec { pid: 10, start: 5 },
@@ -361,46 +592,74 @@ mod tests {
                     id: 1,
                     grant: grant(3),
                 },
-                Record::Cell {
-                    id: 2,
-                    name: "b".into(),
-                    uid: 0,
-                    spec: CellSpec::default(),
-                    token: 8,
-                },
+                cell(2, 8),
                 Record::End { id: 2 },
             ])
             .unwrap();
         }
-        let j = Journal::open(&p).unwrap();
+        let j = open(&p);
         let s = j.state();
         assert_eq!(s.cells.len(), 1);
         assert_eq!(s.cells[&1].members, vec![MemberRec { pid: 10, start: 5 }]);
         assert_eq!(s.cells[&1].grant.as_ref().unwrap().generation, 3);
         assert_eq!(s.next_id, 3, "ids are never reused");
+        let first = std::fs::read_to_string(&p).unwrap();
+        assert!(
+            first.starts_with(&format!(
+                "{{\"t\":\"header\",\"version\":{JOURNAL_VERSION}}}\n"
+            )),
+            "{first}"
+        );
     }
 
     #[test]
-    fn a_torn_tail_is_ignored() {
+    fn a_version_1_journal_replays() {
+        // As brokers before the header wrote it: the spec in the planner's
+        // own serde shape, which SpecRec keeps.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("journal");
+        std::fs::write(
+            &p,
+            "{\"t\":\"next_id\",\"next\":5}\n\
+             {\"t\":\"cell\",\"id\":4,\"name\":\"make\",\"uid\":1000,\"spec\":{\"min\":1,\"max\":0,\"weight\":2,\"exclusive\":true,\"placement\":\"numa\"},\"token\":9}\n\
+             {\"t\":\"member\",\"id\":4,\"member\":{\"pid\":77,\"start\":12}}\n",
+        )
+        .unwrap();
+        let j = open(&p);
+        let c = &j.state().cells[&4];
+        assert_eq!(c.spec.placement, PlacementRec::Numa);
+        assert!(c.spec.exclusive);
+        assert_eq!(c.members[0].pid, 77);
+        assert_eq!(j.state().next_id, 5);
+    }
+
+    #[test]
+    fn a_journal_of_a_newer_version_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("journal");
+        std::fs::write(&p, "{\"t\":\"header\",\"version\":99}\n").unwrap();
+        let e = Journal::open(&p).unwrap_err();
+        assert!(e.to_string().contains("newer allot"), "{e}");
+        assert_eq!(
+            std::fs::read_to_string(&p).unwrap(),
+            "{\"t\":\"header\",\"version\":99}\n",
+            "left untouched"
+        );
+    }
+
+    #[test]
+    fn a_torn_tail_is_dropped_quietly() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("journal");
         {
-            let mut j = Journal::open(&p).unwrap();
-            j.append(&[Record::Cell {
-                id: 4,
-                name: "a".into(),
-                uid: 0,
-                spec: CellSpec::default(),
-                token: 1,
-            }])
-            .unwrap();
+            let mut j = open(&p);
+            j.append(&[cell(4, 1)]).unwrap();
         }
         let mut f = OpenOptions::new().append(true).open(&p).unwrap();
         f.write_all(b"{\"t\":\"cell\",\"id\":5,\"na").unwrap();
         drop(f);
-        let j = Journal::open(&p).unwrap();
+        let j = open(&p);
         assert_eq!(j.state().cells.keys().copied().collect::<Vec<_>>(), vec![4]);
-        // And the rewritten journal is clean.
         let text = std::fs::read_to_string(&p).unwrap();
         assert!(
             text.lines()
@@ -409,18 +668,34 @@ mod tests {
     }
 
     #[test]
+    fn damage_in_the_middle_is_reported_and_kept_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("journal");
+        {
+            let mut j = open(&p);
+            j.append(&[cell(1, 1)]).unwrap();
+        }
+        let mut text = std::fs::read_to_string(&p).unwrap();
+        text.push_str("#### not json ####\n");
+        text.push_str("{\"t\":\"end\",\"id\":1}\n");
+        std::fs::write(&p, &text).unwrap();
+        let o = Journal::open(&p).unwrap();
+        let d = o.damaged.expect("damage is reported");
+        assert_eq!(d.kept, 4, "header, next id, shared, cell");
+        let copy = d.copy.expect("a copy is kept");
+        assert_eq!(std::fs::read_to_string(&copy).unwrap(), text);
+        assert!(
+            o.journal.state().cells.contains_key(&1),
+            "records after the damage are not trusted"
+        );
+    }
+
+    #[test]
     fn compaction_keeps_state() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("journal");
-        let mut j = Journal::open(&p).unwrap();
-        j.append(&[Record::Cell {
-            id: 1,
-            name: "a".into(),
-            uid: 0,
-            spec: CellSpec::default(),
-            token: 1,
-        }])
-        .unwrap();
+        let mut j = open(&p);
+        j.append(&[cell(1, 1)]).unwrap();
         for g in 0..(COMPACT_AFTER as u64 + 10) {
             j.append(&[Record::Grant {
                 id: 1,
@@ -430,7 +705,14 @@ mod tests {
         }
         let lines = std::fs::read_to_string(&p).unwrap().lines().count();
         assert!(lines < 100, "compacted to {lines} lines");
-        let again = Journal::open(&p).unwrap();
+        let again = open(&p);
         assert_eq!(again.state(), j.state());
+    }
+
+    #[test]
+    fn ids_survive_overflowing_records() {
+        let mut s = Replayed::default();
+        s.apply(cell(u64::MAX, 1));
+        assert_eq!(s.next_id, u64::MAX, "saturates instead of wrapping to 0");
     }
 }

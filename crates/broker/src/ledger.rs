@@ -20,11 +20,49 @@
 //! bytes; `io`: one per block device, max 1000). Any process may define
 //! *virtual* kinds (counters); a definition that conflicts with an existing
 //! one is refused.
+//!
+//! # Bounds
+//!
+//! A virtual kind counts against the quota of the user who defined it
+//! first ([`Limits::kinds`], [`Limits::devices`], [`Limits::kinds_total`])
+//! and lives while a process that defined it lives or anyone holds part of
+//! it; then it is dropped. A process holds at most [`Limits::holdings`]
+//! items. Root is exempt from the per-user quotas, not from the totals.
+//!
+//! # Errors
+//!
+//! [`LedgerError`] separates a request that can never succeed as sent
+//! (unknown kind or device, negative amount: `Invalid`) from one that must
+//! wait for others to give something back (`Refused`) and one past a limit
+//! (`Limit`).
 
+use crate::config::Limits;
+use crate::names;
 use allot_proto::{DeviceDef, LedgerItem};
 use allot_topo::Machine;
 use serde_json::json;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// Why the ledger did not do what was asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LedgerError {
+    /// The request is wrong as sent (unknown kind or device, bad amount,
+    /// bad name, conflicting definition).
+    Invalid(String),
+    /// Not available now; others must give something back first.
+    Refused(String),
+    /// A configured limit was reached.
+    Limit(String),
+}
+
+impl LedgerError {
+    /// The message.
+    pub fn message(&self) -> &str {
+        match self {
+            LedgerError::Invalid(m) | LedgerError::Refused(m) | LedgerError::Limit(m) => m,
+        }
+    }
+}
 
 const EPS: f64 = 1e-9;
 
@@ -52,22 +90,44 @@ impl Dev {
 #[derive(Debug, Clone)]
 struct Kind {
     devices: Vec<Dev>,
-    virtual_: bool,
+    /// `None` for built-in kinds; the defining user for virtual ones.
+    owner: Option<u32>,
+    /// Live processes that defined it (virtual kinds).
+    definers: BTreeSet<u32>,
+}
+
+impl Kind {
+    fn in_use(&self) -> bool {
+        self.devices
+            .iter()
+            .any(|d| d.exclusive > EPS || !d.shared.is_empty())
+    }
+}
+
+/// What one process holds.
+#[derive(Debug, Clone, Default)]
+struct Holder {
+    uid: u32,
+    items: Vec<LedgerItem>,
 }
 
 /// The ledger.
 #[derive(Debug, Clone, Default)]
 pub struct Ledger {
     kinds: BTreeMap<String, Kind>,
-    holdings: HashMap<u32, Vec<LedgerItem>>,
+    holdings: HashMap<u32, Holder>,
     epoch: u64,
     waiting: HashMap<u32, u32>,
+    limits: Limits,
 }
 
 impl Ledger {
-    /// The built-in kinds of `machine`.
-    pub fn new(machine: &Machine) -> Ledger {
-        let mut l = Ledger::default();
+    /// The built-in kinds of `machine`, with `limits` on what users add.
+    pub fn new(machine: &Machine, limits: Limits) -> Ledger {
+        let mut l = Ledger {
+            limits,
+            ..Ledger::default()
+        };
         let dev = |name: String, max: f64| Dev {
             name,
             min: 0.0,
@@ -83,7 +143,8 @@ impl Ledger {
                     .iter()
                     .map(|c| dev(c.to_string(), 1.0))
                     .collect(),
-                virtual_: false,
+                owner: None,
+                definers: BTreeSet::new(),
             },
         );
         l.kinds.insert(
@@ -94,7 +155,8 @@ impl Ledger {
                     .iter()
                     .map(|n| dev(format!("node{}", n.id), (n.mem_total_kib * 1024) as f64))
                     .collect(),
-                virtual_: false,
+                owner: None,
+                definers: BTreeSet::new(),
             },
         );
         let mut io = Vec::new();
@@ -117,7 +179,8 @@ impl Ledger {
             "io".into(),
             Kind {
                 devices: io,
-                virtual_: false,
+                owner: None,
+                definers: BTreeSet::new(),
             },
         );
         l
@@ -152,21 +215,50 @@ impl Ledger {
         }
     }
 
-    /// Defines a virtual kind (idempotent for an identical definition).
-    pub fn define(&mut self, name: &str, devices: &[DeviceDef]) -> Result<(), String> {
+    /// Defines a virtual kind for process `pid` of user `uid` (idempotent
+    /// for an identical definition, which makes `pid` another definer).
+    /// Returns whether `pid` became a definer it was not before (the
+    /// broker then watches it).
+    pub fn define(
+        &mut self,
+        pid: u32,
+        uid: u32,
+        name: &str,
+        devices: &[DeviceDef],
+    ) -> Result<bool, LedgerError> {
+        let invalid = LedgerError::Invalid;
         if name.is_empty() || devices.is_empty() {
-            return Err("a kind needs a name and at least one device".into());
+            return Err(invalid(
+                "a kind needs a name and at least one device".into(),
+            ));
+        }
+        names::check("kind name", name, names::MAX_KIND_NAME).map_err(invalid)?;
+        for d in devices {
+            names::check("device name", &d.name, names::MAX_KIND_NAME).map_err(invalid)?;
         }
         if devices
             .iter()
             .any(|d| d.max.is_nan() || d.max <= 0.0 || d.min < 0.0 || d.min > d.max)
         {
-            return Err(format!(
-                "kind {name:?}: every device needs 0 ≤ min ≤ max and max > 0"
-            ));
+            return Err(invalid(format!(
+                "kind {}: every device needs 0 ≤ min ≤ max and max > 0",
+                names::shown(name)
+            )));
         }
-        match self.kinds.get(name) {
-            Some(k) if !k.virtual_ => Err(format!("{name:?} is a built-in kind")),
+        let limits = self.limits;
+        if devices.len() > limits.devices as usize {
+            return Err(LedgerError::Limit(format!(
+                "kind {} has {} devices; the limit is {} (limits.devices)",
+                names::shown(name),
+                devices.len(),
+                limits.devices
+            )));
+        }
+        match self.kinds.get_mut(name) {
+            Some(k) if k.owner.is_none() => Err(invalid(format!(
+                "{} is a built-in kind",
+                names::shown(name)
+            ))),
             Some(k) => {
                 let same = k.devices.len() == devices.len()
                     && k.devices
@@ -174,12 +266,31 @@ impl Ledger {
                         .zip(devices)
                         .all(|(a, b)| a.name == b.name && a.max == b.max && a.min == b.min);
                 if same {
-                    Ok(())
+                    Ok(k.definers.insert(pid))
                 } else {
-                    Err(format!("kind {name:?} already exists with other devices"))
+                    Err(invalid(format!(
+                        "kind {} already exists with other devices",
+                        names::shown(name)
+                    )))
                 }
             }
             None => {
+                let virtuals = self.kinds.values().filter(|k| k.owner.is_some());
+                let (mine, all) = virtuals.fold((0u32, 0u32), |(m, a), k| {
+                    (m + u32::from(k.owner == Some(uid)), a + 1)
+                });
+                if uid != 0 && mine >= limits.kinds {
+                    return Err(LedgerError::Limit(format!(
+                        "uid {uid} has defined {mine} kinds; the limit is {} (limits.kinds)",
+                        limits.kinds
+                    )));
+                }
+                if all >= limits.kinds_total {
+                    return Err(LedgerError::Limit(format!(
+                        "{all} kinds are defined; the limit is {} (limits.kinds_total)",
+                        limits.kinds_total
+                    )));
+                }
                 let devs = devices
                     .iter()
                     .map(|d| Dev {
@@ -194,10 +305,11 @@ impl Ledger {
                     name.to_string(),
                     Kind {
                         devices: devs,
-                        virtual_: true,
+                        owner: Some(uid),
+                        definers: BTreeSet::from([pid]),
                     },
                 );
-                Ok(())
+                Ok(true)
             }
         }
     }
@@ -231,19 +343,30 @@ impl Ledger {
         })
     }
 
-    /// Takes every item for `pid`, or nothing (with the reason). Checks
-    /// first, accumulating items on the same device, then applies.
-    pub fn acquire(&mut self, pid: u32, items: &[LedgerItem]) -> Result<(), String> {
+    /// Takes every item for process `pid` of user `uid`, or nothing (with
+    /// the reason). Checks first, accumulating items on the same device,
+    /// then applies.
+    pub fn acquire(&mut self, pid: u32, uid: u32, items: &[LedgerItem]) -> Result<(), LedgerError> {
+        let held = self.holdings.get(&pid).map_or(0, |h| h.items.len());
+        if held + items.len() > self.limits.holdings as usize {
+            return Err(LedgerError::Limit(format!(
+                "process {pid} would hold {} ledger items; the limit is {} (limits.holdings)",
+                held + items.len(),
+                self.limits.holdings
+            )));
+        }
         // (kind, dev) -> (exclusive added, largest shared added)
         let mut adding: Vec<((&str, u32), f64, f64)> = Vec::new();
         for it in items {
-            if it.amount.is_nan() || it.amount < 0.0 {
-                return Err(format!(
-                    "negative amount {} of {} device {}",
-                    it.amount, it.kind, it.dev
-                ));
+            if it.amount.is_nan() || it.amount <= 0.0 {
+                return Err(LedgerError::Invalid(format!(
+                    "amount {} of {} device {} is not positive",
+                    it.amount,
+                    names::shown(&it.kind),
+                    it.dev
+                )));
             }
-            let d = self.dev(it)?;
+            let d = self.dev(it).map_err(LedgerError::Invalid)?;
             let key = (it.kind.as_str(), it.dev);
             let i = match adding.iter().position(|a| a.0 == key) {
                 Some(i) => i,
@@ -262,7 +385,7 @@ impl Ledger {
             let avail_excl = d.max - d.min - d.exclusive - *excl - peak;
             let avail_shared = d.max - d.min - d.exclusive - *excl;
             if avail_excl < -EPS || (it.shared && avail_shared + EPS < it.amount) {
-                return Err(format!(
+                return Err(LedgerError::Refused(format!(
                     "{} device {} ({}): {} asked, {} available",
                     it.kind,
                     it.dev,
@@ -273,7 +396,7 @@ impl Ledger {
                     } else {
                         d.avail_exclusive()
                     }
-                ));
+                )));
             }
         }
         for it in items {
@@ -284,10 +407,9 @@ impl Ledger {
                 d.exclusive += it.amount;
             }
         }
-        self.holdings
-            .entry(pid)
-            .or_default()
-            .extend(items.iter().cloned());
+        let h = self.holdings.entry(pid).or_default();
+        h.uid = uid;
+        h.items.extend(items.iter().cloned());
         Ok(())
     }
 
@@ -295,7 +417,7 @@ impl Ledger {
     pub fn release(&mut self, pid: u32, items: &[LedgerItem]) {
         let mut changed = false;
         for it in items {
-            let Some(held) = self.holdings.get_mut(&pid) else {
+            let Some(held) = self.holdings.get_mut(&pid).map(|h| &mut h.items) else {
                 break;
             };
             let Some(pos) = held.iter().position(|h| {
@@ -318,23 +440,46 @@ impl Ledger {
                 changed = true;
             }
         }
-        if self.holdings.get(&pid).is_some_and(Vec::is_empty) {
+        if self.holdings.get(&pid).is_some_and(|h| h.items.is_empty()) {
             self.holdings.remove(&pid);
         }
         if changed {
             self.epoch += 1;
+            self.drop_unused_kinds();
         }
     }
 
-    /// Gives back everything `pid` holds (it died). Returns whether it held
-    /// anything.
-    pub fn release_all(&mut self, pid: u32) -> bool {
+    /// Process `pid` is gone: gives back everything it held and forgets it
+    /// as a definer (kinds nobody defines or holds any more are dropped).
+    /// Returns whether it held anything.
+    pub fn forget(&mut self, pid: u32) -> bool {
         self.waiting.remove(&pid);
-        let Some(items) = self.holdings.get(&pid).cloned() else {
-            return false;
+        let mut defined = false;
+        for k in self.kinds.values_mut() {
+            defined |= k.definers.remove(&pid);
+        }
+        let held = match self.holdings.get(&pid).map(|h| h.items.clone()) {
+            Some(items) => {
+                self.release(pid, &items);
+                true
+            }
+            None => false,
         };
-        self.release(pid, &items);
-        true
+        if defined {
+            self.drop_unused_kinds();
+        }
+        held
+    }
+
+    fn drop_unused_kinds(&mut self) {
+        self.kinds
+            .retain(|_, k| k.owner.is_none() || !k.definers.is_empty() || k.in_use());
+    }
+
+    /// Whether the broker must keep watching `pid` for the ledger: it holds
+    /// something or defined a kind.
+    pub fn involves(&self, pid: u32) -> bool {
+        self.holdings.contains_key(&pid) || self.kinds.values().any(|k| k.definers.contains(&pid))
     }
 
     /// Whether `pid` holds anything.
@@ -342,15 +487,22 @@ impl Ledger {
         self.holdings.contains_key(&pid)
     }
 
-    /// The ledger as JSON: kinds, devices with availability, holders.
-    pub fn json(&self) -> String {
+    /// Virtual kinds defined, for the status.
+    pub fn virtual_kinds(&self) -> usize {
+        self.kinds.values().filter(|k| k.owner.is_some()).count()
+    }
+
+    /// The ledger as JSON: kinds, devices with availability, holders. With
+    /// `viewer` set, only that user's holders are listed (the others are
+    /// counted).
+    pub fn json(&self, viewer: Option<u32>) -> String {
         let kinds: Vec<_> = self
             .kinds
             .iter()
             .map(|(name, k)| {
                 json!({
                     "name": name,
-                    "virtual": k.virtual_,
+                    "virtual": k.owner.is_some(),
                     "devices": k.devices.iter().map(|d| json!({
                         "name": d.name, "min": d.min, "max": d.max,
                         "available": d.avail_exclusive(), "shared_available": d.avail_shared(),
@@ -358,12 +510,17 @@ impl Ledger {
                 })
             })
             .collect();
-        let holders: Vec<_> = self
+        let (shown, hidden): (Vec<_>, Vec<_>) = self
             .holdings
             .iter()
-            .map(|(pid, items)| json!({ "pid": pid, "items": items.len() }))
+            .partition(|(_, h)| viewer.is_none_or(|v| v == h.uid));
+        let holders: Vec<_> = shown
+            .iter()
+            .map(|(pid, h)| json!({ "pid": pid, "uid": h.uid, "items": h.items.len() }))
             .collect();
-        json!({ "epoch": self.epoch, "waiters": self.waiters(), "kinds": kinds, "holders": holders }).to_string()
+        json!({ "epoch": self.epoch, "waiters": self.waiters(), "kinds": kinds,
+                "holders": holders, "other_holders": hidden.len() })
+        .to_string()
     }
 }
 
@@ -382,49 +539,51 @@ mod tests {
 
     #[test]
     fn exclusive_and_shared_accounting() {
-        let mut l = Ledger::new(&Machine::uniform(2));
-        l.acquire(10, &[item(0, 1.0, false)]).unwrap();
+        let mut l = Ledger::new(&Machine::uniform(2), Limits::default());
+        l.acquire(10, 0, &[item(0, 1.0, false)]).unwrap();
         assert!(
-            l.acquire(11, &[item(0, 0.1, false)]).is_err(),
+            l.acquire(11, 0, &[item(0, 0.1, false)]).is_err(),
             "CPU 0 is taken"
         );
         // All or nothing: CPU 1 is not taken when CPU 0 fails.
         assert!(
-            l.acquire(11, &[item(1, 1.0, false), item(0, 1.0, false)])
+            l.acquire(11, 0, &[item(1, 1.0, false), item(0, 1.0, false)])
                 .is_err()
         );
-        l.acquire(11, &[item(1, 1.0, true)]).unwrap();
-        l.acquire(12, &[item(1, 1.0, true)]).unwrap();
+        l.acquire(11, 0, &[item(1, 1.0, true)]).unwrap();
+        l.acquire(12, 0, &[item(1, 1.0, true)]).unwrap();
         assert!(
-            l.acquire(13, &[item(1, 0.5, false)]).is_err(),
+            l.acquire(13, 0, &[item(1, 0.5, false)]).is_err(),
             "shared holders keep exclusive ones out"
         );
         let e0 = l.epoch();
-        assert!(l.release_all(10));
+        assert!(l.forget(10));
         assert!(l.epoch() > e0);
-        l.acquire(13, &[item(0, 0.5, false)]).unwrap();
+        l.acquire(13, 0, &[item(0, 0.5, false)]).unwrap();
     }
 
     #[test]
     fn minimums_stay_with_processes_that_asked_nothing() {
-        let mut l = Ledger::new(&Machine::uniform(1));
+        let mut l = Ledger::new(&Machine::uniform(1), Limits::default());
         l.set_min("cpu", 0.25);
-        assert!(l.acquire(1, &[item(0, 1.0, false)]).is_err());
-        l.acquire(1, &[item(0, 0.75, false)]).unwrap();
+        assert!(l.acquire(1, 0, &[item(0, 1.0, false)]).is_err());
+        l.acquire(1, 0, &[item(0, 0.75, false)]).unwrap();
     }
 
     #[test]
     fn virtual_kinds() {
-        let mut l = Ledger::new(&Machine::uniform(1));
+        let mut l = Ledger::new(&Machine::uniform(1), Limits::default());
         let devs = vec![DeviceDef {
             name: "0".into(),
             min: 0.0,
             max: 2.0,
         }];
-        l.define("StrongCore", &devs).unwrap();
-        l.define("StrongCore", &devs).unwrap();
+        l.define(1, 0, "StrongCore", &devs).unwrap();
+        l.define(1, 0, "StrongCore", &devs).unwrap();
         assert!(
             l.define(
+                1,
+                0,
                 "StrongCore",
                 &[DeviceDef {
                     name: "0".into(),
@@ -434,28 +593,131 @@ mod tests {
             )
             .is_err()
         );
-        assert!(l.define("cpu", &devs).is_err());
+        assert!(l.define(1, 0, "cpu", &devs).is_err());
         let s = LedgerItem {
             kind: "StrongCore".into(),
             dev: 0,
             amount: 1.0,
             shared: false,
         };
-        l.acquire(1, std::slice::from_ref(&s)).unwrap();
-        l.acquire(2, std::slice::from_ref(&s)).unwrap();
-        assert!(l.acquire(3, &[s]).is_err());
+        l.acquire(1, 0, std::slice::from_ref(&s)).unwrap();
+        l.acquire(2, 0, std::slice::from_ref(&s)).unwrap();
+        assert!(matches!(
+            l.acquire(3, 0, &[s]),
+            Err(LedgerError::Refused(_))
+        ));
+    }
+
+    #[test]
+    fn wrong_requests_are_invalid_not_refused() {
+        let mut l = Ledger::new(&Machine::uniform(1), Limits::default());
+        let unknown = LedgerItem {
+            kind: "nope".into(),
+            dev: 0,
+            amount: 1.0,
+            shared: false,
+        };
+        match l.acquire(3, 0, &[unknown]) {
+            Err(LedgerError::Invalid(m)) => assert!(m.contains("unknown resource kind"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        for amount in [-1.0, 0.0] {
+            assert!(matches!(
+                l.acquire(3, 0, &[item(0, amount, false)]),
+                Err(LedgerError::Invalid(_))
+            ));
+        }
+        assert!(matches!(
+            l.acquire(3, 0, &[item(9, 1.0, false)]),
+            Err(LedgerError::Invalid(_))
+        ));
+        assert!(!l.holds(3), "nothing was taken");
+    }
+
+    fn devs(n: usize, name_len: usize) -> Vec<DeviceDef> {
+        (0..n)
+            .map(|i| DeviceDef {
+                name: format!("{i:0name_len$}"),
+                min: 0.0,
+                max: 1.0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn what_a_user_defines_is_bounded_and_dies_with_its_definers() {
+        let limits = Limits {
+            kinds: 2,
+            devices: 4,
+            kinds_total: 3,
+            ..Limits::default()
+        };
+        let mut l = Ledger::new(&Machine::uniform(1), limits);
+        let nobody = 65534;
+        assert!(matches!(
+            l.define(100, nobody, "big", &devs(5, 1)),
+            Err(LedgerError::Limit(_))
+        ));
+        assert!(matches!(
+            l.define(100, nobody, &"k".repeat(100), &devs(1, 1)),
+            Err(LedgerError::Invalid(_))
+        ));
+        assert!(matches!(
+            l.define(100, nobody, "a", &devs(1, 100)),
+            Err(LedgerError::Invalid(_))
+        ));
+        assert!(l.define(100, nobody, "a", &devs(1, 1)).unwrap());
+        assert!(l.define(101, nobody, "b", &devs(1, 1)).unwrap());
+        match l.define(100, nobody, "c", &devs(1, 1)) {
+            Err(LedgerError::Limit(m)) => assert!(m.contains("limits.kinds"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        // Another user still may, up to the total.
+        assert!(l.define(200, 1000, "c", &devs(1, 1)).unwrap());
+        assert!(matches!(
+            l.define(0, 0, "d", &devs(1, 1)),
+            Err(LedgerError::Limit(_))
+        ));
+        // A second process defining the same kind keeps it alive.
+        assert!(l.define(102, nobody, "a", &devs(1, 1)).unwrap());
         assert!(
-            l.acquire(
-                3,
-                &[LedgerItem {
-                    kind: "nope".into(),
-                    dev: 0,
-                    amount: 1.0,
-                    shared: false
-                }]
-            )
-            .unwrap_err()
-            .contains("unknown resource kind")
+            !l.define(102, nobody, "a", &devs(1, 1)).unwrap(),
+            "already a definer"
         );
+        assert!(l.involves(100));
+        l.forget(100);
+        assert_eq!(l.virtual_kinds(), 3, "102 still defines a");
+        // A holder keeps a kind whose definers are all gone.
+        let a = LedgerItem {
+            kind: "a".into(),
+            dev: 0,
+            amount: 1.0,
+            shared: false,
+        };
+        l.acquire(300, 1000, std::slice::from_ref(&a)).unwrap();
+        l.forget(102);
+        assert_eq!(l.virtual_kinds(), 3, "held by 300");
+        l.forget(300);
+        assert_eq!(l.virtual_kinds(), 2, "a is gone");
+        l.forget(101);
+        l.forget(200);
+        assert_eq!(l.virtual_kinds(), 0);
+        assert!(!l.involves(101));
+    }
+
+    #[test]
+    fn holdings_per_process_are_bounded() {
+        let limits = Limits {
+            holdings: 3,
+            ..Limits::default()
+        };
+        let mut l = Ledger::new(&Machine::uniform(2), limits);
+        l.acquire(1, 0, &[item(0, 0.1, true), item(0, 0.1, true)])
+            .unwrap();
+        assert!(matches!(
+            l.acquire(1, 0, &[item(1, 0.1, true), item(1, 0.1, true)]),
+            Err(LedgerError::Limit(_))
+        ));
+        l.acquire(1, 0, &[item(1, 0.1, true)]).unwrap();
     }
 }

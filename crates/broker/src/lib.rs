@@ -14,14 +14,19 @@
 //! - [`demand`]: how busy each cell is, from usage and reports.
 //! - [`journal`]: crash-safe state.
 //! - [`ledger`]: what each process holds of each resource kind (`require`).
-//! - [`config`], [`status`].
+//! - [`config`] (with the per-user [`config::Limits`]), [`status`].
+//! - [`names`]: which names clients may choose, and how they are printed.
+//! - [`convert`]: the spec as the planner, the wire, the journal and the
+//!   status each see it.
 
 pub mod config;
+pub mod convert;
 pub mod core;
 pub mod demand;
 pub mod journal;
 pub mod ledger;
 pub mod log;
+pub mod names;
 pub mod server;
 pub mod status;
 

@@ -15,7 +15,7 @@ fn start() -> Instant {
 /// Whether debug lines are printed.
 pub fn debug_enabled() -> bool {
     static D: OnceLock<bool> = OnceLock::new();
-    *D.get_or_init(|| std::env::var("ALLOT_LOG").is_ok_and(|v| v == "debug"))
+    *D.get_or_init(|| std::env::var(allot_proto::env::LOG).is_ok_and(|v| v == "debug"))
 }
 
 /// Prints one line.
@@ -33,3 +33,55 @@ macro_rules! warn { ($($a:tt)*) => { $crate::log::line("warn", format_args!($($a
 /// Debug (only with `ALLOT_LOG=debug`).
 #[macro_export]
 macro_rules! debug { ($($a:tt)*) => { if $crate::log::debug_enabled() { $crate::log::line("debug", format_args!($($a)*)) } } }
+
+/// Lets a repeated message through at most once per interval and counts
+/// what it held back (a client flood or a resource shortage must not turn
+/// into a log flood).
+#[derive(Debug)]
+pub struct Throttle {
+    every: std::time::Duration,
+    last: Option<Instant>,
+    held: u64,
+}
+
+impl Throttle {
+    /// At most one message per `every`.
+    pub const fn new(every: std::time::Duration) -> Throttle {
+        Throttle {
+            every,
+            last: None,
+            held: 0,
+        }
+    }
+
+    /// `Some(n)` when a message may be printed now, `n` being how many were
+    /// held back since the last one; `None` to hold this one back.
+    pub fn allow(&mut self, now: Instant) -> Option<u64> {
+        match self.last {
+            Some(t) if now.duration_since(t) < self.every => {
+                self.held += 1;
+                None
+            }
+            _ => {
+                self.last = Some(now);
+                Some(std::mem::take(&mut self.held))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn throttle_lets_one_through_per_interval_and_counts_the_rest() {
+        let t0 = Instant::now();
+        let mut t = Throttle::new(Duration::from_secs(1));
+        assert_eq!(t.allow(t0), Some(0));
+        assert_eq!(t.allow(t0 + Duration::from_millis(10)), None);
+        assert_eq!(t.allow(t0 + Duration::from_millis(20)), None);
+        assert_eq!(t.allow(t0 + Duration::from_millis(1001)), Some(2));
+    }
+}

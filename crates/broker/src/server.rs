@@ -13,8 +13,26 @@
 //! Level-triggered epoll plus the per-turn request budget means a client
 //! flooding its socket is served a bounded amount per loop and cannot
 //! starve the others. Replies are queued per session and flushed when the
-//! socket is writable; a client whose queue exceeds `MAX_QUEUED` replies is
-//! disconnected (it is not reading them).
+//! socket is writable; a client whose queue exceeds [`MAX_QUEUED_BYTES`]
+//! is disconnected (it is not reading them).
+//!
+//! # Connections
+//!
+//! Each user may keep `limits.connections` connections open (root is
+//! exempt); one more is accepted, answered with an `ErrorCode::Limit`
+//! error that says so, and closed. When the process runs out of file
+//! descriptors, the listener is taken out of the epoll set for a back-off
+//! that doubles up to [`ACCEPT_BACKOFF_MAX`] (a level-triggered listener
+//! that cannot accept would otherwise wake the loop forever), and one
+//! waiting client is told why through a descriptor kept in reserve for
+//! exactly that, instead of hanging. Such conditions are logged at most
+//! once per [`LOG_EVERY`], with a count of what was held back.
+//!
+//! # Datagrams
+//!
+//! An empty datagram (not end of stream: the peer is still there) and one
+//! that does not decode are answered with an error, unless its header
+//! names a one-way kind (`allot_proto::msg::kind_expects_reply`).
 //!
 //! Processes without a pidfd (kernels before 5.3) are polled through `/proc`
 //! on every tick instead.
@@ -22,10 +40,11 @@
 use crate::config::Config;
 use crate::core::{Core, Effect, Peer, SessionId};
 use crate::journal::Journal;
+use crate::log::Throttle;
 use crate::{debug, info, warn};
 use allot_enforce::os::{Os, RealOs};
 use allot_proto::dirs::TrustedDir;
-use allot_proto::msg::{ErrorCode, MAX_MESSAGE, Reply, Request};
+use allot_proto::msg::{ErrorCode, MAX_MESSAGE, Reply, Request, kind_expects_reply};
 use allot_proto::transport;
 use rustix::event::epoll::{self, CreateFlags, Event, EventData, EventFlags};
 use rustix::fd::{AsFd, AsRawFd, OwnedFd};
@@ -44,15 +63,29 @@ const KIND_MASK: u64 = 3 << 62;
 
 /// Requests served per session per loop iteration.
 const MAX_PER_TURN: usize = 32;
-/// Replies queued for a session that does not read before it is dropped.
-const MAX_QUEUED: usize = 1024;
+/// Bytes of replies queued for a session that does not read before it is
+/// dropped (a status document of thousands of cells fits).
+pub const MAX_QUEUED_BYTES: usize = 2 << 20;
+/// First pause of the listener when descriptors run out.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(25);
+/// Longest pause of the listener.
+pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// At most one log line per condition this often.
+pub const LOG_EVERY: Duration = Duration::from_secs(10);
 
 #[derive(Debug)]
 struct Session {
     sock: OwnedFd,
     peer: Peer,
     out: VecDeque<(Vec<u8>, Option<OwnedFd>)>,
+    out_bytes: usize,
     writable_wanted: bool,
+}
+
+/// The listener taken out of the epoll set until `until`.
+#[derive(Debug, Clone, Copy)]
+struct Paused {
+    until: Instant,
 }
 
 /// A running broker: the state plus its event sources.
@@ -72,6 +105,15 @@ pub struct Broker {
     socket_ino: Option<u64>,
     _lock: OwnedFd,
     buf: Vec<u8>,
+    /// Open connections per uid.
+    conns: HashMap<u32, u32>,
+    /// A descriptor kept free to answer one client when none is left.
+    spare: Option<OwnedFd>,
+    paused: Option<Paused>,
+    backoff: Duration,
+    fd_log: Throttle,
+    limit_log: Throttle,
+    slow_log: Throttle,
 }
 
 /// Stops a running broker from another thread or a signal handler.
@@ -170,12 +212,27 @@ impl Broker {
         for n in &notes {
             info!("{n}");
         }
-        let journal = Journal::open(&cfg.journal_path()).map_err(|e| {
+        let opened = Journal::open(&cfg.journal_path()).map_err(|e| {
             other(format!(
-                "cannot open the journal {}: {e}",
+                "cannot use the journal {}: {e}",
                 cfg.journal_path().display()
             ))
         })?;
+        if let Some(d) = &opened.damaged {
+            warn!(
+                "THE JOURNAL {} IS DAMAGED at line {}: kept the {} records before it{}; cells \
+                 it no longer lists are recovered from the backend where it still holds them",
+                cfg.journal_path().display(),
+                d.line,
+                d.kept,
+                match &d.copy {
+                    Some(c) => format!("; the damaged file is kept as {}", c.display()),
+                    None => "; could not keep a copy of it".into(),
+                }
+            );
+        }
+        let journal = opened.journal;
+        raise_fd_limit();
         let os: Arc<dyn Os> = Arc::new(RealOs);
         let (mut core, effects) = Core::new(&cfg, machine, enforcer, os, Some(journal));
         core.set_backend_notes(notes);
@@ -235,6 +292,13 @@ impl Broker {
             socket_ino: Some(socket_ino),
             _lock: lock,
             buf: vec![0; MAX_MESSAGE + 1],
+            conns: HashMap::new(),
+            spare: open_spare(),
+            paused: None,
+            backoff: ACCEPT_BACKOFF_MIN,
+            fd_log: Throttle::new(LOG_EVERY),
+            limit_log: Throttle::new(LOG_EVERY),
+            slow_log: Throttle::new(LOG_EVERY),
         };
         b.apply(effects);
         info!(
@@ -337,6 +401,7 @@ impl Broker {
     }
 
     fn on_tick(&mut self) {
+        self.resume_listener(Instant::now());
         // Exit polling for processes without a pidfd.
         let gone: Vec<u32> = self
             .polled
@@ -360,10 +425,21 @@ impl Broker {
                 rustix::net::SocketFlags::CLOEXEC | rustix::net::SocketFlags::NONBLOCK,
             ) {
                 Ok(s) => s,
-                Err(rustix::io::Errno::AGAIN) => return,
-                Err(rustix::io::Errno::INTR) => continue,
+                Err(rustix::io::Errno::AGAIN) => {
+                    self.backoff = ACCEPT_BACKOFF_MIN;
+                    return;
+                }
+                Err(rustix::io::Errno::INTR | rustix::io::Errno::CONNABORTED) => continue,
+                Err(
+                    e @ (rustix::io::Errno::MFILE
+                    | rustix::io::Errno::NFILE
+                    | rustix::io::Errno::NOBUFS
+                    | rustix::io::Errno::NOMEM),
+                ) => return self.out_of_descriptors(e),
                 Err(e) => {
-                    warn!("accept: {e}");
+                    if let Some(held) = self.fd_log.allow(Instant::now()) {
+                        warn!("accept: {e}{}", held_back(held));
+                    }
                     return;
                 }
             };
@@ -374,10 +450,31 @@ impl Broker {
                     gid: c.gid.as_raw(),
                 },
                 Err(e) => {
-                    warn!("cannot read peer credentials ({e}); closing the connection");
+                    debug!("cannot read peer credentials ({e}); closing the connection");
                     continue;
                 }
             };
+            let open = self.conns.get(&peer.uid).copied().unwrap_or(0);
+            let limit = self.cfg.limits.connections;
+            if peer.limited() && open >= limit {
+                if let Some(held) = self.limit_log.allow(Instant::now()) {
+                    warn!(
+                        "uid {} reached its {limit} connections (limits.connections); refusing more{}",
+                        peer.uid,
+                        held_back(held)
+                    );
+                }
+                refuse(
+                    &sock,
+                    ErrorCode::Limit,
+                    format!(
+                        "uid {} has {open} connections to the broker open, the limit per user \
+                         (limits.connections); close some and retry",
+                        peer.uid
+                    ),
+                );
+                continue;
+            }
             let id = self.next_session;
             self.next_session += 1;
             if let Err(e) = add(
@@ -389,6 +486,7 @@ impl Broker {
                 warn!("epoll add: {e}");
                 continue;
             }
+            *self.conns.entry(peer.uid).or_default() += 1;
             debug!("session {id}: pid {} uid {}", peer.pid, peer.uid);
             self.sessions.insert(
                 id,
@@ -396,9 +494,53 @@ impl Broker {
                     sock,
                     peer,
                     out: VecDeque::new(),
+                    out_bytes: 0,
                     writable_wanted: false,
                 },
             );
+        }
+    }
+
+    /// No descriptor left for a new connection: tell one waiting client
+    /// (through the reserve descriptor), then stop listening for a while.
+    fn out_of_descriptors(&mut self, e: rustix::io::Errno) {
+        if let Some(spare) = self.spare.take() {
+            drop(spare);
+            if let Ok(sock) =
+                rustix::net::accept_with(&self.listener, rustix::net::SocketFlags::CLOEXEC)
+            {
+                refuse(
+                    &sock,
+                    ErrorCode::Internal,
+                    "the broker has run out of file descriptors; retry in a moment \
+                     (its log says more)",
+                );
+            }
+            self.spare = open_spare();
+        }
+        let now = Instant::now();
+        if let Some(held) = self.fd_log.allow(now) {
+            warn!(
+                "cannot accept connections: {e} ({} open); pausing for up to {ACCEPT_BACKOFF_MAX:?}{}",
+                self.sessions.len(),
+                held_back(held)
+            );
+        }
+        let _ = epoll::delete(&self.epoll, &self.listener);
+        self.paused = Some(Paused {
+            until: now + self.backoff,
+        });
+        self.backoff = (self.backoff * 2).min(ACCEPT_BACKOFF_MAX);
+    }
+
+    fn resume_listener(&mut self, now: Instant) {
+        if let Some(p) = self.paused
+            && now >= p.until
+        {
+            self.paused = None;
+            if let Err(e) = add(&self.epoll, &self.listener, LISTENER, EventFlags::IN) {
+                warn!("cannot listen again: {e}");
+            }
         }
     }
 
@@ -418,7 +560,20 @@ impl Broker {
             let got = transport::recv(s.sock.as_fd(), &mut self.buf, true);
             let d = match got {
                 Ok(Some(d)) => d,
-                Ok(None) => return self.close(id),
+                Ok(None) if peer_gone(s.sock.as_fd()) => return self.close(id),
+                Ok(None) => {
+                    let reply = Reply::error(
+                        ErrorCode::Malformed,
+                        0,
+                        "an empty message is not a request (every message starts with a 12-byte header)",
+                    );
+                    self.apply(vec![Effect::Reply {
+                        session: id,
+                        reply,
+                        fd: None,
+                    }]);
+                    continue;
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) => {
                     debug!("session {id}: {e}");
@@ -447,11 +602,15 @@ impl Broker {
                     }
                     Err(e) => {
                         debug!("session {id}: bad message: {e}");
-                        vec![Effect::Reply {
-                            session: id,
-                            reply: Reply::error(e.code(), e.request_kind(), e.to_string()),
-                            fd: None,
-                        }]
+                        if e.request_kind() != 0 && !kind_expects_reply(e.request_kind()) {
+                            vec![] // one-way: never answered
+                        } else {
+                            vec![Effect::Reply {
+                                session: id,
+                                reply: Reply::error(e.code(), e.request_kind(), e.to_string()),
+                                fd: None,
+                            }]
+                        }
                     }
                 }
             };
@@ -462,6 +621,12 @@ impl Broker {
     fn close(&mut self, id: SessionId) {
         if let Some(s) = self.sessions.remove(&id) {
             let _ = epoll::delete(&self.epoll, &s.sock);
+            if let Some(n) = self.conns.get_mut(&s.peer.uid) {
+                *n -= 1;
+                if *n == 0 {
+                    self.conns.remove(&s.peer.uid);
+                }
+            }
             debug!("session {id} closed");
         }
         let effects = self.core.session_closed(id);
@@ -475,12 +640,21 @@ impl Broker {
                     let Some(s) = self.sessions.get_mut(&session) else {
                         continue;
                     };
-                    if s.out.len() >= MAX_QUEUED {
-                        warn!("session {session} is not reading its replies; disconnecting it");
+                    let bytes = reply.encode();
+                    if s.out_bytes + bytes.len() > MAX_QUEUED_BYTES {
+                        let uid = s.peer.uid;
+                        if let Some(held) = self.slow_log.allow(Instant::now()) {
+                            warn!(
+                                "session {session} (uid {uid}) is not reading its replies; \
+                                 disconnecting it{}",
+                                held_back(held)
+                            );
+                        }
                         self.close(session);
                         continue;
                     }
-                    s.out.push_back((reply.encode(), fd));
+                    s.out_bytes += bytes.len();
+                    s.out.push_back((bytes, fd));
                     self.flush(session);
                 }
                 Effect::Watch(pid) => self.watch(pid),
@@ -527,12 +701,14 @@ impl Broker {
         while let Some((bytes, fd)) = s.out.front() {
             match transport::send(s.sock.as_fd(), bytes, fd.as_ref().map(|f| f.as_fd())) {
                 Ok(()) => {
+                    s.out_bytes -= bytes.len();
                     s.out.pop_front();
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) => {
                     debug!("session {id}: send failed: {e}");
                     s.out.clear();
+                    s.out_bytes = 0;
                     break;
                 }
             }
@@ -562,5 +738,59 @@ impl Broker {
     /// The tick period.
     pub fn tick(&self) -> Duration {
         self.cfg.tick
+    }
+}
+
+/// " (N more held back)" for a throttled log line, or nothing.
+fn held_back(n: u64) -> String {
+    if n == 0 {
+        String::new()
+    } else {
+        format!(" ({n} more like this held back)")
+    }
+}
+
+/// Answers a connection the broker will not serve, then drops it.
+fn refuse(sock: &OwnedFd, code: ErrorCode, msg: impl Into<String>) {
+    let _ = transport::send(sock.as_fd(), &Reply::error(code, 0, msg).encode(), None);
+}
+
+/// Whether the peer of `sock` has closed its end (a zero-length read was
+/// end of stream, not an empty datagram).
+fn peer_gone(sock: rustix::fd::BorrowedFd<'_>) -> bool {
+    use rustix::event::{PollFd, PollFlags};
+    let mut fds = [PollFd::new(&sock, PollFlags::RDHUP)];
+    match rustix::event::poll(
+        &mut fds,
+        Some(&Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        }),
+    ) {
+        Ok(_) => fds[0]
+            .revents()
+            .intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR),
+        Err(_) => true,
+    }
+}
+
+/// A descriptor held in reserve (`/dev/null`).
+fn open_spare() -> Option<OwnedFd> {
+    rustix::fs::open(
+        "/dev/null",
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .ok()
+}
+
+/// Raises the soft limit on open files to the hard limit: every client
+/// connection and pidfd is a descriptor.
+fn raise_fd_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut l = getrlimit(Resource::Nofile);
+    if l.current < l.maximum {
+        l.current = l.maximum;
+        let _ = setrlimit(Resource::Nofile, l);
     }
 }

@@ -1,88 +1,116 @@
-//! `allot status`: the broker's state as JSON.
-//!
-//! Shape (stable; scripts read it):
-//!
-//! ```json
-//! { "broker":  { "pid": 1, "instance": 2, "backend": "cgroup1", "policy": "fair-share",
-//!                "uptime_s": 3.5, "notes": [] },
-//!   "machine": { "name": "this machine", "summary": "2 CPUs, …", "usable": "0-1",
-//!                "capacity": 2, "reserve": "", "pool": "", "idle": "" },
-//!   "cells":   [ { "id": 1, "name": "make", "uid": 0, "pids": [42], "cpus": "0",
-//!                  "lent": "", "entitled": "0", "threads": 1, "generation": 3,
-//!                  "stacked": false, "share": 1.0, "demand": null, "busy": 0.98,
-//!                  "progress": 0, "spec": { "min": 0, "max": 0, "weight": 1,
-//!                  "exclusive": false, "placement": "any" } } ],
-//!   "queue":   [ { "id": 4, "name": "x", "position": 1, "reason": "…", "spec": { … } } ] }
-//! ```
+//! `allot status`: the broker's state as the typed document of
+//! [`allot_proto::status`], as one peer may see it.
 
-use crate::core::Core;
+use crate::convert;
+use crate::core::{Core, Peer};
+use allot_proto::status::{
+    BrokerStatus, CellStatus, MachineStatus, QueuedStatus, STATUS_VERSION, Status,
+};
 use allot_proto::wire::MAX_STR;
 use allot_topo::CpuSet;
-use serde_json::json;
+
+fn round(v: f64, places: i32) -> f64 {
+    let f = 10f64.powi(places);
+    (v * f).round() / f
+}
 
 impl Core {
-    /// The status document.
-    pub fn status_json(&self) -> String {
+    /// The status document for `peer`: other users' cell names and pids
+    /// are left out unless the peer is root or the broker's owner, or the
+    /// configuration shows them (`show_other_users`).
+    pub fn status(&self, peer: Peer) -> Status {
+        let all = self.sees_everything(peer);
+        let hidden = |uid: u32| !all && uid != peer.uid;
         let used = self
             .plan
             .cells
             .values()
             .fold(self.plan.reserve, |acc, g| acc.union(&g.cpus));
         let idle: CpuSet = self.machine.usable().difference(&used);
-        let cells: Vec<_> = self
+        let cells = self
             .cells
             .iter()
-            .map(|(id, c)| {
+            .map(|(&id, c)| {
                 let g = c.published.as_ref();
-                json!({
-                    "id": id,
-                    "name": c.name,
-                    "uid": c.uid,
-                    "pids": c.members.iter().map(|m| m.pid).collect::<Vec<_>>(),
-                    "cpus": g.map(|g| g.cpus.to_string()).unwrap_or_default(),
-                    "lent": g.map(|g| g.lent.to_string()).unwrap_or_default(),
-                    "entitled": g.map(|g| g.entitled.to_string()).unwrap_or_default(),
-                    "threads": g.map_or(0, |g| g.threads),
-                    "generation": c.generation,
-                    "stacked": g.is_some_and(|g| g.stacked),
-                    "share": g.map_or(0.0, |g| (g.share * 1000.0).round() / 1000.0),
-                    "demand": c.est.demand(),
-                    "busy": (c.est.busy() * 100.0).round() / 100.0,
-                    "progress": c.progress,
-                    "busy_reported": c.busy_reported,
-                    "spec": c.spec,
-                })
+                let private = hidden(c.uid);
+                CellStatus {
+                    id,
+                    name: if private {
+                        String::new()
+                    } else {
+                        c.name.clone()
+                    },
+                    uid: c.uid,
+                    private,
+                    pids: if private {
+                        vec![]
+                    } else {
+                        c.members.iter().map(|m| m.pid).collect()
+                    },
+                    cpus: g.map(|g| g.cpus.to_string()).unwrap_or_default(),
+                    lent: g.map(|g| g.lent.to_string()).unwrap_or_default(),
+                    entitled: g.map(|g| g.entitled.to_string()).unwrap_or_default(),
+                    threads: g.map_or(0, |g| g.threads),
+                    generation: c.generation,
+                    stacked: g.is_some_and(|g| g.stacked),
+                    share: g.map_or(0.0, |g| round(g.share, 3)),
+                    demand: c.est.demand(),
+                    busy: round(c.est.busy(), 2),
+                    progress: c.progress,
+                    busy_reported: c.busy_reported,
+                    spec: convert::to_status(&c.spec),
+                }
             })
             .collect();
-        let queue: Vec<_> = self
+        let queue = self
             .queue
             .iter()
             .enumerate()
-            .map(|(i, q)| json!({ "id": q.id, "name": q.name, "uid": q.uid, "position": i + 1, "reason": q.reason, "spec": q.spec }))
+            .map(|(i, q)| {
+                let private = hidden(q.uid);
+                QueuedStatus {
+                    id: q.id,
+                    name: if private {
+                        String::new()
+                    } else {
+                        q.name.clone()
+                    },
+                    uid: q.uid,
+                    private,
+                    position: i as u32 + 1,
+                    reason: if private {
+                        String::new()
+                    } else {
+                        q.reason.clone()
+                    },
+                    spec: convert::to_status(&q.spec),
+                }
+            })
             .collect();
-        let doc = json!({
-            "broker": {
-                "pid": std::process::id(),
-                "instance": self.instance,
-                "backend": self.backend(),
-                "policy": self.planner.config().policy.to_string(),
-                "lend": self.planner.config().lend,
-                "uptime_s": (self.started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
-                "notes": self.backend_notes,
+        Status {
+            version: STATUS_VERSION,
+            broker: BrokerStatus {
+                pid: std::process::id(),
+                instance: self.instance,
+                backend: self.backend(),
+                policy: self.planner.config().policy.to_string(),
+                lend: self.planner.config().lend,
+                uptime_s: round(self.started.elapsed().as_secs_f64(), 1),
+                notes: self.backend_notes.clone(),
+                journal_problem: self.journal_problem().map(str::to_string),
             },
-            "machine": {
-                "name": self.machine.name(),
-                "summary": self.machine.summary(),
-                "usable": self.machine.usable().to_string(),
-                "capacity": self.planner.capacity(),
-                "reserve": self.plan.reserve.to_string(),
-                "pool": self.plan.pool.to_string(),
-                "idle": idle.to_string(),
+            machine: MachineStatus {
+                name: self.machine.name().to_string(),
+                summary: self.machine.summary(),
+                usable: self.machine.usable().to_string(),
+                capacity: self.planner.capacity(),
+                reserve: self.plan.reserve.to_string(),
+                pool: self.plan.pool.to_string(),
+                idle: idle.to_string(),
             },
-            "cells": cells,
-            "queue": queue,
-        });
-        doc.to_string()
+            cells,
+            queue,
+        }
     }
 }
 

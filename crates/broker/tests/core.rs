@@ -1,126 +1,18 @@
 //! The broker's state machine with a fake process table and the dry-run
 //! backend: admission, queueing, permissions, reclaim, restart.
 
-use allot_broker::Config;
-use allot_broker::core::{Core, Effect, Peer};
-use allot_broker::journal::Journal;
+mod common;
+
+use allot_broker::core::Effect;
+use allot_client::spec_to_wire;
+use allot_enforce::Call;
 use allot_enforce::os::{FakeOs, Os};
-use allot_enforce::{Call, DryRun};
 use allot_plan::CellSpec;
+use allot_proto::Grant;
 use allot_proto::msg::{ErrorCode, Reply, Request};
-use allot_proto::{Grant, PageMap};
-use allot_topo::{CpuSet, Machine};
-use std::sync::Arc;
+use allot_topo::CpuSet;
+use common::*;
 use std::time::{Duration, Instant};
-
-const ROOT: Peer = Peer {
-    pid: 1,
-    uid: 0,
-    gid: 0,
-};
-const ALICE: Peer = Peer {
-    pid: 2,
-    uid: 1000,
-    gid: 1000,
-};
-const BOB: Peer = Peer {
-    pid: 3,
-    uid: 1001,
-    gid: 1001,
-};
-
-struct World {
-    core: Core,
-    os: FakeOs,
-    dry: DryRun,
-    _dir: tempfile::TempDir,
-}
-
-fn world_with(cpus: usize, dir: tempfile::TempDir, os: FakeOs) -> (World, Vec<Effect>) {
-    let cfg = Config::new(dir.path().join("s.sock"));
-    let dry = DryRun::new();
-    let journal = Journal::open(&dir.path().join("journal")).unwrap();
-    let (core, effects) = Core::new(
-        &cfg,
-        Machine::uniform(cpus),
-        Box::new(dry.clone()),
-        Arc::new(os.clone()),
-        Some(journal),
-    );
-    (
-        World {
-            core,
-            os,
-            dry,
-            _dir: dir,
-        },
-        effects,
-    )
-}
-
-fn world(cpus: usize) -> World {
-    let os = FakeOs::new();
-    for (pid, uid) in [(1, 0), (2, 1000), (3, 1001)] {
-        os.spawn(pid, 0, 1, &CpuSet::first_n(cpus));
-        os.set_uid(pid, uid);
-    }
-    world_with(cpus, tempfile::tempdir().unwrap(), os).0
-}
-
-fn proc_of(w: &World, pid: u32, uid: u32) {
-    w.os.spawn(pid, 0, 1, &CpuSet::first_n(64));
-    w.os.set_uid(pid, uid);
-}
-
-fn register(
-    w: &mut World,
-    peer: Peer,
-    name: &str,
-    spec: CellSpec,
-    members: Vec<u32>,
-    wait: bool,
-) -> Vec<Effect> {
-    w.core.handle(
-        7,
-        peer,
-        Request::Register {
-            name: name.into(),
-            spec,
-            wait,
-            members,
-        },
-        None,
-    )
-}
-
-fn reply(effects: &[Effect]) -> &Reply {
-    effects
-        .iter()
-        .find_map(|e| match e {
-            Effect::Reply { reply, .. } => Some(reply),
-            _ => None,
-        })
-        .expect("a reply")
-}
-
-/// Maps the page from a Registered effect.
-fn page(effects: Vec<Effect>) -> (u64, u64, PageMap) {
-    for e in effects {
-        if let Effect::Reply {
-            reply: Reply::Registered { cell, token, .. },
-            fd: Some(fd),
-            ..
-        } = e
-        {
-            return (cell, token, PageMap::open(fd).unwrap());
-        }
-    }
-    panic!("no Registered reply");
-}
-
-fn grant(p: &PageMap) -> Grant {
-    p.page().read()
-}
 
 #[test]
 fn two_cells_split_and_the_survivor_gets_everything() {
@@ -241,7 +133,7 @@ fn a_queued_cell_whose_client_leaves_is_dropped() {
     let e = register(&mut w, ROOT, "q", CellSpec::default(), vec![200], true);
     assert!(matches!(reply(&e), Reply::Queued { .. }));
     w.core.session_closed(7);
-    assert!(w.core.status_json().contains("\"queue\":[]"));
+    assert!(w.core.status(ROOT).queue.is_empty());
 }
 
 #[test]
@@ -275,7 +167,7 @@ fn users_cannot_touch_each_others_cells_or_processes() {
         Request::AddMember { cell, pid: 200 },
         Request::UpdateSpec {
             cell,
-            spec: CellSpec::default(),
+            spec: spec_to_wire(&CellSpec::default()),
         },
         Request::Rejoin { cell, token },
     ] {
@@ -517,13 +409,12 @@ fn restart_adopts_live_cells_without_moving_them() {
         .collect();
     assert_eq!(watched, vec![100, 200]);
     // a and b keep their CPUs and generations (only c's end may be planned later).
-    let status: serde_json::Value = serde_json::from_str(&w2.core.status_json()).unwrap();
-    let cells = status["cells"].as_array().unwrap();
-    assert_eq!(cells.len(), 2);
-    for c in cells {
-        let id = c["id"].as_u64().unwrap();
+    let status = w2.core.status(ROOT);
+    assert_eq!(status.cells.len(), 2);
+    for c in &status.cells {
+        let id = c.id;
         let old = before.iter().find(|g| g.cell == id).unwrap();
-        let cpus = CpuSet::parse_list(c["cpus"].as_str().unwrap()).unwrap();
+        let cpus = CpuSet::parse_list(&c.cpus).unwrap();
         assert!(
             old.cpus.is_subset(&cpus),
             "cell {id}: {} then {cpus}",

@@ -87,42 +87,14 @@
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
 
 /* ------------------------------------------------------------------------ */
-/* The grant page (docs/protocol.md; Rust: crates/proto/src/page.rs).       */
-/* Changing this layout requires bumping PROTOCOL_VERSION on both sides.     */
+/* The grant page: grant_page.h, checked against the Rust definition.       */
 /* ------------------------------------------------------------------------ */
 
-#define PAGE_MAGIC 0x544F4C41u /* "ALOT", little-endian */
-#define PAGE_VERSION 1u
-#define PAGE_BYTES 4096u
+#include "grant_page.h"
 
-struct grant_page {
-    uint32_t magic;
-    uint32_t version;
-    uint32_t size;
-    uint32_t futex;
-    uint64_t seq;
-    uint64_t cell;
-    uint64_t generation;
-    uint64_t instance;
-    uint32_t threads;
-    uint32_t flags;
-    uint32_t entitled;
-    uint32_t ncpus;
-    uint32_t share_milli;
-    uint32_t reserved[15];
-    uint64_t cpus[16];
-    uint64_t lent[16];
-};
-
-_Static_assert(offsetof(struct grant_page, futex) == 12, "futex offset");
-_Static_assert(offsetof(struct grant_page, seq) == 16, "seq offset");
-_Static_assert(offsetof(struct grant_page, cell) == 24, "cell offset");
-_Static_assert(offsetof(struct grant_page, generation) == 32, "generation offset");
-_Static_assert(offsetof(struct grant_page, threads) == 48, "threads offset");
-_Static_assert(offsetof(struct grant_page, share_milli) == 64, "share_milli offset");
-_Static_assert(offsetof(struct grant_page, cpus) == 128, "cpus offset");
-_Static_assert(offsetof(struct grant_page, lent) == 256, "lent offset");
-_Static_assert(sizeof(struct grant_page) <= PAGE_BYTES, "page fits");
+#define PAGE_MAGIC ALLOT_PAGE_MAGIC
+#define PAGE_VERSION ALLOT_PAGE_VERSION
+#define PAGE_BYTES ALLOT_PAGE_BYTES
 
 /* Seqlock attempts before a read gives up. A publish is a few dozen stores;
  * running out means the writer was descheduled (or died) mid-publish, and
@@ -1462,7 +1434,7 @@ static const struct grant_page *map_page(const char *var, const char **why)
         __atomic_load_n(&p->version, __ATOMIC_RELAXED) != PAGE_VERSION ||
         __atomic_load_n(&p->size, __ATOMIC_RELAXED) != PAGE_BYTES) {
         munmap(m, PAGE_BYTES);
-        *why = "ALLOT_GRANT_FD is not an allot grant page of protocol version 1";
+        *why = "ALLOT_GRANT_FD is not an allot grant page of this page version";
         return NULL;
     }
     return p;
@@ -1471,10 +1443,10 @@ static const struct grant_page *map_page(const char *var, const char **why)
 __attribute__((constructor)) static void shim_init(void)
 {
     int saved = errno;
-    const char *dbg = getenv("ALLOT_SHIM_DEBUG");
+    const char *dbg = getenv(ALLOT_ENV_SHIM_DEBUG);
     g_debug = dbg != NULL && dbg[0] == '1' && dbg[1] == '\0';
     const char *why = NULL;
-    const struct grant_page *p = map_page(getenv("ALLOT_GRANT_FD"), &why);
+    const struct grant_page *p = map_page(getenv(ALLOT_ENV_GRANT_FD), &why);
     __atomic_store_n(&g_page, p, __ATOMIC_RELEASE);
     rq_init();
     if (g_debug) {

@@ -30,6 +30,7 @@ const CFLAGS: &[&str] = &[
 pub fn build() {
     println!("cargo::rerun-if-changed={SOURCE}");
     println!("cargo::rerun-if-changed=shim/build_shim.rs");
+    println!("cargo::rerun-if-changed=shim/grant_page.h");
     println!("cargo::rerun-if-env-changed=CC");
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let so = out.join("liballot_shim.so");

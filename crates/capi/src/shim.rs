@@ -26,7 +26,7 @@ pub const SHIM_FILE_NAME: &str = concat!("liballot_shim-", env!("ALLOT_SHIM_HASH
 
 /// Set to `1` to have the shim print one line to stderr per capped region
 /// (plus one at start-up saying whether it is active or why it is inert).
-pub const ENV_SHIM_DEBUG: &str = "ALLOT_SHIM_DEBUG";
+pub const ENV_SHIM_DEBUG: &str = allot_proto::env::SHIM_DEBUG;
 
 /// Writes the shim into `dir` as [`SHIM_FILE_NAME`] and returns its path.
 /// A file already there is kept if its bytes are [`SHIM_SO`] and replaced

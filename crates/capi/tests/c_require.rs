@@ -162,8 +162,7 @@ fn figure_1_threads_never_exceed_the_granted_cpus() {
 /// thread's affinity is a single CPU, all distinct.
 #[test]
 fn figure_6c_an_openmp_team_gets_one_cpu_per_thread() {
-    if ncpus() < 2 {
-        eprintln!("skipped: needs 2 CPUs");
+    if !allot_testkit::prerequisite(ncpus() >= 2, "needs 2 CPUs") {
         return;
     }
     let out = passes(&require_omp(), &["fig6c"], true);
@@ -227,8 +226,7 @@ fn programming_errors_abort_naming_the_line() {
 /// outside every block sees the virtual kind free again.
 #[test]
 fn every_way_out_of_a_block_releases_it() {
-    if ncpus() < 2 {
-        eprintln!("skipped: needs 2 CPUs");
+    if !allot_testkit::prerequisite(ncpus() >= 2, "needs 2 CPUs") {
         return;
     }
     passes(&require_c(), &["exits"], false);

@@ -172,7 +172,7 @@ fn no_valid_page_means_inert() {
     run_with(
         Some(zeros.as_fd()),
         None,
-        "ALLOT_GRANT_FD is not an allot grant page of protocol version 1",
+        "ALLOT_GRANT_FD is not an allot grant page of this page version",
     );
 }
 

@@ -12,13 +12,14 @@ const CONSTRUCTS: usize = 12;
 
 /// Whether to run: clang with OpenMP works here.
 fn available() -> bool {
-    match clang_openmp() {
-        Ok(_) => true,
-        Err(why) => {
-            eprintln!("skipping libomp test: {why} (apt-get install clang libomp-dev)");
-            false
-        }
-    }
+    let works = clang_openmp();
+    allot_testkit::prerequisite(
+        works.is_ok(),
+        &format!(
+            "clang with LLVM OpenMP: {} (apt-get install clang libomp-dev)",
+            works.err().unwrap_or_default()
+        ),
+    )
 }
 
 #[test]

@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 
 fn backends() -> Vec<&'static str> {
     let mut b = vec!["affinity"];
-    if v1_cpuset_writable() {
+    if prerequisite(
+        v1_cpuset_writable(),
+        "a writable cgroup v1 cpuset hierarchy (root)",
+    ) {
         b.insert(0, "cgroup1");
     }
     b
@@ -25,8 +28,7 @@ fn register(c: &mut Client, name: &str, pid: u32) -> allot_client::Registration 
 #[test]
 fn two_cells_share_the_cpus_and_a_killed_cell_is_reclaimed() {
     let all = allot_topo::allowed_cpus().unwrap();
-    if all.len() < 2 {
-        eprintln!("needs two CPUs");
+    if !prerequisite(all.len() >= 2, "needs two CPUs") {
         return;
     }
     for backend in backends() {
@@ -60,8 +62,8 @@ fn two_cells_share_the_cpus_and_a_killed_cell_is_reclaimed() {
             "{backend}"
         );
         let status = d.status();
-        assert_eq!(status["cells"].as_array().unwrap().len(), 2);
-        assert_eq!(status["broker"]["backend"], backend);
+        assert_eq!(status.cells.len(), 2);
+        assert_eq!(status.broker.backend, backend);
 
         // SIGKILL a: b's page shows both CPUs.
         let seen = rb.page.page().futex_word();
@@ -118,16 +120,16 @@ fn broker_killed_and_restarted_moves_nothing() {
             d.log()
         );
         let status = d.status();
-        let cells = status["cells"].as_array().unwrap();
-        assert_eq!(cells.len(), 2, "{status}");
+        let cells = &status.cells;
+        assert_eq!(cells.len(), 2, "{status:?}");
         for (reg, g) in [(&ra, before.0), (&rb, before.1)] {
             let cell = cells
                 .iter()
-                .find(|x| x["id"] == reg.cell)
+                .find(|x| x.id == reg.cell)
                 .expect("cell adopted");
-            assert_eq!(cell["cpus"], g.cpus.to_string());
+            assert_eq!(cell.cpus, g.cpus.to_string());
             assert_eq!(
-                cell["generation"], g.generation,
+                cell.generation, g.generation,
                 "{backend}: generation changed on restart"
             );
         }
@@ -153,9 +155,9 @@ fn broker_killed_and_restarted_moves_nothing() {
             d.log()
         );
         drop(b);
-        assert!(eventually(Duration::from_secs(5), || d.status()["cells"]
-            .as_array()
-            .unwrap()
+        assert!(eventually(Duration::from_secs(5), || d
+            .status()
+            .cells
             .is_empty()));
     }
 }
@@ -250,11 +252,11 @@ fn flooding_one_connection_does_not_starve_others() {
 /// A raw protocol client in Python, run as another user.
 const PY_CLIENT: &str = r#"
 import socket, struct, sys
-path, cell = sys.argv[1], int(sys.argv[2])
+path, cell, version = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 s.connect(path)
 body = struct.pack('<Q', cell)
-s.send(struct.pack('<HHHHI', 0xA110, 2, 0x07, 0, len(body)) + body)
+s.send(struct.pack('<HHHHI', 0xA110, version, 0x07, 0, len(body)) + body)
 reply = s.recv(65536)
 magic, ver, kind, flags, n = struct.unpack('<HHHHI', reply[:12])
 code, req, mlen = struct.unpack('<HHH', reply[12:18])
@@ -263,8 +265,10 @@ print(kind, code, reply[18:18 + mlen].decode())
 
 #[test]
 fn another_user_cannot_release_a_cell() {
-    if !rustix::process::getuid().is_root() || !std::path::Path::new("/usr/bin/setpriv").exists() {
-        eprintln!("needs root and setpriv to act as another user");
+    if !prerequisite(
+        allot_testkit::user::can_switch_users(),
+        "needs root and setpriv to act as another user",
+    ) {
         return;
     }
     let d = Daemon::start("dry-run", &[]);
@@ -278,12 +282,13 @@ fn another_user_cannot_release_a_cell() {
             "--reuid=65534",
             "--regid=65534",
             "--clear-groups",
-            "/usr/bin/python3",
+            allot_testkit::PYTHON,
             "-c",
             PY_CLIENT,
         ])
         .arg(&d.socket)
         .arg(r.cell.to_string())
+        .arg(PROTOCOL_VERSION.to_string())
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -293,17 +298,16 @@ fn another_user_cannot_release_a_cell() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(text.contains("uid 65534 may not act on it"), "{text}");
-    assert_eq!(
-        d.status()["cells"].as_array().unwrap().len(),
-        1,
-        "the cell survived"
-    );
+    assert_eq!(d.status().cells.len(), 1, "the cell survived");
     let _ = CpuSet::new();
 }
 
 #[test]
 fn stopping_the_broker_removes_its_cgroups() {
-    if !v1_cpuset_writable() {
+    if !prerequisite(
+        v1_cpuset_writable(),
+        "a writable cgroup v1 cpuset hierarchy (root)",
+    ) {
         return;
     }
     let mut d = Daemon::start("cgroup1", &[]);
@@ -314,9 +318,9 @@ fn stopping_the_broker_removes_its_cgroups() {
         assert!(d.cgroup_dirs()[0].exists());
     }
     // Its process is gone, so the cell ends; then the broker stops clean.
-    assert!(eventually(Duration::from_secs(5), || d.status()["cells"]
-        .as_array()
-        .unwrap()
+    assert!(eventually(Duration::from_secs(5), || d
+        .status()
+        .cells
         .is_empty()));
     assert_eq!(d.stop(), Some(0));
     for dir in d.cgroup_dirs() {

@@ -54,8 +54,8 @@ fn registered_cell_follows_the_broker_across_a_restart() {
     assert_eq!(g.cell, id);
     assert!(!g.cpus.is_empty());
     cell.report(1, 0, 10).unwrap();
-    assert!(eventually(Duration::from_secs(2), || d.status()["cells"]
-        [0]["progress"]
+    assert!(eventually(Duration::from_secs(2), || d.status().cells[0]
+        .progress
         == 10));
 
     d.kill9();
@@ -79,8 +79,8 @@ fn registered_cell_follows_the_broker_across_a_restart() {
     );
     // Dropping the cell releases it.
     drop(cell);
-    assert!(eventually(Duration::from_secs(3), || d.status()["cells"]
-        .as_array()
-        .unwrap()
+    assert!(eventually(Duration::from_secs(3), || d
+        .status()
+        .cells
         .is_empty()));
 }

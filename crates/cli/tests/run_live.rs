@@ -18,7 +18,10 @@ fn run_out(mut c: Command) -> Output {
 }
 
 fn backend() -> &'static str {
-    if v1_cpuset_writable() {
+    if prerequisite(
+        v1_cpuset_writable(),
+        "a writable cgroup v1 cpuset hierarchy (root)",
+    ) {
         "cgroup1"
     } else {
         "affinity"
@@ -41,7 +44,7 @@ fn unknown_commands_fail_like_env() {
     assert_eq!(o.status.code(), Some(126));
     assert!(String::from_utf8_lossy(&o.stderr).contains("Permission denied"));
     assert!(
-        d.status()["cells"].as_array().unwrap().is_empty(),
+        d.status().cells.is_empty(),
         "no cell for a command that cannot run"
     );
 }
@@ -79,9 +82,9 @@ fn exit_status_and_signals_pass_through() {
     assert_eq!(o.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&o.stdout).contains("got-term"));
     // The cell was released.
-    assert!(eventually(Duration::from_secs(3), || d.status()["cells"]
-        .as_array()
-        .unwrap()
+    assert!(eventually(Duration::from_secs(3), || d
+        .status()
+        .cells
         .is_empty()));
 }
 
@@ -96,21 +99,15 @@ fn impossible_requests_name_the_limit() {
 
 /// Pids of the program a cell runs (not `allot run` itself).
 fn cell_program_pids(d: &Daemon) -> Vec<u32> {
-    let st = d.status();
-    st["cells"]
-        .as_array()
-        .map(|cells| {
-            cells
-                .iter()
-                .flat_map(|c| c["pids"].as_array().cloned().unwrap_or_default())
-                .filter_map(|p| p.as_u64().map(|p| p as u32))
-                .filter(|&p| {
-                    std::fs::read_to_string(format!("/proc/{p}/comm"))
-                        .is_ok_and(|c| !c.starts_with("allot"))
-                })
-                .collect()
+    d.status()
+        .cells
+        .iter()
+        .flat_map(|c| c.pids.iter().copied())
+        .filter(|&p| {
+            std::fs::read_to_string(format!("/proc/{p}/comm"))
+                .is_ok_and(|c| !c.starts_with("allot"))
         })
-        .unwrap_or_default()
+        .collect()
 }
 
 const THREADS_PY: &str = "import threading,time\n\
@@ -123,14 +120,17 @@ time.sleep(30)\n";
 #[test]
 fn every_thread_follows_the_grant() {
     let all = allot_topo::allowed_cpus().unwrap();
-    if all.len() < 2 {
+    if !prerequisite(all.len() >= 2, "needs two CPUs") {
         return;
     }
     let d = Daemon::start(backend(), &[]);
     let mut a = Proc(
-        allot_run(&d, &["--name", "a", "--", "python3", "-c", THREADS_PY])
-            .spawn()
-            .unwrap(),
+        allot_run(
+            &d,
+            &["--name", "a", "--", allot_testkit::PYTHON, "-c", THREADS_PY],
+        )
+        .spawn()
+        .unwrap(),
     );
     assert!(eventually(Duration::from_secs(5), || cell_program_pids(&d)
         .len()
@@ -148,9 +148,12 @@ fn every_thread_follows_the_grant() {
     // A second program arrives: the first shrinks to one CPU, threads created
     // later included.
     let mut b = Proc(
-        allot_run(&d, &["--name", "b", "--", "python3", "-c", THREADS_PY])
-            .spawn()
-            .unwrap(),
+        allot_run(
+            &d,
+            &["--name", "b", "--", allot_testkit::PYTHON, "-c", THREADS_PY],
+        )
+        .spawn()
+        .unwrap(),
     );
     assert!(eventually(Duration::from_secs(5), || cell_program_pids(&d)
         .len()
@@ -280,7 +283,10 @@ fn make_j8_in_a_one_cpu_cell_runs_one_recipe_at_a_time() {
 
 #[test]
 fn two_builds_share_the_cpus_and_the_survivor_speeds_up() {
-    if allot_topo::allowed_cpus().unwrap().len() < 2 {
+    if !prerequisite(
+        allot_topo::allowed_cpus().unwrap().len() >= 2,
+        "needs two CPUs",
+    ) {
         return;
     }
     let d = Daemon::start(backend(), &[]);
@@ -361,7 +367,10 @@ os.kill(os.getpid(), signal.SIGKILL)   # ...and die holding it
 
 #[test]
 fn tokens_lost_with_a_crashed_client_are_restored() {
-    if allot_topo::allowed_cpus().unwrap().len() < 2 {
+    if !prerequisite(
+        allot_topo::allowed_cpus().unwrap().len() >= 2,
+        "needs two CPUs",
+    ) {
         return;
     }
     let d = Daemon::start(backend(), &[]);
@@ -401,9 +410,9 @@ fn program_runs_on_when_the_broker_dies() {
     assert_eq!(String::from_utf8_lossy(&o.stdout), "finished\n");
     // A restarted broker finds the cell gone and cleans up.
     d.spawn();
-    assert!(eventually(Duration::from_secs(5), || d.status()["cells"]
-        .as_array()
-        .unwrap()
+    assert!(eventually(Duration::from_secs(5), || d
+        .status()
+        .cells
         .is_empty()));
 }
 
@@ -456,9 +465,9 @@ fn queued_with_wait_then_admitted() {
             .spawn()
             .unwrap(),
     );
-    assert!(eventually(Duration::from_secs(5), || d.status()["cells"]
-        .as_array()
-        .unwrap()
+    assert!(eventually(Duration::from_secs(5), || d
+        .status()
+        .cells
         .len()
         == 1));
     let o = run_out(allot_run(&d, &["--", "true"]));
@@ -478,7 +487,10 @@ fn queued_with_wait_then_admitted() {
 /// grant (through the preload shim) as another program comes and goes.
 #[test]
 fn openmp_teams_follow_the_grant_under_allot_run() {
-    if allot_topo::allowed_cpus().unwrap().len() < 2 {
+    if !prerequisite(
+        allot_topo::allowed_cpus().unwrap().len() >= 2,
+        "needs two CPUs",
+    ) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -489,8 +501,10 @@ fn openmp_teams_follow_the_grant_under_allot_run() {
         .arg(&exe)
         .arg(&src)
         .status();
-    if !cc.is_ok_and(|s| s.success()) {
-        eprintln!("gcc -fopenmp unavailable; skipped");
+    if !prerequisite(
+        cc.is_ok_and(|s| s.success()),
+        "gcc -fopenmp (apt-get install gcc)",
+    ) {
         return;
     }
     let d = Daemon::start(backend(), &[]);
@@ -520,7 +534,7 @@ fn openmp_teams_follow_the_grant_under_allot_run() {
             "--name",
             "other",
             "--",
-            "python3",
+            allot_testkit::PYTHON,
             "-c",
             "import time\nt=time.time()\nwhile time.time()-t<1.0: pass",
         ],

@@ -1,8 +1,8 @@
 //! A connection to the broker: typed requests, typed errors.
 
-use allot_plan::CellSpec;
+use allot_plan::{CellSpec, Placement};
 use allot_proto::msg::ErrorCode;
-use allot_proto::{CallError, Conn, PageMap, Reply, Request};
+use allot_proto::{CallError, Conn, PageMap, PlacementWire, Reply, Request, SpecWire};
 use rustix::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -58,6 +58,22 @@ impl ClientError {
 impl From<std::io::Error> for ClientError {
     fn from(e: std::io::Error) -> Self {
         ClientError::Call(CallError::Io(e))
+    }
+}
+
+/// The planner's spec as the wire carries it (the broker converts it back
+/// and validates it).
+pub fn spec_to_wire(s: &CellSpec) -> SpecWire {
+    SpecWire {
+        min: s.min,
+        max: s.max,
+        weight: s.weight,
+        exclusive: s.exclusive,
+        placement: match s.placement {
+            Placement::Any => PlacementWire::Any,
+            Placement::Llc => PlacementWire::Llc,
+            Placement::Numa => PlacementWire::Numa,
+        },
     }
 }
 
@@ -195,7 +211,7 @@ impl Client {
     ) -> Result<Registration, ClientError> {
         self.conn.send(&Request::Register {
             name: name.into(),
-            spec,
+            spec: spec_to_wire(&spec),
             wait,
             members: members.to_vec(),
         })?;
@@ -270,7 +286,10 @@ impl Client {
 
     /// Changes `cell`'s request.
     pub fn update_spec(&mut self, cell: u64, spec: CellSpec) -> Result<(), ClientError> {
-        self.ok(&Request::UpdateSpec { cell, spec })
+        self.ok(&Request::UpdateSpec {
+            cell,
+            spec: spec_to_wire(&spec),
+        })
     }
 
     /// Ends `cell`.
@@ -278,8 +297,18 @@ impl Client {
         self.ok(&Request::Release { cell })
     }
 
-    /// The broker's status document (JSON text).
-    pub fn status(&mut self) -> Result<String, ClientError> {
+    /// The broker's status document.
+    pub fn status(&mut self) -> Result<allot_proto::status::Status, ClientError> {
+        let json = self.status_json()?;
+        allot_proto::status::Status::from_json(&json).map_err(|e| {
+            ClientError::Protocol(format!(
+                "the broker sent a status document this client cannot read: {e}"
+            ))
+        })
+    }
+
+    /// The broker's status document as the JSON text it sent.
+    pub fn status_json(&mut self) -> Result<String, ClientError> {
         self.conn.send(&Request::Status)?;
         let mut json = String::new();
         loop {

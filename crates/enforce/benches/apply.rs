@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 const ROUNDS: usize = 2000;
 
 fn threaded() -> std::process::Child {
-    Command::new("python3")
+    Command::new("/usr/bin/python3")
         .args(["-c", "import threading,time\n[threading.Thread(target=time.sleep,args=(60,),daemon=True).start() for _ in range(7)]\ntime.sleep(60)"])
         .stdin(Stdio::null())
         .spawn()

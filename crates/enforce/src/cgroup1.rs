@@ -36,7 +36,6 @@ pub struct Cgroup1 {
     cpu: Option<PathBuf>,
     cpuacct: Option<PathBuf>,
     cells: HashMap<u64, Cell>,
-    created: Vec<PathBuf>,
 }
 
 #[derive(Debug)]
@@ -64,7 +63,6 @@ impl Cgroup1 {
         name: &str,
         usable: CpuSet,
     ) -> Result<Cgroup1> {
-        let mut created = Vec::new();
         let cpuset = mounts.cpuset.join(name);
         let mems = fs
             .read(&mounts.cpuset.join("cpuset.mems"))
@@ -72,9 +70,6 @@ impl Cgroup1 {
                 "cgroup1 cpuset at {}",
                 mounts.cpuset.display()
             )))?;
-        if !fs.exists(&cpuset) {
-            created.push(cpuset.clone());
-        }
         fs.mkdir(&cpuset)
             .map_err(err(format!("create {}", cpuset.display())))?;
         fs.write(&cpuset.join("cpuset.cpus"), &usable.to_string())
@@ -83,12 +78,9 @@ impl Cgroup1 {
             .map_err(err(format!("set memory nodes of {}", cpuset.display())))?;
         fs.write(&cpuset.join("cgroup.clone_children"), "1")
             .map_err(err(format!("set clone_children in {}", cpuset.display())))?;
-        let mut sub = |mount: &Option<PathBuf>| -> Result<Option<PathBuf>> {
+        let sub = |mount: &Option<PathBuf>| -> Result<Option<PathBuf>> {
             let Some(m) = mount else { return Ok(None) };
             let dir = m.join(name);
-            if !fs.exists(&dir) {
-                created.push(dir.clone());
-            }
             fs.mkdir(&dir)
                 .map_err(err(format!("create {}", dir.display())))?;
             Ok(Some(dir))
@@ -105,7 +97,6 @@ impl Cgroup1 {
             cpu,
             cpuacct,
             cells: HashMap::new(),
-            created,
         })
     }
 
@@ -282,12 +273,35 @@ impl Enforcer for Cgroup1 {
             .collect()
     }
 
+    fn existing(&mut self) -> Vec<u64> {
+        let mut ids: Vec<u64> = self
+            .fs
+            .children(&self.cpuset)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|n| crate::cell_id(n))
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
     fn cleanup(&mut self) -> Result<()> {
         let cells: Vec<u64> = self.cells.keys().copied().collect();
         for c in cells {
             let _ = self.remove(c);
         }
-        for d in self.created.clone() {
+        // allot's directories, whoever created them: `<name>` in each
+        // hierarchy is allot's alone.
+        let mut tops = vec![self.cpuset.clone()];
+        tops.extend(self.cpu.iter().cloned());
+        tops.extend(
+            self.cpuacct
+                .iter()
+                .filter(|d| Some(*d) != self.cpu.as_ref())
+                .cloned(),
+        );
+        for d in tops {
+            crate::remove_stray_cells(self.fs.as_ref(), &d);
             if self.fs.children(&d).map(|c| c.is_empty()).unwrap_or(false) {
                 self.fs
                     .rmdir(&d)

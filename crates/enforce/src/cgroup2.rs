@@ -22,7 +22,9 @@ pub struct Cgroup2 {
     fs: Arc<dyn CgroupFs>,
     root: PathBuf,
     cells: HashMap<u64, Cell>,
-    created_root: bool,
+    /// Remove the root at a clean stop: it is allot's own (or this run
+    /// created it).
+    remove_root: bool,
 }
 
 #[derive(Debug)]
@@ -87,8 +89,15 @@ impl Cgroup2 {
             fs,
             root,
             cells: HashMap::new(),
-            created_root,
+            remove_root: created_root,
         })
+    }
+
+    /// Whether the root is allot's own directory, removed at a clean stop
+    /// even when an earlier run created it (default: only if this run did).
+    pub fn owns_root(mut self, owned: bool) -> Cgroup2 {
+        self.remove_root |= owned;
+        self
     }
 
     /// The subtree root.
@@ -212,12 +221,25 @@ impl Enforcer for Cgroup2 {
             .collect()
     }
 
+    fn existing(&mut self) -> Vec<u64> {
+        let mut ids: Vec<u64> = self
+            .fs
+            .children(&self.root)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|n| crate::cell_id(n))
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
     fn cleanup(&mut self) -> Result<()> {
         let cells: Vec<u64> = self.cells.keys().copied().collect();
         for c in cells {
             let _ = self.remove(c);
         }
-        if self.created_root
+        crate::remove_stray_cells(self.fs.as_ref(), &self.root);
+        if self.remove_root
             && self
                 .fs
                 .children(&self.root)

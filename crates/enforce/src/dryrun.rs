@@ -22,12 +22,23 @@ pub enum Call {
     Remove(u64),
 }
 
-/// The dry-run backend. Clones share the log.
+/// The dry-run backend. Clones share the log, the cells it holds and the
+/// failures a test asks for.
 #[derive(Debug, Clone, Default)]
 pub struct DryRun {
     log: Arc<Mutex<Vec<Call>>>,
+    state: Arc<Mutex<State>>,
+}
+
+#[derive(Debug, Default)]
+struct State {
     members: HashMap<u64, Vec<u32>>,
     cpus: HashMap<u64, CpuSet>,
+    /// Cells created or adopted and not removed.
+    held: std::collections::BTreeSet<u64>,
+    /// How many `remove` calls fail (as a cgroup whose last task is still
+    /// exiting does) before they succeed again.
+    failing_removals: u32,
 }
 
 impl DryRun {
@@ -42,6 +53,24 @@ impl DryRun {
     fn record(&self, c: Call) {
         self.log.lock().unwrap_or_else(|p| p.into_inner()).push(c);
     }
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    /// Makes the next `n` removals fail with `EBUSY`.
+    pub fn fail_removals(&self, n: u32) {
+        self.state().failing_removals = n;
+    }
+    /// Pretends cell `id` exists in the kernel with `pids` in it (as a
+    /// cgroup a lost journal no longer mentions).
+    pub fn plant(&self, id: u64, pids: &[u32]) {
+        let mut st = self.state();
+        st.held.insert(id);
+        st.members.insert(id, pids.to_vec());
+    }
+    /// Cells held now.
+    pub fn held(&self) -> Vec<u64> {
+        self.state().held.iter().copied().collect()
+    }
 }
 
 impl Enforcer for DryRun {
@@ -50,33 +79,50 @@ impl Enforcer for DryRun {
     }
     fn create(&mut self, cell: u64) -> Result<()> {
         self.record(Call::Create(cell));
+        self.state().held.insert(cell);
         Ok(())
     }
     fn adopt(&mut self, cell: u64, members: &[u32]) -> Result<Option<CpuSet>> {
         self.record(Call::Adopt(cell));
-        self.members.insert(cell, members.to_vec());
-        Ok(self.cpus.get(&cell).copied())
+        let mut st = self.state();
+        st.held.insert(cell);
+        if !members.is_empty() {
+            st.members.insert(cell, members.to_vec());
+        }
+        Ok(st.cpus.get(&cell).copied())
     }
     fn attach(&mut self, cell: u64, pid: u32) -> Result<()> {
         self.record(Call::Attach(cell, pid));
-        self.members.entry(cell).or_default().push(pid);
+        self.state().members.entry(cell).or_default().push(pid);
         Ok(())
     }
     fn apply(&mut self, cell: u64, a: &Applied) -> Result<()> {
         self.record(Call::Apply(cell, *a));
-        self.cpus.insert(cell, a.cpus);
+        self.state().cpus.insert(cell, a.cpus);
         Ok(())
     }
     fn remove(&mut self, cell: u64) -> Result<()> {
         self.record(Call::Remove(cell));
-        self.members.remove(&cell);
+        let mut st = self.state();
+        if st.failing_removals > 0 {
+            st.failing_removals -= 1;
+            return Err(crate::EnforceError::new(
+                format!("remove cell {cell}"),
+                std::io::Error::from_raw_os_error(libc::EBUSY),
+            ));
+        }
+        st.members.remove(&cell);
+        st.held.remove(&cell);
         Ok(())
     }
     fn usage_ns(&mut self, _cell: u64) -> Option<u64> {
         None
     }
     fn pids(&mut self, cell: u64) -> Vec<u32> {
-        self.members.get(&cell).cloned().unwrap_or_default()
+        self.state().members.get(&cell).cloned().unwrap_or_default()
+    }
+    fn existing(&mut self) -> Vec<u64> {
+        self.held()
     }
     fn cleanup(&mut self) -> Result<()> {
         Ok(())

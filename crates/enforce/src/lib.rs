@@ -100,8 +100,41 @@ pub trait Enforcer: Send + fmt::Debug {
     fn usage_ns(&mut self, cell: u64) -> Option<u64>;
     /// Processes in the cell now.
     fn pids(&mut self, cell: u64) -> Vec<u32>;
-    /// Removes everything the backend created that is empty (broker exit).
+    /// Removes what the backend keeps for allot that is empty (broker exit):
+    /// cells, stray empty cell directories a crashed broker left, and
+    /// allot's own top-level directories — also when an earlier run
+    /// created them.
     fn cleanup(&mut self) -> Result<()>;
+    /// Cells the backend holds now, tracked or not (a cgroup `cell-N` left
+    /// by a broker whose journal lost it). Backends that keep nothing in
+    /// the kernel return none.
+    fn existing(&mut self) -> Vec<u64> {
+        Vec::new()
+    }
+}
+
+/// The cell id a backend directory name stands for (`cell-17` → 17).
+pub fn cell_id(dir_name: &str) -> Option<u64> {
+    let id = dir_name.strip_prefix("cell-")?;
+    (!id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| id.parse().ok())
+        .flatten()
+}
+
+/// Removes the children of `dir` that stand for cells and are empty
+/// (helper for [`Enforcer::cleanup`]). Populated ones are left alone.
+pub(crate) fn remove_stray_cells(fs: &dyn cgroupfs::CgroupFs, dir: &std::path::Path) {
+    for name in fs.children(dir).unwrap_or_default() {
+        if cell_id(&name).is_some() {
+            let d = dir.join(&name);
+            if fs
+                .read(&d.join("cgroup.procs"))
+                .is_ok_and(|p| p.trim().is_empty())
+            {
+                let _ = fs.rmdir(&d);
+            }
+        }
+    }
 }
 
 /// Backend choice, as `--backend` spells it.
@@ -182,11 +215,12 @@ pub fn open(kind: BackendKind, opts: &OpenOptions) -> Result<(Box<dyn Enforcer>,
                 })?
                 .join(&opts.cgroup_name),
         };
-        Ok(Box::new(Cgroup2::new(
-            Arc::new(cgroupfs::KernelFs),
-            root,
-            opts.usable,
-        )?))
+        // allot's own directory is removed when the broker stops clean; an
+        // operator's delegated subtree only if this run created it.
+        let owned = opts.cgroup2_root.is_none();
+        Ok(Box::new(
+            Cgroup2::new(Arc::new(cgroupfs::KernelFs), root, opts.usable)?.owns_root(owned),
+        ))
     };
     let try_v1 = || -> Result<Box<dyn Enforcer>> {
         let m = mounts.v1().ok_or_else(|| {

@@ -47,13 +47,14 @@ fn fixture_tree() {
 
 #[test]
 fn live_cells_confine_every_thread_and_follow_grant_changes() {
-    if !v1_writable() {
-        eprintln!("cgroup v1 cpuset not writable here; live test skipped");
+    if !allot_testkit::prerequisite(
+        v1_writable(),
+        "a writable cgroup v1 cpuset hierarchy (root)",
+    ) {
         return;
     }
     let all = allot_topo::allowed_cpus().unwrap();
-    if all.len() < 2 {
-        eprintln!("needs two CPUs");
+    if !allot_testkit::prerequisite(all.len() >= 2, "needs two CPUs") {
         return;
     }
     let mounts = allot_enforce::detect::Mounts::read().v1().unwrap();

@@ -139,14 +139,12 @@ fn fixture_matches_the_kernel_unified_hierarchy() {
     fs_contract(fs.as_ref(), dir.path(), 1234);
 
     let mounts = allot_enforce::detect::Mounts::read();
-    let Some(unified) = mounts.cgroup2 else {
-        eprintln!("no cgroup2 mount here; kernel half of the contract skipped");
-        return;
-    };
-    if !rustix::process::getuid().is_root() {
-        eprintln!("not root; kernel half of the contract skipped");
+    if !allot_testkit::prerequisite(mounts.cgroup2.is_some(), "a cgroup2 mount")
+        || !allot_testkit::prerequisite(allot_testkit::is_root(), "root, to write cgroup2")
+    {
         return;
     }
+    let unified = mounts.cgroup2.expect("checked");
     let child = common::sleeper();
     let _guard = common::CgroupDirs(vec![]);
     fs_contract(&KernelFs, &unified, child.pid());

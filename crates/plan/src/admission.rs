@@ -11,6 +11,17 @@
 //! one that the current guarantees block is [`Admission::NotNow`], and the
 //! broker either refuses it or queues it if the cell asked to wait. Both carry
 //! a reason that names the limit.
+//!
+//! # Passing cells that wait
+//!
+//! A cell that waits is admitted the moment enough admitted cells have
+//! left. A newcomer that fits now may go ahead of it only if it cannot
+//! delay it: whichever admitted cells leave first, whenever the waiting
+//! cell would have fitted without the newcomer, it still fits with it
+//! ([`delays`]). Anything else would let a stream of small requests starve
+//! a large one. The check is exact, not a heuristic: the admitted cells
+//! that may remain form every subset, and a bitset of their reachable
+//! guarantee sums answers it in `O(cells × capacity / 64)`.
 
 use crate::spec::{CellSpec, Placement, SpecError};
 use allot_topo::Machine;
@@ -100,6 +111,91 @@ pub fn admit(
              a best-effort cell needs one unguaranteed CPU; retry later or pass --wait to queue"
         )
     })
+}
+
+/// Whether admitting `new` now could delay `waiting`, a cell that waits for
+/// guarantees the `admitted` cells hold: true when some set of admitted
+/// cells could leave such that `waiting` would then fit without `new` but
+/// not with it (`new` being still there).
+///
+/// With `h` the guarantees that remain, `w` and `n` the waiting and new
+/// cells' guarantees and `b` one CPU when best-effort cells remain, the
+/// waiting cell fits when `h + w + b ≤ capacity`. The worst remaining set
+/// is the one with the largest `h` that still lets it fit; the admitted
+/// best-effort cells either all leave (`b` from the waiting and new cells
+/// only) or some stay (`b = 1`).
+pub fn delays(
+    machine: &Machine,
+    reserve: u32,
+    admitted: &[Admitted<'_>],
+    waiting: &CellSpec,
+    new: &CellSpec,
+) -> bool {
+    let capacity = (machine.num_cpus() as u32).saturating_sub(reserve);
+    let w = waiting.guaranteed();
+    let n = new.guaranteed();
+    let w_be = u32::from(!waiting.is_guaranteed());
+    let with_new_be = w_be.max(u32::from(!new.is_guaranteed()));
+    let sums = SubsetSums::of(admitted.iter().map(|a| a.spec.guaranteed()), capacity);
+    // Admitted best-effort cells all gone.
+    if w + w_be <= capacity {
+        let h = sums.largest_at_most(capacity - w - w_be);
+        if h + n + w + with_new_be > capacity {
+            return true;
+        }
+    }
+    // Some admitted best-effort cell stays.
+    let any_be = admitted.iter().any(|a| !a.spec.is_guaranteed());
+    if any_be && w < capacity {
+        let h = sums.largest_at_most(capacity - w - 1);
+        if h + n + w + 1 > capacity {
+            return true;
+        }
+    }
+    false
+}
+
+/// The sums of every subset of a list of guarantees, up to a capacity.
+struct SubsetSums {
+    bits: Vec<u64>,
+}
+
+impl SubsetSums {
+    fn of(values: impl Iterator<Item = u32>, capacity: u32) -> SubsetSums {
+        let len = capacity as usize + 1;
+        let mut bits = vec![0u64; len.div_ceil(64)];
+        bits[0] = 1; // the empty set
+        for v in values.filter(|&v| v > 0 && v <= capacity) {
+            // bits |= bits << v, truncated to the capacity.
+            let (words, shift) = (v as usize / 64, v as usize % 64);
+            for i in (0..bits.len()).rev() {
+                let mut moved = 0;
+                if i >= words {
+                    moved = bits[i - words] << shift;
+                    if shift > 0 && i > words {
+                        moved |= bits[i - words - 1] >> (64 - shift);
+                    }
+                }
+                bits[i] |= moved;
+            }
+        }
+        if !len.is_multiple_of(64) {
+            let last = bits.len() - 1;
+            bits[last] &= (1u64 << (len % 64)) - 1;
+        }
+        SubsetSums { bits }
+    }
+
+    /// The largest reachable sum not above `limit` (0 is always reachable).
+    fn largest_at_most(&self, limit: u32) -> u32 {
+        let mut s = limit.min((self.bits.len() * 64 - 1) as u32);
+        loop {
+            if self.bits[s as usize / 64] >> (s % 64) & 1 == 1 {
+                return s;
+            }
+            s -= 1;
+        }
+    }
 }
 
 fn invalid(e: SpecError) -> String {
@@ -194,6 +290,70 @@ mod tests {
             ..Default::default()
         };
         assert!(matches!(admit(&m, 0, &[], &bad), Admission::Never(_)));
+    }
+
+    fn adm(specs: &[CellSpec]) -> Vec<Admitted<'_>> {
+        specs
+            .iter()
+            .map(|s| Admitted { name: "x", spec: s })
+            .collect()
+    }
+
+    #[test]
+    fn a_small_request_may_pass_a_large_one_it_cannot_delay() {
+        let m = Machine::uniform(4);
+        let held = [spec(2, true)];
+        // Three CPUs wait for the cell holding two: one more fits beside
+        // them once it leaves.
+        assert!(!delays(&m, 0, &adm(&held), &spec(3, true), &spec(1, true)));
+        // Two more would not.
+        assert!(delays(&m, 0, &adm(&held), &spec(3, true), &spec(2, true)));
+    }
+
+    #[test]
+    fn best_effort_newcomers_pass_unless_they_would_keep_the_last_cpu() {
+        let m = Machine::uniform(2);
+        // The whole machine waits: a best-effort cell staying would keep a
+        // CPU from it.
+        let held = [spec(0, false)];
+        assert!(delays(&m, 0, &adm(&held), &spec(2, true), &spec(0, false)));
+        // One CPU waits behind an exclusive cell and best-effort cells: if
+        // the best-effort cells left, it would fit, unless another stays.
+        let held = [spec(1, true), spec(0, false)];
+        assert!(delays(&m, 0, &adm(&held), &spec(1, true), &spec(0, false)));
+        // A best-effort cell waiting is never delayed by another.
+        let held = [spec(1, true), spec(1, true)];
+        assert!(!delays(
+            &m,
+            0,
+            &adm(&held),
+            &spec(0, false),
+            &spec(0, false)
+        ));
+        // Four CPUs, three held, two wait: once the three leave, the two
+        // fit beside a best-effort cell, so it may go ahead.
+        let m = Machine::uniform(4);
+        let held = [spec(3, true)];
+        assert!(!delays(&m, 0, &adm(&held), &spec(2, true), &spec(0, false)));
+    }
+
+    #[test]
+    fn subset_sums_match_brute_force() {
+        let vals = [3u32, 5, 7, 64, 65, 1];
+        let s = SubsetSums::of(vals.iter().copied(), 200);
+        for limit in 0..=200u32 {
+            let mut best = 0;
+            for mask in 0u32..(1 << vals.len()) {
+                let sum: u32 = (0..vals.len())
+                    .filter(|i| mask >> i & 1 == 1)
+                    .map(|i| vals[i])
+                    .sum();
+                if sum <= limit {
+                    best = best.max(sum);
+                }
+            }
+            assert_eq!(s.largest_at_most(limit), best, "limit {limit}");
+        }
     }
 
     #[test]

@@ -22,7 +22,7 @@ pub mod policy;
 pub mod share;
 pub mod spec;
 
-pub use admission::{Admission, Admitted, admit};
+pub use admission::{Admission, Admitted, admit, delays};
 pub use mapping::{MapCell, PoolSize, Topo};
 pub use plan::{Grant, Plan, Violation};
 pub use policy::{GlobalPolicy, PolicyCell};
@@ -87,6 +87,18 @@ impl<'m> Planner<'m> {
     /// Admission for `new` beside `admitted`.
     pub fn admit(&self, admitted: &[Admitted<'_>], new: &CellSpec) -> Admission {
         admit(self.topo.machine, self.config.reserve, admitted, new)
+    }
+
+    /// Whether admitting `new` beside `admitted` could delay `waiting`
+    /// ([`delays`]).
+    pub fn delays(&self, admitted: &[Admitted<'_>], waiting: &CellSpec, new: &CellSpec) -> bool {
+        delays(
+            self.topo.machine,
+            self.config.reserve,
+            admitted,
+            waiting,
+            new,
+        )
     }
 
     /// The plan for `cells`, as close to `prev` as the new counts allow.

@@ -311,3 +311,46 @@ fn numa_placement_keeps_cells_on_one_node() {
         assert_eq!(nodes, 1, "{}", g.cpus);
     }
 }
+
+fn any_spec() -> impl Strategy<Value = CellSpec> {
+    (
+        prop_oneof![2 => Just(0u32), 3 => 1u32..5],
+        prop::bool::weighted(0.3),
+    )
+        .prop_map(|(min, exclusive)| CellSpec {
+            min,
+            exclusive,
+            ..Default::default()
+        })
+}
+
+proptest! {
+    /// `delays` is exact: it says a newcomer delays a waiting cell exactly
+    /// when some set of admitted cells could leave such that the waiting
+    /// cell would fit without the newcomer and not with it.
+    #[test]
+    fn delays_matches_every_order_of_departures(
+        cpus in 1usize..9,
+        held in prop::collection::vec(any_spec(), 0..8),
+        waiting in any_spec(),
+        new in any_spec(),
+    ) {
+        let m = Machine::uniform(cpus);
+        prop_assume!(waiting.guaranteed() as usize <= cpus);
+        let fits = |remaining: &[CellSpec]| {
+            let a: Vec<Admitted> = remaining.iter().map(|s| Admitted { name: "x", spec: s }).collect();
+            allot_plan::admit(&m, 0, &a, &waiting) == Admission::Admit
+        };
+        let mut harmed = false;
+        for mask in 0u32..(1 << held.len()) {
+            let stay: Vec<CellSpec> = (0..held.len()).filter(|i| mask >> i & 1 == 1).map(|i| held[i]).collect();
+            let mut with_new = stay.clone();
+            with_new.push(new);
+            if fits(&stay) && !fits(&with_new) {
+                harmed = true;
+            }
+        }
+        let a: Vec<Admitted> = held.iter().map(|s| Admitted { name: "x", spec: s }).collect();
+        prop_assert_eq!(allot_plan::delays(&m, 0, &a, &waiting, &new), harmed);
+    }
+}

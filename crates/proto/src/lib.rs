@@ -6,31 +6,36 @@
 //! - [`shm`]: the sealed memfd that holds a grant page.
 //! - [`transport`]: the seqpacket socket, with file descriptor passing.
 //! - [`wire`]: the primitive field encoding.
+//! - [`status`]: the broker's status document.
+//! - [`dirs`]: the directories allot trusts (socket, journal, installs).
+//! - [`env`]: the environment variables allot sets and reads.
 //!
 //! Any change to a message must bump [`PROTOCOL_VERSION`], any change to
 //! the page layout [`PAGE_VERSION`]; both sides refuse other versions with a
 //! message that says so.
 
 pub mod dirs;
+pub mod env;
 pub mod msg;
 pub mod page;
 pub mod shm;
+pub mod status;
 pub mod transport;
 pub mod wire;
 
 pub use msg::{
-    DeviceDef, ErrorCode, FrameError, LedgerItem, MAX_MESSAGE, PROTOCOL_VERSION, Reply, Request,
+    DeviceDef, ErrorCode, FrameError, LedgerItem, MAX_MESSAGE, PROTOCOL_VERSION, PlacementWire,
+    Reply, Request, SpecWire,
 };
 pub use page::{FLAG_RELEASED, FLAG_STACKED, Grant, GrantPage, PAGE_SIZE, PAGE_VERSION, PageError};
 pub use shm::{PageMap, ShmError};
 pub use transport::{CallError, Conn};
 
-/// Environment variable naming the broker's socket.
-pub const ENV_SOCKET: &str = "ALLOT_SOCKET";
-/// Environment variable carrying the cell id for processes `allot run` starts.
-pub const ENV_CELL: &str = "ALLOT_CELL";
-/// Environment variable carrying the file descriptor of the cell's grant page
-/// (inherited by processes `allot run` starts).
-pub const ENV_GRANT_FD: &str = "ALLOT_GRANT_FD";
+/// Environment variable naming the broker's socket ([`env::SOCKET`]).
+pub const ENV_SOCKET: &str = env::SOCKET;
+/// Environment variable carrying the cell id ([`env::CELL`]).
+pub const ENV_CELL: &str = env::CELL;
+/// Environment variable carrying the grant page's descriptor ([`env::GRANT_FD`]).
+pub const ENV_GRANT_FD: &str = env::GRANT_FD;
 
 pub use dirs::{default_socket_path, default_state_dir};

@@ -16,19 +16,28 @@
 //! message's fields are listed on its variant below, in order. A datagram
 //! longer than [`MAX_MESSAGE`] is rejected before decoding.
 //!
-//! Requests get exactly one reply each, in order, except `Report`, which gets
-//! none unless it is malformed. A `Register` that is queued gets `Queued`
-//! now and `Registered` later, when admitted.
+//! Requests get exactly one reply each, in order, except the *one-way*
+//! requests `Report` and `KindRelease` ([`Request::expects_reply`]), which
+//! never get one — not even an error: a client that sends one and then
+//! calls anything else reads the reply to its call, never a stale error.
+//! The broker logs what it rejects of them. A datagram whose header names a
+//! one-way kind is never answered either, even if its body is malformed. A
+//! `Register` that is queued gets `Queued` now and `Registered` later, when
+//! admitted.
+//!
+//! Message types here are the wire's own: the planner's `CellSpec` is
+//! converted to and from [`SpecWire`] at the edges (client and broker).
 
 use crate::wire::{DecodeError, Reader, Writer};
-use allot_plan::{CellSpec, Placement};
 
 /// Wire-format version. **Bump it on any change to a message**; the broker
 /// answers other versions with [`ErrorCode::UnsupportedVersion`]. (The grant
 /// page has its own [`crate::page::PAGE_VERSION`].)
 ///
-/// History: 1 — cells; 2 — the resource ledger for `require` (0x0A–0x0E).
-pub const PROTOCOL_VERSION: u16 = 2;
+/// History: 1 — cells; 2 — the resource ledger for `require` (0x0A–0x0E);
+/// 3 — one-way requests are never answered, [`ErrorCode::Limit`], the
+/// status document carries its own version ([`crate::status`]).
+pub const PROTOCOL_VERSION: u16 = 3;
 
 /// Header magic.
 pub const MAGIC: u16 = 0xA110;
@@ -65,6 +74,9 @@ pub enum ErrorCode {
     Internal = 10,
     /// The broker is shutting down.
     ShuttingDown = 11,
+    /// A per-user limit of the broker's configuration was reached (cells,
+    /// queued cells, connections, kinds…); the message names it.
+    Limit = 12,
 }
 
 impl ErrorCode {
@@ -82,7 +94,61 @@ impl ErrorCode {
             8 => PermissionDenied,
             9 => Invalid,
             11 => ShuttingDown,
+            12 => Limit,
             _ => Internal,
+        }
+    }
+}
+
+/// Where a cell's CPUs should lie, as the wire encodes it (`u8`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum PlacementWire {
+    /// 0: anywhere.
+    #[default]
+    Any = 0,
+    /// 1: within one last-level cache.
+    Llc = 1,
+    /// 2: within one NUMA node.
+    Numa = 2,
+}
+
+impl PlacementWire {
+    /// From the wire byte.
+    pub fn from_code(code: u8) -> Option<PlacementWire> {
+        match code {
+            0 => Some(PlacementWire::Any),
+            1 => Some(PlacementWire::Llc),
+            2 => Some(PlacementWire::Numa),
+            _ => None,
+        }
+    }
+}
+
+/// What a cell asks for, as it travels: `min: u32, max: u32, weight: u32,
+/// exclusive: bool, placement: u8`. The broker validates it when it turns
+/// it into the planner's spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SpecWire {
+    /// CPUs guaranteed (0: best effort).
+    pub min: u32,
+    /// Most CPUs (0: the machine).
+    pub max: u32,
+    /// Relative weight (1 to 10000).
+    pub weight: u32,
+    /// CPUs no other cell may use.
+    pub exclusive: bool,
+    /// Where the CPUs should lie.
+    pub placement: PlacementWire,
+}
+
+impl Default for SpecWire {
+    fn default() -> Self {
+        SpecWire {
+            min: 0,
+            max: 0,
+            weight: 1,
+            exclusive: false,
+            placement: PlacementWire::Any,
         }
     }
 }
@@ -126,7 +192,7 @@ pub enum Request {
         /// Human-readable name.
         name: String,
         /// What the cell asks for.
-        spec: CellSpec,
+        spec: SpecWire,
         /// Queue instead of failing when admission says "not now".
         wait: bool,
         /// Process ids to put in the cell.
@@ -164,7 +230,7 @@ pub enum Request {
         /// The cell.
         cell: u64,
         /// The new request.
-        spec: CellSpec,
+        spec: SpecWire,
     },
     /// `0x07` — `cell: u64`. Ends a cell.
     Release {
@@ -298,6 +364,17 @@ impl Request {
             Request::KindWatch { .. } => 0x0E,
         }
     }
+
+    /// Whether the broker answers this request (see the module docs).
+    pub fn expects_reply(&self) -> bool {
+        kind_expects_reply(self.kind())
+    }
+}
+
+/// Whether the broker answers requests of wire kind `kind`: every kind but
+/// the one-way `Report` (0x05) and `KindRelease` (0x0D).
+pub fn kind_expects_reply(kind: u16) -> bool {
+    !matches!(kind, 0x05 | 0x0D)
 }
 
 impl Reply {
@@ -452,25 +529,25 @@ fn get_items(r: &mut Reader<'_>) -> Result<Vec<LedgerItem>, DecodeError> {
         .collect()
 }
 
-fn put_spec(w: &mut Writer, s: &CellSpec) {
+fn put_spec(w: &mut Writer, s: &SpecWire) {
     w.u32(s.min)
         .u32(s.max)
         .u32(s.weight)
         .bool(s.exclusive)
-        .u8(s.placement.code());
+        .u8(s.placement as u8);
 }
 
-fn get_spec(r: &mut Reader<'_>) -> Result<CellSpec, DecodeError> {
+fn get_spec(r: &mut Reader<'_>) -> Result<SpecWire, DecodeError> {
     let min = r.u32("spec.min")?;
     let max = r.u32("spec.max")?;
     let weight = r.u32("spec.weight")?;
     let exclusive = r.bool("spec.exclusive")?;
     let code = r.u8("spec.placement")?;
-    let placement = Placement::from_code(code).ok_or_else(|| DecodeError::Malformed {
+    let placement = PlacementWire::from_code(code).ok_or_else(|| DecodeError::Malformed {
         field: "spec.placement",
         detail: format!("unknown placement code {code}"),
     })?;
-    Ok(CellSpec {
+    Ok(SpecWire {
         min,
         max,
         weight,
@@ -706,9 +783,17 @@ impl Reply {
                 request: r.u16("request")?,
                 message: r.str("message")?,
             },
-            _ => Reply::Status {
+            0x86 => Reply::Status {
                 more: r.bool("more")?,
                 json: r.str("json")?,
+            },
+            0x87 => Reply::Json {
+                more: r.bool("more")?,
+                json: r.str("json")?,
+            },
+            _ => Reply::Changed {
+                epoch: r.u64("epoch")?,
+                waiters: r.u32("waiters")?,
             },
         })
     }
@@ -726,12 +811,12 @@ mod tests {
             },
             Request::Register {
                 name: "make".into(),
-                spec: CellSpec {
+                spec: SpecWire {
                     min: 1,
                     max: 4,
                     weight: 2,
                     exclusive: true,
-                    placement: Placement::Numa,
+                    placement: PlacementWire::Numa,
                 },
                 wait: true,
                 members: vec![1, 2, 3],
@@ -749,7 +834,7 @@ mod tests {
             },
             Request::UpdateSpec {
                 cell: 1,
-                spec: CellSpec::default(),
+                spec: SpecWire::default(),
             },
             Request::Release { cell: 9 },
             Request::Status,
@@ -819,9 +904,35 @@ mod tests {
                 more: true,
                 json: "{}".into(),
             },
+            Reply::Json {
+                more: false,
+                json: "[]".into(),
+            },
+            Reply::Changed {
+                epoch: 7,
+                waiters: 3,
+            },
         ] {
             assert_eq!(Reply::decode(&r.encode()), Ok(r.clone()));
         }
+    }
+
+    #[test]
+    fn every_kind_is_covered_by_the_roundtrip_tests() {
+        let mut kinds: Vec<u16> = requests().iter().map(Request::kind).collect();
+        kinds.sort();
+        kinds.dedup();
+        assert_eq!(kinds, (0x01..=0x0E).collect::<Vec<u16>>());
+    }
+
+    #[test]
+    fn only_reports_and_releases_are_one_way() {
+        let one_way: Vec<u16> = requests()
+            .iter()
+            .filter(|r| !r.expects_reply())
+            .map(Request::kind)
+            .collect();
+        assert_eq!(one_way, vec![0x05, 0x0D]);
     }
 
     #[test]
@@ -924,8 +1035,27 @@ mod tests {
             }
         }
 
+        /// A body cut short, with the header's length patched to match (so
+        /// the frame check passes and the body decoder itself must notice).
         #[test]
-        fn every_truncation_of_a_valid_message_is_an_error(i in 0usize..14, cut in 0usize..64) {
+        fn every_truncated_body_is_an_error(i in 0usize..14, cut in 0usize..64) {
+            let m = requests()[i].encode();
+            let body = m.len() - HEADER_LEN;
+            prop_assume!(cut < body);
+            let mut short = m[..HEADER_LEN + cut].to_vec();
+            short[8..12].copy_from_slice(&(cut as u32).to_le_bytes());
+            match Request::decode(&short) {
+                Err(FrameError::Body { kind, err: DecodeError::Truncated(_) }) => {
+                    prop_assert_eq!(kind, requests()[i].kind());
+                }
+                other => prop_assert!(false, "cut {} of {:?}: {:?}", cut, requests()[i], other),
+            }
+        }
+
+        /// A datagram cut anywhere without fixing the header is refused by
+        /// the frame check.
+        #[test]
+        fn every_truncated_datagram_is_an_error(i in 0usize..14, cut in 0usize..64) {
             let m = requests()[i].encode();
             prop_assume!(cut < m.len());
             prop_assert!(Request::decode(&m[..cut]).is_err());

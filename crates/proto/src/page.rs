@@ -45,8 +45,10 @@
 //! a publish between the read and the wait changes the word and the wait
 //! returns at once, so no change is missed.
 //!
-//! **Changing this layout requires bumping [`PAGE_VERSION`]** (and the
-//! shim's copy of it in `crates/capi/shim/allot_shim.c`).
+//! **Changing this layout requires bumping [`PAGE_VERSION`].** The one C
+//! copy, `crates/capi/shim/grant_page.h` (used by the OpenMP shim), is
+//! checked against [`LAYOUT`] and the constants here by
+//! `crates/capi/tests/c_layout.rs`, which compiles it.
 
 /// Version of the page layout. Independent of the message protocol: the
 /// OpenMP shim and programs that only read their page depend on this alone.
@@ -88,6 +90,48 @@ pub struct GrantPage {
     cpus: [AtomicU64; CPUSET_WORDS],
     lent: [AtomicU64; CPUSET_WORDS],
     _tail: [u8; PAGE_SIZE - 384],
+}
+
+/// Every field of the page: name (as the C copy spells it), byte offset,
+/// byte size. The table the C copy is tested against.
+pub const LAYOUT: &[(&str, usize, usize)] = &[
+    field("magic", std::mem::offset_of!(GrantPage, magic), 4),
+    field("version", std::mem::offset_of!(GrantPage, version), 4),
+    field("size", std::mem::offset_of!(GrantPage, size), 4),
+    field("futex", std::mem::offset_of!(GrantPage, futex), 4),
+    field("seq", std::mem::offset_of!(GrantPage, seq), 8),
+    field("cell", std::mem::offset_of!(GrantPage, cell), 8),
+    field("generation", std::mem::offset_of!(GrantPage, generation), 8),
+    field("instance", std::mem::offset_of!(GrantPage, instance), 8),
+    field("threads", std::mem::offset_of!(GrantPage, threads), 4),
+    field("flags", std::mem::offset_of!(GrantPage, flags), 4),
+    field("entitled", std::mem::offset_of!(GrantPage, entitled), 4),
+    field("ncpus", std::mem::offset_of!(GrantPage, ncpus), 4),
+    field(
+        "share_milli",
+        std::mem::offset_of!(GrantPage, share_milli),
+        4,
+    ),
+    field("home", std::mem::offset_of!(GrantPage, home), 4),
+    field(
+        "reserved",
+        std::mem::offset_of!(GrantPage, _reserved),
+        4 * 14,
+    ),
+    field(
+        "cpus",
+        std::mem::offset_of!(GrantPage, cpus),
+        8 * CPUSET_WORDS,
+    ),
+    field(
+        "lent",
+        std::mem::offset_of!(GrantPage, lent),
+        8 * CPUSET_WORDS,
+    ),
+];
+
+const fn field(name: &'static str, offset: usize, size: usize) -> (&'static str, usize, usize) {
+    (name, offset, size)
 }
 
 const _: () = assert!(std::mem::size_of::<GrantPage>() == PAGE_SIZE);
@@ -313,6 +357,16 @@ impl Grant {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_layout_table_tiles_the_header_without_gaps() {
+        let mut at = 0;
+        for &(name, offset, size) in LAYOUT {
+            assert_eq!(offset, at, "{name} starts where the previous field ends");
+            at += size;
+        }
+        assert_eq!(at, 384, "the header and both bitmaps");
+    }
 
     #[test]
     fn a_writer_that_died_mid_publish_leaves_a_recoverable_page() {

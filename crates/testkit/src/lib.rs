@@ -21,7 +21,7 @@ mod proc;
 pub mod user;
 
 pub use cgroup::{CgroupDirs, move_to_root, unique, v1_cpuset_writable};
-pub use proc::{Proc, forking, sleeper, spinner, thread_masks, threaded};
+pub use proc::{PYTHON, Proc, forking, output_within, sleeper, spinner, thread_masks, threaded};
 
 use std::time::{Duration, Instant};
 

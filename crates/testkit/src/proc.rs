@@ -1,6 +1,6 @@
 //! Processes a test starts, killed and reaped on drop.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 
 /// A child process, killed (SIGKILL) and reaped on drop.
 pub struct Proc(pub Child);
@@ -46,6 +46,12 @@ pub fn sleeper() -> Proc {
     )
 }
 
+/// The Python interpreter tests run: Debian's, by path. A version
+/// manager's `python3` on `PATH` (pyenv's shim is a shell script) forks
+/// helpers before it becomes Python, which land in whatever cgroup a test
+/// just put the process in.
+pub const PYTHON: &str = "/usr/bin/python3";
+
 /// A Python process that starts `early` threads now and `late` more after
 /// `delay_ms`, then sleeps.
 pub fn threaded(early: u32, late: u32, delay_ms: u32) -> Proc {
@@ -58,7 +64,7 @@ pub fn threaded(early: u32, late: u32, delay_ms: u32) -> Proc {
          time.sleep(60)\n"
     );
     Proc(
-        Command::new("python3")
+        Command::new(PYTHON)
             .arg("-c")
             .arg(code)
             .stdin(Stdio::null())
@@ -94,4 +100,35 @@ pub fn thread_masks(pid: u32) -> Vec<(u32, String)> {
         }
     }
     out
+}
+
+/// Runs `cmd` with its output captured; kills it (by its pid) and panics
+/// if it has not exited after `limit`, e.g. because it deadlocked.
+pub fn output_within(cmd: &mut Command, limit: std::time::Duration) -> Output {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = rustix::process::Pid::from_child(&child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => {
+            waiter.join().unwrap();
+            out.unwrap()
+        }
+        Err(_) => {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            let out = rx.recv().unwrap().unwrap();
+            waiter.join().unwrap();
+            panic!(
+                "{cmd:?} did not finish within {limit:?} (killed); stdout: {}; stderr: {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
 }

@@ -19,8 +19,7 @@ fn set(cpus: &[usize]) -> CpuSet {
 
 #[test]
 fn answers_survive_grant_churn() {
-    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
-        eprintln!("skipped: needs 2 CPUs");
+    if !allot_testkit::prerequisite(allot_testkit::cpus() >= 2, "needs 2 CPUs") {
         return;
     }
     for kernel in [Kernel::Stencil, Kernel::Cluster] {

@@ -212,36 +212,7 @@ pub fn named_values(text: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Runs `cmd` with its output captured; kills it (by its pid) and panics
-/// if it has not exited after `limit`, e.g. because it deadlocked.
-pub fn output_within(cmd: &mut Command, limit: std::time::Duration) -> Output {
-    let child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = rustix::process::Pid::from_child(&child);
-    let (tx, rx) = std::sync::mpsc::channel();
-    let waiter = std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(out) => {
-            waiter.join().unwrap();
-            out.unwrap()
-        }
-        Err(_) => {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-            let out = rx.recv().unwrap().unwrap();
-            waiter.join().unwrap();
-            panic!(
-                "{cmd:?} did not finish within {limit:?} (killed); stdout: {}; stderr: {}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-    }
-}
+pub use allot_testkit::output_within;
 
 /// Where LLVM's libomp is: the one clang's OpenMP programs load (`ldd`).
 pub fn libomp_path() -> Result<PathBuf, String> {

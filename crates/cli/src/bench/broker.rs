@@ -94,9 +94,7 @@ impl PrivateBroker {
         while t.elapsed() < timeout {
             let idle = allot_client::Client::connect(&self.socket)
                 .and_then(|mut c| c.status())
-                .ok()
-                .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
-                .is_some_and(|v| v["cells"].as_array().is_some_and(|c| c.is_empty()));
+                .is_ok_and(|s| s.cells.is_empty());
             if idle {
                 return true;
             }

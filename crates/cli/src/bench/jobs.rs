@@ -197,11 +197,11 @@ pub fn command(work: &Work, mode: Mode, tools: &Tools) -> Command {
     for v in crate::run::env::THREAD_VARS {
         c.env_remove(v);
     }
-    c.env_remove("ALLOT_CELL")
-        .env_remove("ALLOT_GRANT_FD")
+    c.env_remove(allot_proto::env::CELL)
+        .env_remove(allot_proto::env::GRANT_FD)
         .env_remove("LD_PRELOAD");
     if mode.uses_broker() {
-        c.env("ALLOT_SOCKET", &tools.socket);
+        c.env(allot_proto::env::SOCKET, &tools.socket);
     }
     c
 }

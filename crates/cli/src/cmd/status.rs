@@ -1,8 +1,13 @@
 //! `allot status`: what the broker has decided.
+//!
+//! The document is `allot_proto::status::Status`, the broker's own type;
+//! this module only fetches and prints it. Every name a client chose is
+//! escaped before it reaches the terminal (the broker refuses control
+//! characters in new names, but a journal from an older broker may hold
+//! them).
 
-use allot_proto::{Conn, Reply, Request};
-use anyhow::{Context, bail};
-use serde_json::Value;
+use allot_proto::status::{CellStatus, Status};
+use anyhow::Context;
 use std::path::PathBuf;
 
 /// Arguments of `allot status`.
@@ -11,110 +16,159 @@ pub struct Args {
     /// Broker socket [default: $ALLOT_SOCKET or the per-user default].
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
-    /// Print the broker's JSON status document (a `cells` list and a `machine`
-    /// summary; see docs/operations.md).
+    /// Print the broker's status document as JSON (see docs/operations.md).
     #[arg(long)]
     json: bool,
 }
 
 /// Fetches the status document from the broker at `socket`.
-pub fn fetch(socket: &std::path::Path) -> anyhow::Result<Value> {
-    let mut conn = Conn::connect(socket).with_context(|| {
+pub fn fetch(socket: &std::path::Path) -> anyhow::Result<Status> {
+    let mut client = allot_client::Client::connect(socket).with_context(|| {
         format!(
-            "no broker answers on {} (start one with `allot daemon`, or let `allot run` start one)",
+            "cannot reach a broker on {} (start one with `allot daemon`, or let `allot run` start one)",
             socket.display()
         )
     })?;
-    conn.set_timeout(Some(std::time::Duration::from_secs(10)))?;
-    conn.send(&Request::Status)?;
-    let mut json = String::new();
-    loop {
-        match conn.recv()?.0 {
-            Reply::Status { more, json: part } => {
-                json.push_str(&part);
-                if !more {
-                    break;
-                }
-            }
-            Reply::Error { message, .. } => bail!("the broker refused: {message}"),
-            other => bail!("unexpected reply {other:?}"),
-        }
-    }
-    serde_json::from_str(&json).context("the broker sent malformed status JSON")
+    client.set_timeout(Some(std::time::Duration::from_secs(10)))?;
+    client
+        .status()
+        .context("the broker did not send its status")
 }
 
-fn s(v: &Value) -> String {
-    match v {
-        Value::String(s) if s.is_empty() => "-".into(),
-        Value::String(s) => s.clone(),
-        Value::Null => "-".into(),
-        other => other.to_string(),
+/// `s` safe for a terminal (`allot_broker::names::shown`), `-` for nothing.
+fn cell_text(s: &str) -> String {
+    if s.is_empty() {
+        "-".into()
+    } else {
+        allot_broker::names::shown(s).into_owned()
+    }
+}
+
+/// Rows printed as a table whose columns fit their longest value.
+struct Table {
+    head: Vec<&'static str>,
+    right: Vec<bool>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn render(&self, out: &mut String) {
+        use std::fmt::Write;
+        let width = |i: usize| {
+            self.rows
+                .iter()
+                .map(|r| r[i].chars().count())
+                .chain([self.head[i].len()])
+                .max()
+                .unwrap_or(0)
+        };
+        let widths: Vec<usize> = (0..self.head.len()).map(width).collect();
+        let line = |cells: Vec<&str>, out: &mut String| {
+            let mut l = String::new();
+            for (i, c) in cells.iter().enumerate() {
+                let pad = widths[i].saturating_sub(c.chars().count());
+                if i > 0 {
+                    l.push_str("  ");
+                }
+                if self.right[i] {
+                    l.push_str(&" ".repeat(pad));
+                    l.push_str(c);
+                } else {
+                    l.push_str(c);
+                    l.push_str(&" ".repeat(pad));
+                }
+            }
+            let _ = writeln!(out, "{}", l.trim_end());
+        };
+        line(self.head.clone(), out);
+        for r in &self.rows {
+            line(r.iter().map(String::as_str).collect(), out);
+        }
+    }
+}
+
+fn name_of(c: &CellStatus) -> String {
+    if c.private {
+        format!("(uid {})", c.uid)
+    } else {
+        cell_text(&c.name)
     }
 }
 
 /// Human-readable rendering.
-pub fn render(v: &Value) -> String {
+pub fn render(v: &Status) -> String {
     use std::fmt::Write;
     let mut out = String::new();
-    let b = &v["broker"];
-    let m = &v["machine"];
+    let (b, m) = (&v.broker, &v.machine);
     let _ = writeln!(
         out,
         "broker pid {} ({} backend, {} policy), up {} s on {}: {}",
-        b["pid"],
-        s(&b["backend"]),
-        s(&b["policy"]),
-        b["uptime_s"],
-        s(&m["name"]),
-        s(&m["summary"])
+        b.pid,
+        b.backend,
+        b.policy,
+        b.uptime_s,
+        cell_text(&m.name),
+        m.summary
     );
+    if let Some(p) = &b.journal_problem {
+        let _ = writeln!(
+            out,
+            "WARNING: the broker cannot write its journal ({}); it admits no new cell until it can",
+            cell_text(p)
+        );
+    }
     let _ = writeln!(
         out,
         "CPUs for cells: {}   reserve: {}   stacked pool: {}   idle: {}",
-        m["capacity"],
-        s(&m["reserve"]),
-        s(&m["pool"]),
-        s(&m["idle"])
+        m.capacity,
+        cell_text(&m.reserve),
+        cell_text(&m.pool),
+        cell_text(&m.idle)
     );
-    let cells = v["cells"].as_array().cloned().unwrap_or_default();
-    if cells.is_empty() {
+    if v.cells.is_empty() {
         let _ = writeln!(out, "no cells");
     } else {
-        let _ = writeln!(
-            out,
-            "{:>4}  {:<16} {:<12} {:<10} {:<8} {:>7} {:>5} {:>6} {:>5}",
-            "ID", "NAME", "PIDS", "CPUS", "LENT", "THREADS", "GEN", "SHARE", "BUSY"
-        );
-        for c in cells {
-            let pids: Vec<String> = c["pids"]
-                .as_array()
-                .map(|a| a.iter().map(|p| p.to_string()).collect())
-                .unwrap_or_default();
-            let _ = writeln!(
-                out,
-                "{:>4}  {:<16} {:<12} {:<10} {:<8} {:>7} {:>5} {:>6} {:>5}",
-                c["id"],
-                s(&c["name"]),
-                pids.join(","),
-                s(&c["cpus"]),
-                s(&c["lent"]),
-                c["threads"],
-                c["generation"],
-                c["share"],
-                c["busy"]
-            );
-        }
+        let table = Table {
+            head: vec![
+                "ID", "NAME", "PIDS", "CPUS", "LENT", "THREADS", "GEN", "SHARE", "BUSY",
+            ],
+            right: vec![true, false, false, false, false, true, true, true, true],
+            rows: v
+                .cells
+                .iter()
+                .map(|c| {
+                    let pids: Vec<String> = c.pids.iter().map(u32::to_string).collect();
+                    vec![
+                        c.id.to_string(),
+                        name_of(c),
+                        cell_text(&pids.join(",")),
+                        cell_text(&c.cpus),
+                        cell_text(&c.lent),
+                        c.threads.to_string(),
+                        c.generation.to_string(),
+                        format!("{:.2}", c.share),
+                        format!("{:.2}", c.busy),
+                    ]
+                })
+                .collect(),
+        };
+        table.render(&mut out);
     }
-    if let Some(q) = v["queue"].as_array().filter(|q| !q.is_empty()) {
+    if !v.queue.is_empty() {
         let _ = writeln!(out, "waiting:");
-        for e in q {
+        for e in &v.queue {
+            let name = if e.private {
+                format!("(uid {})", e.uid)
+            } else {
+                cell_text(&e.name)
+            };
             let _ = writeln!(
                 out,
                 "  {}. cell {} ({}): {}",
-                e["position"],
-                e["id"],
-                s(&e["name"]),
-                s(&e["reason"])
+                e.position,
+                e.id,
+                name,
+                cell_text(&e.reason)
             );
         }
     }
@@ -134,5 +188,85 @@ pub fn run(a: Args) -> i32 {
             0
         }
         Err(e) => super::fail(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use allot_proto::status::{BrokerStatus, MachineStatus, Placement, SpecStatus};
+
+    fn doc(names: &[&str]) -> Status {
+        let cell = |i: usize, name: &str| CellStatus {
+            id: i as u64 + 1,
+            name: name.into(),
+            uid: 0,
+            private: false,
+            pids: vec![100 + i as u32],
+            cpus: "0-1".into(),
+            lent: String::new(),
+            entitled: "0-1".into(),
+            threads: 2,
+            generation: 3,
+            stacked: false,
+            share: 2.0,
+            demand: None,
+            busy: 0.5,
+            progress: 0,
+            busy_reported: 0,
+            spec: SpecStatus {
+                min: 0,
+                max: 0,
+                weight: 1,
+                exclusive: false,
+                placement: Placement::Any,
+            },
+        };
+        Status {
+            version: allot_proto::status::STATUS_VERSION,
+            broker: BrokerStatus {
+                pid: 1,
+                instance: 2,
+                backend: "dry-run".into(),
+                policy: "fair-share".into(),
+                lend: true,
+                uptime_s: 1.0,
+                notes: vec![],
+                journal_problem: None,
+            },
+            machine: MachineStatus {
+                name: "m".into(),
+                summary: "2 CPUs".into(),
+                usable: "0-1".into(),
+                capacity: 2,
+                reserve: String::new(),
+                pool: String::new(),
+                idle: String::new(),
+            },
+            cells: names.iter().enumerate().map(|(i, n)| cell(i, n)).collect(),
+            queue: vec![],
+        }
+    }
+
+    #[test]
+    fn a_name_cannot_forge_a_row_or_drive_the_terminal() {
+        let text = render(&doc(&["x\n  99  root  1  0-1", "\x1b[2J\x1b[H"]));
+        assert!(!text.contains('\x1b'), "{text:?}");
+        let rows: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            rows.len(),
+            2 + 1 + 2,
+            "header lines, table head, two cells: {text}"
+        );
+        assert!(text.contains("x\\n  99"), "{text}");
+    }
+
+    #[test]
+    fn columns_line_up_whatever_the_name_lengths() {
+        let text = render(&doc(&["a", "a-much-longer-cell-name-than-usual"]));
+        let table: Vec<&str> = text.lines().skip(2).collect();
+        let col = |line: &str| line.find("0-1").unwrap();
+        assert_eq!(col(table[1]), col(table[2]), "{text}");
+        assert_eq!(table[0].find("CPUS").unwrap(), col(table[1]), "{text}");
     }
 }

@@ -76,10 +76,10 @@ pub fn ensure_broker(socket: &Path) -> Result<(), NoBroker> {
         .arg(socket)
         .arg("--idle-exit")
         .arg(IDLE_EXIT_SECS.to_string());
-    if let Ok(b) = std::env::var("ALLOT_BACKEND") {
+    if let Ok(b) = std::env::var(allot_proto::env::BACKEND) {
         cmd.args(["--backend", &b]);
     }
-    if let Ok(n) = std::env::var("ALLOT_CGROUP_NAME") {
+    if let Ok(n) = std::env::var(allot_proto::env::CGROUP_NAME) {
         cmd.args(["--cgroup-name", &n]);
     }
     cmd.stdin(Stdio::null())

@@ -1,76 +1,23 @@
-//! Live-test helpers: a broker, processes and cgroups the test started,
-//! all cleaned up on drop, even when the test panics.
+//! Live-test helpers of the `allot` command's tests: a broker the test
+//! started, stopped and its cgroups removed on drop, even when the test
+//! panics. Processes, waits and prerequisites come from `allot-testkit`.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub const ALLOT: &str = env!("CARGO_BIN_EXE_allot");
 
-/// A child process, killed and reaped on drop.
-pub struct Proc(pub Child);
-
-impl Proc {
-    pub fn pid(&self) -> u32 {
-        self.0.id()
-    }
-    pub fn kill9(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
-
-/// A CPU-bound shell loop.
-pub fn spinner() -> Proc {
-    Proc(
-        Command::new("sh")
-            .arg("-c")
-            .arg("while :; do :; done")
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("sh"),
-    )
-}
-
-pub fn sleeper() -> Proc {
-    Proc(Command::new("sleep").arg("120").spawn().expect("sleep"))
-}
-
-pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < timeout {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    f()
-}
+#[allow(unused_imports)]
+pub use allot_testkit::{Proc, eventually, prerequisite, sleeper, spinner, v1_cpuset_writable};
 
 /// `Cpus_allowed_list` of every thread of `pid`.
 pub fn thread_masks(pid: u32) -> Vec<String> {
-    let mut out = Vec::new();
-    if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) {
-        for e in rd.flatten() {
-            if let Ok(s) = std::fs::read_to_string(e.path().join("status"))
-                && let Some(l) = s.lines().find(|l| l.starts_with("Cpus_allowed_list:"))
-            {
-                out.push(l.split_whitespace().nth(1).unwrap_or("").to_string());
-            }
-        }
-    }
-    out
-}
-
-pub fn v1_cpuset_writable() -> bool {
-    rustix::process::getuid().is_root() && Path::new("/sys/fs/cgroup/cpuset/cpuset.cpus").exists()
+    allot_testkit::thread_masks(pid)
+        .into_iter()
+        .map(|(_, m)| m)
+        .collect()
 }
 
 /// Live tests measure and share this machine's CPUs, and each runs its own
@@ -151,8 +98,8 @@ impl Daemon {
         allot_client::Client::connect(&self.socket).expect("connect")
     }
 
-    pub fn status(&self) -> serde_json::Value {
-        serde_json::from_str(&self.client().status().unwrap()).unwrap()
+    pub fn status(&self) -> allot_proto::status::Status {
+        self.client().status().expect("the broker's status")
     }
 
     pub fn kill9(&mut self) {

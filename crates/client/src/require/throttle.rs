@@ -99,7 +99,7 @@ fn cpu_ns(tid: Tid) -> Option<u64> {
 fn quota() -> Option<&'static Quota> {
     static Q: OnceLock<Option<Quota>> = OnceLock::new();
     Q.get_or_init(|| {
-        let dir = std::env::var_os("ALLOT_THROTTLE_CGROUP")?;
+        let dir = std::env::var_os(allot_proto::env::THROTTLE_CGROUP)?;
         Quota::at(dir.into()).ok()
     })
     .as_ref()

@@ -96,11 +96,23 @@ impl Quota {
     }
 
     /// Moves thread `tid` back to the base and removes its child.
+    ///
+    /// The child's quota is lifted first: a thread moved out of a group
+    /// while the group is throttled can stay off the CPU for hundreds of
+    /// milliseconds on recent kernels (seen on 6.18: a third of the moves
+    /// stalled it for over 300 ms), since nothing unthrottles a group that
+    /// is about to be removed. Unlimiting it first puts every throttled
+    /// thread back on its run queue.
     pub fn lift(&self, tid: u64) -> io::Result<()> {
         let dir = self.dir(tid);
         if !dir.exists() {
             return Ok(());
         }
+        let _ = if self.v2 {
+            write(&dir.join("cpu.max"), &format!("max {PERIOD_US}"))
+        } else {
+            write(&dir.join("cpu.cfs_quota_us"), "-1")
+        };
         let file = if self.v2 { "cgroup.threads" } else { "tasks" };
         write(&self.base.join(file), &tid.to_string())?;
         self.remove_dir(&dir)

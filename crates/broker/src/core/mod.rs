@@ -1,0 +1,719 @@
+//! The broker's state machine: cells, the admission queue, the plan, and
+//! what has been enforced and published.
+//!
+//! `Core` does no socket or epoll work. Each entry point (a request, a
+//! process exit, a monitor tick, a closed session) updates the state,
+//! re-plans if needed, drives the enforcer and the grant pages, appends to
+//! the journal, and returns [`Effect`]s for the event loop: replies to send,
+//! processes to start or stop watching.
+//!
+//! - this file: the state, the re-plan pipeline ([`Core::reconcile`]),
+//!   process exits, ticks, shutdown;
+//! - [`restore`]: rebuilding the state from the journal and the backend;
+//! - [`register`]: admission, the queue, joining and leaving cells;
+//! - [`requests`]: dispatching requests, one handler each.
+//!
+//! Invariants kept here (the planner keeps the plan invariants):
+//!
+//! - Every member pid maps to exactly one cell (`by_pid`).
+//! - A cell's grant is applied to the kernel *before* its first process is
+//!   attached, so a process never runs a single instruction outside it.
+//! - When CPUs move between cells, every cell first shrinks to the CPUs it
+//!   keeps, then grows: no transient overlap between grants.
+//! - Grant generations only grow; a page is published only when its grant
+//!   changed, and every published grant is journaled.
+//! - A cell whose processes are all gone is ended in the same step that
+//!   notices it, and its CPUs are re-planned at once. Its backend state is
+//!   removed then, or retried on every tick for [`REMOVE_RETRY_FOR`] if the
+//!   kernel is still busy with its last task.
+//! - No cell is admitted that the journal could not record, and no id is
+//!   given out that the backend still holds (see [`restore`]).
+//! - What one user can make the broker keep is bounded by
+//!   [`crate::config::Limits`]; root is exempt from the per-user bounds.
+
+mod register;
+mod requests;
+mod restore;
+
+use crate::config::{Config, Limits};
+use crate::demand::Estimator;
+use crate::journal::{GrantRec, Journal, MemberRec, Record};
+use crate::ledger::Ledger;
+use crate::names::shown;
+use crate::{debug, info, warn};
+use allot_enforce::os::Os;
+use allot_enforce::{Applied, Enforcer};
+use allot_plan::{CellId, CellInput, CellSpec, Grant, Plan, PlanConfig, Planner};
+use allot_proto::msg::{ErrorCode, Reply};
+use allot_proto::{FLAG_RELEASED, FLAG_STACKED, PageMap};
+use allot_topo::Machine;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Identifies a client connection.
+pub type SessionId = u64;
+
+/// How long the removal of an ended cell's backend state is retried.
+pub const REMOVE_RETRY_FOR: Duration = Duration::from_secs(30);
+
+/// Grant pages one cell may hold (each a memfd handed back on `Rejoin`).
+const MAX_PAGES_PER_CELL: usize = 8;
+
+/// The credentials of a connected client (`SO_PEERCRED`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    /// Process id at connect time.
+    pub pid: u32,
+    /// User id.
+    pub uid: u32,
+    /// Group id.
+    pub gid: u32,
+}
+
+impl Peer {
+    /// Whether the per-user limits apply to this peer (everyone but root).
+    pub fn limited(&self) -> bool {
+        self.uid != 0
+    }
+}
+
+/// Something the event loop must do.
+#[derive(Debug)]
+pub enum Effect {
+    /// Send `reply` (with `fd` attached) on `session`.
+    Reply {
+        /// The session.
+        session: SessionId,
+        /// The reply.
+        reply: Reply,
+        /// A file descriptor to pass.
+        fd: Option<rustix::fd::OwnedFd>,
+    },
+    /// Start watching `pid` for exit.
+    Watch(u32),
+    /// Stop watching `pid`.
+    Unwatch(u32),
+}
+
+/// A reply to `session`, without a descriptor.
+pub(crate) fn answer(session: SessionId, reply: Reply) -> Effect {
+    Effect::Reply {
+        session,
+        reply,
+        fd: None,
+    }
+}
+
+pub(crate) fn err(code: ErrorCode, req: u16, msg: impl Into<String>) -> Reply {
+    Reply::error(code, req, msg)
+}
+
+#[derive(Debug)]
+pub(crate) struct Cell {
+    pub(crate) name: String,
+    pub(crate) uid: u32,
+    pub(crate) spec: CellSpec,
+    /// Rejoin secret; 0 for a cell recovered from the backend that no
+    /// member has claimed yet.
+    token: u64,
+    pub(crate) members: Vec<MemberRec>,
+    pages: Vec<PageMap>,
+    pub(crate) generation: u64,
+    pub(crate) published: Option<Grant>,
+    pub(crate) est: Estimator,
+    pub(crate) progress: u64,
+    pub(crate) busy_reported: u32,
+}
+
+#[derive(Debug)]
+pub(crate) struct Queued {
+    pub(crate) id: u64,
+    pub(crate) name: String,
+    pub(crate) uid: u32,
+    pub(crate) spec: CellSpec,
+    members: Vec<u32>,
+    session: SessionId,
+    token: u64,
+    pub(crate) reason: String,
+}
+
+/// An ended cell whose backend state could not be removed yet.
+#[derive(Debug)]
+struct Removal {
+    id: u64,
+    since: Instant,
+}
+
+/// The broker's state.
+#[derive(Debug)]
+pub struct Core {
+    pub(crate) machine: &'static Machine,
+    pub(crate) planner: Planner<'static>,
+    pub(crate) plan: Plan,
+    pub(crate) cells: BTreeMap<u64, Cell>,
+    pub(crate) queue: VecDeque<Queued>,
+    enforcer: Box<dyn Enforcer>,
+    os: Arc<dyn Os>,
+    journal: Option<Journal>,
+    pub(crate) instance: u64,
+    next_id: u64,
+    by_pid: HashMap<u32, u64>,
+    pub(crate) started: Instant,
+    pub(crate) backend_notes: Vec<String>,
+    stop_requested: bool,
+    uid: u32,
+    pub(crate) ledger: Ledger,
+    /// Sessions waiting for the ledger to change: session → (pid, epoch
+    /// seen). One each: a new watch replaces the session's old one.
+    watchers: BTreeMap<SessionId, (u32, u64)>,
+    pub(crate) limits: Limits,
+    pub(crate) show_other_users: bool,
+    removals: Vec<Removal>,
+}
+
+fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .is_err()
+    {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        return t.as_nanos() as u64 ^ (std::process::id() as u64) << 32;
+    }
+    // Never 0: that value marks a recovered cell nobody has claimed.
+    u64::from_le_bytes(b).max(1)
+}
+
+impl Core {
+    /// Builds the core, restoring cells from the journal and the backend:
+    /// cells whose processes still run are adopted with the grants they
+    /// had, the others are cleaned up (see [`restore`]). Returns the
+    /// effects (pids to watch).
+    pub fn new(
+        cfg: &Config,
+        machine: Machine,
+        enforcer: Box<dyn Enforcer>,
+        os: Arc<dyn Os>,
+        journal: Option<Journal>,
+    ) -> (Core, Vec<Effect>) {
+        let machine: &'static Machine = Box::leak(Box::new(machine));
+        let planner = Planner::new(
+            machine,
+            PlanConfig {
+                reserve: cfg.reserve,
+                policy: cfg.policy,
+                lend: cfg.lend,
+            },
+        );
+        let mut core = Core {
+            machine,
+            planner,
+            plan: Plan::default(),
+            cells: BTreeMap::new(),
+            queue: VecDeque::new(),
+            enforcer,
+            os,
+            journal,
+            instance: random_u64(),
+            next_id: 1,
+            by_pid: HashMap::new(),
+            started: Instant::now(),
+            backend_notes: Vec::new(),
+            stop_requested: false,
+            uid: rustix::process::geteuid().as_raw(),
+            ledger: Ledger::new(machine, cfg.limits),
+            watchers: BTreeMap::new(),
+            limits: cfg.limits,
+            show_other_users: cfg.show_other_users,
+            removals: Vec::new(),
+        };
+        let effects = core.restore();
+        (core, effects)
+    }
+
+    /// Notes from backend selection (why others were skipped).
+    pub fn set_backend_notes(&mut self, notes: Vec<String>) {
+        self.backend_notes = notes;
+    }
+
+    /// The enforcement backend's name.
+    pub fn backend(&self) -> String {
+        self.enforcer.kind().to_string()
+    }
+
+    /// The OS interface (for the event loop's exit polling fallback).
+    pub fn os(&self) -> &Arc<dyn Os> {
+        &self.os
+    }
+
+    /// Whether a client asked the broker to exit.
+    pub fn stop_requested(&self) -> bool {
+        self.stop_requested
+    }
+
+    /// No cells, none queued.
+    pub fn idle(&self) -> bool {
+        self.cells.is_empty() && self.queue.is_empty()
+    }
+
+    /// The current plan.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// Why the journal is behind, if it is.
+    pub fn journal_problem(&self) -> Option<&str> {
+        self.journal.as_ref().and_then(Journal::problem)
+    }
+
+    /// Appends to the journal; a failure is logged when the journal falls
+    /// behind (once, not per record) and when it catches up.
+    fn journal(&mut self, recs: &[Record]) {
+        let _ = self.try_journal(recs);
+    }
+
+    /// Appends to the journal, saying why it could not.
+    fn try_journal(&mut self, recs: &[Record]) -> Result<(), String> {
+        let Some(j) = self.journal.as_mut() else {
+            return Ok(());
+        };
+        let behind = j.problem().is_some();
+        let result = j.append(recs);
+        match (&result, behind) {
+            (Err(e), false) => warn!(
+                "cannot write the journal {} ({e}): a restart would lose recent changes; \
+                 no new cells are admitted until it can be written (free space on its filesystem)",
+                j.path().display()
+            ),
+            (Ok(()), true) => info!("the journal {} is written again", j.path().display()),
+            _ => {}
+        }
+        result.map_err(|e| e.to_string())
+    }
+
+    /// Whether the journal can record a new cell now (catching up first if
+    /// it was behind); the refusal to send when not.
+    fn journal_ready(&mut self, kind: u16) -> Result<(), Reply> {
+        let Some(j) = self.journal.as_mut() else {
+            return Ok(());
+        };
+        if j.writable() {
+            return Ok(());
+        }
+        Err(err(
+            ErrorCode::Internal,
+            kind,
+            format!(
+                "the broker cannot write its journal {} ({}), so it admits no new cell \
+                 (one it could not record would be lost if it restarted); free space on that \
+                 filesystem and retry",
+                j.path().display(),
+                j.problem().unwrap_or("unknown error")
+            ),
+        ))
+    }
+
+    fn page_grant(&self, id: u64, generation: u64, g: &Grant) -> allot_proto::Grant {
+        allot_proto::Grant {
+            cell: id,
+            generation,
+            instance: self.instance,
+            threads: g.threads,
+            flags: if g.stacked { FLAG_STACKED } else { 0 },
+            home: g.home,
+            entitled: g.entitled.len() as u32,
+            share_milli: (g.share * 1000.0).round() as u32,
+            cpus: g.cpus,
+            lent: g.lent,
+        }
+    }
+
+    /// Re-plans and makes the kernel and the pages follow. Returns whether
+    /// any grant changed.
+    fn reconcile(&mut self) -> bool {
+        let inputs: Vec<CellInput> = self
+            .cells
+            .iter()
+            .map(|(&id, c)| CellInput {
+                id: CellId(id),
+                spec: c.spec,
+                demand: c.est.demand(),
+            })
+            .collect();
+        let next = self.planner.plan(&inputs, &self.plan);
+        debug_assert_eq!(
+            next.check(
+                self.machine,
+                &inputs.iter().map(|c| (c.id, c.spec)).collect::<Vec<_>>()
+            ),
+            Ok(())
+        );
+
+        // Enforce: shrink everyone to what they keep, then grow.
+        let changed: Vec<(u64, Grant)> = next
+            .cells
+            .iter()
+            .filter(|(id, g)| {
+                self.cells
+                    .get(&id.0)
+                    .and_then(|c| c.published.as_ref())
+                    .map(|p| p.cpus)
+                    != Some(g.cpus)
+            })
+            .map(|(id, g)| (id.0, g.clone()))
+            .collect();
+        for (id, g) in &changed {
+            let Some(old) = self
+                .cells
+                .get(id)
+                .and_then(|c| c.published.as_ref())
+                .map(|p| p.cpus)
+            else {
+                continue;
+            };
+            let keep = old.intersection(&g.cpus);
+            if !keep.is_empty() && keep != old {
+                let weight = self.cells[id].spec.weight;
+                if let Err(e) = self.enforcer.apply(*id, &Applied { cpus: keep, weight }) {
+                    warn!("cell {id}: {e}");
+                }
+            }
+        }
+        for (id, g) in &changed {
+            let weight = self.cells[id].spec.weight;
+            if let Err(e) = self.enforcer.apply(
+                *id,
+                &Applied {
+                    cpus: g.cpus,
+                    weight,
+                },
+            ) {
+                warn!("cell {id}: {e}");
+            }
+        }
+
+        // Publish and journal every grant that changed in any field.
+        let mut recs = Vec::new();
+        let mut any = false;
+        for (cid, g) in &next.cells {
+            let id = cid.0;
+            let Some(c) = self.cells.get(&id) else {
+                continue;
+            };
+            if c.published.as_ref() == Some(g) {
+                continue;
+            }
+            any = true;
+            let generation = c.generation + 1;
+            let pg = self.page_grant(id, generation, g);
+            let c = self.cells.get_mut(&id).expect("present above");
+            for p in &c.pages {
+                p.page().publish(&pg);
+            }
+            c.generation = generation;
+            c.published = Some(g.clone());
+            debug!(
+                "cell {id} ({}) generation {generation}: CPUs {} lent {} threads {}",
+                shown(&c.name),
+                g.cpus,
+                g.lent,
+                g.threads
+            );
+            recs.push(Record::Grant {
+                id,
+                grant: GrantRec {
+                    generation,
+                    cpus: g.cpus,
+                    lent: g.lent,
+                    entitled: g.entitled,
+                    threads: g.threads,
+                    stacked: g.stacked,
+                    home: g.home,
+                    share: g.share,
+                    demand: c.est.demand(),
+                },
+            });
+        }
+        if next.pool != self.plan.pool || next.reserve != self.plan.reserve {
+            recs.push(Record::Shared {
+                pool: next.pool,
+                reserve: next.reserve,
+            });
+        }
+        self.journal(&recs);
+        self.plan = next;
+        any
+    }
+
+    /// Ends a cell: enforcement torn down (remaining processes leave
+    /// confinement; a removal the kernel refuses for now is retried on
+    /// ticks), pages marked released, journaled. Does not re-plan.
+    fn end_cell(&mut self, id: u64, why: &str) -> Vec<Effect> {
+        let Some(c) = self.cells.remove(&id) else {
+            return vec![];
+        };
+        info!("cell {id} ({}) ended: {why}", shown(&c.name));
+        self.remove_backend(id);
+        let final_grant = allot_proto::Grant {
+            cell: id,
+            generation: c.generation + 1,
+            instance: self.instance,
+            threads: self.machine.num_cpus() as u32,
+            flags: FLAG_RELEASED,
+            entitled: 0,
+            share_milli: 0,
+            home: 0,
+            cpus: *self.machine.usable(),
+            lent: Default::default(),
+        };
+        for p in &c.pages {
+            p.page().publish(&final_grant);
+        }
+        self.journal(&[Record::End { id }]);
+        c.members
+            .iter()
+            .filter_map(|m| {
+                self.by_pid.remove(&m.pid);
+                // A process the ledger still involves stays watched.
+                (!self.ledger.involves(m.pid)).then_some(Effect::Unwatch(m.pid))
+            })
+            .collect()
+    }
+
+    fn remove_backend(&mut self, id: u64) {
+        match self.enforcer.remove(id) {
+            Ok(()) => {}
+            Err(e) if e.is_busy() => {
+                debug!("cell {id}: {e}; retrying on the next ticks");
+                if !self.removals.iter().any(|r| r.id == id) {
+                    self.removals.push(Removal {
+                        id,
+                        since: Instant::now(),
+                    });
+                }
+            }
+            Err(e) => warn!("cell {id}: {e}"),
+        }
+    }
+
+    /// Retries the removals the kernel refused so far.
+    fn retry_removals(&mut self, now: Instant) {
+        let pending = std::mem::take(&mut self.removals);
+        for r in pending {
+            if self.cells.contains_key(&r.id) {
+                continue; // adopted again meanwhile
+            }
+            match self.enforcer.remove(r.id) {
+                Ok(()) => debug!("cell {}: removed after a retry", r.id),
+                Err(e) if now.duration_since(r.since) < REMOVE_RETRY_FOR => {
+                    let _ = e;
+                    self.removals.push(r);
+                }
+                Err(e) => warn!(
+                    "cell {}: giving up removing it after {REMOVE_RETRY_FOR:?}: {e}",
+                    r.id
+                ),
+            }
+        }
+    }
+
+    /// A watched process exited.
+    pub fn exited(&mut self, pid: u32) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        if self.ledger.forget(pid) {
+            info!("process {pid} died holding resources; given back");
+            effects.extend(self.ledger_changed());
+        }
+        let Some(id) = self.by_pid.remove(&pid) else {
+            effects.push(Effect::Unwatch(pid));
+            return effects;
+        };
+        effects.push(Effect::Unwatch(pid));
+        let Some(c) = self.cells.get_mut(&id) else {
+            return effects;
+        };
+        c.members.retain(|m| m.pid != pid);
+        let empty = c.members.is_empty();
+        self.journal(&[Record::Gone { id, pid }]);
+        if empty {
+            // Processes that joined through the cgroup (children of the
+            // member) keep the cell alive; watch them from now on.
+            let left = self.live_backend_members(id, pid);
+            if left.is_empty() {
+                effects.extend(self.end_cell(id, "its last process exited"));
+            } else {
+                for m in left {
+                    self.cells.get_mut(&id).expect("present").members.push(m);
+                    self.by_pid.insert(m.pid, id);
+                    self.journal(&[Record::Member { id, member: m }]);
+                    effects.push(Effect::Watch(m.pid));
+                }
+            }
+        }
+        self.reconcile();
+        effects.extend(self.admit_queued());
+        effects
+    }
+
+    /// Processes the backend holds in cell `id` that are alive (other than
+    /// `except`), bounded by the member limit.
+    fn live_backend_members(&mut self, id: u64, except: u32) -> Vec<MemberRec> {
+        let limit = self.limits.members as usize;
+        self.enforcer
+            .pids(id)
+            .into_iter()
+            .filter(|&p| p != except && self.os.alive(p))
+            .filter_map(|p| {
+                Some(MemberRec {
+                    pid: p,
+                    start: self.os.start_time(p)?,
+                })
+            })
+            .take(limit)
+            .collect()
+    }
+
+    /// A session closed: its queued cells and its ledger watch are dropped.
+    /// Its admitted cells live on while their processes do.
+    pub fn session_closed(&mut self, session: SessionId) -> Vec<Effect> {
+        if let Some((pid, _)) = self.watchers.remove(&session) {
+            self.ledger.set_waiting(pid, 0);
+        }
+        let before = self.queue.len();
+        self.queue.retain(|q| q.session != session);
+        if self.queue.len() != before {
+            debug!(
+                "session {session} closed; dropped {} queued cell(s)",
+                before - self.queue.len()
+            );
+        }
+        self.admit_queued()
+    }
+
+    /// A monitor tick: removals retried, usage → demand → re-plan if any
+    /// demand changed.
+    pub fn tick(&mut self, now: Instant) -> Vec<Effect> {
+        if !self.removals.is_empty() {
+            self.retry_removals(now);
+        }
+        let mut changed = false;
+        let ids: Vec<u64> = self.cells.keys().copied().collect();
+        for id in ids {
+            let usage = self.enforcer.usage_ns(id);
+            let c = self.cells.get_mut(&id).expect("listed above");
+            let granted = c.published.as_ref().map_or(1, |g| g.cpus.len() as u32);
+            let before = c.est.demand();
+            if c.est.tick(now, usage, granted) != before {
+                changed = true;
+            }
+        }
+        if changed {
+            self.reconcile();
+        }
+        self.admit_queued()
+    }
+
+    /// Ended cells whose backend state is still being removed.
+    pub fn pending_removals(&self) -> Vec<u64> {
+        self.removals.iter().map(|r| r.id).collect()
+    }
+
+    /// Releases what the broker created, if no cell is left (broker exit).
+    /// Cells that still run keep their confinement and journal entries, so
+    /// a restarted broker adopts them.
+    pub fn shutdown(&mut self) {
+        // Give removals the kernel refused a last short chance.
+        for _ in 0..50 {
+            if self.removals.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            self.retry_removals(Instant::now());
+        }
+        if self.cells.is_empty() {
+            if let Err(e) = self.enforcer.cleanup() {
+                warn!("cleanup: {e}");
+            }
+        } else {
+            info!(
+                "exiting with {} cell(s) still running; they keep their CPUs until a broker adopts them",
+                self.cells.len()
+            );
+        }
+    }
+
+    /// Answers every watcher whose epoch is behind the ledger's.
+    fn ledger_changed(&mut self) -> Vec<Effect> {
+        let epoch = self.ledger.epoch();
+        let due: Vec<(SessionId, u32)> = self
+            .watchers
+            .iter()
+            .filter(|(_, (_, seen))| epoch > *seen)
+            .map(|(&s, &(pid, _))| (s, pid))
+            .collect();
+        for (session, pid) in &due {
+            self.watchers.remove(session);
+            self.ledger.set_waiting(*pid, 0);
+        }
+        let waiters = self.ledger.waiters();
+        due.into_iter()
+            .map(|(session, _)| answer(session, Reply::Changed { epoch, waiters }))
+            .collect()
+    }
+
+    fn owned(&self, peer: Peer, cell: u64, kind: u16) -> Result<(), Reply> {
+        match self.cells.get(&cell) {
+            None => Err(err(
+                ErrorCode::UnknownCell,
+                kind,
+                format!("cell {cell} is not known to this broker (it ended, or never existed)"),
+            )),
+            Some(c) if c.uid != peer.uid && peer.uid != 0 => Err(err(
+                ErrorCode::PermissionDenied,
+                kind,
+                format!(
+                    "cell {cell} belongs to uid {}; uid {} may not act on it",
+                    c.uid, peer.uid
+                ),
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Checks that `pid` may join a cell on behalf of `peer`.
+    fn check_member(&self, peer: Peer, pid: u32, kind: u16) -> Result<(), Reply> {
+        if pid == 0 || !self.os.alive(pid) {
+            return Err(err(
+                ErrorCode::Invalid,
+                kind,
+                format!("process {pid} does not exist"),
+            ));
+        }
+        let owner = self.os.uid(pid);
+        if peer.uid != 0 && owner != Some(peer.uid) {
+            return Err(err(
+                ErrorCode::PermissionDenied,
+                kind,
+                format!(
+                    "process {pid} belongs to uid {}; uid {} may not place it in a cell",
+                    owner.unwrap_or(u32::MAX),
+                    peer.uid
+                ),
+            ));
+        }
+        if let Some(&c) = self.by_pid.get(&pid) {
+            return Err(err(
+                ErrorCode::Invalid,
+                kind,
+                format!(
+                    "process {pid} is already in cell {c} ({})",
+                    shown(&self.cells[&c].name)
+                ),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,612 @@
+//! Admission, the queue, and joining or leaving cells.
+//!
+//! # Registration
+//!
+//! A `Register` is checked in this order, each failure answered at once:
+//! the spec and the name (`Invalid`), the members (deduplicated, at most
+//! [`Limits::members`](crate::config::Limits), each alive, the caller's,
+//! in no cell), the caller's cell count and the total (`Limit`), then
+//! admission (`Refused`/`Never`, or queued with `wait`, at most
+//! `limits.queued` per user). A cell is only started once the journal has
+//! recorded it.
+//!
+//! # The queue
+//!
+//! Waiting cells are served in order, but not strictly: a request that
+//! admission accepts goes ahead of the waiting ones when it cannot delay
+//! any of them, whatever order the admitted cells leave in
+//! ([`allot_plan::delays`]). So a queued request for the whole machine
+//! does not turn away a small one that fits beside it once the machine
+//! frees up, and a stream of small requests cannot starve a large one.
+
+use super::{Cell, Core, Effect, Peer, Queued, SessionId, answer, err, random_u64};
+use crate::convert;
+use crate::demand::Estimator;
+use crate::journal::{MemberRec, Record};
+use crate::names::{self, shown};
+use crate::{info, warn};
+use allot_plan::{Admission, Admitted, CellSpec};
+use allot_proto::PageMap;
+use allot_proto::msg::{ErrorCode, Reply};
+use rustix::fd::OwnedFd;
+
+const REGISTER: u16 = 0x02;
+
+impl Core {
+    pub(super) fn admitted(&self) -> Vec<Admitted<'_>> {
+        self.cells
+            .values()
+            .map(|c| Admitted {
+                name: &c.name,
+                spec: &c.spec,
+            })
+            .collect()
+    }
+
+    /// The first of `waiting` (queued cells, in order) that admitting
+    /// `new` now could delay.
+    fn delayed_by<'q>(
+        &self,
+        waiting: impl Iterator<Item = &'q Queued>,
+        new: &CellSpec,
+    ) -> Option<&'q Queued> {
+        let admitted = self.admitted();
+        waiting
+            .into_iter()
+            .find(|q| self.planner.delays(&admitted, &q.spec, new))
+    }
+
+    /// Checks the caller's per-user and the total cell limits.
+    fn check_cell_limits(&self, peer: Peer, queueing: bool) -> Result<(), Reply> {
+        let limit = |msg: String| Err(err(ErrorCode::Limit, REGISTER, msg));
+        let l = &self.limits;
+        if self.cells.len() >= l.cells_total as usize {
+            return limit(format!(
+                "the broker holds {} cells, its limit (limits.cells_total); retry when some end",
+                self.cells.len()
+            ));
+        }
+        if !peer.limited() {
+            return Ok(());
+        }
+        let mine = self.cells.values().filter(|c| c.uid == peer.uid).count();
+        if mine >= l.cells as usize {
+            return limit(format!(
+                "uid {} holds {mine} cells, the limit per user (limits.cells); end some first",
+                peer.uid
+            ));
+        }
+        if queueing {
+            let queued = self.queue.iter().filter(|q| q.uid == peer.uid).count();
+            if queued >= l.queued as usize {
+                return limit(format!(
+                    "uid {} has {queued} cells waiting, the limit per user (limits.queued)",
+                    peer.uid
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn register(
+        &mut self,
+        session: SessionId,
+        peer: Peer,
+        name: String,
+        spec: CellSpec,
+        wait: bool,
+        members: Vec<u32>,
+    ) -> Vec<Effect> {
+        let one = |reply: Reply| vec![answer(session, reply)];
+        if let Err(e) = spec.validate() {
+            return one(err(
+                ErrorCode::Invalid,
+                REGISTER,
+                format!("invalid request: {e}"),
+            ));
+        }
+        if let Err(e) = names::check("cell name", &name, names::MAX_CELL_NAME) {
+            return one(err(ErrorCode::Invalid, REGISTER, e));
+        }
+        let mut members = if members.is_empty() {
+            vec![peer.pid]
+        } else {
+            members
+        };
+        members.sort_unstable();
+        members.dedup();
+        if members.len() > self.limits.members as usize {
+            return one(err(
+                ErrorCode::Limit,
+                REGISTER,
+                format!(
+                    "{} member processes; a cell may have {} (limits.members)",
+                    members.len(),
+                    self.limits.members
+                ),
+            ));
+        }
+        for &pid in &members {
+            if let Err(r) = self.check_member(peer, pid, REGISTER) {
+                return one(r);
+            }
+        }
+        let name = if name.trim().is_empty() {
+            format!("pid-{}", members[0])
+        } else {
+            name
+        };
+        let verdict = match self.planner.admit(&self.admitted(), &spec) {
+            Admission::Admit => match self.delayed_by(self.queue.iter(), &spec) {
+                None => Admission::Admit,
+                Some(q) => Admission::NotNow(format!(
+                    "admitting it now could delay cell {} ({}), waiting for {} guaranteed CPUs",
+                    q.id,
+                    shown(&q.name),
+                    q.spec.guaranteed()
+                )),
+            },
+            other => other,
+        };
+        let queueing = wait && matches!(verdict, Admission::NotNow(_));
+        if let Err(r) = self.check_cell_limits(peer, queueing) {
+            return one(r);
+        }
+        if matches!(verdict, Admission::Admit | Admission::NotNow(_))
+            && let Err(r) = self.journal_ready(REGISTER)
+        {
+            return one(r);
+        }
+        match verdict {
+            Admission::Admit => {
+                let Some(id) = self.allocate_id() else {
+                    return one(ids_exhausted());
+                };
+                self.activate(id, name, peer.uid, spec, members, session, random_u64())
+            }
+            Admission::NotNow(reason) if wait => {
+                let Some(id) = self.allocate_id() else {
+                    return one(ids_exhausted());
+                };
+                info!("cell {id} ({}) queued: {reason}", shown(&name));
+                self.queue.push_back(Queued {
+                    id,
+                    name,
+                    uid: peer.uid,
+                    spec,
+                    members,
+                    session,
+                    token: random_u64(),
+                    reason: reason.clone(),
+                });
+                one(Reply::Queued {
+                    cell: id,
+                    position: self.queue.len() as u32,
+                    reason,
+                })
+            }
+            Admission::NotNow(reason) => one(err(
+                ErrorCode::Refused,
+                REGISTER,
+                format!("cell {:?} refused: {reason}", shown(&name)),
+            )),
+            Admission::Never(reason) => one(err(
+                ErrorCode::Never,
+                REGISTER,
+                format!("cell {:?} can never be admitted: {reason}", shown(&name)),
+            )),
+        }
+    }
+
+    /// A fresh cell id, journaled before use; `None` once ids run out.
+    fn allocate_id(&mut self) -> Option<u64> {
+        let id = self.next_id;
+        self.next_id = id.checked_add(1)?;
+        self.journal(&[Record::NextId { next: self.next_id }]);
+        Some(id)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn activate(
+        &mut self,
+        id: u64,
+        name: String,
+        uid: u32,
+        spec: CellSpec,
+        members: Vec<u32>,
+        session: SessionId,
+        token: u64,
+    ) -> Vec<Effect> {
+        let fail = |code, msg: String| vec![answer(session, err(code, REGISTER, msg))];
+        // Recorded first: a cell the journal does not know must not exist.
+        if let Err(e) = self.try_journal(&[Record::Cell {
+            id,
+            name: name.clone(),
+            uid,
+            spec: convert::to_record(&spec),
+            token,
+        }]) {
+            return fail(
+                ErrorCode::Internal,
+                format!(
+                    "the broker cannot record the cell in its journal ({e}); free space on its \
+                     filesystem and retry"
+                ),
+            );
+        }
+        let page = match PageMap::create(id, self.instance) {
+            Ok(p) => p,
+            Err(e) => {
+                self.journal(&[Record::End { id }]);
+                return fail(
+                    ErrorCode::Internal,
+                    format!("cannot create the grant page: {e}"),
+                );
+            }
+        };
+        if let Err(e) = self.enforcer.create(id) {
+            self.journal(&[Record::End { id }]);
+            return fail(
+                ErrorCode::Internal,
+                format!(
+                    "cannot create the cell in the {} backend: {e}; check the broker's permissions \
+                     or start it with --backend affinity",
+                    self.backend()
+                ),
+            );
+        }
+        self.cells.insert(
+            id,
+            Cell {
+                name: name.clone(),
+                uid,
+                spec,
+                token,
+                members: vec![],
+                pages: vec![page],
+                generation: 0,
+                published: None,
+                est: Estimator::new(),
+                progress: 0,
+                busy_reported: 0,
+            },
+        );
+        // The grant reaches the kernel before any process joins.
+        self.reconcile();
+        let mut effects = Vec::new();
+        for pid in members {
+            let Some(start) = self.os.start_time(pid) else {
+                continue;
+            };
+            if let Err(e) = self.enforcer.attach(id, pid) {
+                warn!("cell {id}: {e}");
+                continue;
+            }
+            let m = MemberRec { pid, start };
+            self.cells
+                .get_mut(&id)
+                .expect("inserted above")
+                .members
+                .push(m);
+            self.by_pid.insert(pid, id);
+            self.journal(&[Record::Member { id, member: m }]);
+            effects.push(Effect::Watch(pid));
+        }
+        let c = &self.cells[&id];
+        if c.members.is_empty() {
+            // Every process vanished while we set up: nothing to manage.
+            let mut e = self.end_cell(id, "its processes exited before they joined");
+            self.reconcile();
+            e.push(answer(
+                session,
+                err(
+                    ErrorCode::Invalid,
+                    REGISTER,
+                    "the cell's processes exited before they could join it",
+                ),
+            ));
+            return e;
+        }
+        info!(
+            "cell {id} ({}) admitted: {spec}; CPUs {}",
+            shown(&name),
+            c.published
+                .as_ref()
+                .map(|g| g.cpus.to_string())
+                .unwrap_or_default()
+        );
+        let fd = rustix::io::fcntl_dupfd_cloexec(c.pages[0].fd(), 0).ok();
+        effects.push(Effect::Reply {
+            session,
+            reply: Reply::Registered {
+                cell: id,
+                token,
+                generation: c.generation,
+            },
+            fd,
+        });
+        effects
+    }
+
+    /// Admits queued cells, in order, each that admission accepts and that
+    /// cannot delay a cell queued before it.
+    pub(super) fn admit_queued(&mut self) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        let mut i = 0;
+        while i < self.queue.len() {
+            let q = &self.queue[i];
+            let verdict = match self.planner.admit(&self.admitted(), &q.spec) {
+                Admission::Admit => match self.delayed_by(self.queue.iter().take(i), &q.spec) {
+                    None => Admission::Admit,
+                    Some(ahead) => Admission::NotNow(format!(
+                        "waits behind cell {} ({})",
+                        ahead.id,
+                        shown(&ahead.name)
+                    )),
+                },
+                other => other,
+            };
+            match verdict {
+                Admission::Admit => {
+                    if self.journal_ready(REGISTER).is_err() {
+                        // Stay queued until the journal can record it.
+                        i += 1;
+                        continue;
+                    }
+                    let q = self.queue.remove(i).expect("index in range");
+                    let alive: Vec<u32> = q
+                        .members
+                        .iter()
+                        .copied()
+                        .filter(|&p| self.os.alive(p) && !self.by_pid.contains_key(&p))
+                        .collect();
+                    if !alive.is_empty() {
+                        effects.extend(
+                            self.activate(q.id, q.name, q.uid, q.spec, alive, q.session, q.token),
+                        );
+                    }
+                }
+                Admission::NotNow(r) => {
+                    self.queue[i].reason = r;
+                    i += 1;
+                }
+                Admission::Never(r) => {
+                    let q = self.queue.remove(i).expect("index in range");
+                    effects.push(answer(
+                        q.session,
+                        err(
+                            ErrorCode::Never,
+                            REGISTER,
+                            format!("cell {:?} can never be admitted: {r}", shown(&q.name)),
+                        ),
+                    ));
+                }
+            }
+        }
+        effects
+    }
+
+    pub(super) fn rejoin(
+        &mut self,
+        session: SessionId,
+        peer: Peer,
+        cell: u64,
+        token: u64,
+        fd: Option<OwnedFd>,
+    ) -> Vec<Effect> {
+        const KIND: u16 = 0x03;
+        let one = |reply: Reply| vec![answer(session, reply)];
+        if let Err(r) = self.owned(peer, cell, KIND) {
+            return one(r);
+        }
+        let instance = self.instance;
+        let grant = self.cells[&cell].published.clone();
+        let generation = self.cells[&cell].generation;
+        let pg = grant.as_ref().map(|g| self.page_grant(cell, generation, g));
+        let member_of_it = self.by_pid.get(&peer.pid) == Some(&cell);
+        let c = self.cells.get_mut(&cell).expect("checked");
+        if c.token == 0 && member_of_it && token != 0 {
+            // A cell recovered from the backend: its first member to come
+            // back proves itself by being in it, and keys it.
+            c.token = token;
+            info!(
+                "cell {cell} ({}) claimed by its member {}",
+                shown(&c.name),
+                peer.pid
+            );
+            self.journal(&[Record::Token { id: cell, token }]);
+        }
+        let c = self.cells.get_mut(&cell).expect("checked");
+        if c.token != token {
+            return one(err(
+                ErrorCode::PermissionDenied,
+                KIND,
+                format!("wrong token for cell {cell}"),
+            ));
+        }
+        let mut page_idx = 0;
+        if let Some(fd) = fd {
+            match adopt_page(&mut c.pages, fd, cell, instance) {
+                Ok(i) => {
+                    if let Some(pg) = &pg {
+                        c.pages[i].page().publish(pg);
+                    }
+                    page_idx = i;
+                }
+                Err(e) => warn!(
+                    "cell {cell}: the page handed back cannot be adopted ({e}); sending a new one"
+                ),
+            }
+        }
+        if c.pages.is_empty() {
+            match PageMap::create(cell, instance) {
+                Ok(p) => {
+                    if let Some(pg) = &pg {
+                        p.page().publish(pg);
+                    }
+                    c.pages.push(p);
+                }
+                Err(e) => {
+                    return one(err(
+                        ErrorCode::Internal,
+                        KIND,
+                        format!("cannot create the grant page: {e}"),
+                    ));
+                }
+            }
+        }
+        info!(
+            "cell {cell} ({}) rejoined by pid {}",
+            shown(&c.name),
+            peer.pid
+        );
+        let fd = rustix::io::fcntl_dupfd_cloexec(c.pages[page_idx].fd(), 0).ok();
+        vec![Effect::Reply {
+            session,
+            reply: Reply::Registered {
+                cell,
+                token,
+                generation,
+            },
+            fd,
+        }]
+    }
+
+    pub(super) fn add_member(
+        &mut self,
+        peer: Peer,
+        cell: u64,
+        pid: u32,
+    ) -> Result<Vec<Effect>, Reply> {
+        const KIND: u16 = 0x04;
+        self.owned(peer, cell, KIND)?;
+        self.check_member(peer, pid, KIND)?;
+        let count = self.cells[&cell].members.len();
+        if count >= self.limits.members as usize {
+            return Err(err(
+                ErrorCode::Limit,
+                KIND,
+                format!(
+                    "cell {cell} has {count} member processes, the limit (limits.members); its \
+                     children still run in it"
+                ),
+            ));
+        }
+        let start = self.os.start_time(pid).ok_or_else(|| {
+            err(
+                ErrorCode::Invalid,
+                KIND,
+                format!("process {pid} does not exist"),
+            )
+        })?;
+        self.enforcer.attach(cell, pid).map_err(|e| {
+            err(
+                ErrorCode::Internal,
+                KIND,
+                format!("cannot move process {pid} into cell {cell}: {e}"),
+            )
+        })?;
+        let m = MemberRec { pid, start };
+        self.cells.get_mut(&cell).expect("checked").members.push(m);
+        self.by_pid.insert(pid, cell);
+        self.journal(&[Record::Member {
+            id: cell,
+            member: m,
+        }]);
+        Ok(vec![Effect::Watch(pid)])
+    }
+
+    pub(super) fn update_spec(
+        &mut self,
+        peer: Peer,
+        cell: u64,
+        spec: CellSpec,
+    ) -> Result<(), Reply> {
+        const KIND: u16 = 0x06;
+        self.owned(peer, cell, KIND)?;
+        spec.validate()
+            .map_err(|e| err(ErrorCode::Invalid, KIND, format!("invalid request: {e}")))?;
+        let others: Vec<Admitted<'_>> = self
+            .cells
+            .iter()
+            .filter(|(id, _)| **id != cell)
+            .map(|(_, c)| Admitted {
+                name: &c.name,
+                spec: &c.spec,
+            })
+            .collect();
+        match self.planner.admit(&others, &spec) {
+            Admission::Admit => {}
+            Admission::NotNow(r) => return Err(err(ErrorCode::Refused, KIND, r)),
+            Admission::Never(r) => return Err(err(ErrorCode::Never, KIND, r)),
+        }
+        self.cells.get_mut(&cell).expect("checked").spec = spec;
+        self.journal(&[Record::Spec {
+            id: cell,
+            spec: convert::to_record(&spec),
+        }]);
+        self.reconcile();
+        Ok(())
+    }
+
+    pub(super) fn release(&mut self, session: SessionId, peer: Peer, cell: u64) -> Vec<Effect> {
+        const KIND: u16 = 0x07;
+        match self.owned(peer, cell, KIND) {
+            Ok(()) => {
+                let mut e = self.end_cell(cell, "released by its client");
+                self.reconcile();
+                e.extend(self.admit_queued());
+                e.push(answer(session, Reply::Ok));
+                e
+            }
+            Err(r) => {
+                let queued = self
+                    .queue
+                    .iter()
+                    .position(|q| q.id == cell && (q.uid == peer.uid || peer.uid == 0));
+                match queued {
+                    Some(i) => {
+                        self.queue.remove(i);
+                        vec![answer(session, Reply::Ok)]
+                    }
+                    None => vec![answer(session, r)],
+                }
+            }
+        }
+    }
+}
+
+fn ids_exhausted() -> Reply {
+    err(
+        ErrorCode::Internal,
+        REGISTER,
+        "the broker has given out every cell id; restart it with an empty journal",
+    )
+}
+
+/// Adds a page a client handed back to `pages`, unless it is one of them
+/// already (the same memory: processes of one cell share their page); at
+/// most [`super::MAX_PAGES_PER_CELL`], the oldest handed-back page making
+/// room. Returns its index.
+fn adopt_page(
+    pages: &mut Vec<PageMap>,
+    fd: OwnedFd,
+    cell: u64,
+    instance: u64,
+) -> Result<usize, allot_proto::ShmError> {
+    let id =
+        |f: rustix::fd::BorrowedFd<'_>| rustix::fs::fstat(f).ok().map(|s| (s.st_dev, s.st_ino));
+    let theirs = id(rustix::fd::AsFd::as_fd(&fd));
+    if let Some(i) = pages
+        .iter()
+        .position(|p| theirs.is_some() && id(p.fd()) == theirs)
+    {
+        return Ok(i);
+    }
+    let p = PageMap::adopt(fd, cell, instance)?;
+    if pages.len() >= super::MAX_PAGES_PER_CELL {
+        pages.remove(1.min(pages.len() - 1));
+    }
+    pages.push(p);
+    Ok(pages.len() - 1)
+}

@@ -1,0 +1,214 @@
+//! One handler per request; [`Core::handle`] only dispatches.
+//!
+//! One-way requests (`Report`, `KindRelease`: see `allot_proto::msg`) never
+//! produce a reply, also when they are refused; what is wrong with them is
+//! logged (at debug level: a client can send them by the thousand).
+
+use super::{Core, Effect, Peer, SessionId, answer, err};
+use crate::convert;
+use crate::ledger::LedgerError;
+use crate::{debug, info};
+use allot_proto::msg::{ErrorCode, LedgerItem, Reply, Request};
+use rustix::fd::OwnedFd;
+use std::time::Instant;
+
+impl Core {
+    /// Handles one request from `session`.
+    pub fn handle(
+        &mut self,
+        session: SessionId,
+        peer: Peer,
+        req: Request,
+        fd: Option<OwnedFd>,
+    ) -> Vec<Effect> {
+        let kind = req.kind();
+        let reply = |r: Reply| vec![answer(session, r)];
+        match req {
+            Request::Hello { client } => reply(self.hello(session, peer, &client)),
+            Request::Register {
+                name,
+                spec,
+                wait,
+                members,
+            } => self.register(
+                session,
+                peer,
+                name,
+                convert::from_wire(&spec),
+                wait,
+                members,
+            ),
+            Request::Rejoin { cell, token } => self.rejoin(session, peer, cell, token, fd),
+            Request::AddMember { cell, pid } => match self.add_member(peer, cell, pid) {
+                Ok(mut effects) => {
+                    effects.push(answer(session, Reply::Ok));
+                    effects
+                }
+                Err(r) => reply(r),
+            },
+            Request::Report {
+                cell,
+                busy,
+                wanted,
+                progress,
+            } => self.report(peer, cell, busy, wanted, progress),
+            Request::UpdateSpec { cell, spec } => {
+                match self.update_spec(peer, cell, convert::from_wire(&spec)) {
+                    Ok(()) => {
+                        let mut e = self.admit_queued();
+                        e.push(answer(session, Reply::Ok));
+                        e
+                    }
+                    Err(r) => reply(r),
+                }
+            }
+            Request::Release { cell } => self.release(session, peer, cell),
+            Request::Status => {
+                let json = self.status(peer).to_json();
+                chunked(session, &json, |more, json| Reply::Status { more, json })
+            }
+            Request::Shutdown => reply(self.shutdown_request(peer, kind)),
+            Request::KindDefine { name, devices } => {
+                match self.ledger.define(peer.pid, peer.uid, &name, &devices) {
+                    // A new definer is watched: its kinds end with it.
+                    Ok(new) => {
+                        let mut e = Vec::new();
+                        if new {
+                            e.push(Effect::Watch(peer.pid));
+                        }
+                        e.push(answer(session, Reply::Ok));
+                        e
+                    }
+                    Err(e) => reply(ledger_error(kind, e)),
+                }
+            }
+            Request::KindList => {
+                let viewer = (!self.sees_everything(peer)).then_some(peer.uid);
+                let json = self.ledger.json(viewer);
+                chunked(session, &json, |more, json| Reply::Json { more, json })
+            }
+            Request::KindAcquire { items } => self.kind_acquire(session, peer, &items),
+            Request::KindRelease { items } => {
+                self.ledger.release(peer.pid, &items);
+                self.ledger_changed()
+            }
+            Request::KindWatch { epoch, waiting } => {
+                if self.ledger.epoch() > epoch {
+                    reply(Reply::Changed {
+                        epoch: self.ledger.epoch(),
+                        waiters: self.ledger.waiters(),
+                    })
+                } else {
+                    // One watch per session: a new one replaces the old.
+                    self.ledger.set_waiting(peer.pid, waiting);
+                    self.watchers.insert(session, (peer.pid, epoch));
+                    vec![]
+                }
+            }
+        }
+    }
+
+    /// Whether `peer` sees other users' cell names and processes.
+    pub(crate) fn sees_everything(&self, peer: Peer) -> bool {
+        peer.uid == 0 || peer.uid == self.uid || self.show_other_users
+    }
+
+    fn hello(&self, session: SessionId, peer: Peer, client: &str) -> Reply {
+        debug!(
+            "session {session}: hello from {} (pid {}, uid {})",
+            crate::names::shown(client),
+            peer.pid,
+            peer.uid
+        );
+        Reply::Welcome {
+            broker_pid: std::process::id(),
+            instance: self.instance,
+            backend: self.backend(),
+            machine: self.machine.summary(),
+            cpus: self.planner.capacity(),
+        }
+    }
+
+    fn report(
+        &mut self,
+        peer: Peer,
+        cell: u64,
+        busy: u32,
+        wanted: u32,
+        progress: u64,
+    ) -> Vec<Effect> {
+        if let Err(r) = self.owned(peer, cell, 0x05) {
+            if let Reply::Error { message, .. } = r {
+                debug!("report from pid {} ignored: {message}", peer.pid);
+            }
+            return vec![];
+        }
+        let c = self.cells.get_mut(&cell).expect("checked by owned");
+        c.progress = progress;
+        c.busy_reported = busy;
+        let before = c.est.demand();
+        c.est.report(Instant::now(), wanted);
+        if wanted > 0 && before != Some(wanted) {
+            c.est.set_reported(wanted);
+            self.reconcile();
+            return self.admit_queued();
+        }
+        vec![]
+    }
+
+    fn kind_acquire(
+        &mut self,
+        session: SessionId,
+        peer: Peer,
+        items: &[LedgerItem],
+    ) -> Vec<Effect> {
+        let first = !self.ledger.involves(peer.pid);
+        match self.ledger.acquire(peer.pid, peer.uid, items) {
+            Ok(()) => {
+                let mut e = Vec::new();
+                if first {
+                    // Watch it, so its holdings come back if it dies.
+                    e.push(Effect::Watch(peer.pid));
+                }
+                e.push(answer(session, Reply::Ok));
+                e
+            }
+            Err(why) => vec![answer(session, ledger_error(0x0C, why))],
+        }
+    }
+
+    fn shutdown_request(&mut self, peer: Peer, kind: u16) -> Reply {
+        if peer.uid == 0 || peer.uid == self.uid {
+            info!("shutdown requested by pid {} (uid {})", peer.pid, peer.uid);
+            self.stop_requested = true;
+            Reply::Ok
+        } else {
+            err(
+                ErrorCode::PermissionDenied,
+                kind,
+                "only root or the broker's owner may stop it",
+            )
+        }
+    }
+}
+
+fn ledger_error(kind: u16, e: LedgerError) -> Reply {
+    let code = match e {
+        LedgerError::Invalid(_) => ErrorCode::Invalid,
+        LedgerError::Refused(_) => ErrorCode::Refused,
+        LedgerError::Limit(_) => ErrorCode::Limit,
+    };
+    err(code, kind, e.message())
+}
+
+/// `json` as replies of at most one string field each, the last with
+/// `more` unset.
+fn chunked(session: SessionId, json: &str, make: impl Fn(bool, String) -> Reply) -> Vec<Effect> {
+    let mut parts = crate::status::chunks(json);
+    let last = parts.pop().unwrap_or_default();
+    parts
+        .into_iter()
+        .map(|p| answer(session, make(true, p)))
+        .chain(std::iter::once(answer(session, make(false, last))))
+        .collect()
+}

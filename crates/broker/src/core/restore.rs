@@ -1,0 +1,221 @@
+//! Rebuilding the state after a start: from the journal, then from what
+//! the backend still holds.
+//!
+//! 1. Every journaled cell whose processes still run (same pid *and* start
+//!    time, or processes its cgroup still holds) is adopted: enforcement
+//!    re-attached without writing anything, grant, generation and demand
+//!    restored, a new page published with the old grant. The others are
+//!    released.
+//! 2. Every cell the backend holds that the journal does not know (a
+//!    journal that was lost, damaged or could not be written) is
+//!    *recovered* if processes are in it: a best-effort cell named
+//!    `recovered-N` owned by its first process's user, with no rejoin
+//!    secret; the first member that rejoins it sets one. An empty one is
+//!    removed.
+//! 3. The next id is above every id the journal or the backend has seen,
+//!    so a new cell never lands in an old cell's cgroup.
+//!
+//! The planner is a fixpoint on its own output (`plans_are_stable`), so
+//! re-planning the restored state moves no CPU of an adopted cell.
+
+use super::{Cell, Core, Effect};
+use crate::convert;
+use crate::demand::Estimator;
+use crate::journal::{MemberRec, Record};
+use crate::names::shown;
+use crate::{info, warn};
+use allot_plan::{CellId, CellSpec, Grant, Plan};
+use allot_proto::PageMap;
+use std::collections::BTreeMap;
+
+impl Core {
+    pub(super) fn restore(&mut self) -> Vec<Effect> {
+        let state = self
+            .journal
+            .as_ref()
+            .map(|j| j.state().clone())
+            .unwrap_or_default();
+        self.next_id = state.next_id.max(1);
+        let mut effects = Vec::new();
+        let mut grants = BTreeMap::new();
+        for (&id, rec) in &state.cells {
+            let mut live: Vec<MemberRec> = rec
+                .members
+                .iter()
+                .copied()
+                .filter(|m| self.os.alive(m.pid) && self.os.start_time(m.pid) == Some(m.start))
+                .collect();
+            let adopted = self
+                .enforcer
+                .adopt(id, &live.iter().map(|m| m.pid).collect::<Vec<_>>());
+            if live.is_empty() {
+                // Processes that joined through the cgroup (children) keep it alive.
+                live = self.live_backend_members(id, 0);
+            }
+            if live.is_empty() {
+                info!(
+                    "cell {id} ({}) ended while the broker was down; releasing it",
+                    shown(&rec.name)
+                );
+                self.remove_backend(id);
+                self.journal(&[Record::End { id }]);
+                continue;
+            }
+            if let Err(e) = &adopted {
+                warn!(
+                    "cell {id} ({}): could not re-attach enforcement: {e}",
+                    shown(&rec.name)
+                );
+            }
+            let generation = rec.grant.as_ref().map_or(0, |g| g.generation);
+            let grant = rec.grant.as_ref().map(|g| Grant {
+                cpus: g.cpus,
+                lent: g.lent,
+                entitled: g.entitled,
+                threads: g.threads,
+                stacked: g.stacked,
+                home: g.home,
+                share: g.share,
+            });
+            if let Some(g) = &grant {
+                grants.insert(CellId(id), g.clone());
+            }
+            let est = Estimator::restored(rec.grant.as_ref().and_then(|g| g.demand));
+            effects.extend(self.install(
+                id,
+                Cell {
+                    name: rec.name.clone(),
+                    uid: rec.uid,
+                    spec: convert::from_record(&rec.spec),
+                    token: rec.token,
+                    members: live,
+                    pages: vec![],
+                    generation,
+                    published: grant,
+                    est,
+                    progress: 0,
+                    busy_reported: 0,
+                },
+            ));
+        }
+        effects.extend(self.recover_unjournaled(&state.cells));
+        self.journal(&[Record::NextId { next: self.next_id }]);
+        self.plan = Plan {
+            capacity: self.planner.capacity(),
+            reserve: state.reserve,
+            pool: state.pool,
+            cells: grants,
+        };
+        self.reconcile();
+        effects
+    }
+
+    /// Cells the backend holds that the journal does not know (step 2).
+    fn recover_unjournaled(
+        &mut self,
+        journaled: &BTreeMap<u64, crate::journal::CellRec>,
+    ) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        for id in self.enforcer.existing() {
+            self.next_id = self.next_id.max(id.saturating_add(1));
+            if journaled.contains_key(&id) {
+                continue;
+            }
+            let live = self.live_backend_members(id, 0);
+            let Some(first) = live.first() else {
+                info!("cell {id}: an empty cell the journal does not know; removing it");
+                self.remove_backend(id);
+                continue;
+            };
+            let uid = self.os.uid(first.pid).unwrap_or(0);
+            let name = format!("recovered-{id}");
+            let now = match self
+                .enforcer
+                .adopt(id, &live.iter().map(|m| m.pid).collect::<Vec<_>>())
+            {
+                Ok(cpus) => cpus,
+                Err(e) => {
+                    warn!("cell {id}: could not re-attach enforcement: {e}");
+                    None
+                }
+            };
+            warn!(
+                "cell {id}: the journal does not know it but {} process(es) of uid {uid} are in it \
+                 (the journal was lost or could not be written); recovered as best-effort cell {name}",
+                live.len()
+            );
+            let spec = CellSpec::default();
+            self.journal(&[Record::Cell {
+                id,
+                name: name.clone(),
+                uid,
+                spec: convert::to_record(&spec),
+                token: 0,
+            }]);
+            for &member in &live {
+                self.journal(&[Record::Member { id, member }]);
+            }
+            // What it runs on now, so that re-planning shrinks it before
+            // anyone grows into its CPUs.
+            let published = now.map(|cpus| Grant {
+                cpus,
+                lent: Default::default(),
+                entitled: cpus,
+                threads: cpus.len() as u32,
+                stacked: false,
+                home: 0,
+                share: cpus.len() as f64,
+            });
+            effects.extend(self.install(
+                id,
+                Cell {
+                    name,
+                    uid,
+                    spec,
+                    token: 0,
+                    members: live,
+                    pages: vec![],
+                    generation: 0,
+                    published,
+                    est: Estimator::new(),
+                    progress: 0,
+                    busy_reported: 0,
+                },
+            ));
+        }
+        effects
+    }
+
+    /// Adds a restored cell: a fresh page with its grant, its members
+    /// watched.
+    fn install(&mut self, id: u64, mut cell: Cell) -> Vec<Effect> {
+        match PageMap::create(id, self.instance) {
+            Ok(p) => cell.pages.push(p),
+            Err(e) => warn!("cell {id}: cannot create its grant page: {e}"),
+        }
+        if let Some(g) = &cell.published {
+            let pg = self.page_grant(id, cell.generation, g);
+            for p in &cell.pages {
+                p.page().publish(&pg);
+            }
+        }
+        info!(
+            "adopted cell {id} ({}) with CPUs {}",
+            shown(&cell.name),
+            cell.published
+                .as_ref()
+                .map(|g| g.cpus.to_string())
+                .unwrap_or_default()
+        );
+        let effects = cell
+            .members
+            .iter()
+            .map(|m| {
+                self.by_pid.insert(m.pid, id);
+                Effect::Watch(m.pid)
+            })
+            .collect();
+        self.cells.insert(id, cell);
+        effects
+    }
+}

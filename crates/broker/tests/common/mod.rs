@@ -1,0 +1,134 @@
+//! The broker's state machine with a fake process table and the dry-run
+//! backend: shared set-up for the state-machine tests.
+#![allow(dead_code)]
+
+use allot_broker::Config;
+use allot_broker::core::{Core, Effect, Peer};
+use allot_broker::journal::Journal;
+use allot_client::spec_to_wire;
+use allot_enforce::DryRun;
+use allot_enforce::os::FakeOs;
+use allot_plan::CellSpec;
+use allot_proto::msg::{Reply, Request};
+use allot_proto::{Grant, PageMap};
+use allot_topo::{CpuSet, Machine};
+use std::sync::Arc;
+
+pub const ROOT: Peer = Peer {
+    pid: 1,
+    uid: 0,
+    gid: 0,
+};
+pub const ALICE: Peer = Peer {
+    pid: 2,
+    uid: 1000,
+    gid: 1000,
+};
+pub const BOB: Peer = Peer {
+    pid: 3,
+    uid: 1001,
+    gid: 1001,
+};
+
+pub struct World {
+    pub core: Core,
+    pub os: FakeOs,
+    pub dry: DryRun,
+    pub _dir: tempfile::TempDir,
+}
+
+pub fn world_with(cpus: usize, dir: tempfile::TempDir, os: FakeOs) -> (World, Vec<Effect>) {
+    world_with_backend(cpus, dir, os, DryRun::new())
+}
+
+/// A world over `dry` (which may already hold cells, as a kernel would
+/// after a crash).
+pub fn world_with_backend(
+    cpus: usize,
+    dir: tempfile::TempDir,
+    os: FakeOs,
+    dry: DryRun,
+) -> (World, Vec<Effect>) {
+    let cfg = Config::new(dir.path().join("s.sock"));
+    let journal = Journal::open(&dir.path().join("journal")).unwrap().journal;
+    let (core, effects) = Core::new(
+        &cfg,
+        Machine::uniform(cpus),
+        Box::new(dry.clone()),
+        Arc::new(os.clone()),
+        Some(journal),
+    );
+    (
+        World {
+            core,
+            os,
+            dry,
+            _dir: dir,
+        },
+        effects,
+    )
+}
+
+pub fn world(cpus: usize) -> World {
+    let os = FakeOs::new();
+    for (pid, uid) in [(1, 0), (2, 1000), (3, 1001)] {
+        os.spawn(pid, 0, 1, &CpuSet::first_n(cpus));
+        os.set_uid(pid, uid);
+    }
+    world_with(cpus, tempfile::tempdir().unwrap(), os).0
+}
+
+pub fn proc_of(w: &World, pid: u32, uid: u32) {
+    w.os.spawn(pid, 0, 1, &CpuSet::first_n(64));
+    w.os.set_uid(pid, uid);
+}
+
+pub fn register(
+    w: &mut World,
+    peer: Peer,
+    name: &str,
+    spec: CellSpec,
+    members: Vec<u32>,
+    wait: bool,
+) -> Vec<Effect> {
+    w.core.handle(
+        7,
+        peer,
+        Request::Register {
+            name: name.into(),
+            spec: spec_to_wire(&spec),
+            wait,
+            members,
+        },
+        None,
+    )
+}
+
+pub fn reply(effects: &[Effect]) -> &Reply {
+    effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::Reply { reply, .. } => Some(reply),
+            _ => None,
+        })
+        .expect("a reply")
+}
+
+/// Maps the page from a Registered effect.
+pub fn page(effects: Vec<Effect>) -> (u64, u64, PageMap) {
+    for e in effects {
+        if let Effect::Reply {
+            reply: Reply::Registered { cell, token, .. },
+            fd: Some(fd),
+            ..
+        } = e
+        {
+            return (cell, token, PageMap::open(fd).unwrap());
+        }
+    }
+    panic!("no Registered reply");
+}
+
+pub fn grant(p: &PageMap) -> Grant {
+    p.page().read()
+}

@@ -1,0 +1,111 @@
+//! The C copies of allot's contracts, compiled and compared with the Rust
+//! definitions: the grant page layout and constants in
+//! `shim/grant_page.h` (against `allot_proto::page`), the environment names
+//! (against `allot_proto::env`), and the wire codes `include/allot.h`
+//! repeats (placements, grant flags).
+
+use std::fmt::Write;
+use std::path::Path;
+use std::process::Command;
+
+fn program() -> String {
+    let mut c = String::from(
+        "#include <stdio.h>\n#include \"grant_page.h\"\n#include \"allot.h\"\n\
+         int main(void) {\n",
+    );
+    for (name, _, _) in allot_proto::page::LAYOUT {
+        let _ = writeln!(
+            c,
+            "  printf(\"field {name} %zu %zu\\n\", offsetof(struct grant_page, {name}), \
+             sizeof(((struct grant_page *)0)->{name}));"
+        );
+    }
+    for (name, expr) in [
+        ("struct", "(unsigned long)sizeof(struct grant_page)"),
+        ("magic", "(unsigned long)ALLOT_PAGE_MAGIC"),
+        ("version", "(unsigned long)ALLOT_PAGE_VERSION"),
+        ("bytes", "(unsigned long)ALLOT_PAGE_BYTES"),
+        ("stacked", "(unsigned long)ALLOT_PAGE_FLAG_STACKED"),
+        ("released", "(unsigned long)ALLOT_PAGE_FLAG_RELEASED"),
+        ("api_stacked", "(unsigned long)ALLOT_GRANT_STACKED"),
+        ("api_released", "(unsigned long)ALLOT_GRANT_RELEASED"),
+        ("place_any", "(unsigned long)ALLOT_PLACEMENT_ANY"),
+        ("place_llc", "(unsigned long)ALLOT_PLACEMENT_LLC"),
+        ("place_numa", "(unsigned long)ALLOT_PLACEMENT_NUMA"),
+    ] {
+        let _ = writeln!(c, "  printf(\"const {name} %lu\\n\", {expr});");
+    }
+    c.push_str("  printf(\"env grant_fd %s\\n\", ALLOT_ENV_GRANT_FD);\n");
+    c.push_str("  printf(\"env shim_debug %s\\n\", ALLOT_ENV_SHIM_DEBUG);\n");
+    c.push_str("  return 0;\n}\n");
+    c
+}
+
+#[test]
+fn the_c_copies_match_the_rust_definitions() {
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c_layout");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("layout.c");
+    let exe = dir.join("layout");
+    std::fs::write(&src, program()).unwrap();
+    let out = Command::new("cc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-I")
+        .arg(crate_dir.join("shim"))
+        .arg("-I")
+        .arg(crate_dir.join("include"))
+        .output()
+        .expect("a C compiler (cc) runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = Command::new(&exe).output().unwrap();
+    let text = String::from_utf8(run.stdout).unwrap();
+    let lines: Vec<Vec<&str>> = text.lines().map(|l| l.split(' ').collect()).collect();
+    let get = |kind: &str, name: &str| -> Vec<String> {
+        lines
+            .iter()
+            .find(|l| l[0] == kind && l[1] == name)
+            .unwrap_or_else(|| panic!("{kind} {name} missing from:\n{text}"))[2..]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    };
+    for &(name, offset, size) in allot_proto::page::LAYOUT {
+        assert_eq!(
+            get("field", name),
+            vec![offset.to_string(), size.to_string()],
+            "grant_page.{name}: C offset and size against Rust"
+        );
+    }
+    let end = allot_proto::page::LAYOUT
+        .last()
+        .map(|&(_, o, s)| o + s)
+        .unwrap();
+    let num = |name: &str| get("const", name)[0].parse::<u64>().unwrap();
+    assert_eq!(
+        num("struct"),
+        end as u64,
+        "the C struct has no extra fields"
+    );
+    assert_eq!(num("magic"), allot_proto::page::PAGE_MAGIC as u64);
+    assert_eq!(num("version"), allot_proto::PAGE_VERSION as u64);
+    assert_eq!(num("bytes"), allot_proto::PAGE_SIZE as u64);
+    for flag in ["stacked", "api_stacked"] {
+        assert_eq!(num(flag), allot_proto::FLAG_STACKED as u64, "{flag}");
+    }
+    for flag in ["released", "api_released"] {
+        assert_eq!(num(flag), allot_proto::FLAG_RELEASED as u64, "{flag}");
+    }
+    use allot_proto::PlacementWire;
+    assert_eq!(num("place_any"), PlacementWire::Any as u64);
+    assert_eq!(num("place_llc"), PlacementWire::Llc as u64);
+    assert_eq!(num("place_numa"), PlacementWire::Numa as u64);
+    assert_eq!(get("env", "grant_fd"), vec![allot_proto::env::GRANT_FD]);
+    assert_eq!(get("env", "shim_debug"), vec![allot_proto::env::SHIM_DEBUG]);
+}

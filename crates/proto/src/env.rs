@@ -1,0 +1,24 @@
+//! Environment variables: allot's contract with the programs it starts and
+//! with the C side. Every name is defined here once; the C copies (in
+//! `crates/capi/shim/grant_page.h`) are checked against these by
+//! `crates/capi/tests/c_layout.rs`.
+
+/// The broker's socket (clients; default: [`crate::default_socket_path`]).
+pub const SOCKET: &str = "ALLOT_SOCKET";
+/// The cell id, for processes `allot run` starts.
+pub const CELL: &str = "ALLOT_CELL";
+/// The number of an inherited descriptor (not close-on-exec) of the cell's
+/// grant page, for processes `allot run` starts; the OpenMP shim and the
+/// client library map it.
+pub const GRANT_FD: &str = "ALLOT_GRANT_FD";
+/// `1`: the OpenMP shim says on stderr what it does.
+pub const SHIM_DEBUG: &str = "ALLOT_SHIM_DEBUG";
+/// A cgroup v1 `cpu` directory (or v2 threaded subtree) under which
+/// `require` throttles fractional CPUs by quota.
+pub const THROTTLE_CGROUP: &str = "ALLOT_THROTTLE_CGROUP";
+/// `debug`: the broker logs every decision.
+pub const LOG: &str = "ALLOT_LOG";
+/// The backend a broker that `allot run` starts uses (`--backend`).
+pub const BACKEND: &str = "ALLOT_BACKEND";
+/// The cgroup name a broker that `allot run` starts uses (`--cgroup-name`).
+pub const CGROUP_NAME: &str = "ALLOT_CGROUP_NAME";

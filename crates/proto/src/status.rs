@@ -1,0 +1,201 @@
+//! The broker's status document: one definition, written by the broker,
+//! read by `allot status` and by scripts (`allot status --json`).
+//!
+//! It travels as JSON in `Status` reply chunks ([`crate::msg::Reply::Status`]).
+//! CPU sets are cpulist strings (`"0-3,8"`, empty for none). Fields are only
+//! ever added, with defaults for readers of older documents; a change that
+//! removes or retypes a field bumps [`STATUS_VERSION`].
+//!
+//! What a client may see of other users' cells is the broker's choice
+//! (`show_other_users` in its configuration): by default a non-root client
+//! sees their CPUs and sizes but not their names or processes, and such a
+//! cell is marked [`CellStatus::private`].
+
+use serde::{Deserialize, Serialize};
+
+/// Version of the document's shape.
+pub const STATUS_VERSION: u32 = 2;
+
+/// The whole document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    /// [`STATUS_VERSION`] of the writer (1 for brokers that did not say).
+    #[serde(default = "one")]
+    pub version: u32,
+    /// The broker itself.
+    pub broker: BrokerStatus,
+    /// The machine and how its CPUs are used.
+    pub machine: MachineStatus,
+    /// Admitted cells, by id.
+    pub cells: Vec<CellStatus>,
+    /// Cells waiting for admission, in order.
+    pub queue: Vec<QueuedStatus>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// The broker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BrokerStatus {
+    /// Its process id.
+    pub pid: u32,
+    /// Random id of this run (changes on restart).
+    pub instance: u64,
+    /// Enforcement backend.
+    pub backend: String,
+    /// Global policy.
+    pub policy: String,
+    /// Whether idle CPUs are lent.
+    pub lend: bool,
+    /// Seconds since it started.
+    pub uptime_s: f64,
+    /// Notes from start-up (backends skipped and why).
+    pub notes: Vec<String>,
+    /// Why the journal cannot be written now, if it cannot (new cells are
+    /// refused meanwhile); `None` when it is healthy.
+    #[serde(default)]
+    pub journal_problem: Option<String>,
+}
+
+/// The machine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MachineStatus {
+    /// Its name (`this machine`, or a fixture's).
+    pub name: String,
+    /// One-line summary of CPUs, cores, caches and nodes.
+    pub summary: String,
+    /// CPUs the broker manages.
+    pub usable: String,
+    /// CPUs available to cells (usable minus the reserve).
+    pub capacity: u32,
+    /// CPUs kept for processes outside any cell.
+    pub reserve: String,
+    /// CPUs shared by stacked cells.
+    pub pool: String,
+    /// CPUs nobody holds.
+    pub idle: String,
+}
+
+/// A cell's request, as shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpecStatus {
+    /// CPUs guaranteed.
+    pub min: u32,
+    /// Most CPUs (0: the machine).
+    pub max: u32,
+    /// Relative weight.
+    pub weight: u32,
+    /// CPUs no other cell may use.
+    pub exclusive: bool,
+    /// `any`, `llc` or `numa`.
+    pub placement: Placement,
+}
+
+/// Placement names in the document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Placement {
+    /// Anywhere.
+    Any,
+    /// One last-level cache.
+    Llc,
+    /// One NUMA node.
+    Numa,
+}
+
+/// An admitted cell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CellStatus {
+    /// Cell id.
+    pub id: u64,
+    /// Its name (empty when [`CellStatus::private`]).
+    pub name: String,
+    /// Its owner.
+    pub uid: u32,
+    /// Another user's cell whose name and processes are not shown.
+    #[serde(default)]
+    pub private: bool,
+    /// Member processes (empty when private).
+    pub pids: Vec<u32>,
+    /// CPUs it may run on.
+    pub cpus: String,
+    /// The part of `cpus` lent by other cells.
+    pub lent: String,
+    /// CPUs it is entitled to.
+    pub entitled: String,
+    /// Recommended worker count.
+    pub threads: u32,
+    /// Grant generation.
+    pub generation: u64,
+    /// Shares the stacked pool.
+    pub stacked: bool,
+    /// Fair share in CPUs.
+    pub share: f64,
+    /// CPUs it can use now, as estimated (`None`: unknown).
+    pub demand: Option<u32>,
+    /// Busy fraction of its grant at the last tick.
+    pub busy: f64,
+    /// The progress counter its runtime last reported.
+    pub progress: u64,
+    /// Busy workers its runtime last reported.
+    pub busy_reported: u32,
+    /// What it asked for.
+    pub spec: SpecStatus,
+}
+
+/// A cell waiting for admission.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueuedStatus {
+    /// The id reserved for it.
+    pub id: u64,
+    /// Its name (empty when private).
+    pub name: String,
+    /// Its owner.
+    pub uid: u32,
+    /// Another user's request whose name is not shown.
+    #[serde(default)]
+    pub private: bool,
+    /// 1 for the head of the queue.
+    pub position: u32,
+    /// Why it waits.
+    pub reason: String,
+    /// What it asked for.
+    pub spec: SpecStatus,
+}
+
+impl Status {
+    /// The document as JSON text.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("the status document always serializes")
+    }
+
+    /// Parses a document.
+    pub fn from_json(text: &str) -> Result<Status, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_version_1_document_still_parses() {
+        // As brokers of protocol version 2 wrote it.
+        let v1 = r#"{"broker":{"pid":1,"instance":2,"backend":"cgroup1","policy":"fair-share","lend":true,"uptime_s":3.5,"notes":[]},
+          "machine":{"name":"this machine","summary":"2 CPUs","usable":"0-1","capacity":2,"reserve":"","pool":"","idle":""},
+          "cells":[{"id":1,"name":"make","uid":0,"pids":[42],"cpus":"0","lent":"","entitled":"0","threads":1,"generation":3,
+                    "stacked":false,"share":1.0,"demand":null,"busy":0.98,"progress":0,"busy_reported":0,
+                    "spec":{"min":0,"max":0,"weight":1,"exclusive":false,"placement":"any"}}],
+          "queue":[]}"#;
+        let s = Status::from_json(v1).unwrap();
+        assert_eq!(s.version, 1);
+        assert_eq!(s.cells[0].name, "make");
+        assert!(!s.cells[0].private);
+        assert_eq!(s.broker.journal_problem, None);
+        let again = Status::from_json(&s.to_json()).unwrap();
+        assert_eq!(again, s);
+    }
+}
