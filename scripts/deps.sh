@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential make gcc libgomp1   # C toolchain, OpenMP runtime (workloads, shim, liballot tests)
+  build-essential make gcc g++ libgomp1  # C toolchain, OpenMP runtime (workloads, shim, liballot tests); g++ builds libFuzzer
   clang libomp-dev                    # LLVM OpenMP (the shim's libomp tests)
   pkg-config                          # the C ABI test builds against allot.pc
   python3 util-linux procps           # live tests: threaded test programs, setpriv, ps

@@ -24,6 +24,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "cargo test"
 cargo test --workspace
 
+step "fuzzing, bounded (scripts/fuzz.sh; longer runs: bash scripts/fuzz.sh 600)"
+bash scripts/fuzz.sh "${ALLOT_FUZZ_SECONDS:-20}"
+
 step "loom models (runtime)"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p allot-runtime --release --lib loom
 

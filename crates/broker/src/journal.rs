@@ -371,46 +371,87 @@ fn write_lines(w: &mut impl Write, recs: &[Record]) -> std::io::Result<()> {
     w.write_all(&buf)
 }
 
+/// What [`replay`] rebuilt from a journal's bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replay {
+    /// The state.
+    pub state: Replayed,
+    /// Records folded in.
+    pub records: usize,
+    /// The first line (1-based) that did not parse, when it was not a torn
+    /// last line.
+    pub damaged_at: Option<usize>,
+}
+
+/// Folds a journal's bytes into its state (pure: [`Journal::open`] reads
+/// the file and acts on the damage).
+pub fn replay(bytes: &[u8]) -> Result<Replay, OpenError> {
+    let mut state = Replayed {
+        next_id: 1,
+        ..Default::default()
+    };
+    let mut records = 0;
+    let text = String::from_utf8_lossy(bytes);
+    let lines: Vec<&str> = text.split_terminator('\n').collect();
+    let torn_tail = !bytes.is_empty() && !bytes.ends_with(b"\n");
+    for (i, line) in lines.iter().enumerate() {
+        match serde_json::from_str::<Record>(line) {
+            Ok(Record::Header { version }) if version > JOURNAL_VERSION => {
+                return Err(OpenError::Newer(version));
+            }
+            Ok(r) => {
+                state.apply(r);
+                records += 1;
+            }
+            // The broker died in the middle of its last write.
+            Err(_) if torn_tail && i + 1 == lines.len() => break,
+            Err(_) => {
+                return Ok(Replay {
+                    state,
+                    records,
+                    damaged_at: Some(i + 1),
+                });
+            }
+        }
+    }
+    Ok(Replay {
+        state,
+        records,
+        damaged_at: None,
+    })
+}
+
+/// The lines that recreate `state` (what compaction writes).
+pub fn snapshot_bytes(state: &Replayed) -> Vec<u8> {
+    let mut buf = Vec::new();
+    write_lines(&mut buf, &state.snapshot()).expect("writing to memory cannot fail");
+    buf
+}
+
 impl Journal {
     /// Opens (creating if needed) the journal at `path`, replays it and
     /// rewrites it as a clean snapshot.
     pub fn open(path: &Path) -> Result<Opened, OpenError> {
-        let mut state = Replayed {
-            next_id: 1,
-            ..Default::default()
-        };
-        let mut records = 0;
-        let mut damaged = None;
-        match std::fs::read(path) {
+        let (state, records, damaged) = match std::fs::read(path) {
             Ok(bytes) => {
-                let text = String::from_utf8_lossy(&bytes);
-                let lines: Vec<&str> = text.split_terminator('\n').collect();
-                let torn_tail = !bytes.is_empty() && !bytes.ends_with(b"\n");
-                for (i, line) in lines.iter().enumerate() {
-                    match serde_json::from_str::<Record>(line) {
-                        Ok(Record::Header { version }) if version > JOURNAL_VERSION => {
-                            return Err(OpenError::Newer(version));
-                        }
-                        Ok(r) => {
-                            state.apply(r);
-                            records += 1;
-                        }
-                        // The broker died in the middle of its last write.
-                        Err(_) if torn_tail && i + 1 == lines.len() => break,
-                        Err(_) => {
-                            damaged = Some(Damage {
-                                line: i + 1,
-                                kept: records,
-                                copy: keep_copy(path, &bytes),
-                            });
-                            break;
-                        }
-                    }
-                }
+                let r = replay(&bytes)?;
+                let damaged = r.damaged_at.map(|line| Damage {
+                    line,
+                    kept: r.records,
+                    copy: keep_copy(path, &bytes),
+                });
+                (r.state, r.records, damaged)
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (
+                Replayed {
+                    next_id: 1,
+                    ..Default::default()
+                },
+                0,
+                None,
+            ),
             Err(e) => return Err(e.into()),
-        }
+        };
         let file = OpenOptions::new()
             .create(true)
             .append(true)
@@ -707,6 +748,22 @@ mod tests {
         assert!(lines < 100, "compacted to {lines} lines");
         let again = open(&p);
         assert_eq!(again.state(), j.state());
+    }
+
+    #[test]
+    fn a_snapshot_replays_to_the_same_state() {
+        let mut s = Replayed {
+            next_id: 9,
+            ..Default::default()
+        };
+        s.apply(cell(3, 5));
+        s.apply(Record::Grant {
+            id: 3,
+            grant: grant(2),
+        });
+        let again = replay(&snapshot_bytes(&s)).unwrap();
+        assert_eq!(again.state, s);
+        assert_eq!(again.damaged_at, None);
     }
 
     #[test]

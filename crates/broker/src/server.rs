@@ -501,12 +501,14 @@ impl Broker {
         }
     }
 
-    /// No descriptor left for a new connection: tell one waiting client
-    /// (through the reserve descriptor), then stop listening for a while.
+    /// No descriptor left for a new connection: tell every waiting client
+    /// why (the reserve descriptor makes room for one at a time), then stop
+    /// listening for a while.
     fn out_of_descriptors(&mut self, e: rustix::io::Errno) {
         if let Some(spare) = self.spare.take() {
             drop(spare);
-            if let Ok(sock) =
+            let mut told = 0u32;
+            while let Ok(sock) =
                 rustix::net::accept_with(&self.listener, rustix::net::SocketFlags::CLOEXEC)
             {
                 refuse(
@@ -515,8 +517,10 @@ impl Broker {
                     "the broker has run out of file descriptors; retry in a moment \
                      (its log says more)",
                 );
+                told += 1;
             }
             self.spare = open_spare();
+            debug!("told {told} waiting client(s) that descriptors ran out");
         }
         let now = Instant::now();
         if let Some(held) = self.fd_log.allow(now) {
@@ -789,7 +793,8 @@ fn open_spare() -> Option<OwnedFd> {
 fn raise_fd_limit() {
     use rustix::process::{Resource, getrlimit, setrlimit};
     let mut l = getrlimit(Resource::Nofile);
-    if l.current < l.maximum {
+    if l.current != l.maximum {
+        // `None` is unlimited.
         l.current = l.maximum;
         let _ = setrlimit(Resource::Nofile, l);
     }

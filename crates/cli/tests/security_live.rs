@@ -81,11 +81,12 @@ fn plant(victim: u32, owner: u32, mode: u32) -> Planted {
 }
 
 fn allot_run_as(victim: u32, exe: &SharedExe) -> Output {
-    as_user(victim, exe.path())
-        .args(["run", "--", "/bin/true"])
-        .env("ALLOT_BACKEND", "affinity")
-        .output()
-        .unwrap()
+    allot_testkit::output_within(
+        as_user(victim, exe.path())
+            .args(["run", "--", "/bin/true"])
+            .env("ALLOT_BACKEND", "affinity"),
+        std::time::Duration::from_secs(30),
+    )
 }
 
 #[test]
@@ -179,11 +180,13 @@ fn the_broker_and_clients_refuse_a_socket_directory_others_can_write() {
     std::fs::create_dir(&dir).unwrap();
     chmod(&dir, 0o777);
     let socket = dir.join("allot.sock");
-    let out = Command::new(ALLOT)
-        .args(["daemon", "--backend", "dry-run", "--socket"])
-        .arg(&socket)
-        .output()
-        .unwrap();
+    // (A broker that wrongly starts would run forever: bounded.)
+    let out = allot_testkit::output_within(
+        Command::new(ALLOT)
+            .args(["daemon", "--backend", "dry-run", "--socket"])
+            .arg(&socket),
+        std::time::Duration::from_secs(20),
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
@@ -195,12 +198,13 @@ fn the_broker_and_clients_refuse_a_socket_directory_others_can_write() {
     // A client does not talk to a socket someone else could have planted.
     chmod(&dir, 0o755);
     chown(&dir, NOBODY);
-    let out = Command::new(ALLOT)
-        .arg("status")
-        .arg("--socket")
-        .arg(&socket)
-        .output()
-        .unwrap();
+    let out = allot_testkit::output_within(
+        Command::new(ALLOT)
+            .arg("status")
+            .arg("--socket")
+            .arg(&socket),
+        std::time::Duration::from_secs(20),
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(err.contains("belongs to uid 65534"), "{err}");

@@ -80,10 +80,12 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    /// From the wire value; unknown codes map to `Internal`.
-    pub fn from_u16(v: u16) -> ErrorCode {
+    /// From the wire value. A code this version does not define is not
+    /// mapped to another (the peer speaks the same version, so it is a
+    /// malformed reply, and a decoder that rewrote it would misreport it).
+    pub fn from_u16(v: u16) -> Option<ErrorCode> {
         use ErrorCode::*;
-        match v {
+        Some(match v {
             1 => Malformed,
             2 => UnsupportedVersion,
             3 => UnknownKind,
@@ -93,10 +95,11 @@ impl ErrorCode {
             7 => UnknownCell,
             8 => PermissionDenied,
             9 => Invalid,
+            10 => Internal,
             11 => ShuttingDown,
             12 => Limit,
-            _ => Internal,
-        }
+            _ => return None,
+        })
     }
 }
 
@@ -778,11 +781,18 @@ impl Reply {
                 reason: r.str("reason")?,
             },
             0x84 => Reply::Ok,
-            0x85 => Reply::Error {
-                code: ErrorCode::from_u16(r.u16("code")?),
-                request: r.u16("request")?,
-                message: r.str("message")?,
-            },
+            0x85 => {
+                let raw = r.u16("code")?;
+                let code = ErrorCode::from_u16(raw).ok_or_else(|| DecodeError::Malformed {
+                    field: "code",
+                    detail: format!("unknown error code {raw}"),
+                })?;
+                Reply::Error {
+                    code,
+                    request: r.u16("request")?,
+                    message: r.str("message")?,
+                }
+            }
             0x86 => Reply::Status {
                 more: r.bool("more")?,
                 json: r.str("json")?,
@@ -915,6 +925,27 @@ mod tests {
         ] {
             assert_eq!(Reply::decode(&r.encode()), Ok(r.clone()));
         }
+    }
+
+    /// Found by the `wire` fuzz target: an error reply with a code this
+    /// version does not define decoded as `Internal` and re-encoded as 10.
+    #[test]
+    fn fuzz_unknown_error_codes_are_malformed_not_rewritten() {
+        let crash =
+            b"\x10\xa1\x03\x00\x85\x00\x00\x00\x12\x00\x00\x00\x7e\x00\x02\x00\x0c\x00limits.cells";
+        assert!(matches!(
+            Reply::decode(crash),
+            Err(FrameError::Body {
+                kind: 0x85,
+                err: DecodeError::Malformed { field: "code", .. }
+            })
+        ));
+        for code in 1..=12u16 {
+            let c = ErrorCode::from_u16(code).expect("defined");
+            assert_eq!(c as u16, code);
+        }
+        assert_eq!(ErrorCode::from_u16(0), None);
+        assert_eq!(ErrorCode::from_u16(13), None);
     }
 
     #[test]

@@ -274,7 +274,9 @@ pub fn run(a: Args) -> i32 {
     let pid = child.id();
     if let Some(c) = &cell
         && let Err(e) = c.add_member(pid)
+        && !matches!(child.try_wait(), Ok(Some(_)))
     {
+        // (A program that already ended needs no membership.)
         warn(format!(
             "the broker did not take the program as a member ({e}); it stays confined through this process"
         ));

@@ -33,6 +33,8 @@ pub struct Daemon {
     pub cgroup: String,
     pub backend: String,
     extra: Vec<String>,
+    /// Open-file limit (soft and hard) the broker runs under, if set.
+    pub nofile: Option<u64>,
     _turn: std::sync::MutexGuard<'static, ()>,
 }
 
@@ -40,10 +42,25 @@ static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new
 
 impl Daemon {
     pub fn start(backend: &str, extra: &[&str]) -> Daemon {
+        let mut d = Daemon::start_later(backend, extra);
+        d.spawn();
+        d
+    }
+
+    /// A broker that may open at most `nofile` files.
+    pub fn start_with_nofile(backend: &str, extra: &[&str], nofile: u64) -> Daemon {
+        let mut d = Daemon::start_later(backend, extra);
+        d.nofile = Some(nofile);
+        d.spawn();
+        d
+    }
+
+    /// Set up, not started (the test calls `spawn`).
+    pub fn start_later(backend: &str, extra: &[&str]) -> Daemon {
         let dir = tempfile::tempdir().unwrap();
         let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let turn = MACHINE.lock().unwrap_or_else(|p| p.into_inner());
-        let mut d = Daemon {
+        Daemon {
             _turn: turn,
             child: None,
             socket: dir.path().join("allot.sock"),
@@ -51,9 +68,13 @@ impl Daemon {
             cgroup: format!("allot-test-{}-{n}", std::process::id()),
             backend: backend.to_string(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
-        };
-        d.spawn();
-        d
+            nofile: None,
+        }
+    }
+
+    /// Replaces the extra arguments (for the next `spawn`).
+    pub fn set_extra(&mut self, extra: &[&str]) {
+        self.extra = extra.iter().map(|s| s.to_string()).collect();
     }
 
     pub fn spawn(&mut self) {
@@ -62,7 +83,22 @@ impl Daemon {
             .append(true)
             .open(self.dir.path().join("daemon.log"))
             .unwrap();
-        let child = Command::new(ALLOT)
+        let mut cmd = Command::new(ALLOT);
+        if let Some(n) = self.nofile {
+            // SAFETY: setrlimit is async-signal-safe and touches no memory
+            // of the parent.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                    let l = rustix::process::Rlimit {
+                        current: Some(n),
+                        maximum: Some(n),
+                    };
+                    rustix::process::setrlimit(rustix::process::Resource::Nofile, l)
+                        .map_err(Into::into)
+                });
+            }
+        }
+        let child = cmd
             .args(["daemon", "--socket"])
             .arg(&self.socket)
             .args([

@@ -1,0 +1,423 @@
+//! Regression tests, against a real broker process, for what probing found:
+//! a broker out of file descriptors, connection floods by one user, empty
+//! datagrams, a full disk under the journal, cgroups left behind.
+
+mod common;
+
+use allot_client::Client;
+use allot_plan::CellSpec;
+use allot_proto::Conn;
+use allot_proto::msg::{ErrorCode, Reply, Request};
+use allot_testkit::user::{RemoveOnDrop, SharedExe, as_user, can_switch_users, test_uid};
+use common::*;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// CPU time (user + system) of `pid`, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<u64> = after
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(|x| x.parse().unwrap())
+        .collect();
+    let hz = rustix::param::clock_ticks_per_second() as f64;
+    (f[0] + f[1]) as f64 / hz
+}
+
+#[test]
+fn a_broker_out_of_descriptors_backs_off_and_says_so() {
+    let d = Daemon::start_with_nofile("dry-run", &[], 48);
+    let pid = d.child.as_ref().unwrap().id();
+    // Use up the broker's descriptors (root is not limited per user).
+    let mut held = Vec::new();
+    for _ in 0..80 {
+        match Conn::connect(&d.socket) {
+            Ok(c) => held.push(c),
+            Err(_) => break,
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let log_before = d.log().len();
+    let cpu_before = cpu_seconds(pid);
+    let t = Instant::now();
+    std::thread::sleep(Duration::from_secs(2));
+    let cpu = cpu_seconds(pid) - cpu_before;
+    let wall = t.elapsed().as_secs_f64();
+    let logged = d.log().len() - log_before;
+    assert!(
+        cpu < 0.25 * wall,
+        "the broker used {cpu:.2} s of CPU in {wall:.1} s with no descriptor left (it spun)"
+    );
+    assert!(logged < 4096, "{logged} bytes of log in 2 s:\n{}", d.log());
+    assert!(d.log().contains("cannot accept connections"), "{}", d.log());
+
+    // A newcomer is told why instead of hanging.
+    let mut c = Conn::connect(&d.socket).expect("the kernel still queues connections");
+    c.set_timeout(Some(Duration::from_secs(5))).unwrap();
+    match c.recv() {
+        Ok((Reply::Error { message, .. }, _)) => {
+            assert!(message.contains("file descriptors"), "{message}")
+        }
+        other => panic!("expected an explanation, got {other:?}"),
+    }
+    // With descriptors free again, it serves at once.
+    drop(held);
+    let served = eventually(Duration::from_secs(5), || {
+        let Ok(mut c) = Client::connect(&d.socket) else {
+            return false;
+        };
+        let _ = c.set_timeout(Some(Duration::from_millis(500)));
+        c.hello("after").is_ok()
+    });
+    assert!(served, "{}", d.log());
+}
+
+/// A raw client in Python, run as another user: opens `n` connections and
+/// prints, for each, `ok` if it stays open without a reply or the error
+/// code it got.
+const PY_CONNECTIONS: &str = r#"
+import socket, struct, sys
+path, n = sys.argv[1], int(sys.argv[2])
+socks, out = [], []
+for i in range(n):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(path)
+    s.settimeout(0.3)
+    try:
+        reply = s.recv(65536)
+        code = struct.unpack('<H', reply[12:14])[0]
+        mlen = struct.unpack('<H', reply[16:18])[0]
+        out.append('%d %s' % (code, reply[18:18 + mlen].decode()))
+    except socket.timeout:
+        out.append('ok')
+    socks.append(s)
+print('\n'.join(out))
+"#;
+
+#[test]
+fn one_user_cannot_hold_more_connections_than_the_limit() {
+    if !prerequisite(
+        can_switch_users(),
+        "needs root and setpriv to act as another user",
+    ) {
+        return;
+    }
+    let mut d = Daemon::start_later("dry-run", &[]);
+    let cfg = d.dir.path().join("allotd.toml");
+    std::fs::write(&cfg, "[limits]\nconnections = 5\n").unwrap();
+    d.set_extra(&["--config", cfg.to_str().unwrap()]);
+    d.spawn();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(d.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = as_user(test_uid(10), allot_testkit::PYTHON)
+        .args(["-c", PY_CONNECTIONS])
+        .arg(&d.socket)
+        .arg("8")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines.len(),
+        8,
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(lines[..5].iter().all(|l| *l == "ok"), "{text}");
+    for l in &lines[5..] {
+        assert!(
+            l.starts_with(&format!("{} ", ErrorCode::Limit as u16))
+                && l.contains("limits.connections"),
+            "{text}"
+        );
+    }
+    // Others (root here) are unaffected.
+    d.client().hello("root").unwrap();
+}
+
+#[test]
+fn an_empty_datagram_gets_an_error_and_the_connection_lives_on() {
+    let d = Daemon::start("dry-run", &[]);
+    let mut c = Conn::connect(&d.socket).unwrap();
+    c.set_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.send_raw(&[]).unwrap();
+    match c.recv().unwrap().0 {
+        Reply::Error { code, message, .. } => {
+            assert_eq!(code, ErrorCode::Malformed);
+            assert!(message.contains("empty"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        c.call(&Request::Hello { client: "t".into() }).unwrap().0,
+        Reply::Welcome { .. }
+    ));
+}
+
+#[test]
+fn a_malformed_report_is_not_answered_so_the_next_call_reads_its_own_reply() {
+    let d = Daemon::start("dry-run", &[]);
+    let mut c = Conn::connect(&d.socket).unwrap();
+    c.set_timeout(Some(Duration::from_secs(5))).unwrap();
+    // A report for a cell that does not exist, and one with a short body.
+    c.send(&Request::Report {
+        cell: 777,
+        busy: 1,
+        wanted: 1,
+        progress: 1,
+    })
+    .unwrap();
+    let mut short = Request::Report {
+        cell: 1,
+        busy: 1,
+        wanted: 1,
+        progress: 1,
+    }
+    .encode();
+    short.truncate(short.len() - 4);
+    let body = (short.len() - 12) as u32;
+    short[8..12].copy_from_slice(&body.to_le_bytes());
+    c.send_raw(&short).unwrap();
+    assert!(matches!(
+        c.call(&Request::Hello { client: "t".into() }).unwrap().0,
+        Reply::Welcome { .. }
+    ));
+}
+
+/// A tmpfs the test mounts and unmounts (also when it fails).
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(at).unwrap();
+        let st = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(at)
+            .status()
+            .unwrap();
+        assert!(st.success(), "mount a tmpfs at {}", at.display());
+        Tmpfs(at.to_path_buf())
+    }
+
+    /// Fills it; returns the filler file.
+    fn fill(&self) -> PathBuf {
+        use std::io::Write;
+        let p = self.0.join("filler");
+        let mut f = std::fs::File::create(&p).unwrap();
+        let block = vec![7u8; 4096];
+        while f.write_all(&block).is_ok() {}
+        let _ = f.sync_all();
+        p
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[test]
+fn a_full_disk_stops_admission_and_loses_nothing() {
+    if !prerequisite(allot_testkit::is_root(), "needs root to mount a tmpfs") {
+        return;
+    }
+    let mut d = Daemon::start_later("dry-run", &[]);
+    let state = Tmpfs::mount(&d.dir.path().join("state"), "256k");
+    let state_arg = state.0.to_str().unwrap().to_string();
+    d.set_extra(&["--state-dir", &state_arg]);
+    d.spawn();
+    let mut c = d.client();
+    let mut procs = Vec::new();
+    let mut register = |c: &mut Client, name: &str| {
+        let p = sleeper();
+        let r = c.register(name, CellSpec::default(), &[p.pid()], false, |_, _| {});
+        procs.push(p);
+        r
+    };
+    let first = register(&mut c, "before").expect("room on the disk");
+    let mut admitted = vec![first.cell];
+    let filler = state.fill();
+    // Appends go on while the journal's last page has room; then the first
+    // one that fails stops admission, and nothing admitted is unrecorded.
+    let mut refused = None;
+    for i in 0..64 {
+        match register(&mut c, &format!("during-{i}")) {
+            Ok(r) => admitted.push(r.cell),
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    let e = refused.expect("a full disk stops admission");
+    assert_eq!(e.code(), Some(ErrorCode::Internal), "{e}");
+    assert!(e.to_string().contains("journal"), "{e}");
+    let st = d.status();
+    assert!(st.broker.journal_problem.is_some(), "{st:?}");
+    assert_eq!(st.cells.len(), admitted.len());
+    std::fs::remove_file(filler).unwrap();
+    let after = register(&mut c, "after").expect("admitted again once there is room");
+    admitted.push(after.cell);
+    assert!(d.status().broker.journal_problem.is_none());
+
+    // Every admitted cell survives a SIGKILL of the broker: the journal
+    // caught up, and recorded them all.
+    d.kill9();
+    d.spawn();
+    let ids: Vec<u64> = d.status().cells.iter().map(|c| c.id).collect();
+    assert_eq!(ids, admitted, "{}", d.log());
+    let mut c = d.client();
+    let later = register(&mut c, "later").unwrap();
+    assert!(later.cell > *admitted.last().unwrap(), "ids are not reused");
+}
+
+#[test]
+fn a_damaged_journal_is_kept_aside_and_reported() {
+    let mut d = Daemon::start_later("dry-run", &[]);
+    let journal = d.dir.path().join("journal");
+    std::fs::write(
+        &journal,
+        "{\"t\":\"header\",\"version\":2}\n#### damaged ####\n{\"t\":\"end\",\"id\":1}\n",
+    )
+    .unwrap();
+    d.spawn();
+    let log = d.log();
+    assert!(log.contains("IS DAMAGED at line 2"), "{log}");
+    let kept: Vec<_> = std::fs::read_dir(d.dir.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("journal.corrupt-")
+        })
+        .collect();
+    assert_eq!(kept.len(), 1, "{log}");
+    assert!(
+        std::fs::read_to_string(kept[0].path())
+            .unwrap()
+            .contains("#### damaged ####")
+    );
+    d.client().hello("t").unwrap();
+}
+
+#[test]
+fn short_lived_runs_leave_no_cgroup_behind() {
+    if !prerequisite(
+        v1_cpuset_writable(),
+        "a writable cgroup v1 cpuset hierarchy (root)",
+    ) {
+        return;
+    }
+    let d = Daemon::start("cgroup1", &[]);
+    for _ in 0..60 {
+        let st = std::process::Command::new(ALLOT)
+            .args(["run", "--socket"])
+            .arg(&d.socket)
+            .args(["--", "true"])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    let left = || -> Vec<String> {
+        d.cgroup_dirs()
+            .iter()
+            .flat_map(|dir| std::fs::read_dir(dir).into_iter().flatten().flatten())
+            .filter(|e| e.file_name().to_string_lossy().starts_with("cell-"))
+            .map(|e| e.path().display().to_string())
+            .collect()
+    };
+    assert!(
+        eventually(Duration::from_secs(3), || left().is_empty()),
+        "{:?}\n{}",
+        left(),
+        d.log()
+    );
+}
+
+#[test]
+fn a_clean_stop_after_a_crash_removes_the_top_level_cgroups() {
+    if !prerequisite(
+        v1_cpuset_writable(),
+        "a writable cgroup v1 cpuset hierarchy (root)",
+    ) {
+        return;
+    }
+    let mut d = Daemon::start("cgroup1", &[]);
+    let mut p = sleeper();
+    let mut c = d.client();
+    c.register("x", CellSpec::default(), &[p.pid()], false, |_, _| {})
+        .unwrap();
+    d.kill9();
+    d.spawn(); // adopts the cell; allot's directories exist from the first run
+    assert_eq!(d.status().cells.len(), 1);
+    p.kill9();
+    assert!(eventually(Duration::from_secs(5), || d
+        .status()
+        .cells
+        .is_empty()));
+    assert_eq!(d.stop(), Some(0));
+    for dir in d.cgroup_dirs() {
+        assert!(!dir.exists(), "{} left behind:\n{}", dir.display(), d.log());
+    }
+}
+
+#[test]
+fn another_users_runtime_directory_does_not_stop_a_private_one() {
+    // The victim of the planted directory can still run allot with a
+    // private XDG_RUNTIME_DIR, as the refusal suggests.
+    if !prerequisite(
+        can_switch_users(),
+        "needs root and setpriv to act as other users",
+    ) {
+        return;
+    }
+    let exe = SharedExe::new(Path::new(ALLOT));
+    let victim = test_uid(11);
+    let planted = PathBuf::from(format!("/tmp/allot-{victim}"));
+    let _ = std::fs::remove_dir_all(&planted);
+    let _p = RemoveOnDrop(planted.clone());
+    std::fs::create_dir(&planted).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let private = tempfile::tempdir().unwrap();
+    let run_dir = private.path().join("run");
+    std::fs::create_dir(&run_dir).unwrap();
+    rustix::fs::chown(
+        &run_dir,
+        Some(rustix::process::Uid::from_raw(victim)),
+        Some(rustix::process::Gid::from_raw(victim)),
+    )
+    .unwrap();
+    std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = as_user(victim, exe.path())
+        .env("XDG_RUNTIME_DIR", &run_dir)
+        .env("ALLOT_BACKEND", "affinity")
+        .args(["run", "--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(run_dir.join("allot").exists());
+    eventually(Duration::from_secs(10), || {
+        !run_dir.join("allot/allot.sock").exists()
+    });
+}

@@ -1,0 +1,167 @@
+//! Writes the seed corpus in `fuzz/corpus/<target>/`: one valid input of
+//! every shape each target reads (every request and reply kind, a published
+//! grant page, journals of both versions, a full configuration). Run by
+//! `scripts/fuzz.sh --seeds`; its output is committed.
+
+use allot_proto::msg::{DeviceDef, ErrorCode, LedgerItem};
+use allot_proto::{Grant, PageMap, PlacementWire, Reply, Request, SpecWire};
+use std::path::Path;
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join(name), bytes).unwrap();
+}
+
+fn main() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
+    let spec = SpecWire {
+        min: 1,
+        max: 4,
+        weight: 2,
+        exclusive: true,
+        placement: PlacementWire::Numa,
+    };
+    let item = LedgerItem {
+        kind: "cpu".into(),
+        dev: 1,
+        amount: 0.5,
+        shared: true,
+    };
+    let requests = [
+        Request::Hello {
+            client: "seed".into(),
+        },
+        Request::Register {
+            name: "make".into(),
+            spec,
+            wait: true,
+            members: vec![1, 2],
+        },
+        Request::Rejoin { cell: 7, token: 9 },
+        Request::AddMember { cell: 7, pid: 42 },
+        Request::Report {
+            cell: 7,
+            busy: 3,
+            wanted: 4,
+            progress: 99,
+        },
+        Request::UpdateSpec { cell: 1, spec },
+        Request::Release { cell: 9 },
+        Request::Status,
+        Request::Shutdown,
+        Request::KindDefine {
+            name: "StrongCore".into(),
+            devices: vec![DeviceDef {
+                name: "0".into(),
+                min: 0.0,
+                max: 2.0,
+            }],
+        },
+        Request::KindList,
+        Request::KindAcquire {
+            items: vec![item.clone()],
+        },
+        Request::KindRelease { items: vec![item] },
+        Request::KindWatch {
+            epoch: 9,
+            waiting: 2,
+        },
+    ];
+    for r in &requests {
+        write(
+            &root.join("wire"),
+            &format!("request-{:02x}", r.kind()),
+            &r.encode(),
+        );
+    }
+    let replies = [
+        Reply::Welcome {
+            broker_pid: 1,
+            instance: 2,
+            backend: "cgroup1".into(),
+            machine: "m".into(),
+            cpus: 2,
+        },
+        Reply::Registered {
+            cell: 1,
+            token: 2,
+            generation: 3,
+        },
+        Reply::Queued {
+            cell: 1,
+            position: 2,
+            reason: "busy".into(),
+        },
+        Reply::Ok,
+        Reply::error(ErrorCode::Limit, 2, "limits.cells"),
+        Reply::Status {
+            more: false,
+            json: "{}".into(),
+        },
+        Reply::Json {
+            more: true,
+            json: "[".into(),
+        },
+        Reply::Changed {
+            epoch: 3,
+            waiters: 1,
+        },
+    ];
+    for r in &replies {
+        write(
+            &root.join("wire"),
+            &format!("reply-{:02x}", r.kind()),
+            &r.encode(),
+        );
+    }
+
+    let page = PageMap::create(5, 77).unwrap();
+    page.page().publish(&Grant {
+        cell: 5,
+        generation: 3,
+        instance: 77,
+        threads: 2,
+        flags: 1,
+        entitled: 2,
+        share_milli: 1500,
+        home: 1,
+        cpus: allot_topo_cpus("0-3,64"),
+        lent: allot_topo_cpus("3"),
+    });
+    let mut bytes = vec![0u8; allot_proto::PAGE_SIZE];
+    rustix::io::pread(page.fd(), &mut bytes, 0).unwrap();
+    write(&root.join("page"), "published", &bytes);
+
+    write(
+        &root.join("journal"),
+        "version-1",
+        b"{\"t\":\"next_id\",\"next\":5}\n\
+          {\"t\":\"cell\",\"id\":4,\"name\":\"make\",\"uid\":1000,\"spec\":{\"min\":1,\"max\":0,\"weight\":2,\"exclusive\":true,\"placement\":\"numa\"},\"token\":9}\n\
+          {\"t\":\"member\",\"id\":4,\"member\":{\"pid\":77,\"start\":12}}\n\
+          {\"t\":\"grant\",\"id\":4,\"grant\":{\"generation\":3,\"cpus\":\"0-1\",\"lent\":\"\",\"entitled\":\"0-1\",\"threads\":2,\"stacked\":false,\"share\":2.0,\"demand\":null}}\n\
+          {\"t\":\"shared\",\"pool\":\"\",\"reserve\":\"\"}\n\
+          {\"t\":\"gone\",\"id\":4,\"pid\":77}\n\
+          {\"t\":\"end\",\"id\":4}\n",
+    );
+    write(
+        &root.join("journal"),
+        "version-2",
+        b"{\"t\":\"header\",\"version\":2}\n\
+          {\"t\":\"cell\",\"id\":2,\"name\":\"recovered-2\",\"uid\":0,\"spec\":{\"min\":0,\"max\":0,\"weight\":1,\"exclusive\":false,\"placement\":\"any\"},\"token\":0}\n\
+          {\"t\":\"token\",\"id\":2,\"token\":7}\n\
+          {\"t\":\"spec\",\"id\":2,\"spec\":{\"min\":1,\"max\":2,\"weight\":3,\"exclusive\":false,\"placement\":\"llc\"}}\n",
+    );
+    write(
+        &root.join("config"),
+        "full.toml",
+        b"backend = \"dry-run\"\npolicy = \"priority\"\nreserve = 1\nlend = false\ncpus = \"0-3\"\n\
+          tick_ms = 50\ncgroup_name = \"allot\"\nidle_exit_s = 5\nshow_other_users = true\n\
+          [limits]\nconnections = 9\ncells = 8\nqueued = 2\nmembers = 16\nkinds = 3\ndevices = 4\n\
+          holdings = 10\ncells_total = 100\nkinds_total = 20\n",
+    );
+    println!("seeds written under {}", root.display());
+}
+
+fn allot_topo_cpus(list: &str) -> allot_topo::CpuSet {
+    allot_topo::CpuSet::parse_list(list).unwrap()
+}
