@@ -7,12 +7,20 @@
 //! | listening socket| `LISTENER`       | accept, record peer credentials              |
 //! | monitor timerfd | `TIMER`          | `Core::tick` (usage → demand → re-plan)      |
 //! | stop pipe       | `STOP`           | leave the loop (signals write to it)         |
-//! | client socket   | `SESSION | id`   | up to `MAX_PER_TURN` requests, then yield    |
+//! | client socket   | `SESSION | id`   | requests within its user's turn budget       |
 //! | pidfd           | `PIDFD | pid`    | `Core::exited` (reclaim in the same step)    |
 //!
-//! Level-triggered epoll plus the per-turn request budget means a client
-//! flooding its socket is served a bounded amount per loop and cannot
-//! starve the others. Replies are queued per session and flushed when the
+//! # Fairness
+//!
+//! Each loop iteration (a *turn*) serves every user at most [`USER_TURN`]
+//! units of requests, across all of that user's connections: a status or
+//! kind listing (whose cost grows with the cells) counts
+//! [`EXPENSIVE`] units, anything else one. Epoll is level-triggered, so
+//! requests left over wait in their sockets for the next turn. A user who
+//! floods the broker from as many connections as it may open is therefore
+//! served no faster than one with one busy connection, and everyone else's
+//! requests are served within a turn or two (`allot bench load` measures
+//! it). Replies are queued per session and flushed when the
 //! socket is writable; a client whose queue exceeds [`MAX_QUEUED_BYTES`]
 //! is disconnected (it is not reading them).
 //!
@@ -61,8 +69,18 @@ const SESSION: u64 = 1 << 62;
 const PIDFD: u64 = 2 << 62;
 const KIND_MASK: u64 = 3 << 62;
 
-/// Requests served per session per loop iteration.
-const MAX_PER_TURN: usize = 32;
+/// Request units served per user per loop iteration, across its
+/// connections.
+pub const USER_TURN: u32 = 32;
+/// Units a status or kind listing counts (cheap requests count one).
+pub const EXPENSIVE: u32 = 8;
+
+fn cost(req: &Request) -> u32 {
+    match req {
+        Request::Status | Request::KindList => EXPENSIVE,
+        _ => 1,
+    }
+}
 /// Bytes of replies queued for a session that does not read before it is
 /// dropped (a status document of thousands of cells fits).
 pub const MAX_QUEUED_BYTES: usize = 2 << 20;
@@ -114,6 +132,8 @@ pub struct Broker {
     fd_log: Throttle,
     limit_log: Throttle,
     slow_log: Throttle,
+    /// Units served per uid in this turn.
+    turn: HashMap<u32, u32>,
 }
 
 /// Stops a running broker from another thread or a signal handler.
@@ -299,6 +319,7 @@ impl Broker {
             fd_log: Throttle::new(LOG_EVERY),
             limit_log: Throttle::new(LOG_EVERY),
             slow_log: Throttle::new(LOG_EVERY),
+            turn: HashMap::new(),
         };
         b.apply(effects);
         info!(
@@ -338,6 +359,7 @@ impl Broker {
                 Err(e) => return Err(e.into()),
             }
             let mut stop = false;
+            self.turn.clear();
             for ev in events.iter() {
                 let token = ev.data.u64();
                 let flags = ev.flags;
@@ -556,11 +578,14 @@ impl Broker {
         {
             return;
         }
-        for _ in 0..MAX_PER_TURN {
+        loop {
             let Some(s) = self.sessions.get(&id) else {
                 return;
             };
             let peer = s.peer;
+            if self.turn.get(&peer.uid).copied().unwrap_or(0) >= USER_TURN {
+                break; // this user's turn is over; the rest waits
+            }
             let got = transport::recv(s.sock.as_fd(), &mut self.buf, true);
             let d = match got {
                 Ok(Some(d)) => d,
@@ -576,6 +601,7 @@ impl Broker {
                         reply,
                         fd: None,
                     }]);
+                    *self.turn.entry(peer.uid).or_default() += 1;
                     continue;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
@@ -584,6 +610,7 @@ impl Broker {
                     return self.close(id);
                 }
             };
+            let mut units = 1;
             let effects = if d.truncated || d.len > MAX_MESSAGE {
                 vec![Effect::Reply {
                     session: id,
@@ -597,6 +624,7 @@ impl Broker {
             } else {
                 match Request::decode(&self.buf[..d.len]) {
                     Ok(req) => {
+                        units = cost(&req);
                         let fd = if matches!(req, Request::Rejoin { .. }) {
                             d.fd
                         } else {
@@ -618,6 +646,7 @@ impl Broker {
                     }
                 }
             };
+            *self.turn.entry(peer.uid).or_default() += units;
             self.apply(effects);
         }
     }

@@ -229,3 +229,49 @@ fn a_removal_the_kernel_keeps_refusing_is_given_up_after_a_while() {
         .tick(t + allot_broker::core::REMOVE_RETRY_FOR + Duration::from_secs(1));
     assert!(w.core.pending_removals().is_empty(), "not retried forever");
 }
+
+#[test]
+fn generations_keep_growing_across_a_restart_when_only_shares_changed() {
+    // Stacked cells' shares change with every newcomer; the journal does
+    // not record those, so it holds an older generation than the pages.
+    let dir = tempfile::tempdir().unwrap();
+    let os = FakeOs::new();
+    for pid in 100..106 {
+        os.spawn(pid, 0, 1, &CpuSet::first_n(2));
+    }
+    let (mut w, _) = world_with(2, dir, os.clone());
+    let (a, token, pa) = page(register(
+        &mut w,
+        ROOT,
+        "a",
+        CellSpec::default(),
+        vec![100],
+        false,
+    ));
+    for pid in 101..106 {
+        let _ = page(register(
+            &mut w,
+            ROOT,
+            "b",
+            CellSpec::default(),
+            vec![pid],
+            false,
+        ));
+    }
+    let seen = grant(&pa).generation;
+    assert!(seen >= 3, "a's share changed with each newcomer ({seen})");
+    let World { core, _dir, .. } = w;
+    drop(core);
+    let (mut w2, _) = world_with(2, _dir, os);
+    let dup = rustix::io::fcntl_dupfd_cloexec(pa.fd(), 0).unwrap();
+    let e = w2
+        .core
+        .handle(8, ROOT, Request::Rejoin { cell: a, token }, Some(dup));
+    match reply(&e) {
+        Reply::Registered { generation, .. } => {
+            assert!(*generation > seen, "{generation} after {seen}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(grant(&pa).generation > seen, "the page never goes back");
+}

@@ -421,3 +421,70 @@ fn another_users_runtime_directory_does_not_stop_a_private_one() {
         !run_dir.join("allot/allot.sock").exists()
     });
 }
+
+#[test]
+fn a_short_chaos_soak_breaks_no_invariant() {
+    let _turn = machine_turn();
+    let out = allot_testkit::output_within(
+        std::process::Command::new(ALLOT).args([
+            "bench",
+            "chaos",
+            "--seconds",
+            "12",
+            "--seed",
+            "7",
+        ]),
+        Duration::from_secs(120),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("no failure"), "{text}");
+    // It did break things: the broker was restarted and jobs were killed.
+    let restarts: u32 = text
+        .split("broker restarts ")
+        .nth(1)
+        .and_then(|r| r.split(';').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(restarts >= 1, "{text}");
+}
+
+#[test]
+fn a_short_load_run_keeps_the_flood_bound() {
+    if !prerequisite(
+        allot_testkit::is_root(),
+        "allot bench load acts as other users: root",
+    ) {
+        return;
+    }
+    let _turn = machine_turn();
+    let out = allot_testkit::output_within(
+        std::process::Command::new(ALLOT).args([
+            "bench",
+            "load",
+            "--cells",
+            "200",
+            "--users",
+            "20",
+            "--idle",
+            "400",
+            "--victims",
+            "5",
+            "--seconds",
+            "2",
+        ]),
+        Duration::from_secs(180),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("200 cells from 20 users"), "{text}");
+    assert!(text.contains(": kept"), "{text}");
+}

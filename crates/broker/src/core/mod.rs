@@ -395,7 +395,12 @@ impl Core {
             }
         }
 
-        // Publish and journal every grant that changed in any field.
+        // Publish every grant that changed in any field; journal those whose
+        // CPU sets changed: the planner's stability reads only those from
+        // the previous plan, and a restart's re-plan recomputes the rest.
+        // (Each newcomer moves the share, and each departure the `home`, of
+        // every stacked cell: journaling those would cost a record per cell
+        // per change, an O(cells²) journal for cells arriving one by one.)
         let mut recs = Vec::new();
         let mut any = false;
         for (cid, g) in &next.cells {
@@ -407,6 +412,9 @@ impl Core {
                 continue;
             }
             any = true;
+            let placement_changed = c.published.as_ref().is_none_or(|p| {
+                (p.cpus, p.lent, p.entitled, p.stacked) != (g.cpus, g.lent, g.entitled, g.stacked)
+            });
             let generation = c.generation + 1;
             let pg = self.page_grant(id, generation, g);
             let c = self.cells.get_mut(&id).expect("present above");
@@ -422,6 +430,9 @@ impl Core {
                 g.lent,
                 g.threads
             );
+            if !placement_changed {
+                continue;
+            }
             recs.push(Record::Grant {
                 id,
                 grant: GrantRec {

@@ -428,7 +428,17 @@ impl Core {
         if let Some(fd) = fd {
             match adopt_page(&mut c.pages, fd, cell, instance) {
                 Ok(i) => {
-                    if let Some(pg) = &pg {
+                    // Generations only grow, for every reader of the page:
+                    // the journal keeps a lower bound (it skips changes of
+                    // share alone), the page handed back the last one seen.
+                    let seen = c.pages[i].page().generation();
+                    if let Some(mut pg) = pg.filter(|_| seen >= c.generation) {
+                        c.generation = seen + 1;
+                        pg.generation = c.generation;
+                        for p in &c.pages {
+                            p.page().publish(&pg);
+                        }
+                    } else if let Some(pg) = &pg {
                         c.pages[i].page().publish(pg);
                     }
                     page_idx = i;
@@ -461,6 +471,7 @@ impl Core {
             peer.pid
         );
         let fd = rustix::io::fcntl_dupfd_cloexec(c.pages[page_idx].fd(), 0).ok();
+        let generation = c.generation;
         vec![Effect::Reply {
             session,
             reply: Reply::Registered {

@@ -25,23 +25,53 @@ pub struct PrivateBroker {
     socket: PathBuf,
     cgroup: String,
     backend: String,
+    allot: PathBuf,
+    extra: Vec<String>,
 }
 
 impl PrivateBroker {
     /// Starts `allot daemon` with `backend` on a private socket.
     pub fn start(allot: &Path, backend: &str) -> Result<PrivateBroker, String> {
+        Self::start_with(allot, backend, &[])
+    }
+
+    /// Starts `allot daemon` with `backend` and `extra` arguments on a
+    /// private socket.
+    pub fn start_with(
+        allot: &Path,
+        backend: &str,
+        extra: &[&str],
+    ) -> Result<PrivateBroker, String> {
         let dir = tempfile::Builder::new()
             .prefix("allot-bench-")
             .tempdir()
             .map_err(|e| e.to_string())?;
-        let socket = dir.path().join("allot.sock");
-        let cgroup = format!("allot-bench-{}", std::process::id());
-        let log =
-            std::fs::File::create(dir.path().join("broker.log")).map_err(|e| e.to_string())?;
-        let mut cmd = Command::new(allot);
+        let mut b = PrivateBroker {
+            child: None,
+            socket: dir.path().join("allot.sock"),
+            dir,
+            cgroup: format!("allot-bench-{}", std::process::id()),
+            backend: backend.to_string(),
+            allot: allot.to_path_buf(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        b.spawn()?;
+        Ok(b)
+    }
+
+    /// Starts the broker process (again, after [`PrivateBroker::kill9`]:
+    /// same socket, state directory and cgroup name, as a restart would).
+    pub fn spawn(&mut self) -> Result<(), String> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("broker.log"))
+            .map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(&self.allot);
         cmd.args(["daemon", "--socket"])
-            .arg(&socket)
-            .args(["--backend", backend, "--cgroup-name", &cgroup])
+            .arg(&self.socket)
+            .args(["--backend", &self.backend, "--cgroup-name", &self.cgroup])
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -50,24 +80,41 @@ impl PrivateBroker {
         let child = cmd
             .spawn()
             .map_err(|e| format!("cannot start the broker: {e}"))?;
-        let mut b = PrivateBroker {
-            child: Some(child),
-            dir,
-            socket,
-            cgroup,
-            backend: backend.to_string(),
-        };
+        self.child = Some(child);
         let t = Instant::now();
-        while !allot_client::broker_alive(&b.socket) {
-            if let Some(Ok(Some(st))) = b.child.as_mut().map(|c| c.try_wait()) {
-                return Err(format!("the broker exited ({st}): {}", b.log()));
+        while !allot_client::broker_alive(&self.socket) {
+            if let Some(Ok(Some(st))) = self.child.as_mut().map(|c| c.try_wait()) {
+                return Err(format!("the broker exited ({st}): {}", self.log()));
             }
             if t.elapsed() > Duration::from_secs(10) {
-                return Err(format!("the broker did not come up: {}", b.log()));
+                return Err(format!("the broker did not come up: {}", self.log()));
             }
-            std::thread::sleep(Duration::from_millis(10));
+            std::thread::sleep(Duration::from_millis(5));
         }
-        Ok(b)
+        Ok(())
+    }
+
+    /// Kills the broker outright (SIGKILL), as a crash would.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// The broker's pid, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Its cgroup name.
+    pub fn cgroup(&self) -> &str {
+        &self.cgroup
+    }
+
+    /// Its directory (socket, journal, log).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
     }
 
     /// Its socket.

@@ -3,6 +3,10 @@
 //! - `allot bench mix`: random mixes of concurrent jobs at rising
 //!   co-tenancy, plain co-run vs one after the other vs `allot run` vs
 //!   allot's runtime (see `mix.rs`).
+//! - `allot bench chaos`: a bounded soak that kills the broker, wrappers
+//!   and programs and checks the invariants throughout (see `chaos.rs`).
+//! - `allot bench load`: many users, cells and connections, and one
+//!   user's flood against the others (see `load.rs`).
 //!
 //! Results go to `--out` (default `bench-out/mix-<unix time>`): `runs.csv`
 //! (every run), `mixes.csv` (medians per mix and mode), `levels.csv`
@@ -10,8 +14,10 @@
 //! `speedup.png`.
 
 pub mod broker;
+pub mod chaos;
 pub mod interrupt;
 pub mod jobs;
+pub mod load;
 pub mod mix;
 mod report;
 pub mod runner;
@@ -25,6 +31,12 @@ use std::time::Duration;
 pub enum Bench {
     /// Random mixes of concurrent parallel jobs, with and without allot.
     Mix(MixArgs),
+    /// A soak that kills the broker, wrappers and programs at random and
+    /// checks the invariants throughout (bounded in time).
+    Chaos(chaos::ChaosArgs),
+    /// The broker under many users, cells and connections, and one user's
+    /// flood against the others (needs root).
+    Load(load::LoadArgs),
 }
 
 /// Arguments of `allot bench mix`.
@@ -79,13 +91,19 @@ fn parse_list<T>(s: &str, f: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T
 /// Runs `allot bench …`.
 pub fn run(b: Bench) -> i32 {
     match b {
-        Bench::Mix(a) => match mix_cmd(a) {
-            Ok(code) => code,
-            Err(e) => {
-                eprintln!("allot: {e}");
-                if interrupt::requested() { 130 } else { 1 }
-            }
-        },
+        Bench::Mix(a) => report_errors(mix_cmd(a)),
+        Bench::Chaos(a) => report_errors(chaos::run(a)),
+        Bench::Load(a) => report_errors(load::run(a)),
+    }
+}
+
+fn report_errors(r: Result<i32, String>) -> i32 {
+    match r {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("allot: {e}");
+            if interrupt::requested() { 130 } else { 1 }
+        }
     }
 }
 

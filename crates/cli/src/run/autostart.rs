@@ -47,10 +47,11 @@ fn checked(e: DirError) -> NoBroker {
     }
 }
 
-/// Makes sure a broker answers on `socket`, starting one if needed. The
-/// socket's directory is checked first (`allot_proto::dirs`): a broker is
-/// only ever talked to, or started, in a directory of the user's or root's.
-pub fn ensure_broker(socket: &Path) -> Result<(), NoBroker> {
+/// Makes sure a broker answers on `socket`, starting one if needed and
+/// `start` allows it. The socket's directory is checked first
+/// (`allot_proto::dirs`): a broker is only ever talked to, or started, in
+/// a directory of the user's or root's.
+pub fn ensure_broker(socket: &Path, start: bool) -> Result<(), NoBroker> {
     let dir_path = match socket.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -59,6 +60,12 @@ pub fn ensure_broker(socket: &Path) -> Result<(), NoBroker> {
         Ok(_) if allot_client::broker_alive(socket) => return Ok(()),
         Err(e) if e.is_untrusted() => return Err(NoBroker::Untrusted(e)),
         _ => {}
+    }
+    if !start {
+        return Err(NoBroker::Failed(format!(
+            "no broker answers on {} (and --no-start)",
+            socket.display()
+        )));
     }
     // Starting one: the directory must be the user's own.
     let dir = TrustedDir::create(dir_path, 0o700).map_err(checked)?;

@@ -81,6 +81,10 @@ pub struct Args {
     /// Broker socket [default: $ALLOT_SOCKET or the per-user default].
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
+    /// Do not start a broker when none answers (run the program unconfined,
+    /// with a warning, instead).
+    #[arg(long)]
+    no_start: bool,
     /// The program and its arguments.
     #[arg(required = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -149,7 +153,7 @@ pub fn run(a: Args) -> i32 {
         .unwrap_or_else(allot_proto::default_socket_path);
 
     // The cell (or none: unconfined).
-    let cell = match autostart::ensure_broker(&socket) {
+    let cell = match autostart::ensure_broker(&socket, !a.no_start) {
         Err(autostart::NoBroker::Untrusted(e)) => {
             eprintln!("allot: refusing to use the broker's directory: {e}");
             return EXIT_ALLOT;

@@ -24,6 +24,11 @@ pub fn thread_masks(pid: u32) -> Vec<String> {
 /// broker (which believes it owns them all): they take turns.
 static MACHINE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// The machine for a test that runs brokers of its own (a benchmark run).
+pub fn machine_turn() -> std::sync::MutexGuard<'static, ()> {
+    MACHINE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// A broker started by the test on a private socket and cgroup name. Holds
 /// the machine for the test's duration.
 pub struct Daemon {

@@ -1,0 +1,693 @@
+//! `allot bench chaos`: a soak that breaks things on purpose while it
+//! checks allot's invariants.
+//!
+//! For `--seconds`, at random (seeded) moments, it starts `allot run`
+//! jobs against a private broker (best-effort, guaranteed and exclusive
+//! cells; CPU loops, sleepers and `make -j` builds that draw jobserver
+//! tokens), SIGKILLs the broker and starts it again on the same state,
+//! SIGKILLs `allot run` wrappers, and SIGKILLs the programs they run.
+//! Every [`CHECK_EVERY`] it checks:
+//!
+//! 1. **Exclusivity**: no CPU of an exclusive cell is in another cell's
+//!    grant (the broker's status) or in another populated cell's cpuset
+//!    (the kernel's, cgroup backends; read twice, so that a change between
+//!    two reads is not taken for an overlap).
+//! 2. **No leaked cgroup**: a `cell-N` directory the broker does not list
+//!    is gone within [`LEAK_AFTER`].
+//! 3. **Restarts**: every cell whose processes live when the broker is
+//!    killed is listed again by the new broker within [`ADOPT_WITHIN`],
+//!    and every `allot run` that lives rejoins it (its program's page is
+//!    written again) within [`REJOIN_WITHIN`].
+//! 4. **No lost token**: every `make` whose wrapper was not killed
+//!    finishes within [`JOB_LIMIT`] (a lost jobserver token would hang it).
+//!
+//! At the end every job is stopped (the soak is a child subreaper, so the
+//! programs of killed wrappers are its own to stop), the broker's open
+//! descriptors (sockets, pidfds, grant pages) must be back to what it had
+//! with no cell, and a clean stop must leave no cgroup behind. Channels do
+//! not exist yet; there is nothing of theirs to leak.
+//!
+//! The exit status is 1 if any check failed; every failure is printed
+//! with what was seen.
+
+use super::broker::PrivateBroker;
+use allot_proto::status::Status;
+use allot_topo::CpuSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How often the invariants are checked.
+pub const CHECK_EVERY: Duration = Duration::from_millis(50);
+/// How long an unlisted `cell-N` may remain.
+pub const LEAK_AFTER: Duration = Duration::from_secs(10);
+/// How long a restarted broker may take to list the surviving cells.
+pub const ADOPT_WITHIN: Duration = Duration::from_secs(2);
+/// How long a surviving `allot run` may take to rejoin.
+pub const REJOIN_WITHIN: Duration = Duration::from_secs(3);
+/// How long a job may run before it counts as hung.
+pub const JOB_LIMIT: Duration = Duration::from_secs(30);
+/// One step of the schedule.
+const STEP: Duration = Duration::from_millis(10);
+
+/// Arguments of `allot bench chaos`.
+#[derive(Debug, clap::Args)]
+pub struct ChaosArgs {
+    /// How long to run.
+    #[arg(long, default_value_t = 120, value_name = "SECS")]
+    seconds: u64,
+    /// Jobs running at once (at most).
+    #[arg(long, default_value_t = 6, value_name = "N")]
+    jobs: usize,
+    /// Mean time between broker kills.
+    #[arg(long, default_value_t = 3000, value_name = "MS")]
+    restart_every_ms: u64,
+    /// Seed of the random schedule.
+    #[arg(long, default_value_t = 1, value_name = "S")]
+    seed: u64,
+    /// Enforcement backend of the soak's private broker [default: cgroup1
+    /// as root with a v1 cpuset hierarchy, else affinity].
+    #[arg(long, value_name = "BACKEND")]
+    backend: Option<String>,
+}
+
+/// A tiny deterministic generator (the schedule must be reproducible).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn chance(&mut self, p: f64) -> bool {
+        (self.next() as f64 / (1u64 << 31) as f64) < p
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Program {
+    Spin,
+    Sleep,
+    Make,
+}
+
+struct Job {
+    wrapper: Child,
+    program: Program,
+    started: Instant,
+    /// The wrapper was killed (its program may live on, orphaned).
+    wrapper_killed: bool,
+    /// The program was killed.
+    program_killed: bool,
+}
+
+#[derive(Debug, Default)]
+struct Tally {
+    started: u32,
+    refused: u32,
+    finished: u32,
+    wrappers_killed: u32,
+    programs_killed: u32,
+    restarts: u32,
+    checks: u32,
+    adopt_ms: Vec<u64>,
+    rejoin_ms: Vec<u64>,
+    failures: Vec<String>,
+}
+
+/// Runs `allot bench chaos`.
+pub fn run(a: ChaosArgs) -> Result<i32, String> {
+    super::interrupt::install();
+    if a.seconds == 0 || a.jobs == 0 {
+        return Err("--seconds and --jobs must be at least 1".into());
+    }
+    // Programs of killed wrappers become ours, so that we can stop them.
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+        .map_err(|e| format!("cannot become a child subreaper: {e}"))?;
+    let allot =
+        std::env::current_exe().map_err(|e| format!("cannot find the allot binary: {e}"))?;
+    let backend = a.backend.clone().unwrap_or_else(|| {
+        if rustix::process::geteuid().is_root()
+            && Path::new("/sys/fs/cgroup/cpuset/cpuset.cpus").exists()
+        {
+            "cgroup1".into()
+        } else {
+            "affinity".into()
+        }
+    });
+    let mut broker = PrivateBroker::start_with(&allot, &backend, &["--tick-ms", "50"])?;
+    let makefile = broker.dir().join("Makefile");
+    std::fs::write(&makefile, MAKEFILE).map_err(|e| e.to_string())?;
+    let baseline_fds = broker.pid().map(open_fds).unwrap_or(0);
+    eprintln!(
+        "chaos for {} s with the {} backend, up to {} jobs, a broker kill every ~{} ms (seed {})",
+        a.seconds, backend, a.jobs, a.restart_every_ms, a.seed
+    );
+
+    let mut rng = Rng(a.seed.wrapping_mul(0x9E3779B97F4A7C15) | 1);
+    let mut jobs: Vec<Job> = Vec::new();
+    let mut t = Tally::default();
+    let mut unlisted: BTreeMap<u64, Instant> = BTreeMap::new();
+    let end = Instant::now() + Duration::from_secs(a.seconds);
+    let mut next_check = Instant::now();
+    let mut last_report = Instant::now();
+    let p_kill = STEP.as_millis() as f64 / a.restart_every_ms.max(1) as f64;
+    while Instant::now() < end {
+        if super::interrupt::requested() {
+            stop_jobs(&mut jobs, broker.pid());
+            return Err(super::interrupt::error().to_string());
+        }
+        reap(&mut jobs, &mut t);
+        // Actions.
+        if jobs.iter().filter(|j| !j.wrapper_killed).count() < a.jobs && rng.chance(0.3) {
+            match start_job(&allot, broker.socket(), &makefile, &mut rng) {
+                Ok(j) => {
+                    t.started += 1;
+                    jobs.push(j);
+                }
+                Err(e) => t.failures.push(format!("cannot start a job: {e}")),
+            }
+        }
+        if rng.chance(0.03) {
+            kill_a_wrapper(&mut jobs, &mut rng, &mut t);
+        }
+        if rng.chance(0.03) {
+            kill_a_program(&mut jobs, &mut rng, &mut t);
+        }
+        if rng.chance(p_kill) {
+            restart(&mut broker, &jobs, &mut t)?;
+        }
+        // Checks.
+        if Instant::now() >= next_check {
+            next_check = Instant::now() + CHECK_EVERY;
+            if let Some(st) = status(broker.socket()) {
+                t.checks += 1;
+                check_exclusive(&st, &broker, &mut t);
+                check_leaks(&st, &broker, &mut unlisted, &mut t);
+            }
+            for j in &jobs {
+                if j.program == Program::Make
+                    && !j.wrapper_killed
+                    && !j.program_killed
+                    && j.started.elapsed() > JOB_LIMIT
+                {
+                    t.failures.push(format!(
+                        "make under allot run (pid {}) still runs after {JOB_LIMIT:?}: a jobserver token was lost",
+                        j.wrapper.id()
+                    ));
+                }
+            }
+        }
+        if last_report.elapsed() > Duration::from_secs(10) {
+            last_report = Instant::now();
+            eprintln!(
+                "  {:>4.0} s: {} jobs started, {} broker restarts, {} checks, {} failures",
+                a.seconds as f64 - end.saturating_duration_since(Instant::now()).as_secs_f64(),
+                t.started,
+                t.restarts,
+                t.checks,
+                t.failures.len()
+            );
+        }
+        std::thread::sleep(STEP);
+    }
+    // Quiesce: every job stopped, the broker left with no cell.
+    stop_jobs(&mut jobs, broker.pid());
+    if !broker.wait_idle(Duration::from_secs(10)) {
+        let left: Vec<String> =
+            match allot_client::Client::connect(broker.socket()).and_then(|mut c| c.status()) {
+                Ok(st) => st
+                    .cells
+                    .iter()
+                    .map(|c| format!("{} {:?} pids {:?}", c.id, c.name, c.pids))
+                    .collect(),
+                Err(e) => vec![format!("(no status: {e})")],
+            };
+        t.failures.push(format!(
+            "cells were still listed 10 s after every job ended: {left:?}"
+        ));
+    }
+    if let Some(pid) = broker.pid() {
+        // Pidfds of members close with them; pages of ended cells drop.
+        let settled = wait_until(Duration::from_secs(5), || open_fds(pid) <= baseline_fds);
+        if !settled {
+            t.failures.push(format!(
+                "the broker holds {} descriptors with no cell, against {baseline_fds} at start",
+                open_fds(pid)
+            ));
+        }
+    }
+    let log = broker.log();
+    let clean = broker.stop();
+    if !clean {
+        t.failures.push(format!(
+            "a clean stop left cgroup directories behind; the broker's last words:\n{}",
+            log.lines().rev().take(8).collect::<Vec<_>>().join("\n")
+        ));
+    }
+    print!("{}", summary(&a, &backend, &t));
+    Ok(if t.failures.is_empty() { 0 } else { 1 })
+}
+
+const MAKEFILE: &str = "\
+T := a b c d e f g h
+.PHONY: all $(T)
+all: $(T)
+$(T):
+\t@sleep 0.1
+";
+
+fn start_job(allot: &Path, socket: &Path, makefile: &Path, rng: &mut Rng) -> Result<Job, String> {
+    let program = match rng.below(3) {
+        0 => Program::Spin,
+        1 => Program::Sleep,
+        _ => Program::Make,
+    };
+    let mut cmd = Command::new(allot);
+    // A broker the soak killed is restarted by the soak, never by a job.
+    cmd.arg("run").arg("--no-start").arg("--socket").arg(socket);
+    match rng.below(4) {
+        0 => {
+            cmd.args(["--min", "1", "--wait"]);
+        }
+        1 => {
+            cmd.args(["--exclusive", "--wait"]);
+        }
+        _ => {}
+    }
+    cmd.arg("--");
+    match program {
+        Program::Spin => cmd.args([
+            "sh",
+            "-c",
+            "i=0; while [ $i -lt 150000 ]; do i=$((i+1)); done",
+        ]),
+        Program::Sleep => cmd.args(["sleep", "1"]),
+        Program::Make => cmd.arg("make").arg("-s").arg("-j4").arg("-f").arg(makefile),
+    };
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // Its own process group: the job's whole tree can be stopped at the
+    // end, its orphaned program included.
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let wrapper = cmd.spawn().map_err(|e| e.to_string())?;
+    Ok(Job {
+        wrapper,
+        program,
+        started: Instant::now(),
+        wrapper_killed: false,
+        program_killed: false,
+    })
+}
+
+fn reap(jobs: &mut Vec<Job>, t: &mut Tally) {
+    jobs.retain_mut(|j| match j.wrapper.try_wait() {
+        Ok(Some(st)) => {
+            if st.code() == Some(super::super::run::EXIT_ALLOT) {
+                t.refused += 1;
+            } else {
+                t.finished += 1;
+            }
+            // The program of a killed wrapper may live on: keep stopping it
+            // with its group at the end.
+            if j.wrapper_killed {
+                kill_group(j.wrapper.id(), rustix::process::Signal::KILL);
+            }
+            false
+        }
+        _ => true,
+    });
+    // Orphans handed to us by the kernel (programs of killed wrappers).
+    while let Ok(Some(_)) = rustix::process::waitpid(None, rustix::process::WaitOptions::NOHANG) {}
+}
+
+fn kill_a_wrapper(jobs: &mut [Job], rng: &mut Rng, t: &mut Tally) {
+    let live: Vec<usize> = (0..jobs.len())
+        .filter(|&i| !jobs[i].wrapper_killed)
+        .collect();
+    if live.is_empty() {
+        return;
+    }
+    let j = &mut jobs[live[rng.below(live.len() as u64) as usize]];
+    let _ = j.wrapper.kill();
+    j.wrapper_killed = true;
+    t.wrappers_killed += 1;
+}
+
+fn kill_a_program(jobs: &mut [Job], rng: &mut Rng, t: &mut Tally) {
+    let live: Vec<usize> = (0..jobs.len())
+        .filter(|&i| !jobs[i].wrapper_killed && !jobs[i].program_killed)
+        .collect();
+    if live.is_empty() {
+        return;
+    }
+    let j = &mut jobs[live[rng.below(live.len() as u64) as usize]];
+    for pid in children(j.wrapper.id()) {
+        if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+            let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+            j.program_killed = true;
+        }
+    }
+    if j.program_killed {
+        t.programs_killed += 1;
+    }
+}
+
+/// SIGKILLs the broker, starts it again, and checks that the surviving
+/// cells are adopted and rejoined in time.
+fn restart(broker: &mut PrivateBroker, jobs: &[Job], t: &mut Tally) -> Result<(), String> {
+    let Some(before) = status(broker.socket()) else {
+        return Ok(());
+    };
+    broker.kill9();
+    let log_len = broker_log_len(broker);
+    let t0 = Instant::now();
+    broker.spawn()?;
+    t.restarts += 1;
+    // Cells whose processes still run must come back.
+    let surviving: BTreeSet<u64> = before
+        .cells
+        .iter()
+        .filter(|c| c.pids.iter().any(|&p| alive(p)))
+        .map(|c| c.id)
+        .collect();
+    let mut adopted_at = None;
+    while t0.elapsed() < ADOPT_WITHIN {
+        if let Some(st) = status(broker.socket()) {
+            let listed: BTreeSet<u64> = st.cells.iter().map(|c| c.id).collect();
+            let missing: Vec<u64> = surviving
+                .iter()
+                .copied()
+                .filter(|id| !listed.contains(id) && cell_alive(&before, *id))
+                .collect();
+            if missing.is_empty() {
+                adopted_at = Some(t0.elapsed());
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    match adopted_at {
+        Some(d) => t.adopt_ms.push(d.as_millis() as u64),
+        None => t.failures.push(format!(
+            "after restart {}, cells {surviving:?} were not all listed within {ADOPT_WITHIN:?}",
+            t.restarts
+        )),
+    }
+    // Every live allot run rejoins (the broker logs it).
+    let wrappers: usize = jobs
+        .iter()
+        .filter(|j| !j.wrapper_killed && alive(j.wrapper.id()))
+        .count();
+    let expected = surviving.len().min(wrappers);
+    let mut rejoined_at = None;
+    while t0.elapsed() < REJOIN_WITHIN {
+        let rejoins = broker
+            .log()
+            .get(log_len..)
+            .map_or(0, |l| l.matches("rejoined by pid").count());
+        if rejoins >= expected {
+            rejoined_at = Some(t0.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    match rejoined_at {
+        Some(d) => t.rejoin_ms.push(d.as_millis() as u64),
+        // A wrapper may end during the window: only a shortfall among
+        // those still running counts.
+        None => {
+            let still = jobs
+                .iter()
+                .filter(|j| !j.wrapper_killed && alive(j.wrapper.id()))
+                .count()
+                .min(surviving.len());
+            let rejoins = broker
+                .log()
+                .get(log_len..)
+                .map_or(0, |l| l.matches("rejoined by pid").count());
+            if rejoins < still {
+                t.failures.push(format!(
+                    "after restart {}, {rejoins} of {still} running allot run wrappers rejoined within {REJOIN_WITHIN:?}",
+                    t.restarts
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn cell_alive(st: &Status, id: u64) -> bool {
+    st.cells
+        .iter()
+        .find(|c| c.id == id)
+        .is_some_and(|c| c.pids.iter().any(|&p| alive(p)))
+}
+
+fn check_exclusive(st: &Status, broker: &PrivateBroker, t: &mut Tally) {
+    let sets: Vec<(u64, bool, CpuSet)> = st
+        .cells
+        .iter()
+        .map(|c| {
+            (
+                c.id,
+                c.spec.exclusive,
+                CpuSet::parse_list(&c.cpus).unwrap_or_default(),
+            )
+        })
+        .collect();
+    for (id, excl, cpus) in &sets {
+        if !excl {
+            continue;
+        }
+        for (other, _, theirs) in &sets {
+            if other != id && cpus.intersects(theirs) {
+                t.failures.push(format!(
+                    "exclusive cell {id} holds {cpus} and cell {other} holds {theirs} (status)"
+                ));
+            }
+        }
+    }
+    // The kernel's view, for cgroup v1: read twice, flag what both agree on.
+    let dir = Path::new("/sys/fs/cgroup/cpuset").join(broker.cgroup());
+    if !dir.exists() {
+        return;
+    }
+    let exclusive: BTreeSet<u64> = sets.iter().filter(|s| s.1).map(|s| s.0).collect();
+    let first = kernel_cpusets(&dir);
+    let second = kernel_cpusets(&dir);
+    for (id, cpus) in &first {
+        if !exclusive.contains(id) || second.get(id) != Some(cpus) {
+            continue;
+        }
+        for (other, theirs) in &first {
+            if other != id && cpus.intersects(theirs) && second.get(other) == Some(theirs) {
+                t.failures.push(format!(
+                    "exclusive cell {id}'s cpuset {cpus} overlaps cell {other}'s {theirs} (kernel)"
+                ));
+            }
+        }
+    }
+}
+
+/// cpusets of the populated `cell-N` cgroups under `dir`.
+fn kernel_cpusets(dir: &Path) -> BTreeMap<u64, CpuSet> {
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let Some(id) = allot_enforce::cell_id(&e.file_name().to_string_lossy()) else {
+            continue;
+        };
+        let populated = std::fs::read_to_string(e.path().join("cgroup.procs"))
+            .is_ok_and(|p| !p.trim().is_empty());
+        if !populated {
+            continue;
+        }
+        if let Some(c) = std::fs::read_to_string(e.path().join("cpuset.cpus"))
+            .ok()
+            .and_then(|t| CpuSet::parse_list(t.trim()).ok())
+        {
+            out.insert(id, c);
+        }
+    }
+    out
+}
+
+fn check_leaks(
+    st: &Status,
+    broker: &PrivateBroker,
+    unlisted: &mut BTreeMap<u64, Instant>,
+    t: &mut Tally,
+) {
+    let listed: BTreeSet<u64> = st
+        .cells
+        .iter()
+        .map(|c| c.id)
+        .chain(st.queue.iter().map(|q| q.id))
+        .collect();
+    let mut present = BTreeSet::new();
+    for h in ["cpuset", "cpu", "cpuacct"] {
+        let dir = Path::new("/sys/fs/cgroup").join(h).join(broker.cgroup());
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if let Some(id) = allot_enforce::cell_id(&e.file_name().to_string_lossy()) {
+                present.insert(id);
+            }
+        }
+    }
+    let now = Instant::now();
+    unlisted.retain(|id, _| present.contains(id) && !listed.contains(id));
+    for id in present.difference(&listed) {
+        let since = *unlisted.entry(*id).or_insert(now);
+        if now.duration_since(since) > LEAK_AFTER {
+            t.failures.push(format!(
+                "cgroup cell-{id} is left {LEAK_AFTER:?} after the broker stopped listing it"
+            ));
+            unlisted.insert(*id, now); // report once per period
+        }
+    }
+}
+
+/// Stops every job and whatever else of ours runs, except `keep` (the
+/// broker).
+fn stop_jobs(jobs: &mut Vec<Job>, keep: Option<u32>) {
+    for j in jobs.iter() {
+        kill_group(j.wrapper.id(), rustix::process::Signal::TERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline
+        && jobs
+            .iter_mut()
+            .any(|j| matches!(j.wrapper.try_wait(), Ok(None)))
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for j in jobs.iter_mut() {
+        kill_group(j.wrapper.id(), rustix::process::Signal::KILL);
+        let _ = j.wrapper.wait();
+    }
+    jobs.clear();
+    // Whatever else is ours (orphaned programs, a stray `sleep`).
+    for pid in children(std::process::id())
+        .into_iter()
+        .filter(|&p| Some(p) != keep)
+    {
+        if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+            let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+        }
+    }
+    while let Ok(Some(_)) = rustix::process::waitpid(None, rustix::process::WaitOptions::NOHANG) {}
+}
+
+fn kill_group(pgid: u32, sig: rustix::process::Signal) {
+    if let Some(p) = rustix::process::Pid::from_raw(pgid as i32) {
+        let _ = rustix::process::kill_process_group(p, sig);
+    }
+}
+
+/// The processes whose parent is `pid` (its children, and for a subreaper
+/// the orphans it adopted).
+fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rfind(')')
+            .and_then(|i| stat[i + 2..].split_whitespace().nth(1))
+            .and_then(|x| x.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| s.rfind(')').is_some_and(|i| !s[i + 2..].starts_with('Z')))
+}
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+fn status(socket: &Path) -> Option<Status> {
+    let mut c = allot_client::Client::connect(socket).ok()?;
+    c.set_timeout(Some(Duration::from_secs(2))).ok()?;
+    c.status().ok()
+}
+
+fn broker_log_len(broker: &PrivateBroker) -> usize {
+    broker.log().len()
+}
+
+fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    f()
+}
+
+fn pct(v: &[u64], p: f64) -> String {
+    if v.is_empty() {
+        return "-".into();
+    }
+    let mut s = v.to_vec();
+    s.sort_unstable();
+    let i = ((s.len() as f64 - 1.0) * p).round() as usize;
+    format!("{} ms", s[i])
+}
+
+fn summary(a: &ChaosArgs, backend: &str, t: &Tally) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "chaos: {} s, {backend} backend, seed {}",
+        a.seconds, a.seed
+    );
+    let _ = writeln!(
+        out,
+        "  jobs started {}, finished {}, refused {}; wrappers killed {}, programs killed {}",
+        t.started, t.finished, t.refused, t.wrappers_killed, t.programs_killed
+    );
+    let _ = writeln!(
+        out,
+        "  broker restarts {}; survivors listed again: median {}, max {} (bound {ADOPT_WITHIN:?}); \
+         rejoined: median {}, max {} (bound {REJOIN_WITHIN:?})",
+        t.restarts,
+        pct(&t.adopt_ms, 0.5),
+        pct(&t.adopt_ms, 1.0),
+        pct(&t.rejoin_ms, 0.5),
+        pct(&t.rejoin_ms, 1.0)
+    );
+    let _ = writeln!(
+        out,
+        "  invariant checks {}: exclusivity (status and kernel), leaked cgroups, lost tokens",
+        t.checks
+    );
+    if t.failures.is_empty() {
+        let _ = writeln!(out, "  no failure");
+    } else {
+        let _ = writeln!(out, "  {} FAILURE(S):", t.failures.len());
+        for f in t.failures.iter().take(30) {
+            let _ = writeln!(out, "    {f}");
+        }
+    }
+    out
+}
