@@ -8,7 +8,7 @@
 //! - [`wire`]: the primitive field encoding.
 //! - [`status`]: the broker's status document.
 //! - [`dirs`]: the directories allot trusts (socket, journal, installs).
-//! - [`env`]: the environment variables allot sets and reads.
+//! - [`env`](mod@env): the environment variables allot sets and reads.
 //!
 //! Any change to a message must bump [`PROTOCOL_VERSION`], any change to
 //! the page layout [`PAGE_VERSION`]; both sides refuse other versions with a

@@ -7,11 +7,11 @@
 //! the journal, and returns [`Effect`]s for the event loop: replies to send,
 //! processes to start or stop watching.
 //!
-//! - this file: the state, the re-plan pipeline ([`Core::reconcile`]),
+//! - this file: the state, the re-plan pipeline (`Core::reconcile`),
 //!   process exits, ticks, shutdown;
-//! - [`restore`]: rebuilding the state from the journal and the backend;
-//! - [`register`]: admission, the queue, joining and leaving cells;
-//! - [`requests`]: dispatching requests, one handler each.
+//! - `restore`: rebuilding the state from the journal and the backend;
+//! - `register`: admission, the queue, joining and leaving cells;
+//! - `requests`: dispatching requests, one handler each.
 //!
 //! Invariants kept here (the planner keeps the plan invariants):
 //!
@@ -27,7 +27,7 @@
 //!   removed then, or retried on every tick for [`REMOVE_RETRY_FOR`] if the
 //!   kernel is still busy with its last task.
 //! - No cell is admitted that the journal could not record, and no id is
-//!   given out that the backend still holds (see [`restore`]).
+//!   given out that the backend still holds (see `restore`).
 //! - What one user can make the broker keep is bounded by
 //!   [`crate::config::Limits`]; root is exempt from the per-user bounds.
 
@@ -190,7 +190,7 @@ fn random_u64() -> u64 {
 impl Core {
     /// Builds the core, restoring cells from the journal and the backend:
     /// cells whose processes still run are adopted with the grants they
-    /// had, the others are cleaned up (see [`restore`]). Returns the
+    /// had, the others are cleaned up (see `restore`). Returns the
     /// effects (pids to watch).
     pub fn new(
         cfg: &Config,

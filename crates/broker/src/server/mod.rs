@@ -1,5 +1,11 @@
 //! The broker's event loop: one thread, one epoll set.
 //!
+//! - this file: start-up, the loop, ticks, process exits;
+//! - `accept`: new connections, per-user connection limits, running out
+//!   of descriptors;
+//! - `session`: reading requests within each user's turn, queueing and
+//!   flushing replies.
+//!
 //! Sources, each with an epoll token:
 //!
 //! | source          | token            | on readiness                                |
@@ -31,8 +37,8 @@
 //! error that says so, and closed. When the process runs out of file
 //! descriptors, the listener is taken out of the epoll set for a back-off
 //! that doubles up to [`ACCEPT_BACKOFF_MAX`] (a level-triggered listener
-//! that cannot accept would otherwise wake the loop forever), and one
-//! waiting client is told why through a descriptor kept in reserve for
+//! that cannot accept would otherwise wake the loop forever), and every
+//! waiting client is told why, through a descriptor kept in reserve for
 //! exactly that, instead of hanging. Such conditions are logged at most
 //! once per [`LOG_EVERY`], with a count of what was held back.
 //!
@@ -45,14 +51,20 @@
 //! Processes without a pidfd (kernels before 5.3) are polled through `/proc`
 //! on every tick instead.
 
+mod accept;
+mod session;
+
+use accept::open_spare;
+pub use session::{EXPENSIVE, MAX_QUEUED_BYTES, USER_TURN};
+
 use crate::config::Config;
-use crate::core::{Core, Effect, Peer, SessionId};
+use crate::core::{Core, Peer, SessionId};
 use crate::journal::Journal;
 use crate::log::Throttle;
-use crate::{debug, info, warn};
+use crate::{info, warn};
 use allot_enforce::os::{Os, RealOs};
 use allot_proto::dirs::TrustedDir;
-use allot_proto::msg::{ErrorCode, MAX_MESSAGE, Reply, Request, kind_expects_reply};
+use allot_proto::msg::MAX_MESSAGE;
 use allot_proto::transport;
 use rustix::event::epoll::{self, CreateFlags, Event, EventData, EventFlags};
 use rustix::fd::{AsFd, AsRawFd, OwnedFd};
@@ -69,21 +81,6 @@ const SESSION: u64 = 1 << 62;
 const PIDFD: u64 = 2 << 62;
 const KIND_MASK: u64 = 3 << 62;
 
-/// Request units served per user per loop iteration, across its
-/// connections.
-pub const USER_TURN: u32 = 32;
-/// Units a status or kind listing counts (cheap requests count one).
-pub const EXPENSIVE: u32 = 8;
-
-fn cost(req: &Request) -> u32 {
-    match req {
-        Request::Status | Request::KindList => EXPENSIVE,
-        _ => 1,
-    }
-}
-/// Bytes of replies queued for a session that does not read before it is
-/// dropped (a status document of thousands of cells fits).
-pub const MAX_QUEUED_BYTES: usize = 2 << 20;
 /// First pause of the listener when descriptors run out.
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(25);
 /// Longest pause of the listener.
@@ -440,267 +437,6 @@ impl Broker {
         self.apply(effects);
     }
 
-    fn accept(&mut self) {
-        loop {
-            let sock = match rustix::net::accept_with(
-                &self.listener,
-                rustix::net::SocketFlags::CLOEXEC | rustix::net::SocketFlags::NONBLOCK,
-            ) {
-                Ok(s) => s,
-                Err(rustix::io::Errno::AGAIN) => {
-                    self.backoff = ACCEPT_BACKOFF_MIN;
-                    return;
-                }
-                Err(rustix::io::Errno::INTR | rustix::io::Errno::CONNABORTED) => continue,
-                Err(
-                    e @ (rustix::io::Errno::MFILE
-                    | rustix::io::Errno::NFILE
-                    | rustix::io::Errno::NOBUFS
-                    | rustix::io::Errno::NOMEM),
-                ) => return self.out_of_descriptors(e),
-                Err(e) => {
-                    if let Some(held) = self.fd_log.allow(Instant::now()) {
-                        warn!("accept: {e}{}", held_back(held));
-                    }
-                    return;
-                }
-            };
-            let peer = match rustix::net::sockopt::socket_peercred(&sock) {
-                Ok(c) => Peer {
-                    pid: c.pid.as_raw_nonzero().get() as u32,
-                    uid: c.uid.as_raw(),
-                    gid: c.gid.as_raw(),
-                },
-                Err(e) => {
-                    debug!("cannot read peer credentials ({e}); closing the connection");
-                    continue;
-                }
-            };
-            let open = self.conns.get(&peer.uid).copied().unwrap_or(0);
-            let limit = self.cfg.limits.connections;
-            if peer.limited() && open >= limit {
-                if let Some(held) = self.limit_log.allow(Instant::now()) {
-                    warn!(
-                        "uid {} reached its {limit} connections (limits.connections); refusing more{}",
-                        peer.uid,
-                        held_back(held)
-                    );
-                }
-                refuse(
-                    &sock,
-                    ErrorCode::Limit,
-                    format!(
-                        "uid {} has {open} connections to the broker open, the limit per user \
-                         (limits.connections); close some and retry",
-                        peer.uid
-                    ),
-                );
-                continue;
-            }
-            let id = self.next_session;
-            self.next_session += 1;
-            if let Err(e) = add(
-                &self.epoll,
-                &sock,
-                SESSION | id,
-                EventFlags::IN | EventFlags::RDHUP,
-            ) {
-                warn!("epoll add: {e}");
-                continue;
-            }
-            *self.conns.entry(peer.uid).or_default() += 1;
-            debug!("session {id}: pid {} uid {}", peer.pid, peer.uid);
-            self.sessions.insert(
-                id,
-                Session {
-                    sock,
-                    peer,
-                    out: VecDeque::new(),
-                    out_bytes: 0,
-                    writable_wanted: false,
-                },
-            );
-        }
-    }
-
-    /// No descriptor left for a new connection: tell every waiting client
-    /// why (the reserve descriptor makes room for one at a time), then stop
-    /// listening for a while.
-    fn out_of_descriptors(&mut self, e: rustix::io::Errno) {
-        if let Some(spare) = self.spare.take() {
-            drop(spare);
-            let mut told = 0u32;
-            while let Ok(sock) =
-                rustix::net::accept_with(&self.listener, rustix::net::SocketFlags::CLOEXEC)
-            {
-                refuse(
-                    &sock,
-                    ErrorCode::Internal,
-                    "the broker has run out of file descriptors; retry in a moment \
-                     (its log says more)",
-                );
-                told += 1;
-            }
-            self.spare = open_spare();
-            debug!("told {told} waiting client(s) that descriptors ran out");
-        }
-        let now = Instant::now();
-        if let Some(held) = self.fd_log.allow(now) {
-            warn!(
-                "cannot accept connections: {e} ({} open); pausing for up to {ACCEPT_BACKOFF_MAX:?}{}",
-                self.sessions.len(),
-                held_back(held)
-            );
-        }
-        let _ = epoll::delete(&self.epoll, &self.listener);
-        self.paused = Some(Paused {
-            until: now + self.backoff,
-        });
-        self.backoff = (self.backoff * 2).min(ACCEPT_BACKOFF_MAX);
-    }
-
-    fn resume_listener(&mut self, now: Instant) {
-        if let Some(p) = self.paused
-            && now >= p.until
-        {
-            self.paused = None;
-            if let Err(e) = add(&self.epoll, &self.listener, LISTENER, EventFlags::IN) {
-                warn!("cannot listen again: {e}");
-            }
-        }
-    }
-
-    fn on_session(&mut self, id: SessionId, flags: EventFlags) {
-        if flags.contains(EventFlags::OUT) {
-            self.flush(id);
-        }
-        if !flags.intersects(EventFlags::IN | EventFlags::HUP | EventFlags::RDHUP | EventFlags::ERR)
-        {
-            return;
-        }
-        loop {
-            let Some(s) = self.sessions.get(&id) else {
-                return;
-            };
-            let peer = s.peer;
-            if self.turn.get(&peer.uid).copied().unwrap_or(0) >= USER_TURN {
-                break; // this user's turn is over; the rest waits
-            }
-            let got = transport::recv(s.sock.as_fd(), &mut self.buf, true);
-            let d = match got {
-                Ok(Some(d)) => d,
-                Ok(None) if peer_gone(s.sock.as_fd()) => return self.close(id),
-                Ok(None) => {
-                    let reply = Reply::error(
-                        ErrorCode::Malformed,
-                        0,
-                        "an empty message is not a request (every message starts with a 12-byte header)",
-                    );
-                    self.apply(vec![Effect::Reply {
-                        session: id,
-                        reply,
-                        fd: None,
-                    }]);
-                    *self.turn.entry(peer.uid).or_default() += 1;
-                    continue;
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(e) => {
-                    debug!("session {id}: {e}");
-                    return self.close(id);
-                }
-            };
-            let mut units = 1;
-            let effects = if d.truncated || d.len > MAX_MESSAGE {
-                vec![Effect::Reply {
-                    session: id,
-                    reply: Reply::error(
-                        ErrorCode::Oversized,
-                        0,
-                        format!("message exceeds the {MAX_MESSAGE}-byte limit"),
-                    ),
-                    fd: None,
-                }]
-            } else {
-                match Request::decode(&self.buf[..d.len]) {
-                    Ok(req) => {
-                        units = cost(&req);
-                        let fd = if matches!(req, Request::Rejoin { .. }) {
-                            d.fd
-                        } else {
-                            None
-                        };
-                        self.core.handle(id, peer, req, fd)
-                    }
-                    Err(e) => {
-                        debug!("session {id}: bad message: {e}");
-                        if e.request_kind() != 0 && !kind_expects_reply(e.request_kind()) {
-                            vec![] // one-way: never answered
-                        } else {
-                            vec![Effect::Reply {
-                                session: id,
-                                reply: Reply::error(e.code(), e.request_kind(), e.to_string()),
-                                fd: None,
-                            }]
-                        }
-                    }
-                }
-            };
-            *self.turn.entry(peer.uid).or_default() += units;
-            self.apply(effects);
-        }
-    }
-
-    fn close(&mut self, id: SessionId) {
-        if let Some(s) = self.sessions.remove(&id) {
-            let _ = epoll::delete(&self.epoll, &s.sock);
-            if let Some(n) = self.conns.get_mut(&s.peer.uid) {
-                *n -= 1;
-                if *n == 0 {
-                    self.conns.remove(&s.peer.uid);
-                }
-            }
-            debug!("session {id} closed");
-        }
-        let effects = self.core.session_closed(id);
-        self.apply(effects);
-    }
-
-    fn apply(&mut self, effects: Vec<Effect>) {
-        for e in effects {
-            match e {
-                Effect::Reply { session, reply, fd } => {
-                    let Some(s) = self.sessions.get_mut(&session) else {
-                        continue;
-                    };
-                    let bytes = reply.encode();
-                    if s.out_bytes + bytes.len() > MAX_QUEUED_BYTES {
-                        let uid = s.peer.uid;
-                        if let Some(held) = self.slow_log.allow(Instant::now()) {
-                            warn!(
-                                "session {session} (uid {uid}) is not reading its replies; \
-                                 disconnecting it{}",
-                                held_back(held)
-                            );
-                        }
-                        self.close(session);
-                        continue;
-                    }
-                    s.out_bytes += bytes.len();
-                    s.out.push_back((bytes, fd));
-                    self.flush(session);
-                }
-                Effect::Watch(pid) => self.watch(pid),
-                Effect::Unwatch(pid) => {
-                    self.polled.remove(&pid);
-                    if let Some(fd) = self.pidfds.remove(&pid) {
-                        let _ = epoll::delete(&self.epoll, &fd);
-                    }
-                }
-            }
-        }
-    }
-
     fn watch(&mut self, pid: u32) {
         if self.pidfds.contains_key(&pid) {
             return;
@@ -727,42 +463,6 @@ impl Broker {
         }
     }
 
-    fn flush(&mut self, id: SessionId) {
-        let Some(s) = self.sessions.get_mut(&id) else {
-            return;
-        };
-        while let Some((bytes, fd)) = s.out.front() {
-            match transport::send(s.sock.as_fd(), bytes, fd.as_ref().map(|f| f.as_fd())) {
-                Ok(()) => {
-                    s.out_bytes -= bytes.len();
-                    s.out.pop_front();
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(e) => {
-                    debug!("session {id}: send failed: {e}");
-                    s.out.clear();
-                    s.out_bytes = 0;
-                    break;
-                }
-            }
-        }
-        let want = !s.out.is_empty();
-        if want != s.writable_wanted {
-            s.writable_wanted = want;
-            let flags = if want {
-                EventFlags::IN | EventFlags::RDHUP | EventFlags::OUT
-            } else {
-                EventFlags::IN | EventFlags::RDHUP
-            };
-            let _ = epoll::modify(
-                &self.epoll,
-                &s.sock,
-                EventData::new_u64(SESSION | id),
-                flags,
-            );
-        }
-    }
-
     /// The socket this broker serves.
     pub fn socket(&self) -> &Path {
         &self.cfg.socket
@@ -772,49 +472,6 @@ impl Broker {
     pub fn tick(&self) -> Duration {
         self.cfg.tick
     }
-}
-
-/// " (N more held back)" for a throttled log line, or nothing.
-fn held_back(n: u64) -> String {
-    if n == 0 {
-        String::new()
-    } else {
-        format!(" ({n} more like this held back)")
-    }
-}
-
-/// Answers a connection the broker will not serve, then drops it.
-fn refuse(sock: &OwnedFd, code: ErrorCode, msg: impl Into<String>) {
-    let _ = transport::send(sock.as_fd(), &Reply::error(code, 0, msg).encode(), None);
-}
-
-/// Whether the peer of `sock` has closed its end (a zero-length read was
-/// end of stream, not an empty datagram).
-fn peer_gone(sock: rustix::fd::BorrowedFd<'_>) -> bool {
-    use rustix::event::{PollFd, PollFlags};
-    let mut fds = [PollFd::new(&sock, PollFlags::RDHUP)];
-    match rustix::event::poll(
-        &mut fds,
-        Some(&Timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        }),
-    ) {
-        Ok(_) => fds[0]
-            .revents()
-            .intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR),
-        Err(_) => true,
-    }
-}
-
-/// A descriptor held in reserve (`/dev/null`).
-fn open_spare() -> Option<OwnedFd> {
-    rustix::fs::open(
-        "/dev/null",
-        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    )
-    .ok()
 }
 
 /// Raises the soft limit on open files to the hard limit: every client

@@ -1,0 +1,463 @@
+//! Control messages between clients and the broker.
+//!
+//! Every message is one `SOCK_SEQPACKET` datagram: a 12-byte header, then the
+//! body.
+//!
+//! ```text
+//! offset  size  field
+//!      0     2  magic    0xA110 (little-endian)
+//!      2     2  version  PROTOCOL_VERSION
+//!      4     2  kind     request kinds 0x01.., reply kinds 0x81..
+//!      6     2  flags    reserved, must be 0
+//!      8     4  length   body length in bytes (= datagram length − 12)
+//! ```
+//!
+//! Bodies are sequences of the primitive forms in [`crate::wire`]; each
+//! message's fields are listed on its variant below, in order. A datagram
+//! longer than [`MAX_MESSAGE`] is rejected before decoding.
+//!
+//! Requests get exactly one reply each, in order, except the *one-way*
+//! requests `Report` and `KindRelease` ([`Request::expects_reply`]), which
+//! never get one — not even an error: a client that sends one and then
+//! calls anything else reads the reply to its call, never a stale error.
+//! The broker logs what it rejects of them. A datagram whose header names a
+//! one-way kind is never answered either, even if its body is malformed. A
+//! `Register` that is queued gets `Queued` now and `Registered` later, when
+//! admitted.
+//!
+//! Message types here are the wire's own: the planner's `CellSpec` is
+//! converted to and from [`SpecWire`] at the edges (client and broker).
+
+use crate::wire::DecodeError;
+
+/// Wire-format version. **Bump it on any change to a message**; the broker
+/// answers other versions with [`ErrorCode::UnsupportedVersion`]. (The grant
+/// page has its own [`crate::page::PAGE_VERSION`].)
+///
+/// History: 1 — cells; 2 — the resource ledger for `require` (0x0A–0x0E);
+/// 3 — one-way requests are never answered, [`ErrorCode::Limit`], the
+/// status document carries its own version ([`crate::status`]).
+pub const PROTOCOL_VERSION: u16 = 3;
+
+/// Header magic.
+pub const MAGIC: u16 = 0xA110;
+
+/// Header length in bytes.
+pub const HEADER_LEN: usize = 12;
+
+/// Largest datagram either side sends or accepts.
+pub const MAX_MESSAGE: usize = 64 * 1024;
+
+/// Stable error codes carried by [`Reply::Error`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u16)]
+pub enum ErrorCode {
+    /// The datagram did not decode.
+    Malformed = 1,
+    /// The header's version is not the broker's.
+    UnsupportedVersion = 2,
+    /// Unknown message kind.
+    UnknownKind = 3,
+    /// Datagram above [`MAX_MESSAGE`].
+    Oversized = 4,
+    /// Admission refused for now (the message says which guarantees block it).
+    Refused = 5,
+    /// The request can never be met on this machine.
+    Never = 6,
+    /// No such cell.
+    UnknownCell = 7,
+    /// The caller may not act on that cell or process.
+    PermissionDenied = 8,
+    /// The request is well-formed but invalid (bad spec, bad pid).
+    Invalid = 9,
+    /// The broker failed internally; the message says what to do.
+    Internal = 10,
+    /// The broker is shutting down.
+    ShuttingDown = 11,
+    /// A per-user limit of the broker's configuration was reached (cells,
+    /// queued cells, connections, kinds…); the message names it.
+    Limit = 12,
+}
+
+impl ErrorCode {
+    /// From the wire value. A code this version does not define is not
+    /// mapped to another (the peer speaks the same version, so it is a
+    /// malformed reply, and a decoder that rewrote it would misreport it).
+    pub fn from_u16(v: u16) -> Option<ErrorCode> {
+        use ErrorCode::*;
+        Some(match v {
+            1 => Malformed,
+            2 => UnsupportedVersion,
+            3 => UnknownKind,
+            4 => Oversized,
+            5 => Refused,
+            6 => Never,
+            7 => UnknownCell,
+            8 => PermissionDenied,
+            9 => Invalid,
+            10 => Internal,
+            11 => ShuttingDown,
+            12 => Limit,
+            _ => return None,
+        })
+    }
+}
+
+/// Where a cell's CPUs should lie, as the wire encodes it (`u8`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum PlacementWire {
+    /// 0: anywhere.
+    #[default]
+    Any = 0,
+    /// 1: within one last-level cache.
+    Llc = 1,
+    /// 2: within one NUMA node.
+    Numa = 2,
+}
+
+impl PlacementWire {
+    /// From the wire byte.
+    pub fn from_code(code: u8) -> Option<PlacementWire> {
+        match code {
+            0 => Some(PlacementWire::Any),
+            1 => Some(PlacementWire::Llc),
+            2 => Some(PlacementWire::Numa),
+            _ => None,
+        }
+    }
+}
+
+/// What a cell asks for, as it travels: `min: u32, max: u32, weight: u32,
+/// exclusive: bool, placement: u8`. The broker validates it when it turns
+/// it into the planner's spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SpecWire {
+    /// CPUs guaranteed (0: best effort).
+    pub min: u32,
+    /// Most CPUs (0: the machine).
+    pub max: u32,
+    /// Relative weight (1 to 10000).
+    pub weight: u32,
+    /// CPUs no other cell may use.
+    pub exclusive: bool,
+    /// Where the CPUs should lie.
+    pub placement: PlacementWire,
+}
+
+impl Default for SpecWire {
+    fn default() -> Self {
+        SpecWire {
+            min: 0,
+            max: 0,
+            weight: 1,
+            exclusive: false,
+            placement: PlacementWire::Any,
+        }
+    }
+}
+
+/// One line of a ledger acquisition or release: an amount of one device of
+/// a resource kind.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LedgerItem {
+    /// Kind name.
+    pub kind: String,
+    /// Device index.
+    pub dev: u32,
+    /// Amount.
+    pub amount: f64,
+    /// A shared (non-exclusive) holding.
+    pub shared: bool,
+}
+
+/// One device of a kind definition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceDef {
+    /// Name.
+    pub name: String,
+    /// Left to processes that asked for nothing.
+    pub min: f64,
+    /// Largest allocation.
+    pub max: f64,
+}
+
+/// A client's request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    /// `0x01` — `client: str`. Introduces the client; answered by `Welcome`.
+    Hello {
+        /// Free-form client description ("allot run", "liballot 0.1").
+        client: String,
+    },
+    /// `0x02` — `name: str, spec, wait: bool, members: list<u32>`.
+    /// Creates a cell for `members` (empty: the caller itself).
+    Register {
+        /// Human-readable name.
+        name: String,
+        /// What the cell asks for.
+        spec: SpecWire,
+        /// Queue instead of failing when admission says "not now".
+        wait: bool,
+        /// Process ids to put in the cell.
+        members: Vec<u32>,
+    },
+    /// `0x03` — `cell: u64, token: u64`. Reattaches to a cell after the
+    /// connection (or the broker) went away.
+    Rejoin {
+        /// The cell.
+        cell: u64,
+        /// The secret returned by `Registered`.
+        token: u64,
+    },
+    /// `0x04` — `cell: u64, pid: u32`. Adds a process to a cell.
+    AddMember {
+        /// The cell.
+        cell: u64,
+        /// The process.
+        pid: u32,
+    },
+    /// `0x05` — `cell: u64, busy: u32, wanted: u32, progress: u64`.
+    /// A progress report; no reply.
+    Report {
+        /// The cell.
+        cell: u64,
+        /// Workers busy now.
+        busy: u32,
+        /// CPUs the cell could use now (0: unknown).
+        wanted: u32,
+        /// A monotone progress counter (tasks done, bytes, frames…).
+        progress: u64,
+    },
+    /// `0x06` — `cell: u64, spec`. Changes a cell's request.
+    UpdateSpec {
+        /// The cell.
+        cell: u64,
+        /// The new request.
+        spec: SpecWire,
+    },
+    /// `0x07` — `cell: u64`. Ends a cell.
+    Release {
+        /// The cell.
+        cell: u64,
+    },
+    /// `0x08` — no fields. Asks for the broker's state as JSON.
+    Status,
+    /// `0x09` — no fields. Asks the broker to exit (its owner or root only).
+    Shutdown,
+    /// `0x0A` — `name: str, devices: list<(name: str, min: f64, max: f64)>`.
+    /// Defines a virtual (counting) resource kind for every process.
+    KindDefine {
+        /// Kind name.
+        name: String,
+        /// Its devices.
+        devices: Vec<DeviceDef>,
+    },
+    /// `0x0B` — no fields. The ledger as JSON (`Json` chunks).
+    KindList,
+    /// `0x0C` — `items: list<(kind: str, dev: u32, amount: f64, shared: bool)>`.
+    /// Takes every item for the calling process, all or nothing.
+    KindAcquire {
+        /// What to take.
+        items: Vec<LedgerItem>,
+    },
+    /// `0x0D` — same fields as `KindAcquire`. Gives items back; no reply.
+    KindRelease {
+        /// What to give back.
+        items: Vec<LedgerItem>,
+    },
+    /// `0x0E` — `epoch: u64, waiting: u32`. Answered with `Changed` as soon
+    /// as the ledger's epoch exceeds `epoch`; `waiting` is how many of the
+    /// caller's threads wait (summed into the waiters policies see).
+    KindWatch {
+        /// Last epoch seen.
+        epoch: u64,
+        /// Threads of the caller waiting.
+        waiting: u32,
+    },
+}
+
+/// The broker's reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// `0x81` — `broker_pid: u32, instance: u64, backend: str, machine: str, cpus: u32`.
+    Welcome {
+        /// The broker's process id.
+        broker_pid: u32,
+        /// Random id of this broker run (changes on restart).
+        instance: u64,
+        /// Enforcement backend in use.
+        backend: String,
+        /// Machine summary line.
+        machine: String,
+        /// CPUs available to cells.
+        cpus: u32,
+    },
+    /// `0x82` — `cell: u64, token: u64, generation: u64`. The grant page's
+    /// memfd travels with it as `SCM_RIGHTS`.
+    Registered {
+        /// The cell.
+        cell: u64,
+        /// Secret for `Rejoin`.
+        token: u64,
+        /// Grant generation at the time of the reply.
+        generation: u64,
+    },
+    /// `0x83` — `cell: u64, position: u32, reason: str`. Admission is
+    /// waiting; `Registered` follows when the cell is admitted.
+    Queued {
+        /// The cell id reserved for it.
+        cell: u64,
+        /// 1 for the head of the queue.
+        position: u32,
+        /// Why it waits.
+        reason: String,
+    },
+    /// `0x84` — no fields.
+    Ok,
+    /// `0x85` — `code: u16, request: u16, message: str`.
+    Error {
+        /// What went wrong.
+        code: ErrorCode,
+        /// Kind of the request that caused it (0 if it did not decode).
+        request: u16,
+        /// What happened and what to do.
+        message: String,
+    },
+    /// `0x86` — `more: bool, json: str`. One chunk of the status JSON; chunks
+    /// with `more` set are followed by another.
+    Status {
+        /// Another chunk follows.
+        more: bool,
+        /// This chunk.
+        json: String,
+    },
+    /// `0x87` — `more: bool, json: str`. One chunk of the ledger JSON.
+    Json {
+        /// Another chunk follows.
+        more: bool,
+        /// This chunk.
+        json: String,
+    },
+    /// `0x88` — `epoch: u64, waiters: u32`. The ledger changed.
+    Changed {
+        /// The ledger's epoch now.
+        epoch: u64,
+        /// Threads waiting across all processes.
+        waiters: u32,
+    },
+}
+
+impl Request {
+    /// The wire kind.
+    pub fn kind(&self) -> u16 {
+        match self {
+            Request::Hello { .. } => 0x01,
+            Request::Register { .. } => 0x02,
+            Request::Rejoin { .. } => 0x03,
+            Request::AddMember { .. } => 0x04,
+            Request::Report { .. } => 0x05,
+            Request::UpdateSpec { .. } => 0x06,
+            Request::Release { .. } => 0x07,
+            Request::Status => 0x08,
+            Request::Shutdown => 0x09,
+            Request::KindDefine { .. } => 0x0A,
+            Request::KindList => 0x0B,
+            Request::KindAcquire { .. } => 0x0C,
+            Request::KindRelease { .. } => 0x0D,
+            Request::KindWatch { .. } => 0x0E,
+        }
+    }
+
+    /// Whether the broker answers this request (see the module docs).
+    pub fn expects_reply(&self) -> bool {
+        kind_expects_reply(self.kind())
+    }
+}
+
+/// Whether the broker answers requests of wire kind `kind`: every kind but
+/// the one-way `Report` (0x05) and `KindRelease` (0x0D).
+pub fn kind_expects_reply(kind: u16) -> bool {
+    !matches!(kind, 0x05 | 0x0D)
+}
+
+impl Reply {
+    /// The wire kind.
+    pub fn kind(&self) -> u16 {
+        match self {
+            Reply::Welcome { .. } => 0x81,
+            Reply::Registered { .. } => 0x82,
+            Reply::Queued { .. } => 0x83,
+            Reply::Ok => 0x84,
+            Reply::Error { .. } => 0x85,
+            Reply::Status { .. } => 0x86,
+            Reply::Json { .. } => 0x87,
+            Reply::Changed { .. } => 0x88,
+        }
+    }
+
+    /// An error reply.
+    pub fn error(code: ErrorCode, request: u16, message: impl Into<String>) -> Reply {
+        Reply::Error {
+            code,
+            request,
+            message: message.into(),
+        }
+    }
+}
+
+/// Why a datagram was rejected, with the reply the broker sends for it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    /// Shorter than a header, or the header's length disagrees.
+    #[error("bad frame: {0}")]
+    Frame(String),
+    /// Wrong magic number: not an allot peer.
+    #[error("bad magic 0x{0:04x}: the peer does not speak the allot protocol")]
+    Magic(u16),
+    /// Another protocol version.
+    #[error(
+        "protocol version {got} is not supported (this side speaks {PROTOCOL_VERSION}); use matching allot versions"
+    )]
+    Version {
+        /// The peer's version.
+        got: u16,
+    },
+    /// Unknown kind.
+    #[error("unknown message kind 0x{0:02x}")]
+    Kind(u16),
+    /// The body did not decode.
+    #[error("message kind 0x{kind:02x}: {err}")]
+    Body {
+        /// The kind.
+        kind: u16,
+        /// The decode error.
+        err: DecodeError,
+    },
+    /// Too long.
+    #[error("message of {0} bytes exceeds the {MAX_MESSAGE}-byte limit")]
+    Oversized(usize),
+}
+
+impl FrameError {
+    /// The error code to answer with.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            FrameError::Version { .. } => ErrorCode::UnsupportedVersion,
+            FrameError::Kind(_) => ErrorCode::UnknownKind,
+            FrameError::Oversized(_) => ErrorCode::Oversized,
+            _ => ErrorCode::Malformed,
+        }
+    }
+
+    /// The request kind, when the header decoded far enough.
+    pub fn request_kind(&self) -> u16 {
+        match self {
+            FrameError::Kind(k) | FrameError::Body { kind: k, .. } => *k,
+            _ => 0,
+        }
+    }
+}
+
+mod codec;
+#[cfg(test)]
+mod tests;
