@@ -3,8 +3,8 @@
 //! grant page, journals of both versions, a full configuration). Run by
 //! `scripts/fuzz.sh --seeds`; its output is committed.
 
-use allot_proto::msg::{DeviceDef, ErrorCode, LedgerItem};
-use allot_proto::{Grant, PageMap, PlacementWire, Reply, Request, SpecWire};
+use allot_proto::msg::{example_replies, example_requests};
+use allot_proto::{Grant, PageMap};
 use std::path::Path;
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) {
@@ -14,100 +14,14 @@ fn write(dir: &Path, name: &str, bytes: &[u8]) {
 
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
-    let spec = SpecWire {
-        min: 1,
-        max: 4,
-        weight: 2,
-        exclusive: true,
-        placement: PlacementWire::Numa,
-    };
-    let item = LedgerItem {
-        kind: "cpu".into(),
-        dev: 1,
-        amount: 0.5,
-        shared: true,
-    };
-    let requests = [
-        Request::Hello {
-            client: "seed".into(),
-        },
-        Request::Register {
-            name: "make".into(),
-            spec,
-            wait: true,
-            members: vec![1, 2],
-        },
-        Request::Rejoin { cell: 7, token: 9 },
-        Request::AddMember { cell: 7, pid: 42 },
-        Request::Report {
-            cell: 7,
-            busy: 3,
-            wanted: 4,
-            progress: 99,
-        },
-        Request::UpdateSpec { cell: 1, spec },
-        Request::Release { cell: 9 },
-        Request::Status,
-        Request::Shutdown,
-        Request::KindDefine {
-            name: "StrongCore".into(),
-            devices: vec![DeviceDef {
-                name: "0".into(),
-                min: 0.0,
-                max: 2.0,
-            }],
-        },
-        Request::KindList,
-        Request::KindAcquire {
-            items: vec![item.clone()],
-        },
-        Request::KindRelease { items: vec![item] },
-        Request::KindWatch {
-            epoch: 9,
-            waiting: 2,
-        },
-    ];
-    for r in &requests {
+    for r in example_requests() {
         write(
             &root.join("wire"),
             &format!("request-{:02x}", r.kind()),
             &r.encode(),
         );
     }
-    let replies = [
-        Reply::Welcome {
-            broker_pid: 1,
-            instance: 2,
-            backend: "cgroup1".into(),
-            machine: "m".into(),
-            cpus: 2,
-        },
-        Reply::Registered {
-            cell: 1,
-            token: 2,
-            generation: 3,
-        },
-        Reply::Queued {
-            cell: 1,
-            position: 2,
-            reason: "busy".into(),
-        },
-        Reply::Ok,
-        Reply::error(ErrorCode::Limit, 2, "limits.cells"),
-        Reply::Status {
-            more: false,
-            json: "{}".into(),
-        },
-        Reply::Json {
-            more: true,
-            json: "[".into(),
-        },
-        Reply::Changed {
-            epoch: 3,
-            waiters: 1,
-        },
-    ];
-    for r in &replies {
+    for r in example_replies() {
         write(
             &root.join("wire"),
             &format!("reply-{:02x}", r.kind()),

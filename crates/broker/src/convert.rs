@@ -1,10 +1,11 @@
-//! Conversions at the broker's edges: the planner's [`CellSpec`] is what the
-//! broker decides with; the wire ([`SpecWire`]), the journal ([`SpecRec`])
-//! and the status document ([`SpecStatus`]) each have their own type, so a
-//! change to one audience's format never silently changes another's.
+//! Conversions at the broker's edges: the planner's [`CellSpec`] and
+//! [`Grant`] are what the broker decides with; the wire ([`SpecWire`]), the
+//! journal ([`SpecRec`], [`GrantRec`]) and the status document
+//! ([`SpecStatus`]) each have their own types, so a change to one
+//! audience's format never silently changes another's.
 
-use crate::journal::{PlacementRec, SpecRec};
-use allot_plan::{CellSpec, Placement};
+use crate::journal::{GrantRec, PlacementRec, SpecRec};
+use allot_plan::{CellSpec, Grant, Placement};
 use allot_proto::status::{self, SpecStatus};
 use allot_proto::{PlacementWire, SpecWire};
 
@@ -68,6 +69,34 @@ pub fn to_status(s: &CellSpec) -> SpecStatus {
     }
 }
 
+/// A grant for the journal, with its generation and the demand estimate.
+pub fn grant_to_record(g: &Grant, generation: u64, demand: Option<u32>) -> GrantRec {
+    GrantRec {
+        generation,
+        cpus: g.cpus,
+        lent: g.lent,
+        entitled: g.entitled,
+        threads: g.threads,
+        stacked: g.stacked,
+        home: g.home,
+        share: g.share,
+        demand,
+    }
+}
+
+/// A grant from the journal.
+pub fn grant_from_record(r: &GrantRec) -> Grant {
+    Grant {
+        cpus: r.cpus,
+        lent: r.lent,
+        entitled: r.entitled,
+        threads: r.threads,
+        stacked: r.stacked,
+        home: r.home,
+        share: r.share,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,5 +131,21 @@ mod tests {
             );
             assert_eq!(shown.as_str().unwrap(), placement.to_string());
         }
+    }
+
+    #[test]
+    fn grants_round_trip_through_the_journal() {
+        let g = Grant {
+            cpus: allot_topo::CpuSet::parse_list("0-3").unwrap(),
+            lent: allot_topo::CpuSet::parse_list("3").unwrap(),
+            entitled: allot_topo::CpuSet::parse_list("0-2").unwrap(),
+            threads: 4,
+            stacked: false,
+            home: 1,
+            share: 2.5,
+        };
+        let r = grant_to_record(&g, 7, Some(3));
+        assert_eq!((r.generation, r.demand), (7, Some(3)));
+        assert_eq!(grant_from_record(&r), g);
     }
 }

@@ -4,17 +4,11 @@
 
 mod common;
 
-use allot_broker::Config;
 use allot_broker::config::Limits;
-use allot_broker::core::{Core, Effect, Peer};
-use allot_broker::journal::Journal;
-use allot_enforce::DryRun;
-use allot_enforce::os::FakeOs;
+use allot_broker::core::{Effect, Peer};
 use allot_plan::CellSpec;
 use allot_proto::msg::{DeviceDef, ErrorCode, LedgerItem, Reply, Request};
-use allot_topo::{CpuSet, Machine};
 use common::*;
-use std::sync::Arc;
 
 fn code(effects: &[Effect]) -> Option<ErrorCode> {
     match reply(effects) {
@@ -40,29 +34,7 @@ fn exclusive(min: u32) -> CellSpec {
 
 /// A world whose broker has `limits`.
 fn limited(cpus: usize, limits: Limits) -> World {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = Config::new(dir.path().join("s.sock"));
-    cfg.limits = limits;
-    let os = FakeOs::new();
-    for (pid, uid) in [(1, 0), (2, 1000), (3, 1001)] {
-        os.spawn(pid, 0, 1, &CpuSet::first_n(cpus));
-        os.set_uid(pid, uid);
-    }
-    let dry = DryRun::new();
-    let journal = Journal::open(&dir.path().join("journal")).unwrap().journal;
-    let (core, _) = Core::new(
-        &cfg,
-        Machine::uniform(cpus),
-        Box::new(dry.clone()),
-        Arc::new(os.clone()),
-        Some(journal),
-    );
-    World {
-        core,
-        os,
-        dry,
-        _dir: dir,
-    }
+    world_configured(cpus, |c| c.limits = limits)
 }
 
 #[test]

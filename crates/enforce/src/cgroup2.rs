@@ -222,15 +222,7 @@ impl Enforcer for Cgroup2 {
     }
 
     fn existing(&mut self) -> Vec<u64> {
-        let mut ids: Vec<u64> = self
-            .fs
-            .children(&self.root)
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|n| crate::cell_id(n))
-            .collect();
-        ids.sort_unstable();
-        ids
+        crate::cell_dirs(self.fs.as_ref(), &self.root)
     }
 
     fn cleanup(&mut self) -> Result<()> {

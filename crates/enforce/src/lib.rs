@@ -121,6 +121,19 @@ pub fn cell_id(dir_name: &str) -> Option<u64> {
         .flatten()
 }
 
+/// The cells whose directories are children of `dir`, sorted (helper for
+/// [`Enforcer::existing`]).
+pub(crate) fn cell_dirs(fs: &dyn cgroupfs::CgroupFs, dir: &std::path::Path) -> Vec<u64> {
+    let mut ids: Vec<u64> = fs
+        .children(dir)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|n| cell_id(n))
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
 /// Removes the children of `dir` that stand for cells and are empty
 /// (helper for [`Enforcer::cleanup`]). Populated ones are left alone.
 pub(crate) fn remove_stray_cells(fs: &dyn cgroupfs::CgroupFs, dir: &std::path::Path) {

@@ -37,7 +37,7 @@ mod restore;
 
 use crate::config::{Config, Limits};
 use crate::demand::Estimator;
-use crate::journal::{GrantRec, Journal, MemberRec, Record};
+use crate::journal::{Journal, MemberRec, Record};
 use crate::ledger::Ledger;
 use crate::names::shown;
 use crate::{debug, info, warn};
@@ -435,17 +435,7 @@ impl Core {
             }
             recs.push(Record::Grant {
                 id,
-                grant: GrantRec {
-                    generation,
-                    cpus: g.cpus,
-                    lent: g.lent,
-                    entitled: g.entitled,
-                    threads: g.threads,
-                    stacked: g.stacked,
-                    home: g.home,
-                    share: g.share,
-                    demand: c.est.demand(),
-                },
+                grant: crate::convert::grant_to_record(g, generation, c.est.demand()),
             });
         }
         if next.pool != self.plan.pool || next.reserve != self.plan.reserve {

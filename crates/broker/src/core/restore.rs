@@ -68,15 +68,7 @@ impl Core {
                 );
             }
             let generation = rec.grant.as_ref().map_or(0, |g| g.generation);
-            let grant = rec.grant.as_ref().map(|g| Grant {
-                cpus: g.cpus,
-                lent: g.lent,
-                entitled: g.entitled,
-                threads: g.threads,
-                stacked: g.stacked,
-                home: g.home,
-                share: g.share,
-            });
+            let grant = rec.grant.as_ref().map(convert::grant_from_record);
             if let Some(g) = &grant {
                 grants.insert(CellId(id), g.clone());
             }

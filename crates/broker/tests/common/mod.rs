@@ -50,6 +50,17 @@ pub fn world_with_backend(
     dry: DryRun,
 ) -> (World, Vec<Effect>) {
     let cfg = Config::new(dir.path().join("s.sock"));
+    world_from(cpus, dir, os, dry, cfg)
+}
+
+/// A world whose broker has configuration `cfg`.
+pub fn world_from(
+    cpus: usize,
+    dir: tempfile::TempDir,
+    os: FakeOs,
+    dry: DryRun,
+    cfg: Config,
+) -> (World, Vec<Effect>) {
     let journal = Journal::open(&dir.path().join("journal")).unwrap().journal;
     let (core, effects) = Core::new(
         &cfg,
@@ -70,12 +81,21 @@ pub fn world_with_backend(
 }
 
 pub fn world(cpus: usize) -> World {
+    world_configured(cpus, |_| {})
+}
+
+/// A world with the peers' processes (root, alice, bob) and a broker
+/// configured by `configure`.
+pub fn world_configured(cpus: usize, configure: impl FnOnce(&mut Config)) -> World {
     let os = FakeOs::new();
     for (pid, uid) in [(1, 0), (2, 1000), (3, 1001)] {
         os.spawn(pid, 0, 1, &CpuSet::first_n(cpus));
         os.set_uid(pid, uid);
     }
-    world_with(cpus, tempfile::tempdir().unwrap(), os).0
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = Config::new(dir.path().join("s.sock"));
+    configure(&mut cfg);
+    world_from(cpus, dir, os, DryRun::new(), cfg).0
 }
 
 pub fn proc_of(w: &World, pid: u32, uid: u32) {

@@ -459,5 +459,8 @@ impl FrameError {
 }
 
 mod codec;
+mod examples;
+
+pub use examples::{example_replies, example_requests};
 #[cfg(test)]
 mod tests;

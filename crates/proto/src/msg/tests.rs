@@ -4,70 +4,7 @@ use super::*;
 use proptest::prelude::*;
 
 fn requests() -> Vec<Request> {
-    vec![
-        Request::Hello {
-            client: "test ✓".into(),
-        },
-        Request::Register {
-            name: "make".into(),
-            spec: SpecWire {
-                min: 1,
-                max: 4,
-                weight: 2,
-                exclusive: true,
-                placement: PlacementWire::Numa,
-            },
-            wait: true,
-            members: vec![1, 2, 3],
-        },
-        Request::Rejoin {
-            cell: 7,
-            token: u64::MAX,
-        },
-        Request::AddMember { cell: 7, pid: 42 },
-        Request::Report {
-            cell: 7,
-            busy: 3,
-            wanted: 4,
-            progress: 99,
-        },
-        Request::UpdateSpec {
-            cell: 1,
-            spec: SpecWire::default(),
-        },
-        Request::Release { cell: 9 },
-        Request::Status,
-        Request::Shutdown,
-        Request::KindDefine {
-            name: "StrongCore".into(),
-            devices: vec![DeviceDef {
-                name: "0".into(),
-                min: 0.0,
-                max: 2.0,
-            }],
-        },
-        Request::KindList,
-        Request::KindAcquire {
-            items: vec![LedgerItem {
-                kind: "cpu".into(),
-                dev: 1,
-                amount: 0.5,
-                shared: true,
-            }],
-        },
-        Request::KindRelease {
-            items: vec![LedgerItem {
-                kind: "cpu".into(),
-                dev: 1,
-                amount: 0.5,
-                shared: false,
-            }],
-        },
-        Request::KindWatch {
-            epoch: 9,
-            waiting: 2,
-        },
-    ]
+    example_requests()
 }
 
 #[test]
@@ -79,39 +16,7 @@ fn requests_roundtrip() {
 
 #[test]
 fn replies_roundtrip() {
-    for r in [
-        Reply::Welcome {
-            broker_pid: 1,
-            instance: 2,
-            backend: "cgroup1".into(),
-            machine: "m".into(),
-            cpus: 2,
-        },
-        Reply::Registered {
-            cell: 1,
-            token: 2,
-            generation: 3,
-        },
-        Reply::Queued {
-            cell: 1,
-            position: 2,
-            reason: "busy".into(),
-        },
-        Reply::Ok,
-        Reply::error(ErrorCode::Refused, 2, "no"),
-        Reply::Status {
-            more: true,
-            json: "{}".into(),
-        },
-        Reply::Json {
-            more: false,
-            json: "[]".into(),
-        },
-        Reply::Changed {
-            epoch: 7,
-            waiters: 3,
-        },
-    ] {
+    for r in example_replies() {
         assert_eq!(Reply::decode(&r.encode()), Ok(r.clone()));
     }
 }
@@ -135,6 +40,12 @@ fn fuzz_unknown_error_codes_are_malformed_not_rewritten() {
     }
     assert_eq!(ErrorCode::from_u16(0), None);
     assert_eq!(ErrorCode::from_u16(13), None);
+}
+
+#[test]
+fn every_reply_kind_has_an_example() {
+    let kinds: Vec<u16> = example_replies().iter().map(Reply::kind).collect();
+    assert_eq!(kinds, (0x81..=0x88).collect::<Vec<u16>>());
 }
 
 #[test]

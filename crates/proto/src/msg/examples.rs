@@ -1,0 +1,110 @@
+//! One message of every kind, for the tests, the fuzz seeds
+//! (`fuzz/src/seeds.rs`) and anyone checking an implementation of the
+//! protocol against this one: every example round-trips.
+
+use super::*;
+
+/// A request of every kind (0x01 to 0x0E), in kind order.
+pub fn example_requests() -> Vec<Request> {
+    vec![
+        Request::Hello {
+            client: "test ✓".into(),
+        },
+        Request::Register {
+            name: "make".into(),
+            spec: SpecWire {
+                min: 1,
+                max: 4,
+                weight: 2,
+                exclusive: true,
+                placement: PlacementWire::Numa,
+            },
+            wait: true,
+            members: vec![1, 2, 3],
+        },
+        Request::Rejoin {
+            cell: 7,
+            token: u64::MAX,
+        },
+        Request::AddMember { cell: 7, pid: 42 },
+        Request::Report {
+            cell: 7,
+            busy: 3,
+            wanted: 4,
+            progress: 99,
+        },
+        Request::UpdateSpec {
+            cell: 1,
+            spec: SpecWire::default(),
+        },
+        Request::Release { cell: 9 },
+        Request::Status,
+        Request::Shutdown,
+        Request::KindDefine {
+            name: "StrongCore".into(),
+            devices: vec![DeviceDef {
+                name: "0".into(),
+                min: 0.0,
+                max: 2.0,
+            }],
+        },
+        Request::KindList,
+        Request::KindAcquire {
+            items: vec![LedgerItem {
+                kind: "cpu".into(),
+                dev: 1,
+                amount: 0.5,
+                shared: true,
+            }],
+        },
+        Request::KindRelease {
+            items: vec![LedgerItem {
+                kind: "cpu".into(),
+                dev: 1,
+                amount: 0.5,
+                shared: false,
+            }],
+        },
+        Request::KindWatch {
+            epoch: 9,
+            waiting: 2,
+        },
+    ]
+}
+
+/// A reply of every kind (0x81 to 0x88), in kind order.
+pub fn example_replies() -> Vec<Reply> {
+    vec![
+        Reply::Welcome {
+            broker_pid: 1,
+            instance: 2,
+            backend: "cgroup1".into(),
+            machine: "m".into(),
+            cpus: 2,
+        },
+        Reply::Registered {
+            cell: 1,
+            token: 2,
+            generation: 3,
+        },
+        Reply::Queued {
+            cell: 1,
+            position: 2,
+            reason: "busy".into(),
+        },
+        Reply::Ok,
+        Reply::error(ErrorCode::Refused, 2, "no"),
+        Reply::Status {
+            more: true,
+            json: "{}".into(),
+        },
+        Reply::Json {
+            more: false,
+            json: "[]".into(),
+        },
+        Reply::Changed {
+            epoch: 7,
+            waiters: 3,
+        },
+    ]
+}
