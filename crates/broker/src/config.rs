@@ -118,10 +118,7 @@ pub struct Config {
 impl Config {
     /// Defaults for a socket path: journal beside it, auto backend.
     pub fn new(socket: PathBuf) -> Config {
-        let state_dir = socket
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| PathBuf::from("."));
+        let state_dir = allot_proto::dirs::socket_parent(&socket).to_path_buf();
         Config {
             socket,
             state_dir,

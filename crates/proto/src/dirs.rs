@@ -135,14 +135,18 @@ pub fn default_state_dir() -> PathBuf {
     }
 }
 
+/// The directory a socket path names (`.` for a bare file name).
+pub fn socket_parent(socket: &Path) -> &Path {
+    match socket.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
 /// The directory of the broker socket `socket`, checked for a client: it
 /// must exist and be owned by the caller or root ([`Trust::OwnerOrRoot`]).
 pub fn socket_dir(socket: &Path) -> Result<TrustedDir, DirError> {
-    let dir = match socket.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    TrustedDir::open(dir, Trust::OwnerOrRoot)
+    TrustedDir::open(socket_parent(socket), Trust::OwnerOrRoot)
 }
 
 /// A directory that passed the rule above, held open.

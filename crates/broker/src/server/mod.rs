@@ -175,10 +175,7 @@ impl Broker {
     /// Sets everything up: topology, backend, journal (adopting surviving
     /// cells), the socket. Fails if another broker serves the socket.
     pub fn start(cfg: Config) -> Result<Broker, StartError> {
-        let dir = match cfg.socket.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
+        let dir = allot_proto::dirs::socket_parent(&cfg.socket).to_path_buf();
         let private = !rustix::process::geteuid().is_root();
         // The socket's and the journal's directories must be the broker's
         // own and writable by nobody else (see allot_proto::dirs); a user's

@@ -52,10 +52,7 @@ fn checked(e: DirError) -> NoBroker {
 /// (`allot_proto::dirs`): a broker is only ever talked to, or started, in
 /// a directory of the user's or root's.
 pub fn ensure_broker(socket: &Path, start: bool) -> Result<(), NoBroker> {
-    let dir_path = match socket.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
+    let dir_path = allot_proto::dirs::socket_parent(socket);
     match TrustedDir::open(dir_path, Trust::OwnerOrRoot) {
         Ok(_) if allot_client::broker_alive(socket) => return Ok(()),
         Err(e) if e.is_untrusted() => return Err(NoBroker::Untrusted(e)),

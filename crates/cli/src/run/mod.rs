@@ -328,10 +328,7 @@ pub fn run(a: Args) -> i32 {
 /// Either is a [`TrustedDir`]: nobody else can replace the library between
 /// its installation and the loader mapping it.
 fn shim_dir(socket: &std::path::Path) -> Result<TrustedDir, DirError> {
-    let beside = socket
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .and_then(|p| TrustedDir::open(p, Trust::Owner).ok());
+    let beside = TrustedDir::open(allot_proto::dirs::socket_parent(socket), Trust::Owner).ok();
     match beside {
         Some(d) => TrustedDir::create(&d.join("shim"), 0o700),
         None => TrustedDir::create(&allot_proto::default_state_dir().join("shim"), 0o700),
