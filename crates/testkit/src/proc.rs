@@ -73,9 +73,11 @@ pub fn threaded(early: u32, late: u32, delay_ms: u32) -> Proc {
     )
 }
 
-/// A shell that forks `n` sleeping children and waits for them.
+/// A shell that forks `n` sleeping children and waits for them. (Its only
+/// children are the sleepers: no command substitution, whose short-lived
+/// subshell a test could take for one of them.)
 pub fn forking(n: u32) -> Proc {
-    let script = format!("for i in $(seq {n}); do sleep 60 & done; wait");
+    let script = format!("i=0; while [ $i -lt {n} ]; do sleep 60 & i=$((i+1)); done; wait");
     Proc(
         Command::new("sh")
             .arg("-c")
