@@ -1,7 +1,7 @@
 //! Build step for `liballot_shim.so` (included by the crate's `build.rs`).
 //!
-//! Compiles `shim/allot_shim.c` with the system C compiler (`$CC`, else
-//! `cc`) into `$OUT_DIR/liballot_shim.so`, and exports the first 12 hex
+//! Compiles the shim's sources (`SOURCES`, sharing `shim.h`) with the system
+//! C compiler (`$CC`, else `cc`) into `$OUT_DIR/liballot_shim.so`, and exports the first 12 hex
 //! digits of its FNV-1a hash as `ALLOT_SHIM_HASH`, which names the installed
 //! file. The shim links only libc (and `-ldl`, part of it since glibc 2.34):
 //! never an OpenMP runtime, which it finds at run time with `dlsym`.
@@ -10,9 +10,18 @@ use std::env;
 use std::path::PathBuf;
 use std::process::Command;
 
-const SOURCE: &str = "shim/allot_shim.c";
+/// The shim's parts (see `shim/shim.h`).
+const SOURCES: &[&str] = &[
+    "shim/page.c",
+    "shim/omp.c",
+    "shim/omp_route.c",
+    "shim/threads.c",
+    "shim/follow.c",
+];
+/// Headers they include.
+const HEADERS: &[&str] = &["shim/shim.h", "shim/omp_route.h", "shim/grant_page.h"];
 
-/// Flags beyond `-o OUT SOURCE`. `-fvisibility=hidden` keeps everything
+/// Flags beyond `-o OUT SOURCES`. `-fvisibility=hidden` keeps everything
 /// but the interposed entry points out of the program's symbol scope.
 const CFLAGS: &[&str] = &[
     "-std=c11",
@@ -28,9 +37,10 @@ const CFLAGS: &[&str] = &[
 ];
 
 pub fn build() {
-    println!("cargo::rerun-if-changed={SOURCE}");
+    for f in SOURCES.iter().chain(HEADERS) {
+        println!("cargo::rerun-if-changed={f}");
+    }
     println!("cargo::rerun-if-changed=shim/build_shim.rs");
-    println!("cargo::rerun-if-changed=shim/grant_page.h");
     println!("cargo::rerun-if-env-changed=CC");
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let so = out.join("liballot_shim.so");
@@ -39,19 +49,20 @@ pub fn build() {
         .args(CFLAGS)
         .arg("-o")
         .arg(&so)
-        .arg(SOURCE)
+        .args(SOURCES)
         .arg("-ldl")
+        .arg("-lpthread")
         .output();
     let output = match result {
         Ok(o) => o,
         Err(e) => panic!(
-            "cannot run the C compiler {cc:?} to build {SOURCE}: {e}; install gcc \
+            "cannot run the C compiler {cc:?} to build the shim ({SOURCES:?}): {e}; install gcc \
              (Debian: apt-get install gcc) or point CC at a C compiler"
         ),
     };
     if !output.status.success() {
         panic!(
-            "{cc:?} failed to build {SOURCE} ({}):\n{}{}",
+            "{cc:?} failed to build the shim ({}):\n{}{}",
             output.status,
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)

@@ -278,3 +278,48 @@ fn cplusplus_raii_scopes() {
     let out = run(&mut program(&exe, &[], false));
     assert!(String::from_utf8_lossy(&out.stdout).contains("ok c++"));
 }
+
+/// liballot loaded late, by a plugin the program opens with dlopen (the
+/// program itself does not link it): the shim finds liballot's require
+/// hooks at the plugin's first thread, so the threads created in the
+/// plugin's block each get their own CPU. Without the shim they share the
+/// parent's CPUs, and the same check fails.
+#[test]
+fn liballot_loaded_late_by_a_plugin_is_seen() {
+    if !allot_testkit::prerequisite(ncpus() >= 2, "needs two CPUs") {
+        return;
+    }
+    let plugin = build(
+        "gcc",
+        "late_plugin.c",
+        "late_plugin.so",
+        &["-std=c11", "-shared", "-fPIC"],
+    );
+    // --as-needed: the host names no liballot symbol, so it does not link it.
+    let host = build(
+        "gcc",
+        "late_host.c",
+        "late_host",
+        &["-std=c11", "-Wl,--as-needed"],
+    );
+    let run = |shim: bool| {
+        common::output_within(
+            &mut program(&host, &[plugin.to_str().unwrap()], shim),
+            std::time::Duration::from_secs(60),
+        )
+    };
+    let with = run(true);
+    let text = String::from_utf8_lossy(&with.stdout);
+    assert!(
+        with.status.success() && text.contains("ok late"),
+        "{}: {text}{}",
+        with.status,
+        String::from_utf8_lossy(&with.stderr)
+    );
+    let without = run(false);
+    assert!(
+        !without.status.success(),
+        "without the shim the threads share the parent's CPUs: {}",
+        String::from_utf8_lossy(&without.stdout)
+    );
+}

@@ -80,10 +80,10 @@ pub fn compile(cc: &str, src: &str, out: &str, args: &[&str]) -> Result<PathBuf,
     let tmp = dir.join(format!(".{out}.{}", std::process::id()));
     let r = match Command::new(cc)
         .args(["-O2", "-Wall", "-Wextra", "-Werror"])
-        .args(args)
+        .arg(source(src))
+        .args(args) // after the source: libraries are linked in order
         .arg("-o")
         .arg(&tmp)
-        .arg(source(src))
         .output()
     {
         Err(e) => Err(format!("cannot run {cc}: {e}")),
