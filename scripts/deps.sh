@@ -9,19 +9,57 @@ packages=(
   pkg-config                          # the C ABI test builds against allot.pc
   python3 util-linux procps           # live tests: threaded test programs, setpriv, ps
   xz-utils zstd pigz                  # the compressor benchmark
+  libopenblas0-pthread libopenblas0-openmp libblis4-pthread libtbb-dev
+                                      # the shim's follower tests (OpenBLAS, BLIS, oneTBB)
+  python3-numpy                       # the BLAS benchmark mix and the numpy live test
+  curl unzip ca-certificates          # fetching the Go toolchain below
 )
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
-[ "${#missing[@]}" -eq 0 ] && exit 0
 
-if [ "$(id -u)" -ne 0 ]; then
-  echo "missing packages (install them as root): ${missing[*]}" >&2
-  exit 0
+if [ "${#missing[@]}" -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "missing packages (install them as root): ${missing[*]}" >&2
+  else
+    echo "installing: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q "${missing[@]}"
+  fi
 fi
-echo "installing: ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -q
-apt-get install -y -q "${missing[@]}"
+
+# Go 1.25 or later (the live test of a Go program following its CPU set).
+# Debian 12 ships Go 1.19, so the toolchain comes from the Go module proxy,
+# as `go` itself fetches toolchains, into /usr/local/go.
+GO_TOOLCHAIN=go1.25.4
+go_minor() {
+  "$1" version 2>/dev/null | sed -n 's/.* go1\.\([0-9]*\).*/\1/p'
+}
+go_ok() {
+  local go minor
+  for go in go /usr/local/go/bin/go; do
+    minor=$(go_minor "$go")
+    [ -n "$minor" ] && [ "$minor" -ge 25 ] && return 0
+  done
+  return 1
+}
+if ! go_ok; then
+  if [ "$(id -u)" -ne 0 ] || [ -e /usr/local/go ]; then
+    echo "missing: Go 1.25 or later (install $GO_TOOLCHAIN into /usr/local/go as root)" >&2
+  else
+    echo "installing: $GO_TOOLCHAIN from proxy.golang.org into /usr/local/go"
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    curl -fsSL -o "$tmp/go.zip" \
+      "https://proxy.golang.org/golang.org/toolchain/@v/v0.0.1-$GO_TOOLCHAIN.linux-amd64.zip"
+    unzip -q "$tmp/go.zip" -d "$tmp/x"
+    mv "$tmp/x/golang.org/toolchain@v0.0.1-$GO_TOOLCHAIN.linux-amd64" /usr/local/go
+    # Module zips carry no file modes: the tools must be made executable.
+    chmod -R a+rX /usr/local/go
+    chmod a+x /usr/local/go/bin/* /usr/local/go/pkg/tool/*/*
+    /usr/local/go/bin/go version
+  fi
+fi

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Regenerates the measurements behind docs/results.md: the co-tenancy
 # experiment (`allot bench mix` at 1, 2, 4 and 8 concurrent jobs), each
-# workload alone, and the `allot run` comparison on fixed mixes (fine- and
-# coarse-grained OpenMP programs, multithreaded compressors). Writes CSV
+# workload alone, the `allot run` comparison on fixed mixes (fine- and
+# coarse-grained OpenMP programs, multithreaded compressors), unmodified
+# numpy programs (OpenBLAS) against the careful user's alternatives, and the
+# launch count for runtimes sized once (share, grant, maximum). Writes CSV
 # files, PNG plots and the machine description to docs/results/ (or the
 # directory given), and prints the tables. Takes about 45 minutes on a
-# 2-CPU machine; run it on an otherwise idle machine.
+# 2-CPU machine (the BLAS parts another 35); run it on an otherwise idle
+# machine.
 #
 #   bash scripts/experiments.sh [OUT_DIR] [--quick]
 set -euo pipefail
@@ -62,7 +65,23 @@ zstd="cmd:zstd=zstd -T0 -15 -c $work/input > /dev/null"
   --mix pricing,pricing --mix pricing,pricing,pricing,pricing \
   --mix "$xz,$zstd" --out "$work/run"
 
-for d in mix alone run; do
+echo "== BLAS: four numpy programs, small calls and large ones, one left alone at the end"
+py=/usr/bin/python3
+n64=20000 n128=4000 nbig=25 nbig40=40 brepeats=7
+[ "$quick" = 1 ] && n64=2000 n128=400 nbig=3 nbig40=4 brepeats=1
+s64="cmd:s64=$py scripts/workloads/blas.py 64 $n64"
+s128="cmd:s128=$py scripts/workloads/blas.py 128 $n128"
+big="cmd:big=$py scripts/workloads/blas.py 1000 $nbig"
+big40="cmd:big40=$py scripts/workloads/blas.py 1000 $nbig40"
+"$allot" bench mix --repeats "$brepeats" --modes plain,seq,one,split,run \
+  --mix "$s64,$s64,$s64,$s64" --mix "$s128,$s128,$s128,$s128" \
+  --mix "$s128,$s128,$big,$big" --mix "$s128,$s128,$s128,$big40" --out "$work/blas"
+
+echo "== the launch count of runtimes sized once: share, grant at launch, maximum (no shim)"
+"$allot" bench mix --repeats "$brepeats" --modes one,run,run-grant,run-share,run-max \
+  --mix "$s128,$s128,$s128,$s128" --mix "$s128,$s128,$s128,$big40" --out "$work/launch"
+
+for d in mix alone run blas launch; do
   mkdir -p "$out/$d"
   cp "$work/$d"/*.csv "$work/$d"/*.png "$work/$d"/machine.txt "$out/$d/"
 done

@@ -3,8 +3,11 @@
 
 use crate::convert;
 use crate::core::{Core, Peer};
+use allot_enforce::os::{Os, process_tree};
+use allot_enforce::runtimes::{self, Runtime};
 use allot_proto::status::{
-    BrokerStatus, CellStatus, MachineStatus, QueuedStatus, STATUS_VERSION, Status,
+    BrokerStatus, CellStatus, Follows, MachineStatus, QueuedStatus, RuntimeStatus, STATUS_VERSION,
+    Status,
 };
 use allot_proto::wire::MAX_STR;
 use allot_topo::CpuSet;
@@ -59,6 +62,12 @@ impl Core {
                     progress: c.progress,
                     busy_reported: c.busy_reported,
                     spec: convert::to_status(&c.spec),
+                    runtimes: if private {
+                        vec![]
+                    } else {
+                        let pids: Vec<u32> = c.members.iter().map(|m| m.pid).collect();
+                        runtimes_of(self.os().as_ref(), &pids)
+                    },
                 }
             })
             .collect();
@@ -114,6 +123,45 @@ impl Core {
     }
 }
 
+/// The most processes of one cell whose mappings a status request reads
+/// (a cell's members and their descendants, in that order).
+const RUNTIME_SCAN_PROCS: usize = 32;
+
+/// The parallel runtimes in the processes of a cell whose members are
+/// `pids`: each once, following the grant at run time only if it does so
+/// in every process it was found in.
+fn runtimes_of(os: &dyn Os, pids: &[u32]) -> Vec<RuntimeStatus> {
+    let mut found: Vec<(Runtime, bool)> = Vec::new();
+    for pid in process_tree(os, pids).into_iter().take(RUNTIME_SCAN_PROCS) {
+        let Ok(objects) = os.mapped_objects(pid) else {
+            continue; /* gone, or not ours to read */
+        };
+        let mut here = runtimes::classify(&objects);
+        if let Some(go) = os.go_release(pid) {
+            here.runtimes.push(Runtime::Go(go));
+        }
+        for r in here.runtimes {
+            let follows = r.follows_at_run_time(here.shim);
+            match found.iter_mut().find(|(seen, _)| *seen == r) {
+                Some((_, f)) => *f &= follows,
+                None => found.push((r, follows)),
+            }
+        }
+    }
+    found.sort_unstable();
+    found
+        .into_iter()
+        .map(|(r, run_time)| RuntimeStatus {
+            name: r.name(),
+            follows: if run_time {
+                Follows::RunTime
+            } else {
+                Follows::Launch
+            },
+        })
+        .collect()
+}
+
 /// Splits `json` into pieces that fit a string field, at char boundaries.
 pub fn chunks(json: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -142,5 +190,52 @@ mod tests {
         assert!(c.iter().all(|p| p.len() <= super::MAX_STR));
         assert_eq!(c.concat(), s);
         assert_eq!(super::chunks(""), vec![String::new()]);
+    }
+
+    #[test]
+    fn runtimes_of_a_cell_follow_only_where_every_process_does() {
+        use allot_enforce::os::FakeOs;
+        use allot_enforce::runtimes::GoRelease;
+        use allot_proto::status::Follows::{Launch, RunTime};
+        let all = allot_topo::CpuSet::first_n(2);
+        let os = FakeOs::new();
+        os.spawn(100, 0, 1, &all);
+        os.spawn(200, 100, 1, &all); // a child of the member, without the shim
+        os.spawn(300, 0, 1, &all);
+        os.set_objects(
+            100,
+            &[
+                "/usr/bin/python3.11",
+                "/tmp/allot-0/shim/liballot_shim-0123.so",
+                "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
+                "/usr/lib/x86_64-linux-gnu/libgomp.so.1",
+            ],
+            None,
+        );
+        os.set_objects(
+            200,
+            &["/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0"],
+            None,
+        );
+        os.set_objects(
+            300,
+            &["/srv/bin/server"],
+            Some(GoRelease {
+                major: 1,
+                minor: 26,
+            }),
+        );
+        let got: Vec<(String, _)> = super::runtimes_of(&os, &[100, 300, 999])
+            .into_iter()
+            .map(|r| (r.name, r.follows))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("libgomp".to_string(), RunTime),
+                ("openblas".to_string(), Launch),
+                ("go1.26".to_string(), RunTime),
+            ]
+        );
     }
 }

@@ -4,29 +4,8 @@ mod common;
 
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn allot_run(d: &Daemon, args: &[&str]) -> Command {
-    let mut c = Command::new(ALLOT);
-    c.arg("run").args(args).env("ALLOT_SOCKET", &d.socket);
-    c
-}
-
-fn run_out(mut c: Command) -> Output {
-    c.stdin(Stdio::null()).output().expect("allot runs")
-}
-
-fn backend() -> &'static str {
-    if prerequisite(
-        v1_cpuset_writable(),
-        "a writable cgroup v1 cpuset hierarchy (root)",
-    ) {
-        "cgroup1"
-    } else {
-        "affinity"
-    }
-}
 
 #[test]
 fn unknown_commands_fail_like_env() {
@@ -243,11 +222,6 @@ fn max_concurrency(iv: &[(f64, f64)], from: f64, to: f64) -> usize {
         best = best.max(cur);
     }
     best as usize
-}
-
-fn now_mono() -> f64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
 }
 
 #[test]
@@ -580,4 +554,43 @@ fn openmp_teams_follow_the_grant_under_allot_run() {
         "sharing: teams of 1: {during:?}"
     );
     assert!(after.contains(&2), "alone again: teams of 2: {after:?}");
+}
+
+/// `allot bench launch`, briefly: a row per backend asked for, with the
+/// overhead of `allot run` over the program alone, ordered p50 ≤ p90 ≤ p99.
+#[test]
+fn launch_cost_is_measured_per_backend() {
+    let backends = if prerequisite(
+        v1_cpuset_writable(),
+        "a writable cgroup v1 cpuset hierarchy (root)",
+    ) {
+        "cgroup1,affinity"
+    } else {
+        "affinity"
+    };
+    let _turn = machine_turn();
+    let out = allot_testkit::output_within(
+        Command::new(ALLOT).args(["bench", "launch", "--runs", "12", "--backends", backends]),
+        Duration::from_secs(120),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for b in backends.split(',') {
+        let row = text.lines().find(|l| l.starts_with(b));
+        let row = row.unwrap_or_else(|| panic!("no {b} row: {text}"));
+        let v: Vec<f64> = row
+            .split_whitespace()
+            .skip(1)
+            .map(|x| x.parse().unwrap())
+            .collect();
+        let [direct, run, p50, p90, p99] = v[..] else {
+            panic!("{row}");
+        };
+        assert!(direct > 0.0 && run > direct, "{row}");
+        assert!(p50 > 0.0 && p50 <= p90 && p90 <= p99, "{row}");
+    }
 }

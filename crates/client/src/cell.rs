@@ -98,6 +98,9 @@ struct Inner {
     interrupts: AtomicU64,
     broker_up: AtomicBool,
     fallback_reason: Option<String>,
+    /// Release the cell when the last handle drops (unless the process is
+    /// about to exit and the broker will notice: [`Cell::leave_at_exit`]).
+    release_on_drop: AtomicBool,
 }
 
 // SAFETY: `current` always points into a mapping owned by `pages`, which is
@@ -156,7 +159,8 @@ impl Drop for Watcher {
         if let Some(h) = self.handle.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = h.join();
         }
-        if self.inner.mode == Mode::Registered {
+        if self.inner.mode == Mode::Registered && self.inner.release_on_drop.load(Ordering::Acquire)
+        {
             let id = self.inner.id.load(Ordering::Acquire);
             if let Some(c) = self
                 .inner
@@ -236,6 +240,7 @@ impl Cell {
             interrupts: AtomicU64::new(0),
             broker_up: AtomicBool::new(matches!(mode, Mode::Registered | Mode::Joined)),
             fallback_reason: reason,
+            release_on_drop: AtomicBool::new(true),
         });
         let watcher = (mode == Mode::Registered).then(|| {
             let w = Arc::new(Watcher {
@@ -273,11 +278,22 @@ impl Cell {
             .socket
             .clone()
             .unwrap_or_else(allot_proto::default_socket_path);
-        let mut client = match Client::connect(&socket) {
+        let client = match Client::connect(&socket) {
             Ok(c) => c,
             Err(e) if opts.fallback => return Ok(Cell::standalone_because(e.to_string())),
             Err(e) => return Err(e),
         };
+        Cell::register_over(client, opts, on_queued)
+    }
+
+    /// [`Cell::register_with`] over a connection the caller already opened
+    /// (to the socket of `opts`, or the default one).
+    pub fn register_over(
+        mut client: Client,
+        opts: &Options,
+        on_queued: impl FnMut(u32, &str),
+    ) -> Result<Cell, ClientError> {
+        let socket = client.socket().to_path_buf();
         let reg = client.register(&opts.name, opts.spec, &[], opts.wait, on_queued)?;
         Ok(Cell::from_parts(
             Mode::Registered,
@@ -448,6 +464,28 @@ impl Cell {
             Some(c) if id != 0 => c.add_member(id, pid),
             _ => Ok(()),
         }
+    }
+
+    /// Asks the broker to add process `pid` without waiting for its answer
+    /// (a failure cannot be seen; the next request on the connection skips
+    /// the reply). For a launcher that must not wait: the process is
+    /// confined already if it was forked from this one, and the broker
+    /// finds it in the cell's cgroup when this process's last member exits.
+    pub fn add_member_nowait(&self, pid: u32) -> Result<(), ClientError> {
+        let id = self.id();
+        let mut conn = self.inner.conn.lock().unwrap_or_else(|p| p.into_inner());
+        match conn.as_mut() {
+            Some(c) if id != 0 => c.add_member_nowait(id, pid),
+            _ => Ok(()),
+        }
+    }
+
+    /// Drops this handle without releasing the cell, for a process about to
+    /// exit: the broker ends the cell when its last process exits (within
+    /// the same loop iteration, through pidfds), so the release round trip
+    /// would only make the exit slower.
+    pub fn leave_at_exit(self) {
+        self.inner.release_on_drop.store(false, Ordering::Release);
     }
 
     /// A new descriptor for the current grant page, without close-on-exec,

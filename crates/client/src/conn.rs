@@ -115,6 +115,9 @@ pub struct Registration {
 pub struct Client {
     conn: Conn,
     socket: PathBuf,
+    /// Replies owed to pipelined requests, read and dropped before the next
+    /// reply is taken.
+    pending: u32,
 }
 
 impl Client {
@@ -141,6 +144,7 @@ impl Client {
         Ok(Client {
             conn,
             socket: socket.to_path_buf(),
+            pending: 0,
         })
     }
 
@@ -166,7 +170,29 @@ impl Client {
     }
 
     fn call(&mut self, req: &Request) -> Result<Reply, ClientError> {
-        Ok(self.conn.call(req)?.0)
+        self.conn.send(req)?;
+        Ok(self.recv()?.0)
+    }
+
+    /// The next reply that answers a request the caller waits for: replies
+    /// to pipelined requests come first, in order, and are dropped.
+    fn recv(&mut self) -> Result<(Reply, Option<rustix::fd::OwnedFd>), ClientError> {
+        while self.pending > 0 {
+            self.conn.recv()?;
+            self.pending -= 1;
+        }
+        Ok(self.conn.recv()?)
+    }
+
+    /// Sends `req` without waiting for its reply, which the next call reads
+    /// and drops. For requests whose failure the caller can do nothing
+    /// about and whose latency it cannot afford (`allot run` adding its
+    /// program as a member).
+    fn pipeline(&mut self, req: &Request) -> Result<(), ClientError> {
+        debug_assert!(req.expects_reply(), "one-way requests get no reply to skip");
+        self.conn.send(req)?;
+        self.pending += 1;
+        Ok(())
     }
 
     fn ok(&mut self, req: &Request) -> Result<(), ClientError> {
@@ -216,7 +242,7 @@ impl Client {
             members: members.to_vec(),
         })?;
         loop {
-            let (reply, fd) = self.conn.recv()?;
+            let (reply, fd) = self.recv()?;
             match reply {
                 Reply::Registered { cell, token, .. } => {
                     let fd = fd.ok_or_else(|| {
@@ -250,7 +276,7 @@ impl Client {
             Some(p) => self.conn.send_with_fd(&req, p.fd().as_fd())?,
             None => self.conn.send(&req)?,
         }
-        let (reply, fd) = self.conn.recv()?;
+        let (reply, fd) = self.recv()?;
         match reply {
             Reply::Registered { .. } => {
                 let fd = fd.ok_or_else(|| {
@@ -265,6 +291,12 @@ impl Client {
     /// Adds process `pid` to `cell`.
     pub fn add_member(&mut self, cell: u64, pid: u32) -> Result<(), ClientError> {
         self.ok(&Request::AddMember { cell, pid })
+    }
+
+    /// Asks for process `pid` to be added to `cell` without waiting for the
+    /// answer (which the next call on this connection skips).
+    pub fn add_member_nowait(&mut self, cell: u64, pid: u32) -> Result<(), ClientError> {
+        self.pipeline(&Request::AddMember { cell, pid })
     }
 
     /// Sends a progress report (no reply).
@@ -312,7 +344,7 @@ impl Client {
         self.conn.send(&Request::Status)?;
         let mut json = String::new();
         loop {
-            match self.conn.recv()?.0 {
+            match self.recv()?.0 {
                 Reply::Status { more, json: part } => {
                     json.push_str(&part);
                     if !more {

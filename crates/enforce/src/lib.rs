@@ -26,6 +26,7 @@ pub mod cgroupfs;
 pub mod detect;
 pub mod dryrun;
 pub mod os;
+pub mod runtimes;
 
 pub use affinity::Affinity;
 pub use cgroup1::{Cgroup1, V1Mounts};

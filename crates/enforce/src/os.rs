@@ -6,9 +6,11 @@
 //! tests in `tests/os_contract.rs` run the same assertions on both against
 //! processes the test itself starts.
 
+use crate::runtimes::GoRelease;
 use allot_topo::CpuSet;
 use std::collections::BTreeMap;
 use std::io;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 /// Process and thread operations.
@@ -31,6 +33,11 @@ pub trait Os: Send + Sync + std::fmt::Debug {
     fn start_time(&self, pid: u32) -> Option<u64>;
     /// Real user id of process `pid`.
     fn uid(&self, pid: u32) -> Option<u32>;
+    /// Files process `pid` has mapped executable (its program, the shared
+    /// objects it loaded), each once, in address order.
+    fn mapped_objects(&self, pid: u32) -> io::Result<Vec<PathBuf>>;
+    /// The Go release that built process `pid`'s program, if Go did.
+    fn go_release(&self, pid: u32) -> Option<GoRelease>;
 }
 
 /// The real thing: `/proc` and `sched_setaffinity`.
@@ -120,6 +127,38 @@ impl Os for RealOs {
         let line = text.lines().find(|l| l.starts_with("Uid:"))?;
         line.split_whitespace().nth(1)?.parse().ok()
     }
+
+    fn mapped_objects(&self, pid: u32) -> io::Result<Vec<PathBuf>> {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+        Ok(executable_mappings(&maps))
+    }
+
+    fn go_release(&self, pid: u32) -> Option<GoRelease> {
+        // The program as the process runs it, even if its path was
+        // replaced since: /proc/PID/exe opens the mapped file itself.
+        let mut exe = std::fs::File::open(format!("/proc/{pid}/exe")).ok()?;
+        crate::runtimes::go_release(&mut exe)
+    }
+}
+
+/// The file-backed executable mappings in a `/proc/PID/maps` text, each
+/// once, in address order. A line is `ADDR PERMS OFFSET DEV INODE PATH`;
+/// the path (which may hold spaces) starts after the fifth field.
+fn executable_mappings(maps: &str) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for line in maps.lines() {
+        let mut fields = line.splitn(6, ' ');
+        let perms = fields.nth(1).unwrap_or_default();
+        let path = fields.nth(3).unwrap_or_default().trim_start();
+        if perms.as_bytes().get(2) != Some(&b'x') || !path.starts_with('/') {
+            continue;
+        }
+        let path = PathBuf::from(path.strip_suffix(" (deleted)").unwrap_or(path));
+        if !out.contains(&path) {
+            out.push(path);
+        }
+    }
+    out
 }
 
 /// One process in a [`FakeOs`].
@@ -135,6 +174,10 @@ pub struct FakeProc {
     pub uid: u32,
     /// Start time.
     pub start: u64,
+    /// Executable mappings.
+    pub objects: Vec<PathBuf>,
+    /// The Go release that built it.
+    pub go: Option<GoRelease>,
 }
 
 /// An in-memory process table for tests. Cloning shares the table.
@@ -177,6 +220,8 @@ impl FakeOs {
                 uid: 0,
                 start: pid as u64,
                 cpu_ns: 0,
+                objects: Vec::new(),
+                go: None,
             },
         );
     }
@@ -202,6 +247,14 @@ impl FakeOs {
     pub fn set_uid(&self, pid: u32, uid: u32) {
         if let Some(p) = self.lock().procs.get_mut(&pid) {
             p.uid = uid;
+        }
+    }
+
+    /// Sets what `pid` has mapped and the Go release of its program.
+    pub fn set_objects(&self, pid: u32, objects: &[&str], go: Option<GoRelease>) {
+        if let Some(p) = self.lock().procs.get_mut(&pid) {
+            p.objects = objects.iter().map(PathBuf::from).collect();
+            p.go = go;
         }
     }
 }
@@ -254,6 +307,16 @@ impl Os for FakeOs {
     fn uid(&self, pid: u32) -> Option<u32> {
         self.lock().procs.get(&pid).map(|p| p.uid)
     }
+    fn mapped_objects(&self, pid: u32) -> io::Result<Vec<PathBuf>> {
+        self.lock()
+            .procs
+            .get(&pid)
+            .map(|p| p.objects.clone())
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))
+    }
+    fn go_release(&self, pid: u32) -> Option<GoRelease> {
+        self.lock().procs.get(&pid).and_then(|p| p.go)
+    }
 }
 
 /// A process and all its descendants, parents first.
@@ -271,4 +334,31 @@ pub fn process_tree(os: &dyn Os, roots: &[u32]) -> Vec<u32> {
         stack.extend(kids);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn executable_mappings_of_a_maps_text() {
+        let maps = "\
+55d0c8a00000-55d0c8a28000 r--p 00000000 08:01 1234                       /usr/bin/python3.11
+55d0c8a28000-55d0c8b00000 r-xp 00028000 08:01 1234                       /usr/bin/python3.11
+7f00000000-7f00001000 r-xp 00000000 08:01 77                         /opt/my libs/libopenblas.so.0
+7f00002000-7f00003000 r-xp 00000000 08:01 78                         /tmp/liballot_shim-1.so (deleted)
+7f00004000-7f00005000 rw-p 00000000 00:00 0                          [heap]
+7f00006000-7f00007000 r-xp 00000000 00:00 0                          [vdso]
+7f00008000-7f00009000 r-xp 00002000 08:01 77                         /opt/my libs/libopenblas.so.0
+7f0000a000-7f0000b000 rw-p 00000000 08:01 79                         /usr/lib/libdata.so
+";
+        assert_eq!(
+            executable_mappings(maps),
+            vec![
+                PathBuf::from("/usr/bin/python3.11"),
+                PathBuf::from("/opt/my libs/libopenblas.so.0"),
+                PathBuf::from("/tmp/liballot_shim-1.so"),
+            ]
+        );
+    }
 }

@@ -6,9 +6,17 @@ mod common;
 use allot_enforce::os::{FakeOs, Os, RealOs, process_tree};
 use allot_topo::CpuSet;
 use common::*;
+use std::path::Path;
 use std::time::Duration;
 
-fn contract(os: &dyn Os, parent: u32, child: u32, nthreads_at_least: usize, all: &CpuSet) {
+fn contract(
+    os: &dyn Os,
+    parent: u32,
+    child: u32,
+    nthreads_at_least: usize,
+    all: &CpuSet,
+    exe: &Path,
+) {
     let threads = os.threads(parent).unwrap();
     assert!(
         threads.contains(&parent),
@@ -22,6 +30,19 @@ fn contract(os: &dyn Os, parent: u32, child: u32, nthreads_at_least: usize, all:
     assert!(os.start_time(parent).is_some());
     assert!(os.cpu_time_ns(parent).is_some());
     assert!(os.uid(parent).is_some());
+    let objects = os.mapped_objects(parent).unwrap();
+    assert!(
+        objects.iter().any(|o| o == exe),
+        "{objects:?} holds {exe:?}"
+    );
+    assert!(
+        objects
+            .iter()
+            .any(|o| o.file_name().unwrap().to_string_lossy().starts_with("libc")),
+        "{objects:?} holds libc"
+    );
+    assert!(os.mapped_objects(999_999_999).is_err());
+    assert_eq!(os.go_release(parent), None, "a shell is not Go");
     let one: CpuSet = all.take_first(1);
     os.set_affinity(threads[0], &one).unwrap();
     assert_eq!(os.affinity(threads[0]).unwrap(), one);
@@ -46,7 +67,8 @@ fn real_os_meets_the_contract() {
         .children(pid)
         .is_empty()));
     let child = RealOs.children(pid)[0];
-    contract(&RealOs, pid, child, 1, &all);
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+    contract(&RealOs, pid, child, 1, &all, &exe);
     // A threaded process reports all its threads.
     let t = threaded(3, 0, 0);
     assert!(eventually(Duration::from_secs(5), || RealOs
@@ -62,7 +84,8 @@ fn fake_os_meets_the_contract() {
     let os = FakeOs::new();
     os.spawn(100, 0, 3, &all);
     os.spawn(200, 100, 1, &all);
-    contract(&os, 100, 200, 3, &all);
+    os.set_objects(100, &["/bin/sh", "/lib/x86_64-linux-gnu/libc.so.6"], None);
+    contract(&os, 100, 200, 3, &all, Path::new("/bin/sh"));
     os.exit(200);
     assert!(!os.alive(200));
 }

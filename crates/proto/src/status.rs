@@ -143,6 +143,41 @@ pub struct CellStatus {
     pub busy_reported: u32,
     /// What it asked for.
     pub spec: SpecStatus,
+    /// Parallel runtimes found in its processes (empty when private, or
+    /// from brokers that do not look).
+    #[serde(default)]
+    pub runtimes: Vec<RuntimeStatus>,
+}
+
+/// A parallel runtime found in a cell's processes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuntimeStatus {
+    /// `libgomp`, `libomp`, `openblas`, `blis`, `mkl`, `onetbb`, `tbb`,
+    /// `go1.N` or `liballot`.
+    pub name: String,
+    /// How it follows the cell's grant.
+    pub follows: Follows,
+}
+
+/// How a runtime follows its cell's grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Follows {
+    /// It resizes while it runs, as the grant changes.
+    RunTime,
+    /// It was sized once, at start (from the variables `allot run` sets, or
+    /// the CPUs it started on), and keeps that size.
+    Launch,
+}
+
+impl Follows {
+    /// As `allot status` prints it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Follows::RunTime => "run-time",
+            Follows::Launch => "launch",
+        }
+    }
 }
 
 /// A cell waiting for admission.

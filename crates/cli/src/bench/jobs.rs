@@ -8,8 +8,13 @@
 //! | `plain` | the OpenMP binary (or the command) as is: libgomp defaults, every job sized to the whole machine, all jobs at once |
 //! | `seq` | the same, one job after the other |
 //! | `run` | `allot run -- <same>`: unmodified binary in a cell, OpenMP shim on (`OMP_NUM_THREADS` = cell maximum, teams capped to the grant) |
-//! | `run-grant` | `allot run --omp-threads grant --no-shim`: thread variables set to the grant at launch, no shim (for the ARS "dynamic parallelism" comparison) |
+//! | `run-grant` | `allot run --no-shim --launch-threads grant`: thread variables set to the grant at the instant of launch, no shim (the ARS "dynamic parallelism" model) |
+//! | `run-share` | `allot run --no-shim --launch-threads share`: thread variables set by the launch rule (the cell's fair share), no shim |
+//! | `run-max` | `allot run --no-shim --launch-threads max`: thread variables set to the cell's maximum, no shim (confinement alone) |
 //! | `runtime` | the workload's allot-runtime variant (`allot workload --variant allot`), registering its own cell; external commands fall back to `run` |
+//! | `one` | as `plain`, with every thread-count variable (`OMP_NUM_THREADS`, `OPENBLAS_NUM_THREADS`, `MKL_NUM_THREADS`…) set to 1: the careful user's fix for co-running parallel programs |
+//! | `split` | a static CPU split: job *k* of *n* pinned (affinity) to its share of the CPUs — ⌈C/n⌉ or ⌊C/n⌋ consecutive CPUs when n ≤ C, CPU *k* mod C otherwise — with every thread-count variable set to that many |
+//! | `dynamic` | as `plain`, with `OMP_DYNAMIC=true` (libgomp sizes each team to the idle CPUs it sees) |
 //!
 //! Every setting of the baselines is written down here and in the report:
 //! `plain` and `seq` set no `OMP_*` variable, so libgomp uses one thread per
@@ -90,20 +95,57 @@ pub enum Mode {
     Seq,
     /// Under `allot run` with the shim.
     Run,
-    /// Under `allot run`, variables = grant, no shim.
+    /// Under `allot run`, no shim, variables = the grant at launch.
     RunGrant,
+    /// Under `allot run`, no shim, variables = the launch rule (the share).
+    RunShare,
+    /// Under `allot run`, no shim, variables = the cell's maximum.
+    RunMax,
     /// allot's runtime variant.
     Runtime,
+    /// Every thread-count variable 1.
+    One,
+    /// A static CPU split.
+    Split,
+    /// `OMP_DYNAMIC=true`.
+    Dynamic,
+}
+
+/// Which job of how many a command is (for `split`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    /// Position, from 0.
+    pub index: usize,
+    /// Jobs in the run.
+    pub count: usize,
+}
+
+/// Job `slot`'s share of `allowed` CPUs in the `split` mode.
+pub fn split_cpus(allowed: &allot_topo::CpuSet, slot: Slot) -> allot_topo::CpuSet {
+    let cpus: Vec<usize> = allowed.iter().collect();
+    let c = cpus.len().max(1);
+    let n = slot.count.max(1);
+    if n > c {
+        return std::iter::once(cpus[slot.index % c]).collect();
+    }
+    let from = slot.index * c / n;
+    let to = (slot.index + 1) * c / n;
+    cpus[from..to.max(from + 1)].iter().copied().collect()
 }
 
 impl Mode {
     /// Every mode, in report order.
-    pub const ALL: [Mode; 5] = [
+    pub const ALL: [Mode; 10] = [
         Mode::Plain,
         Mode::Seq,
         Mode::Run,
         Mode::RunGrant,
+        Mode::RunShare,
+        Mode::RunMax,
         Mode::Runtime,
+        Mode::One,
+        Mode::Split,
+        Mode::Dynamic,
     ];
 
     /// Name used on the command line and in CSV.
@@ -113,9 +155,24 @@ impl Mode {
             Mode::Seq => "seq",
             Mode::Run => "run",
             Mode::RunGrant => "run-grant",
+            Mode::RunShare => "run-share",
+            Mode::RunMax => "run-max",
             Mode::Runtime => "runtime",
+            Mode::One => "one",
+            Mode::Split => "split",
+            Mode::Dynamic => "dynamic",
         }
     }
+
+    /// The ways to run a mix without allot (what a careful user would
+    /// pick from).
+    pub const BASELINES: [Mode; 5] = [
+        Mode::Plain,
+        Mode::Seq,
+        Mode::One,
+        Mode::Split,
+        Mode::Dynamic,
+    ];
 
     /// Short name for chart legends.
     pub fn legend(self) -> &'static str {
@@ -123,14 +180,22 @@ impl Mode {
             Mode::Plain => "plain co-run",
             Mode::Seq => "one after the other",
             Mode::Run => "allot run",
-            Mode::RunGrant => "allot run, no shim",
+            Mode::RunGrant => "allot run, no shim, grant at launch",
+            Mode::RunShare => "allot run, no shim, share at launch",
+            Mode::RunMax => "allot run, no shim, maximum at launch",
             Mode::Runtime => "allot's runtime",
+            Mode::One => "one thread each",
+            Mode::Split => "static CPU split",
+            Mode::Dynamic => "OMP_DYNAMIC",
         }
     }
 
     /// Whether the mode needs the broker.
     pub fn uses_broker(self) -> bool {
-        matches!(self, Mode::Run | Mode::RunGrant | Mode::Runtime)
+        matches!(
+            self,
+            Mode::Run | Mode::RunGrant | Mode::RunShare | Mode::RunMax | Mode::Runtime
+        )
     }
 }
 
@@ -141,7 +206,9 @@ impl FromStr for Mode {
             .into_iter()
             .find(|m| m.name() == s)
             .ok_or_else(|| {
-                format!("unknown mode {s:?}: expected plain, seq, run, run-grant or runtime")
+                format!(
+                    "unknown mode {s:?}: expected plain, seq, run, run-grant, runtime, one, split or dynamic"
+                )
             })
     }
 }
@@ -157,8 +224,8 @@ pub struct Tools {
     pub socket: PathBuf,
 }
 
-/// The command for `work` in `mode`.
-pub fn command(work: &Work, mode: Mode, tools: &Tools) -> Command {
+/// The command for `work` in `mode`, as job `slot` of its run.
+pub fn command(work: &Work, mode: Mode, slot: Slot, tools: &Tools) -> Command {
     let base: Vec<OsString> = match work {
         Work::Kernel { kernel, scale } => vec![
             tools.omp.clone().into(),
@@ -178,13 +245,15 @@ pub fn command(work: &Work, mode: Mode, tools: &Tools) -> Command {
         c
     };
     let mut c = match (mode, work) {
-        (Mode::Plain | Mode::Seq, _) => {
+        (Mode::Plain | Mode::Seq | Mode::One | Mode::Split | Mode::Dynamic, _) => {
             let mut c = Command::new(&base[0]);
             c.args(&base[1..]);
             c
         }
         (Mode::Run, _) | (Mode::Runtime, Work::Command { .. }) => allot_run(&[]),
-        (Mode::RunGrant, _) => allot_run(&["--omp-threads", "grant", "--no-shim"]),
+        (Mode::RunGrant, _) => allot_run(&["--no-shim", "--launch-threads", "grant"]),
+        (Mode::RunShare, _) => allot_run(&["--no-shim", "--launch-threads", "share"]),
+        (Mode::RunMax, _) => allot_run(&["--no-shim", "--launch-threads", "max"]),
         (Mode::Runtime, Work::Kernel { kernel, scale }) => {
             let mut c = Command::new(&tools.allot);
             c.args(["workload", "--variant", "allot", "--scale"])
@@ -194,7 +263,7 @@ pub fn command(work: &Work, mode: Mode, tools: &Tools) -> Command {
         }
     };
     // Baselines run with the runtime defaults: nothing allot sets leaks in.
-    for v in crate::run::env::THREAD_VARS {
+    for v in crate::run::env::thread_vars() {
         c.env_remove(v);
     }
     c.env_remove(allot_proto::env::CELL)
@@ -202,6 +271,36 @@ pub fn command(work: &Work, mode: Mode, tools: &Tools) -> Command {
         .env_remove("LD_PRELOAD");
     if mode.uses_broker() {
         c.env(allot_proto::env::SOCKET, &tools.socket);
+    }
+    let threads = |c: &mut Command, n: usize| {
+        for v in crate::run::env::thread_vars() {
+            c.env(v, n.to_string());
+        }
+    };
+    match mode {
+        Mode::One => threads(&mut c, 1),
+        Mode::Dynamic => {
+            c.env("OMP_DYNAMIC", "true");
+        }
+        Mode::Split => {
+            let allowed =
+                allot_topo::allowed_cpus().unwrap_or_else(|_| allot_topo::CpuSet::first_n(1));
+            let mine = split_cpus(&allowed, slot);
+            threads(&mut c, mine.len());
+            // SAFETY: sched_setaffinity is async-signal-safe and the set is
+            // computed before the fork.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut c, move || {
+                    let mut set = rustix::thread::CpuSet::new();
+                    for cpu in mine.iter() {
+                        set.set(cpu);
+                    }
+                    rustix::thread::sched_setaffinity(None, &set)?;
+                    Ok(())
+                });
+            }
+        }
+        _ => {}
     }
     c
 }
@@ -246,5 +345,23 @@ mod tests {
         for m in Mode::ALL {
             assert_eq!(m.name().parse::<Mode>(), Ok(m));
         }
+    }
+
+    #[test]
+    fn a_static_split_gives_each_job_its_own_share() {
+        let two = allot_topo::CpuSet::first_n(2);
+        let at = |index, count| split_cpus(&two, Slot { index, count }).to_string();
+        assert_eq!(
+            (at(0, 4), at(1, 4), at(2, 4), at(3, 4)),
+            ("0".into(), "1".into(), "0".into(), "1".into())
+        );
+        assert_eq!((at(0, 2), at(1, 2)), ("0".into(), "1".into()));
+        assert_eq!(at(0, 1), "0-1");
+        let eight = allot_topo::CpuSet::first_n(8);
+        let at8 = |index, count| split_cpus(&eight, Slot { index, count }).to_string();
+        assert_eq!(
+            (at8(0, 3), at8(1, 3), at8(2, 3)),
+            ("0-1".into(), "2-4".into(), "5-7".into())
+        );
     }
 }

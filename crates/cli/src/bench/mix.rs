@@ -112,7 +112,12 @@ fn mode_run(
     tools: &Tools,
     limit: Duration,
 ) -> std::io::Result<RunResult> {
-    let cmds = work.iter().map(|w| jobs::command(w, mode, tools)).collect();
+    let count = work.len();
+    let cmds = work
+        .iter()
+        .enumerate()
+        .map(|(index, w)| jobs::command(w, mode, jobs::Slot { index, count }, tools))
+        .collect();
     match mode {
         Mode::Seq => runner::sequential(cmds, limit),
         _ => runner::concurrent(cmds, limit),

@@ -7,6 +7,8 @@
 //!   and programs and checks the invariants throughout (see `chaos.rs`).
 //! - `allot bench load`: many users, cells and connections, and one
 //!   user's flood against the others (see `load.rs`).
+//! - `allot bench launch`: what `allot run` adds to a program's start and
+//!   exit, per backend (see `launch.rs`).
 //!
 //! Results go to `--out` (default `bench-out/mix-<unix time>`): `runs.csv`
 //! (every run), `mixes.csv` (medians per mix and mode), `levels.csv`
@@ -17,6 +19,7 @@ pub mod broker;
 pub mod chaos;
 pub mod interrupt;
 pub mod jobs;
+pub mod launch;
 pub mod load;
 pub mod mix;
 mod report;
@@ -37,6 +40,9 @@ pub enum Bench {
     /// The broker under many users, cells and connections, and one user's
     /// flood against the others (needs root).
     Load(load::LoadArgs),
+    /// What `allot run` adds to a program's start and exit, per backend
+    /// (median, p90, p99).
+    Launch(launch::LaunchArgs),
 }
 
 /// Arguments of `allot bench mix`.
@@ -63,7 +69,8 @@ pub struct MixArgs {
     /// Work scale of the workloads (1.0 ≈ 2–4 s alone on 2 CPUs).
     #[arg(long, default_value_t = 1.0, value_name = "X")]
     scale: f64,
-    /// Modes to run: plain, seq, run, run-grant, runtime (comma-separated).
+    /// Modes to run (comma-separated): plain, seq, run, run-grant,
+    /// run-share, run-max, runtime, one, split, dynamic.
     #[arg(long, default_value = "plain,seq,run,runtime", value_name = "LIST")]
     modes: String,
     /// Runs per mix and mode (the median is reported).
@@ -94,6 +101,7 @@ pub fn run(b: Bench) -> i32 {
         Bench::Mix(a) => report_errors(mix_cmd(a)),
         Bench::Chaos(a) => report_errors(chaos::run(a)),
         Bench::Load(a) => report_errors(load::run(a)),
+        Bench::Launch(a) => report_errors(launch::run(a)),
     }
 }
 

@@ -65,6 +65,11 @@ pub fn table(plan: &Plan, out: &Outcome) -> String {
     for m in &plan.modes {
         let _ = write!(s, " {:>9}", m.name());
     }
+    let best_column =
+        plan.modes.contains(&Mode::Run) && plan.modes.iter().any(|m| Mode::BASELINES.contains(m));
+    if best_column {
+        let _ = write!(s, " {:>14}", "best/run");
+    }
     let _ = writeln!(s);
     for ((level, index), (labels, modes)) in &out.makespans {
         let _ = write!(s, "{level:>5} {index:>4}  {labels:<40}");
@@ -78,7 +83,20 @@ pub fn table(plan: &Plan, out: &Outcome) -> String {
                 }
             }
         }
+        if best_column {
+            let _ = match best_over_run(modes) {
+                Some((base, r)) => write!(s, " {r:>7.2}x {:<6}", base.name()),
+                None => write!(s, " {:>14}", "-"),
+            };
+        }
         let _ = writeln!(s);
+    }
+    if best_column {
+        let _ = writeln!(
+            s,
+            "best/run: the fastest of the runs without allot ({}) over `allot run`, both medians; above 1, allot run is faster",
+            Mode::BASELINES.map(Mode::name).join(", ")
+        );
     }
     if plan.modes.contains(&Mode::Plain) {
         let others: Vec<Mode> = plan
@@ -101,6 +119,17 @@ pub fn table(plan: &Plan, out: &Outcome) -> String {
         }
     }
     s
+}
+
+/// The fastest baseline of a mix (by median makespan) and its median over
+/// `allot run`'s.
+pub fn best_over_run(modes: &std::collections::BTreeMap<Mode, Vec<f64>>) -> Option<(Mode, f64)> {
+    let run = mix::median(modes.get(&Mode::Run)?);
+    let (base, med) = Mode::BASELINES
+        .iter()
+        .filter_map(|m| modes.get(m).map(|v| (*m, mix::median(v))))
+        .min_by(|a, b| a.1.total_cmp(&b.1))?;
+    Some((base, med / run))
 }
 
 /// Writes mixes.csv, levels.csv, alone.csv, machine.txt and speedup.png.

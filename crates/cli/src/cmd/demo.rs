@@ -92,9 +92,11 @@ fn demo(a: Args) -> Result<i32, String> {
     let step = |title: &str, mode: Mode| -> Result<runner::RunResult, String> {
         print!("{title} … ");
         let _ = std::io::Write::flush(&mut std::io::stdout());
+        let count = work.len();
         let cmds = work
             .iter()
-            .map(|w| jobs::command(w, mode, &tools))
+            .enumerate()
+            .map(|(index, w)| jobs::command(w, mode, jobs::Slot { index, count }, &tools))
             .collect();
         let r = match mode {
             Mode::Seq => runner::sequential(cmds, limit),

@@ -95,6 +95,16 @@ fn name_of(c: &CellStatus) -> String {
     }
 }
 
+/// `name:how` for each runtime found in the cell (`-` for none).
+fn runtimes_text(c: &CellStatus) -> String {
+    let each: Vec<String> = c
+        .runtimes
+        .iter()
+        .map(|r| format!("{}:{}", r.name, r.follows.as_str()))
+        .collect();
+    cell_text(&each.join(" "))
+}
+
 /// Human-readable rendering.
 pub fn render(v: &Status) -> String {
     use std::fmt::Write;
@@ -130,9 +140,11 @@ pub fn render(v: &Status) -> String {
     } else {
         let table = Table {
             head: vec![
-                "ID", "NAME", "PIDS", "CPUS", "LENT", "THREADS", "GEN", "SHARE", "BUSY",
+                "ID", "NAME", "PIDS", "CPUS", "LENT", "THREADS", "GEN", "SHARE", "BUSY", "RUNTIMES",
             ],
-            right: vec![true, false, false, false, false, true, true, true, true],
+            right: vec![
+                true, false, false, false, false, true, true, true, true, false,
+            ],
             rows: v
                 .cells
                 .iter()
@@ -148,6 +160,7 @@ pub fn render(v: &Status) -> String {
                         c.generation.to_string(),
                         format!("{:.2}", c.share),
                         format!("{:.2}", c.busy),
+                        runtimes_text(c),
                     ]
                 })
                 .collect(),
@@ -194,7 +207,9 @@ pub fn run(a: Args) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use allot_proto::status::{BrokerStatus, MachineStatus, Placement, SpecStatus};
+    use allot_proto::status::{
+        BrokerStatus, Follows, MachineStatus, Placement, RuntimeStatus, SpecStatus,
+    };
 
     fn doc(names: &[&str]) -> Status {
         let cell = |i: usize, name: &str| CellStatus {
@@ -221,6 +236,10 @@ mod tests {
                 exclusive: false,
                 placement: Placement::Any,
             },
+            runtimes: vec![RuntimeStatus {
+                name: "openblas".into(),
+                follows: Follows::RunTime,
+            }],
         };
         Status {
             version: allot_proto::status::STATUS_VERSION,
@@ -268,5 +287,6 @@ mod tests {
         let col = |line: &str| line.find("0-1").unwrap();
         assert_eq!(col(table[1]), col(table[2]), "{text}");
         assert_eq!(table[0].find("CPUS").unwrap(), col(table[1]), "{text}");
+        assert!(table[1].ends_with("openblas:run-time"), "{text}");
     }
 }

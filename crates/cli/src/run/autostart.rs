@@ -10,6 +10,7 @@
 //! `ALLOT_BACKEND` and `ALLOT_CGROUP_NAME` pass a backend and cgroup name to
 //! the started broker (tests and experiments use them).
 
+use allot_client::Client;
 use allot_proto::dirs::{DirError, Trust, TrustedDir};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -47,16 +48,21 @@ fn checked(e: DirError) -> NoBroker {
     }
 }
 
-/// Makes sure a broker answers on `socket`, starting one if needed and
-/// `start` allows it. The socket's directory is checked first
+/// A connection to the broker on `socket`, starting one if none answers
+/// and `start` allows it. The socket's directory is checked first
 /// (`allot_proto::dirs`): a broker is only ever talked to, or started, in
-/// a directory of the user's or root's.
-pub fn ensure_broker(socket: &Path, start: bool) -> Result<(), NoBroker> {
+/// a directory of the user's or root's. The connection is the one the
+/// caller registers its cell over (no separate probe).
+pub fn ensure_broker(socket: &Path, start: bool) -> Result<Client, NoBroker> {
     let dir_path = allot_proto::dirs::socket_parent(socket);
     match TrustedDir::open(dir_path, Trust::OwnerOrRoot) {
-        Ok(_) if allot_client::broker_alive(socket) => return Ok(()),
+        Ok(_) => {
+            if let Ok(c) = Client::connect(socket) {
+                return Ok(c);
+            }
+        }
         Err(e) if e.is_untrusted() => return Err(NoBroker::Untrusted(e)),
-        _ => {}
+        Err(_) => {}
     }
     if !start {
         return Err(NoBroker::Failed(format!(
@@ -103,13 +109,13 @@ pub fn ensure_broker(socket: &Path, start: bool) -> Result<(), NoBroker> {
         .map_err(|e| NoBroker::Failed(format!("cannot start a broker: {e}")))?;
     let start = Instant::now();
     while start.elapsed() < START_TIMEOUT {
-        if allot_client::broker_alive(socket) {
+        if let Ok(c) = Client::connect(socket) {
             // Reap it later from a thread so it never lingers as a zombie
             // while this process runs.
             std::thread::spawn(move || {
                 let _ = child.wait();
             });
-            return Ok(());
+            return Ok(c);
         }
         if let Ok(Some(st)) = child.try_wait() {
             // Exit 3: another broker won the race; wait for its socket.

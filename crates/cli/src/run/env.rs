@@ -13,11 +13,19 @@
 //! | `NUMBA_NUM_THREADS` | Numba |
 //! | `NUMEXPR_MAX_THREADS` | numexpr |
 //!
-//! All get the cell's recommended thread count at launch, except
-//! `OMP_NUM_THREADS` when the OpenMP shim is on: then it is the cell's
-//! *maximum*, so that `omp_get_max_threads()` is an upper bound on every
-//! team (programs size per-thread buffers with it) and the shim shrinks each
-//! team to the grant of the moment. Measurements behind the choice are in
+//! `OMP_NUM_THREADS` is the cell's *maximum* when the shim is on: the shim
+//! caps each OpenMP team to the grant where it starts, and only ever
+//! shrinks it, so `omp_get_max_threads()` must stay an upper bound on
+//! every team (programs size per-thread buffers with it). Every other
+//! variable gets the launch count ([`launch_threads`]): the BLAS libraries
+//! are moved from it to the grant of the moment by the shim's follower
+//! (OpenBLAS grows its pool when told a larger count; a pool that is not
+//! started larger than needed has no idle threads spinning against the
+//! neighbours), and the rest are read once, at start, by runtimes nothing
+//! resizes later. Without the shim `OMP_NUM_THREADS` gets the launch count
+//! too. `GOMAXPROCS` is left unset for a program built with Go 1.25 or
+//! later, whose runtime follows its CPU set by itself (setting the
+//! variable turns that off). Measurements behind these choices are in
 //! docs/run.md.
 //!
 //! allot's own variables: `ALLOT_SOCKET`, `ALLOT_CELL`, `ALLOT_GRANT_FD`
@@ -27,52 +35,85 @@
 
 use std::ffi::OsString;
 
-/// Thread-count variables set to the grant.
-pub const THREAD_VARS: [&str; 8] = [
-    "OMP_NUM_THREADS",
+/// OpenMP's team size: the cell's maximum with the shim, which caps teams.
+pub const OMP_VAR: &str = "OMP_NUM_THREADS";
+
+/// BLAS libraries: the launch count, then the grant of the moment (the
+/// shim's follower sets them while they run).
+pub const BLAS_VARS: [&str; 3] = [
     "OPENBLAS_NUM_THREADS",
     "MKL_NUM_THREADS",
     "BLIS_NUM_THREADS",
+];
+
+/// Variables read once, at start.
+pub const ONCE_VARS: [&str; 4] = [
     "RAYON_NUM_THREADS",
     "GOMAXPROCS",
     "NUMBA_NUM_THREADS",
     "NUMEXPR_MAX_THREADS",
 ];
 
-/// What `OMP_NUM_THREADS` is set to.
+/// Every thread-count variable `allot run` sets.
+pub fn thread_vars() -> impl Iterator<Item = &'static str> {
+    std::iter::once(OMP_VAR).chain(BLAS_VARS).chain(ONCE_VARS)
+}
+
+/// Which count a variable read once at start gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OmpThreads {
-    /// The grant at launch.
+pub enum LaunchRule {
+    /// The cell's fair share ([`launch_threads`]): the default.
+    Share,
+    /// The grant at the instant of launch (lent CPUs included).
     Grant,
-    /// The cell's maximum (with the shim capping teams).
+    /// The cell's maximum.
     Max,
 }
 
-impl std::str::FromStr for OmpThreads {
+impl std::str::FromStr for LaunchRule {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
-            "grant" => Ok(OmpThreads::Grant),
-            "max" => Ok(OmpThreads::Max),
-            other => Err(format!("unknown value {other:?}: expected grant or max")),
+            "share" => Ok(LaunchRule::Share),
+            "grant" => Ok(LaunchRule::Grant),
+            "max" => Ok(LaunchRule::Max),
+            other => Err(format!(
+                "unknown value {other:?}: expected share, grant or max"
+            )),
         }
     }
+}
+
+/// The thread count for a runtime that can only be sized once: the cell's
+/// fair share of the CPUs, as the broker computes it from the admitted
+/// cells' weights, guarantees and maxima (`share_milli`, thousandths of a
+/// CPU), rounded down, at least 1 and at most the cell's maximum.
+///
+/// Not the grant of the moment, which includes CPUs lent by idle cells
+/// until their owners need them back: a program that took those for life
+/// would oversubscribe its cell as soon as they are. Rounded down because
+/// a count that is too small leaves a CPU to the cell's other programs (or
+/// to a neighbour, lent), while one that is too large makes threads wait
+/// for each other on a shared CPU for the rest of the program.
+pub fn launch_threads(share_milli: u32, max: u32) -> u32 {
+    (share_milli / 1000).clamp(1, max.max(1))
 }
 
 /// Inputs for the environment.
 #[derive(Debug, Clone)]
 pub struct CellEnv {
-    /// Recommended threads now.
-    pub threads: u32,
+    /// The count for variables read once ([`launch_threads`] by default).
+    pub launch: u32,
     /// The cell's maximum CPUs.
     pub max: u32,
-    /// OMP_NUM_THREADS choice.
-    pub omp: OmpThreads,
+    /// Whether the program's Go runtime follows its CPU set by itself
+    /// (Go 1.25 or later): then `GOMAXPROCS` is not set.
+    pub go_follows: bool,
     /// Socket, cell id, page fd (absent when running unconfined).
     pub cell: Option<(std::path::PathBuf, u64, i32)>,
     /// The jobserver's MAKEFLAGS fragment.
     pub jobserver: Option<String>,
-    /// Path of the OpenMP shim to preload.
+    /// Path of the shim to preload (`None`: no shim).
     pub shim: Option<std::path::PathBuf>,
 }
 
@@ -82,14 +123,18 @@ pub fn variables(
     current: &dyn Fn(&str) -> Option<OsString>,
 ) -> Vec<(String, OsString)> {
     let mut out: Vec<(String, OsString)> = Vec::new();
-    let threads = c.threads.max(1).to_string();
-    for v in THREAD_VARS {
-        let value = if v == "OMP_NUM_THREADS" && c.omp == OmpThreads::Max {
-            c.max.max(1).to_string()
-        } else {
-            threads.clone()
-        };
-        out.push((v.to_string(), value.into()));
+    let launch = c.launch.max(1).to_string();
+    let omp = if c.shim.is_some() {
+        c.max.max(1).to_string()
+    } else {
+        launch.clone()
+    };
+    out.push((OMP_VAR.to_string(), omp.into()));
+    for v in BLAS_VARS.into_iter().chain(ONCE_VARS) {
+        if v == "GOMAXPROCS" && c.go_follows {
+            continue;
+        }
+        out.push((v.to_string(), launch.clone().into()));
     }
     if let Some((socket, cell, fd)) = &c.cell {
         out.push((
@@ -126,12 +171,18 @@ pub fn variables(
 mod tests {
     use super::*;
 
+    fn get(vars: &[(String, OsString)], k: &str) -> Option<String> {
+        vars.iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.to_string_lossy().into_owned())
+    }
+
     #[test]
     fn sets_thread_counts_and_keeps_user_flags() {
         let c = CellEnv {
-            threads: 1,
+            launch: 1,
             max: 2,
-            omp: OmpThreads::Max,
+            go_follows: false,
             cell: Some(("/s".into(), 4, 7)),
             jobserver: Some("-j2 --jobserver-auth=3,4".into()),
             shim: Some("/x/shim.so".into()),
@@ -142,30 +193,49 @@ mod tests {
             _ => None,
         };
         let vars = variables(&c, &cur);
-        let get = |k: &str| {
-            vars.iter()
-                .find(|(n, _)| n == k)
-                .map(|(_, v)| v.to_string_lossy().into_owned())
-        };
-        assert_eq!(get("OMP_NUM_THREADS").unwrap(), "2");
-        assert_eq!(get("OPENBLAS_NUM_THREADS").unwrap(), "1");
-        assert_eq!(get("GOMAXPROCS").unwrap(), "1");
-        assert_eq!(get("ALLOT_GRANT_FD").unwrap(), "7");
-        assert_eq!(get("MAKEFLAGS").unwrap(), "-k -j2 --jobserver-auth=3,4");
-        assert_eq!(get("LD_PRELOAD").unwrap(), "/x/shim.so:/other.so");
+        // OpenMP teams are capped by the shim: the maximum. The rest: the
+        // launch count (BLAS then follows through the shim).
+        assert_eq!(get(&vars, OMP_VAR).unwrap(), "2");
+        for v in BLAS_VARS.into_iter().chain(ONCE_VARS) {
+            assert_eq!(get(&vars, v).unwrap(), "1", "{v}");
+        }
+        assert_eq!(get(&vars, "ALLOT_GRANT_FD").unwrap(), "7");
+        assert_eq!(
+            get(&vars, "MAKEFLAGS").unwrap(),
+            "-k -j2 --jobserver-auth=3,4"
+        );
+        assert_eq!(get(&vars, "LD_PRELOAD").unwrap(), "/x/shim.so:/other.so");
         let c = CellEnv {
-            omp: OmpThreads::Grant,
             shim: None,
             cell: None,
             jobserver: None,
+            go_follows: true,
             ..c
         };
         let vars = variables(&c, &|_| None);
-        assert!(vars.iter().any(|(n, v)| n == "OMP_NUM_THREADS" && v == "1"));
+        assert_eq!(
+            get(&vars, "OMP_NUM_THREADS").unwrap(),
+            "1",
+            "no shim: the launch count"
+        );
+        assert_eq!(get(&vars, "GOMAXPROCS"), None, "Go 1.25+ follows by itself");
         assert!(
             !vars
                 .iter()
                 .any(|(n, _)| n == "LD_PRELOAD" || n == "ALLOT_CELL")
         );
+    }
+
+    #[test]
+    fn the_launch_count_is_the_share_rounded_down() {
+        // Four cells of weight 1 on 2 CPUs: half a CPU each.
+        assert_eq!(launch_threads(500, 2), 1);
+        assert_eq!(launch_threads(1999, 2), 1);
+        assert_eq!(launch_threads(2000, 2), 2);
+        // Alone on 64 CPUs with a maximum of 8.
+        assert_eq!(launch_threads(64_000, 8), 8);
+        // Not admitted yet (no share): one thread.
+        assert_eq!(launch_threads(0, 4), 1);
+        assert_eq!(launch_threads(3000, 0), 1);
     }
 }

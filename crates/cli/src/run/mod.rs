@@ -23,13 +23,13 @@ mod autostart;
 pub mod env;
 pub mod jobserver;
 pub mod makeargs;
-mod resolve;
+pub mod resolve;
 
 use allot_client::{Cell, ClientError, Options};
 use allot_plan::{CellSpec, Placement};
 use allot_proto::dirs::{DirError, Trust, TrustedDir};
 use allot_proto::msg::ErrorCode;
-use env::{CellEnv, OmpThreads};
+use env::{CellEnv, LaunchRule};
 use jobserver::{Jobserver, Style};
 use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -74,10 +74,16 @@ pub struct Args {
     /// (make 4.4+), or off.
     #[arg(long, default_value = "pipe", value_name = "pipe|fifo|off")]
     jobserver: String,
-    /// What OMP_NUM_THREADS is set to: the cell's maximum (default with the
-    /// shim) or the grant at launch (default without).
-    #[arg(long, value_name = "grant|max", hide = true)]
-    omp_threads: Option<OmpThreads>,
+    /// How thread-count variables read once at start are sized: the cell's
+    /// fair share (share), the grant at the instant of launch (grant), or
+    /// the cell's maximum (max). See docs/run.md.
+    #[arg(long, default_value = "share", value_name = "share|grant|max")]
+    launch_threads: LaunchRule,
+    /// Before starting the program, wait until the cell's grant has not
+    /// changed for MS milliseconds (at most ten times that), so that
+    /// programs started together see each other when they size themselves.
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    settle: u64,
     /// Broker socket [default: $ALLOT_SOCKET or the per-user default].
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
@@ -162,7 +168,7 @@ pub fn run(a: Args) -> i32 {
             warn(format!("{e}; running {} unconfined", cmd.to_string_lossy()));
             None
         }
-        Ok(()) => {
+        Ok(client) => {
             let mut opts = Options::new(&name);
             opts.spec = spec;
             opts.socket = Some(socket.clone());
@@ -170,7 +176,7 @@ pub fn run(a: Args) -> i32 {
             opts.fallback = false;
             let on_queued =
                 |pos: u32, why: &str| eprintln!("allot: waiting for CPUs (position {pos}): {why}");
-            match Cell::register_with(&opts, on_queued) {
+            match Cell::register_over(client, &opts, on_queued) {
                 Ok(c) => Some(c),
                 Err(ClientError::Broker {
                     code: ErrorCode::Refused | ErrorCode::Never | ErrorCode::Invalid,
@@ -187,6 +193,11 @@ pub fn run(a: Args) -> i32 {
         }
     };
 
+    if let Some(c) = &cell
+        && a.settle > 0
+    {
+        settle(c, Duration::from_millis(a.settle));
+    }
     let grant = cell.as_ref().map(|c| c.grant());
     let threads = grant.map_or_else(
         || allot_topo::allowed_cpus().map_or(1, |s| s.len() as u32),
@@ -197,6 +208,11 @@ pub fn run(a: Args) -> i32 {
         a.max.min(machine_cpus)
     } else {
         machine_cpus
+    };
+    let launch = match (a.launch_threads, grant) {
+        (LaunchRule::Max, _) => max,
+        (LaunchRule::Grant, _) | (LaunchRule::Share, None) => threads,
+        (LaunchRule::Share, Some(g)) => env::launch_threads(g.share_milli, max),
     };
     let slots = |t: u32| cap.map_or(t as usize, |c: usize| c.min(t as usize)).max(1);
 
@@ -238,15 +254,14 @@ pub fn run(a: Args) -> i32 {
             }
         }
     };
-    let omp = a.omp_threads.unwrap_or(if shim.is_some() {
-        OmpThreads::Max
-    } else {
-        OmpThreads::Grant
-    });
+    let go_follows = std::fs::File::open(&program)
+        .ok()
+        .and_then(|mut f| allot_enforce::runtimes::go_release(&mut f))
+        .is_some_and(|r| r.follows_cpu_set());
     let cell_env = CellEnv {
-        threads,
+        launch,
         max,
-        omp,
+        go_follows,
         cell: cell.as_ref().zip(page_fd.as_ref()).map(|(c, fd)| {
             use rustix::fd::AsRawFd;
             (socket.clone(), c.id(), fd.as_raw_fd())
@@ -276,13 +291,15 @@ pub fn run(a: Args) -> i32 {
     };
     drop(page_fd);
     let pid = child.id();
+    // The program is confined already (forked from this process, inside the
+    // cell): adding it as a member only lets the broker watch it, so the
+    // answer is not waited for. Should it fail, the broker still finds it
+    // in the cell when this process exits.
     if let Some(c) = &cell
-        && let Err(e) = c.add_member(pid)
-        && !matches!(child.try_wait(), Ok(Some(_)))
+        && let Err(e) = c.add_member_nowait(pid)
     {
-        // (A program that already ended needs no membership.)
         warn(format!(
-            "the broker did not take the program as a member ({e}); it stays confined through this process"
+            "cannot ask the broker to watch the program ({e}); it stays confined through this process"
         ));
     }
 
@@ -318,7 +335,11 @@ pub fn run(a: Args) -> i32 {
     if let Some(h) = forward {
         h.close();
     }
-    drop(cell); // releases the cell
+    // No release: this process and the program are the cell's members, and
+    // the broker ends the cell the moment the last of them exits.
+    if let Some(c) = cell {
+        c.leave_at_exit();
+    }
     exit_like(status)
 }
 
@@ -341,6 +362,24 @@ fn shim_dir(socket: &std::path::Path) -> Result<TrustedDir, DirError> {
 /// so a token a client writes back is taken before the client's next read
 /// (make returns a token when it reaps a job and reads again only after its
 /// bookkeeping); otherwise it sleeps on the grant page's futex.
+/// Waits until the cell's grant has stayed the same for `quiet` (newcomers
+/// move every cell's share), for at most ten times `quiet`.
+fn settle(cell: &Cell, quiet: Duration) {
+    let deadline = std::time::Instant::now() + quiet * 10;
+    let mut seen = cell.generation();
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        let g = cell.wait_change(seen, Some(quiet.min(left)));
+        if g.generation == seen {
+            return;
+        }
+        seen = g.generation;
+    }
+}
+
 fn follow(cell: Cell, mut js: Jobserver, cap: Option<usize>, pid: u32, done: Arc<AtomicBool>) {
     const TICK: Duration = Duration::from_millis(50);
     const LEAK_CHECK: Duration = Duration::from_millis(250);

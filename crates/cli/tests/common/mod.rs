@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 pub const ALLOT: &str = env!("CARGO_BIN_EXE_allot");
@@ -190,4 +190,34 @@ impl Drop for Daemon {
             let _ = std::fs::remove_dir(&d);
         }
     }
+}
+
+/// `allot run ARGS` against the test's broker.
+pub fn allot_run(d: &Daemon, args: &[&str]) -> Command {
+    let mut c = Command::new(ALLOT);
+    c.arg("run").args(args).env("ALLOT_SOCKET", &d.socket);
+    c
+}
+
+/// Runs `c` to its end, stdin closed.
+pub fn run_out(mut c: Command) -> Output {
+    c.stdin(Stdio::null()).output().expect("allot runs")
+}
+
+/// The backend live `allot run` tests use: cgroup v1 where it is writable.
+pub fn backend() -> &'static str {
+    if prerequisite(
+        v1_cpuset_writable(),
+        "a writable cgroup v1 cpuset hierarchy (root)",
+    ) {
+        "cgroup1"
+    } else {
+        "affinity"
+    }
+}
+
+/// CLOCK_MONOTONIC in seconds (what the test programs stamp lines with).
+pub fn now_mono() -> f64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
 }

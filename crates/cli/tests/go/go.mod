@@ -1,0 +1,3 @@
+module maxprocs
+
+go 1.25

@@ -1,0 +1,282 @@
+//! Runtimes other than OpenMP, unmodified, under `allot run`: numpy's
+//! OpenBLAS (loaded late by Python) and a Go program follow the grant while
+//! they run, as a neighbour comes and goes; `allot status` names them.
+
+mod common;
+
+use allot_proto::status::Follows;
+use common::*;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// Which runtimes the broker reports for the cell named `name` (none
+/// while there is no such cell).
+fn runtimes_of(d: &Daemon, name: &str) -> Vec<(String, Follows)> {
+    let status = d.status();
+    let cell = status.cells.iter().find(|c| c.name == name);
+    cell.map(|c| {
+        c.runtimes
+            .iter()
+            .map(|r| (r.name.clone(), r.follows))
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+/// `program` (already started, stdout piped) alone for `lead`, then next to
+/// a CPU-bound neighbour for a second, then alone again until it ends.
+/// Returns its `t NS VALUE` lines as (seconds, value) and the times the
+/// neighbour came and went.
+fn with_a_neighbour(d: &Daemon, program: Child, lead: Duration) -> (Vec<(f64, u32)>, f64, f64) {
+    std::thread::sleep(lead);
+    let t_in = now_mono();
+    let o = run_out(allot_run(
+        d,
+        &[
+            "--name",
+            "other",
+            "--",
+            allot_testkit::PYTHON,
+            "-c",
+            "import time\nt=time.time()\nwhile time.time()-t<1.0: pass",
+        ],
+    ));
+    let t_out = now_mono();
+    assert!(o.status.success());
+    let out = program.wait_with_output().unwrap();
+    assert!(out.status.success(), "the program failed");
+    let samples = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix("t "))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f[0].parse::<f64>().unwrap() / 1e9, f[1].parse().unwrap())
+        })
+        .collect();
+    (samples, t_in, t_out)
+}
+
+/// The values before the neighbour came, while it ran, and after it left,
+/// each from `settle` after the change (and before the next).
+fn phases(samples: &[(f64, u32)], t_in: f64, t_out: f64, settle: f64) -> [Vec<u32>; 3] {
+    let within = |from: f64, to: f64| -> Vec<u32> {
+        let seen = samples.iter().filter(|s| s.0 > from && s.0 < to);
+        seen.map(|s| s.1).collect()
+    };
+    [
+        within(t_in - 0.4, t_in),
+        within(t_in + settle, t_out - 0.05),
+        within(t_out + settle, f64::MAX),
+    ]
+}
+
+fn two_cpus() -> bool {
+    prerequisite(
+        allot_topo::allowed_cpus().unwrap().len() >= 2,
+        "needs two CPUs",
+    )
+}
+
+/// numpy's OpenBLAS, loaded late by an unmodified Python program under
+/// `allot run`, runs as many threads as the grant — started while sharing,
+/// then alone, then with a neighbour, then alone again (the shim's
+/// follower, shim/follow.c).
+#[test]
+fn numpy_follows_the_grant_under_allot_run() {
+    if !two_cpus() {
+        return;
+    }
+    let numpy = Command::new(allot_testkit::PYTHON)
+        .args(["-c", "import numpy"])
+        .status();
+    if !prerequisite(
+        numpy.is_ok_and(|s| s.success()),
+        "numpy (apt-get install python3-numpy)",
+    ) {
+        return;
+    }
+    // Prints `t NS THREADS` every 10 ms for argv[1] seconds, THREADS being
+    // what numpy's OpenBLAS says it uses, while multiplying matrices.
+    const PROGRAM: &str = r#"
+import ctypes, sys, time
+import numpy as np
+lib = next(l.split()[-1] for l in open('/proc/self/maps') if 'libopenblas' in l)
+blas = ctypes.CDLL(lib)
+a = np.random.default_rng(1).random((128, 128))
+end, next_print = time.monotonic() + float(sys.argv[1]), 0.0
+while time.monotonic() < end:
+    a = a @ a
+    a /= np.abs(a).max()
+    now = time.monotonic()
+    if now >= next_print:
+        print('t', time.clock_gettime_ns(time.CLOCK_MONOTONIC), blas.openblas_get_num_threads(), flush=True)
+        next_print = now + 0.01
+"#;
+    let d = Daemon::start(backend(), &[]);
+    // A neighbour first, so that numpy starts sharing the machine: its
+    // launch count is 1 and OpenBLAS starts a pool of one thread, which the
+    // shim must find (it creates no thread) and grow when the neighbour
+    // leaves.
+    let first = allot_run(
+        &d,
+        &[
+            "--name",
+            "first",
+            "--",
+            allot_testkit::PYTHON,
+            "-c",
+            "import time\nt=time.time()\nwhile time.time()-t<1.5: pass",
+        ],
+    )
+    .spawn()
+    .unwrap();
+    assert!(eventually(Duration::from_secs(5), || d
+        .status()
+        .cells
+        .iter()
+        .any(|c| c.name == "first")));
+    let np = allot_run(
+        &d,
+        &[
+            "--exclusive",
+            "--name",
+            "numpy",
+            "--",
+            allot_testkit::PYTHON,
+            "-c",
+            PROGRAM,
+            "4.5",
+        ],
+    )
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    // numpy is imported (and OpenBLAS loaded) well within the first phase.
+    assert!(
+        eventually(Duration::from_secs(5), || runtimes_of(&d, "numpy")
+            .contains(&("openblas".into(), Follows::RunTime))),
+        "status names OpenBLAS, following at run time: {:?}",
+        runtimes_of(&d, "numpy")
+    );
+    let first_out = first.wait_with_output().unwrap();
+    assert!(first_out.status.success());
+    let t_alone = now_mono();
+    let (samples, t_in, t_out) = with_a_neighbour(&d, np, Duration::from_millis(1000));
+    let started = samples.first().map_or(0.0, |s| s.0);
+    let sharing_at_start: Vec<u32> = samples
+        .iter()
+        .filter(|s| s.0 < t_alone - 0.05)
+        .map(|s| s.1)
+        .collect();
+    assert!(
+        started < t_alone - 0.2 && sharing_at_start.iter().all(|&t| t == 1),
+        "started sharing: 1 thread: {sharing_at_start:?}"
+    );
+    let alone: Vec<u32> = samples
+        .iter()
+        .filter(|s| s.0 > t_alone + 0.4 && s.0 < t_in)
+        .map(|s| s.1)
+        .collect();
+    assert!(
+        !alone.is_empty() && alone.iter().all(|&t| t == 2),
+        "alone: the pool grew to 2 threads: {alone:?}"
+    );
+    let [_, during, after] = phases(&samples, t_in, t_out, 0.4);
+    assert!(
+        !during.is_empty() && during.iter().all(|&t| t == 1),
+        "sharing: 1 thread: {during:?}"
+    );
+    assert!(
+        !after.is_empty() && after.iter().all(|&t| t == 2),
+        "alone again: 2 threads: {after:?}"
+    );
+}
+
+/// A Go toolchain of release 1.25 or later, whose programs follow their CPU
+/// set while they run.
+fn go_tool() -> Option<std::path::PathBuf> {
+    ["go", "/usr/local/go/bin/go"].into_iter().find_map(|go| {
+        let out = Command::new(go).arg("version").output().ok()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let minor: u32 = text
+            .split_whitespace()
+            .nth(2)?
+            .strip_prefix("go1.")?
+            .split(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()?;
+        (minor >= 25).then(|| go.into())
+    })
+}
+
+/// A Go 1.25+ program under `allot run`: GOMAXPROCS is left unset, so its
+/// runtime follows the cell's CPU set as a neighbour comes and goes.
+#[test]
+fn a_go_program_follows_its_cpu_set_under_allot_run() {
+    if !two_cpus() {
+        return;
+    }
+    let go = go_tool();
+    if !prerequisite(
+        go.is_some(),
+        "Go 1.25 or later (scripts/deps.sh installs it)",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("maxprocs");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/go");
+    let built = Command::new(go.unwrap())
+        .current_dir(&src)
+        .args(["build", "-o"])
+        .arg(&exe)
+        .arg(".")
+        .env("GOFLAGS", "-mod=mod")
+        .env("GOTOOLCHAIN", "local")
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "go build: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let d = Daemon::start(backend(), &[]);
+    let program = allot_run(
+        &d,
+        &[
+            "--exclusive",
+            "--name",
+            "gomax",
+            "--",
+            exe.to_str().unwrap(),
+            "5",
+        ],
+    )
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || runtimes_of(&d, "gomax")
+            .iter()
+            .any(|(n, f)| n.starts_with("go1.") && *f == Follows::RunTime)),
+        "status names the Go runtime, following at run time: {:?}",
+        runtimes_of(&d, "gomax")
+    );
+    // Go looks at its CPU set about once a second.
+    let (samples, t_in, t_out) = with_a_neighbour(&d, program, Duration::from_millis(1500));
+    let [before, during, after] = phases(&samples, t_in, t_out, 0.8);
+    assert!(
+        !before.is_empty() && before.iter().all(|&t| t == 2),
+        "alone: GOMAXPROCS 2: {before:?}"
+    );
+    assert!(
+        during.contains(&1),
+        "sharing: GOMAXPROCS 1 once Go has looked: {during:?}"
+    );
+    assert!(
+        !after.is_empty() && after.iter().all(|&t| t == 2),
+        "alone again: GOMAXPROCS 2: {after:?}"
+    );
+}
