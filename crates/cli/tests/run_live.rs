@@ -585,12 +585,15 @@ fn launch_cost_is_measured_per_backend() {
         let v: Vec<f64> = row
             .split_whitespace()
             .skip(1)
+            .filter(|x| *x != "|")
             .map(|x| x.parse().unwrap())
             .collect();
-        let [direct, run, p50, p90, p99] = v[..] else {
+        let [direct, run, start50, start99, exit50, exit99, p50, p90, p99] = v[..] else {
             panic!("{row}");
         };
         assert!(direct > 0.0 && run > direct, "{row}");
+        assert!(start50 > 0.0 && start50 <= start99, "{row}");
+        assert!(exit50 <= exit99, "{row}");
         assert!(p50 > 0.0 && p50 <= p90 && p90 <= p99, "{row}");
     }
 }

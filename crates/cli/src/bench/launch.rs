@@ -3,18 +3,20 @@
 //!
 //! For each backend (by default every one this machine allows, of
 //! `cgroup2`, `cgroup1` and `affinity`) a private broker is started; then
-//! `--runs` rounds each time `true` run directly and `allot run -- true`
-//! against that broker, in alternating order, from spawn to exit. A round's
-//! overhead is its `allot run` time minus the median of the direct runs.
-//! Printed per backend: the direct and `allot run` medians and the
-//! overhead's median, p90 and p99, in milliseconds. `--hogs K` keeps K busy
+//! `--runs` rounds each time `date +%s%N` run directly and under `allot
+//! run` against that broker, in alternating order. The program's printed
+//! wall clock splits each run in two: *start* (spawn to the program
+//! running) and *exit* (from there until its exit is seen). A round's
+//! overhead is its `allot run` time minus the median of the direct runs,
+//! for each part and in all. Printed per backend, in milliseconds: the
+//! direct and `allot run` medians of the whole run, the start and exit
+//! overheads' medians and p99, and the whole overhead's median, p90, p99. `--hogs K` keeps K busy
 //! loops running meanwhile (children of this process, killed at the end):
 //! the cost on a loaded machine.
 
 use super::broker::PrivateBroker;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Instant;
 
 /// Arguments of `allot bench launch`.
 #[derive(Debug, clap::Args)]
@@ -58,19 +60,44 @@ impl Drop for Hogs {
     }
 }
 
-/// Milliseconds from spawn to exit of `cmd`, which must succeed.
-fn time_ms(cmd: &mut Command) -> Result<f64, String> {
-    let t = Instant::now();
-    let status = cmd
+/// One timed run: milliseconds from spawn to the program's first
+/// instruction that matters (it prints the wall clock) and from there to
+/// the exit being seen.
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    start: f64,
+    exit: f64,
+}
+
+/// The wall clock in nanoseconds, as `date +%s%N` prints it.
+fn wall_ns() -> i128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i128)
+        .unwrap_or(0)
+}
+
+/// Runs `cmd` (whose program is `date +%s%N`), which must succeed.
+fn time_run(cmd: &mut Command) -> Result<Timing, String> {
+    let t0 = wall_ns();
+    let out = cmd
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .status()
+        .stderr(Stdio::null())
+        .output()
         .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
-    let ms = t.elapsed().as_secs_f64() * 1e3;
-    if !status.success() {
-        return Err(format!("{cmd:?} failed: {status}"));
+    let t2 = wall_ns();
+    if !out.status.success() {
+        return Err(format!("{cmd:?} failed: {}", out.status));
     }
-    Ok(ms)
+    let text = String::from_utf8_lossy(&out.stdout);
+    let t1: i128 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{cmd:?} printed {text:?}, not a time"))?;
+    Ok(Timing {
+        start: (t1 - t0) as f64 / 1e6,
+        exit: (t2 - t1) as f64 / 1e6,
+    })
 }
 
 /// The `q` quantile (0..=1) of sorted `v`, nearest rank.
@@ -79,27 +106,45 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[rank - 1]
 }
 
-/// One backend's figures.
+/// Median, p90 and p99 of `v` less `base`.
+fn over(v: impl Iterator<Item = f64>, base: f64) -> [f64; 3] {
+    let mut v: Vec<f64> = v.map(|x| x - base).collect();
+    v.sort_by(f64::total_cmp);
+    [quantile(&v, 0.5), quantile(&v, 0.9), quantile(&v, 0.99)]
+}
+
+fn median(v: impl Iterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = v.collect();
+    v.sort_by(f64::total_cmp);
+    quantile(&v, 0.5)
+}
+
+/// One backend's figures (ms): medians of the direct and wrapped runs, and
+/// the overhead's median, p90 and p99 at start, at exit and in all.
 #[derive(Debug)]
 struct Row {
     backend: String,
     direct: f64,
     run: f64,
-    overhead: [f64; 3],
+    start: [f64; 3],
+    exit: [f64; 3],
+    total: [f64; 3],
 }
 
-fn measure(allot: &Path, true_bin: &Path, backend: &str, runs: usize) -> Result<Row, String> {
+fn measure(allot: &Path, date: &Path, backend: &str, runs: usize) -> Result<Row, String> {
     let broker = PrivateBroker::start(allot, backend)?;
     let mut direct = Vec::with_capacity(runs);
     let mut run = Vec::with_capacity(runs);
+    let plain = || time_run(Command::new(date).arg("+%s%N"));
     let allot_run = || {
         let mut c = Command::new(allot);
         c.arg("run")
             .arg("--socket")
             .arg(broker.socket())
             .args(["--no-start", "--name", "launch", "--"])
-            .arg(true_bin);
-        time_ms(&mut c)
+            .arg(date)
+            .arg("+%s%N");
+        time_run(&mut c)
     };
     // One of each first: the shim is installed and the caches are warm.
     allot_run()?;
@@ -108,28 +153,24 @@ fn measure(allot: &Path, true_bin: &Path, backend: &str, runs: usize) -> Result<
             return Err("interrupted".into());
         }
         if round % 2 == 0 {
-            direct.push(time_ms(&mut Command::new(true_bin))?);
+            direct.push(plain()?);
             run.push(allot_run()?);
         } else {
             run.push(allot_run()?);
-            direct.push(time_ms(&mut Command::new(true_bin))?);
+            direct.push(plain()?);
         }
     }
     drop(broker);
-    direct.sort_by(f64::total_cmp);
-    let base = quantile(&direct, 0.5);
-    let mut over: Vec<f64> = run.iter().map(|r| r - base).collect();
-    over.sort_by(f64::total_cmp);
-    run.sort_by(f64::total_cmp);
+    let start = median(direct.iter().map(|t| t.start));
+    let exit = median(direct.iter().map(|t| t.exit));
+    let total = median(direct.iter().map(|t| t.start + t.exit));
     Ok(Row {
         backend: backend.to_string(),
-        direct: base,
-        run: quantile(&run, 0.5),
-        overhead: [
-            quantile(&over, 0.5),
-            quantile(&over, 0.9),
-            quantile(&over, 0.99),
-        ],
+        direct: total,
+        run: median(run.iter().map(|t| t.start + t.exit)),
+        start: over(run.iter().map(|t| t.start), start),
+        exit: over(run.iter().map(|t| t.exit), exit),
+        total: over(run.iter().map(|t| t.start + t.exit), total),
     })
 }
 
@@ -141,8 +182,8 @@ pub fn run(a: LaunchArgs) -> Result<i32, String> {
     }
     let allot: PathBuf = std::env::current_exe().map_err(|e| e.to_string())?;
     let path = std::env::var_os("PATH");
-    let true_bin = crate::run::resolve::resolve("true".as_ref(), path.as_deref())
-        .map_err(|_| "no `true` program in PATH".to_string())?;
+    let date = crate::run::resolve::resolve("date".as_ref(), path.as_deref())
+        .map_err(|_| "no `date` program in PATH".to_string())?;
     let asked = a.backends.is_some();
     let backends: Vec<String> = a
         .backends
@@ -155,21 +196,42 @@ pub fn run(a: LaunchArgs) -> Result<i32, String> {
         .collect();
     let _hogs = Hogs::start(a.hogs)?;
     println!(
-        "`allot run -- true` against `true`, {} rounds per backend, {} busy loop(s) running; ms",
+        "`allot run -- date` against `date`, {} rounds per backend, {} busy loop(s) running",
         a.runs, a.hogs
     );
     println!(
-        "{:<10} {:>10} {:>10} {:>13} {:>8} {:>8}",
-        "backend", "direct", "allot run", "overhead p50", "p90", "p99"
+        "ms; start: spawn to the program running, exit: the program's clock reading to its exit seen"
+    );
+    println!(
+        "{:<10} {:>7} {:>9} | {:>9} {:>7} | {:>8} {:>7} | {:>9} {:>7} {:>7}",
+        "backend",
+        "direct",
+        "allot run",
+        "start p50",
+        "p99",
+        "exit p50",
+        "p99",
+        "added p50",
+        "p90",
+        "p99"
     );
     let mut measured = 0;
     for b in &backends {
-        match measure(&allot, &true_bin, b, a.runs) {
+        match measure(&allot, &date, b, a.runs) {
             Ok(r) => {
                 measured += 1;
                 println!(
-                    "{:<10} {:>10.2} {:>10.2} {:>13.2} {:>8.2} {:>8.2}",
-                    r.backend, r.direct, r.run, r.overhead[0], r.overhead[1], r.overhead[2]
+                    "{:<10} {:>7.2} {:>9.2} | {:>9.2} {:>7.2} | {:>8.2} {:>7.2} | {:>9.2} {:>7.2} {:>7.2}",
+                    r.backend,
+                    r.direct,
+                    r.run,
+                    r.start[0],
+                    r.start[2],
+                    r.exit[0],
+                    r.exit[2],
+                    r.total[0],
+                    r.total[1],
+                    r.total[2]
                 );
             }
             Err(e) if super::interrupt::requested() => return Err(e),
