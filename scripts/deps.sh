@@ -13,6 +13,7 @@ packages=(
                                       # the shim's follower tests (OpenBLAS, BLIS, oneTBB)
   python3-numpy                       # the BLAS benchmark mix and the numpy live test
   curl unzip ca-certificates          # fetching the Go toolchain below
+  systemd                             # systemd-analyze verify and systemd-socket-activate (service tests)
 )
 
 missing=()

@@ -12,7 +12,8 @@
 //! cgroup2_root = "/sys/fs/cgroup/allot"  # explicit (delegated) v2 subtree
 //! idle_exit_s = 0           # exit after this long with no cell and no client (0: never)
 //! state_dir = "/run/allot"  # journal location (default: next to the socket)
-//! show_other_users = false  # status shows other users' cell names and pids
+//! show_other_users = false  # status (and metrics) show other users' cell names
+//! metrics = "127.0.0.1:9464"  # serve Prometheus metrics at http://ADDR/metrics (default: off)
 //!
 //! [limits]                  # what one user may make the broker keep; root is exempt
 //! connections = 64          # open connections
@@ -111,8 +112,11 @@ pub struct Config {
     pub sysfs: Option<PathBuf>,
     /// Per-user limits.
     pub limits: Limits,
-    /// Whether clients see other users' cell names and pids in the status.
+    /// Whether clients see other users' cell names and pids in the status
+    /// (and the metrics label cells with their names).
     pub show_other_users: bool,
+    /// Where to serve Prometheus metrics (`crate::metrics`); off when `None`.
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 impl Config {
@@ -134,6 +138,7 @@ impl Config {
             sysfs: None,
             limits: Limits::default(),
             show_other_users: false,
+            metrics: None,
         }
     }
 
@@ -167,6 +172,7 @@ impl Config {
             state_dir: Option<PathBuf>,
             socket: Option<PathBuf>,
             show_other_users: Option<bool>,
+            metrics: Option<String>,
             limits: Option<Limits>,
         }
         let f: File = toml::from_str(text).map_err(|e| e.to_string())?;
@@ -212,6 +218,9 @@ impl Config {
         if let Some(v) = f.show_other_users {
             self.show_other_users = v;
         }
+        if let Some(m) = f.metrics {
+            self.metrics = Some(parse_metrics_addr(&m)?);
+        }
         if let Some(l) = f.limits {
             if [l.connections, l.cells, l.members, l.cells_total].contains(&0) {
                 return Err(
@@ -222,6 +231,16 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// A metrics address: `HOST:PORT` (an IP address, IPv6 in brackets).
+pub fn parse_metrics_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    s.parse().map_err(|_| {
+        format!(
+            "metrics address {s:?} is not IP:PORT (for example 127.0.0.1:9464, [::1]:9464, \
+             or 0.0.0.0:9464 to serve every interface)"
+        )
+    })
 }
 
 #[cfg(test)]
@@ -241,6 +260,15 @@ mod tests {
         assert_eq!(c.cpus.unwrap().to_string(), "0-3");
         assert_eq!(c.tick, Duration::from_millis(50));
         assert_eq!(c.idle_exit, Some(Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn metrics_address_parses_or_says_the_form() {
+        let mut c = Config::new("/tmp/s".into());
+        c.apply_toml("metrics = \"127.0.0.1:9464\"").unwrap();
+        assert_eq!(c.metrics.unwrap().port(), 9464);
+        let e = c.apply_toml("metrics = \"localhost\"").unwrap_err();
+        assert!(e.contains("IP:PORT"), "{e}");
     }
 
     #[test]

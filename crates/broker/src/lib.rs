@@ -14,7 +14,8 @@
 //! - [`demand`]: how busy each cell is, from usage and reports.
 //! - [`journal`]: crash-safe state.
 //! - [`ledger`]: what each process holds of each resource kind (`require`).
-//! - [`config`] (with the per-user [`config::Limits`]), [`status`].
+//! - [`config`] (with the per-user [`config::Limits`]), [`status`],
+//!   [`metrics`] (Prometheus, `allot daemon --metrics`).
 //! - [`names`]: which names clients may choose, and how they are printed.
 //! - [`convert`]: the spec as the planner, the wire, the journal and the
 //!   status each see it.
@@ -26,6 +27,7 @@ pub mod demand;
 pub mod journal;
 pub mod ledger;
 pub mod log;
+pub mod metrics;
 pub mod names;
 pub mod server;
 pub mod status;

@@ -3,6 +3,7 @@
 
 use crate::convert;
 use crate::core::{Core, Peer};
+use crate::metrics::{CellGauges, Snapshot};
 use allot_enforce::os::{Os, process_tree};
 use allot_enforce::runtimes::{self, Runtime};
 use allot_proto::status::{
@@ -178,6 +179,43 @@ pub fn chunks(json: &str) -> Vec<String> {
         out.push(String::new());
     }
     out
+}
+
+impl Core {
+    /// The metrics of this moment ([`crate::metrics`]). Names are included
+    /// only when the configuration shows other users' names.
+    pub fn metrics_snapshot(&self) -> Snapshot {
+        let used = self
+            .plan
+            .cells
+            .values()
+            .fold(self.plan.reserve, |acc, g| acc.union(&g.cpus));
+        Snapshot {
+            uptime_s: round(self.started.elapsed().as_secs_f64(), 3),
+            capacity: self.planner.capacity(),
+            idle: self.machine.usable().difference(&used).len() as u32,
+            queue: self.queue.len() as u32,
+            cells: self
+                .cells
+                .iter()
+                .map(|(&id, c)| {
+                    let g = c.published.as_ref();
+                    CellGauges {
+                        id,
+                        uid: c.uid,
+                        name: self.show_other_users.then(|| c.name.clone()),
+                        cpus: g.map_or(0, |g| g.cpus.len() as u32),
+                        lent: g.map_or(0, |g| g.lent.len() as u32),
+                        threads: g.map_or(0, |g| g.threads),
+                        busy: round(c.est.busy(), 3),
+                        generation: c.generation,
+                        members: c.members.len() as u32,
+                    }
+                })
+                .collect(),
+            counters: self.counters.clone(),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ mod bench;
 mod cmd;
 mod run;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// Share one machine's CPUs between parallel programs without
 /// oversubscribing it.
@@ -34,6 +34,10 @@ enum Command {
     /// Experiments that check allot's claims on this machine.
     #[command(subcommand)]
     Bench(bench::Bench),
+    /// Write shell completions to standard output.
+    Completions(cmd::generate::CompletionsArgs),
+    /// Write man pages for every command into a directory.
+    Man(cmd::generate::ManArgs),
     /// Run one of allot's workloads (for experiments).
     #[command(hide = true)]
     Workload(cmd::workload::Args),
@@ -48,6 +52,8 @@ fn main() {
         Command::Topology(a) => cmd::topology::run(a),
         Command::Demo(a) => cmd::demo::run(a),
         Command::Bench(b) => bench::run(b),
+        Command::Completions(a) => cmd::generate::completions(a, Cli::command()),
+        Command::Man(a) => cmd::generate::man(a, Cli::command()),
         Command::Workload(a) => cmd::workload::run(a),
     };
     std::process::exit(code);

@@ -39,6 +39,7 @@ use crate::config::{Config, Limits};
 use crate::demand::Estimator;
 use crate::journal::{Journal, MemberRec, Record};
 use crate::ledger::Ledger;
+use crate::metrics::Counters;
 use crate::names::shown;
 use crate::{debug, info, warn};
 use allot_enforce::os::Os;
@@ -170,6 +171,8 @@ pub struct Core {
     pub(crate) limits: Limits,
     pub(crate) show_other_users: bool,
     removals: Vec<Removal>,
+    /// What the metrics count (`crate::metrics`).
+    pub(crate) counters: Counters,
 }
 
 fn random_u64() -> u64 {
@@ -229,6 +232,7 @@ impl Core {
             limits: cfg.limits,
             show_other_users: cfg.show_other_users,
             removals: Vec::new(),
+            counters: Counters::default(),
         };
         let effects = core.restore();
         (core, effects)
@@ -423,6 +427,7 @@ impl Core {
             }
             c.generation = generation;
             c.published = Some(g.clone());
+            self.counters.grant_changes += 1;
             debug!(
                 "cell {id} ({}) generation {generation}: CPUs {} lent {} threads {}",
                 shown(&c.name),
@@ -457,6 +462,7 @@ impl Core {
             return vec![];
         };
         info!("cell {id} ({}) ended: {why}", shown(&c.name));
+        self.counters.ended += 1;
         self.remove_backend(id);
         let final_grant = allot_proto::Grant {
             cell: id,
@@ -523,6 +529,7 @@ impl Core {
 
     /// A watched process exited.
     pub fn exited(&mut self, pid: u32) -> Vec<Effect> {
+        let seen = Instant::now();
         let mut effects = Vec::new();
         if self.ledger.forget(pid) {
             info!("process {pid} died holding resources; given back");
@@ -538,6 +545,7 @@ impl Core {
         };
         c.members.retain(|m| m.pid != pid);
         let empty = c.members.is_empty();
+        let mut ended = false;
         self.journal(&[Record::Gone { id, pid }]);
         if empty {
             // Processes that joined through the cgroup (children of the
@@ -545,6 +553,7 @@ impl Core {
             let left = self.live_backend_members(id, pid);
             if left.is_empty() {
                 effects.extend(self.end_cell(id, "its last process exited"));
+                ended = true;
             } else {
                 for m in left {
                     self.cells.get_mut(&id).expect("present").members.push(m);
@@ -555,6 +564,9 @@ impl Core {
             }
         }
         self.reconcile();
+        if ended {
+            self.counters.reclaim.observe(seen.elapsed());
+        }
         effects.extend(self.admit_queued());
         effects
     }

@@ -307,6 +307,7 @@ impl Core {
             ));
             return e;
         }
+        self.counters.admitted += 1;
         info!(
             "cell {id} ({}) admitted: {spec}; CPUs {}",
             shown(&name),
@@ -372,6 +373,11 @@ impl Core {
                 }
                 Admission::Never(r) => {
                     let q = self.queue.remove(i).expect("index in range");
+                    *self
+                        .counters
+                        .refused
+                        .entry(ErrorCode::Never.name())
+                        .or_default() += 1;
                     effects.push(answer(
                         q.session,
                         err(

@@ -13,6 +13,26 @@ use rustix::fd::OwnedFd;
 use std::time::Instant;
 
 impl Core {
+    /// Counts what a registration from `session` was answered (admissions
+    /// are counted where cells are activated, also from the queue).
+    fn count_registration(&mut self, session: SessionId, effects: &[Effect]) {
+        for e in effects {
+            if let Effect::Reply {
+                session: s, reply, ..
+            } = e
+            {
+                match reply {
+                    _ if *s != session => {}
+                    Reply::Queued { .. } => self.counters.queued += 1,
+                    Reply::Error { code, .. } => {
+                        *self.counters.refused.entry(code.name()).or_default() += 1
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
     /// Handles one request from `session`.
     pub fn handle(
         &mut self,
@@ -30,14 +50,18 @@ impl Core {
                 spec,
                 wait,
                 members,
-            } => self.register(
-                session,
-                peer,
-                name,
-                convert::from_wire(&spec),
-                wait,
-                members,
-            ),
+            } => {
+                let effects = self.register(
+                    session,
+                    peer,
+                    name,
+                    convert::from_wire(&spec),
+                    wait,
+                    members,
+                );
+                self.count_registration(session, &effects);
+                effects
+            }
             Request::Rejoin { cell, token } => self.rejoin(session, peer, cell, token, fd),
             Request::AddMember { cell, pid } => match self.add_member(peer, cell, pid) {
                 Ok(mut effects) => {

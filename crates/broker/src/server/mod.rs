@@ -4,7 +4,8 @@
 //! - `accept`: new connections, per-user connection limits, running out
 //!   of descriptors;
 //! - `session`: reading requests within each user's turn, queueing and
-//!   flushing replies.
+//!   flushing replies;
+//! - `activation`: serving a socket systemd passed (`allotd.socket`).
 //!
 //! Sources, each with an epoll token:
 //!
@@ -13,6 +14,7 @@
 //! | listening socket| `LISTENER`       | accept, record peer credentials              |
 //! | monitor timerfd | `TIMER`          | `Core::tick` (usage → demand → re-plan)      |
 //! | stop pipe       | `STOP`           | leave the loop (signals write to it)         |
+//! | metrics pipe    | `METRICS`        | a scrape waits: publish a metrics snapshot   |
 //! | client socket   | `SESSION | id`   | requests within its user's turn budget       |
 //! | pidfd           | `PIDFD | pid`    | `Core::exited` (reclaim in the same step)    |
 //!
@@ -52,6 +54,7 @@
 //! on every tick instead.
 
 mod accept;
+mod activation;
 mod session;
 
 use accept::open_spare;
@@ -61,6 +64,7 @@ use crate::config::Config;
 use crate::core::{Core, Peer, SessionId};
 use crate::journal::Journal;
 use crate::log::Throttle;
+use crate::metrics::Exporter;
 use crate::{info, warn};
 use allot_enforce::os::{Os, RealOs};
 use allot_proto::dirs::TrustedDir;
@@ -77,6 +81,7 @@ use std::time::{Duration, Instant};
 const LISTENER: u64 = 1;
 const TIMER: u64 = 2;
 const STOP: u64 = 3;
+const METRICS: u64 = 4;
 const SESSION: u64 = 1 << 62;
 const PIDFD: u64 = 2 << 62;
 const KIND_MASK: u64 = 3 << 62;
@@ -131,6 +136,8 @@ pub struct Broker {
     slow_log: Throttle,
     /// Units served per uid in this turn.
     turn: HashMap<u32, u32>,
+    /// The metrics endpoint, when configured.
+    exporter: Option<Exporter>,
 }
 
 /// Stops a running broker from another thread or a signal handler.
@@ -195,7 +202,10 @@ impl Broker {
         if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
             return Err(StartError::AlreadyRunning(cfg.socket.clone()));
         }
-        if cfg.socket.exists() {
+        // A socket passed by systemd is served as it is (it is not ours to
+        // remove or re-mode); otherwise a stale socket file is replaced.
+        let activated = activation::inherited(&cfg.socket).map_err(other)?;
+        if activated.is_none() && cfg.socket.exists() {
             if allot_proto::Conn::connect(&cfg.socket).is_ok() {
                 return Err(StartError::AlreadyRunning(cfg.socket.clone()));
             }
@@ -251,18 +261,40 @@ impl Broker {
         let (mut core, effects) = Core::new(&cfg, machine, enforcer, os, Some(journal));
         core.set_backend_notes(notes);
 
+        let exporter = match cfg.metrics {
+            Some(addr) => Some(Exporter::start(addr).map_err(|e| {
+                other(format!(
+                    "cannot serve metrics on {addr}: {e} (is the port in use? choose another \
+                     with --metrics or `metrics =` in the config)"
+                ))
+            })?),
+            None => None,
+        };
         let epoll = epoll::create(CreateFlags::CLOEXEC).map_err(other)?;
-        let listener = transport::listen(&cfg.socket)
-            .map_err(|e| other(format!("cannot listen on {}: {e}", cfg.socket.display())))?;
-        {
-            // Root's broker serves every user (peer credentials decide what
-            // each may do); a user's broker serves that user only.
-            use std::os::unix::fs::PermissionsExt;
-            let mode = if private { 0o600 } else { 0o666 };
-            let _ = std::fs::set_permissions(&cfg.socket, std::fs::Permissions::from_mode(mode));
-        }
-        let socket_ino =
-            std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&cfg.socket).map_err(other)?);
+        let (listener, socket_ino) = match activated {
+            Some(fd) => {
+                info!(
+                    "serving the socket systemd passed for {}",
+                    cfg.socket.display()
+                );
+                (fd, None)
+            }
+            None => {
+                let listener = transport::listen(&cfg.socket).map_err(|e| {
+                    other(format!("cannot listen on {}: {e}", cfg.socket.display()))
+                })?;
+                // Root's broker serves every user (peer credentials decide
+                // what each may do); a user's broker serves that user only.
+                use std::os::unix::fs::PermissionsExt;
+                let mode = if private { 0o600 } else { 0o666 };
+                let _ =
+                    std::fs::set_permissions(&cfg.socket, std::fs::Permissions::from_mode(mode));
+                let ino = std::os::unix::fs::MetadataExt::ino(
+                    &std::fs::metadata(&cfg.socket).map_err(other)?,
+                );
+                (listener, Some(ino))
+            }
+        };
         add(&epoll, &listener, LISTENER, EventFlags::IN).map_err(other)?;
 
         let timer = rustix::time::timerfd_create(
@@ -290,6 +322,10 @@ impl Broker {
         )
         .map_err(other)?;
         add(&epoll, &stop_r, STOP, EventFlags::IN).map_err(other)?;
+        if let Some(x) = &exporter {
+            add(&epoll, x.wake_fd(), METRICS, EventFlags::IN).map_err(other)?;
+            info!("metrics at http://{}/metrics", x.addr());
+        }
 
         let mut b = Broker {
             core,
@@ -303,7 +339,7 @@ impl Broker {
             pidfds: HashMap::new(),
             polled: HashSet::new(),
             next_session: 1,
-            socket_ino: Some(socket_ino),
+            socket_ino,
             _lock: lock,
             buf: vec![0; MAX_MESSAGE + 1],
             conns: HashMap::new(),
@@ -314,6 +350,7 @@ impl Broker {
             limit_log: Throttle::new(LOG_EVERY),
             slow_log: Throttle::new(LOG_EVERY),
             turn: HashMap::new(),
+            exporter,
         };
         b.apply(effects);
         info!(
@@ -353,6 +390,7 @@ impl Broker {
                 Err(e) => return Err(e.into()),
             }
             let mut stop = false;
+            let busy_since = Instant::now();
             self.turn.clear();
             for ev in events.iter() {
                 let token = ev.data.u64();
@@ -376,9 +414,17 @@ impl Broker {
                             let _ = rustix::io::read(&self.stop_r, &mut b);
                             stop = true;
                         }
+                        METRICS => {
+                            if let Some(x) = self.exporter.as_ref().filter(|x| x.wanted()) {
+                                x.publish(&self.core.metrics_snapshot());
+                            }
+                        }
                         _ => {}
                     },
                 }
+            }
+            if !events.is_empty() {
+                self.core.counters.turn.observe(busy_since.elapsed());
             }
             if stop || self.core.stop_requested() {
                 break;
@@ -463,6 +509,12 @@ impl Broker {
     /// The socket this broker serves.
     pub fn socket(&self) -> &Path {
         &self.cfg.socket
+    }
+
+    /// Where metrics are served, if they are (the port the kernel chose
+    /// when the configuration gave port 0).
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.exporter.as_ref().map(Exporter::addr)
     }
 
     /// The tick period.

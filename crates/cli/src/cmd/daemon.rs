@@ -43,13 +43,22 @@ pub struct Args {
     /// Name of allot's directory in each cgroup hierarchy.
     #[arg(long, value_name = "NAME")]
     cgroup_name: Option<String>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (IP:PORT, e.g.
+    /// 127.0.0.1:9464; everyone who can reach it sees every cell).
+    #[arg(long, value_name = "IP:PORT", value_parser = allot_broker::config::parse_metrics_addr)]
+    metrics: Option<std::net::SocketAddr>,
+    /// Read the configuration (file and options), check it against this
+    /// machine, print the settings in effect and exit: 0 when it is usable,
+    /// 2 when not.
+    #[arg(long)]
+    check_config: bool,
     /// Plan for a fixture machine's topology (sysfs tree); for simulations
     /// with --backend dry-run.
     #[arg(long, value_name = "DIR", hide = true)]
     sysfs: Option<PathBuf>,
 }
 
-fn config(a: Args) -> Result<Config, String> {
+fn config(a: &Args) -> Result<Config, String> {
     let socket = a
         .socket
         .clone()
@@ -85,25 +94,106 @@ fn config(a: Args) -> Result<Config, String> {
     if let Some(s) = a.idle_exit {
         c.idle_exit = (s > 0).then(|| std::time::Duration::from_secs(s));
     }
-    if let Some(d) = a.state_dir {
+    if let Some(d) = a.state_dir.clone() {
         c.state_dir = d;
     }
-    if let Some(n) = a.cgroup_name {
+    if let Some(n) = a.cgroup_name.clone() {
         c.cgroup_name = n;
     }
-    c.sysfs = a.sysfs;
+    if let Some(m) = a.metrics {
+        c.metrics = Some(m);
+    }
+    c.sysfs = a.sysfs.clone();
     Ok(c)
+}
+
+/// `--check-config`: the settings in effect, after checking what can be
+/// checked without starting (the CPUs against this machine's topology).
+fn check(c: &Config) -> Result<String, String> {
+    let allowed = allot_topo::allowed_cpus().map_err(|e| e.to_string())?;
+    let machine = match &c.sysfs {
+        Some(root) => allot_topo::discover(root, &root.display().to_string(), None),
+        None => allot_topo::discover("/sys".as_ref(), "this machine", Some(&allowed)),
+    }
+    .map_err(|e| format!("cannot read the machine's topology: {e}"))?;
+    let machine = match &c.cpus {
+        Some(cpus) => machine
+            .restrict(cpus)
+            .map_err(|e| format!("cpus = {cpus}: {e}"))?,
+        None => machine,
+    };
+    if c.reserve as usize >= machine.usable().len() {
+        return Err(format!(
+            "reserve = {} leaves no CPU for cells ({} usable: {})",
+            c.reserve,
+            machine.usable().len(),
+            machine.usable()
+        ));
+    }
+    let l = &c.limits;
+    Ok(format!(
+        "socket            {}\n\
+         state_dir         {}\n\
+         backend           {}\n\
+         policy            {}\n\
+         cpus              {} ({})\n\
+         reserve           {}\n\
+         lend              {}\n\
+         tick_ms           {}\n\
+         idle_exit_s       {}\n\
+         cgroup_name       {}\n\
+         show_other_users  {}\n\
+         metrics           {}\n\
+         limits            connections {} cells {} queued {} members {} kinds {} devices {} \
+         holdings {} cells_total {} kinds_total {}",
+        c.socket.display(),
+        c.state_dir.display(),
+        c.backend,
+        c.policy,
+        machine.usable(),
+        machine.summary(),
+        c.reserve,
+        c.lend,
+        c.tick.as_millis(),
+        c.idle_exit.map_or(0, |d| d.as_secs()),
+        c.cgroup_name,
+        c.show_other_users,
+        c.metrics
+            .map_or("off".to_string(), |m| format!("http://{m}/metrics")),
+        l.connections,
+        l.cells,
+        l.queued,
+        l.members,
+        l.kinds,
+        l.devices,
+        l.holdings,
+        l.cells_total,
+        l.kinds_total,
+    ))
 }
 
 /// Runs `allot daemon`.
 pub fn run(a: Args) -> i32 {
-    let cfg = match config(a) {
+    let cfg = match config(&a) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("allot: {e}");
             return 2;
         }
     };
+    if a.check_config {
+        return match check(&cfg) {
+            Ok(text) => {
+                println!("{text}");
+                println!("configuration OK");
+                0
+            }
+            Err(e) => {
+                eprintln!("allot: configuration not usable: {e}");
+                2
+            }
+        };
+    }
     let broker = match Broker::start(cfg) {
         Ok(b) => b,
         Err(e @ StartError::AlreadyRunning(_)) => {

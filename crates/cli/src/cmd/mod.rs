@@ -2,6 +2,7 @@
 
 pub mod daemon;
 pub mod demo;
+pub mod generate;
 pub mod status;
 pub mod topology;
 pub mod workload;

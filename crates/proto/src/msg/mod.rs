@@ -80,6 +80,25 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// A short stable name (snake case), for logs and metrics labels.
+    pub fn name(self) -> &'static str {
+        use ErrorCode::*;
+        match self {
+            Malformed => "malformed",
+            UnsupportedVersion => "unsupported_version",
+            UnknownKind => "unknown_kind",
+            Oversized => "oversized",
+            Refused => "refused",
+            Never => "never",
+            UnknownCell => "unknown_cell",
+            PermissionDenied => "permission_denied",
+            Invalid => "invalid",
+            Internal => "internal",
+            ShuttingDown => "shutting_down",
+            Limit => "limit",
+        }
+    }
+
     /// From the wire value. A code this version does not define is not
     /// mapped to another (the peer speaks the same version, so it is a
     /// malformed reply, and a decoder that rewrote it would misreport it).

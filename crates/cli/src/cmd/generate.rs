@@ -1,0 +1,74 @@
+//! `allot completions` and `allot man`: shell completions and man pages
+//! generated from the command-line definition itself, so they cannot drift
+//! from it.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Arguments of `allot completions`.
+#[derive(Debug, clap::Args)]
+pub struct CompletionsArgs {
+    /// The shell to write completions for.
+    #[arg(value_enum)]
+    shell: clap_complete::Shell,
+}
+
+/// Arguments of `allot man`.
+#[derive(Debug, clap::Args)]
+pub struct ManArgs {
+    /// Directory to write the pages into (allot.1, allot-run.1, …); created
+    /// if missing.
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+}
+
+/// Writes the completion script for `a.shell` to standard output.
+pub fn completions(a: CompletionsArgs, mut cli: clap::Command) -> i32 {
+    let name = cli.get_name().to_string();
+    clap_complete::generate(a.shell, &mut cli, name, &mut std::io::stdout());
+    0
+}
+
+/// Every visible command's page: `allot` and `allot-<sub>[-<subsub>]`.
+fn pages(cmd: &clap::Command, prefix: &str, out: &mut Vec<(String, clap::Command)>) {
+    let name = if prefix.is_empty() {
+        cmd.get_name().to_string()
+    } else {
+        format!("{prefix}-{}", cmd.get_name())
+    };
+    out.push((name.clone(), cmd.clone().name(name.clone())));
+    // clap's own `help` subcommands get no page.
+    for sub in cmd
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+    {
+        pages(sub, &name, out);
+    }
+}
+
+/// Writes one man page per visible command into `a.out`.
+pub fn man(a: ManArgs, cli: clap::Command) -> i32 {
+    if let Err(e) = std::fs::create_dir_all(&a.out) {
+        eprintln!("allot: cannot create {}: {e}", a.out.display());
+        return 1;
+    }
+    let mut all = Vec::new();
+    let mut cli = cli;
+    cli.build();
+    pages(&cli, "", &mut all);
+    for (name, cmd) in all {
+        let path = a.out.join(format!("{name}.1"));
+        let mut text = Vec::new();
+        if let Err(e) = clap_mangen::Man::new(cmd).render(&mut text) {
+            eprintln!("allot: cannot render {name}: {e}");
+            return 1;
+        }
+        if let Err(e) = std::fs::write(&path, text) {
+            eprintln!("allot: cannot write {}: {e}", path.display());
+            return 1;
+        }
+        // A closed standard output (`| head`) does not stop the writing.
+        let _ = writeln!(std::io::stdout(), "{}", path.display());
+    }
+    0
+}

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Installs allot as a system service: the binary, allotd.socket and
+# allotd.service, an (empty) /etc/allot/allotd.toml, shell completions and
+# man pages. Then, on a machine run by systemd, enables the socket.
+#
+#   sudo bash scripts/install-service.sh [--prefix /usr/local] [--root DIR] [--bin PATH] [--no-enable]
+#
+# --prefix  where the binary and man pages go, and what the units run (default /usr/local)
+# --root    stage every file under DIR instead of / (packaging, tests); implies --no-enable
+# --bin     the allot binary to install (default: target/release/allot, built if missing)
+# --no-enable  install only; print the systemctl commands instead of running them
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+prefix=/usr/local root="" bin="" enable=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --prefix) prefix=$2; shift 2 ;;
+    --root) root=$2; enable=0; shift 2 ;;
+    --bin) bin=$2; shift 2 ;;
+    --no-enable) enable=0; shift ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    *) echo "install-service.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+case "$prefix" in /*) ;; *) echo "install-service.sh: --prefix must be absolute" >&2; exit 2 ;; esac
+if [ -z "$bin" ]; then
+  bin=$here/target/release/allot
+  [ -x "$bin" ] || (cd "$here" && cargo build --release -p allot-cli)
+fi
+[ -x "$bin" ] || { echo "install-service.sh: no executable at $bin" >&2; exit 1; }
+if [ -z "$root" ] && [ "$(id -u)" != 0 ]; then
+  echo "install-service.sh: run as root (or stage with --root DIR)" >&2; exit 1
+fi
+
+install -D -m 755 "$bin" "$root$prefix/bin/allot"
+for unit in allotd.socket allotd.service; do
+  sed "s|/usr/local/bin/allot|$prefix/bin/allot|g" "$here/dist/systemd/$unit" \
+    | install -D -m 644 /dev/stdin "$root/etc/systemd/system/$unit"
+done
+if [ ! -e "$root/etc/allot/allotd.toml" ]; then
+  install -d -m 755 "$root/etc/allot"
+  cat > "$root/etc/allot/allotd.toml" <<'TOML'
+# allot broker configuration. Every key is optional; the keys and their
+# defaults are in docs/operations.md ("Configuration"). To see the settings
+# in effect and check them against this machine:
+#   allot daemon --check-config --config /etc/allot/allotd.toml
+TOML
+fi
+"$bin" completions bash | install -D -m 644 /dev/stdin "$root/usr/share/bash-completion/completions/allot"
+"$bin" completions zsh | install -D -m 644 /dev/stdin "$root/usr/share/zsh/vendor-completions/_allot"
+"$bin" completions fish | install -D -m 644 /dev/stdin "$root/usr/share/fish/vendor_completions.d/allot.fish"
+"$bin" man --out "$root$prefix/share/man/man1" > /dev/null
+
+echo "installed under ${root:-/}: $prefix/bin/allot, /etc/systemd/system/allotd.{socket,service}, /etc/allot/allotd.toml, completions, man pages"
+if [ "$enable" = 1 ] && [ -d /run/systemd/system ]; then
+  systemctl daemon-reload
+  systemctl enable --now allotd.socket
+  echo "allotd.socket enabled: the broker starts on the first connection (allot status)"
+else
+  echo "to start it: systemctl daemon-reload && systemctl enable --now allotd.socket"
+fi
