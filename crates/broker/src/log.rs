@@ -1,9 +1,8 @@
-//! Minimal leveled logging to stderr for the broker process.
-//!
-//! The broker is a daemon with one output stream; lines carry a timestamp
-//! (seconds since the broker started) and a level. `ALLOT_LOG=debug`
-//! enables debug lines.
+//! The broker's log: [`allot_proto::log`]'s levels (`ALLOT_LOG`, default
+//! `info` here), one line per event on stderr, prefixed with the seconds
+//! since the broker started instead of a pid.
 
+use allot_proto::log::Level;
 use std::sync::OnceLock;
 use std::time::Instant;
 
@@ -12,27 +11,33 @@ fn start() -> Instant {
     *T.get_or_init(Instant::now)
 }
 
-/// Whether debug lines are printed.
-pub fn debug_enabled() -> bool {
-    static D: OnceLock<bool> = OnceLock::new();
-    *D.get_or_init(|| std::env::var(allot_proto::env::LOG).is_ok_and(|v| v == "debug"))
+/// Whether lines at `level` are printed (`ALLOT_LOG`, default `info`).
+pub fn enabled(level: Level) -> bool {
+    allot_proto::log::enabled(level, Level::Info)
 }
 
-/// Prints one line.
-pub fn line(level: &str, msg: std::fmt::Arguments<'_>) {
-    let t = start().elapsed().as_secs_f64();
-    eprintln!("allotd [{t:9.3}] {level}: {msg}");
+/// Whether debug lines are printed.
+pub fn debug_enabled() -> bool {
+    enabled(Level::Debug)
+}
+
+/// Prints one line at `level` if enabled.
+pub fn line(level: Level, msg: std::fmt::Arguments<'_>) {
+    if enabled(level) {
+        let t = start().elapsed().as_secs_f64();
+        eprintln!("allotd [{t:9.3}] {}: {msg}", level.as_str());
+    }
 }
 
 /// `info!`-style macros.
 #[macro_export]
-macro_rules! info { ($($a:tt)*) => { $crate::log::line("info", format_args!($($a)*)) } }
+macro_rules! info { ($($a:tt)*) => { $crate::log::line(allot_proto::log::Level::Info, format_args!($($a)*)) } }
 /// Warning.
 #[macro_export]
-macro_rules! warn { ($($a:tt)*) => { $crate::log::line("warn", format_args!($($a)*)) } }
+macro_rules! warn { ($($a:tt)*) => { $crate::log::line(allot_proto::log::Level::Warn, format_args!($($a)*)) } }
 /// Debug (only with `ALLOT_LOG=debug`).
 #[macro_export]
-macro_rules! debug { ($($a:tt)*) => { if $crate::log::debug_enabled() { $crate::log::line("debug", format_args!($($a)*)) } } }
+macro_rules! debug { ($($a:tt)*) => { if $crate::log::debug_enabled() { $crate::log::line(allot_proto::log::Level::Debug, format_args!($($a)*)) } } }
 
 /// Lets a repeated message through at most once per interval and counts
 /// what it held back (a client flood or a resource shortage must not turn

@@ -376,12 +376,22 @@ fn tokens_lost_with_a_crashed_client_are_restored() {
 fn program_runs_on_when_the_broker_dies() {
     let mut d = Daemon::start(backend(), &[]);
     let mut c = allot_run(&d, &["--", "sh", "-c", "sleep 1; echo finished"]);
-    let child = c.stdout(Stdio::piped()).spawn().unwrap();
+    let child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     std::thread::sleep(Duration::from_millis(300));
     d.kill9();
     let o = child.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(0));
     assert_eq!(String::from_utf8_lossy(&o.stdout), "finished\n");
+    // The wrapper says once that it lost the broker, and what to do;
+    // its reconnect attempts are not logged one by one.
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.matches("lost the broker").count(), 1, "{err}");
+    assert!(err.contains("allot daemon"), "{err}");
+    assert!(!err.contains("cannot reach"), "info lines at the default level: {err}");
     // A restarted broker finds the cell gone and cleans up.
     d.spawn();
     assert!(eventually(Duration::from_secs(5), || d

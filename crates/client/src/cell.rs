@@ -25,6 +25,7 @@
 
 use crate::conn::{Client, ClientError};
 use allot_plan::CellSpec;
+use allot_proto::log::Once;
 use allot_proto::msg::ErrorCode;
 use allot_proto::{GrantPage, PageMap};
 use allot_topo::CpuSet;
@@ -591,16 +592,40 @@ fn hung_up(fd: &OwnedFd, stop: Option<&OwnedFd>, wait: Duration) -> bool {
     }
 }
 
+/// Reconnects after the broker went away, with a doubling back-off, until
+/// it rejoins the cell (or registers it again if the new broker lost it).
+/// The outage is logged once when it starts, each kind of failure once
+/// (with what to do), and the recovery once.
 fn reconnect(inner: &Arc<Inner>) {
     let Some(socket) = inner.socket.clone() else {
         return;
     };
+    const WHO: &str = "allot-client";
+    let cell = inner.id.load(Ordering::Acquire);
+    allot_proto::app_log!(
+        Warn,
+        WHO,
+        "lost the broker at {}; cell {cell} keeps its last CPUs while this process \
+         reconnects (start the broker again if it does not come back: `allot daemon`)",
+        socket.display()
+    );
+    let (connect, rejoin, register) = (Once::new(), Once::new(), Once::new());
     let mut backoff = BACKOFF_MIN;
     while !inner.stop.load(Ordering::Acquire) {
         std::thread::sleep(backoff);
         backoff = (backoff * 2).min(BACKOFF_MAX);
-        let Ok(mut client) = Client::connect(&socket) else {
-            continue;
+        let mut client = match Client::connect(&socket) {
+            Ok(c) => c,
+            Err(e) => {
+                if connect.first() {
+                    allot_proto::app_log!(
+                        Info,
+                        WHO,
+                        "cannot reach the broker yet ({e}); retrying every {BACKOFF_MAX:?} at most"
+                    );
+                }
+                continue;
+            }
         };
         let id = inner.id.load(Ordering::Acquire);
         let token = inner.token.load(Ordering::Acquire);
@@ -617,11 +642,32 @@ fn reconnect(inner: &Arc<Inner>) {
                         inner.token.store(reg.token, Ordering::Release);
                         inner.switch_to(Arc::new(reg.page));
                     }
-                    Err(_) => continue,
+                    Err(e) => {
+                        if register.first() {
+                            allot_proto::app_log!(
+                                Warn,
+                                WHO,
+                                "the restarted broker does not know cell {id} and refused it \
+                                 again: {e}; retrying (see `allot status`)"
+                            );
+                        }
+                        continue;
+                    }
                 }
             }
-            Err(_) => continue,
+            Err(e) => {
+                if rejoin.first() {
+                    allot_proto::app_log!(
+                        Warn,
+                        WHO,
+                        "the broker refused to let this process rejoin cell {id}: {e}; retrying"
+                    );
+                }
+                continue;
+            }
         }
+        let now = inner.id.load(Ordering::Acquire);
+        allot_proto::app_log!(Info, WHO, "back with the broker; cell {now}");
         *inner.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(client);
         inner.broker_up.store(true, Ordering::Release);
         return;

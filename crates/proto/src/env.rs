@@ -16,7 +16,8 @@ pub const SHIM_DEBUG: &str = "ALLOT_SHIM_DEBUG";
 /// A cgroup v1 `cpu` directory (or v2 threaded subtree) under which
 /// `require` throttles fractional CPUs by quota.
 pub const THROTTLE_CGROUP: &str = "ALLOT_THROTTLE_CGROUP";
-/// `debug`: the broker logs every decision.
+/// Log level of every allot component: `error`, `warn`, `info`, `debug`
+/// (see [`crate::log`]).
 pub const LOG: &str = "ALLOT_LOG";
 /// The backend a broker that `allot run` starts uses (`--backend`).
 pub const BACKEND: &str = "ALLOT_BACKEND";

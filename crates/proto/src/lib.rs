@@ -9,6 +9,7 @@
 //! - [`status`]: the broker's status document.
 //! - [`dirs`]: the directories allot trusts (socket, journal, installs).
 //! - [`env`](mod@env): the environment variables allot sets and reads.
+//! - [`log`]: the logging facade every Rust component uses (`ALLOT_LOG`).
 //!
 //! Any change to a message must bump [`PROTOCOL_VERSION`], any change to
 //! the page layout [`PAGE_VERSION`]; both sides refuse other versions with a
@@ -16,6 +17,7 @@
 
 pub mod dirs;
 pub mod env;
+pub mod log;
 pub mod msg;
 pub mod page;
 pub mod shm;

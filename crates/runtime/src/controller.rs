@@ -156,9 +156,11 @@ impl AbortOnUnwind {
 
 impl Drop for AbortOnUnwind {
     fn drop(&mut self) {
-        eprintln!(
-            "allot-runtime: the thread policy panicked while a task's frame was shared with \
-             other workers; aborting (unwinding that frame would be undefined behaviour)"
+        allot_proto::app_log!(
+            Error,
+            "allot-runtime",
+            "the thread policy panicked while a task's frame was shared with other workers; \
+             aborting (unwinding that frame would be undefined behaviour)"
         );
         std::process::abort();
     }
