@@ -4,11 +4,13 @@
 # workload alone, the `allot run` comparison on fixed mixes (fine- and
 # coarse-grained OpenMP programs, multithreaded compressors), unmodified
 # numpy programs (OpenBLAS) against the careful user's alternatives, and the
-# launch count for runtimes sized once (share, grant, maximum). Writes CSV
+# launch count for runtimes sized once (share, grant, maximum), and OpenMP
+# mixes against one thread each, a static split and OMP_DYNAMIC. Writes CSV
 # files, PNG plots and the machine description to docs/results/ (or the
 # directory given), and prints the tables. Takes about 45 minutes on a
-# 2-CPU machine (the BLAS parts another 35); run it on an otherwise idle
-# machine.
+# 2-CPU machine (the BLAS parts another 35, the OpenMP alternatives another
+# 25: plain co-runs of the stencil take minutes); run it on an otherwise
+# idle machine.
 #
 #   bash scripts/experiments.sh [OUT_DIR] [--quick]
 set -euo pipefail
@@ -81,7 +83,12 @@ echo "== the launch count of runtimes sized once: share, grant at launch, maximu
 "$allot" bench mix --repeats "$brepeats" --modes one,run,run-grant,run-share,run-max \
   --mix "$s128,$s128,$s128,$s128" --mix "$s128,$s128,$s128,$big40" --out "$work/launch"
 
-for d in mix alone run blas launch; do
+echo "== OpenMP mixes against what a careful user does without allot: one thread each, a static split, OMP_DYNAMIC"
+"$allot" bench mix --repeats "$((repeats + 2))" --scale "$scale" --modes plain,one,split,dynamic,run \
+  --mix stencil,stencil,stencil,stencil --mix stencil,stencil --mix pricing,pricing,pricing,pricing \
+  --out "$work/alternatives"
+
+for d in mix alone run blas launch alternatives; do
   mkdir -p "$out/$d"
   cp "$work/$d"/*.csv "$work/$d"/*.png "$work/$d"/machine.txt "$out/$d/"
 done
