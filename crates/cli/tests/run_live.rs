@@ -391,7 +391,10 @@ fn program_runs_on_when_the_broker_dies() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(err.matches("lost the broker").count(), 1, "{err}");
     assert!(err.contains("allot daemon"), "{err}");
-    assert!(!err.contains("cannot reach"), "info lines at the default level: {err}");
+    assert!(
+        !err.contains("cannot reach"),
+        "info lines at the default level: {err}"
+    );
     // A restarted broker finds the cell gone and cleans up.
     d.spawn();
     assert!(eventually(Duration::from_secs(5), || d
