@@ -14,6 +14,7 @@ packages=(
   python3-numpy                       # the BLAS benchmark mix and the numpy live test
   curl unzip ca-certificates          # fetching the Go toolchain below
   systemd                             # systemd-analyze verify and systemd-socket-activate (service tests)
+  tmux                                # the live test of allot top
 )
 
 missing=()

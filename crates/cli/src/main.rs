@@ -27,6 +27,8 @@ enum Command {
     Daemon(cmd::daemon::Args),
     /// Show the broker's cells and grants.
     Status(cmd::status::Args),
+    /// Watch the broker's cells, CPUs and queue live (q quits).
+    Top(cmd::top::Args),
     /// Show the machine's CPUs, cores, caches and NUMA nodes.
     Topology(cmd::topology::Args),
     /// Show, in under two minutes, what allot does for co-running programs.
@@ -49,6 +51,7 @@ fn main() {
         Command::Run(a) => run::run(a),
         Command::Daemon(a) => cmd::daemon::run(a),
         Command::Status(a) => cmd::status::run(a),
+        Command::Top(a) => cmd::top::run(a),
         Command::Topology(a) => cmd::topology::run(a),
         Command::Demo(a) => cmd::demo::run(a),
         Command::Bench(b) => bench::run(b),

@@ -4,6 +4,7 @@ pub mod daemon;
 pub mod demo;
 pub mod generate;
 pub mod status;
+pub mod top;
 pub mod topology;
 pub mod workload;
 

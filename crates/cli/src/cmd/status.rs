@@ -36,7 +36,7 @@ pub fn fetch(socket: &std::path::Path) -> anyhow::Result<Status> {
 }
 
 /// `s` safe for a terminal (`allot_broker::names::shown`), `-` for nothing.
-fn cell_text(s: &str) -> String {
+pub(crate) fn cell_text(s: &str) -> String {
     if s.is_empty() {
         "-".into()
     } else {
@@ -87,7 +87,7 @@ impl Table {
     }
 }
 
-fn name_of(c: &CellStatus) -> String {
+pub(crate) fn name_of(c: &CellStatus) -> String {
     if c.private {
         format!("(uid {})", c.uid)
     } else {
@@ -96,7 +96,7 @@ fn name_of(c: &CellStatus) -> String {
 }
 
 /// `name:how` for each runtime found in the cell (`-` for none).
-fn runtimes_text(c: &CellStatus) -> String {
+pub(crate) fn runtimes_text(c: &CellStatus) -> String {
     let each: Vec<String> = c
         .runtimes
         .iter()
