@@ -15,6 +15,7 @@ packages=(
   curl unzip ca-certificates          # fetching the Go toolchain below
   systemd                             # systemd-analyze verify and systemd-socket-activate (service tests)
   tmux                                # the live test of allot top
+  python3-venv python3-pytest python3-threadpoolctl  # the Python package's tests
 )
 
 missing=()

@@ -24,6 +24,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "cargo test"
 cargo test --workspace
 
+step "python package (scripts/test-python.sh: pip install ./python in a fresh venv, pytest)"
+bash scripts/test-python.sh
+
 step "fuzzing, bounded (scripts/fuzz.sh; longer runs: bash scripts/fuzz.sh 600)"
 bash scripts/fuzz.sh "${ALLOT_FUZZ_SECONDS:-20}"
 

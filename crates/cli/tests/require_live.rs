@@ -76,6 +76,26 @@ fn stamps(p: &mut Proc) -> (f64, f64) {
     (e, l)
 }
 
+/// A policy (not a device request) in a process coordinated through the
+/// broker: its roots start empty, and the policy must still find CPUs to
+/// choose from (it used to wait forever).
+#[test]
+fn a_policy_enters_in_a_process_coordinated_by_the_broker() {
+    let d = Daemon::start("dry-run", &[]);
+    let m = allot_topo::discover_live().unwrap();
+    let rt = Runtime::with_broker(m, false, Some(&d.socket)).into_static();
+    assert!(rt.coordinated());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let s = rt.enter(vec![Request::policy(allot_client::require::policy::cores(1))]);
+        let _ = tx.send(s.map(|s| s.outcome().ncores).map_err(|e| e.to_string()));
+    });
+    let got = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a cores(1) policy never entered with a broker");
+    assert_eq!(got, Ok(1));
+}
+
 #[test]
 fn two_processes_never_hold_the_same_cpu_at_once() {
     let d = Daemon::start("dry-run", &[]);

@@ -1259,17 +1259,31 @@ fn lookup(
     Ok((k, d))
 }
 
+/// What a policy sees. With a broker, the process's roots start empty and
+/// grow with what the broker's ledger grants, so at the top level a policy
+/// also sees what the root could still grow by (the device's whole amount
+/// less what the root holds): it chooses, the acquisition asks the ledger
+/// for what the root lacks, and the scope waits while another process
+/// holds it. (The policy does not see other processes' holdings, so it may
+/// pick a device held elsewhere and wait although another is free.)
 fn view_for<'m>(st: &State, machine: &'m Machine, tid: Tid, own: Ownership) -> View<'m> {
     let mut devs = Vec::new();
+    let coordinated = st.link.is_some();
     for (k, kind) in st.kinds.iter().enumerate() {
         for (d, dev) in kind.devices.iter().enumerate() {
+            let growable = if coordinated && st.trees.at_root(tid, (k, d)) {
+                let (held, _) = st.trees.root((k, d)).unwrap_or((0.0, 0.0));
+                (dev.max - held).max(0.0)
+            } else {
+                0.0
+            };
             devs.push(DevView {
                 kind: kind.name.clone(),
                 index: d,
                 name: dev.name.clone(),
                 max: dev.max,
-                available: st.trees.available(tid, (k, d)),
-                shared_available: st.trees.shared_available(tid, (k, d)),
+                available: st.trees.available(tid, (k, d)) + growable,
+                shared_available: st.trees.shared_available(tid, (k, d)) + growable,
                 waiters: st.waiting.get(&(k, d)).copied().unwrap_or(0),
                 request: None,
                 ownership: own,

@@ -360,6 +360,11 @@ impl Trees {
     }
 
     /// The top frame of `tid` on `dev`, if any.
+    /// Whether `tid` takes from `dev`'s root (no enclosing scope holds it).
+    pub fn at_root(&self, tid: Tid, dev: Dev) -> bool {
+        self.top_frame(tid, dev).is_none()
+    }
+
     fn top_frame(&self, tid: Tid, dev: Dev) -> Option<Frame> {
         self.threads
             .get(&tid)

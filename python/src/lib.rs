@@ -1,0 +1,412 @@
+//! `allot._allot`: the native half of the Python package.
+//!
+//! It wraps `allot_client` and adds nothing of its own: [`Cell`] is
+//! `allot_client::Cell` (registered, joined from `allot run`, or
+//! standalone), [`Grant`] a copy of one grant page reading, and
+//! [`Require`] a `require` scope entered and left by a Python `with`
+//! block. The Python half (`allot/__init__.py`) builds the decorator, the
+//! BLAS follower and the executor on top.
+//!
+//! Every call that can block (registering, waiting for a grant change,
+//! entering a scope) releases the GIL, so other Python threads run
+//! meanwhile, and waits in slices so Ctrl-C is seen within a fifth of a
+//! second.
+
+use allot_client::require::{self, Request, Runtime, Scope, policy};
+use allot_client::{CellSpec, Mode, Options};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a blocking wait runs before Python's signals are checked.
+const SLICE: Duration = Duration::from_millis(200);
+
+/// One reading of a cell's grant.
+#[pyclass(frozen, module = "allot")]
+#[derive(Clone)]
+struct Grant {
+    /// The cell's id (0 without a broker).
+    #[pyo3(get)]
+    cell: u64,
+    /// Grows by one at every change.
+    #[pyo3(get)]
+    generation: u64,
+    /// Threads the cell should run.
+    #[pyo3(get)]
+    threads: u32,
+    /// CPUs the cell may use.
+    #[pyo3(get)]
+    cpus: Vec<usize>,
+    /// Of which lent by idle cells (given back when they need them).
+    #[pyo3(get)]
+    lent: Vec<usize>,
+    /// Whether the cell shares a pool of CPUs with other cells.
+    #[pyo3(get)]
+    stacked: bool,
+    /// The cell's fair share of the machine, in CPUs.
+    #[pyo3(get)]
+    share: f64,
+}
+
+impl From<allot_client::Grant> for Grant {
+    fn from(g: allot_client::Grant) -> Grant {
+        Grant {
+            cell: g.cell,
+            generation: g.generation,
+            threads: g.threads.max(1),
+            cpus: g.cpus.iter().collect(),
+            lent: g.lent.iter().collect(),
+            stacked: g.flags & allot_client::FLAG_STACKED != 0,
+            share: f64::from(g.share_milli) / 1000.0,
+        }
+    }
+}
+
+#[pymethods]
+impl Grant {
+    fn __repr__(&self) -> String {
+        format!(
+            "Grant(cell={}, generation={}, threads={}, cpus={:?}, lent={:?}, stacked={}, share={:.3})",
+            self.cell,
+            self.generation,
+            self.threads,
+            self.cpus,
+            self.lent,
+            if self.stacked { "True" } else { "False" },
+            self.share
+        )
+    }
+}
+
+/// A cell: this process's share of the machine.
+#[pyclass(module = "allot")]
+struct Cell {
+    /// Locked only to clone or take the handle, never across a wait: a
+    /// thread waiting for the GIL while holding it would deadlock with one
+    /// holding the GIL and waiting for it.
+    inner: Mutex<Option<Arc<allot_client::Cell>>>,
+}
+
+impl Cell {
+    fn handle(&self) -> PyResult<Arc<allot_client::Cell>> {
+        let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        g.clone()
+            .ok_or_else(|| PyRuntimeError::new_err("the cell was closed"))
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&allot_client::Cell) -> R) -> PyResult<R> {
+        let c = self.handle()?;
+        Ok(f(&c))
+    }
+
+    fn wrap(c: allot_client::Cell) -> Cell {
+        Cell {
+            inner: Mutex::new(Some(Arc::new(c))),
+        }
+    }
+}
+
+fn mode_name(m: Mode) -> &'static str {
+    match m {
+        Mode::Registered => "registered",
+        Mode::Joined => "joined",
+        Mode::Standalone => "standalone",
+        Mode::Manual => "manual",
+    }
+}
+
+#[pymethods]
+impl Cell {
+    /// Registers a cell with the broker (at `socket`, `$ALLOT_SOCKET` or
+    /// the default path). Without a broker and with `fallback`, the cell is
+    /// standalone (`mode == "standalone"`, `reason` says why); a refusal
+    /// raises `RuntimeError` with the broker's reason.
+    #[new]
+    #[pyo3(signature = (name = "python", *, min = 0, max = 0, weight = 1, exclusive = false, wait = false, socket = None, fallback = true))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        name: &str,
+        min: u32,
+        max: u32,
+        weight: u32,
+        exclusive: bool,
+        wait: bool,
+        socket: Option<PathBuf>,
+        fallback: bool,
+    ) -> PyResult<Cell> {
+        let spec = CellSpec {
+            min,
+            max,
+            weight,
+            exclusive,
+            ..CellSpec::default()
+        };
+        spec.validate()
+            .map_err(|e| PyValueError::new_err(format!("invalid cell: {e}")))?;
+        let mut o = Options::new(name);
+        o.spec = spec;
+        o.socket = socket;
+        o.wait = wait;
+        o.fallback = fallback;
+        let c = py
+            .allow_threads(|| allot_client::Cell::register(&o))
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        Ok(Cell::wrap(c))
+    }
+
+    /// The cell `allot run` put this process in if there is one, else a
+    /// registered cell, else a standalone one: what a library that just
+    /// wants "the CPUs I should use" calls.
+    #[staticmethod]
+    #[pyo3(signature = (name = "python"))]
+    fn auto(py: Python<'_>, name: &str) -> Cell {
+        Cell::wrap(py.allow_threads(|| allot_client::Cell::auto(name)))
+    }
+
+    /// A cell without a broker: the CPUs this process may use, fixed.
+    #[staticmethod]
+    fn standalone() -> Cell {
+        Cell::wrap(allot_client::Cell::standalone())
+    }
+
+    /// `registered`, `joined` (from `allot run`), `standalone` or `manual`.
+    #[getter]
+    fn mode(&self) -> PyResult<&'static str> {
+        self.with(|c| mode_name(c.mode()))
+    }
+
+    /// Why the cell is standalone, if it fell back to it.
+    #[getter]
+    fn reason(&self) -> PyResult<Option<String>> {
+        self.with(|c| c.fallback_reason().map(str::to_string))
+    }
+
+    /// The cell's id (0 without a broker).
+    #[getter]
+    fn id(&self) -> PyResult<u64> {
+        self.with(|c| c.id())
+    }
+
+    /// Whether the broker answers now.
+    #[getter]
+    fn broker_up(&self) -> PyResult<bool> {
+        self.with(|c| c.broker_up())
+    }
+
+    /// The current grant (a memory read, no system call).
+    fn grant(&self) -> PyResult<Grant> {
+        self.with(|c| c.grant().into())
+    }
+
+    /// The number of threads the cell should run now.
+    fn threads(&self) -> PyResult<u32> {
+        self.with(|c| c.threads())
+    }
+
+    /// Waits until the grant's generation differs from `seen` (default:
+    /// the current one) or `timeout` seconds pass; returns the grant then.
+    #[pyo3(signature = (seen = None, timeout = None))]
+    fn wait_change(
+        &self,
+        py: Python<'_>,
+        seen: Option<u64>,
+        timeout: Option<f64>,
+    ) -> PyResult<Grant> {
+        let seen = match seen {
+            Some(s) => s,
+            None => self.with(|c| c.generation())?,
+        };
+        if timeout.is_some_and(|t| !(t >= 0.0 && t.is_finite())) {
+            return Err(PyValueError::new_err(
+                "timeout must be a finite number >= 0",
+            ));
+        }
+        let deadline = timeout.map(|t| Instant::now() + Duration::from_secs_f64(t));
+        loop {
+            let slice = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
+                None => SLICE,
+            };
+            let c = self.handle()?;
+            let g = py.allow_threads(|| c.wait_change(seen, Some(slice)));
+            if g.generation != seen || deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(g.into());
+            }
+            py.check_signals()?;
+        }
+    }
+
+    /// Tells the broker how the cell is doing: `busy` threads working,
+    /// `wanted` threads it could use, `progress` units of work done so far.
+    fn report(&self, busy: u32, wanted: u32, progress: u64) -> PyResult<()> {
+        self.with(|c| c.report(busy, wanted, progress))?
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    }
+
+    /// Makes every `wait_change` in progress return now.
+    fn interrupt_waits(&self) -> PyResult<()> {
+        self.with(|c| c.interrupt_waits())
+    }
+
+    /// Releases the cell (also done when it is garbage-collected).
+    fn close(&self, py: Python<'_>) {
+        let c = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(c) = c {
+            c.interrupt_waits();
+            py.allow_threads(|| drop(c));
+        }
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close(py);
+        false
+    }
+
+    fn __repr__(&self) -> String {
+        match self.with(|c| (c.id(), mode_name(c.mode()), c.threads())) {
+            Ok((id, mode, threads)) => format!("Cell(id={id}, mode={mode:?}, threads={threads})"),
+            Err(_) => "Cell(closed)".into(),
+        }
+    }
+}
+
+/// What a `require` block was given.
+#[pyclass(frozen, module = "allot")]
+struct Outcome {
+    /// Whole CPUs the block may use.
+    #[pyo3(get)]
+    ncores: u32,
+    /// Which CPUs.
+    #[pyo3(get)]
+    cpus: Vec<usize>,
+    /// NUMA nodes its memory is placed on.
+    #[pyo3(get)]
+    nodes: Vec<u32>,
+}
+
+#[pymethods]
+impl Outcome {
+    fn __repr__(&self) -> String {
+        format!(
+            "Outcome(ncores={}, cpus={:?}, nodes={:?})",
+            self.ncores, self.cpus, self.nodes
+        )
+    }
+}
+
+/// A scope held across the GIL release: it never leaves the thread that
+/// entered it (the closure given to `allow_threads` runs on the calling
+/// thread).
+struct Held(Scope<'static>);
+// SAFETY: `allow_threads` runs its closure on the current thread, so the
+// scope is created and handed back on the thread that owns it; `Require`
+// is `unsendable`, so Python never moves it to another thread either.
+unsafe impl Send for Held {}
+
+/// A `require` block: `with Require(...) as outcome:`.
+#[pyclass(unsendable, module = "allot")]
+struct Require {
+    requests: Vec<Request>,
+    scope: Option<Scope<'static>>,
+}
+
+#[pymethods]
+impl Require {
+    /// Asks for whole CPUs (`cores=N`), the fair share of the CPUs
+    /// (`fair=True`), a fraction of one CPU (`cpu_fraction=0.5`, device
+    /// `cpu_device`), or NUMA nodes (`numa_nodes=N`).
+    #[new]
+    #[pyo3(signature = (*, cores = None, fair = false, cpu_fraction = None, cpu_device = 0, numa_nodes = None))]
+    fn new(
+        cores: Option<u32>,
+        fair: bool,
+        cpu_fraction: Option<f64>,
+        cpu_device: u32,
+        numa_nodes: Option<u32>,
+    ) -> PyResult<Require> {
+        let mut requests = Vec::new();
+        if let Some(n) = cores {
+            if n == 0 {
+                return Err(PyValueError::new_err("cores must be at least 1"));
+            }
+            requests.push(Request::policy(policy::cores(n)));
+        }
+        if fair {
+            requests.push(Request::policy(policy::fair_cores()));
+        }
+        if let Some(f) = cpu_fraction {
+            if !(f > 0.0 && f <= 1.0) {
+                return Err(PyValueError::new_err(
+                    "cpu_fraction must be in (0, 1]: a share of one CPU",
+                ));
+            }
+            requests.push(Request::device("cpu", cpu_device, f));
+        }
+        if let Some(n) = numa_nodes {
+            requests.push(Request::policy(policy::numa_nodes(n)));
+        }
+        if requests.is_empty() {
+            return Err(PyValueError::new_err(
+                "require needs something to ask for: cores=, fair=True, cpu_fraction= or numa_nodes=",
+            ));
+        }
+        Ok(Require {
+            requests,
+            scope: None,
+        })
+    }
+
+    fn __enter__(&mut self, py: Python<'_>) -> PyResult<Outcome> {
+        if self.scope.is_some() {
+            return Err(PyRuntimeError::new_err(
+                "this require block is already entered; create one per with-statement",
+            ));
+        }
+        let reqs = self.requests.clone();
+        let held = py
+            .allow_threads(|| Runtime::global().enter(reqs).map(Held))
+            .map_err(|e: require::RequireError| PyRuntimeError::new_err(e.to_string()))?;
+        let scope = held.0;
+        let o = scope.outcome();
+        let out = Outcome {
+            ncores: o.ncores,
+            cpus: o.cpus.iter().collect(),
+            nodes: o.nodes.clone(),
+        };
+        self.scope = Some(scope);
+        Ok(out)
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&mut self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.scope = None;
+        false
+    }
+}
+
+/// The CPUs this process may run on (its affinity), sorted.
+#[pyfunction]
+fn allowed_cpus() -> PyResult<Vec<usize>> {
+    allot_topo::allowed_cpus()
+        .map(|s| s.iter().collect())
+        .map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
+#[pymodule]
+fn _allot(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Cell>()?;
+    m.add_class::<Grant>()?;
+    m.add_class::<Require>()?;
+    m.add_class::<Outcome>()?;
+    m.add_function(wrap_pyfunction!(allowed_cpus, m)?)?;
+    m.add("PROTOCOL_VERSION", allot_proto::PROTOCOL_VERSION)?;
+    Ok(())
+}

@@ -1,0 +1,152 @@
+"""The Python package against a real broker (dry-run backend: real
+sockets, grant pages and planning; nothing confined)."""
+
+import os
+import threading
+import time
+
+import pytest
+
+import allot
+
+
+def wait_for(cond, timeout=10.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_without_a_broker_the_cell_is_standalone_with_the_reason(tmp_path):
+    cell = allot.Cell("alone", socket=str(tmp_path / "none.sock"))
+    assert cell.mode == "standalone"
+    assert "none.sock" in cell.reason
+    g = cell.grant()
+    assert g.cpus == allot.allowed_cpus()
+    assert g.threads == len(g.cpus)
+    with pytest.raises(RuntimeError):
+        allot.Cell("strict", socket=str(tmp_path / "none.sock"), fallback=False)
+
+
+def test_a_registered_cell_sees_its_grant_change(broker, neighbour):
+    a = allot.Cell("first", socket=broker.socket)
+    assert a.mode == "registered" and a.id > 0 and a.broker_up
+    g = a.grant()
+    cpus = allot.allowed_cpus()
+    assert g.cpus == cpus and g.threads == len(cpus)
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs to see a grant shrink")
+    seen = g.generation
+    got = {}
+
+    def waiter():
+        got["g"] = a.wait_change(seen, timeout=10)
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    b = neighbour("second")  # takes half
+    t.join(15)
+    assert not t.is_alive(), "wait_change did not return"
+    assert got["g"].generation > seen
+    assert wait_for(lambda: a.grant().threads < len(cpus))
+    b.leave()
+    assert wait_for(lambda: a.grant().threads == len(cpus)), "the CPUs did not come back"
+    assert "first" in repr(a) or "Cell(" in repr(a)
+    a.close()
+    assert repr(a) == "Cell(closed)"
+    with pytest.raises(RuntimeError, match="closed"):
+        a.grant()
+
+
+def test_wait_change_times_out_and_rejects_bad_timeouts(broker):
+    c = allot.Cell("quiet", socket=broker.socket)
+    t0 = time.monotonic()
+    g = c.wait_change(timeout=0.3)
+    assert 0.25 <= time.monotonic() - t0 < 5
+    assert g.generation == c.grant().generation
+    with pytest.raises(ValueError):
+        c.wait_change(timeout=-1)
+    c.close()
+
+
+def test_bad_specs_and_refusals_raise_with_the_reason(broker):
+    with pytest.raises(ValueError):
+        allot.Cell("bad", min=4, max=2, socket=broker.socket)
+    with pytest.raises(RuntimeError, match="never|refused|cannot"):
+        allot.Cell("huge", min=4096, socket=broker.socket)
+
+
+def test_require_confines_the_block_and_gives_back(broker, monkeypatch):
+    monkeypatch.setenv("ALLOT_SOCKET", broker.socket)
+    before = os.sched_getaffinity(0)
+    with allot.require(cores=1) as out:
+        assert out.ncores == 1 and len(out.cpus) == 1
+        assert os.sched_getaffinity(0) == set(out.cpus)
+    assert os.sched_getaffinity(0) == before
+
+    @allot.require(cores=1)
+    def inside():
+        return os.sched_getaffinity(0)
+
+    assert len(inside()) == 1
+    assert os.sched_getaffinity(0) == before
+    with pytest.raises(ValueError):
+        allot.require()
+    with pytest.raises(ValueError):
+        allot.require(cpu_fraction=1.5)
+
+
+def test_the_executor_runs_no_more_tasks_than_the_grant(broker, neighbour):
+    cpus = allot.allowed_cpus()
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs")
+    cell = allot.Cell("pool", socket=broker.socket)
+    ex = allot.GrantExecutor(cell, max_workers=4)
+    assert ex.workers == len(cpus)
+    other = neighbour()
+    assert wait_for(lambda: ex.workers == cell.threads() < len(cpus))
+    lock = threading.Lock()
+    state = {"now": 0, "peak": 0}
+
+    def task():
+        with lock:
+            state["now"] += 1
+            state["peak"] = max(state["peak"], state["now"])
+        time.sleep(0.05)
+        with lock:
+            state["now"] -= 1
+
+    for f in [ex.submit(task) for _ in range(12)]:
+        f.result(10)
+    assert state["peak"] == ex.workers, state
+    other.leave()
+    assert wait_for(lambda: ex.workers == len(cpus))
+    ex.shutdown()
+    cell.close()
+
+
+def test_blas_pools_follow_the_grant(broker, neighbour):
+    np = pytest.importorskip("numpy")
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    cpus = allot.allowed_cpus()
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs")
+    np.ones((64, 64)) @ np.ones((64, 64))  # the BLAS is loaded
+
+    def blas_threads():
+        return [p["num_threads"] for p in threadpoolctl.threadpool_info()
+                if p["user_api"] == "blas"]
+
+    if not blas_threads():
+        pytest.skip("numpy uses no BLAS threadpoolctl knows")
+    cell = allot.Cell("numpy", socket=broker.socket)
+    f = allot.follow_blas(cell)
+    assert wait_for(lambda: set(blas_threads()) == {len(cpus)})
+    other = neighbour()
+    assert wait_for(lambda: set(blas_threads()) == {cell.threads()} and cell.threads() < len(cpus)), blas_threads()
+    other.leave()
+    assert wait_for(lambda: set(blas_threads()) == {len(cpus)}), blas_threads()
+    f.stop()
+    cell.close()

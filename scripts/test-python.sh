@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The Python package's checks: its Rust half formatted and lint-clean, then
+# `pip install ./python` into a fresh virtual environment (with Debian's
+# numpy and threadpoolctl visible) and pytest against a private broker.
+# Needs the allot binary built (scripts/test.sh builds it); $ALLOT_BIN
+# overrides which one.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cargo fmt --manifest-path python/Cargo.toml -- --check
+cargo clippy --manifest-path python/Cargo.toml --all-targets -- -D warnings
+
+work=$(mktemp -d /tmp/allot-python-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+/usr/bin/python3 -m venv --system-site-packages "$work/venv"
+"$work/venv/bin/pip" install -q --disable-pip-version-check ./python
+# From outside the source tree, so the installed package is what is tested.
+cd "$work"
+"$work/venv/bin/python" -c 'import allot, sys; print("allot", allot.PROTOCOL_VERSION, "from", allot.__file__)'
+"$work/venv/bin/python" -m pytest -q -p no:cacheprovider "$OLDPWD/python/tests"
