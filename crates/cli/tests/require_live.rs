@@ -2,7 +2,7 @@
 
 mod common;
 
-use allot_client::require::{Request, Runtime};
+use allot_client::require::{Request, Runtime, policy};
 use common::*;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -87,7 +87,7 @@ fn a_policy_enters_in_a_process_coordinated_by_the_broker() {
     assert!(rt.coordinated());
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let s = rt.enter(vec![Request::policy(allot_client::require::policy::cores(1))]);
+        let s = rt.enter(vec![Request::policy(policy::cores(1))]);
         let _ = tx.send(s.map(|s| s.outcome().ncores).map_err(|e| e.to_string()));
     });
     let got = rx
