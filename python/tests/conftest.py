@@ -5,6 +5,7 @@ cleaned afterwards."""
 
 import os
 import pathlib
+import shutil
 import signal
 import sys
 import subprocess
@@ -48,11 +49,17 @@ class Broker:
             return f.read()
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(10)
-        self.log.close()
-        subprocess.run(["rm", "-rf", self.dir], check=False)
+        try:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+                try:
+                    self.proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+        finally:
+            self.log.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class Neighbour:
