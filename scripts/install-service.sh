@@ -7,7 +7,7 @@
 #
 # --prefix  where the binary and man pages go, and what the units run (default /usr/local)
 # --root    stage every file under DIR instead of / (packaging, tests); implies --no-enable
-# --bin     the allot binary to install (default: target/release/allot, built if missing)
+# --bin     the allot binary to install (default: target/release/allot, which must exist)
 # --no-enable  install only; print the systemctl commands instead of running them
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,7 +25,9 @@ done
 case "$prefix" in /*) ;; *) echo "install-service.sh: --prefix must be absolute" >&2; exit 2 ;; esac
 if [ -z "$bin" ]; then
   bin=$here/target/release/allot
-  [ -x "$bin" ] || (cd "$here" && cargo build --release -p allot-cli)
+  # Not built here: this runs as root, and a build would run build scripts
+  # as root and leave a root-owned target/ in the user's tree.
+  [ -x "$bin" ] || { echo "install-service.sh: build first (cargo build --release -p allot-cli, as yourself) or give --bin PATH" >&2; exit 1; }
 fi
 [ -x "$bin" ] || { echo "install-service.sh: no executable at $bin" >&2; exit 1; }
 if [ -z "$root" ] && [ "$(id -u)" != 0 ]; then

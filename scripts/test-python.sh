@@ -10,6 +10,12 @@ cd "$(dirname "$0")/.."
 cargo fmt --manifest-path python/Cargo.toml -- --check
 cargo clippy --manifest-path python/Cargo.toml --all-targets -- -D warnings
 
+# The binary this run built (the test command builds the debug one), not
+# an older release build left by experiments.
+if [ -z "${ALLOT_BIN:-}" ] && [ -x target/debug/allot ]; then
+  export ALLOT_BIN=$PWD/target/debug/allot
+fi
+
 work=$(mktemp -d /tmp/allot-python-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 /usr/bin/python3 -m venv --system-site-packages "$work/venv"

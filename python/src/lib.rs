@@ -9,8 +9,9 @@
 //!
 //! Every call that can block (registering, waiting for a grant change,
 //! entering a scope) releases the GIL, so other Python threads run
-//! meanwhile, and waits in slices so Ctrl-C is seen within a fifth of a
-//! second.
+//! meanwhile. `wait_change` waits in slices, so Ctrl-C is seen within a
+//! fifth of a second; a queued registration (`wait=True`) and a `require`
+//! block waiting for its resources are not interruptible.
 
 use allot_client::require::{self, Request, Runtime, Scope, policy};
 use allot_client::{CellSpec, Mode, Options};
@@ -99,6 +100,17 @@ impl Cell {
     fn with<R>(&self, f: impl FnOnce(&allot_client::Cell) -> R) -> PyResult<R> {
         let c = self.handle()?;
         Ok(f(&c))
+    }
+
+    /// Takes the handle out and drops it without the GIL: the last drop
+    /// joins the cell's watcher and tells the broker, which may take a
+    /// while, and other Python threads run meanwhile.
+    fn release(&self, py: Python<'_>) {
+        let c = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(c) = c {
+            c.interrupt_waits();
+            py.allow_threads(move || drop(c));
+        }
     }
 
     fn wrap(c: allot_client::Cell) -> Cell {
@@ -224,7 +236,12 @@ impl Cell {
                 "timeout must be a finite number >= 0",
             ));
         }
-        let deadline = timeout.map(|t| Instant::now() + Duration::from_secs_f64(t));
+        // A timeout too large to represent waits without a deadline.
+        let deadline = timeout.and_then(|t| {
+            Duration::try_from_secs_f64(t)
+                .ok()
+                .and_then(|d| Instant::now().checked_add(d))
+        });
         loop {
             let slice = match deadline {
                 Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
@@ -253,11 +270,7 @@ impl Cell {
 
     /// Releases the cell (also done when it is garbage-collected).
     fn close(&self, py: Python<'_>) {
-        let c = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(c) = c {
-            c.interrupt_waits();
-            py.allow_threads(|| drop(c));
-        }
+        self.release(py);
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -274,6 +287,15 @@ impl Cell {
         match self.with(|c| (c.id(), mode_name(c.mode()), c.threads())) {
             Ok((id, mode, threads)) => format!("Cell(id={id}, mode={mode:?}, threads={threads})"),
             Err(_) => "Cell(closed)".into(),
+        }
+    }
+}
+
+impl Drop for Cell {
+    fn drop(&mut self) {
+        // Collected by Python (the GIL is held): release it without.
+        if self.inner.get_mut().map(|c| c.is_some()).unwrap_or(false) {
+            Python::with_gil(|py| self.release(py));
         }
     }
 }

@@ -41,7 +41,9 @@ class Broker:
         deadline = time.time() + 10
         while not os.path.exists(self.socket):
             if time.time() > deadline or self.proc.poll() is not None:
-                raise RuntimeError("the broker did not start: " + self.read_log())
+                log = self.read_log()
+                self.stop()
+                raise RuntimeError("the broker did not start: " + log)
             time.sleep(0.02)
 
     def read_log(self) -> str:

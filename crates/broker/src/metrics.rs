@@ -12,7 +12,8 @@
 //!   (format version 0.0.4), unit-tested against the format's rules.
 //! - [`Exporter`]: a thread that answers HTTP `GET /metrics`; it asks the
 //!   event loop for a fresh snapshot through a pipe the loop polls and waits
-//!   up to [`FRESH_WAIT`] for it (else serves the last one).
+//!   up to [`FRESH_WAIT`] for it (else serves the last one; 503 before the
+//!   first). One connection at a time, each with one deadline.
 //!
 //! Cells are labelled by id and uid; their names only when the
 //! configuration shows other users' names (`show_other_users`), because
@@ -364,8 +365,10 @@ impl Exporter {
 
     /// Hands the exporter a fresh snapshot.
     pub fn publish(&self, s: &Snapshot) {
-        let text = render(s);
+        // Read before rendering: a scrape that asks later is not answered
+        // with a snapshot taken before it asked.
         let serial = self.shared.asked.load(Ordering::Acquire);
+        let text = render(s);
         let mut t = self.shared.text.lock().unwrap_or_else(|e| e.into_inner());
         *t = (serial, text);
         self.shared.fresh.notify_all();
@@ -375,25 +378,31 @@ impl Exporter {
 impl Drop for Exporter {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
-        // Wake the blocking accept.
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
+        // The thread sees the flag within ACCEPT_POLL, or once the
+        // connection it serves reaches its deadline (CLIENT_TIMEOUT).
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
     }
 }
 
+/// How often the (non-blocking) listener is looked at when idle.
+const ACCEPT_POLL: Duration = Duration::from_millis(100);
+
 fn serve(listener: TcpListener, shared: Arc<Shared>, wake_w: rustix::fd::OwnedFd) {
-    for conn in listener.incoming() {
-        if shared.stop.load(Ordering::Acquire) {
-            return;
+    if listener.set_nonblocking(true).is_err() {
+        return;
+    }
+    while !shared.stop.load(Ordering::Acquire) {
+        match listener.accept() {
+            Ok((conn, _)) => {
+                let _ = conn.set_nonblocking(false);
+                let _ = answer(conn, &shared, &wake_w);
+            }
+            // Nothing waiting, out of descriptors, a reset connection: do
+            // not spin.
+            Err(_) => std::thread::sleep(ACCEPT_POLL),
         }
-        let Ok(conn) = conn else {
-            // Out of descriptors or a reset connection: do not spin.
-            std::thread::sleep(Duration::from_millis(50));
-            continue;
-        };
-        let _ = answer(conn, &shared, &wake_w);
     }
 }
 
@@ -413,7 +422,9 @@ fn answer(
     shared: &Shared,
     wake_w: &rustix::fd::OwnedFd,
 ) -> std::io::Result<()> {
-    conn.set_read_timeout(Some(CLIENT_TIMEOUT))?;
+    // One deadline for the whole request, not per read: a client sending
+    // a byte at a time cannot hold the (single) exporter thread.
+    let deadline = std::time::Instant::now() + CLIENT_TIMEOUT;
     conn.set_write_timeout(Some(CLIENT_TIMEOUT))?;
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
@@ -426,6 +437,11 @@ fn answer(
                 true,
             );
         }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Ok(());
+        }
+        conn.set_read_timeout(Some(left))?;
         let n = conn.read(&mut buf)?;
         if n == 0 {
             return Ok(());
@@ -440,10 +456,15 @@ fn answer(
         return reply(&mut conn, "405 Method Not Allowed", "GET /metrics\n", true);
     }
     match path {
-        "/metrics" => {
-            let text = fresh_text(shared, wake_w);
-            reply(&mut conn, "200 OK", &text, body_wanted)
-        }
+        "/metrics" => match fresh_text(shared, wake_w) {
+            Some(text) => reply(&mut conn, "200 OK", &text, body_wanted),
+            None => reply(
+                &mut conn,
+                "503 Service Unavailable",
+                "the broker has not answered yet; try again\n",
+                body_wanted,
+            ),
+        },
         "/" => reply(
             &mut conn,
             "200 OK",
@@ -459,8 +480,9 @@ fn answer(
     }
 }
 
-/// Asks the event loop for a snapshot and waits up to [`FRESH_WAIT`].
-fn fresh_text(shared: &Shared, wake_w: &rustix::fd::OwnedFd) -> String {
+/// Asks the event loop for a snapshot and waits up to [`FRESH_WAIT`];
+/// the last one published if none comes in time, `None` if none ever did.
+fn fresh_text(shared: &Shared, wake_w: &rustix::fd::OwnedFd) -> Option<String> {
     let want = shared.asked.fetch_add(1, Ordering::AcqRel) + 1;
     let _ = rustix::io::write(wake_w, &[1]);
     let guard = shared.text.lock().unwrap_or_else(|e| e.into_inner());
@@ -468,7 +490,7 @@ fn fresh_text(shared: &Shared, wake_w: &rustix::fd::OwnedFd) -> String {
         .fresh
         .wait_timeout_while(guard, FRESH_WAIT, |(serial, _)| *serial < want)
         .unwrap_or_else(|e| e.into_inner());
-    guard.1.clone()
+    (guard.0 > 0).then(|| guard.1.clone())
 }
 
 fn reply(conn: &mut TcpStream, status: &str, body: &str, with_body: bool) -> std::io::Result<()> {
@@ -669,7 +691,15 @@ mod tests {
         assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
         let body = text.split_once("\r\n\r\n").unwrap().1;
         assert_eq!(check_format(body)["allot_queue_length"], 1.0);
-        // Other paths and methods.
+        // Other paths and methods; a second exporter that nothing publishes
+        // to answers 503 rather than an empty page.
+        let quiet = Exporter::start("127.0.0.1:0".parse().unwrap()).unwrap();
+        let mut s = TcpStream::connect(quiet.addr()).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        assert!(text.starts_with("HTTP/1.1 503"), "{text}");
+        drop(quiet);
         for (req, status) in [
             ("GET /nope HTTP/1.1\r\n\r\n", "404"),
             ("POST /metrics HTTP/1.1\r\n\r\n", "405"),

@@ -247,7 +247,7 @@ fn parse_buildinfo(head: &[u8]) -> Option<GoRelease> {
         });
     }
     // A uvarint length, then the version ("go1.25.4", "go1.26rc1", ...).
-    let len = usize::from(head[32] & 0x7f);
+    let len = usize::from(*head.get(32)? & 0x7f);
     let text = head.get(33..33 + len)?;
     let text = std::str::from_utf8(text).ok()?;
     let rest = &text[text.find("go1.")? + 4..];
@@ -378,5 +378,21 @@ mod tests {
     fn the_running_test_is_not_go() {
         let mut exe = std::fs::File::open("/proc/self/exe").unwrap();
         assert_eq!(go_release(&mut exe), None);
+    }
+
+    #[test]
+    fn a_short_or_cut_buildinfo_is_no_release_and_no_panic() {
+        // Any process's executable is read by the broker: a section cut
+        // anywhere must give `None`, never a panic.
+        let mut head = BUILDINFO_MAGIC.to_vec();
+        head.resize(15, 0);
+        head.push(0x2); // inline version
+        head.resize(32, 0);
+        for cut in 0..=head.len() {
+            assert_eq!(parse_buildinfo(&head[..cut]), None, "cut at {cut}");
+        }
+        head.push(40); // a length past the end
+        head.extend_from_slice(b"go1.25");
+        assert_eq!(parse_buildinfo(&head), None);
     }
 }

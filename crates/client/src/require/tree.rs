@@ -359,12 +359,12 @@ impl Trees {
         self.threads.entry(tid).or_default().running = true;
     }
 
-    /// The top frame of `tid` on `dev`, if any.
     /// Whether `tid` takes from `dev`'s root (no enclosing scope holds it).
     pub fn at_root(&self, tid: Tid, dev: Dev) -> bool {
         self.top_frame(tid, dev).is_none()
     }
 
+    /// The top frame of `tid` on `dev`, if any.
     fn top_frame(&self, tid: Tid, dev: Dev) -> Option<Frame> {
         self.threads
             .get(&tid)
