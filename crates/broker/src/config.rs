@@ -142,6 +142,23 @@ impl Config {
         }
     }
 
+    /// The machine this configuration manages: the topology of this
+    /// machine's allowed CPUs (or of the `sysfs` fixture), restricted to
+    /// `cpus`. The broker plans on it; `allot daemon --check-config` checks
+    /// it.
+    pub fn machine(&self) -> Result<allot_topo::Machine, String> {
+        let allowed = allot_topo::allowed_cpus().map_err(|e| e.to_string())?;
+        let machine = match &self.sysfs {
+            Some(root) => allot_topo::discover(root, &root.display().to_string(), None),
+            None => allot_topo::discover(Path::new("/sys"), "this machine", Some(&allowed)),
+        }
+        .map_err(|e| format!("cannot read the machine's topology: {e}"))?;
+        match &self.cpus {
+            Some(c) => machine.restrict(c).map_err(|e| format!("cpus = {c}: {e}")),
+            None => Ok(machine),
+        }
+    }
+
     /// The journal file.
     pub fn journal_path(&self) -> PathBuf {
         self.state_dir.join("journal")

@@ -19,18 +19,23 @@ fn round(v: f64, places: i32) -> f64 {
 }
 
 impl Core {
+    /// Usable CPUs that neither a cell nor the reserve holds.
+    fn idle_cpus(&self) -> CpuSet {
+        let used = self
+            .plan
+            .cells
+            .values()
+            .fold(self.plan.reserve, |acc, g| acc.union(&g.cpus));
+        self.machine.usable().difference(&used)
+    }
+
     /// The status document for `peer`: other users' cell names and pids
     /// are left out unless the peer is root or the broker's owner, or the
     /// configuration shows them (`show_other_users`).
     pub fn status(&self, peer: Peer) -> Status {
         let all = self.sees_everything(peer);
         let hidden = |uid: u32| !all && uid != peer.uid;
-        let used = self
-            .plan
-            .cells
-            .values()
-            .fold(self.plan.reserve, |acc, g| acc.union(&g.cpus));
-        let idle: CpuSet = self.machine.usable().difference(&used);
+        let idle = self.idle_cpus();
         let cells = self
             .cells
             .iter()
@@ -185,15 +190,10 @@ impl Core {
     /// The metrics of this moment ([`crate::metrics`]). Names are included
     /// only when the configuration shows other users' names.
     pub fn metrics_snapshot(&self) -> Snapshot {
-        let used = self
-            .plan
-            .cells
-            .values()
-            .fold(self.plan.reserve, |acc, g| acc.union(&g.cpus));
         Snapshot {
             uptime_s: round(self.started.elapsed().as_secs_f64(), 3),
             capacity: self.planner.capacity(),
-            idle: self.machine.usable().difference(&used).len() as u32,
+            idle: self.idle_cpus().len() as u32,
             queue: self.queue.len() as u32,
             cells: self
                 .cells

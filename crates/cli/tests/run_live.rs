@@ -514,20 +514,7 @@ fn openmp_teams_follow_the_grant_under_allot_run() {
     .spawn()
     .unwrap();
     std::thread::sleep(Duration::from_millis(800));
-    let t_in = now_mono();
-    let o = run_out(allot_run(
-        &d,
-        &[
-            "--name",
-            "other",
-            "--",
-            allot_testkit::PYTHON,
-            "-c",
-            "import time\nt=time.time()\nwhile time.time()-t<1.0: pass",
-        ],
-    ));
-    let t_out = now_mono();
-    assert!(o.status.success());
+    let (t_in, t_out) = busy_neighbour_for_a_second(&d);
     let out = omp.wait_with_output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);

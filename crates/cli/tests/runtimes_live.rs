@@ -30,20 +30,7 @@ fn runtimes_of(d: &Daemon, name: &str) -> Vec<(String, Follows)> {
 /// neighbour came and went.
 fn with_a_neighbour(d: &Daemon, program: Child, lead: Duration) -> (Vec<(f64, u32)>, f64, f64) {
     std::thread::sleep(lead);
-    let t_in = now_mono();
-    let o = run_out(allot_run(
-        d,
-        &[
-            "--name",
-            "other",
-            "--",
-            allot_testkit::PYTHON,
-            "-c",
-            "import time\nt=time.time()\nwhile time.time()-t<1.0: pass",
-        ],
-    ));
-    let t_out = now_mono();
-    assert!(o.status.success());
+    let (t_in, t_out) = busy_neighbour_for_a_second(d);
     let out = program.wait_with_output().unwrap();
     assert!(out.status.success(), "the program failed");
     let samples = String::from_utf8_lossy(&out.stdout)

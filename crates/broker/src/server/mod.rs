@@ -212,18 +212,7 @@ impl Broker {
             let _ = std::fs::remove_file(&cfg.socket);
         }
 
-        let allowed = allot_topo::allowed_cpus().map_err(other)?;
-        let machine = match &cfg.sysfs {
-            Some(root) => allot_topo::discover(root, &root.display().to_string(), None),
-            None => allot_topo::discover(Path::new("/sys"), "this machine", Some(&allowed)),
-        }
-        .map_err(|e| other(format!("cannot read the machine's topology: {e}")))?;
-        let machine = match &cfg.cpus {
-            Some(c) => machine
-                .restrict(c)
-                .map_err(|e| other(format!("cpus = {c}: {e}")))?,
-            None => machine,
-        };
+        let machine = cfg.machine().map_err(other)?;
         let (enforcer, notes) = allot_enforce::open(
             cfg.backend,
             &allot_enforce::OpenOptions {

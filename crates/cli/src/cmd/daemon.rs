@@ -110,18 +110,7 @@ fn config(a: &Args) -> Result<Config, String> {
 /// `--check-config`: the settings in effect, after checking what can be
 /// checked without starting (the CPUs against this machine's topology).
 fn check(c: &Config) -> Result<String, String> {
-    let allowed = allot_topo::allowed_cpus().map_err(|e| e.to_string())?;
-    let machine = match &c.sysfs {
-        Some(root) => allot_topo::discover(root, &root.display().to_string(), None),
-        None => allot_topo::discover("/sys".as_ref(), "this machine", Some(&allowed)),
-    }
-    .map_err(|e| format!("cannot read the machine's topology: {e}"))?;
-    let machine = match &c.cpus {
-        Some(cpus) => machine
-            .restrict(cpus)
-            .map_err(|e| format!("cpus = {cpus}: {e}"))?,
-        None => machine,
-    };
+    let machine = c.machine()?;
     if c.reserve as usize >= machine.usable().len() {
         return Err(format!(
             "reserve = {} leaves no CPU for cells ({} usable: {})",

@@ -221,3 +221,24 @@ pub fn now_mono() -> f64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
 }
+
+/// Runs a neighbour cell named `other` (a Python loop keeping one CPU busy
+/// for a second) under `allot run` against `d`, to completion; returns the
+/// CLOCK_MONOTONIC seconds at which it started and ended.
+pub fn busy_neighbour_for_a_second(d: &Daemon) -> (f64, f64) {
+    let t_in = now_mono();
+    let o = run_out(allot_run(
+        d,
+        &[
+            "--name",
+            "other",
+            "--",
+            allot_testkit::PYTHON,
+            "-c",
+            "import time\nt=time.time()\nwhile time.time()-t<1.0: pass",
+        ],
+    ));
+    let t_out = now_mono();
+    assert!(o.status.success(), "the neighbour failed");
+    (t_in, t_out)
+}
