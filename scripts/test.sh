@@ -24,6 +24,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "cargo test"
 cargo test --workspace
 
+step "the product builds without OpenMP and compiles no workload (scripts/check-product-build.sh)"
+bash scripts/check-product-build.sh
+
 step "python package (scripts/test-python.sh: pip install ./python in a fresh venv, pytest)"
 bash scripts/test-python.sh
 

@@ -13,7 +13,7 @@
 //! With `repeats` > 1, runs that many times and prints a last line with the
 //! median seconds.
 
-use allot_workloads::{Kernel, Variant, install_omp_binary, run_allot, run_omp};
+use allot_workloads::{Kernel, KernelLib, Variant, install_omp_binary, run_allot, run_omp};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -48,23 +48,24 @@ fn main() -> ExitCode {
     };
     let repeats: usize = args.get(3).and_then(|r| r.parse().ok()).unwrap_or(1).max(1);
     let mut times = Vec::new();
+    let cache =
+        allot_proto::dirs::TrustedDir::create(&allot_workloads::compile::default_dir(), 0o700)
+            .expect("the build cache");
     match variant {
         Variant::Allot => {
             let pool = allot_runtime::Pool::builder()
                 .cell(allot_client::Cell::standalone())
                 .build()
                 .expect("start allot's runtime");
+            let kernels = KernelLib::load(&cache).expect("build and load the kernels");
             for _ in 0..repeats {
-                let o = run_allot(kernel, scale, &pool);
+                let o = run_allot(&kernels, kernel, scale, &pool);
                 println!("{}", o.line(kernel, variant));
                 times.push(o.seconds);
             }
         }
         Variant::Omp => {
-            let scratch = tempfile::tempdir().expect("a temporary directory");
-            let dir = allot_proto::dirs::TrustedDir::create(scratch.path(), 0o700)
-                .expect("a private directory");
-            let bin = install_omp_binary(&dir).expect("install the OpenMP program");
+            let bin = install_omp_binary(&cache).expect("build the OpenMP program");
             for _ in 0..repeats {
                 match run_omp(kernel, scale, &bin, std::iter::empty::<(&str, &str)>()) {
                     Ok(o) => {
@@ -77,7 +78,6 @@ fn main() -> ExitCode {
                     }
                 }
             }
-            drop(scratch);
         }
     }
     if repeats > 1 {

@@ -130,28 +130,6 @@ impl Kernel {
             _ => Schedule::Static,
         }
     }
-
-    /// The C entry point `wl_<name>`.
-    pub(crate) fn entry(self) -> unsafe extern "C" fn(f64, *mut u64) -> c_int {
-        match self {
-            Kernel::Pricing => wl_pricing,
-            Kernel::Stencil => wl_stencil,
-            Kernel::Pipeline => wl_pipeline,
-            Kernel::Anneal => wl_anneal,
-            Kernel::Cluster => wl_cluster,
-        }
-    }
-}
-
-// The kernels (c/*.c, built by build.rs into liballot_wl_kernels.a). Each
-// runs a whole workload at `scale`, stores its checksum in `*answer` and
-// returns a WL_* status (c/wl.h).
-unsafe extern "C" {
-    fn wl_pricing(scale: f64, answer: *mut u64) -> c_int;
-    fn wl_stencil(scale: f64, answer: *mut u64) -> c_int;
-    fn wl_pipeline(scale: f64, answer: *mut u64) -> c_int;
-    fn wl_anneal(scale: f64, answer: *mut u64) -> c_int;
-    fn wl_cluster(scale: f64, answer: *mut u64) -> c_int;
 }
 
 /// Status codes of the `wl_*` entry points (`c/wl.h`).

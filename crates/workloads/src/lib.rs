@@ -2,25 +2,30 @@
 //! PARSEC program classes of ars Table 1, written once in C against a tiny
 //! parallel interface (`c/par.h`) and built two ways from the same files:
 //!
-//! - **OpenMP** ([`OMP_BINARY`], [`install_omp_binary`], [`run_omp`]): a
-//!   standalone program, `allot-omp-workload <kernel> [scale]`, where every
-//!   `par_for` is a `#pragma omp parallel for` under libgomp's defaults.
-//!   Unmodified, it is what `allot run` confines and what a plain co-run
+//! - **OpenMP** ([`install_omp_binary`], [`run_omp`]): a standalone
+//!   program, `allot-omp-workload <kernel> [scale]`, where every `par_for`
+//!   is a `#pragma omp parallel for` under libgomp's defaults. Unmodified,
+//!   it is what `allot run` confines and what a plain co-run
 //!   oversubscribes.
-//! - **allot** ([`run_allot`]): the same kernels linked into this crate,
-//!   every `par_for` a fork/join region on an [`allot_runtime::Pool`] that
-//!   follows the cell's grant.
+//! - **allot** ([`KernelLib`], [`run_allot`]): the same kernels as a shared
+//!   object loaded into this process, every `par_for` a fork/join region on
+//!   an [`allot_runtime::Pool`] that follows the cell's grant.
+//!
+//! Neither is built with the crate: the crate carries the C sources as
+//! text and compiles each product with gcc the first time it is needed,
+//! into a cache directory ([`compile`]). So the `allot` binary builds and
+//! runs without gcc or OpenMP; only the experiments and the demo need them.
 //!
 //! ```no_run
-//! use allot_workloads::{Kernel, install_omp_binary, run_allot, run_omp};
+//! use allot_workloads::{Kernel, KernelLib, install_omp_binary, run_allot, run_omp};
+//! let cache = allot_proto::dirs::TrustedDir::create(&allot_workloads::compile::default_dir(), 0o700).unwrap();
 //! let pool = allot_runtime::Pool::builder()
 //!     .cell(allot_client::Cell::auto("workload"))
 //!     .build()
 //!     .unwrap();
-//! let a = run_allot(Kernel::Stencil, 1.0, &pool);
-//! let private = allot_proto::default_state_dir().join("bin");
-//! let dir = allot_proto::dirs::TrustedDir::create(&private, 0o700).unwrap();
-//! let bin = install_omp_binary(&dir).unwrap();
+//! let kernels = KernelLib::load(&cache).unwrap();
+//! let a = run_allot(&kernels, Kernel::Stencil, 1.0, &pool);
+//! let bin = install_omp_binary(&cache).unwrap();
 //! let o = run_omp(Kernel::Stencil, 1.0, &bin, [("OMP_NUM_THREADS", "2")]).unwrap();
 //! assert_eq!(a.answer, o.answer);
 //! ```
@@ -29,12 +34,15 @@
 //! the number of workers and of the schedule, so all variants of one
 //! kernel at one scale print the same answer (see `README.md`).
 
+pub mod compile;
 mod kernel;
+mod kernel_lib;
 mod omp;
 mod par;
 
 pub use kernel::{Class, Granularity, Kernel, Model, Schedule, UnknownKernel};
-pub use omp::{OMP_BINARY, OMP_BINARY_NAME, install_omp_binary, omp_args, run_omp};
+pub use kernel_lib::KernelLib;
+pub use omp::{install_omp_binary, omp_args, run_omp};
 pub use par::{ParBody, par_for, par_workers};
 
 use allot_runtime::Pool;
@@ -178,7 +186,8 @@ pub fn parse_line(line: &str) -> Result<Line, BadLine> {
     })
 }
 
-/// Runs `kernel` at `scale` on `pool` and returns the outcome: the kernel
+/// Runs `kernel` (from `kernels`, see [`KernelLib::load`]) at `scale` on
+/// `pool` and returns the outcome: the kernel
 /// runs as one task on a worker, which takes part in every parallel region
 /// (fork/join over the region's chunks); if that worker's CPU is revoked,
 /// later regions run on the other workers (see [`Outcome::handed_off`]).
@@ -193,13 +202,13 @@ pub fn parse_line(line: &str) -> Result<Line, BadLine> {
 /// # Panics
 /// If `scale` is not [`valid_scale`], or the kernel fails (out of memory,
 /// or a failed self-check, which would be a bug).
-pub fn run_allot(kernel: Kernel, scale: f64, pool: &Pool) -> Outcome {
+pub fn run_allot(kernels: &KernelLib, kernel: Kernel, scale: f64, pool: &Pool) -> Outcome {
     assert!(
         valid_scale(scale),
         "workload scale {scale} is outside (0, {MAX_SCALE}]"
     );
     let workers = pool.workers();
-    let entry = kernel.entry();
+    let entry = kernels.entry(kernel);
     let ((rc, answer, seconds), stats) = par::with_pool(pool, || {
         let mut answer = 0u64;
         let start = Instant::now();

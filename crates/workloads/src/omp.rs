@@ -1,6 +1,7 @@
-//! The OpenMP build: the embedded `allot-omp-workload` program, its
-//! installer, and running it.
+//! The OpenMP build: the `allot-omp-workload` program, built on demand,
+//! and running it.
 
+use crate::compile::{self, Product};
 use crate::{Kernel, Outcome, parse_line};
 use allot_proto::dirs::TrustedDir;
 use std::ffi::OsStr;
@@ -9,23 +10,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// The OpenMP program (`c/driver_omp.c` + the kernels, `gcc -O2
-/// -fopenmp`), as built for this crate.
-pub const OMP_BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/allot-omp-workload"));
-
-/// The name [`install_omp_binary`] gives the program: it carries a hash of
-/// [`OMP_BINARY`], so different builds never overwrite each other's file.
-pub const OMP_BINARY_NAME: &str = concat!("allot-omp-workload-", env!("ALLOT_OMP_WORKLOAD_HASH"));
-
-/// Writes the OpenMP program into `dir` as [`OMP_BINARY_NAME`], mode 0755,
-/// and returns its path. A file already there is kept if its bytes are
-/// [`OMP_BINARY`] and replaced otherwise ([`TrustedDir::install`]: through
-/// the directory's descriptor, under a temporary name renamed into place,
-/// so concurrent installers and running copies never see a partial file).
+/// -fopenmp`) in the cache `dir`, built there first if it is not yet
+/// ([`compile::ensure`]). Its name carries a hash of the sources, flags and
+/// compiler, so different builds never overwrite each other's file.
 ///
 /// `dir` is a [`TrustedDir`], so nobody else can swap the program between
 /// this call and its execution. It must not be on a `noexec` mount.
+///
+/// # Errors
+/// What [`compile::ensure`] reports: gcc or OpenMP missing (with what to
+/// install), a failed compilation, an unwritable cache.
 pub fn install_omp_binary(dir: &TrustedDir) -> io::Result<PathBuf> {
-    dir.install(OMP_BINARY_NAME, OMP_BINARY, 0o755)
+    compile::ensure(dir, Product::OmpProgram)
 }
 
 /// The command line that runs `kernel` at `scale` with the OpenMP program
@@ -107,26 +103,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_program_is_an_elf_executable() {
-        assert_eq!(&OMP_BINARY[..4], b"\x7fELF");
-        assert!(
-            OMP_BINARY.windows(7).any(|w| w == b"libgomp"),
-            "linked with libgomp"
-        );
-    }
-
-    #[test]
-    fn install_writes_an_executable() {
+    fn the_program_is_built_once_as_an_executable_linked_with_libgomp() {
         use std::os::unix::fs::PermissionsExt;
         let t = tempfile::tempdir().unwrap();
         let dir = TrustedDir::create(&t.path().join("a/b"), 0o700).unwrap();
         let p = install_omp_binary(&dir).unwrap();
-        assert_eq!(p.file_name().unwrap(), OMP_BINARY_NAME);
-        assert_eq!(std::fs::read(&p).unwrap(), OMP_BINARY);
+        assert!(
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("allot-omp-workload-")
+        );
+        let bytes = std::fs::read(&p).unwrap();
+        assert_eq!(&bytes[..4], b"\x7fELF");
+        assert!(
+            bytes.windows(7).any(|w| w == b"libgomp"),
+            "linked with libgomp"
+        );
         assert_eq!(
             std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
             0o755
         );
+        assert_eq!(install_omp_binary(&dir).unwrap(), p);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! `c/par.h` on allot's pool: the `par_for` and `par_workers` the kernels
-//! call when linked into Rust.
+//! call when loaded into a Rust program (handed to them by
+//! [`KernelLib`](crate::KernelLib) through `c/par_bind.c`).
 //!
 //! # The process-wide slot
 //!
@@ -155,7 +156,6 @@ impl Ctx {
 ///
 /// `body` must be safe to call as `body(lo, hi, ctx)` for every chunk,
 /// concurrently from any thread, until this returns (the `par.h` contract).
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn par_for(
     n: c_long,
     grain: c_long,
@@ -200,7 +200,6 @@ pub unsafe extern "C" fn par_for(
 
 /// `par.h`'s `par_workers`: the current run's pool's active workers (1
 /// outside a run).
-#[unsafe(no_mangle)]
 pub extern "C" fn par_workers() -> c_int {
     current().map_or(1, |p| c_int::try_from(p.workers()).unwrap_or(c_int::MAX))
 }

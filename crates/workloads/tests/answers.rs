@@ -3,9 +3,10 @@
 //! and the answer changes with the scale (it is not a constant).
 
 use allot_client::Cell;
+use allot_proto::dirs::TrustedDir;
 use allot_runtime::Pool;
 use allot_topo::CpuSet;
-use allot_workloads::{Kernel, install_omp_binary, run_allot, run_omp};
+use allot_workloads::{Kernel, KernelLib, install_omp_binary, run_allot, run_omp};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
@@ -14,16 +15,29 @@ use std::sync::OnceLock;
 const SCALE: f64 = 0.02;
 const OTHER_SCALE: f64 = 0.04;
 
-/// The OpenMP program, installed once for all tests of this file.
-fn omp_binary() -> PathBuf {
-    static BIN: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
-    let (_dir, bin) = BIN.get_or_init(|| {
+/// One build cache for all tests of this file (a private temporary
+/// directory, removed when the test process exits normally).
+fn cache() -> &'static TrustedDir {
+    static CACHE: OnceLock<(tempfile::TempDir, TrustedDir)> = OnceLock::new();
+    let (_dir, trusted) = CACHE.get_or_init(|| {
         let dir = tempfile::tempdir().expect("temp dir");
-        let trusted = allot_proto::dirs::TrustedDir::create(dir.path(), 0o700).expect("private");
-        let bin = install_omp_binary(&trusted).expect("install the OpenMP program");
-        (dir, bin)
+        let trusted = TrustedDir::create(dir.path(), 0o700).expect("private");
+        (dir, trusted)
     });
-    bin.clone()
+    trusted
+}
+
+/// The OpenMP program, built once for all tests of this file.
+fn omp_binary() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| install_omp_binary(cache()).expect("build the OpenMP program"))
+        .clone()
+}
+
+/// The kernels for allot's runtime, built and loaded once.
+fn kernels() -> &'static KernelLib {
+    static LIB: OnceLock<KernelLib> = OnceLock::new();
+    LIB.get_or_init(|| KernelLib::load(cache()).expect("build and load the kernels"))
 }
 
 /// A pool of `n` workers on CPUs 0..n (a manual cell: no broker involved).
@@ -51,7 +65,7 @@ fn omp(kernel: Kernel, scale: f64, threads: u32) -> u64 {
 
 fn allot(kernel: Kernel, scale: f64, workers: usize) -> u64 {
     let p = pool(workers);
-    let o = run_allot(kernel, scale, &p);
+    let o = run_allot(kernels(), kernel, scale, &p);
     assert_eq!(o.workers, workers, "{kernel}: pool workers");
     assert!(o.regions > 0 && o.seconds > 0.0);
     o.answer
@@ -121,7 +135,7 @@ fn answers_differ_between_kernels() {
 #[test]
 fn concurrent_installs_and_runs() {
     let scratch = tempfile::tempdir().expect("temp dir");
-    let dir = allot_proto::dirs::TrustedDir::create(scratch.path(), 0o700).expect("private");
+    let dir = TrustedDir::create(scratch.path(), 0o700).expect("private");
     let answers: Vec<u64> = std::thread::scope(|s| {
         let runs: Vec<_> = (0..4)
             .map(|_| {
@@ -173,5 +187,5 @@ fn the_program_rejects_bad_arguments() {
 #[should_panic(expected = "outside (0, 1000]")]
 fn run_allot_rejects_a_bad_scale() {
     let p = pool(1);
-    run_allot(Kernel::Pricing, 0.0, &p);
+    run_allot(kernels(), Kernel::Pricing, 0.0, &p);
 }

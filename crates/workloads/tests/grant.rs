@@ -5,7 +5,7 @@
 use allot_client::Cell;
 use allot_runtime::Pool;
 use allot_topo::CpuSet;
-use allot_workloads::{Kernel, run_allot};
+use allot_workloads::{Kernel, KernelLib, run_allot};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -22,11 +22,14 @@ fn answers_survive_grant_churn() {
     if !allot_testkit::prerequisite(allot_testkit::cpus() >= 2, "needs 2 CPUs") {
         return;
     }
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let cache = allot_proto::dirs::TrustedDir::create(scratch.path(), 0o700).expect("private");
+    let kernels = KernelLib::load(&cache).expect("build and load the kernels");
     for kernel in [Kernel::Stencil, Kernel::Cluster] {
         let reference = {
             let (cell, _w) = Cell::manual(set(&[0])).unwrap();
             let pool = Pool::builder().cell(cell).build().unwrap();
-            run_allot(kernel, 0.03, &pool).answer
+            run_allot(&kernels, kernel, 0.03, &pool).answer
         };
         let (cell, mut writer) = Cell::manual(set(&[0, 1])).unwrap();
         let pool = Pool::builder().cell(cell).build().unwrap();
@@ -42,7 +45,7 @@ fn answers_survive_grant_churn() {
                 }
                 writer.publish(set(&[1]), CpuSet::new())
             });
-            let o = run_allot(kernel, 0.03, &pool);
+            let o = run_allot(&kernels, kernel, 0.03, &pool);
             done.store(true, Ordering::Relaxed);
             o
         });

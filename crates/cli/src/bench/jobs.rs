@@ -218,8 +218,11 @@ impl FromStr for Mode {
 pub struct Tools {
     /// The `allot` binary.
     pub allot: PathBuf,
-    /// The installed OpenMP workload binary.
+    /// The OpenMP workload binary (in the build cache).
     pub omp: PathBuf,
+    /// The workloads' build cache, passed to `allot workload --build-dir`
+    /// (which finds the kernels for allot's runtime there).
+    pub build_dir: PathBuf,
     /// The experiment's broker socket.
     pub socket: PathBuf,
 }
@@ -256,7 +259,9 @@ pub fn command(work: &Work, mode: Mode, slot: Slot, tools: &Tools) -> Command {
         (Mode::RunMax, _) => allot_run(&["--no-shim", "--launch-threads", "max"]),
         (Mode::Runtime, Work::Kernel { kernel, scale }) => {
             let mut c = Command::new(&tools.allot);
-            c.args(["workload", "--variant", "allot", "--scale"])
+            c.args(["workload", "--variant", "allot", "--build-dir"])
+                .arg(&tools.build_dir)
+                .arg("--scale")
                 .arg(format!("{scale}"))
                 .arg(kernel.to_string());
             c

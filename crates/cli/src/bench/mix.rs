@@ -125,7 +125,7 @@ fn mode_run(
 }
 
 /// Runs the experiment, printing progress to stderr.
-pub fn run(plan: &Plan, tools_base: (&Path, &Path)) -> Result<Outcome, String> {
+pub fn run(plan: &Plan, tools_base: (&Path, &Path, &Path)) -> Result<Outcome, String> {
     std::fs::create_dir_all(&plan.out)
         .map_err(|e| format!("cannot create {}: {e}", plan.out.display()))?;
     let mut broker = if plan.modes.iter().any(|m| m.uses_broker()) {
@@ -136,6 +136,7 @@ pub fn run(plan: &Plan, tools_base: (&Path, &Path)) -> Result<Outcome, String> {
     let tools = Tools {
         allot: tools_base.0.to_path_buf(),
         omp: tools_base.1.to_path_buf(),
+        build_dir: tools_base.2.to_path_buf(),
         socket: broker
             .as_ref()
             .map(|b| b.socket().to_path_buf())

@@ -85,6 +85,23 @@ pub struct MixArgs {
     /// Output directory.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+    /// Where the workloads are built and cached (a private directory;
+    /// default: `workloads` in the user's state directory).
+    #[arg(long, value_name = "DIR")]
+    build_dir: Option<PathBuf>,
+}
+
+/// The workloads' build cache: `dir`, or `workloads` in the user's state
+/// directory; created private (0700) if missing, refused if someone else
+/// could change it.
+pub fn workload_cache(dir: Option<PathBuf>) -> Result<allot_proto::dirs::TrustedDir, String> {
+    let path = dir.unwrap_or_else(allot_workloads::compile::default_dir);
+    allot_proto::dirs::TrustedDir::create(&path, 0o700).map_err(|e| {
+        format!(
+            "cannot use {} as the workloads' build cache: {e}",
+            path.display()
+        )
+    })
 }
 
 fn parse_list<T>(s: &str, f: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
@@ -166,10 +183,14 @@ fn mix_cmd(a: MixArgs) -> Result<i32, String> {
     };
     let allot =
         std::env::current_exe().map_err(|e| format!("cannot find the allot binary: {e}"))?;
-    let bin_dir = allot_proto::dirs::TrustedDir::create(&plan.out.join("bin"), 0o700)
-        .map_err(|e| format!("cannot use {}: {e}", plan.out.join("bin").display()))?;
-    let omp = allot_workloads::install_omp_binary(&bin_dir)
-        .map_err(|e| format!("cannot install the OpenMP workloads: {e}"))?;
+    let cache = workload_cache(a.build_dir)?;
+    let omp = allot_workloads::install_omp_binary(&cache)
+        .map_err(|e| format!("cannot build the OpenMP workloads: {e}"))?;
+    if plan.modes.contains(&jobs::Mode::Runtime) {
+        // Built once here, so the jobs do not all compile it at once.
+        allot_workloads::compile::ensure(&cache, allot_workloads::compile::Product::KernelLib)
+            .map_err(|e| format!("cannot build the kernels for allot's runtime: {e}"))?;
+    }
     eprintln!(
         "{} mixes × {} modes × {} repeats; results in {}",
         plan.mixes.len(),
@@ -177,7 +198,7 @@ fn mix_cmd(a: MixArgs) -> Result<i32, String> {
         plan.repeats,
         plan.out.display()
     );
-    let outcome = mix::run(&plan, (&allot, &omp))?;
+    let outcome = mix::run(&plan, (&allot, &omp, cache.path()))?;
     report::write(&plan, &outcome).map_err(|e| format!("cannot write the report: {e}"))?;
     print!("{}", report::table(&plan, &outcome));
     if !outcome.failures.is_empty() {

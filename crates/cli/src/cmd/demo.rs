@@ -4,13 +4,17 @@
 //! all at once, each sized to the whole machine by its runtime's defaults —
 //! and then under `allot run`, and prints each program's time, the mix's
 //! makespan and throughput, and the ratio. It starts its own broker on a
-//! private socket and leaves no cell, cgroup or process behind.
+//! private socket and leaves no cell, cgroup or process behind. The
+//! programs are built with gcc on the first run and kept in the user's
+//! workload cache (`allot_workloads::compile::default_dir`, emptied at
+//! reboot), so later runs start at once.
 
 use crate::bench::broker::PrivateBroker;
 use crate::bench::jobs::{self, Mode, Tools, Work};
 use crate::bench::mix::answer_of;
 use crate::bench::runner;
 use allot_workloads::Kernel;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Arguments of `allot demo`.
@@ -25,6 +29,10 @@ pub struct Args {
     /// Stop a run after this many seconds.
     #[arg(long, default_value_t = 75)]
     timeout: u64,
+    /// Where the workloads are built and cached (a private directory;
+    /// default: `workloads` in the user's state directory).
+    #[arg(long, value_name = "DIR")]
+    build_dir: Option<PathBuf>,
 }
 
 /// Default scale: keeps the whole demo under two minutes on a 2-CPU machine.
@@ -74,17 +82,14 @@ fn demo(a: Args) -> Result<i32, String> {
     }
     println!();
     let allot = std::env::current_exe().map_err(|e| e.to_string())?;
-    let scratch = tempfile::Builder::new()
-        .prefix("allot-demo-")
-        .tempdir()
-        .map_err(|e| e.to_string())?;
-    let bin_dir =
-        allot_proto::dirs::TrustedDir::create(scratch.path(), 0o700).map_err(|e| e.to_string())?;
-    let omp = allot_workloads::install_omp_binary(&bin_dir).map_err(|e| e.to_string())?;
+    let cache = crate::bench::workload_cache(a.build_dir)?;
+    let omp = allot_workloads::install_omp_binary(&cache)
+        .map_err(|e| format!("cannot build the demo's programs: {e}"))?;
     let mut broker = PrivateBroker::start(&allot, &a.backend)?;
     let tools = Tools {
         allot,
         omp,
+        build_dir: cache.path().to_path_buf(),
         socket: broker.socket().to_path_buf(),
     };
     let limit = Duration::from_secs(a.timeout);

@@ -6,8 +6,14 @@
 //! else standalone); `--variant omp` runs the OpenMP build with libgomp
 //! defaults. Both print one line:
 //! `workload=K variant=V threads=N seconds=S answer=HEX`.
+//!
+//! Neither is part of the `allot` binary: each is compiled with gcc from
+//! the sources the binary carries the first time it is needed, into the
+//! build cache (`--build-dir`, by default `workloads` in the user's state
+//! directory), and reused from there.
 
-use allot_workloads::Kernel;
+use allot_workloads::{Kernel, KernelLib, Variant};
+use std::path::PathBuf;
 
 /// Arguments of `allot workload`.
 #[derive(Debug, clap::Args)]
@@ -20,43 +26,53 @@ pub struct Args {
     /// allot (allot's runtime) or omp (the OpenMP build).
     #[arg(long, default_value = "allot", value_name = "allot|omp")]
     variant: String,
+    /// Where the workloads are built and cached (a private directory;
+    /// default: `workloads` in the user's state directory).
+    #[arg(long, value_name = "DIR")]
+    build_dir: Option<PathBuf>,
 }
 
 /// Runs `allot workload`.
 pub fn run(a: Args) -> i32 {
-    match a.variant.as_str() {
-        "allot" => {
+    if !allot_workloads::valid_scale(a.scale) {
+        eprintln!(
+            "allot: --scale {} is out of range (0 to {})",
+            a.scale,
+            allot_workloads::MAX_SCALE
+        );
+        return 2;
+    }
+    let variant = match a.variant.as_str() {
+        "allot" => Variant::Allot,
+        "omp" => Variant::Omp,
+        other => {
+            eprintln!("allot: --variant {other:?}: expected allot or omp");
+            return 2;
+        }
+    };
+    let cache = match crate::bench::workload_cache(a.build_dir) {
+        Ok(d) => d,
+        Err(e) => return super::fail(anyhow::anyhow!("{e}")),
+    };
+    match variant {
+        Variant::Allot => {
+            let kernels = match KernelLib::load(&cache) {
+                Ok(k) => k,
+                Err(e) => return super::fail(anyhow::anyhow!("{e}")),
+            };
             let cell = allot_client::Cell::auto(&format!("{}", a.kernel));
             let pool = match allot_runtime::Pool::builder().cell(cell).build() {
                 Ok(p) => p,
                 Err(e) => return super::fail(anyhow::anyhow!("cannot start allot's runtime: {e}")),
             };
-            if !allot_workloads::valid_scale(a.scale) {
-                eprintln!(
-                    "allot: --scale {} is out of range (0 to {})",
-                    a.scale,
-                    allot_workloads::MAX_SCALE
-                );
-                return 2;
-            }
-            let o = allot_workloads::run_allot(a.kernel, a.scale, &pool);
-            println!("{}", o.line(a.kernel, allot_workloads::Variant::Allot));
+            let o = allot_workloads::run_allot(&kernels, a.kernel, a.scale, &pool);
+            println!("{}", o.line(a.kernel, Variant::Allot));
             0
         }
-        "omp" => {
-            let path = allot_proto::default_state_dir().join("bin");
-            let dir = match allot_proto::dirs::TrustedDir::create(&path, 0o700) {
-                Ok(d) => d,
-                Err(e) => return super::fail(anyhow::anyhow!("refusing {}: {e}", path.display())),
-            };
-            let bin = match allot_workloads::install_omp_binary(&dir) {
+        Variant::Omp => {
+            let bin = match allot_workloads::install_omp_binary(&cache) {
                 Ok(b) => b,
-                Err(e) => {
-                    return super::fail(anyhow::anyhow!(
-                        "cannot install the OpenMP workloads in {}: {e}",
-                        dir.path().display()
-                    ));
-                }
+                Err(e) => return super::fail(anyhow::anyhow!("{e}")),
             };
             use std::os::unix::process::CommandExt;
             let err = std::process::Command::new(bin)
@@ -64,10 +80,6 @@ pub fn run(a: Args) -> i32 {
                 .arg(format!("{}", a.scale))
                 .exec();
             super::fail(anyhow::anyhow!("cannot run the OpenMP workload: {err}"))
-        }
-        other => {
-            eprintln!("allot: --variant {other:?}: expected allot or omp");
-            2
         }
     }
 }

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Builds the `allot` binary from scratch the way a machine without OpenMP
+# would, and checks that it needs nothing from the lab:
+#
+#  - every C compiler call goes through a wrapper first on the PATH (as
+#    `cc` and `gcc`) that logs it and fails any call asking for OpenMP
+#    (`-fopenmp`, `-lgomp`, `-lomp`), so the build fails if any part of the
+#    product needs OpenMP;
+#  - the binary must not link an OpenMP runtime;
+#  - the only C the build may compile is the OpenMP preload shim
+#    (crates/capi/shim/*.c, plain C, no OpenMP); everything else the
+#    compiler driver does is linking, which Rust itself needs `cc` for.
+#
+# Uses its own target directory (target/product-check) so the build is
+# cold on every run; takes a few minutes on 2 CPUs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+work=$(mktemp -d -t allot-product-check.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+real_cc=$(command -v cc)
+mkdir "$work/bin"
+cat >"$work/bin/cc" <<WRAP
+#!/bin/sh
+printf '%s\n' "\$*" >>"$work/calls.log"
+for a in "\$@"; do
+  case "\$a" in
+    -fopenmp|-fopenmp=*|-lgomp|-lomp|-liomp5)
+      echo "product-check: a compiler call asked for OpenMP (\$a): \$*" >&2
+      echo "\$*" >>"$work/openmp.log"
+      exit 1 ;;
+  esac
+done
+exec "$real_cc" "\$@"
+WRAP
+chmod 755 "$work/bin/cc"
+ln -s cc "$work/bin/gcc"
+: >"$work/calls.log"
+
+target=target/product-check
+rm -rf "$target"
+echo "building allot (cold, $target) with an OpenMP-refusing compiler …"
+start=$(date +%s)
+if ! PATH="$work/bin:$PATH" CC="$work/bin/cc" CARGO_TARGET_DIR="$target" \
+    cargo build --quiet --locked -p allot-cli --bin allot; then
+  echo "FAIL: the allot binary does not build without OpenMP" >&2
+  [ -s "$work/openmp.log" ] && { echo "calls that asked for OpenMP:" >&2; cat "$work/openmp.log" >&2; }
+  exit 1
+fi
+echo "built in $(( $(date +%s) - start )) s"
+
+if ldd "$target/debug/allot" | grep -E 'libgomp|libomp|libiomp' >&2; then
+  echo "FAIL: the allot binary links an OpenMP runtime" >&2
+  exit 1
+fi
+# C sources compiled (calls with -c or naming a .c file), apart from the shim's.
+others=$(grep -oE '[^ ]+\.c( |$)' "$work/calls.log" | tr -d ' ' | sort -u \
+  | grep -v '^shim/[a-z_]*\.c$' || true)
+if [ -n "$others" ]; then
+  echo "FAIL: the build compiled C beyond the shim:" >&2
+  echo "$others" >&2
+  exit 1
+fi
+shim=$(grep -oE 'shim/[a-z_]+\.c' "$work/calls.log" | sort -u | tr '\n' ' ')
+echo "compiler calls: $(wc -l <"$work/calls.log") (C compiled: ${shim:-none}; the rest link)"
+"$target/debug/allot" --version
+echo "ok: allot builds and runs without OpenMP, and compiles no workload"
+rm -rf "$target"
