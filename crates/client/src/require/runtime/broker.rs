@@ -1,0 +1,105 @@
+//! The link to the broker's ledger: growing the process's roots when
+//! they lack what a scope needs, and watching the ledger so threads that
+//! wait on other processes' holdings wake up when those change.
+
+use super::*;
+
+impl Runtime {
+    /// Asks the broker for what the roots lack; true if granted (the roots
+    /// grew). A broker that went away leaves the process standalone: every
+    /// root gets its whole device.
+    pub(super) fn grow_from_broker(
+        &self,
+        st: &mut MutexGuard<'_, State>,
+        short: &[(Dev, f64, bool)],
+    ) -> bool {
+        let items: Vec<(Dev, LedgerItem)> = short
+            .iter()
+            .map(|&(dev, amount, shared)| {
+                let kind = st.kinds[dev.0].name.clone();
+                (
+                    dev,
+                    LedgerItem {
+                        kind,
+                        dev: dev.1 as u32,
+                        amount,
+                        shared,
+                    },
+                )
+            })
+            .collect();
+        let Some(link) = st.link.as_mut() else {
+            return false;
+        };
+        match link.acquire(items.iter().map(|(_, i)| i.clone()).collect()) {
+            Ok(()) => {
+                for (dev, it) in items {
+                    let (amount, _) = st.trees.root(dev).unwrap_or((0.0, 0.0));
+                    st.trees.set_root(dev, amount + it.amount);
+                    st.root_items.entry(dev).or_default().push(it);
+                }
+                true
+            }
+            Err(Denied::NotNow(_)) => false,
+            Err(Denied::Gone(_)) => {
+                st.link = None;
+                for k in 0..st.kinds.len() {
+                    for d in 0..st.kinds[k].devices.len() {
+                        let max = st.kinds[k].devices[d].max;
+                        st.trees.set_root((k, d), max);
+                    }
+                }
+                st.root_items.clear();
+                true
+            }
+        }
+    }
+
+    /// Starts the watcher thread (if not running) that turns ledger changes
+    /// into wake-ups of this process's waiting threads.
+    pub(super) fn watch_ledger(&self, st: &mut MutexGuard<'_, State>) {
+        if st.watching {
+            return;
+        }
+        let Some(socket) = st.link.as_ref().map(|l| l.socket().to_path_buf()) else {
+            return;
+        };
+        let Some(me) = self.as_static() else { return };
+        st.watching = true;
+        let _ = std::thread::Builder::new()
+            .name("allot-ledger".into())
+            .spawn(move || {
+                loop {
+                    let (epoch, waiting) = {
+                        let mut st = me.lock();
+                        if st.total_waiting == 0 || st.link.is_none() {
+                            st.watching = false;
+                            return;
+                        }
+                        (st.ledger_epoch, st.total_waiting)
+                    };
+                    let got = ledger::watch(&socket, epoch, waiting);
+                    let mut st = me.lock();
+                    match got {
+                        Some((e, w)) => {
+                            st.ledger_epoch = e;
+                            st.broker_waiters = w;
+                        }
+                        None => st.watching = false,
+                    }
+                    st.epoch += 1;
+                    if st.sleepers > 0 {
+                        me.cond.notify_all();
+                    }
+                    if !st.watching {
+                        return;
+                    }
+                }
+            });
+    }
+
+    /// `self` as `'static`, if it was made so (see [`Runtime::into_static`]).
+    pub(super) fn as_static(&self) -> Option<&'static Runtime> {
+        self.this.get().copied()
+    }
+}

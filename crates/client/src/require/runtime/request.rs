@@ -1,0 +1,171 @@
+//! What a scope asks for: requests (a device amount or share, or a
+//! policy), when each is made, and the errors entering a scope can give.
+
+use super::*;
+
+/// How much of a device.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Amount {
+    /// An absolute amount (1.0 = a whole CPU, bytes for memory, …).
+    Abs(f64),
+    /// A fraction (0..1) of what is available in the enclosing allocation
+    /// when the scope is entered (the paper's `50%` is `Share(0.5)`).
+    Share(f64),
+}
+
+/// When a request takes effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Timing {
+    /// On entering the scope.
+    #[default]
+    Now,
+    /// Just before the scope's first spawned thread is created.
+    BeforeSpawn,
+    /// Just after the scope's first spawned thread is created.
+    AfterSpawn,
+    /// Made by each thread spawned in the scope, when it starts.
+    ForChild,
+    /// Made by every descendant spawned in the scope, when it starts.
+    ForDescendants,
+}
+
+/// What is requested.
+#[derive(Debug, Clone)]
+pub enum What {
+    /// An amount of one device of a kind.
+    Device {
+        /// Kind name.
+        kind: String,
+        /// Device name or index.
+        dev: String,
+        /// Amount.
+        amount: Amount,
+    },
+    /// A policy.
+    Policy(Arc<dyn Policy>),
+}
+
+/// One request of a `require`.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// What.
+    pub what: What,
+    /// Ownership.
+    pub own: Ownership,
+    /// When.
+    pub timing: Timing,
+}
+
+impl Request {
+    /// `kind(dev, amount)`.
+    pub fn device(kind: &str, dev: impl ToString, amount: f64) -> Request {
+        Request {
+            what: What::Device {
+                kind: kind.into(),
+                dev: dev.to_string(),
+                amount: Amount::Abs(amount),
+            },
+            own: Ownership::Default,
+            timing: Timing::Now,
+        }
+    }
+    /// `kind(dev, share%)`: a share of what is available.
+    pub fn device_share(kind: &str, dev: impl ToString, share: f64) -> Request {
+        Request {
+            what: What::Device {
+                kind: kind.into(),
+                dev: dev.to_string(),
+                amount: Amount::Share(share),
+            },
+            own: Ownership::Default,
+            timing: Timing::Now,
+        }
+    }
+    /// A policy.
+    pub fn policy(p: Arc<dyn Policy>) -> Request {
+        Request {
+            what: What::Policy(p),
+            own: Ownership::Default,
+            timing: Timing::Now,
+        }
+    }
+    /// With ownership `own`.
+    pub fn owned(mut self, own: Ownership) -> Request {
+        self.own = own;
+        self
+    }
+    /// With timing `t`.
+    pub fn when(mut self, t: Timing) -> Request {
+        self.timing = t;
+        self
+    }
+}
+
+/// Why a require failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RequireError {
+    /// No such kind.
+    #[error("{site}: unknown resource kind {kind:?} (known: {known})")]
+    UnknownKind {
+        /// The name.
+        kind: String,
+        /// Kinds that exist.
+        known: String,
+        /// Where.
+        site: &'static Location<'static>,
+    },
+    /// No such device.
+    #[error("{site}: resource kind {kind:?} has no device {dev:?} (it has {count})")]
+    UnknownDevice {
+        /// Kind.
+        kind: String,
+        /// Device asked.
+        dev: String,
+        /// How many it has.
+        count: usize,
+        /// Where.
+        site: &'static Location<'static>,
+    },
+    /// Asked more than the enclosing allocation (a programming error).
+    #[error(
+        "{site}: requires {asked} of {kind} device {dev} inside a scope that holds {enclosing}: a nested require may not ask for more than its enclosing one"
+    )]
+    TooLarge {
+        /// Kind.
+        kind: String,
+        /// Device.
+        dev: String,
+        /// Asked.
+        asked: f64,
+        /// Enclosing.
+        enclosing: f64,
+        /// Where.
+        site: &'static Location<'static>,
+    },
+    /// An amount outside 0..=max, or a share outside 0..=1.
+    #[error("{site}: invalid amount {amount} for {kind} device {dev} (0 to {max})")]
+    BadAmount {
+        /// Kind.
+        kind: String,
+        /// Device.
+        dev: String,
+        /// Amount.
+        amount: f64,
+        /// Device maximum.
+        max: f64,
+        /// Where.
+        site: &'static Location<'static>,
+    },
+    /// A policy that can never be met on this machine did not succeed even
+    /// with everything free.
+    #[error("{site}: policy {policy} cannot be met on this machine even with every device free")]
+    Impossible {
+        /// Policy name.
+        policy: String,
+        /// Where.
+        site: &'static Location<'static>,
+    },
+    /// Registering a kind failed.
+    #[error("resource kind {0:?} already exists with other devices")]
+    KindExists(String),
+}

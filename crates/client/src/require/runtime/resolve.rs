@@ -1,0 +1,189 @@
+//! Pure steps of entering a scope, on the locked state: turning requests
+//! into absolute asks (shares of what is available, policies run on a view
+//! of every device), and giving idle roots back to the broker.
+
+use super::*;
+
+/// Gives the broker back what idle roots got from it.
+pub(super) fn give_back(st: &mut State) {
+    if st.link.is_none() {
+        return;
+    }
+    let mut items = Vec::new();
+    for (dev, _) in st.trees.idle_roots() {
+        if let Some(its) = st.root_items.remove(&dev) {
+            items.extend(its);
+            st.trees.set_root(dev, 0.0);
+        }
+    }
+    if !items.is_empty()
+        && let Some(l) = st.link.as_mut()
+    {
+        l.release(items);
+    }
+}
+
+pub(super) fn add_kind(st: &mut State, k: Kind) {
+    let id = st.kinds.len();
+    // With a broker, roots start empty and grow with what it grants.
+    let coordinated = st.link.is_some();
+    for (d, dev) in k.devices.iter().enumerate() {
+        st.trees
+            .set_root((id, d), if coordinated { 0.0 } else { dev.max });
+    }
+    st.by_name.insert(k.name.clone(), id);
+    st.kinds.push(k);
+}
+
+/// Resolves requests into asks: devices looked up, shares made absolute,
+/// policies run. `None` when a policy fails now.
+pub(super) fn resolve(
+    st: &State,
+    machine: &Machine,
+    tid: Tid,
+    reqs: &[Request],
+    devs: Option<&[Option<Dev>]>,
+    site: &'static Location<'static>,
+    mut asks: Vec<Ask>,
+) -> Result<Option<Resolved>, RequireError> {
+    asks.clear();
+    // Only policies report an outcome; device requests leave it empty and
+    // skip moving it around on the enter path.
+    let mut outcome = None;
+    for (i, r) in reqs.iter().enumerate() {
+        match &r.what {
+            What::Device { kind, dev, amount } => {
+                let (k, d) = match devs.and_then(|v| v[i]) {
+                    Some(kd) => kd,
+                    None => lookup(st, kind, dev, site)?,
+                };
+                let max = st.kinds[k].devices[d].max;
+                let abs = match *amount {
+                    Amount::Abs(a) => a,
+                    Amount::Share(s) if (0.0..=1.0).contains(&s) => {
+                        s * st.trees.available(tid, (k, d))
+                    }
+                    Amount::Share(s) => s * 100.0 + max + 1.0, // out of range: reported below
+                };
+                if !(0.0..=max + 1e-9).contains(&abs) || abs.is_nan() {
+                    return Err(RequireError::BadAmount {
+                        kind: kind.clone(),
+                        dev: dev.clone(),
+                        amount: abs,
+                        max,
+                        site,
+                    });
+                }
+                asks.push(Ask {
+                    dev: (k, d),
+                    amount: abs,
+                    own: r.own,
+                });
+            }
+            What::Policy(p) => {
+                let mut view = view_for(st, machine, tid, r.own);
+                if !p.run(&mut view) {
+                    return Ok(None);
+                }
+                for d in view.requests() {
+                    let k = st.by_name[&d.kind];
+                    asks.push(Ask {
+                        dev: (k, d.index),
+                        amount: d.request.unwrap_or(0.0).max(0.0),
+                        own: d.ownership,
+                    });
+                }
+                outcome = Some(Box::new(view.out));
+            }
+        }
+    }
+    Ok(Some((asks, outcome)))
+}
+
+pub(super) fn lookup(
+    st: &State,
+    kind: &str,
+    dev: &str,
+    site: &'static Location<'static>,
+) -> Result<(KindId, usize), RequireError> {
+    let Some(&k) = st.by_name.get(kind) else {
+        return Err(RequireError::UnknownKind {
+            kind: kind.into(),
+            known: st
+                .kinds
+                .iter()
+                .map(|k| k.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            site,
+        });
+    };
+    let d = st.kinds[k]
+        .device(dev)
+        .ok_or_else(|| RequireError::UnknownDevice {
+            kind: kind.into(),
+            dev: dev.into(),
+            count: st.kinds[k].devices.len(),
+            site,
+        })?;
+    Ok((k, d))
+}
+
+/// What a policy sees. With a broker, the process's roots start empty and
+/// grow with what the broker's ledger grants, so at the top level a policy
+/// also sees what the root could still grow by (the device's whole amount
+/// less what the root holds): it chooses, the acquisition asks the ledger
+/// for what the root lacks, and the scope waits while another process
+/// holds it. (The policy does not see other processes' holdings, so it may
+/// pick a device held elsewhere and wait although another is free.)
+fn view_for<'m>(st: &State, machine: &'m Machine, tid: Tid, own: Ownership) -> View<'m> {
+    let mut devs = Vec::new();
+    let coordinated = st.link.is_some();
+    for (k, kind) in st.kinds.iter().enumerate() {
+        for (d, dev) in kind.devices.iter().enumerate() {
+            let growable = if coordinated && st.trees.at_root(tid, (k, d)) {
+                let (held, _) = st.trees.root((k, d)).unwrap_or((0.0, 0.0));
+                (dev.max - held).max(0.0)
+            } else {
+                0.0
+            };
+            devs.push(DevView {
+                kind: kind.name.clone(),
+                index: d,
+                name: dev.name.clone(),
+                max: dev.max,
+                available: st.trees.available(tid, (k, d)) + growable,
+                shared_available: st.trees.shared_available(tid, (k, d)) + growable,
+                waiters: st.waiting.get(&(k, d)).copied().unwrap_or(0),
+                request: None,
+                ownership: own,
+            });
+        }
+    }
+    View::new(devs, machine, st.total_waiting.max(st.broker_waiters), own)
+}
+
+/// Whether a policy fails even on a completely free machine.
+pub(super) fn policy_impossible(st: &State, machine: &Machine, reqs: &[Request]) -> bool {
+    let mut devs = Vec::new();
+    for (k, kind) in st.kinds.iter().enumerate() {
+        for (d, dev) in kind.devices.iter().enumerate() {
+            let _ = k;
+            devs.push(DevView {
+                kind: kind.name.clone(),
+                index: d,
+                name: dev.name.clone(),
+                max: dev.max,
+                available: dev.max,
+                shared_available: dev.max,
+                waiters: 0,
+                request: None,
+                ownership: Ownership::Default,
+            });
+        }
+    }
+    reqs.iter().any(|r| match &r.what {
+        What::Policy(p) => !p.run(&mut View::new(devs.clone(), machine, 0, r.own)),
+        _ => false,
+    })
+}
