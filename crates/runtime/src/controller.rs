@@ -83,6 +83,7 @@ use crate::affinity;
 use crate::loom::hint;
 use crate::policy::{Here, Hint, Idle, Place, PoolInfo, ThreadPolicy};
 use crate::sleep::{Sleep, Woken};
+use crate::stats::{Counters, bump};
 use crate::sync::CoreLatch;
 use crate::task::{Outcome, StackJob, Task};
 use crossbeam_utils::CachePadded;
@@ -99,7 +100,6 @@ pub(crate) struct Slot {
     pub(crate) current: AtomicUsize,
     pub(crate) tid: AtomicI32,
     pub(crate) idle: AtomicBool,
-    pub(crate) completed: AtomicU64,
 }
 
 /// Monitor-side bookkeeping, under `Registry::plan`.
@@ -121,6 +121,8 @@ pub(crate) struct Registry {
     pub(crate) policy: Box<dyn ThreadPolicy>,
     pub(crate) sleep: Sleep,
     pub(crate) slots: Box<[CachePadded<Slot>]>,
+    /// Worker `i`'s statistics, on a line of their own (`stats`).
+    pub(crate) stats: Box<[CachePadded<Counters>]>,
     pub(crate) terminate: AtomicBool,
     pub(crate) spin: Duration,
     pub(crate) name: String,
@@ -290,6 +292,11 @@ impl WorkerThread {
     pub(crate) fn push_at(&self, place: Place, task: Task, hint: Hint) {
         let reg = &*self.registry;
         reg.policy.enqueue(Some(&self.here), place, task, hint);
+        let stats = self.stats();
+        bump(&stats.created);
+        if place == Place::Local {
+            stats.queue_len(reg.policy.queued(Some(self.here.index())));
+        }
         reg.wake_for(Some(&self.here), place, hint, place != Place::Local);
     }
 
@@ -302,8 +309,13 @@ impl WorkerThread {
                 self.registry.escaped_panics.fetch_add(1, Ordering::Relaxed);
             }
         }
-        let c = &self.registry.slot(self.here.index()).completed;
-        c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        bump(&self.stats().run);
+    }
+
+    /// This worker's statistics (written only here).
+    #[inline]
+    fn stats(&self) -> &Counters {
+        &self.registry.stats[self.here.index()]
     }
 
     /// The CPU this worker serves (`cpu + 1`, 0 = none): its slot's
@@ -486,7 +498,7 @@ impl WorkerThread {
                     return Found::Task(t);
                 }
             } else {
-                *nudged |= reg.sleep.park(s) == Woken::ForWork;
+                *nudged |= self.stats().asleep(|| reg.sleep.park(s)) == Woken::ForWork;
             }
         }
     }
@@ -529,7 +541,10 @@ impl WorkerThread {
                 return Found::Task(t);
             }
             match reg.policy.idle(here, round, idle_hint) {
-                Idle::Run(t) => return Found::Task(t),
+                Idle::Run(t) => {
+                    bump(&self.stats().stolen);
+                    return Found::Task(t);
+                }
                 Idle::Retry => {
                     round = round.saturating_add(1);
                     hint::spin_loop();
@@ -554,7 +569,10 @@ impl WorkerThread {
             let found = interrupted()
                 .or_else(|| reg.policy.dequeue(here, *hint).map(Found::Task))
                 .or_else(|| match reg.policy.idle(here, 0, idle_hint) {
-                    Idle::Run(t) => Some(Found::Task(t)),
+                    Idle::Run(t) => {
+                        bump(&self.stats().stolen);
+                        Some(Found::Task(t))
+                    }
                     Idle::Retry => Some(Found::Again),
                     Idle::Park => None,
                 });
@@ -564,7 +582,7 @@ impl WorkerThread {
                     found
                 }
                 None => {
-                    *nudged |= reg.sleep.park(s) == Woken::ForWork;
+                    *nudged |= self.stats().asleep(|| reg.sleep.park(s)) == Woken::ForWork;
                     if until.is_none() {
                         *hint = Hint::Wake;
                     }
@@ -611,7 +629,7 @@ pub(crate) fn worker_main(reg: Arc<Registry>, index: usize) {
             if slot.target.load(Ordering::SeqCst) != 0 || reg.terminate.load(Ordering::SeqCst) {
                 let _ = reg.sleep.cancel(s);
             } else {
-                let _ = reg.sleep.park(s);
+                let _ = wt.stats().asleep(|| reg.sleep.park(s));
             }
             continue;
         }
@@ -625,6 +643,9 @@ pub(crate) fn worker_main(reg: Arc<Registry>, index: usize) {
             hint = Hint::Continue;
         }
         // Retire (or shut down): nothing is on our stack.
+        if !reg.terminate.load(Ordering::SeqCst) {
+            bump(&wt.stats().retired);
+        }
         reg.policy.drain(&wt.here, Hint::Resize);
         reg.info.roster.set(index, false);
         slot.current.store(0, Ordering::SeqCst);

@@ -31,6 +31,8 @@
 //!   doorbell protocol that parks idle workers without losing wake-ups.
 //! - **Queues** ([`queue`]): policy-free deque and injector primitives.
 //! - **Sync** ([`Latch`], [`Event`]): spin-then-park primitives.
+//! - **Statistics** (`stats`, [`Pool::worker_stats`]): per-worker counts
+//!   and sleep times, each worker's on a cache line only it writes.
 //!
 //! # Workers and CPUs
 //!
@@ -77,6 +79,8 @@ pub mod queue;
 #[cfg(not(loom))]
 mod scope;
 mod sleep;
+#[cfg(not(loom))]
+mod stats;
 mod sync;
 mod task;
 
@@ -92,5 +96,7 @@ pub use pool::{
 };
 #[cfg(not(loom))]
 pub use scope::Scope;
+#[cfg(not(loom))]
+pub use stats::WorkerStats;
 pub use sync::{EVENT_SPIN, Event, Latch};
 pub use task::{Task, TaskPanic};

@@ -263,7 +263,7 @@ pub(crate) fn demand(reg: &Registry) -> (u32, u32, u64) {
     let mut wanted = 0usize;
     let mut done = 0u64;
     for (i, s) in reg.slots.iter().enumerate() {
-        done += s.completed.load(Ordering::Relaxed);
+        done += reg.stats[i].run.load(Ordering::Relaxed);
         let queued = reg.policy.queued(Some(i)) > 0;
         if s.current.load(Ordering::Relaxed) == 0 {
             // A retired worker's queue is stolen from: backlog.

@@ -22,6 +22,7 @@ use crate::controller::{AbortOnUnwind, PlanState, Registry, Slot, Waited, Worker
 use crate::monitor;
 use crate::policy::{Hint, Place, PolicyKind, PoolInfo, ThreadPolicy};
 use crate::sleep::Sleep;
+use crate::stats::WorkerStats;
 use crate::sync::Event;
 use crate::task::{Outcome, StackJob, Task, TaskPanic};
 use allot_client::Cell;
@@ -168,6 +169,9 @@ impl Builder {
             sleep: Sleep::new(slots),
             slots: (0..slots)
                 .map(|_| CachePadded::new(Slot::default()))
+                .collect(),
+            stats: (0..slots)
+                .map(|_| CachePadded::new(crate::stats::Counters::default()))
                 .collect(),
             terminate: AtomicBool::new(false),
             spin: self.spin,
@@ -344,6 +348,22 @@ impl Pool {
     /// Tasks completed so far.
     pub fn completed(&self) -> u64 {
         self.demand().2
+    }
+
+    /// Each worker's statistics since the pool started, in slot order
+    /// (see [`WorkerStats`]; [`WorkerStats::total`] adds them up). Cheap:
+    /// a few loads per worker, nothing stops.
+    pub fn worker_stats(&self) -> Vec<WorkerStats> {
+        self.reg
+            .stats
+            .iter()
+            .zip(self.reg.slots.iter())
+            .enumerate()
+            .map(|(i, (c, s))| {
+                let cpu = s.current.load(Ordering::Relaxed).checked_sub(1);
+                c.snapshot(i, cpu)
+            })
+            .collect()
     }
 
     /// Times a worker failed to pin itself (a CPU outside the process's
