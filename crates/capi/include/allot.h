@@ -324,6 +324,39 @@ int allot_pool_new(allot_cell_t cell, allot_pool_t *out);
  * Undefined behaviour: none beyond the conventions. */
 int allot_pool_workers(allot_pool_t pool, uint32_t *out);
 
+/* What one worker of a pool has done since the pool started (the Rust
+ * runtime's WorkerStats). Counters only grow; each is exact for its worker,
+ * but the fields are not read at one instant. */
+typedef struct {
+    uint32_t worker;           /* the worker's slot, 0 .. slots - 1 */
+    int32_t cpu;               /* the CPU it serves now, -1 if none */
+    uint64_t tasks_run;        /* tasks it ran */
+    uint64_t tasks_created;    /* tasks created while running on it */
+    uint64_t tasks_stolen;     /* tasks it took from others' or shared queues */
+    uint64_t sleeps;           /* times it parked (no work, or no CPU) */
+    uint64_t ns_asleep;        /* time parked, the sleep in progress included */
+    uint64_t ns_awake;         /* time since the pool started, not parked */
+    uint64_t retirements;      /* times its CPU was revoked */
+    uint64_t queue_high_water; /* most tasks its own queue held at once */
+} allot_worker_stats_t;
+
+/* The number of worker slots of the pool (the most workers it can run; a
+ * slot's worker may be retired), i.e. the valid `worker` indices below.
+ *
+ * Contexts: any thread. Does not block.
+ * Errors: ALLOT_ERR_INVALID (out NULL); ALLOT_ERR_HANDLE; ALLOT_ERR_SHUTDOWN.
+ * Undefined behaviour: none beyond the conventions. */
+int allot_pool_slots(allot_pool_t pool, uint32_t *out);
+
+/* Writes worker `worker`'s statistics to *out. Cheap (a few loads); the
+ * workers are not stopped or slowed.
+ *
+ * Contexts: any thread, also inside callbacks. Does not block.
+ * Errors: ALLOT_ERR_INVALID (out NULL, or worker >= the slot count);
+ *   ALLOT_ERR_HANDLE; ALLOT_ERR_SHUTDOWN.
+ * Undefined behaviour: none beyond the conventions. */
+int allot_pool_worker_stats(allot_pool_t pool, uint32_t worker, allot_worker_stats_t *out);
+
 /* Queues fn(arg) to run once on a worker of the pool, and returns a task
  * handle to wait for it with allot_task_join (or drop with
  * allot_task_detach). Inside a callback of the same pool the task goes to

@@ -744,3 +744,59 @@ fn automatic_cells_are_one_cell_behind_many_handles() {
     assert!(grant(b).is_ok(), "freeing one handle leaves the other");
     ok(allot_cell_free(b));
 }
+
+#[test]
+fn worker_statistics_count_the_pool_tasks_and_refuse_a_bad_index() {
+    let p = pool();
+    let n = AtomicUsize::new(0);
+    for _ in 0..50 {
+        let t = spawn(p, bump, ptr(&n)).unwrap();
+        ok(allot_task_join(t));
+    }
+    assert_eq!(n.load(Ordering::SeqCst), 50);
+    let mut slots = 0u32;
+    // SAFETY: valid out-pointers throughout.
+    ok(unsafe { allot_pool_slots(p, &mut slots) });
+    assert!(slots >= 1);
+    let run = || {
+        (0..slots)
+            .map(|w| {
+                let mut s = WorkerStatsC::default();
+                // SAFETY: a valid out-pointer.
+                ok(unsafe { allot_pool_worker_stats(p, w, &mut s) });
+                assert_eq!(s.worker, w);
+                assert!(s.cpu >= -1);
+                s.tasks_run
+            })
+            .sum::<u64>()
+    };
+    // Each task is counted by its worker just after it released its
+    // joiner, so the last count may lag a moment.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while run() != 50 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(run(), 50);
+    let mut s = WorkerStatsC::default();
+    assert_eq!(
+        // SAFETY: valid (or deliberately null) out-pointers.
+        status(unsafe { allot_pool_worker_stats(p, slots, &mut s) }),
+        Status::Invalid
+    );
+    assert_eq!(
+        // SAFETY: valid (or deliberately null) out-pointers.
+        status(unsafe { allot_pool_worker_stats(p, 0, null_mut()) }),
+        Status::Invalid
+    );
+    assert_eq!(
+        // SAFETY: valid (or deliberately null) out-pointers.
+        status(unsafe { allot_pool_slots(p, null_mut()) }),
+        Status::Invalid
+    );
+    ok(allot_pool_free(p));
+    assert_eq!(
+        // SAFETY: valid (or deliberately null) out-pointers.
+        status(unsafe { allot_pool_worker_stats(p, 0, &mut s) }),
+        Status::Handle
+    );
+}

@@ -1,12 +1,31 @@
 //! The C copies of allot's contracts, compiled and compared with the Rust
 //! definitions: the grant page layout and constants in
 //! `shim/grant_page.h` (against `allot_proto::page`), the environment names
-//! (against `allot_proto::env`), and the wire codes `include/allot.h`
-//! repeats (placements, grant flags).
+//! (against `allot_proto::env`), the wire codes `include/allot.h`
+//! repeats (placements, grant flags), and `allot_worker_stats_t` (against
+//! `abi::pool::WorkerStatsC`).
 
 use std::fmt::Write;
 use std::path::Path;
 use std::process::Command;
+
+/// `allot_worker_stats_t`'s fields and their offsets in the Rust copy.
+fn worker_stats_fields() -> Vec<(&'static str, usize)> {
+    use allot_capi::abi::pool::WorkerStatsC as W;
+    use std::mem::offset_of;
+    vec![
+        ("worker", offset_of!(W, worker)),
+        ("cpu", offset_of!(W, cpu)),
+        ("tasks_run", offset_of!(W, tasks_run)),
+        ("tasks_created", offset_of!(W, tasks_created)),
+        ("tasks_stolen", offset_of!(W, tasks_stolen)),
+        ("sleeps", offset_of!(W, sleeps)),
+        ("ns_asleep", offset_of!(W, ns_asleep)),
+        ("ns_awake", offset_of!(W, ns_awake)),
+        ("retirements", offset_of!(W, retirements)),
+        ("queue_high_water", offset_of!(W, queue_high_water)),
+    ]
+}
 
 fn program() -> String {
     let mut c = String::from(
@@ -35,6 +54,13 @@ fn program() -> String {
     ] {
         let _ = writeln!(c, "  printf(\"const {name} %lu\\n\", {expr});");
     }
+    for (name, _) in worker_stats_fields() {
+        let _ = writeln!(
+            c,
+            "  printf(\"stats {name} %zu\\n\", offsetof(allot_worker_stats_t, {name}));"
+        );
+    }
+    c.push_str("  printf(\"stats sizeof %zu\\n\", sizeof(allot_worker_stats_t));\n");
     c.push_str("  printf(\"env grant_fd %s\\n\", ALLOT_ENV_GRANT_FD);\n");
     c.push_str("  printf(\"env shim_debug %s\\n\", ALLOT_ENV_SHIM_DEBUG);\n");
     c.push_str("  return 0;\n}\n");
@@ -106,6 +132,17 @@ fn the_c_copies_match_the_rust_definitions() {
     assert_eq!(num("place_any"), PlacementWire::Any as u64);
     assert_eq!(num("place_llc"), PlacementWire::Llc as u64);
     assert_eq!(num("place_numa"), PlacementWire::Numa as u64);
+    for (name, offset) in worker_stats_fields() {
+        assert_eq!(
+            get("stats", name),
+            vec![offset.to_string()],
+            "allot_worker_stats_t.{name}: C offset against Rust"
+        );
+    }
+    assert_eq!(
+        get("stats", "sizeof"),
+        vec![std::mem::size_of::<allot_capi::abi::pool::WorkerStatsC>().to_string()]
+    );
     assert_eq!(get("env", "grant_fd"), vec![allot_proto::env::GRANT_FD]);
     assert_eq!(get("env", "shim_debug"), vec![allot_proto::env::SHIM_DEBUG]);
 }

@@ -220,6 +220,94 @@ pub unsafe extern "C" fn allot_pool_workers(pool: PoolHandle, out: *mut u32) -> 
     })
 }
 
+/// `allot_worker_stats_t`: one worker's statistics
+/// ([`allot_runtime::WorkerStats`]).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerStatsC {
+    /// The worker's slot.
+    pub worker: u32,
+    /// The CPU it serves now, -1 if none.
+    pub cpu: i32,
+    /// Tasks it ran.
+    pub tasks_run: u64,
+    /// Tasks created while running on it.
+    pub tasks_created: u64,
+    /// Tasks it took from others' or shared queues.
+    pub tasks_stolen: u64,
+    /// Times it parked.
+    pub sleeps: u64,
+    /// Time parked, in ns.
+    pub ns_asleep: u64,
+    /// Time not parked since the pool started, in ns.
+    pub ns_awake: u64,
+    /// Times its CPU was revoked.
+    pub retirements: u64,
+    /// Most tasks its own queue held at once.
+    pub queue_high_water: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<WorkerStatsC>() == 72);
+
+impl From<allot_runtime::WorkerStats> for WorkerStatsC {
+    fn from(s: allot_runtime::WorkerStats) -> Self {
+        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        WorkerStatsC {
+            worker: u32::try_from(s.worker).unwrap_or(u32::MAX),
+            cpu: s.cpu.and_then(|c| i32::try_from(c).ok()).unwrap_or(-1),
+            tasks_run: s.tasks_run,
+            tasks_created: s.tasks_created,
+            tasks_stolen: s.tasks_stolen,
+            sleeps: s.sleeps,
+            ns_asleep: ns(s.time_asleep),
+            ns_awake: ns(s.time_awake),
+            retirements: s.retirements,
+            queue_high_water: s.queue_high_water,
+        }
+    }
+}
+
+/// `int allot_pool_slots(allot_pool_t pool, uint32_t *out)`.
+///
+/// # Safety
+/// `out` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn allot_pool_slots(pool: PoolHandle, out: *mut u32) -> c_int {
+    entry("allot_pool_slots", || {
+        need_out(out, "out")?;
+        let n = POOLS.with(pool.id, |p| p.max_workers())?;
+        // SAFETY: checked non-null above.
+        unsafe { write_out(out, u32::try_from(n).unwrap_or(u32::MAX)) };
+        Ok(())
+    })
+}
+
+/// `int allot_pool_worker_stats(allot_pool_t pool, uint32_t worker,
+/// allot_worker_stats_t *out)`.
+///
+/// # Safety
+/// `out` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn allot_pool_worker_stats(
+    pool: PoolHandle,
+    worker: u32,
+    out: *mut WorkerStatsC,
+) -> c_int {
+    entry("allot_pool_worker_stats", || {
+        need_out(out, "out")?;
+        let all = POOLS.with(pool.id, |p| p.worker_stats())?;
+        let s = all.get(worker as usize).copied().ok_or_else(|| {
+            Error::invalid(format!(
+                "worker {worker} does not exist: the pool has {} slots (allot_pool_slots)",
+                all.len()
+            ))
+        })?;
+        // SAFETY: checked non-null above.
+        unsafe { write_out(out, WorkerStatsC::from(s)) };
+        Ok(())
+    })
+}
+
 /// `int allot_pool_spawn(allot_pool_t pool, void (*fn)(void *), void *arg,
 /// allot_task_t *out)`.
 ///
