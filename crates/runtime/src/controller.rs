@@ -130,6 +130,10 @@ pub(crate) struct Registry {
     pub(crate) plan: Mutex<PlanState>,
     pub(crate) escaped_panics: AtomicU64,
     pub(crate) pin_errors: AtomicU64,
+    /// Which slot serves which CPU (`vp`).
+    pub(crate) vp: Arc<dyn crate::vp::VpPolicy>,
+    /// Grants for which `vp` answered a malformed assignment.
+    pub(crate) vp_errors: AtomicU64,
 }
 
 /// Aborts the process when dropped, i.e. when a panic unwinds through it

@@ -31,6 +31,9 @@
 //!   doorbell protocol that parks idle workers without losing wake-ups.
 //! - **Queues** ([`queue`]): policy-free deque and injector primitives.
 //! - **Sync** ([`Latch`], [`Event`]): spin-then-park primitives.
+//! - **Virtual-processor policy** ([`VpPolicy`], `vp`): which worker
+//!   serves which granted CPU after a grant change; the monitor checks
+//!   every answer and falls back to [`MoveFewest`] on a malformed one.
 //! - **Statistics** (`stats`, [`Pool::worker_stats`]): per-worker counts
 //!   and sleep times, each worker's on a cache line only it writes.
 //!
@@ -83,6 +86,8 @@ mod sleep;
 mod stats;
 mod sync;
 mod task;
+#[cfg(not(loom))]
+pub mod vp;
 
 #[cfg(not(loom))]
 pub use monitor::{SlotView, assign, wanted_cpus};
@@ -100,3 +105,5 @@ pub use scope::Scope;
 pub use stats::WorkerStats;
 pub use sync::{EVENT_SPIN, Event, Latch};
 pub use task::{Task, TaskPanic};
+#[cfg(not(loom))]
+pub use vp::{InOrder, MoveFewest, VpPolicy};

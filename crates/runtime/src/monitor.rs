@@ -228,7 +228,11 @@ pub(crate) fn apply(reg: &Arc<Registry>, g: &Grant) {
             idle: reg.slot(i).idle.load(Ordering::Relaxed),
         })
         .collect();
-    let targets = assign(&views, &want);
+    let mut targets = reg.vp.assign(&views, &want);
+    if !crate::vp::valid(&targets, views.len(), &want) {
+        reg.vp_errors.fetch_add(1, Ordering::Relaxed);
+        targets = assign(&views, &want);
+    }
     for (i, t) in targets.into_iter().enumerate() {
         let enc = t.map_or(0, |c| c + 1);
         if reg.slot(i).target.load(Ordering::SeqCst) == enc {

@@ -54,12 +54,14 @@ pub struct Builder {
     slots: Option<usize>,
     stack_size: Option<usize>,
     report_period: Duration,
+    vp: Arc<dyn crate::vp::VpPolicy>,
 }
 
 impl fmt::Debug for Builder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Builder")
             .field("policy", &self.policy_name)
+            .field("vp_policy", &self.vp.name())
             .field("name", &self.name)
             .field("spin", &self.spin)
             .field("slots", &self.slots)
@@ -93,6 +95,7 @@ impl Default for Builder {
             slots: None,
             stack_size: None,
             report_period: DEFAULT_REPORT_PERIOD,
+            vp: Arc::new(crate::vp::MoveFewest),
         }
     }
 }
@@ -108,6 +111,13 @@ impl Builder {
     pub fn policy(mut self, kind: PolicyKind) -> Self {
         self.policy = Box::new(move |i| kind.build(i));
         self.policy_name = kind.name();
+        self
+    }
+
+    /// The virtual-processor policy: which worker serves which granted
+    /// CPU after a grant change (default [`MoveFewest`](crate::MoveFewest)).
+    pub fn vp_policy(mut self, p: impl crate::vp::VpPolicy + 'static) -> Self {
+        self.vp = Arc::new(p);
         self
     }
 
@@ -182,6 +192,8 @@ impl Builder {
                 ..PlanState::default()
             }),
             escaped_panics: AtomicU64::new(0),
+            vp: self.vp.clone(),
+            vp_errors: AtomicU64::new(0),
             pin_errors: AtomicU64::new(0),
         });
         monitor::apply(&reg, &grant);
@@ -364,6 +376,12 @@ impl Pool {
                 c.snapshot(i, cpu)
             })
             .collect()
+    }
+
+    /// Grants for which the virtual-processor policy answered a malformed
+    /// assignment (the default policy's was used instead).
+    pub fn vp_policy_errors(&self) -> u64 {
+        self.reg.vp_errors.load(Ordering::Relaxed)
     }
 
     /// Times a worker failed to pin itself (a CPU outside the process's
