@@ -228,7 +228,11 @@ pub(crate) fn apply(reg: &Arc<Registry>, g: &Grant) {
             idle: reg.slot(i).idle.load(Ordering::Relaxed),
         })
         .collect();
-    let mut targets = reg.vp.assign(&views, &want);
+    // A policy that panics is treated as one that answered nonsense.
+    let mut targets = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        reg.vp.assign(&views, &want)
+    }))
+    .unwrap_or_default();
     if !crate::vp::valid(&targets, views.len(), &want) {
         reg.vp_errors.fetch_add(1, Ordering::Relaxed);
         targets = assign(&views, &want);

@@ -6,7 +6,7 @@
 //! The monitor calls [`VpPolicy::assign`] once per new grant with a view of
 //! every slot and the CPUs the pool wants ([`wanted_cpus`](crate::wanted_cpus)),
 //! and checks the answer before using it ([`valid`]): a policy that returns
-//! a malformed assignment is not trusted for that grant — the default
+//! a malformed assignment (or panics) is not trusted for that grant — the default
 //! policy's answer is used instead and [`Pool::vp_policy_errors`](crate::Pool::vp_policy_errors)
 //! counts it — so a custom policy can cost placement quality but never a
 //! CPU or a task.

@@ -57,12 +57,15 @@ fn in_order_keeps_slot_order_and_move_fewest_keeps_workers_in_place() {
     }
 }
 
-/// A policy that answers nothing at all.
+/// A policy that answers nothing at all, or panics.
 #[derive(Debug)]
-struct Broken;
+struct Broken {
+    panics: bool,
+}
 
 impl VpPolicy for Broken {
     fn assign(&self, _: &[SlotView], _: &CpuSet) -> Vec<Option<usize>> {
+        assert!(!self.panics, "a VP policy that panics");
         Vec::new()
     }
 
@@ -72,8 +75,14 @@ impl VpPolicy for Broken {
 }
 
 #[test]
-fn a_malformed_assignment_is_overruled_and_counted() {
-    let Some((pool, mut writer, [a, b])) = pool_on_two(Broken) else {
+fn a_malformed_assignment_or_a_panic_is_overruled_and_counted() {
+    for panics in [false, true] {
+        overruled(Broken { panics });
+    }
+}
+
+fn overruled(vp: Broken) {
+    let Some((pool, mut writer, [a, b])) = pool_on_two(vp) else {
         return;
     };
     let g = writer.publish([a, b].into_iter().collect(), CpuSet::new());
