@@ -23,3 +23,10 @@ pub const LOG: &str = "ALLOT_LOG";
 pub const BACKEND: &str = "ALLOT_BACKEND";
 /// The cgroup name a broker that `allot run` starts uses (`--cgroup-name`).
 pub const CGROUP_NAME: &str = "ALLOT_CGROUP_NAME";
+/// The thread policy of allot's runtime pools built with the defaults
+/// (`lifo`, `fifo`; the Rust builder's `policy` and the C ABI's defaults
+/// follow it).
+pub const POOL_POLICY: &str = "ALLOT_POOL_POLICY";
+/// The virtual-processor policy of allot's runtime pools built with the
+/// defaults (`move-fewest`, `in-order`).
+pub const POOL_VP: &str = "ALLOT_POOL_VP";

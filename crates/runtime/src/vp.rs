@@ -77,6 +77,22 @@ impl VpPolicy for InOrder {
     }
 }
 
+/// The shipped policies' names, as [`by_name`] takes them.
+pub const NAMES: [&str; 2] = ["move-fewest", "in-order"];
+
+/// A shipped policy by its name (`move-fewest`, `in-order`; case and
+/// surrounding blanks ignored).
+pub fn by_name(name: &str) -> Result<Box<dyn VpPolicy>, String> {
+    match name.trim().to_ascii_lowercase().as_str() {
+        "move-fewest" => Ok(Box::new(MoveFewest)),
+        "in-order" => Ok(Box::new(InOrder)),
+        other => Err(format!(
+            "unknown virtual-processor policy {other:?}; known: {}",
+            NAMES.join(", ")
+        )),
+    }
+}
+
 /// Whether `out` is a valid assignment of `want` to `slots` slots (the
 /// contract in the module docs).
 pub fn valid(out: &[Option<usize>], slots: usize, want: &CpuSet) -> bool {
@@ -110,6 +126,16 @@ mod tests {
             vec![Some(2), Some(5), None]
         );
         assert_eq!(InOrder.assign(&slots[..1], &set(&[5, 2])), vec![Some(2)]);
+    }
+
+    #[test]
+    fn policies_by_name() {
+        for n in NAMES {
+            assert_eq!(by_name(n).unwrap().name(), n);
+        }
+        assert_eq!(by_name(" In-Order ").unwrap().name(), "in-order");
+        let e = by_name("round-robin").unwrap_err();
+        assert!(e.contains("move-fewest, in-order"), "{e}");
     }
 
     #[test]
