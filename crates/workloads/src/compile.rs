@@ -154,6 +154,7 @@ pub fn ensure(dir: &TrustedDir, product: Product) -> io::Result<PathBuf> {
         dir.path().display()
     );
     let started = Instant::now();
+    remove_abandoned_builds(dir);
     let work = Scratch::new(dir)?;
     for (file, text) in SOURCES {
         std::fs::write(work.0.join(file), text)?;
@@ -244,6 +245,28 @@ fn openmp_works(dir: &Path) -> bool {
             .is_ok_and(|o| o.status.success())
 }
 
+/// Removes the build directories of processes that died while building
+/// (`.build-<pid>-<n>` whose process is gone).
+fn remove_abandoned_builds(dir: &TrustedDir) {
+    let Ok(entries) = std::fs::read_dir(dir.path()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(".build-"))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 /// A private directory inside the cache for one build, removed on drop.
 struct Scratch(PathBuf);
 
@@ -322,6 +345,9 @@ mod tests {
     fn builds_once_and_reuses_the_cache() {
         let t = tempfile::tempdir().unwrap();
         let dir = TrustedDir::create(&t.path().join("cache"), 0o700).unwrap();
+        // A build abandoned by a process that no longer exists (pid 2^22
+        // + 1 is above the kernel's largest) is cleared away.
+        std::fs::create_dir(dir.join(".build-4194305-0")).unwrap();
         let first = ensure(&dir, Product::KernelLib).unwrap();
         let built = std::fs::metadata(&first).unwrap().modified().unwrap();
         let again = ensure(&dir, Product::KernelLib).unwrap();
