@@ -91,5 +91,7 @@ echo "== OpenMP mixes against what a careful user does without allot: one thread
 for d in mix alone run blas launch alternatives; do
   mkdir -p "$out/$d"
   cp "$work/$d"/*.csv "$work/$d"/*.png "$work/$d"/machine.txt "$out/$d/"
+  # Charts also come as SVG where the report writes one.
+  for f in "$work/$d"/*.svg; do if [ -e "$f" ]; then cp "$f" "$out/$d/"; fi; done
 done
 echo "results in $out"

@@ -127,8 +127,8 @@ usage: cargo bench -p allot-capi --bench image_server [-- OPTIONS]
   --burst SECONDS  burst length (default 3; env ALLOT_BENCH_BURST)
   --rounds N       rounds over every rate and variant (default 3;
                    env ALLOT_BENCH_IMAGE_ROUNDS)
-  --out PATH       mean-latency chart (default docs/img/image_server.png);
-                   beside it go the same chart cut below saturation
+  --out PATH       mean-latency chart (default docs/img/image_server.png;
+                   a name ending in .svg writes SVG); beside it go the same chart cut below saturation
                    (`_zoom`) and the p95 chart (`_p95`)
   --help           this text";
 

@@ -125,6 +125,7 @@ fn bench_mix_writes_its_report() {
         "alone.csv",
         "machine.txt",
         "speedup.png",
+        "speedup.svg",
     ] {
         let p = out_dir.join(f);
         let len = std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
@@ -135,6 +136,11 @@ fn bench_mix_writes_its_report() {
     assert_eq!(runs.lines().count(), 1 + 4, "{runs}");
     let png = std::fs::read(out_dir.join("speedup.png")).unwrap();
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let svg = std::fs::read_to_string(out_dir.join("speedup.svg")).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("plain co-run"),
+        "{svg}"
+    );
 }
 
 #[test]

@@ -1,16 +1,23 @@
-//! Renders a sample benchmark figure to `crates/plot/examples/demo.png`:
+//! Renders a sample benchmark figure to `DIR/demo.png`:
 //! mean speed-up per co-tenancy level with min/max error bars, plus a
 //! grouped bar chart, a numeric x axis and a log-x latency chart beside it
-//! (`demo-bars.png`, `demo-lines.png`, `demo-log.png`).
+//! (`demo-bars.png`, `demo-lines.png`, `demo-log.png`), and the first chart
+//! again as `demo.svg`.
 //!
-//! Run with `cargo run -p allot-plot --example demo`.
+//! Run with `cargo run -p allot-plot --example demo [DIR]`; `DIR`
+//! defaults to `target/plot-demo` in the workspace.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use allot_plot::{Chart, Series};
 
 fn main() -> std::io::Result<()> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let dir = match std::env::args_os().nth(1) {
+        Some(d) => PathBuf::from(d),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/plot-demo"),
+    };
+    std::fs::create_dir_all(&dir)?;
+    println!("writing charts to {}", dir.display());
     let levels: Vec<String> = ["1", "2", "4", "8"].iter().map(|s| s.to_string()).collect();
 
     let speedup = |name: &str, mean: [f64; 4], spread: f64| Series::Line {
@@ -26,7 +33,7 @@ fn main() -> std::io::Result<()> {
                 .collect(),
         ),
     };
-    Chart::new(
+    let first = Chart::new(
         "Mean speed-up per co-tenancy level (min/max bars)",
         "co-tenant programs",
         "speed-up over OS scheduling (×)",
@@ -34,8 +41,9 @@ fn main() -> std::io::Result<()> {
     .categories(levels.clone())
     .hline(1.0, "1.0 = no change")
     .series(speedup("allot", [1.02, 1.18, 1.37, 1.52], 0.06))
-    .series(speedup("static split", [0.99, 1.05, 1.11, 1.09], 0.09))
-    .save(&dir.join("demo.png"))?;
+    .series(speedup("static split", [0.99, 1.05, 1.11, 1.09], 0.09));
+    first.save(&dir.join("demo.png"))?;
+    first.save(&dir.join("demo.svg"))?;
 
     let bars = |name: &str, v: [f64; 4]| Series::Bars {
         name: name.to_string(),

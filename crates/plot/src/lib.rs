@@ -1,37 +1,39 @@
-//! Line and grouped-bar charts rendered to PNG, for allot's benchmark reports.
+//! Line and grouped-bar charts rendered to PNG or SVG, for allot's
+//! benchmark reports.
 //!
 //! A [`Chart`] is built with chained calls and rendered with
-//! [`Chart::render_png`] or [`Chart::save`]:
+//! [`Chart::render_png`], [`Chart::render_svg`] or [`Chart::save`] (the
+//! format follows the file's extension):
 //!
 //! ```
 //! use allot_plot::{Chart, Series};
 //!
-//! let png = Chart::new("Speed-up under co-tenancy", "co-tenants", "speed-up (×)")
+//! let chart = Chart::new("Speed-up under co-tenancy", "co-tenants", "speed-up (×)")
 //!     .categories(vec!["1".into(), "2".into(), "4".into()])
 //!     .hline(1.0, "1.0 = no change")
 //!     .series(Series::Line {
 //!         name: "allot".into(),
 //!         points: vec![(0.0, 1.00), (1.0, 1.21), (2.0, 1.35)],
 //!         err: Some(vec![(0.97, 1.02), (1.10, 1.30), (1.18, 1.52)]),
-//!     })
-//!     .render_png();
-//! assert_eq!(&png[1..4], b"PNG");
+//!     });
+//! assert_eq!(&chart.render_png()[1..4], b"PNG");
+//! assert!(chart.render_svg().starts_with("<svg"));
 //! ```
 //!
-//! Everything is drawn by this crate: text uses a built-in 5×9 bitmap font
-//! (printable ASCII plus `× µ ±`; other characters draw as a box), lines are
-//! Bresenham without anti-aliasing, and the only dependency is the `png`
-//! encoder. Output is deterministic: the same chart gives the same bytes.
+//! Drawing is done by [plotters](https://docs.rs/plotters) with pure-Rust
+//! text and an embedded DejaVu Sans, so output is the same on every machine
+//! and needs no system fonts or C libraries. This crate decides what the
+//! axes span and what is visible (`frame`, pure functions) and maps that to
+//! plotters elements (`draw`). Output is deterministic: the same chart gives
+//! the same bytes.
 //!
 //! Values that are NaN or infinite are skipped wherever they appear (a line
 //! joins the finite points on either side); so are non-positive x values on a
-//! log axis. Nothing in rendering panics on bad data.
+//! log axis. Lines are clipped to the frame before drawing, so wild values
+//! cost nothing. Nothing in rendering panics on bad data.
 
-mod canvas;
-mod font;
-mod layout;
-mod render;
-mod ticks;
+mod draw;
+mod frame;
 
 use std::path::Path;
 
@@ -122,8 +124,8 @@ impl Chart {
         }
     }
 
-    /// Sets the image size in pixels, clamped to [`SIZE_LIMITS`]. Text is
-    /// drawn at twice the font size from 640×400 up, at the font size below.
+    /// Sets the image size in pixels, clamped to [`SIZE_LIMITS`]. Text,
+    /// margins and line widths scale with the smaller side.
     pub fn size(mut self, w: u32, h: u32) -> Chart {
         let (lo, hi) = SIZE_LIMITS;
         self.width = w.clamp(lo, hi);
@@ -170,11 +172,80 @@ impl Chart {
 
     /// Renders the chart as an 8-bit RGB PNG.
     pub fn render_png(&self) -> Vec<u8> {
-        render::render(self).to_png()
+        self.png().0
     }
 
-    /// Renders the chart and writes the PNG to `path`.
-    pub fn save(&self, path: &Path) -> std::io::Result<()> {
-        std::fs::write(path, self.render_png())
+    /// Renders the chart as an SVG document.
+    pub fn render_svg(&self) -> String {
+        self.svg().0
     }
+
+    /// Renders the chart and writes it to `path`: SVG when the file name
+    /// ends in `.svg` (any case), PNG otherwise. A chart that could not be
+    /// laid out is an error here (the `render_*` calls return a blank image).
+    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+        let svg = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("svg"));
+        let (bytes, failed) = if svg {
+            let (s, failed) = self.svg();
+            (s.into_bytes(), failed)
+        } else {
+            self.png()
+        };
+        if let Some(why) = failed {
+            return Err(std::io::Error::other(format!(
+                "cannot draw chart {:?}: {why}",
+                self.title
+            )));
+        }
+        std::fs::write(path, bytes)
+    }
+
+    /// The PNG and, if drawing failed, why (the image is then blank).
+    fn png(&self) -> (Vec<u8>, Option<String>) {
+        let (w, h) = (self.width, self.height);
+        let mut rgb = vec![255u8; w as usize * h as usize * 3];
+        let failed = {
+            use plotters::prelude::*;
+            let root = BitMapBackend::with_buffer(&mut rgb, (w, h)).into_drawing_area();
+            draw::draw(self, &root).err()
+        };
+        if failed.is_some() {
+            rgb.fill(255);
+        }
+        (encode_png(w, h, &rgb), failed)
+    }
+
+    /// The SVG and, if drawing failed, why (the image is then blank).
+    fn svg(&self) -> (String, Option<String>) {
+        use plotters::prelude::*;
+        let mut out = String::new();
+        let failed = {
+            let root =
+                SVGBackend::with_string(&mut out, (self.width, self.height)).into_drawing_area();
+            draw::draw(self, &root).err()
+        };
+        if failed.is_some() {
+            out.clear();
+            let root =
+                SVGBackend::with_string(&mut out, (self.width, self.height)).into_drawing_area();
+            // Filling a fresh in-memory SVG with one colour cannot fail.
+            let _ = root.fill(&WHITE).and_then(|()| root.present());
+        }
+        (out, failed)
+    }
+}
+
+/// Encodes 8-bit RGB pixels as PNG. Writing to memory cannot fail for a
+/// buffer of the stated size.
+fn encode_png(w: u32, h: u32, rgb: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut enc = png::Encoder::new(&mut out, w, h);
+    enc.set_color(png::ColorType::Rgb);
+    enc.set_depth(png::BitDepth::Eight);
+    let mut writer = enc.write_header().expect("PNG header to memory");
+    writer.write_image_data(rgb).expect("PNG data to memory");
+    drop(writer);
+    out
 }

@@ -247,3 +247,55 @@ fn many_series_long_names_and_save() {
     std::fs::remove_file(&path).unwrap();
     assert_eq!(saved, chart.render_png());
 }
+
+#[test]
+fn svg_names_title_labels_and_series_colours() {
+    let chart = Chart::new("Speed-up <&> ratio", "co-tenants", "speed-up")
+        .categories(names(&["1", "2"]))
+        .hline(1.0, "no change")
+        .series(line("allot", &[(0.0, 1.1), (1.0, 1.3)]))
+        .series(Series::Bars {
+            name: "static".into(),
+            values: vec![1.0, 1.2],
+        });
+    let svg = chart.render_svg();
+    assert!(
+        svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
+        "{svg}"
+    );
+    // Text is escaped, not dropped.
+    assert!(
+        svg.contains("Speed-up &lt;&amp;&gt; ratio"),
+        "title missing"
+    );
+    for text in ["co-tenants", "speed-up", "no change", "allot", "static"] {
+        assert!(svg.contains(text), "{text} missing");
+    }
+    let hex = |[r, g, b]: [u8; 3]| format!("#{r:02X}{g:02X}{b:02X}");
+    assert!(svg.contains(&hex(PALETTE[0])) && svg.contains(&hex(PALETTE[1])));
+    assert!(!svg.contains(&hex(PALETTE[2])));
+    assert_eq!(svg, chart.render_svg(), "SVG output must be deterministic");
+}
+
+#[test]
+fn save_picks_the_format_by_extension_and_reports_bad_paths() {
+    let chart = Chart::new("Saved", "x", "y").series(line("a", &[(0.0, 1.0), (1.0, 2.0)]));
+    let dir = std::env::temp_dir().join(format!("allot-plot-save-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (png, svg, upper) = (dir.join("c.png"), dir.join("c.svg"), dir.join("C.SVG"));
+    chart.save(&png).unwrap();
+    chart.save(&svg).unwrap();
+    chart.save(&upper).unwrap();
+    assert_eq!(std::fs::read(&png).unwrap(), chart.render_png());
+    assert_eq!(std::fs::read_to_string(&svg).unwrap(), chart.render_svg());
+    assert_eq!(std::fs::read_to_string(&upper).unwrap(), chart.render_svg());
+    // The smallest chart still lays out (save reports a failed layout).
+    let tiny = Chart::new("A long title for a tiny chart", "x label", "y label")
+        .size(64, 64)
+        .series(line("a", &[(0.0, 1.0), (1.0, 2.0)]));
+    tiny.save(&dir.join("tiny.png")).unwrap();
+    tiny.save(&dir.join("tiny.svg")).unwrap();
+    let missing = dir.join("no-such-dir").join("c.svg");
+    assert!(chart.save(&missing).is_err());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -13,7 +13,7 @@
 //! Results go to `--out` (default `bench-out/mix-<unix time>`): `runs.csv`
 //! (every run), `mixes.csv` (medians per mix and mode), `levels.csv`
 //! (mean / min / max speed-up per level), `alone.csv`, `machine.txt`, and
-//! `speedup.png`.
+//! `speedup.png` with the same chart as `speedup.svg`.
 
 pub mod broker;
 pub mod chaos;

@@ -132,7 +132,7 @@ pub fn best_over_run(modes: &std::collections::BTreeMap<Mode, Vec<f64>>) -> Opti
     Some((base, med / run))
 }
 
-/// Writes mixes.csv, levels.csv, alone.csv, machine.txt and speedup.png.
+/// Writes mixes.csv, levels.csv, alone.csv, machine.txt and speedup.png/.svg.
 pub fn write(plan: &Plan, out: &Outcome) -> std::io::Result<()> {
     let mut f = std::fs::File::create(plan.out.join("mixes.csv"))?;
     writeln!(
@@ -218,5 +218,6 @@ fn plot(plan: &Plan, out: &Outcome) -> std::io::Result<()> {
             });
         }
     }
-    chart.save(&plan.out.join("speedup.png"))
+    chart.save(&plan.out.join("speedup.png"))?;
+    chart.save(&plan.out.join("speedup.svg"))
 }
