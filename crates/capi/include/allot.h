@@ -316,6 +316,19 @@ int allot_cell_free(allot_cell_t cell);
  * Undefined behaviour: none beyond the conventions. */
 int allot_pool_new(allot_cell_t cell, allot_pool_t *out);
 
+/* As allot_pool_new, with the thread policy named by `policy` (NULL: the
+ * defaults, ALLOT_POOL_POLICY when set): "KIND[:OPTION=VALUE,...]" with KIND
+ * local-lifo (alias lifo), local-fifo, global-fifo (alias fifo) or
+ * global-lifo, and options levels=1..3, victims=random|round-robin,
+ * place=local|round-robin|random|least-loaded, quantum=N(us|ms|s)
+ * (docs/protocol.md).
+ *
+ * Contexts: as allot_pool_new.
+ * Errors: as allot_pool_new; ALLOT_ERR_INVALID also for a policy that does
+ *   not parse (the message lists what would).
+ * Undefined behaviour: `policy` not NUL-terminated. */
+int allot_pool_new_policy(allot_cell_t cell, const char *policy, allot_pool_t *out);
+
 /* The number of workers active now (it follows the grant, so it may change
  * between two calls).
  *
@@ -371,6 +384,36 @@ int allot_pool_worker_stats(allot_pool_t pool, uint32_t worker, allot_worker_sta
  *   leaves by longjmp (a C++ exception aborts). */
 int allot_pool_spawn(allot_pool_t pool, void (*fn)(void *), void *arg,
                      allot_task_t *out);
+
+/* Task priorities for allot_pool_spawn_with. Policies with priority levels
+ * (all shipped ones by default) run higher priorities first; a task's
+ * allot_pool_join halves inherit its priority. */
+#define ALLOT_PRIORITY_LOW 0
+#define ALLOT_PRIORITY_NORMAL 1
+#define ALLOT_PRIORITY_HIGH 2
+
+/* As allot_pool_spawn, with a priority (ALLOT_PRIORITY_*) and the worker
+ * slot that should run the task (0 .. allot_pool_slots - 1), or -1 for
+ * wherever the pool's policy places it. A task given a worker runs on it
+ * while that worker holds a CPU; once it retires, another worker runs it.
+ *
+ * Contexts: any thread, also inside callbacks. Does not block (as
+ *   allot_pool_spawn).
+ * Errors: as allot_pool_spawn; ALLOT_ERR_INVALID also for a priority other
+ *   than 0, 1, 2 or a worker < -1 or >= the slot count.
+ * Undefined behaviour: as allot_pool_spawn. */
+int allot_pool_spawn_with(allot_pool_t pool, void (*fn)(void *), void *arg,
+                          int priority, int worker, allot_task_t *out);
+
+/* Inside a task of a pool with a quantum: if the task has run longer than
+ * its quantum and a task of its priority or higher is ready, runs that task
+ * here, nested, and returns 1; else returns 0 at once. A pool has a quantum
+ * when its policy string sets one ("local-lifo:quantum=2ms", through
+ * allot_pool_new_policy or ALLOT_POOL_POLICY); without one this returns 0.
+ * Safe to call anywhere (0 outside a task).
+ *
+ * Contexts: any thread. Does not block beyond the task it may run. */
+int allot_yield(void);
 
 /* Waits until the task has run, then spends the handle (a second join, or a
  * join after allot_task_detach, returns ALLOT_ERR_HANDLE). Inside a callback

@@ -800,3 +800,72 @@ fn worker_statistics_count_the_pool_tasks_and_refuse_a_bad_index() {
         Status::Handle
     );
 }
+
+/// Records the worker and priority-ordered position a task ran at.
+extern "C-unwind" fn note_worker(arg: *mut c_void) {
+    // SAFETY: the caller passes an `AtomicUsize` that outlives the task.
+    let slot = unsafe { &*(arg as *const AtomicUsize) };
+    let w = allot_runtime::current_worker().expect("runs on a worker");
+    slot.store(w + 1, Ordering::SeqCst);
+}
+
+#[test]
+fn policies_by_name_priorities_and_named_workers_from_c() {
+    let c = standalone();
+    for name in [
+        "local-fifo:levels=2,victims=round-robin",
+        "global-lifo",
+        "fifo",
+    ] {
+        let mut p = PoolHandle::default();
+        let cname = std::ffi::CString::new(name).unwrap();
+        // SAFETY: valid out-pointer and NUL-terminated name.
+        ok(unsafe { allot_pool_new_policy(c, cname.as_ptr(), &mut p) });
+        let mut slots = 0u32;
+        // SAFETY: a valid out-pointer.
+        ok(unsafe { allot_pool_slots(p, &mut slots) });
+        // A task for the last slot, at each priority, runs there (the
+        // standalone cell grants every CPU, so every slot is active).
+        let last = slots as c_int - 1;
+        for prio in [0, 1, 2] {
+            let seen = AtomicUsize::new(0);
+            let mut t = TaskHandle::default();
+            // SAFETY: valid function, argument kept alive until the join.
+            ok(unsafe {
+                allot_pool_spawn_with(p, Some(note_worker), ptr(&seen), prio, last, &mut t)
+            });
+            ok(allot_task_join(t));
+            assert_eq!(seen.load(Ordering::SeqCst), slots as usize, "{name}");
+        }
+        let n = AtomicUsize::new(0);
+        let mut t = TaskHandle::default();
+        // SAFETY: as above; -1 lets the policy place it.
+        ok(unsafe { allot_pool_spawn_with(p, Some(bump), ptr(&n), 1, -1, &mut t) });
+        ok(allot_task_join(t));
+        assert_eq!(n.load(Ordering::SeqCst), 1);
+        for (prio, worker, want) in [
+            (3, -1, "priority 3"),
+            (-1, -1, "priority -1"),
+            (1, slots as c_int, "does not exist"),
+            (1, -2, "worker -2"),
+        ] {
+            // SAFETY: as above; the call fails before queueing anything.
+            let rc = unsafe { allot_pool_spawn_with(p, Some(bump), ptr(&n), prio, worker, &mut t) };
+            assert_eq!(status(rc), Status::Invalid);
+            assert!(last_error().contains(want), "{}", last_error());
+        }
+        ok(allot_pool_free(p));
+    }
+    let mut p = PoolHandle::default();
+    let bad = std::ffi::CString::new("stack:levels=9").unwrap();
+    // SAFETY: valid out-pointer and NUL-terminated name.
+    let rc = unsafe { allot_pool_new_policy(c, bad.as_ptr(), &mut p) };
+    assert_eq!(status(rc), Status::Invalid);
+    assert!(last_error().contains("local-lifo"), "{}", last_error());
+    // NULL: the defaults.
+    // SAFETY: valid out-pointer; a null name is allowed.
+    ok(unsafe { allot_pool_new_policy(c, null(), &mut p) });
+    ok(allot_pool_free(p));
+    assert_eq!(allot_yield(), 0, "outside a task nothing yields");
+    ok(allot_cell_free(c));
+}

@@ -23,9 +23,11 @@ pub const LOG: &str = "ALLOT_LOG";
 pub const BACKEND: &str = "ALLOT_BACKEND";
 /// The cgroup name a broker that `allot run` starts uses (`--cgroup-name`).
 pub const CGROUP_NAME: &str = "ALLOT_CGROUP_NAME";
-/// The thread policy of allot's runtime pools built with the defaults
-/// (`lifo`, `fifo`; the Rust builder's `policy` and the C ABI's defaults
-/// follow it).
+/// The thread policy of allot's runtime pools built with the defaults, in
+/// `allot_runtime::PolicySpec`'s string form (`local-lifo`, `local-fifo`,
+/// `global-fifo`, `global-lifo`, aliases `lifo` and `fifo`, with options
+/// such as `local-fifo:levels=2,victims=round-robin`; the Rust builder's
+/// `policy` and the C ABI's defaults follow it).
 pub const POOL_POLICY: &str = "ALLOT_POOL_POLICY";
 /// The virtual-processor policy of allot's runtime pools built with the
 /// defaults (`move-fewest`, `in-order`).

@@ -85,7 +85,7 @@ use crate::policy::{Here, Hint, Idle, Place, PoolInfo, ThreadPolicy};
 use crate::sleep::{Sleep, Woken};
 use crate::stats::{Counters, bump};
 use crate::sync::CoreLatch;
-use crate::task::{Outcome, StackJob, Task};
+use crate::task::{Outcome, Priority, StackJob, Task};
 use crossbeam_utils::CachePadded;
 use std::cell::Cell;
 use std::panic::{self, AssertUnwindSafe};
@@ -134,6 +134,9 @@ pub(crate) struct Registry {
     pub(crate) vp: Arc<dyn crate::vp::VpPolicy>,
     /// Grants for which `vp` answered a malformed assignment.
     pub(crate) vp_errors: AtomicU64,
+    /// How long a task runs before `yield_now` lets others run (`None`:
+    /// never).
+    pub(crate) quantum: Option<Duration>,
 }
 
 /// Aborts the process when dropped, i.e. when a panic unwinds through it
@@ -181,6 +184,62 @@ thread_local! {
 pub(crate) struct WorkerThread {
     pub(crate) registry: Arc<Registry>,
     pub(crate) here: Here,
+    /// The task running innermost on this stack (saved and restored around
+    /// every nested run).
+    running: Cell<Running>,
+    /// Numbers the runs of this worker (`Running::seq`).
+    runs: Cell<u64>,
+    /// The run whose quantum is being timed, and when it is used up.
+    quantum: Cell<(u64, Option<Instant>)>,
+    /// Tasks running nested through `yield_now` on this stack now.
+    yield_depth: Cell<u32>,
+}
+
+/// The task a worker runs: its priority (inherited by what it forks) and
+/// the number of its run on this worker.
+#[derive(Debug, Clone, Copy, Default)]
+struct Running {
+    priority: Priority,
+    seq: u64,
+}
+
+/// Most tasks `yield_now` runs nested on one stack at once.
+const MAX_YIELD_DEPTH: u32 = 4;
+
+/// The priority of the task running on this thread, if it is a pool's
+/// worker running a task.
+pub fn current_priority() -> Option<Priority> {
+    // SAFETY: as in `yield_now`.
+    let wt = unsafe { WorkerThread::current().as_ref() }?;
+    (wt.running.get().seq != 0).then(|| wt.running.get().priority)
+}
+
+/// The slot index of the pool worker running on this thread, if any.
+pub fn current_worker() -> Option<usize> {
+    // SAFETY: as in `yield_now`.
+    let wt = unsafe { WorkerThread::current().as_ref() }?;
+    Some(wt.here.index())
+}
+
+/// Runs another ready task, nested, if the calling task has run longer
+/// than its pool's quantum and the pool's policy has a ready task of the
+/// same priority or higher; returns whether it did. Cheap enough to call
+/// often (a clock read): call it at points in a long task where letting
+/// others run is harmless.
+///
+/// Does nothing (returns false) outside a pool's worker, in a pool without
+/// a quantum ([`Builder::quantum`](crate::Builder::quantum)), before the
+/// quantum is used up, or when tasks are already nested four deep through
+/// it on this worker.
+pub fn yield_now() -> bool {
+    let p = WorkerThread::current();
+    if p.is_null() {
+        return false;
+    }
+    // SAFETY: `CURRENT` is non-null only while `worker_main` runs on this
+    // thread, and `wt` does not outlive this call.
+    let wt = unsafe { &*p };
+    wt.yield_now()
 }
 
 /// What a worker waits for inside a task (see "Waiting" in the module
@@ -295,6 +354,12 @@ impl WorkerThread {
     #[inline]
     pub(crate) fn push_at(&self, place: Place, task: Task, hint: Hint) {
         let reg = &*self.registry;
+        // Parts of the running task run at its priority.
+        let task = if matches!(hint, Hint::Fork | Hint::Scoped) {
+            task.with_priority(self.running.get().priority)
+        } else {
+            task
+        };
         reg.policy.enqueue(Some(&self.here), place, task, hint);
         let stats = self.stats();
         bump(&stats.created);
@@ -306,7 +371,15 @@ impl WorkerThread {
 
     #[inline]
     fn execute(&self, t: Task) {
-        match panic::catch_unwind(AssertUnwindSafe(|| t.run())) {
+        let seq = self.runs.get().wrapping_add(1);
+        self.runs.set(seq);
+        let outer = self.running.replace(Running {
+            priority: t.priority(),
+            seq,
+        });
+        let ran = panic::catch_unwind(AssertUnwindSafe(|| t.run()));
+        self.running.set(outer);
+        match ran {
             Ok(false) => return, // a waiter had claimed and run it
             Ok(true) => {}
             Err(_) => {
@@ -314,6 +387,44 @@ impl WorkerThread {
             }
         }
         bump(&self.stats().run);
+    }
+
+    /// See [`yield_now`].
+    fn yield_now(&self) -> bool {
+        let Some(quantum) = self.registry.quantum else {
+            return false;
+        };
+        let running = self.running.get();
+        let now = Instant::now();
+        match self.quantum.get() {
+            (seq, Some(end)) if seq == running.seq => {
+                if now < end {
+                    return false;
+                }
+            }
+            _ => {
+                // The first yield of this run starts its quantum.
+                self.quantum.set((running.seq, Some(now + quantum)));
+                return false;
+            }
+        }
+        let depth = self.yield_depth.get();
+        if depth >= MAX_YIELD_DEPTH || self.serving() == 0 {
+            return false;
+        }
+        let Some(t) = self.registry.policy.preempt(&self.here, running.priority) else {
+            // Nothing ready: look again after an eighth of a quantum.
+            self.quantum.set((running.seq, Some(now + quantum / 8)));
+            return false;
+        };
+        bump(&self.stats().yielded);
+        self.yield_depth.set(depth + 1);
+        self.execute(t);
+        self.yield_depth.set(depth);
+        // A fresh quantum once the task goes on.
+        self.quantum
+            .set((running.seq, Some(Instant::now() + quantum)));
+        true
     }
 
     /// This worker's statistics (written only here).
@@ -614,6 +725,10 @@ pub(crate) fn worker_main(reg: Arc<Registry>, index: usize) {
     let wt = WorkerThread {
         here: Here::new(index, reg.info.id),
         registry: reg,
+        running: Cell::new(Running::default()),
+        runs: Cell::new(0),
+        quantum: Cell::new((0, None)),
+        yield_depth: Cell::new(0),
     };
     let reg = &*wt.registry;
     CURRENT.with(|c| c.set(&wt));

@@ -22,7 +22,10 @@
 //!   running tasks, looking for work, spin-then-park, following the CPU
 //!   assignment — and asks the **thread policy** ([`ThreadPolicy`],
 //!   `policy/`) for every decision (Sting's split of control and policy).
-//!   Shipped policies: [`PolicyKind::Lifo`] and [`PolicyKind::Fifo`].
+//!   Shipped policies ([`PolicyKind`], configured by [`PolicySpec`]):
+//!   local LIFO and local FIFO with stealing, global FIFO and global LIFO,
+//!   each with one to three priority levels ([`Priority`]) and cooperative
+//!   quanta ([`yield_now`]).
 //! - **Monitor** (`monitor`): a small thread blocked on the grant page;
 //!   on every generation it maps the granted CPUs to worker slots and
 //!   tells the workers, and it sends progress reports (ARS's resource
@@ -90,20 +93,23 @@ mod task;
 pub mod vp;
 
 #[cfg(not(loom))]
+pub use controller::{current_priority, current_worker, yield_now};
+#[cfg(not(loom))]
 pub use monitor::{SlotView, assign, wanted_cpus};
 pub use policy::{
-    Here, Hint, Idle, Place, PolicyKind, PoolInfo, Roster, ThreadPolicy, UnknownPolicy, Wake,
-    WorkerLocal,
+    Global, Here, Hint, Idle, Local, Place, Placement, PolicyKind, PolicySpec, PoolInfo, Roster,
+    ThreadPolicy, UnknownPolicy, Victims, Wake, WorkerLocal,
 };
 #[cfg(not(loom))]
 pub use pool::{
-    BuildError, Builder, DEFAULT_REPORT_PERIOD, DEFAULT_SPIN, JoinHandle, Pool, WorkerInfo, join,
+    BuildError, Builder, DEFAULT_REPORT_PERIOD, DEFAULT_SPIN, JoinHandle, Pool, SpawnError,
+    SpawnOptions, WorkerInfo, join,
 };
 #[cfg(not(loom))]
 pub use scope::Scope;
 #[cfg(not(loom))]
 pub use stats::WorkerStats;
 pub use sync::{EVENT_SPIN, Event, Latch};
-pub use task::{Task, TaskPanic};
+pub use task::{Priority, Task, TaskPanic};
 #[cfg(not(loom))]
 pub use vp::{InOrder, MoveFewest, VpPolicy};

@@ -10,7 +10,9 @@
 
 use crate::loom::sync::Arc;
 use crate::loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use crate::policy::{Here, Hint, Idle, Lifo, Place, PolicyKind, PoolInfo, ThreadPolicy, Wake};
+use crate::policy::{
+    Here, Hint, Idle, Local, Place, PolicyKind, PolicySpec, PoolInfo, ThreadPolicy, Wake,
+};
 use crate::sleep::{Sleep, Woken};
 use crate::sync::Event;
 use crate::task::Task;
@@ -99,7 +101,10 @@ fn counting_task(hits: &Arc<[AtomicUsize; 3]>, i: usize) -> Task {
 fn retire_model(kind: PolicyKind) {
     loom::model(move || {
         let info = PoolInfo::new(2);
-        let policy: Arc<Box<dyn ThreadPolicy>> = Arc::new(kind.build(&info));
+        // One priority level: levels multiply the queues (and the model's
+        // state space) without changing the drain protocol.
+        let spec = PolicySpec::new(kind).with_levels(1);
+        let policy: Arc<Box<dyn ThreadPolicy>> = Arc::new(spec.build(&info));
         let hits = Arc::new([
             AtomicUsize::new(0),
             AtomicUsize::new(0),
@@ -146,12 +151,83 @@ fn retire_model(kind: PolicyKind) {
 
 #[test]
 fn loom_resize_retire_drains_exactly_once_lifo() {
-    retire_model(PolicyKind::Lifo);
+    retire_model(PolicyKind::LocalLifo);
 }
 
 #[test]
 fn loom_resize_retire_drains_exactly_once_fifo() {
-    retire_model(PolicyKind::Fifo);
+    retire_model(PolicyKind::GlobalFifo);
+}
+
+#[test]
+fn loom_resize_retire_drains_exactly_once_local_fifo() {
+    retire_model(PolicyKind::LocalFifo);
+}
+
+#[test]
+fn loom_resize_retire_drains_exactly_once_global_lifo() {
+    retire_model(PolicyKind::GlobalLifo);
+}
+
+/// The shared queue (a stack for `global-lifo`) and a worker's inbox: an
+/// outside thread queues two tasks of different priorities and one for
+/// worker 0, which holds no CPU; worker 1 takes work concurrently, then
+/// finishes what is left. Every task runs exactly once.
+fn shared_and_inbox_model(kind: PolicyKind) {
+    let mut model = loom::model::Builder::new();
+    // Bounded preemptions keep the model small enough for every CI run; the
+    // races here need at most two.
+    model.preemption_bound = Some(2);
+    model.check(move || {
+        let info = PoolInfo::new(2);
+        info.roster.set(1, true);
+        let spec = PolicySpec::new(kind).with_levels(2);
+        let policy: Arc<Box<dyn ThreadPolicy>> = Arc::new(spec.build(&info));
+        let hits = Arc::new([
+            AtomicUsize::new(0),
+            AtomicUsize::new(0),
+            AtomicUsize::new(0),
+        ]);
+        let id = info.id;
+        let (p1, h1) = (policy.clone(), hits.clone());
+        let outsider = thread::spawn(move || {
+            let high = counting_task(&h1, 0).with_priority(crate::task::Priority::High);
+            p1.enqueue(None, Place::Global, high, Hint::Spawn);
+            p1.enqueue(None, Place::Global, counting_task(&h1, 1), Hint::Spawn);
+            p1.enqueue(None, Place::Worker(0), counting_task(&h1, 2), Hint::Spawn);
+        });
+        let here = Here::new(1, id);
+        if let Some(t) = policy.dequeue(&here, Hint::Continue) {
+            t.run();
+        }
+        outsider.join().unwrap();
+        loop {
+            if let Some(t) = policy.dequeue(&here, Hint::Continue) {
+                t.run();
+                continue;
+            }
+            match policy.idle(&here, 0, Hint::Steal) {
+                Idle::Run(t) => {
+                    t.run();
+                }
+                Idle::Retry => continue,
+                Idle::Park => break,
+            }
+        }
+        for h in hits.iter() {
+            assert_eq!(h.load(Ordering::SeqCst), 1);
+        }
+    });
+}
+
+#[test]
+fn loom_shared_queue_and_inbox_exactly_once_global_lifo() {
+    shared_and_inbox_model(PolicyKind::GlobalLifo);
+}
+
+#[test]
+fn loom_shared_queue_and_inbox_exactly_once_local_fifo() {
+    shared_and_inbox_model(PolicyKind::LocalFifo);
 }
 
 /// The lifo policy's queues as used by one owner and one thief: each task
@@ -160,7 +236,10 @@ fn loom_resize_retire_drains_exactly_once_fifo() {
 fn loom_lifo_owner_and_thief() {
     loom::model(|| {
         let info = PoolInfo::new(2);
-        let lifo = Arc::new(Lifo::new(&info));
+        let lifo = Arc::new(Local::new(
+            &info,
+            PolicySpec::new(PolicyKind::LocalLifo).with_levels(1),
+        ));
         let hits = Arc::new([
             AtomicUsize::new(0),
             AtomicUsize::new(0),
@@ -209,7 +288,7 @@ fn loom_lifo_owner_and_thief() {
 fn loom_sleep_with_policy_queue() {
     loom::model(|| {
         let info = PoolInfo::new(1);
-        let policy: Arc<Box<dyn ThreadPolicy>> = Arc::new(PolicyKind::Lifo.build(&info));
+        let policy: Arc<Box<dyn ThreadPolicy>> = Arc::new(PolicyKind::LocalLifo.build(&info));
         let sleep = Arc::new(Sleep::new(1));
         let hits = Arc::new([
             AtomicUsize::new(0),

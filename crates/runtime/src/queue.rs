@@ -7,6 +7,9 @@
 //! - [`Stealer`]: the other end of a [`LocalQueue`], shared with every
 //!   thread; takes the oldest task.
 //! - [`Injector`]: a multi-producer multi-consumer FIFO queue.
+//! - [`Stack`]: a multi-producer multi-consumer LIFO stack (a locked
+//!   vector: pushes and pops are short critical sections, and a lock-free
+//!   stack would need memory reclamation for no measured gain).
 //!
 //! Taking from a shared end returns [`Steal`], a `#[must_use]` tri-state:
 //! `Retry` means "lost a race, the queue may still hold work", which a
@@ -284,6 +287,51 @@ mod imp {
 
 pub use imp::{Injector, LocalQueue, Stealer};
 
+/// A shared LIFO stack: the newest element is taken first.
+#[derive(Debug)]
+pub struct Stack<T>(crate::loom::sync::Mutex<Vec<T>>);
+
+impl<T> Default for Stack<T> {
+    fn default() -> Self {
+        Stack(crate::loom::sync::Mutex::new(Vec::new()))
+    }
+}
+
+impl<T> Stack<T> {
+    /// An empty stack.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn items(&self) -> crate::loom::sync::MutexGuard<'_, Vec<T>> {
+        // A panic cannot happen while the lock is held (push and pop only).
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds an element on top.
+    pub fn push(&self, t: T) {
+        self.items().push(t);
+    }
+
+    /// Takes the newest element (never `Retry`: the lock serialises takers).
+    pub fn steal(&self) -> Steal<T> {
+        match self.items().pop() {
+            Some(t) => Steal::Success(t),
+            None => Steal::Empty,
+        }
+    }
+
+    /// Elements queued now.
+    pub fn len(&self) -> usize {
+        self.items().len()
+    }
+
+    /// Whether the stack is empty now.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -308,5 +356,27 @@ mod tests {
         assert_eq!(q.steal(), Steal::Success(1));
         assert_eq!(q.steal(), Steal::Success(2));
         assert_eq!(q.steal(), Steal::Empty);
+    }
+
+    #[test]
+    fn stack_lifo_across_threads() {
+        let s = std::sync::Arc::new(Stack::new());
+        let pushers: Vec<_> = (0..4)
+            .map(|t| {
+                let s = s.clone();
+                std::thread::spawn(move || (0..1000).for_each(|i| s.push(t * 1000 + i)))
+            })
+            .collect();
+        pushers.into_iter().for_each(|h| h.join().unwrap());
+        assert_eq!(s.len(), 4000);
+        let mut seen = Vec::new();
+        while let Steal::Success(v) = s.steal() {
+            seen.push(v);
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, (0..4000).collect::<Vec<_>>());
+        s.push(1);
+        s.push(2);
+        assert_eq!(s.steal(), Steal::Success(2));
     }
 }

@@ -36,6 +36,7 @@ pub(crate) struct Counters {
     pub(crate) asleep_ns: AtomicU64,
     pub(crate) retired: AtomicU64,
     pub(crate) queue_high: AtomicU64,
+    pub(crate) yielded: AtomicU64,
     /// When the sleep in progress began, in ns since `started` (0: awake).
     asleep_since: AtomicU64,
     /// When the counters were made (the pool's start), for time awake.
@@ -52,6 +53,7 @@ impl Default for Counters {
             asleep_ns: AtomicU64::new(0),
             retired: AtomicU64::new(0),
             queue_high: AtomicU64::new(0),
+            yielded: AtomicU64::new(0),
             asleep_since: AtomicU64::new(0),
             started: Instant::now(),
         }
@@ -126,6 +128,7 @@ impl Counters {
             time_awake: Duration::from_nanos(now).saturating_sub(asleep),
             retirements: self.retired.load(Ordering::Relaxed),
             queue_high_water: self.queue_high.load(Ordering::Relaxed),
+            yields: self.yielded.load(Ordering::Relaxed),
         }
     }
 }
@@ -158,6 +161,9 @@ pub struct WorkerStats {
     /// The most tasks its own queue has held at once (seen after each of
     /// its pushes).
     pub queue_high_water: u64,
+    /// Times a task running on it used up its quantum and yielded to
+    /// another ready task (`yield_now`), which ran nested.
+    pub yields: u64,
 }
 
 impl WorkerStats {
@@ -174,6 +180,7 @@ impl WorkerStats {
             t.time_awake += s.time_awake;
             t.retirements += s.retirements;
             t.queue_high_water = t.queue_high_water.max(s.queue_high_water);
+            t.yields += s.yields;
         }
         t
     }

@@ -22,14 +22,75 @@ use std::fmt;
 use std::panic::{self, AssertUnwindSafe};
 use std::ptr::NonNull;
 
+/// A task's priority. Policies that keep priority levels hand out the
+/// highest level's tasks first; the others ignore it.
+///
+/// A task forked by `join` or spawned into a scope inherits the priority
+/// of the task that creates it; a spawned task has the priority it was
+/// given ([`SpawnOptions`](crate::SpawnOptions)), `Normal` by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[repr(u8)]
+pub enum Priority {
+    /// Background work: runs when nothing else is ready.
+    Low = 0,
+    /// The default.
+    #[default]
+    Normal = 1,
+    /// Runs before `Normal` and `Low` tasks queued with it.
+    High = 2,
+}
+
+impl Priority {
+    /// Every level, highest first.
+    pub const ALL: [Priority; 3] = [Priority::High, Priority::Normal, Priority::Low];
+
+    /// Its name as parsed (`"high"`, `"normal"`, `"low"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Priority::Low => "low",
+            Priority::Normal => "normal",
+            Priority::High => "high",
+        }
+    }
+
+    /// The priority with this number (0 = low, 1 = normal, 2 = high).
+    pub fn from_level(n: u32) -> Option<Priority> {
+        match n {
+            0 => Some(Priority::Low),
+            1 => Some(Priority::Normal),
+            2 => Some(Priority::High),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Priority {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Priority {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Priority::ALL
+            .into_iter()
+            .find(|p| p.name().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| format!("unknown priority {s:?}; known: high, normal, low"))
+    }
+}
+
 /// A runnable unit of work, opaque to thread policies.
 ///
-/// Policies move tasks between queues; only the controller runs them.
+/// Policies move tasks between queues; only the controller runs them. A
+/// policy may read the task's [`Priority`].
 pub struct Task {
     ptr: NonNull<()>,
     /// Runs the job; false if the job had been done already (a claimed
     /// job's queued task, `crate::claim`).
     run: unsafe fn(NonNull<()>) -> bool,
+    priority: Priority,
 }
 
 // SAFETY: a task is created only from `Send` closures (heap jobs) or from
@@ -39,7 +100,7 @@ unsafe impl Send for Task {}
 
 impl fmt::Debug for Task {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Task({:p})", self.ptr)
+        write!(f, "Task({:p}, {})", self.ptr, self.priority)
     }
 }
 
@@ -69,6 +130,7 @@ impl Task {
         Task {
             ptr,
             run: run_box::<F>,
+            priority: Priority::Normal,
         }
     }
 
@@ -78,7 +140,24 @@ impl Task {
     /// `run(ptr)` must be sound to call once from any thread; it returns
     /// false only if it found its job done already.
     pub(crate) unsafe fn from_raw(ptr: NonNull<()>, run: unsafe fn(NonNull<()>) -> bool) -> Task {
-        Task { ptr, run }
+        Task {
+            ptr,
+            run,
+            priority: Priority::Normal,
+        }
+    }
+
+    /// The task's priority.
+    #[inline]
+    pub fn priority(&self) -> Priority {
+        self.priority
+    }
+
+    /// The same task with priority `p`.
+    #[inline]
+    pub(crate) fn with_priority(mut self, p: Priority) -> Task {
+        self.priority = p;
+        self
     }
 
     /// Runs the task; false if it found its job done already (by a waiter

@@ -103,7 +103,7 @@ fn scope_borrows_and_waits() {
 
 #[test]
 fn spawn_and_join_handles() {
-    let p = pool(PolicyKind::Lifo);
+    let p = pool(PolicyKind::LocalLifo);
     let hs: Vec<_> = (0..1000u64).map(|i| p.spawn(move || i * 2)).collect();
     let total: u64 = hs.into_iter().map(|h| h.join().unwrap()).sum();
     assert_eq!(total, 999 * 1000);
@@ -207,7 +207,7 @@ fn auto_pool_without_broker() {
 
 #[test]
 fn latch_and_event_across_pool_tasks() {
-    let p = pool(PolicyKind::Lifo);
+    let p = pool(PolicyKind::LocalLifo);
     let latch = Arc::new(Latch::new(10));
     for _ in 0..10 {
         let l = latch.clone();
@@ -226,7 +226,7 @@ fn latch_and_event_across_pool_tasks() {
 fn drop_finishes_queued_tasks() {
     let n = Arc::new(AtomicUsize::new(0));
     {
-        let p = pool(PolicyKind::Fifo);
+        let p = pool(PolicyKind::GlobalFifo);
         for _ in 0..10_000 {
             let n = n.clone();
             drop(p.spawn(move || {

@@ -7,7 +7,7 @@
 #![cfg(not(loom))]
 
 use allot_client::Cell;
-use allot_runtime::policy::Lifo;
+use allot_runtime::policy::Local;
 use allot_runtime::{Here, Hint, Idle, Place, PoolInfo, ThreadPolicy, Wake};
 use allot_runtime::{Pool, Task};
 use std::os::unix::process::ExitStatusExt;
@@ -28,7 +28,7 @@ const WAKE_EXTERNAL: u8 = 2;
 /// `lifo`, plus a switch that makes one call panic.
 #[derive(Debug)]
 struct Panicky {
-    inner: Lifo,
+    inner: Local,
     mode: Arc<AtomicU8>,
 }
 
@@ -67,7 +67,7 @@ fn panicky_pool(mode: &Arc<AtomicU8>) -> Pool {
         .name("panicky")
         .policy_with(move |info: &PoolInfo| {
             Box::new(Panicky {
-                inner: Lifo::new(info),
+                inner: Local::lifo(info),
                 mode: m,
             })
         })

@@ -150,12 +150,22 @@ fn million_tasks(kind: PolicyKind, n: usize) {
 
 #[test]
 fn million_tasks_exactly_once_under_grant_churn_lifo() {
-    million_tasks(PolicyKind::Lifo, 1_000_000);
+    million_tasks(PolicyKind::LocalLifo, 1_000_000);
 }
 
 #[test]
 fn tasks_exactly_once_under_grant_churn_fifo() {
-    million_tasks(PolicyKind::Fifo, 300_000);
+    million_tasks(PolicyKind::GlobalFifo, 300_000);
+}
+
+#[test]
+fn tasks_exactly_once_under_grant_churn_local_fifo() {
+    million_tasks(PolicyKind::LocalFifo, 300_000);
+}
+
+#[test]
+fn tasks_exactly_once_under_grant_churn_global_lifo() {
+    million_tasks(PolicyKind::GlobalLifo, 300_000);
 }
 
 #[test]

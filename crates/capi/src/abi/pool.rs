@@ -41,9 +41,9 @@ use super::status::{Error, Status, entry};
 use super::{
     CELLS, CellHandle, POOLS, PoolHandle, TASKS, TaskHandle, ensure_live, need_out, write_out,
 };
-use allot_runtime::{JoinHandle, Pool};
+use allot_runtime::{JoinHandle, PolicySpec, Pool, Priority, SpawnOptions};
 use std::cell::RefCell;
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_char, c_int, c_void};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -176,33 +176,66 @@ pub(crate) fn finish(mut pool: Arc<Pool>) {
 /// `out` is null or valid for a write.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn allot_pool_new(cell: CellHandle, out: *mut PoolHandle) -> c_int {
-    entry("allot_pool_new", || {
-        ensure_live()?;
-        need_out(out, "out")?;
-        let cell = if cell.id == 0 {
-            super::cell::auto_cell(POOL_NAME)?
+    entry("allot_pool_new", || new_pool(cell, None, out))
+}
+
+/// `int allot_pool_new_policy(allot_cell_t cell, const char *policy,
+/// allot_pool_t *out)`.
+///
+/// # Safety
+/// `out` is null or valid for a write; `policy` is null or a
+/// NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn allot_pool_new_policy(
+    cell: CellHandle,
+    policy: *const c_char,
+    out: *mut PoolHandle,
+) -> c_int {
+    entry("allot_pool_new_policy", || {
+        let spec = if policy.is_null() {
+            None
         } else {
-            CELLS.get(cell.id)?
+            // SAFETY: non-null and NUL-terminated by the caller's contract.
+            let name = unsafe { super::cell::c_str(policy, "policy") }?;
+            Some(
+                name.parse::<PolicySpec>()
+                    .map_err(|e| Error::invalid(e.to_string()))?,
+            )
         };
-        let pool = Pool::builder()
-            .cell(cell)
-            .name(POOL_NAME)
-            .build()
-            .map_err(|e| Error::new(Status::Os, format!("cannot start the pool: {e}")))?;
-        let pool = Arc::new(pool);
-        match POOLS.insert(pool.clone()) {
-            Ok(id) => {
-                // SAFETY: checked non-null above.
-                unsafe { write_out(out, PoolHandle { id }) };
-                Ok(())
-            }
-            Err(e) => {
-                // Shut down meanwhile: stop the workers we started.
-                finish(pool);
-                Err(e)
-            }
-        }
+        new_pool(cell, spec, out)
     })
+}
+
+/// Starts a pool (with the policy `spec`, else the defaults and the
+/// environment) and writes its handle to `out`.
+fn new_pool(cell: CellHandle, spec: Option<PolicySpec>, out: *mut PoolHandle) -> Result<(), Error> {
+    ensure_live()?;
+    need_out(out, "out")?;
+    let cell = if cell.id == 0 {
+        super::cell::auto_cell(POOL_NAME)?
+    } else {
+        CELLS.get(cell.id)?
+    };
+    let mut builder = Pool::builder().cell(cell).name(POOL_NAME);
+    if let Some(spec) = spec {
+        builder = builder.policy(spec);
+    }
+    let pool = builder
+        .build()
+        .map_err(|e| Error::new(Status::Os, format!("cannot start the pool: {e}")))?;
+    let pool = Arc::new(pool);
+    match POOLS.insert(pool.clone()) {
+        Ok(id) => {
+            // SAFETY: `need_out` checked it non-null.
+            unsafe { write_out(out, PoolHandle { id }) };
+            Ok(())
+        }
+        Err(e) => {
+            // Shut down meanwhile: stop the workers we started.
+            finish(pool);
+            Err(e)
+        }
+    }
 }
 
 /// `int allot_pool_workers(allot_pool_t pool, uint32_t *out)`.
@@ -322,20 +355,80 @@ pub unsafe extern "C" fn allot_pool_spawn(
     out: *mut TaskHandle,
 ) -> c_int {
     entry("allot_pool_spawn", || {
-        need_out(out, "out")?;
-        let f = f.ok_or_else(|| Error::invalid("fn is NULL"))?;
-        let p = POOLS.get(pool.id)?;
-        let arg = Arg(arg);
-        let pool_id = pool.id;
-        // The task is started under the task table's lock, once its id is
-        // certain, so that it knows its own id (for the self-join check).
-        let id = TASKS.insert_with(|task| TaskEntry {
-            handle: p.spawn(move || run_task(pool_id, task, f, arg)),
-        })?;
-        // SAFETY: checked non-null above.
-        unsafe { write_out(out, TaskHandle { id }) };
-        Ok(())
+        spawn(pool, f, arg, SpawnOptions::new(), out)
     })
+}
+
+/// `int allot_pool_spawn_with(allot_pool_t pool, void (*fn)(void *), void
+/// *arg, int priority, int worker, allot_task_t *out)`.
+///
+/// # Safety
+/// As [`allot_pool_spawn`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn allot_pool_spawn_with(
+    pool: PoolHandle,
+    f: Option<TaskFn>,
+    arg: *mut c_void,
+    priority: c_int,
+    worker: c_int,
+    out: *mut TaskHandle,
+) -> c_int {
+    entry("allot_pool_spawn_with", || {
+        let p = u32::try_from(priority)
+            .ok()
+            .and_then(Priority::from_level)
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "priority {priority}: use ALLOT_PRIORITY_LOW (0), _NORMAL (1) or _HIGH (2)"
+                ))
+            })?;
+        let mut opts = SpawnOptions::new().priority(p);
+        if worker >= 0 {
+            let slots = POOLS.with(pool.id, |p| p.max_workers())?;
+            let w = worker as usize;
+            if w >= slots {
+                return Err(Error::invalid(format!(
+                    "worker {worker} does not exist: the pool has {slots} slots (allot_pool_slots)"
+                )));
+            }
+            opts = opts.worker(w);
+        } else if worker != -1 {
+            return Err(Error::invalid(format!(
+                "worker {worker}: a slot index, or -1 for any"
+            )));
+        }
+        spawn(pool, f, arg, opts, out)
+    })
+}
+
+fn spawn(
+    pool: PoolHandle,
+    f: Option<TaskFn>,
+    arg: *mut c_void,
+    opts: SpawnOptions,
+    out: *mut TaskHandle,
+) -> Result<(), Error> {
+    need_out(out, "out")?;
+    let f = f.ok_or_else(|| Error::invalid("fn is NULL"))?;
+    let p = POOLS.get(pool.id)?;
+    let arg = Arg(arg);
+    let pool_id = pool.id;
+    // The task is started under the task table's lock, once its id is
+    // certain, so that it knows its own id (for the self-join check).
+    let id = TASKS.insert_with(|task| TaskEntry {
+        handle: p
+            .spawn_with(opts, move || run_task(pool_id, task, f, arg))
+            .expect("worker index checked against the pool"),
+    })?;
+    // SAFETY: `need_out` checked it non-null.
+    unsafe { write_out(out, TaskHandle { id }) };
+    Ok(())
+}
+
+/// `int allot_yield(void)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn allot_yield() -> c_int {
+    c_int::from(allot_runtime::yield_now())
 }
 
 /// `int allot_task_join(allot_task_t task)`.

@@ -14,6 +14,7 @@
 //! | whom to wake for new work              | [`ThreadPolicy::wake`] (opt.)        | wake-up policy      |
 //! | an idle worker: steal from whom / park | [`ThreadPolicy::idle`]               | `tpm-vp-idle`       |
 //! | a worker retires: where its work goes  | [`ThreadPolicy::drain`]              | migration           |
+//! | a task's quantum is used up            | [`ThreadPolicy::preempt`] (opt.)     | quantum expiry      |
 //! | demand for reports                     | [`ThreadPolicy::queued`] (opt.)      | per-VP statistics   |
 //!
 //! Every call carries a [`Hint`] saying *why* it is made. A policy returns
@@ -52,13 +53,28 @@
 //! from the global queue: the task a `JoinHandle` waits for and scoped
 //! tasks created outside the pool (it claims them, see `crate::claim`).
 //!
-//! The shipped policies, one per file, are named by [`PolicyKind`].
+//! # Priorities and quanta
+//!
+//! Every task carries a [`Priority`](crate::Priority). The shipped
+//! policies keep one to three levels per structure and serve the highest
+//! first (`levels`). Quanta are cooperative: a task that calls
+//! [`yield_now`](crate::yield_now) after running longer than the pool's
+//! quantum asks the policy, through `preempt`, for a ready task of its
+//! own level or higher, and runs it nested on its stack before going on.
+//!
+//! The shipped policies (`local.rs`, `global.rs`, with the shared building
+//! blocks in `levels.rs`) are named by [`PolicyKind`] and configured by
+//! [`PolicySpec`] (`spec.rs`).
 
-mod fifo;
-mod lifo;
+mod global;
+pub mod levels;
+mod local;
+mod spec;
 
-pub use fifo::Fifo;
-pub use lifo::Lifo;
+pub use global::Global;
+pub use levels::{Placement, Victims};
+pub use local::Local;
+pub use spec::{PolicyKind, PolicySpec, UnknownPolicy};
 
 use crate::loom::cell::UnsafeCell;
 use crate::loom::sync::Arc;
@@ -67,7 +83,6 @@ use crate::task::Task;
 use std::cell::Cell;
 use std::fmt;
 use std::marker::PhantomData;
-use std::str::FromStr;
 
 /// Why the controller calls the policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -369,6 +384,26 @@ pub trait ThreadPolicy: Send + Sync + fmt::Debug + 'static {
         }
     }
 
+    /// Whether a task that `place` put in its creator's own queues
+    /// (`Place::Local`) with `hint` is found by that worker's waits
+    /// (`dequeue` with `Hint::Wait`). If not, a `JoinHandle::join` on it
+    /// claims it instead. Default: true, as the "Waiting workers" contract
+    /// asks for `Fork` and `Scoped`; a policy that keeps spawned tasks
+    /// where waiters do not look answers false for `Spawn`.
+    fn waiters_find_local(&self, hint: Hint) -> bool {
+        let _ = hint;
+        true
+    }
+
+    /// The running task (of priority `running`) used up its quantum and
+    /// yields: a ready task of priority `running` or higher for `here` to
+    /// run nested, or `None` to let the running task go on. Default:
+    /// `None` (the policy does not time-share).
+    fn preempt(&self, here: &Here, running: crate::task::Priority) -> Option<Task> {
+        let _ = (here, running);
+        None
+    }
+
     /// Tasks queued at worker `worker`, or in shared queues for `None`
     /// (a demand estimate for reports; may be approximate). Default 0.
     fn queued(&self, worker: Option<usize>) -> usize {
@@ -377,80 +412,9 @@ pub trait ThreadPolicy: Send + Sync + fmt::Debug + 'static {
     }
 }
 
-/// The shipped thread policies, by name (`"lifo"`, `"fifo"`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
-pub enum PolicyKind {
-    /// Per-worker LIFO deques, random-victim stealing of the oldest task,
-    /// and a global FIFO queue for tasks from outside the pool (the
-    /// Cilk/rayon discipline: depth-first locally, breadth-first steals).
-    /// Best for fork/join and nested parallelism.
-    #[default]
-    Lifo,
-    /// One global FIFO queue shared by all workers (Sting's "Global FIFO")
-    /// for independent tasks (`spawn`, `install`): they start in submission
-    /// order, no locality; contention grows with the number of workers.
-    /// Structured work (`join` halves, scoped tasks) stays with the worker
-    /// that created it (stealable), so waits never nest unrelated tasks.
-    Fifo,
-}
-
-impl PolicyKind {
-    /// Every shipped policy.
-    pub const ALL: [PolicyKind; 2] = [PolicyKind::Lifo, PolicyKind::Fifo];
-
-    /// Its name as parsed.
-    pub fn name(self) -> &'static str {
-        match self {
-            PolicyKind::Lifo => "lifo",
-            PolicyKind::Fifo => "fifo",
-        }
-    }
-
-    /// Builds the policy for a pool.
-    pub fn build(self, info: &PoolInfo) -> Box<dyn ThreadPolicy> {
-        match self {
-            PolicyKind::Lifo => Box::new(Lifo::new(info)),
-            PolicyKind::Fifo => Box::new(Fifo::new(info)),
-        }
-    }
-}
-
-impl fmt::Display for PolicyKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// An unknown policy name.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown thread policy {0:?}; known: lifo, fifo")]
-pub struct UnknownPolicy(String);
-
-impl FromStr for PolicyKind {
-    type Err = UnknownPolicy;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "lifo" => Ok(PolicyKind::Lifo),
-            "fifo" => Ok(PolicyKind::Fifo),
-            other => Err(UnknownPolicy(other.to_string())),
-        }
-    }
-}
-
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-
-    #[test]
-    fn kinds_parse_and_print() {
-        for k in PolicyKind::ALL {
-            assert_eq!(k.name().parse::<PolicyKind>(), Ok(k));
-            assert_eq!(k.to_string(), k.name());
-        }
-        assert_eq!(" FIFO ".parse::<PolicyKind>(), Ok(PolicyKind::Fifo));
-        assert!("round-robin".parse::<PolicyKind>().is_err());
-    }
 
     #[test]
     fn roster_bits() {

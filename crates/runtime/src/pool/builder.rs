@@ -22,6 +22,7 @@ pub struct Builder {
     slots: Option<usize>,
     stack_size: Option<usize>,
     report_period: Duration,
+    quantum: Option<Duration>,
     vp: Arc<dyn crate::vp::VpPolicy>,
     /// Unknown names in the environment (thread policy, VP policy), until
     /// the program chooses that policy itself.
@@ -77,7 +78,7 @@ impl Builder {
     fn with_env(policy: Option<&str>, vp: Option<&str>) -> Builder {
         let mut b = Builder::plain();
         if let Some(p) = policy {
-            match p.parse::<PolicyKind>() {
+            match p.parse::<PolicySpec>() {
                 Ok(k) => b = b.policy(k),
                 Err(e) => b.env_errors.0 = Some(format!("{}: {e}", allot_proto::env::POOL_POLICY)),
             }
@@ -96,8 +97,9 @@ impl Builder {
         Builder {
             env_errors: (None, None),
             cell: None,
-            policy: Box::new(|i| PolicyKind::Lifo.build(i)),
-            policy_name: "lifo",
+            policy: Box::new(|i| PolicyKind::LocalLifo.build(i)),
+            policy_name: "local-lifo",
+            quantum: None,
             name: "allot".into(),
             spin: DEFAULT_SPIN,
             slots: None,
@@ -115,11 +117,25 @@ impl Builder {
         self
     }
 
-    /// A shipped thread policy (default [`PolicyKind::Lifo`]).
-    pub fn policy(mut self, kind: PolicyKind) -> Self {
-        self.policy = Box::new(move |i| kind.build(i));
-        self.policy_name = kind.name();
+    /// A policy of the library: a [`PolicyKind`] with its default
+    /// options, or a [`PolicySpec`] (default `local-lifo`).
+    pub fn policy(mut self, spec: impl Into<PolicySpec>) -> Self {
+        let spec = spec.into();
+        if let Some(q) = spec.quantum {
+            self = self.quantum(q);
+        }
+        self.policy = Box::new(move |i| spec.build(i));
+        self.policy_name = spec.kind.name();
         self.env_errors.0 = None;
+        self
+    }
+
+    /// The quantum: how long a task runs before [`yield_now`](crate::yield_now)
+    /// lets another ready task of its priority or higher run (default:
+    /// none, `yield_now` does nothing). Quanta are cooperative: a task that
+    /// never calls `yield_now` is never interrupted.
+    pub fn quantum(mut self, q: Duration) -> Self {
+        self.quantum = Some(q.max(Duration::from_micros(10)));
         self
     }
 
@@ -211,6 +227,7 @@ impl Builder {
             vp: self.vp.clone(),
             vp_errors: AtomicU64::new(0),
             pin_errors: AtomicU64::new(0),
+            quantum: self.quantum,
         });
         monitor::apply(&reg, &grant);
         let pool = Pool {
@@ -266,22 +283,22 @@ mod env_tests {
     #[test]
     fn the_environment_names_the_policies_and_a_bad_name_is_an_error_unless_overridden() {
         let b = Builder::with_env(Some("fifo"), Some("in-order"));
-        assert_eq!(b.policy_name, "fifo");
+        assert_eq!(b.policy_name, "global-fifo");
         assert_eq!(b.vp.name(), "in-order");
         assert_eq!(b.env_errors, (None, None));
         let b = Builder::with_env(None, None);
-        assert_eq!((b.policy_name, b.vp.name()), ("lifo", "move-fewest"));
+        assert_eq!((b.policy_name, b.vp.name()), ("local-lifo", "move-fewest"));
 
         let e = Builder::with_env(Some("nope"), None).build().unwrap_err();
         assert!(
-            e.to_string().contains("ALLOT_POOL_POLICY") && e.to_string().contains("lifo, fifo"),
+            e.to_string().contains("ALLOT_POOL_POLICY") && e.to_string().contains("local-fifo"),
             "{e}"
         );
         let e = Builder::with_env(None, Some("nope")).build().unwrap_err();
         assert!(e.to_string().contains("ALLOT_POOL_VP"), "{e}");
         // The program's own choice wins over a bad environment.
         let b = Builder::with_env(Some("nope"), Some("nope"))
-            .policy(PolicyKind::Lifo)
+            .policy(PolicyKind::LocalLifo)
             .vp_policy(crate::vp::MoveFewest);
         assert_eq!(b.env_errors, (None, None));
     }

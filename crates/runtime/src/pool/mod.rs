@@ -20,11 +20,11 @@
 use crate::claim::{Claim, ClaimJob};
 use crate::controller::{AbortOnUnwind, PlanState, Registry, Slot, Waited, WorkerThread};
 use crate::monitor;
-use crate::policy::{Hint, Place, PolicyKind, PoolInfo, ThreadPolicy};
+use crate::policy::{Hint, Place, PolicyKind, PolicySpec, PoolInfo, ThreadPolicy};
 use crate::sleep::Sleep;
 use crate::stats::WorkerStats;
 use crate::sync::Event;
-use crate::task::{Outcome, StackJob, Task, TaskPanic};
+use crate::task::{Outcome, Priority, StackJob, Task, TaskPanic};
 use allot_client::Cell;
 use allot_topo::CpuSet;
 use crossbeam_utils::CachePadded;
@@ -277,11 +277,47 @@ impl Pool {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
+        self.spawn_inner(SpawnOptions::new(), f)
+    }
+
+    /// Starts `f` as an independent task with a priority and, optionally,
+    /// the worker that should run it. Fails, running nothing, if that
+    /// worker does not exist (`worker >= max_workers()`).
+    ///
+    /// A task given a worker waits in that worker's inbox and runs there
+    /// while the worker holds a CPU; once the worker retires, the others
+    /// take it. (Custom policies that do not know `Place::Worker` queue it
+    /// like any spawned task.)
+    pub fn spawn_with<T, F>(&self, opts: SpawnOptions, f: F) -> Result<JoinHandle<T>, SpawnError>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        if let Some(w) = opts.worker
+            && w >= self.max_workers()
+        {
+            return Err(SpawnError {
+                worker: w,
+                slots: self.max_workers(),
+            });
+        }
+        Ok(self.spawn_inner(opts, f))
+    }
+
+    fn spawn_inner<T, F>(&self, opts: SpawnOptions, f: F) -> JoinHandle<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
         let wt = WorkerThread::current_in(&self.reg);
-        let place = self.reg.policy.place(wt.map(|w| &w.here), Hint::Spawn);
+        let place = match opts.worker {
+            Some(w) if wt.is_some_and(|wt| wt.here.index() == w) => Place::Local,
+            Some(w) => Place::Worker(w),
+            None => self.reg.policy.place(wt.map(|w| &w.here), Hint::Spawn),
+        };
         // One allocation holds the closure and the result slot; the queued
         // task and the handle share it. A joining worker may claim the task
-        // unless it sits in this worker's own queues, where waiters reach it
+        // unless it sits in this worker's own queues where waiters reach it
         // anyway ("Waiting" in `controller.rs`).
         let job = ClaimJob::new(
             Packet {
@@ -292,10 +328,10 @@ impl Pool {
             move |p: &Packet<T>| {
                 p.complete(panic::catch_unwind(AssertUnwindSafe(f)).map_err(TaskPanic::new))
             },
-            place != Place::Local,
+            place != Place::Local || !self.reg.policy.waiters_find_local(Hint::Spawn),
         );
         // SAFETY: `F` and `T` are `'static`.
-        let task = unsafe { job.queued_task() };
+        let task = unsafe { job.queued_task() }.with_priority(opts.priority);
         match wt {
             Some(wt) => wt.push_at(place, task, Hint::Spawn),
             None => self.reg.inject_at(place, task, Hint::Spawn),
@@ -318,6 +354,40 @@ impl Pool {
             crate::scope::run(wt, f)
         })
     }
+}
+
+/// How [`Pool::spawn_with`] starts a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SpawnOptions {
+    priority: Priority,
+    worker: Option<usize>,
+}
+
+impl SpawnOptions {
+    /// `Normal` priority, placed by the policy.
+    pub fn new() -> SpawnOptions {
+        SpawnOptions::default()
+    }
+
+    /// With priority `p`.
+    pub fn priority(mut self, p: Priority) -> SpawnOptions {
+        self.priority = p;
+        self
+    }
+
+    /// To run on worker `w` (a slot index, `0..max_workers()`).
+    pub fn worker(mut self, w: usize) -> SpawnOptions {
+        self.worker = Some(w);
+        self
+    }
+}
+
+/// [`Pool::spawn_with`] named a worker the pool does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no worker {worker}: the pool has workers 0 to {}", slots - 1)]
+pub struct SpawnError {
+    worker: usize,
+    slots: usize,
 }
 
 impl Default for Pool {

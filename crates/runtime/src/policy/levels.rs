@@ -1,0 +1,454 @@
+//! Building blocks of the policy library: queues with priority levels,
+//! victim orders and placements.
+//!
+//! A policy keeps `n` levels (1 to [`MAX_LEVELS`]); level 0 is served
+//! first. [`level_of`] maps a task's [`Priority`] to its level: with three
+//! levels each priority has its own, with two `High` is alone above the
+//! rest, with one priorities are ignored. Every structure here takes from
+//! the highest non-empty level, so a ready task never waits behind a task
+//! of a lower priority in the same structure.
+//!
+//! Invariants (each structure): an element pushed is returned by exactly
+//! one successful take; per level, the order is the primitive's (LIFO or
+//! FIFO at the owner's end, oldest first for thieves, see `crate::queue`).
+
+use std::cell::Cell;
+
+use super::{Here, PoolInfo, WorkerLocal};
+use crate::queue::{Injector, LocalQueue, Stack, Steal, Stealer};
+use crate::task::{Priority, Task};
+
+/// Most priority levels a policy keeps.
+pub const MAX_LEVELS: usize = 3;
+
+/// The level (0 = served first) of priority `p` among `n` levels.
+#[inline]
+pub fn level_of(p: Priority, n: usize) -> usize {
+    (Priority::High as usize - p as usize).min(n.clamp(1, MAX_LEVELS) - 1)
+}
+
+/// Combines the outcomes of taking from several queues in turn: the first
+/// success wins; `Retry` if any lost a race; else `Empty`.
+fn first_success<T>(tries: impl Iterator<Item = Steal<T>>) -> Steal<T> {
+    let mut retry = false;
+    for s in tries {
+        match s {
+            Steal::Success(t) => return Steal::Success(t),
+            Steal::Retry => retry = true,
+            Steal::Empty => {}
+        }
+    }
+    if retry { Steal::Retry } else { Steal::Empty }
+}
+
+/// One deque per level for every worker, with their stealers.
+#[derive(Debug)]
+pub struct Deques {
+    locals: WorkerLocal<Box<[LocalQueue<Task>]>>,
+    stealers: Box<[Box<[Stealer<Task>]>]>,
+    levels: usize,
+}
+
+impl Deques {
+    /// Deques for every slot of `info`; `lifo` chooses the owner's order.
+    pub fn new(info: &PoolInfo, levels: usize, lifo: bool) -> Deques {
+        let levels = levels.clamp(1, MAX_LEVELS);
+        let make = || {
+            if lifo {
+                LocalQueue::new_lifo()
+            } else {
+                LocalQueue::new_fifo()
+            }
+        };
+        let queues: Vec<Box<[LocalQueue<Task>]>> = (0..info.slots())
+            .map(|_| (0..levels).map(|_| make()).collect())
+            .collect();
+        let stealers = queues
+            .iter()
+            .map(|qs| qs.iter().map(LocalQueue::stealer).collect())
+            .collect();
+        let mut queues = queues.into_iter();
+        let locals = WorkerLocal::new(info, |_| queues.next().expect("one set per slot"));
+        Deques {
+            locals,
+            stealers,
+            levels,
+        }
+    }
+
+    /// Number of slots.
+    pub fn slots(&self) -> usize {
+        self.stealers.len()
+    }
+
+    /// Pushes on the caller's deque of the task's level.
+    #[inline]
+    pub fn push(&self, here: &Here, task: Task) {
+        let l = level_of(task.priority(), self.levels);
+        self.locals.get(here)[l].push(task);
+    }
+
+    /// The caller's next task of level `..=last`, highest level first.
+    #[inline]
+    pub fn pop_through(&self, here: &Here, last: usize) -> Option<Task> {
+        let own = self.locals.get(here);
+        own.iter().take(last + 1).find_map(LocalQueue::pop)
+    }
+
+    /// The caller's next task, highest level first.
+    #[inline]
+    pub fn pop(&self, here: &Here) -> Option<Task> {
+        self.pop_through(here, MAX_LEVELS)
+    }
+
+    /// Steals from worker `victim`, highest level first; with `batch`, moves
+    /// about half of that level into the caller's deque of the same level.
+    pub fn steal(&self, here: &Here, victim: usize, batch: bool) -> Steal<Task> {
+        let own = self.locals.get(here);
+        first_success(
+            self.stealers[victim]
+                .iter()
+                .zip(own.iter())
+                .map(|(s, mine)| {
+                    if batch {
+                        s.steal_batch_and_pop(mine)
+                    } else {
+                        s.steal()
+                    }
+                }),
+        )
+    }
+
+    /// Tasks in worker `i`'s deques now.
+    pub fn len(&self, i: usize) -> usize {
+        self.stealers
+            .get(i)
+            .map_or(0, |qs| qs.iter().map(Stealer::len).sum())
+    }
+}
+
+/// A queue shared by all workers, one per level, FIFO or LIFO.
+#[derive(Debug)]
+pub enum Shared {
+    /// Oldest first.
+    Fifo(Box<[Injector<Task>]>),
+    /// Newest first.
+    Lifo(Box<[Stack<Task>]>),
+}
+
+impl Shared {
+    /// A FIFO (`lifo == false`) or LIFO shared queue with `levels` levels.
+    pub fn new(levels: usize, lifo: bool) -> Shared {
+        let n = levels.clamp(1, MAX_LEVELS);
+        if lifo {
+            Shared::Lifo((0..n).map(|_| Stack::new()).collect())
+        } else {
+            Shared::Fifo((0..n).map(|_| Injector::new()).collect())
+        }
+    }
+
+    fn levels(&self) -> usize {
+        match self {
+            Shared::Fifo(q) => q.len(),
+            Shared::Lifo(q) => q.len(),
+        }
+    }
+
+    /// Adds a task at its level.
+    pub fn push(&self, task: Task) {
+        let l = level_of(task.priority(), self.levels());
+        match self {
+            Shared::Fifo(q) => q[l].push(task),
+            Shared::Lifo(q) => q[l].push(task),
+        }
+    }
+
+    /// Takes one task of level `..=last`, highest level first.
+    pub fn take_through(&self, last: usize) -> Steal<Task> {
+        match self {
+            Shared::Fifo(q) => first_success(q.iter().take(last + 1).map(Injector::steal)),
+            Shared::Lifo(q) => first_success(q.iter().take(last + 1).map(Stack::steal)),
+        }
+    }
+
+    /// Takes one task, highest level first.
+    pub fn take(&self) -> Steal<Task> {
+        self.take_through(MAX_LEVELS)
+    }
+
+    /// Like [`Shared::take`], retrying lost races until a task or `None`.
+    pub fn take_now(&self) -> Option<Task> {
+        loop {
+            match self.take() {
+                Steal::Success(t) => return Some(t),
+                Steal::Empty => return None,
+                Steal::Retry => crate::loom::hint::spin_loop(),
+            }
+        }
+    }
+
+    /// Takes a task for worker `here`, moving (FIFO) about half of the
+    /// highest non-empty level into its deque of that level.
+    pub fn take_batch(&self, deques: &Deques, here: &Here) -> Steal<Task> {
+        match self {
+            Shared::Fifo(q) => {
+                let own = deques.locals.get(here);
+                first_success(
+                    q.iter()
+                        .zip(own.iter())
+                        .map(|(g, mine)| g.steal_batch_and_pop(mine)),
+                )
+            }
+            Shared::Lifo(_) => self.take(),
+        }
+    }
+
+    /// Tasks queued now.
+    pub fn len(&self) -> usize {
+        match self {
+            Shared::Fifo(q) => q.iter().map(Injector::len).sum(),
+            Shared::Lifo(q) => q.iter().map(Stack::len).sum(),
+        }
+    }
+
+    /// Whether nothing is queued now.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// In which order an idle worker visits the others to steal (migration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum Victims {
+    /// From a random worker on, once around.
+    #[default]
+    Random,
+    /// From the worker after the one visited first last time, once around:
+    /// successive searches start at successive workers.
+    RoundRobin,
+}
+
+impl Victims {
+    /// Names as parsed.
+    pub const NAMES: [&'static str; 2] = ["random", "round-robin"];
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Victims::Random => "random",
+            Victims::RoundRobin => "round-robin",
+        }
+    }
+}
+
+/// Where a policy places a new independent task (`Hint::Spawn`) created
+/// on a worker. Tasks from outside the pool go to the shared queue unless
+/// the placement names workers; a task given a worker explicitly
+/// (`SpawnOptions::worker`) goes there whatever the placement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum Placement {
+    /// The creating worker's own queues (outsiders: the shared queue).
+    #[default]
+    Local,
+    /// Each active worker in turn.
+    RoundRobin,
+    /// A random active worker.
+    Random,
+    /// The active worker with the fewest queued tasks.
+    LeastLoaded,
+}
+
+impl Placement {
+    /// Names as parsed.
+    pub const NAMES: [&'static str; 4] = ["local", "round-robin", "random", "least-loaded"];
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Placement::Local => "local",
+            Placement::RoundRobin => "round-robin",
+            Placement::Random => "random",
+            Placement::LeastLoaded => "least-loaded",
+        }
+    }
+}
+
+/// Per-worker cursors for round-robin decisions.
+#[derive(Debug)]
+pub struct Cursors(WorkerLocal<Cell<usize>>);
+
+impl Cursors {
+    /// One cursor per slot, each starting after its own worker.
+    pub fn new(info: &PoolInfo) -> Cursors {
+        Cursors(WorkerLocal::new(info, |i| Cell::new(i + 1)))
+    }
+
+    /// The caller's next position (mod `n`), advancing its cursor.
+    pub fn next(&self, here: &Here, n: usize) -> usize {
+        let c = self.0.get(here);
+        let v = c.get();
+        c.set(v.wrapping_add(1));
+        v % n.max(1)
+    }
+}
+
+/// The first victim of a search by `here` among `n` workers.
+pub fn first_victim(victims: Victims, cursors: &Cursors, here: &Here, n: usize) -> usize {
+    match victims {
+        Victims::Random => (here.random() % n.max(1) as u64) as usize,
+        Victims::RoundRobin => cursors.next(here, n),
+    }
+}
+
+/// Per-worker inboxes: FIFO queues (with levels) any thread pushes to, for
+/// tasks placed on a given worker. The owner serves its inbox while it is
+/// active; others take from the inbox of a worker that is not.
+#[derive(Debug)]
+pub struct Inboxes(Box<[Shared]>);
+
+impl Inboxes {
+    /// One inbox per slot of `info`.
+    pub fn new(info: &PoolInfo, levels: usize) -> Inboxes {
+        Inboxes(
+            (0..info.slots())
+                .map(|_| Shared::new(levels, false))
+                .collect(),
+        )
+    }
+
+    /// Worker `i`'s inbox.
+    pub fn of(&self, i: usize) -> &Shared {
+        &self.0[i]
+    }
+
+    /// Number of inboxes.
+    pub fn slots(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// The worker a placement picks for a new task, or `None` to keep it local
+/// (or shared, from outside).
+pub fn place_on(
+    placement: Placement,
+    info: &PoolInfo,
+    cursors: &Cursors,
+    from: Option<&Here>,
+    load: impl Fn(usize) -> usize,
+) -> Option<usize> {
+    let roster = info.roster();
+    let n = info.slots();
+    let active = |i: &usize| roster.is_active(*i);
+    match placement {
+        Placement::Local => None,
+        Placement::RoundRobin | Placement::Random => {
+            let start = match (placement, from) {
+                (Placement::RoundRobin, Some(h)) => cursors.next(h, n),
+                (Placement::Random, Some(h)) => (h.random() % n as u64) as usize,
+                // Outsiders have no cursor or stream: the least loaded.
+                _ => return (0..n).filter(active).min_by_key(|i| load(*i)),
+            };
+            (0..n).map(|k| (start + k) % n).find(active)
+        }
+        Placement::LeastLoaded => (0..n).filter(active).min_by_key(|i| load(*i)),
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_map_priorities_from_the_top() {
+        use Priority::*;
+        assert_eq!([High, Normal, Low].map(|p| level_of(p, 3)), [0, 1, 2]);
+        assert_eq!([High, Normal, Low].map(|p| level_of(p, 2)), [0, 1, 1]);
+        assert_eq!([High, Normal, Low].map(|p| level_of(p, 1)), [0, 0, 0]);
+        assert_eq!(level_of(Low, 0), 0);
+    }
+
+    fn task(p: Priority, log: &std::sync::Arc<std::sync::Mutex<Vec<Priority>>>) -> Task {
+        let log = log.clone();
+        Task::heap(move || log.lock().unwrap().push(p)).with_priority(p)
+    }
+
+    #[test]
+    fn shared_and_deques_serve_the_highest_level_first() {
+        let info = PoolInfo::new(2);
+        let here = Here::new(0, info.id);
+        for lifo in [false, true] {
+            let log = Default::default();
+            let shared = Shared::new(3, lifo);
+            let deques = Deques::new(&info, 3, lifo);
+            for p in [
+                Priority::Low,
+                Priority::Normal,
+                Priority::High,
+                Priority::Normal,
+            ] {
+                shared.push(task(p, &log));
+                deques.push(&here, task(p, &log));
+            }
+            while let Some(t) = shared.take_now() {
+                t.run();
+            }
+            while let Some(t) = deques.pop(&here) {
+                t.run();
+            }
+            use Priority::*;
+            let want = [High, Normal, Normal, Low];
+            let got = log.lock().unwrap().clone();
+            assert_eq!(got, [want, want].concat(), "lifo={lifo}");
+        }
+    }
+
+    #[test]
+    fn thieves_take_the_highest_level_and_pop_through_stops() {
+        let info = PoolInfo::new(2);
+        let (a, b) = (Here::new(0, info.id), Here::new(1, info.id));
+        let log = Default::default();
+        let deques = Deques::new(&info, 3, true);
+        deques.push(&a, task(Priority::Low, &log));
+        deques.push(&a, task(Priority::High, &log));
+        assert_eq!(deques.len(0), 2);
+        assert!(deques.pop_through(&b, 0).is_none());
+        match deques.steal(&b, 0, false) {
+            Steal::Success(t) => assert_eq!(t.priority(), Priority::High),
+            other => panic!("expected a steal, got {other:?}"),
+        }
+        // Only levels 0..=1 asked for: the low task stays.
+        assert!(deques.pop_through(&a, 1).is_none());
+        let low = deques.pop(&a).unwrap();
+        assert_eq!(low.priority(), Priority::Low);
+        low.run();
+    }
+
+    #[test]
+    fn placements_pick_active_workers() {
+        let info = PoolInfo::new(4);
+        let cursors = Cursors::new(&info);
+        let here = Here::new(0, info.id);
+        assert_eq!(
+            place_on(Placement::Local, &info, &cursors, Some(&here), |_| 0),
+            None
+        );
+        // Nobody active: nowhere to place.
+        assert_eq!(
+            place_on(Placement::RoundRobin, &info, &cursors, Some(&here), |_| 0),
+            None
+        );
+        info.roster.set(1, true);
+        info.roster.set(3, true);
+        let rr: Vec<_> = (0..4)
+            .map(|_| place_on(Placement::RoundRobin, &info, &cursors, Some(&here), |_| 0))
+            .collect();
+        assert!(rr.iter().all(|w| matches!(w, Some(1 | 3))), "{rr:?}");
+        assert!(rr.contains(&Some(1)) && rr.contains(&Some(3)), "{rr:?}");
+        let least = place_on(Placement::LeastLoaded, &info, &cursors, None, |i| 10 - i);
+        assert_eq!(least, Some(3));
+        for _ in 0..20 {
+            let w = place_on(Placement::Random, &info, &cursors, Some(&here), |_| 0);
+            assert!(matches!(w, Some(1 | 3)));
+        }
+    }
+}
