@@ -350,7 +350,7 @@ typedef struct {
     uint64_t ns_asleep;        /* time parked, the sleep in progress included */
     uint64_t ns_awake;         /* time since the pool started, not parked */
     uint64_t retirements;      /* times its CPU was revoked */
-    uint64_t queue_high_water; /* most tasks its own queue held at once */
+    uint64_t queue_high_water; /* most tasks its own queues held at once (sampled) */
 } allot_worker_stats_t;
 
 /* The number of worker slots of the pool (the most workers it can run; a

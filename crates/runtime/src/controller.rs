@@ -362,8 +362,11 @@ impl WorkerThread {
         };
         reg.policy.enqueue(Some(&self.here), place, task, hint);
         let stats = self.stats();
-        bump(&stats.created);
-        if place == Place::Local {
+        let created = bump(&stats.created);
+        // The high-water mark is sampled (every 8th push): asking a policy
+        // with several queues per worker for its length on every push
+        // costs more than the push.
+        if place == Place::Local && created.is_multiple_of(8) {
             stats.queue_len(reg.policy.queued(Some(self.here.index())));
         }
         reg.wake_for(Some(&self.here), place, hint, place != Place::Local);

@@ -60,10 +60,13 @@ impl Default for Counters {
     }
 }
 
-/// Adds one to a counter only the calling thread writes.
+/// Adds one to a counter only the calling thread writes; returns the new
+/// value.
 #[inline]
-pub(crate) fn bump(c: &AtomicU64) {
-    c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+pub(crate) fn bump(c: &AtomicU64) -> u64 {
+    let v = c.load(Ordering::Relaxed) + 1;
+    c.store(v, Ordering::Relaxed);
+    v
 }
 
 impl Counters {
@@ -158,8 +161,8 @@ pub struct WorkerStats {
     pub time_awake: Duration,
     /// Times it retired because its CPU was revoked.
     pub retirements: u64,
-    /// The most tasks its own queue has held at once (seen after each of
-    /// its pushes).
+    /// The most tasks its own queues have held at once (sampled after
+    /// every eighth of its pushes).
     pub queue_high_water: u64,
     /// Times a task running on it used up its quantum and yielded to
     /// another ready task (`yield_now`), which ran nested.

@@ -26,7 +26,7 @@
 //!   their worker is active, inboxes of inactive workers are emptied by
 //!   the others.
 
-use super::levels::{Cursors, Deques, Inboxes, Shared, first_victim, level_of};
+use super::levels::{Cursors, Deques, Inboxes, PriorityUse, Shared, first_victim, level_of};
 use super::{Here, Hint, Idle, Place, PolicySpec, PoolInfo, ThreadPolicy};
 use crate::queue::Steal;
 use crate::task::{Priority, Task};
@@ -42,6 +42,7 @@ pub struct Global {
     inboxes: Inboxes,
     cursors: Cursors,
     levels: usize,
+    priorities: PriorityUse,
 }
 
 impl Global {
@@ -58,6 +59,24 @@ impl Global {
             inboxes: Inboxes::new(info, levels),
             cursors: Cursors::new(info),
             levels,
+            priorities: PriorityUse::default(),
+        }
+    }
+
+    /// The next task of level `l` only: fork deque, inbox, shared queue.
+    fn next_at(&self, here: &Here, l: usize) -> Option<Task> {
+        if let Some(t) = self.forks.pop_level(here, l) {
+            return Some(t);
+        }
+        if let Some(t) = self.inboxes.of(here.index()).take_level(l, None).success() {
+            return Some(t);
+        }
+        loop {
+            match self.shared.take_level(l, None) {
+                Steal::Success(t) => return Some(t),
+                Steal::Empty => return None,
+                Steal::Retry => crate::loom::hint::spin_loop(),
+            }
         }
     }
 
@@ -98,6 +117,7 @@ impl ThreadPolicy for Global {
     }
 
     fn enqueue(&self, from: Option<&Here>, place: Place, task: Task, _hint: Hint) {
+        self.priorities.note(task.priority());
         match (place, from) {
             (Place::Local, Some(here)) => self.forks.push(here, task),
             (Place::Worker(i), _) if i < self.inboxes.slots() => self.inboxes.of(i).push(task),
@@ -108,6 +128,11 @@ impl ThreadPolicy for Global {
     fn dequeue(&self, here: &Here, hint: Hint) -> Option<Task> {
         if hint == Hint::Wait {
             return self.forks.pop(here);
+        }
+        if !self.priorities.mixed() {
+            // Every task is at `Normal`'s level: serve that level alone.
+            let l = level_of(Priority::Normal, self.levels);
+            return self.next_at(here, l);
         }
         self.next_through(here, self.levels - 1)
     }

@@ -27,6 +27,32 @@ pub fn level_of(p: Priority, n: usize) -> usize {
     (Priority::High as usize - p as usize).min(n.clamp(1, MAX_LEVELS) - 1)
 }
 
+/// Whether a pool has seen a task of another priority than `Normal`. Until
+/// it has, every task sits at `Normal`'s level and a policy serves that
+/// level alone (the common case, as cheap as one level). The flag is set
+/// once and never cleared; a worker that does not see it yet serves
+/// `Normal` tasks a moment longer, which ordering across threads allows
+/// anyway.
+#[derive(Debug, Default)]
+pub struct PriorityUse(crate::loom::sync::atomic::AtomicBool);
+
+impl PriorityUse {
+    /// Records the priority of a task being queued.
+    #[inline]
+    pub fn note(&self, p: Priority) {
+        use crate::loom::sync::atomic::Ordering::Relaxed;
+        if p != Priority::Normal && !self.0.load(Relaxed) {
+            self.0.store(true, Relaxed);
+        }
+    }
+
+    /// Whether tasks of several priorities may be queued.
+    #[inline]
+    pub fn mixed(&self) -> bool {
+        self.0.load(crate::loom::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// Combines the outcomes of taking from several queues in turn: the first
 /// success wins; `Retry` if any lost a race; else `Empty`.
 fn first_success<T>(tries: impl Iterator<Item = Steal<T>>) -> Steal<T> {
@@ -92,7 +118,17 @@ impl Deques {
     #[inline]
     pub fn pop_through(&self, here: &Here, last: usize) -> Option<Task> {
         let own = self.locals.get(here);
-        own.iter().take(last + 1).find_map(LocalQueue::pop)
+        // `is_empty` first: a LIFO pop of an empty deque costs a fence.
+        own.iter()
+            .take(last + 1)
+            .filter(|q| !q.is_empty())
+            .find_map(LocalQueue::pop)
+    }
+
+    /// The caller's next task of level `l` only.
+    #[inline]
+    pub fn pop_level(&self, here: &Here, l: usize) -> Option<Task> {
+        self.locals.get(here).get(l).and_then(LocalQueue::pop)
     }
 
     /// The caller's next task, highest level first.
@@ -166,8 +202,26 @@ impl Shared {
     /// Takes one task of level `..=last`, highest level first.
     pub fn take_through(&self, last: usize) -> Steal<Task> {
         match self {
-            Shared::Fifo(q) => first_success(q.iter().take(last + 1).map(Injector::steal)),
+            Shared::Fifo(q) => first_success(
+                q.iter()
+                    .take(last + 1)
+                    .filter(|q| !q.is_empty())
+                    .map(Injector::steal),
+            ),
             Shared::Lifo(q) => first_success(q.iter().take(last + 1).map(Stack::steal)),
+        }
+    }
+
+    /// Takes one task of level `l` only; with `into`, a FIFO queue moves
+    /// about half of that level into the worker's deque of the same level.
+    pub fn take_level(&self, l: usize, into: Option<(&Deques, &Here)>) -> Steal<Task> {
+        match (self, into) {
+            (Shared::Fifo(q), _) if q[l].is_empty() => Steal::Empty,
+            (Shared::Fifo(q), Some((deques, here))) => {
+                q[l].steal_batch_and_pop(&deques.locals.get(here)[l])
+            }
+            (Shared::Fifo(q), None) => q[l].steal(),
+            (Shared::Lifo(q), _) => q[l].steal(),
         }
     }
 
@@ -196,6 +250,7 @@ impl Shared {
                 first_success(
                     q.iter()
                         .zip(own.iter())
+                        .filter(|(g, _)| !g.is_empty())
                         .map(|(g, mine)| g.steal_batch_and_pop(mine)),
                 )
             }

@@ -34,7 +34,7 @@
 //! structured work stays where waiting workers find it.
 
 use super::levels::{
-    Cursors, Deques, Inboxes, Placement, Shared, first_victim, level_of, place_on,
+    Cursors, Deques, Inboxes, Placement, PriorityUse, Shared, first_victim, level_of, place_on,
 };
 use super::{Here, Hint, Idle, Place, PolicySpec, PoolInfo, ThreadPolicy};
 use crate::queue::Steal;
@@ -55,6 +55,7 @@ pub struct Local {
     cursors: Cursors,
     levels: usize,
     lifo: bool,
+    priorities: PriorityUse,
 }
 
 impl Local {
@@ -74,6 +75,7 @@ impl Local {
             cursors: Cursors::new(info),
             levels,
             lifo,
+            priorities: PriorityUse::default(),
         }
     }
 
@@ -155,6 +157,7 @@ impl ThreadPolicy for Local {
 
     #[inline]
     fn enqueue(&self, from: Option<&Here>, place: Place, task: Task, hint: Hint) {
+        self.priorities.note(task.priority());
         match (place, from) {
             (Place::Local, Some(here)) if matches!(hint, Hint::Fork | Hint::Scoped) => {
                 self.forks().push(here, task)
@@ -170,13 +173,26 @@ impl ThreadPolicy for Local {
         if hint == Hint::Wait {
             return self.forks().pop(here);
         }
-        if self.levels == 1 && self.forks.is_none() {
-            // One level: no sweep needed (the common, fastest case).
-            return self
-                .deques
-                .pop(here)
-                .or_else(|| self.inboxes.of(here.index()).take_now())
-                .or_else(|| self.take_global(here, 0));
+        if !self.priorities.mixed() {
+            // Every task is at `Normal`'s level: serve that level alone.
+            let l = level_of(Priority::Normal, self.levels);
+            let own = self.forks().pop_level(here, l).or_else(|| {
+                self.forks
+                    .is_some()
+                    .then(|| self.deques.pop_level(here, l))
+                    .flatten()
+            });
+            return own
+                .or_else(|| self.inboxes.of(here.index()).take_level(l, None).success())
+                .or_else(|| {
+                    loop {
+                        match self.global.take_level(l, Some((&self.deques, here))) {
+                            Steal::Success(t) => break Some(t),
+                            Steal::Empty => break None,
+                            Steal::Retry => crate::loom::hint::spin_loop(),
+                        }
+                    }
+                });
         }
         self.next_through(here, self.levels - 1)
     }
