@@ -6,7 +6,7 @@
 use allot_client::Cell;
 use allot_runtime::affinity::{current_tid, thread_cpus};
 use allot_runtime::{
-    Placement, PolicyKind, PolicySpec, Pool, Priority, SpawnOptions, current_priority,
+    JoinHandle, Placement, PolicyKind, PolicySpec, Pool, Priority, SpawnOptions, current_priority,
     current_worker, yield_now,
 };
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -59,6 +59,21 @@ const ORDER: [Priority; 5] = [
     Priority::High,
 ];
 
+/// Spawns one task per entry of `ORDER`, at that priority; each logs the
+/// priority it runs at.
+fn spawn_order(pool: &Pool, log: &Arc<Mutex<Vec<Priority>>>) -> Vec<JoinHandle<()>> {
+    ORDER
+        .iter()
+        .map(|&p| {
+            let log = log.clone();
+            pool.spawn_with(SpawnOptions::new().priority(p), move || {
+                log.lock().unwrap().push(current_priority().unwrap())
+            })
+            .unwrap()
+        })
+        .collect()
+}
+
 fn sorted_high_first() -> Vec<Priority> {
     let mut want = ORDER.to_vec();
     want.sort_by(|a, b| b.cmp(a));
@@ -72,16 +87,7 @@ fn higher_priorities_run_first_from_outside_and_inside() {
         let pool = pool_on(1, kind.into(), None);
         let log = Arc::new(Mutex::new(Vec::new()));
         let release = block_the_worker(&pool);
-        let handles: Vec<_> = ORDER
-            .iter()
-            .map(|&p| {
-                let log = log.clone();
-                pool.spawn_with(SpawnOptions::new().priority(p), move || {
-                    log.lock().unwrap().push(current_priority().unwrap())
-                })
-                .unwrap()
-            })
-            .collect();
+        let handles = spawn_order(&pool, &log);
         drop(release);
         handles.into_iter().for_each(|h| h.join().unwrap());
         assert_eq!(*log.lock().unwrap(), sorted_high_first(), "{kind}, outside");
@@ -93,14 +99,7 @@ fn higher_priorities_run_first_from_outside_and_inside() {
         let pool = Arc::new(pool);
         let p2 = pool.clone();
         pool.install(move || {
-            for &p in &ORDER {
-                let log = inner.clone();
-                let _ = p2
-                    .spawn_with(SpawnOptions::new().priority(p), move || {
-                        log.lock().unwrap().push(current_priority().unwrap())
-                    })
-                    .unwrap();
-            }
+            drop(spawn_order(&p2, &inner));
         });
         let deadline = Instant::now() + Duration::from_secs(20);
         while log.lock().unwrap().len() < ORDER.len() && Instant::now() < deadline {
@@ -119,16 +118,7 @@ fn one_level_keeps_the_policy_order() {
     );
     let log = Arc::new(Mutex::new(Vec::new()));
     let release = block_the_worker(&pool);
-    let handles: Vec<_> = ORDER
-        .iter()
-        .map(|&p| {
-            let log = log.clone();
-            pool.spawn_with(SpawnOptions::new().priority(p), move || {
-                log.lock().unwrap().push(current_priority().unwrap())
-            })
-            .unwrap()
-        })
-        .collect();
+    let handles = spawn_order(&pool, &log);
     drop(release);
     handles.into_iter().for_each(|h| h.join().unwrap());
     assert_eq!(

@@ -26,7 +26,9 @@
 //!   their worker is active, inboxes of inactive workers are emptied by
 //!   the others.
 
-use super::levels::{Cursors, Deques, Inboxes, PriorityUse, Shared, first_victim, level_of};
+use super::levels::{
+    Cursors, Deques, Inboxes, PriorityUse, Shared, first_victim, level_of, retrying,
+};
 use super::{Here, Hint, Idle, Place, PolicySpec, PoolInfo, ThreadPolicy};
 use crate::queue::Steal;
 use crate::task::{Priority, Task};
@@ -71,13 +73,7 @@ impl Global {
         if let Some(t) = self.inboxes.of(here.index()).take_level(l, None).success() {
             return Some(t);
         }
-        loop {
-            match self.shared.take_level(l, None) {
-                Steal::Success(t) => return Some(t),
-                Steal::Empty => return None,
-                Steal::Retry => crate::loom::hint::spin_loop(),
-            }
-        }
+        retrying(|| self.shared.take_level(l, None))
     }
 
     /// The next task at level `..=last`, level by level: fork deque, inbox,
@@ -91,12 +87,8 @@ impl Global {
             if let Some(t) = inbox.take_through(l).success() {
                 return Some(t);
             }
-            loop {
-                match self.shared.take_through(l) {
-                    Steal::Success(t) => return Some(t),
-                    Steal::Empty => break,
-                    Steal::Retry => crate::loom::hint::spin_loop(),
-                }
+            if let Some(t) = retrying(|| self.shared.take_through(l)) {
+                return Some(t);
             }
         }
         None
@@ -160,13 +152,10 @@ impl ThreadPolicy for Global {
             }
         }
         if hint != Hint::Wait {
-            let roster = self.info.roster();
-            for i in (0..n).filter(|i| *i != here.index() && !roster.is_active(*i)) {
-                match self.inboxes.of(i).take() {
-                    Steal::Success(t) => return Idle::Run(t),
-                    Steal::Retry => retry = true,
-                    Steal::Empty => {}
-                }
+            match self.inboxes.take_orphaned(here, self.info.roster()) {
+                Steal::Success(t) => return Idle::Run(t),
+                Steal::Retry => retry = true,
+                Steal::Empty => {}
             }
         }
         if retry { Idle::Retry } else { Idle::Park }

@@ -67,6 +67,19 @@ fn first_success<T>(tries: impl Iterator<Item = Steal<T>>) -> Steal<T> {
     if retry { Steal::Retry } else { Steal::Empty }
 }
 
+/// Calls `take` until it stops losing races: the task, or `None` once it
+/// finds nothing.
+#[inline]
+pub fn retrying(mut take: impl FnMut() -> Steal<Task>) -> Option<Task> {
+    loop {
+        match take() {
+            Steal::Success(t) => return Some(t),
+            Steal::Empty => return None,
+            Steal::Retry => crate::loom::hint::spin_loop(),
+        }
+    }
+}
+
 /// One deque per level for every worker, with their stealers.
 #[derive(Debug)]
 pub struct Deques {
@@ -232,13 +245,7 @@ impl Shared {
 
     /// Like [`Shared::take`], retrying lost races until a task or `None`.
     pub fn take_now(&self) -> Option<Task> {
-        loop {
-            match self.take() {
-                Steal::Success(t) => return Some(t),
-                Steal::Empty => return None,
-                Steal::Retry => crate::loom::hint::spin_loop(),
-            }
-        }
+        retrying(|| self.take())
     }
 
     /// Takes a task for worker `here`, moving (FIFO) about half of the
@@ -379,6 +386,16 @@ impl Inboxes {
     /// Number of inboxes.
     pub fn slots(&self) -> usize {
         self.0.len()
+    }
+
+    /// A task from the inbox of a worker other than `here` that holds no
+    /// CPU (tasks placed on it that it will not run).
+    pub fn take_orphaned(&self, here: &Here, roster: &super::Roster) -> Steal<Task> {
+        first_success(
+            (0..self.slots())
+                .filter(|i| *i != here.index() && !roster.is_active(*i))
+                .map(|i| self.0[i].take()),
+        )
     }
 }
 

@@ -35,6 +35,7 @@
 
 use super::levels::{
     Cursors, Deques, Inboxes, Placement, PriorityUse, Shared, first_victim, level_of, place_on,
+    retrying,
 };
 use super::{Here, Hint, Idle, Place, PolicySpec, PoolInfo, ThreadPolicy};
 use crate::queue::Steal;
@@ -85,18 +86,13 @@ impl Local {
     }
 
     fn take_global(&self, here: &Here, last: usize) -> Option<Task> {
-        loop {
-            let s = if last + 1 >= self.levels {
+        retrying(|| {
+            if last + 1 >= self.levels {
                 self.global.take_batch(&self.deques, here)
             } else {
                 self.global.take_through(last)
-            };
-            match s {
-                Steal::Success(t) => return Some(t),
-                Steal::Empty => return None,
-                Steal::Retry => crate::loom::hint::spin_loop(),
             }
-        }
+        })
     }
 
     /// Where structured work and waiters' tasks live.
@@ -184,15 +180,7 @@ impl ThreadPolicy for Local {
             });
             return own
                 .or_else(|| self.inboxes.of(here.index()).take_level(l, None).success())
-                .or_else(|| {
-                    loop {
-                        match self.global.take_level(l, Some((&self.deques, here))) {
-                            Steal::Success(t) => break Some(t),
-                            Steal::Empty => break None,
-                            Steal::Retry => crate::loom::hint::spin_loop(),
-                        }
-                    }
-                });
+                .or_else(|| retrying(|| self.global.take_level(l, Some((&self.deques, here)))));
         }
         self.next_through(here, self.levels - 1)
     }
@@ -227,13 +215,10 @@ impl ThreadPolicy for Local {
         if hint == Hint::Wait {
             return if retry { Idle::Retry } else { Idle::Park };
         }
-        let roster = self.info.roster();
-        for i in (0..n).filter(|i| *i != here.index() && !roster.is_active(*i)) {
-            match self.inboxes.of(i).take() {
-                Steal::Success(t) => return Idle::Run(t),
-                Steal::Retry => retry = true,
-                Steal::Empty => {}
-            }
+        match self.inboxes.take_orphaned(here, self.info.roster()) {
+            Steal::Success(t) => return Idle::Run(t),
+            Steal::Retry => retry = true,
+            Steal::Empty => {}
         }
         match self.global.take_batch(&self.deques, here) {
             Steal::Success(t) => Idle::Run(t),
