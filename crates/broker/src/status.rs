@@ -67,6 +67,7 @@ impl Core {
                     busy: round(c.est.busy(), 2),
                     progress: c.progress,
                     busy_reported: c.busy_reported,
+                    pool_stats: if private { None } else { c.pool_stats },
                     spec: convert::to_status(&c.spec),
                     runtimes: if private {
                         vec![]

@@ -68,7 +68,7 @@ extern "C" {
 /* The interface version this header describes; allot_abi_version() returns
  * the library's. They differ only if the header and the library come from
  * different installs. */
-#define ALLOT_ABI_VERSION 1u
+#define ALLOT_ABI_VERSION 2u
 
 /* Status codes. Stable: values are never reused or renumbered. */
 typedef enum {
@@ -83,7 +83,8 @@ typedef enum {
     ALLOT_ERR_TIMEOUT = 8,    /* a wait ended without the event */
     ALLOT_ERR_OS = 9,         /* the OS refused a resource (threads, handles) */
     ALLOT_ERR_INTERNAL = 10,  /* a bug in allot; please report it */
-    ALLOT_ERR_UNKNOWN = 11    /* no such resource kind, device or policy */
+    ALLOT_ERR_UNKNOWN = 11,   /* no such resource kind, device or policy */
+    ALLOT_ERR_CANCELLED = 12  /* a suspended task was cancelled before it ran */
 } allot_status;
 
 /* A cell: where the program's CPUs come from. */
@@ -92,6 +93,8 @@ typedef struct { uint64_t id; } allot_cell_t;
 typedef struct { uint64_t id; } allot_pool_t;
 /* A spawned task, to be joined (or detached) exactly once. */
 typedef struct { uint64_t id; } allot_task_t;
+/* Permission to resume one suspended task, once (allot_resume). */
+typedef struct { uint64_t id; } allot_resumer_t;
 /* Handle ids: bits 63..56 a type tag, 55..24 a generation, 23..0 a slot.
  * Id 0 is never a valid handle. The encoding is informative: compare and
  * copy handles, do not build them. */
@@ -351,6 +354,10 @@ typedef struct {
     uint64_t ns_awake;         /* time since the pool started, not parked */
     uint64_t retirements;      /* times its CPU was revoked */
     uint64_t queue_high_water; /* most tasks its own queues held at once (sampled) */
+    uint64_t yields;           /* quanta used up: another ready task ran nested */
+    uint64_t tasks_migrated;   /* of tasks_stolen, those taken from a retired worker */
+    uint64_t tasks_suspended;  /* tasks created suspended while running on it */
+    uint64_t tasks_resumed;    /* resumed or timed tasks it ran */
 } allot_worker_stats_t;
 
 /* The number of worker slots of the pool (the most workers it can run; a
@@ -415,6 +422,65 @@ int allot_pool_spawn_with(allot_pool_t pool, void (*fn)(void *), void *arg,
  * Contexts: any thread. Does not block beyond the task it may run. */
 int allot_yield(void);
 
+/* Suspended and timed tasks. A suspended task exists, with its task handle,
+ * but sits in no queue and holds no worker until it is resumed: a task that
+ * must wait for something makes its continuation this way, hands the
+ * resumer to whatever it waits for, and returns, freeing its worker.
+ *
+ * allot_pool_spawn_suspended makes fn(arg) such a task, with a priority and
+ * worker as allot_pool_spawn_with, and writes its resumer and its task
+ * handle. Nothing runs until allot_resume(*resumer); allot_resumer_cancel
+ * (or freeing the pool first) cancels it instead: fn never runs, and
+ * allot_task_join on it returns ALLOT_ERR_CANCELLED.
+ *
+ * Contexts: any thread, also inside callbacks. Does not block.
+ * Errors: as allot_pool_spawn_with; ALLOT_ERR_INVALID also for resumer or
+ *   task NULL; ALLOT_ERR_OS (too many live resumers).
+ * Undefined behaviour: as allot_pool_spawn. */
+int allot_pool_spawn_suspended(allot_pool_t pool, void (*fn)(void *), void *arg,
+                               int priority, int worker,
+                               allot_resumer_t *resumer, allot_task_t *task);
+
+/* Queues the suspended task (as allot_pool_spawn_with would now) and spends
+ * the resumer: a second allot_resume returns ALLOT_ERR_HANDLE, so a task is
+ * resumed at most once.
+ *
+ * Contexts: any thread, also inside callbacks. Does not block (beyond a
+ *   short lock and, if workers sleep, a wake-up system call).
+ * Errors: ALLOT_ERR_HANDLE (spent, stale or never issued);
+ *   ALLOT_ERR_CANCELLED (the pool was freed meanwhile: the task was
+ *   cancelled; the resumer is spent); ALLOT_ERR_SHUTDOWN.
+ * Undefined behaviour: none. */
+int allot_resume(allot_resumer_t resumer);
+
+/* Cancels the suspended task (fn never runs; joining it returns
+ * ALLOT_ERR_CANCELLED) and spends the resumer.
+ *
+ * Contexts: any thread, also inside callbacks. Does not block.
+ * Errors: ALLOT_ERR_HANDLE; ALLOT_ERR_SHUTDOWN.
+ * Undefined behaviour: none. */
+int allot_resumer_cancel(allot_resumer_t resumer);
+
+/* Runs fn(arg) once delay_ns nanoseconds have passed, queued then as
+ * allot_pool_spawn_with would queue it; until then it holds no worker (the
+ * pool's timer thread resumes it, to within its wake-up latency: tens of
+ * microseconds). Freeing the pool first cancels it (ALLOT_ERR_CANCELLED
+ * from allot_task_join).
+ *
+ * Contexts: any thread, also inside callbacks. Does not block.
+ * Errors: as allot_pool_spawn_with.
+ * Undefined behaviour: as allot_pool_spawn. */
+int allot_pool_spawn_after(allot_pool_t pool, uint64_t delay_ns, void (*fn)(void *),
+                           void *arg, int priority, int worker, allot_task_t *out);
+
+/* The pool's suspended tasks neither resumed nor cancelled yet (timed ones
+ * not yet due included).
+ *
+ * Contexts: any thread. Does not block.
+ * Errors: ALLOT_ERR_INVALID (out NULL); ALLOT_ERR_HANDLE; ALLOT_ERR_SHUTDOWN.
+ * Undefined behaviour: none beyond the conventions. */
+int allot_pool_suspended(allot_pool_t pool, uint64_t *out);
+
 /* Waits until the task has run, then spends the handle (a second join, or a
  * join after allot_task_detach, returns ALLOT_ERR_HANDLE). Inside a callback
  * of the task's pool the worker runs other tasks while it waits. The task's
@@ -424,8 +490,9 @@ int allot_yield(void);
  *   Inside the task itself it returns ALLOT_ERR_INVALID instead of waiting
  *   forever; wait cycles between tasks (A joins B, B joins A) deadlock.
  * Errors: ALLOT_ERR_HANDLE; ALLOT_ERR_INVALID (the task joins itself);
- *   ALLOT_ERR_SHUTDOWN; ALLOT_ERR_INTERNAL (a panic inside allot while
- *   running the task; the handle is spent).
+ *   ALLOT_ERR_SHUTDOWN; ALLOT_ERR_CANCELLED (a suspended task that was
+ *   cancelled; the handle is spent); ALLOT_ERR_INTERNAL (a panic inside
+ *   allot while running the task; the handle is spent).
  * Undefined behaviour: none. */
 int allot_task_join(allot_task_t task);
 

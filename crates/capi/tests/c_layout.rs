@@ -24,6 +24,10 @@ fn worker_stats_fields() -> Vec<(&'static str, usize)> {
         ("ns_awake", offset_of!(W, ns_awake)),
         ("retirements", offset_of!(W, retirements)),
         ("queue_high_water", offset_of!(W, queue_high_water)),
+        ("yields", offset_of!(W, yields)),
+        ("tasks_migrated", offset_of!(W, tasks_migrated)),
+        ("tasks_suspended", offset_of!(W, tasks_suspended)),
+        ("tasks_resumed", offset_of!(W, tasks_resumed)),
     ]
 }
 

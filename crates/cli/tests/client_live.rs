@@ -84,3 +84,36 @@ fn registered_cell_follows_the_broker_across_a_restart() {
         .cells
         .is_empty()));
 }
+
+/// A runtime pool on a registered cell reports its statistics, and the
+/// broker's status shows them for that cell.
+#[test]
+fn a_runtime_pools_statistics_reach_the_status() {
+    let d = Daemon::start("dry-run", &[]);
+    let mut o = Options::new("pool-stats");
+    o.socket = Some(d.socket.clone());
+    let cell = Cell::register(&o).unwrap();
+    assert_eq!(cell.mode(), Mode::Registered);
+    let pool = allot_runtime::Pool::builder()
+        .cell(cell)
+        .name("stats-report")
+        .report_period(Duration::from_millis(20))
+        .build()
+        .unwrap();
+    pool.for_each(0..10_000, 100, |i| {
+        std::hint::black_box(i);
+    });
+    let (r, h) = pool
+        .spawn_suspended(allot_runtime::SpawnOptions::new(), || 1)
+        .unwrap();
+    assert!(r.resume());
+    assert_eq!(h.join().unwrap(), 1);
+    let ran = allot_runtime::WorkerStats::total(&pool.worker_stats()).tasks_run;
+    assert!(ran >= 2, "the loop and the resumed task: {ran}");
+    let mut last = None;
+    let seen = eventually(Duration::from_secs(5), || {
+        last = d.status().cells[0].pool_stats;
+        last.is_some_and(|s| s.tasks_run >= ran && s.tasks_resumed == 1 && s.workers >= 1)
+    });
+    assert!(seen, "{last:?}\n{}", d.log());
+}

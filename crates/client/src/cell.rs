@@ -505,6 +505,22 @@ impl Cell {
     /// could use now (0: unknown), a monotone progress counter. Ignored when
     /// there is no broker.
     pub fn report(&self, busy: u32, wanted: u32, progress: u64) -> Result<(), ClientError> {
+        self.send_one_way(|c, id| c.report(id, busy, wanted, progress))
+    }
+
+    /// Tells the broker what the cell's runtime pool has done (its
+    /// per-worker statistics, summed); `allot status` shows the last one.
+    /// Ignored when there is no broker.
+    pub fn report_pool_stats(&self, stats: allot_proto::PoolStatsWire) -> Result<(), ClientError> {
+        self.send_one_way(|c, id| c.pool_stats(id, stats))
+    }
+
+    /// Sends a one-way message about this cell on the cell's own
+    /// connection (made on first use, dropped after a failure).
+    fn send_one_way(
+        &self,
+        send: impl FnOnce(&mut Client, u64) -> Result<(), ClientError>,
+    ) -> Result<(), ClientError> {
         let id = self.id();
         if id == 0 {
             return Ok(());
@@ -517,7 +533,7 @@ impl Cell {
             *conn = Some(Client::connect(socket)?);
         }
         let c = conn.as_mut().expect("set above");
-        if let Err(e) = c.report(id, busy, wanted, progress) {
+        if let Err(e) = send(c, id) {
             *conn = None;
             return Err(e);
         }

@@ -316,6 +316,16 @@ impl Client {
         Ok(())
     }
 
+    /// Sends a runtime pool's statistics (no reply).
+    pub fn pool_stats(
+        &mut self,
+        cell: u64,
+        stats: allot_proto::PoolStatsWire,
+    ) -> Result<(), ClientError> {
+        self.conn.send(&Request::PoolStats { cell, stats })?;
+        Ok(())
+    }
+
     /// Changes `cell`'s request.
     pub fn update_spec(&mut self, cell: u64, spec: CellSpec) -> Result<(), ClientError> {
         self.ok(&Request::UpdateSpec {

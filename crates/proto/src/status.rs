@@ -141,6 +141,10 @@ pub struct CellStatus {
     pub progress: u64,
     /// Busy workers its runtime last reported.
     pub busy_reported: u32,
+    /// Its runtime pool's statistics, summed over the workers, as last
+    /// reported (`None`: no allot runtime pool reported).
+    #[serde(default)]
+    pub pool_stats: Option<crate::msg::PoolStatsWire>,
     /// What it asked for.
     pub spec: SpecStatus,
     /// Parallel runtimes found in its processes (empty when private, or

@@ -11,12 +11,15 @@
 //! only drops its reference.
 //!
 //! Protocol: `claimed` goes `false → true` once (`swap`); the winner takes
-//! the closure and runs it, nobody else touches the closure. The job is an
+//! the closure and runs it, nobody else touches the closure. A *held* job
+//! (a suspended task's, `crate::pool::suspend`) starts at `true`, so that
+//! neither its queued task nor a waiter can run it, and is released to
+//! `false` once, just before its task is queued (or run to cancel it). The job is an
 //! `Arc`: the queued task holds one reference, each claimant (a handle, a
 //! scope's list) another; the closure is gone (taken) before any reference
 //! that outlives the wait is dropped.
 
-use crate::task::Task;
+use crate::task::{Priority, Task};
 use std::cell::UnsafeCell;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -31,12 +34,19 @@ pub(crate) trait Claim: Send + Sync {
     /// Whether the job was claimed already (a read: a waiter that polls
     /// this does not disturb the worker running the job).
     fn claimed(&self) -> bool;
+
+    /// Lets a job made [held](ClaimJob::new_held) be claimed (its task
+    /// is about to be queued). Called at most once per held job.
+    fn release(&self);
 }
 
 /// A heap job with a payload its waiter reads (a spawned task's result
 /// slot) and a closure that runs once, given the payload.
 pub(crate) struct ClaimJob<P, F> {
     pub(crate) payload: P,
+    /// The priority the job runs at, whoever runs it (the queued task or
+    /// a claimant): what it forks inherits it.
+    priority: Priority,
     /// Whether waiters may claim the job. When its queued task sits in the
     /// creating worker's own queues, waiters reach it there anyway, and the
     /// task runs without the claim (one atomic swap less per task).
@@ -54,13 +64,24 @@ where
     P: Send + Sync,
     F: FnOnce(&P) + Send,
 {
-    pub(crate) fn new(payload: P, f: F, claimable: bool) -> Arc<Self> {
+    pub(crate) fn new(payload: P, f: F, claimable: bool, priority: Priority) -> Arc<Self> {
         Arc::new(ClaimJob {
             payload,
+            priority,
             claimable,
             claimed: AtomicBool::new(false),
             f: UnsafeCell::new(Some(f)),
         })
+    }
+
+    /// A claimable job that nobody can claim — not even its queued task —
+    /// until [`Claim::release`] (a suspended task: its queued task waits
+    /// outside every queue, and a waiter must not run it before it is
+    /// resumed).
+    pub(crate) fn new_held(payload: P, f: F, priority: Priority) -> Arc<Self> {
+        let job = ClaimJob::new(payload, f, true, priority);
+        job.claimed.store(true, Ordering::Relaxed);
+        job
     }
 
     /// The task to queue for the job; it runs the job unless a waiter
@@ -99,6 +120,7 @@ where
                 into_task(self.clone(), run_unclaimable::<P, F>)
             }
         }
+        .with_priority(self.priority)
     }
 }
 
@@ -121,6 +143,13 @@ where
         !self.claimable || self.claimed.load(Ordering::Acquire)
     }
 
+    fn release(&self) {
+        debug_assert!(self.claimable, "only held jobs are released");
+        // Release: the queued task's or a claimant's swap (acquire) sees
+        // the job as it was made.
+        self.claimed.store(false, Ordering::Release);
+    }
+
     fn claim(self: Arc<Self>) -> Option<Task> {
         if !self.claimable || self.claimed.swap(true, Ordering::AcqRel) {
             return None;
@@ -134,9 +163,10 @@ where
             job.run();
             true
         }
+        let priority = self.priority;
         // SAFETY: `run_claimed` takes the reference back exactly once, and
         // the claim was won above.
-        Some(unsafe { into_task(self, run_claimed::<P, F>) })
+        Some(unsafe { into_task(self, run_claimed::<P, F>) }.with_priority(priority))
     }
 }
 
@@ -166,15 +196,41 @@ mod tests {
                 r.fetch_add(1, Ordering::SeqCst);
             },
             true,
+            Priority::High,
         );
         // SAFETY: the closure borrows nothing.
         let queued = unsafe { job.queued_task() };
         let claimed = job.clone().claim().expect("first claim wins");
+        // Whoever runs it, it runs at the priority it was made with.
+        assert_eq!(queued.priority(), Priority::High);
+        assert_eq!(claimed.priority(), Priority::High);
         assert!(job.clone().claim().is_none());
         assert!(claimed.run());
         assert!(!queued.run(), "a claimed job's queued task does nothing");
         assert_eq!(runs.load(Ordering::SeqCst), 1);
         assert_eq!(Arc::strong_count(&job), 1);
+    }
+
+    #[test]
+    fn a_held_job_runs_only_once_released() {
+        let job = ClaimJob::new_held(
+            AtomicUsize::new(0),
+            |n: &AtomicUsize| {
+                n.fetch_add(1, Ordering::SeqCst);
+            },
+            Priority::Low,
+        );
+        assert!(job.claimed());
+        assert!(job.clone().claim().is_none(), "held: nobody claims it");
+        job.release();
+        assert!(!job.claimed());
+        // SAFETY: the closure borrows nothing.
+        let queued = unsafe { job.queued_task() };
+        let claimed = job.clone().claim().expect("released: a waiter claims it");
+        assert_eq!(claimed.priority(), Priority::Low);
+        assert!(claimed.run());
+        assert!(!queued.run());
+        assert_eq!(job.payload.load(Ordering::SeqCst), 1);
     }
 
     #[test]
@@ -185,6 +241,7 @@ mod tests {
                 n.fetch_add(1, Ordering::SeqCst);
             },
             true,
+            Priority::Normal,
         );
         // SAFETY: the closure borrows nothing.
         unsafe { job.queued_task() }.run();
@@ -200,6 +257,7 @@ mod tests {
                 n.fetch_add(1, Ordering::SeqCst);
             },
             false,
+            Priority::Low,
         );
         assert!(job.claimed());
         assert!(job.clone().claim().is_none());

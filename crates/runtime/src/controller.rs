@@ -137,6 +137,8 @@ pub(crate) struct Registry {
     /// How long a task runs before `yield_now` lets others run (`None`:
     /// never).
     pub(crate) quantum: Option<Duration>,
+    /// Suspended tasks and the timer (`pool::suspend`).
+    pub(crate) gate: crate::pool::Gate,
 }
 
 /// Aborts the process when dropped, i.e. when a panic unwinds through it
@@ -430,9 +432,15 @@ impl WorkerThread {
         true
     }
 
+    /// Counts a task taken from a retired worker (stolen, and migrated).
+    fn count_migrated(&self) {
+        bump(&self.stats().stolen);
+        bump(&self.stats().migrated);
+    }
+
     /// This worker's statistics (written only here).
     #[inline]
-    fn stats(&self) -> &Counters {
+    pub(crate) fn stats(&self) -> &Counters {
         &self.registry.stats[self.here.index()]
     }
 
@@ -663,6 +671,10 @@ impl WorkerThread {
                     bump(&self.stats().stolen);
                     return Found::Task(t);
                 }
+                Idle::Migrated(t) => {
+                    self.count_migrated();
+                    return Found::Task(t);
+                }
                 Idle::Retry => {
                     round = round.saturating_add(1);
                     hint::spin_loop();
@@ -689,6 +701,10 @@ impl WorkerThread {
                 .or_else(|| match reg.policy.idle(here, 0, idle_hint) {
                     Idle::Run(t) => {
                         bump(&self.stats().stolen);
+                        Some(Found::Task(t))
+                    }
+                    Idle::Migrated(t) => {
+                        self.count_migrated();
                         Some(Found::Task(t))
                     }
                     Idle::Retry => Some(Found::Again),

@@ -37,8 +37,15 @@
 //! - **Virtual-processor policy** ([`VpPolicy`], `vp`): which worker
 //!   serves which granted CPU after a grant change; the monitor checks
 //!   every answer and falls back to [`MoveFewest`] on a malformed one.
+//! - **Suspended and timed tasks** (`pool/suspend`, `pool/timer`):
+//!   [`Pool::spawn_suspended`] makes a task that sits in no queue and holds
+//!   no worker until its [`Resumer`] resumes it (exactly once; dropping the
+//!   resumer cancels it); [`Pool::spawn_after`] is one the pool's timer
+//!   thread resumes when it is due (a sleep that holds no worker).
 //! - **Statistics** (`stats`, [`Pool::worker_stats`]): per-worker counts
-//!   and sleep times, each worker's on a cache line only it writes.
+//!   (run, created, stolen, migrated, suspended, resumed, yields) and sleep
+//!   times, each worker's on a cache line only it writes; the monitor
+//!   sends their sum with each progress report (`allot status` shows it).
 //!
 //! # Workers and CPUs
 //!
@@ -53,7 +60,9 @@
 //!
 //! # Invariants
 //!
-//! - A task runs exactly once, on a worker, never preempted by the pool.
+//! - A task runs exactly once, on a worker, never preempted by the pool;
+//!   a suspended task runs once after it is resumed, or never if it is
+//!   cancelled (its handle says which).
 //! - A worker runs only while it holds a CPU of the current grant, except
 //!   to finish the task it was running when its CPU was revoked.
 //! - `join`, `scope` and `install` never return before the work they
@@ -102,8 +111,8 @@ pub use policy::{
 };
 #[cfg(not(loom))]
 pub use pool::{
-    BuildError, Builder, DEFAULT_REPORT_PERIOD, DEFAULT_SPIN, JoinHandle, Pool, SpawnError,
-    SpawnOptions, WorkerInfo, join,
+    BuildError, Builder, DEFAULT_REPORT_PERIOD, DEFAULT_SPIN, JoinHandle, Pool, Resumer,
+    SpawnError, SpawnOptions, WorkerInfo, join,
 };
 #[cfg(not(loom))]
 pub use scope::Scope;

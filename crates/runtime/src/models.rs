@@ -129,7 +129,7 @@ fn retire_model(kind: PolicyKind) {
         let p2 = policy.clone();
         let thief = thread::spawn(move || {
             let here = Here::new(1, id);
-            if let Idle::Run(t) = p2.idle(&here, 0, Hint::Steal) {
+            if let Idle::Run(t) | Idle::Migrated(t) = p2.idle(&here, 0, Hint::Steal) {
                 t.run();
             }
         });
@@ -140,7 +140,7 @@ fn retire_model(kind: PolicyKind) {
         while let Some(t) = policy.dequeue(&here, Hint::Resize) {
             t.run();
         }
-        while let Idle::Run(t) = policy.idle(&here, 0, Hint::Steal) {
+        while let Idle::Run(t) | Idle::Migrated(t) = policy.idle(&here, 0, Hint::Steal) {
             t.run();
         }
         for h in hits.iter() {
@@ -207,7 +207,7 @@ fn shared_and_inbox_model(kind: PolicyKind) {
                 continue;
             }
             match policy.idle(&here, 0, Hint::Steal) {
-                Idle::Run(t) => {
+                Idle::Run(t) | Idle::Migrated(t) => {
                     t.run();
                 }
                 Idle::Retry => continue,
@@ -267,7 +267,7 @@ fn loom_lifo_owner_and_thief() {
         });
         let here = Here::new(1, id);
         lifo.enqueue(None, Place::Global, counting_task(&hits, 2), Hint::Spawn);
-        if let Idle::Run(t) = lifo.idle(&here, 0, Hint::Steal) {
+        if let Idle::Run(t) | Idle::Migrated(t) = lifo.idle(&here, 0, Hint::Steal) {
             t.run();
         }
         owner.join().unwrap();
@@ -303,7 +303,7 @@ fn loom_sleep_with_policy_queue() {
             let find = || match p2.dequeue(&here, Hint::Continue) {
                 Some(t) => Some(t),
                 None => match p2.idle(&here, 0, Hint::Steal) {
-                    Idle::Run(t) => Some(t),
+                    Idle::Run(t) | Idle::Migrated(t) => Some(t),
                     _ => None,
                 },
             };

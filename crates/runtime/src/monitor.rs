@@ -27,7 +27,9 @@
 //! wanted, completed)`: `busy` = active workers running a task, `wanted` =
 //! busy workers plus workers with queued work plus the backlog (global
 //! queue, queues left by retired workers; a simple demand signal, capped at
-//! the slot count), `completed` = tasks run so far. Errors are ignored (no broker = nothing to tell).
+//! the slot count), `completed` = tasks run so far; then the pool's
+//! per-worker statistics summed (`Cell::report_pool_stats`, shown by
+//! `allot status`). Errors are ignored (no broker = nothing to tell).
 //!
 //! A grant is new ([`supersedes`]) when its generation is newer than the
 //! one applied last, or when it comes from another *epoch*: a different
@@ -259,10 +261,25 @@ pub(crate) fn apply(reg: &Arc<Registry>, g: &Grant) {
     }
 }
 
-/// Sends one progress report; errors are ignored.
+/// Sends one progress report and the pool's statistics; errors are
+/// ignored.
 pub(crate) fn report(reg: &Registry, cell: &Cell) {
     let (busy, wanted, done) = demand(reg);
-    let _ = cell.report(busy, wanted, done);
+    if cell.report(busy, wanted, done).is_ok() {
+        let _ = cell.report_pool_stats(pool_stats(reg));
+    }
+}
+
+/// The pool's per-worker statistics summed, as the broker keeps them.
+pub(crate) fn pool_stats(reg: &Registry) -> allot_proto::PoolStatsWire {
+    let all: Vec<crate::WorkerStats> = reg
+        .stats
+        .iter()
+        .enumerate()
+        .map(|(i, c)| c.snapshot(i, None))
+        .collect();
+    let workers = u32::try_from(reg.info.roster.count()).unwrap_or(u32::MAX);
+    crate::WorkerStats::total(&all).to_wire(workers)
 }
 
 /// `(busy, wanted, completed)` as the module docs define them.

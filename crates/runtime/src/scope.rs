@@ -21,7 +21,7 @@ use crate::claim::{Claim, ClaimJob};
 use crate::controller::{AbortOnUnwind, Waited, WorkerThread};
 use crate::policy::Hint;
 use crate::sync::CoreLatch;
-use crate::task::Task;
+use crate::task::{Priority, Task};
 use std::any::Any;
 use std::fmt;
 use std::marker::PhantomData;
@@ -101,7 +101,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
                 wt.push(task, Hint::Scoped);
             }
             None => {
-                let job = ClaimJob::new((), move |_: &()| body(), true);
+                let job = ClaimJob::new((), move |_: &()| body(), true, Priority::Normal);
                 // SAFETY: as above; once the owner claimed the job, the
                 // queued task only drops it (it holds no borrow then).
                 let task = unsafe { job.queued_task() };

@@ -19,9 +19,11 @@
 //! once), tasks it created (spawned from that worker: joins, scopes,
 //! parallel loops; tasks injected from outside the pool count for no
 //! worker), tasks it took from another worker's or a shared queue while
-//! idle (stolen or migrated), times it went to sleep and the time it
-//! slept, times it retired (its CPU revoked: its queued tasks handed to the
-//! others), and the longest its own queue has been.
+//! idle (stolen; of those, migrated: taken from a retired worker), tasks
+//! created suspended on it and resumed tasks it ran, times it went to
+//! sleep and the time it slept, times it retired (its CPU revoked: its
+//! queued tasks handed to the others), and the longest its own queue has
+//! been.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -37,6 +39,9 @@ pub(crate) struct Counters {
     pub(crate) retired: AtomicU64,
     pub(crate) queue_high: AtomicU64,
     pub(crate) yielded: AtomicU64,
+    pub(crate) migrated: AtomicU64,
+    pub(crate) suspended: AtomicU64,
+    pub(crate) resumed: AtomicU64,
     /// When the sleep in progress began, in ns since `started` (0: awake).
     asleep_since: AtomicU64,
     /// When the counters were made (the pool's start), for time awake.
@@ -54,6 +59,9 @@ impl Default for Counters {
             retired: AtomicU64::new(0),
             queue_high: AtomicU64::new(0),
             yielded: AtomicU64::new(0),
+            migrated: AtomicU64::new(0),
+            suspended: AtomicU64::new(0),
+            resumed: AtomicU64::new(0),
             asleep_since: AtomicU64::new(0),
             started: Instant::now(),
         }
@@ -132,6 +140,9 @@ impl Counters {
             retirements: self.retired.load(Ordering::Relaxed),
             queue_high_water: self.queue_high.load(Ordering::Relaxed),
             yields: self.yielded.load(Ordering::Relaxed),
+            tasks_migrated: self.migrated.load(Ordering::Relaxed),
+            tasks_suspended: self.suspended.load(Ordering::Relaxed),
+            tasks_resumed: self.resumed.load(Ordering::Relaxed),
         }
     }
 }
@@ -149,8 +160,18 @@ pub struct WorkerStats {
     /// Tasks it created (spawned while running on it).
     pub tasks_created: u64,
     /// Tasks it took, while idle, from another worker's queue or a shared
-    /// queue (stolen or migrated to it).
+    /// queue (`tasks_migrated` included).
     pub tasks_stolen: u64,
+    /// Of `tasks_stolen`, those it took from a worker that had retired
+    /// (its CPU revoked): migration of a retired worker's tasks.
+    pub tasks_migrated: u64,
+    /// Tasks created suspended while running on it
+    /// ([`Pool::spawn_suspended`](crate::Pool::spawn_suspended),
+    /// [`Pool::spawn_after`](crate::Pool::spawn_after)).
+    pub tasks_suspended: u64,
+    /// Resumed tasks it ran (a suspended task once resumed, or a timed
+    /// one once due), wherever they were suspended.
+    pub tasks_resumed: u64,
     /// Times it went to sleep (parked: no work, or no CPU), including a
     /// sleep in progress.
     pub sleeps: u64,
@@ -170,6 +191,25 @@ pub struct WorkerStats {
 }
 
 impl WorkerStats {
+    /// These figures as the broker keeps them (`PoolStatsWire`), for a
+    /// pool with `workers` active workers.
+    pub fn to_wire(&self, workers: u32) -> allot_proto::PoolStatsWire {
+        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        allot_proto::PoolStatsWire {
+            workers,
+            tasks_run: self.tasks_run,
+            tasks_created: self.tasks_created,
+            tasks_stolen: self.tasks_stolen,
+            tasks_migrated: self.tasks_migrated,
+            tasks_suspended: self.tasks_suspended,
+            tasks_resumed: self.tasks_resumed,
+            yields: self.yields,
+            ns_awake: ns(self.time_awake),
+            ns_asleep: ns(self.time_asleep),
+            queue_high_water: self.queue_high_water,
+        }
+    }
+
     /// The figures of several workers added up (`worker` and `cpu` are
     /// those of the first; the high-water mark is the largest).
     pub fn total(all: &[WorkerStats]) -> WorkerStats {
@@ -184,6 +224,9 @@ impl WorkerStats {
             t.retirements += s.retirements;
             t.queue_high_water = t.queue_high_water.max(s.queue_high_water);
             t.yields += s.yields;
+            t.tasks_migrated += s.tasks_migrated;
+            t.tasks_suspended += s.tasks_suspended;
+            t.tasks_resumed += s.tasks_resumed;
         }
         t
     }

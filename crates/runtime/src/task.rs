@@ -176,14 +176,38 @@ impl Task {
     }
 }
 
-/// A task's panic, handed to whoever joins it.
+/// A task's panic, handed to whoever joins it — or the news that the task
+/// never ran: a suspended task that was cancelled
+/// ([`TaskPanic::is_cancelled`]).
 pub struct TaskPanic {
     payload: Box<dyn Any + Send + 'static>,
+    cancelled: bool,
 }
+
+/// The message of a cancelled task's [`TaskPanic`].
+const CANCELLED: &str = "the task was cancelled before it ran: it was suspended and its Resumer \
+                         was dropped, or its pool was dropped, before it was resumed";
 
 impl TaskPanic {
     pub(crate) fn new(payload: Box<dyn Any + Send + 'static>) -> TaskPanic {
-        TaskPanic { payload }
+        TaskPanic {
+            payload,
+            cancelled: false,
+        }
+    }
+
+    /// A suspended task that was cancelled instead of resumed.
+    pub(crate) fn cancelled() -> TaskPanic {
+        TaskPanic {
+            payload: Box::new(CANCELLED),
+            cancelled: true,
+        }
+    }
+
+    /// Whether the task never ran because it was cancelled while
+    /// suspended (its closure was dropped unrun); false for a real panic.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled
     }
 
     /// The panic message, when the payload is a string.
@@ -217,6 +241,7 @@ impl fmt::Debug for TaskPanic {
 impl fmt::Display for TaskPanic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.message() {
+            Some(m) if self.cancelled => f.write_str(m),
             Some(m) => write!(f, "task panicked: {m}"),
             None => write!(f, "task panicked"),
         }

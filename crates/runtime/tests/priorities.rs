@@ -153,6 +153,29 @@ fn forks_and_scoped_tasks_inherit_the_priority() {
     }
 }
 
+/// A task that its joiner claims and runs on the spot (it waited in the
+/// global queue of a one-worker pool, so nobody else could run it) runs at
+/// the priority it was spawned with, as if the queue had handed it out.
+#[test]
+fn a_claimed_task_keeps_its_priority() {
+    for kind in [PolicyKind::GlobalFifo, PolicyKind::GlobalLifo] {
+        let pool = pool_on(1, kind.into(), None);
+        let seen = pool.install(|| {
+            let h = pool
+                .spawn_with(SpawnOptions::new().priority(Priority::High), || {
+                    (
+                        current_priority(),
+                        allot_runtime::join(current_priority, || ()).0,
+                    )
+                })
+                .unwrap();
+            h.join().unwrap()
+        });
+        let high = Some(Priority::High);
+        assert_eq!(seen, (high, high), "{kind}");
+    }
+}
+
 #[test]
 fn a_named_worker_runs_its_tasks_and_bad_names_fail() {
     for kind in PolicyKind::ALL {

@@ -125,6 +125,8 @@ pub(crate) struct Cell {
     pub(crate) est: Estimator,
     pub(crate) progress: u64,
     pub(crate) busy_reported: u32,
+    /// The runtime pool's statistics as last reported (status only).
+    pub(crate) pool_stats: Option<allot_proto::PoolStatsWire>,
 }
 
 #[derive(Debug)]

@@ -269,6 +269,7 @@ impl Core {
                 est: Estimator::new(),
                 progress: 0,
                 busy_reported: 0,
+                pool_stats: None,
             },
         );
         // The grant reaches the kernel before any process joins.

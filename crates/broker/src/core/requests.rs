@@ -76,6 +76,19 @@ impl Core {
                 wanted,
                 progress,
             } => self.report(peer, cell, busy, wanted, progress),
+            Request::PoolStats { cell, stats } => {
+                match self.owned(peer, cell, 0x0F) {
+                    Ok(()) => {
+                        let c = self.cells.get_mut(&cell).expect("checked by owned");
+                        c.pool_stats = Some(stats);
+                    }
+                    Err(Reply::Error { message, .. }) => {
+                        debug!("pool statistics from pid {} ignored: {message}", peer.pid);
+                    }
+                    Err(_) => {}
+                }
+                vec![]
+            }
             Request::UpdateSpec { cell, spec } => {
                 match self.update_spec(peer, cell, convert::from_wire(&spec)) {
                     Ok(()) => {

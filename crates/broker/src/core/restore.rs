@@ -87,6 +87,7 @@ impl Core {
                     est,
                     progress: 0,
                     busy_reported: 0,
+                    pool_stats: None,
                 },
             ));
         }
@@ -172,6 +173,7 @@ impl Core {
                     est: Estimator::new(),
                     progress: 0,
                     busy_reported: 0,
+                    pool_stats: None,
                 },
             ));
         }

@@ -50,10 +50,12 @@ pub enum Kind {
     Pool,
     /// `allot_task_t`.
     Task,
+    /// `allot_resumer_t`.
+    Resumer,
 }
 
 impl Kind {
-    const ALL: [Kind; 3] = [Kind::Cell, Kind::Pool, Kind::Task];
+    const ALL: [Kind; 4] = [Kind::Cell, Kind::Pool, Kind::Task, Kind::Resumer];
 
     /// The tag byte in the id.
     pub const fn tag(self) -> u8 {
@@ -61,6 +63,7 @@ impl Kind {
             Kind::Cell => b'c',
             Kind::Pool => b'p',
             Kind::Task => b't',
+            Kind::Resumer => b'r',
         }
     }
 
@@ -70,6 +73,7 @@ impl Kind {
             Kind::Cell => "allot_cell_t",
             Kind::Pool => "allot_pool_t",
             Kind::Task => "allot_task_t",
+            Kind::Resumer => "allot_resumer_t",
         }
     }
 

@@ -33,6 +33,7 @@ pub mod hooks;
 pub mod pool;
 pub mod require;
 pub mod status;
+pub mod suspend;
 pub mod view;
 
 use handle::{Kind, Table};
@@ -42,7 +43,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// `ALLOT_ABI_VERSION` in the header; bump it (and the soname in
 /// `build.rs`) on any incompatible change to a type or function.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// `allot_cell_t`.
 #[repr(C)]
@@ -65,6 +66,14 @@ pub struct PoolHandle {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TaskHandle {
     /// Tag, generation and slot; 0 is no task.
+    pub id: u64,
+}
+
+/// `allot_resumer_t`: permission to resume one suspended task, once.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ResumerHandle {
+    /// Tag, generation and slot; 0 is no resumer.
     pub id: u64,
 }
 
@@ -163,6 +172,7 @@ pub(crate) fn need_out<T>(out: *mut T, what: &str) -> Result<()> {
 pub(crate) static CELLS: Table<allot_client::Cell> = Table::new(Kind::Cell);
 pub(crate) static POOLS: Table<std::sync::Arc<allot_runtime::Pool>> = Table::new(Kind::Pool);
 pub(crate) static TASKS: Table<pool::TaskEntry> = Table::new(Kind::Task);
+pub(crate) static RESUMERS: Table<allot_runtime::Resumer> = Table::new(Kind::Resumer);
 
 /// `const char *allot_strerror(int status)`: never null, static.
 #[unsafe(no_mangle)]
@@ -201,6 +211,9 @@ pub extern "C" fn allot_shutdown() -> c_int {
         for p in POOLS.close() {
             pool::finish(p);
         }
+        // The pools are gone: unresumed tasks are cancelled (their handles
+        // say so) before the task table goes.
+        drop(RESUMERS.close());
         drop(TASKS.close());
         drop(CELLS.close());
         cell::drop_auto_cell();

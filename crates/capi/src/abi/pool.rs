@@ -63,7 +63,7 @@ const AUTO_CHUNKS_PER_WORKER: usize = 8;
 
 /// The C caller's `void *arg`, handed to a callback on another thread.
 #[derive(Debug, Clone, Copy)]
-struct Arg(*mut c_void);
+pub(super) struct Arg(pub(super) *mut c_void);
 
 // SAFETY: the pointer is only passed back to the C callback the caller
 // paired it with; making that safe across threads is the C caller's
@@ -135,7 +135,7 @@ pub(crate) fn in_any_callback() -> bool {
 }
 
 /// Runs task callback `f(arg)` as task `task` of pool `pool`.
-fn run_task(pool: u64, task: u64, f: TaskFn, arg: Arg) {
+pub(super) fn run_task(pool: u64, task: u64, f: TaskFn, arg: Arg) {
     let _frame = FrameGuard::enter(pool, task);
     call_task(f, arg.ptr());
 }
@@ -143,7 +143,7 @@ fn run_task(pool: u64, task: u64, f: TaskFn, arg: Arg) {
 /// What the task table holds.
 #[derive(Debug)]
 pub struct TaskEntry {
-    handle: JoinHandle<()>,
+    pub(super) handle: JoinHandle<()>,
 }
 
 /// Waits until `pool` is the last reference to its pool, then drops it:
@@ -278,9 +278,17 @@ pub struct WorkerStatsC {
     pub retirements: u64,
     /// Most tasks its own queue held at once.
     pub queue_high_water: u64,
+    /// Times a task on it used up its quantum and let another run.
+    pub yields: u64,
+    /// Of `tasks_stolen`, those taken from a retired worker.
+    pub tasks_migrated: u64,
+    /// Tasks created suspended while running on it.
+    pub tasks_suspended: u64,
+    /// Resumed (or timed) tasks it ran.
+    pub tasks_resumed: u64,
 }
 
-const _: () = assert!(std::mem::size_of::<WorkerStatsC>() == 72);
+const _: () = assert!(std::mem::size_of::<WorkerStatsC>() == 104);
 
 impl From<allot_runtime::WorkerStats> for WorkerStatsC {
     fn from(s: allot_runtime::WorkerStats) -> Self {
@@ -296,6 +304,10 @@ impl From<allot_runtime::WorkerStats> for WorkerStatsC {
             ns_awake: ns(s.time_awake),
             retirements: s.retirements,
             queue_high_water: s.queue_high_water,
+            yields: s.yields,
+            tasks_migrated: s.tasks_migrated,
+            tasks_suspended: s.tasks_suspended,
+            tasks_resumed: s.tasks_resumed,
         }
     }
 }
@@ -374,31 +386,43 @@ pub unsafe extern "C" fn allot_pool_spawn_with(
     out: *mut TaskHandle,
 ) -> c_int {
     entry("allot_pool_spawn_with", || {
-        let p = u32::try_from(priority)
-            .ok()
-            .and_then(Priority::from_level)
-            .ok_or_else(|| {
-                Error::invalid(format!(
-                    "priority {priority}: use ALLOT_PRIORITY_LOW (0), _NORMAL (1) or _HIGH (2)"
-                ))
-            })?;
-        let mut opts = SpawnOptions::new().priority(p);
-        if worker >= 0 {
-            let slots = POOLS.with(pool.id, |p| p.max_workers())?;
-            let w = worker as usize;
-            if w >= slots {
-                return Err(Error::invalid(format!(
-                    "worker {worker} does not exist: the pool has {slots} slots (allot_pool_slots)"
-                )));
-            }
-            opts = opts.worker(w);
-        } else if worker != -1 {
-            return Err(Error::invalid(format!(
-                "worker {worker}: a slot index, or -1 for any"
-            )));
-        }
+        let opts = options(pool, priority, worker)?;
         spawn(pool, f, arg, opts, out)
     })
+}
+
+/// The options of a spawn from C: a priority (`ALLOT_PRIORITY_*`) and a
+/// worker slot of `pool`, or -1 for any.
+pub(super) fn options(
+    pool: PoolHandle,
+    priority: c_int,
+    worker: c_int,
+) -> Result<SpawnOptions, Error> {
+    let p = u32::try_from(priority)
+        .ok()
+        .and_then(Priority::from_level)
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "priority {priority}: use ALLOT_PRIORITY_LOW (0), _NORMAL (1) or _HIGH (2)"
+            ))
+        })?;
+    let opts = SpawnOptions::new().priority(p);
+    if worker == -1 {
+        return Ok(opts);
+    }
+    if worker < 0 {
+        return Err(Error::invalid(format!(
+            "worker {worker}: a slot index, or -1 for any"
+        )));
+    }
+    let slots = POOLS.with(pool.id, |p| p.max_workers())?;
+    let w = worker as usize;
+    if w >= slots {
+        return Err(Error::invalid(format!(
+            "worker {worker} does not exist: the pool has {slots} slots (allot_pool_slots)"
+        )));
+    }
+    Ok(opts.worker(w))
 }
 
 fn spawn(
@@ -444,10 +468,14 @@ pub extern "C" fn allot_task_join(task: TaskHandle) -> c_int {
         }
         let t = TASKS.remove(task.id)?;
         t.handle.join().map_err(|p| {
-            Error::new(
-                Status::Internal,
-                format!("the task panicked inside allot ({p:?}); please report it"),
-            )
+            if p.is_cancelled() {
+                Error::new(Status::Cancelled, p.to_string())
+            } else {
+                Error::new(
+                    Status::Internal,
+                    format!("the task panicked inside allot ({p:?}); please report it"),
+                )
+            }
         })
     })
 }

@@ -45,10 +45,12 @@ pub enum Status {
     Internal = 10,
     /// No such resource kind, device or policy.
     Unknown = 11,
+    /// A suspended task was cancelled before it ran.
+    Cancelled = 12,
 }
 
 /// Every status, in code order (for `allot_strerror` and tests).
-pub const ALL: [Status; 12] = [
+pub const ALL: [Status; 13] = [
     Status::Ok,
     Status::Invalid,
     Status::Handle,
@@ -61,6 +63,7 @@ pub const ALL: [Status; 12] = [
     Status::Os,
     Status::Internal,
     Status::Unknown,
+    Status::Cancelled,
 ];
 
 impl Status {
@@ -84,6 +87,10 @@ impl Status {
             Status::Os => c"the operating system refused a resource",
             Status::Internal => c"internal error in allot (please report it)",
             Status::Unknown => c"no such resource kind, device or policy",
+            Status::Cancelled => {
+                c"the task was cancelled before it ran (its resumer was cancelled, or its pool \
+                  freed, while it was suspended)"
+            }
         }
     }
 }

@@ -186,6 +186,52 @@ static void test_refusals(allot_pool_t pool) {
 
 static void nop(void *arg) { (void)arg; }
 
+/* ---- suspended and timed tasks ------------------------------------- */
+
+/* A task that suspends itself: it makes its continuation and hands the
+ * resumer out through its argument, then returns. */
+struct halves {
+    allot_pool_t pool;
+    allot_resumer_t resumer;
+    allot_task_t second;
+    _Atomic int second_ran;
+};
+
+static void second_half(void *arg) { ((struct halves *)arg)->second_ran += 1; }
+
+static void first_half(void *arg) {
+    struct halves *h = arg;
+    MUST(allot_pool_spawn_suspended(h->pool, second_half, h, ALLOT_PRIORITY_HIGH, -1,
+                                    &h->resumer, &h->second));
+}
+
+static void test_suspend(allot_pool_t pool) {
+    struct halves h = {.pool = pool};
+    allot_task_t first;
+    MUST(allot_pool_spawn(pool, first_half, &h, &first));
+    MUST(allot_task_join(first));
+    uint64_t waiting = 0;
+    MUST(allot_pool_suspended(pool, &waiting));
+    CHECK(waiting == 1);
+    CHECK(h.second_ran == 0);
+    MUST(allot_resume(h.resumer));
+    CHECK(allot_resume(h.resumer) == ALLOT_ERR_HANDLE);
+    MUST(allot_task_join(h.second));
+    CHECK(h.second_ran == 1);
+
+    allot_resumer_t r;
+    allot_task_t t;
+    MUST(allot_pool_spawn_suspended(pool, second_half, &h, ALLOT_PRIORITY_LOW, -1, &r, &t));
+    MUST(allot_resumer_cancel(r));
+    CHECK(allot_task_join(t) == ALLOT_ERR_CANCELLED);
+    CHECK(h.second_ran == 1);
+
+    MUST(allot_pool_spawn_after(pool, 2000000 /* 2 ms */, second_half, &h,
+                                ALLOT_PRIORITY_NORMAL, -1, &t));
+    MUST(allot_task_join(t));
+    CHECK(h.second_ran == 2);
+}
+
 static void test_misuse(void) {
     allot_cell_t cell;
     allot_pool_t pool;
@@ -245,14 +291,14 @@ static void test_misuse(void) {
 /* ---- strerror, cells ----------------------------------------------- */
 
 static void test_strerror(void) {
-    const char *seen[ALLOT_ERR_UNKNOWN + 1];
-    for (int s = ALLOT_OK; s <= ALLOT_ERR_UNKNOWN; s++) {
+    const char *seen[ALLOT_ERR_CANCELLED + 1];
+    for (int s = ALLOT_OK; s <= ALLOT_ERR_CANCELLED; s++) {
         seen[s] = allot_strerror(s);
         CHECK(seen[s] != NULL && seen[s][0] != '\0');
         CHECK(strcmp(seen[s], allot_strerror(-1)) != 0);
         for (int t = 0; t < s; t++) CHECK(strcmp(seen[s], seen[t]) != 0);
     }
-    CHECK(strcmp(allot_strerror(12), allot_strerror(-1)) == 0);
+    CHECK(strcmp(allot_strerror(ALLOT_ERR_CANCELLED + 1), allot_strerror(-1)) == 0);
     CHECK(strstr(allot_strerror(ALLOT_ERR_HANDLE), "handle") != NULL);
     CHECK(allot_abi_version() == ALLOT_ABI_VERSION);
 }
@@ -297,6 +343,7 @@ int main(void) {
     test_spawn_join(pool);
     test_fib(pool);
     test_refusals(pool);
+    test_suspend(pool);
     test_misuse();
 
     /* A pool on an automatic cell ({0}). */

@@ -105,6 +105,32 @@ pub(crate) fn runtimes_text(c: &CellStatus) -> String {
     cell_text(&each.join(" "))
 }
 
+/// One line on the cell's runtime pool statistics, if it reported any.
+fn pool_line(c: &CellStatus) -> Option<String> {
+    let p = c.pool_stats?;
+    let total = p.ns_awake.saturating_add(p.ns_asleep);
+    let awake = if total == 0 {
+        0.0
+    } else {
+        100.0 * p.ns_awake as f64 / total as f64
+    };
+    Some(format!(
+        "{} {}: {} workers, {} tasks run, {} created, {} stolen ({} migrated), \
+         {} suspended, {} resumed, {} yields, awake {awake:.0} %, queue high-water {}",
+        c.id,
+        name_of(c),
+        p.workers,
+        p.tasks_run,
+        p.tasks_created,
+        p.tasks_stolen,
+        p.tasks_migrated,
+        p.tasks_suspended,
+        p.tasks_resumed,
+        p.yields,
+        p.queue_high_water
+    ))
+}
+
 /// Human-readable rendering.
 pub fn render(v: &Status) -> String {
     use std::fmt::Write;
@@ -166,6 +192,13 @@ pub fn render(v: &Status) -> String {
                 .collect(),
         };
         table.render(&mut out);
+        let pools: Vec<String> = v.cells.iter().filter_map(pool_line).collect();
+        if !pools.is_empty() {
+            let _ = writeln!(out, "runtime pools (per-worker statistics, summed):");
+            for l in pools {
+                let _ = writeln!(out, "  {l}");
+            }
+        }
     }
     if !v.queue.is_empty() {
         let _ = writeln!(out, "waiting:");
@@ -229,6 +262,7 @@ mod tests {
             busy: 0.5,
             progress: 0,
             busy_reported: 0,
+            pool_stats: None,
             spec: SpecStatus {
                 min: 0,
                 max: 0,
@@ -278,6 +312,35 @@ mod tests {
             "header lines, table head, two cells: {text}"
         );
         assert!(text.contains("x\\n  99"), "{text}");
+    }
+
+    #[test]
+    fn reported_pool_statistics_get_a_line_per_cell() {
+        let mut v = doc(&["a", "b"]);
+        v.cells[1].pool_stats = Some(allot_proto::PoolStatsWire {
+            workers: 2,
+            tasks_run: 1234,
+            tasks_stolen: 56,
+            tasks_migrated: 3,
+            tasks_resumed: 4,
+            ns_awake: 3,
+            ns_asleep: 1,
+            ..Default::default()
+        });
+        let text = render(&v);
+        let line = text
+            .lines()
+            .find(|l| l.contains("tasks run"))
+            .unwrap_or_else(|| panic!("no pool line: {text}"));
+        assert!(
+            line.starts_with("  2 b: 2 workers, 1234 tasks run"),
+            "{line}"
+        );
+        assert!(line.contains("56 stolen (3 migrated)"), "{line}");
+        assert!(line.contains("4 resumed"), "{line}");
+        assert!(line.contains("awake 75 %"), "{line}");
+        assert_eq!(text.matches("tasks run").count(), 1, "{text}");
+        assert!(!render(&doc(&["a"])).contains("runtime pools"));
     }
 
     #[test]

@@ -351,6 +351,7 @@ mod tests {
             busy,
             progress: 0,
             busy_reported: 0,
+            pool_stats: None,
             spec: spec(),
             runtimes: vec![],
         };

@@ -162,6 +162,23 @@ impl Request {
             Request::KindWatch { epoch, waiting } => {
                 w.u64(*epoch).u32(*waiting);
             }
+            Request::PoolStats { cell, stats: s } => {
+                w.u64(*cell).u32(s.workers);
+                for v in [
+                    s.tasks_run,
+                    s.tasks_created,
+                    s.tasks_stolen,
+                    s.tasks_migrated,
+                    s.tasks_suspended,
+                    s.tasks_resumed,
+                    s.yields,
+                    s.ns_awake,
+                    s.ns_asleep,
+                    s.queue_high_water,
+                ] {
+                    w.u64(v);
+                }
+            }
         }
         frame(self.kind(), w)
     }
@@ -169,7 +186,7 @@ impl Request {
     /// Decodes one datagram. Never panics, whatever the bytes.
     pub fn decode(buf: &[u8]) -> Result<Request, FrameError> {
         let (kind, body) = unframe(buf)?;
-        if !(0x01..=0x0E).contains(&kind) {
+        if !(0x01..=0x0F).contains(&kind) {
             return Err(FrameError::Kind(kind));
         }
         let mut r = Reader::new(body);
@@ -240,9 +257,25 @@ impl Request {
             0x0D => Request::KindRelease {
                 items: get_items(r)?,
             },
-            _ => Request::KindWatch {
+            0x0E => Request::KindWatch {
                 epoch: r.u64("epoch")?,
                 waiting: r.u32("waiting")?,
+            },
+            _ => Request::PoolStats {
+                cell: r.u64("cell")?,
+                stats: PoolStatsWire {
+                    workers: r.u32("workers")?,
+                    tasks_run: r.u64("tasks_run")?,
+                    tasks_created: r.u64("tasks_created")?,
+                    tasks_stolen: r.u64("tasks_stolen")?,
+                    tasks_migrated: r.u64("tasks_migrated")?,
+                    tasks_suspended: r.u64("tasks_suspended")?,
+                    tasks_resumed: r.u64("tasks_resumed")?,
+                    yields: r.u64("yields")?,
+                    ns_awake: r.u64("ns_awake")?,
+                    ns_asleep: r.u64("ns_asleep")?,
+                    queue_high_water: r.u64("queue_high_water")?,
+                },
             },
         })
     }

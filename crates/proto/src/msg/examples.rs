@@ -33,6 +33,22 @@ pub fn example_requests() -> Vec<Request> {
             wanted: 4,
             progress: 99,
         },
+        Request::PoolStats {
+            cell: 7,
+            stats: PoolStatsWire {
+                workers: 2,
+                tasks_run: 1000,
+                tasks_created: 990,
+                tasks_stolen: 40,
+                tasks_migrated: 3,
+                tasks_suspended: 5,
+                tasks_resumed: 5,
+                yields: 1,
+                ns_awake: 9_000_000,
+                ns_asleep: u64::MAX,
+                queue_high_water: 17,
+            },
+        },
         Request::UpdateSpec {
             cell: 1,
             spec: SpecWire::default(),

@@ -36,8 +36,10 @@ use crate::wire::DecodeError;
 ///
 /// History: 1 — cells; 2 — the resource ledger for `require` (0x0A–0x0E);
 /// 3 — one-way requests are never answered, [`ErrorCode::Limit`], the
-/// status document carries its own version ([`crate::status`]).
-pub const PROTOCOL_VERSION: u16 = 3;
+/// status document carries its own version ([`crate::status`]); 4 — the
+/// one-way `PoolStats` (0x0F): a runtime pool's per-worker statistics,
+/// summed.
+pub const PROTOCOL_VERSION: u16 = 4;
 
 /// Header magic.
 pub const MAGIC: u16 = 0xA110;
@@ -247,6 +249,14 @@ pub enum Request {
         /// A monotone progress counter (tasks done, bytes, frames…).
         progress: u64,
     },
+    /// `0x0F` — `cell: u64, stats` ([`PoolStatsWire`]). A runtime pool's
+    /// statistics; no reply.
+    PoolStats {
+        /// The cell.
+        cell: u64,
+        /// The pool's statistics, summed over its workers.
+        stats: PoolStatsWire,
+    },
     /// `0x06` — `cell: u64, spec`. Changes a cell's request.
     UpdateSpec {
         /// The cell.
@@ -384,6 +394,7 @@ impl Request {
             Request::KindAcquire { .. } => 0x0C,
             Request::KindRelease { .. } => 0x0D,
             Request::KindWatch { .. } => 0x0E,
+            Request::PoolStats { .. } => 0x0F,
         }
     }
 
@@ -394,9 +405,41 @@ impl Request {
 }
 
 /// Whether the broker answers requests of wire kind `kind`: every kind but
-/// the one-way `Report` (0x05) and `KindRelease` (0x0D).
+/// the one-way `Report` (0x05), `KindRelease` (0x0D) and `PoolStats`
+/// (0x0F).
 pub fn kind_expects_reply(kind: u16) -> bool {
-    !matches!(kind, 0x05 | 0x0D)
+    !matches!(kind, 0x05 | 0x0D | 0x0F)
+}
+
+/// A runtime pool's per-worker statistics summed over its workers (the
+/// `allot-runtime` crate's `WorkerStats`), as a cell reports them with
+/// [`Request::PoolStats`] and the status document shows them
+/// ([`crate::status::CellStatus::pool_stats`]). On the wire: `workers:
+/// u32`, then the ten counters as `u64`s in field order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct PoolStatsWire {
+    /// Workers active (holding a CPU) when the report was made.
+    pub workers: u32,
+    /// Tasks run.
+    pub tasks_run: u64,
+    /// Tasks created on workers.
+    pub tasks_created: u64,
+    /// Tasks taken by idle workers from others' or shared queues.
+    pub tasks_stolen: u64,
+    /// Of those, tasks taken from retired workers.
+    pub tasks_migrated: u64,
+    /// Tasks created suspended on workers.
+    pub tasks_suspended: u64,
+    /// Resumed or timed tasks run.
+    pub tasks_resumed: u64,
+    /// Quanta used up (a ready task ran nested).
+    pub yields: u64,
+    /// Worker time not parked, in ns (running or looking for tasks).
+    pub ns_awake: u64,
+    /// Worker time parked, in ns.
+    pub ns_asleep: u64,
+    /// The most tasks one worker's queues held at once (sampled).
+    pub queue_high_water: u64,
 }
 
 impl Reply {

@@ -146,14 +146,15 @@ impl ThreadPolicy for Global {
                 continue;
             }
             match self.forks.steal(here, victim, false) {
-                Steal::Success(t) => return Idle::Run(t),
+                Steal::Success(t) if self.info.roster().is_active(victim) => return Idle::Run(t),
+                Steal::Success(t) => return Idle::Migrated(t),
                 Steal::Retry => retry = true,
                 Steal::Empty => {}
             }
         }
         if hint != Hint::Wait {
             match self.inboxes.take_orphaned(here, self.info.roster()) {
-                Steal::Success(t) => return Idle::Run(t),
+                Steal::Success(t) => return Idle::Migrated(t),
                 Steal::Retry => retry = true,
                 Steal::Empty => {}
             }

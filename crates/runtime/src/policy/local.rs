@@ -202,21 +202,24 @@ impl ThreadPolicy for Local {
                 }
                 Steal::Empty => None,
             };
-            if let Some(t) = steal(self.forks()) {
-                return Idle::Run(t);
-            }
-            if hint != Hint::Wait
-                && self.forks.is_some()
-                && let Some(t) = steal(&self.deques)
-            {
-                return Idle::Run(t);
+            let found = steal(self.forks()).or_else(|| {
+                (hint != Hint::Wait && self.forks.is_some())
+                    .then(|| steal(&self.deques))
+                    .flatten()
+            });
+            if let Some(t) = found {
+                return if self.info.roster().is_active(victim) {
+                    Idle::Run(t)
+                } else {
+                    Idle::Migrated(t)
+                };
             }
         }
         if hint == Hint::Wait {
             return if retry { Idle::Retry } else { Idle::Park };
         }
         match self.inboxes.take_orphaned(here, self.info.roster()) {
-            Steal::Success(t) => return Idle::Run(t),
+            Steal::Success(t) => return Idle::Migrated(t),
             Steal::Retry => retry = true,
             Steal::Empty => {}
         }

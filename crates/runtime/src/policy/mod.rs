@@ -126,8 +126,11 @@ pub enum Place {
 /// What an idle worker does next.
 #[derive(Debug)]
 pub enum Idle {
-    /// Run this task (stolen or migrated).
+    /// Run this task (stolen from another worker or a shared queue).
     Run(Task),
+    /// Run this task, taken from a worker that retired (migration; the
+    /// controller counts it apart in the per-worker statistics).
+    Migrated(Task),
     /// Lost a race; look again soon.
     Retry,
     /// Nothing anywhere: the controller may spin, then park.

@@ -228,6 +228,7 @@ impl Builder {
             vp_errors: AtomicU64::new(0),
             pin_errors: AtomicU64::new(0),
             quantum: self.quantum,
+            gate: super::Gate::default(),
         });
         monitor::apply(&reg, &grant);
         let pool = Pool {

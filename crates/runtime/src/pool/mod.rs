@@ -37,8 +37,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod builder;
+mod suspend;
+mod timer;
 
 pub use builder::{BuildError, Builder, DEFAULT_REPORT_PERIOD, DEFAULT_SPIN};
+pub(crate) use suspend::Gate;
+pub use suspend::Resumer;
 
 /// A worker thread as seen from outside (for checks and tools).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -293,15 +297,19 @@ impl Pool {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        if let Some(w) = opts.worker
-            && w >= self.max_workers()
-        {
-            return Err(SpawnError {
+        self.check_worker(opts)?;
+        Ok(self.spawn_inner(opts, f))
+    }
+
+    /// Fails if `opts` names a worker the pool does not have.
+    fn check_worker(&self, opts: SpawnOptions) -> Result<(), SpawnError> {
+        match opts.worker {
+            Some(w) if w >= self.max_workers() => Err(SpawnError {
                 worker: w,
                 slots: self.max_workers(),
-            });
+            }),
+            _ => Ok(()),
         }
-        Ok(self.spawn_inner(opts, f))
     }
 
     fn spawn_inner<T, F>(&self, opts: SpawnOptions, f: F) -> JoinHandle<T>
@@ -320,18 +328,15 @@ impl Pool {
         // unless it sits in this worker's own queues where waiters reach it
         // anyway ("Waiting" in `controller.rs`).
         let job = ClaimJob::new(
-            Packet {
-                done: Event::new(),
-                waiter: AtomicUsize::new(0),
-                result: UnsafeCell::new(None),
-            },
+            Packet::new(),
             move |p: &Packet<T>| {
                 p.complete(panic::catch_unwind(AssertUnwindSafe(f)).map_err(TaskPanic::new))
             },
             place != Place::Local || !self.reg.policy.waiters_find_local(Hint::Spawn),
+            opts.priority,
         );
         // SAFETY: `F` and `T` are `'static`.
-        let task = unsafe { job.queued_task() }.with_priority(opts.priority);
+        let task = unsafe { job.queued_task() };
         match wt {
             Some(wt) => wt.push_at(place, task, Hint::Spawn),
             None => self.reg.inject_at(place, task, Hint::Spawn),
@@ -398,6 +403,9 @@ impl Default for Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
+        // Suspended tasks are cancelled from now on; resumed ones are
+        // queued already and run before the workers stop (`suspend`).
+        self.reg.gate.close();
         let handles: Vec<_> = {
             let mut plan = self.reg.plan.lock().unwrap_or_else(|p| p.into_inner());
             self.reg.shut_down();
@@ -510,6 +518,14 @@ impl<T> Waited for HandleWait<'_, T> {
 }
 
 impl<T> Packet<T> {
+    fn new() -> Packet<T> {
+        Packet {
+            done: Event::new(),
+            waiter: AtomicUsize::new(0),
+            result: UnsafeCell::new(None),
+        }
+    }
+
     fn complete(&self, r: Result<T, TaskPanic>) {
         // SAFETY: only the task writes, once, before `done` is set.
         unsafe { *self.result.get() = Some(r) };
@@ -617,5 +633,61 @@ mod tests {
         wait(2);
         assert_eq!(pool.workers(), 1);
         assert_eq!(pool.install(|| 6 * 7), 42);
+    }
+
+    /// Tasks waiting for a named worker whose CPU is revoked are taken by
+    /// the worker that stays, and counted as migrated (and stolen) there.
+    /// (The test applies grants itself, so the revocation is in place
+    /// before the leaving worker's task ends.)
+    #[test]
+    fn a_retired_workers_tasks_are_counted_as_migrated() {
+        let all = allot_topo::allowed_cpus().expect("allowed cpus");
+        if !allot_testkit::prerequisite(all.len() >= 2, "needs 2 CPUs to retire one worker") {
+            return;
+        }
+        let two: CpuSet = all.iter().take(2).collect();
+        let one: CpuSet = all.iter().take(1).collect();
+        let pool = Pool::builder()
+            .cell(Cell::standalone())
+            .max_workers(2)
+            .name("migrate")
+            .build()
+            .expect("pool");
+        monitor::apply(&pool.reg, &grant(1, 1, 1, two));
+        assert!(pool.wait_resized(1, Duration::from_secs(10)));
+        let kept = one.iter().next().unwrap();
+        let leaving = pool
+            .worker_threads()
+            .into_iter()
+            .find(|w| w.cpu != kept)
+            .expect("a worker on the CPU to revoke")
+            .index;
+        // Keep the leaving worker busy while tasks pile up in its inbox.
+        let (started_tx, started) = std::sync::mpsc::channel();
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let on_leaving = SpawnOptions::new().worker(leaving);
+        let blocker = pool
+            .spawn_with(on_leaving, move || {
+                started_tx.send(()).unwrap();
+                let _ = wait.recv();
+            })
+            .unwrap();
+        started.recv().unwrap();
+        let piled: Vec<_> = (0..20)
+            .map(|i| pool.spawn_with(on_leaving, move || i).unwrap())
+            .collect();
+        monitor::apply(&pool.reg, &grant(1, 1, 2, one));
+        drop(release);
+        blocker.join().unwrap();
+        assert!(pool.wait_resized(2, Duration::from_secs(10)));
+        for (i, h) in piled.into_iter().enumerate() {
+            assert_eq!(h.join().unwrap(), i);
+        }
+        let stats = pool.worker_stats();
+        assert_eq!(stats[leaving].retirements, 1, "{stats:#?}");
+        assert_eq!(stats[leaving].tasks_migrated, 0, "{stats:#?}");
+        let stayed = &stats[1 - leaving];
+        assert_eq!(stayed.tasks_migrated, 20, "{stats:#?}");
+        assert!(stayed.tasks_stolen >= 20, "{stats:#?}");
     }
 }
