@@ -96,6 +96,54 @@ mod spawn {
         });
     }
 
+    /// A suspended task made, resumed and joined from outside the pool:
+    /// `allot_external_roundtrip` plus the suspension's own cost.
+    #[divan::bench]
+    fn allot_suspend_resume_roundtrip(b: Bencher) {
+        let p = &*POOL;
+        b.bench(|| {
+            let (r, h) = p
+                .spawn_suspended(allot_runtime::SpawnOptions::new(), || black_box(1))
+                .unwrap();
+            r.resume();
+            h.join().unwrap()
+        });
+    }
+
+    /// A timed task due at once, joined from outside: the timer thread's
+    /// reaction (a condvar wake-up) on top of the round trip.
+    #[divan::bench]
+    fn allot_timed_zero_roundtrip(b: Bencher) {
+        let p = &*POOL;
+        b.bench(|| {
+            p.spawn_after(Duration::ZERO, allot_runtime::SpawnOptions::new(), || {
+                black_box(1)
+            })
+            .unwrap()
+            .join()
+            .unwrap()
+        });
+    }
+
+    /// 100 suspended tasks made and resumed inside the pool, then joined
+    /// (per-task cost = time / 100; compare `allot_batch_in_pool`).
+    #[divan::bench(counters = [divan::counter::ItemsCount::new(BATCH)])]
+    fn allot_suspend_batch_in_pool(b: Bencher) {
+        let p = &*POOL;
+        b.bench(|| {
+            p.install(|| {
+                let hs: [_; BATCH] = std::array::from_fn(|i| {
+                    let (r, h) = p
+                        .spawn_suspended(allot_runtime::SpawnOptions::new(), move || black_box(i))
+                        .unwrap();
+                    r.resume();
+                    h
+                });
+                hs.into_iter().map(|h| h.join().unwrap()).sum::<usize>()
+            })
+        });
+    }
+
     /// A pthread per task.
     #[divan::bench]
     fn pthread_spawn_join(b: Bencher) {
