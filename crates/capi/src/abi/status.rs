@@ -195,7 +195,8 @@ mod tests {
             assert_eq!(Status::from_code(i as c_int), Some(*s));
         }
         assert_eq!(Status::from_code(-1), None);
-        assert_eq!(Status::from_code(12), None);
+        assert_eq!(Status::from_code(12), Some(Status::Cancelled));
+        assert_eq!(Status::from_code(13), None);
     }
 
     #[test]

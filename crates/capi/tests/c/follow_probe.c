@@ -8,7 +8,9 @@
  * so far (/proc/self/task/TID/schedstat), and ICV this thread's
  * omp_get_max_threads() (-1 without an OpenMP runtime). Between prints it
  * calls a small dgemm_ when the library has one, so that the library is in
- * use while its count changes. Ends with `done ANSWER` (a checksum).
+ * use while its count changes. (128 × 128: OpenBLAS's kernels for AVX-512
+ * CPUs (SkylakeX, Cooperlake) run products under about 10^6 multiply-adds
+ * on the calling thread alone, without a parallel region.) Ends with `done ANSWER` (a checksum).
  * With PROBE_FIRST set, that library is loaded first, and kept. */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -83,7 +85,7 @@ int main(int argc, char **argv)
     }
     int i64 = strcmp(argv[3], "i64") == 0;
     dgemm_fn dgemm = (dgemm_fn)dlsym(h, "dgemm_");
-    enum { N = 96 };
+    enum { N = 128 };
     static double a[N * N], b[N * N], c[N * N];
     for (int i = 0; i < N * N; i++) {
         a[i] = (double)(i % 7) / 7.0;
