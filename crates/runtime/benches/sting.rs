@@ -86,7 +86,7 @@ impl Sizes {
 }
 
 /// What a configuration measured on one benchmark.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Outcome {
     /// Wall time of each timed run, in ns.
     pub times: Vec<f64>,
@@ -135,59 +135,81 @@ fn run() {
 
     let mut rows: Vec<report::Row> = Vec::new();
     for b in Bench::ALL {
-        let want = expected(b, &sizes);
-        let mut add = |variant: String, o: Outcome| {
-            eprintln!(
-                "  {:<9} {:<30} {:>9.1} ms",
-                b.name(),
-                variant,
-                report::median(&o.times) / 1e6
-            );
-            rows.push(report::Row {
-                bench: b,
-                variant,
-                outcome: o,
-            });
-        };
-        add(
-            "sequential".into(),
-            timed(b, &sizes, want, None, |b, s| once(b, s, &Exec::Seq)),
-        );
-        for p in variants::POLICIES {
-            let spec: PolicySpec = p.parse().expect("policy spec");
-            let pool = Arc::new(allot_pool(spec));
-            let exec = Exec::Allot(pool.clone());
-            add(
-                format!("allot {p}"),
-                timed(b, &sizes, want, Some(&pool), |b, s| once(b, s, &exec)),
-            );
-        }
-        let rayon = Arc::new(
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(workers)
-                .build()
-                .expect("rayon pool"),
-        );
-        let exec = Exec::Rayon(rayon);
-        add(
-            "rayon".into(),
-            timed(b, &sizes, want, None, |b, s| once(b, s, &exec)),
-        );
-        drop(exec);
-        if let Some(bin) = &omp {
-            add(
-                "OpenMP".into(),
-                run_omp(bin, b, &sizes, workers, want, true),
-            );
-            if b == Bench::Knapsack {
-                add(
-                    "OpenMP, no priorities".into(),
-                    run_omp(bin, b, &sizes, workers, want, false),
-                );
-            }
-        }
+        rows.extend(measure(b, &sizes, workers, omp.as_deref()));
     }
     println!("{}", report::render(&rows, &sizes, workers));
+}
+
+/// Runs every configuration on `b`: each once untimed, then `runs`
+/// rounds in which each runs once, so that changing background load hits
+/// them alike. Stops the benchmark if an answer is wrong.
+#[cfg(not(loom))]
+fn measure(b: Bench, sizes: &Sizes, workers: usize, omp: Option<&Path>) -> Vec<report::Row> {
+    let want = expected(b, sizes);
+    let mut configs: Vec<(String, Exec)> = vec![("sequential".into(), Exec::Rust(Threads::Seq))];
+    for p in variants::POLICIES {
+        let spec: PolicySpec = p.parse().expect("policy spec");
+        configs.push((
+            format!("allot {p}"),
+            Exec::Rust(Threads::Allot(Arc::new(allot_pool(spec)))),
+        ));
+    }
+    let rayon = rayon::ThreadPoolBuilder::new()
+        .num_threads(workers)
+        .build()
+        .expect("rayon pool");
+    configs.push(("rayon".into(), Exec::Rust(Threads::Rayon(Arc::new(rayon)))));
+    if let Some(bin) = omp {
+        let omp = |prio| Exec::Omp {
+            bin: bin.to_path_buf(),
+            workers,
+            prio,
+        };
+        configs.push(("OpenMP".into(), omp(true)));
+        if b == Bench::Knapsack {
+            configs.push(("OpenMP, no priorities".into(), omp(false)));
+        }
+    }
+    let check = |name: &str, answer: u64| {
+        assert_eq!(answer, want, "{} under {name}: wrong answer", b.name());
+    };
+    for (name, exec) in &configs {
+        check(name, once(b, sizes, exec).1);
+    }
+    let mut outcomes: Vec<Outcome> = configs.iter().map(|_| Outcome::default()).collect();
+    for round in 0..sizes.runs {
+        for ((name, exec), o) in configs.iter().zip(&mut outcomes) {
+            let pool = match exec {
+                Exec::Rust(Threads::Allot(p)) if round + 1 == sizes.runs => Some(p),
+                _ => None,
+            };
+            let before = pool.map(|p| p.worker_stats());
+            let (t, answer, nodes) = once(b, sizes, exec);
+            if let (Some(p), Some(before)) = (pool, before) {
+                o.stats = Some(report::since(&p.worker_stats(), &before));
+            }
+            check(name, answer);
+            o.times.push(t);
+            o.nodes.push(nodes);
+        }
+    }
+    configs
+        .into_iter()
+        .zip(outcomes)
+        .map(|((variant, _), outcome)| {
+            eprintln!(
+                "  {:<9} {:<34} {:>9.1} ms",
+                b.name(),
+                variant,
+                report::median(&outcome.times) / 1e6
+            );
+            report::Row {
+                bench: b,
+                variant,
+                outcome,
+            }
+        })
+        .collect()
 }
 
 /// An allot pool with policy `spec` on the standalone cell.
@@ -218,24 +240,45 @@ fn expected(b: Bench, s: &Sizes) -> u64 {
 /// Where a run executes.
 #[cfg(not(loom))]
 enum Exec {
+    /// The Rust code on this thread or a pool.
+    Rust(Threads),
+    /// The OpenMP build, `workers` threads, task priorities on or off.
+    Omp {
+        bin: PathBuf,
+        workers: usize,
+        prio: bool,
+    },
+}
+
+/// Where the Rust code runs.
+#[cfg(not(loom))]
+enum Threads {
     Seq,
     Allot(Arc<Pool>),
     Rayon(Arc<rayon::ThreadPool>),
 }
 
 /// One run of `b`: (wall time of the algorithm in ns, answer, nodes). The
-/// input is made before the clock starts; the answer is checked after.
+/// input is made before the clock starts (the OpenMP build does the same).
 #[cfg(not(loom))]
 fn once(b: Bench, s: &Sizes, exec: &Exec) -> (f64, u64, u64) {
+    match exec {
+        Exec::Omp { bin, workers, prio } => run_omp(bin, b, s, *workers, *prio),
+        Exec::Rust(t) => once_rust(b, s, t),
+    }
+}
+
+#[cfg(not(loom))]
+fn once_rust(b: Bench, s: &Sizes, exec: &Threads) -> (f64, u64, u64) {
     use variants::{Allot, AllotSpawner, Rayon, RayonSpawner, Seq};
     match b {
         Bench::Abisort => {
             let mut k = abisort::keys(1 << s.sort_log2, 1);
             let t0 = Instant::now();
             match exec {
-                Exec::Seq => abisort::sort(&Seq, &mut k),
-                Exec::Allot(p) => p.install(|| abisort::sort(&Allot, &mut k)),
-                Exec::Rayon(p) => p.install(|| abisort::sort(&Rayon, &mut k)),
+                Threads::Seq => abisort::sort(&Seq, &mut k),
+                Threads::Allot(p) => p.install(|| abisort::sort(&Allot, &mut k)),
+                Threads::Rayon(p) => p.install(|| abisort::sort(&Rayon, &mut k)),
             }
             let t = t0.elapsed().as_nanos() as f64;
             let sum = if abisort::is_sorted(&k) {
@@ -249,9 +292,9 @@ fn once(b: Bench, s: &Sizes, exec: &Exec) -> (f64, u64, u64) {
             let t0 = Instant::now();
             let n = s.queens;
             let count = match exec {
-                Exec::Seq => queens::count(&Seq, n),
-                Exec::Allot(p) => p.install(|| queens::count(&Allot, n)),
-                Exec::Rayon(p) => p.install(|| queens::count(&Rayon, n)),
+                Threads::Seq => queens::count(&Seq, n),
+                Threads::Allot(p) => p.install(|| queens::count(&Allot, n)),
+                Threads::Rayon(p) => p.install(|| queens::count(&Rayon, n)),
             };
             (t0.elapsed().as_nanos() as f64, count, 0)
         }
@@ -259,44 +302,13 @@ fn once(b: Bench, s: &Sizes, exec: &Exec) -> (f64, u64, u64) {
             let inst = knapsack::instance(s.items, 7);
             let t0 = Instant::now();
             let (best, nodes) = match exec {
-                Exec::Seq => knapsack::search_seq(&inst),
-                Exec::Allot(p) => knapsack::search_par(&inst, AllotSpawner(p.clone())),
-                Exec::Rayon(p) => knapsack::search_par(&inst, RayonSpawner(p.clone())),
+                Threads::Seq => knapsack::search_seq(&inst),
+                Threads::Allot(p) => knapsack::search_par(&inst, AllotSpawner(p.clone())),
+                Threads::Rayon(p) => knapsack::search_par(&inst, RayonSpawner(p.clone())),
             };
             (t0.elapsed().as_nanos() as f64, best, nodes)
         }
     }
-}
-
-/// Runs `b` once untimed, then `sizes.runs` times timed; stops the
-/// benchmark if an answer is wrong. With a pool, keeps its per-worker
-/// statistics of the last run.
-#[cfg(not(loom))]
-fn timed(
-    b: Bench,
-    sizes: &Sizes,
-    want: u64,
-    pool: Option<&Pool>,
-    mut one: impl FnMut(Bench, &Sizes) -> (f64, u64, u64),
-) -> Outcome {
-    let mut o = Outcome {
-        times: Vec::new(),
-        nodes: Vec::new(),
-        stats: None,
-    };
-    for r in 0..=sizes.runs {
-        let before = pool.filter(|_| r == sizes.runs).map(Pool::worker_stats);
-        let (t, answer, nodes) = one(b, sizes);
-        assert_eq!(answer, want, "{}: wrong answer", b.name());
-        if let (Some(p), Some(before)) = (pool, before) {
-            o.stats = Some(report::since(&p.worker_stats(), &before));
-        }
-        if r > 0 {
-            o.times.push(t);
-            o.nodes.push(nodes);
-        }
-    }
-    o
 }
 
 /// Compiles `sting/sting.c` with `gcc -O2 -fopenmp` into the target's
@@ -329,33 +341,27 @@ fn build_omp() -> Option<PathBuf> {
     }
 }
 
-/// Runs the OpenMP build of `b` (one process: a warm-up run, then the
-/// timed ones) with `workers` threads, task priorities on or off.
+/// Runs the OpenMP build of `b` in a process of its own: one untimed
+/// run (the team starts), then the measured one.
 #[cfg(not(loom))]
-fn run_omp(bin: &Path, b: Bench, s: &Sizes, workers: usize, want: u64, prio: bool) -> Outcome {
+fn run_omp(bin: &Path, b: Bench, s: &Sizes, workers: usize, prio: bool) -> (f64, u64, u64) {
     let out = Command::new(bin)
         .arg(b.name())
         .arg(s.of(b).to_string())
-        .arg((s.runs + 1).to_string())
+        .arg("2")
         .env("OMP_NUM_THREADS", workers.to_string())
         .env("OMP_MAX_TASK_PRIORITY", if prio { "2" } else { "0" })
         .output()
         .expect("run the OpenMP build");
     assert!(out.status.success(), "OpenMP {}: {:?}", b.name(), out);
-    let mut o = Outcome {
-        times: Vec::new(),
-        nodes: Vec::new(),
-        stats: None,
-    };
-    for line in String::from_utf8_lossy(&out.stdout).lines().skip(1) {
-        let f: Vec<u64> = line
-            .split_whitespace()
-            .map(|x| x.parse().expect("a number"))
-            .collect();
-        assert_eq!(f[1], want, "OpenMP {}: wrong answer", b.name());
-        o.times.push(f[0] as f64);
-        o.nodes.push(f[2]);
-    }
-    assert_eq!(o.times.len(), s.runs, "OpenMP {}: runs missing", b.name());
-    o
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout
+        .lines()
+        .last()
+        .expect("the OpenMP build printed its runs");
+    let f: Vec<u64> = last
+        .split_whitespace()
+        .map(|x| x.parse().expect("a number"))
+        .collect();
+    (f[0] as f64, f[1], f[2])
 }
