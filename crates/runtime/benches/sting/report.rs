@@ -6,6 +6,9 @@ use super::{Bench, Outcome, Sizes};
 use allot_runtime::WorkerStats;
 use std::fmt::Write;
 
+/// A per-worker table row: its label and how to print a worker's figure.
+type Field = (&'static str, fn(&WorkerStats) -> String);
+
 /// One configuration's outcome on one benchmark.
 pub struct Row {
     pub bench: Bench,
@@ -191,7 +194,7 @@ pub fn render(rows: &[Row], s: &Sizes, workers: usize) -> String {
         let _ = writeln!(out, "| | {} | total |", head.join(" | "));
         let _ = writeln!(out, "|---|{}---:|", "---:|".repeat(st.len()));
         let total = WorkerStats::total(st);
-        let fields: [(&str, fn(&WorkerStats) -> String); 7] = [
+        let fields: [Field; 7] = [
             ("tasks run", |w| w.tasks_run.to_string()),
             ("tasks created", |w| w.tasks_created.to_string()),
             ("tasks stolen", |w| w.tasks_stolen.to_string()),
