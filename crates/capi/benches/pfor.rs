@@ -141,7 +141,19 @@ fn main() {
             mode: "omp-static",
             grain: 1,
         },
+        Config {
+            name: "allot_pool_parallel_for_static",
+            mode: "allot-static",
+            grain: 1,
+        },
+        Config {
+            name: "allot_pool_parallel_for_static from a task",
+            mode: "allot-static-inside",
+            grain: 1,
+        },
     ];
+    /// Where the per-grain configurations start in `configs`.
+    const PER_GRAIN: usize = 4;
     for g in grains {
         for (name, mode) in [
             ("allot_pool_parallel_for", "allot"),
@@ -206,9 +218,9 @@ fn main() {
     println!("|---|---|---|---|---|---|---|---|");
     let omp_static = med[1];
     for (k, g) in grains.iter().enumerate() {
-        let outside = med[2 + 3 * k];
-        let inside = med[3 + 3 * k];
-        let dynamic = med[4 + 3 * k];
+        let outside = med[PER_GRAIN + 3 * k];
+        let inside = med[PER_GRAIN + 1 + 3 * k];
+        let dynamic = med[PER_GRAIN + 2 + 3 * k];
         println!(
             "| {g} | {} | {} | {} | {:.2}, {:.2} | {} | {:.2} | {}, {} |",
             fmt_us(outside),
@@ -223,10 +235,22 @@ fn main() {
         );
     }
     println!("\nsequential: {}", fmt_us(med[0]));
+    println!(
+        "static schedule: allot_pool_parallel_for_static {} from main, {} from a task; \
+         OpenMP schedule(static) {} (allot / OpenMP: {:.2}, {:.2})",
+        fmt_us(med[2]),
+        fmt_us(med[3]),
+        fmt_us(omp_static),
+        med[2] / omp_static,
+        med[3] / omp_static,
+    );
     println!("\nEvery configuration (median; per-round medians):");
     for ((c, m), r) in configs.iter().zip(&med).zip(&results) {
         let rounds: Vec<String> = r.iter().map(|ns| format!("{:.1}", ns / 1000.0)).collect();
-        let grain = if c.mode != "seq" && c.mode != "omp-static" {
+        let grain = if !matches!(
+            c.mode,
+            "seq" | "omp-static" | "allot-static" | "allot-static-inside"
+        ) {
             format!(", grain {}", c.grain)
         } else {
             String::new()

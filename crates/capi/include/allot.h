@@ -507,8 +507,12 @@ int allot_task_detach(allot_task_t task);
 /* Calls body(lo, hi, arg) on disjoint sub-ranges [lo, hi) covering
  * [begin, end), each at most `grain` long (grain 0: about 8 pieces per
  * worker), in parallel on the pool's workers, and returns when all of them
- * returned. The range is split in halves recursively (fork/join), so the
- * pieces run in no particular order. begin == end calls nothing.
+ * returned. The range is split in halves into tasks adaptively: about two
+ * tasks per worker, each calling body on its pieces in ascending order,
+ * and split further only where a worker went idle and stole (CAPI.md,
+ * "Benchmark: fine-grained parallel-for"); across tasks the pieces run in
+ * no particular order.
+ * begin == end calls nothing.
  *
  * Contexts: any thread, also inside callbacks (nested loops on the same
  *   pool run on the calling worker's fast path). Blocks until the loop is
@@ -522,6 +526,19 @@ int allot_pool_parallel_for(allot_pool_t pool, size_t begin, size_t end,
                             size_t grain,
                             void (*body)(size_t lo, size_t hi, void *arg),
                             void *arg);
+
+/* OpenMP's schedule(static): calls body(lo, hi, arg) once per block of
+ * [begin, end) cut into as many contiguous blocks as the pool has active
+ * workers (fewer when the range is shorter; lengths differ by at most
+ * one, the longer blocks first), in parallel, and returns when all of them
+ * returned. No balancing beyond one block per worker: for bodies whose
+ * cost per index is even, or that want one call per worker. begin == end
+ * calls nothing.
+ *
+ * Contexts, errors and undefined behaviour: as allot_pool_parallel_for. */
+int allot_pool_parallel_for_static(allot_pool_t pool, size_t begin, size_t end,
+                                   void (*body)(size_t lo, size_t hi, void *arg),
+                                   void *arg);
 
 /* Runs a(a_arg) and b(b_arg), in parallel when a worker is free, and returns
  * when both returned. Inside a callback of the same pool this is fork/join

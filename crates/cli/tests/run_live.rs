@@ -307,16 +307,23 @@ fn two_builds_share_the_cpus_and_the_survivor_speeds_up() {
     // While both ran (after the second was admitted), one recipe each. The
     // long build's extra token is taken back as soon as its grant shrinks,
     // but a recipe that took it just before runs to its end (0.4 s), and
-    // on a loaded machine the wrapper's grant watcher may be late: allow
-    // one recipe's length and a little more before checking.
+    // on a loaded machine the wrapper's grant watcher may be late (a CI run
+    // saw two long recipes start together 0.46 s after the short build's
+    // first): only the long build's recipes that *started* 0.6 s or more
+    // into the short build are checked against each other.
     let both_from = s.first().map_or(t0, |x| x.0) + 0.6;
     // Until the short build's last recipe ended (its wrapper's exit, at
     // `t1`, may come later on a loaded machine, and from then on the long
     // build rightly has both CPUs again).
     let both_to = s.last().map_or(t1, |x| x.1) - 0.05;
     assert_eq!(max_concurrency(&s, 0.0, f64::MAX), 1, "short build: {s:?}");
+    let late: Vec<(f64, f64)> = l.iter().copied().filter(|x| x.0 >= both_from).collect();
+    assert!(
+        late.iter().any(|x| x.0 < both_to),
+        "no long recipe started while the short build ran: {l:?}\nshort: {s:?}"
+    );
     assert_eq!(
-        max_concurrency(&l, both_from, both_to),
+        max_concurrency(&late, both_from, both_to),
         1,
         "long build while the short one ran: {l:?}\nshort: {s:?}\nshort's stderr: {}\n{}",
         String::from_utf8_lossy(&o.stderr),

@@ -42,6 +42,11 @@
 //!   no worker until its [`Resumer`] resumes it (exactly once; dropping the
 //!   resumer cancels it); [`Pool::spawn_after`] is one the pool's timer
 //!   thread resumes when it is due (a sleep that holds no worker).
+//! - **Parallel loops** (`pool/loops`): [`Pool::for_each_chunk`] and
+//!   [`Pool::map_reduce`] cut a range into tasks adaptively (about two per
+//!   worker, split further only where a worker steals), the body seeing
+//!   pieces of at most `grain`; [`Pool::for_each_static`] is OpenMP's
+//!   `schedule(static)`, one block per active worker.
 //! - **Statistics** (`stats`, [`Pool::worker_stats`]): per-worker counts
 //!   (run, created, stolen, migrated, suspended, resumed, yields) and sleep
 //!   times, each worker's on a cache line only it writes; the monitor

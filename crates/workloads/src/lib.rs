@@ -209,7 +209,7 @@ pub fn run_allot(kernels: &KernelLib, kernel: Kernel, scale: f64, pool: &Pool) -
     );
     let workers = pool.workers();
     let entry = kernels.entry(kernel);
-    let ((rc, answer, seconds), stats) = par::with_pool(pool, || {
+    let ((rc, answer, seconds), stats) = par::with_pool(pool, kernel.omp_schedule(), || {
         let mut answer = 0u64;
         let start = Instant::now();
         // SAFETY: `entry` is a `wl_*` kernel: it reads `scale` and writes

@@ -40,11 +40,12 @@
 //! workers and the revoked CPU only runs the kernel's short sequential
 //! parts until the kernel ends.
 
+use crate::Schedule;
 use allot_runtime::Pool;
 use std::cell::Cell;
 use std::ffi::{c_int, c_long, c_void};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 /// The pool of the run in progress (null outside [`with_pool`]).
 static CURRENT: AtomicPtr<Pool> = AtomicPtr::new(std::ptr::null_mut());
@@ -57,6 +58,9 @@ static REGIONS: AtomicU64 = AtomicU64::new(0);
 
 /// Regions handed off because the kernel's worker had lost its CPU.
 static HANDED_OFF: AtomicU64 = AtomicU64::new(0);
+
+/// Whether the run in progress uses the static schedule (else adaptive).
+static STATIC: AtomicBool = AtomicBool::new(false);
 
 /// The body type of `par.h`.
 pub type ParBody = unsafe extern "C" fn(lo: c_long, hi: c_long, ctx: *mut c_void);
@@ -72,9 +76,14 @@ pub(crate) struct RunStats {
 }
 
 /// Runs `f` as one task on a worker of `pool`, with `pool` in the slot
-/// `par_for` uses; returns `f`'s result and the run's statistics. Waits for
-/// any other run in the process to finish first.
-pub(crate) fn with_pool<R: Send>(pool: &Pool, f: impl FnOnce() -> R + Send) -> (R, RunStats) {
+/// `par_for` uses and `schedule` for its regions; returns `f`'s result and
+/// the run's statistics. Waits for any other run in the process to finish
+/// first.
+pub(crate) fn with_pool<R: Send>(
+    pool: &Pool,
+    schedule: Schedule,
+    f: impl FnOnce() -> R + Send,
+) -> (R, RunStats) {
     let _run = RUN.lock().unwrap_or_else(|p| p.into_inner());
     /// Empties the slot however `f` ends.
     struct Clear;
@@ -85,6 +94,7 @@ pub(crate) fn with_pool<R: Send>(pool: &Pool, f: impl FnOnce() -> R + Send) -> (
     }
     REGIONS.store(0, Ordering::Relaxed);
     HANDED_OFF.store(0, Ordering::Relaxed);
+    STATIC.store(schedule == Schedule::Static, Ordering::Relaxed);
     CURRENT.store(std::ptr::from_ref(pool).cast_mut(), Ordering::Release);
     let clear = Clear;
     let r = pool.install(f);
@@ -190,11 +200,18 @@ pub unsafe extern "C" fn par_for(
             run(k as c_long);
         }
     };
+    let all = || {
+        if STATIC.load(Ordering::Relaxed) {
+            pool.for_each_static(0..chunks, region);
+        } else {
+            pool.for_each_chunk(0..chunks, 1, region);
+        }
+    };
     if cpu_revoked(pool) {
         HANDED_OFF.fetch_add(1, Ordering::Relaxed);
-        pool.scope(|s| s.spawn(|_| pool.for_each_chunk(0..chunks, 1, region)));
+        pool.scope(|s| s.spawn(|_| all()));
     } else {
-        pool.for_each_chunk(0..chunks, 1, region);
+        all();
     }
 }
 
@@ -226,7 +243,7 @@ mod tests {
         seen.calls[k as usize].fetch_add(1, Ordering::Relaxed);
     }
 
-    fn check(n: c_long, grain: c_long, pool: Option<&Pool>) {
+    fn check(n: c_long, grain: c_long, pool: Option<(&Pool, Schedule)>) {
         let g = grain.max(1);
         let chunks = if n <= 0 { 0 } else { (n + g - 1) / g };
         let seen = Seen {
@@ -239,7 +256,7 @@ mod tests {
         // SAFETY: `record` accepts any chunk of `seen`, which outlives the call.
         let go = move || unsafe { par_for(n, grain, Some(record), ctx.get()) };
         let regions = match pool {
-            Some(p) => with_pool(p, go).1.regions,
+            Some((p, schedule)) => with_pool(p, schedule, go).1.regions,
             None => {
                 go();
                 u64::from(n > 0)
@@ -273,10 +290,11 @@ mod tests {
             (5, 0),
             (100, -2),
         ] {
-            check(n, grain, Some(&pool));
+            check(n, grain, Some((&pool, Schedule::Static)));
+            check(n, grain, Some((&pool, Schedule::Dynamic)));
             check(n, grain, None);
         }
-        assert!(with_pool(&pool, || par_workers()).0 >= 1);
+        assert!(with_pool(&pool, Schedule::Dynamic, || par_workers()).0 >= 1);
         assert_eq!(par_workers(), 1);
     }
 }

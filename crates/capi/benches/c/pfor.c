@@ -6,12 +6,14 @@
  *                      main(), a thread outside the pool
  *         allot-inside the same, from a task on the pool (the loop's caller
  *                      is a worker: no hand-off to the pool and back)
+ *         allot-static allot_pool_parallel_for_static from main()
+ *         allot-static-inside  the same, from a task on the pool
  *         omp-static   #pragma omp parallel for schedule(static)
  *         omp-dynamic  #pragma omp parallel for schedule(dynamic, GRAIN)
  *         seq          a plain loop
  *         workers      print the allot pool's worker count and exit
  *   N     iterations of the body per loop
- *   GRAIN most iterations per piece (allot, omp-dynamic)
+ *   GRAIN most iterations per piece (allot, allot-inside, omp-dynamic)
  *   REPS  timed loops (after REPS/10 + 10 untimed ones)
  *
  * The body is one multiply-add on a double: the loop costs are what is
@@ -56,6 +58,7 @@ static void die(const char *what, int rc) {
 
 struct timing {
     allot_pool_t pool;
+    int is_static;
     size_t n, grain;
     int warm, reps;
     long long *t;
@@ -67,7 +70,9 @@ static void timed_loops(void *arg) {
     struct timing *tm = arg;
     for (int r = -tm->warm; r < tm->reps && tm->rc == ALLOT_OK; r++) {
         long long t0 = now_ns();
-        tm->rc = allot_pool_parallel_for(tm->pool, 0, tm->n, tm->grain, body, NULL);
+        tm->rc = tm->is_static
+                     ? allot_pool_parallel_for_static(tm->pool, 0, tm->n, body, NULL)
+                     : allot_pool_parallel_for(tm->pool, 0, tm->n, tm->grain, body, NULL);
         long long t1 = now_ns();
         if (r >= 0) tm->t[r] = t1 - t0;
     }
@@ -79,8 +84,11 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *mode = argv[1];
-    int inside = strcmp(mode, "allot-inside") == 0;
-    int is_allot = strcmp(mode, "allot") == 0 || strcmp(mode, "workers") == 0 || inside;
+    int inside = strcmp(mode, "allot-inside") == 0 || strcmp(mode, "allot-static-inside") == 0;
+    int allot_static =
+        strcmp(mode, "allot-static") == 0 || strcmp(mode, "allot-static-inside") == 0;
+    int is_allot =
+        strcmp(mode, "allot") == 0 || strcmp(mode, "workers") == 0 || inside || allot_static;
     allot_pool_t pool = {0};
     uint32_t workers = 0;
     if (is_allot) {
@@ -121,7 +129,7 @@ int main(int argc, char **argv) {
     int threads = is_allot ? (int)workers : seq ? 1 : omp_get_max_threads();
 
     if (inside) {
-        struct timing tm = {pool, n, grain, warm, reps, t, ALLOT_OK};
+        struct timing tm = {pool, allot_static, n, grain, warm, reps, t, ALLOT_OK};
         allot_task_t task;
         int rc = allot_pool_spawn(pool, timed_loops, &tm, &task);
         if (rc) die("allot_pool_spawn", rc);
@@ -131,7 +139,8 @@ int main(int argc, char **argv) {
     for (int r = -warm; r < reps && !inside; r++) { /* allot-inside timed above */
         long long t0 = now_ns();
         if (is_allot) {
-            int rc = allot_pool_parallel_for(pool, 0, n, grain, body, NULL);
+            int rc = allot_static ? allot_pool_parallel_for_static(pool, 0, n, body, NULL)
+                                  : allot_pool_parallel_for(pool, 0, n, grain, body, NULL);
             if (rc) die("allot_pool_parallel_for", rc);
         } else if (omp_static) {
 #pragma omp parallel for schedule(static)

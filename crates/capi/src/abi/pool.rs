@@ -507,11 +507,7 @@ pub unsafe extern "C" fn allot_pool_parallel_for(
     entry("allot_pool_parallel_for", || {
         let body = body.ok_or_else(|| Error::invalid("body is NULL"))?;
         let p = POOLS.get(pool.id)?;
-        if begin > end {
-            return Err(Error::invalid(format!(
-                "begin ({begin}) is after end ({end}); the range is [begin, end)"
-            )));
-        }
+        check_range(begin, end)?;
         if begin == end {
             return Ok(());
         }
@@ -529,6 +525,43 @@ pub unsafe extern "C" fn allot_pool_parallel_for(
         });
         Ok(())
     })
+}
+
+/// `int allot_pool_parallel_for_static(allot_pool_t pool, size_t begin,
+/// size_t end, void (*body)(size_t, size_t, void *), void *arg)`.
+///
+/// # Safety
+/// As [`allot_pool_parallel_for`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn allot_pool_parallel_for_static(
+    pool: PoolHandle,
+    begin: usize,
+    end: usize,
+    body: Option<BodyFn>,
+    arg: *mut c_void,
+) -> c_int {
+    entry("allot_pool_parallel_for_static", || {
+        let body = body.ok_or_else(|| Error::invalid("body is NULL"))?;
+        let p = POOLS.get(pool.id)?;
+        check_range(begin, end)?;
+        let arg = Arg(arg);
+        let pool_id = pool.id;
+        p.for_each_static(begin..end, move |r| {
+            let _frame = FrameGuard::enter(pool_id, 0);
+            call_body(body, r.start, r.end, arg.ptr());
+        });
+        Ok(())
+    })
+}
+
+/// Fails unless `begin <= end`.
+fn check_range(begin: usize, end: usize) -> Result<(), Error> {
+    if begin > end {
+        return Err(Error::invalid(format!(
+            "begin ({begin}) is after end ({end}); the range is [begin, end)"
+        )));
+    }
+    Ok(())
 }
 
 /// `int allot_pool_join(allot_pool_t pool, void (*a)(void *), void *a_arg,

@@ -6,7 +6,8 @@ use allot_capi::abi::cell::*;
 use allot_capi::abi::pool::*;
 use allot_capi::abi::status::Status;
 use allot_capi::abi::*;
-use std::ffi::{CStr, c_int};
+use std::ffi::{CStr, c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The status a call returned.
 pub fn status(rc: c_int) -> Status {
@@ -76,4 +77,27 @@ pub fn spawn(p: PoolHandle, f: TaskFn, arg: *mut std::ffi::c_void) -> Result<Tas
         Status::Ok => Ok(t),
         s => Err(s),
     }
+}
+
+/// A task that does nothing.
+pub extern "C-unwind" fn nop(_: *mut c_void) {}
+
+/// A loop body that does nothing.
+pub extern "C-unwind" fn nop_body(_: usize, _: usize, _: *mut c_void) {}
+
+/// A task that adds one to the `AtomicUsize` its argument points at.
+pub extern "C-unwind" fn bump(arg: *mut c_void) {
+    // SAFETY: every caller passes a pointer to an `AtomicUsize` that
+    // outlives the task.
+    unsafe { &*(arg as *const AtomicUsize) }.fetch_add(1, Ordering::SeqCst);
+}
+
+/// `r` as a callback argument.
+pub fn ptr<T>(r: &T) -> *mut c_void {
+    r as *const T as *mut c_void
+}
+
+/// `r` as a callback argument the callback may write through.
+pub fn ptr_mut<T>(r: &mut T) -> *mut c_void {
+    r as *mut T as *mut c_void
 }

@@ -78,6 +78,12 @@ static void test_parallel_sum(allot_pool_t pool) {
         CHECK(atomic_load(&s.total) == expected);
         CHECK(atomic_load(&s.covered) == N);
     }
+    /* The static schedule: one block per worker. */
+    struct sum st = {.values = values};
+    MUST(allot_pool_parallel_for_static(pool, 0, N, sum_body, &st));
+    CHECK(atomic_load(&st.total) == expected);
+    CHECK(atomic_load(&st.covered) == N);
+    CHECK(allot_pool_parallel_for_static(pool, 6, 5, sum_body, &st) == ALLOT_ERR_INVALID);
     /* An empty range calls nothing; a reversed one is refused. */
     struct sum s = {.values = values};
     MUST(allot_pool_parallel_for(pool, 5, 5, 1, sum_body, &s));

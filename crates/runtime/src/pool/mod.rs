@@ -6,6 +6,9 @@
 //! - [`Pool::spawn`]: an independent `'static` task with a [`JoinHandle`];
 //! - [`Pool::join`] / [`join`]: fork/join, recursive, no allocation;
 //! - [`Pool::scope`]: tasks borrowing from the caller's stack;
+//! - [`Pool::for_each_chunk`], [`Pool::for_each_static`],
+//!   [`Pool::map_reduce`]: parallel loops (`loops.rs`: adaptive splitting
+//!   and the static schedule);
 //! - [`Pool::install`]: run a closure on a worker (everything above called
 //!   inside it stays on the pool's fast paths).
 //!
@@ -30,13 +33,13 @@ use allot_topo::CpuSet;
 use crossbeam_utils::CachePadded;
 use std::cell::UnsafeCell;
 use std::fmt;
-use std::ops::Range;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod builder;
+mod loops;
 mod suspend;
 mod timer;
 
@@ -232,49 +235,6 @@ impl Pool {
         }
     }
 
-    /// Runs `f(i)` for every `i` in `range`, in chunks of at most `grain`
-    /// indices.
-    pub fn for_each<F: Fn(usize) + Sync>(&self, range: Range<usize>, grain: usize, f: F) {
-        self.for_each_chunk(range, grain, |r| r.for_each(&f));
-    }
-
-    /// Runs `f` on disjoint sub-ranges covering `range`, each at most
-    /// `grain` long (split in halves with `join`).
-    pub fn for_each_chunk<F: Fn(Range<usize>) + Sync>(
-        &self,
-        range: Range<usize>,
-        grain: usize,
-        f: F,
-    ) {
-        if range.is_empty() {
-            return;
-        }
-        let grain = grain.max(1);
-        self.install(|| split(range, grain, &f));
-    }
-
-    /// Maps every chunk of `range` with `map` and combines the results
-    /// with `reduce` (associative), starting from `identity()`.
-    pub fn map_reduce<T, M, R>(
-        &self,
-        range: Range<usize>,
-        grain: usize,
-        identity: impl Fn() -> T + Sync,
-        map: M,
-        reduce: R,
-    ) -> T
-    where
-        T: Send,
-        M: Fn(Range<usize>) -> T + Sync,
-        R: Fn(T, T) -> T + Sync,
-    {
-        if range.is_empty() {
-            return identity();
-        }
-        let grain = grain.max(1);
-        self.install(|| split_reduce(range, grain, &map, &reduce))
-    }
-
     /// Starts `f` as an independent task.
     pub fn spawn<T, F>(&self, f: F) -> JoinHandle<T>
     where
@@ -443,34 +403,6 @@ where
     // SAFETY: non-null only while the worker's main loop (which owns the
     // `WorkerThread`) runs on this thread.
     unsafe { &*p }.join(a, b)
-}
-
-fn split<F: Fn(Range<usize>) + Sync>(r: Range<usize>, grain: usize, f: &F) {
-    if r.len() <= grain {
-        f(r);
-        return;
-    }
-    let mid = r.start + r.len() / 2;
-    join(
-        || split(r.start..mid, grain, f),
-        || split(mid..r.end, grain, f),
-    );
-}
-
-fn split_reduce<T: Send, M, R>(r: Range<usize>, grain: usize, map: &M, reduce: &R) -> T
-where
-    M: Fn(Range<usize>) -> T + Sync,
-    R: Fn(T, T) -> T + Sync,
-{
-    if r.len() <= grain {
-        return map(r);
-    }
-    let mid = r.start + r.len() / 2;
-    let (a, b) = join(
-        || split_reduce(r.start..mid, grain, map, reduce),
-        || split_reduce(mid..r.end, grain, map, reduce),
-    );
-    reduce(a, b)
 }
 
 /// Result slot of a spawned task.
