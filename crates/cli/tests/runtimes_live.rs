@@ -133,7 +133,9 @@ while time.monotonic() < end:
             allot_testkit::PYTHON,
             "-c",
             PROGRAM,
-            "4.5",
+            // Long enough for every phase on a loaded machine: a CI run
+            // with 4.5 s had no sample left after the neighbour.
+            "6.5",
         ],
     )
     .stdout(Stdio::piped())
