@@ -152,8 +152,9 @@ fn main() {
             grain: 1,
         },
     ];
-    /// Where the per-grain configurations start in `configs`.
-    const PER_GRAIN: usize = 4;
+    /// Index in `configs` of the first per-grain configuration (after
+    /// sequential, OpenMP static and the two allot static ones).
+    const FIRST_PER_GRAIN: usize = 4;
     for g in grains {
         for (name, mode) in [
             ("allot_pool_parallel_for", "allot"),
@@ -218,9 +219,9 @@ fn main() {
     println!("|---|---|---|---|---|---|---|---|");
     let omp_static = med[1];
     for (k, g) in grains.iter().enumerate() {
-        let outside = med[PER_GRAIN + 3 * k];
-        let inside = med[PER_GRAIN + 1 + 3 * k];
-        let dynamic = med[PER_GRAIN + 2 + 3 * k];
+        let outside = med[FIRST_PER_GRAIN + 3 * k];
+        let inside = med[FIRST_PER_GRAIN + 1 + 3 * k];
+        let dynamic = med[FIRST_PER_GRAIN + 2 + 3 * k];
         println!(
             "| {g} | {} | {} | {} | {:.2}, {:.2} | {} | {:.2} | {}, {} |",
             fmt_us(outside),

@@ -6,21 +6,11 @@
 
 use allot_client::Cell;
 use allot_runtime::{PolicyKind, Pool, WorkerStats};
+use allot_testkit::eventually;
 use allot_topo::CpuSet;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
-
-fn eventually(mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    f()
-}
+use std::time::Duration;
 
 /// Some work the optimiser cannot fold away.
 fn spin(n: u64) {
@@ -44,7 +34,10 @@ fn pool_on(n: usize, kind: PolicyKind) -> Option<(Pool, allot_client::GrantWrite
         .name("loops-test")
         .build()
         .expect("pool");
-    assert!(eventually(|| pool.workers() == n), "{n} workers");
+    assert!(
+        eventually(Duration::from_secs(10), || pool.workers() == n),
+        "{n} workers"
+    );
     Some((pool, writer))
 }
 

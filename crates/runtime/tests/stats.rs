@@ -4,21 +4,10 @@
 
 use allot_client::Cell;
 use allot_runtime::{Pool, WorkerStats};
+use allot_testkit::eventually;
 use allot_topo::CpuSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
-
-/// Waits until `f` holds (false after 10 s).
-fn eventually(mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    f()
-}
+use std::time::Duration;
 
 #[test]
 fn worker_statistics_follow_the_work() {
@@ -34,7 +23,10 @@ fn worker_statistics_follow_the_work() {
         .name("stats-test")
         .build()
         .expect("pool");
-    assert!(eventually(|| pool.workers() == 2), "two workers");
+    assert!(
+        eventually(Duration::from_secs(10), || pool.workers() == 2),
+        "two workers"
+    );
 
     const TASKS: u64 = 400;
     let ran = AtomicU64::new(0);
@@ -52,7 +44,11 @@ fn worker_statistics_follow_the_work() {
     // The 400 tasks, the installed closure, and nothing else ran (the
     // closure's worker counts it just after the caller was released).
     assert!(
-        eventually(|| WorkerStats::total(&pool.worker_stats()).tasks_run == TASKS + 1),
+        eventually(Duration::from_secs(10), || WorkerStats::total(
+            &pool.worker_stats()
+        )
+        .tasks_run
+            == TASKS + 1),
         "{:#?}",
         pool.worker_stats()
     );
@@ -70,7 +66,7 @@ fn worker_statistics_follow_the_work() {
 
     // Idle workers go to sleep and the sleep is timed.
     assert!(
-        eventually(|| {
+        eventually(Duration::from_secs(10), || {
             let t = WorkerStats::total(&pool.worker_stats());
             t.sleeps >= 2 && t.time_asleep > Duration::ZERO
         }),

@@ -140,6 +140,13 @@ pub(super) fn run_task(pool: u64, task: u64, f: TaskFn, arg: Arg) {
     call_task(f, arg.ptr());
 }
 
+/// Runs loop body `f(lo, hi, arg)` on the piece `r` of a loop on pool
+/// `pool`.
+fn run_piece(pool: u64, f: BodyFn, r: std::ops::Range<usize>, arg: Arg) {
+    let _frame = FrameGuard::enter(pool, 0);
+    call_body(f, r.start, r.end, arg.ptr());
+}
+
 /// What the task table holds.
 #[derive(Debug)]
 pub struct TaskEntry {
@@ -519,10 +526,7 @@ pub unsafe extern "C" fn allot_pool_parallel_for(
         };
         let arg = Arg(arg);
         let pool_id = pool.id;
-        p.for_each_chunk(begin..end, grain, move |r| {
-            let _frame = FrameGuard::enter(pool_id, 0);
-            call_body(body, r.start, r.end, arg.ptr());
-        });
+        p.for_each_chunk(begin..end, grain, move |r| run_piece(pool_id, body, r, arg));
         Ok(())
     })
 }
@@ -546,10 +550,7 @@ pub unsafe extern "C" fn allot_pool_parallel_for_static(
         check_range(begin, end)?;
         let arg = Arg(arg);
         let pool_id = pool.id;
-        p.for_each_static(begin..end, move |r| {
-            let _frame = FrameGuard::enter(pool_id, 0);
-            call_body(body, r.start, r.end, arg.ptr());
-        });
+        p.for_each_static(begin..end, move |r| run_piece(pool_id, body, r, arg));
         Ok(())
     })
 }

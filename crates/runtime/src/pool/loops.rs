@@ -196,7 +196,7 @@ where
 
 /// Block `k` of `range` cut into `n` blocks whose lengths differ by at
 /// most one (the longer ones first).
-pub(crate) fn block(range: &Range<usize>, k: usize, n: usize) -> Range<usize> {
+fn block(range: &Range<usize>, k: usize, n: usize) -> Range<usize> {
     let (len, base) = (range.len(), range.start);
     let (q, extra) = (len / n, len % n);
     let at = |k: usize| base + k * q + k.min(extra);
