@@ -10,6 +10,11 @@ copy the executable it names. Each round runs both with the same filters
 in both builds and so shows the noise), OLD first in even rounds and NEW
 first in odd ones; the report gives, per benchmark, the median of the
 per-round medians and NEW/OLD.
+
+A binary whose name contains `batch_inside` (the runtime's example of that
+name, built with `cargo build --release -p allot-runtime --example
+batch_inside`) is run with FILTER... as its arguments, and its p50 figures
+are the medians compared.
 """
 import re
 import statistics
@@ -19,7 +24,19 @@ import sys
 UNITS = {"ns": 1e-9, "µs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
 
+def example_medians(binary, args):
+    out = subprocess.run([binary, *args], capture_output=True, text=True, check=True).stdout
+    found = {}
+    for part in out.split("|"):
+        m = re.match(r"\s*(.*?) \(µs\): p10 \S+ p50 (\S+)", part)
+        if m:
+            found[m.group(1)] = float(m.group(2)) * 1e-6
+    return found
+
+
 def medians(binary, filters):
+    if "batch_inside" in binary:
+        return example_medians(binary, filters)
     out = subprocess.run([binary, "--bench", *filters], capture_output=True, text=True, check=True).stdout
     found, path = {}, []
     for line in out.splitlines():
@@ -40,7 +57,8 @@ def main():
         sys.exit(__doc__)
     old, new = sys.argv[1], sys.argv[2]
     rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 7
-    filters = sys.argv[4:] or ["allot_join", "allot_batch_in_pool", "allot_scope_batch", "rayon_join"]
+    default = [] if "batch_inside" in old else ["allot_join", "allot_batch_in_pool", "allot_scope_batch", "rayon_join"]
+    filters = sys.argv[4:] or default
     runs = {"old": [], "new": []}
     for r in range(rounds):
         order = (("old", old), ("new", new))

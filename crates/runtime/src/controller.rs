@@ -89,6 +89,7 @@ use crate::task::{Outcome, Priority, StackJob, Task};
 use crossbeam_utils::CachePadded;
 use std::cell::Cell;
 use std::panic::{self, AssertUnwindSafe};
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -195,6 +196,10 @@ pub(crate) struct WorkerThread {
     quantum: Cell<(u64, Option<Instant>)>,
     /// Tasks running nested through `yield_now` on this stack now.
     yield_depth: Cell<u32>,
+    /// This worker's counters in `registry.stats` (kept alive by
+    /// `registry`), so that counting a task is one store, not a walk
+    /// from the registry.
+    counters: NonNull<Counters>,
 }
 
 /// The task a worker runs: its priority (inherited by what it forks) and
@@ -204,6 +209,13 @@ struct Running {
     priority: Priority,
     seq: u64,
 }
+
+/// A worker samples its queue's length for the high-water statistic on
+/// every this many pushes. At 8 the sampling cost 3 % of a scope of 100
+/// empty tasks (crates/runtime/BENCHMARKS.md, "What the per-worker
+/// statistics cost"); a queue that grows by fewer pushes between samples
+/// than this is under-reported by at most that many tasks.
+const QUEUE_SAMPLE: u64 = 64;
 
 /// Most tasks `yield_now` runs nested on one stack at once.
 const MAX_YIELD_DEPTH: u32 = 4;
@@ -365,10 +377,10 @@ impl WorkerThread {
         reg.policy.enqueue(Some(&self.here), place, task, hint);
         let stats = self.stats();
         let created = bump(&stats.created);
-        // The high-water mark is sampled (every 8th push): asking a policy
-        // with several queues per worker for its length on every push
-        // costs more than the push.
-        if place == Place::Local && created.is_multiple_of(8) {
+        // The high-water mark is sampled (every `QUEUE_SAMPLE`th push):
+        // asking a policy with several queues per worker for its length
+        // reads lines other workers write, and costs more than the push.
+        if place == Place::Local && created.is_multiple_of(QUEUE_SAMPLE) {
             stats.queue_len(reg.policy.queued(Some(self.here.index())));
         }
         reg.wake_for(Some(&self.here), place, hint, place != Place::Local);
@@ -441,7 +453,9 @@ impl WorkerThread {
     /// This worker's statistics (written only here).
     #[inline]
     pub(crate) fn stats(&self) -> &Counters {
-        &self.registry.stats[self.here.index()]
+        // SAFETY: `counters` points into `self.registry`, which this
+        // worker keeps alive, and is only read through here.
+        unsafe { self.counters.as_ref() }
     }
 
     /// The CPU this worker serves (`cpu + 1`, 0 = none): its slot's
@@ -741,6 +755,7 @@ fn backoff(round: u32) {
 
 /// The body of worker slot `index`'s thread.
 pub(crate) fn worker_main(reg: Arc<Registry>, index: usize) {
+    let counters = NonNull::from(&*reg.stats[index]);
     let wt = WorkerThread {
         here: Here::new(index, reg.info.id),
         registry: reg,
@@ -748,6 +763,7 @@ pub(crate) fn worker_main(reg: Arc<Registry>, index: usize) {
         runs: Cell::new(0),
         quantum: Cell::new((0, None)),
         yield_depth: Cell::new(0),
+        counters,
     };
     let reg = &*wt.registry;
     CURRENT.with(|c| c.set(&wt));

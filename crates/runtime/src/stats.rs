@@ -12,8 +12,12 @@
 //!   snapshot of several figures is not taken at one instant.
 //! - **Nothing timed per task.** Time is taken only around sleeping (the
 //!   clock is read when a worker parks and when it wakes), so the per-task
-//!   cost is three uncontended stores at most (run, created, the queue's
-//!   high-water mark when it rises).
+//!   cost is two uncontended stores (run, created). The queue's high-water
+//!   mark is sampled, every `QUEUE_SAMPLE`th push (`controller.rs`): a
+//!   policy's queue length reads lines other workers write. Since the
+//!   pushes are numbered across the worker's life, the samples fall at
+//!   shifting points of repeated bursts; a single burst shorter than the
+//!   interval may go unseen.
 //!
 //! What is counted, per worker: tasks run (top-level or nested, each
 //! once), tasks it created (spawned from that worker: joins, scopes,
@@ -192,7 +196,7 @@ pub struct WorkerStats {
     /// Times it retired because its CPU was revoked.
     pub retirements: u64,
     /// The most tasks its own queues have held at once (sampled after
-    /// every eighth of its pushes).
+    /// every 64th of its pushes, see the module docs).
     pub queue_high_water: u64,
     /// Times a task running on it used up its quantum and yielded to
     /// another ready task (`yield_now`), which ran nested.

@@ -152,12 +152,16 @@ impl Deques {
 
     /// Steals from worker `victim`, highest level first; with `batch`, moves
     /// about half of that level into the caller's deque of the same level.
+    /// Empty levels are skipped before any steal: a steal attempt pins the
+    /// memory-reclamation epoch even when it finds nothing, and idle
+    /// workers make one per level per victim on every search.
     pub fn steal(&self, here: &Here, victim: usize, batch: bool) -> Steal<Task> {
         let own = self.locals.get(here);
         first_success(
             self.stealers[victim]
                 .iter()
                 .zip(own.iter())
+                .filter(|(s, _)| !s.is_empty())
                 .map(|(s, mine)| {
                     if batch {
                         s.steal_batch_and_pop(mine)
