@@ -2,9 +2,8 @@
 //! each under every policy of the library, against rayon and OpenMP
 //! builds of the same algorithms, all in one run.
 //!
-//! - `abisort`: recursive bitonic sort with a parallel merge (fork/join;
-//!   see `sting/abisort.rs` for how it differs from the paper's adaptive
-//!   bitonic sort);
+//! - `abisort`: Bilardi and Nicolau's adaptive bitonic sort on a bitonic
+//!   tree, both halves of every sort and merge forked (`sting/abisort.rs`);
 //! - `queens`: N-queens solution count, forking in the top rows;
 //! - `knapsack`: branch-and-bound 0/1 knapsack whose tasks are spawned
 //!   with priorities (the tree search where priorities matter).
@@ -12,7 +11,8 @@
 //! Run: `cargo bench -p allot-runtime --bench sting` (`-- --quick`, or
 //! `ALLOT_STING_QUICK=1`, for tiny sizes; `cargo test` runs it quick).
 //! `ALLOT_STING_RUNS` sets the timed runs per configuration (default 7;
-//! one untimed warm-up run comes first). Every configuration runs alone:
+//! one untimed warm-up run comes first); `ALLOT_STING_ONLY=abisort,queens`
+//! runs only the benchmarks named. Every configuration runs alone:
 //! one allot pool (standalone cell: one pinned worker per CPU), a rayon
 //! pool of as many threads, or an OpenMP process (`OMP_NUM_THREADS` the
 //! same), never two at once. Each answer is checked against a sequential
@@ -133,8 +133,19 @@ fn run() {
         omp.is_some()
     );
 
+    let only = std::env::var("ALLOT_STING_ONLY").unwrap_or_default();
+    let chosen: Vec<Bench> = Bench::ALL
+        .into_iter()
+        .filter(|b| only.is_empty() || only.split(',').any(|n| n.trim() == b.name()))
+        .collect();
+    if chosen.is_empty() {
+        eprintln!(
+            "sting: ALLOT_STING_ONLY={only:?} names no benchmark; known: abisort, queens, knapsack"
+        );
+        std::process::exit(2);
+    }
     let mut rows: Vec<report::Row> = Vec::new();
-    for b in Bench::ALL {
+    for b in chosen {
         rows.extend(measure(b, &sizes, workers, omp.as_deref()));
     }
     println!("{}", report::render(&rows, &sizes, workers));
@@ -174,23 +185,17 @@ fn measure(b: Bench, sizes: &Sizes, workers: usize, omp: Option<&Path>) -> Vec<r
         assert_eq!(answer, want, "{} under {name}: wrong answer", b.name());
     };
     for (name, exec) in &configs {
-        check(name, once(b, sizes, exec).1);
+        check(name, once(b, sizes, exec).answer);
     }
     let mut outcomes: Vec<Outcome> = configs.iter().map(|_| Outcome::default()).collect();
-    for round in 0..sizes.runs {
+    for _ in 0..sizes.runs {
         for ((name, exec), o) in configs.iter().zip(&mut outcomes) {
-            let pool = match exec {
-                Exec::Rust(Threads::Allot(p)) if round + 1 == sizes.runs => Some(p),
-                _ => None,
-            };
-            let before = pool.map(|p| p.worker_stats());
-            let (t, answer, nodes) = once(b, sizes, exec);
-            if let (Some(p), Some(before)) = (pool, before) {
-                o.stats = Some(report::since(&p.worker_stats(), &before));
-            }
-            check(name, answer);
-            o.times.push(t);
-            o.nodes.push(nodes);
+            let run = once(b, sizes, exec);
+            check(name, run.answer);
+            o.times.push(run.ns);
+            o.nodes.push(run.nodes);
+            // The last run's statistics are the ones reported.
+            o.stats = run.stats;
         }
     }
     configs
@@ -258,55 +263,106 @@ enum Threads {
     Rayon(Arc<rayon::ThreadPool>),
 }
 
-/// One run of `b`: (wall time of the algorithm in ns, answer, nodes). The
-/// input is made before the clock starts (the OpenMP build does the same).
+/// What one run measured.
 #[cfg(not(loom))]
-fn once(b: Bench, s: &Sizes, exec: &Exec) -> (f64, u64, u64) {
+struct Run {
+    /// Wall time of the algorithm, ns.
+    ns: f64,
+    answer: u64,
+    /// Nodes expanded (knapsack; 0 otherwise).
+    nodes: u64,
+    /// An allot pool's per-worker statistics over the timed part alone.
+    stats: Option<Vec<WorkerStats>>,
+}
+
+/// One run of `b`. The input is made before the clock starts and the
+/// answer read after it stops (the OpenMP build does the same).
+#[cfg(not(loom))]
+fn once(b: Bench, s: &Sizes, exec: &Exec) -> Run {
     match exec {
-        Exec::Omp { bin, workers, prio } => run_omp(bin, b, s, *workers, *prio),
+        Exec::Omp { bin, workers, prio } => {
+            let (ns, answer, nodes) = run_omp(bin, b, s, *workers, *prio);
+            Run {
+                ns,
+                answer,
+                nodes,
+                stats: None,
+            }
+        }
         Exec::Rust(t) => once_rust(b, s, t),
     }
 }
 
+/// Runs `f` on the clock; on an allot pool also takes the pool's
+/// statistics of just that interval.
 #[cfg(not(loom))]
-fn once_rust(b: Bench, s: &Sizes, exec: &Threads) -> (f64, u64, u64) {
+fn clocked<R>(exec: &Threads, f: impl FnOnce() -> R) -> (f64, R, Option<Vec<WorkerStats>>) {
+    let pool = match exec {
+        Threads::Allot(p) => Some(p),
+        _ => None,
+    };
+    let before = pool.map(|p| p.worker_stats());
+    let t0 = Instant::now();
+    let r = f();
+    let ns = t0.elapsed().as_nanos() as f64;
+    let stats = pool
+        .zip(before)
+        .map(|(p, before)| report::since(&p.worker_stats(), &before));
+    (ns, r, stats)
+}
+
+#[cfg(not(loom))]
+fn once_rust(b: Bench, s: &Sizes, exec: &Threads) -> Run {
     use variants::{Allot, AllotSpawner, Rayon, RayonSpawner, Seq};
     match b {
         Bench::Abisort => {
-            let mut k = abisort::keys(1 << s.sort_log2, 1);
-            let t0 = Instant::now();
-            match exec {
-                Threads::Seq => abisort::sort(&Seq, &mut k),
-                Threads::Allot(p) => p.install(|| abisort::sort(&Allot, &mut k)),
-                Threads::Rayon(p) => p.install(|| abisort::sort(&Rayon, &mut k)),
-            }
-            let t = t0.elapsed().as_nanos() as f64;
-            let sum = if abisort::is_sorted(&k) {
+            // Building the tree and reading it back are not timed.
+            let mut tree = abisort::Tree::new(&abisort::keys(1 << s.sort_log2, 1));
+            let (ns, (), stats) = clocked(exec, || match exec {
+                Threads::Seq => tree.sort(&Seq),
+                Threads::Allot(p) => p.install(|| tree.sort(&Allot)),
+                Threads::Rayon(p) => p.install(|| tree.sort(&Rayon)),
+            });
+            let k = tree.to_vec();
+            let answer = if abisort::is_sorted(&k) {
                 abisort::checksum(&k)
             } else {
                 0
             };
-            (t, sum, 0)
+            Run {
+                ns,
+                answer,
+                nodes: 0,
+                stats,
+            }
         }
         Bench::Queens => {
-            let t0 = Instant::now();
             let n = s.queens;
-            let count = match exec {
+            let (ns, answer, stats) = clocked(exec, || match exec {
                 Threads::Seq => queens::count(&Seq, n),
                 Threads::Allot(p) => p.install(|| queens::count(&Allot, n)),
                 Threads::Rayon(p) => p.install(|| queens::count(&Rayon, n)),
-            };
-            (t0.elapsed().as_nanos() as f64, count, 0)
+            });
+            Run {
+                ns,
+                answer,
+                nodes: 0,
+                stats,
+            }
         }
         Bench::Knapsack => {
             let inst = knapsack::instance(s.items, 7);
-            let t0 = Instant::now();
-            let (best, nodes) = match exec {
+            let (ns, (answer, nodes), stats) = clocked(exec, || match exec {
                 Threads::Seq => knapsack::search_seq(&inst),
                 Threads::Allot(p) => knapsack::search_par(&inst, AllotSpawner(p.clone())),
                 Threads::Rayon(p) => knapsack::search_par(&inst, RayonSpawner(p.clone())),
-            };
-            (t0.elapsed().as_nanos() as f64, best, nodes)
+            });
+            Run {
+                ns,
+                answer,
+                nodes,
+                stats,
+            }
         }
     }
 }

@@ -8,6 +8,20 @@
 //! independent task (`Pool::spawn_with`, so the thread policy orders and
 //! places them); deeper subtrees are searched depth-first in their task.
 //!
+//! # Splitting by demand
+//!
+//! How much work lies below a node is unknown until it is searched, and
+//! with a good incumbent nearly all of it lies below one node of the
+//! spawn depth (the greedy path's). So a depth-first task also gives work
+//! away while it runs: it notes each open branch of its path (the
+//! leave-it child while the take-it subtree is searched), and whenever
+//! the search has fewer tasks in flight than the pool has
+//! workers (some worker has nothing to do), it spawns its *shallowest*
+//! open branch — the largest piece it holds — with that branch's priority.
+//! The check is one relaxed load of a counter that changes only when a
+//! task starts or ends. Without demand the order is exactly the recursive
+//! search's (take the item first, then leave it).
+//!
 //! Priorities follow the greedy choice: a child that makes no more
 //! departures from "take the item if it fits" than the search has made so
 //! far (a *discrepancy*, as in limited discrepancy search) is `High` when
@@ -20,6 +34,7 @@
 //! for OpenMP (`#pragma omp task priority(..)`).
 
 use allot_runtime::{Event, Priority};
+use std::mem;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -82,9 +97,14 @@ impl Instance {
     }
 }
 
-/// Raises `best` to `v` if `v` is larger.
+/// Raises `best` to `v` if `v` is larger. Reads first: almost every node
+/// offers less than the incumbent, and a read-modify-write on every node
+/// would take the shared line from the other workers each time (as the C
+/// version, which compares before it swaps).
 fn offer(best: &AtomicU64, v: u64) {
-    best.fetch_max(v, Ordering::Relaxed);
+    if v > best.load(Ordering::Relaxed) {
+        best.fetch_max(v, Ordering::Relaxed);
+    }
 }
 
 /// Depth-first branch and bound below a node (take first); counts nodes.
@@ -119,6 +139,8 @@ pub fn search_seq(inst: &Instance) -> (u64, u64) {
 /// rayon's `spawn`, which has none).
 pub trait Spawner: Send + Sync + 'static {
     fn spawn(&self, p: Priority, f: Box<dyn FnOnce() + Send>);
+    /// Threads that run the spawned tasks.
+    fn workers(&self) -> usize;
 }
 
 /// The priority of a path with `d` discrepancies.
@@ -139,7 +161,20 @@ struct Search<S> {
     /// sets `done`.
     pending: AtomicUsize,
     done: Event,
+    /// `spawner.workers()`: below this many tasks in flight, a running
+    /// search gives a branch away.
+    workers: usize,
     spawner: S,
+}
+
+/// An open branch: deciding item `i` with weight `w` and value `v` so far,
+/// after `disc` departures from the greedy choice.
+#[derive(Debug, Clone, Copy)]
+struct Branch {
+    i: usize,
+    w: u64,
+    v: u64,
+    disc: u32,
 }
 
 /// Searches `inst` with tasks started by `spawner` from this thread (not a
@@ -151,6 +186,7 @@ pub fn search_par<S: Spawner>(inst: &Instance, spawner: S) -> (u64, u64) {
         nodes: AtomicU64::new(0),
         pending: AtomicUsize::new(0),
         done: Event::new(),
+        workers: spawner.workers().max(1),
         spawner,
     });
     spawn_node(&s, 0, 0, 0, 0);
@@ -185,7 +221,7 @@ fn spawn_node<S: Spawner>(s: &Arc<Search<S>>, i: usize, w: u64, v: u64, disc: u3
 fn expand<S: Spawner>(s: &Arc<Search<S>>, i: usize, w: u64, v: u64, disc: u32, nodes: &mut u64) {
     let inst = &s.inst;
     if i >= SPAWN_DEPTH {
-        return dfs(inst, &s.best, i, w, v, nodes);
+        return dfs_donating(s, Branch { i, w, v, disc }, nodes);
     }
     *nodes += 1;
     offer(&s.best, v);
@@ -198,5 +234,85 @@ fn expand<S: Spawner>(s: &Arc<Search<S>>, i: usize, w: u64, v: u64, disc: u32, n
     spawn_node(s, i + 1, w, v, disc + u32::from(fits));
     if fits {
         spawn_node(s, i + 1, w + inst.weight[i], v + inst.value[i], disc);
+    }
+}
+
+/// [`dfs`] from `root`, giving away the shallowest open branch while the
+/// search has fewer tasks than workers (see "Splitting by demand").
+fn dfs_donating<S: Spawner>(s: &Arc<Search<S>>, root: Branch, nodes: &mut u64) {
+    let mut open = vec![Open::NONE; s.inst.weight.len() + 1];
+    visit(s, root.i, root.w, root.v, root.disc, &mut open, nodes);
+}
+
+/// The leave-it branch at one item of a path: weight, value and
+/// discrepancies so far (`disc == u32::MAX`: none is open there).
+#[derive(Debug, Clone, Copy)]
+struct Open {
+    w: u64,
+    v: u64,
+    disc: u32,
+}
+
+impl Open {
+    const NONE: Open = Open {
+        w: 0,
+        v: 0,
+        disc: u32::MAX,
+    };
+}
+
+/// One node of [`dfs_donating`], like [`dfs`]. `open[i]` holds the
+/// leave-it branch at item `i` of the path from the task's root to here
+/// while the take-it subtree below it is searched; a donation takes the
+/// shallowest one. Every call leaves its own entry empty when it returns.
+fn visit<S: Spawner>(
+    s: &Arc<Search<S>>,
+    i: usize,
+    w: u64,
+    v: u64,
+    disc: u32,
+    open: &mut [Open],
+    nodes: &mut u64,
+) {
+    let inst = &s.inst;
+    *nodes += 1;
+    offer(&s.best, v);
+    if i == inst.weight.len() || inst.bound(i, w, v) <= s.best.load(Ordering::Relaxed) {
+        return;
+    }
+    if w + inst.weight[i] > inst.capacity {
+        // Only the leave-it child, which departs from the greedy choice
+        // only if the item fits: no departure here.
+        return visit(s, i + 1, w, v, disc, open, nodes);
+    }
+    open[i] = Open {
+        w,
+        v,
+        disc: disc + 1,
+    };
+    if s.pending.load(Ordering::Relaxed) < s.workers {
+        donate(s, open);
+    }
+    visit(
+        s,
+        i + 1,
+        w + inst.weight[i],
+        v + inst.value[i],
+        disc,
+        open,
+        nodes,
+    );
+    let leave = mem::replace(&mut open[i], Open::NONE);
+    if leave.disc != u32::MAX {
+        visit(s, i + 1, leave.w, leave.v, leave.disc, open, nodes);
+    }
+}
+
+/// Spawns the shallowest open branch of `open`, if any, as its own task.
+#[cold]
+fn donate<S: Spawner>(s: &Arc<Search<S>>, open: &mut [Open]) {
+    if let Some(i) = open.iter().position(|o| o.disc != u32::MAX) {
+        let g = mem::replace(&mut open[i], Open::NONE);
+        spawn_node(s, i + 1, g.w, g.v, g.disc);
     }
 }

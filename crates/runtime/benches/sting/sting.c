@@ -28,86 +28,137 @@ static uint64_t now_ns(void) {
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
-/* ---- bitonic sort ------------------------------------------------------ */
+/* ---- adaptive bitonic sort --------------------------------------------- */
 
 #define CUTOFF 2048
 
-static void exchange(uint32_t *lo, uint32_t *hi, size_t n, int up) {
-    for (size_t i = 0; i < n; i++) {
-        if ((lo[i] > hi[i]) == up) {
-            uint32_t t = lo[i];
-            lo[i] = hi[i];
-            hi[i] = t;
+/* A key in the high half, its input position in the low half: all keys
+ * distinct (abisort.rs, "Why it is adaptive"). */
+struct node {
+    uint64_t key;
+    struct node *left, *right;
+};
+
+static int out_of_order(uint64_t a, uint64_t b, int up) { return up ? a > b : a < b; }
+
+static void swap_key(uint64_t *a, uint64_t *b) {
+    uint64_t t = *a;
+    *a = *b;
+    *b = t;
+}
+
+static void swap_tree(struct node **a, struct node **b) {
+    struct node *t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* The complete tree of keys[0..n) (n = 2^j - 1) in order; nodes from pool. */
+static struct node *build(const uint64_t *keys, size_t n, struct node **pool) {
+    if (n == 0) return NULL;
+    struct node *x = (*pool)++;
+    x->key = keys[n / 2];
+    x->left = build(keys, n / 2, pool);
+    x->right = build(keys + n / 2 + 1, n / 2, pool);
+    return x;
+}
+
+static void in_order(const struct node *x, uint32_t *out, size_t *at) {
+    if (!x) return;
+    in_order(x->left, out, at);
+    out[(*at)++] = (uint32_t)(x->key >> 32);
+    in_order(x->right, out, at);
+}
+
+static void swap_run(struct node *a, struct node *b, int swap_right, int up) {
+    while (a) {
+        int swap = out_of_order(a->key, b->key, up);
+        if (swap) {
+            swap_key(&a->key, &b->key);
+            if (swap_right)
+                swap_tree(&a->right, &b->right);
+            else
+                swap_tree(&a->left, &b->left);
+        }
+        if (swap == swap_right) {
+            a = a->left;
+            b = b->left;
+        } else {
+            a = a->right;
+            b = b->right;
         }
     }
 }
 
-static void merge_seq(uint32_t *a, size_t n, int up) {
-    if (n <= 1) return;
-    exchange(a, a + n / 2, n / 2, up);
-    merge_seq(a, n / 2, up);
-    merge_seq(a + n / 2, n / 2, up);
-}
-
-static void sort_seq(uint32_t *a, size_t n, int up) {
-    if (n <= 1) return;
-    sort_seq(a, n / 2, 1);
-    sort_seq(a + n / 2, n / 2, 0);
-    merge_seq(a, n, up);
-}
-
-static void exchange_par(uint32_t *lo, uint32_t *hi, size_t n, int up) {
-    if (n <= CUTOFF) {
-        exchange(lo, hi, n, up);
-        return;
-    }
-#pragma omp task
-    exchange_par(lo, hi, n / 2, up);
-    exchange_par(lo + n / 2, hi + n / 2, n / 2, up);
+static uint64_t merge(struct node *root, uint64_t spare, size_t n, int up) {
+    int swap_right = out_of_order(root->key, spare, up);
+    if (swap_right) swap_key(&root->key, &spare);
+    if (!root->left) return spare;
+    swap_run(root->left, root->right, swap_right, up);
+    uint64_t k = root->key;
+    if (n > CUTOFF) {
+#pragma omp task shared(k)
+        k = merge(root->left, k, n / 2, up);
+        spare = merge(root->right, spare, n / 2, up);
 #pragma omp taskwait
+    } else {
+        k = merge(root->left, k, n / 2, up);
+        spare = merge(root->right, spare, n / 2, up);
+    }
+    root->key = k;
+    return spare;
 }
 
-static void merge(uint32_t *a, size_t n, int up) {
-    if (n <= CUTOFF) {
-        merge_seq(a, n, up);
-        return;
+static uint64_t sort_dir(struct node *root, uint64_t spare, size_t n, int up) {
+    if (!root->left) {
+        if (out_of_order(root->key, spare, up)) swap_key(&root->key, &spare);
+        return spare;
     }
-    exchange_par(a, a + n / 2, n / 2, up);
-#pragma omp task
-    merge(a, n / 2, up);
-    merge(a + n / 2, n / 2, up);
+    uint64_t k = root->key;
+    if (n > CUTOFF) {
+#pragma omp task shared(k)
+        k = sort_dir(root->left, k, n / 2, up);
+        spare = sort_dir(root->right, spare, n / 2, !up);
 #pragma omp taskwait
-}
-
-static void sort_dir(uint32_t *a, size_t n, int up) {
-    if (n <= 1) return;
-    if (n <= CUTOFF) {
-        sort_seq(a, n, up);
-        return;
+    } else {
+        k = sort_dir(root->left, k, n / 2, up);
+        spare = sort_dir(root->right, spare, n / 2, !up);
     }
-#pragma omp task
-    sort_dir(a, n / 2, 1);
-    sort_dir(a + n / 2, n / 2, 0);
-#pragma omp taskwait
-    merge(a, n, up);
+    root->key = k;
+    return merge(root, spare, n, up);
 }
 
 static uint64_t run_abisort(unsigned log2n, uint64_t *nodes) {
     size_t n = (size_t)1 << log2n;
+    uint64_t *keys = malloc(n * sizeof *keys);
+    struct node *pool = malloc(n * sizeof *pool), *next = pool;
     uint32_t *a = malloc(n * sizeof *a);
+    if (!keys || !pool || !a) {
+        fprintf(stderr, "sting-omp: out of memory for 2^%u keys\n", log2n);
+        exit(1);
+    }
     uint64_t s = 1;
-    for (size_t i = 0; i < n; i++) a[i] = (uint32_t)(splitmix64(&s) >> 32);
+    for (size_t i = 0; i < n; i++) keys[i] = ((splitmix64(&s) >> 32) << 32) | i;
+    struct node *root = build(keys, n - 1, &next);
+    uint64_t spare = keys[n - 1];
     uint64_t t0 = now_ns();
+    if (root) {
 #pragma omp parallel
 #pragma omp single
-    sort_dir(a, n, 1);
+        spare = sort_dir(root, spare, n, 1);
+    }
     uint64_t t = now_ns() - t0;
+    size_t at = 0;
+    in_order(root, a, &at);
+    a[at] = (uint32_t)(spare >> 32);
     uint64_t sum = 0;
     for (size_t i = 0; i < n; i++) {
         if (i > 0 && a[i - 1] > a[i]) { sum = 0; break; }
         sum += (uint64_t)(i + 1) * ((uint64_t)a[i] + 1);
     }
     free(a);
+    free(pool);
+    free(keys);
     *nodes = sum;
     return t;
 }
@@ -192,34 +243,77 @@ static void offer(uint64_t v) {
     }
 }
 
-static void dfs(size_t i, uint64_t w, uint64_t v, uint64_t *nodes) {
+static int priority_of(unsigned disc) { return disc == 0 ? 2 : disc <= 2 ? 1 : 0; }
+
+/* Tasks spawned and not finished; below the team's size a depth-first
+ * task gives its shallowest open branch away (knapsack.rs, "Splitting by
+ * demand"). */
+static size_t kpending;
+static size_t kteam;
+
+#define NO_BRANCH UINT32_MAX
+
+/* The leave-it branch open at one item of a task's path. */
+typedef struct { uint64_t w, v; uint32_t disc; } open_branch;
+
+static void spawn_node(size_t i, uint64_t w, uint64_t v, unsigned disc);
+
+static void donate(open_branch *open) {
+    for (size_t i = 0; i <= kn; i++) {
+        if (open[i].disc != NO_BRANCH) {
+            open_branch g = open[i];
+            open[i].disc = NO_BRANCH;
+            spawn_node(i + 1, g.w, g.v, g.disc);
+            return;
+        }
+    }
+}
+
+static void visit(size_t i, uint64_t w, uint64_t v, unsigned disc, open_branch *open,
+                  uint64_t *nodes) {
     ++*nodes;
     offer(v);
     if (i == kn || bound(i, w, v) <= __atomic_load_n(&kbest, __ATOMIC_RELAXED)) return;
-    if (w + kw[i] <= kcap) dfs(i + 1, w + kw[i], v + kv[i], nodes);
-    dfs(i + 1, w, v, nodes);
+    if (w + kw[i] > kcap) {
+        visit(i + 1, w, v, disc, open, nodes);
+        return;
+    }
+    open[i] = (open_branch){w, v, disc + 1};
+    if (__atomic_load_n(&kpending, __ATOMIC_RELAXED) < kteam) donate(open);
+    visit(i + 1, w + kw[i], v + kv[i], disc, open, nodes);
+    open_branch leave = open[i];
+    open[i].disc = NO_BRANCH;
+    if (leave.disc != NO_BRANCH) visit(i + 1, leave.w, leave.v, leave.disc, open, nodes);
 }
-
-static int priority_of(unsigned disc) { return disc == 0 ? 2 : disc <= 2 ? 1 : 0; }
 
 static void expand(size_t i, uint64_t w, uint64_t v, unsigned disc) {
     uint64_t nodes = 0;
     if (i >= SPAWN_DEPTH) {
-        dfs(i, w, v, &nodes);
-        __atomic_fetch_add(&knodes, nodes, __ATOMIC_RELAXED);
-        return;
+        open_branch *open = malloc((kn + 1) * sizeof *open);
+        if (!open) {
+            fprintf(stderr, "sting-omp: out of memory\n");
+            exit(1);
+        }
+        for (size_t k = 0; k <= kn; k++) open[k].disc = NO_BRANCH;
+        visit(i, w, v, disc, open, &nodes);
+        free(open);
+    } else {
+        nodes = 1;
+        offer(v);
+        if (i < kn && bound(i, w, v) > __atomic_load_n(&kbest, __ATOMIC_RELAXED)) {
+            int fits = w + kw[i] <= kcap;
+            spawn_node(i + 1, w, v, disc + (unsigned)fits);
+            if (fits) spawn_node(i + 1, w + kw[i], v + kv[i], disc);
+        }
     }
-    __atomic_fetch_add(&knodes, 1, __ATOMIC_RELAXED);
-    offer(v);
-    if (i == kn || bound(i, w, v) <= __atomic_load_n(&kbest, __ATOMIC_RELAXED)) return;
-    int fits = w + kw[i] <= kcap;
-    unsigned d = disc + (unsigned)fits;
-#pragma omp task priority(priority_of(d))
-    expand(i + 1, w, v, d);
-    if (fits) {
+    __atomic_fetch_add(&knodes, nodes, __ATOMIC_RELAXED);
+    __atomic_fetch_sub(&kpending, 1, __ATOMIC_SEQ_CST);
+}
+
+static void spawn_node(size_t i, uint64_t w, uint64_t v, unsigned disc) {
+    __atomic_fetch_add(&kpending, 1, __ATOMIC_SEQ_CST);
 #pragma omp task priority(priority_of(disc))
-        expand(i + 1, w + kw[i], v + kv[i], disc);
-    }
+    expand(i, w, v, disc);
 }
 
 static uint64_t run_knapsack(size_t n, uint64_t *answer, uint64_t *nodes) {
@@ -241,7 +335,11 @@ static uint64_t run_knapsack(size_t n, uint64_t *answer, uint64_t *nodes) {
     uint64_t t0 = now_ns();
 #pragma omp parallel
 #pragma omp single
-    expand(0, 0, 0, 0);
+    {
+        kteam = (size_t)omp_get_num_threads();
+        kpending = 1;
+        expand(0, 0, 0, 0);
+    }
     uint64_t t = now_ns() - t0;
     *answer = kbest;
     *nodes = knodes;

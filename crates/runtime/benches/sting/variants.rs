@@ -89,6 +89,10 @@ impl Spawner for AllotSpawner {
         // The handle is dropped: the search counts its tasks itself.
         drop(self.0.spawn_with(SpawnOptions::new().priority(p), f));
     }
+
+    fn workers(&self) -> usize {
+        self.0.workers()
+    }
 }
 
 /// Spawns on a rayon pool (no priorities: `p` is ignored).
@@ -97,5 +101,9 @@ pub struct RayonSpawner(pub Arc<rayon::ThreadPool>);
 impl Spawner for RayonSpawner {
     fn spawn(&self, _p: Priority, f: Box<dyn FnOnce() + Send>) {
         self.0.spawn(f);
+    }
+
+    fn workers(&self) -> usize {
+        self.0.current_num_threads()
     }
 }
