@@ -19,7 +19,8 @@
 //! # Structure
 //!
 //! - **Thread controller** (`controller`): owns each worker's loop —
-//!   running tasks, looking for work, spin-then-park, following the CPU
+//!   running tasks, looking for work (`controller/search.rs`: dequeue,
+//!   steal, spin-then-park, waiting inside a task), following the CPU
 //!   assignment — and asks the **thread policy** ([`ThreadPolicy`],
 //!   `policy/`) for every decision (Sting's split of control and policy).
 //!   Shipped policies ([`PolicyKind`], configured by [`PolicySpec`]):

@@ -13,7 +13,7 @@
 //! - **Nothing timed per task.** Time is taken only around sleeping (the
 //!   clock is read when a worker parks and when it wakes), so the per-task
 //!   cost is two uncontended stores (run, created). The queue's high-water
-//!   mark is sampled, every `QUEUE_SAMPLE`th push (`controller.rs`): a
+//!   mark is sampled, every `QUEUE_SAMPLE`th push (`controller/mod.rs`): a
 //!   policy's queue length reads lines other workers write. Since the
 //!   pushes are numbered across the worker's life, the samples fall at
 //!   shifting points of repeated bursts; a single burst shorter than the

@@ -3,7 +3,7 @@
 //! nest one unrelated task per queued task (the `fifo` policy's waiter took
 //! the oldest global task) and overflow the worker's stack; now the nesting
 //! depth stays bounded by the program's own nesting (see "Waiting" in
-//! `controller.rs`).
+//! `controller/mod.rs`).
 
 #![cfg(not(loom))]
 

@@ -1,5 +1,5 @@
 //! Retirement of workers that wait inside a task ("Following the
-//! assignment", step 4, in `controller.rs`): a worker whose CPU is revoked
+//! assignment", step 4, in `controller/mod.rs`): a worker whose CPU is revoked
 //! while a `join` is on its stack runs no more tasks and parks quietly —
 //! it does not wake others over and over, and it is not woken for work —
 //! until its wait is over; then it retires, and after the pool settled no

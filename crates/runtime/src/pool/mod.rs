@@ -286,7 +286,7 @@ impl Pool {
         // One allocation holds the closure and the result slot; the queued
         // task and the handle share it. A joining worker may claim the task
         // unless it sits in this worker's own queues where waiters reach it
-        // anyway ("Waiting" in `controller.rs`).
+        // anyway ("Waiting" in `controller/mod.rs`).
         let job = ClaimJob::new(
             Packet::new(),
             move |p: &Packet<T>| {
@@ -498,7 +498,7 @@ impl<T> JoinHandle<T> {
     /// same pool, works meanwhile: the worker's own queued tasks first,
     /// then the task itself if it has not started yet and waits in the
     /// global queue, then tasks stolen from other workers (see "Waiting" in
-    /// `controller.rs`).
+    /// `controller/mod.rs`).
     pub fn join(self) -> Result<T, TaskPanic> {
         let packet = self.job.packet();
         if !packet.done.is_set() {
