@@ -2,6 +2,7 @@
 # Installs liballot (allot's C ABI) into PREFIX:
 #
 #   PREFIX/include/allot.h
+#   PREFIX/include/allot/pool.h, require.h   (parts allot.h includes)
 #   PREFIX/lib/liballot.so.VERSION   (soname liballot.so.0)
 #   PREFIX/lib/liballot.so.0 -> liballot.so.VERSION
 #   PREFIX/lib/liballot.so   -> liballot.so.0
@@ -44,6 +45,10 @@ crate="$repo/crates/capi"
 header="$crate/include/allot.h"
 template="$crate/allot.pc.in"
 [ -f "$header" ] || die "missing $header: run this script from an allot checkout"
+parts="pool.h require.h"
+for part in $parts; do
+  [ -f "$crate/include/allot/$part" ] || die "missing $crate/include/allot/$part: run this script from an allot checkout"
+done
 [ -f "$template" ] || die "missing $template: run this script from an allot checkout"
 
 version="$(sed -n '/^\[workspace.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' "$repo/Cargo.toml" | head -n1)"
@@ -67,7 +72,7 @@ prefix="$(cd "$prefix" && pwd)"
 libdir="$prefix/lib"
 incdir="$prefix/include"
 pcdir="$libdir/pkgconfig"
-mkdir -p "$libdir" "$incdir" "$pcdir" || die "cannot create directories under $prefix (permissions?)"
+mkdir -p "$libdir" "$incdir/allot" "$pcdir" || die "cannot create directories under $prefix (permissions?)"
 
 # put SRC DEST MODE: copy to a temporary name beside DEST, then rename, so
 # a program loading DEST never sees half a file.
@@ -87,6 +92,10 @@ put "$so" "$libdir/liballot.so.$version" 0755
 link "liballot.so.$version" liballot.so.0
 link liballot.so.0 liballot.so
 put "$ar" "$libdir/liballot.a" 0644
+# The parts first: a compiler that sees the new allot.h finds them.
+for part in $parts; do
+  put "$crate/include/allot/$part" "$incdir/allot/$part" 0644
+done
 put "$header" "$incdir/allot.h" 0644
 
 # The system libraries the Rust standard library in liballot.a needs

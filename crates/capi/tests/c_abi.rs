@@ -89,6 +89,8 @@ fn install_lays_out_the_prefix_and_is_idempotent() {
     let p = prefix();
     for f in [
         "include/allot.h",
+        "include/allot/pool.h",
+        "include/allot/require.h",
         "lib/liballot.so",
         "lib/liballot.so.0",
         "lib/liballot.a",
@@ -285,7 +287,10 @@ fn the_header_compiles_as_cplusplus_and_pedantic_c() {
 
 #[test]
 fn the_library_exports_exactly_the_functions_the_header_declares() {
-    let header = std::fs::read_to_string(prefix().join("include/allot.h")).unwrap();
+    // allot.h and the parts it includes.
+    let header = ["allot.h", "allot/pool.h", "allot/require.h"]
+        .map(|h| std::fs::read_to_string(prefix().join("include").join(h)).unwrap())
+        .concat();
     // Declarations start in column 0; the name is the identifier right
     // before the first parenthesis. Inline helpers, typedefs and C++ are
     // not exported functions.
