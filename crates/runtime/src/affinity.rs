@@ -13,6 +13,12 @@ pub fn current_tid() -> i32 {
     rustix::thread::gettid().as_raw_nonzero().get()
 }
 
+/// The CPU the calling thread runs on now (it may move right after).
+#[inline]
+pub fn current_cpu() -> usize {
+    rustix::thread::sched_getcpu()
+}
+
 /// Restricts the calling thread to `cpu`.
 pub fn pin_current(cpu: usize) -> io::Result<()> {
     let mut set = rustix::thread::CpuSet::new();

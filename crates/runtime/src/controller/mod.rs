@@ -84,7 +84,7 @@ mod search;
 use search::Found;
 
 use crate::affinity;
-use crate::policy::{Here, Hint, Place, PoolInfo, ThreadPolicy};
+use crate::policy::{Here, Hint, Place, PoolInfo, ThreadPolicy, Wake};
 use crate::sleep::Sleep;
 use crate::stats::{Counters, bump};
 use crate::sync::CoreLatch;
@@ -300,8 +300,26 @@ impl Registry {
 
     #[inline]
     fn wake_for(&self, from: Option<&Here>, place: Place, hint: Hint, external: bool) {
-        self.sleep
-            .wake_for_work(external, || self.policy.wake(from, place, hint));
+        self.sleep.wake_for_work(external, || {
+            match self.policy.wake(from, place, hint) {
+                // From outside the pool: a worker pinned to the caller's
+                // own CPU would wait for the caller to give the CPU up.
+                Wake::Any if from.is_none() => self.off_cpu(crate::affinity::current_cpu()),
+                w => w,
+            }
+        });
+    }
+
+    /// Prefers a worker serving a CPU other than `cpu`, if there is one.
+    #[cold]
+    fn off_cpu(&self, cpu: usize) -> Wake {
+        let n = self.slots.len();
+        (0..n)
+            .find(|&i| {
+                let serving = self.slots[i].current.load(Ordering::Relaxed);
+                serving != 0 && serving != cpu + 1
+            })
+            .map_or(Wake::Any, Wake::Prefer)
     }
 
     /// Whether every slot follows its assignment.
