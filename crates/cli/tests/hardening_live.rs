@@ -481,29 +481,42 @@ fn a_short_load_run_keeps_the_flood_bound() {
         return;
     }
     let _turn = machine_turn();
-    let out = allot_testkit::output_within(
-        std::process::Command::new(ALLOT).args([
-            "bench",
-            "load",
-            "--cells",
-            "200",
-            "--users",
-            "20",
-            "--idle",
-            "400",
-            "--victims",
-            "5",
-            "--seconds",
-            "2",
-        ]),
-        Duration::from_secs(180),
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(text.contains("200 cells from 20 users"), "{text}");
-    assert!(text.contains(": kept"), "{text}");
+    // One 2-second measurement on a shared 2-CPU host can catch a stall
+    // of the host itself (a CI run saw the flood phase serve 103 requests
+    // where the phase alone served 1374). A broken flood bound is a
+    // property of the broker and shows in every run; a stall does not
+    // repeat, so the bound must hold in one of two runs.
+    let mut texts = Vec::new();
+    for _ in 0..2 {
+        let out = allot_testkit::output_within(
+            std::process::Command::new(ALLOT).args([
+                "bench",
+                "load",
+                "--cells",
+                "200",
+                "--users",
+                "20",
+                "--idle",
+                "400",
+                "--victims",
+                "5",
+                "--seconds",
+                "2",
+            ]),
+            Duration::from_secs(180),
+        );
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("200 cells from 20 users"), "{text}");
+        let kept = text.contains(": kept");
+        texts.push(text);
+        if kept {
+            return;
+        }
+    }
+    panic!("the flood bound broke in both runs:\n{}", texts.join("\n"));
 }
