@@ -338,20 +338,11 @@ fn best_origin(hog: &Report, start: u64, p: &Params) -> u64 {
         .unwrap_or(start)
 }
 
-/// One line of the results table. `origin`: where periods start (`None`:
-/// the best-fitting phase after `start`). The rivals span the hog's whole
-/// run, so busy = (hog + rivals) ÷ (rivals' wall time × CPUs measured).
-fn row(
-    name: &str,
-    hog: &Report,
-    rivals: &[Report],
-    origin: Option<u64>,
-    start: u64,
-    p: &Params,
-    extra: &str,
-) {
+/// One line of the results table, periods counted from `origin`. The
+/// rivals span the hog's whole run, so busy = (hog + rivals) ÷ (rivals'
+/// wall time × CPUs measured).
+fn row(name: &str, hog: &Report, rivals: &[Report], origin: u64, p: &Params, extra: &str) {
     let wall = hog.wall_ns as f64;
-    let origin = origin.unwrap_or_else(|| best_origin(hog, start, p));
     let periods = per_period(hog, origin, p);
     let errs = errors(&periods, p);
     let pieces: Vec<f64> = periods.iter().skip(2).map(|(_, n)| *n as f64).collect();
@@ -453,8 +444,7 @@ fn main() {
             "plain CFS (no contract)",
             &hog,
             &[riv],
-            None,
-            start,
+            best_origin(&hog, start, &p),
             &p,
             "fair share, no windows",
         );
@@ -483,8 +473,7 @@ fn main() {
             "CFS bandwidth (cpu.cfs_quota_us)",
             &hog,
             &[riv],
-            None,
-            start,
+            best_origin(&hog, start, &p),
             &p,
             &format!("throttled {nr} times"),
         );
@@ -529,7 +518,6 @@ fn main() {
             },
             &hog,
             &[riv],
-            Some(origin),
             origin,
             &p,
             &format!(
@@ -555,8 +543,7 @@ fn main() {
             "SCHED_DEADLINE (sched_setattr), unpinned",
             &hog,
             &rivals,
-            None,
-            start,
+            best_origin(&hog, start, &p),
             &p,
             &notes,
         );

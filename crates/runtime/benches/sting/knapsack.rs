@@ -167,16 +167,6 @@ struct Search<S> {
     spawner: S,
 }
 
-/// An open branch: deciding item `i` with weight `w` and value `v` so far,
-/// after `disc` departures from the greedy choice.
-#[derive(Debug, Clone, Copy)]
-struct Branch {
-    i: usize,
-    w: u64,
-    v: u64,
-    disc: u32,
-}
-
 /// Searches `inst` with tasks started by `spawner` from this thread (not a
 /// worker of the pool it spawns on); returns (optimum, nodes expanded).
 pub fn search_par<S: Spawner>(inst: &Instance, spawner: S) -> (u64, u64) {
@@ -221,7 +211,7 @@ fn spawn_node<S: Spawner>(s: &Arc<Search<S>>, i: usize, w: u64, v: u64, disc: u3
 fn expand<S: Spawner>(s: &Arc<Search<S>>, i: usize, w: u64, v: u64, disc: u32, nodes: &mut u64) {
     let inst = &s.inst;
     if i >= SPAWN_DEPTH {
-        return dfs_donating(s, Branch { i, w, v, disc }, nodes);
+        return dfs_donating(s, i, w, v, disc, nodes);
     }
     *nodes += 1;
     offer(&s.best, v);
@@ -237,11 +227,20 @@ fn expand<S: Spawner>(s: &Arc<Search<S>>, i: usize, w: u64, v: u64, disc: u32, n
     }
 }
 
-/// [`dfs`] from `root`, giving away the shallowest open branch while the
-/// search has fewer tasks than workers (see "Splitting by demand").
-fn dfs_donating<S: Spawner>(s: &Arc<Search<S>>, root: Branch, nodes: &mut u64) {
+/// [`dfs`] from the node deciding item `i` (weight `w`, value `v`, `disc`
+/// departures from the greedy choice so far), giving away the shallowest
+/// open branch while the search has fewer tasks than workers (see
+/// "Splitting by demand").
+fn dfs_donating<S: Spawner>(
+    s: &Arc<Search<S>>,
+    i: usize,
+    w: u64,
+    v: u64,
+    disc: u32,
+    nodes: &mut u64,
+) {
     let mut open = vec![Open::NONE; s.inst.weight.len() + 1];
-    visit(s, root.i, root.w, root.v, root.disc, &mut open, nodes);
+    visit(s, i, w, v, disc, &mut open, nodes);
 }
 
 /// The leave-it branch at one item of a path: weight, value and
