@@ -5,6 +5,7 @@
 //! backend = "auto"          # auto | cgroup2 | cgroup1 | affinity | dry-run
 //! policy = "fair-share"     # fair-share | priority
 //! reserve = 0               # CPUs kept for processes outside any cell
+//! time_reserve = 0.05       # share of every CPU never promised to time cells
 //! lend = true               # lend idle CPUs (work conservation)
 //! cpus = "0-15"             # manage only these CPUs (default: all allowed)
 //! tick_ms = 100             # monitor period: usage sampling, demand
@@ -38,6 +39,10 @@ use allot_topo::CpuSet;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// Share of every CPU kept from time cells by default (5 %): the broker,
+/// the kernel's own threads and unmanaged processes run in it.
+pub const DEFAULT_TIME_RESERVE_PPM: u32 = 50_000;
 
 /// Default monitor period.
 pub const DEFAULT_TICK: Duration = Duration::from_millis(100);
@@ -96,6 +101,8 @@ pub struct Config {
     pub policy: GlobalPolicy,
     /// CPUs kept for processes outside any cell.
     pub reserve: u32,
+    /// Time of every CPU never promised to time cells, in parts per million.
+    pub time_reserve_ppm: u32,
     /// Work conservation.
     pub lend: bool,
     /// Restrict management to these CPUs.
@@ -129,6 +136,7 @@ impl Config {
             backend: BackendKind::Auto,
             policy: GlobalPolicy::FairShare,
             reserve: 0,
+            time_reserve_ppm: DEFAULT_TIME_RESERVE_PPM,
             lend: true,
             cpus: None,
             tick: DEFAULT_TICK,
@@ -180,6 +188,7 @@ impl Config {
             backend: Option<String>,
             policy: Option<String>,
             reserve: Option<u32>,
+            time_reserve: Option<f64>,
             lend: Option<bool>,
             cpus: Option<String>,
             tick_ms: Option<u64>,
@@ -201,6 +210,15 @@ impl Config {
         }
         if let Some(r) = f.reserve {
             self.reserve = r;
+        }
+        if let Some(t) = f.time_reserve {
+            if !(0.0..1.0).contains(&t) {
+                return Err(format!(
+                    "time_reserve = {t} is out of range: a share of each CPU from 0 to below 1 \
+                     (0.05 keeps 5 %)"
+                ));
+            }
+            self.time_reserve_ppm = (t * 1e6).round() as u32;
         }
         if let Some(l) = f.lend {
             self.lend = l;
@@ -274,6 +292,12 @@ mod tests {
         .unwrap();
         assert_eq!(c.backend, BackendKind::DryRun);
         assert_eq!(c.reserve, 1);
+        assert_eq!(c.time_reserve_ppm, DEFAULT_TIME_RESERVE_PPM);
+        let mut t = Config::new("/tmp/x.sock".into());
+        t.apply_toml("time_reserve = 0.2\n").unwrap();
+        assert_eq!(t.time_reserve_ppm, 200_000);
+        let e = t.apply_toml("time_reserve = 1.0\n").unwrap_err();
+        assert!(e.contains("out of range"), "{e}");
         assert_eq!(c.cpus.unwrap().to_string(), "0-3");
         assert_eq!(c.tick, Duration::from_millis(50));
         assert_eq!(c.idle_exit, Some(Duration::from_secs(5)));

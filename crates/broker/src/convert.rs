@@ -4,10 +4,10 @@
 //! ([`SpecStatus`]) each have their own types, so a change to one
 //! audience's format never silently changes another's.
 
-use crate::journal::{GrantRec, PlacementRec, SpecRec};
-use allot_plan::{CellSpec, Grant, Placement};
-use allot_proto::status::{self, SpecStatus};
-use allot_proto::{PlacementWire, SpecWire};
+use crate::journal::{GrantRec, PlacementRec, SpecRec, TimeRec};
+use allot_plan::{CellSpec, Grant, Placement, TimeContract};
+use allot_proto::status::{self, SpecStatus, TimeStatus};
+use allot_proto::{PlacementWire, SpecWire, TimeWire};
 
 /// A spec as it arrived on the wire. Validation is the caller's.
 pub fn from_wire(w: &SpecWire) -> CellSpec {
@@ -20,6 +20,18 @@ pub fn from_wire(w: &SpecWire) -> CellSpec {
             PlacementWire::Any => Placement::Any,
             PlacementWire::Llc => Placement::Llc,
             PlacementWire::Numa => Placement::Numa,
+        },
+        time: match w.time {
+            TimeWire::Space => TimeContract::Space,
+            TimeWire::Fraction { ppm, slice_us } => TimeContract::Fraction { ppm, slice_us },
+            TimeWire::Triggered {
+                period_us,
+                budget_us,
+            } => TimeContract::Triggered {
+                period_us,
+                budget_us,
+            },
+            TimeWire::Message { idle_ms } => TimeContract::Message { idle_ms },
         },
     }
 }
@@ -36,6 +48,18 @@ pub fn to_record(s: &CellSpec) -> SpecRec {
             Placement::Llc => PlacementRec::Llc,
             Placement::Numa => PlacementRec::Numa,
         },
+        time: match s.time {
+            TimeContract::Space => TimeRec::Space,
+            TimeContract::Fraction { ppm, slice_us } => TimeRec::Fraction { ppm, slice_us },
+            TimeContract::Triggered {
+                period_us,
+                budget_us,
+            } => TimeRec::Triggered {
+                period_us,
+                budget_us,
+            },
+            TimeContract::Message { idle_ms } => TimeRec::Message { idle_ms },
+        },
     }
 }
 
@@ -51,6 +75,18 @@ pub fn from_record(r: &SpecRec) -> CellSpec {
             PlacementRec::Llc => Placement::Llc,
             PlacementRec::Numa => Placement::Numa,
         },
+        time: match r.time {
+            TimeRec::Space => TimeContract::Space,
+            TimeRec::Fraction { ppm, slice_us } => TimeContract::Fraction { ppm, slice_us },
+            TimeRec::Triggered {
+                period_us,
+                budget_us,
+            } => TimeContract::Triggered {
+                period_us,
+                budget_us,
+            },
+            TimeRec::Message { idle_ms } => TimeContract::Message { idle_ms },
+        },
     }
 }
 
@@ -65,6 +101,22 @@ pub fn to_status(s: &CellSpec) -> SpecStatus {
             Placement::Any => status::Placement::Any,
             Placement::Llc => status::Placement::Llc,
             Placement::Numa => status::Placement::Numa,
+        },
+        contract: s.kind_name().to_string(),
+        time: match s.time {
+            TimeContract::Space => TimeStatus::Space,
+            TimeContract::Fraction { .. } => TimeStatus::TimeFraction {
+                ppm: s.time.ppm(),
+                slice_us: s.time.slice_us(),
+            },
+            TimeContract::Triggered {
+                period_us,
+                budget_us,
+            } => TimeStatus::TimeTriggered {
+                period_us,
+                budget_us,
+            },
+            TimeContract::Message { idle_ms } => TimeStatus::MessageTriggered { idle_ms },
         },
     }
 }
@@ -114,6 +166,7 @@ mod tests {
                 weight: 3,
                 exclusive: true,
                 placement,
+                time: TimeContract::Space,
             };
             assert_eq!(from_record(&to_record(&s)), s);
             let w = SpecWire {
@@ -122,6 +175,7 @@ mod tests {
                 weight: 3,
                 exclusive: true,
                 placement: wire,
+                time: TimeWire::Space,
             };
             assert_eq!(from_wire(&w), s);
             let shown = serde_json::to_value(to_status(&s).placement).unwrap();
@@ -147,5 +201,75 @@ mod tests {
         let r = grant_to_record(&g, 7, Some(3));
         assert_eq!((r.generation, r.demand), (7, Some(3)));
         assert_eq!(grant_from_record(&r), g);
+    }
+
+    #[test]
+    fn every_time_contract_round_trips_through_every_audience() {
+        let pairs = [
+            (TimeContract::Space, TimeWire::Space, "space"),
+            (
+                TimeContract::Fraction {
+                    ppm: 250_000,
+                    slice_us: 0,
+                },
+                TimeWire::Fraction {
+                    ppm: 250_000,
+                    slice_us: 0,
+                },
+                "time-fraction",
+            ),
+            (
+                TimeContract::Triggered {
+                    period_us: 10_000,
+                    budget_us: 3_000,
+                },
+                TimeWire::Triggered {
+                    period_us: 10_000,
+                    budget_us: 3_000,
+                },
+                "time-triggered",
+            ),
+            (
+                TimeContract::Message { idle_ms: 40 },
+                TimeWire::Message { idle_ms: 40 },
+                "message-triggered",
+            ),
+        ];
+        for (time, wire, name) in pairs {
+            let s = CellSpec {
+                min: 1,
+                time,
+                ..Default::default()
+            };
+            assert_eq!(from_record(&to_record(&s)), s);
+            let w = SpecWire {
+                min: 1,
+                time: wire,
+                ..Default::default()
+            };
+            assert_eq!(from_wire(&w), s);
+            let shown = serde_json::to_value(to_status(&s).time).unwrap();
+            assert_eq!(shown["kind"], name);
+            let journaled = serde_json::to_value(to_record(&s).time).unwrap();
+            let back: TimeRec = serde_json::from_value(journaled).unwrap();
+            assert_eq!(back, to_record(&s).time);
+        }
+        // The status shows the default slice filled in.
+        let f = CellSpec {
+            min: 1,
+            time: TimeContract::Fraction {
+                ppm: 250_000,
+                slice_us: 0,
+            },
+            ..Default::default()
+        };
+        assert_eq!(
+            to_status(&f).time,
+            TimeStatus::TimeFraction {
+                ppm: 250_000,
+                slice_us: 2_000
+            }
+        );
+        assert_eq!(to_status(&f).contract, "time-fraction");
     }
 }

@@ -50,8 +50,9 @@ use std::path::{Path, PathBuf};
 pub const COMPACT_AFTER: usize = 4096;
 
 /// Version of the journal format this broker writes and understands.
-/// History: 1 — no header; 2 — header, [`SpecRec`], recovered cells.
-pub const JOURNAL_VERSION: u32 = 2;
+/// History: 1 — no header; 2 — header, [`SpecRec`], recovered cells;
+/// 3 — [`SpecRec::time`] (absent in older journals: a space cell).
+pub const JOURNAL_VERSION: u32 = 3;
 
 /// A process belonging to a cell, with its start time to detect pid reuse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,6 +76,37 @@ pub struct SpecRec {
     pub exclusive: bool,
     /// `any`, `llc` or `numa`.
     pub placement: PlacementRec,
+    /// The time contract.
+    #[serde(default)]
+    pub time: TimeRec,
+}
+
+/// A time contract, as journaled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum TimeRec {
+    /// Space (every cell of a version 1 or 2 journal).
+    #[default]
+    Space,
+    /// A fraction of each CPU.
+    Fraction {
+        /// Parts per million.
+        ppm: u32,
+        /// Shortest piece, µs (0: the default).
+        slice_us: u32,
+    },
+    /// A budget every period.
+    Triggered {
+        /// Period, µs.
+        period_us: u32,
+        /// Budget, µs.
+        budget_us: u32,
+    },
+    /// Activated by messages.
+    Message {
+        /// Idle time, ms.
+        idle_ms: u32,
+    },
 }
 
 /// Placement, as journaled.
@@ -584,6 +616,7 @@ mod tests {
             weight: 1,
             exclusive: false,
             placement: PlacementRec::Any,
+            time: TimeRec::Space,
         }
     }
 
@@ -654,6 +687,32 @@ mod tests {
     }
 
     #[test]
+    fn a_version_2_journal_replays_and_a_time_contract_survives_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("journal");
+        std::fs::write(
+            &p,
+            "{\"t\":\"header\",\"version\":2}\n\
+             {\"t\":\"cell\",\"id\":4,\"name\":\"make\",\"uid\":1000,\"spec\":{\"min\":0,\"max\":0,\"weight\":1,\"exclusive\":false,\"placement\":\"any\"},\"token\":9}\n",
+        )
+        .unwrap();
+        let mut j = open(&p);
+        assert_eq!(j.state().cells[&4].spec.time, TimeRec::Space);
+        let timed = SpecRec {
+            min: 1,
+            time: TimeRec::Triggered {
+                period_us: 10_000,
+                budget_us: 3_000,
+            },
+            ..spec()
+        };
+        j.append(&[Record::Spec { id: 4, spec: timed }]).unwrap();
+        drop(j);
+        let j = open(&p);
+        assert_eq!(j.state().cells[&4].spec, timed);
+    }
+
+    #[test]
     fn a_version_1_journal_replays() {
         // As brokers before the header wrote it: the spec in the planner's
         // own serde shape, which SpecRec keeps.
@@ -670,6 +729,11 @@ mod tests {
         let c = &j.state().cells[&4];
         assert_eq!(c.spec.placement, PlacementRec::Numa);
         assert!(c.spec.exclusive);
+        assert_eq!(
+            c.spec.time,
+            TimeRec::Space,
+            "older journals hold space cells"
+        );
         assert_eq!(c.members[0].pid, 77);
         assert_eq!(j.state().next_id, 5);
     }

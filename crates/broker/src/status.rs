@@ -122,6 +122,9 @@ impl Core {
                 capacity: self.planner.capacity(),
                 reserve: self.plan.reserve.to_string(),
                 pool: self.plan.pool.to_string(),
+                time: self.plan.time.to_string(),
+                time_reserve: 1.0
+                    - f64::from(self.planner.time_limit()) / f64::from(allot_plan::PPM),
                 idle: idle.to_string(),
             },
             cells,

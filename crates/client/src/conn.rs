@@ -1,8 +1,8 @@
 //! A connection to the broker: typed requests, typed errors.
 
-use allot_plan::{CellSpec, Placement};
+use allot_plan::{CellSpec, Placement, TimeContract};
 use allot_proto::msg::ErrorCode;
-use allot_proto::{CallError, Conn, PageMap, PlacementWire, Reply, Request, SpecWire};
+use allot_proto::{CallError, Conn, PageMap, PlacementWire, Reply, Request, SpecWire, TimeWire};
 use rustix::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -73,6 +73,18 @@ pub fn spec_to_wire(s: &CellSpec) -> SpecWire {
             Placement::Any => PlacementWire::Any,
             Placement::Llc => PlacementWire::Llc,
             Placement::Numa => PlacementWire::Numa,
+        },
+        time: match s.time {
+            TimeContract::Space => TimeWire::Space,
+            TimeContract::Fraction { ppm, slice_us } => TimeWire::Fraction { ppm, slice_us },
+            TimeContract::Triggered {
+                period_us,
+                budget_us,
+            } => TimeWire::Triggered {
+                period_us,
+                budget_us,
+            },
+            TimeContract::Message { idle_ms } => TimeWire::Message { idle_ms },
         },
     }
 }

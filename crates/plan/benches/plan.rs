@@ -21,6 +21,7 @@ fn cells(n: usize) -> Vec<CellInput> {
                 weight: 1 + (i % 4) as u32,
                 exclusive: i % 20 == 0,
                 placement: [Placement::Any, Placement::Llc, Placement::Numa][i % 3],
+                time: Default::default(),
             },
             demand: if i % 2 == 0 {
                 None

@@ -7,6 +7,13 @@
 //! admitted whenever at least one CPU is not guaranteed to anyone; they share
 //! whatever the guarantees leave.
 //!
+//! Time cells ([`crate::time`]) hold no whole CPU but promises on some: a
+//! time cell is admitted when the time placement finds room for it beside
+//! the admitted ones (kept where they are), the region it then needs
+//! leaves at least one CPU to space cells, and the space guarantees still
+//! fit what the region leaves. A space cell is admitted against the
+//! capacity minus the current region.
+//!
 //! A request that no state of the machine could satisfy is [`Admission::Never`];
 //! one that the current guarantees block is [`Admission::NotNow`], and the
 //! broker either refuses it or queues it if the cell asked to wait. Both carry
@@ -23,8 +30,10 @@
 //! that may remain form every subset, and a bitset of their reachable
 //! guarantee sums answers it in `O(cells × capacity / 64)`.
 
-use crate::spec::{CellSpec, Placement, SpecError};
-use allot_topo::Machine;
+use crate::plan::Plan;
+use crate::spec::{CellId, CellSpec, Placement, SpecError, TimeContract};
+use crate::time::{self, TimeCell};
+use allot_topo::{CpuSet, Machine};
 
 /// The verdict on a new cell.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,16 +49,67 @@ pub enum Admission {
 /// An admitted cell, as admission sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct Admitted<'a> {
+    /// The cell.
+    pub id: CellId,
     /// Its name, for the reason text.
     pub name: &'a str,
     /// What it asked for.
     pub spec: &'a CellSpec,
 }
 
+/// Where time cells may go, for admission.
+#[derive(Debug, Clone, Copy)]
+pub struct TimeRoom<'a> {
+    /// CPUs open to time cells, in the order placement takes them.
+    pub candidates: &'a [usize],
+    /// Most time promised on one CPU, in parts per million.
+    pub limit: u32,
+    /// The plan in force: where admitted time cells sit.
+    pub current: &'a Plan,
+}
+
+impl TimeRoom<'_> {
+    /// The time region `admitted` (plus `new`) needs, or why `new` has no
+    /// room.
+    fn region(&self, admitted: &[Admitted<'_>], new: Option<&CellSpec>) -> Result<u32, String> {
+        let mut cells: Vec<TimeCell> = admitted
+            .iter()
+            .filter(|a| a.spec.time.is_time())
+            .map(|a| TimeCell {
+                id: a.id,
+                contract: a.spec.time,
+                cpus: a.spec.time_cpus(),
+                previous: match self.current.contracts.get(&a.id) {
+                    Some(t) if *t == a.spec.time => self
+                        .current
+                        .cells
+                        .get(&a.id)
+                        .map(|g| g.entitled)
+                        .unwrap_or_default(),
+                    _ => CpuSet::new(),
+                },
+            })
+            .collect();
+        if let Some(n) = new {
+            cells.push(TimeCell {
+                id: CellId(u64::MAX),
+                contract: n.time,
+                cpus: n.time_cpus(),
+                previous: CpuSet::new(),
+            });
+        }
+        match time::place(self.candidates, self.limit, &cells) {
+            Ok(p) => Ok(p.region().len() as u32),
+            Err(e) => Err(e.0),
+        }
+    }
+}
+
 /// Decides on `new` given the cells already admitted.
 pub fn admit(
     machine: &Machine,
     reserve: u32,
+    time: &TimeRoom<'_>,
     admitted: &[Admitted<'_>],
     new: &CellSpec,
 ) -> Admission {
@@ -58,6 +118,87 @@ pub fn admit(
     }
     let usable = machine.num_cpus() as u32;
     let capacity = usable.saturating_sub(reserve);
+    if new.time.is_time() {
+        return admit_time(capacity, time, admitted, new);
+    }
+    let region = time.region(admitted, None).unwrap_or(0);
+    admit_space(machine, reserve, capacity, region, admitted, new)
+}
+
+/// Space guarantees held by `admitted`, and whether a best-effort cell is
+/// among them or `new`.
+fn space_need(admitted: &[Admitted<'_>], new: &CellSpec) -> (u32, bool) {
+    let held = admitted.iter().map(|a| a.spec.guaranteed()).sum();
+    let best_effort = admitted.iter().any(|a| is_best_effort(a.spec))
+        || (!new.time.is_time() && !new.is_guaranteed());
+    (held, best_effort)
+}
+
+fn is_best_effort(s: &CellSpec) -> bool {
+    !s.time.is_time() && !s.is_guaranteed()
+}
+
+fn admit_time(
+    capacity: u32,
+    time: &TimeRoom<'_>,
+    admitted: &[Admitted<'_>],
+    new: &CellSpec,
+) -> Admission {
+    let pct = |ppm: u32| f64::from(ppm) / 10_000.0;
+    if let TimeContract::Message { .. } = new.time {
+        return Admission::Never(
+            "a message-triggered cell starts when a message arrives on one of its channels, and \
+             this broker has no channels yet; ask for time with a fraction or a period and budget"
+                .into(),
+        );
+    }
+    if new.time.ppm() > time.limit {
+        return Admission::Never(format!(
+            "promises {:.1} % of each CPU but at most {:.1} % of any CPU can be promised here \
+             (the rest is the system's reserve, time_reserve in the broker's config)",
+            pct(new.time.ppm()),
+            pct(time.limit)
+        ));
+    }
+    if new.min + 1 > capacity {
+        return Admission::Never(format!(
+            "covers {} CPUs but at most {} of the {capacity} CPUs available to cells can carry \
+             time promises (one stays for space cells)",
+            new.min,
+            capacity.saturating_sub(1)
+        ));
+    }
+    let region = match time.region(admitted, Some(new)) {
+        Ok(r) => r,
+        Err(why) => {
+            return Admission::NotNow(format!("{why}; retry later or pass --wait to queue"));
+        }
+    };
+    let (held, best_effort) = space_need(admitted, new);
+    let space = capacity.saturating_sub(region);
+    if region < capacity && held + u32::from(best_effort) <= space {
+        return Admission::Admit;
+    }
+    Admission::NotNow(format!(
+        "time cells would then need {region} CPUs, leaving {space} of {capacity} to space cells, \
+         but their guarantees hold {held}{}; retry later or pass --wait to queue",
+        if best_effort {
+            " and one stays with the best-effort cells"
+        } else {
+            ""
+        }
+    ))
+}
+
+fn admit_space(
+    machine: &Machine,
+    reserve: u32,
+    capacity: u32,
+    region: u32,
+    admitted: &[Admitted<'_>],
+    new: &CellSpec,
+) -> Admission {
+    let usable = machine.num_cpus() as u32;
     let want = new.guaranteed();
     if want > capacity {
         return Admission::Never(format!(
@@ -76,12 +217,16 @@ pub fn admit(
              lower --min or use --place any"
         ));
     }
-    let held: u32 = admitted.iter().map(|a| a.spec.guaranteed()).sum();
-    let best_effort = admitted.iter().any(|a| !a.spec.is_guaranteed()) || !new.is_guaranteed();
+    let (held, best_effort) = space_need(admitted, new);
     let needed = held + want + u32::from(best_effort);
-    if needed <= capacity {
+    if needed + region <= capacity {
         return Admission::Admit;
     }
+    let timed = if region > 0 {
+        format!("; time cells' promises take {region} more")
+    } else {
+        String::new()
+    };
     let holders: Vec<String> = admitted
         .iter()
         .filter(|a| a.spec.is_guaranteed())
@@ -95,11 +240,13 @@ pub fn admit(
     Admission::NotNow(if new.is_guaranteed() {
         format!(
             "asks for {want} guaranteed CPUs but only {} of {capacity} are unguaranteed now \
-             (guarantees held by: {holders}{}); retry later or pass --wait to queue",
+             (guarantees held by: {holders}{}{timed}); retry later or pass --wait to queue",
             capacity.saturating_sub(
-                held + u32::from(best_effort && admitted.iter().any(|a| !a.spec.is_guaranteed()))
+                region
+                    + held
+                    + u32::from(best_effort && admitted.iter().any(|a| is_best_effort(a.spec)))
             ),
-            if admitted.iter().any(|a| !a.spec.is_guaranteed()) {
+            if admitted.iter().any(|a| is_best_effort(a.spec)) {
                 "; one CPU stays with the best-effort cells"
             } else {
                 ""
@@ -107,8 +254,9 @@ pub fn admit(
         )
     } else {
         format!(
-            "all {capacity} CPUs are guaranteed to other cells (guarantees held by: {holders}); \
-             a best-effort cell needs one unguaranteed CPU; retry later or pass --wait to queue"
+            "all {capacity} CPUs are guaranteed to other cells (guarantees held by: \
+             {holders}{timed}); a best-effort cell needs one unguaranteed CPU; retry later or \
+             pass --wait to queue"
         )
     })
 }
@@ -123,7 +271,8 @@ pub fn admit(
 /// waiting cell fits when `h + w + b ≤ capacity`. The worst remaining set
 /// is the one with the largest `h` that still lets it fit; the admitted
 /// best-effort cells either all leave (`b` from the waiting and new cells
-/// only) or some stay (`b = 1`).
+/// only) or some stay (`b = 1`). When time cells are involved (waiting,
+/// new or admitted) the answer is a conservative yes.
 pub fn delays(
     machine: &Machine,
     reserve: u32,
@@ -131,6 +280,15 @@ pub fn delays(
     waiting: &CellSpec,
     new: &CellSpec,
 ) -> bool {
+    let any_be = admitted.iter().any(|a| is_best_effort(a.spec));
+    // Time cells move the space capacity as they come and go; with any of
+    // them involved, passing is not worth the risk of starving the waiter.
+    if waiting.time.is_time()
+        || new.time.is_time()
+        || admitted.iter().any(|a| a.spec.time.is_time())
+    {
+        return true;
+    }
     let capacity = (machine.num_cpus() as u32).saturating_sub(reserve);
     let w = waiting.guaranteed();
     let n = new.guaranteed();
@@ -145,7 +303,6 @@ pub fn delays(
         }
     }
     // Some admitted best-effort cell stays.
-    let any_be = admitted.iter().any(|a| !a.spec.is_guaranteed());
     if any_be && w < capacity {
         let h = sums.largest_at_most(capacity - w - 1);
         if h + n + w + 1 > capacity {
@@ -205,6 +362,16 @@ fn invalid(e: SpecError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::PPM;
+
+    /// No time cells and no CPU open to them.
+    fn no_time() -> TimeRoom<'static> {
+        TimeRoom {
+            candidates: &[],
+            limit: PPM,
+            current: Box::leak(Box::default()),
+        }
+    }
 
     fn spec(min: u32, exclusive: bool) -> CellSpec {
         CellSpec {
@@ -221,9 +388,13 @@ mod tests {
         let others = [be; 10];
         let adm: Vec<Admitted> = others
             .iter()
-            .map(|s| Admitted { name: "x", spec: s })
+            .map(|s| Admitted {
+                id: CellId(0),
+                name: "x",
+                spec: s,
+            })
             .collect();
-        assert_eq!(admit(&m, 0, &adm, &be), Admission::Admit);
+        assert_eq!(admit(&m, 0, &no_time(), &adm, &be), Admission::Admit);
     }
 
     #[test]
@@ -231,27 +402,33 @@ mod tests {
         let m = Machine::uniform(2);
         let a = spec(1, true);
         let adm = [Admitted {
+            id: CellId(0),
             name: "a",
             spec: &a,
         }];
-        assert_eq!(admit(&m, 0, &adm, &spec(1, true)), Admission::Admit);
+        assert_eq!(
+            admit(&m, 0, &no_time(), &adm, &spec(1, true)),
+            Admission::Admit
+        );
         let b = spec(1, true);
         let adm = [
             Admitted {
+                id: CellId(0),
                 name: "a",
                 spec: &a,
             },
             Admitted {
+                id: CellId(0),
                 name: "b",
                 spec: &b,
             },
         ];
-        match admit(&m, 0, &adm, &spec(1, false)) {
+        match admit(&m, 0, &no_time(), &adm, &spec(1, false)) {
             Admission::NotNow(r) => assert!(r.contains("a (1), b (1)"), "{r}"),
             other => panic!("{other:?}"),
         }
         // A best-effort cell now would leave no CPU for it.
-        match admit(&m, 0, &adm, &spec(0, false)) {
+        match admit(&m, 0, &no_time(), &adm, &spec(0, false)) {
             Admission::NotNow(r) => assert!(r.contains("all 2 CPUs are guaranteed"), "{r}"),
             other => panic!("{other:?}"),
         }
@@ -262,12 +439,16 @@ mod tests {
         let m = Machine::uniform(2);
         let be = spec(0, false);
         let adm = [Admitted {
+            id: CellId(0),
             name: "be",
             spec: &be,
         }];
-        assert_eq!(admit(&m, 0, &adm, &spec(1, true)), Admission::Admit);
+        assert_eq!(
+            admit(&m, 0, &no_time(), &adm, &spec(1, true)),
+            Admission::Admit
+        );
         assert!(matches!(
-            admit(&m, 0, &adm, &spec(2, true)),
+            admit(&m, 0, &no_time(), &adm, &spec(2, true)),
             Admission::NotNow(_)
         ));
     }
@@ -275,13 +456,13 @@ mod tests {
     #[test]
     fn impossible_requests_name_the_limit() {
         let m = Machine::uniform(2);
-        match admit(&m, 0, &[], &spec(4, false)) {
+        match admit(&m, 0, &no_time(), &[], &spec(4, false)) {
             Admission::Never(r) => {
                 assert!(r.contains("at least 4 CPUs") && r.contains("only 2"), "{r}")
             }
             other => panic!("{other:?}"),
         }
-        match admit(&m, 1, &[], &spec(2, false)) {
+        match admit(&m, 1, &no_time(), &[], &spec(2, false)) {
             Admission::Never(r) => assert!(r.contains("1 reserved"), "{r}"),
             other => panic!("{other:?}"),
         }
@@ -289,13 +470,20 @@ mod tests {
             weight: 0,
             ..Default::default()
         };
-        assert!(matches!(admit(&m, 0, &[], &bad), Admission::Never(_)));
+        assert!(matches!(
+            admit(&m, 0, &no_time(), &[], &bad),
+            Admission::Never(_)
+        ));
     }
 
     fn adm(specs: &[CellSpec]) -> Vec<Admitted<'_>> {
         specs
             .iter()
-            .map(|s| Admitted { name: "x", spec: s })
+            .map(|s| Admitted {
+                id: CellId(0),
+                name: "x",
+                spec: s,
+            })
             .collect()
     }
 
@@ -364,7 +552,7 @@ mod tests {
             placement: Placement::Numa,
             ..Default::default()
         };
-        match admit(&m, 0, &[], &s) {
+        match admit(&m, 0, &no_time(), &[], &s) {
             Admission::Never(r) => assert!(r.contains("NUMA node but the largest has 8"), "{r}"),
             other => panic!("{other:?}"),
         }
@@ -373,6 +561,6 @@ mod tests {
             placement: Placement::Llc,
             ..Default::default()
         };
-        assert_eq!(admit(&m, 0, &[], &s), Admission::Admit);
+        assert_eq!(admit(&m, 0, &no_time(), &[], &s), Admission::Admit);
     }
 }

@@ -11,6 +11,12 @@
 //! 3. **Mapping** ([`mapping`]): concrete CPU sets, topology-aware and
 //!    stable between successive plans.
 //!
+//! Before them, **time placement** ([`time`]) puts each time cell's promise
+//! on CPUs; those CPUs (the time region) leave the space layers' capacity,
+//! and afterwards every non-exclusive space cell gets them too, marked
+//! lent: what the promises leave or do not use is theirs (work
+//! conservation).
+//!
 //! [`admit`] decides whether a new cell's guarantee fits beside the others.
 //! [`Plan::check`] verifies the plan invariants listed in [`plan`].
 
@@ -21,18 +27,22 @@ pub mod plan;
 pub mod policy;
 pub mod share;
 pub mod spec;
+pub mod time;
 
 pub use admission::{Admission, Admitted, admit, delays};
 pub use mapping::{MapCell, PoolSize, Topo};
 pub use plan::{Grant, Plan, Violation};
 pub use policy::{GlobalPolicy, PolicyCell};
-pub use spec::{CellId, CellSpec, MAX_WEIGHT, Placement, SpecError};
+pub use spec::{CellId, CellSpec, MAX_WEIGHT, PPM, Placement, SpecError, TimeContract};
 
-use allot_topo::Machine;
+use allot_topo::{CpuSet, Machine};
 
 /// Broker-wide planning settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PlanConfig {
+    /// Time of every CPU kept for the system: time cells are promised at
+    /// most `PPM − time_reserve_ppm` of any CPU.
+    pub time_reserve_ppm: u32,
     /// CPUs kept for processes outside any cell.
     pub reserve: u32,
     /// How CPUs are divided.
@@ -84,9 +94,26 @@ impl<'m> Planner<'m> {
         self.topo.machine.num_cpus() as u32 - self.config.reserve
     }
 
-    /// Admission for `new` beside `admitted`.
-    pub fn admit(&self, admitted: &[Admitted<'_>], new: &CellSpec) -> Admission {
-        admit(self.topo.machine, self.config.reserve, admitted, new)
+    /// Most time promised on one CPU, in parts per million.
+    pub fn time_limit(&self) -> u32 {
+        PPM.saturating_sub(self.config.time_reserve_ppm)
+    }
+
+    /// Admission for `new` beside `admitted`, whose time cells sit where
+    /// `current` put them.
+    pub fn admit(&self, admitted: &[Admitted<'_>], new: &CellSpec, current: &Plan) -> Admission {
+        let time = self.time_candidates(current);
+        admit(
+            self.topo.machine,
+            self.config.reserve,
+            &admission::TimeRoom {
+                candidates: &time,
+                limit: self.time_limit(),
+                current,
+            },
+            admitted,
+            new,
+        )
     }
 
     /// Whether admitting `new` beside `admitted` could delay `waiting`
@@ -101,10 +128,64 @@ impl<'m> Planner<'m> {
         )
     }
 
+    /// The CPUs open to time cells, in the order they are taken: the
+    /// previous region first, then CPUs no space cell was entitled to (the
+    /// stacked pool, idle CPUs), then the rest; highest-numbered first within each (the reserve
+    /// and new space cells start from CPU 0).
+    fn time_candidates(&self, prev: &Plan) -> Vec<usize> {
+        let reserved = mapping::reserve_set(&self.topo, self.config.reserve, prev);
+        let open = self.topo.machine.usable().difference(&reserved);
+        let held = prev
+            .cells
+            .values()
+            .fold(CpuSet::new(), |acc, g| acc.union(&g.entitled))
+            .difference(&prev.time);
+        let mut order: Vec<usize> = open.iter().collect();
+        order.sort_by_key(|&c| {
+            let rank = if prev.time.contains(c) {
+                0
+            } else if !held.contains(c) {
+                1
+            } else {
+                2
+            };
+            (rank, std::cmp::Reverse(c))
+        });
+        order
+    }
+
     /// The plan for `cells`, as close to `prev` as the new counts allow.
     pub fn plan(&self, cells: &[CellInput], prev: &Plan) -> Plan {
-        let capacity = self.capacity();
-        let policy_cells: Vec<PolicyCell> = cells
+        let limit = self.time_limit();
+        let (time_cells, space_cells): (Vec<&CellInput>, Vec<&CellInput>) =
+            cells.iter().partition(|c| c.spec.time.is_time());
+        let timed: Vec<time::TimeCell> = time_cells
+            .iter()
+            .map(|c| time::TimeCell {
+                id: c.id,
+                contract: c.spec.time,
+                cpus: c.spec.time_cpus(),
+                // Kept only under the contract it was placed for.
+                previous: match prev.contracts.get(&c.id) {
+                    Some(t) if *t == c.spec.time => prev
+                        .cells
+                        .get(&c.id)
+                        .map(|g| g.entitled)
+                        .unwrap_or_default(),
+                    _ => CpuSet::new(),
+                },
+            })
+            .collect();
+        let candidates = self.time_candidates(prev);
+        // Admission only lets in what fits, so this fails only for cells
+        // that bypassed it (a journal replayed under a smaller limit); they
+        // are placed from scratch, and the checker reports any overload.
+        let placed = time::place(&candidates, limit, &timed)
+            .unwrap_or_else(|_| time::place_overloaded(&candidates, limit, &timed));
+        let region = placed.region();
+        let capacity = self.capacity().saturating_sub(region.len() as u32).max(1);
+
+        let policy_cells: Vec<PolicyCell> = space_cells
             .iter()
             .map(|c| PolicyCell {
                 spec: c.spec,
@@ -112,10 +193,10 @@ impl<'m> Planner<'m> {
             })
             .collect();
         let ent = self.config.policy.entitle(capacity, &policy_cells);
-        let specs: Vec<CellSpec> = cells.iter().map(|c| c.spec).collect();
-        let demand: Vec<Option<u32>> = cells.iter().map(|c| c.demand).collect();
+        let specs: Vec<CellSpec> = space_cells.iter().map(|c| c.spec).collect();
+        let demand: Vec<Option<u32>> = space_cells.iter().map(|c| c.demand).collect();
         let lending = lend::lend(capacity, &specs, &demand, &ent, self.config.lend);
-        let map_cells: Vec<MapCell> = cells
+        let map_cells: Vec<MapCell> = space_cells
             .iter()
             .zip(&ent.cells)
             .zip(&lending.cells)
@@ -134,6 +215,46 @@ impl<'m> Planner<'m> {
             base: ent.pool,
             borrow: lending.pool_borrow,
         };
-        mapping::map(&self.topo, self.config.reserve, &map_cells, pool, prev)
+        let mut plan = mapping::map(
+            &self.topo,
+            self.config.reserve,
+            region,
+            &map_cells,
+            pool,
+            prev,
+        );
+        plan.time_limit = limit;
+        plan.contracts = time_cells.iter().map(|c| (c.id, c.spec.time)).collect();
+        // Work conservation over time: every non-exclusive space cell runs
+        // on the region too, as lent CPUs, within its maximum.
+        let whole = self.capacity();
+        for c in &space_cells {
+            let g = plan.cells.get_mut(&c.id).expect("mapped");
+            let widened = g.cpus.union(&region);
+            if c.spec.exclusive || widened.len() > c.spec.max_within(whole) as usize {
+                continue;
+            }
+            if !g.stacked {
+                g.lent = g.lent.union(&region.difference(&g.cpus));
+                g.threads = widened.len() as u32;
+            }
+            g.cpus = widened;
+        }
+        for c in &time_cells {
+            let set = placed.cells.get(&c.id).copied().unwrap_or_default();
+            plan.cells.insert(
+                c.id,
+                Grant {
+                    cpus: set,
+                    lent: CpuSet::new(),
+                    entitled: set,
+                    threads: set.len().max(1) as u32,
+                    stacked: false,
+                    home: 0,
+                    share: f64::from(c.spec.time.ppm()) * set.len() as f64 / f64::from(PPM),
+                },
+            );
+        }
+        plan
     }
 }

@@ -13,8 +13,17 @@
 //! 5. Every cell has at least one CPU and a thread count of at least one;
 //!    no grant exceeds the cell's maximum.
 //! 6. Lent CPUs are part of the grant and outside the cell's entitlement.
+//! 7. Time: every time cell holds exactly the CPUs its contract covers,
+//!    inside the time region, and the promises on every CPU fit its limit
+//!    with at most one time-triggered cell and never a triggered beside a
+//!    fraction cell ([`crate::time`]). The region is disjoint from the
+//!    reserve, the stacked pool and every space cell's entitlement; a space
+//!    cell reaches into it only when it is not exclusive (as lent CPUs, or
+//!    beside the pool for stacked cells). Invariants 2 and 3 count the
+//!    region once, as a whole.
 
 use crate::spec::{CellId, CellSpec};
+use crate::time;
 use allot_topo::{CpuSet, Machine};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -52,6 +61,14 @@ pub struct Plan {
     pub reserve: CpuSet,
     /// CPUs shared by the stacked cells (including borrowed ones).
     pub pool: CpuSet,
+    /// The time region: CPUs carrying a time cell's promise.
+    pub time: CpuSet,
+    /// Most time promised on one CPU, in parts per million.
+    pub time_limit: u32,
+    /// The contract each time cell was placed for: a cell whose contract
+    /// changed is placed afresh instead of keeping its CPUs, so that it
+    /// never crowds out a cell whose contract did not.
+    pub contracts: BTreeMap<CellId, crate::spec::TimeContract>,
     /// Grants by cell.
     pub cells: BTreeMap<CellId, Grant>,
 }
@@ -94,6 +111,9 @@ pub enum Violation {
     /// A cell of the input has no grant.
     #[error("cell {0} has no grant")]
     Missing(CellId),
+    /// Invariant 7.
+    #[error("time: {0}")]
+    Time(String),
 }
 
 impl Plan {
@@ -103,18 +123,35 @@ impl Plan {
     #[allow(clippy::result_large_err)]
     pub fn check(&self, machine: &Machine, specs: &[(CellId, CellSpec)]) -> Result<(), Violation> {
         let space = machine.usable().difference(&self.reserve);
+        self.check_time(specs)?;
+        let region = self.time;
         let mut whole: Vec<(CellId, CpuSet)> = Vec::new(); // non-stacked grants so far
         for (id, spec) in specs {
             let g = self.cells.get(id).ok_or(Violation::Missing(*id))?;
+            if spec.time.is_time() {
+                continue; // check_time
+            }
+            if g.entitled.intersects(&region) {
+                return Err(Violation::Time(format!(
+                    "space cell {id} is entitled to time-region CPUs {}",
+                    g.entitled.intersection(&region)
+                )));
+            }
+            if g.cpus.intersects(&region) && spec.exclusive {
+                return Err(Violation::Time(format!(
+                    "exclusive cell {id} runs on time-region CPUs {}",
+                    g.cpus.intersection(&region)
+                )));
+            }
             if !g.cpus.is_subset(&space) {
                 return Err(Violation::OutOfBounds(*id, g.cpus));
             }
             if g.cpus.is_empty() || g.threads == 0 {
                 return Err(Violation::Empty(*id));
             }
-            let max = spec.max_within(self.capacity).max(spec.guaranteed());
-            if g.cpus.len() > max as usize && !g.stacked {
-                return Err(Violation::AboveMaximum(*id, g.cpus.len(), max));
+            let max = spec.max_within(self.capacity).max(spec.guaranteed()) as usize;
+            if g.cpus.len() > max && !g.stacked {
+                return Err(Violation::AboveMaximum(*id, g.cpus.len(), max as u32));
             }
             if spec.is_guaranteed() && g.entitled.len() < spec.guaranteed() as usize {
                 return Err(Violation::BelowMinimum(
@@ -130,41 +167,80 @@ impl Plan {
                 return Err(Violation::BadLent(*id, g.lent));
             }
             if g.stacked {
-                if !g.cpus.is_subset(&self.pool) {
+                if !g.cpus.is_subset(&self.pool.union(&region)) {
                     return Err(Violation::OutOfBounds(*id, g.cpus));
                 }
             } else {
-                if g.cpus.intersects(&self.pool) {
-                    return Err(Violation::PoolOverlap(*id, g.cpus.intersection(&self.pool)));
+                if !g.cpus.intersection(&region).is_subset(&g.lent) {
+                    return Err(Violation::Time(format!(
+                        "cell {id} runs on time-region CPUs {} not marked lent",
+                        g.cpus.intersection(&region)
+                    )));
                 }
-                // Grants are pairwise disjoint, entitlements are pairwise
-                // disjoint, and a grant reaches into another cell's
-                // entitlement only through CPUs marked lent.
-                for (other, _) in &whole {
+                let g_cpus = g.cpus.difference(&region);
+                let g_lent = g.lent.difference(&region);
+                if g_cpus.intersects(&self.pool) {
+                    return Err(Violation::PoolOverlap(*id, g_cpus.intersection(&self.pool)));
+                }
+                // Outside the time region: grants are pairwise disjoint,
+                // entitlements are pairwise disjoint, and a grant reaches
+                // into another cell's entitlement only through CPUs marked
+                // lent.
+                for (other, o_cpus) in &whole {
                     let o = &self.cells[other];
-                    let clash = g
-                        .cpus
-                        .intersection(&o.cpus)
+                    let o_lent = o.lent.difference(&region);
+                    let clash = g_cpus
+                        .intersection(o_cpus)
                         .union(&g.entitled.intersection(&o.entitled))
-                        .union(&g.cpus.intersection(&o.entitled).difference(&g.lent))
-                        .union(&o.cpus.intersection(&g.entitled).difference(&o.lent));
+                        .union(&g_cpus.intersection(&o.entitled).difference(&g_lent))
+                        .union(&o_cpus.intersection(&g.entitled).difference(&o_lent));
                     if !clash.is_empty() {
                         return Err(Violation::Overlap(*other, *id, clash));
                     }
                 }
-                whole.push((*id, g.cpus));
+                whole.push((*id, g_cpus));
             }
         }
         let used = whole
             .iter()
-            .map(|(id, _)| self.cells[id].cpus)
-            .fold(self.pool, |acc, s| acc.union(&s))
+            .map(|(_, cpus)| *cpus)
+            .fold(self.pool.union(&region), |acc, s| acc.union(&s))
             .len();
         if used > self.capacity as usize {
             return Err(Violation::OverCapacity {
                 used,
                 capacity: self.capacity,
             });
+        }
+        Ok(())
+    }
+
+    /// Invariant 7 for the time cells of `specs`.
+    #[allow(clippy::result_large_err)]
+    fn check_time(&self, specs: &[(CellId, CellSpec)]) -> Result<(), Violation> {
+        let region = self.time;
+        if region.intersects(&self.reserve) || region.intersects(&self.pool) {
+            return Err(Violation::Time(format!(
+                "the time region {region} meets the reserve or the stacked pool"
+            )));
+        }
+        let mut cells = Vec::new();
+        let mut sets = BTreeMap::new();
+        for (id, spec) in specs.iter().filter(|(_, s)| s.time.is_time()) {
+            let g = self.cells.get(id).ok_or(Violation::Missing(*id))?;
+            if g.cpus != g.entitled || !g.lent.is_empty() || !g.cpus.is_subset(&region) {
+                return Err(Violation::Time(format!(
+                    "time cell {id}: grant {} (entitled {}, lent {}) is not its own CPUs inside \
+                     the region {region}",
+                    g.cpus, g.entitled, g.lent
+                )));
+            }
+            cells.push((*id, spec.time, spec.min));
+            sets.insert(*id, g.entitled);
+        }
+        let load = time::check_load(&cells, &sets, self.time_limit).map_err(Violation::Time)?;
+        if load.keys().any(|cpu| !region.contains(*cpu)) {
+            return Err(Violation::Time("a promise lies outside the region".into()));
         }
         Ok(())
     }

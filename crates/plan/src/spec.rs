@@ -2,7 +2,28 @@
 //!
 //! A [`CellSpec`] is the CPU part of Tessellation's specification set: a
 //! minimum (guaranteed), a maximum (a limit), a weight for sharing what lies
-//! between, whether the cell's CPUs are its alone, and where they should lie.
+//! between, whether the cell's CPUs are its alone, where they should lie,
+//! and its [`TimeContract`]: whether it holds CPUs (space) or a share of
+//! their time at known moments (time).
+//!
+//! # Time contracts
+//!
+//! A *space* cell ([`TimeContract::Space`], the default) is what allot has
+//! always planned: whole CPUs when it has a guarantee (*pinned*), otherwise
+//! a best-effort share (stacked when below one CPU). A *time* cell asks for
+//! part of the time of `min` CPUs instead:
+//!
+//! - [`TimeContract::Fraction`]: a fraction of each of its CPUs, delivered
+//!   in pieces no shorter than a slice;
+//! - [`TimeContract::Triggered`]: a budget every period on each of its CPUs,
+//!   all of its threads in the same window (gang);
+//! - [`TimeContract::Message`]: nothing until a message arrives on one of
+//!   its channels (defined here; activation needs channels).
+//!
+//! For a time cell `min` is the number of CPUs the contract covers, `max`
+//! is 0 or `min`, and it is never exclusive: the time it does not use goes
+//! to best-effort cells. Amounts are integers (parts per million,
+//! microseconds) so that a spec compares and hashes exactly.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -80,6 +101,165 @@ impl FromStr for Placement {
 /// Largest accepted weight.
 pub const MAX_WEIGHT: u32 = 10_000;
 
+/// One whole CPU's time, in parts per million.
+pub const PPM: u32 = 1_000_000;
+
+/// The slice a time-fraction cell gets when it names none (2 ms).
+pub const DEFAULT_SLICE_US: u32 = 2_000;
+
+/// Shortest period of a time-triggered cell (1 ms): the broker's window
+/// timer activates a cell in tens of microseconds here, so shorter
+/// periods would spend much of their budget waking up.
+pub const MIN_PERIOD_US: u32 = 1_000;
+
+/// Longest period, and longest slice (10 s).
+pub const MAX_PERIOD_US: u32 = 10_000_000;
+
+/// Smallest budget of a time-triggered cell (100 µs).
+pub const MIN_BUDGET_US: u32 = 100;
+
+/// When a cell runs: Tessellation's cell scheduling kinds (see the module
+/// notes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum TimeContract {
+    /// Whole CPUs or a best-effort share (pinned when guaranteed).
+    #[default]
+    Space,
+    /// `ppm` millionths of each CPU, in pieces of at least `slice_us`.
+    Fraction {
+        /// Fraction of each CPU, in parts per million (1..=1_000_000).
+        ppm: u32,
+        /// Shortest piece of CPU time, in microseconds (0: the default).
+        slice_us: u32,
+    },
+    /// `budget_us` every `period_us` on each CPU, the whole cell at once.
+    Triggered {
+        /// Period, in microseconds.
+        period_us: u32,
+        /// Budget per period, in microseconds.
+        budget_us: u32,
+    },
+    /// Nothing until a message arrives; the grant goes back after
+    /// `idle_ms` without one.
+    Message {
+        /// Idle time before the grant is taken back, in milliseconds.
+        idle_ms: u32,
+    },
+}
+
+impl TimeContract {
+    /// Whether the contract is about time rather than space.
+    pub fn is_time(&self) -> bool {
+        !matches!(self, TimeContract::Space)
+    }
+
+    /// The time promised on each of the cell's CPUs, in parts per million
+    /// (rounded up); 0 for space and message-triggered contracts.
+    pub fn ppm(&self) -> u32 {
+        match *self {
+            TimeContract::Fraction { ppm, .. } => ppm,
+            TimeContract::Triggered {
+                period_us,
+                budget_us,
+            } if period_us > 0 => {
+                (u64::from(budget_us) * u64::from(PPM)).div_ceil(u64::from(period_us)) as u32
+            }
+            _ => 0,
+        }
+    }
+
+    /// The slice of a time-fraction contract, the default filled in.
+    pub fn slice_us(&self) -> u32 {
+        match *self {
+            TimeContract::Fraction { slice_us: 0, .. } => DEFAULT_SLICE_US,
+            TimeContract::Fraction { slice_us, .. } => slice_us,
+            _ => 0,
+        }
+    }
+
+    /// The name `allot status` shows (`space` for a space contract: the
+    /// spec decides between pinned and best effort).
+    pub fn name(&self) -> &'static str {
+        match self {
+            TimeContract::Space => "space",
+            TimeContract::Fraction { .. } => "time-fraction",
+            TimeContract::Triggered { .. } => "time-triggered",
+            TimeContract::Message { .. } => "message-triggered",
+        }
+    }
+
+    fn validate(&self) -> Result<(), SpecError> {
+        match *self {
+            TimeContract::Space => Ok(()),
+            TimeContract::Fraction { ppm, slice_us } => {
+                if ppm == 0 || ppm > PPM {
+                    return Err(SpecError::Fraction(ppm));
+                }
+                if slice_us > MAX_PERIOD_US {
+                    return Err(SpecError::Slice(slice_us));
+                }
+                Ok(())
+            }
+            TimeContract::Triggered {
+                period_us,
+                budget_us,
+            } => {
+                if !(MIN_PERIOD_US..=MAX_PERIOD_US).contains(&period_us) {
+                    return Err(SpecError::Period(period_us));
+                }
+                if budget_us < MIN_BUDGET_US {
+                    return Err(SpecError::Budget(budget_us));
+                }
+                if budget_us > period_us {
+                    return Err(SpecError::BudgetAbovePeriod {
+                        budget_us,
+                        period_us,
+                    });
+                }
+                Ok(())
+            }
+            TimeContract::Message { .. } => Ok(()),
+        }
+    }
+}
+
+impl fmt::Display for TimeContract {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            TimeContract::Space => f.write_str("space"),
+            TimeContract::Fraction { ppm, .. } => write!(
+                f,
+                "fraction {} slice {}",
+                f64::from(ppm) / f64::from(PPM),
+                Micros(self.slice_us())
+            ),
+            TimeContract::Triggered {
+                period_us,
+                budget_us,
+            } => write!(
+                f,
+                "budget {} every {}",
+                Micros(budget_us),
+                Micros(period_us)
+            ),
+            TimeContract::Message { idle_ms } => write!(f, "message-triggered idle {idle_ms}ms"),
+        }
+    }
+}
+
+/// Microseconds, shown in the largest unit that keeps them whole.
+struct Micros(u32);
+
+impl fmt::Display for Micros {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            us if us % 1_000_000 == 0 && us > 0 => write!(f, "{}s", us / 1_000_000),
+            us if us % 1_000 == 0 && us > 0 => write!(f, "{}ms", us / 1_000),
+            us => write!(f, "{us}us"),
+        }
+    }
+}
+
 /// What a cell asks for, in CPUs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct CellSpec {
@@ -94,6 +274,8 @@ pub struct CellSpec {
     pub exclusive: bool,
     /// Where the CPUs should lie.
     pub placement: Placement,
+    /// Space or time (see the module notes).
+    pub time: TimeContract,
 }
 
 impl Default for CellSpec {
@@ -104,6 +286,7 @@ impl Default for CellSpec {
             weight: 1,
             exclusive: false,
             placement: Placement::Any,
+            time: TimeContract::Space,
         }
     }
 }
@@ -122,6 +305,42 @@ pub enum SpecError {
         /// The maximum.
         max: u32,
     },
+    /// A fraction outside (0, 1].
+    #[error("fraction {}/1000000 is outside (0, 1]: use a fraction such as 0.25", .0)]
+    Fraction(u32),
+    /// A slice longer than allowed.
+    #[error("slice {0} µs is longer than 10 s")]
+    Slice(u32),
+    /// A period outside the allowed range.
+    #[error("period {0} µs is outside 1 ms to 10 s")]
+    Period(u32),
+    /// A budget too small to enforce.
+    #[error("budget {0} µs is below the smallest enforceable budget of 100 µs")]
+    Budget(u32),
+    /// A budget longer than its period.
+    #[error("budget {budget_us} µs is longer than the period {period_us} µs")]
+    BudgetAbovePeriod {
+        /// The budget.
+        budget_us: u32,
+        /// The period.
+        period_us: u32,
+    },
+    /// A time contract without CPUs.
+    #[error("a {0} cell needs at least one CPU (--cpus)")]
+    TimeWithoutCpus(&'static str),
+    /// A time contract whose maximum differs from its CPUs.
+    #[error("a {kind} cell covers exactly its {cpus} CPUs: leave the maximum unset (got {max})")]
+    TimeMax {
+        /// Contract name.
+        kind: &'static str,
+        /// Its CPUs.
+        cpus: u32,
+        /// The maximum asked for.
+        max: u32,
+    },
+    /// A time contract asking for exclusivity or a placement.
+    #[error("a {0} cell cannot be exclusive or placed (its CPUs are shared in time)")]
+    TimeExclusive(&'static str),
 }
 
 impl CellSpec {
@@ -136,18 +355,54 @@ impl CellSpec {
                 max: self.max,
             });
         }
+        self.time.validate()?;
+        if self.time.is_time() {
+            let kind = self.time.name();
+            if self.min == 0 {
+                return Err(SpecError::TimeWithoutCpus(kind));
+            }
+            if self.max != 0 && self.max != self.min {
+                return Err(SpecError::TimeMax {
+                    kind,
+                    cpus: self.min,
+                    max: self.max,
+                });
+            }
+            if self.exclusive || self.placement != Placement::Any {
+                return Err(SpecError::TimeExclusive(kind));
+            }
+        }
         Ok(())
     }
 
-    /// Whether the broker guarantees this cell CPUs of its own (a minimum of
-    /// at least one, or exclusivity).
+    /// Whether the broker guarantees this cell whole CPUs of its own (a
+    /// minimum of at least one, or exclusivity). Never for time cells:
+    /// what they are promised is time ([`CellSpec::time`]).
     pub fn is_guaranteed(&self) -> bool {
-        self.min > 0 || self.exclusive
+        !self.time.is_time() && (self.min > 0 || self.exclusive)
     }
 
-    /// The guaranteed number of CPUs: `min`, raised to 1 for exclusive cells.
+    /// The CPUs a time contract covers (0 for space cells).
+    pub fn time_cpus(&self) -> u32 {
+        if self.time.is_time() { self.min } else { 0 }
+    }
+
+    /// The contract's name as `allot status` shows it: `pinned` or
+    /// `best-effort` for space cells, the time contract's name otherwise.
+    pub fn kind_name(&self) -> &'static str {
+        match self.time {
+            TimeContract::Space if self.is_guaranteed() => "pinned",
+            TimeContract::Space => "best-effort",
+            t => t.name(),
+        }
+    }
+
+    /// The guaranteed number of whole CPUs: `min`, raised to 1 for exclusive
+    /// cells; 0 for time cells.
     pub fn guaranteed(&self) -> u32 {
-        if self.exclusive {
+        if self.time.is_time() {
+            0
+        } else if self.exclusive {
             self.min.max(1)
         } else {
             self.min
@@ -179,7 +434,11 @@ impl fmt::Display for CellSpec {
             self.weight,
             if self.exclusive { " exclusive" } else { "" },
             self.placement
-        )
+        )?;
+        if self.time.is_time() {
+            write!(f, " time {}", self.time)?;
+        }
+        Ok(())
     }
 }
 
@@ -229,6 +488,96 @@ mod tests {
             }
             .max_within(8),
             8
+        );
+    }
+
+    fn time(time: TimeContract, min: u32) -> CellSpec {
+        CellSpec {
+            min,
+            time,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn time_contracts_are_checked_before_anything_starts() {
+        let tt = |period_us, budget_us| TimeContract::Triggered {
+            period_us,
+            budget_us,
+        };
+        let fr = |ppm| TimeContract::Fraction { ppm, slice_us: 0 };
+        assert!(time(tt(10_000, 3_000), 1).validate().is_ok());
+        assert!(time(fr(250_000), 2).validate().is_ok());
+        assert!(time(fr(PPM), 1).validate().is_ok());
+        assert_eq!(time(tt(0, 0), 1).validate(), Err(SpecError::Period(0)));
+        assert_eq!(
+            time(tt(500, 100), 1).validate(),
+            Err(SpecError::Period(500))
+        );
+        assert_eq!(
+            time(tt(10_000, 12_000), 1).validate(),
+            Err(SpecError::BudgetAbovePeriod {
+                budget_us: 12_000,
+                period_us: 10_000
+            })
+        );
+        assert_eq!(
+            time(tt(10_000, 50), 1).validate(),
+            Err(SpecError::Budget(50))
+        );
+        assert_eq!(time(fr(0), 1).validate(), Err(SpecError::Fraction(0)));
+        assert_eq!(
+            time(fr(PPM + 1), 1).validate(),
+            Err(SpecError::Fraction(PPM + 1))
+        );
+        assert_eq!(
+            time(fr(100_000), 0).validate(),
+            Err(SpecError::TimeWithoutCpus("time-fraction"))
+        );
+        let mut s = time(fr(100_000), 2);
+        s.max = 3;
+        assert!(matches!(s.validate(), Err(SpecError::TimeMax { .. })));
+        s.max = 2;
+        assert!(s.validate().is_ok());
+        s.exclusive = true;
+        assert_eq!(s.validate(), Err(SpecError::TimeExclusive("time-fraction")));
+    }
+
+    #[test]
+    fn time_cells_hold_no_space_guarantee() {
+        let s = time(
+            TimeContract::Triggered {
+                period_us: 10_000,
+                budget_us: 3_000,
+            },
+            2,
+        );
+        assert!(!s.is_guaranteed());
+        assert_eq!(s.guaranteed(), 0);
+        assert_eq!(s.time_cpus(), 2);
+        assert_eq!(s.time.ppm(), 300_000);
+        assert_eq!(s.kind_name(), "time-triggered");
+        assert_eq!(
+            TimeContract::Triggered {
+                period_us: 3,
+                budget_us: 1
+            }
+            .ppm(),
+            333_334,
+            "rounded up: never promise less than asked"
+        );
+        assert_eq!(CellSpec::default().kind_name(), "best-effort");
+        assert_eq!(
+            CellSpec {
+                min: 1,
+                ..Default::default()
+            }
+            .kind_name(),
+            "pinned"
+        );
+        assert_eq!(
+            s.to_string(),
+            "min 2 max all weight 1 place any time budget 3ms every 10ms"
         );
     }
 

@@ -6,7 +6,7 @@
 
 use allot_plan::{
     Admission, Admitted, CellId, CellInput, CellSpec, GlobalPolicy, Placement, Plan, PlanConfig,
-    Planner,
+    Planner, TimeContract,
 };
 use allot_topo::{FIXTURES, Machine, fixture};
 use proptest::prelude::*;
@@ -25,6 +25,22 @@ struct RawCell {
     exclusive: bool,
     placement: u8,
     demand: Option<u32>,
+    time: TimeContract,
+}
+
+/// Mostly space cells; one in four asks for time.
+fn time_contract() -> impl Strategy<Value = TimeContract> {
+    prop_oneof![
+        6 => Just(TimeContract::Space),
+        1 => (1u32..=19).prop_map(|twentieths| TimeContract::Fraction {
+            ppm: twentieths * 50_000,
+            slice_us: 0,
+        }),
+        1 => (1u32..=100, 1u32..=9).prop_map(|(ms, tenths)| TimeContract::Triggered {
+            period_us: ms * 1_000,
+            budget_us: (ms * 100 * tenths).max(100),
+        }),
+    ]
 }
 
 fn raw_cell() -> impl Strategy<Value = RawCell> {
@@ -35,39 +51,71 @@ fn raw_cell() -> impl Strategy<Value = RawCell> {
         prop::bool::weighted(0.2),
         0u8..3,
         prop_oneof![1 => Just(None), 2 => (1u32..30).prop_map(Some)],
+        time_contract(),
     )
-        .prop_map(|(min, max, weight, exclusive, placement, demand)| RawCell {
-            min,
-            max: if max == 0 { 0 } else { max.max(min) },
-            weight,
-            exclusive,
-            placement,
-            demand,
-        })
+        .prop_map(
+            |(min, max, weight, exclusive, placement, demand, time)| match time {
+                TimeContract::Space => RawCell {
+                    min,
+                    max: if max == 0 { 0 } else { max.max(min) },
+                    weight,
+                    exclusive,
+                    placement,
+                    demand,
+                    time,
+                },
+                _ => RawCell {
+                    min: min.clamp(1, 4),
+                    max: 0,
+                    weight,
+                    exclusive: false,
+                    placement: 0,
+                    demand,
+                    time,
+                },
+            },
+        )
 }
 
-/// Admits the raw cells in order, dropping those admission refuses.
+fn spec_of(r: &RawCell) -> CellSpec {
+    CellSpec {
+        min: r.min,
+        max: r.max,
+        weight: r.weight,
+        exclusive: r.exclusive,
+        placement: Placement::from_code(r.placement).unwrap(),
+        time: r.time,
+    }
+}
+
+/// Admits `spec` as the broker does: against the cells admitted so far and
+/// the plan in force.
+fn try_admit(planner: &Planner<'_>, cells: &[CellInput], spec: &CellSpec, plan: &Plan) -> bool {
+    let adm: Vec<Admitted> = cells
+        .iter()
+        .map(|c| Admitted {
+            id: c.id,
+            name: "c",
+            spec: &c.spec,
+        })
+        .collect();
+    planner.admit(&adm, spec, plan) == Admission::Admit
+}
+
+/// Admits the raw cells in order, planning after each as the broker does,
+/// dropping those admission refuses.
 fn admitted(planner: &Planner<'_>, raw: &[RawCell]) -> Vec<CellInput> {
     let mut cells: Vec<CellInput> = Vec::new();
+    let mut plan = Plan::default();
     for (i, r) in raw.iter().enumerate() {
-        let spec = CellSpec {
-            min: r.min,
-            max: r.max,
-            weight: r.weight,
-            exclusive: r.exclusive,
-            placement: Placement::from_code(r.placement).unwrap(),
-        };
-        let specs: Vec<CellSpec> = cells.iter().map(|c| c.spec).collect();
-        let adm: Vec<Admitted> = specs
-            .iter()
-            .map(|s| Admitted { name: "c", spec: s })
-            .collect();
-        if planner.admit(&adm, &spec) == Admission::Admit {
+        let spec = spec_of(r);
+        if try_admit(planner, &cells, &spec, &plan) {
             cells.push(CellInput {
                 id: CellId(i as u64),
                 spec,
                 demand: r.demand,
             });
+            plan = planner.plan(&cells, &plan);
         }
     }
     cells
@@ -97,7 +145,7 @@ proptest! {
     ) {
         let m = &machines()[which];
         let policy = if priority { GlobalPolicy::Priority } else { GlobalPolicy::FairShare };
-        let planner = Planner::new(m, PlanConfig { reserve, policy, lend });
+        let planner = Planner::new(m, PlanConfig { reserve, policy, lend, time_reserve_ppm: 50_000 });
         let cells = admitted(&planner, &raw);
         prop_assume!(!cells.is_empty());
         let plan = planner.plan(&cells, &Plan::default());
@@ -125,7 +173,9 @@ proptest! {
         raw in prop::collection::vec(raw_cell(), 2..30),
     ) {
         // With placement `any`, an existing cell keeps min(old, new) of its
-        // entitled CPUs when another cell arrives: only shrinking loses CPUs.
+        // entitled CPUs when another cell arrives: only shrinking loses
+        // CPUs — and CPUs the time region newly covers, which a time
+        // newcomer takes from whoever held them.
         let m = &machines()[which];
         let planner = Planner::new(m, PlanConfig { lend: false, ..Default::default() });
         let raw: Vec<RawCell> = raw.into_iter().map(|r| RawCell { placement: 0, ..r }).collect();
@@ -135,11 +185,14 @@ proptest! {
         let before = planner.plan(old_cells, &Plan::default());
         let after = planner.plan(&cells, &before);
         check(&planner, m, &cells, &after);
+        let newly_timed = after.time.difference(&before.time);
         for c in old_cells {
             let (b, a) = (&before.cells[&c.id], &after.cells[&c.id]);
             let kept = b.entitled.intersection(&a.entitled).len();
-            prop_assert_eq!(kept, b.entitled.len().min(a.entitled.len()),
-                "cell {} entitled {} then {}", c.id, b.entitled, a.entitled);
+            let taken = b.entitled.intersection(&newly_timed).len();
+            prop_assert!(kept + taken >= b.entitled.len().min(a.entitled.len()),
+                "cell {} entitled {} then {} (time region {} then {})",
+                c.id, b.entitled, a.entitled, before.time, after.time);
         }
     }
 
@@ -151,8 +204,8 @@ proptest! {
         let m = &machines()[which];
         let planner = Planner::new(m, PlanConfig { lend: true, ..Default::default() });
         let mut cells = admitted(&planner, &raw);
-        prop_assume!(!cells.is_empty());
-        // One unbounded cell that can use everything.
+        prop_assume!(!cells.is_empty() && !cells[0].spec.time.is_time());
+        // One unbounded space cell that can use everything.
         cells[0].spec.max = 0;
         cells[0].demand = None;
         let plan = planner.plan(&cells, &Plan::default());
@@ -338,8 +391,10 @@ proptest! {
         let m = Machine::uniform(cpus);
         prop_assume!(waiting.guaranteed() as usize <= cpus);
         let fits = |remaining: &[CellSpec]| {
-            let a: Vec<Admitted> = remaining.iter().map(|s| Admitted { name: "x", spec: s }).collect();
-            allot_plan::admit(&m, 0, &a, &waiting) == Admission::Admit
+            let a: Vec<Admitted> = remaining.iter().map(|s| Admitted { id: CellId(0), name: "x", spec: s }).collect();
+            let none = Plan::default();
+            let room = allot_plan::admission::TimeRoom { candidates: &[], limit: allot_plan::PPM, current: &none };
+            allot_plan::admit(&m, 0, &room, &a, &waiting) == Admission::Admit
         };
         let mut harmed = false;
         for mask in 0u32..(1 << held.len()) {
@@ -350,7 +405,137 @@ proptest! {
                 harmed = true;
             }
         }
-        let a: Vec<Admitted> = held.iter().map(|s| Admitted { name: "x", spec: s }).collect();
+        let a: Vec<Admitted> = held.iter().map(|s| Admitted { id: CellId(0), name: "x", spec: s }).collect();
         prop_assert_eq!(allot_plan::delays(&m, 0, &a, &waiting, &new), harmed);
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// Admitting, resizing or ending one cell never breaks the contract of
+    /// an admitted time cell: after every step the plan passes the checker
+    /// (every promise fits its CPUs) and every time cell still has the CPUs
+    /// it was first given.
+    #[test]
+    fn time_contracts_survive_arrivals_resizes_and_departures(
+        which in 0usize..4,
+        steps in prop::collection::vec((raw_cell(), 0u8..10, any::<prop::sample::Index>()), 1..40),
+        reserve in prop_oneof![3 => Just(0u32), 1 => 1u32..3],
+        time_reserve_ppm in prop_oneof![Just(0u32), Just(50_000u32), Just(200_000u32)],
+    ) {
+        let m = &machines()[which];
+        let planner = Planner::new(m, PlanConfig { reserve, lend: true, time_reserve_ppm, ..Default::default() });
+        let mut cells: Vec<CellInput> = Vec::new();
+        let mut plan = Plan::default();
+        let mut first_cpus = std::collections::BTreeMap::new();
+        for (i, (raw, op, pick)) in steps.iter().enumerate() {
+            match op {
+                // End a cell.
+                0..=2 if !cells.is_empty() => {
+                    let gone = cells.remove(pick.index(cells.len()));
+                    first_cpus.remove(&gone.id);
+                }
+                // Resize a cell to the raw spec, if admission allows it.
+                3 if !cells.is_empty() => {
+                    let at = pick.index(cells.len());
+                    let spec = spec_of(raw);
+                    let others: Vec<CellInput> =
+                        cells.iter().enumerate().filter(|(j, _)| *j != at).map(|(_, c)| *c).collect();
+                    if try_admit(&planner, &others, &spec, &plan) {
+                        cells[at].spec = spec;
+                        first_cpus.remove(&cells[at].id);
+                    }
+                }
+                _ => {
+                    let spec = spec_of(raw);
+                    if try_admit(&planner, &cells, &spec, &plan) {
+                        cells.push(CellInput { id: CellId(i as u64), spec, demand: raw.demand });
+                    }
+                }
+            }
+            plan = planner.plan(&cells, &plan);
+            check(&planner, m, &cells, &plan);
+            for c in cells.iter().filter(|c| c.spec.time.is_time()) {
+                let now = plan.cells[&c.id].cpus;
+                let first = *first_cpus.entry(c.id).or_insert(now);
+                prop_assert_eq!(now, first, "time cell {} moved", c.id);
+            }
+        }
+    }
+}
+
+#[test]
+fn best_effort_cells_run_on_the_time_region_and_exclusive_ones_never_do() {
+    let m = fixture("opteron6276-4s").unwrap();
+    let planner = Planner::new(
+        &m,
+        PlanConfig {
+            lend: true,
+            time_reserve_ppm: 50_000,
+            ..Default::default()
+        },
+    );
+    let tt = CellSpec {
+        min: 2,
+        time: TimeContract::Triggered {
+            period_us: 10_000,
+            budget_us: 3_000,
+        },
+        ..Default::default()
+    };
+    let fr = CellSpec {
+        min: 1,
+        time: TimeContract::Fraction {
+            ppm: 250_000,
+            slice_us: 0,
+        },
+        ..Default::default()
+    };
+    let pinned = CellSpec {
+        min: 4,
+        max: 4,
+        exclusive: true,
+        ..Default::default()
+    };
+    let cells = [
+        CellInput {
+            id: CellId(1),
+            spec: tt,
+            demand: None,
+        },
+        CellInput {
+            id: CellId(2),
+            spec: fr,
+            demand: None,
+        },
+        CellInput {
+            id: CellId(3),
+            spec: pinned,
+            demand: None,
+        },
+        CellInput {
+            id: CellId(4),
+            spec: CellSpec::default(),
+            demand: None,
+        },
+    ];
+    let plan = planner.plan(&cells, &Plan::default());
+    check(&planner, &m, &cells, &plan);
+    assert_eq!(
+        plan.time.len(),
+        3,
+        "two triggered CPUs and one fraction CPU: {}",
+        plan.time
+    );
+    assert!(!plan.cells[&CellId(3)].cpus.intersects(&plan.time));
+    let be = &plan.cells[&CellId(4)];
+    assert!(
+        plan.time.is_subset(&be.cpus) && plan.time.is_subset(&be.lent),
+        "{be:?}"
+    );
+    assert_eq!(plan.cells[&CellId(1)].cpus.len(), 2);
+    assert_eq!(plan.cells[&CellId(1)].threads, 2);
+    // 64 CPUs: 4 pinned, 3 time, the best-effort cell the other 57 plus the region.
+    assert_eq!(be.cpus.len(), 60);
 }

@@ -27,7 +27,7 @@ pub mod wire;
 
 pub use msg::{
     DeviceDef, ErrorCode, FrameError, LedgerItem, MAX_MESSAGE, PROTOCOL_VERSION, PlacementWire,
-    PoolStatsWire, Reply, Request, SpecWire,
+    PoolStatsWire, Reply, Request, SpecWire, TimeWire,
 };
 pub use page::{FLAG_RELEASED, FLAG_STACKED, Grant, GrantPage, PAGE_SIZE, PAGE_VERSION, PageError};
 pub use shm::{PageMap, ShmError};

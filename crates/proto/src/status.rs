@@ -74,12 +74,19 @@ pub struct MachineStatus {
     pub reserve: String,
     /// CPUs shared by stacked cells.
     pub pool: String,
+    /// The time region: CPUs carrying time cells' promises (best-effort
+    /// cells run there too).
+    #[serde(default)]
+    pub time: String,
+    /// Share of every CPU never promised to time cells.
+    #[serde(default)]
+    pub time_reserve: f64,
     /// CPUs nobody holds.
     pub idle: String,
 }
 
 /// A cell's request, as shown.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SpecStatus {
     /// CPUs guaranteed.
     pub min: u32,
@@ -91,6 +98,42 @@ pub struct SpecStatus {
     pub exclusive: bool,
     /// `any`, `llc` or `numa`.
     pub placement: Placement,
+    /// The contract's name: `pinned`, `best-effort`, `time-fraction`,
+    /// `time-triggered` or `message-triggered` (empty from older brokers).
+    #[serde(default)]
+    pub contract: String,
+    /// The time contract's terms.
+    #[serde(default)]
+    pub time: TimeStatus,
+}
+
+/// A time contract's terms in the document (`{"kind":"space"}`,
+/// `{"kind":"time-fraction","ppm":250000,"slice_us":2000}`, …).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum TimeStatus {
+    /// Whole CPUs or a best-effort share.
+    #[default]
+    Space,
+    /// A fraction of each CPU.
+    TimeFraction {
+        /// Parts per million.
+        ppm: u32,
+        /// Shortest piece, µs.
+        slice_us: u32,
+    },
+    /// A budget every period, gang-scheduled.
+    TimeTriggered {
+        /// Period, µs.
+        period_us: u32,
+        /// Budget, µs.
+        budget_us: u32,
+    },
+    /// Activated by messages.
+    MessageTriggered {
+        /// Idle time before the grant goes back, ms.
+        idle_ms: u32,
+    },
 }
 
 /// Placement names in the document.

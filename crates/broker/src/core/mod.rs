@@ -211,6 +211,7 @@ impl Core {
                 reserve: cfg.reserve,
                 policy: cfg.policy,
                 lend: cfg.lend,
+                time_reserve_ppm: cfg.time_reserve_ppm,
             },
         );
         let mut core = Core {

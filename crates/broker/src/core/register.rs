@@ -25,7 +25,7 @@ use crate::demand::Estimator;
 use crate::journal::{MemberRec, Record};
 use crate::names::{self, shown};
 use crate::{info, warn};
-use allot_plan::{Admission, Admitted, CellSpec};
+use allot_plan::{Admission, Admitted, CellId, CellSpec};
 use allot_proto::PageMap;
 use allot_proto::msg::{ErrorCode, Reply};
 use rustix::fd::OwnedFd;
@@ -35,8 +35,9 @@ const REGISTER: u16 = 0x02;
 impl Core {
     pub(super) fn admitted(&self) -> Vec<Admitted<'_>> {
         self.cells
-            .values()
-            .map(|c| Admitted {
+            .iter()
+            .map(|(id, c)| Admitted {
+                id: CellId(*id),
                 name: &c.name,
                 spec: &c.spec,
             })
@@ -136,7 +137,7 @@ impl Core {
         } else {
             name
         };
-        let verdict = match self.planner.admit(&self.admitted(), &spec) {
+        let verdict = match self.planner.admit(&self.admitted(), &spec, &self.plan) {
             Admission::Admit => match self.delayed_by(self.queue.iter(), &spec) {
                 None => Admission::Admit,
                 Some(q) => Admission::NotNow(format!(
@@ -337,7 +338,7 @@ impl Core {
         let mut i = 0;
         while i < self.queue.len() {
             let q = &self.queue[i];
-            let verdict = match self.planner.admit(&self.admitted(), &q.spec) {
+            let verdict = match self.planner.admit(&self.admitted(), &q.spec, &self.plan) {
                 Admission::Admit => match self.delayed_by(self.queue.iter().take(i), &q.spec) {
                     None => Admission::Admit,
                     Some(ahead) => Admission::NotNow(format!(
@@ -548,12 +549,13 @@ impl Core {
             .cells
             .iter()
             .filter(|(id, _)| **id != cell)
-            .map(|(_, c)| Admitted {
+            .map(|(id, c)| Admitted {
+                id: CellId(*id),
                 name: &c.name,
                 spec: &c.spec,
             })
             .collect();
-        match self.planner.admit(&others, &spec) {
+        match self.planner.admit(&others, &spec, &self.plan) {
             Admission::Admit => {}
             Admission::NotNow(r) => return Err(err(ErrorCode::Refused, KIND, r)),
             Admission::Never(r) => return Err(err(ErrorCode::Never, KIND, r)),

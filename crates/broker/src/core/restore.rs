@@ -26,6 +26,7 @@ use crate::names::shown;
 use crate::{info, warn};
 use allot_plan::{CellId, CellSpec, Grant, Plan};
 use allot_proto::PageMap;
+use allot_topo::CpuSet;
 use std::collections::BTreeMap;
 
 impl Core {
@@ -93,10 +94,24 @@ impl Core {
         }
         effects.extend(self.recover_unjournaled(&state.cells));
         self.journal(&[Record::NextId { next: self.next_id }]);
+        let time = self
+            .cells
+            .iter()
+            .filter(|(_, c)| c.spec.time.is_time())
+            .filter_map(|(id, _)| grants.get(&CellId(*id)))
+            .fold(CpuSet::new(), |acc, g| acc.union(&g.entitled));
         self.plan = Plan {
             capacity: self.planner.capacity(),
             reserve: state.reserve,
             pool: state.pool,
+            time,
+            time_limit: self.planner.time_limit(),
+            contracts: self
+                .cells
+                .iter()
+                .filter(|(_, c)| c.spec.time.is_time())
+                .map(|(id, c)| (CellId(*id), c.spec.time))
+                .collect(),
             cells: grants,
         };
         self.reconcile();

@@ -8,7 +8,7 @@
 
 use super::status::{Error, Result, Status, entry};
 use super::{CELLS, CellHandle, Grant, Spec, ensure_live, need_out, write_out};
-use allot_client::{Cell, CellSpec, ClientError, Mode, Options, Placement};
+use allot_client::{Cell, CellSpec, ClientError, Mode, Options, Placement, TimeContract};
 use allot_proto::CallError;
 use allot_proto::msg::ErrorCode;
 use std::ffi::{CStr, c_char, c_int};
@@ -69,6 +69,7 @@ pub(crate) fn spec_from_c(s: &Spec) -> Result<CellSpec> {
         weight: if s.weight == 0 { 1 } else { s.weight },
         exclusive: s.exclusive != 0,
         placement,
+        time: TimeContract::Space,
     };
     spec.validate().map_err(|e| Error::invalid(e.to_string()))?;
     Ok(spec)

@@ -6,7 +6,7 @@
 //! characters in new names, but a journal from an older broker may hold
 //! them).
 
-use allot_proto::status::{CellStatus, Status};
+use allot_proto::status::{CellStatus, Status, TimeStatus};
 use anyhow::Context;
 use std::path::PathBuf;
 
@@ -131,6 +131,31 @@ fn pool_line(c: &CellStatus) -> Option<String> {
     ))
 }
 
+/// One line on the cell's time contract, if it has one.
+fn contract_line(c: &CellStatus) -> Option<String> {
+    let ms = |us: u32| format!("{}ms", f64::from(us) / 1000.0);
+    let terms = match c.spec.time {
+        TimeStatus::Space => return None,
+        TimeStatus::TimeFraction { ppm, slice_us } => format!(
+            "{:.1} % of each CPU, slices of at least {}",
+            f64::from(ppm) / 1e4,
+            ms(slice_us)
+        ),
+        TimeStatus::TimeTriggered {
+            period_us,
+            budget_us,
+        } => format!("{} every {}, gang", ms(budget_us), ms(period_us)),
+        TimeStatus::MessageTriggered { idle_ms } => format!("on message, idle {idle_ms}ms"),
+    };
+    Some(format!(
+        "{} {}: {} {terms} on CPUs {}",
+        c.id,
+        name_of(c),
+        c.spec.contract,
+        cell_text(&c.cpus)
+    ))
+}
+
 /// Human-readable rendering.
 pub fn render(v: &Status) -> String {
     use std::fmt::Write;
@@ -161,6 +186,15 @@ pub fn render(v: &Status) -> String {
         cell_text(&m.pool),
         cell_text(&m.idle)
     );
+    if !m.time.is_empty() {
+        let _ = writeln!(
+            out,
+            "time region: {} (promised to time cells; best-effort cells use what is left; \
+             {:.0} % of each CPU is never promised)",
+            cell_text(&m.time),
+            m.time_reserve * 100.0
+        );
+    }
     if v.cells.is_empty() {
         let _ = writeln!(out, "no cells");
     } else {
@@ -192,6 +226,13 @@ pub fn render(v: &Status) -> String {
                 .collect(),
         };
         table.render(&mut out);
+        let contracts: Vec<String> = v.cells.iter().filter_map(contract_line).collect();
+        if !contracts.is_empty() {
+            let _ = writeln!(out, "time contracts:");
+            for l in contracts {
+                let _ = writeln!(out, "  {l}");
+            }
+        }
         let pools: Vec<String> = v.cells.iter().filter_map(pool_line).collect();
         if !pools.is_empty() {
             let _ = writeln!(out, "runtime pools (per-worker statistics, summed):");
@@ -269,6 +310,8 @@ mod tests {
                 weight: 1,
                 exclusive: false,
                 placement: Placement::Any,
+                contract: "best-effort".into(),
+                time: TimeStatus::Space,
             },
             runtimes: vec![RuntimeStatus {
                 name: "openblas".into(),
@@ -294,6 +337,8 @@ mod tests {
                 capacity: 2,
                 reserve: String::new(),
                 pool: String::new(),
+                time: String::new(),
+                time_reserve: 0.05,
                 idle: String::new(),
             },
             cells: names.iter().enumerate().map(|(i, n)| cell(i, n)).collect(),

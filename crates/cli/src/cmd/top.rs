@@ -330,6 +330,8 @@ mod tests {
             weight: 1,
             exclusive: false,
             placement: Placement::Any,
+            contract: "pinned".into(),
+            time: Default::default(),
         }
     }
 
@@ -374,6 +376,8 @@ mod tests {
                 capacity: 4,
                 reserve: String::new(),
                 pool: "2-3".into(),
+                time: String::new(),
+                time_reserve: 0.05,
                 idle: String::new(),
             },
             cells: vec![

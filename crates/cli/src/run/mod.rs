@@ -20,6 +20,7 @@
 //!    release the cell.
 
 mod autostart;
+mod contract;
 pub mod env;
 pub mod jobserver;
 pub mod makeargs;
@@ -60,6 +61,26 @@ pub struct Args {
     /// Keep the CPUs within one last-level cache or NUMA node when they fit.
     #[arg(long, default_value = "any", value_name = "any|llc|numa")]
     place: Placement,
+    /// Time-triggered: the program gets --budget every PERIOD on each of
+    /// its --cpus, all of its threads in the same window (e.g. 10ms).
+    #[arg(long, value_name = "DURATION", help_heading = "Time contracts")]
+    period: Option<String>,
+    /// Time-triggered: CPU time per period (e.g. 3ms).
+    #[arg(long, value_name = "DURATION", help_heading = "Time contracts")]
+    budget: Option<String>,
+    /// Time-fraction: this share of each of its --cpus, 0 to 1 (e.g. 0.25).
+    #[arg(long, value_name = "F", help_heading = "Time contracts")]
+    fraction: Option<f64>,
+    /// Time-fraction: never run in pieces shorter than this [default: 2ms].
+    #[arg(long, value_name = "DURATION", help_heading = "Time contracts")]
+    slice: Option<String>,
+    /// Message-triggered: hold nothing until a message arrives; give the
+    /// CPUs back after this long without one (needs channels).
+    #[arg(long, value_name = "DURATION", help_heading = "Time contracts")]
+    message_idle: Option<String>,
+    /// CPUs a time contract covers [default: 1].
+    #[arg(long, value_name = "N", help_heading = "Time contracts")]
+    cpus: Option<u32>,
     /// Name shown by `allot status` [default: the program's name].
     #[arg(long, value_name = "NAME")]
     name: Option<String>,
@@ -136,13 +157,26 @@ pub fn run(a: Args) -> i32 {
             }
         },
     };
-    let spec = CellSpec {
+    let mut spec = CellSpec {
         min: a.min,
         max: a.max,
         weight: a.weight,
         exclusive: a.exclusive,
         placement: a.place,
+        time: Default::default(),
     };
+    let time = contract::TimeFlags {
+        period: a.period.clone(),
+        budget: a.budget.clone(),
+        fraction: a.fraction,
+        slice: a.slice.clone(),
+        message_idle: a.message_idle.clone(),
+        cpus: a.cpus,
+    };
+    if let Err(e) = contract::apply(&time, &mut spec) {
+        eprintln!("allot: {e}");
+        return 2;
+    }
     if let Err(e) = spec.validate() {
         eprintln!("allot: {e}");
         return 2;

@@ -76,19 +76,34 @@ fn constraint_rank(p: Placement) -> u8 {
     }
 }
 
-/// Builds the plan. `reserve` is the number of CPUs kept for processes
-/// outside any cell.
-pub fn map(topo: &Topo<'_>, reserve: u32, cells: &[MapCell], pool: PoolSize, prev: &Plan) -> Plan {
+/// The reserve (step 1): the previous plan's when its size is unchanged,
+/// else whole cores from CPU 0 up.
+pub fn reserve_set(topo: &Topo<'_>, reserve: u32, prev: &Plan) -> CpuSet {
     let usable = *topo.machine.usable();
-
-    // 1. Reserve.
-    let reserved = if prev.reserve.len() == reserve as usize && prev.reserve.is_subset(&usable) {
+    if prev.reserve.len() == reserve as usize && prev.reserve.is_subset(&usable) {
         prev.reserve
     } else {
         topo.pick_reserve(reserve as usize)
-    };
-    let space = usable.difference(&reserved);
-    let capacity = space.len() as u32;
+    }
+}
+
+/// Builds the plan. `reserve` is the number of CPUs kept for processes
+/// outside any cell; `time` is the time region ([`crate::time`]), which
+/// space cells are planned around: no CPU of it is handed out here.
+pub fn map(
+    topo: &Topo<'_>,
+    reserve: u32,
+    time: CpuSet,
+    cells: &[MapCell],
+    pool: PoolSize,
+    prev: &Plan,
+) -> Plan {
+    let usable = *topo.machine.usable();
+
+    // 1. Reserve.
+    let reserved = reserve_set(topo, reserve, prev);
+    let capacity = usable.difference(&reserved).len() as u32;
+    let space = usable.difference(&reserved).difference(&time);
     let mut free = space;
 
     // 2. Keep.
@@ -250,6 +265,9 @@ pub fn map(topo: &Topo<'_>, reserve: u32, cells: &[MapCell], pool: PoolSize, pre
         capacity,
         reserve: reserved,
         pool: pool_all,
+        time,
+        time_limit: 0, // the planner's to fill
+        contracts: BTreeMap::new(),
         cells: out,
     }
 }

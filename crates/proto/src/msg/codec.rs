@@ -87,6 +87,8 @@ fn put_spec(w: &mut Writer, s: &SpecWire) {
         .u32(s.weight)
         .bool(s.exclusive)
         .u8(s.placement as u8);
+    let (kind, a, b) = s.time.encode();
+    w.u8(kind).u32(a).u32(b);
 }
 
 fn get_spec(r: &mut Reader<'_>) -> Result<SpecWire, DecodeError> {
@@ -99,12 +101,20 @@ fn get_spec(r: &mut Reader<'_>) -> Result<SpecWire, DecodeError> {
         field: "spec.placement",
         detail: format!("unknown placement code {code}"),
     })?;
+    let kind = r.u8("spec.time.kind")?;
+    let a = r.u32("spec.time.a")?;
+    let b = r.u32("spec.time.b")?;
+    let time = TimeWire::decode(kind, a, b).ok_or_else(|| DecodeError::Malformed {
+        field: "spec.time.kind",
+        detail: format!("unknown time contract code {kind}"),
+    })?;
     Ok(SpecWire {
         min,
         max,
         weight,
         exclusive,
         placement,
+        time,
     })
 }
 

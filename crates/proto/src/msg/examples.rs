@@ -18,6 +18,7 @@ pub fn example_requests() -> Vec<Request> {
                 weight: 2,
                 exclusive: true,
                 placement: PlacementWire::Numa,
+                time: TimeWire::Space,
             },
             wait: true,
             members: vec![1, 2, 3],
@@ -51,7 +52,14 @@ pub fn example_requests() -> Vec<Request> {
         },
         Request::UpdateSpec {
             cell: 1,
-            spec: SpecWire::default(),
+            spec: SpecWire {
+                min: 1,
+                time: TimeWire::Triggered {
+                    period_us: 10_000,
+                    budget_us: 3_000,
+                },
+                ..SpecWire::default()
+            },
         },
         Request::Release { cell: 9 },
         Request::Status,

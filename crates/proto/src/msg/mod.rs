@@ -38,8 +38,8 @@ use crate::wire::DecodeError;
 /// 3 — one-way requests are never answered, [`ErrorCode::Limit`], the
 /// status document carries its own version ([`crate::status`]); 4 — the
 /// one-way `PoolStats` (0x0F): a runtime pool's per-worker statistics,
-/// summed.
-pub const PROTOCOL_VERSION: u16 = 4;
+/// summed; 5 — the spec carries a time contract ([`TimeWire`]).
+pub const PROTOCOL_VERSION: u16 = 5;
 
 /// Header magic.
 pub const MAGIC: u16 = 0xA110;
@@ -148,9 +148,76 @@ impl PlacementWire {
     }
 }
 
+/// A cell's time contract, as it travels: `kind: u8, a: u32, b: u32`.
+///
+/// | kind | contract          | a          | b          |
+/// |------|-------------------|------------|------------|
+/// | 0    | space             | 0          | 0          |
+/// | 1    | time-fraction     | ppm        | slice µs (0: default) |
+/// | 2    | time-triggered    | period µs  | budget µs  |
+/// | 3    | message-triggered | idle ms    | 0          |
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum TimeWire {
+    /// Whole CPUs or a best-effort share.
+    #[default]
+    Space,
+    /// A fraction of each CPU.
+    Fraction {
+        /// Parts per million.
+        ppm: u32,
+        /// Shortest piece, µs (0: the default).
+        slice_us: u32,
+    },
+    /// A budget every period, gang-scheduled.
+    Triggered {
+        /// Period, µs.
+        period_us: u32,
+        /// Budget, µs.
+        budget_us: u32,
+    },
+    /// Activated by messages.
+    Message {
+        /// Idle time before the grant goes back, ms.
+        idle_ms: u32,
+    },
+}
+
+impl TimeWire {
+    /// The three fields on the wire.
+    pub fn encode(self) -> (u8, u32, u32) {
+        match self {
+            TimeWire::Space => (0, 0, 0),
+            TimeWire::Fraction { ppm, slice_us } => (1, ppm, slice_us),
+            TimeWire::Triggered {
+                period_us,
+                budget_us,
+            } => (2, period_us, budget_us),
+            TimeWire::Message { idle_ms } => (3, idle_ms, 0),
+        }
+    }
+
+    /// From the three wire fields.
+    pub fn decode(kind: u8, a: u32, b: u32) -> Option<TimeWire> {
+        Some(match kind {
+            0 => TimeWire::Space,
+            1 => TimeWire::Fraction {
+                ppm: a,
+                slice_us: b,
+            },
+            2 => TimeWire::Triggered {
+                period_us: a,
+                budget_us: b,
+            },
+            3 => TimeWire::Message { idle_ms: a },
+            _ => return None,
+        })
+    }
+}
+
 /// What a cell asks for, as it travels: `min: u32, max: u32, weight: u32,
-/// exclusive: bool, placement: u8`. The broker validates it when it turns
-/// it into the planner's spec.
+/// exclusive: bool, placement: u8`, then the time contract ([`TimeWire`]:
+/// `kind: u8, a: u32, b: u32`). The broker validates it when it turns it
+/// into the planner's spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SpecWire {
     /// CPUs guaranteed (0: best effort).
@@ -163,6 +230,8 @@ pub struct SpecWire {
     pub exclusive: bool,
     /// Where the CPUs should lie.
     pub placement: PlacementWire,
+    /// Space or time.
+    pub time: TimeWire,
 }
 
 impl Default for SpecWire {
@@ -173,6 +242,7 @@ impl Default for SpecWire {
             weight: 1,
             exclusive: false,
             placement: PlacementWire::Any,
+            time: TimeWire::Space,
         }
     }
 }

@@ -26,7 +26,7 @@ fn replies_roundtrip() {
 #[test]
 fn fuzz_unknown_error_codes_are_malformed_not_rewritten() {
     let crash =
-        b"\x10\xa1\x04\x00\x85\x00\x00\x00\x12\x00\x00\x00\x7e\x00\x02\x00\x0c\x00limits.cells";
+        b"\x10\xa1\x05\x00\x85\x00\x00\x00\x12\x00\x00\x00\x7e\x00\x02\x00\x0c\x00limits.cells";
     assert!(matches!(
         Reply::decode(crash),
         Err(FrameError::Body {
@@ -191,4 +191,55 @@ proptest! {
         prop_assume!(cut < m.len());
         prop_assert!(Request::decode(&m[..cut]).is_err());
     }
+}
+
+#[test]
+fn every_time_contract_round_trips_and_an_unknown_one_is_malformed() {
+    for time in [
+        TimeWire::Space,
+        TimeWire::Fraction {
+            ppm: 250_000,
+            slice_us: 2_000,
+        },
+        TimeWire::Triggered {
+            period_us: 10_000,
+            budget_us: 3_000,
+        },
+        TimeWire::Message { idle_ms: 50 },
+    ] {
+        let (k, a, b) = time.encode();
+        assert_eq!(TimeWire::decode(k, a, b), Some(time));
+        let req = Request::Register {
+            name: "t".into(),
+            spec: SpecWire {
+                min: 1,
+                time,
+                ..SpecWire::default()
+            },
+            wait: false,
+            members: vec![],
+        };
+        let bytes = req.encode();
+        assert_eq!(Request::decode(&bytes).unwrap(), req);
+    }
+    assert_eq!(TimeWire::decode(9, 0, 0), None);
+    let mut bytes = Request::UpdateSpec {
+        cell: 1,
+        spec: SpecWire::default(),
+    }
+    .encode();
+    // The time kind is the byte after cell, min, max, weight, exclusive, placement.
+    let at = HEADER_LEN + 8 + 12 + 1 + 1;
+    assert_eq!(bytes[at], 0);
+    bytes[at] = 7;
+    assert!(matches!(
+        Request::decode(&bytes),
+        Err(FrameError::Body {
+            kind: 0x06,
+            err: DecodeError::Malformed {
+                field: "spec.time.kind",
+                ..
+            }
+        })
+    ));
 }

@@ -1,0 +1,236 @@
+//! Time contracts through the broker's state machine (fake processes,
+//! dry-run backend): admission over time, the region best-effort cells
+//! share, clear refusals, the journal across a restart.
+
+mod common;
+
+use allot_enforce::os::FakeOs;
+use allot_plan::{CellSpec, TimeContract};
+use allot_proto::msg::{ErrorCode, Reply};
+use allot_topo::CpuSet;
+use common::*;
+
+fn triggered(cpus: u32, period_us: u32, budget_us: u32) -> CellSpec {
+    CellSpec {
+        min: cpus,
+        time: TimeContract::Triggered {
+            period_us,
+            budget_us,
+        },
+        ..Default::default()
+    }
+}
+
+fn fraction(cpus: u32, f: f64) -> CellSpec {
+    CellSpec {
+        min: cpus,
+        time: TimeContract::Fraction {
+            ppm: (f * 1e6) as u32,
+            slice_us: 0,
+        },
+        ..Default::default()
+    }
+}
+
+fn refusal(e: &[allot_broker::core::Effect]) -> (ErrorCode, String) {
+    match reply(e) {
+        Reply::Error { code, message, .. } => (*code, message.clone()),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_time_cell_shares_its_cpu_with_best_effort_cells_and_shows_its_contract() {
+    let mut w = world(2);
+    proc_of(&w, 100, 0);
+    proc_of(&w, 200, 0);
+    let (be, _, pbe) = page(register(
+        &mut w,
+        ROOT,
+        "make",
+        CellSpec::default(),
+        vec![100],
+        false,
+    ));
+    let (tt, _, ptt) = page(register(
+        &mut w,
+        ROOT,
+        "loop",
+        triggered(1, 10_000, 3_000),
+        vec![200],
+        false,
+    ));
+    let (g_be, g_tt) = (grant(&pbe), grant(&ptt));
+    assert_eq!(g_tt.cpus.len(), 1);
+    // The best-effort cell runs everywhere: its own CPU and the time
+    // region, which it gets as lent.
+    assert_eq!(g_be.cpus.to_string(), "0-1");
+    assert!(g_tt.cpus.is_subset(&g_be.lent), "{g_be:?}");
+    let st = w.core.status(ROOT);
+    assert_eq!(st.machine.time, g_tt.cpus.to_string());
+    let c = st.cells.iter().find(|c| c.id == tt).unwrap();
+    assert_eq!(c.spec.contract, "time-triggered");
+    assert_eq!(
+        c.spec.time,
+        allot_proto::status::TimeStatus::TimeTriggered {
+            period_us: 10_000,
+            budget_us: 3_000
+        }
+    );
+    let c = st.cells.iter().find(|c| c.id == be).unwrap();
+    assert_eq!(c.spec.contract, "best-effort");
+}
+
+#[test]
+fn admission_over_time_refuses_overcommit_queues_and_admits_when_room_appears() {
+    let mut w = world(4);
+    for pid in [100, 200, 300, 400] {
+        proc_of(&w, pid, 0);
+    }
+    // 0.6 and 0.3 share one CPU; 0.5 more does not fit there.
+    let (a, _, _) = page(register(
+        &mut w,
+        ROOT,
+        "a",
+        fraction(3, 0.6),
+        vec![100],
+        false,
+    ));
+    let _b = page(register(
+        &mut w,
+        ROOT,
+        "b",
+        fraction(1, 0.3),
+        vec![200],
+        false,
+    ));
+    let (code, msg) = refusal(&register(
+        &mut w,
+        ROOT,
+        "c",
+        fraction(3, 0.5),
+        vec![300],
+        false,
+    ));
+    assert_eq!(code, ErrorCode::Refused, "{msg}");
+    assert!(msg.contains("have room"), "{msg}");
+    assert!(msg.contains("--wait"), "{msg}");
+    // Queued with --wait, admitted when `a` leaves.
+    let e = register(&mut w, ROOT, "c", fraction(3, 0.5), vec![300], true);
+    assert!(matches!(reply(&e), Reply::Queued { .. }), "{:?}", reply(&e));
+    w.os.exit(100);
+    let effects = w.core.exited(100);
+    let (c, _, pc) = page(effects);
+    assert_ne!(c, a);
+    assert_eq!(grant(&pc).cpus.len(), 3);
+    let specs = w.core.status(ROOT);
+    assert!(specs.queue.is_empty());
+}
+
+#[test]
+fn contracts_this_machine_can_never_keep_are_refused_as_never() {
+    let mut w = world(2);
+    proc_of(&w, 100, 0);
+    // The whole of a CPU: more than the default 95 % anyone may promise.
+    let (code, msg) = refusal(&register(
+        &mut w,
+        ROOT,
+        "all",
+        fraction(1, 1.0),
+        vec![100],
+        false,
+    ));
+    assert_eq!(code, ErrorCode::Never);
+    assert!(msg.contains("time_reserve"), "{msg}");
+    // Two CPUs of time on a two-CPU machine leave none for space cells.
+    let (code, msg) = refusal(&register(
+        &mut w,
+        ROOT,
+        "wide",
+        triggered(2, 10_000, 1_000),
+        vec![100],
+        false,
+    ));
+    assert_eq!(code, ErrorCode::Never);
+    assert!(msg.contains("one stays for space cells"), "{msg}");
+    // Message-triggered cells need channels.
+    let (code, msg) = refusal(&register(
+        &mut w,
+        ROOT,
+        "msg",
+        CellSpec {
+            min: 1,
+            time: TimeContract::Message { idle_ms: 10 },
+            ..Default::default()
+        },
+        vec![100],
+        false,
+    ));
+    assert_eq!(code, ErrorCode::Never);
+    assert!(msg.contains("channels"), "{msg}");
+    // A malformed contract is invalid before anything is planned.
+    let (code, msg) = refusal(&register(
+        &mut w,
+        ROOT,
+        "bad",
+        triggered(1, 10_000, 20_000),
+        vec![100],
+        false,
+    ));
+    assert_eq!(code, ErrorCode::Invalid, "{msg}");
+    assert!(msg.contains("longer than the period"), "{msg}");
+    assert!(w.core.status(ROOT).cells.is_empty());
+}
+
+#[test]
+fn a_guaranteed_cell_is_refused_the_cpus_time_cells_hold() {
+    let mut w = world(2);
+    proc_of(&w, 100, 0);
+    proc_of(&w, 200, 0);
+    let _t = page(register(
+        &mut w,
+        ROOT,
+        "loop",
+        fraction(1, 0.25),
+        vec![100],
+        false,
+    ));
+    let (code, msg) = refusal(&register(
+        &mut w,
+        ROOT,
+        "pinned",
+        CellSpec {
+            min: 2,
+            ..Default::default()
+        },
+        vec![200],
+        false,
+    ));
+    assert_eq!(code, ErrorCode::Refused);
+    assert!(msg.contains("time cells' promises take 1"), "{msg}");
+}
+
+#[test]
+fn time_cells_keep_their_contract_and_cpus_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let os = FakeOs::new();
+    os.spawn(100, 0, 1, &CpuSet::first_n(4));
+    let (mut w, _) = world_with(4, dir, os.clone());
+    let (id, _, p) = page(register(
+        &mut w,
+        ROOT,
+        "loop",
+        triggered(2, 10_000, 3_000),
+        vec![100],
+        false,
+    ));
+    let before = grant(&p).cpus;
+    let World { core, _dir, .. } = w;
+    drop(core);
+    let (w2, _) = world_with(4, _dir, os.clone());
+    let st = w2.core.status(ROOT);
+    let c = st.cells.iter().find(|c| c.id == id).unwrap();
+    assert_eq!(c.spec.contract, "time-triggered");
+    assert_eq!(CpuSet::parse_list(&c.cpus).unwrap(), before);
+    assert_eq!(st.machine.time, before.to_string());
+}

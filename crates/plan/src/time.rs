@@ -1,0 +1,416 @@
+//! Time placement: which CPUs carry each time cell's promise.
+//!
+//! A time cell ([`TimeContract`] other than space) is promised part of the
+//! time of `cpus` CPUs. This step chooses those CPUs; the CPUs carrying any
+//! promise form the *time region*, which the space layers plan around:
+//! guaranteed (pinned) cells never get a region CPU, best-effort cells run
+//! on the region as well as on their own share, so the time a promise
+//! leaves — or does not use — goes to them.
+//!
+//! # Invariants (checked by [`TimePlan::check`] and, through it, by
+//! [`crate::Plan::check`])
+//!
+//! 1. Every time cell holds exactly its number of distinct CPUs.
+//! 2. On every CPU, the promises sum to at most the limit (one CPU's time
+//!    minus the system's reserve, [`crate::PlanConfig::time_reserve_ppm`]).
+//! 3. A CPU carries either one time-triggered cell or any number of
+//!    time-fraction cells, never both: a triggered cell's window must find
+//!    its CPUs free of other promises, and the broker's window timer cannot
+//!    shift one cell's window around another's. This is the
+//!    schedulability test — exact under that rule: one triggered cell
+//!    alone on a CPU meets its budget whenever budget ≤ period × limit.
+//! 4. Stability: a cell placed in the previous plan keeps its CPUs while
+//!    they still satisfy 2 and 3. Admitting, resizing or ending another
+//!    cell therefore never moves or weakens an admitted cell's contract.
+//!
+//! Message-triggered cells hold nothing until activated and carry no
+//! promise here.
+//!
+//! # Choice
+//!
+//! Kept placements first (in id order); then new cells, largest promise
+//! first, each on the *most* loaded CPUs that still fit it (best fit), so
+//! promises pack onto few CPUs and the region stays small; ties and fresh
+//! CPUs go in the caller's candidate order.
+
+use crate::spec::{CellId, TimeContract};
+use allot_topo::CpuSet;
+use std::collections::BTreeMap;
+
+/// One time cell as placement sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeCell {
+    /// The cell.
+    pub id: CellId,
+    /// Its contract (not space).
+    pub contract: TimeContract,
+    /// How many CPUs it covers.
+    pub cpus: u32,
+    /// Where it was placed before (empty: new).
+    pub previous: CpuSet,
+}
+
+/// What one CPU carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CpuLoad {
+    /// Sum of the promises, in parts per million.
+    pub ppm: u32,
+    /// It carries a time-triggered cell.
+    pub triggered: bool,
+    /// It carries time-fraction cells.
+    pub fractions: bool,
+}
+
+impl CpuLoad {
+    fn fits(&self, c: &TimeContract, limit: u32) -> bool {
+        let kind_ok = match c {
+            TimeContract::Triggered { .. } => !self.triggered && !self.fractions,
+            _ => !self.triggered,
+        };
+        kind_ok && self.ppm + c.ppm() <= limit
+    }
+
+    fn add(&mut self, c: &TimeContract) {
+        self.ppm += c.ppm();
+        match c {
+            TimeContract::Triggered { .. } => self.triggered = true,
+            _ => self.fractions = true,
+        }
+    }
+}
+
+/// The time layer's decision.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TimePlan {
+    /// Each time cell's CPUs.
+    pub cells: BTreeMap<CellId, CpuSet>,
+    /// What each CPU of the region carries.
+    pub load: BTreeMap<usize, CpuLoad>,
+}
+
+/// Why a time cell could not be placed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NoRoom(pub String);
+
+impl TimePlan {
+    /// The CPUs carrying any promise.
+    pub fn region(&self) -> CpuSet {
+        let mut s = CpuSet::new();
+        for &cpu in self.load.keys() {
+            s.insert(cpu);
+        }
+        s
+    }
+
+    /// Verifies invariants 1–3 for `cells` (id, contract, CPUs) against
+    /// `limit`, and that the recorded load is theirs.
+    pub fn check(&self, cells: &[(CellId, TimeContract, u32)], limit: u32) -> Result<(), String> {
+        let load = check_load(cells, &self.cells, limit)?;
+        if load != self.load {
+            return Err("the recorded per-CPU load does not match the cells".into());
+        }
+        Ok(())
+    }
+}
+
+/// Verifies invariants 1–3 for `cells` (id, contract, CPUs) placed on
+/// `sets`; returns what each CPU carries.
+pub fn check_load(
+    cells: &[(CellId, TimeContract, u32)],
+    sets: &BTreeMap<CellId, CpuSet>,
+    limit: u32,
+) -> Result<BTreeMap<usize, CpuLoad>, String> {
+    let mut load: BTreeMap<usize, CpuLoad> = BTreeMap::new();
+    for (id, contract, cpus) in cells {
+        if matches!(contract, TimeContract::Message { .. }) {
+            continue;
+        }
+        let set = sets
+            .get(id)
+            .ok_or_else(|| format!("time cell {id} has no CPUs"))?;
+        if set.len() != *cpus as usize {
+            return Err(format!(
+                "time cell {id} holds {} CPUs, its contract covers {cpus}",
+                set.len()
+            ));
+        }
+        for cpu in set.iter() {
+            let l = load.entry(cpu).or_default();
+            if !l.fits(contract, limit) {
+                return Err(format!(
+                    "CPU {cpu} cannot also carry cell {id} ({contract}): it carries {} ppm{} \
+                     (limit {limit})",
+                    l.ppm,
+                    if l.triggered {
+                        " and a time-triggered cell"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+            l.add(contract);
+        }
+    }
+    Ok(load)
+}
+
+/// Places `cells` on `candidates` (in preference order) so that no CPU
+/// carries more than `limit` ppm. Previous placements are kept when they
+/// still fit (invariant 4). Fails, naming the first cell that does not
+/// fit, when some cell finds no room.
+pub fn place(candidates: &[usize], limit: u32, cells: &[TimeCell]) -> Result<TimePlan, NoRoom> {
+    let allowed: CpuSet = {
+        let mut s = CpuSet::new();
+        for &c in candidates {
+            s.insert(c);
+        }
+        s
+    };
+    let mut plan = TimePlan::default();
+    let mut todo: Vec<&TimeCell> = Vec::new();
+    let active = cells
+        .iter()
+        .filter(|c| !matches!(c.contract, TimeContract::Message { .. }));
+    // Keep.
+    for c in active {
+        let keep = c.previous.len() == c.cpus as usize
+            && c.previous.is_subset(&allowed)
+            && c.previous.iter().all(|cpu| {
+                plan.load
+                    .get(&cpu)
+                    .copied()
+                    .unwrap_or_default()
+                    .fits(&c.contract, limit)
+            });
+        if keep {
+            for cpu in c.previous.iter() {
+                plan.load.entry(cpu).or_default().add(&c.contract);
+            }
+            plan.cells.insert(c.id, c.previous);
+        } else {
+            todo.push(c);
+        }
+    }
+    // Place, largest promise (ppm × CPUs) first.
+    todo.sort_by_key(|c| {
+        (
+            std::cmp::Reverse(u64::from(c.contract.ppm()) * u64::from(c.cpus)),
+            c.id,
+        )
+    });
+    for c in todo {
+        let mut fit: Vec<(usize, usize)> = candidates
+            .iter()
+            .enumerate()
+            .filter(|(_, cpu)| {
+                plan.load
+                    .get(cpu)
+                    .copied()
+                    .unwrap_or_default()
+                    .fits(&c.contract, limit)
+            })
+            .map(|(rank, &cpu)| (rank, cpu))
+            .collect();
+        if fit.len() < c.cpus as usize {
+            return Err(NoRoom(no_room_reason(c, &plan, candidates, limit)));
+        }
+        // Best fit: most loaded first, then candidate order.
+        fit.sort_by_key(|&(rank, cpu)| {
+            (
+                std::cmp::Reverse(plan.load.get(&cpu).map_or(0, |l| l.ppm)),
+                rank,
+            )
+        });
+        let mut set = CpuSet::new();
+        for &(_, cpu) in fit.iter().take(c.cpus as usize) {
+            set.insert(cpu);
+            plan.load.entry(cpu).or_default().add(&c.contract);
+        }
+        plan.cells.insert(c.id, set);
+    }
+    Ok(plan)
+}
+
+/// Like [`place`] but never fails: every cell is placed afresh, on the
+/// CPUs that fit it first, then on the least loaded regardless of the
+/// limit (the checker reports the overload). Only for cells that bypassed
+/// admission.
+pub fn place_overloaded(candidates: &[usize], limit: u32, cells: &[TimeCell]) -> TimePlan {
+    let mut plan = TimePlan::default();
+    for c in cells
+        .iter()
+        .filter(|c| !matches!(c.contract, TimeContract::Message { .. }))
+    {
+        let mut order: Vec<(bool, u32, usize, usize)> = candidates
+            .iter()
+            .enumerate()
+            .map(|(rank, &cpu)| {
+                let l = plan.load.get(&cpu).copied().unwrap_or_default();
+                (!l.fits(&c.contract, limit), l.ppm, rank, cpu)
+            })
+            .collect();
+        order.sort_unstable();
+        let mut set = CpuSet::new();
+        for &(_, _, _, cpu) in order.iter().take(c.cpus as usize) {
+            set.insert(cpu);
+            plan.load.entry(cpu).or_default().add(&c.contract);
+        }
+        plan.cells.insert(c.id, set);
+    }
+    plan
+}
+
+fn no_room_reason(c: &TimeCell, plan: &TimePlan, candidates: &[usize], limit: u32) -> String {
+    let pct = |ppm: u32| f64::from(ppm) / 10_000.0;
+    let busiest: Vec<String> = candidates
+        .iter()
+        .filter_map(|cpu| plan.load.get(cpu).map(|l| (cpu, l)))
+        .take(4)
+        .map(|(cpu, l)| {
+            format!(
+                "CPU {cpu} {:.1} %{}",
+                pct(l.ppm),
+                if l.triggered { " triggered" } else { "" }
+            )
+        })
+        .collect();
+    format!(
+        "needs {} CPUs each with {:.1} % of its time free{} but only {} of the {} CPUs open to time \
+         cells have room (each may carry {:.1} %; promised now: {})",
+        c.cpus,
+        pct(c.contract.ppm()),
+        if matches!(c.contract, TimeContract::Triggered { .. }) {
+            " and no other time cell"
+        } else {
+            ""
+        },
+        candidates
+            .iter()
+            .filter(|cpu| plan
+                .load
+                .get(cpu)
+                .copied()
+                .unwrap_or_default()
+                .fits(&c.contract, limit))
+            .count(),
+        candidates.len(),
+        pct(limit),
+        if busiest.is_empty() {
+            "nothing".to_string()
+        } else {
+            busiest.join(", ")
+        }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMIT: u32 = 950_000;
+
+    fn fr(ppm: u32) -> TimeContract {
+        TimeContract::Fraction { ppm, slice_us: 0 }
+    }
+    fn tt(period_us: u32, budget_us: u32) -> TimeContract {
+        TimeContract::Triggered {
+            period_us,
+            budget_us,
+        }
+    }
+    fn cell(id: u64, contract: TimeContract, cpus: u32) -> TimeCell {
+        TimeCell {
+            id: CellId(id),
+            contract,
+            cpus,
+            previous: CpuSet::new(),
+        }
+    }
+    fn list(plan: &TimePlan, id: u64) -> Vec<usize> {
+        plan.cells[&CellId(id)].iter().collect()
+    }
+    fn checked(plan: &TimePlan, cells: &[TimeCell]) {
+        let c: Vec<_> = cells.iter().map(|c| (c.id, c.contract, c.cpus)).collect();
+        plan.check(&c, LIMIT).unwrap();
+    }
+
+    #[test]
+    fn fractions_pack_onto_few_cpus() {
+        let cells = [
+            cell(1, fr(250_000), 1),
+            cell(2, fr(400_000), 1),
+            cell(3, fr(250_000), 1),
+        ];
+        let plan = place(&[3, 2, 1], LIMIT, &cells).unwrap();
+        checked(&plan, &cells);
+        assert_eq!(plan.region().iter().collect::<Vec<_>>(), vec![3]);
+        assert_eq!(plan.load[&3].ppm, 900_000);
+    }
+
+    #[test]
+    fn a_triggered_cell_has_its_cpus_to_itself() {
+        let cells = [
+            cell(1, fr(100_000), 1),
+            cell(2, tt(10_000, 3_000), 2),
+            cell(3, tt(20_000, 1_000), 1),
+        ];
+        let plan = place(&[3, 2, 1, 0], LIMIT, &cells).unwrap();
+        checked(&plan, &cells);
+        assert_eq!(list(&plan, 2), vec![2, 3]);
+        // Larger promises first: the fraction (10 %) before cell 3 (5 %).
+        assert_eq!(list(&plan, 1), vec![1]);
+        assert_eq!(list(&plan, 3), vec![0]);
+        // A fourth triggered cell finds no free CPU.
+        let mut more = cells.to_vec();
+        more.push(cell(4, tt(10_000, 1_000), 1));
+        let e = place(&[3, 2, 1, 0], LIMIT, &more).unwrap_err();
+        assert!(e.0.contains("no other time cell"), "{e}");
+    }
+
+    #[test]
+    fn an_overcommitting_contract_is_refused_with_the_load() {
+        let cells = [cell(1, fr(600_000), 1), cell(2, fr(500_000), 1)];
+        let e = place(&[1], LIMIT, &cells).unwrap_err();
+        assert!(e.0.contains("CPU 1 60.0 %"), "{e}");
+        assert!(e.0.contains("each may carry 95.0 %"), "{e}");
+        assert!(place(&[1, 0], LIMIT, &cells).is_ok());
+    }
+
+    #[test]
+    fn admitted_cells_keep_their_cpus_when_others_come_and_go() {
+        let first = place(&[3, 2, 1, 0], LIMIT, &[cell(1, fr(500_000), 2)]).unwrap();
+        assert_eq!(list(&first, 1), vec![2, 3]);
+        // A newcomer that would have packed differently from scratch does
+        // not move cell 1.
+        let mut c1 = cell(1, fr(500_000), 2);
+        c1.previous = first.cells[&CellId(1)];
+        let cells = [c1, cell(2, tt(10_000, 5_000), 1), cell(3, fr(450_000), 2)];
+        let second = place(&[3, 2, 1, 0], LIMIT, &cells).unwrap();
+        checked(&second, &cells);
+        assert_eq!(list(&second, 1), vec![2, 3]);
+        // Ending cell 2 moves nobody either.
+        let mut c3 = cells[2];
+        c3.previous = second.cells[&CellId(3)];
+        let third = place(&[3, 2, 1, 0], LIMIT, &[c1, c3]).unwrap();
+        assert_eq!(list(&third, 1), vec![2, 3]);
+        assert_eq!(third.cells[&CellId(3)], second.cells[&CellId(3)]);
+    }
+
+    #[test]
+    fn message_triggered_cells_hold_nothing() {
+        let cells = [cell(1, TimeContract::Message { idle_ms: 100 }, 1)];
+        let plan = place(&[0], LIMIT, &cells).unwrap();
+        assert!(plan.cells.is_empty() && plan.region().is_empty());
+        checked(&plan, &cells);
+    }
+
+    #[test]
+    fn the_checker_catches_an_overloaded_cpu() {
+        let cells = [cell(1, fr(600_000), 1), cell(2, fr(500_000), 1)];
+        let mut plan = place(&[1, 0], LIMIT, &cells).unwrap();
+        plan.cells.insert(CellId(2), plan.cells[&CellId(1)]);
+        let c: Vec<_> = cells.iter().map(|c| (c.id, c.contract, c.cpus)).collect();
+        assert!(plan.check(&c, LIMIT).is_err());
+    }
+}
