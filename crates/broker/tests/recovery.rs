@@ -91,6 +91,7 @@ fn the_overlap_check_catches_a_grow_before_a_shrink() {
     let a = |cpus: &str| Applied {
         cpus: CpuSet::parse_list(cpus).unwrap(),
         weight: 1,
+        bandwidth: None,
     };
     let bad = [
         Call::Apply(1, a("0-3")),

@@ -33,6 +33,7 @@ fn time_apply(b: &mut dyn Enforcer, cell: u64, sets: [CpuSet; 2]) -> (Duration, 
             &Applied {
                 cpus: sets[i % 2],
                 weight: 1,
+                bandwidth: None,
             },
         )
         .unwrap();

@@ -231,6 +231,34 @@ impl Enforcer for Cgroup1 {
             s.set(&v1_shares(a.weight).to_string())
                 .map_err(err(format!("set weight of cell {cell}")))?;
         }
+        if last.map(|l| l.bandwidth) != Some(a.bandwidth)
+            && (a.bandwidth.is_some() || last.is_some_and(|l| l.bandwidth.is_some()))
+        {
+            let Some(cpu) = &self.cpu else {
+                return Err(EnforceError::new(
+                    format!("cap the CPU time of cell {cell}"),
+                    std::io::Error::other("the cgroup v1 cpu hierarchy is not mounted"),
+                ));
+            };
+            let dir = cpu.join(format!("cell-{cell}"));
+            let quota = dir.join("cpu.cfs_quota_us");
+            let what = || format!("set the CPU bandwidth of cell {cell}");
+            match a.bandwidth {
+                Some(b) => {
+                    // Lift the cap before changing the period: the kernel
+                    // refuses a period its current quota cannot fit.
+                    self.fs.write(&quota, "-1").map_err(err(what()))?;
+                    self.fs
+                        .write(&dir.join("cpu.cfs_period_us"), &b.period_us.to_string())
+                        .map_err(err(what()))?;
+                    self.fs
+                        .write(&quota, &b.quota_us.to_string())
+                        .map_err(err(what()))?;
+                }
+                None => self.fs.write(&quota, "-1").map_err(err(what()))?,
+            }
+        }
+        let c = self.cells.get_mut(&cell).expect("opened above");
         c.last = Some(*a);
         Ok(())
     }

@@ -180,6 +180,18 @@ impl Enforcer for Cgroup2 {
                 .set(&v2_weight(a.weight).to_string())
                 .map_err(err(format!("set weight of cell {cell}")))?;
         }
+        if last.map(|l| l.bandwidth) != Some(a.bandwidth)
+            && (a.bandwidth.is_some() || last.is_some_and(|l| l.bandwidth.is_some()))
+        {
+            let max = match a.bandwidth {
+                Some(b) => format!("{} {}", b.quota_us, b.period_us),
+                None => "max".to_string(),
+            };
+            self.fs
+                .write(&self.root.join(format!("cell-{cell}/cpu.max")), &max)
+                .map_err(err(format!("set the CPU bandwidth of cell {cell}")))?;
+        }
+        let c = self.cells.get_mut(&cell).expect("opened above");
         c.last = Some(*a);
         Ok(())
     }

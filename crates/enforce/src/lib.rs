@@ -5,9 +5,9 @@
 //!
 //! | backend                 | confines with                        | needs                    |
 //! |-------------------------|--------------------------------------|--------------------------|
-//! | [`Cgroup2`]             | `cpuset.cpus`, `cpu.weight`          | a writable v2 subtree with cpuset |
-//! | [`Cgroup1`]             | cpuset, cpu, cpuacct hierarchies     | writable v1 mounts       |
-//! | [`Affinity`]            | `sched_setaffinity` on every thread  | nothing (same user)      |
+//! | [`Cgroup2`]             | `cpuset.cpus`, `cpu.weight`, `cpu.max` | a writable v2 subtree with cpuset |
+//! | [`Cgroup1`]             | cpuset, cpu (shares, CFS bandwidth), cpuacct | writable v1 mounts |
+//! | [`Affinity`]            | `sched_setaffinity` on every thread (no weights, no bandwidth) | nothing (same user) |
 //! | [`DryRun`]              | nothing; records every call          | nothing                  |
 //!
 //! Hot path: processes are moved into a cell's cgroup once, when they join
@@ -44,6 +44,20 @@ pub struct Applied {
     pub cpus: CpuSet,
     /// Relative CPU weight (allot's 1..=10000 scale; backends map it).
     pub weight: u32,
+    /// A cap on CPU time (CFS bandwidth control), or none.
+    pub bandwidth: Option<Bandwidth>,
+}
+
+/// CFS bandwidth control: at most `quota_us` of CPU time, summed over the
+/// cell's threads, in every `period_us` (v1 `cpu.cfs_quota_us` and
+/// `cpu.cfs_period_us`, v2 `cpu.max`). The kernel accepts periods from
+/// 1 ms to 1 s and quotas of at least 1 ms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Bandwidth {
+    /// CPU time per period, µs.
+    pub quota_us: u64,
+    /// Period, µs.
+    pub period_us: u32,
 }
 
 /// A failed enforcement step.

@@ -23,6 +23,7 @@ fn confines_threads_and_later_threads() {
         &Applied {
             cpus: first,
             weight: 1,
+            bandwidth: None,
         },
     )
     .unwrap();
@@ -47,6 +48,7 @@ fn confines_threads_and_later_threads() {
             &Applied {
                 cpus: second,
                 weight: 1,
+                bandwidth: None,
             },
         )
         .unwrap();
@@ -82,6 +84,7 @@ fn confines_children_of_members() {
         &Applied {
             cpus: one,
             weight: 1,
+            bandwidth: None,
         },
     )
     .unwrap();
@@ -109,6 +112,7 @@ fn fake_tree_is_confined_whole() {
         &Applied {
             cpus: two,
             weight: 1,
+            bandwidth: None,
         },
     )
     .unwrap();

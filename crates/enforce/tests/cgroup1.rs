@@ -33,6 +33,7 @@ fn fixture_tree() {
         &Applied {
             cpus: CpuSet::parse_list("1,3").unwrap(),
             weight: 1,
+            bandwidth: None,
         },
     )
     .unwrap();
@@ -76,6 +77,7 @@ fn live_cells_confine_every_thread_and_follow_grant_changes() {
         &Applied {
             cpus: first,
             weight: 1,
+            bandwidth: None,
         },
     )
     .unwrap();
@@ -95,6 +97,7 @@ fn live_cells_confine_every_thread_and_follow_grant_changes() {
         &Applied {
             cpus: second,
             weight: 2,
+            bandwidth: None,
         },
     )
     .unwrap();
@@ -110,6 +113,43 @@ fn live_cells_confine_every_thread_and_follow_grant_changes() {
         );
     }
     assert!(b.usage_ns(7).is_some() || mounts.cpuacct.is_none());
+    // A time cell's CPU-time cap: the kernel takes the period and quota,
+    // including a period its old quota would not fit, and lifts it again.
+    if let Some(cpu) = &mounts.cpu {
+        let cell = cpu.join(&name).join("cell-7");
+        let read = |f: &str| {
+            std::fs::read_to_string(cell.join(f))
+                .unwrap()
+                .trim()
+                .to_string()
+        };
+        for (quota_us, period_us) in [(3_000, 10_000), (250_000, 1_000_000), (1_000, 2_000)] {
+            b.apply(
+                7,
+                &Applied {
+                    cpus: second,
+                    weight: 2,
+                    bandwidth: Some(allot_enforce::Bandwidth {
+                        quota_us,
+                        period_us,
+                    }),
+                },
+            )
+            .unwrap();
+            assert_eq!(read("cpu.cfs_period_us"), period_us.to_string());
+            assert_eq!(read("cpu.cfs_quota_us"), quota_us.to_string());
+        }
+        b.apply(
+            7,
+            &Applied {
+                cpus: second,
+                weight: 2,
+                bandwidth: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(read("cpu.cfs_quota_us"), "-1");
+    }
     // Removing the cell while the process runs releases it: it leaves
     // allot's cgroups and runs on every CPU again.
     b.remove(7).unwrap();

@@ -35,6 +35,7 @@ fn manages_cells_in_a_fixture_tree() {
         &Applied {
             cpus: CpuSet::parse_list("2-5").unwrap(),
             weight: 2,
+            bandwidth: None,
         },
     )
     .unwrap();
@@ -45,6 +46,7 @@ fn manages_cells_in_a_fixture_tree() {
         &Applied {
             cpus: CpuSet::parse_list("2").unwrap(),
             weight: 2,
+            bandwidth: None,
         },
     )
     .unwrap();
@@ -53,6 +55,29 @@ fn manages_cells_in_a_fixture_tree() {
         "2",
         "rewritten in place, not appended"
     );
+    b.apply(
+        3,
+        &Applied {
+            cpus: CpuSet::parse_list("2").unwrap(),
+            weight: 2,
+            bandwidth: Some(allot_enforce::Bandwidth {
+                quota_us: 2_000,
+                period_us: 8_000,
+            }),
+        },
+    )
+    .unwrap();
+    assert_eq!(fs.read(&root.join("cell-3/cpu.max")).unwrap(), "2000 8000");
+    b.apply(
+        3,
+        &Applied {
+            cpus: CpuSet::parse_list("2").unwrap(),
+            weight: 2,
+            bandwidth: None,
+        },
+    )
+    .unwrap();
+    assert_eq!(fs.read(&root.join("cell-3/cpu.max")).unwrap(), "max");
     std::fs::write(root.join("cell-3/cpu.stat"), "usage_usec 1500\n").unwrap();
     assert_eq!(b.usage_ns(3), Some(1_500_000));
     // Removing a populated cell moves its processes out of allot's subtree.
@@ -81,6 +106,7 @@ fn adopts_existing_cells_after_restart() {
             &Applied {
                 cpus: CpuSet::parse_list("1-2").unwrap(),
                 weight: 1,
+                bandwidth: None,
             },
         )
         .unwrap();

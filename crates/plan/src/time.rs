@@ -261,6 +261,54 @@ pub fn place_overloaded(candidates: &[usize], limit: u32, cells: &[TimeCell]) ->
     plan
 }
 
+/// Shortest and longest CFS bandwidth period the kernel accepts, and the
+/// smallest quota (µs).
+const CFS_PERIOD_MIN: u32 = 1_000;
+const CFS_PERIOD_MAX: u32 = 1_000_000;
+const CFS_QUOTA_MIN: u64 = 1_000;
+
+/// The CPU-time cap that keeps a time cell to its contract, as CFS
+/// bandwidth control sets it: `(quota µs, period µs)` for the whole cell
+/// (its `cpus` CPUs together). `None` for space and message-triggered
+/// contracts.
+///
+/// - time-fraction `f`, slice `s`: the period is the shortest in which one
+///   CPU's share is a whole slice (`s / f`, and at least 1 ms of quota),
+///   so a throttled cell runs again in pieces of at least `s`;
+/// - time-triggered: the budget every period (periods above 1 s keep their
+///   ratio over 1 s).
+///
+/// The broker pairs the cap with the largest CPU weight, so that the cell
+/// receives its share when best-effort cells contend for the same CPUs.
+pub fn bandwidth(contract: &TimeContract, cpus: u32) -> Option<(u64, u32)> {
+    let n = u64::from(cpus.max(1));
+    match *contract {
+        TimeContract::Fraction { ppm, .. } => {
+            let ppm = u64::from(ppm.max(1));
+            let slice = u64::from(contract.slice_us()).max(CFS_QUOTA_MIN);
+            let period = (slice * u64::from(crate::spec::PPM))
+                .div_ceil(ppm)
+                .clamp(u64::from(CFS_PERIOD_MIN), u64::from(CFS_PERIOD_MAX));
+            let per_cpu = (period * ppm / u64::from(crate::spec::PPM)).max(CFS_QUOTA_MIN);
+            Some((per_cpu * n, period as u32))
+        }
+        TimeContract::Triggered {
+            period_us,
+            budget_us,
+        } => {
+            let (period, budget) = if period_us > CFS_PERIOD_MAX {
+                let scaled =
+                    u64::from(budget_us) * u64::from(CFS_PERIOD_MAX) / u64::from(period_us);
+                (CFS_PERIOD_MAX, scaled)
+            } else {
+                (period_us, u64::from(budget_us))
+            };
+            Some((budget.max(CFS_QUOTA_MIN) * n, period))
+        }
+        _ => None,
+    }
+}
+
 fn no_room_reason(c: &TimeCell, plan: &TimePlan, candidates: &[usize], limit: u32) -> String {
     let pct = |ppm: u32| f64::from(ppm) / 10_000.0;
     let busiest: Vec<String> = candidates
@@ -395,6 +443,24 @@ mod tests {
         let third = place(&[3, 2, 1, 0], LIMIT, &[c1, c3]).unwrap();
         assert_eq!(list(&third, 1), vec![2, 3]);
         assert_eq!(third.cells[&CellId(3)], second.cells[&CellId(3)]);
+    }
+
+    #[test]
+    fn bandwidth_keeps_slices_whole_and_budgets_per_period() {
+        // 0.25 in 2 ms slices: 2 ms of every 8 ms, per CPU.
+        assert_eq!(bandwidth(&fr(250_000), 1), Some((2_000, 8_000)));
+        assert_eq!(bandwidth(&fr(250_000), 2), Some((4_000, 8_000)));
+        // A tiny fraction: the period tops out at 1 s.
+        assert_eq!(bandwidth(&fr(1_000), 1), Some((1_000, 1_000_000)));
+        // The whole CPU: a period of one slice.
+        assert_eq!(bandwidth(&fr(1_000_000), 1), Some((2_000, 2_000)));
+        assert_eq!(bandwidth(&tt(10_000, 3_000), 2), Some((6_000, 10_000)));
+        assert_eq!(
+            bandwidth(&tt(4_000_000, 1_000_000), 1),
+            Some((250_000, 1_000_000))
+        );
+        assert_eq!(bandwidth(&TimeContract::Space, 1), None);
+        assert_eq!(bandwidth(&TimeContract::Message { idle_ms: 5 }, 1), None);
     }
 
     #[test]

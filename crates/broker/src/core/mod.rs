@@ -267,6 +267,28 @@ impl Core {
     }
 
     /// The current plan.
+    /// What the kernel should enforce for cell `id` on `cpus`: its weight,
+    /// or for a time cell the largest weight and the CPU-time cap that
+    /// keeps it to its contract ([`allot_plan::time::bandwidth`]).
+    fn applied(&self, id: u64, cpus: allot_topo::CpuSet) -> Applied {
+        let spec = &self.cells[&id].spec;
+        match allot_plan::time::bandwidth(&spec.time, spec.time_cpus()) {
+            Some((quota_us, period_us)) => Applied {
+                cpus,
+                weight: allot_plan::MAX_WEIGHT,
+                bandwidth: Some(allot_enforce::Bandwidth {
+                    quota_us,
+                    period_us,
+                }),
+            },
+            None => Applied {
+                cpus,
+                weight: spec.weight,
+                bandwidth: None,
+            },
+        }
+    }
+
     pub fn plan(&self) -> &Plan {
         &self.plan
     }
@@ -382,22 +404,25 @@ impl Core {
                 continue;
             };
             let keep = old.intersection(&g.cpus);
-            if !keep.is_empty() && keep != old {
-                let weight = self.cells[id].spec.weight;
-                if let Err(e) = self.enforcer.apply(*id, &Applied { cpus: keep, weight }) {
-                    warn!("cell {id}: {e}");
-                }
+            if !keep.is_empty()
+                && keep != old
+                && let Err(e) = self.enforcer.apply(*id, &self.applied(*id, keep))
+            {
+                warn!("cell {id}: {e}");
             }
         }
         for (id, g) in &changed {
-            let weight = self.cells[id].spec.weight;
-            if let Err(e) = self.enforcer.apply(
-                *id,
-                &Applied {
-                    cpus: g.cpus,
-                    weight,
-                },
-            ) {
+            if let Err(e) = self.enforcer.apply(*id, &self.applied(*id, g.cpus)) {
+                warn!("cell {id}: {e}");
+            }
+        }
+        // A time cell whose contract changed but not its CPUs (backends
+        // write only what differs from what they last applied).
+        for (id, g) in &next.cells {
+            if self.cells.get(&id.0).is_some_and(|c| c.spec.time.is_time())
+                && !changed.iter().any(|(c, _)| *c == id.0)
+                && let Err(e) = self.enforcer.apply(id.0, &self.applied(id.0, g.cpus))
+            {
                 warn!("cell {id}: {e}");
             }
         }

@@ -1,0 +1,194 @@
+//! Time contracts on this machine: a broker with the cgroup v1 backend, CPU
+//! hogs in best-effort cells, and a time cell beside them under
+//! `allot run --fraction` or `--period/--budget`. Every process is bounded
+//! by `timeout`, and the broker removes its cgroups (the `Daemon` guard
+//! does too, on failure).
+
+mod common;
+
+use common::*;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// `allot run --name NAME ARGS -- timeout 10 sh -c SCRIPT`, in the
+/// background, in a process group of its own (killed whole by [`Killed`]).
+fn cell(d: &Daemon, name: &str, args: &[&str], script: &str) -> Child {
+    let mut full = vec!["--name", name];
+    full.extend_from_slice(args);
+    full.extend_from_slice(&["--", "timeout", "10", "sh", "-c", script]);
+    allot_run(d, &full)
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("allot run")
+}
+
+const SPIN: &str = "while :; do :; done";
+const SPIN2: &str = "(while :; do :; done) & (while :; do :; done) & wait";
+
+/// CPU time (ns) of cell `name`'s cgroup.
+fn usage(d: &Daemon, name: &str) -> u64 {
+    let st = d.status();
+    let c = st
+        .cells
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no cell {name}: {st:?}"));
+    let p = format!(
+        "/sys/fs/cgroup/cpuacct/{}/cell-{}/cpuacct.usage",
+        d.cgroup, c.id
+    );
+    std::fs::read_to_string(&p)
+        .unwrap_or_else(|e| panic!("{p}: {e}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// `allot run` processes and everything they started, killed on drop:
+/// `allot run` starts its program in a process group of its own, so the
+/// processes in the test broker's cells are killed by pid first.
+struct Killed<'d>(&'d Daemon, Vec<Child>);
+impl Drop for Killed<'_> {
+    fn drop(&mut self) {
+        let top = std::path::Path::new("/sys/fs/cgroup/cpuset").join(&self.0.cgroup);
+        for cell in std::fs::read_dir(&top).into_iter().flatten().flatten() {
+            let procs =
+                std::fs::read_to_string(cell.path().join("cgroup.procs")).unwrap_or_default();
+            for pid in procs
+                .split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok())
+            {
+                if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                }
+            }
+        }
+        for c in &mut self.1 {
+            if let Some(group) = rustix::process::Pid::from_raw(c.id() as i32) {
+                let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+            }
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Runs a time cell with `args` beside two best-effort cells of two hogs
+/// each for `secs`; returns the time cell's share of one CPU and the
+/// machine's busy fraction.
+fn measure(args: &[&str], secs: f64) -> (f64, f64) {
+    let d = Daemon::start("cgroup1", &[]);
+    let mut kids = Killed(
+        &d,
+        vec![cell(&d, "hog-a", &[], SPIN2), cell(&d, "hog-b", &[], SPIN2)],
+    );
+    kids.1.push(cell(&d, "timed", args, SPIN));
+    let names = ["hog-a", "hog-b", "timed"];
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let st = d.status();
+            names
+                .iter()
+                .all(|n| st.cells.iter().any(|c| c.name == *n && !c.pids.is_empty()))
+        }),
+        "the cells did not start: {}",
+        d.log()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let before: Vec<u64> = names.iter().map(|n| usage(&d, n)).collect();
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    let after: Vec<u64> = names.iter().map(|n| usage(&d, n)).collect();
+    let wall = t0.elapsed().as_secs_f64();
+    let used: Vec<f64> = before
+        .iter()
+        .zip(&after)
+        .map(|(b, a)| (a - b) as f64 / 1e9 / wall)
+        .collect();
+    let st = d.status();
+    let timed = st.cells.iter().find(|c| c.name == "timed").unwrap();
+    eprintln!(
+        "{args:?}: time cell {:.3} of a CPU on {}, hogs {:.3} + {:.3}, machine busy {:.3} of {} CPUs",
+        used[2],
+        timed.cpus,
+        used[0],
+        used[1],
+        used.iter().sum::<f64>() / allot_testkit::cpus() as f64,
+        allot_testkit::cpus()
+    );
+    drop(kids);
+    (
+        used[2],
+        used.iter().sum::<f64>() / allot_testkit::cpus() as f64,
+    )
+}
+
+fn cgroup1_here() -> bool {
+    prerequisite(
+        v1_cpuset_writable()
+            && std::path::Path::new("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists(),
+        "writable cgroup v1 cpuset and cpu hierarchies (root)",
+    ) && prerequisite(allot_testkit::cpus() >= 2, "two CPUs")
+}
+
+#[test]
+fn a_quarter_fraction_beside_hogs_gets_a_quarter_of_a_cpu() {
+    if !cgroup1_here() {
+        return;
+    }
+    let (share, busy) = measure(&["--fraction", "0.25"], 3.0);
+    assert!(
+        (0.22..=0.28).contains(&share),
+        "time cell got {share:.3} of a CPU, not 0.25 ± 0.03"
+    );
+    assert!(busy >= 0.95, "the machine was only {busy:.3} busy");
+}
+
+#[test]
+fn a_budget_of_3ms_every_10ms_beside_hogs_gets_30_percent() {
+    if !cgroup1_here() {
+        return;
+    }
+    let (share, busy) = measure(&["--period", "10ms", "--budget", "3ms"], 3.0);
+    assert!(
+        (0.27..=0.33).contains(&share),
+        "time cell got {share:.3} of a CPU, not 0.30 ± 0.03"
+    );
+    assert!(busy >= 0.95, "the machine was only {busy:.3} busy");
+}
+
+#[test]
+fn a_contract_that_overcommits_a_cpu_is_refused_with_the_reason() {
+    if !cgroup1_here() {
+        return;
+    }
+    let d = Daemon::start("cgroup1", &[]);
+    let _first = Killed(
+        &d,
+        vec![cell(&d, "first", &["--fraction", "0.7"], "sleep 8")],
+    );
+    assert!(eventually(Duration::from_secs(10), || d
+        .status()
+        .cells
+        .iter()
+        .any(|c| c.name == "first")));
+    let o = run_out(allot_run(&d, &["--fraction", "0.5", "--", "true"]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    // On two CPUs the second promise needs the other CPU, which must stay
+    // with space cells; on larger machines it would fit there.
+    assert!(
+        err.contains("refused") && (err.contains("have room") || err.contains("leaving 0")),
+        "{err}"
+    );
+    // A bad contract fails before anything starts.
+    let o = run_out(allot_run(
+        &d,
+        &["--period", "10ms", "--budget", "20ms", "--", "true"],
+    ));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("longer than the period"), "{err}");
+}
