@@ -105,6 +105,14 @@ fn try_admit(planner: &Planner<'_>, cells: &[CellInput], spec: &CellSpec, plan: 
 /// Admits the raw cells in order, planning after each as the broker does,
 /// dropping those admission refuses.
 fn admitted(planner: &Planner<'_>, raw: &[RawCell]) -> Vec<CellInput> {
+    admitted_with_plan(planner, raw).0
+}
+
+/// [`admitted`], and the plan the broker would hold after the last one.
+/// Time cells are placed as they arrive and keep their CPUs; the plans
+/// checked start from this one, as the broker's do (a restart restores it
+/// from the journal).
+fn admitted_with_plan(planner: &Planner<'_>, raw: &[RawCell]) -> (Vec<CellInput>, Plan) {
     let mut cells: Vec<CellInput> = Vec::new();
     let mut plan = Plan::default();
     for (i, r) in raw.iter().enumerate() {
@@ -118,7 +126,7 @@ fn admitted(planner: &Planner<'_>, raw: &[RawCell]) -> Vec<CellInput> {
             plan = planner.plan(&cells, &plan);
         }
     }
-    cells
+    (cells, plan)
 }
 
 fn check(planner: &Planner<'_>, m: &Machine, cells: &[CellInput], plan: &Plan) {
@@ -146,9 +154,9 @@ proptest! {
         let m = &machines()[which];
         let policy = if priority { GlobalPolicy::Priority } else { GlobalPolicy::FairShare };
         let planner = Planner::new(m, PlanConfig { reserve, policy, lend, time_reserve_ppm: 50_000 });
-        let cells = admitted(&planner, &raw);
+        let (cells, held) = admitted_with_plan(&planner, &raw);
         prop_assume!(!cells.is_empty());
-        let plan = planner.plan(&cells, &Plan::default());
+        let plan = planner.plan(&cells, &held);
         check(&planner, m, &cells, &plan);
     }
 
@@ -160,9 +168,9 @@ proptest! {
     ) {
         let m = &machines()[which];
         let planner = Planner::new(m, PlanConfig { lend, ..Default::default() });
-        let cells = admitted(&planner, &raw);
+        let (cells, held) = admitted_with_plan(&planner, &raw);
         prop_assume!(!cells.is_empty());
-        let first = planner.plan(&cells, &Plan::default());
+        let first = planner.plan(&cells, &held);
         let again = planner.plan(&cells, &first);
         prop_assert_eq!(&again, &first, "replanning the same input moved CPUs");
     }
@@ -181,12 +189,16 @@ proptest! {
         let raw: Vec<RawCell> = raw.into_iter().map(|r| RawCell { placement: 0, ..r }).collect();
         let cells = admitted(&planner, &raw);
         prop_assume!(cells.len() >= 2);
-        let (old_cells, _) = cells.split_at(cells.len() - 1);
-        let before = planner.plan(old_cells, &Plan::default());
+        // The state just before the last admission (admission is
+        // deterministic, so the prefix admits the same cells).
+        let last = cells[cells.len() - 1].id.0 as usize;
+        let (old_cells, before) = admitted_with_plan(&planner, &raw[..last]);
+        assert_eq!(old_cells.len(), cells.len() - 1);
+        let before = planner.plan(&old_cells, &before);
         let after = planner.plan(&cells, &before);
         check(&planner, m, &cells, &after);
         let newly_timed = after.time.difference(&before.time);
-        for c in old_cells {
+        for c in &old_cells {
             let (b, a) = (&before.cells[&c.id], &after.cells[&c.id]);
             let kept = b.entitled.intersection(&a.entitled).len();
             let taken = b.entitled.intersection(&newly_timed).len();
@@ -203,12 +215,12 @@ proptest! {
     ) {
         let m = &machines()[which];
         let planner = Planner::new(m, PlanConfig { lend: true, ..Default::default() });
-        let mut cells = admitted(&planner, &raw);
+        let (mut cells, held) = admitted_with_plan(&planner, &raw);
         prop_assume!(!cells.is_empty() && !cells[0].spec.time.is_time());
         // One unbounded space cell that can use everything.
         cells[0].spec.max = 0;
         cells[0].demand = None;
-        let plan = planner.plan(&cells, &Plan::default());
+        let plan = planner.plan(&cells, &held);
         check(&planner, m, &cells, &plan);
         if !plan.cells[&cells[0].id].stacked {
             let used = plan.cells.values().fold(allot_topo::CpuSet::new(), |acc, g| acc.union(&g.cpus));
