@@ -106,7 +106,7 @@ fn get_spec(r: &mut Reader<'_>) -> Result<SpecWire, DecodeError> {
     let b = r.u32("spec.time.b")?;
     let time = TimeWire::decode(kind, a, b).ok_or_else(|| DecodeError::Malformed {
         field: "spec.time.kind",
-        detail: format!("unknown time contract code {kind}"),
+        detail: format!("unknown time contract {kind} (or a field it does not use is not 0)"),
     })?;
     Ok(SpecWire {
         min,

@@ -196,10 +196,12 @@ impl TimeWire {
         }
     }
 
-    /// From the three wire fields.
+    /// From the three wire fields; `None` for an unknown kind, or a field
+    /// the kind does not use that is not 0 (every message has exactly one
+    /// encoding).
     pub fn decode(kind: u8, a: u32, b: u32) -> Option<TimeWire> {
         Some(match kind {
-            0 => TimeWire::Space,
+            0 if a == 0 && b == 0 => TimeWire::Space,
             1 => TimeWire::Fraction {
                 ppm: a,
                 slice_us: b,
@@ -208,7 +210,7 @@ impl TimeWire {
                 period_us: a,
                 budget_us: b,
             },
-            3 => TimeWire::Message { idle_ms: a },
+            3 if b == 0 => TimeWire::Message { idle_ms: a },
             _ => return None,
         })
     }

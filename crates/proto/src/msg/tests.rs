@@ -223,6 +223,11 @@ fn every_time_contract_round_trips_and_an_unknown_one_is_malformed() {
         assert_eq!(Request::decode(&bytes).unwrap(), req);
     }
     assert_eq!(TimeWire::decode(9, 0, 0), None);
+    // Found by the `wire` fuzz target: unused fields must be 0, or two
+    // encodings would decode to one message.
+    assert_eq!(TimeWire::decode(0, 1, 0), None);
+    assert_eq!(TimeWire::decode(0, 0, 1), None);
+    assert_eq!(TimeWire::decode(3, 5, 0x0100_000e), None);
     let mut bytes = Request::UpdateSpec {
         cell: 1,
         spec: SpecWire::default(),
