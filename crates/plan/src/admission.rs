@@ -79,15 +79,7 @@ impl TimeRoom<'_> {
                 id: a.id,
                 contract: a.spec.time,
                 cpus: a.spec.time_cpus(),
-                previous: match self.current.contracts.get(&a.id) {
-                    Some(t) if *t == a.spec.time => self
-                        .current
-                        .cells
-                        .get(&a.id)
-                        .map(|g| g.entitled)
-                        .unwrap_or_default(),
-                    _ => CpuSet::new(),
-                },
+                previous: self.current.placed_for(a.id, &a.spec.time),
             })
             .collect();
         if let Some(n) = new {

@@ -166,14 +166,7 @@ impl<'m> Planner<'m> {
                 contract: c.spec.time,
                 cpus: c.spec.time_cpus(),
                 // Kept only under the contract it was placed for.
-                previous: match prev.contracts.get(&c.id) {
-                    Some(t) if *t == c.spec.time => prev
-                        .cells
-                        .get(&c.id)
-                        .map(|g| g.entitled)
-                        .unwrap_or_default(),
-                    _ => CpuSet::new(),
-                },
+                previous: prev.placed_for(c.id, &c.spec.time),
             })
             .collect();
         let candidates = self.time_candidates(prev);

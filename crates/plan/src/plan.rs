@@ -215,6 +215,16 @@ impl Plan {
         Ok(())
     }
 
+    /// The CPUs time cell `id` holds in this plan if it was placed for
+    /// `contract` (empty otherwise: a new cell, or one whose contract
+    /// changed, is placed afresh).
+    pub fn placed_for(&self, id: CellId, contract: &crate::spec::TimeContract) -> CpuSet {
+        match (self.contracts.get(&id), self.cells.get(&id)) {
+            (Some(t), Some(g)) if t == contract => g.entitled,
+            _ => CpuSet::new(),
+        }
+    }
+
     /// Invariant 7 for the time cells of `specs`.
     #[allow(clippy::result_large_err)]
     fn check_time(&self, specs: &[(CellId, CellSpec)]) -> Result<(), Violation> {

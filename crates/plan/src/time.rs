@@ -94,6 +94,15 @@ pub struct TimePlan {
 pub struct NoRoom(pub String);
 
 impl TimePlan {
+    /// Whether `cpu` can also carry `c` under `limit`.
+    fn fits(&self, cpu: usize, c: &TimeContract, limit: u32) -> bool {
+        self.load
+            .get(&cpu)
+            .copied()
+            .unwrap_or_default()
+            .fits(c, limit)
+    }
+
     /// The CPUs carrying any promise.
     pub fn region(&self) -> CpuSet {
         let mut s = CpuSet::new();
@@ -176,13 +185,9 @@ pub fn place(candidates: &[usize], limit: u32, cells: &[TimeCell]) -> Result<Tim
     for c in active {
         let keep = c.previous.len() == c.cpus as usize
             && c.previous.is_subset(&allowed)
-            && c.previous.iter().all(|cpu| {
-                plan.load
-                    .get(&cpu)
-                    .copied()
-                    .unwrap_or_default()
-                    .fits(&c.contract, limit)
-            });
+            && c.previous
+                .iter()
+                .all(|cpu| plan.fits(cpu, &c.contract, limit));
         if keep {
             for cpu in c.previous.iter() {
                 plan.load.entry(cpu).or_default().add(&c.contract);
@@ -203,17 +208,17 @@ pub fn place(candidates: &[usize], limit: u32, cells: &[TimeCell]) -> Result<Tim
         let mut fit: Vec<(usize, usize)> = candidates
             .iter()
             .enumerate()
-            .filter(|(_, cpu)| {
-                plan.load
-                    .get(cpu)
-                    .copied()
-                    .unwrap_or_default()
-                    .fits(&c.contract, limit)
-            })
+            .filter(|(_, cpu)| plan.fits(**cpu, &c.contract, limit))
             .map(|(rank, &cpu)| (rank, cpu))
             .collect();
         if fit.len() < c.cpus as usize {
-            return Err(NoRoom(no_room_reason(c, &plan, candidates, limit)));
+            return Err(NoRoom(no_room_reason(
+                c,
+                &plan,
+                fit.len(),
+                candidates,
+                limit,
+            )));
         }
         // Best fit: most loaded first, then candidate order.
         fit.sort_by_key(|&(rank, cpu)| {
@@ -309,7 +314,14 @@ pub fn bandwidth(contract: &TimeContract, cpus: u32) -> Option<(u64, u32)> {
     }
 }
 
-fn no_room_reason(c: &TimeCell, plan: &TimePlan, candidates: &[usize], limit: u32) -> String {
+/// Why `c` found only `room` of `candidates` able to carry it.
+fn no_room_reason(
+    c: &TimeCell,
+    plan: &TimePlan,
+    room: usize,
+    candidates: &[usize],
+    limit: u32,
+) -> String {
     let pct = |ppm: u32| f64::from(ppm) / 10_000.0;
     let busiest: Vec<String> = candidates
         .iter()
@@ -333,15 +345,7 @@ fn no_room_reason(c: &TimeCell, plan: &TimePlan, candidates: &[usize], limit: u3
         } else {
             ""
         },
-        candidates
-            .iter()
-            .filter(|cpu| plan
-                .load
-                .get(cpu)
-                .copied()
-                .unwrap_or_default()
-                .fits(&c.contract, limit))
-            .count(),
+        room,
         candidates.len(),
         pct(limit),
         if busiest.is_empty() {

@@ -127,11 +127,8 @@ pub fn apply(flags: &TimeFlags, spec: &mut CellSpec) -> Result<(), String> {
             idle_ms: idle.div_ceil(1000),
         }
     };
-    let cpus = flags.cpus.unwrap_or(1);
-    if cpus == 0 {
-        return Err("--cpus 0: a time contract covers at least one CPU".into());
-    }
-    spec.min = cpus;
+    // `--cpus 0` is the spec's own error (a time contract needs a CPU).
+    spec.min = flags.cpus.unwrap_or(1);
     spec.validate().map_err(|e| e.to_string())
 }
 
