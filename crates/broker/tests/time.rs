@@ -234,3 +234,50 @@ fn time_cells_keep_their_contract_and_cpus_across_a_restart() {
     assert_eq!(CpuSet::parse_list(&c.cpus).unwrap(), before);
     assert_eq!(st.machine.time, before.to_string());
 }
+
+#[test]
+fn a_changed_contract_reaches_the_kernel_even_when_the_cpus_stay() {
+    use allot_client::spec_to_wire;
+    use allot_enforce::{Bandwidth, Call};
+    use allot_proto::msg::Request;
+    let mut w = world(4);
+    proc_of(&w, 100, 0);
+    let (id, _, p) = page(register(
+        &mut w,
+        ROOT,
+        "loop",
+        fraction(1, 0.25),
+        vec![100],
+        false,
+    ));
+    let cpus = grant(&p).cpus;
+    let e = w.core.handle(
+        7,
+        ROOT,
+        Request::UpdateSpec {
+            cell: id,
+            spec: spec_to_wire(&fraction(1, 0.5)),
+        },
+        None,
+    );
+    assert!(matches!(reply(&e), Reply::Ok), "{:?}", reply(&e));
+    assert_eq!(grant(&p).cpus, cpus, "the cell keeps its CPU");
+    let last = w
+        .dry
+        .calls()
+        .into_iter()
+        .rev()
+        .find_map(|c| match c {
+            Call::Apply(i, a) if i == id => Some(a),
+            _ => None,
+        })
+        .unwrap();
+    // 0.5 in 2 ms slices: 2 ms of every 4 ms.
+    assert_eq!(
+        last.bandwidth,
+        Some(Bandwidth {
+            quota_us: 2_000,
+            period_us: 4_000
+        })
+    );
+}

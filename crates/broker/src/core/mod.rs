@@ -416,17 +416,6 @@ impl Core {
                 warn!("cell {id}: {e}");
             }
         }
-        // A time cell whose contract changed but not its CPUs (backends
-        // write only what differs from what they last applied).
-        for (id, g) in &next.cells {
-            if self.cells.get(&id.0).is_some_and(|c| c.spec.time.is_time())
-                && !changed.iter().any(|(c, _)| *c == id.0)
-                && let Err(e) = self.enforcer.apply(id.0, &self.applied(id.0, g.cpus))
-            {
-                warn!("cell {id}: {e}");
-            }
-        }
-
         // Publish every grant that changed in any field; journal those whose
         // CPU sets changed: the planner's stability reads only those from
         // the previous plan, and a restart's re-plan recomputes the rest.

@@ -566,6 +566,14 @@ impl Core {
             spec: convert::to_record(&spec),
         }]);
         self.reconcile();
+        // The weight and the time cap follow the new spec even when its CPUs
+        // did not change (reconcile applies only changed CPU sets; backends
+        // write only what differs from what they last applied).
+        if let Some(g) = self.plan.cells.get(&CellId(cell))
+            && let Err(e) = self.enforcer.apply(cell, &self.applied(cell, g.cpus))
+        {
+            warn!("cell {cell}: {e}");
+        }
         Ok(())
     }
 
