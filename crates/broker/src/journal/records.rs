@@ -1,0 +1,310 @@
+//! The journal's records and the state they fold into: its format, apart
+//! from the file that holds it (`super`). Pure: no I/O.
+//!
+//! The records own their types ([`SpecRec`], [`GrantRec`], [`TimeRec`]):
+//! the journal's format does not change when the planner's or the wire's
+//! types do (`crate::convert` translates).
+
+use allot_topo::CpuSet;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Version of the journal format this broker writes and understands.
+/// History: 1 — no header; 2 — header, [`SpecRec`], recovered cells;
+/// 3 — [`SpecRec::time`] (absent in older journals: a space cell).
+pub const JOURNAL_VERSION: u32 = 3;
+
+/// A process belonging to a cell, with its start time to detect pid reuse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberRec {
+    /// Process id.
+    pub pid: u32,
+    /// Start time in clock ticks after boot (`/proc/PID/stat` field 22).
+    pub start: u64,
+}
+
+/// What a cell asked for, as journaled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpecRec {
+    /// Guaranteed CPUs.
+    pub min: u32,
+    /// Most CPUs (0: the machine).
+    pub max: u32,
+    /// Weight.
+    pub weight: u32,
+    /// Exclusive.
+    pub exclusive: bool,
+    /// `any`, `llc` or `numa`.
+    pub placement: PlacementRec,
+    /// The time contract.
+    #[serde(default)]
+    pub time: TimeRec,
+}
+
+/// A time contract, as journaled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum TimeRec {
+    /// Space (every cell of a version 1 or 2 journal).
+    #[default]
+    Space,
+    /// A fraction of each CPU.
+    Fraction {
+        /// Parts per million.
+        ppm: u32,
+        /// Shortest piece, µs (0: the default).
+        slice_us: u32,
+    },
+    /// A budget every period.
+    Triggered {
+        /// Period, µs.
+        period_us: u32,
+        /// Budget, µs.
+        budget_us: u32,
+    },
+    /// Activated by messages.
+    Message {
+        /// Idle time, ms.
+        idle_ms: u32,
+    },
+}
+
+/// Placement, as journaled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlacementRec {
+    /// Anywhere.
+    Any,
+    /// One last-level cache.
+    Llc,
+    /// One NUMA node.
+    Numa,
+}
+
+/// What a cell holds, as journaled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GrantRec {
+    /// Grant generation.
+    pub generation: u64,
+    /// CPUs.
+    pub cpus: CpuSet,
+    /// Lent part.
+    pub lent: CpuSet,
+    /// Entitlement.
+    pub entitled: CpuSet,
+    /// Threads.
+    pub threads: u32,
+    /// Stacked.
+    pub stacked: bool,
+    /// Position in the stacked pool (absent in older journals).
+    #[serde(default)]
+    pub home: u32,
+    /// Share.
+    pub share: f64,
+    /// Demand estimate at the time.
+    pub demand: Option<u32>,
+}
+
+/// One journal line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+pub enum Record {
+    /// The first line: the format's version.
+    Header {
+        /// [`JOURNAL_VERSION`] of the writer.
+        version: u32,
+    },
+    /// A cell was admitted.
+    Cell {
+        /// Id.
+        id: u64,
+        /// Name.
+        name: String,
+        /// Owner.
+        uid: u32,
+        /// Spec.
+        spec: SpecRec,
+        /// Rejoin secret; 0 for a cell recovered from its cgroup, whose
+        /// first member to rejoin sets it.
+        token: u64,
+    },
+    /// A process joined a cell.
+    Member {
+        /// Cell.
+        id: u64,
+        /// The process.
+        member: MemberRec,
+    },
+    /// A process left a cell.
+    Gone {
+        /// Cell.
+        id: u64,
+        /// Process id.
+        pid: u32,
+    },
+    /// A cell's spec changed.
+    Spec {
+        /// Cell.
+        id: u64,
+        /// New spec.
+        spec: SpecRec,
+    },
+    /// A recovered cell was claimed by a member: its rejoin secret.
+    Token {
+        /// Cell.
+        id: u64,
+        /// The secret.
+        token: u64,
+    },
+    /// A cell's grant changed.
+    Grant {
+        /// Cell.
+        id: u64,
+        /// The grant.
+        grant: GrantRec,
+    },
+    /// The pool or reserve changed.
+    Shared {
+        /// Stacked pool.
+        pool: CpuSet,
+        /// Reserve.
+        reserve: CpuSet,
+    },
+    /// A cell ended.
+    End {
+        /// Cell.
+        id: u64,
+    },
+    /// Next cell id to allocate (written before each allocation and in
+    /// snapshots).
+    NextId {
+        /// The id.
+        next: u64,
+    },
+}
+
+/// A cell rebuilt from the journal.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CellRec {
+    /// Name.
+    pub name: String,
+    /// Owner.
+    pub uid: u32,
+    /// Spec.
+    pub spec: SpecRec,
+    /// Rejoin secret (0: recovered, not yet claimed).
+    pub token: u64,
+    /// Members.
+    pub members: Vec<MemberRec>,
+    /// Last grant.
+    pub grant: Option<GrantRec>,
+}
+
+/// The state replay rebuilds.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Replayed {
+    /// Live cells by id.
+    pub cells: BTreeMap<u64, CellRec>,
+    /// Pool.
+    pub pool: CpuSet,
+    /// Reserve.
+    pub reserve: CpuSet,
+    /// Next id.
+    pub next_id: u64,
+}
+
+impl Replayed {
+    /// Folds one record in.
+    pub fn apply(&mut self, r: Record) {
+        match r {
+            Record::Header { .. } => {}
+            Record::Cell {
+                id,
+                name,
+                uid,
+                spec,
+                token,
+            } => {
+                self.cells.insert(
+                    id,
+                    CellRec {
+                        name,
+                        uid,
+                        spec,
+                        token,
+                        members: vec![],
+                        grant: None,
+                    },
+                );
+                self.next_id = self.next_id.max(id.saturating_add(1));
+            }
+            Record::Member { id, member } => {
+                if let Some(c) = self.cells.get_mut(&id) {
+                    c.members.retain(|m| m.pid != member.pid);
+                    c.members.push(member);
+                }
+            }
+            Record::Gone { id, pid } => {
+                if let Some(c) = self.cells.get_mut(&id) {
+                    c.members.retain(|m| m.pid != pid);
+                }
+            }
+            Record::Spec { id, spec } => {
+                if let Some(c) = self.cells.get_mut(&id) {
+                    c.spec = spec;
+                }
+            }
+            Record::Token { id, token } => {
+                if let Some(c) = self.cells.get_mut(&id) {
+                    c.token = token;
+                }
+            }
+            Record::Grant { id, grant } => {
+                if let Some(c) = self.cells.get_mut(&id) {
+                    c.grant = Some(grant);
+                }
+            }
+            Record::Shared { pool, reserve } => {
+                self.pool = pool;
+                self.reserve = reserve;
+            }
+            Record::End { id } => {
+                self.cells.remove(&id);
+            }
+            Record::NextId { next } => self.next_id = self.next_id.max(next),
+        }
+    }
+
+    /// The records that recreate this state, header first.
+    pub fn snapshot(&self) -> Vec<Record> {
+        let mut out = vec![
+            Record::Header {
+                version: JOURNAL_VERSION,
+            },
+            Record::NextId { next: self.next_id },
+            Record::Shared {
+                pool: self.pool,
+                reserve: self.reserve,
+            },
+        ];
+        for (&id, c) in &self.cells {
+            out.push(Record::Cell {
+                id,
+                name: c.name.clone(),
+                uid: c.uid,
+                spec: c.spec,
+                token: c.token,
+            });
+            for &m in &c.members {
+                out.push(Record::Member { id, member: m });
+            }
+            if let Some(g) = &c.grant {
+                out.push(Record::Grant {
+                    id,
+                    grant: g.clone(),
+                });
+            }
+        }
+        out
+    }
+}
