@@ -19,6 +19,8 @@
 //! - [`names`]: which names clients may choose, and how they are printed.
 //! - [`convert`]: the spec as the planner, the wire, the journal and the
 //!   status each see it.
+//! - [`windows`]: the timer thread that opens and closes time-triggered
+//!   cells' windows (gang activation through the freezer).
 
 pub mod config;
 pub mod convert;
@@ -31,6 +33,7 @@ pub mod metrics;
 pub mod names;
 pub mod server;
 pub mod status;
+pub mod windows;
 
 pub use config::Config;
 pub use server::{Broker, StartError, StopHandle};

@@ -75,6 +75,7 @@ impl Core {
                         let pids: Vec<u32> = c.members.iter().map(|m| m.pid).collect();
                         runtimes_of(self.os().as_ref(), &pids)
                     },
+                    delivery: self.windows.delivery(id).map(|d| delivery_status(&d)),
                 }
             })
             .collect();
@@ -136,6 +137,22 @@ impl Core {
 /// The most processes of one cell whose mappings a status request reads
 /// (a cell's members and their descendants, in that order).
 const RUNTIME_SCAN_PROCS: usize = 32;
+
+/// A cell's delivery as the status document shows it.
+fn delivery_status(d: &crate::windows::Delivery) -> allot_proto::status::DeliveryStatus {
+    let us = |ns: u64| round(ns as f64 / 1000.0, 1);
+    allot_proto::status::DeliveryStatus {
+        budget_us: d.budget_ns / 1000,
+        periods: d.periods,
+        last_used_us: d.last_used_ns / 1000,
+        mean_error: round(d.mean_error(), 4),
+        under: d.under,
+        over: d.over,
+        missed: d.missed,
+        open_latency_p50_us: d.latency_quantile(0.5).map_or(0.0, us),
+        open_latency_p99_us: d.latency_quantile(0.99).map_or(0.0, us),
+    }
+}
 
 /// The parallel runtimes in the processes of a cell whose members are
 /// `pids`: each once, following the grant at run time only if it does so

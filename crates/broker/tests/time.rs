@@ -6,7 +6,7 @@ mod common;
 
 use allot_enforce::os::FakeOs;
 use allot_plan::{CellSpec, TimeContract};
-use allot_proto::msg::{ErrorCode, Reply};
+use allot_proto::msg::{ErrorCode, Reply, Request};
 use allot_topo::CpuSet;
 use common::*;
 
@@ -239,7 +239,6 @@ fn time_cells_keep_their_contract_and_cpus_across_a_restart() {
 fn a_changed_contract_reaches_the_kernel_even_when_the_cpus_stay() {
     use allot_client::spec_to_wire;
     use allot_enforce::{Bandwidth, Call};
-    use allot_proto::msg::Request;
     let mut w = world(4);
     proc_of(&w, 100, 0);
     let (id, _, p) = page(register(
@@ -280,4 +279,154 @@ fn a_changed_contract_reaches_the_kernel_even_when_the_cpus_stay() {
             period_us: 4_000
         })
     );
+}
+
+/// The last `apply` the backend saw for cell `id`.
+fn last_applied(w: &World, id: u64) -> allot_enforce::Applied {
+    w.dry
+        .calls()
+        .into_iter()
+        .rev()
+        .find_map(|c| match c {
+            allot_enforce::Call::Apply(i, a) if i == id => Some(a),
+            _ => None,
+        })
+        .expect("the cell was applied")
+}
+
+#[test]
+fn a_time_triggered_cell_gets_windows_its_page_shows_and_its_gate_follows() {
+    use allot_enforce::GateCall;
+    let mut w = world(2);
+    proc_of(&w, 200, 0);
+    let before = allot_proto::window::monotonic_ns();
+    let (id, _, p) = page(register(
+        &mut w,
+        ROOT,
+        "loop",
+        triggered(1, 10_000, 3_000),
+        vec![200],
+        false,
+    ));
+    // The page carries the schedule the broker follows.
+    let win = grant(&p).window;
+    assert_eq!((win.period_us, win.budget_us), (10_000, 3_000));
+    assert!(win.origin_ns >= before, "windows start at admission");
+    // The freezer caps it: the largest weight and no CFS bandwidth.
+    let a = last_applied(&w, id);
+    assert_eq!(a.weight, allot_plan::MAX_WEIGHT);
+    assert_eq!(a.bandwidth, None);
+    // The driver thread opens and closes its gate.
+    assert!(
+        allot_testkit::eventually(std::time::Duration::from_secs(5), || {
+            let calls = w.dry.gate_calls();
+            calls.iter().filter(|c| **c == GateCall::Open(id)).count() >= 3
+                && calls.iter().filter(|c| **c == GateCall::Close(id)).count() >= 3
+        }),
+        "{:?}",
+        w.dry.gate_calls()
+    );
+    let st = w.core.status(ROOT);
+    let d = st
+        .cells
+        .iter()
+        .find(|c| c.id == id)
+        .and_then(|c| c.delivery.clone())
+        .expect("a windowed cell reports its delivery");
+    assert_eq!(d.budget_us, 3_000);
+    // Ending the cell opens its gate last: allot never leaves it frozen.
+    w.core.handle(9, ROOT, Request::Release { cell: id }, None);
+    let calls = w.dry.gate_calls();
+    assert_eq!(calls.last(), Some(&GateCall::Open(id)), "{calls:?}");
+}
+
+#[test]
+fn without_a_freezer_a_time_triggered_cell_falls_back_to_cfs_bandwidth() {
+    let dir = tempfile::tempdir().unwrap();
+    let os = FakeOs::new();
+    os.spawn(1, 0, 1, &CpuSet::first_n(2));
+    os.spawn(200, 0, 1, &CpuSet::first_n(2));
+    let (mut w, _) = world_with_backend(2, dir, os, allot_enforce::DryRun::new().without_gates());
+    let (id, _, p) = page(register(
+        &mut w,
+        ROOT,
+        "loop",
+        triggered(1, 10_000, 3_000),
+        vec![200],
+        false,
+    ));
+    assert!(!grant(&p).window.is_set(), "no windows, none shown");
+    assert_eq!(
+        last_applied(&w, id).bandwidth,
+        Some(allot_enforce::Bandwidth {
+            quota_us: 3_000,
+            period_us: 10_000
+        })
+    );
+    let st = w.core.status(ROOT);
+    assert!(st.cells.iter().all(|c| c.delivery.is_none()));
+}
+
+#[test]
+fn a_contract_change_stops_the_windows_opens_the_gate_and_tells_the_page() {
+    use allot_client::spec_to_wire;
+    use allot_enforce::GateCall;
+    let mut w = world(2);
+    proc_of(&w, 200, 0);
+    let (id, _, p) = page(register(
+        &mut w,
+        ROOT,
+        "loop",
+        triggered(1, 10_000, 3_000),
+        vec![200],
+        false,
+    ));
+    assert!(grant(&p).window.is_set());
+    let e = w.core.handle(
+        7,
+        ROOT,
+        Request::UpdateSpec {
+            cell: id,
+            spec: spec_to_wire(&fraction(1, 0.25)),
+        },
+        None,
+    );
+    assert!(matches!(reply(&e), Reply::Ok), "{:?}", reply(&e));
+    assert!(!grant(&p).window.is_set(), "the page drops the windows");
+    assert_eq!(w.dry.gate_calls().last(), Some(&GateCall::Open(id)));
+    assert!(
+        last_applied(&w, id).bandwidth.is_some(),
+        "a fraction is capped by CFS"
+    );
+    // And back: windows again, with a new schedule on the page.
+    let e = w.core.handle(
+        8,
+        ROOT,
+        Request::UpdateSpec {
+            cell: id,
+            spec: spec_to_wire(&triggered(1, 20_000, 5_000)),
+        },
+        None,
+    );
+    assert!(matches!(reply(&e), Reply::Ok), "{:?}", reply(&e));
+    let win = grant(&p).window;
+    assert_eq!((win.period_us, win.budget_us), (20_000, 5_000));
+    assert_eq!(last_applied(&w, id).bandwidth, None);
+}
+
+#[test]
+fn a_broker_that_stops_opens_every_gate() {
+    use allot_enforce::GateCall;
+    let mut w = world(2);
+    proc_of(&w, 200, 0);
+    let (id, _, _p) = page(register(
+        &mut w,
+        ROOT,
+        "loop",
+        triggered(1, 10_000, 3_000),
+        vec![200],
+        false,
+    ));
+    w.core.shutdown();
+    assert_eq!(w.dry.gate_calls().last(), Some(&GateCall::Open(id)));
 }

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #define ALLOT_PAGE_MAGIC 0x544F4C41u /* "ALOT", little-endian */
-#define ALLOT_PAGE_VERSION 1u
+#define ALLOT_PAGE_VERSION 2u
 #define ALLOT_PAGE_BYTES 4096u
 
 /* grant_page.flags */
@@ -41,7 +41,13 @@ struct grant_page {
     uint32_t ncpus;
     uint32_t share_milli;
     uint32_t home;
-    uint32_t reserved[14];
+    /* Time-triggered cells: window k opens at win_origin + k * win_period
+     * (CLOCK_MONOTONIC ns, periods in µs) for win_budget µs; win_period 0
+     * means no windows (crates/proto/src/window.rs). */
+    uint64_t win_origin;
+    uint32_t win_period;
+    uint32_t win_budget;
+    uint32_t reserved[10];
     uint64_t cpus[16];
     uint64_t lent[16];
 };

@@ -563,6 +563,20 @@ impl GrantWriter {
         });
         self.generation
     }
+
+    /// Publishes the current grant with `window` as the cell's windows
+    /// (as the broker does for a time-triggered cell); an unset window
+    /// lifts them.
+    pub fn publish_window(&mut self, window: allot_proto::Window) -> u64 {
+        self.generation += 1;
+        let g = Grant {
+            generation: self.generation,
+            window,
+            ..self.page.page().read()
+        };
+        self.page.page().publish(&g);
+        self.generation
+    }
 }
 
 /// The watcher thread of a registered cell: waits for the broker to hang

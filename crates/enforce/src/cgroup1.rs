@@ -1,16 +1,27 @@
 //! cgroup v1 backend.
 //!
-//! Layout: a directory `<name>` under the cpuset hierarchy (and under cpu and
-//! cpuacct when they are mounted), with `cell-<id>` inside per cell. allot's
+//! Layout: a directory `<name>` under the cpuset hierarchy (and under cpu,
+//! cpuacct and freezer when they are mounted), with `cell-<id>` inside per cell. allot's
 //! cpuset directory gets the managed CPUs and the parent's memory nodes, and
 //! `cgroup.clone_children` so new cells inherit the memory nodes.
 //!
 //! Per cell: `cpuset.cpus` (cpuset) and `cpu.shares` (cpu, 1024 per unit of
 //! weight) are opened once and rewritten in place; usage is
 //! `cpuacct.usage`; a process joins by writing its pid to `cgroup.procs` of
-//! each hierarchy, once.
+//! each hierarchy, once. A cell's gate is its `freezer.state`; `adopt` and
+//! `remove` thaw the cell first (a broker that died mid-window).
+//!
+//! The v1 freezer switches a kernel static key on when the first cgroup
+//! of the machine freezes and off when the last one thaws; each switch
+//! patches kernel text on every CPU. With one windowed cell that is two
+//! switches per period, and a thaw measured 130 µs here instead of 20 µs.
+//! So when the first gate is handed out, an empty directory
+//! `<name>/hold` in the freezer hierarchy is frozen and kept frozen (it
+//! holds no process, so nothing stops): the key stays on and every window
+//! edge is cheap. `cleanup` thaws and removes it.
 
 use crate::cgroupfs::{CgroupFs, ControlFile};
+use crate::gate::{CgroupGate, Gate};
 use crate::{Applied, BackendKind, EnforceError, Enforcer, Result};
 use allot_topo::CpuSet;
 use std::collections::HashMap;
@@ -26,6 +37,8 @@ pub struct V1Mounts {
     pub cpu: Option<PathBuf>,
     /// The cpuacct hierarchy (for usage), if mounted. May equal `cpu`.
     pub cpuacct: Option<PathBuf>,
+    /// The freezer hierarchy (for time-triggered windows), if mounted.
+    pub freezer: Option<PathBuf>,
 }
 
 /// The cgroup v1 backend.
@@ -35,8 +48,14 @@ pub struct Cgroup1 {
     cpuset: PathBuf,
     cpu: Option<PathBuf>,
     cpuacct: Option<PathBuf>,
+    freezer: Option<PathBuf>,
+    /// Whether `<freezer>/hold` is frozen (see the module docs).
+    holding: bool,
     cells: HashMap<u64, Cell>,
 }
+
+/// The empty frozen directory that keeps the freezer's static key on.
+pub const FREEZER_HOLD: &str = "hold";
 
 #[derive(Debug)]
 struct Cell {
@@ -91,13 +110,45 @@ impl Cgroup1 {
         } else {
             sub(&mounts.cpuacct)?
         };
+        let freezer = sub(&mounts.freezer)?;
         Ok(Cgroup1 {
             fs,
             cpuset,
             cpu,
             cpuacct,
+            freezer,
+            holding: false,
             cells: HashMap::new(),
         })
+    }
+
+    /// Freezes the empty `hold` directory once (see the module docs). A
+    /// failure only makes window edges slower, so it is not an error.
+    fn hold_freezer_key(&mut self) {
+        let Some(f) = &self.freezer else { return };
+        if self.holding {
+            return;
+        }
+        let hold = f.join(FREEZER_HOLD);
+        if self.fs.mkdir(&hold).is_ok()
+            && self
+                .fs
+                .write(&hold.join("freezer.state"), crate::gate::V1_FREEZER.close)
+                .is_ok()
+        {
+            self.holding = true;
+        }
+    }
+
+    /// Thaws cell `cell` if it has a freezer directory (errors ignored: a
+    /// cell without one, or already gone, has nothing to thaw).
+    fn thaw(&self, cell: u64) {
+        if let Some(f) = &self.freezer {
+            let state = f.join(format!("cell-{cell}/freezer.state"));
+            if self.fs.exists(&state) {
+                let _ = self.fs.write(&state, crate::gate::V1_FREEZER.open);
+            }
+        }
     }
 
     fn dirs(&self, cell: u64) -> Vec<PathBuf> {
@@ -107,6 +158,7 @@ impl Cgroup1 {
         if self.cpuacct != self.cpu {
             out.extend(self.cpuacct.iter().map(|d| d.join(&leaf)));
         }
+        out.extend(self.freezer.iter().map(|d| d.join(&leaf)));
         out
     }
 
@@ -203,6 +255,7 @@ impl Enforcer for Cgroup1 {
                 .mkdir(&d)
                 .map_err(err(format!("adopt cell {cell}")))?;
         }
+        self.thaw(cell);
         self.open_cell(cell)?;
         Ok(now)
     }
@@ -265,6 +318,7 @@ impl Enforcer for Cgroup1 {
 
     fn remove(&mut self, cell: u64) -> Result<()> {
         self.cells.remove(&cell);
+        self.thaw(cell);
         let mut first_err = None;
         for d in self.dirs(cell) {
             // Processes still in the cell leave allot's confinement: they
@@ -305,6 +359,21 @@ impl Enforcer for Cgroup1 {
         crate::cell_dirs(self.fs.as_ref(), &self.cpuset)
     }
 
+    fn gate(&mut self, cell: u64) -> Result<Option<Box<dyn Gate>>> {
+        if self.freezer.is_none() {
+            return Ok(None);
+        }
+        self.hold_freezer_key();
+        let Some(f) = &self.freezer else {
+            return Ok(None);
+        };
+        let leaf = format!("cell-{cell}");
+        let acct = self.cpuacct.as_ref().map(|d| d.join(&leaf));
+        let gate = CgroupGate::v1(self.fs.clone(), &f.join(&leaf), acct.as_deref())
+            .map_err(err(format!("open the freezer of cell {cell}")))?;
+        Ok(Some(Box::new(gate)))
+    }
+
     fn cleanup(&mut self) -> Result<()> {
         let cells: Vec<u64> = self.cells.keys().copied().collect();
         for c in cells {
@@ -320,6 +389,18 @@ impl Enforcer for Cgroup1 {
                 .filter(|d| Some(*d) != self.cpu.as_ref())
                 .cloned(),
         );
+        tops.extend(self.freezer.iter().cloned());
+        // The hold directory (also one a crashed broker left).
+        if let Some(f) = &self.freezer {
+            let hold = f.join(FREEZER_HOLD);
+            if self.fs.exists(&hold) {
+                let _ = self
+                    .fs
+                    .write(&hold.join("freezer.state"), crate::gate::V1_FREEZER.open);
+                let _ = self.fs.rmdir(&hold);
+            }
+            self.holding = false;
+        }
         for d in tops {
             crate::remove_stray_cells(self.fs.as_ref(), &d);
             if self.fs.children(&d).map(|c| c.is_empty()).unwrap_or(false) {

@@ -7,9 +7,12 @@
 //!
 //! Per cell, `cpuset.cpus` and `cpu.weight` are opened once and rewritten in
 //! place on every grant change. Usage comes from `cpu.stat` (`usage_usec`),
-//! membership from `cgroup.procs`.
+//! membership from `cgroup.procs`. A cell's gate is its `cgroup.freeze`;
+//! `adopt` and `remove` thaw the cell first (a broker that died
+//! mid-window).
 
 use crate::cgroupfs::{CgroupFs, ControlFile};
+use crate::gate::{CgroupGate, Gate};
 use crate::{Applied, BackendKind, EnforceError, Enforcer, Result};
 use allot_topo::CpuSet;
 use std::collections::HashMap;
@@ -105,6 +108,15 @@ impl Cgroup2 {
         &self.root
     }
 
+    /// Thaws cell `cell` (errors ignored: a kernel without the v2 freezer,
+    /// or a cell already gone, has nothing to thaw).
+    fn thaw(&self, cell: u64) {
+        let f = self.root.join(format!("cell-{cell}/cgroup.freeze"));
+        if self.fs.exists(&f) {
+            let _ = self.fs.write(&f, crate::gate::V2_FREEZE.open);
+        }
+    }
+
     fn open_cell(&mut self, cell: u64) -> Result<&mut Cell> {
         if !self.cells.contains_key(&cell) {
             let dir = self.root.join(format!("cell-{cell}"));
@@ -156,6 +168,7 @@ impl Enforcer for Cgroup2 {
             .read(&dir.join("cpuset.cpus"))
             .ok()
             .and_then(|t| CpuSet::parse_list(&t).ok());
+        self.thaw(cell);
         self.open_cell(cell)?;
         Ok(now)
     }
@@ -199,6 +212,7 @@ impl Enforcer for Cgroup2 {
     fn remove(&mut self, cell: u64) -> Result<()> {
         let dir = self.root.join(format!("cell-{cell}"));
         self.cells.remove(&cell);
+        self.thaw(cell);
         // allot's root has controllers enabled for its children, so (by the
         // v2 no-internal-process rule) leftovers go to the root's parent.
         let out = self
@@ -235,6 +249,17 @@ impl Enforcer for Cgroup2 {
 
     fn existing(&mut self) -> Vec<u64> {
         crate::cell_dirs(self.fs.as_ref(), &self.root)
+    }
+
+    fn gate(&mut self, cell: u64) -> Result<Option<Box<dyn Gate>>> {
+        let dir = self.root.join(format!("cell-{cell}"));
+        if !self.fs.exists(&dir.join("cgroup.freeze")) {
+            // Kernels before 5.2 have no cgroup v2 freezer.
+            return Ok(None);
+        }
+        let gate = CgroupGate::v2(self.fs.clone(), &dir)
+            .map_err(err(format!("open cgroup.freeze of cell {cell}")))?;
+        Ok(Some(Box::new(gate)))
     }
 
     fn cleanup(&mut self) -> Result<()> {

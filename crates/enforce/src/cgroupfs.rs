@@ -138,6 +138,9 @@ pub enum FixtureLayout {
     V1Cpu,
     /// A cgroup v1 cpuacct directory.
     V1Cpuacct,
+    /// Every v1 file allot uses (cpuset, cpu, cpuacct, freezer) in one
+    /// directory: one fixture serving all four hierarchies.
+    V1All,
 }
 
 impl FixtureLayout {
@@ -175,6 +178,18 @@ impl FixtureLayout {
                 ("cgroup.procs", ""),
                 ("tasks", ""),
                 ("cpuacct.usage", "0\n"),
+            ],
+            FixtureLayout::V1All => &[
+                ("cgroup.procs", ""),
+                ("tasks", ""),
+                ("cgroup.clone_children", "0\n"),
+                ("cpuset.cpus", ""),
+                ("cpuset.mems", ""),
+                ("cpu.shares", "1024\n"),
+                ("cpu.cfs_quota_us", "-1\n"),
+                ("cpu.cfs_period_us", "100000\n"),
+                ("cpuacct.usage", "0\n"),
+                ("freezer.state", "THAWED\n"),
             ],
         }
     }

@@ -64,6 +64,7 @@ impl Mounts {
             cpuset: self.v1_for("cpuset")?.to_path_buf(),
             cpu: self.v1_for("cpu").map(Path::to_path_buf),
             cpuacct: self.v1_for("cpuacct").map(Path::to_path_buf),
+            freezer: self.v1_for("freezer").map(Path::to_path_buf),
         })
     }
 }

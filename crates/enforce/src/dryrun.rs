@@ -2,6 +2,7 @@
 //! simulations, and trying a configuration on a machine you do not want to
 //! change.
 
+use crate::gate::{Gate, GateCall, RecordingGate};
 use crate::{Applied, BackendKind, Enforcer, Result};
 use allot_topo::CpuSet;
 use std::collections::HashMap;
@@ -28,6 +29,9 @@ pub enum Call {
 pub struct DryRun {
     log: Arc<Mutex<Vec<Call>>>,
     state: Arc<Mutex<State>>,
+    gates: Arc<Mutex<Vec<GateCall>>>,
+    gate_usage: Arc<Mutex<Option<u64>>>,
+    no_gates: bool,
 }
 
 #[derive(Debug, Default)]
@@ -70,6 +74,20 @@ impl DryRun {
     /// Cells held now.
     pub fn held(&self) -> Vec<u64> {
         self.state().held.iter().copied().collect()
+    }
+    /// A dry run that offers no gates, as the affinity backend (time-
+    /// triggered cells then fall back to CFS bandwidth).
+    pub fn without_gates(mut self) -> Self {
+        self.no_gates = true;
+        self
+    }
+    /// Every gate opening and closing so far, in order.
+    pub fn gate_calls(&self) -> Vec<GateCall> {
+        self.gates.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+    /// The CPU time every gate reports from now on.
+    pub fn set_gate_usage(&self, ns: Option<u64>) {
+        *self.gate_usage.lock().unwrap_or_else(|p| p.into_inner()) = ns;
     }
 }
 
@@ -126,5 +144,15 @@ impl Enforcer for DryRun {
     }
     fn cleanup(&mut self) -> Result<()> {
         Ok(())
+    }
+    fn gate(&mut self, cell: u64) -> Result<Option<Box<dyn Gate>>> {
+        if self.no_gates {
+            return Ok(None);
+        }
+        Ok(Some(Box::new(RecordingGate {
+            cell,
+            log: self.gates.clone(),
+            usage: self.gate_usage.clone(),
+        })))
     }
 }

@@ -5,8 +5,8 @@
 //!
 //! | backend                 | confines with                        | needs                    |
 //! |-------------------------|--------------------------------------|--------------------------|
-//! | [`Cgroup2`]             | `cpuset.cpus`, `cpu.weight`, `cpu.max` | a writable v2 subtree with cpuset |
-//! | [`Cgroup1`]             | cpuset, cpu (shares, CFS bandwidth), cpuacct | writable v1 mounts |
+//! | [`Cgroup2`]             | `cpuset.cpus`, `cpu.weight`, `cpu.max`, `cgroup.freeze` | a writable v2 subtree with cpuset |
+//! | [`Cgroup1`]             | cpuset, cpu (shares, CFS bandwidth), cpuacct, freezer | writable v1 mounts |
 //! | [`Affinity`]            | `sched_setaffinity` on every thread (no weights, no bandwidth) | nothing (same user) |
 //! | [`DryRun`]              | nothing; records every call          | nothing                  |
 //!
@@ -18,6 +18,8 @@
 //! The OS sits behind [`os::Os`] (processes) and [`cgroupfs::CgroupFs`]
 //! (cgroup files); both have fakes for tests, and the cgroup backends take
 //! their root paths so they run against temporary directories.
+//! Time-triggered windows use a [`Gate`] per cell (the freezer), driven
+//! from the broker's window thread; see [`gate`].
 
 pub mod affinity;
 pub mod cgroup1;
@@ -25,6 +27,7 @@ pub mod cgroup2;
 pub mod cgroupfs;
 pub mod detect;
 pub mod dryrun;
+pub mod gate;
 pub mod os;
 pub mod runtimes;
 
@@ -32,6 +35,7 @@ pub use affinity::Affinity;
 pub use cgroup1::{Cgroup1, V1Mounts};
 pub use cgroup2::Cgroup2;
 pub use dryrun::{Call, DryRun};
+pub use gate::{Gate, GateCall};
 
 use allot_topo::CpuSet;
 use std::fmt;
@@ -125,6 +129,14 @@ pub trait Enforcer: Send + fmt::Debug {
     /// the kernel return none.
     fn existing(&mut self) -> Vec<u64> {
         Vec::new()
+    }
+    /// A gate that suspends and resumes the whole cell ([`gate`]), for
+    /// the broker's window driver; `None` when the backend has no freezer
+    /// (time-triggered cells then fall back to CFS bandwidth alone). Each
+    /// call returns a new handle with its own open control file.
+    fn gate(&mut self, cell: u64) -> Result<Option<Box<dyn Gate>>> {
+        let _ = cell;
+        Ok(None)
     }
 }
 

@@ -20,6 +20,7 @@ fn fixture_tree() {
         cpuset: dir.path().join("cpuset"),
         cpu: None,
         cpuacct: None,
+        freezer: None,
     };
     let mut b = Cgroup1::new(Arc::new(cpuset), &mounts, "allot", CpuSet::first_n(4)).unwrap();
     b.create(1).unwrap();
@@ -44,6 +45,65 @@ fn fixture_tree() {
     b.remove(1).unwrap();
     b.cleanup().unwrap();
     assert!(!dir.path().join("cpuset/allot").exists());
+}
+
+#[test]
+fn fixture_gate_freezes_and_thaws_the_cell_and_remove_thaws_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FixtureFs::new(FixtureLayout::V1All);
+    for h in ["cpuset", "cpu", "freezer"] {
+        fs.populate(&dir.path().join(h)).unwrap();
+    }
+    std::fs::write(dir.path().join("cpuset/cpuset.mems"), "0\n").unwrap();
+    let mounts = V1Mounts {
+        cpuset: dir.path().join("cpuset"),
+        cpu: Some(dir.path().join("cpu")),
+        cpuacct: Some(dir.path().join("cpu")),
+        freezer: Some(dir.path().join("freezer")),
+    };
+    let mut b = Cgroup1::new(Arc::new(fs), &mounts, "allot", CpuSet::first_n(4)).unwrap();
+    b.create(3).unwrap();
+    let state = dir.path().join("freezer/allot/cell-3/freezer.state");
+    let mut gate = b
+        .gate(3)
+        .unwrap()
+        .expect("a freezer hierarchy gives a gate");
+    // The empty hold directory keeps the kernel's freezer key on.
+    let hold = dir.path().join("freezer/allot/hold/freezer.state");
+    assert_eq!(std::fs::read_to_string(&hold).unwrap(), "FROZEN");
+    gate.close().unwrap();
+    assert_eq!(std::fs::read_to_string(&state).unwrap(), "FROZEN");
+    gate.open().unwrap();
+    assert_eq!(std::fs::read_to_string(&state).unwrap(), "THAWED");
+    std::fs::write(dir.path().join("cpu/allot/cell-3/cpuacct.usage"), "1234\n").unwrap();
+    assert_eq!(gate.usage_ns(), Some(1234));
+    // A broker that dies mid-window leaves the cell frozen: adopting it
+    // (after a restart) thaws it, and so does removing it.
+    gate.close().unwrap();
+    b.adopt(3, &[]).unwrap();
+    assert_eq!(std::fs::read_to_string(&state).unwrap(), "THAWED");
+    gate.close().unwrap();
+    b.remove(3).unwrap();
+    assert!(!state.exists(), "the freezer directory goes with the cell");
+    b.cleanup().unwrap();
+    assert!(!dir.path().join("freezer/allot").exists());
+
+    // Without a freezer hierarchy there is no gate.
+    let mounts = V1Mounts {
+        freezer: None,
+        ..mounts
+    };
+    let mut b = Cgroup1::new(
+        Arc::new(FixtureFs::new(FixtureLayout::V1All)),
+        &mounts,
+        "allot",
+        CpuSet::first_n(4),
+    )
+    .unwrap();
+    b.create(4).unwrap();
+    assert!(b.gate(4).unwrap().is_none());
+    b.remove(4).unwrap();
+    b.cleanup().unwrap();
 }
 
 #[test]
@@ -163,4 +223,102 @@ fn live_cells_confine_every_thread_and_follow_grant_changes() {
     for d in &dirs {
         assert!(!d.exists(), "{} left behind", d.display());
     }
+}
+
+/// CPU time (user + system, clock ticks) of `pid` from /proc.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+#[test]
+fn live_gate_freezes_every_thread_and_thaws_them() {
+    let mounts = allot_enforce::detect::Mounts::read().v1();
+    if !allot_testkit::prerequisite(
+        v1_writable() && mounts.as_ref().is_some_and(|m| m.freezer.is_some()),
+        "writable cgroup v1 cpuset and freezer hierarchies (root)",
+    ) {
+        return;
+    }
+    let mounts = mounts.expect("checked");
+    let name = unique("v1gate");
+    let mut dirs = vec![mounts.cpuset.join(&name)];
+    dirs.extend(mounts.cpu.iter().map(|d| d.join(&name)));
+    if mounts.cpuacct != mounts.cpu {
+        dirs.extend(mounts.cpuacct.iter().map(|d| d.join(&name)));
+    }
+    dirs.extend(mounts.freezer.iter().map(|d| d.join(&name)));
+    let _guard = CgroupDirs(dirs);
+    // Two spinning threads: a gang gate stops both.
+    let mut spin = allot_testkit::Proc(
+        std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import threading\n\
+                 def s():\n    while True: pass\n\
+                 threading.Thread(target=s, daemon=True).start()\ns()\n",
+            ])
+            .spawn()
+            .unwrap(),
+    );
+    let pid = spin.pid();
+    let all = allot_topo::allowed_cpus().unwrap();
+    let mut b = Cgroup1::new(Arc::new(KernelFs), &mounts, &name, all).unwrap();
+    b.create(9).unwrap();
+    b.apply(
+        9,
+        &Applied {
+            cpus: all,
+            weight: 1,
+            bandwidth: None,
+        },
+    )
+    .unwrap();
+    b.attach(9, pid).unwrap();
+    let mut gate = b
+        .gate(9)
+        .unwrap()
+        .expect("a freezer hierarchy gives a gate");
+    let state = mounts
+        .freezer
+        .as_ref()
+        .unwrap()
+        .join(&name)
+        .join("cell-9/freezer.state");
+
+    gate.close().unwrap();
+    assert!(
+        eventually(Duration::from_secs(2), || {
+            std::fs::read_to_string(&state).is_ok_and(|s| s.trim() == "FROZEN")
+        }),
+        "the freezer reports FROZEN"
+    );
+    let t0 = cpu_ticks(pid);
+    let u0 = gate.usage_ns().expect("cpuacct is mounted here");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(cpu_ticks(pid), t0, "no thread of a frozen cell runs");
+    assert_eq!(
+        gate.usage_ns(),
+        Some(u0),
+        "and the cell's usage stands still"
+    );
+
+    gate.open().unwrap();
+    assert!(
+        eventually(Duration::from_secs(2), || cpu_ticks(pid) > t0 + 5),
+        "an open gate lets it run again"
+    );
+    // Removing a frozen cell thaws it first, so its processes never stay
+    // stopped outside allot.
+    gate.close().unwrap();
+    b.remove(9).unwrap();
+    let t1 = cpu_ticks(pid);
+    assert!(
+        eventually(Duration::from_secs(2), || cpu_ticks(pid) > t1 + 5),
+        "a removed cell's processes run"
+    );
+    spin.kill9();
+    b.cleanup().unwrap();
 }

@@ -200,3 +200,91 @@ fn live_unified_hierarchy_is_refused_with_a_clear_reason_when_it_lacks_cpuset() 
         "nothing is created when the hierarchy is refused"
     );
 }
+
+#[test]
+fn fixture_gate_writes_cgroup_freeze_and_remove_thaws() {
+    let (dir, fs) = fixture();
+    let root = dir.path().join("allot");
+    let mut b = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(2)).unwrap();
+    b.create(5).unwrap();
+    let freeze = root.join("cell-5/cgroup.freeze");
+    let mut gate = b.gate(5).unwrap().expect("cgroup.freeze gives a gate");
+    gate.close().unwrap();
+    assert_eq!(fs.read(&freeze).unwrap(), "1");
+    gate.open().unwrap();
+    assert_eq!(fs.read(&freeze).unwrap(), "0");
+    std::fs::write(
+        root.join("cell-5/cpu.stat"),
+        "usage_usec 250\nuser_usec 1\n",
+    )
+    .unwrap();
+    assert_eq!(gate.usage_ns(), Some(250_000));
+    gate.close().unwrap();
+    b.adopt(5, &[]).unwrap();
+    assert_eq!(fs.read(&freeze).unwrap(), "0", "adopting thaws");
+    gate.close().unwrap();
+    b.remove(5).unwrap();
+    b.cleanup().unwrap();
+}
+
+/// CPU time (user + system, clock ticks) of `pid` from /proc.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+#[test]
+fn live_v2_gate_stops_and_resumes_a_spinning_process() {
+    // The v2 freezer (`cgroup.freeze`) exists in every non-root cgroup of
+    // a unified hierarchy, with or without controllers, so it is tested
+    // live wherever one is mounted and writable.
+    let mounts = allot_enforce::detect::Mounts::read();
+    if !allot_testkit::prerequisite(mounts.cgroup2.is_some(), "a cgroup2 mount")
+        || !allot_testkit::prerequisite(allot_testkit::is_root(), "root, to write cgroup2")
+    {
+        return;
+    }
+    let unified = mounts.cgroup2.expect("checked");
+    let dir = unified.join(common::unique("gate"));
+    std::fs::create_dir(&dir).unwrap();
+    let _guard = common::CgroupDirs(vec![dir.clone()]);
+    if !allot_testkit::prerequisite(
+        dir.join("cgroup.freeze").exists(),
+        "the cgroup v2 freezer (kernel 5.2 or later)",
+    ) {
+        return;
+    }
+    let mut spin = allot_testkit::Proc(
+        std::process::Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .spawn()
+            .unwrap(),
+    );
+    let pid = spin.pid();
+    std::fs::write(dir.join("cgroup.procs"), pid.to_string()).unwrap();
+    let mut gate = allot_enforce::gate::CgroupGate::v2(Arc::new(KernelFs), &dir).unwrap();
+    use allot_enforce::Gate;
+
+    gate.close().unwrap();
+    assert!(
+        common::eventually(std::time::Duration::from_secs(2), || {
+            std::fs::read_to_string(dir.join("cgroup.events"))
+                .is_ok_and(|e| e.lines().any(|l| l == "frozen 1"))
+        }),
+        "the cgroup reports frozen"
+    );
+    let t0 = cpu_ticks(pid);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(cpu_ticks(pid), t0, "a frozen process gets no CPU time");
+
+    gate.open().unwrap();
+    assert!(
+        common::eventually(std::time::Duration::from_secs(2), || cpu_ticks(pid)
+            > t0 + 5),
+        "an open gate lets it run again"
+    );
+    assert!(gate.usage_ns().is_some_and(|u| u > 0), "cpu.stat is read");
+    spin.kill9();
+}

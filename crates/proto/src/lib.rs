@@ -6,6 +6,7 @@
 //! - [`shm`]: the sealed memfd that holds a grant page.
 //! - [`transport`]: the seqpacket socket, with file descriptor passing.
 //! - [`wire`]: the primitive field encoding.
+//! - [`window`]: when a time-triggered cell runs (its windows).
 //! - [`status`]: the broker's status document.
 //! - [`dirs`]: the directories allot trusts (socket, journal, installs).
 //! - [`env`](mod@env): the environment variables allot sets and reads.
@@ -23,6 +24,7 @@ pub mod page;
 pub mod shm;
 pub mod status;
 pub mod transport;
+pub mod window;
 pub mod wire;
 
 pub use msg::{
@@ -32,6 +34,7 @@ pub use msg::{
 pub use page::{FLAG_RELEASED, FLAG_STACKED, Grant, GrantPage, PAGE_SIZE, PAGE_VERSION, PageError};
 pub use shm::{PageMap, ShmError};
 pub use transport::{CallError, Conn};
+pub use window::{Phase, Window};
 
 /// Environment variable naming the broker's socket ([`env::SOCKET`]).
 pub const ENV_SOCKET: &str = env::SOCKET;

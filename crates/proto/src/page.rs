@@ -20,7 +20,11 @@
 //!     64    4 share_milli fair share in thousandths of a CPU
 //!     68    4 home        stacked cells: first CPU (index into `cpus`)
 //!                         for pinned workers; 0 otherwise
-//!     72   56 reserved    zero
+//!     72    8 win_origin  time-triggered cells: when window 0 opens,
+//!                         CLOCK_MONOTONIC ns (see `crate::window`)
+//!     80    4 win_period  window period, µs; 0 = the cell has no windows
+//!     84    4 win_budget  window length, µs
+//!     88   40 reserved    zero
 //!    128  128 cpus        CPU bitmap (bit i of word w = CPU 64w+i)
 //!    256  128 lent        bitmap of the lent subset of `cpus`
 //!    384 3712 reserved    zero
@@ -52,7 +56,8 @@
 
 /// Version of the page layout. Independent of the message protocol: the
 /// OpenMP shim and programs that only read their page depend on this alone.
-pub const PAGE_VERSION: u32 = 1;
+pub const PAGE_VERSION: u32 = 2;
+use crate::window::Window;
 use allot_topo::{CPUSET_WORDS, CpuSet};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 use std::time::Duration;
@@ -86,7 +91,10 @@ pub struct GrantPage {
     ncpus: AtomicU32,
     share_milli: AtomicU32,
     home: AtomicU32,
-    _reserved: [AtomicU32; 14],
+    win_origin: AtomicU64,
+    win_period: AtomicU32,
+    win_budget: AtomicU32,
+    _reserved: [AtomicU32; 10],
     cpus: [AtomicU64; CPUSET_WORDS],
     lent: [AtomicU64; CPUSET_WORDS],
     _tail: [u8; PAGE_SIZE - 384],
@@ -113,10 +121,13 @@ pub const LAYOUT: &[(&str, usize, usize)] = &[
         4,
     ),
     field("home", std::mem::offset_of!(GrantPage, home), 4),
+    field("win_origin", std::mem::offset_of!(GrantPage, win_origin), 8),
+    field("win_period", std::mem::offset_of!(GrantPage, win_period), 4),
+    field("win_budget", std::mem::offset_of!(GrantPage, win_budget), 4),
     field(
         "reserved",
         std::mem::offset_of!(GrantPage, _reserved),
-        4 * 14,
+        4 * 10,
     ),
     field(
         "cpus",
@@ -139,6 +150,7 @@ const _: () = assert!(std::mem::offset_of!(GrantPage, futex) == 12);
 const _: () = assert!(std::mem::offset_of!(GrantPage, seq) == 16);
 const _: () = assert!(std::mem::offset_of!(GrantPage, share_milli) == 64);
 const _: () = assert!(std::mem::offset_of!(GrantPage, home) == 68);
+const _: () = assert!(std::mem::offset_of!(GrantPage, win_origin) == 72);
 const _: () = assert!(std::mem::offset_of!(GrantPage, cpus) == 128);
 const _: () = assert!(std::mem::offset_of!(GrantPage, lent) == 256);
 
@@ -164,6 +176,8 @@ pub struct Grant {
     /// that the cells sharing the stacked pool spread over it; 0
     /// otherwise. Older brokers leave it 0.
     pub home: u32,
+    /// A time-triggered cell's windows; unset (all zero) otherwise.
+    pub window: Window,
     /// CPUs the cell may run on.
     pub cpus: CpuSet,
     /// The lent part of `cpus`.
@@ -233,6 +247,9 @@ impl GrantPage {
         self.ncpus.store(g.cpus.len() as u32, Ordering::Relaxed);
         self.share_milli.store(g.share_milli, Ordering::Relaxed);
         self.home.store(g.home, Ordering::Relaxed);
+        self.win_origin.store(g.window.origin_ns, Ordering::Relaxed);
+        self.win_period.store(g.window.period_us, Ordering::Relaxed);
+        self.win_budget.store(g.window.budget_us, Ordering::Relaxed);
         for i in 0..CPUSET_WORDS {
             self.cpus[i].store(g.cpus.words()[i], Ordering::Relaxed);
             self.lent[i].store(g.lent.words()[i], Ordering::Relaxed);
@@ -278,6 +295,11 @@ impl GrantPage {
             entitled: self.entitled.load(Ordering::Relaxed),
             share_milli: self.share_milli.load(Ordering::Relaxed),
             home: self.home.load(Ordering::Relaxed),
+            window: Window {
+                origin_ns: self.win_origin.load(Ordering::Relaxed),
+                period_us: self.win_period.load(Ordering::Relaxed),
+                budget_us: self.win_budget.load(Ordering::Relaxed),
+            },
             cpus: CpuSet::from_words(cpus),
             lent: CpuSet::from_words(lent),
         };

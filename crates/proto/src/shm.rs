@@ -200,6 +200,11 @@ mod tests {
             entitled: 2,
             share_milli: 2000,
             home: 1,
+            window: crate::Window {
+                origin_ns: 123_456_789,
+                period_us: 10_000,
+                budget_us: 3_000,
+            },
             cpus: CpuSet::parse_list("0-1").unwrap(),
             lent: CpuSet::parse_list("1").unwrap(),
         };

@@ -194,6 +194,37 @@ pub struct CellStatus {
     /// from brokers that do not look).
     #[serde(default)]
     pub runtimes: Vec<RuntimeStatus>,
+    /// What a time-triggered cell's windows delivered (absent for other
+    /// cells, and for time-triggered cells on a backend without a freezer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<DeliveryStatus>,
+}
+
+/// What a time-triggered cell's windows delivered, as the broker measured
+/// it: CPU time per period from the cell's usage counter, and the time
+/// from each window's scheduled start to the broker's opening of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeliveryStatus {
+    /// CPU time due per period (budget × CPUs), µs.
+    pub budget_us: u64,
+    /// Periods accounted so far.
+    pub periods: u64,
+    /// CPU time used in the last accounted period, µs.
+    pub last_used_us: u64,
+    /// Mean |delivered − budget| / budget over the periods.
+    pub mean_error: f64,
+    /// Periods more than 10 % under budget (the cell idled, or it could
+    /// not run in its window).
+    pub under: u64,
+    /// Periods more than 10 % over budget (a late suspension; the next
+    /// window was shortened by as much).
+    pub over: u64,
+    /// Windows the broker could not open before their end.
+    pub missed: u64,
+    /// Scheduled window start → opened, median of recent windows, µs.
+    pub open_latency_p50_us: f64,
+    /// The same, 99th percentile, µs.
+    pub open_latency_p99_us: f64,
 }
 
 /// A parallel runtime found in a cell's processes.

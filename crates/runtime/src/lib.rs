@@ -106,6 +106,7 @@ mod sync;
 mod task;
 #[cfg(not(loom))]
 pub mod vp;
+mod window;
 
 #[cfg(not(loom))]
 pub use controller::{current_priority, current_worker, yield_now};

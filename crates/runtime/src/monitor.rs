@@ -218,6 +218,7 @@ pub(crate) fn apply(reg: &Arc<Registry>, g: &Grant) {
         plan.settled = 0;
     }
     plan.applied = Some(stamp);
+    reg.windows.set(g.window);
     let want = wanted_cpus(g, reg.slots.len());
     if want.is_empty() {
         return;

@@ -41,11 +41,14 @@ use crate::journal::{Journal, MemberRec, Record};
 use crate::ledger::Ledger;
 use crate::metrics::Counters;
 use crate::names::shown;
+use crate::windows::Windows;
 use crate::{debug, info, warn};
 use allot_enforce::os::Os;
 use allot_enforce::{Applied, Enforcer};
-use allot_plan::{CellId, CellInput, CellSpec, Grant, Plan, PlanConfig, Planner};
+use allot_plan::{CellId, CellInput, CellSpec, Grant, Plan, PlanConfig, Planner, TimeContract};
+use allot_proto::Window;
 use allot_proto::msg::{ErrorCode, Reply};
+use allot_proto::window::monotonic_ns;
 use allot_proto::{FLAG_RELEASED, FLAG_STACKED, PageMap};
 use allot_topo::Machine;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -175,6 +178,8 @@ pub struct Core {
     removals: Vec<Removal>,
     /// What the metrics count (`crate::metrics`).
     pub(crate) counters: Counters,
+    /// The windows of time-triggered cells (`crate::windows`).
+    pub(crate) windows: Windows,
 }
 
 fn random_u64() -> u64 {
@@ -236,6 +241,7 @@ impl Core {
             show_other_users: cfg.show_other_users,
             removals: Vec::new(),
             counters: Counters::default(),
+            windows: Windows::new(),
         };
         let effects = core.restore();
         (core, effects)
@@ -266,12 +272,20 @@ impl Core {
         self.cells.is_empty() && self.queue.is_empty()
     }
 
-    /// The current plan.
     /// What the kernel should enforce for cell `id` on `cpus`: its weight,
-    /// or for a time cell the largest weight and the CPU-time cap that
-    /// keeps it to its contract ([`allot_plan::time::bandwidth`]).
+    /// or for a time cell the largest weight and either its windows (a
+    /// time-triggered cell whose gate the window driver holds: the freezer
+    /// caps it) or the CPU-time cap that keeps it to its contract
+    /// ([`allot_plan::time::bandwidth`]).
     fn applied(&self, id: u64, cpus: allot_topo::CpuSet) -> Applied {
         let spec = &self.cells[&id].spec;
+        if self.windows.holds(id) {
+            return Applied {
+                cpus,
+                weight: allot_plan::MAX_WEIGHT,
+                bandwidth: None,
+            };
+        }
         match allot_plan::time::bandwidth(&spec.time, spec.time_cpus()) {
             Some((quota_us, period_us)) => Applied {
                 cpus,
@@ -289,6 +303,65 @@ impl Core {
         }
     }
 
+    /// Starts or stops driving cell `id`'s windows so that they match
+    /// `spec` (a time-triggered contract whose budget leaves part of the
+    /// period, on a backend with a gate). Returns whether the cell's
+    /// window changed (its page must show the new one).
+    fn sync_windows(&mut self, id: u64, spec: &CellSpec) -> bool {
+        let want = match spec.time {
+            TimeContract::Triggered {
+                period_us,
+                budget_us,
+            } if budget_us < period_us => Some((period_us, budget_us)),
+            _ => None,
+        };
+        let have = self.windows.window(id).map(|w| (w.period_us, w.budget_us));
+        if want == have {
+            return false;
+        }
+        let mut changed = self.windows.remove(id);
+        if let Some((period_us, budget_us)) = want {
+            match self.enforcer.gate(id) {
+                Ok(Some(gate)) => {
+                    let window = Window {
+                        // The next whole microsecond: windows start now.
+                        origin_ns: monotonic_ns().div_ceil(1000) * 1000,
+                        period_us,
+                        budget_us,
+                    };
+                    self.windows.add(id, window, spec.time_cpus(), gate);
+                    changed = true;
+                }
+                Ok(None) => debug!(
+                    "cell {id}: the {} backend has no freezer; its budget is enforced by CFS \
+                     bandwidth alone (no common window for its threads)",
+                    self.backend()
+                ),
+                Err(e) => warn!(
+                    "cell {id}: {e}; its budget is enforced by CFS bandwidth alone (no common \
+                     window for its threads)"
+                ),
+            }
+        }
+        changed
+    }
+
+    /// Publishes cell `id`'s current grant again under a new generation
+    /// (something the page shows besides the plan's grant changed).
+    fn republish(&mut self, id: u64) {
+        let Some(g) = self.cells.get(&id).and_then(|c| c.published.clone()) else {
+            return;
+        };
+        let generation = self.cells[&id].generation + 1;
+        let pg = self.page_grant(id, generation, &g);
+        let c = self.cells.get_mut(&id).expect("present above");
+        for p in &c.pages {
+            p.page().publish(&pg);
+        }
+        c.generation = generation;
+    }
+
+    /// The current plan.
     pub fn plan(&self) -> &Plan {
         &self.plan
     }
@@ -355,6 +428,7 @@ impl Core {
             home: g.home,
             entitled: g.entitled.len() as u32,
             share_milli: (g.share * 1000.0).round() as u32,
+            window: self.windows.window(id).unwrap_or_default(),
             cpus: g.cpus,
             lent: g.lent,
         }
@@ -480,6 +554,7 @@ impl Core {
         };
         info!("cell {id} ({}) ended: {why}", shown(&c.name));
         self.counters.ended += 1;
+        self.windows.remove(id);
         self.remove_backend(id);
         let final_grant = allot_proto::Grant {
             cell: id,
@@ -490,6 +565,7 @@ impl Core {
             entitled: 0,
             share_milli: 0,
             home: 0,
+            window: Default::default(),
             cpus: *self.machine.usable(),
             lent: Default::default(),
         };
@@ -655,6 +731,9 @@ impl Core {
     /// Cells that still run keep their confinement and journal entries, so
     /// a restarted broker adopts them.
     pub fn shutdown(&mut self) {
+        // Cells that keep running do so without windows until a broker
+        // adopts them: never frozen by a broker that is gone.
+        self.windows.stop();
         // Give removals the kernel refused a last short chance.
         for _ in 0..50 {
             if self.removals.is_empty() {

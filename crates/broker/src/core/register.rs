@@ -273,6 +273,8 @@ impl Core {
                 pool_stats: None,
             },
         );
+        // Its windows start (shut between them) before any process joins.
+        self.sync_windows(id, &spec);
         // The grant reaches the kernel before any process joins.
         self.reconcile();
         let mut effects = Vec::new();
@@ -565,6 +567,7 @@ impl Core {
             id: cell,
             spec: convert::to_record(&spec),
         }]);
+        let window_changed = self.sync_windows(cell, &spec);
         self.reconcile();
         // The weight and the time cap follow the new spec even when its CPUs
         // did not change (reconcile applies only changed CPU sets; backends
@@ -573,6 +576,9 @@ impl Core {
             && let Err(e) = self.enforcer.apply(cell, &self.applied(cell, g.cpus))
         {
             warn!("cell {cell}: {e}");
+        }
+        if window_changed {
+            self.republish(cell);
         }
         Ok(())
     }

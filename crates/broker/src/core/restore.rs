@@ -198,6 +198,9 @@ impl Core {
     /// Adds a restored cell: a fresh page with its grant, its members
     /// watched.
     fn install(&mut self, id: u64, mut cell: Cell) -> Vec<Effect> {
+        // Windows restart with a new origin: the phase of a time-triggered
+        // cell shifts once across a broker restart.
+        self.sync_windows(id, &cell.spec);
         match PageMap::create(id, self.instance) {
             Ok(p) => cell.pages.push(p),
             Err(e) => warn!("cell {id}: cannot create its grant page: {e}"),

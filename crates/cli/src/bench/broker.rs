@@ -164,7 +164,7 @@ impl PrivateBroker {
 
     fn remove_leftovers(&self) -> bool {
         let mut clean = true;
-        for h in ["cpuset", "cpu", "cpuacct"] {
+        for h in ["cpuset", "cpu", "cpuacct", "freezer"] {
             let d = Path::new("/sys/fs/cgroup").join(h).join(&self.cgroup);
             if d.exists() {
                 clean = false;

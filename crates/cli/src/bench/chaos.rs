@@ -533,7 +533,7 @@ fn check_leaks(
         .chain(st.queue.iter().map(|q| q.id))
         .collect();
     let mut present = BTreeSet::new();
-    for h in ["cpuset", "cpu", "cpuacct"] {
+    for h in ["cpuset", "cpu", "cpuacct", "freezer"] {
         let dir = Path::new("/sys/fs/cgroup").join(h).join(broker.cgroup());
         for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
             if let Some(id) = allot_enforce::cell_id(&e.file_name().to_string_lossy()) {

@@ -22,6 +22,7 @@ pub mod jobs;
 pub mod launch;
 pub mod load;
 pub mod mix;
+pub mod probe;
 mod report;
 pub mod runner;
 
@@ -43,6 +44,10 @@ pub enum Bench {
     /// What `allot run` adds to a program's start and exit, per backend
     /// (median, p90, p99).
     Launch(launch::LaunchArgs),
+    /// Records when its threads actually ran and reports it against its
+    /// cell's windows (a helper for time-contract tests and benchmarks).
+    #[command(hide = true)]
+    Probe(probe::ProbeArgs),
 }
 
 /// Arguments of `allot bench mix`.
@@ -119,6 +124,7 @@ pub fn run(b: Bench) -> i32 {
         Bench::Chaos(a) => report_errors(chaos::run(a)),
         Bench::Load(a) => report_errors(load::run(a)),
         Bench::Launch(a) => report_errors(launch::run(a)),
+        Bench::Probe(a) => report_errors(probe::run(a).map(|()| 0)),
     }
 }
 

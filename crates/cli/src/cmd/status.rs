@@ -147,13 +147,29 @@ fn contract_line(c: &CellStatus) -> Option<String> {
         } => format!("{} every {}, gang", ms(budget_us), ms(period_us)),
         TimeStatus::MessageTriggered { idle_ms } => format!("on message, idle {idle_ms}ms"),
     };
-    Some(format!(
+    let mut line = format!(
         "{} {}: {} {terms} on CPUs {}",
         c.id,
         name_of(c),
         c.spec.contract,
         cell_text(&c.cpus)
-    ))
+    );
+    if let Some(d) = &c.delivery {
+        line.push_str(&format!(
+            "\n    delivered: {} periods, last {:.2}ms of {:.2}ms, mean error {:.1} %, \
+             {} under / {} over budget, {} missed; window opens {:.0}/{:.0} µs late (p50/p99)",
+            d.periods,
+            d.last_used_us as f64 / 1000.0,
+            d.budget_us as f64 / 1000.0,
+            d.mean_error * 100.0,
+            d.under,
+            d.over,
+            d.missed,
+            d.open_latency_p50_us,
+            d.open_latency_p99_us
+        ));
+    }
+    Some(line)
 }
 
 /// Human-readable rendering.
@@ -317,6 +333,7 @@ mod tests {
                 name: "openblas".into(),
                 follows: Follows::RunTime,
             }],
+            delivery: None,
         };
         Status {
             version: allot_proto::status::STATUS_VERSION,

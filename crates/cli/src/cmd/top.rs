@@ -356,6 +356,7 @@ mod tests {
             pool_stats: None,
             spec: spec(),
             runtimes: vec![],
+            delivery: None,
         };
         Status {
             version: STATUS_VERSION,

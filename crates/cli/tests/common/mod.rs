@@ -163,7 +163,7 @@ impl Daemon {
     }
 
     pub fn cgroup_dirs(&self) -> Vec<PathBuf> {
-        ["cpuset", "cpu", "cpuacct"]
+        ["cpuset", "cpu", "cpuacct", "freezer"]
             .iter()
             .map(|h| Path::new("/sys/fs/cgroup").join(h).join(&self.cgroup))
             .collect()

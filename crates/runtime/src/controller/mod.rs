@@ -143,6 +143,8 @@ pub(crate) struct Registry {
     pub(crate) quantum: Option<Duration>,
     /// Suspended tasks and the timer (`pool::suspend`).
     pub(crate) gate: crate::pool::Gate,
+    /// The cell's windows, when it is time-triggered (`window`).
+    pub(crate) windows: crate::window::Windows,
 }
 
 /// Aborts the process when dropped, i.e. when a panic unwinds through it
@@ -592,7 +594,12 @@ pub(crate) fn worker_main(reg: Arc<Registry>, index: usize) {
         reg.info.roster.set(index, true);
         slot.current.store(t, Ordering::SeqCst);
         let mut hint = Hint::Resize;
-        while let Found::Task(task) = wt.find_work(hint, None) {
+        loop {
+            // A time-triggered cell takes new tasks only in its windows.
+            reg.windows.hold();
+            let Found::Task(task) = wt.find_work(hint, None) else {
+                break;
+            };
             wt.execute(task);
             hint = Hint::Continue;
         }

@@ -229,6 +229,7 @@ impl Builder {
             pin_errors: AtomicU64::new(0),
             quantum: self.quantum,
             gate: super::Gate::default(),
+            windows: Default::default(),
         });
         monitor::apply(&reg, &grant);
         let pool = Pool {

@@ -188,6 +188,19 @@ impl Pool {
         self.reg.vp_errors.load(Ordering::Relaxed)
     }
 
+    /// The windows the pool follows, when its cell is time-triggered:
+    /// workers take new tasks only inside them (see the crate's window
+    /// notes, and `allot_proto::window`).
+    pub fn time_window(&self) -> Option<allot_proto::Window> {
+        self.reg.windows.get()
+    }
+
+    /// How many times a worker waited for its cell's next window before
+    /// taking a task.
+    pub fn window_waits(&self) -> u32 {
+        self.reg.windows.waits.load(Ordering::Relaxed)
+    }
+
     /// Times a worker failed to pin itself (a CPU outside the process's
     /// allowed set).
     pub fn pin_errors(&self) -> u64 {

@@ -1,0 +1,189 @@
+//! Gates: suspending and resuming every thread of a cell at once (gang
+//! activation), the mechanism behind time-triggered windows.
+//!
+//! A [`Gate`] belongs to one cell and is handed to the broker's window
+//! driver, which runs on its own thread: it holds its own open control
+//! file, so closing and opening never go through the [`Enforcer`] (and
+//! never wait for it).
+//!
+//! | backend  | gate                      | usage read from        |
+//! |----------|---------------------------|------------------------|
+//! | cgroup2  | `cgroup.freeze` (1 / 0)   | `cpu.stat` `usage_usec` |
+//! | cgroup1  | `freezer.state` (FROZEN / THAWED) | `cpuacct.usage` |
+//! | dry-run  | records `Close` / `Open`  | none                   |
+//! | affinity | none: windows fall back to CFS bandwidth (no gang) |  |
+//!
+//! Invariants:
+//! - Freezing is asynchronous in both cgroup versions: `close` returns
+//!   once the kernel has been asked, and threads stop at their next
+//!   return to user space. The window driver therefore accounts CPU time
+//!   by reading usage, not by trusting the edge times.
+//! - A cell is never left closed by allot: the window driver opens every
+//!   gate it holds when it lets one go (cell ended, contract changed,
+//!   broker exit), and the backends thaw a cell on `adopt` and `remove`
+//!   (a broker that died mid-window).
+//!
+//! [`Enforcer`]: crate::Enforcer
+
+use crate::cgroupfs::{CgroupFs, ControlFile};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// Suspends and resumes a whole cell.
+pub trait Gate: Send + std::fmt::Debug {
+    /// Lets every thread of the cell run (thaw).
+    fn open(&mut self) -> io::Result<()>;
+    /// Stops every thread of the cell (freeze).
+    fn close(&mut self) -> io::Result<()>;
+    /// CPU time the cell has used so far, ns (monotonic per cell).
+    fn usage_ns(&mut self) -> Option<u64>;
+}
+
+/// The two values a gate's control file takes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GateWords {
+    pub(crate) open: &'static str,
+    pub(crate) close: &'static str,
+}
+
+/// cgroup v1 `freezer.state`.
+pub(crate) const V1_FREEZER: GateWords = GateWords {
+    open: "THAWED",
+    close: "FROZEN",
+};
+
+/// cgroup v2 `cgroup.freeze`.
+pub(crate) const V2_FREEZE: GateWords = GateWords {
+    open: "0",
+    close: "1",
+};
+
+/// Where a cgroup gate reads the cell's usage.
+#[derive(Debug, Clone)]
+pub(crate) enum UsageFile {
+    /// v1 `cpuacct.usage`: nanoseconds.
+    Cpuacct(PathBuf),
+    /// v2 `cpu.stat`: the `usage_usec` line.
+    CpuStat(PathBuf),
+    /// No accounting hierarchy.
+    None,
+}
+
+impl UsageFile {
+    pub(crate) fn read(&self, fs: &dyn CgroupFs) -> Option<u64> {
+        match self {
+            UsageFile::Cpuacct(p) => fs.read(p).ok()?.trim().parse().ok(),
+            UsageFile::CpuStat(p) => {
+                let text = fs.read(p).ok()?;
+                let line = text.lines().find(|l| l.starts_with("usage_usec"))?;
+                line.split_whitespace()
+                    .nth(1)?
+                    .parse::<u64>()
+                    .ok()
+                    .map(|us| us * 1000)
+            }
+            UsageFile::None => None,
+        }
+    }
+}
+
+/// A gate on a cgroup freezer file kept open.
+#[derive(Debug)]
+pub struct CgroupGate {
+    fs: Arc<dyn CgroupFs>,
+    file: Box<dyn ControlFile>,
+    words: GateWords,
+    usage: UsageFile,
+}
+
+impl CgroupGate {
+    /// The gate of a cgroup v1 cell: `freezer.state` in `freezer_dir`,
+    /// usage from `cpuacct.usage` in `cpuacct_dir` when there is one.
+    pub fn v1(
+        fs: Arc<dyn CgroupFs>,
+        freezer_dir: &Path,
+        cpuacct_dir: Option<&Path>,
+    ) -> io::Result<CgroupGate> {
+        let usage = match cpuacct_dir {
+            Some(d) => UsageFile::Cpuacct(d.join("cpuacct.usage")),
+            None => UsageFile::None,
+        };
+        CgroupGate::new(fs, freezer_dir.join("freezer.state"), V1_FREEZER, usage)
+    }
+
+    /// The gate of a cgroup v2 cell directory: `cgroup.freeze`, usage
+    /// from `cpu.stat`.
+    pub fn v2(fs: Arc<dyn CgroupFs>, dir: &Path) -> io::Result<CgroupGate> {
+        CgroupGate::new(
+            fs,
+            dir.join("cgroup.freeze"),
+            V2_FREEZE,
+            UsageFile::CpuStat(dir.join("cpu.stat")),
+        )
+    }
+
+    fn new(
+        fs: Arc<dyn CgroupFs>,
+        control: PathBuf,
+        words: GateWords,
+        usage: UsageFile,
+    ) -> io::Result<CgroupGate> {
+        let file = fs.open(&control)?;
+        Ok(CgroupGate {
+            fs,
+            file,
+            words,
+            usage,
+        })
+    }
+}
+
+impl Gate for CgroupGate {
+    fn open(&mut self) -> io::Result<()> {
+        self.file.set(self.words.open)
+    }
+    fn close(&mut self) -> io::Result<()> {
+        self.file.set(self.words.close)
+    }
+    fn usage_ns(&mut self) -> Option<u64> {
+        self.usage.read(self.fs.as_ref())
+    }
+}
+
+/// What a [`RecordingGate`] was asked to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateCall {
+    /// `open` on the cell.
+    Open(u64),
+    /// `close` on the cell.
+    Close(u64),
+}
+
+/// The dry-run backend's gate: records calls, reports usage a test sets.
+#[derive(Debug, Clone)]
+pub struct RecordingGate {
+    pub(crate) cell: u64,
+    pub(crate) log: Arc<Mutex<Vec<GateCall>>>,
+    pub(crate) usage: Arc<Mutex<Option<u64>>>,
+}
+
+impl Gate for RecordingGate {
+    fn open(&mut self) -> io::Result<()> {
+        self.log
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(GateCall::Open(self.cell));
+        Ok(())
+    }
+    fn close(&mut self) -> io::Result<()> {
+        self.log
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(GateCall::Close(self.cell));
+        Ok(())
+    }
+    fn usage_ns(&mut self) -> Option<u64> {
+        *self.usage.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}

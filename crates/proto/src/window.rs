@@ -1,0 +1,210 @@
+//! The windows of a time-triggered cell: the one definition of *when* such
+//! a cell runs, shared by the broker (which opens and closes the windows)
+//! and by everything that reads a grant page (the runtime, the C shim).
+//!
+//! A [`Window`] is an origin on `CLOCK_MONOTONIC` (a clock every process on
+//! the machine reads alike), a period and a budget: window *k* opens at
+//! `origin + k·period` and closes `budget` later. [`Window::phase`] is a
+//! pure function of the window and the time, so a reader needs nothing but
+//! the published window and the clock to know whether the cell is in a
+//! window now and when the next edge comes.
+//!
+//! The broker's actual openings may differ slightly from this schedule: an
+//! opening is late by the activation latency, and a window after an overrun
+//! (the previous window ran past its end because suspending the cell took
+//! time) is shortened by the overrun. Readers use the schedule as the
+//! cooperative boundary: stop taking work at its close, resume at its next
+//! opening.
+
+use std::time::Duration;
+
+/// The schedule of a time-triggered cell's windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Window {
+    /// When window 0 opens, `CLOCK_MONOTONIC` nanoseconds.
+    pub origin_ns: u64,
+    /// Period, µs (> 0).
+    pub period_us: u32,
+    /// Window length, µs (0 < budget ≤ period).
+    pub budget_us: u32,
+}
+
+/// Where a time is relative to a cell's windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Inside a window that closes at `closes_ns`.
+    Open {
+        /// End of the current window, `CLOCK_MONOTONIC` ns.
+        closes_ns: u64,
+    },
+    /// Between windows; the next opens at `opens_ns`.
+    Closed {
+        /// Start of the next window, `CLOCK_MONOTONIC` ns.
+        opens_ns: u64,
+    },
+}
+
+impl Window {
+    /// Whether the window describes a schedule (a page of a cell without
+    /// windows holds all zeros).
+    pub fn is_set(&self) -> bool {
+        self.period_us > 0 && self.budget_us > 0
+    }
+
+    /// Period in nanoseconds.
+    pub fn period_ns(&self) -> u64 {
+        u64::from(self.period_us) * 1000
+    }
+
+    /// Budget in nanoseconds.
+    pub fn budget_ns(&self) -> u64 {
+        u64::from(self.budget_us) * 1000
+    }
+
+    /// The start of the window that contains `now_ns` or, between windows,
+    /// of the one before (the origin before the first). Requires
+    /// [`Window::is_set`].
+    pub fn start_at_or_before(&self, now_ns: u64) -> u64 {
+        if now_ns <= self.origin_ns {
+            return self.origin_ns;
+        }
+        let p = self.period_ns();
+        self.origin_ns + (now_ns - self.origin_ns) / p * p
+    }
+
+    /// Where `now_ns` falls. A window without a schedule is always open
+    /// (`closes_ns` = `u64::MAX`).
+    pub fn phase(&self, now_ns: u64) -> Phase {
+        if !self.is_set() {
+            return Phase::Open {
+                closes_ns: u64::MAX,
+            };
+        }
+        if now_ns < self.origin_ns {
+            return Phase::Closed {
+                opens_ns: self.origin_ns,
+            };
+        }
+        let start = self.start_at_or_before(now_ns);
+        let budget = self.budget_ns().min(self.period_ns());
+        if now_ns < start + budget {
+            Phase::Open {
+                closes_ns: start + budget,
+            }
+        } else {
+            Phase::Closed {
+                opens_ns: start + self.period_ns(),
+            }
+        }
+    }
+}
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds: the clock windows are defined on.
+pub fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// The time from `now_ns` to `then_ns` (zero if `then_ns` has passed).
+pub fn until(now_ns: u64, then_ns: u64) -> Duration {
+    Duration::from_nanos(then_ns.saturating_sub(now_ns))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn w() -> Window {
+        Window {
+            origin_ns: 100 * MS,
+            period_us: 10_000,
+            budget_us: 3_000,
+        }
+    }
+
+    #[test]
+    fn windows_open_every_period_for_the_budget() {
+        let w = w();
+        assert_eq!(w.phase(0), Phase::Closed { opens_ns: 100 * MS });
+        assert_eq!(
+            w.phase(100 * MS),
+            Phase::Open {
+                closes_ns: 103 * MS
+            }
+        );
+        assert_eq!(
+            w.phase(103 * MS - 1),
+            Phase::Open {
+                closes_ns: 103 * MS
+            }
+        );
+        assert_eq!(w.phase(103 * MS), Phase::Closed { opens_ns: 110 * MS });
+        assert_eq!(w.phase(109 * MS), Phase::Closed { opens_ns: 110 * MS });
+    }
+
+    /// The phase computed the slow way: walk the windows from the origin.
+    fn reference(w: &Window, now: u64) -> Phase {
+        if now < w.origin_ns {
+            return Phase::Closed {
+                opens_ns: w.origin_ns,
+            };
+        }
+        let mut start = w.origin_ns;
+        while start + w.period_ns() <= now {
+            start += w.period_ns();
+        }
+        if now < start + w.budget_ns() {
+            Phase::Open {
+                closes_ns: start + w.budget_ns(),
+            }
+        } else {
+            Phase::Closed {
+                opens_ns: start + w.period_ns(),
+            }
+        }
+    }
+
+    #[test]
+    fn the_phase_matches_walking_the_windows() {
+        let w = Window {
+            origin_ns: 7 * MS + 333,
+            period_us: 2_500,
+            budget_us: 700,
+        };
+        for t in (0..60 * MS).step_by(12_347) {
+            assert_eq!(w.phase(t), reference(&w, t), "at {t}");
+        }
+    }
+
+    #[test]
+    fn a_window_without_a_schedule_is_always_open() {
+        assert_eq!(
+            Window::default().phase(42),
+            Phase::Open {
+                closes_ns: u64::MAX
+            }
+        );
+    }
+
+    #[test]
+    fn a_budget_equal_to_the_period_never_closes_between_periods() {
+        let w = Window {
+            origin_ns: 0,
+            period_us: 1000,
+            budget_us: 1000,
+        };
+        for t in (0..10 * MS).step_by(77_777) {
+            assert!(matches!(w.phase(t), Phase::Open { .. }), "at {t}");
+        }
+    }
+
+    #[test]
+    fn the_clock_is_monotonic() {
+        let a = monotonic_ns();
+        let b = monotonic_ns();
+        assert!(b >= a && a > 0);
+        assert_eq!(until(b, a), Duration::ZERO);
+    }
+}

@@ -1,0 +1,109 @@
+//! Cooperative windows: a pool in a time-triggered cell takes new tasks
+//! only inside the cell's windows.
+//!
+//! The broker suspends the whole cell between windows (the freezer), so a
+//! task started just before a window closes is cut in two by the
+//! suspension, holding whatever it holds (a lock, a half-filled buffer)
+//! for the rest of the period. The pool avoids that where it can: a
+//! worker checks the window before it looks for its next task, and
+//! between windows it sleeps until the next one opens instead of taking
+//! one. Tasks are never dropped or moved: they wait in their queues and
+//! run in the next window. Tasks already running finish (or are suspended
+//! by the freezer) as before; the check is cooperative.
+//!
+//! The schedule comes from the grant page ([`allot_proto::Window`]); the
+//! monitor stores it here on every grant. A pool outside a
+//! time-triggered cell has no window and the check is one relaxed load.
+
+use allot_proto::window::{monotonic_ns, until};
+use allot_proto::{Phase, Window};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// The window schedule the pool follows (all zero: none).
+#[derive(Debug, Default)]
+pub(crate) struct Windows {
+    origin_ns: AtomicU64,
+    /// Period and budget, µs, packed (period in the high half): one load
+    /// tells whether there are windows.
+    terms: AtomicU64,
+    /// Times a worker waited for a window to open.
+    pub(crate) waits: AtomicU32,
+}
+
+impl Windows {
+    /// Follows `w` from now on (an unset window lifts the schedule).
+    pub(crate) fn set(&self, w: Window) {
+        self.origin_ns.store(w.origin_ns, Ordering::Relaxed);
+        let terms = if w.is_set() {
+            (u64::from(w.period_us) << 32) | u64::from(w.budget_us)
+        } else {
+            0
+        };
+        self.terms.store(terms, Ordering::Release);
+    }
+
+    /// The schedule now, if any.
+    pub(crate) fn get(&self) -> Option<Window> {
+        let terms = self.terms.load(Ordering::Acquire);
+        (terms != 0).then(|| Window {
+            origin_ns: self.origin_ns.load(Ordering::Relaxed),
+            period_us: (terms >> 32) as u32,
+            budget_us: terms as u32,
+        })
+    }
+
+    /// Called by a worker before it takes a task: between windows, sleeps
+    /// until the next one opens. Returns whether it waited.
+    pub(crate) fn hold(&self) -> bool {
+        let Some(w) = self.get() else {
+            return false;
+        };
+        let now = monotonic_ns();
+        match w.phase(now) {
+            Phase::Open { .. } => false,
+            Phase::Closed { opens_ns } => {
+                self.waits.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(until(now, opens_ns));
+                true
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn without_a_schedule_a_worker_never_waits() {
+        let w = Windows::default();
+        assert!(!w.hold());
+        w.set(Window::default());
+        assert!(w.get().is_none());
+        assert!(!w.hold());
+    }
+
+    #[test]
+    fn between_windows_a_worker_sleeps_until_the_next_opens() {
+        let w = Windows::default();
+        // Windows of 1 ms every 50 ms, the next opening 30 ms from now.
+        let origin = monotonic_ns() + 30_000_000;
+        w.set(Window {
+            origin_ns: origin,
+            period_us: 50_000,
+            budget_us: 1_000,
+        });
+        let t = Instant::now();
+        assert!(w.hold());
+        assert!(
+            monotonic_ns() >= origin,
+            "it woke at the opening, not before"
+        );
+        assert!(t.elapsed() >= Duration::from_millis(29));
+        assert_eq!(w.waits.load(Ordering::Relaxed), 1);
+        // Lifting the schedule lets it go on at once.
+        w.set(Window::default());
+        assert!(!w.hold());
+    }
+}
