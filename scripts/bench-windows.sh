@@ -16,8 +16,23 @@ A=$PWD/target/release/allot
 dir=$(mktemp -d)
 name=allot-bench-windows-$$
 cleanup() {
+  # `allot run` starts its program in a process group of its own: kill
+  # what the cells hold (by pid, from the cgroups), then the wrappers,
+  # then stop the broker, which removes its cgroups once no cell is left.
+  local h p
+  for p in $(cat /sys/fs/cgroup/cpuset/"$name"/cell-*/cgroup.procs 2>/dev/null); do
+    kill -9 "$p" 2>/dev/null || true
+  done
   [ -n "${hogs:-}" ] && kill -- $hogs 2>/dev/null || true
+  sleep 0.5
   [ -n "${broker:-}" ] && kill "$broker" 2>/dev/null && wait "$broker" 2>/dev/null || true
+  for h in cpuset cpu cpuacct freezer; do
+    if [ -d "/sys/fs/cgroup/$h/$name" ]; then
+      echo "warning: /sys/fs/cgroup/$h/$name is left; removing it" >&2
+      find "/sys/fs/cgroup/$h/$name" -mindepth 1 -depth -type d -exec rmdir {} \; 2>/dev/null || true
+      rmdir "/sys/fs/cgroup/$h/$name" 2>/dev/null || true
+    fi
+  done
   rm -rf "$dir"
 }
 trap cleanup EXIT
