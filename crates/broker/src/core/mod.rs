@@ -11,7 +11,8 @@
 //!   process exits, ticks, shutdown;
 //! - `restore`: rebuilding the state from the journal and the backend;
 //! - `register`: admission, the queue, joining and leaving cells;
-//! - `requests`: dispatching requests, one handler each.
+//! - `requests`: dispatching requests, one handler each;
+//! - `time`: what the kernel enforces for a time cell, and its windows.
 //!
 //! Invariants kept here (the planner keeps the plan invariants):
 //!
@@ -34,6 +35,7 @@
 mod register;
 mod requests;
 mod restore;
+mod time;
 
 use crate::config::{Config, Limits};
 use crate::demand::Estimator;
@@ -43,12 +45,10 @@ use crate::metrics::Counters;
 use crate::names::shown;
 use crate::windows::Windows;
 use crate::{debug, info, warn};
+use allot_enforce::Enforcer;
 use allot_enforce::os::Os;
-use allot_enforce::{Applied, Enforcer};
-use allot_plan::{CellId, CellInput, CellSpec, Grant, Plan, PlanConfig, Planner, TimeContract};
-use allot_proto::Window;
+use allot_plan::{CellId, CellInput, CellSpec, Grant, Plan, PlanConfig, Planner};
 use allot_proto::msg::{ErrorCode, Reply};
-use allot_proto::window::monotonic_ns;
 use allot_proto::{FLAG_RELEASED, FLAG_STACKED, PageMap};
 use allot_topo::Machine;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -270,95 +270,6 @@ impl Core {
     /// No cells, none queued.
     pub fn idle(&self) -> bool {
         self.cells.is_empty() && self.queue.is_empty()
-    }
-
-    /// What the kernel should enforce for cell `id` on `cpus`: its weight,
-    /// or for a time cell the largest weight and either its windows (a
-    /// time-triggered cell whose gate the window driver holds: the freezer
-    /// caps it) or the CPU-time cap that keeps it to its contract
-    /// ([`allot_plan::time::bandwidth`]).
-    fn applied(&self, id: u64, cpus: allot_topo::CpuSet) -> Applied {
-        let spec = &self.cells[&id].spec;
-        if self.windows.holds(id) {
-            return Applied {
-                cpus,
-                weight: allot_plan::MAX_WEIGHT,
-                bandwidth: None,
-            };
-        }
-        match allot_plan::time::bandwidth(&spec.time, spec.time_cpus()) {
-            Some((quota_us, period_us)) => Applied {
-                cpus,
-                weight: allot_plan::MAX_WEIGHT,
-                bandwidth: Some(allot_enforce::Bandwidth {
-                    quota_us,
-                    period_us,
-                }),
-            },
-            None => Applied {
-                cpus,
-                weight: spec.weight,
-                bandwidth: None,
-            },
-        }
-    }
-
-    /// Starts or stops driving cell `id`'s windows so that they match
-    /// `spec` (a time-triggered contract whose budget leaves part of the
-    /// period, on a backend with a gate). Returns whether the cell's
-    /// window changed (its page must show the new one).
-    fn sync_windows(&mut self, id: u64, spec: &CellSpec) -> bool {
-        let want = match spec.time {
-            TimeContract::Triggered {
-                period_us,
-                budget_us,
-            } if budget_us < period_us => Some((period_us, budget_us)),
-            _ => None,
-        };
-        let have = self.windows.window(id).map(|w| (w.period_us, w.budget_us));
-        if want == have {
-            return false;
-        }
-        let mut changed = self.windows.remove(id);
-        if let Some((period_us, budget_us)) = want {
-            match self.enforcer.gate(id) {
-                Ok(Some(gate)) => {
-                    let window = Window {
-                        // The next whole microsecond: windows start now.
-                        origin_ns: monotonic_ns().div_ceil(1000) * 1000,
-                        period_us,
-                        budget_us,
-                    };
-                    self.windows.add(id, window, spec.time_cpus(), gate);
-                    changed = true;
-                }
-                Ok(None) => debug!(
-                    "cell {id}: the {} backend has no freezer; its budget is enforced by CFS \
-                     bandwidth alone (no common window for its threads)",
-                    self.backend()
-                ),
-                Err(e) => warn!(
-                    "cell {id}: {e}; its budget is enforced by CFS bandwidth alone (no common \
-                     window for its threads)"
-                ),
-            }
-        }
-        changed
-    }
-
-    /// Publishes cell `id`'s current grant again under a new generation
-    /// (something the page shows besides the plan's grant changed).
-    fn republish(&mut self, id: u64) {
-        let Some(g) = self.cells.get(&id).and_then(|c| c.published.clone()) else {
-            return;
-        };
-        let generation = self.cells[&id].generation + 1;
-        let pg = self.page_grant(id, generation, &g);
-        let c = self.cells.get_mut(&id).expect("present above");
-        for p in &c.pages {
-            p.page().publish(&pg);
-        }
-        c.generation = generation;
     }
 
     /// The current plan.
