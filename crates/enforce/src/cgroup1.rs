@@ -21,7 +21,7 @@
 //! edge is cheap. `cleanup` thaws and removes it.
 
 use crate::cgroupfs::{CgroupFs, ControlFile};
-use crate::gate::{CgroupGate, Gate};
+use crate::gate::{CgroupGate, Gate, UsageFile};
 use crate::{Applied, BackendKind, EnforceError, Enforcer, Result};
 use allot_topo::CpuSet;
 use std::collections::HashMap;
@@ -337,12 +337,7 @@ impl Enforcer for Cgroup1 {
 
     fn usage_ns(&mut self, cell: u64) -> Option<u64> {
         let dir = self.cpuacct.as_ref()?.join(format!("cell-{cell}"));
-        self.fs
-            .read(&dir.join("cpuacct.usage"))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
+        UsageFile::Cpuacct(dir.join("cpuacct.usage")).read(self.fs.as_ref())
     }
 
     fn pids(&mut self, cell: u64) -> Vec<u32> {

@@ -12,7 +12,7 @@
 //! mid-window).
 
 use crate::cgroupfs::{CgroupFs, ControlFile};
-use crate::gate::{CgroupGate, Gate};
+use crate::gate::{CgroupGate, Gate, UsageFile};
 use crate::{Applied, BackendKind, EnforceError, Enforcer, Result};
 use allot_topo::CpuSet;
 use std::collections::HashMap;
@@ -225,16 +225,7 @@ impl Enforcer for Cgroup2 {
     }
 
     fn usage_ns(&mut self, cell: u64) -> Option<u64> {
-        let text = self
-            .fs
-            .read(&self.root.join(format!("cell-{cell}/cpu.stat")))
-            .ok()?;
-        let line = text.lines().find(|l| l.starts_with("usage_usec"))?;
-        line.split_whitespace()
-            .nth(1)?
-            .parse::<u64>()
-            .ok()
-            .map(|us| us * 1000)
+        UsageFile::CpuStat(self.root.join(format!("cell-{cell}/cpu.stat"))).read(self.fs.as_ref())
     }
 
     fn pids(&mut self, cell: u64) -> Vec<u32> {

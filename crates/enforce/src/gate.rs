@@ -59,7 +59,8 @@ pub(crate) const V2_FREEZE: GateWords = GateWords {
     close: "1",
 };
 
-/// Where a cgroup gate reads the cell's usage.
+/// Where a cell's usage is read: the one parser of cgroup CPU-time files,
+/// for the gates and for [`Enforcer::usage_ns`](crate::Enforcer::usage_ns).
 #[derive(Debug, Clone)]
 pub(crate) enum UsageFile {
     /// v1 `cpuacct.usage`: nanoseconds.

@@ -227,14 +227,6 @@ fn fixture_gate_writes_cgroup_freeze_and_remove_thaws() {
     b.cleanup().unwrap();
 }
 
-/// CPU time (user + system, clock ticks) of `pid` from /proc.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let after = &stat[stat.rfind(')').unwrap() + 2..];
-    let f: Vec<&str> = after.split_whitespace().collect();
-    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
-}
-
 #[test]
 fn live_v2_gate_stops_and_resumes_a_spinning_process() {
     // The v2 freezer (`cgroup.freeze`) exists in every non-root cgroup of
@@ -275,13 +267,17 @@ fn live_v2_gate_stops_and_resumes_a_spinning_process() {
         }),
         "the cgroup reports frozen"
     );
-    let t0 = cpu_ticks(pid);
+    let t0 = common::cpu_time(pid);
     std::thread::sleep(std::time::Duration::from_millis(300));
-    assert_eq!(cpu_ticks(pid), t0, "a frozen process gets no CPU time");
+    assert_eq!(
+        common::cpu_time(pid),
+        t0,
+        "a frozen process gets no CPU time"
+    );
 
     gate.open().unwrap();
     assert!(
-        common::eventually(std::time::Duration::from_secs(2), || cpu_ticks(pid)
+        common::eventually(std::time::Duration::from_secs(2), || common::cpu_time(pid)
             > t0 + 5),
         "an open gate lets it run again"
     );

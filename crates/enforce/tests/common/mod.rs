@@ -14,3 +14,24 @@ pub fn v1_writable() -> bool {
         None => false,
     }
 }
+
+/// CPU time of `pid` so far, ns (`/proc/PID/stat`, through the real OS
+/// interface the backends use).
+pub fn cpu_time(pid: u32) -> u64 {
+    use allot_enforce::os::Os;
+    allot_enforce::os::RealOs
+        .cpu_time_ns(pid)
+        .expect("the process exists")
+}
+
+/// allot's directories named `name` in every v1 hierarchy of `mounts`
+/// (cpuset, cpu, cpuacct when it is separate, freezer).
+pub fn v1_dirs(mounts: &allot_enforce::V1Mounts, name: &str) -> Vec<std::path::PathBuf> {
+    let mut dirs = vec![mounts.cpuset.join(name)];
+    dirs.extend(mounts.cpu.iter().map(|d| d.join(name)));
+    if mounts.cpuacct != mounts.cpu {
+        dirs.extend(mounts.cpuacct.iter().map(|d| d.join(name)));
+    }
+    dirs.extend(mounts.freezer.iter().map(|d| d.join(name)));
+    dirs
+}
