@@ -281,6 +281,20 @@ fn a_changed_contract_reaches_the_kernel_even_when_the_cpus_stay() {
     );
 }
 
+/// Process 200 of root as cell "loop": 3 ms every 10 ms on one CPU.
+/// Returns the cell and its page.
+fn loop_cell(w: &mut World) -> (u64, allot_proto::PageMap) {
+    let (id, _, p) = page(register(
+        w,
+        ROOT,
+        "loop",
+        triggered(1, 10_000, 3_000),
+        vec![200],
+        false,
+    ));
+    (id, p)
+}
+
 /// The last `apply` the backend saw for cell `id`.
 fn last_applied(w: &World, id: u64) -> allot_enforce::Applied {
     w.dry
@@ -300,14 +314,7 @@ fn a_time_triggered_cell_gets_windows_its_page_shows_and_its_gate_follows() {
     let mut w = world(2);
     proc_of(&w, 200, 0);
     let before = allot_proto::window::monotonic_ns();
-    let (id, _, p) = page(register(
-        &mut w,
-        ROOT,
-        "loop",
-        triggered(1, 10_000, 3_000),
-        vec![200],
-        false,
-    ));
+    let (id, p) = loop_cell(&mut w);
     // The page carries the schedule the broker follows.
     let win = grant(&p).window;
     assert_eq!((win.period_us, win.budget_us), (10_000, 3_000));
@@ -347,14 +354,7 @@ fn without_a_freezer_a_time_triggered_cell_falls_back_to_cfs_bandwidth() {
     os.spawn(1, 0, 1, &CpuSet::first_n(2));
     os.spawn(200, 0, 1, &CpuSet::first_n(2));
     let (mut w, _) = world_with_backend(2, dir, os, allot_enforce::DryRun::new().without_gates());
-    let (id, _, p) = page(register(
-        &mut w,
-        ROOT,
-        "loop",
-        triggered(1, 10_000, 3_000),
-        vec![200],
-        false,
-    ));
+    let (id, p) = loop_cell(&mut w);
     assert!(!grant(&p).window.is_set(), "no windows, none shown");
     assert_eq!(
         last_applied(&w, id).bandwidth,
@@ -373,14 +373,7 @@ fn a_contract_change_stops_the_windows_opens_the_gate_and_tells_the_page() {
     use allot_enforce::GateCall;
     let mut w = world(2);
     proc_of(&w, 200, 0);
-    let (id, _, p) = page(register(
-        &mut w,
-        ROOT,
-        "loop",
-        triggered(1, 10_000, 3_000),
-        vec![200],
-        false,
-    ));
+    let (id, p) = loop_cell(&mut w);
     assert!(grant(&p).window.is_set());
     let e = w.core.handle(
         7,
@@ -419,14 +412,7 @@ fn a_broker_that_stops_opens_every_gate() {
     use allot_enforce::GateCall;
     let mut w = world(2);
     proc_of(&w, 200, 0);
-    let (id, _, _p) = page(register(
-        &mut w,
-        ROOT,
-        "loop",
-        triggered(1, 10_000, 3_000),
-        vec![200],
-        false,
-    ));
+    let (id, _p) = loop_cell(&mut w);
     w.core.shutdown();
     assert_eq!(w.dry.gate_calls().last(), Some(&GateCall::Open(id)));
 }

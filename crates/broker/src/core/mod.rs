@@ -132,6 +132,15 @@ pub(crate) struct Cell {
     pub(crate) pool_stats: Option<allot_proto::PoolStatsWire>,
 }
 
+impl Cell {
+    /// Publishes `g` on every page the cell holds.
+    fn publish(&self, g: &allot_proto::Grant) {
+        for p in &self.pages {
+            p.page().publish(g);
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct Queued {
     pub(crate) id: u64,
@@ -424,9 +433,7 @@ impl Core {
             let generation = c.generation + 1;
             let pg = self.page_grant(id, generation, g);
             let c = self.cells.get_mut(&id).expect("present above");
-            for p in &c.pages {
-                p.page().publish(&pg);
-            }
+            c.publish(&pg);
             c.generation = generation;
             c.published = Some(g.clone());
             self.counters.grant_changes += 1;
@@ -480,9 +487,7 @@ impl Core {
             cpus: *self.machine.usable(),
             lent: Default::default(),
         };
-        for p in &c.pages {
-            p.page().publish(&final_grant);
-        }
+        c.publish(&final_grant);
         self.journal(&[Record::End { id }]);
         c.members
             .iter()

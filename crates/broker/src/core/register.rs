@@ -445,9 +445,7 @@ impl Core {
                     if let Some(mut pg) = pg.filter(|_| seen >= c.generation) {
                         c.generation = seen + 1;
                         pg.generation = c.generation;
-                        for p in &c.pages {
-                            p.page().publish(&pg);
-                        }
+                        c.publish(&pg);
                     } else if let Some(pg) = &pg {
                         c.pages[i].page().publish(pg);
                     }

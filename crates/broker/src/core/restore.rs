@@ -207,9 +207,7 @@ impl Core {
         }
         if let Some(g) = &cell.published {
             let pg = self.page_grant(id, cell.generation, g);
-            for p in &cell.pages {
-                p.page().publish(&pg);
-            }
+            cell.publish(&pg);
         }
         info!(
             "adopted cell {id} ({}) with CPUs {}",

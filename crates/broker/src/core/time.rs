@@ -94,9 +94,7 @@ impl Core {
         let generation = self.cells[&id].generation + 1;
         let pg = self.page_grant(id, generation, &g);
         let c = self.cells.get_mut(&id).expect("present above");
-        for p in &c.pages {
-            p.page().publish(&pg);
-        }
+        c.publish(&pg);
         c.generation = generation;
     }
 }

@@ -38,7 +38,7 @@ use crate::{info, warn};
 use allot_enforce::Gate;
 use allot_proto::Window;
 use allot_proto::window::{monotonic_ns, until};
-pub use schedule::{Delivery, Edge, Slot};
+pub use schedule::{Delivery, Edge, Slot, quantile};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -81,13 +81,7 @@ struct Table {
 impl Table {
     /// How long before an edge to wake.
     fn lead(&self) -> u64 {
-        if self.lateness.is_empty() {
-            return MAX_LEAD / 2;
-        }
-        let mut v: Vec<u64> = self.lateness.iter().copied().collect();
-        v.sort_unstable();
-        let p90 = v[(v.len() - 1) * 9 / 10];
-        (p90 + LEAD_MARGIN).min(MAX_LEAD)
+        quantile(&self.lateness, 0.9).map_or(MAX_LEAD / 2, |p90| (p90 + LEAD_MARGIN).min(MAX_LEAD))
     }
 
     fn woke_late_by(&mut self, ns: u64) {
@@ -98,12 +92,7 @@ impl Table {
     /// time an opening takes (thawing a v1 freezer cgroup takes tens of
     /// microseconds), so that the cell resumes at the start.
     fn open_early(&self) -> u64 {
-        if self.open_cost.is_empty() {
-            return 0;
-        }
-        let mut v: Vec<u64> = self.open_cost.iter().copied().collect();
-        v.sort_unstable();
-        v[v.len() / 2].min(MAX_LEAD)
+        quantile(&self.open_cost, 0.5).map_or(0, |p50| p50.min(MAX_LEAD))
     }
 }
 
@@ -280,7 +269,8 @@ fn drive(shared: &Shared) {
             return;
         }
         let now = monotonic_ns();
-        let horizon = now + table.lead();
+        let lead = table.lead();
+        let horizon = now + lead;
         let early = table.open_early();
         let mut next = u64::MAX;
         let mut costs = Vec::new();
@@ -301,7 +291,7 @@ fn drive(shared: &Shared) {
             table = shared.wake.wait(table).unwrap_or_else(|p| p.into_inner());
             continue;
         }
-        let asked = next.saturating_sub(table.lead());
+        let asked = next.saturating_sub(lead);
         let (t, timeout) = shared
             .wake
             .wait_timeout(table, until(monotonic_ns(), asked))

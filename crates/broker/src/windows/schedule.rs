@@ -76,13 +76,7 @@ impl Delivery {
 
     /// The `q` quantile (0..=1) of the recent opening latencies, ns.
     pub fn latency_quantile(&self, q: f64) -> Option<u64> {
-        if self.latencies.is_empty() {
-            return None;
-        }
-        let mut v: Vec<u64> = self.latencies.iter().copied().collect();
-        v.sort_unstable();
-        let i = ((v.len() - 1) as f64 * q.clamp(0.0, 1.0)).round() as usize;
-        Some(v[i])
+        quantile(&self.latencies, q)
     }
 
     fn account(&mut self, used_ns: u64) {
@@ -97,6 +91,18 @@ impl Delivery {
             self.over += 1;
         }
     }
+}
+
+/// The `q` quantile (0..=1) of `samples` (the sample whose rank is
+/// nearest to `q·(n−1)`); `None` for no samples.
+pub fn quantile(samples: &VecDeque<u64>, q: f64) -> Option<u64> {
+    if samples.is_empty() {
+        return None;
+    }
+    let mut v: Vec<u64> = samples.iter().copied().collect();
+    v.sort_unstable();
+    let i = ((v.len() - 1) as f64 * q.clamp(0.0, 1.0)).round() as usize;
+    Some(v[i])
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
