@@ -15,6 +15,7 @@
 //! the cost on a loaded machine.
 
 use super::broker::PrivateBroker;
+use super::quantile;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -98,12 +99,6 @@ fn time_run(cmd: &mut Command) -> Result<Timing, String> {
         start: (t1 - t0) as f64 / 1e6,
         exit: (t2 - t1) as f64 / 1e6,
     })
-}
-
-/// The `q` quantile (0..=1) of sorted `v`, nearest rank.
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1]
 }
 
 /// Median, p90 and p99 of `v` less `base`.

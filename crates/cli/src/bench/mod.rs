@@ -109,6 +109,12 @@ pub fn workload_cache(dir: Option<PathBuf>) -> Result<allot_proto::dirs::Trusted
     })
 }
 
+/// The `q` quantile (0..=1) of sorted `v`, nearest rank.
+pub(crate) fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
 fn parse_list<T>(s: &str, f: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
     s.split(',')
         .map(str::trim)

@@ -79,7 +79,7 @@ impl Quantiles {
             return Quantiles::default();
         }
         v.sort_by(f64::total_cmp);
-        let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+        let at = |q: f64| super::quantile(&v, q);
         Quantiles {
             n: v.len(),
             p50: at(0.5),
