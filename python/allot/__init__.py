@@ -25,12 +25,13 @@ import threading
 import weakref
 from typing import Any, Callable, Optional, TypeVar
 
-from ._allot import Cell, Grant, Outcome, Require, allowed_cpus, PROTOCOL_VERSION
+from ._allot import Cell, Grant, Outcome, Require, Window, allowed_cpus, PROTOCOL_VERSION
 
 __all__ = [
     "Cell",
     "Grant",
     "Outcome",
+    "Window",
     "require",
     "follow_blas",
     "BlasFollower",

@@ -13,6 +13,13 @@ class Grant:
     stacked: bool
     share: float
 
+class Window:
+    origin_ns: int
+    period: float
+    budget: float
+    open: bool
+    edge_ns: Optional[int]
+
 class Cell:
     def __init__(
         self,
@@ -25,6 +32,11 @@ class Cell:
         wait: bool = False,
         socket: Optional[str] = None,
         fallback: bool = True,
+        cpus: Optional[int] = None,
+        period: Optional[float] = None,
+        budget: Optional[float] = None,
+        fraction: Optional[float] = None,
+        slice: Optional[float] = None,
     ) -> None: ...
     @staticmethod
     def auto(name: str = "python") -> "Cell": ...
@@ -39,6 +51,7 @@ class Cell:
     @property
     def broker_up(self) -> bool: ...
     def grant(self) -> Grant: ...
+    def window(self) -> Window: ...
     def threads(self) -> int: ...
     def wait_change(self, seen: Optional[int] = None, timeout: Optional[float] = None) -> Grant: ...
     def report(self, busy: int, wanted: int, progress: int) -> None: ...

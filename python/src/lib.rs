@@ -14,7 +14,8 @@
 //! block waiting for its resources are not interruptible.
 
 use allot_client::require::{self, Request, Runtime, Scope, policy};
-use allot_client::{CellSpec, Mode, Options};
+use allot_client::{CellSpec, Mode, Options, TimeContract};
+use allot_proto::window::{Phase, monotonic_ns};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use std::path::PathBuf;
@@ -81,6 +82,125 @@ impl Grant {
     }
 }
 
+/// A time-triggered cell's windows, read at one moment: window k opens at
+/// `origin_ns + k * period` (`CLOCK_MONOTONIC`, as `time.monotonic_ns()`)
+/// and lasts `budget` seconds.
+#[pyclass(frozen, module = "allot")]
+#[derive(Clone)]
+struct Window {
+    /// When window 0 opens, ns (0 without windows).
+    #[pyo3(get)]
+    origin_ns: u64,
+    /// Seconds between openings (0.0 without windows).
+    #[pyo3(get)]
+    period: f64,
+    /// Seconds each window lasts.
+    #[pyo3(get)]
+    budget: f64,
+    /// At the reading: inside a window (always without windows).
+    #[pyo3(get)]
+    open: bool,
+    /// At the reading: when this window closes (open) or the next opens
+    /// (closed), ns; `None` without windows.
+    #[pyo3(get)]
+    edge_ns: Option<u64>,
+}
+
+impl Window {
+    fn at(w: &allot_proto::Window, now_ns: u64) -> Window {
+        if !w.is_set() {
+            return Window {
+                origin_ns: 0,
+                period: 0.0,
+                budget: 0.0,
+                open: true,
+                edge_ns: None,
+            };
+        }
+        let (open, edge) = match w.phase(now_ns) {
+            Phase::Open { closes_ns } => (true, closes_ns),
+            Phase::Closed { opens_ns } => (false, opens_ns),
+        };
+        Window {
+            origin_ns: w.origin_ns,
+            period: f64::from(w.period_us) / 1e6,
+            budget: f64::from(w.budget_us) / 1e6,
+            open,
+            edge_ns: Some(edge),
+        }
+    }
+}
+
+#[pymethods]
+impl Window {
+    fn __repr__(&self) -> String {
+        format!(
+            "Window(period={}, budget={}, open={}, edge_ns={:?})",
+            self.period,
+            self.budget,
+            if self.open { "True" } else { "False" },
+            self.edge_ns
+        )
+    }
+}
+
+/// Seconds as whole microseconds, for a contract argument.
+fn micros(what: &str, seconds: f64) -> PyResult<u32> {
+    let us = seconds * 1e6;
+    if !(us.is_finite() && us >= 1.0 && us <= f64::from(u32::MAX)) {
+        return Err(PyValueError::new_err(format!(
+            "{what}={seconds} is not a duration in seconds between 1e-6 and about 4000 \
+             (for example {what}=0.01 for 10 ms)"
+        )));
+    }
+    Ok(us.round() as u32)
+}
+
+/// The time contract the keyword arguments ask for.
+fn contract(
+    period: Option<f64>,
+    budget: Option<f64>,
+    fraction: Option<f64>,
+    slice: Option<f64>,
+) -> PyResult<TimeContract> {
+    let triggered = period.is_some() || budget.is_some();
+    let fractional = fraction.is_some() || slice.is_some();
+    match (triggered, fractional) {
+        (true, true) => Err(PyValueError::new_err(
+            "choose one time contract: period/budget (time-triggered) or fraction/slice \
+             (time-fraction)",
+        )),
+        (true, false) => {
+            let (Some(p), Some(b)) = (period, budget) else {
+                return Err(PyValueError::new_err(
+                    "a time-triggered cell needs both period and budget (seconds)",
+                ));
+            };
+            Ok(TimeContract::Triggered {
+                period_us: micros("period", p)?,
+                budget_us: micros("budget", b)?,
+            })
+        }
+        (false, true) => {
+            let Some(f) = fraction else {
+                return Err(PyValueError::new_err(
+                    "slice applies to a time-fraction cell: add fraction",
+                ));
+            };
+            if !(f > 0.0 && f <= 1.0) {
+                return Err(PyValueError::new_err(format!(
+                    "fraction={f} is outside (0, 1]: use a share of each CPU such as 0.25"
+                )));
+            }
+            Ok(TimeContract::Fraction {
+                ppm: ((f * 1e6).round() as u32).max(1),
+                slice_us: slice.map(|s| micros("slice", s)).transpose()?.unwrap_or(0),
+            })
+        }
+        (false, false) => Ok(TimeContract::Space),
+    }
+}
+
 /// A cell: this process's share of the machine.
 #[pyclass(module = "allot")]
 struct Cell {
@@ -135,8 +255,13 @@ impl Cell {
     /// the default path). Without a broker and with `fallback`, the cell is
     /// standalone (`mode == "standalone"`, `reason` says why); a refusal
     /// raises `RuntimeError` with the broker's reason.
+    ///
+    /// A time contract (seconds): `period` and `budget` for a
+    /// time-triggered cell (the budget every period, all threads in the
+    /// same window), or `fraction` (and `slice`) for a time-fraction cell,
+    /// on `cpus` CPUs (default 1).
     #[new]
-    #[pyo3(signature = (name = "python", *, min = 0, max = 0, weight = 1, exclusive = false, wait = false, socket = None, fallback = true))]
+    #[pyo3(signature = (name = "python", *, min = 0, max = 0, weight = 1, exclusive = false, wait = false, socket = None, fallback = true, cpus = None, period = None, budget = None, fraction = None, slice = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -148,14 +273,36 @@ impl Cell {
         wait: bool,
         socket: Option<PathBuf>,
         fallback: bool,
+        cpus: Option<u32>,
+        period: Option<f64>,
+        budget: Option<f64>,
+        fraction: Option<f64>,
+        slice: Option<f64>,
     ) -> PyResult<Cell> {
-        let spec = CellSpec {
+        let time = contract(period, budget, fraction, slice)?;
+        let mut spec = CellSpec {
             min,
             max,
             weight,
             exclusive,
+            time,
             ..CellSpec::default()
         };
+        match (time.is_time(), cpus) {
+            (true, _) if min != 0 || max != 0 => {
+                return Err(PyValueError::new_err(
+                    "a time contract covers `cpus` CPUs: use cpus= instead of min/max",
+                ));
+            }
+            (true, c) => spec.min = c.unwrap_or(1),
+            (false, Some(_)) => {
+                return Err(PyValueError::new_err(
+                    "cpus= sets how many CPUs a time contract covers: add period/budget or \
+                     fraction, or use min/max for whole CPUs",
+                ));
+            }
+            (false, None) => {}
+        }
         spec.validate()
             .map_err(|e| PyValueError::new_err(format!("invalid cell: {e}")))?;
         let mut o = Options::new(name);
@@ -211,6 +358,12 @@ impl Cell {
     /// The current grant (a memory read, no system call).
     fn grant(&self) -> PyResult<Grant> {
         self.with(|c| c.grant().into())
+    }
+
+    /// The cell's windows now (a time-triggered cell under a broker that
+    /// can suspend it; otherwise no windows and `open` is always true).
+    fn window(&self) -> PyResult<Window> {
+        self.with(|c| Window::at(&c.grant().window, monotonic_ns()))
     }
 
     /// The number of threads the cell should run now.
@@ -426,6 +579,7 @@ fn allowed_cpus() -> PyResult<Vec<usize>> {
 fn _allot(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Cell>()?;
     m.add_class::<Grant>()?;
+    m.add_class::<Window>()?;
     m.add_class::<Require>()?;
     m.add_class::<Outcome>()?;
     m.add_function(wrap_pyfunction!(allowed_cpus, m)?)?;

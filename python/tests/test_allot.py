@@ -78,6 +78,44 @@ def test_bad_specs_and_refusals_raise_with_the_reason(broker):
         allot.Cell("huge", min=4096, socket=broker.socket)
 
 
+def test_a_time_triggered_cell_reads_its_windows(broker):
+    c = allot.Cell("periodic", socket=broker.socket, fallback=False, period=0.01, budget=0.003)
+    w = c.window()
+    assert (w.period, w.budget) == (0.01, 0.003)
+    seen = set()
+    deadline = time.monotonic() + 5
+    while len(seen) < 2 and time.monotonic() < deadline:
+        now = time.monotonic_ns()
+        w = c.window()
+        assert w.edge_ns is not None and now < w.edge_ns
+        if w.open:
+            assert w.edge_ns <= now + 3_000_000
+        else:
+            assert w.edge_ns <= now + 10_000_000
+        seen.add(w.open)
+        time.sleep(0.0007)
+    assert seen == {True, False}
+    c.close()
+    plain = allot.Cell("plain", socket=broker.socket)
+    w = plain.window()
+    assert w.open and w.edge_ns is None and w.period == 0.0
+    plain.close()
+
+
+def test_bad_time_contracts_raise_before_the_broker_is_asked(broker):
+    for kwargs, match in [
+        (dict(period=0.01), "both period and budget"),
+        (dict(period=0.01, budget=0.02), "budget"),
+        (dict(fraction=1.5), "outside"),
+        (dict(fraction=0.5, period=0.01, budget=0.001), "choose one"),
+        (dict(cpus=1), "cpus="),
+        (dict(fraction=0.5, min=1), "cpus= instead"),
+        (dict(period=-1.0, budget=0.001), "duration"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            allot.Cell("bad", socket=broker.socket, **kwargs)
+
+
 def test_require_confines_the_block_and_gives_back(broker, monkeypatch):
     monkeypatch.setenv("ALLOT_SOCKET", broker.socket)
     before = os.sched_getaffinity(0)

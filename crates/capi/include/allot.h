@@ -324,5 +324,6 @@ int allot_shutdown(void);
 /* The rest of the interface, in parts; include this file, not them. */
 #include "allot/pool.h"    /* pools, tasks, loops, statistics */
 #include "allot/require.h" /* require blocks, kinds, policies; C++ */
+#include "allot/time.h"    /* time contracts and windows */
 
 #endif /* ALLOT_H */

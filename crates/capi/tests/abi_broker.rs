@@ -11,9 +11,10 @@ use allot_broker::{Broker, Config, StopHandle};
 use allot_capi::abi::cell::*;
 use allot_capi::abi::pool::*;
 use allot_capi::abi::status::Status;
+use allot_capi::abi::time::*;
 use allot_capi::abi::*;
-use allot_client::{CellSpec, Client};
-use std::ffi::{CString, c_void};
+use allot_client::{CellSpec, Client, TimeContract};
+use std::ffi::{CStr, CString, c_void};
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -262,5 +263,132 @@ fn without_the_broker_reports_say_no_broker_and_the_grant_stays() {
     }
     assert_eq!(last, Status::NoBroker, "{}", last_error());
     assert_eq!(grant(c).unwrap().cpus, g.cpus, "the last grant is kept");
+    ok(allot_cell_free(c));
+}
+
+fn register_timed(b: &TestBroker, name: &CStr, spec: Spec, time: TimeC, wait: bool) -> Status {
+    let mut c = CellHandle::default();
+    // SAFETY: valid strings, spec, time and out-pointer.
+    let rc = unsafe {
+        allot_cell_register_timed(
+            b.socket.as_ptr(),
+            name.as_ptr(),
+            &spec,
+            &time,
+            i32::from(wait),
+            &mut c,
+        )
+    };
+    if status(rc) == Status::Ok {
+        ok(allot_cell_free(c));
+    }
+    status(rc)
+}
+
+#[test]
+fn a_time_triggered_cell_reads_its_windows_and_over_commit_is_refused() {
+    let b = TestBroker::start();
+    let n = cpus();
+    let one = Spec {
+        min: 1,
+        ..Spec::default()
+    };
+    let triggered = TimeC {
+        kind: TIME_TRIGGERED,
+        period_us: 10_000,
+        budget_us: 3_000,
+        ..TimeC::default()
+    };
+
+    // Bad contracts are refused before anything reaches the broker.
+    let stray = TimeC {
+        fraction_ppm: 5,
+        ..triggered
+    };
+    assert_eq!(register_timed(&b, c"capi-bad", one, stray, false), Status::Invalid);
+    assert!(last_error().contains("fraction_ppm"), "{}", last_error());
+    let no_cpu = Spec::default();
+    assert_eq!(register_timed(&b, c"capi-bad", no_cpu, triggered, false), Status::Invalid);
+    let long = TimeC {
+        budget_us: 20_000,
+        ..triggered
+    };
+    assert_eq!(register_timed(&b, c"capi-bad", one, long, false), Status::Invalid);
+    assert!(last_error().contains("budget"), "{}", last_error());
+    // Time promises may cover all CPUs but one (kept for space cells).
+    assert!(n >= 2, "this test needs two CPUs");
+    let everywhere = Spec {
+        min: n,
+        ..Spec::default()
+    };
+    assert_eq!(
+        register_timed(&b, c"capi-never", everywhere, triggered, false),
+        Status::Never
+    );
+
+    // Another process's time-fraction cell takes 90 % of every CPU that
+    // may carry time: a window finds no CPU free of other promises.
+    let big = b.register_other(CellSpec {
+        min: n - 1,
+        max: n - 1,
+        time: TimeContract::Fraction {
+            ppm: 900_000,
+            slice_us: 0,
+        },
+        ..CellSpec::default()
+    });
+    assert_eq!(register_timed(&b, c"capi-refused", one, triggered, false), Status::Refused);
+    // Queued, it is admitted when the fraction cell leaves.
+    let socket = b.socket.clone();
+    let waiter = std::thread::spawn(move || {
+        let mut c = CellHandle::default();
+        // SAFETY: valid strings, spec, time and out-pointer.
+        let rc = unsafe {
+            allot_cell_register_timed(
+                socket.as_ptr(),
+                c"capi-timed".as_ptr(),
+                &one,
+                &triggered,
+                1,
+                &mut c,
+            )
+        };
+        (status(rc), c)
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!waiter.is_finished(), "admitted over the fraction cell's promise");
+    drop(big);
+    let (rc, cell) = waiter.join().unwrap();
+    assert_eq!(rc, Status::Ok, "{}", last_error());
+
+    // The page carries the windows; over a few periods the call sees the
+    // cell inside and outside them, with the right edges.
+    let mut seen = (false, false);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !(seen.0 && seen.1) && std::time::Instant::now() < deadline {
+        let mut w = WindowC::default();
+        let now = allot_proto::window::monotonic_ns();
+        // SAFETY: a valid out-pointer.
+        ok(unsafe { allot_cell_window(cell, &mut w) });
+        assert_eq!((w.period_us, w.budget_us), (10_000, 3_000), "{w:?}");
+        assert!(w.origin_ns > 0 && w.edge_ns > now, "the edge is ahead: {w:?}");
+        if w.open != 0 {
+            seen.0 = true;
+            assert!(w.edge_ns <= now + 3_000_000, "closes within a budget: {w:?}");
+        } else {
+            seen.1 = true;
+            assert!(w.edge_ns <= now + 10_000_000, "opens within a period: {w:?}");
+        }
+        std::thread::sleep(Duration::from_micros(700));
+    }
+    assert!(seen.0 && seen.1, "saw open {} and closed {}", seen.0, seen.1);
+    ok(allot_cell_free(cell));
+
+    // A best-effort cell has no windows.
+    let c = b.register("capi-plain", Spec::default(), false).unwrap();
+    let mut w = WindowC::default();
+    // SAFETY: a valid out-pointer.
+    ok(unsafe { allot_cell_window(c, &mut w) });
+    assert_eq!((w.period_us, w.open, w.edge_ns), (0, 1, u64::MAX));
     ok(allot_cell_free(c));
 }

@@ -91,6 +91,7 @@ fn install_lays_out_the_prefix_and_is_idempotent() {
         "include/allot.h",
         "include/allot/pool.h",
         "include/allot/require.h",
+        "include/allot/time.h",
         "lib/liballot.so",
         "lib/liballot.so.0",
         "lib/liballot.a",
@@ -288,7 +289,7 @@ fn the_header_compiles_as_cplusplus_and_pedantic_c() {
 #[test]
 fn the_library_exports_exactly_the_functions_the_header_declares() {
     // allot.h and the parts it includes.
-    let header = ["allot.h", "allot/pool.h", "allot/require.h"]
+    let header = ["allot.h", "allot/pool.h", "allot/require.h", "allot/time.h"]
         .map(|h| std::fs::read_to_string(prefix().join("include").join(h)).unwrap())
         .concat();
     // Declarations start in column 0; the name is the identifier right

@@ -2,8 +2,9 @@
 //! definitions: the grant page layout and constants in
 //! `shim/grant_page.h` (against `allot_proto::page`), the environment names
 //! (against `allot_proto::env`), the wire codes `include/allot.h`
-//! repeats (placements, grant flags), and `allot_worker_stats_t` (against
-//! `abi::pool::WorkerStatsC`).
+//! repeats (placements, grant flags, time kinds), `allot_worker_stats_t`
+//! (against `abi::pool::WorkerStatsC`), and `allot_time_t` /
+//! `allot_window_t` (against `abi::time`).
 
 use std::fmt::Write;
 use std::path::Path;
@@ -31,6 +32,33 @@ fn worker_stats_fields() -> Vec<(&'static str, usize)> {
     ]
 }
 
+/// `allot_time_t`'s fields and their offsets in the Rust copy.
+fn time_fields() -> Vec<(&'static str, usize)> {
+    use allot_capi::abi::time::TimeC as T;
+    use std::mem::offset_of;
+    vec![
+        ("kind", offset_of!(T, kind)),
+        ("fraction_ppm", offset_of!(T, fraction_ppm)),
+        ("slice_us", offset_of!(T, slice_us)),
+        ("period_us", offset_of!(T, period_us)),
+        ("budget_us", offset_of!(T, budget_us)),
+        ("idle_ms", offset_of!(T, idle_ms)),
+    ]
+}
+
+/// `allot_window_t`'s fields and their offsets in the Rust copy.
+fn window_fields() -> Vec<(&'static str, usize)> {
+    use allot_capi::abi::time::WindowC as W;
+    use std::mem::offset_of;
+    vec![
+        ("origin_ns", offset_of!(W, origin_ns)),
+        ("edge_ns", offset_of!(W, edge_ns)),
+        ("period_us", offset_of!(W, period_us)),
+        ("budget_us", offset_of!(W, budget_us)),
+        ("open", offset_of!(W, open)),
+    ]
+}
+
 fn program() -> String {
     let mut c = String::from(
         "#include <stdio.h>\n#include \"grant_page.h\"\n#include \"allot.h\"\n\
@@ -55,6 +83,12 @@ fn program() -> String {
         ("place_any", "(unsigned long)ALLOT_PLACEMENT_ANY"),
         ("place_llc", "(unsigned long)ALLOT_PLACEMENT_LLC"),
         ("place_numa", "(unsigned long)ALLOT_PLACEMENT_NUMA"),
+        ("time_space", "(unsigned long)ALLOT_TIME_SPACE"),
+        ("time_fraction", "(unsigned long)ALLOT_TIME_FRACTION"),
+        ("time_triggered", "(unsigned long)ALLOT_TIME_TRIGGERED"),
+        ("time_message", "(unsigned long)ALLOT_TIME_MESSAGE"),
+        ("time_sizeof", "(unsigned long)sizeof(allot_time_t)"),
+        ("window_sizeof", "(unsigned long)sizeof(allot_window_t)"),
     ] {
         let _ = writeln!(c, "  printf(\"const {name} %lu\\n\", {expr});");
     }
@@ -65,6 +99,18 @@ fn program() -> String {
         );
     }
     c.push_str("  printf(\"stats sizeof %zu\\n\", sizeof(allot_worker_stats_t));\n");
+    for (name, _) in time_fields() {
+        let _ = writeln!(
+            c,
+            "  printf(\"time {name} %zu\\n\", offsetof(allot_time_t, {name}));"
+        );
+    }
+    for (name, _) in window_fields() {
+        let _ = writeln!(
+            c,
+            "  printf(\"window {name} %zu\\n\", offsetof(allot_window_t, {name}));"
+        );
+    }
     c.push_str("  printf(\"env grant_fd %s\\n\", ALLOT_ENV_GRANT_FD);\n");
     c.push_str("  printf(\"env shim_debug %s\\n\", ALLOT_ENV_SHIM_DEBUG);\n");
     c.push_str("  return 0;\n}\n");
@@ -147,6 +193,36 @@ fn the_c_copies_match_the_rust_definitions() {
         get("stats", "sizeof"),
         vec![std::mem::size_of::<allot_capi::abi::pool::WorkerStatsC>().to_string()]
     );
+    // The time kinds are the wire's (`TimeWire::encode`'s first field).
+    use allot_proto::msg::TimeWire;
+    for (name, wire) in [
+        ("time_space", TimeWire::Space),
+        ("time_fraction", TimeWire::Fraction { ppm: 1, slice_us: 0 }),
+        (
+            "time_triggered",
+            TimeWire::Triggered {
+                period_us: 1,
+                budget_us: 1,
+            },
+        ),
+        ("time_message", TimeWire::Message { idle_ms: 1 }),
+    ] {
+        assert_eq!(num(name), u64::from(wire.encode().0), "{name}");
+    }
+    use allot_capi::abi::time::{TimeC, WindowC};
+    for (kind, fields, size) in [
+        ("time", time_fields(), std::mem::size_of::<TimeC>()),
+        ("window", window_fields(), std::mem::size_of::<WindowC>()),
+    ] {
+        for (name, offset) in fields {
+            assert_eq!(
+                get(kind, name),
+                vec![offset.to_string()],
+                "{kind}.{name}: C offset against Rust"
+            );
+        }
+        assert_eq!(num(&format!("{kind}_sizeof")), size as u64, "{kind} size");
+    }
     assert_eq!(get("env", "grant_fd"), vec![allot_proto::env::GRANT_FD]);
     assert_eq!(get("env", "shim_debug"), vec![allot_proto::env::SHIM_DEBUG]);
 }

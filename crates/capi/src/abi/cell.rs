@@ -52,8 +52,8 @@ pub(crate) unsafe fn c_str<'a>(p: *const c_char, what: &str) -> Result<&'a str> 
     std::str::from_utf8(bytes).map_err(|_| Error::invalid(format!("{what} is not valid UTF-8")))
 }
 
-/// The spec a C `allot_spec_t` asks for.
-pub(crate) fn spec_from_c(s: &Spec) -> Result<CellSpec> {
+/// The spec a C `allot_spec_t` asks for, with the time contract `time`.
+pub(crate) fn spec_from_c(s: &Spec, time: TimeContract) -> Result<CellSpec> {
     let placement = u8::try_from(s.placement)
         .ok()
         .and_then(Placement::from_code)
@@ -69,7 +69,7 @@ pub(crate) fn spec_from_c(s: &Spec) -> Result<CellSpec> {
         weight: if s.weight == 0 { 1 } else { s.weight },
         exclusive: s.exclusive != 0,
         placement,
-        time: TimeContract::Space,
+        time,
     };
     spec.validate().map_err(|e| Error::invalid(e.to_string()))?;
     Ok(spec)
@@ -210,30 +210,58 @@ unsafe fn register(
         ensure_live()?;
         need_out(out, "out")?;
         // SAFETY: per the contract.
-        let name = unsafe { c_str(name, "name") }?;
-        if spec.is_null() {
-            return Err(Error::invalid(
-                "spec is NULL; pass an allot_spec_t (all zeros asks for a best-effort cell)",
-            ));
-        }
-        // SAFETY: non-null, and valid for a read by the contract.
-        let spec = spec_from_c(unsafe { &*spec })?;
-        let socket = if socket.is_null() {
-            None
-        } else {
-            // SAFETY: per the contract.
-            Some(PathBuf::from(unsafe { c_str(socket, "socket") }?))
-        };
-        let opts = Options {
-            name: name.to_owned(),
-            spec,
-            socket,
-            wait: wait != 0,
-            fallback: false,
-        };
-        let cell = Cell::register(&opts).map_err(client_error)?;
-        insert(cell, out)
+        let spec = spec_from_c(unsafe { read_spec(spec) }?, TimeContract::Space)?;
+        // SAFETY: per the contract.
+        unsafe { register_spec(socket, name, spec, wait, out) }
     })
+}
+
+/// `*spec`, or the error for a null one.
+///
+/// # Safety
+/// `spec` is null or valid for a read.
+pub(crate) unsafe fn read_spec<'a>(spec: *const Spec) -> Result<&'a Spec> {
+    if spec.is_null() {
+        return Err(Error::invalid(
+            "spec is NULL; pass an allot_spec_t (all zeros asks for a best-effort cell)",
+        ));
+    }
+    // SAFETY: non-null, and valid for a read by the contract.
+    Ok(unsafe { &*spec })
+}
+
+/// Registers `spec` as `name` at `socket` and writes the handle to `out`
+/// (the body shared by every `allot_cell_register*`).
+///
+/// # Safety
+/// `socket` and `name` are null or NUL-terminated strings; `out` is null
+/// or valid for a write.
+pub(crate) unsafe fn register_spec(
+    socket: *const c_char,
+    name: *const c_char,
+    spec: CellSpec,
+    wait: c_int,
+    out: *mut CellHandle,
+) -> Result<()> {
+    ensure_live()?;
+    need_out(out, "out")?;
+    // SAFETY: per the contract.
+    let name = unsafe { c_str(name, "name") }?;
+    let socket = if socket.is_null() {
+        None
+    } else {
+        // SAFETY: per the contract.
+        Some(PathBuf::from(unsafe { c_str(socket, "socket") }?))
+    };
+    let opts = Options {
+        name: name.to_owned(),
+        spec,
+        socket,
+        wait: wait != 0,
+        fallback: false,
+    };
+    let cell = Cell::register(&opts).map_err(client_error)?;
+    insert(cell, out)
 }
 
 /// `int allot_cell_standalone(allot_cell_t *out)`.

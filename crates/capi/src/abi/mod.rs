@@ -6,7 +6,8 @@
 //! - [`status`]: status codes, the thread-local last error, and [`entry`],
 //!   the guard around every function body (no panic crosses into C);
 //! - [`handle`]: the generation-checked handle tables;
-//! - [`cell`]: `allot_cell_*` over [`allot_client::Cell`];
+//! - [`cell`]: `allot_cell_*` over [`allot_client::Cell`]; [`time`]: time
+//!   contracts (`allot_cell_register_timed`) and windows (`allot_cell_window`);
 //! - [`require`]: `allot_require_enter` / `_leave` (Poli-C's require
 //!   blocks), virtual kinds and named policies; [`view`]: policies written
 //!   in C; [`hooks`]: the `allot_rq_*` thread hooks the preload shim calls;
@@ -34,6 +35,7 @@ pub mod pool;
 pub mod require;
 pub mod status;
 pub mod suspend;
+pub mod time;
 pub mod view;
 
 use handle::{Kind, Table};
