@@ -281,6 +281,58 @@ fn a_changed_contract_reaches_the_kernel_even_when_the_cpus_stay() {
     );
 }
 
+#[test]
+fn triggered_cells_share_a_cpu_with_windows_a_gap_apart() {
+    use allot_enforce::GateCall;
+    // Two CPUs: one may carry time promises.
+    let mut w = world(2);
+    proc_of(&w, 200, 0);
+    proc_of(&w, 201, 0);
+    let (a, pa) = loop_cell(&mut w);
+    let (b, _, pb) = page(register(
+        &mut w,
+        ROOT,
+        "second",
+        triggered(1, 20_000, 4_000),
+        vec![201],
+        false,
+    ));
+    let (ga, gb) = (grant(&pa), grant(&pb));
+    assert_eq!(ga.cpus, gb.cpus, "both on the one time CPU");
+    // Cell b's windows start a gap after cell a's end, on the same epoch.
+    let gap = u64::from(allot_plan::time::WINDOW_GAP_US) * 1000;
+    assert_eq!(gb.window.origin_ns - ga.window.origin_ns, 3_000_000 + gap);
+    // A third cannot fit between them: it would need the other CPU, which
+    // stays for space cells; refused with the reason.
+    proc_of(&w, 202, 0);
+    let e = register(
+        &mut w,
+        ROOT,
+        "third",
+        triggered(1, 10_000, 4_000),
+        vec![202],
+        false,
+    );
+    match reply(&e) {
+        Reply::Error { message, .. } => {
+            assert!(message.contains("would then need 2 CPUs"), "{message}")
+        }
+        r => panic!("admitted: {r:?}"),
+    }
+    // The driver opens and closes both gates.
+    assert!(
+        allot_testkit::eventually(std::time::Duration::from_secs(5), || {
+            let calls = w.dry.gate_calls();
+            [a, b].iter().all(|&id| {
+                calls.iter().filter(|c| **c == GateCall::Open(id)).count() >= 3
+                    && calls.iter().filter(|c| **c == GateCall::Close(id)).count() >= 3
+            })
+        }),
+        "{:?}",
+        w.dry.gate_calls()
+    );
+}
+
 /// Process 200 of root as cell "loop": 3 ms every 10 ms on one CPU.
 /// Returns the cell and its page.
 fn loop_cell(w: &mut World) -> (u64, allot_proto::PageMap) {
@@ -315,10 +367,15 @@ fn a_time_triggered_cell_gets_windows_its_page_shows_and_its_gate_follows() {
     proc_of(&w, 200, 0);
     let before = allot_proto::window::monotonic_ns();
     let (id, p) = loop_cell(&mut w);
-    // The page carries the schedule the broker follows.
+    // The page carries the schedule the broker follows: on the broker's
+    // epoch (taken when it started), the first cell at phase 0.
     let win = grant(&p).window;
     assert_eq!((win.period_us, win.budget_us), (10_000, 3_000));
-    assert!(win.origin_ns >= before, "windows start at admission");
+    assert!(
+        win.origin_ns <= before && before - win.origin_ns < 60_000_000_000,
+        "windows on the broker's epoch: origin {} admitted at {before}",
+        win.origin_ns
+    );
     // The freezer caps it: the largest weight and no CFS bandwidth.
     let a = last_applied(&w, id);
     assert_eq!(a.weight, allot_plan::MAX_WEIGHT);

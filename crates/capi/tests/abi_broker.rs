@@ -305,15 +305,24 @@ fn a_time_triggered_cell_reads_its_windows_and_over_commit_is_refused() {
         fraction_ppm: 5,
         ..triggered
     };
-    assert_eq!(register_timed(&b, c"capi-bad", one, stray, false), Status::Invalid);
+    assert_eq!(
+        register_timed(&b, c"capi-bad", one, stray, false),
+        Status::Invalid
+    );
     assert!(last_error().contains("fraction_ppm"), "{}", last_error());
     let no_cpu = Spec::default();
-    assert_eq!(register_timed(&b, c"capi-bad", no_cpu, triggered, false), Status::Invalid);
+    assert_eq!(
+        register_timed(&b, c"capi-bad", no_cpu, triggered, false),
+        Status::Invalid
+    );
     let long = TimeC {
         budget_us: 20_000,
         ..triggered
     };
-    assert_eq!(register_timed(&b, c"capi-bad", one, long, false), Status::Invalid);
+    assert_eq!(
+        register_timed(&b, c"capi-bad", one, long, false),
+        Status::Invalid
+    );
     assert!(last_error().contains("budget"), "{}", last_error());
     // Time promises may cover all CPUs but one (kept for space cells).
     assert!(n >= 2, "this test needs two CPUs");
@@ -337,7 +346,10 @@ fn a_time_triggered_cell_reads_its_windows_and_over_commit_is_refused() {
         },
         ..CellSpec::default()
     });
-    assert_eq!(register_timed(&b, c"capi-refused", one, triggered, false), Status::Refused);
+    assert_eq!(
+        register_timed(&b, c"capi-refused", one, triggered, false),
+        Status::Refused
+    );
     // Queued, it is admitted when the fraction cell leaves.
     let socket = b.socket.clone();
     let waiter = std::thread::spawn(move || {
@@ -356,7 +368,10 @@ fn a_time_triggered_cell_reads_its_windows_and_over_commit_is_refused() {
         (status(rc), c)
     });
     std::thread::sleep(Duration::from_millis(100));
-    assert!(!waiter.is_finished(), "admitted over the fraction cell's promise");
+    assert!(
+        !waiter.is_finished(),
+        "admitted over the fraction cell's promise"
+    );
     drop(big);
     let (rc, cell) = waiter.join().unwrap();
     assert_eq!(rc, Status::Ok, "{}", last_error());
@@ -371,17 +386,31 @@ fn a_time_triggered_cell_reads_its_windows_and_over_commit_is_refused() {
         // SAFETY: a valid out-pointer.
         ok(unsafe { allot_cell_window(cell, &mut w) });
         assert_eq!((w.period_us, w.budget_us), (10_000, 3_000), "{w:?}");
-        assert!(w.origin_ns > 0 && w.edge_ns > now, "the edge is ahead: {w:?}");
+        assert!(
+            w.origin_ns > 0 && w.edge_ns > now,
+            "the edge is ahead: {w:?}"
+        );
         if w.open != 0 {
             seen.0 = true;
-            assert!(w.edge_ns <= now + 3_000_000, "closes within a budget: {w:?}");
+            assert!(
+                w.edge_ns <= now + 3_000_000,
+                "closes within a budget: {w:?}"
+            );
         } else {
             seen.1 = true;
-            assert!(w.edge_ns <= now + 10_000_000, "opens within a period: {w:?}");
+            assert!(
+                w.edge_ns <= now + 10_000_000,
+                "opens within a period: {w:?}"
+            );
         }
         std::thread::sleep(Duration::from_micros(700));
     }
-    assert!(seen.0 && seen.1, "saw open {} and closed {}", seen.0, seen.1);
+    assert!(
+        seen.0 && seen.1,
+        "saw open {} and closed {}",
+        seen.0,
+        seen.1
+    );
     ok(allot_cell_free(cell));
 
     // A best-effort cell has no windows.

@@ -197,7 +197,13 @@ fn the_c_copies_match_the_rust_definitions() {
     use allot_proto::msg::TimeWire;
     for (name, wire) in [
         ("time_space", TimeWire::Space),
-        ("time_fraction", TimeWire::Fraction { ppm: 1, slice_us: 0 }),
+        (
+            "time_fraction",
+            TimeWire::Fraction {
+                ppm: 1,
+                slice_us: 0,
+            },
+        ),
         (
             "time_triggered",
             TimeWire::Triggered {

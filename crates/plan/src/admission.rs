@@ -80,6 +80,7 @@ impl TimeRoom<'_> {
                 contract: a.spec.time,
                 cpus: a.spec.time_cpus(),
                 previous: self.current.placed_for(a.id, &a.spec.time),
+                previous_phase: self.current.phase_for(a.id, &a.spec.time),
             })
             .collect();
         if let Some(n) = new {
@@ -88,6 +89,7 @@ impl TimeRoom<'_> {
                 contract: n.time,
                 cpus: n.time_cpus(),
                 previous: CpuSet::new(),
+                previous_phase: None,
             });
         }
         match time::place(self.candidates, self.limit, &cells) {

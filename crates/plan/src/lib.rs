@@ -167,6 +167,7 @@ impl<'m> Planner<'m> {
                 cpus: c.spec.time_cpus(),
                 // Kept only under the contract it was placed for.
                 previous: prev.placed_for(c.id, &c.spec.time),
+                previous_phase: prev.phase_for(c.id, &c.spec.time),
             })
             .collect();
         let candidates = self.time_candidates(prev);
@@ -218,6 +219,7 @@ impl<'m> Planner<'m> {
         );
         plan.time_limit = limit;
         plan.contracts = time_cells.iter().map(|c| (c.id, c.spec.time)).collect();
+        plan.phases = placed.phases.clone();
         // Work conservation over time: every non-exclusive space cell runs
         // on the region too, as lent CPUs, within its maximum.
         let whole = self.capacity();

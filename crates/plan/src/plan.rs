@@ -15,8 +15,8 @@
 //! 6. Lent CPUs are part of the grant and outside the cell's entitlement.
 //! 7. Time: every time cell holds exactly the CPUs its contract covers,
 //!    inside the time region, and the promises on every CPU fit its limit
-//!    with at most one time-triggered cell and never a triggered beside a
-//!    fraction cell ([`crate::time`]). The region is disjoint from the
+//!    with the windows of its time-triggered cells apart (at their phases)
+//!    and never a triggered beside a fraction cell ([`crate::time`]). The region is disjoint from the
 //!    reserve, the stacked pool and every space cell's entitlement; a space
 //!    cell reaches into it only when it is not exclusive (as lent CPUs, or
 //!    beside the pool for stacked cells). Invariants 2 and 3 count the
@@ -69,6 +69,9 @@ pub struct Plan {
     /// changed is placed afresh instead of keeping its CPUs, so that it
     /// never crowds out a cell whose contract did not.
     pub contracts: BTreeMap<CellId, crate::spec::TimeContract>,
+    /// Each time-triggered cell's phase: its windows open `phase` µs after
+    /// the broker's epoch, then every period ([`crate::time::phase`]).
+    pub phases: BTreeMap<CellId, u32>,
     /// Grants by cell.
     pub cells: BTreeMap<CellId, Grant>,
 }
@@ -225,6 +228,15 @@ impl Plan {
         }
     }
 
+    /// The phase cell `id` was placed at for `contract` (none if its
+    /// contract changed, or it is not time-triggered).
+    pub fn phase_for(&self, id: CellId, contract: &crate::spec::TimeContract) -> Option<u32> {
+        match self.contracts.get(&id) {
+            Some(t) if t == contract => self.phases.get(&id).copied(),
+            _ => None,
+        }
+    }
+
     /// Invariant 7 for the time cells of `specs`.
     #[allow(clippy::result_large_err)]
     fn check_time(&self, specs: &[(CellId, CellSpec)]) -> Result<(), Violation> {
@@ -248,7 +260,8 @@ impl Plan {
             cells.push((*id, spec.time, spec.min));
             sets.insert(*id, g.entitled);
         }
-        let load = time::check_load(&cells, &sets, self.time_limit).map_err(Violation::Time)?;
+        let load = time::check_load(&cells, &sets, &self.phases, self.time_limit)
+            .map_err(Violation::Time)?;
         if load.keys().any(|cpu| !region.contains(*cpu)) {
             return Err(Violation::Time("a promise lies outside the region".into()));
         }

@@ -189,6 +189,11 @@ pub struct Core {
     pub(crate) counters: Counters,
     /// The windows of time-triggered cells (`crate::windows`).
     pub(crate) windows: Windows,
+    /// The time base of every time-triggered cell's windows
+    /// (`CLOCK_MONOTONIC`, ns, a whole µs): a cell placed at phase `φ`
+    /// opens its windows at `epoch + φ + k·period`, so cells sharing a CPU
+    /// keep the distances the plan gave them.
+    pub(crate) epoch_ns: u64,
 }
 
 fn random_u64() -> u64 {
@@ -251,6 +256,7 @@ impl Core {
             removals: Vec::new(),
             counters: Counters::default(),
             windows: Windows::new(),
+            epoch_ns: allot_proto::window::monotonic_ns().div_ceil(1000) * 1000,
         };
         let effects = core.restore();
         (core, effects)
@@ -374,17 +380,26 @@ impl Core {
             ),
             Ok(())
         );
+        // Windows follow the plan's phases before any CPU set is applied:
+        // a driven cell gets no CFS cap (`applied`).
+        let rewindowed: Vec<u64> = inputs
+            .iter()
+            .filter(|c| self.sync_windows(c.id.0, &c.spec, next.phases.get(&c.id).copied()))
+            .map(|c| c.id.0)
+            .collect();
 
         // Enforce: shrink everyone to what they keep, then grow.
         let changed: Vec<(u64, Grant)> = next
             .cells
             .iter()
             .filter(|(id, g)| {
-                self.cells
-                    .get(&id.0)
-                    .and_then(|c| c.published.as_ref())
-                    .map(|p| p.cpus)
-                    != Some(g.cpus)
+                rewindowed.contains(&id.0)
+                    || self
+                        .cells
+                        .get(&id.0)
+                        .and_then(|c| c.published.as_ref())
+                        .map(|p| p.cpus)
+                        != Some(g.cpus)
             })
             .map(|(id, g)| (id.0, g.clone()))
             .collect();
@@ -423,7 +438,7 @@ impl Core {
             let Some(c) = self.cells.get(&id) else {
                 continue;
             };
-            if c.published.as_ref() == Some(g) {
+            if c.published.as_ref() == Some(g) && !rewindowed.contains(&id) {
                 continue;
             }
             any = true;

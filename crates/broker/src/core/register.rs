@@ -273,9 +273,8 @@ impl Core {
                 pool_stats: None,
             },
         );
-        // Its windows start (shut between them) before any process joins.
-        self.sync_windows(id, &spec);
-        // The grant reaches the kernel before any process joins.
+        // The grant reaches the kernel, and its windows start (shut
+        // between them), before any process joins.
         self.reconcile();
         let mut effects = Vec::new();
         for pid in members {
@@ -565,7 +564,7 @@ impl Core {
             id: cell,
             spec: convert::to_record(&spec),
         }]);
-        let window_changed = self.sync_windows(cell, &spec);
+        // Moves its windows too (a new contract is placed afresh).
         self.reconcile();
         // The weight and the time cap follow the new spec even when its CPUs
         // did not change (reconcile applies only changed CPU sets; backends
@@ -574,9 +573,6 @@ impl Core {
             && let Err(e) = self.enforcer.apply(cell, &self.applied(cell, g.cpus))
         {
             warn!("cell {cell}: {e}");
-        }
-        if window_changed {
-            self.republish(cell);
         }
         Ok(())
     }

@@ -112,6 +112,8 @@ impl Core {
                 .filter(|(_, c)| c.spec.time.is_time())
                 .map(|(id, c)| (CellId(*id), c.spec.time))
                 .collect(),
+            // Not journaled: kept cells get the earliest phase on their CPUs.
+            phases: Default::default(),
             cells: grants,
         };
         self.reconcile();
@@ -198,9 +200,8 @@ impl Core {
     /// Adds a restored cell: a fresh page with its grant, its members
     /// watched.
     fn install(&mut self, id: u64, mut cell: Cell) -> Vec<Effect> {
-        // Windows restart with a new origin: the phase of a time-triggered
-        // cell shifts once across a broker restart.
-        self.sync_windows(id, &cell.spec);
+        // Windows restart at the next reconcile, on this broker's epoch:
+        // a time-triggered cell's phase shifts once across a restart.
         match PageMap::create(id, self.instance) {
             Ok(p) => cell.pages.push(p),
             Err(e) => warn!("cell {id}: cannot create its grant page: {e}"),

@@ -8,7 +8,6 @@ use crate::{debug, warn};
 use allot_enforce::Applied;
 use allot_plan::{CellSpec, TimeContract};
 use allot_proto::Window;
-use allot_proto::window::monotonic_ns;
 
 impl Core {
     /// What the kernel should enforce for cell `id` on `cpus`: its weight,
@@ -42,32 +41,34 @@ impl Core {
         }
     }
 
-    /// Starts or stops driving cell `id`'s windows so that they match
-    /// `spec` (a time-triggered contract whose budget leaves part of the
-    /// period, on a backend with a gate). Returns whether the cell's
-    /// window changed (its page must show the new one).
-    pub(super) fn sync_windows(&mut self, id: u64, spec: &CellSpec) -> bool {
-        let want = match spec.time {
-            TimeContract::Triggered {
+    /// Starts, moves or stops driving cell `id`'s windows so that they
+    /// match `spec` (a time-triggered contract whose budget leaves part of
+    /// the period, on a backend with a gate) at `phase_us` after the epoch
+    /// (the plan's; none for a cell not placed). Returns whether the
+    /// cell's window changed (its page must show the new one).
+    pub(super) fn sync_windows(&mut self, id: u64, spec: &CellSpec, phase_us: Option<u32>) -> bool {
+        let want = match (spec.time, phase_us) {
+            (
+                TimeContract::Triggered {
+                    period_us,
+                    budget_us,
+                },
+                Some(phase),
+            ) if budget_us < period_us => Some(Window {
+                origin_ns: self.epoch_ns + u64::from(phase) * 1000,
                 period_us,
                 budget_us,
-            } if budget_us < period_us => Some((period_us, budget_us)),
+            }),
             _ => None,
         };
-        let have = self.windows.window(id).map(|w| (w.period_us, w.budget_us));
+        let have = self.windows.window(id);
         if want == have {
             return false;
         }
         let mut changed = self.windows.remove(id);
-        if let Some((period_us, budget_us)) = want {
+        if let Some(window) = want {
             match self.enforcer.gate(id) {
                 Ok(Some(gate)) => {
-                    let window = Window {
-                        // The next whole microsecond: windows start now.
-                        origin_ns: monotonic_ns().div_ceil(1000) * 1000,
-                        period_us,
-                        budget_us,
-                    };
                     self.windows.add(id, window, spec.time_cpus(), gate);
                     changed = true;
                 }
@@ -83,18 +84,5 @@ impl Core {
             }
         }
         changed
-    }
-
-    /// Publishes cell `id`'s current grant again under a new generation
-    /// (something the page shows besides the plan's grant changed).
-    pub(super) fn republish(&mut self, id: u64) {
-        let Some(g) = self.cells.get(&id).and_then(|c| c.published.clone()) else {
-            return;
-        };
-        let generation = self.cells[&id].generation + 1;
-        let pg = self.page_grant(id, generation, &g);
-        let c = self.cells.get_mut(&id).expect("present above");
-        c.publish(&pg);
-        c.generation = generation;
     }
 }

@@ -268,6 +268,7 @@ pub fn map(
         time,
         time_limit: 0, // the planner's to fill
         contracts: BTreeMap::new(),
+        phases: BTreeMap::new(), // the planner's to fill
         cells: out,
     }
 }

@@ -13,15 +13,17 @@
 //! 1. Every time cell holds exactly its number of distinct CPUs.
 //! 2. On every CPU, the promises sum to at most the limit (one CPU's time
 //!    minus the system's reserve, [`crate::PlanConfig::time_reserve_ppm`]).
-//! 3. A CPU carries either one time-triggered cell or any number of
-//!    time-fraction cells, never both: a triggered cell's window must find
-//!    its CPUs free of other promises, and the broker's window timer cannot
-//!    shift one cell's window around another's. This is the
-//!    schedulability test — exact under that rule: one triggered cell
-//!    alone on a CPU meets its budget whenever budget ≤ period × limit.
-//! 4. Stability: a cell placed in the previous plan keeps its CPUs while
-//!    they still satisfy 2 and 3. Admitting, resizing or ending another
-//!    cell therefore never moves or weakens an admitted cell's contract.
+//! 3. A CPU carries either time-triggered cells or time-fraction cells,
+//!    never both; and the windows of the triggered cells on one CPU, each
+//!    at its phase ([`phase`]), never come within [`WINDOW_GAP_US`] of
+//!    each other. This is the schedulability test, and it is exact: a
+//!    triggered cell meets its budget when nothing else is promised time
+//!    inside its windows, and [`Periodic::apart`] decides that for any two
+//!    periods.
+//! 4. Stability: a cell placed in the previous plan keeps its CPUs (and a
+//!    triggered cell its phase) while they still satisfy 2 and 3.
+//!    Admitting, resizing or ending another cell therefore never moves or
+//!    weakens an admitted cell's contract.
 //!
 //! Message-triggered cells hold nothing until activated and carry no
 //! promise here.
@@ -31,10 +33,15 @@
 //! Kept placements first (in id order); then new cells, largest promise
 //! first, each on the *most* loaded CPUs that still fit it (best fit), so
 //! promises pack onto few CPUs and the region stays small; ties and fresh
-//! CPUs go in the caller's candidate order.
+//! CPUs go in the caller's candidate order. A triggered cell takes the
+//! earliest phase (of [`phase::candidates`]) at which enough of those
+//! CPUs have room for its windows.
+
+pub mod phase;
 
 use crate::spec::{CellId, TimeContract};
 use allot_topo::CpuSet;
+pub use phase::{Periodic, WINDOW_GAP_US};
 use std::collections::BTreeMap;
 
 /// One time cell as placement sees it.
@@ -48,6 +55,8 @@ pub struct TimeCell {
     pub cpus: u32,
     /// Where it was placed before (empty: new).
     pub previous: CpuSet,
+    /// A triggered cell's phase before, µs (`None`: new or unknown).
+    pub previous_phase: Option<u32>,
 }
 
 /// What one CPU carries.
@@ -64,7 +73,8 @@ pub struct CpuLoad {
 impl CpuLoad {
     fn fits(&self, c: &TimeContract, limit: u32) -> bool {
         let kind_ok = match c {
-            TimeContract::Triggered { .. } => !self.triggered && !self.fractions,
+            // The windows are checked apart ([`TimePlan::window_room`]).
+            TimeContract::Triggered { .. } => !self.fractions,
             _ => !self.triggered,
         };
         kind_ok && self.ppm + c.ppm() <= limit
@@ -84,8 +94,12 @@ impl CpuLoad {
 pub struct TimePlan {
     /// Each time cell's CPUs.
     pub cells: BTreeMap<CellId, CpuSet>,
+    /// Each time-triggered cell's phase, µs after the epoch.
+    pub phases: BTreeMap<CellId, u32>,
     /// What each CPU of the region carries.
     pub load: BTreeMap<usize, CpuLoad>,
+    /// The windows on each CPU that carries triggered cells.
+    pub windows: BTreeMap<usize, Vec<Periodic>>,
 }
 
 /// Why a time cell could not be placed.
@@ -103,6 +117,72 @@ impl TimePlan {
             .fits(c, limit)
     }
 
+    /// Whether `w` keeps apart from every window already on `cpu`.
+    fn window_room(&self, cpu: usize, w: &Periodic) -> bool {
+        self.windows
+            .get(&cpu)
+            .is_none_or(|ws| ws.iter().all(|o| o.apart(w)))
+    }
+
+    /// Records cell `id` with `contract` on `set` (at `phase` when
+    /// triggered).
+    fn put(&mut self, id: CellId, contract: &TimeContract, set: CpuSet, phase: u32) {
+        let w = Periodic::of(contract, phase);
+        for cpu in set.iter() {
+            self.load.entry(cpu).or_default().add(contract);
+            if let Some(w) = w {
+                self.windows.entry(cpu).or_default().push(w);
+            }
+        }
+        if let Some(w) = w {
+            self.phases.insert(id, w.phase_us);
+        }
+        self.cells.insert(id, set);
+    }
+
+    /// For a triggered cell needing `n` of `fit` (in preference order):
+    /// a phase at which `n` of them have room for its windows, and those
+    /// CPUs — the most preferred CPUs any candidate phase offers (compared
+    /// in order), the earliest such phase; else the most CPUs any phase
+    /// offers.
+    fn phase_for(
+        &self,
+        contract: &TimeContract,
+        n: usize,
+        fit: &[usize],
+    ) -> Result<(u32, CpuSet), usize> {
+        let Some(period) = Periodic::of(contract, 0) else {
+            return Err(0);
+        };
+        let neighbours: Vec<Periodic> = fit
+            .iter()
+            .filter_map(|cpu| self.windows.get(cpu))
+            .flatten()
+            .copied()
+            .collect();
+        let mut best: Option<(Vec<usize>, u32)> = None;
+        let mut most = 0;
+        for phase in phase::candidates(period.period_us, &neighbours) {
+            let w = Periodic {
+                phase_us: phase,
+                ..period
+            };
+            // Positions in `fit` of the CPUs with room, best first.
+            let room: Vec<usize> = (0..fit.len())
+                .filter(|&i| self.window_room(fit[i], &w))
+                .take(n)
+                .collect();
+            most = most.max(room.len());
+            if room.len() == n && best.as_ref().is_none_or(|(b, _)| room < *b) {
+                best = Some((room, phase));
+            }
+        }
+        match best {
+            Some((room, phase)) => Ok((phase, room.iter().map(|&i| fit[i]).collect())),
+            None => Err(most),
+        }
+    }
+
     /// The CPUs carrying any promise.
     pub fn region(&self) -> CpuSet {
         let mut s = CpuSet::new();
@@ -115,7 +195,7 @@ impl TimePlan {
     /// Verifies invariants 1–3 for `cells` (id, contract, CPUs) against
     /// `limit`, and that the recorded load is theirs.
     pub fn check(&self, cells: &[(CellId, TimeContract, u32)], limit: u32) -> Result<(), String> {
-        let load = check_load(cells, &self.cells, limit)?;
+        let load = check_load(cells, &self.cells, &self.phases, limit)?;
         if load != self.load {
             return Err("the recorded per-CPU load does not match the cells".into());
         }
@@ -124,13 +204,15 @@ impl TimePlan {
 }
 
 /// Verifies invariants 1–3 for `cells` (id, contract, CPUs) placed on
-/// `sets`; returns what each CPU carries.
+/// `sets`, triggered cells at `phases`; returns what each CPU carries.
 pub fn check_load(
     cells: &[(CellId, TimeContract, u32)],
     sets: &BTreeMap<CellId, CpuSet>,
+    phases: &BTreeMap<CellId, u32>,
     limit: u32,
 ) -> Result<BTreeMap<usize, CpuLoad>, String> {
     let mut load: BTreeMap<usize, CpuLoad> = BTreeMap::new();
+    let mut windows: BTreeMap<usize, Vec<(CellId, Periodic)>> = BTreeMap::new();
     for (id, contract, cpus) in cells {
         if matches!(contract, TimeContract::Message { .. }) {
             continue;
@@ -144,7 +226,27 @@ pub fn check_load(
                 set.len()
             ));
         }
+        let w = match contract {
+            TimeContract::Triggered { .. } => {
+                let phase = phases
+                    .get(id)
+                    .ok_or_else(|| format!("time-triggered cell {id} has no phase"))?;
+                Periodic::of(contract, *phase)
+            }
+            _ => None,
+        };
         for cpu in set.iter() {
+            if let Some(w) = w {
+                let on = windows.entry(cpu).or_default();
+                if let Some((other, o)) = on.iter().find(|(_, o)| !o.apart(&w)) {
+                    return Err(format!(
+                        "on CPU {cpu} the windows of cell {id} ({}/{} µs at {} µs) come within \
+                         {WINDOW_GAP_US} µs of cell {other}'s ({}/{} µs at {} µs)",
+                        w.budget_us, w.period_us, w.phase_us, o.budget_us, o.period_us, o.phase_us
+                    ));
+                }
+                on.push((*id, w));
+            }
             let l = load.entry(cpu).or_default();
             if !l.fits(contract, limit) {
                 return Err(format!(
@@ -152,7 +254,7 @@ pub fn check_load(
                      (limit {limit})",
                     l.ppm,
                     if l.triggered {
-                        " and a time-triggered cell"
+                        " and time-triggered cells"
                     } else {
                         ""
                     }
@@ -181,20 +283,36 @@ pub fn place(candidates: &[usize], limit: u32, cells: &[TimeCell]) -> Result<Tim
     let active = cells
         .iter()
         .filter(|c| !matches!(c.contract, TimeContract::Message { .. }));
-    // Keep.
+    // Keep: the same CPUs, and for a triggered cell the same phase (or,
+    // when the phase is unknown, the earliest that fits on those CPUs).
     for c in active {
         let keep = c.previous.len() == c.cpus as usize
             && c.previous.is_subset(&allowed)
             && c.previous
                 .iter()
                 .all(|cpu| plan.fits(cpu, &c.contract, limit));
-        if keep {
-            for cpu in c.previous.iter() {
-                plan.load.entry(cpu).or_default().add(&c.contract);
-            }
-            plan.cells.insert(c.id, c.previous);
+        let phase = if !keep {
+            None
+        } else if !matches!(c.contract, TimeContract::Triggered { .. }) {
+            Some(0)
         } else {
-            todo.push(c);
+            let set: Vec<usize> = c.previous.iter().collect();
+            let same = c
+                .previous_phase
+                .and_then(|p| Periodic::of(&c.contract, p))
+                .filter(|w| set.iter().all(|&cpu| plan.window_room(cpu, w)));
+            match same {
+                Some(w) => Some(w.phase_us),
+                None if c.previous_phase.is_none() => plan
+                    .phase_for(&c.contract, set.len(), &set)
+                    .ok()
+                    .map(|(p, _)| p),
+                None => None,
+            }
+        };
+        match phase {
+            Some(p) => plan.put(c.id, &c.contract, c.previous, p),
+            None => todo.push(c),
         }
     }
     // Place, largest promise (ppm × CPUs) first.
@@ -227,12 +345,18 @@ pub fn place(candidates: &[usize], limit: u32, cells: &[TimeCell]) -> Result<Tim
                 rank,
             )
         });
-        let mut set = CpuSet::new();
-        for &(_, cpu) in fit.iter().take(c.cpus as usize) {
-            set.insert(cpu);
-            plan.load.entry(cpu).or_default().add(&c.contract);
-        }
-        plan.cells.insert(c.id, set);
+        let order: Vec<usize> = fit.iter().map(|&(_, cpu)| cpu).collect();
+        let (phase, set) = if matches!(c.contract, TimeContract::Triggered { .. }) {
+            match plan.phase_for(&c.contract, c.cpus as usize, &order) {
+                Ok(found) => found,
+                Err(most) => {
+                    return Err(NoRoom(no_room_reason(c, &plan, most, candidates, limit)));
+                }
+            }
+        } else {
+            (0, order.iter().take(c.cpus as usize).copied().collect())
+        };
+        plan.put(c.id, &c.contract, set, phase);
     }
     Ok(plan)
 }
@@ -256,12 +380,17 @@ pub fn place_overloaded(candidates: &[usize], limit: u32, cells: &[TimeCell]) ->
             })
             .collect();
         order.sort_unstable();
-        let mut set = CpuSet::new();
-        for &(_, _, _, cpu) in order.iter().take(c.cpus as usize) {
-            set.insert(cpu);
-            plan.load.entry(cpu).or_default().add(&c.contract);
-        }
-        plan.cells.insert(c.id, set);
+        let set: Vec<usize> = order
+            .iter()
+            .take(c.cpus as usize)
+            .map(|&(_, _, _, cpu)| cpu)
+            .collect();
+        // The earliest phase with room on those CPUs, else 0 (the checker
+        // reports the overlap).
+        let phase = plan
+            .phase_for(&c.contract, set.len(), &set)
+            .map_or(0, |(p, _)| p);
+        plan.put(c.id, &c.contract, set.iter().copied().collect(), phase);
     }
     plan
 }
@@ -341,9 +470,12 @@ fn no_room_reason(
         c.cpus,
         pct(c.contract.ppm()),
         if matches!(c.contract, TimeContract::Triggered { .. }) {
-            " and no other time cell"
+            format!(
+                ", no time-fraction cell, and room for its windows between the windows already \
+                 there ({WINDOW_GAP_US} µs apart)"
+            )
         } else {
-            ""
+            String::new()
         },
         room,
         candidates.len(),
@@ -377,7 +509,19 @@ mod tests {
             contract,
             cpus,
             previous: CpuSet::new(),
+            previous_phase: None,
         }
+    }
+    /// `cells` as the next placement sees them after `plan`.
+    fn kept(plan: &TimePlan, cells: &[TimeCell]) -> Vec<TimeCell> {
+        cells
+            .iter()
+            .map(|c| TimeCell {
+                previous: plan.cells[&c.id],
+                previous_phase: plan.phases.get(&c.id).copied(),
+                ..*c
+            })
+            .collect()
     }
     fn list(plan: &TimePlan, id: u64) -> Vec<usize> {
         plan.cells[&CellId(id)].iter().collect()
@@ -401,7 +545,7 @@ mod tests {
     }
 
     #[test]
-    fn a_triggered_cell_has_its_cpus_to_itself() {
+    fn triggered_cells_share_cpus_at_phases_that_keep_their_windows_apart() {
         let cells = [
             cell(1, fr(100_000), 1),
             cell(2, tt(10_000, 3_000), 2),
@@ -409,15 +553,66 @@ mod tests {
         ];
         let plan = place(&[3, 2, 1, 0], LIMIT, &cells).unwrap();
         checked(&plan, &cells);
+        // The fraction keeps off the triggered cells' CPUs; cell 3 shares
+        // cell 2's CPUs (best fit: the most loaded), its window a gap
+        // after cell 2's.
         assert_eq!(list(&plan, 2), vec![2, 3]);
-        // Larger promises first: the fraction (10 %) before cell 3 (5 %).
         assert_eq!(list(&plan, 1), vec![1]);
-        assert_eq!(list(&plan, 3), vec![0]);
-        // A fourth triggered cell finds no free CPU.
-        let mut more = cells.to_vec();
-        more.push(cell(4, tt(10_000, 1_000), 1));
-        let e = place(&[3, 2, 1, 0], LIMIT, &more).unwrap_err();
-        assert!(e.0.contains("no other time cell"), "{e}");
+        assert_eq!(list(&plan, 3), vec![3]);
+        assert_eq!(plan.phases[&CellId(2)], 0);
+        assert_eq!(plan.phases[&CellId(3)], 3_000 + WINDOW_GAP_US);
+        // Cell 4 goes a gap after cell 3 (4.4 ms), on both CPUs; then
+        // 2.2 ms are left between gaps, too little for 2.5 ms windows.
+        let mut more = kept(&plan, &cells);
+        more.push(cell(4, tt(10_000, 3_000), 2));
+        let plan = place(&[3, 2, 1], LIMIT, &more).unwrap();
+        checked(&plan, &more);
+        assert_eq!(list(&plan, 4), vec![2, 3]);
+        assert_eq!(plan.phases[&CellId(4)], 4_400);
+        let more = kept(&plan, &more);
+        let mut fits = more.clone();
+        fits.push(cell(5, tt(10_000, 2_000), 1));
+        let plan = place(&[3, 2, 1], LIMIT, &fits).unwrap();
+        checked(&plan, &fits);
+        assert_eq!(plan.phases[&CellId(5)], 7_600);
+        let mut full = more.clone();
+        full.push(cell(5, tt(10_000, 2_500), 1));
+        let e = place(&[3, 2, 1], LIMIT, &full).unwrap_err();
+        assert!(e.0.contains("room for its windows"), "{e}");
+        // Coprime periods (µs) never fit on one CPU.
+        let other = [cell(1, tt(10_000, 1_000), 1), cell(2, tt(9_999, 1_000), 1)];
+        let plan = place(&[1, 0], LIMIT, &other).unwrap();
+        checked(&plan, &other);
+        assert_ne!(list(&plan, 1), list(&plan, 2));
+    }
+
+    #[test]
+    fn a_kept_triggered_cell_keeps_its_phase() {
+        let first = place(&[1, 0], LIMIT, &[cell(1, tt(10_000, 2_000), 1)]).unwrap();
+        let mut c1 = cell(1, tt(10_000, 2_000), 1);
+        c1.previous = first.cells[&CellId(1)];
+        c1.previous_phase = Some(first.phases[&CellId(1)]);
+        let second = place(&[1, 0], LIMIT, &[cell(2, tt(10_000, 5_000), 1), c1]).unwrap();
+        assert_eq!(second.phases[&CellId(1)], first.phases[&CellId(1)]);
+        assert_eq!(second.cells[&CellId(1)], first.cells[&CellId(1)]);
+        assert_eq!(second.phases[&CellId(2)], 2_000 + WINDOW_GAP_US);
+        // Restored without a phase: the same CPUs, the earliest phase there.
+        let mut c2 = cell(2, tt(10_000, 5_000), 1);
+        c2.previous = second.cells[&CellId(2)];
+        let third = place(&[1, 0], LIMIT, &[c1, c2]).unwrap();
+        assert_eq!(third.cells[&CellId(2)], second.cells[&CellId(2)]);
+        assert_eq!(third.phases[&CellId(2)], 2_000 + WINDOW_GAP_US);
+    }
+
+    #[test]
+    fn the_checker_catches_windows_that_meet() {
+        let cells = [cell(1, tt(10_000, 3_000), 1), cell(2, tt(10_000, 3_000), 1)];
+        let mut plan = place(&[0], LIMIT, &cells).unwrap();
+        checked(&plan, &cells);
+        plan.phases.insert(CellId(2), 3_100);
+        let c: Vec<_> = cells.iter().map(|c| (c.id, c.contract, c.cpus)).collect();
+        let e = plan.check(&c, LIMIT).unwrap_err();
+        assert!(e.contains("come within"), "{e}");
     }
 
     #[test]
