@@ -75,17 +75,39 @@ impl Drop for Killed<'_> {
     }
 }
 
+/// What one time cell received over a measurement.
+struct Received {
+    /// Share of one CPU.
+    share: f64,
+    /// Its CPUs, as the status lists them.
+    cpus: String,
+    /// What the broker says it delivered (windowed cells).
+    delivery: Option<allot_proto::status::DeliveryStatus>,
+}
+
 /// Runs a time cell with `args` beside two best-effort cells of two hogs
 /// each for `secs`; returns the time cell's share of one CPU, the
 /// machine's busy fraction and what the broker says it delivered.
 fn measure(args: &[&str], secs: f64) -> (f64, f64, Option<allot_proto::status::DeliveryStatus>) {
+    let (mut got, busy) = measure_cells(&[("timed", args)], secs);
+    let r = got.remove(0);
+    (r.share, busy, r.delivery)
+}
+
+/// Runs the time cells `timed` (name, `allot run` options) beside two
+/// best-effort cells of two hogs each for `secs`; returns what each time
+/// cell received and the machine's busy fraction.
+fn measure_cells(timed: &[(&str, &[&str])], secs: f64) -> (Vec<Received>, f64) {
     let d = Daemon::start("cgroup1", &[]);
     let mut kids = Killed(
         &d,
         vec![cell(&d, "hog-a", &[], SPIN2), cell(&d, "hog-b", &[], SPIN2)],
     );
-    kids.1.push(cell(&d, "timed", args, SPIN));
-    let names = ["hog-a", "hog-b", "timed"];
+    for (name, args) in timed {
+        kids.1.push(cell(&d, name, args, SPIN));
+    }
+    let mut names = vec!["hog-a", "hog-b"];
+    names.extend(timed.iter().map(|(n, _)| *n));
     assert!(
         eventually(Duration::from_secs(10), || {
             let st = d.status();
@@ -113,21 +135,31 @@ fn measure(args: &[&str], secs: f64) -> (f64, f64, Option<allot_proto::status::D
         .map(|(b, a)| (a - b) as f64 / 1e9 / wall)
         .collect();
     let st = d.status();
-    let timed = st.cells.iter().find(|c| c.name == "timed").unwrap();
+    let got: Vec<Received> = timed
+        .iter()
+        .zip(&used[2..])
+        .map(|((name, args), &share)| {
+            let c = st.cells.iter().find(|c| c.name == *name).unwrap();
+            eprintln!(
+                "{name} {args:?}: {share:.3} of a CPU on {}; delivery {:?}",
+                c.cpus, c.delivery
+            );
+            Received {
+                share,
+                cpus: c.cpus.to_string(),
+                delivery: c.delivery.clone(),
+            }
+        })
+        .collect();
     eprintln!(
-        "{args:?}: time cell {:.3} of a CPU on {}, hogs {:.3} + {:.3}, cells {:.3} and machine \
-         {busy:.3} busy of {} CPUs",
-        used[2],
-        timed.cpus,
+        "hogs {:.3} + {:.3}, cells {:.3} and machine {busy:.3} busy of {} CPUs",
         used[0],
         used[1],
         used.iter().sum::<f64>() / allot_testkit::cpus() as f64,
         allot_testkit::cpus()
     );
-    let delivery = timed.delivery.clone();
-    eprintln!("delivery: {delivery:?}");
     drop(kids);
-    (used[2], busy, delivery)
+    (got, busy)
 }
 
 /// (idle + iowait, total) clock ticks of the whole machine, from
@@ -189,6 +221,28 @@ fn a_budget_of_3ms_every_10ms_beside_hogs_gets_30_percent() {
     // one period in twelve; see docs/time-mechanisms.md for the figures).
     assert!(d.under * 8 <= d.periods, "{d:?}");
     assert!(d.mean_error < 0.10, "{d:?}");
+}
+
+#[test]
+fn two_time_triggered_cells_share_a_cpu_and_each_gets_its_budget() {
+    if !cgroup1_here() {
+        return;
+    }
+    // One CPU may carry time promises here: both cells land on it, their
+    // windows a gap apart. Overlapping windows would halve what each gets.
+    let c = ["--period", "10ms", "--budget", "3ms"];
+    let (got, busy) = measure_cells(&[("first", &c), ("second", &c)], 3.0);
+    assert_eq!(got[0].cpus, got[1].cpus, "both on the time CPU");
+    for r in &got {
+        assert!(
+            (0.27..=0.33).contains(&r.share),
+            "a cell got {:.3} of a CPU, not 0.30 ± 0.03",
+            r.share
+        );
+        let d = r.delivery.as_ref().expect("windowed");
+        assert!(d.periods >= 250 && d.missed * 100 <= d.periods, "{d:?}");
+    }
+    assert!(busy >= 0.95, "the machine was only {busy:.3} busy");
 }
 
 /// Runs `allot bench probe ARGS` in a cell made with `contract`, beside
