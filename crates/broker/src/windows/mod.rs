@@ -116,6 +116,12 @@ impl Shared {
 pub struct Windows {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    /// The schedule of every cell in the driver's table. Only this handle
+    /// adds or removes cells, so this copy is exact; [`Windows::holds`]
+    /// and [`Windows::window`] read it without the table's lock, which the
+    /// driver keeps while it spins up to an opening and writes gates (the
+    /// event loop asks at every re-plan, for every cell).
+    schedules: BTreeMap<u64, Window>,
 }
 
 impl Windows {
@@ -134,6 +140,7 @@ impl Windows {
         {
             warn!("cell {cell}: cannot suspend it between windows: {e}");
         }
+        self.schedules.insert(cell, window);
         self.shared.lock().cells.insert(
             cell,
             Entry {
@@ -149,6 +156,9 @@ impl Windows {
     /// Stops driving `cell`'s windows and opens its gate. Returns whether
     /// it was driven.
     pub fn remove(&mut self, cell: u64) -> bool {
+        if self.schedules.remove(&cell).is_none() {
+            return false;
+        }
         let entry = self.shared.lock().cells.remove(&cell);
         match entry {
             Some(mut e) => {
@@ -164,12 +174,12 @@ impl Windows {
 
     /// Whether `cell`'s windows are driven here.
     pub fn holds(&self, cell: u64) -> bool {
-        self.shared.lock().cells.contains_key(&cell)
+        self.schedules.contains_key(&cell)
     }
 
     /// `cell`'s schedule, if its windows are driven here.
     pub fn window(&self, cell: u64) -> Option<Window> {
-        self.shared.lock().cells.get(&cell).map(|e| e.slot.window())
+        self.schedules.get(&cell).copied()
     }
 
     /// What `cell` was delivered so far.
@@ -201,6 +211,7 @@ impl Windows {
             }
         }
         table.cells.clear();
+        self.schedules.clear();
         table.stop = false;
     }
 

@@ -153,11 +153,6 @@ impl Slot {
         }
     }
 
-    /// The schedule.
-    pub fn window(&self) -> Window {
-        self.window
-    }
-
     /// Whether the cell is between windows now (its gate should be shut).
     pub fn closed(&self) -> bool {
         matches!(self.state, State::Closed { .. })
