@@ -62,78 +62,71 @@ const _: () = assert!(std::mem::size_of::<TimeC>() == 24);
 const _: () = assert!(std::mem::size_of::<WindowC>() == 32);
 
 impl TimeC {
-    /// The contract this asks for, or why it is not one.
+    /// The C spelling of `c` (its unused fields 0).
+    pub fn of(c: &TimeContract) -> TimeC {
+        match *c {
+            TimeContract::Space => TimeC::default(),
+            TimeContract::Fraction { ppm, slice_us } => TimeC {
+                kind: TIME_FRACTION,
+                fraction_ppm: ppm,
+                slice_us,
+                ..TimeC::default()
+            },
+            TimeContract::Triggered {
+                period_us,
+                budget_us,
+            } => TimeC {
+                kind: TIME_TRIGGERED,
+                period_us,
+                budget_us,
+                ..TimeC::default()
+            },
+            TimeContract::Message { idle_ms } => TimeC {
+                kind: TIME_MESSAGE,
+                idle_ms,
+                ..TimeC::default()
+            },
+        }
+    }
+
+    /// The contract this asks for, or why it is not one: the kind reads
+    /// its own fields, and spelling the contract back ([`TimeC::of`])
+    /// must give `self` again, so a field the kind does not use is 0.
     pub fn contract(&self) -> Result<TimeContract> {
-        let unused = |fields: &[(&str, u32)], kind: &str| -> Result<()> {
-            match fields.iter().find(|(_, v)| *v != 0) {
-                Some((name, v)) => Err(Error::invalid(format!(
-                    "time.{name} is {v} but a {kind} contract does not use it: set it to 0"
-                ))),
-                None => Ok(()),
-            }
-        };
         let t = self;
-        Ok(match t.kind {
-            TIME_SPACE => {
-                unused(
-                    &[
-                        ("fraction_ppm", t.fraction_ppm),
-                        ("slice_us", t.slice_us),
-                        ("period_us", t.period_us),
-                        ("budget_us", t.budget_us),
-                        ("idle_ms", t.idle_ms),
-                    ],
-                    "space (ALLOT_TIME_SPACE)",
-                )?;
-                TimeContract::Space
-            }
-            TIME_FRACTION => {
-                unused(
-                    &[
-                        ("period_us", t.period_us),
-                        ("budget_us", t.budget_us),
-                        ("idle_ms", t.idle_ms),
-                    ],
-                    "time-fraction",
-                )?;
-                TimeContract::Fraction {
-                    ppm: t.fraction_ppm,
-                    slice_us: t.slice_us,
-                }
-            }
-            TIME_TRIGGERED => {
-                unused(
-                    &[
-                        ("fraction_ppm", t.fraction_ppm),
-                        ("slice_us", t.slice_us),
-                        ("idle_ms", t.idle_ms),
-                    ],
-                    "time-triggered",
-                )?;
-                TimeContract::Triggered {
-                    period_us: t.period_us,
-                    budget_us: t.budget_us,
-                }
-            }
-            TIME_MESSAGE => {
-                unused(
-                    &[
-                        ("fraction_ppm", t.fraction_ppm),
-                        ("slice_us", t.slice_us),
-                        ("period_us", t.period_us),
-                        ("budget_us", t.budget_us),
-                    ],
-                    "message-triggered",
-                )?;
-                TimeContract::Message { idle_ms: t.idle_ms }
-            }
+        let c = match t.kind {
+            TIME_SPACE => TimeContract::Space,
+            TIME_FRACTION => TimeContract::Fraction {
+                ppm: t.fraction_ppm,
+                slice_us: t.slice_us,
+            },
+            TIME_TRIGGERED => TimeContract::Triggered {
+                period_us: t.period_us,
+                budget_us: t.budget_us,
+            },
+            TIME_MESSAGE => TimeContract::Message { idle_ms: t.idle_ms },
             k => {
                 return Err(Error::invalid(format!(
                     "time.kind {k} is unknown: use ALLOT_TIME_SPACE (0), _FRACTION (1), \
                      _TRIGGERED (2) or _MESSAGE (3)"
                 )));
             }
-        })
+        };
+        let back = TimeC::of(&c);
+        let fields = [
+            ("fraction_ppm", t.fraction_ppm, back.fraction_ppm),
+            ("slice_us", t.slice_us, back.slice_us),
+            ("period_us", t.period_us, back.period_us),
+            ("budget_us", t.budget_us, back.budget_us),
+            ("idle_ms", t.idle_ms, back.idle_ms),
+        ];
+        match fields.iter().find(|(_, given, read)| given != read) {
+            Some((name, v, _)) => Err(Error::invalid(format!(
+                "time.{name} is {v} but a {} contract does not use it: set it to 0",
+                c.name()
+            ))),
+            None => Ok(c),
+        }
     }
 }
 
