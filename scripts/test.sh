@@ -24,6 +24,11 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "cargo test"
 cargo test --workspace
 
+step "C experiments compile (scripts/*.c)"
+for c in scripts/*.c; do
+  gcc -O2 -Wall -Wextra -Werror -fsyntax-only "$c"
+done
+
 step "the product builds without OpenMP and compiles no workload (scripts/check-product-build.sh)"
 bash scripts/check-product-build.sh
 

@@ -149,6 +149,7 @@ fn delivery_status(d: &crate::windows::Delivery) -> allot_proto::status::Deliver
         under: d.under,
         over: d.over,
         missed: d.missed,
+        resent: d.resent,
         open_latency_p50_us: d.latency_quantile(0.5).map_or(0.0, us),
         open_latency_p99_us: d.latency_quantile(0.99).map_or(0.0, us),
     }

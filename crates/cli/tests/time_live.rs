@@ -293,14 +293,17 @@ fn both_threads_of_a_time_triggered_cell_run_in_the_same_windows_and_only_there(
     assert_eq!(r["window"], serde_json::json!([10_000, 3_000]), "{r}");
     for t in r["threads"].as_array().unwrap() {
         let ran = t["ran_ns"].as_f64().unwrap();
-        let outside = t["outside_ns"].as_f64().unwrap();
-        // A suspension lands when the thread next enters the kernel; allow
-        // 2 % of its time past a window's end.
-        assert!(ran > 0.0 && outside <= 0.02 * ran, "{r}");
-        assert!(
-            t["windows"].as_u64().unwrap() >= 150,
-            "most of 200 windows: {r}"
-        );
+        let windows = t["windows"].as_u64().unwrap();
+        assert!(ran > 0.0 && windows >= 150, "most of 200 windows: {r}");
+        // A suspension lands when the thread next enters the kernel (an
+        // interrupt from another CPU): up to about 80 µs past a window's
+        // end on this VM. Allow 100 µs per window on average…
+        let outside = t["outside_ns"].as_u64().unwrap();
+        assert!(outside <= windows * 100_000, "{r}");
+        // …and no stretch of a millisecond: a thread the kernel lets run
+        // on through a freeze is stopped by the driver's check 0.5 ms
+        // after the close.
+        assert!(t["outside_max_ns"].as_u64().unwrap() < 1_000_000, "{r}");
     }
     assert!(r["same_windows"].as_f64().unwrap() >= 0.95, "{r}");
 }

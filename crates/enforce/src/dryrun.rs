@@ -31,6 +31,7 @@ pub struct DryRun {
     state: Arc<Mutex<State>>,
     gates: Arc<Mutex<Vec<GateCall>>>,
     gate_usage: Arc<Mutex<Option<u64>>>,
+    gate_stopped: Arc<Mutex<Option<bool>>>,
     no_gates: bool,
 }
 
@@ -88,6 +89,11 @@ impl DryRun {
     /// The CPU time every gate reports from now on.
     pub fn set_gate_usage(&self, ns: Option<u64>) {
         *self.gate_usage.lock().unwrap_or_else(|p| p.into_inner()) = ns;
+    }
+    /// Whether every gate reports its cell stopped after a close from now
+    /// on (`None`, the default: the gate cannot tell).
+    pub fn set_gate_stopped(&self, stopped: Option<bool>) {
+        *self.gate_stopped.lock().unwrap_or_else(|p| p.into_inner()) = stopped;
     }
 }
 
@@ -153,6 +159,7 @@ impl Enforcer for DryRun {
             cell,
             log: self.gates.clone(),
             usage: self.gate_usage.clone(),
+            stopped: self.gate_stopped.clone(),
         })))
     }
 }

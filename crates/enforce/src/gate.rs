@@ -6,18 +6,24 @@
 //! file, so closing and opening never go through the [`Enforcer`] (and
 //! never wait for it).
 //!
-//! | backend  | gate                      | usage read from        |
-//! |----------|---------------------------|------------------------|
-//! | cgroup2  | `cgroup.freeze` (1 / 0)   | `cpu.stat` `usage_usec` |
-//! | cgroup1  | `freezer.state` (FROZEN / THAWED) | `cpuacct.usage` |
-//! | dry-run  | records `Close` / `Open`  | none                   |
-//! | affinity | none: windows fall back to CFS bandwidth (no gang) |  |
+//! | backend  | gate                      | usage read from        | all stopped when |
+//! |----------|---------------------------|------------------------|------------------|
+//! | cgroup2  | `cgroup.freeze` (1 / 0)   | `cpu.stat` `usage_usec` | `cgroup.events` `frozen 1` |
+//! | cgroup1  | `freezer.state` (FROZEN / THAWED) | `cpuacct.usage` | `freezer.state` reads `FROZEN` |
+//! | dry-run  | records `Close` / `Open`  | none                   | as the test sets |
+//! | affinity | none: windows fall back to CFS bandwidth (no gang) |  |  |
 //!
 //! Invariants:
 //! - Freezing is asynchronous in both cgroup versions: `close` returns
 //!   once the kernel has been asked, and threads stop at their next
 //!   return to user space. The window driver therefore accounts CPU time
 //!   by reading usage, not by trusting the edge times.
+//! - A close does not always stop every thread: on the 6.x kernels
+//!   measured, a thread asleep in `clock_nanosleep` when the freeze
+//!   arrives now and then wakes and runs on while the cgroup reads
+//!   "freezing" (docs/time-mechanisms.md). [`Gate::stopped`] reports
+//!   whether every thread is stopped, and closing again sends the freeze
+//!   to the stragglers; the window driver checks after every close.
 //! - A cell is never left closed by allot: the window driver opens every
 //!   gate it holds when it lets one go (cell ended, contract changed,
 //!   broker exit), and the backends thaw a cell on `adopt` and `remove`
@@ -38,6 +44,9 @@ pub trait Gate: Send + std::fmt::Debug {
     fn close(&mut self) -> io::Result<()>;
     /// CPU time the cell has used so far, ns (monotonic per cell).
     fn usage_ns(&mut self) -> Option<u64>;
+    /// After a close: whether every thread of the cell has stopped
+    /// (`None` when the backend cannot tell).
+    fn stopped(&mut self) -> Option<bool>;
 }
 
 /// The two values a gate's control file takes.
@@ -89,6 +98,29 @@ impl UsageFile {
     }
 }
 
+/// Where a gate reads whether a close has stopped every thread.
+#[derive(Debug, Clone)]
+enum StoppedFile {
+    /// v1 `freezer.state`: `FROZEN` once every task is frozen (`FREEZING`
+    /// before).
+    FreezerState(PathBuf),
+    /// v2 `cgroup.events`: the `frozen` line is 1 once every task is.
+    Events(PathBuf),
+}
+
+impl StoppedFile {
+    fn read(&self, fs: &dyn CgroupFs) -> Option<bool> {
+        match self {
+            StoppedFile::FreezerState(p) => Some(fs.read(p).ok()?.trim() == V1_FREEZER.close),
+            StoppedFile::Events(p) => {
+                let text = fs.read(p).ok()?;
+                let line = text.lines().find(|l| l.starts_with("frozen "))?;
+                Some(line.split_whitespace().nth(1)? == "1")
+            }
+        }
+    }
+}
+
 /// A gate on a cgroup freezer file kept open.
 #[derive(Debug)]
 pub struct CgroupGate {
@@ -96,6 +128,7 @@ pub struct CgroupGate {
     file: Box<dyn ControlFile>,
     words: GateWords,
     usage: UsageFile,
+    stopped: StoppedFile,
 }
 
 impl CgroupGate {
@@ -110,7 +143,9 @@ impl CgroupGate {
             Some(d) => UsageFile::Cpuacct(d.join("cpuacct.usage")),
             None => UsageFile::None,
         };
-        CgroupGate::new(fs, freezer_dir.join("freezer.state"), V1_FREEZER, usage)
+        let state = freezer_dir.join("freezer.state");
+        let stopped = StoppedFile::FreezerState(state.clone());
+        CgroupGate::new(fs, state, V1_FREEZER, usage, stopped)
     }
 
     /// The gate of a cgroup v2 cell directory: `cgroup.freeze`, usage
@@ -121,6 +156,7 @@ impl CgroupGate {
             dir.join("cgroup.freeze"),
             V2_FREEZE,
             UsageFile::CpuStat(dir.join("cpu.stat")),
+            StoppedFile::Events(dir.join("cgroup.events")),
         )
     }
 
@@ -129,6 +165,7 @@ impl CgroupGate {
         control: PathBuf,
         words: GateWords,
         usage: UsageFile,
+        stopped: StoppedFile,
     ) -> io::Result<CgroupGate> {
         let file = fs.open(&control)?;
         Ok(CgroupGate {
@@ -136,6 +173,7 @@ impl CgroupGate {
             file,
             words,
             usage,
+            stopped,
         })
     }
 }
@@ -150,6 +188,9 @@ impl Gate for CgroupGate {
     fn usage_ns(&mut self) -> Option<u64> {
         self.usage.read(self.fs.as_ref())
     }
+    fn stopped(&mut self) -> Option<bool> {
+        self.stopped.read(self.fs.as_ref())
+    }
 }
 
 /// What a [`RecordingGate`] was asked to do.
@@ -161,12 +202,14 @@ pub enum GateCall {
     Close(u64),
 }
 
-/// The dry-run backend's gate: records calls, reports usage a test sets.
+/// The dry-run backend's gate: records calls, reports the usage and the
+/// stopped state a test sets.
 #[derive(Debug, Clone)]
 pub struct RecordingGate {
     pub(crate) cell: u64,
     pub(crate) log: Arc<Mutex<Vec<GateCall>>>,
     pub(crate) usage: Arc<Mutex<Option<u64>>>,
+    pub(crate) stopped: Arc<Mutex<Option<bool>>>,
 }
 
 impl Gate for RecordingGate {
@@ -186,5 +229,8 @@ impl Gate for RecordingGate {
     }
     fn usage_ns(&mut self) -> Option<u64> {
         *self.usage.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    fn stopped(&mut self) -> Option<bool> {
+        *self.stopped.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

@@ -73,6 +73,9 @@ fn fixture_gate_freezes_and_thaws_the_cell_and_remove_thaws_it() {
     assert_eq!(std::fs::read_to_string(&hold).unwrap(), "FROZEN");
     gate.close().unwrap();
     assert_eq!(std::fs::read_to_string(&state).unwrap(), "FROZEN");
+    assert_eq!(gate.stopped(), Some(true));
+    std::fs::write(&state, "FREEZING\n").unwrap();
+    assert_eq!(gate.stopped(), Some(false), "a task has not stopped yet");
     gate.open().unwrap();
     assert_eq!(std::fs::read_to_string(&state).unwrap(), "THAWED");
     std::fs::write(dir.path().join("cpu/allot/cell-3/cpuacct.usage"), "1234\n").unwrap();
@@ -272,10 +275,13 @@ fn live_gate_freezes_every_thread_and_thaws_them() {
 
     gate.close().unwrap();
     assert!(
-        eventually(Duration::from_secs(2), || {
-            std::fs::read_to_string(&state).is_ok_and(|s| s.trim() == "FROZEN")
-        }),
-        "the freezer reports FROZEN"
+        eventually(Duration::from_secs(2), || gate.stopped() == Some(true)),
+        "the gate reports the cell frozen"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&state).unwrap().trim(),
+        "FROZEN",
+        "as the freezer does"
     );
     let t0 = cpu_time(pid);
     let u0 = gate.usage_ns().expect("cpuacct is mounted here");
@@ -288,6 +294,7 @@ fn live_gate_freezes_every_thread_and_thaws_them() {
     );
 
     gate.open().unwrap();
+    assert_eq!(gate.stopped(), Some(false), "thawed");
     assert!(
         eventually(Duration::from_secs(2), || cpu_time(pid) > t0 + 50_000_000),
         "an open gate lets it run again"

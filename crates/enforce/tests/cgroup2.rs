@@ -219,6 +219,11 @@ fn fixture_gate_writes_cgroup_freeze_and_remove_thaws() {
     )
     .unwrap();
     assert_eq!(gate.usage_ns(), Some(250_000));
+    let events = root.join("cell-5/cgroup.events");
+    std::fs::write(&events, "populated 1\nfrozen 0\n").unwrap();
+    assert_eq!(gate.stopped(), Some(false), "still freezing");
+    std::fs::write(&events, "populated 1\nfrozen 1\n").unwrap();
+    assert_eq!(gate.stopped(), Some(true));
     gate.close().unwrap();
     b.adopt(5, &[]).unwrap();
     assert_eq!(fs.read(&freeze).unwrap(), "0", "adopting thaws");
@@ -261,11 +266,9 @@ fn live_v2_gate_stops_and_resumes_a_spinning_process() {
 
     gate.close().unwrap();
     assert!(
-        common::eventually(std::time::Duration::from_secs(2), || {
-            std::fs::read_to_string(dir.join("cgroup.events"))
-                .is_ok_and(|e| e.lines().any(|l| l == "frozen 1"))
-        }),
-        "the cgroup reports frozen"
+        common::eventually(std::time::Duration::from_secs(2), || gate.stopped()
+            == Some(true)),
+        "the gate reports the cgroup frozen"
     );
     let t0 = common::cpu_time(pid);
     std::thread::sleep(std::time::Duration::from_millis(300));
@@ -276,6 +279,7 @@ fn live_v2_gate_stops_and_resumes_a_spinning_process() {
     );
 
     gate.open().unwrap();
+    assert_eq!(gate.stopped(), Some(false), "thawed");
     assert!(
         common::eventually(std::time::Duration::from_secs(2), || common::cpu_time(pid)
             > t0 + 5),

@@ -221,6 +221,10 @@ pub struct DeliveryStatus {
     pub over: u64,
     /// Windows the broker could not open before their end.
     pub missed: u64,
+    /// Suspensions sent again because a thread still ran after the first
+    /// (a kernel race the broker works around; absent from older brokers).
+    #[serde(default)]
+    pub resent: u64,
     /// Scheduled window start → opened, median of recent windows, µs.
     pub open_latency_p50_us: f64,
     /// The same, 99th percentile, µs.

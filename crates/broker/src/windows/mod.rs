@@ -19,6 +19,11 @@
 //! closing acts at once (so suspensions land around the edge, early as
 //! often as late, and the window-length accounting absorbs the rest).
 //!
+//! A close is checked: [`schedule::CHECK_AFTER_NS`] later the driver asks
+//! the gate whether every thread stopped, and sends the close again (with
+//! doubling waits) while one runs on — the kernel now and then lets a
+//! thread that slept through the freeze run on.
+//!
 //! Invariants:
 //! - A windowed cell's gate is shut outside its windows and open inside,
 //!   up to the activation latency (measured, and shown in the status).
@@ -302,10 +307,11 @@ fn drive(shared: &Shared) {
 
 /// Performs `e`'s edge due at `at` (now or within the lead): an opening
 /// reads the cell's usage while the cell is still shut, then waits on the
-/// clock until `early` before the edge and opens; a closing acts at once.
+/// clock until `early` before the edge and opens; a closing acts at once;
+/// a check closes again when a thread still runs.
 /// Returns how long an opening's gate write took.
 fn perform(id: u64, e: &mut Entry, at: u64, early: u64) -> Option<u64> {
-    let opening = e.slot.closed();
+    let opening = e.slot.opens_next();
     let usage = if opening { e.gate.usage_ns() } else { None };
     if opening {
         let go = at.saturating_sub(early);
@@ -323,17 +329,24 @@ fn perform(id: u64, e: &mut Entry, at: u64, early: u64) -> Option<u64> {
             e.slot.opened(scheduled_ns, done);
             return Some(done - t0);
         }
-        Some(Edge::Close) => {
-            if let Err(err) = e.gate.close()
-                && !e.close_failed
-            {
-                e.close_failed = true;
-                warn!("cell {id}: cannot close its window (it runs on past its budget): {err}");
-            }
+        Some(Edge::Close) => close(id, e),
+        Some(Edge::Check) if e.gate.stopped() == Some(false) => {
+            close(id, e);
+            e.slot.resent(monotonic_ns());
         }
-        None => {}
+        Some(Edge::Check) | None => {}
     }
     None
+}
+
+/// Closes `e`'s gate; a failure is logged once per cell.
+fn close(id: u64, e: &mut Entry) {
+    if let Err(err) = e.gate.close()
+        && !e.close_failed
+    {
+        e.close_failed = true;
+        warn!("cell {id}: cannot close its window (it runs on past its budget): {err}");
+    }
 }
 
 #[cfg(test)]
@@ -371,6 +384,45 @@ mod tests {
             assert_ne!(pair[0], pair[1], "{calls:?}");
         }
         assert!(w.running());
+    }
+
+    #[test]
+    fn a_close_that_leaves_a_thread_running_is_sent_again() {
+        let dry = DryRun::new();
+        dry.set_gate_stopped(Some(false));
+        let mut w = Windows::new();
+        let window = Window {
+            origin_ns: monotonic_ns(),
+            period_us: 5_000,
+            budget_us: 1_000,
+        };
+        w.add(4, window, 1, dry.clone().gate(4).unwrap().unwrap());
+        std::thread::sleep(Duration::from_millis(60));
+        let resent = w.delivery(4).unwrap().resent;
+        w.remove(4);
+        let calls = dry.gate_calls();
+        // Every close is checked 0.5 ms later and sent again (then after
+        // 1 ms and 2 ms while it still does not land, before the next
+        // opening 4 ms after the close).
+        let twice = calls
+            .windows(2)
+            .filter(|p| p[0] == GateCall::Close(4) && p[1] == GateCall::Close(4))
+            .count();
+        assert!(resent >= 3 && twice >= 3, "{resent} {calls:?}");
+
+        // A gate that reports its cell stopped gets each close once.
+        let dry = DryRun::new();
+        dry.set_gate_stopped(Some(true));
+        let mut w = Windows::new();
+        w.add(5, window, 1, dry.clone().gate(5).unwrap().unwrap());
+        std::thread::sleep(Duration::from_millis(40));
+        assert_eq!(w.delivery(5).unwrap().resent, 0);
+        w.remove(5);
+        let calls = dry.gate_calls();
+        // (The removal's open may follow an open window's.)
+        for pair in calls[..calls.len() - 1].windows(2) {
+            assert_ne!(pair[0], pair[1], "{calls:?}");
+        }
     }
 
     #[test]

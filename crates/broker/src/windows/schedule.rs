@@ -14,7 +14,12 @@
 //!   only when the threads next return to user space — becomes the
 //!   `debt` that shortens the next window (never carried further);
 //! - a window whose closing time has passed before the driver woke is
-//!   *missed*: it stays closed and the period is not accounted.
+//!   *missed*: it stays closed and the period is not accounted;
+//! - [`CHECK_AFTER_NS`] after a close, the driver asks the gate whether
+//!   every thread stopped; a straggler (the kernel now and then lets a
+//!   thread asleep at the freeze run on, see `allot_enforce::gate`) gets
+//!   the close again, checked again after twice the wait, until the
+//!   window opens.
 //!
 //! A contract whose budget fills its period has no edges: the cell is
 //! always open.
@@ -24,6 +29,13 @@ use std::collections::VecDeque;
 
 /// Openings kept for the latency percentiles.
 pub const LATENCY_SAMPLES: usize = 256;
+
+/// How long after a close the driver first checks that every thread of
+/// the cell stopped, ns. A freeze takes tens of microseconds to land, and
+/// the driver may perform an edge up to its lead early
+/// (`super::MAX_LEAD`, 250 µs): twice that keeps checks after the
+/// freeze had its time.
+pub const CHECK_AFTER_NS: u64 = 500_000;
 
 /// A period is *under* (or *over*) budget when its delivery is below (or
 /// above) the budget by more than this fraction.
@@ -39,6 +51,8 @@ pub enum Edge {
     },
     /// Close the gate.
     Close,
+    /// Check that the last close stopped every thread.
+    Check,
 }
 
 /// What the cell was delivered so far.
@@ -56,6 +70,8 @@ pub struct Delivery {
     pub over: u64,
     /// Windows not opened at all: the driver woke after their end.
     pub missed: u64,
+    /// Closes sent again because a thread still ran after the first.
+    pub resent: u64,
     /// CPU time in the last accounted period, ns.
     pub last_used_ns: u64,
     /// Sum over accounted periods of |delivered − budget| / budget.
@@ -107,9 +123,24 @@ pub fn quantile(samples: &VecDeque<u64>, q: f64) -> Option<u64> {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
-    Open { closes_ns: u64 },
-    Closed { opens_ns: u64 },
+    Open {
+        closes_ns: u64,
+    },
+    Closed {
+        opens_ns: u64,
+        /// When to check that the last close stopped every thread.
+        check_ns: Option<u64>,
+    },
     Always,
+}
+
+impl State {
+    fn closed_until(opens_ns: u64) -> State {
+        State::Closed {
+            opens_ns,
+            check_ns: None,
+        }
+    }
 }
 
 /// One cell's windows.
@@ -118,6 +149,9 @@ pub struct Slot {
     window: Window,
     cpus: u32,
     state: State,
+    /// The wait before the next check (doubles while a close does not
+    /// land).
+    check_wait_ns: u64,
     debt_ns: u64,
     /// CPU time at the last opening, to account the period it started.
     opened_usage: Option<u64>,
@@ -132,18 +166,17 @@ impl Slot {
             State::Always
         } else {
             let start = window.start_at_or_before(now_ns);
-            State::Closed {
-                opens_ns: if start >= now_ns {
-                    start
-                } else {
-                    start + window.period_ns()
-                },
-            }
+            State::closed_until(if start >= now_ns {
+                start
+            } else {
+                start + window.period_ns()
+            })
         };
         Slot {
             window,
             cpus: cpus.max(1),
             state,
+            check_wait_ns: CHECK_AFTER_NS,
             debt_ns: 0,
             opened_usage: None,
             delivery: Delivery {
@@ -162,9 +195,18 @@ impl Slot {
     pub fn next_edge(&self) -> Option<u64> {
         match self.state {
             State::Open { closes_ns } => Some(closes_ns),
-            State::Closed { opens_ns } => Some(opens_ns),
+            State::Closed { opens_ns, check_ns } => {
+                Some(check_ns.map_or(opens_ns, |c| c.min(opens_ns)))
+            }
             State::Always => None,
         }
+    }
+
+    /// Whether the next edge opens the window (rather than closing it or
+    /// checking a close).
+    pub fn opens_next(&self) -> bool {
+        matches!(self.state, State::Closed { opens_ns, check_ns }
+            if check_ns.is_none_or(|c| c >= opens_ns))
     }
 
     /// What was delivered so far.
@@ -181,12 +223,23 @@ impl Slot {
             State::Always => None,
             State::Open { closes_ns } => {
                 debug_assert!(now_ns >= closes_ns);
+                let opens_ns = self.next_start_after(closes_ns);
+                self.check_wait_ns = CHECK_AFTER_NS;
                 self.state = State::Closed {
-                    opens_ns: self.next_start_after(closes_ns),
+                    opens_ns,
+                    check_ns: Some(closes_ns + CHECK_AFTER_NS).filter(|c| *c < opens_ns),
                 };
                 Some(Edge::Close)
             }
-            State::Closed { opens_ns } => {
+            State::Closed {
+                opens_ns,
+                check_ns: Some(check_ns),
+            } if check_ns < opens_ns && now_ns < opens_ns => {
+                debug_assert!(now_ns >= check_ns);
+                self.state = State::closed_until(opens_ns);
+                Some(Edge::Check)
+            }
+            State::Closed { opens_ns, .. } => {
                 debug_assert!(now_ns >= opens_ns);
                 // The period that started at the previous opening ends now.
                 if let (Some(before), Some(now)) = (self.opened_usage.take(), usage_ns) {
@@ -200,16 +253,12 @@ impl Slot {
                 let closes_ns = opens_ns + length;
                 if length == 0 {
                     // The whole window went to the last one's overrun.
-                    self.state = State::Closed {
-                        opens_ns: opens_ns + self.window.period_ns(),
-                    };
+                    self.state = State::closed_until(opens_ns + self.window.period_ns());
                     return None;
                 }
                 if now_ns >= closes_ns {
                     self.delivery.missed += 1;
-                    self.state = State::Closed {
-                        opens_ns: self.next_start_after(now_ns),
-                    };
+                    self.state = State::closed_until(self.next_start_after(now_ns));
                     return None;
                 }
                 self.opened_usage = usage_ns;
@@ -229,6 +278,20 @@ impl Slot {
             d.latencies.pop_front();
         }
         d.latencies.push_back(done_ns.saturating_sub(scheduled_ns));
+    }
+
+    /// Records that a check at `now_ns` found a thread still running and
+    /// the close was sent again: checks again after twice the last wait,
+    /// if that comes before the window opens.
+    pub fn resent(&mut self, now_ns: u64) {
+        self.delivery.resent += 1;
+        if let State::Closed { opens_ns, .. } = self.state {
+            self.check_wait_ns = self.check_wait_ns.saturating_mul(2);
+            self.state = State::Closed {
+                opens_ns,
+                check_ns: Some(now_ns + self.check_wait_ns).filter(|c| *c < opens_ns),
+            };
+        }
     }
 
     fn next_start_after(&self, t: u64) -> u64 {
@@ -260,9 +323,12 @@ mod tests {
     fn run(s: &mut Slot, windows: u32, use_per_window: u64) -> Vec<(u64, Edge)> {
         let mut usage = 0;
         let mut out = vec![];
-        for _ in 0..2 * windows {
+        for _ in 0..3 * windows {
             let t = s.next_edge().unwrap();
             let e = s.due(t, Some(usage));
+            if e == Some(Edge::Check) {
+                continue;
+            }
             if let Some(Edge::Open { scheduled_ns }) = e {
                 s.opened(scheduled_ns, t + 50 * US);
                 usage += use_per_window;
@@ -310,6 +376,46 @@ mod tests {
         assert_eq!((d.under, d.over, d.missed), (0, 0, 0));
         assert_eq!(d.last_used_ns, 3 * MS);
         assert_eq!(d.latency_quantile(0.5), Some(50 * US));
+    }
+
+    #[test]
+    fn a_close_is_checked_and_sent_again_with_doubling_waits_until_the_opening() {
+        let mut s = slot(1);
+        assert!(s.opens_next());
+        assert!(matches!(s.due(100 * MS, Some(0)), Some(Edge::Open { .. })));
+        assert_eq!(s.due(103 * MS, Some(3 * MS)), Some(Edge::Close));
+        assert!(!s.opens_next(), "a check comes first");
+        assert_eq!(s.next_edge(), Some(103 * MS + CHECK_AFTER_NS));
+        assert_eq!(s.due(103 * MS + CHECK_AFTER_NS, None), Some(Edge::Check));
+        // A thread ran on: the close goes again, checked after 1 ms, then
+        // 2 ms; the next (4 ms) would pass the opening.
+        let mut t = 103 * MS + CHECK_AFTER_NS;
+        let mut waits = vec![];
+        loop {
+            s.resent(t);
+            let next = s.next_edge().unwrap();
+            if next == 110 * MS {
+                break;
+            }
+            waits.push(next - t);
+            assert_eq!(s.due(next, None), Some(Edge::Check));
+            t = next;
+        }
+        assert_eq!(waits, vec![1_000 * US, 2_000 * US]);
+        assert_eq!(s.delivery().resent, 3);
+        assert!(s.opens_next());
+        // The next close starts from the first wait again.
+        assert!(matches!(
+            s.due(110 * MS, Some(3 * MS)),
+            Some(Edge::Open { .. })
+        ));
+        assert_eq!(s.due(113 * MS, Some(6 * MS)), Some(Edge::Close));
+        assert_eq!(s.next_edge(), Some(113 * MS + CHECK_AFTER_NS));
+        // A check still due when the window should open gives way to it.
+        assert!(matches!(
+            s.due(120 * MS, Some(6 * MS)),
+            Some(Edge::Open { .. })
+        ));
     }
 
     #[test]

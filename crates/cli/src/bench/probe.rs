@@ -50,6 +50,8 @@ pub struct ThreadSummary {
     pub ran_ns: u64,
     /// Of that, outside every window (0 without windows), ns.
     pub outside_ns: u64,
+    /// The longest single stretch outside a window, ns.
+    pub outside_max_ns: u64,
     /// Windows it ran in.
     pub windows: usize,
 }
@@ -155,6 +157,7 @@ pub fn summarize(
                     set.insert(index(x));
                 } else {
                     ts.outside_ns += y - x;
+                    ts.outside_max_ns = ts.outside_max_ns.max(y - x);
                 }
                 *per_period.entry(index(x)).or_default() += y - x;
                 x = y;
@@ -366,6 +369,7 @@ mod tests {
         let s = summarize(Some(w()), &[a, b], 0, 30 * MS, vec![]);
         // Thread a: 5–10 outside (5 ms), 10–12 in window 1.
         assert_eq!(s.threads[0].outside_ns, 5 * MS);
+        assert_eq!(s.threads[0].outside_max_ns, 5 * MS);
         assert_eq!(s.threads[0].windows, 1);
         // Thread b ran only in window 2: no window is common.
         assert_eq!(s.same_windows, 0.0);

@@ -157,7 +157,8 @@ fn contract_line(c: &CellStatus) -> Option<String> {
     if let Some(d) = &c.delivery {
         line.push_str(&format!(
             "\n    delivered: {} periods, last {:.2}ms of {:.2}ms, mean error {:.1} %, \
-             {} under / {} over budget, {} missed; window opens {:.0}/{:.0} µs late (p50/p99)",
+             {} under / {} over budget, {} missed, {} suspensions resent; window opens \
+             {:.0}/{:.0} µs late (p50/p99)",
             d.periods,
             d.last_used_us as f64 / 1000.0,
             d.budget_us as f64 / 1000.0,
@@ -165,6 +166,7 @@ fn contract_line(c: &CellStatus) -> Option<String> {
             d.under,
             d.over,
             d.missed,
+            d.resent,
             d.open_latency_p50_us,
             d.open_latency_p99_us
         ));
