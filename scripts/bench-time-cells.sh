@@ -14,35 +14,8 @@ set -euo pipefail
 cells=${1:-100}
 secs=${2:-10}
 cd "$(dirname "$0")/.."
-cargo build --release -q -p allot-cli
-A=$PWD/target/release/allot
-dir=$(mktemp -d)
-name=allot-bench-timecells-$$
-cleanup() {
-  # `allot run` puts its program in a process group of its own: kill what
-  # the cells hold (by pid, from the cgroups), then the wrappers, then stop
-  # the broker, which removes its cgroups once no cell is left.
-  local h p
-  for p in $(cat /sys/fs/cgroup/cpuset/"$name"/cell-*/cgroup.procs 2>/dev/null); do
-    kill -9 "$p" 2>/dev/null || true
-  done
-  [ -n "${runs:-}" ] && kill $runs 2>/dev/null || true
-  sleep 0.5
-  [ -n "${broker:-}" ] && kill "$broker" 2>/dev/null && wait "$broker" 2>/dev/null || true
-  for h in cpuset cpu cpuacct freezer; do
-    if [ -d "/sys/fs/cgroup/$h/$name" ]; then
-      echo "warning: /sys/fs/cgroup/$h/$name is left; removing it" >&2
-      find "/sys/fs/cgroup/$h/$name" -mindepth 1 -depth -type d -exec rmdir {} \; 2>/dev/null || true
-      rmdir "/sys/fs/cgroup/$h/$name" 2>/dev/null || true
-    fi
-  done
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-"$A" daemon --socket "$dir/s" --backend cgroup1 --cgroup-name "$name" 2>"$dir/log" &
-broker=$!
-export ALLOT_SOCKET=$dir/s
-for _ in $(seq 50); do "$A" status >/dev/null 2>&1 && break; sleep 0.1; done
+source scripts/lib/bench-broker.sh
+bench_broker timecells
 
 # CPU time of the broker's threads, ns (schedstat; threads persist).
 cpu_ns() { cat /proc/"$broker"/task/*/schedstat | awk '{s += $1} END {printf "%.0f", s}'; }
@@ -54,10 +27,10 @@ measure() { # label
   python3 -c "print('%-34s broker %6.2f %% of one core over %s s' % ('$1', 100.0*($t1-$t0)/1e9/$secs, $secs))"
 }
 start_cells() { # allot run options...
-  runs=""
+  bench_pids=""
   for i in $(seq "$cells"); do
     "$A" run --name "tc-$i" "$@" -- sh -c 'while :; do :; done' </dev/null >/dev/null 2>>"$dir/run.log" &
-    runs="$runs $!"
+    bench_pids="$bench_pids $!"
     # Each registration waits for the one before (admission is ordered).
     for _ in $(seq 100); do
       [ "$("$A" status --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["cells"]))')" -ge "$i" ] && break
@@ -69,12 +42,9 @@ start_cells() { # allot run options...
   [ "$n" -eq "$cells" ] || { echo "only $n of $cells cells admitted:"; cat "$dir/run.log"; exit 1; }
 }
 stop_cells() {
-  local p
-  for p in $(cat /sys/fs/cgroup/cpuset/"$name"/cell-*/cgroup.procs 2>/dev/null); do
-    kill -9 "$p" 2>/dev/null || true
-  done
-  wait $runs 2>/dev/null || true
-  runs=""
+  bench_kill_cells
+  wait $bench_pids 2>/dev/null || true
+  bench_pids=""
   for _ in $(seq 100); do
     [ "$("$A" status --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["cells"]))')" -eq 0 ] && return
     sleep 0.1

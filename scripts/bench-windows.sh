@@ -11,40 +11,12 @@ set -euo pipefail
 secs=${1:-3}
 reps=${2:-3}
 cd "$(dirname "$0")/.."
-cargo build --release -q -p allot-cli
-A=$PWD/target/release/allot
-dir=$(mktemp -d)
-name=allot-bench-windows-$$
-cleanup() {
-  # `allot run` starts its program in a process group of its own: kill
-  # what the cells hold (by pid, from the cgroups), then the wrappers,
-  # then stop the broker, which removes its cgroups once no cell is left.
-  local h p
-  for p in $(cat /sys/fs/cgroup/cpuset/"$name"/cell-*/cgroup.procs 2>/dev/null); do
-    kill -9 "$p" 2>/dev/null || true
-  done
-  [ -n "${hogs:-}" ] && kill -- $hogs 2>/dev/null || true
-  sleep 0.5
-  [ -n "${broker:-}" ] && kill "$broker" 2>/dev/null && wait "$broker" 2>/dev/null || true
-  for h in cpuset cpu cpuacct freezer; do
-    if [ -d "/sys/fs/cgroup/$h/$name" ]; then
-      echo "warning: /sys/fs/cgroup/$h/$name is left; removing it" >&2
-      find "/sys/fs/cgroup/$h/$name" -mindepth 1 -depth -type d -exec rmdir {} \; 2>/dev/null || true
-      rmdir "/sys/fs/cgroup/$h/$name" 2>/dev/null || true
-    fi
-  done
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-"$A" daemon --socket "$dir/s" --backend cgroup1 --cgroup-name "$name" 2>"$dir/log" &
-broker=$!
-export ALLOT_SOCKET=$dir/s
-for _ in $(seq 50); do "$A" status >/dev/null 2>&1 && break; sleep 0.1; done
+source scripts/lib/bench-broker.sh
+bench_broker windows
 spin='(while :; do :; done) & (while :; do :; done) & wait'
-hogs=""
 for h in a b; do
   setsid "$A" run --name "hog-$h" -- sh -c "$spin" </dev/null >/dev/null 2>&1 &
-  hogs="$hogs $!"
+  bench_pids="$bench_pids $!"
 done
 sleep 1
 probe="bench probe --seconds $secs"
