@@ -1,21 +1,26 @@
 /*
- * Does a thread asleep in clock_nanosleep always wake on time when its
- * cgroup is frozen and thawed around its wake-up time?
+ * Does a thread wake on time when its cgroup is frozen and thawed around
+ * its wake-up time, and does it matter how it waits?
  *
  * A child pinned to CPU 1 runs a periodic loop: spin until B into each
- * period, then sleep (clock_nanosleep, TIMER_ABSTIME) until the next
- * period start. The parent freezes the child's cgroup B + CLOSE_LATE
- * into every period and thaws it THAW_EARLY before the next period
- * start, as allot's window driver does. It reports how many periods the
- * child woke more than half a period late (slept through a window), and
- * the same count for a run without any freezing as the control.
+ * period, then wait until the next period start, in one of three ways:
+ *   sleep    clock_nanosleep(TIMER_ABSTIME) (a freezable sleep);
+ *   timerfd  read() on a timerfd armed for the start (not freezable: a
+ *            freeze interrupts it and the thread waits in the freezer);
+ *   spin     read the clock until the start (never sleeps).
+ * The parent freezes the child's cgroup B + CLOSE_LATE into every period
+ * and thaws it THAW_EARLY before the next period start, as allot's
+ * window driver does. It reports the child's lateness (woken - start)
+ * and how many periods it woke more than half a period late (slept
+ * through a window), and the same for a run without any freezing as the
+ * control.
  *
  * Needs root and a freezer: cgroup v1 (/sys/fs/cgroup/freezer) or v2
  * (cgroup.freeze in a unified hierarchy). It makes one cgroup, moves
  * only its own child there, and removes both on exit.
  *
  *   gcc -O2 -o /tmp/fsr scripts/freezer-sleep-race.c
- *   /tmp/fsr v1|v2 SECONDS [THAW_EARLY_US] [CLOSE_LATE_US]
+ *   /tmp/fsr v1|v2 SECONDS [sleep|timerfd|spin] [THAW_EARLY_US] [CLOSE_LATE_US]
  *
  * docs/time-mechanisms.md reports what it found.
  */
@@ -29,6 +34,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -51,6 +57,34 @@ static void sleep_until(long long ns)
 		;
 }
 
+enum wait { WAIT_SLEEP, WAIT_TIMERFD, WAIT_SPIN };
+
+static void wait_until(enum wait how, long long ns)
+{
+	static int tfd = -1;
+	if (how == WAIT_TIMERFD) {
+		struct itimerspec it = { { 0, 0 }, { ns / 1000000000LL, ns % 1000000000LL } };
+		unsigned long long n;
+		if (tfd < 0)
+			tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+		if (tfd >= 0 && timerfd_settime(tfd, TFD_TIMER_ABSTIME, &it, NULL) == 0) {
+			while (read(tfd, &n, sizeof n) < 0 && errno == EINTR)
+				;
+			return;
+		}
+	}
+	if (how != WAIT_SPIN)
+		sleep_until(ns);
+	while (now_ns() < ns)
+		;
+}
+
+static int cmp_ll(const void *a, const void *b)
+{
+	long long x = *(const long long *)a, y = *(const long long *)b;
+	return (x > y) - (x < y);
+}
+
 static void pin(int cpu)
 {
 	cpu_set_t s;
@@ -65,7 +99,7 @@ static int put(int fd, const char *word)
 }
 
 /* The child: the periodic loop; lateness per period into `late`. */
-static void periodic(long long start, long long end, long long *late)
+static void periodic(enum wait how, long long start, long long end, long long *late)
 {
 	long long s = start;
 	int k = 0;
@@ -75,7 +109,7 @@ static void periodic(long long start, long long end, long long *late)
 		while (now_ns() < s + BUDGET_NS)
 			;
 		s += PERIOD_NS;
-		sleep_until(s);
+		wait_until(how, s);
 		late[k++] = now_ns() - s;
 	}
 	late[MAX_PERIODS] = k;
@@ -83,7 +117,8 @@ static void periodic(long long start, long long end, long long *late)
 }
 
 /* One run; returns the number of periods slept through, -1 on error. */
-static int run(int v2, int freeze, int secs, long long thaw_early, long long close_late)
+static int run(int v2, int freeze, enum wait how, int secs, long long thaw_early,
+	       long long close_late)
 {
 	char dir[128], path[192], pid[32];
 	snprintf(dir, sizeof dir, "%s/freezer-sleep-race-%d",
@@ -106,7 +141,7 @@ static int run(int v2, int freeze, int secs, long long thaw_early, long long clo
 	long long end = start + secs * 1000000000LL;
 	pid_t child = fork();
 	if (child == 0)
-		periodic(start, end, late);
+		periodic(how, start, end, late);
 	snprintf(path, sizeof path, "%s/cgroup.procs", dir);
 	int procs = open(path, O_WRONLY);
 	snprintf(pid, sizeof pid, "%d", child);
@@ -144,34 +179,41 @@ static int run(int v2, int freeze, int secs, long long thaw_early, long long clo
 	rmdir(dir);
 
 	int n = (int)late[MAX_PERIODS], through = 0;
-	long long worst = 0;
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < n; i++)
 		if (late[i] > PERIOD_NS / 2)
 			through++;
-		if (late[i] > worst)
-			worst = late[i];
-	}
-	printf("%-12s %6d periods, %4d slept through a window, latest wake %.0f us\n",
+	qsort(late, n, sizeof *late, cmp_ll);
+	printf("%-12s %6d periods, %4d slept through a window; lateness p50 %.0f p99 %.0f "
+	       "max %.0f us\n",
 	       freeze ? (v2 ? "v2 freezer" : "v1 freezer") : "no freezing", n, through,
-	       worst / 1e3);
+	       n ? late[n / 2] / 1e3 : 0, n ? late[n * 99 / 100] / 1e3 : 0,
+	       n ? late[n - 1] / 1e3 : 0);
 	munmap(late, (MAX_PERIODS + 1) * sizeof(long long));
 	return through;
 }
 
 int main(int argc, char **argv)
 {
-	if (argc < 3 || (strcmp(argv[1], "v1") && strcmp(argv[1], "v2"))) {
-		fprintf(stderr, "usage: %s v1|v2 SECONDS [THAW_EARLY_US] [CLOSE_LATE_US]\n",
+	const char *mode = argc > 3 ? argv[3] : "sleep";
+	enum wait how = !strcmp(mode, "timerfd") ? WAIT_TIMERFD
+			: !strcmp(mode, "spin")  ? WAIT_SPIN
+						 : WAIT_SLEEP;
+	if (argc < 3 || (strcmp(argv[1], "v1") && strcmp(argv[1], "v2")) ||
+	    (how == WAIT_SLEEP && strcmp(mode, "sleep"))) {
+		fprintf(stderr,
+			"usage: %s v1|v2 SECONDS [sleep|timerfd|spin] [THAW_EARLY_US] "
+			"[CLOSE_LATE_US]\n",
 			argv[0]);
 		return 2;
 	}
 	int v2 = !strcmp(argv[1], "v2"), secs = atoi(argv[2]);
-	long long thaw_early = (argc > 3 ? atoll(argv[3]) : 15) * 1000;
-	long long close_late = (argc > 4 ? atoll(argv[4]) : 300) * 1000;
-	printf("period %lld us, budget %lld us, thaw %lld us early, freeze %lld us after the budget\n",
-	       PERIOD_NS / 1000, BUDGET_NS / 1000, thaw_early / 1000, close_late / 1000);
-	if (run(v2, 0, secs, thaw_early, close_late) < 0 ||
-	    run(v2, 1, secs, thaw_early, close_late) < 0)
+	long long thaw_early = (argc > 4 ? atoll(argv[4]) : 15) * 1000;
+	long long close_late = (argc > 5 ? atoll(argv[5]) : 300) * 1000;
+	printf("period %lld us, budget %lld us, waits with %s, thaw %lld us early, freeze %lld "
+	       "us after the budget\n",
+	       PERIOD_NS / 1000, BUDGET_NS / 1000, mode, thaw_early / 1000, close_late / 1000);
+	if (run(v2, 0, how, secs, thaw_early, close_late) < 0 ||
+	    run(v2, 1, how, secs, thaw_early, close_late) < 0)
 		return 1;
 	return 0;
 }
