@@ -366,6 +366,19 @@ impl Cell {
         self.with(|c| Window::at(&c.grant().window, monotonic_ns()))
     }
 
+    /// Blocks (without the GIL) until the cell's next window opens, inside
+    /// a window the one after it, and returns the windows then (`open`
+    /// true). Returns at once for a cell without windows. A periodic loop
+    /// does its work, then calls this: it returns at the opening itself,
+    /// and the cell's suspension between windows cannot make it miss one.
+    fn wait_window(&self, py: Python<'_>) -> PyResult<Window> {
+        let c = self.handle()?;
+        py.allow_threads(|| {
+            c.wait_window();
+            Ok(Window::at(&c.grant().window, monotonic_ns()))
+        })
+    }
+
     /// The number of threads the cell should run now.
     fn threads(&self) -> PyResult<u32> {
         self.with(|c| c.threads())

@@ -95,10 +95,20 @@ def test_a_time_triggered_cell_reads_its_windows(broker):
         seen.add(w.open)
         time.sleep(0.0007)
     assert seen == {True, False}
+    # wait_window returns once the next window has opened, never before.
+    for _ in range(3):
+        before = time.monotonic_ns()
+        w = c.wait_window()
+        after = time.monotonic_ns()
+        period_ns = round(w.period * 1e9)
+        opened = w.origin_ns + (after - w.origin_ns) // period_ns * period_ns
+        assert opened > before, (before, after, w.origin_ns)
     c.close()
     plain = allot.Cell("plain", socket=broker.socket)
     w = plain.window()
     assert w.open and w.edge_ns is None and w.period == 0.0
+    w = plain.wait_window()
+    assert w.open and w.edge_ns is None
     plain.close()
 
 

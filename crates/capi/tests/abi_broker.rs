@@ -411,6 +411,25 @@ fn a_time_triggered_cell_reads_its_windows_and_over_commit_is_refused() {
         seen.0,
         seen.1
     );
+    // Waiting for a window returns once the next one has opened, never
+    // before (a descheduled test thread may return later still).
+    for _ in 0..3 {
+        let mut w = WindowC::default();
+        let before = allot_proto::window::monotonic_ns();
+        // SAFETY: a valid out-pointer.
+        ok(unsafe { allot_cell_wait_window(cell, &mut w) });
+        let after = allot_proto::window::monotonic_ns();
+        let schedule = allot_proto::Window {
+            origin_ns: w.origin_ns,
+            period_us: w.period_us,
+            budget_us: w.budget_us,
+        };
+        let opened = schedule.start_at_or_before(after);
+        assert!(
+            opened > before,
+            "returned at {after} before the opening after {before}: {w:?}"
+        );
+    }
     ok(allot_cell_free(cell));
 
     // A best-effort cell has no windows.
@@ -418,6 +437,11 @@ fn a_time_triggered_cell_reads_its_windows_and_over_commit_is_refused() {
     let mut w = WindowC::default();
     // SAFETY: a valid out-pointer.
     ok(unsafe { allot_cell_window(c, &mut w) });
+    assert_eq!((w.period_us, w.open, w.edge_ns), (0, 1, u64::MAX));
+    // ... and nothing to wait for.
+    let mut w = WindowC::default();
+    // SAFETY: a valid out-pointer.
+    ok(unsafe { allot_cell_wait_window(c, &mut w) });
     assert_eq!((w.period_us, w.open, w.edge_ns), (0, 1, u64::MAX));
     ok(allot_cell_free(c));
 }

@@ -447,6 +447,24 @@ impl Cell {
         }
     }
 
+    /// Blocks until the cell's next window opens and returns its scheduled
+    /// start (`CLOCK_MONOTONIC` ns); inside a window it waits for the
+    /// following one. Returns `None` at once when the cell has no windows
+    /// (it is not time-triggered, or runs without a broker).
+    ///
+    /// The periodic loop of a time-triggered cell: do the period's work,
+    /// then `wait_window()`. The wait survives the cell being suspended
+    /// between windows (see [`allot_proto::window::sleep_until`]) and
+    /// returns at the opening, not a timer's wake-up later. The schedule is
+    /// read when the wait starts: if the cell's windows change meanwhile,
+    /// the wait still ends at the opening it computed (at most a period).
+    pub fn wait_window(&self) -> Option<u64> {
+        let w = self.grant().window;
+        let at = w.next_opening(allot_proto::window::monotonic_ns())?;
+        allot_proto::window::sleep_until(at);
+        Some(at)
+    }
+
     /// Makes every [`Cell::wait_change`] in progress on this cell (in this
     /// process) return now with the current grant, e.g. so a thread that
     /// follows the grant notices it should stop. Other processes mapping
@@ -718,4 +736,32 @@ pub unsafe fn page_from_raw_fd(fd: i32) -> Result<PageMap, ClientError> {
 /// Whether a broker answers on `socket`.
 pub fn broker_alive(socket: &Path) -> bool {
     Client::connect(socket).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use allot_proto::window::monotonic_ns;
+
+    #[test]
+    fn wait_window_returns_at_the_next_opening_of_the_published_schedule() {
+        let (cell, mut writer) = Cell::manual(CpuSet::first_n(1)).unwrap();
+        assert_eq!(cell.wait_window(), None, "no windows: no wait");
+        // 1 ms windows every 20 ms, the first 5 ms from now.
+        let origin = monotonic_ns() + 5_000_000;
+        let window = allot_proto::Window {
+            origin_ns: origin,
+            period_us: 20_000,
+            budget_us: 1_000,
+        };
+        writer.publish_window(window);
+        assert_eq!(cell.wait_window(), Some(origin));
+        assert!(monotonic_ns() >= origin);
+        // Called inside a window, it waits for the following one.
+        let next = origin + 20_000_000;
+        assert_eq!(cell.wait_window(), Some(next));
+        assert!(monotonic_ns() >= next);
+        writer.publish_window(allot_proto::Window::default());
+        assert_eq!(cell.wait_window(), None, "lifted: no wait");
+    }
 }

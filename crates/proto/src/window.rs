@@ -15,6 +15,25 @@
 //! time) is shortened by the overrun. Readers use the schedule as the
 //! cooperative boundary: stop taking work at its close, resume at its next
 //! opening.
+//!
+//! # Waiting for a window
+//!
+//! [`sleep_until`] is how a thread of a time-triggered cell waits for its
+//! next opening. Between windows the broker suspends the cell (the
+//! freezer). A thread asleep in `clock_nanosleep` is in a *freezable*
+//! sleep: the kernel freezes it in place, and when its timer expires
+//! during the suspension what happens at the thaw depends on the kernel
+//! version's freezer; when the thaw comes first, the thread still waits
+//! for its timer and runs a timer wake-up after the opening. `sleep_until`
+//! sleeps instead in `read` on a `timerfd` armed for an absolute time
+//! [`WAIT_MARGIN_NS`] before the opening. That sleep is not freezable: a
+//! suspension interrupts it, the thread waits in the freezer itself, and
+//! the thaw resumes it; the read restarts and, the timer having expired
+//! meanwhile, returns at once. So a suspended waiter runs as soon as its
+//! window opens, and the short spin after the timer (at most the margin)
+//! makes it return exactly at the opening when the cell is not suspended.
+//! (docs/time-mechanisms.md, "Late threads around a freeze", measures
+//! both ways of waiting.)
 
 use std::time::Duration;
 
@@ -72,6 +91,18 @@ impl Window {
         self.origin_ns + (now_ns - self.origin_ns) / p * p
     }
 
+    /// The start of the first window that opens after `now_ns` (inside a
+    /// window: the next one), or `None` without a schedule.
+    pub fn next_opening(&self, now_ns: u64) -> Option<u64> {
+        if !self.is_set() {
+            return None;
+        }
+        Some(match self.phase(now_ns) {
+            Phase::Closed { opens_ns } => opens_ns,
+            Phase::Open { .. } => self.start_at_or_before(now_ns) + self.period_ns(),
+        })
+    }
+
     /// Where `now_ns` falls. A window without a schedule is always open
     /// (`closes_ns` = `u64::MAX`).
     pub fn phase(&self, now_ns: u64) -> Phase {
@@ -96,6 +127,71 @@ impl Window {
                 opens_ns: start + self.period_ns(),
             }
         }
+    }
+}
+
+/// How long before the time it waits for [`sleep_until`]'s timer fires;
+/// it spins the rest. About the timer wake-up latency of a small VM.
+pub const WAIT_MARGIN_NS: u64 = 50_000;
+
+thread_local! {
+    /// This thread's timer for [`sleep_until`], made on first use.
+    static TIMER: std::cell::OnceCell<Option<rustix::fd::OwnedFd>> =
+        const { std::cell::OnceCell::new() };
+}
+
+/// Returns at `at_ns` on `CLOCK_MONOTONIC` (at once if it has passed),
+/// sleeping in a way that a suspension of the thread's cell cannot
+/// prolong (see the module docs, "Waiting for a window"): a `timerfd`
+/// read until [`WAIT_MARGIN_NS`] before, then a spin. Each thread that
+/// waits keeps one timer descriptor for its life. Falls back to
+/// `clock_nanosleep` when the thread cannot have a timer (out of file
+/// descriptors).
+pub fn sleep_until(at_ns: u64) {
+    use rustix::time::{
+        Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec, timerfd_create,
+        timerfd_settime,
+    };
+    let wake = at_ns.saturating_sub(WAIT_MARGIN_NS);
+    if monotonic_ns() < wake {
+        let ts = |ns: u64| Timespec {
+            tv_sec: (ns / 1_000_000_000) as i64,
+            tv_nsec: (ns % 1_000_000_000) as _,
+        };
+        let slept = TIMER.with(|t| {
+            let Some(fd) = t
+                .get_or_init(|| {
+                    timerfd_create(TimerfdClockId::Monotonic, TimerfdFlags::CLOEXEC).ok()
+                })
+                .as_ref()
+            else {
+                return false;
+            };
+            let spec = Itimerspec {
+                it_interval: ts(0),
+                it_value: ts(wake),
+            };
+            if timerfd_settime(fd, TimerfdTimerFlags::ABSTIME, &spec).is_err() {
+                return false;
+            }
+            let mut expirations = [0u8; 8];
+            loop {
+                match rustix::io::read(fd, &mut expirations) {
+                    Ok(_) => return true,
+                    Err(rustix::io::Errno::INTR) => continue,
+                    Err(_) => return false,
+                }
+            }
+        });
+        if !slept {
+            let _ = rustix::thread::clock_nanosleep_absolute(
+                rustix::thread::ClockId::Monotonic,
+                &ts(wake),
+            );
+        }
+    }
+    while monotonic_ns() < at_ns {
+        std::hint::spin_loop();
     }
 }
 
@@ -198,6 +294,30 @@ mod tests {
         for t in (0..10 * MS).step_by(77_777) {
             assert!(matches!(w.phase(t), Phase::Open { .. }), "at {t}");
         }
+    }
+
+    #[test]
+    fn the_next_opening_is_the_following_window_start() {
+        let w = w();
+        assert_eq!(w.next_opening(0), Some(100 * MS), "before the origin");
+        assert_eq!(w.next_opening(100 * MS), Some(110 * MS), "at an opening");
+        assert_eq!(w.next_opening(102 * MS), Some(110 * MS), "inside");
+        assert_eq!(w.next_opening(105 * MS), Some(110 * MS), "between");
+        assert_eq!(w.next_opening(110 * MS - 1), Some(110 * MS));
+        assert_eq!(Window::default().next_opening(5), None);
+    }
+
+    #[test]
+    fn sleep_until_returns_at_the_time_and_not_before() {
+        for ahead in [0, 30_000, 2 * MS, 7 * MS] {
+            let at = monotonic_ns() + ahead;
+            sleep_until(at);
+            assert!(monotonic_ns() >= at, "{ahead} ns ahead");
+        }
+        // A time in the past returns at once.
+        let t = std::time::Instant::now();
+        sleep_until(monotonic_ns() - MS);
+        assert!(t.elapsed() < Duration::from_secs(1));
     }
 
     #[test]

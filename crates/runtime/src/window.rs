@@ -7,7 +7,8 @@
 //! for the rest of the period. The pool avoids that where it can: a
 //! worker checks the window before it looks for its next task, and
 //! between windows it sleeps until the next one opens instead of taking
-//! one. Tasks are never dropped or moved: they wait in their queues and
+//! one (with [`allot_proto::window::sleep_until`], which a suspension
+//! cannot make miss the opening). Tasks are never dropped or moved: they wait in their queues and
 //! run in the next window. Tasks already running finish (or are suspended
 //! by the freezer) as before; the check is cooperative.
 //!
@@ -15,7 +16,7 @@
 //! monitor stores it here on every grant. A pool outside a
 //! time-triggered cell has no window and the check is one relaxed load.
 
-use allot_proto::window::{monotonic_ns, until};
+use allot_proto::window::{monotonic_ns, sleep_until};
 use allot_proto::{Phase, Window};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -63,7 +64,7 @@ impl Windows {
             Phase::Open { .. } => false,
             Phase::Closed { opens_ns } => {
                 self.waits.fetch_add(1, Ordering::Relaxed);
-                std::thread::sleep(until(now, opens_ns));
+                sleep_until(opens_ns);
                 true
             }
         }

@@ -74,13 +74,32 @@ int allot_cell_register_timed(const char *socket, const char *name,
 /* The cell's windows as its grant page says now, and whether this moment
  * is inside one. A cell without windows (not time-triggered, standalone,
  * or a broker that cannot suspend cells) gets period_us 0 and open 1.
- * A program that wants to do its periodic work inside its windows sleeps
- * until edge_ns while `open` is 0.
+ * A program that wants to do its periodic work inside its windows waits
+ * for them with allot_cell_wait_window.
  *
  * Contexts: any thread. Does not block (reads the page and the clock).
  * Errors: ALLOT_ERR_INVALID (out NULL); ALLOT_ERR_HANDLE; ALLOT_ERR_SHUTDOWN.
  * Undefined behaviour: none beyond the conventions. */
 int allot_cell_window(allot_cell_t cell, allot_window_t *out);
+
+/* Blocks until the cell's next window opens (inside a window: the one
+ * after it), then fills `*out` as allot_cell_window does at that moment
+ * (open 1, edge_ns the window's close). Returns at once, with period_us
+ * 0 and open 1, for a cell without windows. The periodic loop of a
+ * time-triggered cell:
+ *
+ *     for (;;) { do_period_work(); allot_cell_wait_window(cell, &w); }
+ *
+ * The wait returns at the opening itself, not a timer's wake-up later,
+ * and the cell's suspension between windows cannot make it miss one
+ * (it sleeps on a timerfd, which the freezer interrupts, rather than in
+ * clock_nanosleep; it spins the last 50 us). The schedule is read when
+ * the wait starts; a change meanwhile takes effect at the next call.
+ *
+ * Contexts: any thread; blocks for up to one period. Not async-signal-safe.
+ * Errors: ALLOT_ERR_INVALID (out NULL); ALLOT_ERR_HANDLE; ALLOT_ERR_SHUTDOWN.
+ * Undefined behaviour: none beyond the conventions. */
+int allot_cell_wait_window(allot_cell_t cell, allot_window_t *out);
 
 #ifdef __cplusplus
 } /* extern "C" */

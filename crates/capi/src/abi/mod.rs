@@ -7,7 +7,8 @@
 //!   the guard around every function body (no panic crosses into C);
 //! - [`handle`]: the generation-checked handle tables;
 //! - [`cell`]: `allot_cell_*` over [`allot_client::Cell`]; [`time`]: time
-//!   contracts (`allot_cell_register_timed`) and windows (`allot_cell_window`);
+//!   contracts (`allot_cell_register_timed`) and windows (`allot_cell_window`,
+//!   `allot_cell_wait_window`);
 //! - [`require`]: `allot_require_enter` / `_leave` (Poli-C's require
 //!   blocks), virtual kinds and named policies; [`view`]: policies written
 //!   in C; [`hooks`]: the `allot_rq_*` thread hooks the preload shim calls;

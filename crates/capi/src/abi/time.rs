@@ -1,5 +1,5 @@
-//! `allot_cell_register_timed` and `allot_cell_window`: time contracts
-//! from C (`include/allot/time.h`).
+//! `allot_cell_register_timed`, `allot_cell_window` and
+//! `allot_cell_wait_window`: time contracts from C (`include/allot/time.h`).
 //!
 //! `allot_time_t` is a flat struct with one field per parameter of every
 //! kind; a field the kind does not use must be 0, so each contract has one
@@ -199,6 +199,24 @@ pub unsafe extern "C" fn allot_cell_window(cell: CellHandle, out: *mut WindowC) 
     entry("allot_cell_window", || {
         need_out(out, "out")?;
         let w = CELLS.with(cell.id, |c| c.grant().window)?;
+        // SAFETY: checked non-null above.
+        unsafe { write_out(out, window_at(&w, monotonic_ns())) };
+        Ok(())
+    })
+}
+
+/// `int allot_cell_wait_window(allot_cell_t cell, allot_window_t *out)`.
+///
+/// # Safety
+/// `out` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn allot_cell_wait_window(cell: CellHandle, out: *mut WindowC) -> c_int {
+    entry("allot_cell_wait_window", || {
+        need_out(out, "out")?;
+        // The handle is held, not the table: other calls go on meanwhile.
+        let c = CELLS.get(cell.id)?;
+        c.wait_window();
+        let w = c.grant().window;
         // SAFETY: checked non-null above.
         unsafe { write_out(out, window_at(&w, monotonic_ns())) };
         Ok(())

@@ -7,7 +7,9 @@
 //! break). A thread either spins, or (`--work-us`/`--sleep-us`) works and
 //! sleeps in turn, or (`--periodic P,B`) wakes at absolute times `k·P`
 //! (aligned to its cell's windows when it has a grant page with windows)
-//! and spins `B`. At the end it prints one JSON object ([`Summary`]) on
+//! and spins `B`, sleeping in `clock_nanosleep` as most programs do or,
+//! with `--wait-window`, in allot's window wait
+//! ([`allot_proto::window::sleep_until`], what `Cell::wait_window` uses). At the end it prints one JSON object ([`Summary`]) on
 //! standard output, analysed here against the window schedule its grant
 //! page shows (`ALLOT_GRANT_FD`), so tests and benchmarks parse figures,
 //! not raw timestamps.
@@ -41,6 +43,11 @@ pub struct ProbeArgs {
     /// ("10000,3000" in µs); reports its wake-up lateness.
     #[arg(long, value_name = "PERIOD_US,BUDGET_US", conflicts_with = "work_us")]
     periodic: Option<String>,
+    /// Periodic mode: wait for each period with allot's window wait (a
+    /// timer that a suspension cannot prolong, then a short spin) instead
+    /// of clock_nanosleep.
+    #[arg(long, requires = "periodic")]
+    wait_window: bool,
 }
 
 /// What one thread did.
@@ -107,6 +114,9 @@ pub struct Summary {
     /// Per whole period: |CPU time in it − budget| / budget, % (all
     /// threads).
     pub delivery_error: Quantiles,
+    /// Per whole period: CPU time in it (all threads), µs; against the
+    /// budget it tells the sign of the delivery error.
+    pub delivered: Quantiles,
     /// Periodic mode: wake-up time − intended time, µs.
     pub lateness: Quantiles,
 }
@@ -200,14 +210,13 @@ pub fn summarize(
     // Whole periods only: the first and last may be cut by the run.
     let (first, last) = (index(from) + 1, index(to));
     let budget = w.budget_ns() as f64;
+    let got = |k: u64| per_period.get(&k).copied().unwrap_or(0);
     s.delivery_error = Quantiles::of(
         (first..last)
-            .map(|k| {
-                let got = per_period.get(&k).copied().unwrap_or(0) as f64;
-                (got - budget).abs() / budget * 100.0
-            })
+            .map(|k| (got(k) as f64 - budget).abs() / budget * 100.0)
             .collect(),
     );
+    s.delivered = Quantiles::of_ns((first..last).map(got).collect());
     s
 }
 
@@ -225,6 +234,7 @@ fn thread_loop(
     gap: u64,
     duty: Option<(u64, u64)>,
     periodic: Option<(u64, u64, u64)>,
+    wait_window: bool,
 ) -> (Vec<(u64, u64)>, Vec<u64>) {
     let mut out = Vec::with_capacity(4096);
     let mut late = Vec::new();
@@ -260,12 +270,18 @@ fn thread_loop(
         {
             // The budget is spent: sleep until the next period start.
             out.push((start, now));
-            let t = rustix::time::Timespec {
-                tv_sec: (wake / 1_000_000_000) as i64,
-                tv_nsec: (wake % 1_000_000_000) as _,
-            };
-            let _ =
-                rustix::thread::clock_nanosleep_absolute(rustix::thread::ClockId::Monotonic, &t);
+            if wait_window {
+                allot_proto::window::sleep_until(wake);
+            } else {
+                let t = rustix::time::Timespec {
+                    tv_sec: (wake / 1_000_000_000) as i64,
+                    tv_nsec: (wake % 1_000_000_000) as _,
+                };
+                let _ = rustix::thread::clock_nanosleep_absolute(
+                    rustix::thread::ClockId::Monotonic,
+                    &t,
+                );
+            }
             start = monotonic_ns();
             last = start;
             late.push(start.saturating_sub(wake));
@@ -307,8 +323,9 @@ pub fn run(a: ProbeArgs) -> Result<(), String> {
     let from = monotonic_ns();
     let end = from + (a.seconds * 1e9) as u64;
     let gap = a.gap_us * 1000;
+    let wait_window = a.wait_window;
     let handles: Vec<_> = (0..a.threads)
-        .map(|_| std::thread::spawn(move || thread_loop(end, gap, duty, periodic)))
+        .map(|_| std::thread::spawn(move || thread_loop(end, gap, duty, periodic, wait_window)))
         .collect();
     let mut stretches = Vec::new();
     let mut late = Vec::new();
@@ -360,6 +377,7 @@ mod tests {
             "whole periods 1..=9 (period 0 may be cut)"
         );
         assert!((s.delivery_error.p50 - 93.33).abs() < 0.01, "{s:?}");
+        assert_eq!(s.delivered.p50, 5800.0, "2 × 2.9 ms, in µs");
     }
 
     #[test]
