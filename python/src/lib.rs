@@ -14,7 +14,7 @@
 //! block waiting for its resources are not interruptible.
 
 use allot_client::require::{self, Request, Runtime, Scope, policy};
-use allot_client::{CellSpec, Mode, Options, TimeContract};
+use allot_client::{CellSpec, Goal, Mode, Options, TimeContract};
 use allot_proto::window::{Phase, monotonic_ns};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -201,6 +201,12 @@ fn contract(
     }
 }
 
+/// The goal `text` names, or a `ValueError` that says how to write one.
+fn parse_goal(text: &str) -> PyResult<Goal> {
+    text.parse::<Goal>()
+        .map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
 /// A cell: this process's share of the machine.
 #[pyclass(module = "allot")]
 struct Cell {
@@ -260,8 +266,12 @@ impl Cell {
     /// time-triggered cell (the budget every period, all threads in the
     /// same window), or `fraction` (and `slice`) for a time-fraction cell,
     /// on `cpus` CPUs (default 1).
+    ///
+    /// A goal (`goal="rate=200/s"` or `goal="p99=5ms"`, the text form of
+    /// `allot run --goal`): what the cell wants to achieve, counted with
+    /// `heartbeat` and `report_latency`.
     #[new]
-    #[pyo3(signature = (name = "python", *, min = 0, max = 0, weight = 1, exclusive = false, wait = false, socket = None, fallback = true, cpus = None, period = None, budget = None, fraction = None, slice = None))]
+    #[pyo3(signature = (name = "python", *, min = 0, max = 0, weight = 1, exclusive = false, wait = false, socket = None, fallback = true, cpus = None, period = None, budget = None, fraction = None, slice = None, goal = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -278,14 +288,20 @@ impl Cell {
         budget: Option<f64>,
         fraction: Option<f64>,
         slice: Option<f64>,
+        goal: Option<&str>,
     ) -> PyResult<Cell> {
         let time = contract(period, budget, fraction, slice)?;
+        let goal = match goal {
+            Some(text) => parse_goal(text)?,
+            None => Goal::None,
+        };
         let mut spec = CellSpec {
             min,
             max,
             weight,
             exclusive,
             time,
+            goal,
             ..CellSpec::default()
         };
         match (time.is_time(), cpus) {
@@ -377,6 +393,31 @@ impl Cell {
             c.wait_window();
             Ok(Window::at(&c.grant().window, monotonic_ns()))
         })
+    }
+
+    /// Counts `n` units of work done (the unit of a rate goal): one atomic
+    /// add to the cell's report page, no system call.
+    #[pyo3(signature = (n = 1))]
+    fn heartbeat(&self, n: u64) -> PyResult<()> {
+        self.with(|c| c.heartbeat(n))
+    }
+
+    /// Records one request's latency, in seconds (for a p99 goal): three
+    /// atomic adds to the cell's report page, no system call.
+    fn report_latency(&self, seconds: f64) -> PyResult<()> {
+        let d = Duration::try_from_secs_f64(seconds).map_err(|_| {
+            PyValueError::new_err("latency must be a finite number of seconds >= 0")
+        })?;
+        self.with(|c| c.report_latency(d))
+    }
+
+    /// Sets the cell's goal (`"rate=200/s"`, `"p99=5ms"` or `"none"`) and
+    /// waits for the broker to accept it.
+    fn set_goal(&self, py: Python<'_>, goal: &str) -> PyResult<()> {
+        let goal = parse_goal(goal)?;
+        let c = self.handle()?;
+        py.allow_threads(|| c.set_goal(goal))
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))
     }
 
     /// The number of threads the cell should run now.

@@ -198,3 +198,41 @@ def test_blas_pools_follow_the_grant(broker, neighbour):
     assert wait_for(lambda: set(blas_threads()) == {len(cpus)}), blas_threads()
     f.stop()
     cell.close()
+
+
+def status_json(broker) -> dict:
+    from conftest import allot_bin
+    import json
+    import subprocess
+    out = subprocess.run([allot_bin(), "status", "--json", "--socket", broker.socket],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def test_a_goal_and_the_reports_that_measure_it_reach_the_broker(broker):
+    c = allot.Cell("srv", socket=broker.socket, fallback=False, goal="p99=5ms")
+    with pytest.raises(ValueError, match="rate=N/s"):
+        c.set_goal("fast")
+    with pytest.raises(ValueError):
+        allot.Cell("bad", socket=broker.socket, goal="p99=0ms")
+    cell = None
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        c.heartbeat(10)
+        for _ in range(50):
+            c.report_latency(0.001)
+        time.sleep(0.05)
+        cells = [x for x in status_json(broker)["cells"] if x["name"] == "srv"]
+        perf = cells[0].get("perf") if cells else None
+        if perf and perf.get("rate_per_s") and perf.get("p99_us"):
+            cell = cells[0]
+            break
+    assert cell is not None, "the broker read the report page"
+    assert cell["spec"]["goal"] == {"kind": "p99", "us": 5000}
+    assert 1000 <= cell["perf"]["p99_us"] <= 1280
+    assert cell["perf"]["goal_met"] is True
+    c.set_goal("rate=1000000/s")
+    time.sleep(0.2)
+    cell = [x for x in status_json(broker)["cells"] if x["name"] == "srv"][0]
+    assert cell["spec"]["goal"] == {"kind": "rate", "milli_per_s": 1000000000}
+    c.close()

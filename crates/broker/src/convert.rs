@@ -4,10 +4,10 @@
 //! ([`SpecStatus`]) each have their own types, so a change to one
 //! audience's format never silently changes another's.
 
-use crate::journal::{GrantRec, PlacementRec, SpecRec, TimeRec};
-use allot_plan::{CellSpec, Grant, Placement, TimeContract};
-use allot_proto::status::{self, SpecStatus, TimeStatus};
-use allot_proto::{PlacementWire, SpecWire, TimeWire};
+use crate::journal::{GoalRec, GrantRec, PlacementRec, SpecRec, TimeRec};
+use allot_plan::{CellSpec, Goal, Grant, Placement, TimeContract};
+use allot_proto::status::{self, GoalStatus, SpecStatus, TimeStatus};
+use allot_proto::{GoalWire, PlacementWire, SpecWire, TimeWire};
 
 /// A spec as it arrived on the wire. Validation is the caller's.
 pub fn from_wire(w: &SpecWire) -> CellSpec {
@@ -32,6 +32,11 @@ pub fn from_wire(w: &SpecWire) -> CellSpec {
                 budget_us,
             },
             TimeWire::Message { idle_ms } => TimeContract::Message { idle_ms },
+        },
+        goal: match w.goal {
+            GoalWire::None => Goal::None,
+            GoalWire::Rate { milli_per_s } => Goal::Rate { milli_per_s },
+            GoalWire::P99 { us } => Goal::P99 { us },
         },
     }
 }
@@ -60,6 +65,11 @@ pub fn to_record(s: &CellSpec) -> SpecRec {
             },
             TimeContract::Message { idle_ms } => TimeRec::Message { idle_ms },
         },
+        goal: match s.goal {
+            Goal::None => GoalRec::None,
+            Goal::Rate { milli_per_s } => GoalRec::Rate { milli_per_s },
+            Goal::P99 { us } => GoalRec::P99 { us },
+        },
     }
 }
 
@@ -86,6 +96,11 @@ pub fn from_record(r: &SpecRec) -> CellSpec {
                 budget_us,
             },
             TimeRec::Message { idle_ms } => TimeContract::Message { idle_ms },
+        },
+        goal: match r.goal {
+            GoalRec::None => Goal::None,
+            GoalRec::Rate { milli_per_s } => Goal::Rate { milli_per_s },
+            GoalRec::P99 { us } => Goal::P99 { us },
         },
     }
 }
@@ -117,6 +132,11 @@ pub fn to_status(s: &CellSpec) -> SpecStatus {
                 budget_us,
             },
             TimeContract::Message { idle_ms } => TimeStatus::MessageTriggered { idle_ms },
+        },
+        goal: match s.goal {
+            Goal::None => GoalStatus::None,
+            Goal::Rate { milli_per_s } => GoalStatus::Rate { milli_per_s },
+            Goal::P99 { us } => GoalStatus::P99 { us },
         },
     }
 }
@@ -167,6 +187,7 @@ mod tests {
                 exclusive: true,
                 placement,
                 time: TimeContract::Space,
+                goal: Goal::None,
             };
             assert_eq!(from_record(&to_record(&s)), s);
             let w = SpecWire {
@@ -176,6 +197,7 @@ mod tests {
                 exclusive: true,
                 placement: wire,
                 time: TimeWire::Space,
+                goal: GoalWire::None,
             };
             assert_eq!(from_wire(&w), s);
             let shown = serde_json::to_value(to_status(&s).placement).unwrap();
@@ -201,6 +223,40 @@ mod tests {
         let r = grant_to_record(&g, 7, Some(3));
         assert_eq!((r.generation, r.demand), (7, Some(3)));
         assert_eq!(grant_from_record(&r), g);
+    }
+
+    #[test]
+    fn every_goal_round_trips_through_every_audience() {
+        let triples = [
+            (Goal::None, GoalWire::None, r#"{"kind":"none"}"#),
+            (
+                Goal::Rate {
+                    milli_per_s: 12_500,
+                },
+                GoalWire::Rate {
+                    milli_per_s: 12_500,
+                },
+                r#"{"kind":"rate","milli_per_s":12500}"#,
+            ),
+            (
+                Goal::P99 { us: 5_000 },
+                GoalWire::P99 { us: 5_000 },
+                r#"{"kind":"p99","us":5000}"#,
+            ),
+        ];
+        for (goal, wire, shown) in triples {
+            let s = CellSpec {
+                goal,
+                ..CellSpec::default()
+            };
+            assert_eq!(from_record(&to_record(&s)), s);
+            let w = SpecWire {
+                goal: wire,
+                ..SpecWire::default()
+            };
+            assert_eq!(from_wire(&w), s);
+            assert_eq!(serde_json::to_string(&to_status(&s).goal).unwrap(), shown);
+        }
     }
 
     #[test]

@@ -7,8 +7,8 @@ use crate::metrics::{CellGauges, Snapshot};
 use allot_enforce::os::{Os, process_tree};
 use allot_enforce::runtimes::{self, Runtime};
 use allot_proto::status::{
-    BrokerStatus, CellStatus, Follows, MachineStatus, QueuedStatus, RuntimeStatus, STATUS_VERSION,
-    Status,
+    BrokerStatus, CellStatus, Follows, LoadStatus, MachineStatus, PerfStatus, QueuedStatus,
+    RuntimeStatus, STATUS_VERSION, Status,
 };
 use allot_proto::wire::MAX_STR;
 use allot_topo::CpuSet;
@@ -76,6 +76,7 @@ impl Core {
                         runtimes_of(self.os().as_ref(), &pids)
                     },
                     delivery: self.windows.delivery(id).map(|d| delivery_status(&d)),
+                    perf: perf_status(&c.spec.goal, &c.perf),
                 }
             })
             .collect();
@@ -130,8 +131,45 @@ impl Core {
             },
             cells,
             queue,
+            load: self.load.over(crate::perf::RATE_SPAN).map(|w| LoadStatus {
+                window_s: round(w.secs, 2),
+                busy: round(w.busy, 2),
+                cells: w.cells.map(|v| round(v, 2)),
+                unmanaged: w.unmanaged.map(|v| round(v, 2)),
+                pressure: w.pressure.map(|v| round(v, 3)),
+                running: w.running,
+            }),
         }
     }
+}
+
+/// A cell's recent performance as the status document shows it.
+fn perf_status(goal: &allot_plan::Goal, perf: &crate::perf::Perf) -> Option<PerfStatus> {
+    let w = perf.over(crate::perf::RATE_SPAN)?;
+    let lat = perf.latency_window(crate::perf::RATE_SPAN).unwrap_or(w);
+    let goal_met = goal.met(w.rate_per_s, lat.p99_us);
+    let goal_note = match (goal, goal_met) {
+        (allot_plan::Goal::Rate { .. }, None) => {
+            "no heartbeats yet: count work with heartbeat(n) (allot_heartbeat in C)".to_string()
+        }
+        (allot_plan::Goal::P99 { .. }, None) => {
+            "no latencies yet: record them with report_latency (allot_report_latency in C)"
+                .to_string()
+        }
+        _ => String::new(),
+    };
+    Some(PerfStatus {
+        window_s: round(w.secs, 2),
+        cpus: round(w.cpus, 2),
+        cpu_used: w.cpu_used.map(|v| round(v, 2)),
+        waiting: w.waiting.map(|v| round(v, 2)),
+        rate_per_s: w.rate_per_s.map(|v| round(v, 2)),
+        latencies: lat.latencies,
+        latency_window_s: round(lat.secs, 2),
+        p99_us: lat.p99_us,
+        goal_met,
+        goal_note,
+    })
 }
 
 /// The most processes of one cell whose mappings a status request reads

@@ -325,5 +325,6 @@ int allot_shutdown(void);
 #include "allot/pool.h"    /* pools, tasks, loops, statistics */
 #include "allot/require.h" /* require blocks, kinds, policies; C++ */
 #include "allot/time.h"    /* time contracts and windows */
+#include "allot/goals.h"   /* goals and performance reports */
 
 #endif /* ALLOT_H */

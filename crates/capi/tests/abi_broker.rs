@@ -9,6 +9,7 @@ mod abi_util;
 use abi_util::*;
 use allot_broker::{Broker, Config, StopHandle};
 use allot_capi::abi::cell::*;
+use allot_capi::abi::goals::*;
 use allot_capi::abi::pool::*;
 use allot_capi::abi::status::Status;
 use allot_capi::abi::time::*;
@@ -444,4 +445,59 @@ fn a_time_triggered_cell_reads_its_windows_and_over_commit_is_refused() {
     ok(unsafe { allot_cell_wait_window(c, &mut w) });
     assert_eq!((w.period_us, w.open, w.edge_ns), (0, 1, u64::MAX));
     ok(allot_cell_free(c));
+}
+
+#[test]
+fn a_goal_set_from_c_and_its_heartbeats_reach_the_broker() {
+    let b = TestBroker::start();
+    let cell = b.register("capi-goal", Spec::default(), false).unwrap();
+    // SAFETY: a valid handle and NUL-terminated strings.
+    ok(unsafe { allot_cell_set_goal(cell, c"rate=50/s".as_ptr()) });
+    for bad in [c"fast", c"rate=0/s"] {
+        // SAFETY: as above.
+        let rc = unsafe { allot_cell_set_goal(cell, bad.as_ptr()) };
+        assert_eq!(status(rc), Status::Invalid, "{}", last_error());
+    }
+    // SAFETY: a null goal is refused, not read.
+    assert_eq!(
+        status(unsafe { allot_cell_set_goal(cell, std::ptr::null()) }),
+        Status::Invalid
+    );
+    // 100 units and 100 latencies of 1 ms a tick, for half a second.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut status_doc = None;
+    while std::time::Instant::now() < deadline {
+        ok(allot_heartbeat(cell, 100));
+        for _ in 0..100 {
+            ok(allot_report_latency(cell, 1_000_000));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        let st = Client::connect(&b.path).unwrap().status().unwrap();
+        let c = st
+            .cells
+            .iter()
+            .find(|c| c.name == "capi-goal")
+            .unwrap()
+            .clone();
+        if c.perf
+            .as_ref()
+            .is_some_and(|p| p.rate_per_s.is_some() && p.p99_us.is_some())
+        {
+            status_doc = Some(c);
+            break;
+        }
+    }
+    let c = status_doc.expect("the broker read the report page within 10 s");
+    assert_eq!(
+        c.spec.goal,
+        allot_proto::status::GoalStatus::Rate {
+            milli_per_s: 50_000
+        }
+    );
+    let p = c.perf.unwrap();
+    assert!(p.rate_per_s.unwrap() > 0.0, "{p:?}");
+    assert!((1_000..=1_280).contains(&p.p99_us.unwrap()), "{p:?}");
+    ok(allot_cell_free(cell));
+    // A freed handle is refused.
+    assert_eq!(status(allot_heartbeat(cell, 1)), Status::Handle);
 }

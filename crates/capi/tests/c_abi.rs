@@ -92,6 +92,7 @@ fn install_lays_out_the_prefix_and_is_idempotent() {
         "include/allot/pool.h",
         "include/allot/require.h",
         "include/allot/time.h",
+        "include/allot/goals.h",
         "lib/liballot.so",
         "lib/liballot.so.0",
         "lib/liballot.a",
@@ -289,9 +290,15 @@ fn the_header_compiles_as_cplusplus_and_pedantic_c() {
 #[test]
 fn the_library_exports_exactly_the_functions_the_header_declares() {
     // allot.h and the parts it includes.
-    let header = ["allot.h", "allot/pool.h", "allot/require.h", "allot/time.h"]
-        .map(|h| std::fs::read_to_string(prefix().join("include").join(h)).unwrap())
-        .concat();
+    let header = [
+        "allot.h",
+        "allot/pool.h",
+        "allot/require.h",
+        "allot/time.h",
+        "allot/goals.h",
+    ]
+    .map(|h| std::fs::read_to_string(prefix().join("include").join(h)).unwrap())
+    .concat();
     // Declarations start in column 0; the name is the identifier right
     // before the first parenthesis. Inline helpers, typedefs and C++ are
     // not exported functions.
@@ -322,6 +329,6 @@ fn the_library_exports_exactly_the_functions_the_header_declares() {
         .map(String::from)
         .collect();
     exported.sort();
-    assert_eq!(declared.len(), 66, "{declared:?}");
+    assert_eq!(declared.len(), 69, "{declared:?}");
     assert_eq!(exported, declared);
 }

@@ -27,7 +27,7 @@ use crate::conn::{Client, ClientError};
 use allot_plan::CellSpec;
 use allot_proto::log::Once;
 use allot_proto::msg::ErrorCode;
-use allot_proto::{GrantPage, PageMap};
+use allot_proto::{GrantPage, PageMap, ReportPage};
 use allot_topo::CpuSet;
 use rustix::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -82,6 +82,9 @@ impl Options {
 #[derive(Debug)]
 struct Inner {
     current: AtomicPtr<GrantPage>,
+    /// The report page of the current page's memfd; null when it has none
+    /// (an older broker's memfd).
+    reports: AtomicPtr<ReportPage>,
     pages: Mutex<Vec<Arc<PageMap>>>,
     mode: Mode,
     id: AtomicU64,
@@ -89,7 +92,9 @@ struct Inner {
     socket: Option<PathBuf>,
     conn: Mutex<Option<Client>>,
     name: String,
-    spec: CellSpec,
+    /// What the cell asks for (changed by [`Cell::set_goal`]; asked for
+    /// again when the cell re-registers after a broker restart).
+    spec: Mutex<CellSpec>,
     stop: AtomicBool,
     /// Readable once the cell is being dropped: ends the watcher's poll at
     /// once instead of at its next period.
@@ -118,12 +123,22 @@ impl Inner {
         unsafe { &*self.current.load(Ordering::Acquire) }
     }
 
+    /// The current report page, if any.
+    fn reports(&self) -> Option<&ReportPage> {
+        let p = self.reports.load(Ordering::Acquire);
+        // SAFETY: non-null pointers come from a `PageMap` kept alive in
+        // `pages` until `Inner` drops, like `current`.
+        (!p.is_null()).then(|| unsafe { &*p })
+    }
+
     fn switch_to(&self, page: Arc<PageMap>) {
         let ptr = page.page() as *const GrantPage as *mut GrantPage;
+        let reports = reports_ptr(&page);
         self.pages
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(page);
+        self.reports.store(reports, Ordering::Release);
         self.current.store(ptr, Ordering::Release);
     }
 
@@ -194,6 +209,12 @@ fn allowed_grant() -> Grant {
     }
 }
 
+fn reports_ptr(page: &PageMap) -> *mut ReportPage {
+    page.reports().map_or(std::ptr::null_mut(), |r| {
+        r as *const ReportPage as *mut ReportPage
+    })
+}
+
 fn local_page(g: &Grant) -> Result<Arc<PageMap>, ClientError> {
     let p = PageMap::create(g.cell, 0)?;
     p.page().publish(g);
@@ -226,6 +247,7 @@ impl Cell {
         let ptr = page.page() as *const GrantPage as *mut GrantPage;
         let inner = Arc::new(Inner {
             current: AtomicPtr::new(ptr),
+            reports: AtomicPtr::new(reports_ptr(&page)),
             pages: Mutex::new(vec![page]),
             mode,
             id: AtomicU64::new(id),
@@ -233,7 +255,7 @@ impl Cell {
             socket,
             conn: Mutex::new(conn),
             name: opts.map(|o| o.name.clone()).unwrap_or_default(),
-            spec: opts.map(|o| o.spec).unwrap_or_default(),
+            spec: Mutex::new(opts.map(|o| o.spec).unwrap_or_default()),
             stop: AtomicBool::new(false),
             stop_fd: (mode == Mode::Registered)
                 .then(|| rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC).ok())
@@ -447,6 +469,35 @@ impl Cell {
         }
     }
 
+    /// Counts `n` units of work done (frames, requests, iterations: the
+    /// unit of the cell's rate goal, `--goal rate=…`). One atomic add on
+    /// the cell's report page, no system call; the broker reads the rate
+    /// from it. Cheap enough to call per request. A no-op without a
+    /// report page (an older broker).
+    pub fn heartbeat(&self, n: u64) {
+        if let Some(r) = self.inner.reports() {
+            r.heartbeat(n);
+        }
+    }
+
+    /// Records one request's latency (for a `--goal p99=…` cell). Three
+    /// atomic adds on the report page, no system call; the broker reads
+    /// the percentiles from it. A no-op without a report page.
+    pub fn report_latency(&self, d: Duration) {
+        if let Some(r) = self.inner.reports() {
+            r.record_latency(d);
+        }
+    }
+
+    /// What this cell's report page holds now (all zero without one): the
+    /// counters [`Cell::heartbeat`] and [`Cell::report_latency`] add to.
+    pub fn reports(&self) -> allot_proto::Reports {
+        self.inner
+            .reports()
+            .map(ReportPage::snapshot)
+            .unwrap_or_default()
+    }
+
     /// Blocks until the cell's next window opens and returns its scheduled
     /// start (`CLOCK_MONOTONIC` ns); inside a window it waits for the
     /// following one. Returns `None` at once when the cell has no windows
@@ -517,6 +568,26 @@ impl Cell {
         let fd = rustix::io::fcntl_dupfd_cloexec(map.fd(), 3).map_err(std::io::Error::from)?;
         rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::empty()).map_err(std::io::Error::from)?;
         Ok(fd)
+    }
+
+    /// Sets what the cell wants to achieve ([`Goal`](allot_plan::Goal):
+    /// a rate of heartbeats or a latency percentile) and waits for the
+    /// broker to accept it. The goals policy then sizes the cell's CPUs to
+    /// meet it. Without a broker the goal is kept for when one answers.
+    pub fn set_goal(&self, goal: allot_plan::Goal) -> Result<(), ClientError> {
+        let spec = {
+            let mut s = self.inner.spec.lock().unwrap_or_else(|p| p.into_inner());
+            let next = CellSpec { goal, ..*s };
+            next.validate()?;
+            *s = next;
+            next
+        };
+        let id = self.id();
+        let mut conn = self.inner.conn.lock().unwrap_or_else(|p| p.into_inner());
+        match conn.as_mut() {
+            Some(c) if id != 0 => c.update_spec(id, spec),
+            _ => Ok(()),
+        }
     }
 
     /// Tells the broker how the cell is doing: workers busy now, CPUs it
@@ -684,7 +755,8 @@ fn reconnect(inner: &Arc<Inner>) {
             }
             Err(e) if e.code() == Some(ErrorCode::UnknownCell) => {
                 // The new broker lost the cell: ask again.
-                match client.register(&inner.name, inner.spec, &[], true, |_, _| {}) {
+                let spec = *inner.spec.lock().unwrap_or_else(|p| p.into_inner());
+                match client.register(&inner.name, spec, &[], true, |_, _| {}) {
                     Ok(reg) => {
                         inner.id.store(reg.cell, Ordering::Release);
                         inner.token.store(reg.token, Ordering::Release);
@@ -742,6 +814,20 @@ pub fn broker_alive(socket: &Path) -> bool {
 mod tests {
     use super::*;
     use allot_proto::window::monotonic_ns;
+
+    #[test]
+    fn heartbeats_and_latencies_land_on_the_report_page() {
+        let (cell, _writer) = Cell::manual(CpuSet::first_n(1)).unwrap();
+        cell.heartbeat(3);
+        cell.heartbeat(4);
+        cell.report_latency(Duration::from_micros(250));
+        let r = cell.reports();
+        assert_eq!((r.beats, r.count), (7, 1));
+        assert_eq!(r.latency_quantile_us(0.99), Some(256));
+        // The clone of a cell reports to the same page.
+        cell.clone().heartbeat(1);
+        assert_eq!(cell.reports().beats, 8);
+    }
 
     #[test]
     fn wait_window_returns_at_the_next_opening_of_the_published_schedule() {

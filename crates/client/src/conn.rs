@@ -1,8 +1,10 @@
 //! A connection to the broker: typed requests, typed errors.
 
-use allot_plan::{CellSpec, Placement, TimeContract};
+use allot_plan::{CellSpec, Goal, Placement, TimeContract};
 use allot_proto::msg::ErrorCode;
-use allot_proto::{CallError, Conn, PageMap, PlacementWire, Reply, Request, SpecWire, TimeWire};
+use allot_proto::{
+    CallError, Conn, GoalWire, PageMap, PlacementWire, Reply, Request, SpecWire, TimeWire,
+};
 use rustix::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -40,6 +42,9 @@ pub enum ClientError {
     /// The broker answered something unexpected.
     #[error("unexpected reply from the broker: {0}")]
     Protocol(String),
+    /// The request itself is malformed (checked before it is sent).
+    #[error(transparent)]
+    Spec(#[from] allot_plan::SpecError),
     /// The grant page could not be mapped.
     #[error("cannot map the grant page: {0}")]
     Page(#[from] allot_proto::ShmError),
@@ -85,6 +90,11 @@ pub fn spec_to_wire(s: &CellSpec) -> SpecWire {
                 budget_us,
             },
             TimeContract::Message { idle_ms } => TimeWire::Message { idle_ms },
+        },
+        goal: match s.goal {
+            Goal::None => GoalWire::None,
+            Goal::Rate { milli_per_s } => GoalWire::Rate { milli_per_s },
+            Goal::P99 { us } => GoalWire::P99 { us },
         },
     }
 }

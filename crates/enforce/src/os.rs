@@ -38,6 +38,64 @@ pub trait Os: Send + Sync + std::fmt::Debug {
     fn mapped_objects(&self, pid: u32) -> io::Result<Vec<PathBuf>>;
     /// The Go release that built process `pid`'s program, if Go did.
     fn go_release(&self, pid: u32) -> Option<GoRelease>;
+    /// Time the threads of process `pid` have spent runnable but waiting
+    /// for a CPU, ns (the sum of `/proc/PID/task/*/schedstat`'s second
+    /// field over at most `max_threads` threads); `None` when gone or
+    /// when the kernel keeps no scheduler statistics.
+    fn run_delay_ns(&self, pid: u32, max_threads: usize) -> Option<u64>;
+    /// The machine's CPU load as a whole (ARS's system poller), `None`
+    /// when it cannot be read.
+    fn system_cpu(&self) -> Option<SystemCpu>;
+}
+
+/// The machine's CPU counters at one moment; the differences between two
+/// readings say what happened in between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SystemCpu {
+    /// CPU time spent busy (neither idle nor waiting for I/O), summed
+    /// over every CPU, ns (`/proc/stat`).
+    pub busy_ns: u64,
+    /// CPU time in total, summed over every CPU, ns.
+    pub total_ns: u64,
+    /// Threads runnable or running now (`procs_running`).
+    pub running: u32,
+    /// Time some runnable thread waited for a CPU, µs
+    /// (`/proc/pressure/cpu`, `some total`); `None` without pressure
+    /// stall information.
+    pub pressure_some_us: Option<u64>,
+}
+
+/// Parses `/proc/stat`'s aggregate `cpu` line and `procs_running`.
+fn parse_proc_stat(text: &str, tick_ns: u64) -> Option<(u64, u64, u32)> {
+    let cpu = text.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = cpu
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal [guest guest_nice]:
+    // guest time is already inside user, so only the first eight count.
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    let running = text
+        .lines()
+        .find_map(|l| l.strip_prefix("procs_running "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0);
+    Some((
+        total.saturating_sub(idle) * tick_ns,
+        total * tick_ns,
+        running,
+    ))
+}
+
+/// Parses `/proc/pressure/cpu`'s `some ... total=US`.
+fn parse_pressure(text: &str) -> Option<u64> {
+    let some = text.lines().find(|l| l.starts_with("some "))?;
+    some.split_whitespace()
+        .find_map(|f| f.strip_prefix("total="))?
+        .parse()
+        .ok()
 }
 
 /// The real thing: `/proc` and `sched_setaffinity`.
@@ -118,6 +176,40 @@ impl Os for RealOs {
         matches!(stat_fields(pid), Some(f) if f.first().is_some_and(|s| s != "Z" && s != "X"))
     }
 
+    fn run_delay_ns(&self, pid: u32, max_threads: usize) -> Option<u64> {
+        let threads = self.threads(pid).ok()?;
+        let mut sum = None;
+        for tid in threads.into_iter().take(max_threads) {
+            // "run time (ns) run delay (ns) timeslices"
+            let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
+            else {
+                continue;
+            };
+            if let Some(d) = text
+                .split_whitespace()
+                .nth(1)
+                .and_then(|d| d.parse::<u64>().ok())
+            {
+                sum = Some(sum.unwrap_or(0u64).saturating_add(d));
+            }
+        }
+        sum
+    }
+
+    fn system_cpu(&self) -> Option<SystemCpu> {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let (busy_ns, total_ns, running) = parse_proc_stat(&stat, 1_000_000_000 / clock_ticks())?;
+        let pressure_some_us = std::fs::read_to_string("/proc/pressure/cpu")
+            .ok()
+            .and_then(|t| parse_pressure(&t));
+        Some(SystemCpu {
+            busy_ns,
+            total_ns,
+            running,
+            pressure_some_us,
+        })
+    }
+
     fn start_time(&self, pid: u32) -> Option<u64> {
         stat_fields(pid)?.get(19)?.parse().ok()
     }
@@ -178,6 +270,8 @@ pub struct FakeProc {
     pub objects: Vec<PathBuf>,
     /// The Go release that built it.
     pub go: Option<GoRelease>,
+    /// Time its threads waited for a CPU, ns.
+    pub run_delay_ns: u64,
 }
 
 /// An in-memory process table for tests. Cloning shares the table.
@@ -190,6 +284,7 @@ pub struct FakeOs {
 struct FakeState {
     procs: BTreeMap<u32, FakeProc>,
     affinity: BTreeMap<u32, CpuSet>,
+    system: Option<SystemCpu>,
 }
 
 impl FakeOs {
@@ -222,8 +317,21 @@ impl FakeOs {
                 cpu_ns: 0,
                 objects: Vec::new(),
                 go: None,
+                run_delay_ns: 0,
             },
         );
+    }
+
+    /// Adds time `pid`'s threads waited for a CPU.
+    pub fn wait(&self, pid: u32, ns: u64) {
+        if let Some(p) = self.lock().procs.get_mut(&pid) {
+            p.run_delay_ns += ns;
+        }
+    }
+
+    /// Sets what [`Os::system_cpu`] reads.
+    pub fn set_system(&self, s: SystemCpu) {
+        self.lock().system = Some(s);
     }
 
     /// Removes process `pid` (its children are reparented to nobody).
@@ -317,6 +425,12 @@ impl Os for FakeOs {
     fn go_release(&self, pid: u32) -> Option<GoRelease> {
         self.lock().procs.get(&pid).and_then(|p| p.go)
     }
+    fn run_delay_ns(&self, pid: u32, _max_threads: usize) -> Option<u64> {
+        self.lock().procs.get(&pid).map(|p| p.run_delay_ns)
+    }
+    fn system_cpu(&self) -> Option<SystemCpu> {
+        self.lock().system
+    }
 }
 
 /// A process and all its descendants, parents first.
@@ -360,5 +474,17 @@ mod tests {
                 PathBuf::from("/tmp/liballot_shim-1.so"),
             ]
         );
+    }
+
+    #[test]
+    fn proc_stat_and_pressure_parse() {
+        let stat = "cpu  100 5 50 800 20 1 2 3 7 0\ncpu0 50 2 25 400 10 0 1 1 0 0\n\
+                    intr 1\nprocs_running 3\nprocs_blocked 0\n";
+        // busy = user+nice+system+irq+softirq+steal = 161 ticks of 981.
+        assert_eq!(parse_proc_stat(stat, 10), Some((1610, 9810, 3)));
+        let psi = "some avg10=0.41 avg60=3.14 avg300=27.28 total=1134095342\n\
+                   full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
+        assert_eq!(parse_pressure(psi), Some(1_134_095_342));
+        assert_eq!(parse_pressure("garbage"), None);
     }
 }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use allot_enforce::os::{FakeOs, Os, RealOs, process_tree};
+use allot_enforce::os::{FakeOs, Os, RealOs, SystemCpu, process_tree};
 use allot_topo::CpuSet;
 use common::*;
 use std::path::Path;
@@ -55,6 +55,24 @@ fn contract(
     let tree = process_tree(os, &[parent]);
     assert_eq!(tree[0], parent);
     assert!(tree.contains(&child));
+    assert!(os.run_delay_ns(parent, 64).is_some());
+    assert_eq!(os.run_delay_ns(999_999_999, 64), None);
+}
+
+/// What the system poller reads: busy time within the total, both growing.
+fn system_contract(os: &dyn Os, mut advance: impl FnMut()) {
+    let a = os.system_cpu().expect("the machine's CPU counters");
+    advance();
+    let b = os.system_cpu().unwrap();
+    assert!(
+        a.busy_ns <= a.total_ns && b.busy_ns <= b.total_ns,
+        "{a:?} {b:?}"
+    );
+    assert!(
+        b.total_ns > a.total_ns && b.busy_ns > a.busy_ns,
+        "{a:?} then {b:?}"
+    );
+    assert!(b.running >= 1, "the caller itself runs: {b:?}");
 }
 
 #[test]
@@ -69,6 +87,28 @@ fn real_os_meets_the_contract() {
     let child = RealOs.children(pid)[0];
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
     contract(&RealOs, pid, child, 1, &all, &exe);
+    system_contract(&RealOs, || {
+        // Spin 50 ms so that busy time grows.
+        let t = std::time::Instant::now();
+        while t.elapsed() < Duration::from_millis(50) {
+            std::hint::black_box(0);
+        }
+    });
+    // The kernel here keeps pressure stall information (psi=1).
+    if std::path::Path::new("/proc/pressure/cpu").exists() {
+        assert!(RealOs.system_cpu().unwrap().pressure_some_us.is_some());
+    }
+    // Two spinners on one CPU wait for each other: their run delay grows.
+    let (a, b) = (allot_testkit::spinner(), allot_testkit::spinner());
+    for p in [&a, &b] {
+        RealOs.set_affinity(p.pid(), &all.take_first(1)).unwrap();
+    }
+    let before = RealOs.run_delay_ns(a.pid(), 64).unwrap();
+    assert!(eventually(Duration::from_secs(5), || RealOs
+        .run_delay_ns(a.pid(), 64)
+        .unwrap()
+        > before + 1_000_000));
+    drop((a, b));
     // A threaded process reports all its threads.
     let t = threaded(3, 0, 0);
     assert!(eventually(Duration::from_secs(5), || RealOs
@@ -88,4 +128,18 @@ fn fake_os_meets_the_contract() {
     contract(&os, 100, 200, 3, &all, Path::new("/bin/sh"));
     os.exit(200);
     assert!(!os.alive(200));
+    let mut now = SystemCpu {
+        busy_ns: 10,
+        total_ns: 40,
+        running: 1,
+        pressure_some_us: Some(5),
+    };
+    os.set_system(now);
+    system_contract(&os, || {
+        now.busy_ns += 20;
+        now.total_ns += 40;
+        os.set_system(now);
+    });
+    os.wait(100, 7);
+    assert_eq!(os.run_delay_ns(100, 64), Some(7));
 }

@@ -22,6 +22,7 @@ fn cells(n: usize) -> Vec<CellInput> {
                 exclusive: i % 20 == 0,
                 placement: [Placement::Any, Placement::Llc, Placement::Numa][i % 3],
                 time: Default::default(),
+                goal: Default::default(),
             },
             demand: if i % 2 == 0 {
                 None

@@ -21,6 +21,7 @@
 //! [`Plan::check`] verifies the plan invariants listed in [`plan`].
 
 pub mod admission;
+pub mod goal;
 pub mod lend;
 pub mod mapping;
 pub mod plan;
@@ -30,6 +31,7 @@ pub mod spec;
 pub mod time;
 
 pub use admission::{Admission, Admitted, admit, delays};
+pub use goal::{Goal, GoalError};
 pub use mapping::{MapCell, PoolSize, Topo};
 pub use plan::{Grant, Plan, Violation};
 pub use policy::{GlobalPolicy, PolicyCell};

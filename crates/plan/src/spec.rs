@@ -25,6 +25,7 @@
 //! to best-effort cells. Amounts are integers (parts per million,
 //! microseconds) so that a spec compares and hashes exactly.
 
+pub use crate::goal::{Goal, GoalError};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -276,6 +277,8 @@ pub struct CellSpec {
     pub placement: Placement,
     /// Space or time (see the module notes).
     pub time: TimeContract,
+    /// What the cell wants to achieve ([`Goal`]); space cells only.
+    pub goal: Goal,
 }
 
 impl Default for CellSpec {
@@ -287,6 +290,7 @@ impl Default for CellSpec {
             exclusive: false,
             placement: Placement::Any,
             time: TimeContract::Space,
+            goal: Goal::None,
         }
     }
 }
@@ -341,6 +345,12 @@ pub enum SpecError {
     /// A time contract asking for exclusivity or a placement.
     #[error("a {0} cell cannot be exclusive or placed (its CPUs are shared in time)")]
     TimeExclusive(&'static str),
+    /// A malformed goal.
+    #[error(transparent)]
+    Goal(#[from] GoalError),
+    /// A goal on a time cell.
+    #[error("a {0} cell is promised time, not a performance: goals (--goal) apply to space cells")]
+    TimeGoal(&'static str),
 }
 
 impl CellSpec {
@@ -371,7 +381,11 @@ impl CellSpec {
             if self.exclusive || self.placement != Placement::Any {
                 return Err(SpecError::TimeExclusive(kind));
             }
+            if self.goal.is_some() {
+                return Err(SpecError::TimeGoal(kind));
+            }
         }
+        self.goal.validate()?;
         Ok(())
     }
 
@@ -437,6 +451,9 @@ impl fmt::Display for CellSpec {
         )?;
         if self.time.is_time() {
             write!(f, " time {}", self.time)?;
+        }
+        if self.goal.is_some() {
+            write!(f, " goal {}", self.goal)?;
         }
         Ok(())
     }

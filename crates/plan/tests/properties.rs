@@ -85,6 +85,7 @@ fn spec_of(r: &RawCell) -> CellSpec {
         exclusive: r.exclusive,
         placement: Placement::from_code(r.placement).unwrap(),
         time: r.time,
+        goal: Default::default(),
     }
 }
 

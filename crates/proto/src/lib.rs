@@ -3,7 +3,9 @@
 //! - [`msg`]: control messages (requests and replies) and their documented,
 //!   fuzzable decoder; [`PROTOCOL_VERSION`].
 //! - [`page`]: the grant page layout, its seqlock and futex protocol.
-//! - [`shm`]: the sealed memfd that holds a grant page.
+//! - [`report`]: the report page, where a cell counts its work and its
+//!   latencies for the broker.
+//! - [`shm`]: the sealed memfd that holds a grant page and a report page.
 //! - [`transport`]: the seqpacket socket, with file descriptor passing.
 //! - [`wire`]: the primitive field encoding.
 //! - [`window`]: when a time-triggered cell runs (its windows).
@@ -21,6 +23,7 @@ pub mod env;
 pub mod log;
 pub mod msg;
 pub mod page;
+pub mod report;
 pub mod shm;
 pub mod status;
 pub mod transport;
@@ -28,11 +31,12 @@ pub mod window;
 pub mod wire;
 
 pub use msg::{
-    DeviceDef, ErrorCode, FrameError, LedgerItem, MAX_MESSAGE, PROTOCOL_VERSION, PlacementWire,
-    PoolStatsWire, Reply, Request, SpecWire, TimeWire,
+    DeviceDef, ErrorCode, FrameError, GoalWire, LedgerItem, MAX_MESSAGE, PROTOCOL_VERSION,
+    PlacementWire, PoolStatsWire, Reply, Request, SpecWire, TimeWire,
 };
 pub use page::{FLAG_RELEASED, FLAG_STACKED, Grant, GrantPage, PAGE_SIZE, PAGE_VERSION, PageError};
-pub use shm::{PageMap, ShmError};
+pub use report::{ReportPage, Reports};
+pub use shm::{MEMFD_SIZE, PageMap, ShmError};
 pub use transport::{CallError, Conn};
 pub use window::{Phase, Window};
 

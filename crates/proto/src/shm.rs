@@ -1,10 +1,14 @@
 //! The memory that holds a grant page: a sealed memfd.
 //!
-//! The broker creates the memfd, maps it read-write and seals its size
-//! (`F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL`): nobody can resize it or
-//! lift the seals, so the broker's writes can never fault on a page a client
+//! The memfd holds two pages: the grant page ([`crate::page`]), which the
+//! broker writes and clients read, and the report page
+//! ([`crate::report`]), which the cell's processes write and the broker
+//! reads. The broker creates the memfd, maps it read-write and seals its
+//! size (`F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL`): nobody can resize it
+//! or lift the seals, so neither side can ever fault on a page the other
 //! truncated. The fd is passed to the client with `SCM_RIGHTS`; the client
-//! maps it read-only.
+//! maps the grant page read-only and the report page read-write. A memfd
+//! of one page (from an older broker) is a grant page without reports.
 //!
 //! The page is deliberately *not* sealed against writes: after a broker
 //! restart the client hands the same fd back (`Rejoin`) and the new broker
@@ -14,6 +18,7 @@
 //! enforces the grant, not the page.
 
 use crate::page::{GrantPage, PAGE_SIZE, PageError};
+use crate::report::ReportPage;
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{MemfdFlags, SealFlags};
 use rustix::mm::{MapFlags, ProtFlags};
@@ -23,6 +28,7 @@ use std::ptr::NonNull;
 #[derive(Debug)]
 pub struct PageMap {
     ptr: NonNull<GrantPage>,
+    reports: Option<NonNull<ReportPage>>,
     fd: OwnedFd,
     writable: bool,
 }
@@ -62,8 +68,12 @@ fn os(what: &'static str) -> impl FnOnce(rustix::io::Errno) -> ShmError {
     }
 }
 
-/// Checks that `fd` is memory of exactly one page, sealed against resizing.
-fn check_sealed_page(fd: &OwnedFd) -> Result<(), ShmError> {
+/// Bytes of the memfd: the grant page, then the report page.
+pub const MEMFD_SIZE: usize = 2 * PAGE_SIZE;
+
+/// Checks that `fd` is memory of one or two pages, sealed against
+/// resizing; returns whether it holds a report page.
+fn check_sealed_page(fd: &OwnedFd) -> Result<bool, ShmError> {
     let bad = |why: String| ShmError::Os {
         what: "grant page",
         source: std::io::Error::other(why),
@@ -74,18 +84,20 @@ fn check_sealed_page(fd: &OwnedFd) -> Result<(), ShmError> {
         return Err(bad("the page is not sealed against resizing".into()));
     }
     let st = rustix::fs::fstat(fd).map_err(os("stat grant page"))?;
-    if st.st_size as usize != PAGE_SIZE {
-        return Err(bad(format!(
-            "page is {} bytes, expected {PAGE_SIZE}",
-            st.st_size
-        )));
+    match st.st_size as usize {
+        PAGE_SIZE => Ok(false),
+        MEMFD_SIZE => Ok(true),
+        n => Err(bad(format!(
+            "page is {n} bytes, expected {PAGE_SIZE} or {MEMFD_SIZE}"
+        ))),
     }
-    Ok(())
 }
 
-fn map(fd: BorrowedFd<'_>, prot: ProtFlags) -> Result<NonNull<GrantPage>, ShmError> {
+/// Maps the page at `offset` (0: grant, PAGE_SIZE: reports) of `fd`.
+fn map<T>(fd: BorrowedFd<'_>, offset: usize, prot: ProtFlags) -> Result<NonNull<T>, ShmError> {
     // SAFETY: a fresh mapping (null hint) of PAGE_SIZE bytes of a file at
-    // least that long; nothing else aliases the address range we get back.
+    // least `offset + PAGE_SIZE` long (checked or made by the caller);
+    // nothing else aliases the address range we get back.
     let ptr = unsafe {
         rustix::mm::mmap(
             std::ptr::null_mut(),
@@ -93,14 +105,22 @@ fn map(fd: BorrowedFd<'_>, prot: ProtFlags) -> Result<NonNull<GrantPage>, ShmErr
             prot,
             MapFlags::SHARED,
             fd,
-            0,
+            offset as u64,
         )
     }
     .map_err(os("mmap grant page"))?;
-    NonNull::new(ptr.cast::<GrantPage>()).ok_or(ShmError::Os {
+    NonNull::new(ptr.cast::<T>()).ok_or(ShmError::Os {
         what: "mmap grant page",
         source: std::io::Error::other("null mapping"),
     })
+}
+
+/// Maps the report page of `fd` read-write, if it has one.
+fn map_reports(fd: BorrowedFd<'_>, has: bool) -> Result<Option<NonNull<ReportPage>>, ShmError> {
+    if !has {
+        return Ok(None);
+    }
+    map(fd, PAGE_SIZE, ProtFlags::READ | ProtFlags::WRITE).map(Some)
 }
 
 impl PageMap {
@@ -111,15 +131,20 @@ impl PageMap {
             MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
         )
         .map_err(os("memfd_create"))?;
-        rustix::fs::ftruncate(&fd, PAGE_SIZE as u64).map_err(os("ftruncate grant page"))?;
-        let ptr = map(fd.as_fd(), ProtFlags::READ | ProtFlags::WRITE)?;
-        rustix::fs::fcntl_add_seals(&fd, REQUIRED_SEALS).map_err(os("seal grant page"))?;
-        let page = PageMap {
+        rustix::fs::ftruncate(&fd, MEMFD_SIZE as u64).map_err(os("ftruncate grant page"))?;
+        let ptr = map(fd.as_fd(), 0, ProtFlags::READ | ProtFlags::WRITE)?;
+        let mut page = PageMap {
             ptr,
+            reports: None,
             fd,
             writable: true,
         };
+        page.reports = map_reports(page.fd.as_fd(), true)?;
+        rustix::fs::fcntl_add_seals(&page.fd, REQUIRED_SEALS).map_err(os("seal grant page"))?;
         page.page().init(cell, instance);
+        if let Some(r) = page.reports() {
+            r.init();
+        }
         Ok(page)
     }
 
@@ -127,14 +152,20 @@ impl PageMap {
     /// that it is a sealed memfd of the right size, maps it read-write and
     /// rewrites its header for `cell` and this broker `instance`.
     pub fn adopt(fd: OwnedFd, cell: u64, instance: u64) -> Result<PageMap, ShmError> {
-        check_sealed_page(&fd)?;
-        let ptr = map(fd.as_fd(), ProtFlags::READ | ProtFlags::WRITE)?;
-        let page = PageMap {
+        let has_reports = check_sealed_page(&fd)?;
+        let ptr = map(fd.as_fd(), 0, ProtFlags::READ | ProtFlags::WRITE)?;
+        let mut page = PageMap {
             ptr,
+            reports: None,
             fd,
             writable: true,
         };
+        page.reports = map_reports(page.fd.as_fd(), has_reports)?;
         page.page().init(cell, instance);
+        // The counters carry on: the cell's processes kept adding to them.
+        if let Some(r) = page.reports() {
+            r.init();
+        }
         Ok(page)
     }
 
@@ -142,13 +173,15 @@ impl PageMap {
     /// The memory must be sealed against resizing: a page someone could
     /// truncate would fault (`SIGBUS`) under its readers.
     pub fn open(fd: OwnedFd) -> Result<PageMap, ShmError> {
-        check_sealed_page(&fd)?;
-        let ptr = map(fd.as_fd(), ProtFlags::READ)?;
-        let page = PageMap {
+        let has_reports = check_sealed_page(&fd)?;
+        let ptr = map(fd.as_fd(), 0, ProtFlags::READ)?;
+        let mut page = PageMap {
             ptr,
+            reports: None,
             fd,
             writable: false,
         };
+        page.reports = map_reports(page.fd.as_fd(), has_reports)?;
         page.page().validate()?;
         Ok(page)
     }
@@ -159,6 +192,14 @@ impl PageMap {
         // (page-aligned), valid until `self` drops; GrantPage is all atomics
         // and bytes, valid for any bit pattern.
         unsafe { self.ptr.as_ref() }
+    }
+
+    /// The report page, when the memfd has one (mapped read-write on both
+    /// sides: the cell writes it, the broker reads it).
+    pub fn reports(&self) -> Option<&ReportPage> {
+        // SAFETY: as in `page`: a live, page-aligned mapping of PAGE_SIZE
+        // bytes, valid until `self` drops; ReportPage is atomics and bytes.
+        self.reports.map(|p| unsafe { p.as_ref() })
     }
 
     /// The memfd, to pass to a client.
@@ -177,6 +218,10 @@ impl Drop for PageMap {
         // SAFETY: we own this mapping; no reference into it outlives `self`
         // because `page()` borrows `self`.
         let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), PAGE_SIZE) };
+        if let Some(r) = self.reports {
+            // SAFETY: as above, for the report page's own mapping.
+            let _ = unsafe { rustix::mm::munmap(r.as_ptr().cast(), PAGE_SIZE) };
+        }
     }
 }
 
@@ -222,7 +267,7 @@ mod tests {
     fn the_page_cannot_be_resized_or_unsealed() {
         let w = PageMap::create(1, 1).unwrap();
         let dup = rustix::io::fcntl_dupfd_cloexec(w.fd(), 0).unwrap();
-        assert!(rustix::fs::ftruncate(&dup, 2 * PAGE_SIZE as u64).is_err());
+        assert!(rustix::fs::ftruncate(&dup, 3 * PAGE_SIZE as u64).is_err());
         assert!(rustix::fs::ftruncate(&dup, 0).is_err());
         assert!(
             rustix::fs::fcntl_add_seals(&dup, SealFlags::WRITE).is_err(),
@@ -253,6 +298,38 @@ mod tests {
             g,
             "the reader sees the new broker's writes on its old mapping"
         );
+    }
+
+    #[test]
+    fn what_a_reader_reports_the_writer_sees_and_an_adopter_keeps() {
+        let w = PageMap::create(6, 1).unwrap();
+        let r = PageMap::open(rustix::io::fcntl_dupfd_cloexec(w.fd(), 0).unwrap()).unwrap();
+        let before = w.reports().unwrap().snapshot();
+        let reports = r.reports().expect("a client maps the report page");
+        reports.heartbeat(40);
+        reports.record_latency(std::time::Duration::from_micros(300));
+        let d = w.reports().unwrap().snapshot().since(&before);
+        assert_eq!((d.beats, d.count), (40, 1));
+        // A restarted broker adopts the memfd: the counters carry on.
+        let handed_back = rustix::io::fcntl_dupfd_cloexec(w.fd(), 0).unwrap();
+        drop(w);
+        let new = PageMap::adopt(handed_back, 6, 2).unwrap();
+        assert_eq!(new.reports().unwrap().snapshot().beats, 40);
+        reports.heartbeat(2);
+        assert_eq!(new.reports().unwrap().snapshot().beats, 42);
+    }
+
+    #[test]
+    fn a_memfd_of_one_page_is_a_grant_page_without_reports() {
+        let fd = rustix::fs::memfd_create("old", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
+            .unwrap();
+        rustix::fs::ftruncate(&fd, PAGE_SIZE as u64).unwrap();
+        rustix::fs::fcntl_add_seals(&fd, REQUIRED_SEALS).unwrap();
+        let dup = rustix::io::fcntl_dupfd_cloexec(&fd, 0).unwrap();
+        let w = PageMap::adopt(fd, 3, 1).unwrap();
+        assert!(w.reports().is_none());
+        let r = PageMap::open(dup).unwrap();
+        assert!(r.reports().is_none());
     }
 
     #[test]

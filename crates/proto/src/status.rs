@@ -30,6 +30,10 @@ pub struct Status {
     pub cells: Vec<CellStatus>,
     /// Cells waiting for admission, in order.
     pub queue: Vec<QueuedStatus>,
+    /// The machine's recent load (absent from older brokers, and until
+    /// two ticks have passed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<LoadStatus>,
 }
 
 fn one() -> u32 {
@@ -105,6 +109,29 @@ pub struct SpecStatus {
     /// The time contract's terms.
     #[serde(default)]
     pub time: TimeStatus,
+    /// The goal (`{"kind":"none"}` from older brokers).
+    #[serde(default)]
+    pub goal: GoalStatus,
+}
+
+/// A goal in the document (`{"kind":"none"}`,
+/// `{"kind":"rate","milli_per_s":200000}`, `{"kind":"p99","us":5000}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum GoalStatus {
+    /// Best effort.
+    #[default]
+    None,
+    /// Units of work per second, in thousandths.
+    Rate {
+        /// Thousandths per second.
+        milli_per_s: u64,
+    },
+    /// Latency bound, µs.
+    P99 {
+        /// µs.
+        us: u32,
+    },
 }
 
 /// A time contract's terms in the document (`{"kind":"space"}`,
@@ -198,6 +225,59 @@ pub struct CellStatus {
     /// cells, and for time-triggered cells on a backend without a freezer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivery: Option<DeliveryStatus>,
+    /// What it achieved recently, as the broker measured it (absent from
+    /// older brokers, and until two ticks have passed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub perf: Option<PerfStatus>,
+}
+
+/// What a cell achieved recently: from the broker's own readings (CPU
+/// time, time its threads waited for a CPU) and from the cell's report
+/// page (heartbeats, request latencies).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PerfStatus {
+    /// The span the rate and CPU figures are read over, s.
+    pub window_s: f64,
+    /// CPUs held on average.
+    pub cpus: f64,
+    /// CPUs' worth of CPU time used (`None`: the backend cannot tell).
+    pub cpu_used: Option<f64>,
+    /// Its threads waiting for a CPU, on average (`None`: not read yet).
+    pub waiting: Option<f64>,
+    /// Units of work a second, from its heartbeats (`None`: it never
+    /// counted any).
+    pub rate_per_s: Option<f64>,
+    /// Latencies recorded in the latency span.
+    pub latencies: u64,
+    /// The latency span, s (grown until it holds enough latencies).
+    pub latency_window_s: f64,
+    /// Their 99th percentile, µs (`None`: none recorded).
+    pub p99_us: Option<u64>,
+    /// Whether the goal is met (`None`: no goal, or not measured yet).
+    pub goal_met: Option<bool>,
+    /// About the goal: what is missing, or what the policy does about it
+    /// (empty when there is nothing to say).
+    #[serde(default)]
+    pub goal_note: String,
+}
+
+/// The machine's recent load (ARS's system poller): what the cells used
+/// and what runs outside every cell, which the broker does not promise.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoadStatus {
+    /// The span, s.
+    pub window_s: f64,
+    /// CPUs busy on average.
+    pub busy: f64,
+    /// Of those, CPUs' worth the cells used (`None`: not measurable).
+    pub cells: Option<f64>,
+    /// CPUs' worth used outside every cell (`None`: not measurable).
+    pub unmanaged: Option<f64>,
+    /// Share of the time some runnable thread waited for a CPU
+    /// (`/proc/pressure/cpu`; `None` without it).
+    pub pressure: Option<f64>,
+    /// Threads runnable at the last reading.
+    pub running: u32,
 }
 
 /// What a time-triggered cell's windows delivered, as the broker measured

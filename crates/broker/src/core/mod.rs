@@ -32,6 +32,7 @@
 //! - What one user can make the broker keep is bounded by
 //!   [`crate::config::Limits`]; root is exempt from the per-user bounds.
 
+mod perf;
 mod register;
 mod requests;
 mod restore;
@@ -130,6 +131,8 @@ pub(crate) struct Cell {
     pub(crate) busy_reported: u32,
     /// The runtime pool's statistics as last reported (status only).
     pub(crate) pool_stats: Option<allot_proto::PoolStatsWire>,
+    /// What the cell achieved, tick by tick (`crate::perf`).
+    pub(crate) perf: crate::perf::Perf,
 }
 
 impl Cell {
@@ -194,6 +197,14 @@ pub struct Core {
     /// opens its windows at `epoch + φ + k·period`, so cells sharing a CPU
     /// keep the distances the plan gave them.
     pub(crate) epoch_ns: u64,
+    /// The machine's load, tick by tick (`crate::perf`).
+    pub(crate) load: crate::perf::Load,
+    /// CPU time the cells used, counted by increments (`core::perf`).
+    cells_used_ns: u64,
+    /// Some cell's CPU time could not be read this tick.
+    cells_unmeasured: bool,
+    /// Ticks so far (some readings are taken every few).
+    ticks: u64,
 }
 
 fn random_u64() -> u64 {
@@ -257,6 +268,10 @@ impl Core {
             counters: Counters::default(),
             windows: Windows::new(),
             epoch_ns: allot_proto::window::monotonic_ns().div_ceil(1000) * 1000,
+            load: Default::default(),
+            cells_used_ns: 0,
+            cells_unmeasured: false,
+            ticks: 0,
         };
         let effects = core.restore();
         (core, effects)
@@ -638,6 +653,7 @@ impl Core {
         }
         let mut changed = false;
         let ids: Vec<u64> = self.cells.keys().copied().collect();
+        self.ticks += 1;
         for id in ids {
             let usage = self.enforcer.usage_ns(id);
             let c = self.cells.get_mut(&id).expect("listed above");
@@ -646,7 +662,9 @@ impl Core {
             if c.est.tick(now, usage, granted) != before {
                 changed = true;
             }
+            self.observe(id, now, usage, granted);
         }
+        self.observe_machine(now);
         if changed {
             self.reconcile();
         }

@@ -271,6 +271,7 @@ impl Core {
                 progress: 0,
                 busy_reported: 0,
                 pool_stats: None,
+                perf: Default::default(),
             },
         );
         // The grant reaches the kernel, and its windows start (shut

@@ -89,6 +89,7 @@ impl Core {
                     progress: 0,
                     busy_reported: 0,
                     pool_stats: None,
+                    perf: Default::default(),
                 },
             ));
         }
@@ -191,6 +192,7 @@ impl Core {
                     progress: 0,
                     busy_reported: 0,
                     pool_stats: None,
+                    perf: Default::default(),
                 },
             ));
         }

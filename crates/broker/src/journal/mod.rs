@@ -318,6 +318,7 @@ mod tests {
             exclusive: false,
             placement: PlacementRec::Any,
             time: TimeRec::Space,
+            goal: GoalRec::None,
         }
     }
 
@@ -411,6 +412,32 @@ mod tests {
         drop(j);
         let j = open(&p);
         assert_eq!(j.state().cells[&4].spec, timed);
+    }
+
+    #[test]
+    fn a_version_3_journal_replays_without_goals_and_a_goal_survives_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("journal");
+        std::fs::write(
+            &p,
+            "{\"t\":\"header\",\"version\":3}\n\
+             {\"t\":\"cell\",\"id\":4,\"name\":\"srv\",\"uid\":1000,\"spec\":{\"min\":0,\"max\":0,\"weight\":1,\"exclusive\":false,\"placement\":\"any\",\"time\":{\"kind\":\"space\"}},\"token\":9}\n",
+        )
+        .unwrap();
+        let mut j = open(&p);
+        assert_eq!(j.state().cells[&4].spec.goal, GoalRec::None);
+        let with_goal = SpecRec {
+            goal: GoalRec::P99 { us: 5_000 },
+            ..spec()
+        };
+        j.append(&[Record::Spec {
+            id: 4,
+            spec: with_goal,
+        }])
+        .unwrap();
+        drop(j);
+        let j = open(&p);
+        assert_eq!(j.state().cells[&4].spec, with_goal);
     }
 
     #[test]

@@ -11,8 +11,9 @@ use std::collections::BTreeMap;
 
 /// Version of the journal format this broker writes and understands.
 /// History: 1 — no header; 2 — header, [`SpecRec`], recovered cells;
-/// 3 — [`SpecRec::time`] (absent in older journals: a space cell).
-pub const JOURNAL_VERSION: u32 = 3;
+/// 3 — [`SpecRec::time`] (absent in older journals: a space cell);
+/// 4 — [`SpecRec::goal`] (absent in older journals: no goal).
+pub const JOURNAL_VERSION: u32 = 4;
 
 /// A process belonging to a cell, with its start time to detect pid reuse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,6 +40,28 @@ pub struct SpecRec {
     /// The time contract.
     #[serde(default)]
     pub time: TimeRec,
+    /// The goal.
+    #[serde(default)]
+    pub goal: GoalRec,
+}
+
+/// A goal, as journaled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum GoalRec {
+    /// No goal (every cell of a journal before version 4).
+    #[default]
+    None,
+    /// Units of work per second, in thousandths.
+    Rate {
+        /// Thousandths per second.
+        milli_per_s: u64,
+    },
+    /// Latency bound, µs.
+    P99 {
+        /// µs.
+        us: u32,
+    },
 }
 
 /// A time contract, as journaled.

@@ -70,6 +70,7 @@ pub(crate) fn spec_from_c(s: &Spec, time: TimeContract) -> Result<CellSpec> {
         exclusive: s.exclusive != 0,
         placement,
         time,
+        goal: allot_client::Goal::None,
     };
     spec.validate().map_err(|e| Error::invalid(e.to_string()))?;
     Ok(spec)
@@ -103,8 +104,12 @@ pub(crate) fn client_error(e: ClientError) -> Error {
         {
             Status::NoBroker
         }
+        // A reply this library cannot read: a broker of another protocol
+        // version, as allot.h documents.
+        ClientError::Call(CallError::Frame(_)) => Status::Internal,
         ClientError::Call(_) | ClientError::Page(_) => Status::Os,
         ClientError::Protocol(_) => Status::Internal,
+        ClientError::Spec(_) => Status::Invalid,
     };
     Error::new(status, e.to_string())
 }

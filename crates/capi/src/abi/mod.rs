@@ -8,7 +8,8 @@
 //! - [`handle`]: the generation-checked handle tables;
 //! - [`cell`]: `allot_cell_*` over [`allot_client::Cell`]; [`time`]: time
 //!   contracts (`allot_cell_register_timed`) and windows (`allot_cell_window`,
-//!   `allot_cell_wait_window`);
+//!   `allot_cell_wait_window`); [`goals`]: goals and performance reports
+//!   (`allot_cell_set_goal`, `allot_heartbeat`, `allot_report_latency`);
 //! - [`require`]: `allot_require_enter` / `_leave` (Poli-C's require
 //!   blocks), virtual kinds and named policies; [`view`]: policies written
 //!   in C; [`hooks`]: the `allot_rq_*` thread hooks the preload shim calls;
@@ -30,6 +31,7 @@
 //! they were drained.
 
 pub mod cell;
+pub mod goals;
 pub mod handle;
 pub mod hooks;
 pub mod pool;

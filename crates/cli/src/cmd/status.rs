@@ -131,6 +131,57 @@ fn pool_line(c: &CellStatus) -> Option<String> {
     ))
 }
 
+/// `v` as a number with two decimals, `-` for none.
+fn num(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.2}"))
+}
+
+/// One line on the cell's goal and what it achieved, if it has a goal or
+/// reports its work.
+fn goal_line(c: &CellStatus) -> Option<String> {
+    use allot_proto::status::GoalStatus;
+    let p = c.perf.as_ref();
+    let reports = p.is_some_and(|p| p.rate_per_s.is_some() || p.p99_us.is_some());
+    if c.spec.goal == GoalStatus::None && !reports {
+        return None;
+    }
+    let goal = match c.spec.goal {
+        GoalStatus::None => "no goal".to_string(),
+        GoalStatus::Rate { milli_per_s } => format!("goal rate={}/s", milli_per_s as f64 / 1000.0),
+        GoalStatus::P99 { us } => format!("goal p99={:.3}ms", f64::from(us) / 1000.0),
+    };
+    let Some(p) = p else {
+        return Some(format!("{} {}: {goal}, not measured yet", c.id, name_of(c)));
+    };
+    let mut line = format!("{} {}: {goal}", c.id, name_of(c));
+    if let Some(r) = p.rate_per_s {
+        line.push_str(&format!(", {r:.1}/s"));
+    }
+    if let Some(us) = p.p99_us {
+        line.push_str(&format!(
+            ", p99 {:.3}ms ({} latencies in {:.1} s)",
+            us as f64 / 1000.0,
+            p.latencies,
+            p.latency_window_s
+        ));
+    }
+    match p.goal_met {
+        Some(true) => line.push_str(": met"),
+        Some(false) => line.push_str(": NOT met"),
+        None => {}
+    }
+    line.push_str(&format!(
+        "; {} CPUs held, {} used, {} threads waiting",
+        num(Some(p.cpus)),
+        num(p.cpu_used),
+        num(p.waiting)
+    ));
+    if !p.goal_note.is_empty() {
+        line.push_str(&format!(" ({})", cell_text(&p.goal_note)));
+    }
+    Some(line)
+}
+
 /// One line on the cell's time contract, if it has one.
 fn contract_line(c: &CellStatus) -> Option<String> {
     let ms = |us: u32| format!("{}ms", f64::from(us) / 1000.0);
@@ -213,6 +264,19 @@ pub fn render(v: &Status) -> String {
             m.time_reserve * 100.0
         );
     }
+    if let Some(l) = &v.load {
+        let mut line = format!("load: {:.2} CPUs busy", l.busy);
+        if let (Some(c), Some(u)) = (l.cells, l.unmanaged) {
+            line.push_str(&format!(", {c:.2} in cells, {u:.2} outside any cell"));
+        }
+        if let Some(p) = l.pressure {
+            line.push_str(&format!(
+                "; a runnable thread waited {:.0} % of the time",
+                p * 100.0
+            ));
+        }
+        let _ = writeln!(out, "{line}; {} runnable now", l.running);
+    }
     if v.cells.is_empty() {
         let _ = writeln!(out, "no cells");
     } else {
@@ -248,6 +312,13 @@ pub fn render(v: &Status) -> String {
         if !contracts.is_empty() {
             let _ = writeln!(out, "time contracts:");
             for l in contracts {
+                let _ = writeln!(out, "  {l}");
+            }
+        }
+        let goals: Vec<String> = v.cells.iter().filter_map(goal_line).collect();
+        if !goals.is_empty() {
+            let _ = writeln!(out, "goals and performance (last second):");
+            for l in goals {
                 let _ = writeln!(out, "  {l}");
             }
         }
@@ -330,12 +401,14 @@ mod tests {
                 placement: Placement::Any,
                 contract: "best-effort".into(),
                 time: TimeStatus::Space,
+                goal: Default::default(),
             },
             runtimes: vec![RuntimeStatus {
                 name: "openblas".into(),
                 follows: Follows::RunTime,
             }],
             delivery: None,
+            perf: None,
         };
         Status {
             version: allot_proto::status::STATUS_VERSION,
@@ -362,6 +435,7 @@ mod tests {
             },
             cells: names.iter().enumerate().map(|(i, n)| cell(i, n)).collect(),
             queue: vec![],
+            load: None,
         }
     }
 
@@ -376,6 +450,59 @@ mod tests {
             "header lines, table head, two cells: {text}"
         );
         assert!(text.contains("x\\n  99"), "{text}");
+    }
+
+    #[test]
+    fn goals_and_the_load_get_lines_and_cells_without_either_none() {
+        use allot_proto::status::{GoalStatus, LoadStatus, PerfStatus};
+        let mut v = doc(&["srv", "batch", "quiet"]);
+        v.cells[0].spec.goal = GoalStatus::P99 { us: 5_000 };
+        let perf = PerfStatus {
+            window_s: 1.0,
+            cpus: 2.0,
+            cpu_used: Some(1.4),
+            waiting: Some(0.2),
+            rate_per_s: None,
+            latencies: 812,
+            latency_window_s: 1.0,
+            p99_us: Some(6_144),
+            goal_met: Some(false),
+            goal_note: "needs about 1 more CPU".into(),
+        };
+        v.cells[0].perf = Some(perf.clone());
+        v.cells[1].perf = Some(PerfStatus {
+            rate_per_s: Some(150.0),
+            p99_us: None,
+            goal_met: None,
+            goal_note: String::new(),
+            ..perf.clone()
+        });
+        v.cells[2].perf = Some(PerfStatus {
+            rate_per_s: None,
+            p99_us: None,
+            goal_met: None,
+            goal_note: String::new(),
+            ..perf
+        });
+        v.load = Some(LoadStatus {
+            window_s: 1.0,
+            busy: 1.9,
+            cells: Some(1.0),
+            unmanaged: Some(0.9),
+            pressure: Some(0.34),
+            running: 5,
+        });
+        let text = render(&v);
+        assert!(
+            text.contains("load: 1.90 CPUs busy, 1.00 in cells, 0.90 outside any cell; a runnable thread waited 34 % of the time; 5 runnable now"),
+            "{text}"
+        );
+        assert!(
+            text.contains("1 srv: goal p99=5.000ms, p99 6.144ms (812 latencies in 1.0 s): NOT met; 2.00 CPUs held, 1.40 used, 0.20 threads waiting (needs about 1 more CPU)"),
+            "{text}"
+        );
+        assert!(text.contains("2 batch: no goal, 150.0/s;"), "{text}");
+        assert!(!text.contains("3 quiet:"), "{text}");
     }
 
     #[test]

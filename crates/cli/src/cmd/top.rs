@@ -332,6 +332,7 @@ mod tests {
             placement: Placement::Any,
             contract: "pinned".into(),
             time: Default::default(),
+            goal: Default::default(),
         }
     }
 
@@ -357,6 +358,7 @@ mod tests {
             spec: spec(),
             runtimes: vec![],
             delivery: None,
+            perf: None,
         };
         Status {
             version: STATUS_VERSION,
@@ -395,6 +397,7 @@ mod tests {
                 reason: "no CPU left".into(),
                 spec: spec(),
             }],
+            load: None,
         }
     }
 

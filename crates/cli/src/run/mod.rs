@@ -81,6 +81,11 @@ pub struct Args {
     /// CPUs a time contract covers [default: 1].
     #[arg(long, value_name = "N", help_heading = "Time contracts")]
     cpus: Option<u32>,
+    /// What the program wants to achieve: rate=N/s (units of work it
+    /// counts with allot heartbeats) or p99=DURATION (latency of the
+    /// requests it reports); the goals policy sizes its CPUs to meet it.
+    #[arg(long, value_name = "GOAL")]
+    goal: Option<allot_client::Goal>,
     /// Name shown by `allot status` [default: the program's name].
     #[arg(long, value_name = "NAME")]
     name: Option<String>,
@@ -164,6 +169,7 @@ pub fn run(a: Args) -> i32 {
         exclusive: a.exclusive,
         placement: a.place,
         time: Default::default(),
+        goal: a.goal.unwrap_or_default(),
     };
     let time = contract::TimeFlags {
         period: a.period.clone(),

@@ -89,6 +89,8 @@ fn put_spec(w: &mut Writer, s: &SpecWire) {
         .u8(s.placement as u8);
     let (kind, a, b) = s.time.encode();
     w.u8(kind).u32(a).u32(b);
+    let (kind, value) = s.goal.encode();
+    w.u8(kind).u64(value);
 }
 
 fn get_spec(r: &mut Reader<'_>) -> Result<SpecWire, DecodeError> {
@@ -108,6 +110,12 @@ fn get_spec(r: &mut Reader<'_>) -> Result<SpecWire, DecodeError> {
         field: "spec.time.kind",
         detail: format!("unknown time contract {kind} (or a field it does not use is not 0)"),
     })?;
+    let kind = r.u8("spec.goal.kind")?;
+    let value = r.u64("spec.goal.value")?;
+    let goal = GoalWire::decode(kind, value).ok_or_else(|| DecodeError::Malformed {
+        field: "spec.goal.kind",
+        detail: format!("unknown goal {kind} (or a value it cannot carry: {value})"),
+    })?;
     Ok(SpecWire {
         min,
         max,
@@ -115,6 +123,7 @@ fn get_spec(r: &mut Reader<'_>) -> Result<SpecWire, DecodeError> {
         exclusive,
         placement,
         time,
+        goal,
     })
 }
 

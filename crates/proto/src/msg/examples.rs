@@ -19,6 +19,9 @@ pub fn example_requests() -> Vec<Request> {
                 exclusive: true,
                 placement: PlacementWire::Numa,
                 time: TimeWire::Space,
+                goal: GoalWire::Rate {
+                    milli_per_s: 200_000,
+                },
             },
             wait: true,
             members: vec![1, 2, 3],

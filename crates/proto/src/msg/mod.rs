@@ -38,8 +38,9 @@ use crate::wire::DecodeError;
 /// 3 — one-way requests are never answered, [`ErrorCode::Limit`], the
 /// status document carries its own version ([`crate::status`]); 4 — the
 /// one-way `PoolStats` (0x0F): a runtime pool's per-worker statistics,
-/// summed; 5 — the spec carries a time contract ([`TimeWire`]).
-pub const PROTOCOL_VERSION: u16 = 5;
+/// summed; 5 — the spec carries a time contract ([`TimeWire`]); 6 — the
+/// spec carries a goal ([`GoalWire`]).
+pub const PROTOCOL_VERSION: u16 = 6;
 
 /// Header magic.
 pub const MAGIC: u16 = 0xA110;
@@ -216,10 +217,59 @@ impl TimeWire {
     }
 }
 
+/// A cell's goal, as it travels: `kind: u8, value: u64`.
+///
+/// | kind | goal | value |
+/// |------|------|-------|
+/// | 0    | none | 0     |
+/// | 1    | rate | units of work per second, in thousandths |
+/// | 2    | p99  | request latency bound, µs (at most `u32::MAX`) |
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum GoalWire {
+    /// Best effort.
+    #[default]
+    None,
+    /// A rate of work.
+    Rate {
+        /// Thousandths of a unit per second.
+        milli_per_s: u64,
+    },
+    /// A latency percentile bound.
+    P99 {
+        /// µs.
+        us: u32,
+    },
+}
+
+impl GoalWire {
+    /// The two fields on the wire.
+    pub fn encode(self) -> (u8, u64) {
+        match self {
+            GoalWire::None => (0, 0),
+            GoalWire::Rate { milli_per_s } => (1, milli_per_s),
+            GoalWire::P99 { us } => (2, u64::from(us)),
+        }
+    }
+
+    /// From the two wire fields; `None` for an unknown kind or a value the
+    /// kind cannot carry (every message has exactly one encoding).
+    pub fn decode(kind: u8, value: u64) -> Option<GoalWire> {
+        Some(match kind {
+            0 if value == 0 => GoalWire::None,
+            1 => GoalWire::Rate { milli_per_s: value },
+            2 => GoalWire::P99 {
+                us: u32::try_from(value).ok()?,
+            },
+            _ => return None,
+        })
+    }
+}
+
 /// What a cell asks for, as it travels: `min: u32, max: u32, weight: u32,
 /// exclusive: bool, placement: u8`, then the time contract ([`TimeWire`]:
-/// `kind: u8, a: u32, b: u32`). The broker validates it when it turns it
-/// into the planner's spec.
+/// `kind: u8, a: u32, b: u32`), then the goal ([`GoalWire`]: `kind: u8,
+/// value: u64`). The broker validates it when it turns it into the
+/// planner's spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SpecWire {
     /// CPUs guaranteed (0: best effort).
@@ -234,6 +284,8 @@ pub struct SpecWire {
     pub placement: PlacementWire,
     /// Space or time.
     pub time: TimeWire,
+    /// What the cell wants to achieve.
+    pub goal: GoalWire,
 }
 
 impl Default for SpecWire {
@@ -245,6 +297,7 @@ impl Default for SpecWire {
             exclusive: false,
             placement: PlacementWire::Any,
             time: TimeWire::Space,
+            goal: GoalWire::None,
         }
     }
 }

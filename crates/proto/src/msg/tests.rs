@@ -26,7 +26,7 @@ fn replies_roundtrip() {
 #[test]
 fn fuzz_unknown_error_codes_are_malformed_not_rewritten() {
     let crash =
-        b"\x10\xa1\x05\x00\x85\x00\x00\x00\x12\x00\x00\x00\x7e\x00\x02\x00\x0c\x00limits.cells";
+        b"\x10\xa1\x06\x00\x85\x00\x00\x00\x12\x00\x00\x00\x7e\x00\x02\x00\x0c\x00limits.cells";
     assert!(matches!(
         Reply::decode(crash),
         Err(FrameError::Body {
@@ -191,6 +191,58 @@ proptest! {
         prop_assume!(cut < m.len());
         prop_assert!(Request::decode(&m[..cut]).is_err());
     }
+}
+
+#[test]
+fn every_goal_round_trips_and_an_unknown_one_is_malformed() {
+    for goal in [
+        GoalWire::None,
+        GoalWire::Rate {
+            milli_per_s: 200_000,
+        },
+        GoalWire::Rate {
+            milli_per_s: u64::MAX,
+        },
+        GoalWire::P99 { us: 5_000 },
+        GoalWire::P99 { us: u32::MAX },
+    ] {
+        let (k, v) = goal.encode();
+        assert_eq!(GoalWire::decode(k, v), Some(goal));
+        let req = Request::UpdateSpec {
+            cell: 3,
+            spec: SpecWire {
+                goal,
+                ..SpecWire::default()
+            },
+        };
+        assert_eq!(Request::decode(&req.encode()).unwrap(), req);
+    }
+    assert_eq!(GoalWire::decode(3, 0), None, "unknown kind");
+    assert_eq!(GoalWire::decode(0, 1), None, "none carries no value");
+    assert_eq!(
+        GoalWire::decode(2, u64::from(u32::MAX) + 1),
+        None,
+        "a p99 bound fits 32 bits"
+    );
+    let mut bytes = Request::UpdateSpec {
+        cell: 1,
+        spec: SpecWire::default(),
+    }
+    .encode();
+    // The goal kind follows the time contract (kind u8, a u32, b u32).
+    let at = HEADER_LEN + 8 + 12 + 1 + 1 + 9;
+    assert_eq!(bytes[at], 0);
+    bytes[at] = 9;
+    assert!(matches!(
+        Request::decode(&bytes),
+        Err(FrameError::Body {
+            kind: 0x06,
+            err: DecodeError::Malformed {
+                field: "spec.goal.kind",
+                ..
+            }
+        })
+    ));
 }
 
 #[test]

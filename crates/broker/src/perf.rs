@@ -1,0 +1,408 @@
+//! What the broker measures of each cell, tick by tick, kept as a short
+//! time series (Tessellation's performance reports, ARS's application
+//! poller): the CPUs the cell held, the CPU time it used, the time its
+//! threads waited for a CPU, and what it reported on its report page
+//! (heartbeats, request latencies; `allot_proto::report`).
+//!
+//! Every counter in a [`Sample`] is cumulative; a [`Perf::over`] window
+//! reads the differences between its newest sample and the oldest within
+//! the span. The report counters are the cell's own (untrusted) and wrap;
+//! they are only ever differenced. When the set of pages the broker reads
+//! changes (a member rejoined with another page), the sums jump: the
+//! series restarts instead of reading the jump as work.
+//!
+//! The machine's load is kept the same way ([`Load`]): CPU time busy in
+//! all, the part the cells used, what is left to processes outside every
+//! cell (work the cells must not be promised), and the pressure stall
+//! information (`/proc/pressure/cpu`).
+//!
+//! Pure: the broker's core fills the samples (`core::perf`).
+
+use allot_enforce::os::SystemCpu;
+use allot_proto::Reports;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// Samples kept per cell: 6.4 s at the default 100 ms tick.
+pub const SAMPLES: usize = 64;
+
+/// The span a rate is read over.
+pub const RATE_SPAN: Duration = Duration::from_secs(1);
+
+/// Latencies a p99 wants: the span grows (up to [`SAMPLES`]) until it
+/// holds this many, so that the 99th percentile is not the largest of a
+/// handful.
+pub const P99_LATENCIES: u64 = 200;
+
+/// One tick's reading of a cell.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    /// When.
+    pub at: Instant,
+    /// CPUs the cell held until now (its grant).
+    pub cpus: u32,
+    /// CPU time used so far, ns (`None`: the backend cannot tell).
+    pub usage_ns: Option<u64>,
+    /// Time its members' threads waited for a CPU so far, ns (`None`: not
+    /// read at this tick).
+    pub run_delay_ns: Option<u64>,
+    /// Its report pages' counters, summed.
+    pub reports: Reports,
+    /// Which pages were summed (their count and addresses, hashed): a
+    /// change restarts the series.
+    pub pages: u64,
+}
+
+/// A cell's recent samples.
+#[derive(Debug, Clone, Default)]
+pub struct Perf {
+    samples: VecDeque<Sample>,
+    /// Whether the cell ever counted a heartbeat or a latency: a cell
+    /// that never did has no rate or latency (rather than zero).
+    pub beats_seen: bool,
+    /// Whether it ever recorded a latency.
+    pub latencies_seen: bool,
+}
+
+/// What a stretch of the series says.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Window {
+    /// Its length, s.
+    pub secs: f64,
+    /// CPUs held on average.
+    pub cpus: f64,
+    /// Heartbeats per second (`None`: the cell never counted any).
+    pub rate_per_s: Option<f64>,
+    /// CPUs' worth of CPU time used (`None`: not measurable).
+    pub cpu_used: Option<f64>,
+    /// Runnable threads waiting for a CPU, on average (`None`: not read).
+    pub waiting: Option<f64>,
+    /// Latencies recorded.
+    pub latencies: u64,
+    /// Their 99th percentile, µs (`None`: none recorded).
+    pub p99_us: Option<u64>,
+}
+
+impl Perf {
+    /// Adds the reading of this tick.
+    pub fn record(&mut self, s: Sample) {
+        if self
+            .samples
+            .back()
+            .is_some_and(|last| last.pages != s.pages)
+        {
+            self.samples.clear();
+        }
+        if let Some(last) = self.samples.back() {
+            let d = s.reports.since(&last.reports);
+            self.beats_seen |= d.beats > 0;
+            self.latencies_seen |= d.count > 0;
+        }
+        if self.samples.len() == SAMPLES {
+            self.samples.pop_front();
+        }
+        self.samples.push_back(s);
+    }
+
+    /// The newest sample.
+    pub fn last(&self) -> Option<&Sample> {
+        self.samples.back()
+    }
+
+    /// The window from the newest sample back to the oldest at least
+    /// `span` before it (or the oldest kept); `None` with fewer than two
+    /// samples.
+    pub fn over(&self, span: Duration) -> Option<Window> {
+        let new = self.samples.back()?;
+        let from = self
+            .samples
+            .iter()
+            .rev()
+            .find(|s| new.at.duration_since(s.at) >= span)
+            .or_else(|| self.samples.front())?;
+        self.between(from, new)
+    }
+
+    /// The shortest window of at least `span` that holds
+    /// [`P99_LATENCIES`] latencies, or all samples when none does.
+    pub fn latency_window(&self, span: Duration) -> Option<Window> {
+        let new = self.samples.back()?;
+        let from = self
+            .samples
+            .iter()
+            .rev()
+            .filter(|s| new.at.duration_since(s.at) >= span)
+            .find(|s| new.reports.since(&s.reports).count >= P99_LATENCIES)
+            .or_else(|| self.samples.front())?;
+        self.between(from, new)
+    }
+
+    fn between(&self, from: &Sample, new: &Sample) -> Option<Window> {
+        let secs = new.at.duration_since(from.at).as_secs_f64();
+        if secs <= 0.0 {
+            return None;
+        }
+        let d = new.reports.since(&from.reports);
+        // CPUs held: each later sample's grant held since the one before.
+        let mut held = 0.0;
+        let mut prev = from;
+        for s in self
+            .samples
+            .iter()
+            .filter(|s| s.at > from.at && s.at <= new.at)
+        {
+            held += f64::from(s.cpus) * s.at.duration_since(prev.at).as_secs_f64();
+            prev = s;
+        }
+        let per_s = |ns: u64| ns as f64 / 1e9 / secs;
+        let delta = |a: Option<u64>, b: Option<u64>| Some(b?.saturating_sub(a?));
+        // Run delay is read every few ticks: use the newest and oldest
+        // samples that have it.
+        let waits: Vec<&Sample> = self
+            .samples
+            .iter()
+            .filter(|s| s.at >= from.at && s.at <= new.at && s.run_delay_ns.is_some())
+            .collect();
+        let waiting = match (waits.first(), waits.last()) {
+            (Some(a), Some(b)) if b.at > a.at => Some(
+                b.run_delay_ns?.saturating_sub(a.run_delay_ns?) as f64
+                    / b.at.duration_since(a.at).as_nanos() as f64,
+            ),
+            _ => None,
+        };
+        Some(Window {
+            secs,
+            cpus: held / secs,
+            rate_per_s: self.beats_seen.then(|| d.beats as f64 / secs),
+            cpu_used: delta(from.usage_ns, new.usage_ns).map(per_s),
+            waiting,
+            latencies: d.count,
+            p99_us: d.latency_quantile_us(0.99),
+        })
+    }
+}
+
+/// One tick's reading of the machine.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LoadSample {
+    /// When.
+    pub at: Instant,
+    /// The machine's counters.
+    pub system: SystemCpu,
+    /// CPU time the cells used so far, summed, ns (`None`: some cell's
+    /// use cannot be measured, so the rest cannot be told apart).
+    pub cells_ns: Option<u64>,
+}
+
+/// The machine's recent load.
+#[derive(Debug, Clone, Default)]
+pub struct Load {
+    samples: VecDeque<LoadSample>,
+}
+
+/// What a stretch of the machine's series says.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct LoadWindow {
+    /// Its length, s.
+    pub secs: f64,
+    /// CPUs busy on average.
+    pub busy: f64,
+    /// Of those, CPUs' worth used by the cells (`None`: not measurable).
+    pub cells: Option<f64>,
+    /// CPUs' worth used outside every cell: `busy − cells`, never below 0
+    /// (`None` when the cells' use is not measurable).
+    pub unmanaged: Option<f64>,
+    /// Share of the time some runnable thread waited for a CPU (`None`:
+    /// no pressure stall information).
+    pub pressure: Option<f64>,
+    /// Threads runnable at the newest sample.
+    pub running: u32,
+}
+
+impl Load {
+    /// Adds the reading of this tick. A cell set that changed makes the
+    /// cells' sum jump; the caller passes `None` for `cells_ns` then, and
+    /// the series restarts at the next sample that has it.
+    pub fn record(&mut self, s: LoadSample) {
+        if self.samples.len() == SAMPLES {
+            self.samples.pop_front();
+        }
+        self.samples.push_back(s);
+    }
+
+    /// The window from the newest sample back `span` (or the oldest kept).
+    pub fn over(&self, span: Duration) -> Option<LoadWindow> {
+        let new = self.samples.back()?;
+        let from = self
+            .samples
+            .iter()
+            .rev()
+            .find(|s| new.at.duration_since(s.at) >= span)
+            .or_else(|| self.samples.front())?;
+        let wall = new.at.duration_since(from.at).as_nanos() as f64;
+        if wall <= 0.0 {
+            return None;
+        }
+        let busy = new.system.busy_ns.saturating_sub(from.system.busy_ns) as f64 / wall;
+        let cells = match (from.cells_ns, new.cells_ns) {
+            (Some(a), Some(b)) if b >= a => Some((b - a) as f64 / wall),
+            _ => None,
+        };
+        let pressure = match (from.system.pressure_some_us, new.system.pressure_some_us) {
+            (Some(a), Some(b)) => Some((b.saturating_sub(a) as f64 * 1000.0 / wall).min(1.0)),
+            _ => None,
+        };
+        Some(LoadWindow {
+            secs: wall / 1e9,
+            busy,
+            cells,
+            unmanaged: cells.map(|c| (busy - c).max(0.0)),
+            pressure,
+            running: new.system.running,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(t0: Instant, ms: u64, cpus: u32, usage_ms: u64, beats: u64) -> Sample {
+        Sample {
+            at: t0 + Duration::from_millis(ms),
+            cpus,
+            usage_ns: Some(usage_ms * 1_000_000),
+            run_delay_ns: None,
+            reports: Reports {
+                beats,
+                ..Reports::default()
+            },
+            pages: 1,
+        }
+    }
+
+    #[test]
+    fn a_window_reads_rate_cpus_and_cpu_use_from_differences() {
+        let t0 = Instant::now();
+        let mut p = Perf::default();
+        // 2 CPUs, both busy, 100 beats a second, for 2 s at 100 ms ticks.
+        for k in 0..=20 {
+            p.record(sample(t0, k * 100, 2, k * 200, k * 10));
+        }
+        let w = p.over(RATE_SPAN).unwrap();
+        assert!((w.secs - 1.0).abs() < 1e-9);
+        assert!((w.rate_per_s.unwrap() - 100.0).abs() < 1e-6);
+        assert!((w.cpus - 2.0).abs() < 1e-9);
+        assert!((w.cpu_used.unwrap() - 2.0).abs() < 1e-9);
+        assert_eq!((w.latencies, w.p99_us, w.waiting), (0, None, None));
+    }
+
+    #[test]
+    fn a_cell_that_never_beats_has_no_rate_and_one_that_stopped_has_zero() {
+        let t0 = Instant::now();
+        let mut p = Perf::default();
+        for k in 0..5 {
+            p.record(sample(t0, k * 100, 1, 0, 0));
+        }
+        assert_eq!(p.over(RATE_SPAN).unwrap().rate_per_s, None);
+        p.record(sample(t0, 500, 1, 0, 5));
+        for k in 6..30 {
+            p.record(sample(t0, k * 100, 1, 0, 5));
+        }
+        assert_eq!(p.over(RATE_SPAN).unwrap().rate_per_s, Some(0.0));
+    }
+
+    #[test]
+    fn the_latency_window_grows_until_it_holds_enough_latencies() {
+        let t0 = Instant::now();
+        let mut p = Perf::default();
+        let mut r = Reports::default();
+        // 50 latencies of 100 µs a tick, one of 20 ms every tenth tick.
+        for k in 0..40u64 {
+            r.count += 50;
+            r.buckets[allot_proto::report::bucket_of(100)] += 50;
+            if k % 10 == 0 {
+                r.count += 1;
+                r.buckets[allot_proto::report::bucket_of(20_000)] += 1;
+            }
+            p.record(Sample {
+                reports: r,
+                ..sample(t0, k * 100, 1, 0, 0)
+            });
+        }
+        let w = p.latency_window(Duration::from_millis(100)).unwrap();
+        assert!(w.latencies >= P99_LATENCIES && w.secs < 1.0, "{w:?}");
+        let all = p.latency_window(Duration::from_secs(60)).unwrap();
+        assert!((all.secs - 3.9).abs() < 1e-9, "{all:?}");
+        assert!(all.p99_us.unwrap() >= 100, "{all:?}");
+    }
+
+    #[test]
+    fn run_delay_read_now_and_then_gives_the_threads_waiting() {
+        let t0 = Instant::now();
+        let mut p = Perf::default();
+        for k in 0..=10u64 {
+            let mut s = sample(t0, k * 100, 1, 0, 0);
+            // Read every fifth tick: 1.5 threads waiting on average.
+            if k % 5 == 0 {
+                s.run_delay_ns = Some(k * 150_000_000);
+            }
+            p.record(s);
+        }
+        let w = p.over(RATE_SPAN).unwrap();
+        assert!((w.waiting.unwrap() - 1.5).abs() < 1e-9, "{w:?}");
+    }
+
+    #[test]
+    fn another_set_of_pages_restarts_the_series() {
+        let t0 = Instant::now();
+        let mut p = Perf::default();
+        for k in 0..5 {
+            p.record(sample(t0, k * 100, 1, 0, k));
+        }
+        // A rejoin: the sum now includes a page whose counters are large.
+        p.record(Sample {
+            pages: 2,
+            ..sample(t0, 500, 1, 0, 1_000_000)
+        });
+        assert!(p.over(RATE_SPAN).is_none(), "one sample: no window");
+        p.record(Sample {
+            pages: 2,
+            ..sample(t0, 600, 1, 0, 1_000_010)
+        });
+        let w = p.over(RATE_SPAN).unwrap();
+        assert!((w.rate_per_s.unwrap() - 100.0).abs() < 1e-6, "{w:?}");
+    }
+
+    #[test]
+    fn the_load_outside_the_cells_is_what_they_do_not_account_for() {
+        let t0 = Instant::now();
+        let mut l = Load::default();
+        // 2 s: the machine 1.5 CPUs busy, the cells 1 CPU; some thread
+        // waited a fifth of the time.
+        for k in 0..=20u64 {
+            l.record(LoadSample {
+                at: t0 + Duration::from_millis(100 * k),
+                system: SystemCpu {
+                    busy_ns: k * 150_000_000,
+                    total_ns: k * 200_000_000,
+                    running: 3,
+                    pressure_some_us: Some(k * 20_000),
+                },
+                cells_ns: Some(k * 100_000_000),
+            });
+        }
+        let w = l.over(Duration::from_secs(1)).unwrap();
+        assert!((w.busy - 1.5).abs() < 1e-9, "{w:?}");
+        assert!((w.unmanaged.unwrap() - 0.5).abs() < 1e-9, "{w:?}");
+        assert!((w.pressure.unwrap() - 0.2).abs() < 1e-9, "{w:?}");
+        assert_eq!(w.running, 3);
+        // Cells whose use cannot be measured leave the rest unknown.
+        l.record(LoadSample {
+            at: t0 + Duration::from_millis(2100),
+            system: SystemCpu::default(),
+            cells_ns: None,
+        });
+        assert_eq!(l.over(Duration::from_secs(1)).unwrap().unmanaged, None);
+    }
+}

@@ -1,0 +1,102 @@
+//! Performance reports and the machine's load in the broker's state
+//! machine (fake process table, dry-run backend): what a cell writes on
+//! its report page, and what the system poller reads, reach the status.
+
+mod common;
+
+use allot_enforce::os::SystemCpu;
+use allot_plan::{CellSpec, Goal};
+use common::*;
+use std::time::{Duration, Instant};
+
+const TICK: Duration = Duration::from_millis(100);
+
+#[test]
+fn heartbeats_and_latencies_on_the_report_page_reach_the_status_with_the_goal() {
+    let mut w = world(4);
+    proc_of(&w, 50, 1000);
+    let spec = CellSpec {
+        goal: Goal::Rate {
+            milli_per_s: 500_000,
+        },
+        ..CellSpec::default()
+    };
+    let (_, _, page) = page(register(&mut w, ALICE, "srv", spec, vec![50], false));
+    let reports = page.reports().expect("the page has a report page");
+    let t0 = Instant::now();
+    for k in 0..20u32 {
+        // 100 units of work and 100 requests of 2 ms each tick (1000/s).
+        reports.heartbeat(100);
+        for _ in 0..100 {
+            reports.record_latency(Duration::from_millis(2));
+        }
+        w.os.wait(50, 30_000_000); // 0.3 threads waiting on average
+        w.core.tick(t0 + TICK * k);
+    }
+    let st = w.core.status(ALICE);
+    let p = st.cells[0].perf.as_ref().expect("measured");
+    assert!((p.rate_per_s.unwrap() - 1000.0).abs() < 1e-6, "{p:?}");
+    assert_eq!(p.goal_met, Some(true), "1000/s meets 500/s: {p:?}");
+    let p99 = p.p99_us.unwrap();
+    assert!((2_000..=2_560).contains(&p99), "{p:?}");
+    assert!(p.latencies >= 200, "{p:?}");
+    assert!((p.waiting.unwrap() - 0.3).abs() < 1e-6, "{p:?}");
+    assert_eq!(p.cpu_used, None, "the dry-run backend cannot measure use");
+
+    // The same cell with a latency goal it misses.
+    w.core.handle(
+        7,
+        ALICE,
+        allot_proto::msg::Request::UpdateSpec {
+            cell: st.cells[0].id,
+            spec: allot_client::spec_to_wire(&CellSpec {
+                goal: Goal::P99 { us: 1_000 },
+                ..CellSpec::default()
+            }),
+        },
+        None,
+    );
+    w.core.tick(t0 + TICK * 20);
+    let p = w.core.status(ALICE).cells[0].perf.clone().unwrap();
+    assert_eq!(p.goal_met, Some(false), "2 ms is over 1 ms: {p:?}");
+}
+
+#[test]
+fn a_goal_without_reports_says_what_is_missing() {
+    let mut w = world(2);
+    proc_of(&w, 50, 1000);
+    let spec = CellSpec {
+        goal: Goal::P99 { us: 5_000 },
+        ..CellSpec::default()
+    };
+    register(&mut w, ALICE, "quiet", spec, vec![50], false);
+    let t0 = Instant::now();
+    for k in 0..3u32 {
+        w.core.tick(t0 + TICK * k);
+    }
+    let p = w.core.status(ALICE).cells[0].perf.clone().unwrap();
+    assert_eq!((p.goal_met, p.rate_per_s, p.p99_us), (None, None, None));
+    assert!(p.goal_note.contains("report_latency"), "{p:?}");
+}
+
+#[test]
+fn the_machine_load_outside_the_cells_is_shown() {
+    let mut w = world(2);
+    let t0 = Instant::now();
+    for k in 0..=10u64 {
+        // 1.5 CPUs busy, some thread waiting a tenth of the time.
+        w.os.set_system(SystemCpu {
+            busy_ns: k * 150_000_000,
+            total_ns: k * 200_000_000,
+            running: 2,
+            pressure_some_us: Some(k * 10_000),
+        });
+        w.core.tick(t0 + TICK * k as u32);
+    }
+    let l = w.core.status(ROOT).load.expect("two readings or more");
+    assert!((l.busy - 1.5).abs() < 1e-9, "{l:?}");
+    assert!((l.pressure.unwrap() - 0.1).abs() < 1e-9, "{l:?}");
+    // No cell: everything busy is outside the cells.
+    assert_eq!(l.unmanaged, Some(1.5), "{l:?}");
+    assert_eq!(l.running, 2);
+}

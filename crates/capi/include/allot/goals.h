@@ -1,0 +1,59 @@
+/*
+ * allot/goals.h — goals and performance reports: a cell says what it
+ * wants to achieve ("200 frames a second", "p99 latency under 5 ms") and
+ * counts what it achieves; the broker's goals policy sizes its CPUs to
+ * meet the goal.
+ *
+ * A part of allot.h, which includes it: include <allot.h>, not this file.
+ * The conventions at the top of allot.h hold for every function here.
+ */
+#ifndef ALLOT_GOALS_H
+#define ALLOT_GOALS_H
+
+#ifndef ALLOT_H
+#error "include <allot.h>; allot/goals.h is a part of it"
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Goals and performance reports                                            */
+/* ------------------------------------------------------------------------ */
+
+/* Sets the cell's goal, in the text form `allot run --goal` takes:
+ * "rate=200/s" (units of work per second, counted with allot_heartbeat;
+ * also N/min), "p99=5ms" (99th percentile of the latencies recorded with
+ * allot_report_latency; us, ms or s) or "none". Waits for the broker to
+ * accept it; without a broker the goal is kept for when one answers.
+ *
+ * Contexts: any thread; blocks for one round trip to the broker.
+ * Errors: ALLOT_ERR_INVALID (goal NULL, not understood, out of range, or
+ *   the cell has a time contract); ALLOT_ERR_HANDLE; ALLOT_ERR_SHUTDOWN;
+ *   ALLOT_ERR_NO_BROKER (the broker went away); ALLOT_ERR_OS.
+ * Undefined behaviour: `goal` not NUL-terminated. */
+int allot_cell_set_goal(allot_cell_t cell, const char *goal);
+
+/* Counts `n` units of work done (frames, requests, iterations: the unit of
+ * a rate goal). One atomic add to the cell's report page, which the broker
+ * reads; no system call, cheap enough to call per request. A no-op for a
+ * cell without a report page (standalone, or an older broker).
+ *
+ * Contexts: any thread, any number at once; async-signal-safe in effect
+ *   (an atomic add) but not promised to stay so.
+ * Errors: ALLOT_ERR_HANDLE; ALLOT_ERR_SHUTDOWN.
+ * Undefined behaviour: none. */
+int allot_heartbeat(allot_cell_t cell, uint64_t n);
+
+/* Records one request's latency, in nanoseconds, for a p99 goal. Three
+ * atomic adds to the cell's report page; no system call.
+ *
+ * Contexts, Errors, Undefined behaviour: as allot_heartbeat. */
+int allot_report_latency(allot_cell_t cell, uint64_t latency_ns);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* ALLOT_GOALS_H */
