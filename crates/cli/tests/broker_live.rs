@@ -208,6 +208,30 @@ fn malformed_messages_get_errors_and_the_broker_keeps_serving() {
     let mut big = header(PROTOCOL_VERSION, 0x01, (100_000 - HEADER_LEN) as u32);
     big.resize(100_000, b'a');
     assert_eq!(code(raw(&mut conn, &big)), ErrorCode::Oversized);
+    // One-way kinds (Report 0x05, KindRelease 0x0D, PoolStats 0x0F) are
+    // never answered, whatever is wrong with the rest of the datagram:
+    // the next call reads its own reply.
+    for bad in [
+        header(PROTOCOL_VERSION + 1, 0x05, 0),
+        header(PROTOCOL_VERSION, 0x05, 100),
+        header(PROTOCOL_VERSION, 0x0D, 3),
+        {
+            let mut m = header(PROTOCOL_VERSION, 0x0F, 0);
+            m[6] = 1; // reserved flags
+            m
+        },
+        {
+            let mut m = header(PROTOCOL_VERSION, 0x05, (100_000 - HEADER_LEN) as u32);
+            m.resize(100_000, 0);
+            m
+        },
+    ] {
+        conn.send_raw(&bad).unwrap();
+    }
+    assert!(matches!(
+        conn.call(&Request::Hello { client: "t".into() }).unwrap().0,
+        Reply::Welcome { .. }
+    ));
     // The same connection still works.
     assert!(matches!(
         conn.call(&Request::Hello { client: "t".into() }).unwrap().0,

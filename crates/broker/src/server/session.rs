@@ -5,7 +5,9 @@ use super::accept::held_back;
 use super::{Broker, SESSION};
 use crate::core::{Effect, SessionId};
 use crate::{debug, warn};
-use allot_proto::msg::{ErrorCode, MAX_MESSAGE, Reply, Request, kind_expects_reply};
+use allot_proto::msg::{
+    ErrorCode, MAX_MESSAGE, Reply, Request, header_kind, kind_expects_reply,
+};
 use allot_proto::transport;
 use rustix::event::epoll::{self, EventData, EventFlags};
 use rustix::fd::AsFd;
@@ -71,7 +73,15 @@ impl Broker {
                 }
             };
             let mut units = 1;
-            let effects = if d.truncated || d.len > MAX_MESSAGE {
+            // A datagram whose header names a one-way kind is never
+            // answered, even when the rest of it is wrong (see
+            // `header_kind`).
+            let named = header_kind(&self.buf[..d.len.min(self.buf.len())]);
+            let one_way = named.is_some_and(|k| !kind_expects_reply(k));
+            let effects = if (d.truncated || d.len > MAX_MESSAGE) && one_way {
+                debug!("session {id}: an oversized one-way message was dropped");
+                vec![]
+            } else if d.truncated || d.len > MAX_MESSAGE {
                 vec![Effect::Reply {
                     session: id,
                     reply: Reply::error(
@@ -94,7 +104,9 @@ impl Broker {
                     }
                     Err(e) => {
                         debug!("session {id}: bad message: {e}");
-                        if e.request_kind() != 0 && !kind_expects_reply(e.request_kind()) {
+                        if one_way
+                            || (e.request_kind() != 0 && !kind_expects_reply(e.request_kind()))
+                        {
                             vec![] // one-way: never answered
                         } else {
                             vec![Effect::Reply {

@@ -536,6 +536,17 @@ pub fn kind_expects_reply(kind: u16) -> bool {
     !matches!(kind, 0x05 | 0x0D | 0x0F)
 }
 
+/// The request kind a datagram's header names, read as far as the magic
+/// allows: whatever else is wrong with it (version, flags, length, body),
+/// a datagram that starts with the magic and a one-way kind is never
+/// answered, so an error can never sit unread on a connection that mixes
+/// one-way messages with calls. `None` when even that cannot be read.
+pub fn header_kind(buf: &[u8]) -> Option<u16> {
+    let u16_at = |i: usize| Some(u16::from_le_bytes([*buf.get(i)?, *buf.get(i + 1)?]));
+    (u16_at(0)? == MAGIC).then_some(())?;
+    u16_at(4)
+}
+
 /// A runtime pool's per-worker statistics summed over its workers (the
 /// `allot-runtime` crate's `WorkerStats`), as a cell reports them with
 /// [`Request::PoolStats`] and the status document shows them

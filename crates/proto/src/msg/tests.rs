@@ -300,3 +300,22 @@ fn every_time_contract_round_trips_and_an_unknown_one_is_malformed() {
         })
     ));
 }
+
+#[test]
+fn the_header_names_its_kind_as_far_as_the_magic_allows() {
+    let mut m = Request::Report {
+        cell: 1,
+        busy: 1,
+        wanted: 1,
+        progress: 1,
+    }
+    .encode();
+    assert_eq!(header_kind(&m), Some(0x05));
+    m[2] = 0xee; // another version: still named
+    assert_eq!(header_kind(&m), Some(0x05));
+    assert_eq!(header_kind(&m[..6]), Some(0x05), "six bytes suffice");
+    assert_eq!(header_kind(&m[..5]), None);
+    m[0] = 0; // not our magic
+    assert_eq!(header_kind(&m), None);
+    assert_eq!(header_kind(b""), None);
+}
