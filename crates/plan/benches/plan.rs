@@ -29,6 +29,7 @@ fn cells(n: usize) -> Vec<CellInput> {
             } else {
                 Some(1 + (i % 5) as u32)
             },
+            perf: Default::default(),
         })
         .collect()
 }

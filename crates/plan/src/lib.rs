@@ -17,16 +17,23 @@
 //! lent: what the promises leave or do not use is theirs (work
 //! conservation).
 //!
+//! The `goals` policy reads what each cell's reports say of it
+//! ([`goals`]: a per-cell tracker turns measurements into the CPUs a goal
+//! needs and a speed-up curve); [`sim`] drives the plan over time with
+//! synthetic cells for its tests and benchmark.
+//!
 //! [`admit`] decides whether a new cell's guarantee fits beside the others.
 //! [`Plan::check`] verifies the plan invariants listed in [`plan`].
 
 pub mod admission;
 pub mod goal;
+pub mod goals;
 pub mod lend;
 pub mod mapping;
 pub mod plan;
 pub mod policy;
 pub mod share;
+pub mod sim;
 pub mod spec;
 pub mod time;
 
@@ -63,6 +70,9 @@ pub struct CellInput {
     pub spec: CellSpec,
     /// CPUs it can use now (`None`: unknown, assume all it may have).
     pub demand: Option<u32>,
+    /// What its reports say of its performance (the goals policy reads
+    /// it; the default says nothing).
+    pub perf: goals::PerfHint,
 }
 
 /// Plans for one machine; holds the precomputed topology tables.
@@ -158,6 +168,12 @@ impl<'m> Planner<'m> {
 
     /// The plan for `cells`, as close to `prev` as the new counts allow.
     pub fn plan(&self, cells: &[CellInput], prev: &Plan) -> Plan {
+        self.plan_loaded(cells, prev, 0)
+    }
+
+    /// [`Planner::plan`] while processes outside every cell use about
+    /// `unmanaged` CPUs (the goals policy does not count on them).
+    pub fn plan_loaded(&self, cells: &[CellInput], prev: &Plan, unmanaged: u32) -> Plan {
         let limit = self.time_limit();
         let (time_cells, space_cells): (Vec<&CellInput>, Vec<&CellInput>) =
             cells.iter().partition(|c| c.spec.time.is_time());
@@ -186,11 +202,22 @@ impl<'m> Planner<'m> {
             .map(|c| PolicyCell {
                 spec: c.spec,
                 previous: prev.cells.get(&c.id).map_or(0, |g| g.entitled.len() as u32),
+                perf: c.perf,
             })
             .collect();
-        let ent = self.config.policy.entitle(capacity, &policy_cells);
+        let ent = self
+            .config
+            .policy
+            .entitle(capacity, &policy_cells, unmanaged);
         let specs: Vec<CellSpec> = space_cells.iter().map(|c| c.spec).collect();
-        let demand: Vec<Option<u32>> = space_cells.iter().map(|c| c.demand).collect();
+        // A probed cell is held at its probe: lending must not top it up.
+        let demand: Vec<Option<u32>> = space_cells
+            .iter()
+            .map(|c| match c.perf.probe {
+                Some(to) => Some(c.demand.map_or(to, |d| d.min(to)).max(1)),
+                None => c.demand,
+            })
+            .collect();
         let lending = lend::lend(capacity, &specs, &demand, &ent, self.config.lend);
         let map_cells: Vec<MapCell> = space_cells
             .iter()

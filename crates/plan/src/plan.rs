@@ -305,6 +305,7 @@ mod tests {
                 id,
                 spec,
                 demand: None,
+                perf: Default::default(),
             })
             .collect();
         let plan = Planner::new(&m, PlanConfig::default()).plan(&cells, &Plan::default());

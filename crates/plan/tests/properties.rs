@@ -4,6 +4,7 @@
 //! does), so the guarantees in every generated set are ones the broker
 //! would have given.
 
+use allot_plan::goals::{Curve, PerfHint};
 use allot_plan::{
     Admission, Admitted, CellId, CellInput, CellSpec, GlobalPolicy, Placement, Plan, PlanConfig,
     Planner, TimeContract,
@@ -77,6 +78,22 @@ fn raw_cell() -> impl Strategy<Value = RawCell> {
         )
 }
 
+/// What a tracker may tell the goals policy about a cell.
+fn hint() -> impl Strategy<Value = PerfHint> {
+    (
+        prop::option::of(1u32..80),
+        prop::bool::weighted(0.1),
+        prop::option::of((0.0f64..=1.0, 1.0f64..100.0)),
+        prop::option::of(1u32..40),
+    )
+        .prop_map(|(goal_cpus, unmeetable, curve, probe)| PerfHint {
+            goal_cpus,
+            unmeetable,
+            curve: curve.map(|(p, r1)| Curve { p, r1 }),
+            probe: probe.filter(|_| goal_cpus.is_none()),
+        })
+}
+
 fn spec_of(r: &RawCell) -> CellSpec {
     CellSpec {
         min: r.min,
@@ -123,6 +140,7 @@ fn admitted_with_plan(planner: &Planner<'_>, raw: &[RawCell]) -> (Vec<CellInput>
                 id: CellId(i as u64),
                 spec,
                 demand: r.demand,
+                perf: Default::default(),
             });
             plan = planner.plan(&cells, &plan);
         }
@@ -150,14 +168,20 @@ proptest! {
         raw in prop::collection::vec(raw_cell(), 1..40),
         reserve in prop_oneof![3 => Just(0u32), 1 => 1u32..3],
         lend in any::<bool>(),
-        priority in any::<bool>(),
+        policy in 0usize..3,
+        hints in prop::collection::vec(hint(), 40),
+        unmanaged in prop_oneof![3 => Just(0u32), 1 => 1u32..8],
     ) {
         let m = &machines()[which];
-        let policy = if priority { GlobalPolicy::Priority } else { GlobalPolicy::FairShare };
+        let policy = GlobalPolicy::ALL[policy];
         let planner = Planner::new(m, PlanConfig { reserve, policy, lend, time_reserve_ppm: 50_000 });
-        let (cells, held) = admitted_with_plan(&planner, &raw);
+        let (mut cells, held) = admitted_with_plan(&planner, &raw);
         prop_assume!(!cells.is_empty());
-        let plan = planner.plan(&cells, &held);
+        // What the cells' reports say (only the goals policy reads it).
+        for (c, h) in cells.iter_mut().zip(&hints) {
+            c.perf = *h;
+        }
+        let plan = planner.plan_loaded(&cells, &held, unmanaged);
         check(&planner, m, &cells, &plan);
     }
 
@@ -245,11 +269,13 @@ fn two_cells_share_the_vm_then_one_gets_both() {
         id: CellId(1),
         spec: CellSpec::default(),
         demand: None,
+        perf: Default::default(),
     };
     let b = CellInput {
         id: CellId(2),
         spec: CellSpec::default(),
         demand: None,
+        perf: Default::default(),
     };
     let both = planner.plan(&[a, b], &Plan::default());
     assert_eq!(both.cells[&CellId(1)].cpus.len(), 1);
@@ -278,11 +304,13 @@ fn idle_cell_lends_its_cpu_and_gets_it_back() {
             id: CellId(1),
             spec,
             demand: None,
+            perf: Default::default(),
         },
         CellInput {
             id: CellId(2),
             spec,
             demand: None,
+            perf: Default::default(),
         },
     ];
     // On 2 CPUs an idle cell still keeps its one CPU, so lending shows on
@@ -326,6 +354,7 @@ fn stacked_cells_share_a_pool_and_run_one_thread_each() {
             id: CellId(i),
             spec: CellSpec::default(),
             demand: None,
+            perf: Default::default(),
         })
         .collect();
     let p = planner.plan(&cells, &Plan::default());
@@ -365,6 +394,7 @@ fn numa_placement_keeps_cells_on_one_node() {
             id: CellId(i),
             spec,
             demand: None,
+            perf: Default::default(),
         })
         .collect();
     let p = planner.plan(&cells, &Plan::default());
@@ -464,7 +494,7 @@ proptest! {
                 _ => {
                     let spec = spec_of(raw);
                     if try_admit(&planner, &cells, &spec, &plan) {
-                        cells.push(CellInput { id: CellId(i as u64), spec, demand: raw.demand });
+                        cells.push(CellInput { id: CellId(i as u64), spec, demand: raw.demand, perf: Default::default() });
                     }
                 }
             }
@@ -517,21 +547,25 @@ fn best_effort_cells_run_on_the_time_region_and_exclusive_ones_never_do() {
             id: CellId(1),
             spec: tt,
             demand: None,
+            perf: Default::default(),
         },
         CellInput {
             id: CellId(2),
             spec: fr,
             demand: None,
+            perf: Default::default(),
         },
         CellInput {
             id: CellId(3),
             spec: pinned,
             demand: None,
+            perf: Default::default(),
         },
         CellInput {
             id: CellId(4),
             spec: CellSpec::default(),
             demand: None,
+            perf: Default::default(),
         },
     ];
     let plan = planner.plan(&cells, &Plan::default());

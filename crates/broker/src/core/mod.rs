@@ -385,6 +385,7 @@ impl Core {
                 id: CellId(id),
                 spec: c.spec,
                 demand: c.est.demand(),
+                perf: Default::default(),
             })
             .collect();
         let next = self.planner.plan(&inputs, &self.plan);

@@ -5,9 +5,7 @@ use super::accept::held_back;
 use super::{Broker, SESSION};
 use crate::core::{Effect, SessionId};
 use crate::{debug, warn};
-use allot_proto::msg::{
-    ErrorCode, MAX_MESSAGE, Reply, Request, header_kind, kind_expects_reply,
-};
+use allot_proto::msg::{ErrorCode, MAX_MESSAGE, Reply, Request, header_kind, kind_expects_reply};
 use allot_proto::transport;
 use rustix::event::epoll::{self, EventData, EventFlags};
 use rustix::fd::AsFd;

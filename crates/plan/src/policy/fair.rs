@@ -49,6 +49,7 @@ mod tests {
                 ..Default::default()
             },
             previous: 0,
+            perf: Default::default(),
         }
     }
 

@@ -12,6 +12,7 @@
 //! CLI parse; each lives in its own file.
 
 mod fair;
+pub(crate) mod goals;
 mod priority;
 
 use crate::spec::CellSpec;
@@ -48,6 +49,8 @@ pub struct PolicyCell {
     /// Whole CPUs the cell was entitled to in the previous plan (ties go to
     /// the previous holder, so equal cells do not swap CPUs back and forth).
     pub previous: u32,
+    /// What its reports say of its performance (the goals policy reads it).
+    pub perf: crate::goals::PerfHint,
 }
 
 /// The broker's rule for dividing CPUs among cells.
@@ -62,17 +65,27 @@ pub enum GlobalPolicy {
     /// their maximum before smaller weights get more than their minimum.
     /// See `policy/priority.rs`.
     Priority,
+    /// Each cell's goal met with the fewest CPUs, the rest where it buys
+    /// the most work (measured speed-up curves). See `policy/goals.rs`.
+    Goals,
 }
 
 impl GlobalPolicy {
     /// Every policy, for `--help` texts and tests.
-    pub const ALL: [GlobalPolicy; 2] = [GlobalPolicy::FairShare, GlobalPolicy::Priority];
+    pub const ALL: [GlobalPolicy; 3] = [
+        GlobalPolicy::FairShare,
+        GlobalPolicy::Priority,
+        GlobalPolicy::Goals,
+    ];
 
-    /// Runs the policy over `capacity` CPUs.
-    pub fn entitle(self, capacity: u32, cells: &[PolicyCell]) -> Entitlements {
+    /// Runs the policy over `capacity` CPUs, of which processes outside
+    /// every cell are using about `unmanaged` (only the goals policy reads
+    /// it: no goal is promised CPUs that other work is using).
+    pub fn entitle(self, capacity: u32, cells: &[PolicyCell], unmanaged: u32) -> Entitlements {
         match self {
             GlobalPolicy::FairShare => fair::entitle(capacity, cells),
             GlobalPolicy::Priority => priority::entitle(capacity, cells),
+            GlobalPolicy::Goals => goals::entitle(capacity, cells, unmanaged),
         }
     }
 }
@@ -82,6 +95,7 @@ impl fmt::Display for GlobalPolicy {
         f.write_str(match self {
             GlobalPolicy::FairShare => "fair-share",
             GlobalPolicy::Priority => "priority",
+            GlobalPolicy::Goals => "goals",
         })
     }
 }
@@ -92,8 +106,9 @@ impl FromStr for GlobalPolicy {
         match s {
             "fair-share" | "fair" => Ok(GlobalPolicy::FairShare),
             "priority" => Ok(GlobalPolicy::Priority),
+            "goals" => Ok(GlobalPolicy::Goals),
             other => Err(format!(
-                "unknown policy {other:?}: expected fair-share or priority"
+                "unknown policy {other:?}: expected fair-share, priority or goals"
             )),
         }
     }

@@ -95,6 +95,7 @@ mod tests {
                 ..Default::default()
             },
             previous: 0,
+            perf: Default::default(),
         }
     }
 
