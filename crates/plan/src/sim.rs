@@ -52,6 +52,8 @@ pub struct Sim<'m> {
     plan: Plan,
     rng: u64,
     step: u32,
+    /// Cells that finished (they leave the plan).
+    gone: Vec<bool>,
     /// Per step, the CPUs each cell held (in cell order).
     pub held: Vec<Vec<f64>>,
     /// Per step, whether each cell's goal was met (`None`: no goal or not
@@ -68,6 +70,7 @@ impl<'m> Sim<'m> {
         seed: u64,
     ) -> Sim<'m> {
         let trackers = cells.iter().map(|c| Tracker::new(c.spec.goal)).collect();
+        let n = cells.len();
         Sim {
             machine,
             planner: Planner::new(machine, config),
@@ -76,6 +79,7 @@ impl<'m> Sim<'m> {
             plan: Plan::default(),
             rng: seed.max(1),
             step: 0,
+            gone: vec![false; n],
             held: vec![],
             met: vec![],
         }
@@ -116,6 +120,7 @@ impl<'m> Sim<'m> {
             .iter()
             .zip(&self.trackers)
             .enumerate()
+            .filter(|(i, _)| !self.gone[*i])
             .map(|(i, (c, t))| CellInput {
                 id: CellId(i as u64),
                 spec: c.spec,
@@ -143,6 +148,11 @@ impl<'m> Sim<'m> {
         let mut held = Vec::with_capacity(self.cells.len());
         let mut met = Vec::with_capacity(self.cells.len());
         for i in 0..self.cells.len() {
+            if self.gone[i] {
+                held.push(0.0);
+                met.push(None);
+                continue;
+            }
             let g = &self.plan.cells[&CellId(i as u64)];
             let n = if g.stacked {
                 g.share
@@ -182,6 +192,11 @@ impl<'m> Sim<'m> {
         self.held.push(held.clone());
         self.met.push(met);
         held
+    }
+
+    /// Cell `i` finished: it leaves the plan from the next step.
+    pub fn finish(&mut self, i: usize) {
+        self.gone[i] = true;
     }
 
     /// The first step from which every cell held the same CPUs to the end
