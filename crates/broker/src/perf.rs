@@ -39,8 +39,9 @@ pub const P99_LATENCIES: u64 = 200;
 pub struct Sample {
     /// When.
     pub at: Instant,
-    /// CPUs the cell held until now (its grant).
-    pub cpus: u32,
+    /// CPUs the cell held until now: its grant's, or for a cell on the
+    /// stacked pool its share of the pool.
+    pub cpus: f64,
     /// CPU time used so far, ns (`None`: the backend cannot tell).
     pub usage_ns: Option<u64>,
     /// Time its members' threads waited for a CPU so far, ns (`None`: not
@@ -151,7 +152,7 @@ impl Perf {
             .iter()
             .filter(|s| s.at > from.at && s.at <= new.at)
         {
-            held += f64::from(s.cpus) * s.at.duration_since(prev.at).as_secs_f64();
+            held += s.cpus * s.at.duration_since(prev.at).as_secs_f64();
             prev = s;
         }
         let per_s = |ns: u64| ns as f64 / 1e9 / secs;
@@ -270,7 +271,7 @@ mod tests {
     fn sample(t0: Instant, ms: u64, cpus: u32, usage_ms: u64, beats: u64) -> Sample {
         Sample {
             at: t0 + Duration::from_millis(ms),
-            cpus,
+            cpus: f64::from(cpus),
             usage_ns: Some(usage_ms * 1_000_000),
             run_delay_ns: None,
             reports: Reports {

@@ -76,7 +76,11 @@ impl Core {
                         runtimes_of(self.os().as_ref(), &pids)
                     },
                     delivery: self.windows.delivery(id).map(|d| delivery_status(&d)),
-                    perf: perf_status(&c.spec.goal, &c.perf),
+                    perf: perf_status(
+                        &c.spec.goal,
+                        &c.perf,
+                        self.goal_note(c, g.map_or(0, |g| g.entitled.len() as u32)),
+                    ),
                 }
             })
             .collect();
@@ -143,8 +147,32 @@ impl Core {
     }
 }
 
-/// A cell's recent performance as the status document shows it.
-fn perf_status(goal: &allot_plan::Goal, perf: &crate::perf::Perf) -> Option<PerfStatus> {
+impl Core {
+    /// What the status says of cell `c`'s goal beyond its measurements:
+    /// what the goals policy does about it, or that another policy is in
+    /// force.
+    fn goal_note(&self, c: &crate::core::Cell, entitled: u32) -> String {
+        if !c.spec.goal.is_some() {
+            return String::new();
+        }
+        let policy = self.planner.config().policy;
+        if policy != allot_plan::GlobalPolicy::Goals {
+            return format!(
+                "not acted on: the broker divides CPUs by {policy}; run it with --policy goals \
+                 (or policy = \"goals\") to size cells to their goals"
+            );
+        }
+        c.tracker.note(entitled)
+    }
+}
+
+/// A cell's recent performance as the status document shows it; `note`
+/// is what the policy does about its goal.
+fn perf_status(
+    goal: &allot_plan::Goal,
+    perf: &crate::perf::Perf,
+    note: String,
+) -> Option<PerfStatus> {
     let w = perf.over(crate::perf::RATE_SPAN)?;
     let lat = perf.latency_window(crate::perf::RATE_SPAN).unwrap_or(w);
     let goal_met = goal.met(w.rate_per_s, lat.p99_us);
@@ -156,7 +184,7 @@ fn perf_status(goal: &allot_plan::Goal, perf: &crate::perf::Perf) -> Option<Perf
             "no latencies yet: record them with report_latency (allot_report_latency in C)"
                 .to_string()
         }
-        _ => String::new(),
+        _ => note,
     };
     Some(PerfStatus {
         window_s: round(w.secs, 2),

@@ -100,3 +100,61 @@ fn the_machine_load_outside_the_cells_is_shown() {
     assert_eq!(l.unmanaged, Some(1.5), "{l:?}");
     assert_eq!(l.running, 2);
 }
+
+#[test]
+fn under_the_goals_policy_a_rate_goal_is_sized_from_the_heartbeats() {
+    let mut w = world_configured(8, |cfg| cfg.policy = allot_plan::GlobalPolicy::Goals);
+    proc_of(&w, 50, 1000);
+    proc_of(&w, 51, 1000);
+    // A: 100 units a second per CPU, perfectly parallel; it wants 250/s,
+    // so three CPUs (aiming 5 % above: 262.5/s). B: best effort, silent.
+    let spec = CellSpec {
+        goal: Goal::Rate {
+            milli_per_s: 250_000,
+        },
+        ..CellSpec::default()
+    };
+    let (_, _, a) = page(register(&mut w, ALICE, "a", spec, vec![50], false));
+    let (_, _, b) = page(register(
+        &mut w,
+        ALICE,
+        "b",
+        CellSpec::default(),
+        vec![51],
+        false,
+    ));
+    let t0 = Instant::now();
+    let mut owed = 0.0;
+    for k in 0..150u32 {
+        let n = grant(&a).cpus.len() as f64;
+        owed += 100.0 * n * TICK.as_secs_f64();
+        let whole = owed.floor();
+        a.reports().unwrap().heartbeat(whole as u64);
+        owed -= whole;
+        w.core.tick(t0 + TICK * k);
+    }
+    let st = w.core.status(ALICE);
+    let p = st.cells[0].perf.clone().unwrap();
+    assert_eq!(grant(&a).cpus.len(), 3, "{p:?}");
+    assert_eq!(grant(&b).cpus.len(), 5, "the rest goes to the other cell");
+    assert_eq!(p.goal_met, Some(true), "{p:?}");
+    assert!(p.goal_note.contains("3 CPU"), "{p:?}");
+}
+
+#[test]
+fn a_goal_under_another_policy_says_it_is_not_acted_on() {
+    let mut w = world(4);
+    proc_of(&w, 50, 1000);
+    let spec = CellSpec {
+        goal: Goal::Rate { milli_per_s: 1_000 },
+        ..CellSpec::default()
+    };
+    let (_, _, a) = page(register(&mut w, ALICE, "a", spec, vec![50], false));
+    let t0 = Instant::now();
+    for k in 0..20u32 {
+        a.reports().unwrap().heartbeat(10);
+        w.core.tick(t0 + TICK * k);
+    }
+    let p = w.core.status(ALICE).cells[0].perf.clone().unwrap();
+    assert!(p.goal_note.contains("--policy goals"), "{p:?}");
+}

@@ -133,6 +133,8 @@ pub(crate) struct Cell {
     pub(crate) pool_stats: Option<allot_proto::PoolStatsWire>,
     /// What the cell achieved, tick by tick (`crate::perf`).
     pub(crate) perf: crate::perf::Perf,
+    /// What its measurements say of its curve and goal (`core::perf`).
+    pub(crate) tracker: allot_plan::goals::Tracker,
 }
 
 impl Cell {
@@ -205,6 +207,8 @@ pub struct Core {
     cells_unmeasured: bool,
     /// Ticks so far (some readings are taken every few).
     ticks: u64,
+    /// When the trackers last evaluated (`core::perf`).
+    last_evaluation: Option<Instant>,
 }
 
 fn random_u64() -> u64 {
@@ -272,6 +276,7 @@ impl Core {
             cells_used_ns: 0,
             cells_unmeasured: false,
             ticks: 0,
+            last_evaluation: None,
         };
         let effects = core.restore();
         (core, effects)
@@ -385,10 +390,12 @@ impl Core {
                 id: CellId(id),
                 spec: c.spec,
                 demand: c.est.demand(),
-                perf: Default::default(),
+                perf: self.hint_of(c),
             })
             .collect();
-        let next = self.planner.plan(&inputs, &self.plan);
+        let next = self
+            .planner
+            .plan_loaded(&inputs, &self.plan, self.unmanaged_cpus());
         debug_assert_eq!(
             next.check(
                 self.machine,
@@ -663,9 +670,16 @@ impl Core {
             if c.est.tick(now, usage, granted) != before {
                 changed = true;
             }
-            self.observe(id, now, usage, granted);
+            let held = match c.published.as_ref() {
+                Some(g) if g.stacked => g.share,
+                _ => f64::from(granted),
+            };
+            self.observe(id, now, usage, held);
         }
         self.observe_machine(now);
+        if self.evaluate(now) {
+            changed = true;
+        }
         if changed {
             self.reconcile();
         }

@@ -1,5 +1,8 @@
 //! Reading, every tick, what each cell achieved and how loaded the machine
-//! is; `crate::perf` keeps the series and reads windows of them.
+//! is; `crate::perf` keeps the series and reads windows of them. Once a
+//! second each cell's [`Tracker`](allot_plan::goals::Tracker) evaluates
+//! the last second (Tessellation's adaptive loop): its hint is what the
+//! `goals` policy plans with.
 //!
 //! Per cell: the CPUs it held, its CPU time (from the backend, already
 //! read for demand), its report pages' counters (memory reads), and every
@@ -7,9 +10,14 @@
 //! CPU (`/proc`, bounded per cell). Per machine: `/proc/stat` and
 //! `/proc/pressure/cpu`, and the CPU time all cells used.
 
-use super::Core;
-use crate::perf::{LoadSample, Sample};
-use std::time::Instant;
+use super::{Cell, Core};
+use crate::perf::{LoadSample, RATE_SPAN, Sample};
+use allot_plan::GlobalPolicy;
+use allot_plan::goals::{Observation, PerfHint};
+use std::time::{Duration, Instant};
+
+/// How often the trackers evaluate (their window is a second long).
+pub const EVALUATE_EVERY: Duration = Duration::from_secs(1);
 
 /// Run delay is read every this many ticks (it costs a file per thread).
 pub const RUN_DELAY_EVERY: u64 = 5;
@@ -20,8 +28,9 @@ const RUN_DELAY_MEMBERS: usize = 16;
 
 impl Core {
     /// Adds this tick's sample to cell `id`'s series: `usage` is its CPU
-    /// time so far (`None`: not measurable), `granted` the CPUs it held.
-    pub(super) fn observe(&mut self, id: u64, now: Instant, usage: Option<u64>, granted: u32) {
+    /// time so far (`None`: not measurable), `held` the CPUs it held (for
+    /// a cell on the stacked pool, its share of it).
+    pub(super) fn observe(&mut self, id: u64, now: Instant, usage: Option<u64>, held: f64) {
         let read_delay = self.ticks.is_multiple_of(RUN_DELAY_EVERY);
         let Some(c) = self.cells.get_mut(&id) else {
             return;
@@ -58,12 +67,70 @@ impl Core {
         }
         c.perf.record(Sample {
             at: now,
-            cpus: granted,
+            cpus: held,
             usage_ns: usage,
             run_delay_ns,
             reports,
             pages,
         });
+    }
+
+    /// Once a second, lets every cell's tracker evaluate the last second
+    /// (and the latency span); returns whether a hint the goals policy
+    /// plans with changed (the caller re-plans).
+    pub(super) fn evaluate(&mut self, now: Instant) -> bool {
+        if self
+            .last_evaluation
+            .is_some_and(|t| now.duration_since(t) < EVALUATE_EVERY)
+        {
+            return false;
+        }
+        self.last_evaluation = Some(now);
+        let capacity = self.planner.capacity();
+        let goals = self.planner.config().policy == GlobalPolicy::Goals;
+        let mut changed = false;
+        for c in self.cells.values_mut() {
+            if c.spec.time.is_time() {
+                continue;
+            }
+            let Some(w) = c.perf.over(RATE_SPAN) else {
+                continue;
+            };
+            let lat = c.perf.latency_window(RATE_SPAN).unwrap_or(w);
+            let before = c.tracker.hint();
+            let after = c.tracker.observe(
+                Observation {
+                    cpus: w.cpus,
+                    rate: w.rate_per_s,
+                    p99_us: lat.p99_us,
+                    latencies: lat.latencies,
+                    cpu_used: w.cpu_used,
+                },
+                c.spec.max_within(capacity),
+            );
+            changed |= goals && after != before;
+        }
+        changed
+    }
+
+    /// What the planner should know of cell `c`'s performance: its
+    /// tracker's hint under the goals policy, nothing under the others (a
+    /// probe must not move a cell that a fair division placed).
+    pub(super) fn hint_of(&self, c: &Cell) -> PerfHint {
+        if self.planner.config().policy == GlobalPolicy::Goals {
+            c.tracker.hint()
+        } else {
+            PerfHint::default()
+        }
+    }
+
+    /// CPUs' worth used outside every cell over the last second, rounded
+    /// down (the goals policy does not count on them).
+    pub(super) fn unmanaged_cpus(&self) -> u32 {
+        self.load
+            .over(RATE_SPAN)
+            .and_then(|w| w.unmanaged)
+            .map_or(0, |u| u.floor() as u32)
     }
 
     /// Adds this tick's sample to the machine's series (after every

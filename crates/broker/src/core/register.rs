@@ -272,6 +272,7 @@ impl Core {
                 busy_reported: 0,
                 pool_stats: None,
                 perf: Default::default(),
+                tracker: allot_plan::goals::Tracker::new(spec.goal),
             },
         );
         // The grant reaches the kernel, and its windows start (shut
@@ -560,7 +561,9 @@ impl Core {
             Admission::NotNow(r) => return Err(err(ErrorCode::Refused, KIND, r)),
             Admission::Never(r) => return Err(err(ErrorCode::Never, KIND, r)),
         }
-        self.cells.get_mut(&cell).expect("checked").spec = spec;
+        let c = self.cells.get_mut(&cell).expect("checked");
+        c.spec = spec;
+        c.tracker.set_goal(spec.goal);
         self.journal(&[Record::Spec {
             id: cell,
             spec: convert::to_record(&spec),

@@ -90,6 +90,7 @@ impl Core {
                     busy_reported: 0,
                     pool_stats: None,
                     perf: Default::default(),
+                    tracker: allot_plan::goals::Tracker::new(convert::from_record(&rec.spec).goal),
                 },
             ));
         }
@@ -193,6 +194,7 @@ impl Core {
                     busy_reported: 0,
                     pool_stats: None,
                     perf: Default::default(),
+                    tracker: allot_plan::goals::Tracker::new(spec.goal),
                 },
             ));
         }

@@ -20,7 +20,7 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// How CPUs are divided among cells.
-    #[arg(long, value_name = "fair-share|priority")]
+    #[arg(long, value_name = "fair-share|priority|goals")]
     policy: Option<GlobalPolicy>,
     /// CPUs kept for processes outside any cell.
     #[arg(long, value_name = "N")]
