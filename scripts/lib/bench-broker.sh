@@ -1,6 +1,7 @@
 # Sourced by the benchmark scripts that need a broker of their own
-# (cgroup v1, root). `bench_broker LABEL` builds allot (release), starts
-# a broker on a private socket with the cgroup name allot-bench-LABEL-PID,
+# (cgroup v1, root). `bench_broker LABEL [DAEMON OPTIONS]` builds allot
+# (release), starts a broker on a private socket with the cgroup name
+# allot-bench-LABEL-PID (and the options, e.g. --policy goals),
 # exports ALLOT_SOCKET and waits until it answers. It sets:
 #   A     the allot binary     dir   a private temporary directory
 #   name  the broker's cgroup name
@@ -34,14 +35,16 @@ bench_cleanup() {
   rm -rf "$dir"
 }
 
-bench_broker() { # LABEL
+bench_broker() { # LABEL [DAEMON OPTIONS...]
+  local label=$1
+  shift
   cargo build --release -q -p allot-cli
   A=$PWD/target/release/allot
   dir=$(mktemp -d)
-  name=allot-bench-$1-$$
+  name=allot-bench-$label-$$
   bench_pids=""
   trap bench_cleanup EXIT
-  "$A" daemon --socket "$dir/s" --backend cgroup1 --cgroup-name "$name" 2>"$dir/log" &
+  "$A" daemon --socket "$dir/s" --backend cgroup1 --cgroup-name "$name" "$@" 2>"$dir/log" &
   broker=$!
   export ALLOT_SOCKET=$dir/s
   for _ in $(seq 50); do "$A" status >/dev/null 2>&1 && return; sleep 0.1; done

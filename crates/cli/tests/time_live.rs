@@ -7,73 +7,7 @@
 mod common;
 
 use common::*;
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
-
-/// `allot run --name NAME ARGS -- timeout 10 sh -c SCRIPT`, in the
-/// background, in a process group of its own (killed whole by [`Killed`]).
-fn cell(d: &Daemon, name: &str, args: &[&str], script: &str) -> Child {
-    let mut full = vec!["--name", name];
-    full.extend_from_slice(args);
-    full.extend_from_slice(&["--", "timeout", "10", "sh", "-c", script]);
-    allot_run(d, &full)
-        .process_group(0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("allot run")
-}
-
-const SPIN: &str = "while :; do :; done";
-const SPIN2: &str = "(while :; do :; done) & (while :; do :; done) & wait";
-
-/// CPU time (ns) of cell `name`'s cgroup.
-fn usage(d: &Daemon, name: &str) -> u64 {
-    let st = d.status();
-    let c = st
-        .cells
-        .iter()
-        .find(|c| c.name == name)
-        .unwrap_or_else(|| panic!("no cell {name}: {st:?}"));
-    let p = format!(
-        "/sys/fs/cgroup/cpuacct/{}/cell-{}/cpuacct.usage",
-        d.cgroup, c.id
-    );
-    std::fs::read_to_string(&p)
-        .unwrap_or_else(|e| panic!("{p}: {e}"))
-        .trim()
-        .parse()
-        .unwrap()
-}
-
-/// `allot run` processes and everything they started, killed on drop:
-/// `allot run` starts its program in a process group of its own, so the
-/// processes in the test broker's cells are killed by pid first.
-struct Killed<'d>(&'d Daemon, Vec<Child>);
-impl Drop for Killed<'_> {
-    fn drop(&mut self) {
-        let top = std::path::Path::new("/sys/fs/cgroup/cpuset").join(&self.0.cgroup);
-        for cell in std::fs::read_dir(&top).into_iter().flatten().flatten() {
-            let procs =
-                std::fs::read_to_string(cell.path().join("cgroup.procs")).unwrap_or_default();
-            for pid in procs
-                .split_whitespace()
-                .filter_map(|p| p.parse::<i32>().ok())
-            {
-                if let Some(pid) = rustix::process::Pid::from_raw(pid) {
-                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-                }
-            }
-        }
-        for c in &mut self.1 {
-            if let Some(group) = rustix::process::Pid::from_raw(c.id() as i32) {
-                let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
-            }
-            let _ = c.wait();
-        }
-    }
-}
 
 /// What one time cell received over a measurement.
 struct Received {
@@ -175,14 +109,6 @@ fn idle_ticks() -> (u64, u64) {
         .filter_map(|x| x.parse().ok())
         .collect();
     (v[3] + v[4], v.iter().sum())
-}
-
-fn cgroup1_here() -> bool {
-    prerequisite(
-        v1_cpuset_writable()
-            && std::path::Path::new("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists(),
-        "writable cgroup v1 cpuset and cpu hierarchies (root)",
-    ) && prerequisite(allot_testkit::cpus() >= 2, "two CPUs")
 }
 
 #[test]

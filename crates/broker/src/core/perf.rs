@@ -105,6 +105,7 @@ impl Core {
                     p99_us: lat.p99_us,
                     latencies: lat.latencies,
                     cpu_used: w.cpu_used,
+                    waiting: w.waiting,
                 },
                 c.spec.max_within(capacity),
             );

@@ -25,6 +25,7 @@ pub mod mix;
 pub mod probe;
 mod report;
 pub mod runner;
+pub mod serve;
 
 use jobs::{Mode, Work};
 use std::path::PathBuf;
@@ -48,6 +49,10 @@ pub enum Bench {
     /// cell's windows (a helper for time-contract tests and benchmarks).
     #[command(hide = true)]
     Probe(probe::ProbeArgs),
+    /// A request server that reports its latencies and work to its cell
+    /// (a helper for goal tests and benchmarks).
+    #[command(hide = true)]
+    Serve(serve::ServeArgs),
 }
 
 /// Arguments of `allot bench mix`.
@@ -131,6 +136,7 @@ pub fn run(b: Bench) -> i32 {
         Bench::Load(a) => report_errors(load::run(a)),
         Bench::Launch(a) => report_errors(launch::run(a)),
         Bench::Probe(a) => report_errors(probe::run(a).map(|()| 0)),
+        Bench::Serve(a) => report_errors(serve::run(a).map(|()| 0)),
     }
 }
 

@@ -1,0 +1,99 @@
+//! Goals on this machine: a request server with a p99 goal (`allot bench
+//! serve` under `allot run --goal`) beside three CPU hogs, with a broker
+//! of the cgroup v1 backend under the goals policy and under fair share.
+//! Every process is bounded by `timeout`; the broker removes its cgroups
+//! (the `Daemon` guard does too, on failure).
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+
+/// Runs the server (300 requests a second of 2 ms each: 0.6 CPU of work)
+/// with `--goal p99=40ms` beside three hogs under a broker started with
+/// `daemon`; returns its report over the second half of 16 s, and the
+/// server cell's status near the end.
+fn serve(daemon: &[&str]) -> (serde_json::Value, allot_proto::status::CellStatus) {
+    let d = Daemon::start("cgroup1", daemon);
+    let kids = Killed(
+        &d,
+        (1..=3)
+            .map(|i| cell_for(&d, &format!("hog-{i}"), &[], SPIN, 30))
+            .collect(),
+    );
+    assert!(eventually(Duration::from_secs(10), || d
+        .status()
+        .cells
+        .iter()
+        .filter(|c| c.name.starts_with("hog") && !c.pids.is_empty())
+        .count()
+        == 3));
+    let server = std::thread::scope(|s| {
+        let run = s.spawn(|| {
+            run_out(allot_run(
+                &d,
+                &[
+                    "--name",
+                    "server",
+                    "--goal",
+                    "p99=40ms",
+                    "--",
+                    "timeout",
+                    "30",
+                    ALLOT,
+                    "bench",
+                    "serve",
+                    "--rate",
+                    "300",
+                    "--service-us",
+                    "2000",
+                    "--seconds",
+                    "16",
+                    "--warmup",
+                    "8",
+                ],
+            ))
+        });
+        std::thread::sleep(Duration::from_secs(14));
+        let st = d.status();
+        let srv = st.cells.iter().find(|c| c.name == "server").cloned();
+        let o = run.join().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        assert!(
+            o.status.success(),
+            "{out}\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let report: serde_json::Value =
+            serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+        (report, srv.expect("the server's cell"))
+    });
+    drop(kids);
+    server
+}
+
+#[test]
+fn the_goals_policy_gives_a_latency_goal_its_cpu_and_fair_share_misses_it() {
+    if !cgroup1_here() {
+        return;
+    }
+    let (report, cell) = serve(&["--policy", "goals"]);
+    eprintln!("goals: {report} {:?}", cell.perf);
+    let p99 = report["p99_us"].as_f64().unwrap();
+    assert!(p99 <= 40_000.0, "p99 {p99} µs over a 40 ms goal: {report}");
+    let perf = cell.perf.expect("measured");
+    assert_eq!(perf.goal_met, Some(true), "{perf:?}");
+    assert!(
+        (0.95..=1.05).contains(&perf.cpus),
+        "one CPU of its own beside the hogs: {perf:?}"
+    );
+    // The same server under fair share is one cell of four on two CPUs:
+    // half a CPU for 0.6 CPU of work, its queue grows.
+    let (report, cell) = serve(&[]);
+    eprintln!("fair share: {report} {:?}", cell.perf);
+    let p99 = report["p99_us"].as_f64().unwrap();
+    assert!(p99 > 40_000.0, "fair share met the goal too: {report}");
+    let perf = cell.perf.expect("measured");
+    assert_eq!(perf.goal_met, Some(false), "{perf:?}");
+    assert!(perf.goal_note.contains("--policy goals"), "{perf:?}");
+}
