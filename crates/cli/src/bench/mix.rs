@@ -37,6 +37,8 @@ pub struct Plan {
     pub limit: Duration,
     /// Enforcement backend of the experiment's broker.
     pub backend: String,
+    /// How the experiment's broker divides CPUs.
+    pub policy: allot_plan::GlobalPolicy,
     /// Output directory.
     pub out: PathBuf,
 }
@@ -129,7 +131,12 @@ pub fn run(plan: &Plan, tools_base: (&Path, &Path, &Path)) -> Result<Outcome, St
     std::fs::create_dir_all(&plan.out)
         .map_err(|e| format!("cannot create {}: {e}", plan.out.display()))?;
     let mut broker = if plan.modes.iter().any(|m| m.uses_broker()) {
-        Some(PrivateBroker::start(tools_base.0, &plan.backend)?)
+        let policy = plan.policy.to_string();
+        Some(PrivateBroker::start_with(
+            tools_base.0,
+            &plan.backend,
+            &["--policy", &policy],
+        )?)
     } else {
         None
     };

@@ -92,6 +92,13 @@ pub struct MixArgs {
     /// Enforcement backend of the experiment's private broker.
     #[arg(long, default_value = "auto", value_name = "BACKEND")]
     backend: String,
+    /// How the experiment's private broker divides CPUs.
+    #[arg(
+        long,
+        default_value = "fair-share",
+        value_name = "fair-share|priority|goals"
+    )]
+    policy: allot_plan::GlobalPolicy,
     /// Output directory.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
@@ -197,6 +204,7 @@ fn mix_cmd(a: MixArgs) -> Result<i32, String> {
         repeats: a.repeats.max(1),
         limit: Duration::from_secs(a.timeout),
         backend: a.backend,
+        policy: a.policy,
         out,
     };
     let allot =
