@@ -67,7 +67,8 @@ fn uniform(state: &mut u64) -> f64 {
 
 /// Runs `allot bench serve`.
 pub fn run(a: ServeArgs) -> Result<(), String> {
-    if !(a.rate > 0.0 && a.rate.is_finite()) || a.workers == 0 || !(a.seconds > 0.0) {
+    let positive = |v: f64| v.is_finite() && v > 0.0;
+    if !positive(a.rate) || a.workers == 0 || !positive(a.seconds) {
         return Err("--rate, --workers and --seconds must be positive".into());
     }
     let cell = match Cell::from_env() {
