@@ -9,6 +9,15 @@ use allot_plan::{CellSpec, Goal, Grant, Placement, TimeContract};
 use allot_proto::status::{self, GoalStatus, SpecStatus, TimeStatus};
 use allot_proto::{GoalWire, PlacementWire, SpecWire, TimeWire};
 
+/// A goal as it arrived on the wire. Validation is the caller's.
+pub fn goal_from_wire(g: GoalWire) -> Goal {
+    match g {
+        GoalWire::None => Goal::None,
+        GoalWire::Rate { milli_per_s } => Goal::Rate { milli_per_s },
+        GoalWire::P99 { us } => Goal::P99 { us },
+    }
+}
+
 /// A spec as it arrived on the wire. Validation is the caller's.
 pub fn from_wire(w: &SpecWire) -> CellSpec {
     CellSpec {
@@ -33,11 +42,7 @@ pub fn from_wire(w: &SpecWire) -> CellSpec {
             },
             TimeWire::Message { idle_ms } => TimeContract::Message { idle_ms },
         },
-        goal: match w.goal {
-            GoalWire::None => Goal::None,
-            GoalWire::Rate { milli_per_s } => Goal::Rate { milli_per_s },
-            GoalWire::P99 { us } => Goal::P99 { us },
-        },
+        goal: goal_from_wire(w.goal),
     }
 }
 

@@ -34,8 +34,50 @@ pub const RATE_SPAN: Duration = Duration::from_secs(1);
 /// handful.
 pub const P99_LATENCIES: u64 = 200;
 
+/// A cell's report counters at one tick. The latency buckets (most of a
+/// reading's size) are kept only once the cell has recorded a latency.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Counters {
+    /// Heartbeats.
+    pub beats: u64,
+    /// Latencies recorded.
+    pub count: u64,
+    /// Their sum, ns.
+    pub sum_ns: u64,
+    /// Latencies per bucket (`None`: none recorded yet).
+    pub buckets: Option<Box<[u64; allot_proto::report::BUCKETS]>>,
+}
+
+impl From<Reports> for Counters {
+    fn from(r: Reports) -> Counters {
+        Counters {
+            beats: r.beats,
+            count: r.count,
+            sum_ns: r.sum_ns,
+            buckets: (r.count != 0 || r.buckets.iter().any(|b| *b != 0))
+                .then(|| Box::new(r.buckets)),
+        }
+    }
+}
+
+impl Counters {
+    /// The counters as a [`Reports`].
+    pub fn reports(&self) -> Reports {
+        Reports {
+            beats: self.beats,
+            count: self.count,
+            sum_ns: self.sum_ns,
+            buckets: self
+                .buckets
+                .as_deref()
+                .copied()
+                .unwrap_or([0; allot_proto::report::BUCKETS]),
+        }
+    }
+}
+
 /// One tick's reading of a cell.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
     /// When.
     pub at: Instant,
@@ -48,7 +90,7 @@ pub struct Sample {
     /// read at this tick).
     pub run_delay_ns: Option<u64>,
     /// Its report pages' counters, summed.
-    pub reports: Reports,
+    pub reports: Counters,
     /// Which pages were summed (their count and addresses, hashed): a
     /// change restarts the series.
     pub pages: u64,
@@ -95,9 +137,8 @@ impl Perf {
             self.samples.clear();
         }
         if let Some(last) = self.samples.back() {
-            let d = s.reports.since(&last.reports);
-            self.beats_seen |= d.beats > 0;
-            self.latencies_seen |= d.count > 0;
+            self.beats_seen |= s.reports.beats != last.reports.beats;
+            self.latencies_seen |= s.reports.count != last.reports.count;
         }
         if self.samples.len() == SAMPLES {
             self.samples.pop_front();
@@ -108,6 +149,15 @@ impl Perf {
     /// The newest sample.
     pub fn last(&self) -> Option<&Sample> {
         self.samples.back()
+    }
+
+    /// When run delay was last read.
+    pub fn last_run_delay(&self) -> Option<Instant> {
+        self.samples
+            .iter()
+            .rev()
+            .find(|s| s.run_delay_ns.is_some())
+            .map(|s| s.at)
     }
 
     /// The window from the newest sample back to the oldest at least
@@ -133,7 +183,7 @@ impl Perf {
             .iter()
             .rev()
             .filter(|s| new.at.duration_since(s.at) >= span)
-            .find(|s| new.reports.since(&s.reports).count >= P99_LATENCIES)
+            .find(|s| new.reports.count.wrapping_sub(s.reports.count) >= P99_LATENCIES)
             .or_else(|| self.samples.front())?;
         self.between(from, new)
     }
@@ -143,7 +193,7 @@ impl Perf {
         if secs <= 0.0 {
             return None;
         }
-        let d = new.reports.since(&from.reports);
+        let d = new.reports.reports().since(&from.reports.reports());
         // CPUs held: each later sample's grant held since the one before.
         let mut held = 0.0;
         let mut prev = from;
@@ -277,7 +327,8 @@ mod tests {
             reports: Reports {
                 beats,
                 ..Reports::default()
-            },
+            }
+            .into(),
             pages: 1,
         }
     }
@@ -327,7 +378,7 @@ mod tests {
                 r.buckets[allot_proto::report::bucket_of(20_000)] += 1;
             }
             p.record(Sample {
-                reports: r,
+                reports: r.into(),
                 ..sample(t0, k * 100, 1, 0, 0)
             });
         }

@@ -158,3 +158,52 @@ fn a_goal_under_another_policy_says_it_is_not_acted_on() {
     let p = w.core.status(ALICE).cells[0].perf.clone().unwrap();
     assert!(p.goal_note.contains("--policy goals"), "{p:?}");
 }
+
+#[test]
+fn set_goal_changes_the_goal_alone_and_refuses_time_cells() {
+    let mut w = world(4);
+    proc_of(&w, 50, 1000);
+    proc_of(&w, 51, 1000);
+    let spec = CellSpec {
+        min: 2,
+        weight: 3,
+        ..CellSpec::default()
+    };
+    let (cell, _, _) = page(register(&mut w, ALICE, "a", spec, vec![50], false));
+    let set = |w: &mut World, peer, cell, goal: Goal| {
+        reply(&w.core.handle(
+            7,
+            peer,
+            allot_proto::msg::Request::SetGoal {
+                cell,
+                goal: allot_client::goal_to_wire(goal),
+            },
+            None,
+        ))
+        .clone()
+    };
+    let goal = Goal::P99 { us: 5_000 };
+    assert_eq!(set(&mut w, ALICE, cell, goal), allot_proto::msg::Reply::Ok);
+    let s = &w.core.status(ALICE).cells[0].spec;
+    assert_eq!((s.min, s.weight), (2, 3), "the rest of the request stays");
+    assert_eq!(s.goal, allot_proto::status::GoalStatus::P99 { us: 5_000 });
+    // Another user may not; a time cell has no goal.
+    assert!(matches!(
+        set(&mut w, BOB, cell, Goal::None),
+        allot_proto::msg::Reply::Error { request: 0x10, .. }
+    ));
+    let timed = CellSpec {
+        min: 1,
+        time: allot_plan::TimeContract::Fraction {
+            ppm: 250_000,
+            slice_us: 0,
+        },
+        ..CellSpec::default()
+    };
+    let (tcell, _, _) = page(register(&mut w, ALICE, "t", timed, vec![51], false));
+    let r = set(&mut w, ALICE, tcell, goal);
+    assert!(
+        matches!(&r, allot_proto::msg::Reply::Error { message, .. } if message.contains("goals")),
+        "{r:?}"
+    );
+}

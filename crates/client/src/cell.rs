@@ -109,9 +109,9 @@ struct Inner {
     release_on_drop: AtomicBool,
 }
 
-// SAFETY: `current` always points into a mapping owned by `pages`, which is
-// only ever appended to while `Inner` lives; every access through it is to
-// atomics.
+// SAFETY: `current` and `reports` always point into mappings owned by
+// `pages`, which is only ever appended to while `Inner` lives; every access
+// through them is to atomics.
 unsafe impl Send for Inner {}
 // SAFETY: see `Send`.
 unsafe impl Sync for Inner {}
@@ -572,22 +572,41 @@ impl Cell {
 
     /// Sets what the cell wants to achieve ([`Goal`](allot_plan::Goal):
     /// a rate of heartbeats or a latency percentile) and waits for the
-    /// broker to accept it. The goals policy then sizes the cell's CPUs to
-    /// meet it. Without a broker the goal is kept for when one answers.
+    /// broker to accept it; the rest of the cell's request stays as the
+    /// broker has it (so a program in a cell of `allot run`'s may set its
+    /// goal too). The goals policy then sizes the cell's CPUs to meet it.
+    /// Errors without a broker (a standalone cell, or the broker gone), or
+    /// when the broker refuses the goal (a time cell).
     pub fn set_goal(&self, goal: allot_plan::Goal) -> Result<(), ClientError> {
-        let spec = {
-            let mut s = self.inner.spec.lock().unwrap_or_else(|p| p.into_inner());
-            let next = CellSpec { goal, ..*s };
-            next.validate()?;
-            *s = next;
-            next
-        };
-        let id = self.id();
+        goal.validate().map_err(allot_plan::SpecError::from)?;
         let mut conn = self.inner.conn.lock().unwrap_or_else(|p| p.into_inner());
-        match conn.as_mut() {
-            Some(c) if id != 0 => c.update_spec(id, spec),
-            _ => Ok(()),
+        let id = self.id();
+        if id == 0 {
+            return Err(ClientError::NoBrokerForCell("standalone"));
         }
+        if conn.is_none() {
+            let Some(socket) = &self.inner.socket else {
+                return Err(ClientError::NoBrokerForCell(
+                    "its broker's socket is unknown",
+                ));
+            };
+            *conn = Some(Client::connect(socket)?);
+        }
+        let c = conn.as_mut().expect("set above");
+        if let Err(e) = c.set_goal(id, goal) {
+            if matches!(e, ClientError::Call(_)) {
+                *conn = None;
+            }
+            return Err(e);
+        }
+        // Asked again with the rest of the spec if the cell re-registers
+        // after a broker restart.
+        self.inner
+            .spec
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .goal = goal;
+        Ok(())
     }
 
     /// Tells the broker how the cell is doing: workers busy now, CPUs it
@@ -827,6 +846,21 @@ mod tests {
         // The clone of a cell reports to the same page.
         cell.clone().heartbeat(1);
         assert_eq!(cell.reports().beats, 8);
+    }
+
+    #[test]
+    fn a_cell_without_a_broker_cannot_take_a_goal() {
+        let cell = Cell::standalone();
+        let e = cell
+            .set_goal(allot_plan::Goal::P99 { us: 5_000 })
+            .unwrap_err();
+        assert!(matches!(e, ClientError::NoBrokerForCell(_)), "{e}");
+        assert!(e.to_string().contains("without a broker"), "{e}");
+        // A malformed goal is refused before anything else.
+        let e = cell
+            .set_goal(allot_plan::Goal::Rate { milli_per_s: 0 })
+            .unwrap_err();
+        assert!(matches!(e, ClientError::Spec(_)), "{e}");
     }
 
     #[test]

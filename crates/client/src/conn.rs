@@ -45,6 +45,10 @@ pub enum ClientError {
     /// The request itself is malformed (checked before it is sent).
     #[error(transparent)]
     Spec(#[from] allot_plan::SpecError),
+    /// The cell has no broker to ask (a standalone cell, or one whose
+    /// broker's socket is unknown).
+    #[error("this cell runs without a broker ({0}): there is nobody to ask")]
+    NoBrokerForCell(&'static str),
     /// The grant page could not be mapped.
     #[error("cannot map the grant page: {0}")]
     Page(#[from] allot_proto::ShmError),
@@ -91,11 +95,16 @@ pub fn spec_to_wire(s: &CellSpec) -> SpecWire {
             },
             TimeContract::Message { idle_ms } => TimeWire::Message { idle_ms },
         },
-        goal: match s.goal {
-            Goal::None => GoalWire::None,
-            Goal::Rate { milli_per_s } => GoalWire::Rate { milli_per_s },
-            Goal::P99 { us } => GoalWire::P99 { us },
-        },
+        goal: goal_to_wire(s.goal),
+    }
+}
+
+/// The planner's goal as the wire carries it.
+pub fn goal_to_wire(g: Goal) -> GoalWire {
+    match g {
+        Goal::None => GoalWire::None,
+        Goal::Rate { milli_per_s } => GoalWire::Rate { milli_per_s },
+        Goal::P99 { us } => GoalWire::P99 { us },
     }
 }
 
@@ -353,6 +362,14 @@ impl Client {
         self.ok(&Request::UpdateSpec {
             cell,
             spec: spec_to_wire(&spec),
+        })
+    }
+
+    /// Changes `cell`'s goal alone.
+    pub fn set_goal(&mut self, cell: u64, goal: Goal) -> Result<(), ClientError> {
+        self.ok(&Request::SetGoal {
+            cell,
+            goal: goal_to_wire(goal),
         })
     }
 

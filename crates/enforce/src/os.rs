@@ -75,16 +75,20 @@ fn parse_proc_stat(text: &str, tick_ns: u64) -> Option<(u64, u64, u32)> {
         .collect();
     // user nice system idle iowait irq softirq steal [guest guest_nice]:
     // guest time is already inside user, so only the first eight count.
-    let total: u64 = v.iter().take(8).sum();
-    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    let total: u64 = v.iter().take(8).fold(0u64, |a, b| a.saturating_add(*b));
+    let idle = v
+        .get(3)
+        .copied()
+        .unwrap_or(0)
+        .saturating_add(v.get(4).copied().unwrap_or(0));
     let running = text
         .lines()
         .find_map(|l| l.strip_prefix("procs_running "))
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or(0);
     Some((
-        total.saturating_sub(idle) * tick_ns,
-        total * tick_ns,
+        total.saturating_sub(idle).saturating_mul(tick_ns),
+        total.saturating_mul(tick_ns),
         running,
     ))
 }

@@ -120,7 +120,15 @@ fn map_reports(fd: BorrowedFd<'_>, has: bool) -> Result<Option<NonNull<ReportPag
     if !has {
         return Ok(None);
     }
-    map(fd, PAGE_SIZE, ProtFlags::READ | ProtFlags::WRITE).map(Some)
+    map(fd, PAGE_SIZE, ProtFlags::READ | ProtFlags::WRITE)
+        .map(Some)
+        .map_err(|e| match e {
+            ShmError::Os { source, .. } => ShmError::Os {
+                what: "mmap report page",
+                source,
+            },
+            other => other,
+        })
 }
 
 impl PageMap {
@@ -181,7 +189,9 @@ impl PageMap {
             fd,
             writable: false,
         };
-        page.reports = map_reports(page.fd.as_fd(), has_reports)?;
+        // A reader that cannot map the report page (a descriptor opened
+        // read-only) still follows its grant; its reports go nowhere.
+        page.reports = map_reports(page.fd.as_fd(), has_reports).unwrap_or(None);
         page.page().validate()?;
         Ok(page)
     }

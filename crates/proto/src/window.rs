@@ -135,18 +135,20 @@ impl Window {
 pub const WAIT_MARGIN_NS: u64 = 50_000;
 
 thread_local! {
-    /// This thread's timer for [`sleep_until`], made on first use.
-    static TIMER: std::cell::OnceCell<Option<rustix::fd::OwnedFd>> =
-        const { std::cell::OnceCell::new() };
+    /// This thread's timer for [`sleep_until`], made on first use, with the
+    /// process it was made in: a child forked from this thread shares the
+    /// parent's timer (one open file), so it makes its own.
+    static TIMER: std::cell::RefCell<Option<(rustix::process::Pid, rustix::fd::OwnedFd)>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// Returns at `at_ns` on `CLOCK_MONOTONIC` (at once if it has passed),
 /// sleeping in a way that a suspension of the thread's cell cannot
 /// prolong (see the module docs, "Waiting for a window"): a `timerfd`
 /// read until [`WAIT_MARGIN_NS`] before, then a spin. Each thread that
-/// waits keeps one timer descriptor for its life. Falls back to
-/// `clock_nanosleep` when the thread cannot have a timer (out of file
-/// descriptors).
+/// waits keeps one timer descriptor for its life (a forked child makes its
+/// own). Falls back to `clock_nanosleep` when the thread cannot have a
+/// timer (out of file descriptors), sleeping again after a signal.
 pub fn sleep_until(at_ns: u64) {
     use rustix::time::{
         Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec, timerfd_create,
@@ -159,12 +161,15 @@ pub fn sleep_until(at_ns: u64) {
             tv_nsec: (ns % 1_000_000_000) as _,
         };
         let slept = TIMER.with(|t| {
-            let Some(fd) = t
-                .get_or_init(|| {
-                    timerfd_create(TimerfdClockId::Monotonic, TimerfdFlags::CLOEXEC).ok()
-                })
-                .as_ref()
-            else {
+            let mut t = t.borrow_mut();
+            let me = rustix::process::getpid();
+            if t.as_ref().is_none_or(|(pid, _)| *pid != me) {
+                // (Made again on failure next time: descriptors free up.)
+                *t = timerfd_create(TimerfdClockId::Monotonic, TimerfdFlags::CLOEXEC)
+                    .ok()
+                    .map(|fd| (me, fd));
+            }
+            let Some((_, fd)) = t.as_ref() else {
                 return false;
             };
             let spec = Itimerspec {
@@ -184,10 +189,12 @@ pub fn sleep_until(at_ns: u64) {
             }
         });
         if !slept {
-            let _ = rustix::thread::clock_nanosleep_absolute(
+            // An absolute sleep: a signal only cuts it short.
+            while rustix::thread::clock_nanosleep_absolute(
                 rustix::thread::ClockId::Monotonic,
                 &ts(wake),
-            );
+            ) == Err(rustix::io::Errno::INTR)
+            {}
         }
     }
     while monotonic_ns() < at_ns {

@@ -205,8 +205,6 @@ pub struct Core {
     cells_used_ns: u64,
     /// Some cell's CPU time could not be read this tick.
     cells_unmeasured: bool,
-    /// Ticks so far (some readings are taken every few).
-    ticks: u64,
     /// When the trackers last evaluated (`core::perf`).
     last_evaluation: Option<Instant>,
 }
@@ -275,7 +273,6 @@ impl Core {
             load: Default::default(),
             cells_used_ns: 0,
             cells_unmeasured: false,
-            ticks: 0,
             last_evaluation: None,
         };
         let effects = core.restore();
@@ -661,7 +658,6 @@ impl Core {
         }
         let mut changed = false;
         let ids: Vec<u64> = self.cells.keys().copied().collect();
-        self.ticks += 1;
         for id in ids {
             let usage = self.enforcer.usage_ns(id);
             let c = self.cells.get_mut(&id).expect("listed above");

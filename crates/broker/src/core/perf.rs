@@ -5,9 +5,9 @@
 //! `goals` policy plans with.
 //!
 //! Per cell: the CPUs it held, its CPU time (from the backend, already
-//! read for demand), its report pages' counters (memory reads), and every
-//! [`RUN_DELAY_EVERY`] ticks the time its members' threads waited for a
-//! CPU (`/proc`, bounded per cell). Per machine: `/proc/stat` and
+//! read for demand), its report pages' counters (memory reads), and, for a
+//! cell with a goal, every [`RUN_DELAY_EVERY`] the time its members'
+//! threads waited for a CPU (`/proc`, bounded per cell). Per machine: `/proc/stat` and
 //! `/proc/pressure/cpu`, and the CPU time all cells used.
 
 use super::{Cell, Core};
@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 /// How often the trackers evaluate (their window is a second long).
 pub const EVALUATE_EVERY: Duration = Duration::from_secs(1);
 
-/// Run delay is read every this many ticks (it costs a file per thread).
-pub const RUN_DELAY_EVERY: u64 = 5;
+/// Run delay is read this often, and only for cells with a goal (it
+/// costs a file per thread).
+pub const RUN_DELAY_EVERY: Duration = Duration::from_millis(500);
 
 /// Threads read per member process, and member processes read per cell.
 pub const RUN_DELAY_THREADS: usize = 64;
@@ -31,10 +32,13 @@ impl Core {
     /// time so far (`None`: not measurable), `held` the CPUs it held (for
     /// a cell on the stacked pool, its share of it).
     pub(super) fn observe(&mut self, id: u64, now: Instant, usage: Option<u64>, held: f64) {
-        let read_delay = self.ticks.is_multiple_of(RUN_DELAY_EVERY);
         let Some(c) = self.cells.get_mut(&id) else {
             return;
         };
+        let read_delay = c.spec.goal.is_some()
+            && c.perf
+                .last_run_delay()
+                .is_none_or(|t| now.duration_since(t) >= RUN_DELAY_EVERY);
         let mut reports = allot_proto::Reports::default();
         let mut pages = c.pages.len() as u64;
         for p in &c.pages {
@@ -70,7 +74,7 @@ impl Core {
             cpus: held,
             usage_ns: usage,
             run_delay_ns,
-            reports,
+            reports: reports.into(),
             pages,
         });
     }

@@ -89,6 +89,27 @@ impl Core {
                 }
                 vec![]
             }
+            Request::SetGoal { cell, goal } => {
+                let goal = convert::goal_from_wire(goal);
+                let spec = self
+                    .cells
+                    .get(&cell)
+                    .map(|c| allot_plan::CellSpec { goal, ..c.spec });
+                let done = match spec {
+                    Some(spec) => self.update_spec(peer, cell, spec),
+                    // (An unknown cell: `update_spec` says so.)
+                    None => self.update_spec(peer, cell, allot_plan::CellSpec::default()),
+                };
+                match done {
+                    Ok(()) => vec![answer(session, Reply::Ok)],
+                    Err(mut r) => {
+                        if let Reply::Error { request, .. } = &mut r {
+                            *request = 0x10;
+                        }
+                        vec![answer(session, r)]
+                    }
+                }
+            }
             Request::UpdateSpec { cell, spec } => {
                 match self.update_spec(peer, cell, convert::from_wire(&spec)) {
                     Ok(()) => {

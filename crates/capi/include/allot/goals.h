@@ -25,23 +25,29 @@ extern "C" {
 /* Sets the cell's goal, in the text form `allot run --goal` takes:
  * "rate=200/s" (units of work per second, counted with allot_heartbeat;
  * also N/min), "p99=5ms" (99th percentile of the latencies recorded with
- * allot_report_latency; us, ms or s) or "none". Waits for the broker to
- * accept it; without a broker the goal is kept for when one answers.
+ * allot_report_latency; us, ms or s) or "none". The rest of the cell's
+ * request stays as the broker has it (a program in a cell of `allot run`'s,
+ * from allot_cell_auto, may set its goal too). Waits for the broker to
+ * accept it. The broker acts on goals when it runs the goals policy
+ * (`allot daemon --policy goals`); `allot status` says so otherwise.
  *
  * Contexts: any thread; blocks for one round trip to the broker.
  * Errors: ALLOT_ERR_INVALID (goal NULL, not understood, out of range, or
  *   the cell has a time contract); ALLOT_ERR_HANDLE; ALLOT_ERR_SHUTDOWN;
- *   ALLOT_ERR_NO_BROKER (the broker went away); ALLOT_ERR_OS.
+ *   ALLOT_ERR_NO_BROKER (a standalone cell, or the broker went away);
+ *   ALLOT_ERR_OS.
  * Undefined behaviour: `goal` not NUL-terminated. */
 int allot_cell_set_goal(allot_cell_t cell, const char *goal);
 
 /* Counts `n` units of work done (frames, requests, iterations: the unit of
  * a rate goal). One atomic add to the cell's report page, which the broker
- * reads; no system call, cheap enough to call per request. A no-op for a
- * cell without a report page (standalone, or an older broker).
+ * reads; no system call. The handle is looked up in the library's handle
+ * table (a short lock shared by every call on any handle), so thousands of
+ * calls a second from a few threads cost nothing noticeable, but a tight
+ * loop on many threads contends there. A standalone cell counts on a page
+ * of its own that nobody reads.
  *
- * Contexts: any thread, any number at once; async-signal-safe in effect
- *   (an atomic add) but not promised to stay so.
+ * Contexts: any thread. Not async-signal-safe (the handle table's lock).
  * Errors: ALLOT_ERR_HANDLE; ALLOT_ERR_SHUTDOWN.
  * Undefined behaviour: none. */
 int allot_heartbeat(allot_cell_t cell, uint64_t n);

@@ -110,6 +110,7 @@ pub(crate) fn client_error(e: ClientError) -> Error {
         ClientError::Call(_) | ClientError::Page(_) => Status::Os,
         ClientError::Protocol(_) => Status::Internal,
         ClientError::Spec(_) => Status::Invalid,
+        ClientError::NoBrokerForCell(_) => Status::NoBroker,
     };
     Error::new(status, e.to_string())
 }

@@ -14,7 +14,8 @@
 //! - **the CPUs its goal needs** (`goal_cpus`): from the model when it has
 //!   one, moved by feedback with hysteresis: raised after the goal is
 //!   missed [`RAISE_AFTER`] times with no comfortable evaluation between
-//!   (at least one CPU above what the cell held), lowered only after the goal is beaten by
+//!   (to what the model says, at least one CPU above what the cell held;
+//!   half as many again when the model has no answer), lowered only after the goal is beaten by
 //!   [`SLACK`] for [`LOWER_AFTER`] evaluations in a row, to what the model
 //!   predicts still meets it (or by one CPU), but never below half of what
 //!   the cell held (the model is not trusted far from where it was
@@ -22,18 +23,25 @@
 //!   therefore settles: its target moves only while its goal is missed
 //!   or comfortably beaten, and never back and forth on noise inside the
 //!   slack;
-//! - **whether the goal can be met at all** (`unmeetable`): the model says
-//!   no allocation up to the cell's maximum meets it. The policy then
+//! - **whether the goal can be met at all** (`unmeetable`): for a rate, the
+//!   identified curve says no allocation up to the cell's maximum reaches
+//!   it; for a latency, the idle-server percentile read from several
+//!   unsaturated evaluations is already above the bound (no allocation at
+//!   all meets it). The policy then
 //!   treats the cell like one without a goal, so an impossible goal never
 //!   takes CPUs from the others.
-//! - **a probe** (`probe`): a cell whose heartbeats have been seen only at
-//!   allocations within [`IDENTIFY`] of each other cannot show its curve
-//!   (it is fitted with the prior's shape until then); after [`PROBE_AFTER`]
-//!   evaluations the tracker asks for a quarter fewer CPUs (one more for a
-//!   cell of three or fewer) for one evaluation, at most [`MAX_PROBES`]
-//!   times. Once two
-//!   allocations have been seen the curve is known and probes stop for
-//!   good.
+//! - **a probe** (`probe`): a cell without a goal whose heartbeats have
+//!   been seen only at allocations within [`IDENTIFY`] of each other cannot
+//!   show its curve (it is fitted with the prior's shape until then); every
+//!   [`PROBE_AFTER`] evaluations the tracker asks to hold it at enough fewer
+//!   CPUs to tell the shape (one more for a cell of three or fewer, one
+//!   fewer for such a cell at its maximum) for one evaluation, at most
+//!   [`MAX_PROBES`] times. A cell with a goal is probed only when it misses
+//!   the goal with no more CPUs to be had (at its maximum, or below a
+//!   target the plan does not grant: nothing else shows whether the goal
+//!   can be met); otherwise its goal moves it, and a probe would make it miss.
+//!   The evaluation that watches a probe does not count for the goal. Once
+//!   the shape is identified, probes stop for good.
 //!
 //! Pure: no clock, no I/O. The broker evaluates once a second (its
 //! windows are a second long); the simulator (`crate::sim`) once a tick.
@@ -69,7 +77,8 @@ const STARVED: f64 = 0.5;
 /// Latencies an evaluation needs before its p99 is believed.
 pub const MIN_LATENCIES: u64 = 50;
 
-/// Evaluations at a single allocation before the tracker probes another.
+/// A cell whose curve is not identified is probed every this many
+/// evaluations (its third, sixth…), up to [`MAX_PROBES`] times.
 pub const PROBE_AFTER: u32 = 3;
 
 /// Probes a cell gets at most: a cell the plan cannot move (a machine too
@@ -201,6 +210,10 @@ pub struct Tracker {
     pending: Option<Curve>,
     /// One CPU more than the cell held at the last evaluation.
     up: u32,
+    /// Half as many again as it held (at least `up`).
+    up_far: u32,
+    /// The next evaluation watches a probe.
+    probed: bool,
     /// The last evaluation's verdict (`None`: not measured).
     met: Option<bool>,
 }
@@ -268,9 +281,12 @@ impl Tracker {
         self.probe = None;
         let max = max.max(1);
         let held = o.cpus.round().max(1.0) as u32;
-        // One CPU more than held: from a share of the stacked pool, one
-        // whole CPU.
+        // One CPU more than held (from a share of the stacked pool, one
+        // whole CPU), or half as many again when the model has no answer
+        // (a climb by one would take long, and would not show the curve's
+        // shape).
         self.up = (o.cpus.floor() as u32 + 1).min(max);
+        self.up_far = ((o.cpus * 1.5).ceil() as u32).max(self.up).min(max);
         // (A cell that held next to nothing says nothing of its curve.)
         if let Some(r) = o
             .rate
@@ -278,20 +294,32 @@ impl Tracker {
         {
             self.learn_rate(o.cpus, r);
         }
+        // The evaluation that watched a probe says nothing of the goal (the
+        // probe moved the cell on purpose).
+        let probed = std::mem::take(&mut self.probed);
         match self.goal {
+            _ if probed => {}
             Goal::None => {}
             Goal::Rate { .. } => self.evaluate_rate(&o, held, max),
             Goal::P99 { us } => self.evaluate_latency(&o, f64::from(us), held, max),
         }
         // A cell that counts work but was only seen at one allocation asks
         // to be tried at another (see the module notes).
+        // (A cell with a goal is probed only when it misses its goal with
+        // no more CPUs to be had, at its maximum or below a target the plan
+        // does not grant: nothing else can show whether the goal can be
+        // met.)
+        let stuck =
+            self.met == Some(false) && (held >= max || self.target.is_some_and(|t| t > held));
         if o.rate.is_some()
+            && (!self.goal.is_some() || stuck)
             && !self.identified()
             && self.probes < MAX_PROBES
             && self.evaluations.is_multiple_of(PROBE_AFTER)
         {
             self.probes += 1;
             self.probe = Some(probe_target(held, max));
+            self.probed = true;
         }
         self.hint()
     }
@@ -415,11 +443,11 @@ impl Tracker {
             self.slack = 0;
             self.unmet += 1;
             if self.target.is_none() {
-                self.target = Some(model.unwrap_or(self.up).clamp(1, max));
+                self.target = Some(model.unwrap_or(self.up).max(self.up).clamp(1, max));
             }
             if self.unmet >= RAISE_AFTER {
                 self.unmet = 0;
-                let next = model.unwrap_or(self.up).max(self.up).min(max);
+                let next = model.unwrap_or(self.up_far).max(self.up).min(max);
                 self.target = Some(next.max(self.target.unwrap_or(0)).min(max));
             }
         }

@@ -93,6 +93,15 @@ fn put_spec(w: &mut Writer, s: &SpecWire) {
     w.u8(kind).u64(value);
 }
 
+fn get_goal(r: &mut Reader<'_>) -> Result<GoalWire, DecodeError> {
+    let kind = r.u8("spec.goal.kind")?;
+    let value = r.u64("spec.goal.value")?;
+    GoalWire::decode(kind, value).ok_or_else(|| DecodeError::Malformed {
+        field: "spec.goal.kind",
+        detail: format!("unknown goal {kind} (or a value it cannot carry: {value})"),
+    })
+}
+
 fn get_spec(r: &mut Reader<'_>) -> Result<SpecWire, DecodeError> {
     let min = r.u32("spec.min")?;
     let max = r.u32("spec.max")?;
@@ -110,12 +119,7 @@ fn get_spec(r: &mut Reader<'_>) -> Result<SpecWire, DecodeError> {
         field: "spec.time.kind",
         detail: format!("unknown time contract {kind} (or a field it does not use is not 0)"),
     })?;
-    let kind = r.u8("spec.goal.kind")?;
-    let value = r.u64("spec.goal.value")?;
-    let goal = GoalWire::decode(kind, value).ok_or_else(|| DecodeError::Malformed {
-        field: "spec.goal.kind",
-        detail: format!("unknown goal {kind} (or a value it cannot carry: {value})"),
-    })?;
+    let goal = get_goal(r)?;
     Ok(SpecWire {
         min,
         max,
@@ -163,6 +167,10 @@ impl Request {
                 w.u64(*cell);
                 put_spec(&mut w, spec);
             }
+            Request::SetGoal { cell, goal } => {
+                let (kind, value) = goal.encode();
+                w.u64(*cell).u8(kind).u64(value);
+            }
             Request::Release { cell } => {
                 w.u64(*cell);
             }
@@ -205,7 +213,7 @@ impl Request {
     /// Decodes one datagram. Never panics, whatever the bytes.
     pub fn decode(buf: &[u8]) -> Result<Request, FrameError> {
         let (kind, body) = unframe(buf)?;
-        if !(0x01..=0x0F).contains(&kind) {
+        if !(0x01..=0x10).contains(&kind) {
             return Err(FrameError::Kind(kind));
         }
         let mut r = Reader::new(body);
@@ -280,6 +288,13 @@ impl Request {
                 epoch: r.u64("epoch")?,
                 waiting: r.u32("waiting")?,
             },
+            0x10 => {
+                let cell = r.u64("cell")?;
+                Request::SetGoal {
+                    cell,
+                    goal: get_goal(r)?,
+                }
+            }
             _ => Request::PoolStats {
                 cell: r.u64("cell")?,
                 stats: PoolStatsWire {

@@ -4,7 +4,7 @@
 
 use super::*;
 
-/// A request of every kind (0x01 to 0x0E), in kind order.
+/// A request of every kind (0x01 to 0x10).
 pub fn example_requests() -> Vec<Request> {
     vec![
         Request::Hello {
@@ -65,6 +65,10 @@ pub fn example_requests() -> Vec<Request> {
             },
         },
         Request::Release { cell: 9 },
+        Request::SetGoal {
+            cell: 9,
+            goal: GoalWire::P99 { us: 5_000 },
+        },
         Request::Status,
         Request::Shutdown,
         Request::KindDefine {

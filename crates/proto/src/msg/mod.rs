@@ -39,7 +39,7 @@ use crate::wire::DecodeError;
 /// status document carries its own version ([`crate::status`]); 4 — the
 /// one-way `PoolStats` (0x0F): a runtime pool's per-worker statistics,
 /// summed; 5 — the spec carries a time contract ([`TimeWire`]); 6 — the
-/// spec carries a goal ([`GoalWire`]).
+/// spec carries a goal ([`GoalWire`]), and `SetGoal` (0x10) changes it.
 pub const PROTOCOL_VERSION: u16 = 6;
 
 /// Header magic.
@@ -382,6 +382,15 @@ pub enum Request {
         /// The pool's statistics, summed over its workers.
         stats: PoolStatsWire,
     },
+    /// `0x10` — `cell: u64, goal` ([`GoalWire`]). Changes a cell's goal
+    /// alone, keeping the rest of its request (a program that inherited
+    /// its cell from `allot run` does not know the rest).
+    SetGoal {
+        /// The cell.
+        cell: u64,
+        /// The new goal.
+        goal: GoalWire,
+    },
     /// `0x06` — `cell: u64, spec`. Changes a cell's request.
     UpdateSpec {
         /// The cell.
@@ -520,6 +529,7 @@ impl Request {
             Request::KindRelease { .. } => 0x0D,
             Request::KindWatch { .. } => 0x0E,
             Request::PoolStats { .. } => 0x0F,
+            Request::SetGoal { .. } => 0x10,
         }
     }
 
