@@ -14,21 +14,22 @@
 //!    the model calls unmeetable ([`PerfHint::unmeetable`]) is ignored:
 //!    its cell is planned exactly as one without a goal, so an impossible
 //!    goal never starves the others.
-//! 3. **Throughput.** What is left goes one CPU at a time to the cell whose
+//! 3. **Probes.** A cell whose tracker asks to be seen at another
+//!    allocation ([`PerfHint::probe`]) is held at that allocation, within
+//!    its bounds and what the goals left, for this plan.
+//! 4. **Throughput.** What is left goes one CPU at a time to the cell whose
 //!    next CPU adds the most work relative to its one-CPU rate, times its
 //!    weight: `w · (S(n+1) − S(n))` on its speed-up curve
 //!    ([`PerfHint::curve`], Amdahl's law; the prior
 //!    `goals::fit::PRIOR_P` for cells that report no work). The curves are
 //!    concave, so this greedy division maximises the weighted sum of
 //!    speed-ups. Once no cell's next CPU adds [`GAIN_FLOOR`] of its
-//!    one-CPU rate, the rest is divided by weight as fair share does. A cell whose goal was met in step 2 takes more only when
-//!    no other cell gains from it. A CPU a cell held in the previous plan
-//!    counts [`STICK`] more to it, so a CPU moves only for a clear gain,
-//!    not for noise in the measured curves; equal gains go to the cell
-//!    that held more before, then to the first.
-//! 4. **Probes.** A cell whose tracker asks to be seen at another
-//!    allocation ([`PerfHint::probe`]) is held at that allocation, within
-//!    its bounds and what is left, for this plan.
+//!    one-CPU rate, the rest is divided by weight as fair share does. A
+//!    cell whose goal was met in step 2 takes more only when no other cell
+//!    gains from it. A CPU a cell held in the previous plan counts
+//!    [`STICK`] more to it, so a CPU moves only for a clear gain, not for
+//!    noise in the measured curves; equal gains go to the cell that held
+//!    more before, then to the first.
 //! 5. **Hysteresis.** When the previous division still meets every bound
 //!    and goal of this one, it stands unless the new one adds more than
 //!    [`KEEP_UNLESS`] to the weighted sum of speed-ups: measured curves
@@ -91,7 +92,7 @@ pub(super) fn entitle(capacity: u32, cells: &[PolicyCell], unmanaged: u32) -> En
     })
 }
 
-/// Divides `capacity` among `cells[idx]` by steps 1–4 (see the module
+/// Divides `capacity` among `cells[idx]` by steps 1–5 (see the module
 /// notes); with `min_one` every cell gets at least one CPU. Returns one
 /// count per index of `idx`.
 pub(crate) fn allocate(
@@ -116,22 +117,6 @@ pub(crate) fn allocate(
         return lo;
     }
     let mut left = capacity - lo_sum;
-    // 4. Probes, within the bounds and what is left.
-    for (k, &i) in idx.iter().enumerate() {
-        match cells[i].perf.probe {
-            Some(to) if to > lo[k] => {
-                let want = to.min(hi[k]);
-                if want - lo[k] <= left {
-                    left -= want - lo[k];
-                    lo[k] = want;
-                }
-                hi[k] = want;
-            }
-            Some(to) => hi[k] = to.max(lo[k]),
-            None => {}
-        }
-    }
-
     // 2. Goals, smallest extra need first.
     let mut goal_room = left.saturating_sub(unmanaged);
     let mut goals: Vec<(usize, u32)> = idx
@@ -139,7 +124,8 @@ pub(crate) fn allocate(
         .enumerate()
         .filter_map(|(k, &i)| {
             let h: PerfHint = cells[i].perf;
-            let t = h.goal_cpus.filter(|_| !h.unmeetable)?;
+            // (A probed cell is held where its probe asks, goal or not.)
+            let t = h.goal_cpus.filter(|_| !h.unmeetable && h.probe.is_none())?;
             Some((k, t.clamp(lo[k], hi[k])))
         })
         .collect();
@@ -161,7 +147,23 @@ pub(crate) fn allocate(
         }
     }
 
-    // 3. Throughput: the next CPU to the largest weighted marginal gain.
+    // 3. Probes, within the bounds and what the goals left.
+    for (k, &i) in idx.iter().enumerate() {
+        match cells[i].perf.probe {
+            Some(to) if to > lo[k] => {
+                let want = to.min(hi[k]);
+                if want - lo[k] <= left {
+                    left -= want - lo[k];
+                    lo[k] = want;
+                }
+                hi[k] = want;
+            }
+            Some(to) => hi[k] = to.max(lo[k]),
+            None => {}
+        }
+    }
+
+    // 4. Throughput: the next CPU to the largest weighted marginal gain.
     let mut alloc = lo.clone();
     let gain = |k: usize, n: u32| -> f64 {
         if settled[k] {
