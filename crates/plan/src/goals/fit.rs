@@ -25,12 +25,22 @@ const PRIOR_PULL: f64 = 1e-6;
 /// Grid steps over `p` in [0, 1].
 const GRID: u32 = 200;
 
+/// Golden-section steps refining `p` between grid points (each narrows
+/// the interval to 0.618 of itself: 30 take 0.01 to under 1e-8).
+const REFINE: u32 = 30;
+
 /// The highest utilisation the latency model is read at: above it, the
 /// server is saturated and the model's `1/(1 − u)` says nothing useful.
 pub const MAX_UTIL: f64 = 0.95;
 
 /// The curve that best explains `(cpus, rate, weight)` observations;
 /// `None` without a positive rate.
+///
+/// `p` is searched on a grid, then refined between the grid points
+/// beside the best one (golden section: the error is smooth in `p`).
+/// The refinement matters near `p = 1`, where a grid step changes the
+/// speed-up on many CPUs by a quarter: a grid alone would flip between
+/// two neighbours as weights shift, with `r1` swinging to compensate.
 pub fn fit_curve(obs: &[(f64, f64, f64)]) -> Option<Curve> {
     let obs: Vec<&(f64, f64, f64)> = obs
         .iter()
@@ -40,9 +50,8 @@ pub fn fit_curve(obs: &[(f64, f64, f64)]) -> Option<Curve> {
     if obs.is_empty() || scale <= 0.0 {
         return None;
     }
-    let mut best: Option<(f64, Curve)> = None;
-    for i in 0..=GRID {
-        let p = f64::from(i) / f64::from(GRID);
+    // The best r1 for `p` (closed form) and the error it leaves.
+    let at = |p: f64| -> (f64, Curve) {
         let speedup = |n: f64| 1.0 / ((1.0 - p) + p / n);
         let (num, den) = obs.iter().fold((0.0, 0.0), |(a, b), (n, r, w)| {
             let s = speedup(*n);
@@ -55,11 +64,38 @@ pub fn fit_curve(obs: &[(f64, f64, f64)]) -> Option<Curve> {
             .sum::<f64>()
             / scale
             + PRIOR_PULL * (p - PRIOR_P).powi(2);
-        if best.is_none_or(|(e, _)| err < e) {
-            best = Some((err, Curve { p, r1 }));
+        (err, Curve { p, r1 })
+    };
+    let step = 1.0 / f64::from(GRID);
+    let mut best = at(0.0);
+    for i in 1..=GRID {
+        let c = at(f64::from(i) * step);
+        if c.0 < best.0 {
+            best = c;
         }
     }
-    best.map(|(_, c)| c)
+    // Golden section over the two grid steps around the best point.
+    let (mut lo, mut hi) = ((best.1.p - step).max(0.0), (best.1.p + step).min(1.0));
+    const INV_PHI: f64 = 0.618_033_988_749_894_9;
+    let (mut a, mut b) = (hi - INV_PHI * (hi - lo), lo + INV_PHI * (hi - lo));
+    let (mut fa, mut fb) = (at(a), at(b));
+    for _ in 0..REFINE {
+        if fa.0 < fb.0 {
+            (hi, b, fb) = (b, a, fa);
+            a = hi - INV_PHI * (hi - lo);
+            fa = at(a);
+        } else {
+            (lo, a, fa) = (a, b, fb);
+            b = lo + INV_PHI * (hi - lo);
+            fb = at(b);
+        }
+    }
+    for c in [fa, fb] {
+        if c.0 < best.0 {
+            best = c;
+        }
+    }
+    Some(best.1)
 }
 
 /// The idle-server percentile `k` (µs) read from one observation: its
@@ -105,6 +141,22 @@ mod tests {
             let c = fit_curve(&obs).unwrap();
             assert!((c.p - p).abs() <= 0.006, "p {p}: {c:?}");
             assert!((c.r1 - 100.0).abs() < 1.5, "p {p}: {c:?}");
+        }
+    }
+
+    #[test]
+    fn a_curve_between_grid_points_is_found_and_stays_put_as_weights_shift() {
+        // p = 0.9925 lies between the grid's 0.99 and 0.995, where a grid
+        // step changes the speed-up on 75 CPUs by a quarter.
+        let (p, r1) = (0.9925, 100.0);
+        for w10 in [1.0, 5.0, 20.0] {
+            let obs: Vec<(f64, f64, f64)> = [(1.0, 3.0), (2.0, 1.0), (10.0, w10), (75.0, 2.0)]
+                .iter()
+                .map(|&(n, w)| (n, amdahl(p, r1, n), w))
+                .collect();
+            let c = fit_curve(&obs).unwrap();
+            assert!((c.p - p).abs() < 1e-4, "weight {w10} at 10 CPUs: {c:?}");
+            assert!((c.r1 - r1).abs() < 0.5, "weight {w10} at 10 CPUs: {c:?}");
         }
     }
 

@@ -33,8 +33,8 @@
 //! - **a probe** (`probe`): a cell without a goal whose heartbeats have
 //!   been seen only at allocations within [`IDENTIFY`] of each other cannot
 //!   show its curve (it is fitted with the prior's shape until then); every
-//!   [`PROBE_AFTER`] evaluations the tracker asks to hold it at enough fewer
-//!   CPUs to tell the shape (one more for a cell of three or fewer, one
+//!   [`PROBE_AFTER`] evaluations the tracker asks to hold it at a quarter
+//!   of its CPUs to tell the shape (one more for a cell of three or fewer, one
 //!   fewer for such a cell at its maximum) for one evaluation, at most
 //!   [`MAX_PROBES`] times. A cell with a goal is probed only when it misses
 //!   the goal with no more CPUs to be had (at its maximum, or below a
@@ -184,7 +184,13 @@ pub struct Observation {
 /// Remembered rate at one allocation level.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Level {
+    /// The mean rate seen at this level.
     rate: f64,
+    /// The mean CPUs actually held when it was seen: the fit reads the
+    /// rate there, not at the level's nominal quarter (a stacked cell on
+    /// 0.21 of a CPU files under 0.25, and the difference, seen a
+    /// thousand times, would pull the curve's shape).
+    cpus: f64,
     count: u32,
     seen: u32,
 }
@@ -196,7 +202,14 @@ pub struct Tracker {
     levels: BTreeMap<u32, Level>,
     ks: Vec<f64>,
     load: Option<f64>,
+    /// The curve the policy divides by: it moves only when the fit moves
+    /// materially and stays moved.
     curve: Option<Curve>,
+    /// The latest fit, which sizes the goal: the target has hysteresis of
+    /// its own, and a sticky curve a few per cent off would hold a target
+    /// above what the goal needs for as long as the fit takes to drift
+    /// past the stickiness.
+    fit: Option<Curve>,
     target: Option<u32>,
     unmet: u32,
     slack: u32,
@@ -349,11 +362,13 @@ impl Tracker {
         }
         let l = self.levels.entry(level).or_insert(Level {
             rate,
+            cpus,
             count: 0,
             seen: now,
         });
         l.count = (l.count + 1).min(LEVEL_MEMORY);
         l.rate += (rate - l.rate) / f64::from(l.count);
+        l.cpus += (cpus - l.cpus) / f64::from(l.count);
         l.seen = now;
         if self.levels.len() > LEVELS_KEPT {
             let oldest = self
@@ -366,8 +381,8 @@ impl Tracker {
         }
         let mut obs: Vec<(f64, f64, f64)> = self
             .levels
-            .iter()
-            .map(|(&n, l)| (f64::from(n) / LEVEL_STEPS, l.rate, f64::from(l.count)))
+            .values()
+            .map(|l| (l.cpus, l.rate, f64::from(l.count)))
             .collect();
         // Allocations too close together cannot tell the curve's shape
         // apart (noise would decide it): until they span IDENTIFY, they
@@ -387,6 +402,7 @@ impl Tracker {
             (a.p - b.p).abs() > CURVE_MOVE || (a.r1 / b.r1 - 1.0).abs() > CURVE_MOVE
         };
         if let Some(fit) = fit::fit_curve(&obs) {
+            self.fit = Some(fit);
             match self.curve {
                 None => self.curve = Some(fit),
                 Some(c) if far(&fit, &c) => match self.pending {
@@ -458,7 +474,7 @@ impl Tracker {
             return;
         };
         let aim = goal * (1.0 + AIM);
-        let curve = self.curve;
+        let curve = self.fit.or(self.curve);
         let model = curve.and_then(|c| c.cpus_for(aim, max));
         // Unmeetable only once the curve's shape is known: the prior
         // alone does not condemn a goal.
@@ -542,14 +558,17 @@ impl Tracker {
     }
 }
 
-/// Where a cell holding `held` CPUs (at most `max`) is probed: enough
-/// fewer that the two allocations tell the curve apart ([`IDENTIFY`];
-/// giving CPUs up costs the others nothing), one more for a cell too small
-/// to shrink.
+/// Where a cell holding `held` CPUs (at most `max`) is probed: a quarter
+/// of them (giving CPUs up costs the others nothing), one more for a cell
+/// too small to shrink. A quarter, not just [`IDENTIFY`] fewer: on many
+/// CPUs a poor scaler's rate hardly moves between two nearby allocations
+/// (p = 0.3 loses 1 % from 30 CPUs to 23, under the noise), so only a
+/// probe well down the curve shows its shape; without it the fit keeps
+/// the prior's optimism and the cell is shrunk later, when larger
+/// allocations happen to show it, moving the others twice.
 fn probe_target(held: u32, max: u32) -> u32 {
     if held >= 4 {
-        // Far enough below to tell the shape (IDENTIFY), with room.
-        (f64::from(held) / (IDENTIFY + 0.05)).floor() as u32
+        (held / 4).max(1)
     } else if held < max {
         held + 1
     } else {
