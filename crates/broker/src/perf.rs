@@ -1,8 +1,9 @@
 //! What the broker measures of each cell, tick by tick, kept as a short
 //! time series (Tessellation's performance reports, ARS's application
 //! poller): the CPUs the cell held, the CPU time it used, the time its
-//! threads waited for a CPU, and what it reported on its report page
-//! (heartbeats, request latencies; `allot_proto::report`).
+//! threads waited for a CPU, the cycles and instructions they retired
+//! (where the machine has hardware counters), and what it reported on its
+//! report page (heartbeats, request latencies; `allot_proto::report`).
 //!
 //! Every counter in a [`Sample`] is cumulative; a [`Perf::over`] window
 //! reads the differences between its newest sample and the oldest within
@@ -18,6 +19,7 @@
 //!
 //! Pure: the broker's core fills the samples (`core::perf`).
 
+use allot_enforce::counters::Count;
 use allot_enforce::os::SystemCpu;
 use allot_proto::Reports;
 use std::collections::VecDeque;
@@ -89,6 +91,9 @@ pub struct Sample {
     /// Time its members' threads waited for a CPU so far, ns (`None`: not
     /// read at this tick).
     pub run_delay_ns: Option<u64>,
+    /// Cycles and instructions its counted threads retired so far (`None`:
+    /// not read at this tick, or no hardware counters).
+    pub hw: Option<Count>,
     /// Its report pages' counters, summed.
     pub reports: Counters,
     /// Which pages were summed (their count and addresses, hashed): a
@@ -120,6 +125,9 @@ pub struct Window {
     pub cpu_used: Option<f64>,
     /// Runnable threads waiting for a CPU, on average (`None`: not read).
     pub waiting: Option<f64>,
+    /// Instructions retired per cycle by its counted threads (`None`: no
+    /// hardware counters, or no cycles counted).
+    pub ipc: Option<f64>,
     /// Latencies recorded.
     pub latencies: u64,
     /// Their 99th percentile, µs (`None`: none recorded).
@@ -221,12 +229,24 @@ impl Perf {
             ),
             _ => None,
         };
+        // So are the hardware counters.
+        let counted: Vec<Count> = self
+            .samples
+            .iter()
+            .filter(|s| s.at >= from.at && s.at <= new.at)
+            .filter_map(|s| s.hw)
+            .collect();
+        let ipc = match (counted.first(), counted.last()) {
+            (Some(a), Some(b)) => b.ratio_since(*a),
+            _ => None,
+        };
         Some(Window {
             secs,
             cpus: held / secs,
             rate_per_s: self.beats_seen.then(|| d.beats as f64 / secs),
             cpu_used: delta(from.usage_ns, new.usage_ns).map(per_s),
             waiting,
+            ipc,
             latencies: d.count,
             p99_us: d.latency_quantile_us(0.99),
         })
@@ -324,6 +344,7 @@ mod tests {
             cpus: f64::from(cpus),
             usage_ns: Some(usage_ms * 1_000_000),
             run_delay_ns: None,
+            hw: None,
             reports: Reports {
                 beats,
                 ..Reports::default()

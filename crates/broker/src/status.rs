@@ -142,6 +142,7 @@ impl Core {
                 unmanaged: w.unmanaged.map(|v| round(v, 2)),
                 pressure: w.pressure.map(|v| round(v, 3)),
                 running: w.running,
+                counters: self.pmu.unavailable.clone(),
             }),
         }
     }
@@ -195,6 +196,7 @@ fn perf_status(
         latencies: lat.latencies,
         latency_window_s: round(lat.secs, 2),
         p99_us: lat.p99_us,
+        ipc: w.ipc.map(|v| round(v, 2)),
         goal_met,
         goal_note,
     })

@@ -207,3 +207,89 @@ fn set_goal_changes_the_goal_alone_and_refuses_time_cells() {
         "{r:?}"
     );
 }
+
+#[test]
+fn a_goal_cells_threads_are_counted_and_the_status_says_when_they_cannot_be() {
+    use allot_enforce::counters::{Count, FakeCounters};
+    let mut w = world(4);
+    // Without hardware counters the load line says why, and no cell has IPC.
+    let none = FakeCounters::new();
+    none.set_unavailable("this machine has no cycles counter");
+    w.core.set_counters(std::sync::Arc::new(none));
+    w.os.spawn(50, 0, 3, &allot_topo::CpuSet::first_n(4)); // threads 50, 51, 52
+    w.os.set_uid(50, 1000);
+    w.os.spawn(60, 0, 1, &allot_topo::CpuSet::first_n(4));
+    w.os.set_uid(60, 1000);
+    let goal = CellSpec {
+        goal: Goal::Rate { milli_per_s: 1_000 },
+        ..CellSpec::default()
+    };
+    register(&mut w, ALICE, "srv", goal, vec![50], false);
+    register(&mut w, ALICE, "batch", CellSpec::default(), vec![60], false);
+    let t0 = Instant::now();
+    let system = |k: u64| SystemCpu {
+        busy_ns: k * 100_000_000,
+        total_ns: k * 400_000_000,
+        running: 1,
+        pressure_some_us: None,
+    };
+    for k in 0..12u32 {
+        w.os.set_system(system(u64::from(k)));
+        w.core.tick(t0 + TICK * k);
+    }
+    let st = w.core.status(ALICE);
+    assert_eq!(
+        st.load.as_ref().and_then(|l| l.counters.as_deref()),
+        Some("this machine has no cycles counter")
+    );
+    assert!(
+        st.cells
+            .iter()
+            .all(|c| c.perf.as_ref().is_some_and(|p| p.ipc.is_none()))
+    );
+
+    // With them: the goal cell's three threads, 1.5 instructions a cycle;
+    // the cell without a goal is not counted.
+    let hw = FakeCounters::new();
+    for t in [50, 51, 52, 60] {
+        hw.set(t, Count::default());
+    }
+    w.core.set_counters(std::sync::Arc::new(hw.clone()));
+    let t1 = t0 + TICK * 20;
+    for k in 0..=12u64 {
+        for t in [50, 51, 52] {
+            hw.set(
+                t,
+                Count {
+                    lead: k * 1_000_000,
+                    follow: k * 1_500_000,
+                },
+            );
+        }
+        hw.set(
+            60,
+            Count {
+                lead: k * 1_000_000,
+                follow: k * 300_000,
+            },
+        );
+        w.os.set_system(system(20 + k));
+        w.core.tick(t1 + TICK * k as u32);
+    }
+    let st = w.core.status(ALICE);
+    assert_eq!(st.load.as_ref().unwrap().counters, None, "{:?}", st.load);
+    let srv = st.cells.iter().find(|c| c.name == "srv").unwrap();
+    let ipc = srv.perf.as_ref().unwrap().ipc.expect("counted");
+    assert!((ipc - 1.5).abs() < 1e-9, "{ipc}");
+    let batch = st.cells.iter().find(|c| c.name == "batch").unwrap();
+    assert_eq!(
+        batch.perf.as_ref().unwrap().ipc,
+        None,
+        "no goal, not counted"
+    );
+    assert_eq!(
+        hw.opened(),
+        3,
+        "a group per thread of the goal cell, opened once"
+    );
+}

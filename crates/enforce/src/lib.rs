@@ -25,6 +25,7 @@ pub mod affinity;
 pub mod cgroup1;
 pub mod cgroup2;
 pub mod cgroupfs;
+pub mod counters;
 pub mod detect;
 pub mod dryrun;
 pub mod gate;

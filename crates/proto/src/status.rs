@@ -253,6 +253,11 @@ pub struct PerfStatus {
     pub latency_window_s: f64,
     /// Their 99th percentile, µs (`None`: none recorded).
     pub p99_us: Option<u64>,
+    /// Instructions retired per cycle by its threads (`None`: no goal, no
+    /// hardware counters on this machine, or not counted yet; see
+    /// [`LoadStatus::counters`]).
+    #[serde(default)]
+    pub ipc: Option<f64>,
     /// Whether the goal is met (`None`: no goal, or not measured yet).
     pub goal_met: Option<bool>,
     /// About the goal: what is missing, or what the policy does about it
@@ -278,6 +283,10 @@ pub struct LoadStatus {
     pub pressure: Option<f64>,
     /// Threads runnable at the last reading.
     pub running: u32,
+    /// Why the cells' cycles and instructions are not counted (`None`:
+    /// they are, for cells with a goal).
+    #[serde(default)]
+    pub counters: Option<String>,
 }
 
 /// What a time-triggered cell's windows delivered, as the broker measured

@@ -135,6 +135,8 @@ pub(crate) struct Cell {
     pub(crate) perf: crate::perf::Perf,
     /// What its measurements say of its curve and goal (`core::perf`).
     pub(crate) tracker: allot_plan::goals::Tracker,
+    /// Hardware counters on its threads (`core::perf`; goal cells only).
+    pub(crate) hw: allot_enforce::counters::ThreadCounts,
 }
 
 impl Cell {
@@ -207,6 +209,8 @@ pub struct Core {
     cells_unmeasured: bool,
     /// When the trackers last evaluated (`core::perf`).
     last_evaluation: Option<Instant>,
+    /// The hardware counters the goal cells are read with (`core::perf`).
+    pub(crate) pmu: perf::Pmu,
 }
 
 fn random_u64() -> u64 {
@@ -274,6 +278,7 @@ impl Core {
             cells_used_ns: 0,
             cells_unmeasured: false,
             last_evaluation: None,
+            pmu: perf::Pmu::new(Arc::new(allot_enforce::counters::RealCounters)),
         };
         let effects = core.restore();
         (core, effects)
@@ -287,6 +292,12 @@ impl Core {
     /// The enforcement backend's name.
     pub fn backend(&self) -> String {
         self.enforcer.kind().to_string()
+    }
+
+    /// Reads hardware counters through `counters` instead of the kernel
+    /// (tests).
+    pub fn set_counters(&mut self, counters: Arc<dyn allot_enforce::counters::Counters>) {
+        self.pmu = perf::Pmu::new(counters);
     }
 
     /// The OS interface (for the event loop's exit polling fallback).

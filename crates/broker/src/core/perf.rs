@@ -7,13 +7,19 @@
 //! Per cell: the CPUs it held, its CPU time (from the backend, already
 //! read for demand), its report pages' counters (memory reads), and, for a
 //! cell with a goal, every [`RUN_DELAY_EVERY`] the time its members'
-//! threads waited for a CPU (`/proc`, bounded per cell). Per machine: `/proc/stat` and
+//! threads waited for a CPU (`/proc`, bounded per cell) and, where the
+//! machine has hardware counters, the cycles and instructions they
+//! retired (a counter group per thread, at most [`COUNTED_THREADS`] per
+//! cell and [`COUNTED_GROUPS`] in all, so the descriptors the broker keeps
+//! are bounded whatever the cells do). Per machine: `/proc/stat` and
 //! `/proc/pressure/cpu`, and the CPU time all cells used.
 
 use super::{Cell, Core};
 use crate::perf::{LoadSample, RATE_SPAN, Sample};
+use allot_enforce::counters::{Counters, Events};
 use allot_plan::GlobalPolicy;
 use allot_plan::goals::{Observation, PerfHint};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How often the trackers evaluate (their window is a second long).
@@ -26,6 +32,35 @@ pub const RUN_DELAY_EVERY: Duration = Duration::from_millis(500);
 /// Threads read per member process, and member processes read per cell.
 pub const RUN_DELAY_THREADS: usize = 64;
 const RUN_DELAY_MEMBERS: usize = 16;
+
+/// Threads of one cell with a counter group: instructions per cycle over
+/// a sample of a cell's threads is what is wanted, not every cycle.
+pub const COUNTED_THREADS: usize = 16;
+
+/// Counter groups open in all (two descriptors each).
+pub const COUNTED_GROUPS: usize = 512;
+
+/// The hardware counters, and whether this machine has them.
+#[derive(Debug)]
+pub(crate) struct Pmu {
+    counters: Arc<dyn Counters>,
+    /// Why cycles and instructions are not counted (`None`: they are).
+    pub(crate) unavailable: Option<String>,
+    /// Groups open over all cells (recounted every tick).
+    open: usize,
+}
+
+impl Pmu {
+    /// Checks once whether `counters` count cycles and instructions.
+    pub(crate) fn new(counters: Arc<dyn Counters>) -> Pmu {
+        let unavailable = counters.check(Events::CyclesInstructions).err();
+        Pmu {
+            counters,
+            unavailable,
+            open: 0,
+        }
+    }
+}
 
 impl Core {
     /// Adds this tick's sample to cell `id`'s series: `usage` is its CPU
@@ -58,6 +93,32 @@ impl Core {
         } else {
             None
         };
+        // Counted with run delay, on the members' threads.
+        let hw = if read_delay && self.pmu.unavailable.is_none() {
+            let tids: Vec<u32> = c
+                .members
+                .iter()
+                .take(RUN_DELAY_MEMBERS)
+                .flat_map(|m| self.os.threads(m.pid).unwrap_or_default())
+                .take(COUNTED_THREADS)
+                .collect();
+            let before = c.hw.open();
+            let room = COUNTED_GROUPS.saturating_sub(self.pmu.open) + before;
+            let total = c.hw.refresh(
+                &*self.pmu.counters,
+                Events::CyclesInstructions,
+                &tids,
+                room.min(COUNTED_THREADS),
+            );
+            self.pmu.open = (self.pmu.open + c.hw.open()).saturating_sub(before);
+            Some(total)
+        } else {
+            if !c.spec.goal.is_some() && c.hw.open() > 0 {
+                // The goal was dropped: so are its counters.
+                c.hw = Default::default();
+            }
+            None
+        };
         // The cells' CPU time, counted by increments so that cells coming
         // and going do not make the sum jump.
         match (c.perf.last().and_then(|s| s.usage_ns), usage) {
@@ -74,6 +135,7 @@ impl Core {
             cpus: held,
             usage_ns: usage,
             run_delay_ns,
+            hw,
             reports: reports.into(),
             pages,
         });
@@ -141,6 +203,7 @@ impl Core {
     /// Adds this tick's sample to the machine's series (after every
     /// cell's [`Core::observe`]).
     pub(super) fn observe_machine(&mut self, now: Instant) {
+        self.pmu.open = self.cells.values().map(|c| c.hw.open()).sum();
         let cells_ns = (!std::mem::take(&mut self.cells_unmeasured)).then_some(self.cells_used_ns);
         if let Some(system) = self.os.system_cpu() {
             self.load.record(LoadSample {

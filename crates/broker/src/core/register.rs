@@ -273,6 +273,7 @@ impl Core {
                 pool_stats: None,
                 perf: Default::default(),
                 tracker: allot_plan::goals::Tracker::new(spec.goal),
+                hw: Default::default(),
             },
         );
         // The grant reaches the kernel, and its windows start (shut

@@ -91,6 +91,7 @@ impl Core {
                     pool_stats: None,
                     perf: Default::default(),
                     tracker: allot_plan::goals::Tracker::new(convert::from_record(&rec.spec).goal),
+                    hw: Default::default(),
                 },
             ));
         }
@@ -195,6 +196,7 @@ impl Core {
                     pool_stats: None,
                     perf: Default::default(),
                     tracker: allot_plan::goals::Tracker::new(spec.goal),
+                    hw: Default::default(),
                 },
             ));
         }

@@ -176,6 +176,9 @@ fn goal_line(c: &CellStatus) -> Option<String> {
         num(p.cpu_used),
         num(p.waiting)
     ));
+    if let Some(ipc) = p.ipc {
+        line.push_str(&format!(", {ipc:.2} instructions per cycle"));
+    }
     if !p.goal_note.is_empty() {
         line.push_str(&format!(" ({})", cell_text(&p.goal_note)));
     }
@@ -276,6 +279,9 @@ pub fn render(v: &Status) -> String {
             ));
         }
         let _ = writeln!(out, "{line}; {} runnable now", l.running);
+        if let Some(why) = &l.counters {
+            let _ = writeln!(out, "hardware counters: not counted ({})", cell_text(why));
+        }
     }
     if v.cells.is_empty() {
         let _ = writeln!(out, "no cells");
@@ -466,6 +472,7 @@ mod tests {
             latencies: 812,
             latency_window_s: 1.0,
             p99_us: Some(6_144),
+            ipc: Some(1.37),
             goal_met: Some(false),
             goal_note: "needs about 1 more CPU".into(),
         };
@@ -491,6 +498,7 @@ mod tests {
             unmanaged: Some(0.9),
             pressure: Some(0.34),
             running: 5,
+            counters: Some("this machine has no cycles counter".into()),
         });
         let text = render(&v);
         assert!(
@@ -498,7 +506,11 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("1 srv: goal p99=5.000ms, p99 6.144ms (812 latencies in 1.0 s): NOT met; 2.00 CPUs held, 1.40 used, 0.20 threads waiting (needs about 1 more CPU)"),
+            text.contains("1 srv: goal p99=5.000ms, p99 6.144ms (812 latencies in 1.0 s): NOT met; 2.00 CPUs held, 1.40 used, 0.20 threads waiting, 1.37 instructions per cycle (needs about 1 more CPU)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("hardware counters: not counted (this machine has no cycles counter)"),
             "{text}"
         );
         assert!(text.contains("2 batch: no goal, 150.0/s;"), "{text}");
