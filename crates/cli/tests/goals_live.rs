@@ -15,8 +15,15 @@ use std::time::Duration;
 /// it gets about a third of a CPU and every window misses.
 const HOGS: usize = 5;
 
+/// The server's p99 goal, µs. On a CPU of its own the server's p99 is
+/// 15–26 ms (a busy virtual machine's worst seen); under fair share its
+/// queue grows to seconds. The broker reads a p99 as the upper edge of
+/// its quarter-octave bucket (up to 25 % above the true one), so a goal
+/// close to what one CPU gives would be judged missed on noise.
+const GOAL_US: f64 = 60_000.0;
+
 /// Runs the server (300 requests a second of 2 ms each: 0.6 CPU of work)
-/// with `--goal p99=40ms` beside five hogs under a broker started with
+/// with `--goal p99=60ms` beside five hogs under a broker started with
 /// `daemon`; returns its report over the second half of 16 s, and the
 /// server cell's status and the machine's load near the end.
 fn serve(
@@ -48,7 +55,7 @@ fn serve(
                     "--name",
                     "server",
                     "--goal",
-                    "p99=40ms",
+                    "p99=60ms",
                     "--",
                     "timeout",
                     "30",
@@ -93,7 +100,7 @@ fn the_goals_policy_gives_a_latency_goal_its_cpu_and_fair_share_misses_it() {
     let (report, cell, load) = serve(&["--policy", "goals"]);
     eprintln!("goals: {report} {:?}", cell.perf);
     let p99 = report["p99_us"].as_f64().unwrap();
-    assert!(p99 <= 40_000.0, "p99 {p99} µs over a 40 ms goal: {report}");
+    assert!(p99 <= GOAL_US, "p99 {p99} µs over the goal: {report}");
     let perf = cell.perf.expect("measured");
     assert_eq!(perf.goal_met, Some(true), "{perf:?}");
     assert!(
@@ -111,7 +118,7 @@ fn the_goals_policy_gives_a_latency_goal_its_cpu_and_fair_share_misses_it() {
     let (report, cell, _) = serve(&[]);
     eprintln!("fair share: {report} {:?}", cell.perf);
     let p99 = report["p99_us"].as_f64().unwrap();
-    assert!(p99 > 40_000.0, "fair share met the goal too: {report}");
+    assert!(p99 > GOAL_US, "fair share met the goal too: {report}");
     let perf = cell.perf.expect("measured");
     assert_eq!(perf.goal_met, Some(false), "{perf:?}");
     assert!(perf.goal_note.contains("--policy goals"), "{perf:?}");

@@ -154,6 +154,10 @@ impl Core {
         self.last_evaluation = Some(now);
         let capacity = self.planner.capacity();
         let goals = self.planner.config().policy == GlobalPolicy::Goals;
+        let available = available_share(
+            self.load.over(RATE_SPAN).and_then(|w| w.unmanaged),
+            (capacity + self.planner.config().reserve) as usize,
+        );
         let mut changed = false;
         for c in self.cells.values_mut() {
             if c.spec.time.is_time() {
@@ -166,7 +170,7 @@ impl Core {
             let before = c.tracker.hint();
             let after = c.tracker.observe(
                 Observation {
-                    cpus: w.cpus,
+                    cpus: w.cpus * available,
                     rate: w.rate_per_s,
                     p99_us: lat.p99_us,
                     latencies: lat.latencies,
@@ -212,5 +216,34 @@ impl Core {
                 cells_ns,
             });
         }
+    }
+}
+
+/// The share of a cell's CPUs left to it while processes outside every
+/// cell use `unmanaged` CPUs' worth of a machine of `cpus` CPUs. They are
+/// not confined (unless the operator reserves CPUs for them), so the
+/// kernel spreads them over every CPU, the cells' too: a server holding
+/// one CPU of two beside one unmanaged hog gets about half of it. Its
+/// tracker must see the half, or a queue that grows because the CPU is
+/// shared reads as a slow server (and its goal as one no allocation
+/// meets). At least a tenth is assumed left.
+fn available_share(unmanaged: Option<f64>, cpus: usize) -> f64 {
+    let lost = unmanaged.unwrap_or(0.0).max(0.0) / cpus.max(1) as f64;
+    (1.0 - lost).clamp(0.1, 1.0)
+}
+
+#[cfg(test)]
+mod available_tests {
+    use super::available_share;
+
+    #[test]
+    fn unmanaged_work_takes_its_share_of_every_cpu() {
+        assert_eq!(available_share(None, 2), 1.0);
+        assert_eq!(available_share(Some(0.0), 2), 1.0);
+        assert!((available_share(Some(1.0), 2) - 0.5).abs() < 1e-9);
+        assert!((available_share(Some(0.5), 4) - 0.875).abs() < 1e-9);
+        // Never less than a tenth, even when the readings overshoot.
+        assert_eq!(available_share(Some(9.0), 2), 0.1);
+        assert_eq!(available_share(Some(-0.2), 2), 1.0);
     }
 }

@@ -25,9 +25,10 @@
 //!   slack;
 //! - **whether the goal can be met at all** (`unmeetable`): for a rate, the
 //!   identified curve says no allocation up to the cell's maximum reaches
-//!   it; for a latency, the idle-server percentile read from several
-//!   unsaturated evaluations is already above the bound (no allocation at
-//!   all meets it). The policy then
+//!   it; for a latency, the idle-server percentile read from three
+//!   unsaturated evaluations that agree (within a factor of two: a
+//!   growing queue reads as a growing percentile) is already above the
+//!   bound (no allocation at all meets it). The policy then
 //!   treats the cell like one without a goal, so an impossible goal never
 //!   takes CPUs from the others.
 //! - **a probe** (`probe`): a cell without a goal whose heartbeats have
@@ -111,6 +112,10 @@ const PHASE_SHIFT: f64 = 0.3;
 /// The curve the policy sees changes only when the fit's parallel fraction
 /// or its one-CPU rate moves by more than this (5 %).
 const CURVE_MOVE: f64 = 0.05;
+
+/// Idle percentiles that agree within this factor describe the server,
+/// not a queue growing under it.
+const STEADY: f64 = 2.0;
 
 /// Latency observations kept (their median is the model's `k`).
 const KS_KEPT: usize = 16;
@@ -515,8 +520,10 @@ impl Tracker {
             _ => None,
         };
         // Only a percentile read from several unsaturated evaluations
-        // condemns a goal.
-        self.unmeetable = self.ks.len() >= 3 && k.is_some_and(|k| k >= aim);
+        // that agree condemns a goal: a queue that grows (the CPU shared
+        // with work the broker does not see, or load rising) shows as an
+        // idle percentile that grows with it, not as a slow server.
+        self.unmeetable = self.ks.len() >= 3 && k.is_some_and(|k| k >= aim) && self.steady();
         let (load, k) = (self.load, k);
         self.feedback(
             p99 <= bound,
@@ -532,6 +539,16 @@ impl Tracker {
             held,
             max,
         );
+    }
+
+    /// Whether the last three idle percentiles agree (within a factor
+    /// of [`STEADY`]).
+    fn steady(&self) -> bool {
+        let last = &self.ks[self.ks.len().saturating_sub(3)..];
+        let (lo, hi) = last.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), k| {
+            (lo.min(*k), hi.max(*k))
+        });
+        last.len() == 3 && hi <= lo * STEADY
     }
 
     /// A sentence on the goal for `allot status`, given the CPUs the plan
@@ -745,6 +762,23 @@ mod tests {
             );
         }
         assert!(t.hint().unmeetable);
+        // A queue growing under a server that seems unsaturated (its CPU
+        // shared with work the broker does not see) is not a slow server:
+        // the percentile grows each evaluation, and the goal stands.
+        let mut t = Tracker::new(Goal::P99 { us: 60_000 });
+        for p99 in [400_000, 1_200_000, 2_600_000, 4_000_000] {
+            t.observe(
+                Observation {
+                    cpus: 1.0,
+                    p99_us: Some(p99),
+                    latencies: 300,
+                    cpu_used: Some(0.5),
+                    ..Observation::default()
+                },
+                2,
+            );
+            assert!(!t.hint().unmeetable, "{t:?}");
+        }
     }
 
     #[test]
