@@ -1,0 +1,423 @@
+//! Channels: bounded message rings in shared memory, with doorbells a
+//! program can `poll`, between threads, processes and cells (Tessellation's
+//! inter-cell channels).
+//!
+//! A channel is a sealed memfd holding a ring of fixed-size slots
+//! ([`layout`]) and two eventfds ([`memory`]). Any number of [`Sender`]s
+//! and one [`Receiver`] map it. A message is copied into a slot and out
+//! again; it is never torn (the receiver sees a slot only once its sender
+//! published it whole) and never lost while both ends live (a full ring
+//! makes the sender wait or fail, as it chooses: [`Full`]).
+//!
+//! # Protocol
+//!
+//! - **Send**: reserve the tail position whose slot is free (CAS on
+//!   `tail`), copy the message, publish it (the slot's sequence, release),
+//!   then — after a full fence — ring `data` if the receiver said it
+//!   waits (`receiver_waiting`, taken back by the ringing sender).
+//! - **Receive**: the slot at `head` is ready when its sequence says so
+//!   (acquire); copy it out, free the slot for the position one lap on,
+//!   advance `head`; after a full fence, ring `space` once per sender
+//!   that said it waits for room.
+//! - **Waiting**: a receiver that found nothing says it waits, fences,
+//!   looks once more, and only then polls `data`; a sender that found no
+//!   room does the same with `senders_waiting` and `space`. The fence on
+//!   each side makes a lost wake-up impossible: either the waiter's second
+//!   look sees the message (or the room), or the other side sees the flag.
+//! - **Ends**: `senders` counts open senders and `receiver` says whether
+//!   the receiver is open. An end that closes updates them and rings the
+//!   other side's bell. A receiver whose ring is empty after every sender
+//!   closed gets [`RecvError::Disconnected`]; a sender whose receiver
+//!   closed gets [`SendError::Disconnected`]. The broker does the same on
+//!   behalf of an end whose process died.
+//!
+//! # Trust
+//!
+//! The ends may be different programs. An end checks the memory before
+//! mapping it (sealed, as long as its header says, this layout version),
+//! keeps the geometry in its own memory, and checks every length it reads
+//! from a slot: a misbehaving peer can stall or garble its own channel,
+//! never make an end read or write outside the ring.
+
+pub mod layout;
+mod memory;
+
+pub use layout::{Geometry, GeometryError};
+pub use memory::OpenError;
+
+use layout::{OPENED_SENDER, RECEIVER_GONE, RECEIVER_NONE, RECEIVER_OPEN};
+use memory::Memory;
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::atomic::{Ordering, fence};
+use std::time::Instant;
+
+/// What a send does when the ring is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Full {
+    /// Wait for room (until the deadline, if one is given).
+    Wait,
+    /// Return [`SendError::Full`] at once.
+    Fail,
+}
+
+/// Why a message was not sent (it was not: nothing of it is in the ring).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// The ring is full (and the sender chose not to wait, or its deadline
+    /// passed).
+    #[error("the channel is full")]
+    Full,
+    /// The message is longer than a slot holds.
+    #[error("a {len}-byte message is over this channel's {max}-byte limit")]
+    TooLong {
+        /// The message's length.
+        len: usize,
+        /// The longest message the channel takes.
+        max: usize,
+    },
+    /// The receiver closed (or died): nobody will read it.
+    #[error("the receiver closed the channel")]
+    Disconnected,
+}
+
+/// Why nothing was received.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecvError {
+    /// Nothing arrived (before the deadline).
+    #[error("no message")]
+    Empty,
+    /// Every sender closed (or died) and the ring is empty.
+    #[error("every sender closed the channel")]
+    Disconnected,
+    /// A slot held a length no message can have: a peer writes the ring
+    /// other than by this protocol. The slot is skipped.
+    #[error("a message of {len} bytes in a slot of {max}: the peer corrupts the channel")]
+    Corrupt {
+        /// The length the slot claimed.
+        len: usize,
+        /// The longest message a slot holds.
+        max: usize,
+    },
+}
+
+/// A channel: its memory and doorbells, shared by the ends made from it.
+#[derive(Debug, Clone)]
+pub struct Channel {
+    mem: Arc<Memory>,
+}
+
+impl Channel {
+    /// A new channel of at least `slots` slots (rounded up to a power of
+    /// two) for messages of up to `message_max` bytes.
+    pub fn create(slots: usize, message_max: usize) -> Result<Channel, OpenError> {
+        let g = Geometry::new(slots, message_max)?;
+        Ok(Channel {
+            mem: Arc::new(Memory::create(g)?),
+        })
+    }
+
+    /// Opens a channel from its descriptors (received with `SCM_RIGHTS`,
+    /// or inherited), after checking them (see "Trust").
+    pub fn open(mem: OwnedFd, data: OwnedFd, space: OwnedFd) -> Result<Channel, OpenError> {
+        Ok(Channel {
+            mem: Arc::new(Memory::open(mem, data, space)?),
+        })
+    }
+
+    /// The descriptors to hand to another process: the memory, the data
+    /// doorbell and the space doorbell, in the order [`Channel::open`]
+    /// takes them.
+    pub fn fds(&self) -> [BorrowedFd<'_>; 3] {
+        [
+            self.mem.mem.as_fd(),
+            self.mem.data.as_fd(),
+            self.mem.space.as_fd(),
+        ]
+    }
+
+    /// The ring's geometry.
+    pub fn geometry(&self) -> Geometry {
+        self.mem.geometry
+    }
+
+    /// Messages waiting now (a snapshot).
+    pub fn len(&self) -> usize {
+        let h = self.mem.header();
+        let head = h.head.load(Ordering::Acquire);
+        let tail = h.tail.load(Ordering::Acquire);
+        (tail.saturating_sub(head) as usize).min(self.mem.geometry.slots)
+    }
+
+    /// Whether no message waits now.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A new sender.
+    pub fn sender(&self) -> Sender {
+        let h = self.mem.header();
+        h.senders.fetch_add(1, Ordering::SeqCst);
+        h.opened.fetch_or(OPENED_SENDER, Ordering::SeqCst);
+        Sender {
+            mem: self.mem.clone(),
+        }
+    }
+
+    /// The receiver, unless one is open already (there is one at a time).
+    pub fn receiver(&self) -> Option<Receiver> {
+        let h = self.mem.header();
+        for from in [RECEIVER_NONE, RECEIVER_GONE] {
+            if h.receiver
+                .compare_exchange(from, RECEIVER_OPEN, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
+                return Some(Receiver {
+                    mem: self.mem.clone(),
+                });
+            }
+        }
+        None
+    }
+}
+
+/// One sender. Cloning makes another (counted) sender.
+#[derive(Debug)]
+pub struct Sender {
+    mem: Arc<Memory>,
+}
+
+impl Clone for Sender {
+    fn clone(&self) -> Sender {
+        self.mem.header().senders.fetch_add(1, Ordering::SeqCst);
+        Sender {
+            mem: self.mem.clone(),
+        }
+    }
+}
+
+impl Drop for Sender {
+    fn drop(&mut self) {
+        if self.mem.header().senders.fetch_sub(1, Ordering::SeqCst) == 1 {
+            // The last one: a receiver waiting must learn it.
+            Memory::ring(self.mem.data.as_fd(), 1);
+        }
+    }
+}
+
+impl Sender {
+    /// Sends `msg`; when the ring is full, waits for room or fails, as
+    /// `full` says.
+    pub fn send(&self, msg: &[u8], full: Full) -> Result<(), SendError> {
+        self.send_until(msg, full, None)
+    }
+
+    /// [`Sender::send`], waiting for room at most until `deadline`.
+    pub fn send_until(
+        &self,
+        msg: &[u8],
+        full: Full,
+        deadline: Option<Instant>,
+    ) -> Result<(), SendError> {
+        let max = self.mem.geometry.message_max();
+        if msg.len() > max {
+            return Err(SendError::TooLong {
+                len: msg.len(),
+                max,
+            });
+        }
+        let h = self.mem.header();
+        loop {
+            match self.try_send(msg) {
+                Err(SendError::Full) if full == Full::Wait => {}
+                other => return other,
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(SendError::Full);
+            }
+            h.senders_waiting.fetch_add(1, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            let again = self.try_send(msg);
+            if !matches!(again, Err(SendError::Full)) {
+                h.senders_waiting.fetch_sub(1, Ordering::SeqCst);
+                return again;
+            }
+            Memory::wait(self.mem.space.as_fd(), deadline);
+            Memory::take(self.mem.space.as_fd());
+            h.senders_waiting.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Sends `msg` if there is room now.
+    pub fn try_send(&self, msg: &[u8]) -> Result<(), SendError> {
+        let m = &*self.mem;
+        let h = m.header();
+        if h.receiver.load(Ordering::Acquire) == RECEIVER_GONE {
+            return Err(SendError::Disconnected);
+        }
+        let max = m.geometry.message_max();
+        if msg.len() > max {
+            return Err(SendError::TooLong {
+                len: msg.len(),
+                max,
+            });
+        }
+        let mut pos = h.tail.load(Ordering::Relaxed);
+        loop {
+            let slot = m.slot(pos);
+            let seq = slot.seq.load(Ordering::Acquire);
+            match seq.wrapping_sub(pos) as i64 {
+                0 => match h.tail.compare_exchange_weak(
+                    pos,
+                    pos + 1,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => {
+                        // SAFETY: the slot is ours until we publish it (the
+                        // CAS reserved position `pos`); the payload has
+                        // room for `max ≥ msg.len()` bytes.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(msg.as_ptr(), m.payload(pos), msg.len())
+                        };
+                        slot.len.store(msg.len() as u32, Ordering::Relaxed);
+                        slot.seq.store(pos + 1, Ordering::Release);
+                        break;
+                    }
+                    Err(now) => pos = now,
+                },
+                d if d < 0 => return Err(SendError::Full),
+                _ => pos = h.tail.load(Ordering::Relaxed),
+            }
+        }
+        fence(Ordering::SeqCst);
+        if h.receiver_waiting.load(Ordering::Relaxed) != 0
+            && h.receiver_waiting.swap(0, Ordering::SeqCst) != 0
+        {
+            Memory::ring(m.data.as_fd(), 1);
+        }
+        Ok(())
+    }
+}
+
+/// The receiver (one per channel at a time).
+#[derive(Debug)]
+pub struct Receiver {
+    mem: Arc<Memory>,
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let h = self.mem.header();
+        h.receiver.store(RECEIVER_GONE, Ordering::SeqCst);
+        // Senders waiting for room must learn that none will come.
+        let waiting = h.senders_waiting.load(Ordering::SeqCst);
+        if waiting > 0 {
+            Memory::ring(self.mem.space.as_fd(), u64::from(waiting));
+        }
+    }
+}
+
+impl Receiver {
+    /// The data doorbell, for `poll`/`epoll`: call [`Receiver::arm`] and
+    /// poll for reading only when it returns true (nothing is waiting);
+    /// then receive until [`RecvError::Empty`].
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.mem.data.as_fd()
+    }
+
+    /// Asks the next sender to ring the data doorbell. Returns false, and
+    /// asks nothing, when a message is already waiting (or every sender
+    /// closed): receive instead of polling.
+    pub fn arm(&self) -> bool {
+        let h = self.mem.header();
+        Memory::take(self.mem.data.as_fd());
+        h.receiver_waiting.store(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if self.ready() || self.disconnected() {
+            h.receiver_waiting.store(0, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    /// Receives the next message into `buf` (replacing its contents),
+    /// waiting until one arrives, every sender closed, or `deadline`.
+    pub fn recv(&mut self, buf: &mut Vec<u8>, deadline: Option<Instant>) -> Result<(), RecvError> {
+        loop {
+            match self.try_recv(buf) {
+                Err(RecvError::Empty) => {}
+                other => return other,
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(RecvError::Empty);
+            }
+            if self.arm() {
+                Memory::wait(self.mem.data.as_fd(), deadline);
+                self.mem
+                    .header()
+                    .receiver_waiting
+                    .store(0, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// Receives the next message into `buf` if one is ready now.
+    pub fn try_recv(&mut self, buf: &mut Vec<u8>) -> Result<(), RecvError> {
+        self.try_recv_with(|msg| {
+            buf.clear();
+            buf.extend_from_slice(msg);
+        })
+    }
+
+    /// Calls `f` with the next message, in place in the ring, if one is
+    /// ready now (the slot is freed when `f` returns).
+    pub fn try_recv_with<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Result<R, RecvError> {
+        let m = &*self.mem;
+        let h = m.header();
+        let pos = h.head.load(Ordering::Relaxed);
+        let slot = m.slot(pos);
+        if slot.seq.load(Ordering::Acquire) != pos + 1 {
+            return Err(if self.disconnected() {
+                RecvError::Disconnected
+            } else {
+                RecvError::Empty
+            });
+        }
+        let len = slot.len.load(Ordering::Relaxed) as usize;
+        let max = m.geometry.message_max();
+        let out = if len <= max {
+            // SAFETY: the slot was published for `pos` (acquire above) and
+            // stays ours until we free it below; `len ≤ max` bytes of
+            // payload are inside the mapping.
+            let msg = unsafe { std::slice::from_raw_parts(m.payload(pos), len) };
+            Ok(f(msg))
+        } else {
+            Err(RecvError::Corrupt { len, max })
+        };
+        slot.seq
+            .store(pos + m.geometry.slots as u64, Ordering::Release);
+        h.head.store(pos + 1, Ordering::Release);
+        fence(Ordering::SeqCst);
+        let waiting = h.senders_waiting.load(Ordering::Relaxed);
+        if waiting > 0 {
+            Memory::ring(m.space.as_fd(), u64::from(waiting));
+        }
+        out
+    }
+
+    /// Whether the message at the head is ready.
+    fn ready(&self) -> bool {
+        let m = &*self.mem;
+        let pos = m.header().head.load(Ordering::Relaxed);
+        m.slot(pos).seq.load(Ordering::Acquire) == pos + 1
+    }
+
+    /// Every sender that came has closed, and none is open.
+    fn disconnected(&self) -> bool {
+        let h = self.mem.header();
+        h.senders.load(Ordering::SeqCst) == 0
+            && h.opened.load(Ordering::SeqCst) & OPENED_SENDER != 0
+            && !self.ready()
+    }
+}
