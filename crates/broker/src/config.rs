@@ -26,6 +26,12 @@
 //! holdings = 1024           # ledger items held per process
 //! cells_total = 4096        # admitted cells, all users together
 //! kinds_total = 256         # kinds, all users together
+//! channels = 64             # named channels created
+//! channel_mib = 256         # MiB of channel memory created
+//!
+//! [[channel_acl]]           # who else may open a named channel (its creator always may)
+//! name = "frames.in"        # the channel's name
+//! uids = [1001, 1002]       # users allowed to open either end
 //! ```
 //!
 //! The limits bound the broker's memory and time whatever its clients send
@@ -70,6 +76,20 @@ pub struct Limits {
     pub cells_total: u32,
     /// Resource kinds in all (built-in ones excluded).
     pub kinds_total: u32,
+    /// Named channels created per user.
+    pub channels: u32,
+    /// MiB of channel memory created per user.
+    pub channel_mib: u32,
+}
+
+/// Users besides its creator who may open a named channel.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelAcl {
+    /// The channel's name.
+    pub name: String,
+    /// The users allowed.
+    pub uids: Vec<u32>,
 }
 
 impl Default for Limits {
@@ -84,6 +104,8 @@ impl Default for Limits {
             holdings: 1024,
             cells_total: 4096,
             kinds_total: 256,
+            channels: 64,
+            channel_mib: 256,
         }
     }
 }
@@ -124,6 +146,8 @@ pub struct Config {
     pub show_other_users: bool,
     /// Where to serve Prometheus metrics (`crate::metrics`); off when `None`.
     pub metrics: Option<std::net::SocketAddr>,
+    /// Who besides their creators may open named channels.
+    pub channel_acl: Vec<ChannelAcl>,
 }
 
 impl Config {
@@ -147,6 +171,7 @@ impl Config {
             limits: Limits::default(),
             show_other_users: false,
             metrics: None,
+            channel_acl: Vec::new(),
         }
     }
 
@@ -200,6 +225,7 @@ impl Config {
             show_other_users: Option<bool>,
             metrics: Option<String>,
             limits: Option<Limits>,
+            channel_acl: Option<Vec<ChannelAcl>>,
         }
         let f: File = toml::from_str(text).map_err(|e| e.to_string())?;
         if let Some(b) = f.backend {
@@ -255,6 +281,12 @@ impl Config {
         }
         if let Some(m) = f.metrics {
             self.metrics = Some(parse_metrics_addr(&m)?);
+        }
+        if let Some(acl) = f.channel_acl {
+            for a in &acl {
+                crate::channels::check_name(&a.name).map_err(|e| format!("channel_acl: {e}"))?;
+            }
+            self.channel_acl = acl;
         }
         if let Some(l) = f.limits {
             if [l.connections, l.cells, l.members, l.cells_total].contains(&0) {

@@ -20,11 +20,13 @@
 //! - [`config`] (with the per-user [`config::Limits`]), [`status`],
 //!   [`metrics`] (Prometheus, `allot daemon --metrics`).
 //! - [`names`]: which names clients may choose, and how they are printed.
+//! - [`channels`]: named channels between cells, and who may open them.
 //! - [`convert`]: the spec as the planner, the wire, the journal and the
 //!   status each see it.
 //! - [`windows`]: the timer thread that opens and closes time-triggered
 //!   cells' windows (gang activation through the freezer).
 
+pub mod channels;
 pub mod config;
 pub mod convert;
 pub mod core;

@@ -144,6 +144,20 @@ impl Core {
                 running: w.running,
                 counters: self.pmu.unavailable.clone(),
             }),
+            channels: self
+                .channels
+                .shown((!all).then_some(peer.uid))
+                .into_iter()
+                .map(|c| allot_proto::status::ChannelStatus {
+                    name: c.name,
+                    uid: c.uid,
+                    slots: c.geometry.slots as u32,
+                    message_max: c.geometry.message_max() as u32,
+                    senders: c.senders,
+                    receiver: c.receiver,
+                    waiting: c.waiting as u32,
+                })
+                .collect(),
         }
     }
 }

@@ -154,58 +154,128 @@ impl Channel {
         self.len() == 0
     }
 
-    /// A new sender.
+    /// A new sender, counted as an open end.
     pub fn sender(&self) -> Sender {
+        self.attach_sender();
+        Sender {
+            mem: self.mem.clone(),
+            counted: true,
+        }
+    }
+
+    /// The receiver, counted as the open end, unless one is open already
+    /// (there is one at a time).
+    pub fn receiver(&self) -> Option<Receiver> {
+        self.attach_receiver().then(|| Receiver {
+            mem: self.mem.clone(),
+            counted: true,
+        })
+    }
+
+    /// A sender whose opening and closing someone else accounts for (the
+    /// broker, for ends it hands out: it counts them when it opens them
+    /// and when their connection closes, also when their process dies).
+    pub fn managed_sender(&self) -> Sender {
+        Sender {
+            mem: self.mem.clone(),
+            counted: false,
+        }
+    }
+
+    /// The receiver, accounted for by someone else (see
+    /// [`Channel::managed_sender`]).
+    pub fn managed_receiver(&self) -> Receiver {
+        Receiver {
+            mem: self.mem.clone(),
+            counted: false,
+        }
+    }
+
+    /// Counts a sender as open.
+    pub fn attach_sender(&self) {
         let h = self.mem.header();
         h.senders.fetch_add(1, Ordering::SeqCst);
         h.opened.fetch_or(OPENED_SENDER, Ordering::SeqCst);
-        Sender {
-            mem: self.mem.clone(),
+    }
+
+    /// Counts a sender as closed; the last one rings the receiver, which
+    /// then sees [`RecvError::Disconnected`] once the ring is empty.
+    pub fn detach_sender(&self) {
+        let h = self.mem.header();
+        let was = h
+            .senders
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if was == Ok(1) {
+            Memory::ring(self.mem.data.as_fd(), 1);
         }
     }
 
-    /// The receiver, unless one is open already (there is one at a time).
-    pub fn receiver(&self) -> Option<Receiver> {
+    /// Marks the receiver open; false if one is open already.
+    pub fn attach_receiver(&self) -> bool {
         let h = self.mem.header();
-        for from in [RECEIVER_NONE, RECEIVER_GONE] {
-            if h.receiver
+        [RECEIVER_NONE, RECEIVER_GONE].into_iter().any(|from| {
+            h.receiver
                 .compare_exchange(from, RECEIVER_OPEN, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
-            {
-                return Some(Receiver {
-                    mem: self.mem.clone(),
-                });
-            }
+        })
+    }
+
+    /// Marks the receiver closed: senders get [`SendError::Disconnected`],
+    /// and those waiting for room are woken to see it.
+    pub fn detach_receiver(&self) {
+        let h = self.mem.header();
+        h.receiver.store(RECEIVER_GONE, Ordering::SeqCst);
+        let waiting = h.senders_waiting.load(Ordering::SeqCst);
+        if waiting > 0 {
+            Memory::ring(self.mem.space.as_fd(), u64::from(waiting));
         }
-        None
+    }
+
+    /// Open senders, and whether the receiver is open (a snapshot).
+    pub fn ends(&self) -> (u32, bool) {
+        let h = self.mem.header();
+        (
+            h.senders.load(Ordering::SeqCst),
+            h.receiver.load(Ordering::SeqCst) == RECEIVER_OPEN,
+        )
     }
 }
 
-/// One sender. Cloning makes another (counted) sender.
+/// One sender. Cloning makes another sender, counted like the original.
 #[derive(Debug)]
 pub struct Sender {
     mem: Arc<Memory>,
+    counted: bool,
 }
 
 impl Clone for Sender {
     fn clone(&self) -> Sender {
-        self.mem.header().senders.fetch_add(1, Ordering::SeqCst);
-        Sender {
+        let s = Sender {
             mem: self.mem.clone(),
+            counted: self.counted,
+        };
+        if s.counted {
+            s.channel().attach_sender();
         }
+        s
     }
 }
 
 impl Drop for Sender {
     fn drop(&mut self) {
-        if self.mem.header().senders.fetch_sub(1, Ordering::SeqCst) == 1 {
-            // The last one: a receiver waiting must learn it.
-            Memory::ring(self.mem.data.as_fd(), 1);
+        if self.counted {
+            self.channel().detach_sender();
         }
     }
 }
 
 impl Sender {
+    fn channel(&self) -> Channel {
+        Channel {
+            mem: self.mem.clone(),
+        }
+    }
+
     /// Sends `msg`; when the ring is full, waits for room or fails, as
     /// `full` says.
     pub fn send(&self, msg: &[u8], full: Full) -> Result<(), SendError> {
@@ -304,16 +374,16 @@ impl Sender {
 #[derive(Debug)]
 pub struct Receiver {
     mem: Arc<Memory>,
+    counted: bool,
 }
 
 impl Drop for Receiver {
     fn drop(&mut self) {
-        let h = self.mem.header();
-        h.receiver.store(RECEIVER_GONE, Ordering::SeqCst);
-        // Senders waiting for room must learn that none will come.
-        let waiting = h.senders_waiting.load(Ordering::SeqCst);
-        if waiting > 0 {
-            Memory::ring(self.mem.space.as_fd(), u64::from(waiting));
+        if self.counted {
+            Channel {
+                mem: self.mem.clone(),
+            }
+            .detach_receiver();
         }
     }
 }

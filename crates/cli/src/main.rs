@@ -31,6 +31,8 @@ enum Command {
     Top(cmd::top::Args),
     /// Show the machine's CPUs, cores, caches and NUMA nodes.
     Topology(cmd::topology::Args),
+    /// Send or receive on a named channel (lines of text).
+    Channel(cmd::channel::Args),
     /// Show, in under two minutes, what allot does for co-running programs.
     Demo(cmd::demo::Args),
     /// Experiments that check allot's claims on this machine.
@@ -53,6 +55,7 @@ fn main() {
         Command::Status(a) => cmd::status::run(a),
         Command::Top(a) => cmd::top::run(a),
         Command::Topology(a) => cmd::topology::run(a),
+        Command::Channel(a) => cmd::channel::run(a),
         Command::Demo(a) => cmd::demo::run(a),
         Command::Bench(b) => bench::run(b),
         Command::Completions(a) => cmd::generate::completions(a, Cli::command()),

@@ -52,6 +52,9 @@ pub enum ClientError {
     /// The grant page could not be mapped.
     #[error("cannot map the grant page: {0}")]
     Page(#[from] allot_proto::ShmError),
+    /// The channel the broker handed over could not be mapped.
+    #[error("cannot map the channel: {0}")]
+    Channel(#[from] allot_channel::OpenError),
 }
 
 impl ClientError {
@@ -208,11 +211,17 @@ impl Client {
     /// The next reply that answers a request the caller waits for: replies
     /// to pipelined requests come first, in order, and are dropped.
     fn recv(&mut self) -> Result<(Reply, Option<rustix::fd::OwnedFd>), ClientError> {
+        let (reply, fds) = self.recv_fds()?;
+        Ok((reply, fds.into_iter().next()))
+    }
+
+    /// [`Client::recv`] with every descriptor that came with the reply.
+    fn recv_fds(&mut self) -> Result<(Reply, Vec<rustix::fd::OwnedFd>), ClientError> {
         while self.pending > 0 {
             self.conn.recv()?;
             self.pending -= 1;
         }
-        Ok(self.conn.recv()?)
+        Ok(self.conn.recv_fds()?)
     }
 
     /// Sends `req` without waiting for its reply, which the next call reads
@@ -409,4 +418,80 @@ impl Client {
     pub fn shutdown(&mut self) -> Result<(), ClientError> {
         self.ok(&Request::Shutdown)
     }
+
+    /// Opens one end of the named channel `name` (creating it, with at
+    /// least `slots` slots of messages up to `message_max` bytes, if it
+    /// does not exist; 0 for the broker's defaults or an existing
+    /// channel's sizes). The broker counts the end open until
+    /// [`Client::close_channel`] or until this connection closes (also
+    /// when the process dies); then the other side sees it gone.
+    pub fn open_channel(
+        &mut self,
+        name: &str,
+        end: ChannelEnd,
+        slots: u32,
+        message_max: u32,
+    ) -> Result<allot_channel::Channel, ClientError> {
+        self.conn.send(&Request::ChannelOpen {
+            name: name.into(),
+            send: end == ChannelEnd::Send,
+            slots,
+            message_max,
+        })?;
+        match self.recv_fds()? {
+            (Reply::Channel { .. }, fds) if fds.len() == 3 => {
+                let [mem, data, space]: [rustix::fd::OwnedFd; 3] =
+                    fds.try_into().expect("three descriptors");
+                Ok(allot_channel::Channel::open(mem, data, space)?)
+            }
+            (Reply::Channel { .. }, fds) => Err(ClientError::Protocol(format!(
+                "the broker sent a channel with {} descriptors, not 3",
+                fds.len()
+            ))),
+            (other, _) => Err(broker_err(other)),
+        }
+    }
+
+    /// The sending end of channel `name` (see [`Client::open_channel`]).
+    pub fn channel_sender(
+        &mut self,
+        name: &str,
+        slots: u32,
+        message_max: u32,
+    ) -> Result<allot_channel::Sender, ClientError> {
+        Ok(self
+            .open_channel(name, ChannelEnd::Send, slots, message_max)?
+            .managed_sender())
+    }
+
+    /// The receiving end of channel `name` (see [`Client::open_channel`]).
+    pub fn channel_receiver(
+        &mut self,
+        name: &str,
+        slots: u32,
+        message_max: u32,
+    ) -> Result<allot_channel::Receiver, ClientError> {
+        Ok(self
+            .open_channel(name, ChannelEnd::Receive, slots, message_max)?
+            .managed_receiver())
+    }
+
+    /// Closes an end this connection opened of channel `name` (one-way:
+    /// the broker does not answer).
+    pub fn close_channel(&mut self, name: &str, end: ChannelEnd) -> Result<(), ClientError> {
+        self.conn.send(&Request::ChannelClose {
+            name: name.into(),
+            send: end == ChannelEnd::Send,
+        })?;
+        Ok(())
+    }
+}
+
+/// Which end of a channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChannelEnd {
+    /// A sending end (any number).
+    Send,
+    /// The receiving end (one at a time).
+    Receive,
 }

@@ -17,7 +17,10 @@ mod cell;
 mod conn;
 pub mod require;
 
+pub use allot_channel as channel;
 pub use allot_plan::{CellSpec, Goal, GoalError, Placement, TimeContract};
 pub use allot_proto::{FLAG_STACKED, Grant, GrantPage, PageMap, Reports};
 pub use cell::{Cell, GrantWriter, Mode, Options, broker_alive, page_from_raw_fd};
-pub use conn::{Client, ClientError, Registration, Welcome, goal_to_wire, spec_to_wire};
+pub use conn::{
+    ChannelEnd, Client, ClientError, Registration, Welcome, goal_to_wire, spec_to_wire,
+};

@@ -34,6 +34,29 @@ pub struct Status {
     /// two ticks have passed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<LoadStatus>,
+    /// Named channels the reader may see (its own; all for root and the
+    /// broker's owner), by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub channels: Vec<ChannelStatus>,
+}
+
+/// A named channel (`allot_channel`, opened through the broker).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChannelStatus {
+    /// Its name.
+    pub name: String,
+    /// The user who created it.
+    pub uid: u32,
+    /// Slots in its ring.
+    pub slots: u32,
+    /// Longest message, bytes.
+    pub message_max: u32,
+    /// Open sending ends.
+    pub senders: u32,
+    /// Whether its receiving end is open.
+    pub receiver: bool,
+    /// Messages waiting in it.
+    pub waiting: u32,
 }
 
 fn one() -> u32 {

@@ -22,18 +22,34 @@ pub struct Datagram {
     pub len: usize,
     /// The datagram was longer than the buffer and was cut.
     pub truncated: bool,
-    /// A file descriptor that came with it.
-    pub fd: Option<OwnedFd>,
+    /// The file descriptors that came with it (at most [`MAX_FDS`]; the
+    /// kernel closes any beyond).
+    pub fds: Vec<OwnedFd>,
 }
+
+/// The most file descriptors one datagram carries (a channel's three).
+pub const MAX_FDS: usize = 3;
 
 /// Sends `bytes` as one datagram, with `fd` attached if given.
 pub fn send(sock: BorrowedFd<'_>, bytes: &[u8], fd: Option<BorrowedFd<'_>>) -> std::io::Result<()> {
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    match fd {
+        Some(fd) => send_fds(sock, bytes, &[fd]),
+        None => send_fds(sock, bytes, &[]),
+    }
+}
+
+/// Sends `bytes` as one datagram with `fds` (at most [`MAX_FDS`]) attached.
+pub fn send_fds(sock: BorrowedFd<'_>, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> std::io::Result<()> {
+    if fds.len() > MAX_FDS {
+        return Err(std::io::Error::other(format!(
+            "{} descriptors in one message, over {MAX_FDS}",
+            fds.len()
+        )));
+    }
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = SendAncillaryBuffer::new(&mut space);
-    let fds;
-    if let Some(fd) = fd {
-        fds = [fd];
-        control.push(SendAncillaryMessage::ScmRights(&fds));
+    if !fds.is_empty() {
+        control.push(SendAncillaryMessage::ScmRights(fds));
     }
     let n = loop {
         match rustix::net::sendmsg(
@@ -61,7 +77,7 @@ pub fn recv(
     buf: &mut [u8],
     nonblocking: bool,
 ) -> std::io::Result<Option<Datagram>> {
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let mut flags = RecvFlags::CMSG_CLOEXEC | RecvFlags::TRUNC;
     if nonblocking {
@@ -73,24 +89,24 @@ pub fn recv(
             other => break other?,
         }
     };
-    let mut fd = None;
+    let mut fds = Vec::new();
     for m in control.drain() {
-        if let RecvAncillaryMessage::ScmRights(fds) = m {
-            // Keep the first, close any others by dropping them.
-            for f in fds {
-                if fd.is_none() {
-                    fd = Some(f);
+        if let RecvAncillaryMessage::ScmRights(got) = m {
+            // Keep the first MAX_FDS, close any others by dropping them.
+            for f in got {
+                if fds.len() < MAX_FDS {
+                    fds.push(f);
                 }
             }
         }
     }
-    if msg.bytes == 0 && fd.is_none() {
+    if msg.bytes == 0 && fds.is_empty() {
         return Ok(None);
     }
     Ok(Some(Datagram {
         len: msg.bytes.min(buf.len()),
         truncated: msg.bytes > buf.len(),
-        fd,
+        fds,
     }))
 }
 
@@ -190,11 +206,18 @@ impl Conn {
         send(self.sock.as_fd(), bytes, None)
     }
 
-    /// Receives one reply (blocking), with any file descriptor attached.
+    /// Receives one reply (blocking), with the first file descriptor
+    /// attached (others are closed).
     pub fn recv(&mut self) -> Result<(Reply, Option<OwnedFd>), CallError> {
+        let (reply, fds) = self.recv_fds()?;
+        Ok((reply, fds.into_iter().next()))
+    }
+
+    /// Receives one reply (blocking), with every file descriptor attached.
+    pub fn recv_fds(&mut self) -> Result<(Reply, Vec<OwnedFd>), CallError> {
         let d = recv(self.sock.as_fd(), &mut self.buf, false)?.ok_or(CallError::Closed)?;
         let reply = Reply::decode(&self.buf[..d.len])?;
-        Ok((reply, d.fd))
+        Ok((reply, d.fds))
     }
 
     /// Sends `req` and waits for its reply.

@@ -86,14 +86,14 @@ impl Peer {
 /// Something the event loop must do.
 #[derive(Debug)]
 pub enum Effect {
-    /// Send `reply` (with `fd` attached) on `session`.
+    /// Send `reply` (with `fds` attached) on `session`.
     Reply {
         /// The session.
         session: SessionId,
         /// The reply.
         reply: Reply,
-        /// A file descriptor to pass.
-        fd: Option<rustix::fd::OwnedFd>,
+        /// File descriptors to pass (at most `transport::MAX_FDS`).
+        fds: Vec<rustix::fd::OwnedFd>,
     },
     /// Start watching `pid` for exit.
     Watch(u32),
@@ -106,7 +106,7 @@ pub(crate) fn answer(session: SessionId, reply: Reply) -> Effect {
     Effect::Reply {
         session,
         reply,
-        fd: None,
+        fds: vec![],
     }
 }
 
@@ -211,6 +211,9 @@ pub struct Core {
     last_evaluation: Option<Instant>,
     /// The hardware counters the goal cells are read with (`core::perf`).
     pub(crate) pmu: perf::Pmu,
+    /// Named channels, and who besides their creators may open them.
+    pub(crate) channels: crate::channels::Channels,
+    channel_acl: Vec<crate::config::ChannelAcl>,
 }
 
 fn random_u64() -> u64 {
@@ -269,6 +272,8 @@ impl Core {
             ledger: Ledger::new(machine, cfg.limits),
             watchers: BTreeMap::new(),
             limits: cfg.limits,
+            channels: Default::default(),
+            channel_acl: cfg.channel_acl.clone(),
             show_other_users: cfg.show_other_users,
             removals: Vec::new(),
             counters: Counters::default(),
@@ -644,12 +649,14 @@ impl Core {
             .collect()
     }
 
-    /// A session closed: its queued cells and its ledger watch are dropped.
+    /// A session closed: its queued cells, its ledger watch and its
+    /// channel ends are dropped (the other ends see them gone).
     /// Its admitted cells live on while their processes do.
     pub fn session_closed(&mut self, session: SessionId) -> Vec<Effect> {
         if let Some((pid, _)) = self.watchers.remove(&session) {
             self.ledger.set_waiting(pid, 0);
         }
+        self.channels.session_closed(session);
         let before = self.queue.len();
         self.queue.retain(|q| q.session != session);
         if self.queue.len() != before {

@@ -330,7 +330,7 @@ impl Core {
                 token,
                 generation: c.generation,
             },
-            fd,
+            fds: fd.into_iter().collect(),
         });
         effects
     }
@@ -489,7 +489,7 @@ impl Core {
                 token,
                 generation,
             },
-            fd,
+            fds: fd.into_iter().collect(),
         }]
     }
 

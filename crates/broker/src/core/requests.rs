@@ -146,6 +146,46 @@ impl Core {
                 chunked(session, &json, |more, json| Reply::Json { more, json })
             }
             Request::KindAcquire { items } => self.kind_acquire(session, peer, &items),
+            Request::ChannelOpen {
+                name,
+                send,
+                slots,
+                message_max,
+            } => {
+                match self.channels.open(
+                    session,
+                    peer.uid,
+                    &name,
+                    send,
+                    slots,
+                    message_max,
+                    &self.limits,
+                    &self.channel_acl,
+                ) {
+                    Ok(o) => {
+                        debug!(
+                            "session {session} (uid {}) opened the {} end of channel {name}",
+                            peer.uid,
+                            if send { "sending" } else { "receiving" }
+                        );
+                        vec![Effect::Reply {
+                            session,
+                            reply: Reply::Channel {
+                                slots: o.geometry.slots as u32,
+                                message_max: o.geometry.message_max() as u32,
+                            },
+                            fds: o.fds,
+                        }]
+                    }
+                    Err((code, message)) => reply(err(code, kind, message)),
+                }
+            }
+            Request::ChannelClose { name, send } => {
+                if !self.channels.close(session, &name, send) {
+                    debug!("session {session}: ChannelClose of {name}, which it does not hold");
+                }
+                vec![]
+            }
             Request::KindRelease { items } => {
                 self.ledger.release(peer.pid, &items);
                 self.ledger_changed()

@@ -97,7 +97,7 @@ pub const LOG_EVERY: Duration = Duration::from_secs(10);
 struct Session {
     sock: OwnedFd,
     peer: Peer,
-    out: VecDeque<(Vec<u8>, Option<OwnedFd>)>,
+    out: VecDeque<(Vec<u8>, Vec<OwnedFd>)>,
     out_bytes: usize,
     writable_wanted: bool,
 }

@@ -59,7 +59,7 @@ impl Broker {
                     self.apply(vec![Effect::Reply {
                         session: id,
                         reply,
-                        fd: None,
+                        fds: vec![],
                     }]);
                     *self.turn.entry(peer.uid).or_default() += 1;
                     continue;
@@ -87,14 +87,14 @@ impl Broker {
                         0,
                         format!("message exceeds the {MAX_MESSAGE}-byte limit"),
                     ),
-                    fd: None,
+                    fds: vec![],
                 }]
             } else {
                 match Request::decode(&self.buf[..d.len]) {
                     Ok(req) => {
                         units = cost(&req);
                         let fd = if matches!(req, Request::Rejoin { .. }) {
-                            d.fd
+                            d.fds.into_iter().next()
                         } else {
                             None
                         };
@@ -110,7 +110,7 @@ impl Broker {
                             vec![Effect::Reply {
                                 session: id,
                                 reply: Reply::error(e.code(), e.request_kind(), e.to_string()),
-                                fd: None,
+                                fds: vec![],
                             }]
                         }
                     }
@@ -139,7 +139,11 @@ impl Broker {
     pub(super) fn apply(&mut self, effects: Vec<Effect>) {
         for e in effects {
             match e {
-                Effect::Reply { session, reply, fd } => {
+                Effect::Reply {
+                    session,
+                    reply,
+                    fds,
+                } => {
                     let Some(s) = self.sessions.get_mut(&session) else {
                         continue;
                     };
@@ -157,7 +161,7 @@ impl Broker {
                         continue;
                     }
                     s.out_bytes += bytes.len();
-                    s.out.push_back((bytes, fd));
+                    s.out.push_back((bytes, fds));
                     self.flush(session);
                 }
                 Effect::Watch(pid) => self.watch(pid),
@@ -175,8 +179,9 @@ impl Broker {
         let Some(s) = self.sessions.get_mut(&id) else {
             return;
         };
-        while let Some((bytes, fd)) = s.out.front() {
-            match transport::send(s.sock.as_fd(), bytes, fd.as_ref().map(|f| f.as_fd())) {
+        while let Some((bytes, fds)) = s.out.front() {
+            let fds: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
+            match transport::send_fds(s.sock.as_fd(), bytes, &fds) {
                 Ok(()) => {
                     s.out_bytes -= bytes.len();
                     s.out.pop_front();

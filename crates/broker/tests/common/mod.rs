@@ -139,9 +139,10 @@ pub fn page(effects: Vec<Effect>) -> (u64, u64, PageMap) {
     for e in effects {
         if let Effect::Reply {
             reply: Reply::Registered { cell, token, .. },
-            fd: Some(fd),
+            fds,
             ..
         } = e
+            && let Some(fd) = fds.into_iter().next()
         {
             return (cell, token, PageMap::open(fd).unwrap());
         }

@@ -107,7 +107,7 @@ pub(crate) fn client_error(e: ClientError) -> Error {
         // A reply this library cannot read: a broker of another protocol
         // version, as allot.h documents.
         ClientError::Call(CallError::Frame(_)) => Status::Internal,
-        ClientError::Call(_) | ClientError::Page(_) => Status::Os,
+        ClientError::Call(_) | ClientError::Page(_) | ClientError::Channel(_) => Status::Os,
         ClientError::Protocol(_) => Status::Internal,
         ClientError::Spec(_) => Status::Invalid,
         ClientError::NoBrokerForCell(_) => Status::NoBroker,

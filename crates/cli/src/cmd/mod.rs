@@ -1,5 +1,6 @@
 //! Subcommands. Each `run` returns the exit code and prints its own errors.
 
+pub mod channel;
 pub mod daemon;
 pub mod demo;
 pub mod generate;

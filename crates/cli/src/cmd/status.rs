@@ -354,6 +354,26 @@ pub fn render(v: &Status) -> String {
             );
         }
     }
+    if !v.channels.is_empty() {
+        let _ = writeln!(out, "channels:");
+        for c in &v.channels {
+            let _ = writeln!(
+                out,
+                "  {} (uid {}): {} sender(s), {}; {} of {} slots waiting, messages up to {} B",
+                cell_text(&c.name),
+                c.uid,
+                c.senders,
+                if c.receiver {
+                    "receiver open"
+                } else {
+                    "no receiver"
+                },
+                c.waiting,
+                c.slots,
+                c.message_max
+            );
+        }
+    }
     out
 }
 
@@ -442,6 +462,7 @@ mod tests {
             cells: names.iter().enumerate().map(|(i, n)| cell(i, n)).collect(),
             queue: vec![],
             load: None,
+            channels: vec![],
         }
     }
 

@@ -398,6 +398,7 @@ mod tests {
                 spec: spec(),
             }],
             load: None,
+            channels: vec![],
         }
     }
 

@@ -189,6 +189,17 @@ impl Request {
             Request::KindWatch { epoch, waiting } => {
                 w.u64(*epoch).u32(*waiting);
             }
+            Request::ChannelOpen {
+                name,
+                send,
+                slots,
+                message_max,
+            } => {
+                w.str(name).bool(*send).u32(*slots).u32(*message_max);
+            }
+            Request::ChannelClose { name, send } => {
+                w.str(name).bool(*send);
+            }
             Request::PoolStats { cell, stats: s } => {
                 w.u64(*cell).u32(s.workers);
                 for v in [
@@ -213,7 +224,7 @@ impl Request {
     /// Decodes one datagram. Never panics, whatever the bytes.
     pub fn decode(buf: &[u8]) -> Result<Request, FrameError> {
         let (kind, body) = unframe(buf)?;
-        if !(0x01..=0x10).contains(&kind) {
+        if !(0x01..=0x12).contains(&kind) {
             return Err(FrameError::Kind(kind));
         }
         let mut r = Reader::new(body);
@@ -288,6 +299,16 @@ impl Request {
                 epoch: r.u64("epoch")?,
                 waiting: r.u32("waiting")?,
             },
+            0x11 => Request::ChannelOpen {
+                name: r.str("name")?,
+                send: r.bool("send")?,
+                slots: r.u32("slots")?,
+                message_max: r.u32("message_max")?,
+            },
+            0x12 => Request::ChannelClose {
+                name: r.str("name")?,
+                send: r.bool("send")?,
+            },
             0x10 => {
                 let cell = r.u64("cell")?;
                 Request::SetGoal {
@@ -361,6 +382,9 @@ impl Reply {
             Reply::Changed { epoch, waiters } => {
                 w.u64(*epoch).u32(*waiters);
             }
+            Reply::Channel { slots, message_max } => {
+                w.u32(*slots).u32(*message_max);
+            }
         }
         frame(self.kind(), w)
     }
@@ -368,7 +392,7 @@ impl Reply {
     /// Decodes one datagram. Never panics, whatever the bytes.
     pub fn decode(buf: &[u8]) -> Result<Reply, FrameError> {
         let (kind, body) = unframe(buf)?;
-        if !(0x81..=0x88).contains(&kind) {
+        if !(0x81..=0x89).contains(&kind) {
             return Err(FrameError::Kind(kind));
         }
         let mut r = Reader::new(body);
@@ -416,6 +440,10 @@ impl Reply {
             0x87 => Reply::Json {
                 more: r.bool("more")?,
                 json: r.str("json")?,
+            },
+            0x89 => Reply::Channel {
+                slots: r.u32("slots")?,
+                message_max: r.u32("message_max")?,
             },
             _ => Reply::Changed {
                 epoch: r.u64("epoch")?,

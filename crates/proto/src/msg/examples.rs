@@ -4,7 +4,7 @@
 
 use super::*;
 
-/// A request of every kind (0x01 to 0x10).
+/// A request of every kind (0x01 to 0x12).
 pub fn example_requests() -> Vec<Request> {
     vec![
         Request::Hello {
@@ -100,10 +100,20 @@ pub fn example_requests() -> Vec<Request> {
             epoch: 9,
             waiting: 2,
         },
+        Request::ChannelOpen {
+            name: "frames.in".into(),
+            send: true,
+            slots: 64,
+            message_max: 4096,
+        },
+        Request::ChannelClose {
+            name: "frames.in".into(),
+            send: false,
+        },
     ]
 }
 
-/// A reply of every kind (0x81 to 0x88), in kind order.
+/// A reply of every kind (0x81 to 0x89), in kind order.
 pub fn example_replies() -> Vec<Reply> {
     vec![
         Reply::Welcome {
@@ -136,6 +146,10 @@ pub fn example_replies() -> Vec<Reply> {
         Reply::Changed {
             epoch: 7,
             waiters: 3,
+        },
+        Reply::Channel {
+            slots: 64,
+            message_max: 4080,
         },
     ]
 }

@@ -39,8 +39,10 @@ use crate::wire::DecodeError;
 /// status document carries its own version ([`crate::status`]); 4 — the
 /// one-way `PoolStats` (0x0F): a runtime pool's per-worker statistics,
 /// summed; 5 — the spec carries a time contract ([`TimeWire`]); 6 — the
-/// spec carries a goal ([`GoalWire`]), and `SetGoal` (0x10) changes it.
-pub const PROTOCOL_VERSION: u16 = 6;
+/// spec carries a goal ([`GoalWire`]), and `SetGoal` (0x10) changes it;
+/// 7 — named channels: `ChannelOpen` (0x11), the one-way `ChannelClose`
+/// (0x12) and the `Channel` reply (0x89) with three descriptors.
+pub const PROTOCOL_VERSION: u16 = 7;
 
 /// Header magic.
 pub const MAGIC: u16 = 0xA110;
@@ -437,6 +439,31 @@ pub enum Request {
         /// Threads of the caller waiting.
         waiting: u32,
     },
+    /// `0x11` — `name: str, send: bool, slots: u32, message_max: u32`.
+    /// Opens one end of the named channel, creating it (with at least
+    /// `slots` slots of messages up to `message_max` bytes) if it does not
+    /// exist; answered by `Channel` with its descriptors. An existing
+    /// channel keeps its size: 0 for either accepts it, a larger one is
+    /// refused. The end stays open until `ChannelClose` or the connection
+    /// closes.
+    ChannelOpen {
+        /// The channel's name (1 to 64 of `A-Z a-z 0-9 . _ -`).
+        name: String,
+        /// The sending end (else the receiving end; one per channel).
+        send: bool,
+        /// Slots wanted (0: the broker's default, or whatever it has).
+        slots: u32,
+        /// Longest message wanted, bytes (0: the default, or whatever it has).
+        message_max: u32,
+    },
+    /// `0x12` — `name: str, send: bool`. Closes one end this connection
+    /// opened; no reply.
+    ChannelClose {
+        /// The channel's name.
+        name: String,
+        /// Which end.
+        send: bool,
+    },
 }
 
 /// The broker's reply.
@@ -508,6 +535,15 @@ pub enum Reply {
         /// Threads waiting across all processes.
         waiters: u32,
     },
+    /// `0x89` — `slots: u32, message_max: u32`. A channel end is open; its
+    /// memory, data doorbell and space doorbell travel with it as
+    /// `SCM_RIGHTS`, in that order.
+    Channel {
+        /// Slots in the ring.
+        slots: u32,
+        /// Longest message, bytes.
+        message_max: u32,
+    },
 }
 
 impl Request {
@@ -530,6 +566,8 @@ impl Request {
             Request::KindWatch { .. } => 0x0E,
             Request::PoolStats { .. } => 0x0F,
             Request::SetGoal { .. } => 0x10,
+            Request::ChannelOpen { .. } => 0x11,
+            Request::ChannelClose { .. } => 0x12,
         }
     }
 
@@ -543,7 +581,7 @@ impl Request {
 /// the one-way `Report` (0x05), `KindRelease` (0x0D) and `PoolStats`
 /// (0x0F).
 pub fn kind_expects_reply(kind: u16) -> bool {
-    !matches!(kind, 0x05 | 0x0D | 0x0F)
+    !matches!(kind, 0x05 | 0x0D | 0x0F | 0x12)
 }
 
 /// The request kind a datagram's header names, read as far as the magic
@@ -600,6 +638,7 @@ impl Reply {
             Reply::Status { .. } => 0x86,
             Reply::Json { .. } => 0x87,
             Reply::Changed { .. } => 0x88,
+            Reply::Channel { .. } => 0x89,
         }
     }
 

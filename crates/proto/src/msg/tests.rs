@@ -26,7 +26,7 @@ fn replies_roundtrip() {
 #[test]
 fn fuzz_unknown_error_codes_are_malformed_not_rewritten() {
     let crash =
-        b"\x10\xa1\x06\x00\x85\x00\x00\x00\x12\x00\x00\x00\x7e\x00\x02\x00\x0c\x00limits.cells";
+        b"\x10\xa1\x07\x00\x85\x00\x00\x00\x12\x00\x00\x00\x7e\x00\x02\x00\x0c\x00limits.cells";
     assert!(matches!(
         Reply::decode(crash),
         Err(FrameError::Body {
@@ -45,7 +45,7 @@ fn fuzz_unknown_error_codes_are_malformed_not_rewritten() {
 #[test]
 fn every_reply_kind_has_an_example() {
     let kinds: Vec<u16> = example_replies().iter().map(Reply::kind).collect();
-    assert_eq!(kinds, (0x81..=0x88).collect::<Vec<u16>>());
+    assert_eq!(kinds, (0x81..=0x89).collect::<Vec<u16>>());
 }
 
 #[test]
@@ -53,17 +53,17 @@ fn every_kind_is_covered_by_the_roundtrip_tests() {
     let mut kinds: Vec<u16> = requests().iter().map(Request::kind).collect();
     kinds.sort();
     kinds.dedup();
-    assert_eq!(kinds, (0x01..=0x10).collect::<Vec<u16>>());
+    assert_eq!(kinds, (0x01..=0x12).collect::<Vec<u16>>());
 }
 
 #[test]
-fn only_reports_releases_and_pool_stats_are_one_way() {
+fn only_reports_releases_pool_stats_and_channel_closes_are_one_way() {
     let one_way: Vec<u16> = requests()
         .iter()
         .filter(|r| !r.expects_reply())
         .map(Request::kind)
         .collect();
-    assert_eq!(one_way, vec![0x05, 0x0F, 0x0D]);
+    assert_eq!(one_way, vec![0x05, 0x0F, 0x0D, 0x12]);
 }
 
 #[test]

@@ -1,0 +1,131 @@
+//! Named channels through a real broker: ends opened by name from two
+//! connections and from `allot channel`, the broker's accounting in its
+//! status, and the other side told when an end's process is killed.
+
+mod common;
+
+use allot_client::ChannelEnd;
+use allot_client::channel::{Full, RecvError, SendError};
+use common::*;
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn soon() -> Option<Instant> {
+    Some(Instant::now() + Duration::from_secs(20))
+}
+
+#[test]
+fn two_connections_share_a_named_channel_and_see_each_other_go() {
+    let d = Daemon::start("dry-run", &[]);
+    let mut a = d.client();
+    let mut b = d.client();
+    let mut rx = a.channel_receiver("jobs", 8, 100).unwrap();
+    // The second opener takes the channel as it is (0, 0), and a size
+    // larger than the creator's is refused with the sizes it has.
+    let e = b.channel_sender("jobs", 0, 1000).unwrap_err();
+    assert!(e.to_string().contains("exists with 8 slots"), "{e}");
+    let tx = b.channel_sender("jobs", 0, 0).unwrap();
+    let st = d.status();
+    assert_eq!(st.channels.len(), 1, "{:?}", st.channels);
+    let c = &st.channels[0];
+    assert_eq!(
+        (c.name.as_str(), c.slots, c.senders, c.receiver),
+        ("jobs", 8, 1, true)
+    );
+    let sender = std::thread::spawn(move || {
+        for i in 0..10_000u32 {
+            tx.send(&i.to_le_bytes(), Full::Wait).unwrap();
+        }
+        tx
+    });
+    let mut buf = Vec::new();
+    for i in 0..10_000u32 {
+        rx.recv(&mut buf, soon()).unwrap();
+        assert_eq!(buf, i.to_le_bytes());
+    }
+    let tx = sender.join().unwrap();
+    // The sender's connection closes: the receiver learns it.
+    drop(b);
+    assert_eq!(rx.recv(&mut buf, soon()), Err(RecvError::Disconnected));
+    // The receiver closes its end by request: a sender learns that.
+    // Nothing holds it then and nothing waits in it: the broker drops it.
+    a.close_channel("jobs", ChannelEnd::Receive).unwrap();
+    assert!(eventually(Duration::from_secs(5), || d
+        .status()
+        .channels
+        .is_empty()));
+    assert_eq!(tx.try_send(b"x"), Err(SendError::Disconnected));
+}
+
+#[test]
+fn allot_channel_carries_lines_and_a_killed_sender_is_seen() {
+    let d = Daemon::start("dry-run", &[]);
+    let sock = d.socket.to_str().unwrap();
+    let recv = Command::new(ALLOT)
+        .args(["channel", "--socket", sock, "recv", "lines"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || d
+        .status()
+        .channels
+        .iter()
+        .any(|c| c.name == "lines" && c.receiver)));
+    // A sender that is killed (SIGKILL: it closes nothing itself) after
+    // its lines went out.
+    let mut send = Command::new(ALLOT)
+        .args(["channel", "--socket", sock, "send", "lines"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = send.stdin.take().unwrap();
+    writeln!(input, "first line\nsecond line").unwrap();
+    input.flush().unwrap();
+    assert!(eventually(Duration::from_secs(10), || d
+        .status()
+        .channels
+        .iter()
+        .any(|c| c.name == "lines" && c.senders == 1 && c.waiting == 0)));
+    send.kill().unwrap();
+    send.wait().unwrap();
+    // The receiver printed both lines and ended: every sender is gone.
+    let out = recv.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "first line\nsecond line\n"
+    );
+    drop(input);
+}
+
+#[test]
+fn bad_names_and_sizes_get_clear_errors() {
+    let d = Daemon::start("dry-run", &[]);
+    let mut c = d.client();
+    let e = c.channel_sender("../etc", 0, 0).unwrap_err();
+    assert!(e.to_string().contains("letters, digits"), "{e}");
+    let e = c.channel_sender("big", 4, 64 << 20).unwrap_err();
+    assert!(e.to_string().contains("over the largest slot"), "{e}");
+    let out = Command::new(ALLOT)
+        .args([
+            "channel",
+            "--socket",
+            d.socket.to_str().unwrap(),
+            "send",
+            "a b",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot open channel a b to send"), "{err}");
+    // Nothing was made.
+    assert!(d.status().channels.is_empty());
+}
