@@ -129,3 +129,76 @@ fn bad_names_and_sizes_get_clear_errors() {
     // Nothing was made.
     assert!(d.status().channels.is_empty());
 }
+
+#[test]
+fn allot_run_passes_channel_ends_to_its_program() {
+    let d = Daemon::start("dry-run", &[]);
+    let sock = d.socket.to_str().unwrap();
+    // The receiver is a program under `allot run` that takes the end it
+    // inherited; the sender, another.
+    let recv = allot_run(
+        &d,
+        &[
+            "--channel",
+            "pipe.1:recv",
+            "--",
+            ALLOT,
+            "channel",
+            "recv",
+            "pipe.1",
+            "--inherited",
+            "--count",
+            "3",
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut send = allot_run(
+        &d,
+        &[
+            "--channel",
+            "pipe.1:send",
+            "--",
+            ALLOT,
+            "channel",
+            "send",
+            "pipe.1",
+            "--inherited",
+        ],
+    )
+    .stdin(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut input = send.stdin.take().unwrap();
+    writeln!(input, "a\nb\nc").unwrap();
+    drop(input);
+    let sent = send.wait_with_output().unwrap();
+    assert!(
+        sent.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sent.stderr)
+    );
+    let out = recv.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "a\nb\nc\n");
+    // Both programs exited, so did their `allot run`s: no end is held.
+    assert!(eventually(Duration::from_secs(5), || d
+        .status()
+        .channels
+        .is_empty()));
+    // A program run without the end it asks for is told how to get it.
+    let out = Command::new(ALLOT)
+        .args(["channel", "--socket", sock, "recv", "pipe.1", "--inherited"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("allot run --channel pipe.1:recv"), "{err}");
+}

@@ -15,6 +15,7 @@
 
 mod cell;
 mod conn;
+pub mod inherited;
 pub mod require;
 
 pub use allot_channel as channel;

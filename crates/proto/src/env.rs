@@ -11,6 +11,10 @@ pub const CELL: &str = "ALLOT_CELL";
 /// grant page, for processes `allot run` starts; the OpenMP shim and the
 /// client library map it.
 pub const GRANT_FD: &str = "ALLOT_GRANT_FD";
+/// The channels `allot run --channel` opened for the program, as
+/// `NAME:send|recv:MEMORY,DATA,SPACE` entries (inherited descriptor
+/// numbers) separated by `;`; read with `allot_client::inherited`.
+pub const CHANNELS: &str = "ALLOT_CHANNELS";
 /// `1`: the OpenMP shim says on stderr what it does.
 pub const SHIM_DEBUG: &str = "ALLOT_SHIM_DEBUG";
 /// A cgroup v1 `cpu` directory (or v2 threaded subtree) under which

@@ -38,6 +38,10 @@ enum What {
         /// Fail on a full channel instead of waiting for room.
         #[arg(long)]
         no_wait: bool,
+        /// Use the end `allot run --channel NAME:send` passed to this
+        /// process instead of opening one.
+        #[arg(long)]
+        inherited: bool,
     },
     /// Print each message as a line, until every sender is gone.
     Recv {
@@ -52,6 +56,10 @@ enum What {
         /// Longest message of a channel this creates (0: the default).
         #[arg(long, default_value_t = 0, value_name = "BYTES")]
         message_max: u32,
+        /// Use the end `allot run --channel NAME:recv` passed to this
+        /// process instead of opening one.
+        #[arg(long)]
+        inherited: bool,
     },
 }
 
@@ -73,24 +81,44 @@ fn connect(socket: &std::path::Path) -> anyhow::Result<Client> {
 }
 
 fn serve(socket: &std::path::Path, what: What) -> anyhow::Result<()> {
-    let mut client = connect(socket)?;
+    // An inherited end is held by `allot run`'s connection; none here.
+    let inherited = matches!(
+        what,
+        What::Send {
+            inherited: true,
+            ..
+        } | What::Recv {
+            inherited: true,
+            ..
+        }
+    );
+    let mut client = if inherited {
+        None
+    } else {
+        Some(connect(socket)?)
+    };
     match what {
         What::Send {
             name,
             slots,
             message_max,
             no_wait,
+            ..
         } => {
-            let tx = client
-                .channel_sender(&name, slots, message_max)
-                .with_context(|| format!("cannot open channel {name} to send"))?;
+            let tx = match &mut client {
+                Some(c) => c.channel_sender(&name, slots, message_max),
+                None => allot_client::inherited::sender(&name),
+            }
+            .with_context(|| format!("cannot open channel {name} to send"))?;
             let full = if no_wait { Full::Fail } else { Full::Wait };
             for line in std::io::stdin().lock().lines() {
                 let line = line.context("reading standard input")?;
                 tx.send(line.as_bytes(), full)
                     .with_context(|| format!("sending on channel {name}"))?;
             }
-            client.close_channel(&name, ChannelEnd::Send)?;
+            if let Some(c) = &mut client {
+                c.close_channel(&name, ChannelEnd::Send)?;
+            }
             Ok(())
         }
         What::Recv {
@@ -98,10 +126,13 @@ fn serve(socket: &std::path::Path, what: What) -> anyhow::Result<()> {
             count,
             slots,
             message_max,
+            ..
         } => {
-            let mut rx = client
-                .channel_receiver(&name, slots, message_max)
-                .with_context(|| format!("cannot open channel {name} to receive"))?;
+            let mut rx = match &mut client {
+                Some(c) => c.channel_receiver(&name, slots, message_max),
+                None => allot_client::inherited::receiver(&name),
+            }
+            .with_context(|| format!("cannot open channel {name} to receive"))?;
             let mut out = std::io::stdout().lock();
             let mut buf = Vec::new();
             let mut got = 0u64;
@@ -117,7 +148,9 @@ fn serve(socket: &std::path::Path, what: What) -> anyhow::Result<()> {
                     Err(e) => bail!("receiving on channel {name}: {e}"),
                 }
             }
-            client.close_channel(&name, ChannelEnd::Receive)?;
+            if let Some(c) = &mut client {
+                c.close_channel(&name, ChannelEnd::Receive)?;
+            }
             Ok(())
         }
     }

@@ -20,6 +20,7 @@
 //!    release the cell.
 
 mod autostart;
+mod channels;
 mod contract;
 pub mod env;
 pub mod jobserver;
@@ -89,6 +90,11 @@ pub struct Args {
     /// Name shown by `allot status` [default: the program's name].
     #[arg(long, value_name = "NAME")]
     name: Option<String>,
+    /// Open an end of a named channel for the program (repeatable):
+    /// NAME:send or NAME:recv; the program takes it with the client
+    /// library (`allot_client::inherited`, `allot_channel_inherited`).
+    #[arg(long, value_name = "NAME:END")]
+    channel: Vec<channels::ChannelArg>,
     /// Wait in the broker's queue when CPUs cannot be guaranteed now.
     #[arg(long)]
     wait: bool,
@@ -309,7 +315,23 @@ pub fn run(a: Args) -> i32 {
         jobserver: js_flags,
         shim,
     };
-    let vars = env::variables(&cell_env, &|k| std::env::var_os(k));
+    let mut vars = env::variables(&cell_env, &|k| std::env::var_os(k));
+    // Channel ends, held open (by this process's connection) until the
+    // program exits.
+    let held = if a.channel.is_empty() {
+        None
+    } else {
+        match channels::open(&socket, &a.channel) {
+            Ok(h) => {
+                vars.push((allot_proto::env::CHANNELS.into(), h.var.clone().into()));
+                Some(h)
+            }
+            Err(e) => {
+                eprintln!("allot: {e:#}");
+                return EXIT_ALLOT;
+            }
+        }
+    };
 
     // Handlers go in before the program exists, so an early Ctrl-C cannot
     // kill this process first; signals wait in the handler's pipe until the
@@ -375,6 +397,7 @@ pub fn run(a: Args) -> i32 {
     if let Some(h) = forward {
         h.close();
     }
+    drop(held);
     // No release: this process and the program are the cell's members, and
     // the broker ends the cell the moment the last of them exits.
     if let Some(c) = cell {
