@@ -388,4 +388,25 @@ mod tests {
         assert_eq!(c.limits.queued, 9);
         assert_eq!(c.limits.cells, Limits::default().cells);
     }
+
+    #[test]
+    fn channel_acls_name_valid_channels() {
+        let mut c = Config::new("/tmp/s".into());
+        c.apply_toml(
+            "[limits]\nchannels = 3\n[[channel_acl]]\nname = \"frames.in\"\nuids = [1001, 1002]\n",
+        )
+        .unwrap();
+        assert_eq!(c.limits.channels, 3);
+        assert_eq!(
+            c.channel_acl,
+            vec![ChannelAcl {
+                name: "frames.in".into(),
+                uids: vec![1001, 1002]
+            }]
+        );
+        let e = c
+            .apply_toml("[[channel_acl]]\nname = \"../x\"\nuids = [1]\n")
+            .unwrap_err();
+        assert!(e.contains("channel_acl"), "{e}");
+    }
 }
