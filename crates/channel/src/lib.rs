@@ -39,6 +39,7 @@
 //! from a slot: a misbehaving peer can stall or garble its own channel,
 //! never make an end read or write outside the ring.
 
+pub mod call;
 pub mod layout;
 mod memory;
 
@@ -422,13 +423,20 @@ impl Receiver {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(RecvError::Empty);
             }
-            if self.arm() {
-                Memory::wait(self.mem.data.as_fd(), deadline);
-                self.mem
-                    .header()
-                    .receiver_waiting
-                    .store(0, Ordering::SeqCst);
-            }
+            self.wait_ready(deadline);
+        }
+    }
+
+    /// Sleeps until a message may be waiting (the doorbell rang), every
+    /// sender closed, or `deadline`; returns at once when a message waits.
+    /// The next receive tells which.
+    pub fn wait_ready(&self, deadline: Option<Instant>) {
+        if self.arm() {
+            Memory::wait(self.mem.data.as_fd(), deadline);
+            self.mem
+                .header()
+                .receiver_waiting
+                .store(0, Ordering::SeqCst);
         }
     }
 

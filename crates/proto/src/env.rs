@@ -33,6 +33,9 @@ pub const CGROUP_NAME: &str = "ALLOT_CGROUP_NAME";
 /// such as `local-fifo:levels=2,victims=round-robin`; the Rust builder's
 /// `policy` and the C ABI's defaults follow it).
 pub const POOL_POLICY: &str = "ALLOT_POOL_POLICY";
+/// `1`: the workers of allot's runtime pools built with the defaults poll
+/// for work and never park (a partition: `allot run --partition`).
+pub const POOL_POLL: &str = "ALLOT_POOL_POLL";
 /// The virtual-processor policy of allot's runtime pools built with the
 /// defaults (`move-fewest`, `in-order`).
 pub const POOL_VP: &str = "ALLOT_POOL_VP";

@@ -87,3 +87,31 @@ fn worker_statistics_follow_the_work() {
         "{after:#?}"
     );
 }
+
+/// A polling pool (a partition's) never parks its workers, however long
+/// they idle, and runs what it is given; an ordinary pool's idle workers
+/// park after their spin budget.
+#[test]
+fn polling_workers_never_sleep() {
+    let one: CpuSet = allot_topo::allowed_cpus()
+        .expect("allowed CPUs")
+        .iter()
+        .take(1)
+        .collect();
+    let build = |poll: bool| {
+        let (cell, _writer) = Cell::manual(one.clone()).expect("manual cell");
+        let b = Pool::builder().cell(cell).max_workers(1).name("poll-test");
+        let pool = if poll { b.poll() } else { b }.build().expect("pool");
+        assert!(eventually(Duration::from_secs(10), || pool.workers() == 1));
+        for _ in 0..20 {
+            std::thread::sleep(Duration::from_millis(5));
+            assert_eq!(pool.spawn(|| 7).join().unwrap(), 7);
+        }
+        WorkerStats::total(&pool.worker_stats()).sleeps
+    };
+    assert_eq!(build(true), 0, "a polling worker slept");
+    assert!(
+        build(false) >= 10,
+        "an ordinary worker parks between tasks 5 ms apart"
+    );
+}

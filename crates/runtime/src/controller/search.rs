@@ -16,7 +16,7 @@ use crate::sleep::Woken;
 use crate::stats::bump;
 use crate::task::Task;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// What looking for work ended with.
 pub(super) enum Found {
@@ -189,6 +189,13 @@ impl WorkerThread {
             }
             if round == 0 {
                 slot.idle.store(true, Ordering::Relaxed);
+            }
+            if reg.spin == Duration::MAX {
+                // A polling worker (a partition's): short pauses, no
+                // yield, never asleep.
+                backoff(round.min(2));
+                round = round.saturating_add(1);
+                continue;
             }
             let start = *spin_start.get_or_insert_with(Instant::now);
             if round < 4 || start.elapsed() < reg.spin {

@@ -65,10 +65,15 @@ impl Default for Builder {
     /// unless the program chooses that policy itself).
     fn default() -> Self {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        Builder::with_env(
+        let b = Builder::with_env(
             var(allot_proto::env::POOL_POLICY).as_deref(),
             var(allot_proto::env::POOL_VP).as_deref(),
-        )
+        );
+        if var(allot_proto::env::POOL_POLL).as_deref() == Some("1") {
+            b.poll()
+        } else {
+            b
+        }
     }
 }
 
@@ -168,6 +173,17 @@ impl Builder {
     /// [`DEFAULT_SPIN`]; zero parks at once).
     pub fn spin(mut self, budget: Duration) -> Self {
         self.spin = budget;
+        self
+    }
+
+    /// Workers that poll and never park: for a pool that owns its CPUs (a
+    /// partition, `allot run --partition`, which sets
+    /// [`allot_proto::env::POOL_POLL`]). A task pushed from anywhere is
+    /// picked up within a few hundred nanoseconds with no system call,
+    /// at the price of every worker's CPU kept busy. Workers still sleep
+    /// when their CPU is taken away.
+    pub fn poll(mut self) -> Self {
+        self.spin = Duration::MAX;
         self
     }
 
