@@ -99,7 +99,7 @@ fn polling_workers_never_sleep() {
         .take(1)
         .collect();
     let build = |poll: bool| {
-        let (cell, _writer) = Cell::manual(one.clone()).expect("manual cell");
+        let (cell, _writer) = Cell::manual(one).expect("manual cell");
         let b = Pool::builder().cell(cell).max_workers(1).name("poll-test");
         let pool = if poll { b.poll() } else { b }.build().expect("pool");
         assert!(eventually(Duration::from_secs(10), || pool.workers() == 1));
