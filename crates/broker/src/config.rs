@@ -15,6 +15,8 @@
 //! state_dir = "/run/allot"  # journal location (default: next to the socket)
 //! show_other_users = false  # status (and metrics) show other users' cell names
 //! metrics = "127.0.0.1:9464"  # serve Prometheus metrics at http://ADDR/metrics (default: off)
+//! isolate = false           # keep interrupts and unbound workqueues off exclusive cells' CPUs
+//! isolate_root = "/"        # where /proc/irq and /sys are (a test's fixture tree)
 //!
 //! [limits]                  # what one user may make the broker keep; root is exempt
 //! connections = 64          # open connections
@@ -148,6 +150,11 @@ pub struct Config {
     pub metrics: Option<std::net::SocketAddr>,
     /// Who besides their creators may open named channels.
     pub channel_acl: Vec<ChannelAcl>,
+    /// Keep movable interrupts and unbound workqueues off the CPUs of
+    /// exclusive cells (partitions); restored when none is left and on exit.
+    pub isolate: bool,
+    /// The root under which `proc/irq` and `sys` are (`/`).
+    pub isolate_root: PathBuf,
 }
 
 impl Config {
@@ -172,6 +179,8 @@ impl Config {
             show_other_users: false,
             metrics: None,
             channel_acl: Vec::new(),
+            isolate: false,
+            isolate_root: PathBuf::from("/"),
         }
     }
 
@@ -226,6 +235,8 @@ impl Config {
             metrics: Option<String>,
             limits: Option<Limits>,
             channel_acl: Option<Vec<ChannelAcl>>,
+            isolate: Option<bool>,
+            isolate_root: Option<PathBuf>,
         }
         let f: File = toml::from_str(text).map_err(|e| e.to_string())?;
         if let Some(b) = f.backend {
@@ -281,6 +292,12 @@ impl Config {
         }
         if let Some(m) = f.metrics {
             self.metrics = Some(parse_metrics_addr(&m)?);
+        }
+        if let Some(i) = f.isolate {
+            self.isolate = i;
+        }
+        if let Some(r) = f.isolate_root {
+            self.isolate_root = r;
         }
         if let Some(acl) = f.channel_acl {
             for a in &acl {

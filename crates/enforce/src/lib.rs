@@ -29,6 +29,7 @@ pub mod counters;
 pub mod detect;
 pub mod dryrun;
 pub mod gate;
+pub mod isolate;
 pub mod os;
 pub mod runtimes;
 

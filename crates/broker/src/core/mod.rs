@@ -32,6 +32,7 @@
 //! - What one user can make the broker keep is bounded by
 //!   [`crate::config::Limits`]; root is exempt from the per-user bounds.
 
+mod isolation;
 mod perf;
 mod register;
 mod requests;
@@ -214,6 +215,8 @@ pub struct Core {
     /// Named channels, and who besides their creators may open them.
     pub(crate) channels: crate::channels::Channels,
     channel_acl: Vec<crate::config::ChannelAcl>,
+    /// Partition CPUs kept clear of interrupts and workqueues (`isolation`).
+    isolation: isolation::Isolation,
 }
 
 fn random_u64() -> u64 {
@@ -274,6 +277,11 @@ impl Core {
             limits: cfg.limits,
             channels: Default::default(),
             channel_acl: cfg.channel_acl.clone(),
+            isolation: isolation::Isolation::new(
+                cfg.isolate,
+                cfg.isolate_root.clone(),
+                &cfg.state_dir,
+            ),
             show_other_users: cfg.show_other_users,
             removals: Vec::new(),
             counters: Counters::default(),
@@ -511,6 +519,7 @@ impl Core {
         }
         self.journal(&recs);
         self.plan = next;
+        self.follow_isolation();
         any
     }
 
@@ -712,6 +721,8 @@ impl Core {
         // Cells that keep running do so without windows until a broker
         // adopts them: never frozen by a broker that is gone.
         self.windows.stop();
+        // Nor is the machine left isolated for them.
+        self.isolation.restore();
         // Give removals the kernel refused a last short chance.
         for _ in 0..50 {
             if self.removals.is_empty() {

@@ -167,6 +167,17 @@ pub fn variables(
     out
 }
 
+/// What a partition's program is told on top of [`variables`]: allot's
+/// pools poll (`ALLOT_POOL_POLL=1`), and so do OpenMP's threads
+/// (`OMP_WAIT_POLICY=active`, unless the user set it).
+pub fn partition_variables(get: &dyn Fn(&str) -> Option<OsString>) -> Vec<(String, OsString)> {
+    let mut out = vec![(allot_proto::env::POOL_POLL.into(), "1".into())];
+    if get("OMP_WAIT_POLICY").is_none() {
+        out.push(("OMP_WAIT_POLICY".into(), "active".into()));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -59,6 +59,13 @@ pub struct Args {
     /// Hold CPUs no other cell may use (implies at least one guaranteed).
     #[arg(long)]
     exclusive: bool,
+    /// A partition: N CPUs of the program's own (exclusive, --min N
+    /// --max N) whose runtime workers poll instead of sleeping (allot's
+    /// pools: ALLOT_POOL_POLL=1; OpenMP: OMP_WAIT_POLICY=active). With
+    /// `isolate = true` in the broker's configuration, interrupts and
+    /// kernel workqueues are kept off them too.
+    #[arg(long, value_name = "N", conflicts_with_all = ["min", "max", "exclusive", "fraction", "period", "message_idle"])]
+    partition: Option<u32>,
     /// Keep the CPUs within one last-level cache or NUMA node when they fit.
     #[arg(long, default_value = "any", value_name = "any|llc|numa")]
     place: Placement,
@@ -168,11 +175,15 @@ pub fn run(a: Args) -> i32 {
             }
         },
     };
+    if a.partition == Some(0) {
+        eprintln!("allot: --partition 0: a partition has at least one CPU");
+        return 2;
+    }
     let mut spec = CellSpec {
-        min: a.min,
-        max: a.max,
+        min: a.partition.unwrap_or(a.min),
+        max: a.partition.unwrap_or(a.max),
         weight: a.weight,
-        exclusive: a.exclusive,
+        exclusive: a.exclusive || a.partition.is_some(),
         placement: a.place,
         time: Default::default(),
         goal: a.goal.unwrap_or_default(),
@@ -316,6 +327,9 @@ pub fn run(a: Args) -> i32 {
         shim,
     };
     let mut vars = env::variables(&cell_env, &|k| std::env::var_os(k));
+    if a.partition.is_some() {
+        vars.extend(env::partition_variables(&|k| std::env::var_os(k)));
+    }
     // Channel ends, held open (by this process's connection) until the
     // program exits.
     let held = if a.channel.is_empty() {

@@ -1,0 +1,174 @@
+//! Partition CPUs kept clear of the kernel's movable work, when the
+//! operator turns it on (`isolate = true`): the CPUs of exclusive cells
+//! get no movable interrupts and no unbound workqueue work
+//! (`allot_enforce::isolate`, the mechanism). Off by default: it changes
+//! the whole machine, so tests and shared machines never see it unless
+//! asked.
+//!
+//! Protocol: after every plan, the CPUs to keep clear are the union of
+//! the exclusive cells' grants. When that set changes, isolation runs
+//! again (saving each file's first value); when it becomes empty, every
+//! saved value is written back. The saved values live in
+//! `<state dir>/isolation.json` as soon as they exist, so a broker that is
+//! killed leaves them for the next one, which restores them when it
+//! starts (and isolates again for the exclusive cells it adopts). A clean
+//! exit restores them too.
+
+use super::Core;
+use crate::{info, warn};
+use allot_enforce::isolate::{self, Report, Saved, SysFiles};
+use allot_topo::CpuSet;
+use std::path::PathBuf;
+
+/// The broker's isolation state.
+#[derive(Debug)]
+pub(crate) struct Isolation {
+    on: bool,
+    files: SysFiles,
+    path: PathBuf,
+    saved: Saved,
+    clear: CpuSet,
+}
+
+impl Isolation {
+    /// Isolation under `root` (`/` on the machine), its saved values in
+    /// `state_dir`; restores what a previous run left saved.
+    pub(crate) fn new(on: bool, root: PathBuf, state_dir: &std::path::Path) -> Isolation {
+        let mut i = Isolation {
+            on,
+            files: SysFiles::new(root),
+            path: isolate::saved_path(state_dir),
+            saved: Saved::default(),
+            clear: CpuSet::default(),
+        };
+        match std::fs::read_to_string(&i.path) {
+            Ok(text) => match serde_json::from_str::<Saved>(&text) {
+                Ok(saved) => {
+                    i.saved = saved;
+                    info!(
+                        "restoring interrupt and workqueue affinities a previous broker changed ({})",
+                        i.path.display()
+                    );
+                    i.restore();
+                }
+                Err(e) => warn!(
+                    "{}: unreadable ({e}); the affinities it saved are not restored",
+                    i.path.display()
+                ),
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => warn!("{}: {e}", i.path.display()),
+        }
+        i
+    }
+
+    fn log(what: &str, r: &Report) {
+        for (file, why) in &r.failed {
+            warn!("{what}: {file}: {why}");
+        }
+    }
+
+    fn persist(&self) {
+        let result = if self.saved.is_empty() {
+            match std::fs::remove_file(&self.path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
+            }
+        } else {
+            serde_json::to_string(&self.saved)
+                .map_err(std::io::Error::other)
+                .and_then(|t| {
+                    let tmp = self.path.with_extension("json.tmp");
+                    std::fs::write(&tmp, t)?;
+                    std::fs::rename(&tmp, &self.path)
+                })
+        };
+        if let Err(e) = result {
+            warn!(
+                "cannot keep the saved affinities in {}: {e} (a killed broker could not restore them)",
+                self.path.display()
+            );
+        }
+    }
+
+    /// Keeps `clear` (of a machine of CPUs `machine`) clear, if on.
+    pub(crate) fn follow(&mut self, machine: &CpuSet, clear: CpuSet) {
+        if !self.on || clear == self.clear {
+            return;
+        }
+        self.clear = clear;
+        if clear.is_empty() {
+            self.restore();
+            return;
+        }
+        let r = isolate::isolate(&self.files, machine, &clear, &mut self.saved);
+        Self::log("isolating partition CPUs", &r);
+        info!(
+            "partition CPUs {clear}: {} interrupt/workqueue affinities moved off them",
+            r.changed
+        );
+        self.persist();
+    }
+
+    /// Writes every saved value back.
+    pub(crate) fn restore(&mut self) {
+        if self.saved.is_empty() {
+            return;
+        }
+        let r = isolate::restore(&self.files, &mut self.saved);
+        Self::log("restoring affinities", &r);
+        self.clear = CpuSet::default();
+        self.persist();
+    }
+}
+
+impl Core {
+    /// The exclusive cells' CPUs of the current plan kept clear (if on).
+    pub(super) fn follow_isolation(&mut self) {
+        let clear: CpuSet = self
+            .plan
+            .cells
+            .iter()
+            .filter(|(id, _)| self.cells.get(&id.0).is_some_and(|c| c.spec.exclusive))
+            .fold(CpuSet::default(), |acc, (_, g)| acc.union(&g.cpus));
+        let machine = *self.machine.usable();
+        self.isolation.follow(&machine, clear);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_killed_broker_s_saved_values_are_restored_by_the_next() {
+        let root = tempfile::tempdir().unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let irq = root.path().join("proc/irq/5");
+        std::fs::create_dir_all(&irq).unwrap();
+        std::fs::write(irq.join("smp_affinity_list"), "0-3").unwrap();
+        let all = CpuSet::parse_list("0-3").unwrap();
+        let mut i = Isolation::new(true, root.path().into(), state.path());
+        i.follow(&all, CpuSet::parse_list("3").unwrap());
+        let read = || std::fs::read_to_string(irq.join("smp_affinity_list")).unwrap();
+        assert_eq!(read(), "0-2");
+        assert!(isolate::saved_path(state.path()).exists());
+        // Killed: no restore. The next broker restores at start.
+        drop(i);
+        let i = Isolation::new(true, root.path().into(), state.path());
+        assert_eq!(read(), "0-3");
+        assert!(!isolate::saved_path(state.path()).exists());
+        drop(i);
+        // Off: nothing is touched.
+        let mut off = Isolation::new(false, root.path().into(), state.path());
+        off.follow(&all, CpuSet::parse_list("3").unwrap());
+        assert_eq!(read(), "0-3");
+        // On, then no partition left: restored.
+        let mut on = Isolation::new(true, root.path().into(), state.path());
+        on.follow(&all, CpuSet::parse_list("2-3").unwrap());
+        assert_eq!(read(), "0-1");
+        on.follow(&all, CpuSet::default());
+        assert_eq!(read(), "0-3");
+        assert!(!isolate::saved_path(state.path()).exists());
+    }
+}
