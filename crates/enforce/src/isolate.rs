@@ -231,6 +231,11 @@ pub fn format_mask(set: &CpuSet) -> String {
         .join(",")
 }
 
+/// The real files of this machine.
+pub fn this_machine() -> SysFiles {
+    SysFiles::new("/")
+}
+
 /// Where the broker keeps [`Saved`] values between runs.
 pub fn saved_path(state_dir: &Path) -> PathBuf {
     state_dir.join("isolation.json")
@@ -344,10 +349,4 @@ mod tests {
             prop_assert_eq!(parse_mask(&format_mask(&s)).unwrap(), s);
         }
     }
-}
-
-/// The real files of this machine, and whether the kernel lets this
-/// process change them (root with `/proc/irq` writable).
-pub fn this_machine() -> SysFiles {
-    SysFiles::new("/")
 }
