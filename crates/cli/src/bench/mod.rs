@@ -22,6 +22,7 @@ pub mod jobs;
 pub mod launch;
 pub mod load;
 pub mod mix;
+pub mod noise;
 pub mod probe;
 mod report;
 pub mod runner;
@@ -53,6 +54,9 @@ pub enum Bench {
     /// (a helper for goal tests and benchmarks).
     #[command(hide = true)]
     Serve(serve::ServeArgs),
+    /// The OS noise a spinning thread sees on its CPU: detours, the
+    /// longest, the 99th and 99.9th percentiles (JSON).
+    Noise(noise::NoiseArgs),
 }
 
 /// Arguments of `allot bench mix`.
@@ -144,6 +148,7 @@ pub fn run(b: Bench) -> i32 {
         Bench::Launch(a) => report_errors(launch::run(a)),
         Bench::Probe(a) => report_errors(probe::run(a).map(|()| 0)),
         Bench::Serve(a) => report_errors(serve::run(a).map(|()| 0)),
+        Bench::Noise(a) => report_errors(noise::run(a).map(|()| 0)),
     }
 }
 
