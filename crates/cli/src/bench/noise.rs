@@ -72,10 +72,10 @@ pub fn summarise(cpu: usize, seconds: f64, mut detours: Vec<f64>) -> NoiseReport
 }
 
 pub fn run(a: NoiseArgs) -> Result<(), String> {
-    if !(a.seconds > 0.0 && a.seconds <= 3600.0) {
+    if !(0.0..=3600.0).contains(&a.seconds) || a.seconds == 0.0 {
         return Err(format!("--seconds {}: give 0 to 3600 seconds", a.seconds));
     }
-    if !(a.threshold_us > 0.0) {
+    if a.threshold_us.is_nan() || a.threshold_us <= 0.0 {
         return Err(format!(
             "--threshold-us {}: give a positive time",
             a.threshold_us
