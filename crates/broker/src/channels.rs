@@ -57,6 +57,9 @@ struct Named {
     channel: Channel,
     /// (session, sending end) per end the broker counted.
     ends: Vec<(SessionId, bool)>,
+    /// The cell whose process opened the receiving end, while it is open
+    /// (a message-triggered cell is woken by its channels' doorbells).
+    receiver_cell: Option<u64>,
 }
 
 /// The broker's named channels.
@@ -93,6 +96,7 @@ impl Channels {
         &mut self,
         session: SessionId,
         uid: u32,
+        cell: Option<u64>,
         name: &str,
         send: bool,
         slots: u32,
@@ -125,6 +129,7 @@ impl Channels {
                     uid,
                     channel,
                     ends: Vec::new(),
+                    receiver_cell: None,
                 },
             );
         }
@@ -170,11 +175,18 @@ impl Channels {
         let fds = match fds {
             Ok(fds) => fds,
             Err(e) => {
-                detach(&n.channel, send);
+                if send {
+                    n.channel.detach_sender();
+                } else {
+                    n.channel.detach_receiver();
+                }
                 return Err((ErrorCode::Internal, format!("channel {name}: {e}")));
             }
         };
         n.ends.push((session, send));
+        if !send {
+            n.receiver_cell = cell;
+        }
         Ok(Opened { geometry: g, fds })
     }
 
@@ -226,7 +238,7 @@ impl Channels {
             return false;
         };
         n.ends.swap_remove(i);
-        detach(&n.channel, send);
+        detach(n, send);
         self.drop_unused(name);
         true
     }
@@ -241,12 +253,16 @@ impl Channels {
             .collect();
         for name in names {
             let n = self.named.get_mut(&name).expect("listed above");
-            n.ends.retain(|&(s, send)| {
-                if s == session {
-                    detach(&n.channel, send);
-                }
-                s != session
-            });
+            let mine: Vec<bool> = n
+                .ends
+                .iter()
+                .filter(|e| e.0 == session)
+                .map(|e| e.1)
+                .collect();
+            n.ends.retain(|e| e.0 != session);
+            for send in mine {
+                detach(n, send);
+            }
             self.drop_unused(&name);
         }
     }
@@ -259,6 +275,15 @@ impl Channels {
         {
             self.named.remove(name);
         }
+    }
+
+    /// The channels whose receiving end a process of `cell` holds.
+    pub fn receiving(&self, cell: u64) -> Vec<&Channel> {
+        self.named
+            .values()
+            .filter(|n| n.receiver_cell == Some(cell))
+            .map(|n| &n.channel)
+            .collect()
     }
 
     /// The channels `viewer` may see (`None`: all).
@@ -281,11 +306,12 @@ impl Channels {
     }
 }
 
-fn detach(ch: &Channel, send: bool) {
+fn detach(n: &mut Named, send: bool) {
     if send {
-        ch.detach_sender();
+        n.channel.detach_sender();
     } else {
-        ch.detach_receiver();
+        n.channel.detach_receiver();
+        n.receiver_cell = None;
     }
 }
 
@@ -301,7 +327,7 @@ mod tests {
         name: &str,
         send: bool,
     ) -> Result<Channel, (ErrorCode, String)> {
-        let o = c.open(s, uid, name, send, 0, 0, &Limits::default(), &[])?;
+        let o = c.open(s, uid, Some(7), name, send, 0, 0, &Limits::default(), &[])?;
         let [m, d, sp]: [OwnedFd; 3] = o.fds.try_into().unwrap();
         Ok(Channel::open(m, d, sp).unwrap())
     }
@@ -356,18 +382,30 @@ mod tests {
             name: "q".into(),
             uids: vec![1001],
         }];
-        c.open(3, 1001, "q", true, 0, 0, &Limits::default(), &acl)
+        c.open(3, 1001, None, "q", true, 0, 0, &Limits::default(), &acl)
             .unwrap();
         open(&mut c, 4, 0, "q", true).unwrap();
         let e = c
-            .open(5, 1000, "q", true, 1 << 16, 0, &Limits::default(), &[])
+            .open(
+                5,
+                1000,
+                None,
+                "q",
+                true,
+                1 << 16,
+                0,
+                &Limits::default(),
+                &[],
+            )
             .unwrap_err();
         assert_eq!(e.0, ErrorCode::Refused);
         assert!(e.1.contains("exists with 64 slots"), "{}", e.1);
         check_counts(&c);
+        assert_eq!(c.receiving(7).len(), 1, "the receiver's cell");
         // Closing by request: only what the session holds.
         assert!(!c.close(1, "q", true));
         assert!(c.close(1, "q", false));
+        assert!(c.receiving(7).is_empty());
         open(&mut c, 2, 1000, "q", false).unwrap();
         check_counts(&c);
     }
@@ -384,7 +422,8 @@ mod tests {
             channel_mib: 1,
             ..Limits::default()
         };
-        let mut open_l = |s, name: &str, slots| c.open(s, 1000, name, true, slots, 0, &limits, &[]);
+        let mut open_l =
+            |s, name: &str, slots| c.open(s, 1000, None, name, true, slots, 0, &limits, &[]);
         open_l(1, "a", 0).unwrap();
         // 1024 slots of 4 KiB: 4 MiB, over 1 MiB.
         let e = open_l(1, "b", 1024).unwrap_err();
@@ -394,7 +433,7 @@ mod tests {
         let e = open_l(1, "c", 0).unwrap_err();
         assert!(e.1.contains("limits.channels"), "{}", e.1);
         // Root is exempt.
-        c.open(1, 0, "c", true, 0, 0, &limits, &[]).unwrap();
+        c.open(1, 0, None, "c", true, 0, 0, &limits, &[]).unwrap();
         assert!(c.named.len() == 3);
     }
 }

@@ -81,6 +81,7 @@ impl Core {
                         &c.perf,
                         self.goal_note(c, g.map_or(0, |g| g.entitled.len() as u32)),
                     ),
+                    waiting_for_message: !self.planned(id),
                 }
             })
             .collect();

@@ -153,21 +153,6 @@ fn contracts_this_machine_can_never_keep_are_refused_as_never() {
     ));
     assert_eq!(code, ErrorCode::Never);
     assert!(msg.contains("one stays for space cells"), "{msg}");
-    // Message-triggered cells need channels.
-    let (code, msg) = refusal(&register(
-        &mut w,
-        ROOT,
-        "msg",
-        CellSpec {
-            min: 1,
-            time: TimeContract::Message { idle_ms: 10 },
-            ..Default::default()
-        },
-        vec![100],
-        false,
-    ));
-    assert_eq!(code, ErrorCode::Never);
-    assert!(msg.contains("channels"), "{msg}");
     // A malformed contract is invalid before anything is planned.
     let (code, msg) = refusal(&register(
         &mut w,
@@ -472,4 +457,123 @@ fn a_broker_that_stops_opens_every_gate() {
     let (id, _p) = loop_cell(&mut w);
     w.core.shutdown();
     assert_eq!(w.dry.gate_calls().last(), Some(&GateCall::Open(id)));
+}
+
+/// A message-triggered cell: admitted active, idle (out of the plan,
+/// frozen, its doorbell armed and handed to the server) after its idle
+/// time without messages, active again (thawed, planned) when a message
+/// arrives — through the doorbell or, failing that, the next tick.
+#[test]
+fn a_message_triggered_cell_sleeps_without_messages_and_wakes_on_one() {
+    use allot_broker::core::{Effect, Peer};
+    use allot_channel::Full;
+    use allot_enforce::gate::GateCall;
+    use allot_proto::msg::Request;
+    use std::time::{Duration, Instant};
+    let mut w = world(4);
+    proc_of(&w, 100, 0);
+    let e = register(
+        &mut w,
+        ROOT,
+        "msg",
+        CellSpec {
+            min: 2,
+            time: TimeContract::Message { idle_ms: 100 },
+            ..Default::default()
+        },
+        vec![100],
+        false,
+    );
+    let (id, _, page) = page(e);
+    assert!(
+        !grant(&page).cpus.is_empty(),
+        "admitted active: {:?}",
+        grant(&page)
+    );
+    // Its process opens the receiving end of a channel; another sends.
+    let rx_peer = Peer {
+        pid: 100,
+        uid: 0,
+        gid: 0,
+    };
+    let open = |w: &mut World, session, peer, send| {
+        let e = w.core.handle(
+            session,
+            peer,
+            Request::ChannelOpen {
+                name: "jobs".into(),
+                send,
+                slots: 0,
+                message_max: 0,
+            },
+            None,
+        );
+        match e.into_iter().next() {
+            Some(Effect::Reply { fds, .. }) if fds.len() == 3 => {
+                let [m, d, s]: [rustix::fd::OwnedFd; 3] = fds.try_into().unwrap();
+                allot_channel::Channel::open(m, d, s).unwrap()
+            }
+            other => panic!("{other:?}"),
+        }
+    };
+    let _rx = open(&mut w, 20, rx_peer, false);
+    let tx = open(&mut w, 21, ROOT, true).managed_sender();
+    // Quiet for its idle time: idle, frozen, a doorbell to watch.
+    let t0 = Instant::now();
+    w.core.tick(t0);
+    let e = w.core.tick(t0 + Duration::from_millis(150));
+    let bell = e
+        .iter()
+        .find_map(|e| match e {
+            Effect::WatchDoorbell { cell, fds } if *cell == id => Some(fds),
+            _ => None,
+        })
+        .expect("a doorbell to watch");
+    assert_eq!(bell.len(), 1);
+    assert!(w.dry.gate_calls().contains(&GateCall::Close(id)));
+    assert!(
+        !w.core.plan().cells.contains_key(&allot_plan::CellId(id)),
+        "idle: it holds nothing"
+    );
+    // A message rings the doorbell the server polls.
+    tx.send(b"work", Full::Fail).unwrap();
+    let mut fds = [rustix::event::PollFd::new(
+        &bell[0],
+        rustix::event::PollFlags::IN,
+    )];
+    assert_eq!(
+        rustix::event::poll(
+            &mut fds,
+            Some(&rustix::time::Timespec {
+                tv_sec: 1,
+                tv_nsec: 0
+            })
+        )
+        .unwrap(),
+        1,
+        "the doorbell rang"
+    );
+    let e = w.core.doorbell(id);
+    assert!(
+        e.iter()
+            .any(|e| matches!(e, Effect::ForgetDoorbell(c) if *c == id))
+    );
+    assert_eq!(w.dry.gate_calls().last(), Some(&GateCall::Open(id)));
+    assert!(
+        w.core.plan().cells.contains_key(&allot_plan::CellId(id)),
+        "planned again"
+    );
+    // A second ring while active changes nothing.
+    assert!(w.core.doorbell(id).is_empty());
+    // The message is read; quiet again, idle again; a message that the
+    // server's poll missed is seen by the next tick.
+    let mut rx = _rx.managed_receiver();
+    rx.try_recv(&mut Vec::new()).unwrap();
+    let t1 = Instant::now();
+    w.core.tick(t1);
+    w.core.tick(t1 + Duration::from_millis(150));
+    assert!(!w.core.plan().cells.contains_key(&allot_plan::CellId(id)));
+    tx.send(b"more", Full::Fail).unwrap();
+    w.core.tick(t1 + Duration::from_millis(200));
+    assert!(w.core.plan().cells.contains_key(&allot_plan::CellId(id)));
 }

@@ -232,6 +232,30 @@ impl Channel {
         }
     }
 
+    /// Messages sent into the channel so far (positions reserved; a
+    /// snapshot that only grows).
+    pub fn sent(&self) -> u64 {
+        self.mem.header().tail.load(Ordering::Acquire)
+    }
+
+    /// For whoever wakes the receiver's program (the broker, for a
+    /// message-triggered cell it suspends): takes any old ring, asks the
+    /// next sender to ring the data doorbell, and returns false — asking
+    /// nothing — when a message already waits. The doorbell then becomes
+    /// readable with the next message; the taker must poll it without
+    /// reading it, so that the receiver, once it runs, sees the ring too.
+    pub fn arm_doorbell(&self) -> bool {
+        let h = self.mem.header();
+        Memory::take(self.mem.data.as_fd());
+        h.receiver_waiting.store(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if !self.is_empty() {
+            h.receiver_waiting.store(0, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
     /// Open senders, and whether the receiver is open (a snapshot).
     pub fn ends(&self) -> (u32, bool) {
         let h = self.mem.header();

@@ -202,3 +202,101 @@ fn allot_run_passes_channel_ends_to_its_program() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("allot run --channel pipe.1:recv"), "{err}");
 }
+
+/// A message-triggered cell on the cgroup v1 backend: suspended (frozen,
+/// holding no CPU) while no message comes, woken with its grant by each
+/// message, and its program sees every message.
+#[test]
+fn a_message_triggered_program_sleeps_until_a_message_wakes_it() {
+    if !cgroup1_here() {
+        return;
+    }
+    let d = Daemon::start("cgroup1", &[]);
+    let recv = allot_run(
+        &d,
+        &[
+            "--name",
+            "msg",
+            "--message-idle",
+            "300ms",
+            "--channel",
+            "act:recv",
+            "--",
+            ALLOT,
+            "channel",
+            "recv",
+            "act",
+            "--inherited",
+            "--latency",
+            "--count",
+            "3",
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let asleep = || {
+        d.status()
+            .cells
+            .iter()
+            .find(|c| c.name == "msg")
+            .is_some_and(|c| c.waiting_for_message)
+    };
+    assert!(eventually(Duration::from_secs(10), asleep), "{}", d.log());
+    let id = d
+        .status()
+        .cells
+        .iter()
+        .find(|c| c.name == "msg")
+        .unwrap()
+        .id;
+    let state = format!(
+        "/sys/fs/cgroup/freezer/{}/cell-{id}/freezer.state",
+        d.cgroup
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || std::fs::read_to_string(&state)
+            .is_ok_and(|s| s.trim() == "FROZEN")),
+        "{state}"
+    );
+    // Three messages a second apart: each wakes it; between them it
+    // sleeps again.
+    let out = Command::new(ALLOT)
+        .args([
+            "channel",
+            "--socket",
+            d.socket.to_str().unwrap(),
+            "ping",
+            "act",
+            "--count",
+            "3",
+            "--every",
+            "1000",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = recv.wait_with_output().unwrap();
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    let lat: Vec<f64> = String::from_utf8_lossy(&got.stdout)
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    eprintln!("send → seen by the woken program, µs: {lat:?}");
+    assert_eq!(lat.len(), 3);
+    assert!(lat.iter().all(|&us| us < 500_000.0), "{lat:?}");
+    assert!(
+        d.log().matches("activated (a message arrived)").count() >= 3,
+        "{}",
+        d.log()
+    );
+}

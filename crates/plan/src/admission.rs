@@ -31,7 +31,7 @@
 //! guarantee sums answers it in `O(cells × capacity / 64)`.
 
 use crate::plan::Plan;
-use crate::spec::{CellId, CellSpec, Placement, SpecError, TimeContract};
+use crate::spec::{CellId, CellSpec, Placement, SpecError};
 use crate::time::{self, TimeCell};
 use allot_topo::{CpuSet, Machine};
 
@@ -112,6 +112,19 @@ pub fn admit(
     }
     let usable = machine.num_cpus() as u32;
     let capacity = usable.saturating_sub(reserve);
+    if new.is_message() {
+        // Admitted like the best-effort cell it is while active; while
+        // idle it holds nothing.
+        let region = time.region(admitted, None).unwrap_or(0);
+        return admit_space(
+            machine,
+            reserve,
+            capacity,
+            region,
+            admitted,
+            &new.as_active_message(),
+        );
+    }
     if new.time.is_time() {
         return admit_time(capacity, time, admitted, new);
     }
@@ -129,7 +142,7 @@ fn space_need(admitted: &[Admitted<'_>], new: &CellSpec) -> (u32, bool) {
 }
 
 fn is_best_effort(s: &CellSpec) -> bool {
-    !s.time.is_time() && !s.is_guaranteed()
+    (!s.time.is_time() && !s.is_guaranteed()) || s.is_message()
 }
 
 fn admit_time(
@@ -139,13 +152,6 @@ fn admit_time(
     new: &CellSpec,
 ) -> Admission {
     let pct = |ppm: u32| f64::from(ppm) / 10_000.0;
-    if let TimeContract::Message { .. } = new.time {
-        return Admission::Never(
-            "a message-triggered cell starts when a message arrives on one of its channels, and \
-             this broker has no channels yet; ask for time with a fraction or a period and budget"
-                .into(),
-        );
-    }
     if new.time.ppm() > time.limit {
         return Admission::Never(format!(
             "promises {:.1} % of each CPU but at most {:.1} % of any CPU can be promised here \

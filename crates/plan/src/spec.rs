@@ -396,6 +396,25 @@ impl CellSpec {
         !self.time.is_time() && (self.min > 0 || self.exclusive)
     }
 
+    /// Whether this is a message-triggered cell.
+    pub fn is_message(&self) -> bool {
+        matches!(self.time, TimeContract::Message { .. })
+    }
+
+    /// What a message-triggered cell asks for while it is active (a
+    /// message arrived, and it has not been idle since): a best-effort
+    /// share of at most the CPUs it covers. While idle it holds nothing.
+    pub fn as_active_message(&self) -> CellSpec {
+        CellSpec {
+            min: 0,
+            max: self.min,
+            exclusive: false,
+            time: TimeContract::Space,
+            goal: Default::default(),
+            ..*self
+        }
+    }
+
     /// The CPUs a time contract covers (0 for space cells).
     pub fn time_cpus(&self) -> u32 {
         if self.time.is_time() { self.min } else { 0 }

@@ -252,6 +252,10 @@ pub struct CellStatus {
     /// older brokers, and until two ticks have passed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub perf: Option<PerfStatus>,
+    /// A message-triggered cell holding nothing until a message arrives on
+    /// one of its channels (suspended; its CPUs are the others').
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub waiting_for_message: bool,
 }
 
 /// What a cell achieved recently: from the broker's own readings (CPU

@@ -33,6 +33,7 @@
 //!   [`crate::config::Limits`]; root is exempt from the per-user bounds.
 
 mod isolation;
+mod message;
 mod perf;
 mod register;
 mod requests;
@@ -100,6 +101,16 @@ pub enum Effect {
     Watch(u32),
     /// Stop watching `pid`.
     Unwatch(u32),
+    /// Poll these doorbells (a channel's data eventfd, never read) and
+    /// call `Core::doorbell(cell)` when one rings (`core::message`).
+    WatchDoorbell {
+        /// The idle message-triggered cell they wake.
+        cell: u64,
+        /// Copies of the doorbells.
+        fds: Vec<rustix::fd::OwnedFd>,
+    },
+    /// Stop polling cell `.0`'s doorbells.
+    ForgetDoorbell(u64),
 }
 
 /// A reply to `session`, without a descriptor.
@@ -217,6 +228,8 @@ pub struct Core {
     channel_acl: Vec<crate::config::ChannelAcl>,
     /// Partition CPUs kept clear of interrupts and workqueues (`isolation`).
     isolation: isolation::Isolation,
+    /// Message-triggered cells' states (`message`).
+    messages: BTreeMap<u64, message::MessageState>,
 }
 
 fn random_u64() -> u64 {
@@ -277,6 +290,7 @@ impl Core {
             limits: cfg.limits,
             channels: Default::default(),
             channel_acl: cfg.channel_acl.clone(),
+            messages: BTreeMap::new(),
             isolation: isolation::Isolation::new(
                 cfg.isolate,
                 cfg.isolate_root.clone(),
@@ -404,12 +418,19 @@ impl Core {
     /// Re-plans and makes the kernel and the pages follow. Returns whether
     /// any grant changed.
     fn reconcile(&mut self) -> bool {
+        // An idle message-triggered cell holds nothing; an active one is
+        // a best-effort cell (`message`).
         let inputs: Vec<CellInput> = self
             .cells
             .iter()
+            .filter(|(id, _)| self.planned(**id))
             .map(|(&id, c)| CellInput {
                 id: CellId(id),
-                spec: c.spec,
+                spec: if c.spec.is_message() {
+                    c.spec.as_active_message()
+                } else {
+                    c.spec
+                },
                 demand: c.est.demand(),
                 perf: self.hint_of(c),
             })
@@ -703,10 +724,12 @@ impl Core {
         if self.evaluate(now) {
             changed = true;
         }
-        if changed {
+        let (mut effects, moved) = self.message_tick(now);
+        if changed || moved {
             self.reconcile();
         }
-        self.admit_queued()
+        effects.extend(self.admit_queued());
+        effects
     }
 
     /// Ended cells whose backend state is still being removed.

@@ -152,9 +152,11 @@ impl Core {
                 slots,
                 message_max,
             } => {
+                let cell = self.by_pid.get(&peer.pid).copied();
                 match self.channels.open(
                     session,
                     peer.uid,
+                    cell,
                     &name,
                     send,
                     slots,

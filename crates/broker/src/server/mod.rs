@@ -17,6 +17,7 @@
 //! | metrics pipe    | `METRICS`        | a scrape waits: publish a metrics snapshot   |
 //! | client socket   | `SESSION | id`   | requests within its user's turn budget       |
 //! | pidfd           | `PIDFD | pid`    | `Core::exited` (reclaim in the same step)    |
+//! | channel doorbell| `DOORBELL | cell`| `Core::doorbell` (wake an idle message-triggered cell) |
 //!
 //! # Fairness
 //!
@@ -84,6 +85,7 @@ const STOP: u64 = 3;
 const METRICS: u64 = 4;
 const SESSION: u64 = 1 << 62;
 const PIDFD: u64 = 2 << 62;
+const DOORBELL: u64 = 3 << 62;
 const KIND_MASK: u64 = 3 << 62;
 
 /// First pause of the listener when descriptors run out.
@@ -120,6 +122,8 @@ pub struct Broker {
     stop_w: Arc<OwnedFd>,
     sessions: HashMap<SessionId, Session>,
     pidfds: HashMap<u32, OwnedFd>,
+    /// Doorbells polled for idle message-triggered cells, by cell.
+    doorbells: HashMap<u64, Vec<OwnedFd>>,
     polled: HashSet<u32>,
     next_session: SessionId,
     socket_ino: Option<u64>,
@@ -326,6 +330,7 @@ impl Broker {
             stop_w: Arc::new(stop_w),
             sessions: HashMap::new(),
             pidfds: HashMap::new(),
+            doorbells: HashMap::new(),
             polled: HashSet::new(),
             next_session: 1,
             socket_ino,
@@ -389,6 +394,12 @@ impl Broker {
                     PIDFD => {
                         let pid = (token & !KIND_MASK) as u32;
                         let effects = self.core.exited(pid);
+                        self.apply(effects);
+                    }
+                    DOORBELL => {
+                        let cell = token & !KIND_MASK;
+                        self.forget_doorbells(cell);
+                        let effects = self.core.doorbell(cell);
                         self.apply(effects);
                     }
                     _ => match token {
@@ -467,6 +478,24 @@ impl Broker {
         }
         let effects = self.core.tick(Instant::now());
         self.apply(effects);
+    }
+
+    /// Polls `fds` for cell `cell` (level-triggered; never read here).
+    pub(super) fn watch_doorbells(&mut self, cell: u64, fds: Vec<OwnedFd>) {
+        self.forget_doorbells(cell);
+        let mut kept = Vec::new();
+        for fd in fds {
+            if add(&self.epoll, &fd, DOORBELL | cell, EventFlags::IN).is_ok() {
+                kept.push(fd);
+            }
+        }
+        self.doorbells.insert(cell, kept);
+    }
+
+    pub(super) fn forget_doorbells(&mut self, cell: u64) {
+        for fd in self.doorbells.remove(&cell).unwrap_or_default() {
+            let _ = epoll::delete(&self.epoll, &fd);
+        }
     }
 
     fn watch(&mut self, pid: u32) {

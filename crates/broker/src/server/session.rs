@@ -165,6 +165,8 @@ impl Broker {
                     self.flush(session);
                 }
                 Effect::Watch(pid) => self.watch(pid),
+                Effect::WatchDoorbell { cell, fds } => self.watch_doorbells(cell, fds),
+                Effect::ForgetDoorbell(cell) => self.forget_doorbells(cell),
                 Effect::Unwatch(pid) => {
                     self.polled.remove(&pid);
                     if let Some(fd) = self.pidfds.remove(&pid) {

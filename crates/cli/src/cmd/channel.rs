@@ -43,6 +43,19 @@ enum What {
         #[arg(long)]
         inherited: bool,
     },
+    /// Send COUNT timestamps ("ping NS", CLOCK_MONOTONIC), one every
+    /// EVERY ms: with `recv --latency`, what a message takes to be seen
+    /// (for a message-triggered receiver, its activation latency).
+    Ping {
+        /// The channel (created if it does not exist).
+        name: String,
+        /// Messages to send.
+        #[arg(long, default_value_t = 10)]
+        count: u32,
+        /// Milliseconds between them.
+        #[arg(long, default_value_t = 500, value_name = "MS")]
+        every: u64,
+    },
     /// Print each message as a line, until every sender is gone.
     Recv {
         /// The channel (created if it does not exist).
@@ -60,7 +73,17 @@ enum What {
         /// process instead of opening one.
         #[arg(long)]
         inherited: bool,
+        /// For "ping NS" messages (`allot channel ping`), print the
+        /// microseconds from their sending to their receipt instead.
+        #[arg(long)]
+        latency: bool,
     },
+}
+
+/// CLOCK_MONOTONIC, ns (comparable between processes of one machine).
+fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
 pub fn run(a: Args) -> i32 {
@@ -121,11 +144,27 @@ fn serve(socket: &std::path::Path, what: What) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        What::Ping { name, count, every } => {
+            let c = client.as_mut().expect("ping opens its own end");
+            let tx = c
+                .channel_sender(&name, 0, 0)
+                .with_context(|| format!("cannot open channel {name} to send"))?;
+            for i in 0..count {
+                if i > 0 {
+                    std::thread::sleep(std::time::Duration::from_millis(every));
+                }
+                tx.send(format!("ping {}", monotonic_ns()).as_bytes(), Full::Wait)
+                    .with_context(|| format!("sending on channel {name}"))?;
+            }
+            c.close_channel(&name, ChannelEnd::Send)?;
+            Ok(())
+        }
         What::Recv {
             name,
             count,
             slots,
             message_max,
+            latency,
             ..
         } => {
             let mut rx = match &mut client {
@@ -139,8 +178,20 @@ fn serve(socket: &std::path::Path, what: What) -> anyhow::Result<()> {
             while count.is_none_or(|c| got < c) {
                 match rx.recv(&mut buf, None) {
                     Ok(()) => {
-                        out.write_all(&buf)?;
-                        out.write_all(b"\n")?;
+                        let now = monotonic_ns();
+                        let sent = std::str::from_utf8(&buf)
+                            .ok()
+                            .and_then(|t| t.strip_prefix("ping "))
+                            .and_then(|n| n.parse::<u64>().ok());
+                        match sent {
+                            Some(ns) if latency => {
+                                writeln!(out, "{:.1}", now.saturating_sub(ns) as f64 / 1e3)?
+                            }
+                            _ => out.write_all(&buf)?,
+                        }
+                        if !(latency && sent.is_some()) {
+                            out.write_all(b"\n")?;
+                        }
                         out.flush()?;
                         got += 1;
                     }

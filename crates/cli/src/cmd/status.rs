@@ -201,13 +201,22 @@ fn contract_line(c: &CellStatus) -> Option<String> {
         } => format!("{} every {}, gang", ms(budget_us), ms(period_us)),
         TimeStatus::MessageTriggered { idle_ms } => format!("on message, idle {idle_ms}ms"),
     };
-    let mut line = format!(
-        "{} {}: {} {terms} on CPUs {}",
-        c.id,
-        name_of(c),
-        c.spec.contract,
-        cell_text(&c.cpus)
-    );
+    let mut line = if c.waiting_for_message {
+        format!(
+            "{} {}: {} {terms}, waiting for a message (suspended, holds no CPU)",
+            c.id,
+            name_of(c),
+            c.spec.contract
+        )
+    } else {
+        format!(
+            "{} {}: {} {terms} on CPUs {}",
+            c.id,
+            name_of(c),
+            c.spec.contract,
+            cell_text(&c.cpus)
+        )
+    };
     if let Some(d) = &c.delivery {
         line.push_str(&format!(
             "\n    delivered: {} periods, last {:.2}ms of {:.2}ms, mean error {:.1} %, \
@@ -302,7 +311,11 @@ pub fn render(v: &Status) -> String {
                         c.id.to_string(),
                         name_of(c),
                         cell_text(&pids.join(",")),
-                        cell_text(&c.cpus),
+                        if c.waiting_for_message {
+                            "(asleep)".into()
+                        } else {
+                            cell_text(&c.cpus)
+                        },
                         cell_text(&c.lent),
                         c.threads.to_string(),
                         c.generation.to_string(),
@@ -435,6 +448,7 @@ mod tests {
             }],
             delivery: None,
             perf: None,
+            waiting_for_message: false,
         };
         Status {
             version: allot_proto::status::STATUS_VERSION,

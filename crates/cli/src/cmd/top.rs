@@ -359,6 +359,7 @@ mod tests {
             runtimes: vec![],
             delivery: None,
             perf: None,
+            waiting_for_message: false,
         };
         Status {
             version: STATUS_VERSION,

@@ -1,0 +1,197 @@
+//! Message-triggered cells (Tessellation): a cell that holds nothing while
+//! no message comes, and is activated with its grant when one arrives on
+//! a channel whose receiving end its processes hold.
+//!
+//! States, per cell with a `Message { idle_ms }` contract:
+//!
+//! - **active** (the state a cell is admitted in, so that its program can
+//!   start and open its channels): planned as a best-effort cell of at
+//!   most the CPUs it covers (`CellSpec::as_active_message`).
+//! - **idle**: left out of the plan (it holds nothing; the others get its
+//!   CPUs) and suspended by the freezer where the backend has one.
+//!
+//! Active → idle, on a tick, when for `idle_ms` no message was sent to
+//! any of its channels, none waits, and the cell used under a twentieth
+//! of a CPU; and only if it holds at least one receiving end (else nothing
+//! could wake it). Going idle arms each channel's data doorbell
+//! (`Channel::arm_doorbell`: the next message rings it) and hands the
+//! server a copy of each doorbell to poll (`Effect::WatchDoorbell`);
+//! a message already waiting keeps the cell active.
+//!
+//! Idle → active when a doorbell rings (`Core::doorbell`: the server's
+//! epoll, so activation takes one loop iteration, not a tick) or, as a
+//! fallback, when a tick sees a message waiting: the cell is thawed and
+//! re-planned, and its grant published in the same step. The server never
+//! reads a doorbell it polls, so the cell's own receiver, once it runs,
+//! sees the ring too.
+
+use super::{Core, Effect};
+use crate::{debug, info, warn};
+use allot_enforce::gate::Gate;
+use std::time::{Duration, Instant};
+
+/// A cell under this much CPU (a share of one) counts as idle.
+const IDLE_CPU: f64 = 0.05;
+
+/// A message-triggered cell's state.
+#[derive(Debug)]
+pub(crate) struct MessageState {
+    pub(crate) active: bool,
+    /// Messages sent to its channels when last looked at.
+    sent: u64,
+    /// Its CPU time when last looked at, ns.
+    usage: Option<u64>,
+    /// Since when nothing happened (no message, no CPU).
+    quiet_since: Instant,
+    gate: Option<Box<dyn Gate>>,
+}
+
+impl Core {
+    /// Starts following cell `id` if it is message-triggered (it starts
+    /// active).
+    pub(super) fn follow_message(&mut self, id: u64, now: Instant) {
+        if self.cells.get(&id).is_some_and(|c| c.spec.is_message()) {
+            self.messages.entry(id).or_insert(MessageState {
+                active: true,
+                sent: 0,
+                usage: None,
+                quiet_since: now,
+                gate: None,
+            });
+        }
+    }
+
+    /// Whether cell `id` is planned now (an idle message-triggered cell is
+    /// not).
+    pub(crate) fn planned(&self, id: u64) -> bool {
+        self.messages.get(&id).is_none_or(|m| m.active)
+    }
+
+    /// Moves message-triggered cells between their states (see the module
+    /// notes); returns effects and whether the plan must change.
+    pub(super) fn message_tick(&mut self, now: Instant) -> (Vec<Effect>, bool) {
+        let mut effects = Vec::new();
+        let mut changed = false;
+        let new: Vec<u64> = self
+            .cells
+            .iter()
+            .filter(|(id, c)| c.spec.is_message() && !self.messages.contains_key(id))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in new {
+            self.follow_message(id, now);
+        }
+        // Cells that ended: their doorbells are no longer watched.
+        let gone: Vec<u64> = self
+            .messages
+            .keys()
+            .filter(|id| !self.cells.contains_key(id))
+            .copied()
+            .collect();
+        for id in gone {
+            self.messages.remove(&id);
+            effects.push(Effect::ForgetDoorbell(id));
+        }
+        let ids: Vec<u64> = self.messages.keys().copied().collect();
+        for id in ids {
+            let Some(c) = self.cells.get(&id) else {
+                continue;
+            };
+            let idle_after = match c.spec.time {
+                allot_plan::TimeContract::Message { idle_ms } => {
+                    Duration::from_millis(u64::from(idle_ms))
+                }
+                _ => continue,
+            };
+            let channels = self.channels.receiving(id);
+            let sent: u64 = channels.iter().map(|ch| ch.sent()).sum();
+            let waiting = channels.iter().any(|ch| !ch.is_empty());
+            let held = !channels.is_empty();
+            let usage = self.enforcer.usage_ns(id);
+            let m = self.messages.get_mut(&id).expect("listed above");
+            let elapsed = now.duration_since(m.quiet_since);
+            let busy = match (m.usage, usage) {
+                (Some(a), Some(b)) if elapsed > Duration::ZERO => {
+                    (b.saturating_sub(a) as f64 / 1e9) / elapsed.as_secs_f64() > IDLE_CPU
+                }
+                _ => false,
+            };
+            if !m.active {
+                if waiting {
+                    // A doorbell missed (or not pollable): wake it now.
+                    effects.extend(self.wake_message(id, now, "a message waits"));
+                    changed = true;
+                }
+                continue;
+            }
+            if sent != m.sent || waiting || busy || !held {
+                m.sent = sent;
+                m.usage = usage;
+                m.quiet_since = now;
+                continue;
+            }
+            if elapsed < idle_after {
+                continue;
+            }
+            // Quiet for idle_ms: arm every doorbell, then suspend it.
+            let armed = channels.iter().all(|ch| ch.arm_doorbell());
+            if !armed {
+                m.quiet_since = now;
+                continue;
+            }
+            let fds: Vec<rustix::fd::OwnedFd> = channels
+                .iter()
+                .filter_map(|ch| ch.fds()[1].try_clone_to_owned().ok())
+                .collect();
+            m.active = false;
+            m.usage = usage;
+            if m.gate.is_none() {
+                m.gate = match self.enforcer.gate(id) {
+                    Ok(g) => g,
+                    Err(e) => {
+                        warn!("cell {id}: {e}; it is not suspended while idle");
+                        None
+                    }
+                };
+            }
+            if let Some(g) = m.gate.as_mut()
+                && let Err(e) = g.close()
+            {
+                warn!("cell {id}: cannot suspend it: {e}");
+            }
+            debug!("cell {id}: idle for {idle_after:?}; it holds nothing until a message comes");
+            effects.push(Effect::WatchDoorbell { cell: id, fds });
+            changed = true;
+        }
+        (effects, changed)
+    }
+
+    /// A doorbell of cell `cell` rang: activates it if it is idle.
+    pub fn doorbell(&mut self, cell: u64) -> Vec<Effect> {
+        let now = Instant::now();
+        if self.messages.get(&cell).is_none_or(|m| m.active) {
+            return vec![];
+        }
+        let mut effects = self.wake_message(cell, now, "a message arrived");
+        self.reconcile();
+        effects.extend(self.admit_queued());
+        effects
+    }
+
+    /// Thaws cell `id` and marks it active (the caller re-plans).
+    fn wake_message(&mut self, id: u64, now: Instant, why: &str) -> Vec<Effect> {
+        let Some(m) = self.messages.get_mut(&id) else {
+            return vec![];
+        };
+        m.active = true;
+        m.quiet_since = now;
+        m.usage = None;
+        if let Some(g) = m.gate.as_mut()
+            && let Err(e) = g.open()
+        {
+            warn!("cell {id}: cannot resume it: {e}");
+        }
+        info!("cell {id}: activated ({why})");
+        vec![Effect::ForgetDoorbell(id)]
+    }
+}
