@@ -32,24 +32,7 @@ pub const DEFAULT_SLOTS: usize = 64;
 /// Longest message of a channel whose opener did not say: a slot of 4 KiB.
 pub const DEFAULT_MESSAGE_MAX: usize = 4096 - allot_channel::layout::SLOT_HEADER;
 
-/// The longest channel name.
-pub const MAX_NAME: usize = 64;
-
-/// Checks a channel name: 1 to [`MAX_NAME`] of `A-Z a-z 0-9 . _ -`.
-pub fn check_name(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() <= MAX_NAME
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "channel name {name:?}: use 1 to {MAX_NAME} letters, digits, '.', '_' or '-'"
-        ))
-    }
-}
+pub use allot_channel::{MAX_NAME, check_name};
 
 #[derive(Debug)]
 struct Named {

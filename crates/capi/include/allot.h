@@ -85,7 +85,8 @@ typedef enum {
     ALLOT_ERR_OS = 9,         /* the OS refused a resource (threads, handles) */
     ALLOT_ERR_INTERNAL = 10,  /* a bug in allot; please report it */
     ALLOT_ERR_UNKNOWN = 11,   /* no such resource kind, device or policy */
-    ALLOT_ERR_CANCELLED = 12  /* a suspended task was cancelled before it ran */
+    ALLOT_ERR_CANCELLED = 12, /* a suspended task was cancelled before it ran */
+    ALLOT_ERR_CLOSED = 13     /* the other end of a channel is gone */
 } allot_status;
 
 /* A cell: where the program's CPUs come from. */
@@ -96,6 +97,8 @@ typedef struct { uint64_t id; } allot_pool_t;
 typedef struct { uint64_t id; } allot_task_t;
 /* Permission to resume one suspended task, once (allot_resume). */
 typedef struct { uint64_t id; } allot_resumer_t;
+/* A channel end (allot/channel.h). */
+typedef struct { uint64_t id; } allot_channel_t;
 /* Handle ids: bits 63..56 a type tag, 55..24 a generation, 23..0 a slot.
  * Id 0 is never a valid handle. The encoding is informative: compare and
  * copy handles, do not build them. */
@@ -326,5 +329,6 @@ int allot_shutdown(void);
 #include "allot/require.h" /* require blocks, kinds, policies; C++ */
 #include "allot/time.h"    /* time contracts and windows */
 #include "allot/goals.h"   /* goals and performance reports */
+#include "allot/channel.h" /* named channels between cells */
 
 #endif /* ALLOT_H */

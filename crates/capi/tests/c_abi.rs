@@ -93,6 +93,7 @@ fn install_lays_out_the_prefix_and_is_idempotent() {
         "include/allot/require.h",
         "include/allot/time.h",
         "include/allot/goals.h",
+        "include/allot/channel.h",
         "lib/liballot.so",
         "lib/liballot.so.0",
         "lib/liballot.a",
@@ -296,6 +297,7 @@ fn the_library_exports_exactly_the_functions_the_header_declares() {
         "allot/require.h",
         "allot/time.h",
         "allot/goals.h",
+        "allot/channel.h",
     ]
     .map(|h| std::fs::read_to_string(prefix().join("include").join(h)).unwrap())
     .concat();
@@ -329,6 +331,6 @@ fn the_library_exports_exactly_the_functions_the_header_declares() {
         .map(String::from)
         .collect();
     exported.sort();
-    assert_eq!(declared.len(), 69, "{declared:?}");
+    assert_eq!(declared.len(), 76, "{declared:?}");
     assert_eq!(exported, declared);
 }

@@ -53,6 +53,25 @@ use std::sync::Arc;
 use std::sync::atomic::{Ordering, fence};
 use std::time::Instant;
 
+/// The longest channel name.
+pub const MAX_NAME: usize = 64;
+
+/// Checks a channel name: 1 to [`MAX_NAME`] of `A-Z a-z 0-9 . _ -`.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "channel name {name:?}: use 1 to {MAX_NAME} letters, digits, '.', '_' or '-'"
+        ))
+    }
+}
+
 /// What a send does when the ring is full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Full {
@@ -91,6 +110,15 @@ pub enum RecvError {
     /// Every sender closed (or died) and the ring is empty.
     #[error("every sender closed the channel")]
     Disconnected,
+    /// The next message is longer than the buffer it was to be copied
+    /// into; it stays in the channel.
+    #[error("the next message has {len} bytes, more than the buffer's {cap}")]
+    BufferTooSmall {
+        /// The message's length.
+        len: usize,
+        /// The buffer's.
+        cap: usize,
+    },
     /// A slot held a length no message can have: a peer writes the ring
     /// other than by this protocol. The slot is skipped.
     #[error("a message of {len} bytes in a slot of {max}: the peer corrupts the channel")]
@@ -469,6 +497,28 @@ impl Receiver {
         self.try_recv_with(|msg| {
             buf.clear();
             buf.extend_from_slice(msg);
+        })
+    }
+
+    /// Copies the next message, if one is ready now, into `buf` and
+    /// returns its length; a message longer than `buf` stays in the channel
+    /// ([`RecvError::BufferTooSmall`]).
+    pub fn try_recv_slice(&mut self, buf: &mut [u8]) -> Result<usize, RecvError> {
+        let m = &*self.mem;
+        let pos = m.header().head.load(Ordering::Relaxed);
+        let slot = m.slot(pos);
+        if slot.seq.load(Ordering::Acquire) == pos + 1 {
+            let len = slot.len.load(Ordering::Relaxed) as usize;
+            if len <= m.geometry.message_max() && len > buf.len() {
+                return Err(RecvError::BufferTooSmall {
+                    len,
+                    cap: buf.len(),
+                });
+            }
+        }
+        self.try_recv_with(|msg| {
+            buf[..msg.len()].copy_from_slice(msg);
+            msg.len()
         })
     }
 

@@ -52,10 +52,18 @@ pub enum Kind {
     Task,
     /// `allot_resumer_t`.
     Resumer,
+    /// `allot_channel_t`.
+    Channel,
 }
 
 impl Kind {
-    const ALL: [Kind; 4] = [Kind::Cell, Kind::Pool, Kind::Task, Kind::Resumer];
+    const ALL: [Kind; 5] = [
+        Kind::Cell,
+        Kind::Pool,
+        Kind::Task,
+        Kind::Resumer,
+        Kind::Channel,
+    ];
 
     /// The tag byte in the id.
     pub const fn tag(self) -> u8 {
@@ -64,6 +72,7 @@ impl Kind {
             Kind::Pool => b'p',
             Kind::Task => b't',
             Kind::Resumer => b'r',
+            Kind::Channel => b'h',
         }
     }
 
@@ -74,6 +83,7 @@ impl Kind {
             Kind::Pool => "allot_pool_t",
             Kind::Task => "allot_task_t",
             Kind::Resumer => "allot_resumer_t",
+            Kind::Channel => "allot_channel_t",
         }
     }
 

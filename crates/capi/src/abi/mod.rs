@@ -10,6 +10,7 @@
 //!   contracts (`allot_cell_register_timed`) and windows (`allot_cell_window`,
 //!   `allot_cell_wait_window`); [`goals`]: goals and performance reports
 //!   (`allot_cell_set_goal`, `allot_heartbeat`, `allot_report_latency`);
+//!   [`channel`]: named channels (`allot_channel_*`);
 //! - [`require`]: `allot_require_enter` / `_leave` (Poli-C's require
 //!   blocks), virtual kinds and named policies; [`view`]: policies written
 //!   in C; [`hooks`]: the `allot_rq_*` thread hooks the preload shim calls;
@@ -31,6 +32,7 @@
 //! they were drained.
 
 pub mod cell;
+pub mod channel;
 pub mod goals;
 pub mod handle;
 pub mod hooks;
@@ -178,6 +180,7 @@ pub(crate) static CELLS: Table<allot_client::Cell> = Table::new(Kind::Cell);
 pub(crate) static POOLS: Table<std::sync::Arc<allot_runtime::Pool>> = Table::new(Kind::Pool);
 pub(crate) static TASKS: Table<pool::TaskEntry> = Table::new(Kind::Task);
 pub(crate) static RESUMERS: Table<allot_runtime::Resumer> = Table::new(Kind::Resumer);
+pub(crate) static CHANNELS: Table<std::sync::Arc<channel::Entry>> = Table::new(Kind::Channel);
 
 /// `const char *allot_strerror(int status)`: never null, static.
 #[unsafe(no_mangle)]
@@ -220,6 +223,7 @@ pub extern "C" fn allot_shutdown() -> c_int {
         // say so) before the task table goes.
         drop(RESUMERS.close());
         drop(TASKS.close());
+        drop(CHANNELS.close());
         drop(CELLS.close());
         cell::drop_auto_cell();
         Ok(())

@@ -47,10 +47,12 @@ pub enum Status {
     Unknown = 11,
     /// A suspended task was cancelled before it ran.
     Cancelled = 12,
+    /// The other end of a channel is gone.
+    Closed = 13,
 }
 
 /// Every status, in code order (for `allot_strerror` and tests).
-pub const ALL: [Status; 13] = [
+pub const ALL: [Status; 14] = [
     Status::Ok,
     Status::Invalid,
     Status::Handle,
@@ -64,6 +66,7 @@ pub const ALL: [Status; 13] = [
     Status::Internal,
     Status::Unknown,
     Status::Cancelled,
+    Status::Closed,
 ];
 
 impl Status {
@@ -90,6 +93,9 @@ impl Status {
             Status::Cancelled => {
                 c"the task was cancelled before it ran (its resumer was cancelled, or its pool \
                   freed, while it was suspended)"
+            }
+            Status::Closed => {
+                c"the other end of the channel is gone (closed, or its process exited)"
             }
         }
     }
@@ -196,7 +202,8 @@ mod tests {
         }
         assert_eq!(Status::from_code(-1), None);
         assert_eq!(Status::from_code(12), Some(Status::Cancelled));
-        assert_eq!(Status::from_code(13), None);
+        assert_eq!(Status::from_code(13), Some(Status::Closed));
+        assert_eq!(Status::from_code(14), None);
     }
 
     #[test]

@@ -297,14 +297,14 @@ static void test_misuse(void) {
 /* ---- strerror, cells ----------------------------------------------- */
 
 static void test_strerror(void) {
-    const char *seen[ALLOT_ERR_CANCELLED + 1];
-    for (int s = ALLOT_OK; s <= ALLOT_ERR_CANCELLED; s++) {
+    const char *seen[ALLOT_ERR_CLOSED + 1];
+    for (int s = ALLOT_OK; s <= ALLOT_ERR_CLOSED; s++) {
         seen[s] = allot_strerror(s);
         CHECK(seen[s] != NULL && seen[s][0] != '\0');
         CHECK(strcmp(seen[s], allot_strerror(-1)) != 0);
         for (int t = 0; t < s; t++) CHECK(strcmp(seen[s], seen[t]) != 0);
     }
-    CHECK(strcmp(allot_strerror(ALLOT_ERR_CANCELLED + 1), allot_strerror(-1)) == 0);
+    CHECK(strcmp(allot_strerror(ALLOT_ERR_CLOSED + 1), allot_strerror(-1)) == 0);
     CHECK(strstr(allot_strerror(ALLOT_ERR_HANDLE), "handle") != NULL);
     CHECK(allot_abi_version() == ALLOT_ABI_VERSION);
 }
