@@ -25,6 +25,7 @@ use allot_channel::{Channel, Geometry};
 use allot_proto::msg::ErrorCode;
 use rustix::fd::OwnedFd;
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 /// Slots of a channel whose opener did not say.
 pub const DEFAULT_SLOTS: usize = 64;
@@ -43,7 +44,14 @@ struct Named {
     /// The cell whose process opened the receiving end, while it is open
     /// (a message-triggered cell is woken by its channels' doorbells).
     receiver_cell: Option<u64>,
+    /// Adopted after a broker restart: until then, ends may still come
+    /// back (`adopt`), and the counts in memory are the old broker's.
+    adopting_until: Option<Instant>,
 }
+
+/// How long after a broker adopts a channel its other ends may come back
+/// before the counts in its memory are set to the ends that did.
+pub const REJOIN_GRACE: Duration = Duration::from_secs(2);
 
 /// The broker's named channels.
 #[derive(Debug, Default)]
@@ -113,6 +121,7 @@ impl Channels {
                     channel,
                     ends: Vec::new(),
                     receiver_cell: None,
+                    adopting_until: None,
                 },
             );
         }
@@ -210,6 +219,91 @@ impl Channels {
             ));
         }
         Ok(())
+    }
+
+    /// Takes back an end that was open before a broker restart: its
+    /// holder hands over the channel's descriptors. The channel is adopted
+    /// under `name` if this broker does not know it (its memory checked
+    /// like any channel's), or must be the very channel it knows. The end
+    /// was counted in the memory by the old broker and is not counted
+    /// again; [`Channels::settle`] later sets the counts to the ends that
+    /// came back.
+    #[allow(clippy::too_many_arguments)]
+    pub fn adopt(
+        &mut self,
+        session: SessionId,
+        uid: u32,
+        cell: Option<u64>,
+        name: &str,
+        send: bool,
+        fds: Vec<OwnedFd>,
+        acl: &[ChannelAcl],
+        now: Instant,
+    ) -> Result<(), (ErrorCode, String)> {
+        check_name(name).map_err(|e| (ErrorCode::Malformed, e))?;
+        let [mem, data, space]: [OwnedFd; 3] = fds.try_into().map_err(|v: Vec<OwnedFd>| {
+            (
+                ErrorCode::Malformed,
+                format!(
+                    "ChannelRejoin carries the channel's 3 descriptors, not {}",
+                    v.len()
+                ),
+            )
+        })?;
+        let channel = Channel::open(mem, data, space)
+            .map_err(|e| (ErrorCode::Invalid, format!("channel {name}: {e}")))?;
+        let n = self.named.entry(name.to_string()).or_insert_with(|| Named {
+            uid,
+            channel: channel.clone(),
+            ends: Vec::new(),
+            receiver_cell: None,
+            adopting_until: Some(now + REJOIN_GRACE),
+        });
+        if n.channel.identity() != channel.identity() {
+            return Err((
+                ErrorCode::Refused,
+                format!("another channel is named {name} now; open it again under another name"),
+            ));
+        }
+        let allowed =
+            uid == 0 || uid == n.uid || acl.iter().any(|a| a.name == name && a.uids.contains(&uid));
+        if !allowed {
+            return Err((
+                ErrorCode::PermissionDenied,
+                format!("channel {name} belongs to uid {}", n.uid),
+            ));
+        }
+        if !send && n.ends.iter().any(|e| !e.1) {
+            return Err((
+                ErrorCode::Refused,
+                format!("channel {name} has a receiver already (there is one at a time)"),
+            ));
+        }
+        n.ends.push((session, send));
+        if !send {
+            n.receiver_cell = cell;
+        }
+        Ok(())
+    }
+
+    /// Sets the counts of channels adopted at least [`REJOIN_GRACE`] ago
+    /// to the ends that came back (those that did not are gone: their
+    /// other side is told).
+    pub fn settle(&mut self, now: Instant) {
+        let due: Vec<String> = self
+            .named
+            .iter()
+            .filter(|(_, n)| n.adopting_until.is_some_and(|t| now >= t))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for name in due {
+            let n = self.named.get_mut(&name).expect("listed above");
+            n.adopting_until = None;
+            let senders = n.ends.iter().filter(|e| e.1).count() as u32;
+            let receiver = n.ends.iter().any(|e| !e.1);
+            n.channel.reset_ends(senders, receiver);
+            self.drop_unused(&name);
+        }
     }
 
     /// Closes one end `session` opened of `name`; false if it holds none.
@@ -391,6 +485,53 @@ mod tests {
         assert!(c.receiving(7).is_empty());
         open(&mut c, 2, 1000, "q", false).unwrap();
         check_counts(&c);
+    }
+
+    #[test]
+    fn a_restarted_broker_adopts_ends_that_come_back_and_settles_the_rest() {
+        // The old broker: a receiver (session 1) and a sender (session 2).
+        let mut old = Channels::default();
+        let rx = open(&mut old, 1, 1000, "q", false).unwrap();
+        let tx = open(&mut old, 2, 1000, "q", true).unwrap();
+        let fds = |ch: &Channel| -> Vec<OwnedFd> {
+            ch.fds()
+                .iter()
+                .map(|f| f.try_clone_to_owned().unwrap())
+                .collect()
+        };
+        let (rx_fds, tx_fds) = (fds(&rx), fds(&tx));
+        drop(old); // killed: nothing was closed
+        let mut new = Channels::default();
+        let t0 = Instant::now();
+        // Only the receiver comes back.
+        new.adopt(5, 1000, Some(9), "q", false, rx_fds, &[], t0)
+            .unwrap();
+        assert_eq!(new.receiving(9).len(), 1);
+        // A different channel cannot take the name, nor a second receiver.
+        let other = Channel::create(2, 8).unwrap();
+        let e = new
+            .adopt(6, 1000, None, "q", true, fds(&other), &[], t0)
+            .unwrap_err();
+        assert_eq!(e.0, ErrorCode::Refused);
+        assert!(e.1.contains("another channel"), "{}", e.1);
+        let e = new
+            .adopt(6, 1000, None, "q", false, fds(&rx), &[], t0)
+            .unwrap_err();
+        assert!(e.1.contains("receiver already"), "{}", e.1);
+        let e = new
+            .adopt(6, 1001, None, "q", true, fds(&rx), &[], t0)
+            .unwrap_err();
+        assert_eq!(e.0, ErrorCode::PermissionDenied);
+        // During the grace the old counts stand (the sender may come back).
+        new.settle(t0 + REJOIN_GRACE / 2);
+        assert_eq!(rx.ends(), (1, true));
+        // It did not: after the grace its count goes, and the receiver
+        // learns every sender is gone.
+        new.settle(t0 + REJOIN_GRACE);
+        assert_eq!(rx.ends(), (0, true));
+        let mut r = rx.managed_receiver();
+        assert_eq!(r.try_recv(&mut Vec::new()), Err(RecvError::Disconnected));
+        drop(tx_fds);
     }
 
     #[test]

@@ -284,6 +284,28 @@ impl Channel {
         true
     }
 
+    /// Sets the counts of open ends (for a broker that adopts a channel
+    /// after a restart and learned which ends are still there), ringing
+    /// the side that learns the other is gone.
+    pub fn reset_ends(&self, senders: u32, receiver_open: bool) {
+        let h = self.mem.header();
+        let before = h.senders.swap(senders, Ordering::SeqCst);
+        if senders == 0 && before != 0 {
+            Memory::ring(self.mem.data.as_fd(), 1);
+        }
+        if receiver_open {
+            h.receiver.store(RECEIVER_OPEN, Ordering::SeqCst);
+        } else if h.receiver.load(Ordering::SeqCst) == RECEIVER_OPEN {
+            self.detach_receiver();
+        }
+    }
+
+    /// The memory's identity (device and inode of the memfd): two
+    /// descriptors of one channel have the same.
+    pub fn identity(&self) -> (u64, u64) {
+        rustix::fs::fstat(&self.mem.mem).map_or((0, 0), |st| (st.st_dev, st.st_ino))
+    }
+
     /// Open senders, and whether the receiver is open (a snapshot).
     pub fn ends(&self) -> (u32, bool) {
         let h = self.mem.header();

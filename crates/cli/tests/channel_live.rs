@@ -300,3 +300,98 @@ fn a_message_triggered_program_sleeps_until_a_message_wakes_it() {
         d.log()
     );
 }
+
+/// The broker is killed and restarted under two `allot channel` ends:
+/// they hand their channel back, messages keep flowing, the new broker
+/// lists the channel again and still tells the receiver when the sender
+/// is killed.
+#[test]
+fn channels_survive_a_broker_restart() {
+    let mut d = Daemon::start("dry-run", &[]);
+    let sock = d.socket.to_str().unwrap().to_string();
+    let recv = Command::new(ALLOT)
+        .args(["channel", "--socket", &sock, "recv", "kept"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut send = Command::new(ALLOT)
+        .args(["channel", "--socket", &sock, "send", "kept"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = send.stdin.take().unwrap();
+    writeln!(input, "before").unwrap();
+    input.flush().unwrap();
+    let both = |d: &Daemon| {
+        d.status()
+            .channels
+            .iter()
+            .any(|c| c.name == "kept" && c.senders == 1 && c.receiver)
+    };
+    assert!(eventually(Duration::from_secs(10), || both(&d)));
+    d.kill9();
+    d.spawn();
+    assert!(
+        eventually(Duration::from_secs(10), || both(&d)),
+        "the ends came back: {:?}\n{}",
+        d.status().channels,
+        d.log()
+    );
+    writeln!(input, "after").unwrap();
+    input.flush().unwrap();
+    // Past the rejoin grace the counts are the ends that came back: both.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(both(&d), "{:?}", d.status().channels);
+    send.kill().unwrap();
+    send.wait().unwrap();
+    let out = recv.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "before\nafter\n");
+    drop(input);
+}
+
+/// A sender killed while no broker runs never comes back: once the new
+/// broker's rejoin grace is over, the receiver is told it is gone.
+#[test]
+fn an_end_that_died_with_the_broker_down_is_settled_after_the_restart() {
+    let mut d = Daemon::start("dry-run", &[]);
+    let sock = d.socket.to_str().unwrap().to_string();
+    let recv = Command::new(ALLOT)
+        .args(["channel", "--socket", &sock, "recv", "orphan"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut send = Command::new(ALLOT)
+        .args(["channel", "--socket", &sock, "send", "orphan"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = send.stdin.take().unwrap();
+    writeln!(input, "only").unwrap();
+    input.flush().unwrap();
+    assert!(eventually(Duration::from_secs(10), || d
+        .status()
+        .channels
+        .iter()
+        .any(|c| c.name == "orphan"
+            && c.senders == 1
+            && c.waiting == 0)));
+    d.kill9();
+    send.kill().unwrap();
+    send.wait().unwrap();
+    d.spawn();
+    let out = recv.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "only\n");
+    drop(input);
+}

@@ -476,6 +476,27 @@ impl Client {
             .managed_receiver())
     }
 
+    /// Hands an end of channel `name` back to a broker that restarted
+    /// (`ChannelRejoin`): `fds` are the channel's memory, data doorbell and
+    /// space doorbell. The broker counts the end for this connection again.
+    pub fn rejoin_channel(
+        &mut self,
+        name: &str,
+        end: ChannelEnd,
+        fds: [BorrowedFd<'_>; 3],
+    ) -> Result<(), ClientError> {
+        let req = Request::ChannelRejoin {
+            name: name.into(),
+            send: end == ChannelEnd::Send,
+        };
+        allot_proto::transport::send_fds(self.conn.fd(), &req.encode(), &fds)
+            .map_err(CallError::from)?;
+        match self.recv()?.0 {
+            Reply::Ok => Ok(()),
+            other => Err(broker_err(other)),
+        }
+    }
+
     /// Closes an end this connection opened of channel `name` (one-way:
     /// the broker does not answer).
     pub fn close_channel(&mut self, name: &str, end: ChannelEnd) -> Result<(), ClientError> {

@@ -16,6 +16,7 @@
 mod cell;
 mod conn;
 pub mod inherited;
+mod keeper;
 pub mod require;
 
 pub use allot_channel as channel;
@@ -25,3 +26,4 @@ pub use cell::{Cell, GrantWriter, Mode, Options, broker_alive, page_from_raw_fd}
 pub use conn::{
     ChannelEnd, Client, ClientError, Registration, Welcome, goal_to_wire, spec_to_wire,
 };
+pub use keeper::ChannelKeeper;

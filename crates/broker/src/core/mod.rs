@@ -225,7 +225,7 @@ pub struct Core {
     pub(crate) pmu: perf::Pmu,
     /// Named channels, and who besides their creators may open them.
     pub(crate) channels: crate::channels::Channels,
-    channel_acl: Vec<crate::config::ChannelAcl>,
+    pub(crate) channel_acl: Vec<crate::config::ChannelAcl>,
     /// Partition CPUs kept clear of interrupts and workqueues (`isolation`).
     isolation: isolation::Isolation,
     /// Message-triggered cells' states (`message`).
@@ -724,6 +724,7 @@ impl Core {
         if self.evaluate(now) {
             changed = true;
         }
+        self.channels.settle(now);
         let (mut effects, moved) = self.message_tick(now);
         if changed || moved {
             self.reconcile();

@@ -13,6 +13,39 @@ use rustix::fd::OwnedFd;
 use std::time::Instant;
 
 impl Core {
+    /// `ChannelRejoin` with the descriptors that came with it: an end
+    /// open before a broker restart comes back (`Channels::adopt`).
+    pub fn channel_rejoin(
+        &mut self,
+        session: SessionId,
+        peer: Peer,
+        name: &str,
+        send: bool,
+        fds: Vec<OwnedFd>,
+    ) -> Vec<Effect> {
+        let cell = self.by_pid.get(&peer.pid).copied();
+        let r = self.channels.adopt(
+            session,
+            peer.uid,
+            cell,
+            name,
+            send,
+            fds,
+            &self.channel_acl,
+            Instant::now(),
+        );
+        vec![answer(
+            session,
+            match r {
+                Ok(()) => {
+                    info!("channel {name}: an end came back (session {session})");
+                    Reply::Ok
+                }
+                Err((code, message)) => err(code, 0x13, message),
+            },
+        )]
+    }
+
     /// Counts what a registration from `session` was answered (admissions
     /// are counted where cells are activated, also from the queue).
     fn count_registration(&mut self, session: SessionId, effects: &[Effect]) {
@@ -181,6 +214,9 @@ impl Core {
                     }
                     Err((code, message)) => reply(err(code, kind, message)),
                 }
+            }
+            Request::ChannelRejoin { name, send } => {
+                self.channel_rejoin(session, peer, &name, send, vec![])
             }
             Request::ChannelClose { name, send } => {
                 if !self.channels.close(session, &name, send) {

@@ -91,6 +91,9 @@ impl Broker {
                 }]
             } else {
                 match Request::decode(&self.buf[..d.len]) {
+                    Ok(Request::ChannelRejoin { name, send }) => {
+                        self.core.channel_rejoin(id, peer, &name, send, d.fds)
+                    }
                     Ok(req) => {
                         units = cost(&req);
                         let fd = if matches!(req, Request::Rejoin { .. }) {

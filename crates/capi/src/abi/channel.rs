@@ -3,14 +3,15 @@
 //!
 //! A handle owns one end: a sender, or the receiver behind a mutex (one
 //! receiving thread at a time). An end opened through the broker keeps its
-//! own connection in the handle, so the broker counts the end open exactly
+//! own connection in the handle (a `ChannelKeeper`, which hands the end
+//! back to a restarted broker), so the broker counts the end open exactly
 //! as long as the handle lives (or the process does).
 
 use super::CHANNELS;
 use super::cell::client_error;
 use super::status::{Error, Result, Status, entry};
 use allot_client::channel::{Full, Receiver, RecvError, SendError, Sender};
-use allot_client::{ChannelEnd, Client};
+use allot_client::{ChannelEnd, ChannelKeeper};
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -35,7 +36,7 @@ pub(crate) enum End {
 #[derive(Debug)]
 pub(crate) struct Entry {
     end: End,
-    _conn: Option<Mutex<Client>>,
+    _conn: Option<ChannelKeeper>,
 }
 
 const SEND: c_int = 0;
@@ -87,9 +88,9 @@ pub unsafe extern "C" fn allot_channel_open(
         let name = name_from_c(name)?;
         let which = end_from_c(end)?;
         allot_client::channel::check_name(&name).map_err(Error::invalid)?;
-        let mut conn = Client::connect_default().map_err(client_error)?;
+        let conn = ChannelKeeper::connect_default().map_err(client_error)?;
         let ch = conn
-            .open_channel(&name, which, slots, message_max)
+            .open(&name, which, slots, message_max)
             .map_err(|e| match e {
                 allot_client::ClientError::Broker {
                     code: allot_proto::msg::ErrorCode::Malformed,
@@ -109,7 +110,7 @@ pub unsafe extern "C" fn allot_channel_open(
             out,
             Entry {
                 end,
-                _conn: Some(Mutex::new(conn)),
+                _conn: Some(conn),
             },
         )
     })

@@ -3,11 +3,13 @@
 //! `allot channel send NAME` sends each line of its standard input as one
 //! message (without the newline); `allot channel recv NAME` prints each
 //! message as a line. Both hold their end through their connection to the
-//! broker, so when either exits — or is killed — the broker tells the
-//! other side (`recv` then ends once it has printed what was sent).
+//! broker (an `allot_client::ChannelKeeper`, which hands the end back to a
+//! restarted broker), so when either exits — or is killed — the broker
+//! tells the other side (`recv` then ends once it has printed what was
+//! sent).
 
 use allot_client::channel::{Full, RecvError};
-use allot_client::{ChannelEnd, Client};
+use allot_client::{ChannelEnd, ChannelKeeper};
 use anyhow::{Context, bail};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -94,8 +96,8 @@ pub fn run(a: Args) -> i32 {
     }
 }
 
-fn connect(socket: &std::path::Path) -> anyhow::Result<Client> {
-    Client::connect(socket).with_context(|| {
+fn connect(socket: &std::path::Path) -> anyhow::Result<ChannelKeeper> {
+    ChannelKeeper::connect(socket).with_context(|| {
         format!(
             "cannot reach a broker on {} (start one with `allot daemon`)",
             socket.display()
@@ -129,7 +131,7 @@ fn serve(socket: &std::path::Path, what: What) -> anyhow::Result<()> {
             ..
         } => {
             let tx = match &mut client {
-                Some(c) => c.channel_sender(&name, slots, message_max),
+                Some(c) => c.sender(&name, slots, message_max),
                 None => allot_client::inherited::sender(&name),
             }
             .with_context(|| format!("cannot open channel {name} to send"))?;
@@ -140,14 +142,14 @@ fn serve(socket: &std::path::Path, what: What) -> anyhow::Result<()> {
                     .with_context(|| format!("sending on channel {name}"))?;
             }
             if let Some(c) = &mut client {
-                c.close_channel(&name, ChannelEnd::Send)?;
+                c.close(&name, ChannelEnd::Send)?;
             }
             Ok(())
         }
         What::Ping { name, count, every } => {
             let c = client.as_mut().expect("ping opens its own end");
             let tx = c
-                .channel_sender(&name, 0, 0)
+                .sender(&name, 0, 0)
                 .with_context(|| format!("cannot open channel {name} to send"))?;
             for i in 0..count {
                 if i > 0 {
@@ -156,7 +158,7 @@ fn serve(socket: &std::path::Path, what: What) -> anyhow::Result<()> {
                 tx.send(format!("ping {}", monotonic_ns()).as_bytes(), Full::Wait)
                     .with_context(|| format!("sending on channel {name}"))?;
             }
-            c.close_channel(&name, ChannelEnd::Send)?;
+            c.close(&name, ChannelEnd::Send)?;
             Ok(())
         }
         What::Recv {
@@ -168,7 +170,7 @@ fn serve(socket: &std::path::Path, what: What) -> anyhow::Result<()> {
             ..
         } => {
             let mut rx = match &mut client {
-                Some(c) => c.channel_receiver(&name, slots, message_max),
+                Some(c) => c.receiver(&name, slots, message_max),
                 None => allot_client::inherited::receiver(&name),
             }
             .with_context(|| format!("cannot open channel {name} to receive"))?;
@@ -200,7 +202,7 @@ fn serve(socket: &std::path::Path, what: What) -> anyhow::Result<()> {
                 }
             }
             if let Some(c) = &mut client {
-                c.close_channel(&name, ChannelEnd::Receive)?;
+                c.close(&name, ChannelEnd::Receive)?;
             }
             Ok(())
         }

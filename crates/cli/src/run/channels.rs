@@ -7,7 +7,7 @@
 //! and named in `ALLOT_CHANNELS` (`allot_client::inherited`).
 
 use allot_client::inherited::{self, Entry};
-use allot_client::{ChannelEnd, Client};
+use allot_client::{ChannelEnd, ChannelKeeper};
 use rustix::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 
@@ -37,9 +37,10 @@ impl std::str::FromStr for ChannelArg {
     }
 }
 
-/// The open ends: kept until the program exits.
+/// The open ends: kept until the program exits (and handed back to a
+/// broker that restarts meanwhile).
 pub struct Held {
-    _conn: Client,
+    _conn: ChannelKeeper,
     _fds: Vec<OwnedFd>,
     /// `ALLOT_CHANNELS` for the program.
     pub var: String,
@@ -48,7 +49,7 @@ pub struct Held {
 /// Opens every end in `wanted` through the broker at `socket`.
 pub fn open(socket: &Path, wanted: &[ChannelArg]) -> anyhow::Result<Held> {
     use anyhow::Context;
-    let mut conn = Client::connect(socket).context("cannot reach the broker for --channel")?;
+    let conn = ChannelKeeper::connect(socket).context("cannot reach the broker for --channel")?;
     let mut fds = Vec::new();
     let mut entries = Vec::new();
     for w in wanted {
@@ -58,7 +59,7 @@ pub fn open(socket: &Path, wanted: &[ChannelArg]) -> anyhow::Result<Held> {
             ChannelEnd::Receive
         };
         let ch = conn
-            .open_channel(&w.name, end, 0, 0)
+            .open(&w.name, end, 0, 0)
             .with_context(|| format!("--channel {}", w.name))?;
         let mut nums = [0; 3];
         for (i, fd) in ch.fds().iter().enumerate() {

@@ -197,7 +197,7 @@ impl Request {
             } => {
                 w.str(name).bool(*send).u32(*slots).u32(*message_max);
             }
-            Request::ChannelClose { name, send } => {
+            Request::ChannelClose { name, send } | Request::ChannelRejoin { name, send } => {
                 w.str(name).bool(*send);
             }
             Request::PoolStats { cell, stats: s } => {
@@ -224,7 +224,7 @@ impl Request {
     /// Decodes one datagram. Never panics, whatever the bytes.
     pub fn decode(buf: &[u8]) -> Result<Request, FrameError> {
         let (kind, body) = unframe(buf)?;
-        if !(0x01..=0x12).contains(&kind) {
+        if !(0x01..=0x13).contains(&kind) {
             return Err(FrameError::Kind(kind));
         }
         let mut r = Reader::new(body);
@@ -306,6 +306,10 @@ impl Request {
                 message_max: r.u32("message_max")?,
             },
             0x12 => Request::ChannelClose {
+                name: r.str("name")?,
+                send: r.bool("send")?,
+            },
+            0x13 => Request::ChannelRejoin {
                 name: r.str("name")?,
                 send: r.bool("send")?,
             },

@@ -4,7 +4,7 @@
 
 use super::*;
 
-/// A request of every kind (0x01 to 0x12).
+/// A request of every kind (0x01 to 0x13).
 pub fn example_requests() -> Vec<Request> {
     vec![
         Request::Hello {
@@ -109,6 +109,10 @@ pub fn example_requests() -> Vec<Request> {
         Request::ChannelClose {
             name: "frames.in".into(),
             send: false,
+        },
+        Request::ChannelRejoin {
+            name: "frames.in".into(),
+            send: true,
         },
     ]
 }

@@ -41,7 +41,8 @@ use crate::wire::DecodeError;
 /// summed; 5 — the spec carries a time contract ([`TimeWire`]); 6 — the
 /// spec carries a goal ([`GoalWire`]), and `SetGoal` (0x10) changes it;
 /// 7 — named channels: `ChannelOpen` (0x11), the one-way `ChannelClose`
-/// (0x12) and the `Channel` reply (0x89) with three descriptors.
+/// (0x12), `ChannelRejoin` (0x13) and the `Channel` reply (0x89) with
+/// three descriptors.
 pub const PROTOCOL_VERSION: u16 = 7;
 
 /// Header magic.
@@ -464,6 +465,17 @@ pub enum Request {
         /// Which end.
         send: bool,
     },
+    /// `0x13` — `name: str, send: bool`, with the channel's three
+    /// descriptors (`SCM_RIGHTS`, in `Channel`'s order). After a broker
+    /// restart, an end that was open hands its channel back; the new broker
+    /// adopts the channel under its name (or finds it adopted already) and
+    /// counts the end for this connection. Answered by `Ok` or `Error`.
+    ChannelRejoin {
+        /// The channel's name.
+        name: String,
+        /// Which end.
+        send: bool,
+    },
 }
 
 /// The broker's reply.
@@ -568,6 +580,7 @@ impl Request {
             Request::SetGoal { .. } => 0x10,
             Request::ChannelOpen { .. } => 0x11,
             Request::ChannelClose { .. } => 0x12,
+            Request::ChannelRejoin { .. } => 0x13,
         }
     }
 
