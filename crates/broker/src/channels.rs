@@ -237,6 +237,7 @@ impl Channels {
         name: &str,
         send: bool,
         fds: Vec<OwnedFd>,
+        limits: &Limits,
         acl: &[ChannelAcl],
         now: Instant,
     ) -> Result<(), (ErrorCode, String)> {
@@ -252,6 +253,11 @@ impl Channels {
         })?;
         let channel = Channel::open(mem, data, space)
             .map_err(|e| (ErrorCode::Invalid, format!("channel {name}: {e}")))?;
+        if !self.named.contains_key(name) {
+            // Adopting makes the broker keep (and map) it: bounded per
+            // user like creating.
+            self.check_limits(uid, channel.geometry(), limits)?;
+        }
         let n = self.named.entry(name.to_string()).or_insert_with(|| Named {
             uid,
             channel: channel.clone(),
@@ -504,22 +510,62 @@ mod tests {
         let mut new = Channels::default();
         let t0 = Instant::now();
         // Only the receiver comes back.
-        new.adopt(5, 1000, Some(9), "q", false, rx_fds, &[], t0)
-            .unwrap();
+        new.adopt(
+            5,
+            1000,
+            Some(9),
+            "q",
+            false,
+            rx_fds,
+            &Limits::default(),
+            &[],
+            t0,
+        )
+        .unwrap();
         assert_eq!(new.receiving(9).len(), 1);
         // A different channel cannot take the name, nor a second receiver.
         let other = Channel::create(2, 8).unwrap();
         let e = new
-            .adopt(6, 1000, None, "q", true, fds(&other), &[], t0)
+            .adopt(
+                6,
+                1000,
+                None,
+                "q",
+                true,
+                fds(&other),
+                &Limits::default(),
+                &[],
+                t0,
+            )
             .unwrap_err();
         assert_eq!(e.0, ErrorCode::Refused);
         assert!(e.1.contains("another channel"), "{}", e.1);
         let e = new
-            .adopt(6, 1000, None, "q", false, fds(&rx), &[], t0)
+            .adopt(
+                6,
+                1000,
+                None,
+                "q",
+                false,
+                fds(&rx),
+                &Limits::default(),
+                &[],
+                t0,
+            )
             .unwrap_err();
         assert!(e.1.contains("receiver already"), "{}", e.1);
         let e = new
-            .adopt(6, 1001, None, "q", true, fds(&rx), &[], t0)
+            .adopt(
+                6,
+                1001,
+                None,
+                "q",
+                true,
+                fds(&rx),
+                &Limits::default(),
+                &[],
+                t0,
+            )
             .unwrap_err();
         assert_eq!(e.0, ErrorCode::PermissionDenied);
         // During the grace the old counts stand (the sender may come back).
@@ -532,6 +578,15 @@ mod tests {
         let mut r = rx.managed_receiver();
         assert_eq!(r.try_recv(&mut Vec::new()), Err(RecvError::Disconnected));
         drop(tx_fds);
+        // Adopting is bounded per user like creating.
+        let none = Limits {
+            channels: 0,
+            ..Limits::default()
+        };
+        let e = new
+            .adopt(7, 1000, None, "other", true, fds(&other), &none, &[], t0)
+            .unwrap_err();
+        assert_eq!(e.0, ErrorCode::Limit);
     }
 
     #[test]

@@ -272,7 +272,7 @@ fn strerror_describes_every_code_and_last_error_is_per_thread() {
         );
         seen.push(text);
     }
-    for code in [-1, 13, 1000, c_int::MIN] {
+    for code in [-1, 14, 1000, c_int::MIN] {
         // SAFETY: as above.
         let text = unsafe { CStr::from_ptr(allot_strerror(code)) };
         assert_eq!(text.to_str().unwrap(), unknown);

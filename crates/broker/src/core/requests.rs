@@ -31,6 +31,7 @@ impl Core {
             name,
             send,
             fds,
+            &self.limits,
             &self.channel_acl,
             Instant::now(),
         );
