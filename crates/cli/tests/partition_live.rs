@@ -97,3 +97,61 @@ fn partition_arguments_are_checked() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"));
 }
+
+/// The real thing, only when asked (`ALLOT_TEST_ISOLATE=1`, root): a
+/// broker with `isolate = true` on this machine's `/proc/irq` and
+/// workqueue mask moves what it can off a one-CPU partition while it runs
+/// and puts every value back afterwards. It changes the whole machine for
+/// a moment, so it never runs by default (nor on CI).
+#[test]
+fn isolation_on_this_machine_when_asked() {
+    if std::env::var("ALLOT_TEST_ISOLATE").as_deref() != Ok("1") {
+        return;
+    }
+    let irqs = || -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = std::fs::read_dir("/proc/irq")
+            .unwrap()
+            .filter_map(|e| {
+                let p = e.ok()?.path().join("smp_affinity_list");
+                Some((p.display().to_string(), std::fs::read_to_string(&p).ok()?))
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let wq = "/sys/devices/virtual/workqueue/cpumask";
+    let before = (irqs(), std::fs::read_to_string(wq).ok());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("allotd.toml");
+    std::fs::write(&cfg, "isolate = true\n").unwrap();
+    let d = Daemon::start("dry-run", &["--config", cfg.to_str().unwrap()]);
+    let out = run_out(allot_run(
+        &d,
+        &[
+            "--partition",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            "cat /proc/self/status | grep Cpus_allowed_list; sleep 1",
+        ],
+    ));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = d.log();
+    eprintln!("{log}");
+    assert!(
+        log.contains("interrupt/workqueue affinities moved off them"),
+        "{log}"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || (
+            irqs(),
+            std::fs::read_to_string(wq).ok()
+        ) == before),
+        "every value back"
+    );
+}

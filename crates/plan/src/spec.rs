@@ -396,6 +396,18 @@ impl CellSpec {
         !self.time.is_time() && (self.min > 0 || self.exclusive)
     }
 
+    /// A partition of `n` CPUs: `n` whole CPUs no other cell may use (what
+    /// `allot run --partition N` asks for; a program that registers one
+    /// itself builds its pools with `Builder::poll`).
+    pub fn partition(n: u32) -> CellSpec {
+        CellSpec {
+            min: n,
+            max: n,
+            exclusive: true,
+            ..CellSpec::default()
+        }
+    }
+
     /// Whether this is a message-triggered cell.
     pub fn is_message(&self) -> bool {
         matches!(self.time, TimeContract::Message { .. })

@@ -182,10 +182,9 @@ fn a_named_worker_runs_its_tasks_and_bad_names_fail() {
         let pool = pool_on(2, kind.into(), None);
         // Both workers serving their CPUs: the inbox of a worker that holds
         // none (not started yet) is the others' to empty.
-        assert!(allot_testkit::eventually(
-            Duration::from_secs(10),
-            || pool.workers() == 2
-        ));
+        assert!(allot_testkit::eventually(Duration::from_secs(10), || pool
+            .workers()
+            == 2));
         let wrong = Arc::new(AtomicUsize::new(0));
         let handles: Vec<_> = (0..200)
             .map(|i| {

@@ -180,13 +180,18 @@ pub fn run(a: Args) -> i32 {
         return 2;
     }
     let mut spec = CellSpec {
-        min: a.partition.unwrap_or(a.min),
-        max: a.partition.unwrap_or(a.max),
         weight: a.weight,
-        exclusive: a.exclusive || a.partition.is_some(),
         placement: a.place,
-        time: Default::default(),
         goal: a.goal.unwrap_or_default(),
+        ..match a.partition {
+            Some(n) => CellSpec::partition(n),
+            None => CellSpec {
+                min: a.min,
+                max: a.max,
+                exclusive: a.exclusive,
+                ..CellSpec::default()
+            },
+        }
     };
     let time = contract::TimeFlags {
         period: a.period.clone(),
