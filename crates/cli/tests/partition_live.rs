@@ -72,15 +72,15 @@ fn a_partition_gets_its_cpus_a_polling_program_and_a_clear_machine() {
     assert_eq!(seen.len(), usable.len() - 1, "{text}");
     assert_ne!(lines[2].trim(), "3", "{text}");
     // After it: everything back, and nothing left saved.
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap().trim().to_string();
     assert!(
-        eventually(Duration::from_secs(10), || std::fs::read_to_string(&irq)
-            .unwrap()
-            .trim()
-            == all),
-        "{}",
+        eventually(Duration::from_secs(10), || read(&irq) == all
+            && read(&wq) == "3"),
+        "{} {}\n{}",
+        read(&irq),
+        read(&wq),
         d.log()
     );
-    assert_eq!(std::fs::read_to_string(&wq).unwrap().trim(), "3");
     assert!(!d.dir.path().join("isolation.json").exists());
 }
 
