@@ -577,3 +577,63 @@ fn a_message_triggered_cell_sleeps_without_messages_and_wakes_on_one() {
     w.core.tick(t1 + Duration::from_millis(200));
     assert!(w.core.plan().cells.contains_key(&allot_plan::CellId(id)));
 }
+
+/// On a backend that cannot suspend a cell, a message-triggered cell stays
+/// active when idle: left out of the plan it would still run, on CPUs the
+/// plan gives to others.
+#[test]
+fn without_a_freezer_a_message_triggered_cell_stays_active() {
+    use std::time::{Duration, Instant};
+    let os = allot_enforce::os::FakeOs::new();
+    for (pid, uid) in [(1, 0), (100, 0)] {
+        os.spawn(pid, 0, 1, &allot_topo::CpuSet::first_n(4));
+        os.set_uid(pid, uid);
+    }
+    let (mut w, _) = world_with_backend(
+        4,
+        tempfile::tempdir().unwrap(),
+        os,
+        allot_enforce::DryRun::new().without_gates(),
+    );
+    let e = register(
+        &mut w,
+        ROOT,
+        "msg",
+        CellSpec {
+            min: 1,
+            time: TimeContract::Message { idle_ms: 10 },
+            ..Default::default()
+        },
+        vec![100],
+        false,
+    );
+    let (id, _, _page) = page(e);
+    let peer = allot_broker::core::Peer {
+        pid: 100,
+        uid: 0,
+        gid: 0,
+    };
+    let e = w.core.handle(
+        20,
+        peer,
+        allot_proto::msg::Request::ChannelOpen {
+            name: "q".into(),
+            send: false,
+            slots: 0,
+            message_max: 0,
+        },
+        None,
+    );
+    assert!(matches!(
+        e.first(),
+        Some(allot_broker::core::Effect::Reply { fds, .. }) if fds.len() == 3
+    ));
+    let t0 = Instant::now();
+    w.core.tick(t0);
+    let e = w.core.tick(t0 + Duration::from_millis(100));
+    assert!(
+        !e.iter()
+            .any(|e| matches!(e, allot_broker::core::Effect::WatchDoorbell { .. }))
+    );
+    assert!(w.core.plan().cells.contains_key(&allot_plan::CellId(id)));
+}

@@ -13,7 +13,9 @@
 //! Active → idle, on a tick, when for `idle_ms` no message was sent to
 //! any of its channels, none waits, and the cell used under a twentieth
 //! of a CPU; and only if it holds at least one receiving end (else nothing
-//! could wake it). Going idle arms each channel's data doorbell
+//! could wake it) and the backend can suspend it (a freezer: on the
+//! affinity backend it stays active, since running while left out of the
+//! plan it would use CPUs given to others). Going idle arms each channel's data doorbell
 //! (`Channel::arm_doorbell`: the next message rings it) and hands the
 //! server a copy of each doorbell to poll (`Effect::WatchDoorbell`);
 //! a message already waiting keeps the cell active.
@@ -133,7 +135,23 @@ impl Core {
             if elapsed < idle_after {
                 continue;
             }
-            // Quiet for idle_ms: arm every doorbell, then suspend it.
+            // Quiet for idle_ms. A backend that cannot suspend the cell
+            // (affinity) leaves it active: asleep but running, it would
+            // run on CPUs the plan gives to others, exclusive ones too.
+            if m.gate.is_none() {
+                m.gate = match self.enforcer.gate(id) {
+                    Ok(g) => g,
+                    Err(e) => {
+                        warn!("cell {id}: {e}; it stays active while idle");
+                        None
+                    }
+                };
+            }
+            if m.gate.is_none() {
+                m.quiet_since = now;
+                continue;
+            }
+            // Arm every doorbell, then suspend it.
             let armed = channels.iter().all(|ch| ch.arm_doorbell());
             if !armed {
                 m.quiet_since = now;
@@ -145,15 +163,6 @@ impl Core {
                 .collect();
             m.active = false;
             m.usage = usage;
-            if m.gate.is_none() {
-                m.gate = match self.enforcer.gate(id) {
-                    Ok(g) => g,
-                    Err(e) => {
-                        warn!("cell {id}: {e}; it is not suspended while idle");
-                        None
-                    }
-                };
-            }
             if let Some(g) = m.gate.as_mut()
                 && let Err(e) = g.close()
             {
