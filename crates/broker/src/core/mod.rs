@@ -12,7 +12,11 @@
 //! - `restore`: rebuilding the state from the journal and the backend;
 //! - `register`: admission, the queue, joining and leaving cells;
 //! - `requests`: dispatching requests, one handler each;
-//! - `time`: what the kernel enforces for a time cell, and its windows.
+//! - `time`: what the kernel enforces for a time cell, and its windows;
+//! - `effect`: what entry points return to the event loop ([`Effect`]),
+//!   sessions and peers;
+//! - `message`: message-triggered cells asleep and awake; `isolation`:
+//!   partition CPUs kept clear of interrupts and workqueues.
 //!
 //! Invariants kept here (the planner keeps the plan invariants):
 //!
@@ -32,6 +36,7 @@
 //! - What one user can make the broker keep is bounded by
 //!   [`crate::config::Limits`]; root is exempt from the per-user bounds.
 
+mod effect;
 mod isolation;
 mod message;
 mod perf;
@@ -39,6 +44,9 @@ mod register;
 mod requests;
 mod restore;
 mod time;
+
+pub use effect::{Effect, Peer, SessionId};
+pub(crate) use effect::{answer, err};
 
 use crate::config::{Config, Limits};
 use crate::demand::Estimator;
@@ -58,73 +66,11 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Identifies a client connection.
-pub type SessionId = u64;
-
 /// How long the removal of an ended cell's backend state is retried.
 pub const REMOVE_RETRY_FOR: Duration = Duration::from_secs(30);
 
 /// Grant pages one cell may hold (each a memfd handed back on `Rejoin`).
 const MAX_PAGES_PER_CELL: usize = 8;
-
-/// The credentials of a connected client (`SO_PEERCRED`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Peer {
-    /// Process id at connect time.
-    pub pid: u32,
-    /// User id.
-    pub uid: u32,
-    /// Group id.
-    pub gid: u32,
-}
-
-impl Peer {
-    /// Whether the per-user limits apply to this peer (everyone but root).
-    pub fn limited(&self) -> bool {
-        self.uid != 0
-    }
-}
-
-/// Something the event loop must do.
-#[derive(Debug)]
-pub enum Effect {
-    /// Send `reply` (with `fds` attached) on `session`.
-    Reply {
-        /// The session.
-        session: SessionId,
-        /// The reply.
-        reply: Reply,
-        /// File descriptors to pass (at most `transport::MAX_FDS`).
-        fds: Vec<rustix::fd::OwnedFd>,
-    },
-    /// Start watching `pid` for exit.
-    Watch(u32),
-    /// Stop watching `pid`.
-    Unwatch(u32),
-    /// Poll these doorbells (a channel's data eventfd, never read) and
-    /// call `Core::doorbell(cell)` when one rings (`core::message`).
-    WatchDoorbell {
-        /// The idle message-triggered cell they wake.
-        cell: u64,
-        /// Copies of the doorbells.
-        fds: Vec<rustix::fd::OwnedFd>,
-    },
-    /// Stop polling cell `.0`'s doorbells.
-    ForgetDoorbell(u64),
-}
-
-/// A reply to `session`, without a descriptor.
-pub(crate) fn answer(session: SessionId, reply: Reply) -> Effect {
-    Effect::Reply {
-        session,
-        reply,
-        fds: vec![],
-    }
-}
-
-pub(crate) fn err(code: ErrorCode, req: u16, msg: impl Into<String>) -> Reply {
-    Reply::error(code, req, msg)
-}
 
 #[derive(Debug)]
 pub(crate) struct Cell {

@@ -1,0 +1,68 @@
+//! What the state machine tells the event loop, and who it talks to: the
+//! [`Effect`]s every entry point of `Core` returns (replies, with the
+//! descriptors they carry; processes and doorbells to watch), sessions and
+//! their peers' credentials.
+
+use allot_proto::msg::{ErrorCode, Reply};
+
+/// Identifies a client connection.
+pub type SessionId = u64;
+
+/// The credentials of a connected client (`SO_PEERCRED`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    /// Process id at connect time.
+    pub pid: u32,
+    /// User id.
+    pub uid: u32,
+    /// Group id.
+    pub gid: u32,
+}
+
+impl Peer {
+    /// Whether the per-user limits apply to this peer (everyone but root).
+    pub fn limited(&self) -> bool {
+        self.uid != 0
+    }
+}
+
+/// Something the event loop must do.
+#[derive(Debug)]
+pub enum Effect {
+    /// Send `reply` (with `fds` attached) on `session`.
+    Reply {
+        /// The session.
+        session: SessionId,
+        /// The reply.
+        reply: Reply,
+        /// File descriptors to pass (at most `transport::MAX_FDS`).
+        fds: Vec<rustix::fd::OwnedFd>,
+    },
+    /// Start watching `pid` for exit.
+    Watch(u32),
+    /// Stop watching `pid`.
+    Unwatch(u32),
+    /// Poll these doorbells (a channel's data eventfd, never read) and
+    /// call `Core::doorbell(cell)` when one rings (`core::message`).
+    WatchDoorbell {
+        /// The idle message-triggered cell they wake.
+        cell: u64,
+        /// Copies of the doorbells.
+        fds: Vec<rustix::fd::OwnedFd>,
+    },
+    /// Stop polling cell `.0`'s doorbells.
+    ForgetDoorbell(u64),
+}
+
+/// A reply to `session`, without a descriptor.
+pub(crate) fn answer(session: SessionId, reply: Reply) -> Effect {
+    Effect::Reply {
+        session,
+        reply,
+        fds: vec![],
+    }
+}
+
+pub(crate) fn err(code: ErrorCode, req: u16, msg: impl Into<String>) -> Reply {
+    Reply::error(code, req, msg)
+}
