@@ -558,6 +558,22 @@ mod tests {
         assert_eq!(again.damaged_at, None);
     }
 
+    /// Found by the `journal` fuzz target: a share written with more
+    /// digits than a double holds replayed, was snapshot, and replayed as
+    /// a neighbouring double (JSON numbers are now parsed exactly, the
+    /// `float_roundtrip` feature of serde_json).
+    #[test]
+    fn fuzz_a_long_float_survives_a_snapshot() {
+        let text = br#"{"t":"next_id","next":5}
+{"t":"cell","id":4,"name":"make","uid":1000,"spec":{"min":1,"max":0,"weight":2,"exclusive":true,"placement":"numa"},"token":9}
+{"t":"member","id":4,"member":{"pid":77,"start":12}}
+{"t":"grant","id":4,"grant":{"generation":3,"cpus":"0-1","lent":"","entitled":"0-0","threads":2,"stacked":false,"share":266666666666666666666666666666666666666666666666666666666666666666666666666666666666.0,"demand":null}}
+"#;
+        let r = replay(text).unwrap();
+        let again = replay(&snapshot_bytes(&r.state)).unwrap();
+        assert_eq!(again.state, r.state);
+    }
+
     #[test]
     fn ids_survive_overflowing_records() {
         let mut s = Replayed::default();
