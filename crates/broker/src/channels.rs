@@ -285,6 +285,15 @@ impl Channels {
                 format!("channel {name} has a receiver already (there is one at a time)"),
             ));
         }
+        // Within the grace the old broker's count includes this end; after
+        // it (or on a channel this broker made) the end is counted now.
+        if n.adopting_until.is_none() {
+            if send {
+                n.channel.attach_sender();
+            } else {
+                n.channel.attach_receiver();
+            }
+        }
         n.ends.push((session, send));
         if !send {
             n.receiver_cell = cell;
@@ -577,7 +586,23 @@ mod tests {
         assert_eq!(rx.ends(), (0, true));
         let mut r = rx.managed_receiver();
         assert_eq!(r.try_recv(&mut Vec::new()), Err(RecvError::Disconnected));
-        drop(tx_fds);
+        // A sender that comes back late is counted again, and its leaving
+        // counted once.
+        new.adopt(
+            8,
+            1000,
+            None,
+            "q",
+            true,
+            tx_fds,
+            &Limits::default(),
+            &[],
+            t0,
+        )
+        .unwrap();
+        assert_eq!(rx.ends(), (1, true));
+        new.session_closed(8);
+        assert_eq!(rx.ends(), (0, true));
         // Adopting is bounded per user like creating.
         let none = Limits {
             channels: 0,
