@@ -8,7 +8,7 @@ use allot_client::ChannelEnd;
 use allot_client::channel::{Full, RecvError, SendError};
 use common::*;
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn soon() -> Option<Instant> {
@@ -303,6 +303,25 @@ fn a_message_triggered_program_sleeps_until_a_message_wakes_it() {
     );
 }
 
+/// `allot channel recv NAME` (its output captured) and `allot channel send
+/// NAME` against `d`, with the sender's standard input.
+fn receiver_and_sender(d: &Daemon, name: &str) -> (Child, Child, ChildStdin) {
+    let sock = d.socket.to_str().unwrap();
+    let recv = Command::new(ALLOT)
+        .args(["channel", "--socket", sock, "recv", name])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut send = Command::new(ALLOT)
+        .args(["channel", "--socket", sock, "send", name])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let input = send.stdin.take().unwrap();
+    (recv, send, input)
+}
+
 /// The broker is killed and restarted under two `allot channel` ends:
 /// they hand their channel back, messages keep flowing, the new broker
 /// lists the channel again and still tells the receiver when the sender
@@ -310,19 +329,7 @@ fn a_message_triggered_program_sleeps_until_a_message_wakes_it() {
 #[test]
 fn channels_survive_a_broker_restart() {
     let mut d = Daemon::start("dry-run", &[]);
-    let sock = d.socket.to_str().unwrap().to_string();
-    let recv = Command::new(ALLOT)
-        .args(["channel", "--socket", &sock, "recv", "kept"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut send = Command::new(ALLOT)
-        .args(["channel", "--socket", &sock, "send", "kept"])
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = send.stdin.take().unwrap();
+    let (recv, mut send, mut input) = receiver_and_sender(&d, "kept");
     writeln!(input, "before").unwrap();
     input.flush().unwrap();
     let both = |d: &Daemon| {
@@ -362,19 +369,7 @@ fn channels_survive_a_broker_restart() {
 #[test]
 fn an_end_that_died_with_the_broker_down_is_settled_after_the_restart() {
     let mut d = Daemon::start("dry-run", &[]);
-    let sock = d.socket.to_str().unwrap().to_string();
-    let recv = Command::new(ALLOT)
-        .args(["channel", "--socket", &sock, "recv", "orphan"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut send = Command::new(ALLOT)
-        .args(["channel", "--socket", &sock, "send", "orphan"])
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = send.stdin.take().unwrap();
+    let (recv, mut send, mut input) = receiver_and_sender(&d, "orphan");
     writeln!(input, "only").unwrap();
     input.flush().unwrap();
     assert!(eventually(Duration::from_secs(10), || d
