@@ -167,11 +167,7 @@ impl Channels {
         let fds = match fds {
             Ok(fds) => fds,
             Err(e) => {
-                if send {
-                    n.channel.detach_sender();
-                } else {
-                    n.channel.detach_receiver();
-                }
+                detach(n, send);
                 return Err((ErrorCode::Internal, format!("channel {name}: {e}")));
             }
         };

@@ -273,15 +273,7 @@ impl Channel {
     /// readable with the next message; the taker must poll it without
     /// reading it, so that the receiver, once it runs, sees the ring too.
     pub fn arm_doorbell(&self) -> bool {
-        let h = self.mem.header();
-        Memory::take(self.mem.data.as_fd());
-        h.receiver_waiting.store(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        if !self.is_empty() {
-            h.receiver_waiting.store(0, Ordering::SeqCst);
-            return false;
-        }
-        true
+        self.mem.arm_data(|| !self.is_empty())
     }
 
     /// Sets the counts of open ends (for a broker that adopts a channel
@@ -475,15 +467,7 @@ impl Receiver {
     /// asks nothing, when a message is already waiting (or every sender
     /// closed): receive instead of polling.
     pub fn arm(&self) -> bool {
-        let h = self.mem.header();
-        Memory::take(self.mem.data.as_fd());
-        h.receiver_waiting.store(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        if self.ready() || self.disconnected() {
-            h.receiver_waiting.store(0, Ordering::SeqCst);
-            return false;
-        }
-        true
+        self.mem.arm_data(|| self.ready() || self.disconnected())
     }
 
     /// Receives the next message into `buf` (replacing its contents),

@@ -18,7 +18,7 @@ use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{MemfdFlags, SealFlags};
 use rustix::mm::{MapFlags, ProtFlags};
 use std::ptr::NonNull;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{Ordering, fence};
 use std::time::{Duration, Instant};
 
 /// Why a channel could not be made or opened.
@@ -173,6 +173,22 @@ impl Memory {
                 .add(self.geometry.slot_offset(pos) + crate::layout::SLOT_HEADER)
                 .as_ptr()
         }
+    }
+
+    /// The waiting side of the data doorbell ("Waiting" in the crate
+    /// docs): takes an old ring, says the receiver waits, fences, and
+    /// looks once more; returns false — and takes the flag back — when
+    /// `nothing_to_wait_for` then holds (a message, or no sender left).
+    pub(crate) fn arm_data(&self, nothing_to_wait_for: impl FnOnce() -> bool) -> bool {
+        let h = self.header();
+        Memory::take(self.data.as_fd());
+        h.receiver_waiting.store(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if nothing_to_wait_for() {
+            h.receiver_waiting.store(0, Ordering::SeqCst);
+            return false;
+        }
+        true
     }
 
     /// Rings `bell` `n` times (adds `n` to the eventfd).

@@ -231,11 +231,6 @@ pub fn format_mask(set: &CpuSet) -> String {
         .join(",")
 }
 
-/// The real files of this machine.
-pub fn this_machine() -> SysFiles {
-    SysFiles::new("/")
-}
-
 /// Where the broker keeps [`Saved`] values between runs.
 pub fn saved_path(state_dir: &Path) -> PathBuf {
     state_dir.join("isolation.json")
