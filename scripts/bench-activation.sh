@@ -17,11 +17,7 @@ every=${2:-300}
 cd "$(dirname "$0")/.."
 source scripts/lib/bench-broker.sh
 bench_broker activation
-for i in 1 2; do
-  setsid "$A" run --name "hog-$i" -- sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 &
-  bench_pids="$bench_pids $!"
-done
-sleep 1
+bench_hogs 2
 run() { # label, allot run options
   # shellcheck disable=SC2086
   "$A" run --name "recv-$1" $2 --channel "act-$1:recv" -- \

@@ -15,11 +15,7 @@ reps=${2:-3}
 cd "$(dirname "$0")/.."
 source scripts/lib/bench-broker.sh
 bench_broker noise
-for i in 1 2; do
-  setsid "$A" run --name "hog-$i" -- sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 &
-  bench_pids="$bench_pids $!"
-done
-sleep 1
+bench_hogs 2
 echo "== a spinning thread's detours over ${secs} s beside 2 CPU hogs on $(nproc) CPUs =="
 : >"$dir/runs"
 for r in $(seq "$reps"); do

@@ -8,6 +8,7 @@
 # On exit (also on failure) it kills what the cells hold, then the pids a
 # script lists in `bench_pids` (its `allot run` wrappers), stops the
 # broker, removes any cgroup left under `name`, and removes `dir`.
+# `bench_hogs N` then starts N CPU hogs in best-effort cells (hog-1…).
 
 bench_kill_cells() {
   local p
@@ -51,4 +52,13 @@ bench_broker() { # LABEL [DAEMON OPTIONS...]
   echo "the broker did not answer; its log:" >&2
   cat "$dir/log" >&2
   exit 1
+}
+
+bench_hogs() { # N: N CPU hogs in best-effort cells hog-1..hog-N, killed on exit
+  local i
+  for i in $(seq "$1"); do
+    setsid "$A" run --name "hog-$i" -- sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 &
+    bench_pids="$bench_pids $!"
+  done
+  sleep 1
 }
