@@ -189,10 +189,10 @@ fn serve(socket: &std::path::Path, what: What) -> anyhow::Result<()> {
                             Some(ns) if latency => {
                                 writeln!(out, "{:.1}", now.saturating_sub(ns) as f64 / 1e3)?
                             }
-                            _ => out.write_all(&buf)?,
-                        }
-                        if !(latency && sent.is_some()) {
-                            out.write_all(b"\n")?;
+                            _ => {
+                                out.write_all(&buf)?;
+                                out.write_all(b"\n")?;
+                            }
                         }
                         out.flush()?;
                         got += 1;
