@@ -16,6 +16,7 @@ packages=(
   systemd                             # systemd-analyze verify and systemd-socket-activate (service tests)
   tmux                                # the live test of allot top
   python3-venv python3-pytest python3-threadpoolctl  # the Python package's tests
+  slurmctld slurmd slurm-client munge libslurm-dev   # the Slurm plugin and its live test (scripts/test-slurm.sh)
 )
 
 missing=()
@@ -29,8 +30,23 @@ if [ "${#missing[@]}" -gt 0 ]; then
   else
     echo "installing: ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
+    # Packages with daemons (munge, slurmctld, slurmd) are installed, not
+    # started: the tests start their own, and nothing else on this machine
+    # should change. A policy-rc.d of ours (only if there is none) tells
+    # the maintainer scripts so, for the length of the install.
+    policy=""
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      policy=/usr/sbin/policy-rc.d
+      printf '#!/bin/sh\n# allot scripts/deps.sh: no daemon starts while it installs packages\nexit 101\n' >"$policy"
+      chmod 755 "$policy"
+      trap 'rm -f "$policy"' EXIT
+    fi
     apt-get update -q
     apt-get install -y -q "${missing[@]}"
+    if [ -n "$policy" ]; then
+      rm -f "$policy"
+      trap - EXIT
+    fi
   fi
 fi
 

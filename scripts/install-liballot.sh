@@ -21,25 +21,8 @@
 # written under a temporary name and renamed), so it is safe to repeat.
 set -euo pipefail
 
-die() { echo "install-liballot: error: $*" >&2; exit 1; }
-usage() {
-  sed -n '2,/^set -euo/p' "$0" | sed -e '/^set -euo/d' -e 's/^# \{0,1\}//' >&2
-  exit "${1:-2}"
-}
-
-repo="$(cd "$(dirname "$0")/.." && pwd)"
-from=""
-prefix=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --from) [ $# -ge 2 ] || die "--from needs a directory"; from="$2"; shift 2 ;;
-    --from=*) from="${1#--from=}"; shift ;;
-    -h|--help) usage 0 ;;
-    -*) die "unknown option $1 (see --help)" ;;
-    *) [ -z "$prefix" ] || die "more than one PREFIX given ($prefix, $1)"; prefix="$1"; shift ;;
-  esac
-done
-[ -n "$prefix" ] || { echo "install-liballot: error: no PREFIX given" >&2; usage; }
+tool=install-liballot
+source "$(dirname "$0")/lib/install-args.sh"
 
 crate="$repo/crates/capi"
 header="$crate/include/allot.h"

@@ -32,6 +32,9 @@ done
 step "the product builds without OpenMP and compiles no workload (scripts/check-product-build.sh)"
 bash scripts/check-product-build.sh
 
+step "Slurm: the SPANK plugin on a one-node cluster (scripts/test-slurm.sh)"
+bash scripts/test-slurm.sh
+
 step "python package (scripts/test-python.sh: pip install ./python in a fresh venv, pytest)"
 bash scripts/test-python.sh
 

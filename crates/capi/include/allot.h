@@ -293,6 +293,67 @@ int allot_cell_mode(allot_cell_t cell, int *out);
  * Undefined behaviour: none beyond the conventions. */
 int allot_cell_broker_id(allot_cell_t cell, uint64_t *out);
 
+/* Called by allot_cell_environment once per variable. */
+typedef void (*allot_env_set_fn)(const char *name, const char *value,
+                                 void *arg);
+
+/* The environment a program started in `cell` should get, the one
+ * `allot run` gives its programs, for launchers of their own (a batch
+ * system's plugin, a job runner): calls set(name, value, arg) for each
+ * variable. They are the thread counts (OMP_NUM_THREADS, the BLAS
+ * libraries', RAYON_NUM_THREADS, GOMAXPROCS, ...), and for a cell
+ * registered with a broker ALLOT_SOCKET, ALLOT_CELL and ALLOT_GRANT_FD,
+ * the number of a descriptor of the cell's grant page that this call
+ * opens without close-on-exec: it stays open in the caller so that the
+ * processes it starts inherit it (close it once they are started, or keep
+ * it for the next). With `shim` (the path of liballot_shim.so, installed
+ * where only root or the user can replace it) LD_PRELOAD loads the shim
+ * first and keeps `preload` (the current LD_PRELOAD, or NULL) after it,
+ * and OMP_NUM_THREADS is the cell's maximum, which the shim caps to the
+ * grant at every parallel region. Strings passed to `set` live only for
+ * the call.
+ *
+ * Contexts: any thread. Does not block.
+ * Errors: ALLOT_ERR_INVALID (set NULL; shim or preload empty);
+ *   ALLOT_ERR_HANDLE; ALLOT_ERR_SHUTDOWN; ALLOT_ERR_OS (no descriptor
+ *   left for the page).
+ * Undefined behaviour: shim or preload not NUL-terminated; `set` not
+ *   callable as declared. */
+int allot_cell_environment(allot_cell_t cell, const char *shim,
+                           const char *preload, allot_env_set_fn set,
+                           void *arg);
+
+/* The longest ticket allot_cell_ticket writes, with its NUL. */
+#define ALLOT_TICKET_MAX 42
+
+/* Writes the ticket of a cell this process registered into buf (at most
+ * `len` bytes with the NUL; ALLOT_TICKET_MAX always suffices): a secret,
+ * "ID:TOKEN", with which another process of the cell's user (or root) can
+ * join the cell (allot_cell_attach_at). A launcher that starts the parts
+ * of one job at different times (the steps of a batch job) keeps it where
+ * only that user can read it.
+ *
+ * Contexts: any thread. Does not block.
+ * Errors: ALLOT_ERR_INVALID (buf NULL or too short; the cell was not
+ *   registered by this process); ALLOT_ERR_HANDLE; ALLOT_ERR_SHUTDOWN.
+ * Undefined behaviour: buf shorter than len. */
+int allot_cell_ticket(allot_cell_t cell, char *buf, size_t len);
+
+/* Makes this process a member of the cell `ticket` names (see
+ * allot_cell_ticket) at the broker on `socket` (NULL: the default), so
+ * that the processes it starts from now on run in the cell, and returns a
+ * handle that reads the cell's grant (mode ALLOT_MODE_JOINED). Freeing the
+ * handle does not end the cell: it ends when its processes are gone.
+ *
+ * Contexts: any thread. Blocks for two round trips to the broker.
+ * Errors: ALLOT_ERR_INVALID (a NULL argument; a malformed ticket; this
+ *   process is in a cell already); ALLOT_ERR_NO_BROKER (nothing listens
+ *   on the socket, or the cell ended); ALLOT_ERR_PERMISSION (a wrong
+ *   token, or another user's cell); ALLOT_ERR_SHUTDOWN; ALLOT_ERR_OS.
+ * Undefined behaviour: socket or ticket not NUL-terminated. */
+int allot_cell_attach_at(const char *socket, const char *ticket,
+                         allot_cell_t *out);
+
 /* Frees the handle. A registered cell is released at the broker once no
  * pool uses it either (pools built on the cell keep it until they are
  * freed). Calls in progress on the cell in other threads complete.

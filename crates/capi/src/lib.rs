@@ -6,12 +6,15 @@
 //!   handles. Built as `liballot_capi.{so,a}` and installed as
 //!   `liballot.{so,a}` by `scripts/install-liballot.sh`; design notes and
 //!   benchmarks in `CAPI.md`.
+//! - [`environ`]: the environment of a program in a cell, one definition
+//!   for `allot run` and liballot's `allot_cell_environment`.
 //! - [`shim`]: `liballot_shim.so`, an `LD_PRELOAD` library that keeps the
 //!   OpenMP teams of unmodified programs within their cell's grant. The
 //!   `allot` binary carries it ([`SHIM_SO`]) and writes it out with
 //!   [`install_shim`] before starting a program under it.
 
 pub mod abi;
+pub mod environ;
 pub mod shim;
 
 pub use shim::{SHIM_FILE_NAME, SHIM_SO, install_shim, preload_with_shim};

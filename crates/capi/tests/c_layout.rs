@@ -89,6 +89,7 @@ fn program() -> String {
         ("time_message", "(unsigned long)ALLOT_TIME_MESSAGE"),
         ("time_sizeof", "(unsigned long)sizeof(allot_time_t)"),
         ("window_sizeof", "(unsigned long)sizeof(allot_window_t)"),
+        ("ticket_max", "(unsigned long)ALLOT_TICKET_MAX"),
     ] {
         let _ = writeln!(c, "  printf(\"const {name} %lu\\n\", {expr});");
     }
@@ -231,4 +232,8 @@ fn the_c_copies_match_the_rust_definitions() {
     }
     assert_eq!(get("env", "grant_fd"), vec![allot_proto::env::GRANT_FD]);
     assert_eq!(get("env", "shim_debug"), vec![allot_proto::env::SHIM_DEBUG]);
+    assert_eq!(
+        num("ticket_max"),
+        allot_capi::abi::launcher::TICKET_MAX as u64
+    );
 }

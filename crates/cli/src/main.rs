@@ -42,6 +42,9 @@ enum Command {
     Completions(cmd::generate::CompletionsArgs),
     /// Write man pages for every command into a directory.
     Man(cmd::generate::ManArgs),
+    /// Write the OpenMP shim (liballot_shim.so) into a directory, for
+    /// launchers other than `allot run` (the Slurm plugin: docs/slurm.md).
+    Shim(cmd::generate::ShimArgs),
     /// Run one of allot's workloads (for experiments).
     #[command(hide = true)]
     Workload(cmd::workload::Args),
@@ -60,6 +63,7 @@ fn main() {
         Command::Bench(b) => bench::run(b),
         Command::Completions(a) => cmd::generate::completions(a, Cli::command()),
         Command::Man(a) => cmd::generate::man(a, Cli::command()),
+        Command::Shim(a) => cmd::generate::shim(a),
         Command::Workload(a) => cmd::workload::run(a),
     };
     std::process::exit(code);

@@ -604,3 +604,59 @@ fn launch_cost_is_measured_per_backend() {
         assert!(p50 > 0.0 && p50 <= p90 && p90 <= p99, "{row}");
     }
 }
+
+#[test]
+fn a_program_started_on_one_cpu_may_still_grow_its_openmp_teams() {
+    // A program whose cell holds one CPU when it starts (a neighbour
+    // guarantees itself the other) gets the machine as its OpenMP ceiling:
+    // the shim caps teams to the grant of the moment, so a smaller
+    // OMP_NUM_THREADS would keep the program on one thread for life.
+    let all = allot_topo::allowed_cpus().unwrap();
+    if !prerequisite(all.len() >= 2, "needs two CPUs") {
+        return;
+    }
+    let d = Daemon::start(backend(), &[]);
+    let mut holder = Proc(
+        allot_run(&d, &["--min", "1", "--name", "holder", "--", "sleep", "30"])
+            .spawn()
+            .unwrap(),
+    );
+    assert!(eventually(Duration::from_secs(5), || d
+        .status()
+        .cells
+        .len()
+        == 1));
+    let o = run_out(allot_run(
+        &d,
+        &[
+            "--min",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            "echo $OMP_NUM_THREADS; grep Cpus_allowed_list /proc/self/status",
+        ],
+    ));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some(all.len().to_string().as_str()), "{text}");
+    if backend() == "cgroup1" {
+        // It did start on one CPU (the case this test is about).
+        let cpus = lines
+            .next()
+            .unwrap_or_default()
+            .rsplit('\t')
+            .next()
+            .unwrap_or_default();
+        assert_eq!(
+            cpus.parse::<allot_topo::CpuSet>().map(|s| s.len()),
+            Ok(1),
+            "{text}"
+        );
+    }
+    // allot run forwards the termination to its program (a SIGKILL would
+    // leave `sleep` behind).
+    let pid = rustix::process::Pid::from_raw(holder.pid() as i32).unwrap();
+    let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+    let _ = holder.0.wait();
+}

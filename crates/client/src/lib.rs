@@ -22,7 +22,7 @@ pub mod require;
 pub use allot_channel as channel;
 pub use allot_plan::{CellSpec, Goal, GoalError, Placement, TimeContract};
 pub use allot_proto::{FLAG_STACKED, Grant, GrantPage, PageMap, Reports};
-pub use cell::{Cell, GrantWriter, Mode, Options, broker_alive, page_from_raw_fd};
+pub use cell::{Cell, GrantWriter, Mode, Options, Ticket, broker_alive, page_from_raw_fd};
 pub use conn::{
     ChannelEnd, Client, ClientError, Registration, Welcome, goal_to_wire, spec_to_wire,
 };

@@ -136,7 +136,7 @@ pub(crate) fn drop_auto_cell() {
     drop(cell);
 }
 
-fn insert(cell: Cell, out: *mut CellHandle) -> Result<()> {
+pub(crate) fn insert(cell: Cell, out: *mut CellHandle) -> Result<()> {
     let id = CELLS.insert(cell)?;
     // SAFETY: the caller checked `out` with `need_out`.
     unsafe { write_out(out, CellHandle { id }) };

@@ -22,6 +22,46 @@ pub struct ManArgs {
     out: PathBuf,
 }
 
+/// Arguments of `allot shim`.
+#[derive(Debug, clap::Args)]
+pub struct ShimArgs {
+    /// Directory to write liballot_shim.so into; created (mode 0755) if
+    /// missing. It and every directory above it must be writable only by
+    /// you or root: the shim is preloaded into other programs.
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+}
+
+/// Writes the OpenMP shim into `a.out` as `liballot_shim.so` (a link to
+/// the build's own file name) and prints its path.
+pub fn shim(a: ShimArgs) -> i32 {
+    let dir = match allot_proto::dirs::TrustedDir::create(&a.out, 0o755) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("allot: {}: {e}", a.out.display());
+            return 1;
+        }
+    };
+    let installed = match allot_capi::install_shim(&dir) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("allot: cannot write the shim into {}: {e}", a.out.display());
+            return 1;
+        }
+    };
+    let link = a.out.join("liballot_shim.so");
+    let tmp = a.out.join(".liballot_shim.so.new");
+    let _ = std::fs::remove_file(&tmp);
+    let linked = std::os::unix::fs::symlink(allot_capi::SHIM_FILE_NAME, &tmp)
+        .and_then(|()| std::fs::rename(&tmp, &link));
+    if let Err(e) = linked {
+        eprintln!("allot: cannot link {}: {e}", link.display());
+        return 1;
+    }
+    let _ = writeln!(std::io::stdout(), "{}", installed.display());
+    0
+}
+
 /// Writes the completion script for `a.shell` to standard output.
 pub fn completions(a: CompletionsArgs, mut cli: clap::Command) -> i32 {
     let name = cli.get_name().to_string();

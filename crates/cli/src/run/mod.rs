@@ -220,6 +220,11 @@ pub fn run(a: Args) -> i32 {
         .clone()
         .unwrap_or_else(allot_proto::default_socket_path);
 
+    // The CPUs this process may use before the broker confines it to its
+    // first grant: the most the program could ever be given, so the
+    // ceiling of its OpenMP teams (the grant of the moment may be smaller).
+    let allowed_before = allot_topo::allowed_cpus().map(|s| s.len() as u32);
+
     // The cell (or none: unconfined).
     let cell = match autostart::ensure_broker(&socket, !a.no_start) {
         Err(autostart::NoBroker::Untrusted(e)) => {
@@ -265,7 +270,7 @@ pub fn run(a: Args) -> i32 {
         || allot_topo::allowed_cpus().map_or(1, |s| s.len() as u32),
         |g| g.threads.max(1),
     );
-    let machine_cpus = allot_topo::allowed_cpus().map_or(threads, |s| s.len() as u32);
+    let machine_cpus = allowed_before.unwrap_or(threads);
     let max = if a.max > 0 {
         a.max.min(machine_cpus)
     } else {

@@ -35,7 +35,9 @@ use std::time::Duration;
 
 pub use allot_proto::Grant;
 
+mod ticket;
 mod watch;
+pub use ticket::Ticket;
 
 use watch::{WATCH_PERIOD, Watcher};
 
@@ -374,6 +376,17 @@ impl Cell {
     /// The cell id (0 when standalone or manual).
     pub fn id(&self) -> u64 {
         self.inner.id.load(Ordering::Acquire)
+    }
+
+    /// The socket of the broker the cell is registered with (`None` when
+    /// standalone or manual).
+    pub fn socket(&self) -> Option<&Path> {
+        self.inner.socket.as_deref()
+    }
+
+    /// What the cell asks for, as the broker has it.
+    pub fn spec(&self) -> CellSpec {
+        *self.inner.spec.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether the broker currently answers (registered cells).

@@ -1,0 +1,75 @@
+/* What a Slurm job step asks allot for: a pure mapping from the facts
+ * Slurm gives the plugin about the step on this node to an allot_spec_t.
+ * Kept apart from the plugin so that it can be tested without Slurm
+ * (slurm/test_step_spec.c) and read in one place.
+ *
+ *   job's request                    cell
+ *   -------------                    ----
+ *   --exclusive (whole node)         exclusive, min = max = the step's CPUs
+ *   default (CPUs of its own)        min = the step's CPUs, may borrow idle
+ *                                    CPUs (max = 0) unless borrow is off
+ *   --oversubscribe                  best effort (min = 0): Slurm promised
+ *                                    it no CPUs of its own; may use any
+ *   every job                        weight = the step's CPUs, so contended
+ *                                    CPUs are shared in proportion to what
+ *                                    each job asked Slurm for
+ *
+ * "The step's CPUs" is what Slurm allocated the job on this node
+ * (S_JOB_NCPUS: --cpus-per-task times the local tasks, or the whole node
+ * under --exclusive), at least 1. */
+#ifndef ALLOT_SLURM_STEP_SPEC_H
+#define ALLOT_SLURM_STEP_SPEC_H
+
+#include <allot.h>
+#include <stdint.h>
+
+/* How the job shares its node, from Slurm's job record. */
+enum allot_slurm_sharing {
+    ALLOT_SLURM_DEFAULT = 0,      /* its own CPUs, the node shared */
+    ALLOT_SLURM_EXCLUSIVE = 1,    /* --exclusive: the whole node */
+    ALLOT_SLURM_OVERSUBSCRIBE = 2 /* --oversubscribe: CPUs shared too */
+};
+
+/* The facts the mapping reads. */
+struct allot_slurm_step {
+    uint32_t cpus;                    /* CPUs allocated on this node */
+    enum allot_slurm_sharing sharing; /* from the job record */
+    int borrow;                       /* may use idle CPUs beyond `cpus` */
+};
+
+static inline allot_spec_t allot_slurm_step_spec(struct allot_slurm_step s)
+{
+    allot_spec_t spec = {0};
+    uint32_t cpus = s.cpus ? s.cpus : 1;
+    spec.weight = cpus > 10000 ? 10000 : cpus;
+    switch (s.sharing) {
+    case ALLOT_SLURM_EXCLUSIVE:
+        spec.min = cpus;
+        spec.max = cpus;
+        spec.exclusive = 1;
+        break;
+    case ALLOT_SLURM_OVERSUBSCRIBE:
+        spec.min = 0;
+        spec.max = s.borrow ? 0 : cpus;
+        break;
+    default:
+        spec.min = cpus;
+        spec.max = s.borrow ? 0 : cpus;
+        break;
+    }
+    spec.placement = ALLOT_PLACEMENT_ANY;
+    return spec;
+}
+
+/* The best-effort fallback when the broker cannot guarantee the CPUs now
+ * (another job holds them: Slurm and allot disagree about the node, e.g.
+ * a CPU the broker does not manage): the same weight and maximum, no
+ * guarantee, not exclusive. */
+static inline allot_spec_t allot_slurm_best_effort(allot_spec_t spec)
+{
+    spec.min = 0;
+    spec.exclusive = 0;
+    return spec;
+}
+
+#endif
