@@ -105,6 +105,14 @@ void rq_init(void);
 void rq_try_object(void *handle);
 int real_pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)(void *),
                         void *arg);
+/* Around other blocking calls (blocking.c): rq_holds() first (0 when the
+ * hooks are off or the thread holds nothing), then rq_block() and
+ * rq_unblock() around the wait; rq_try_block() (1: blocked, unblock after)
+ * around futex waits. Each preserves errno. */
+int rq_holds(void);
+void rq_block(void);
+void rq_unblock(void);
+int rq_try_block(void);
 
 /* follow.c */
 void follow_init(void);

@@ -54,6 +54,10 @@ struct rq_hooks {
     void (*block)(void);
     int (*try_unblock)(void);
     void (*unblock)(void);
+    /* Optional (a liballot older than the shim lacks them; then the
+     * wrappers of blocking.c forward without hooks). */
+    int (*holds)(void);
+    int (*try_block)(void);
 };
 
 /* Written once by the constructor, before the program's threads exist. */
@@ -131,6 +135,8 @@ static void rq_lookup(void *handle)
         if (*slot[i] == NULL)
             return;
     }
+    h.holds = (int (*)(void))dlsym(handle, "allot_rq_holds");
+    h.try_block = (int (*)(void))dlsym(handle, "allot_rq_try_block");
     /* Two threads may find liballot at once (two scans, or two copies):
      * the first complete set is the one used. */
     static int claimed;
@@ -300,3 +306,37 @@ EXPORT int pthread_cond_clockwait(pthread_cond_t *restrict cond, pthread_mutex_t
     return rc;
 }
 
+
+/* For blocking.c: whether the calling thread may hold an allocation (one
+ * thread-local read in liballot), and the hooks around a wait. */
+int rq_holds(void)
+{
+    if (LIKELY(!__atomic_load_n(&g_rq_on, __ATOMIC_ACQUIRE)) || g_rq.holds == NULL)
+        return 0;
+    int saved = errno;
+    int h = g_rq.holds();
+    errno = saved;
+    return h;
+}
+
+void rq_block(void)
+{
+    rq_before_wait();
+}
+
+void rq_unblock(void)
+{
+    int saved = errno;
+    g_rq.unblock();
+    errno = saved;
+}
+
+int rq_try_block(void)
+{
+    if (g_rq.try_block == NULL)
+        return 0;
+    int saved = errno;
+    int b = g_rq.try_block();
+    errno = saved;
+    return b;
+}

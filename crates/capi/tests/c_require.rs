@@ -173,6 +173,37 @@ fn figure_6c_an_openmp_team_gets_one_cpu_per_thread() {
     );
 }
 
+/// Poli-C's ForDescendants, behaviourally: a block asking, for every
+/// descendant, one CPU and no other; its child, grandchild and
+/// great-grandchild (real pthreads, through the preload shim) each run on
+/// that CPU alone, while the block's own thread keeps every CPU.
+#[test]
+fn for_descendants_reaches_the_grandchildren() {
+    if !allot_testkit::prerequisite(ncpus() >= 2, "needs 2 CPUs") {
+        return;
+    }
+    let out = passes(&require_c(), &["descendants"], true);
+    for generation in 1..=3 {
+        assert!(
+            out.contains(&format!("generation {generation}: 1 CPU(s)")),
+            "{out}"
+        );
+    }
+}
+
+/// Release on block beyond joins and condition waits: a block of one CPU
+/// whose thread waits — in `sem_wait`, a pipe `read`, an `accept`, a raw
+/// futex wait — for a thread it created that needs a core of the block.
+/// Without the shim's wrappers the wait keeps the CPU and neither thread
+/// ever runs (the program's alarm fails it).
+#[test]
+fn waits_give_the_cpu_back_to_the_threads_they_wait_for() {
+    let out = passes(&require_c(), &["block_waits"], true);
+    for way in ["sem_wait", "read", "accept", "futex"] {
+        assert!(out.contains(&format!("{way} gave the CPU back")), "{out}");
+    }
+}
+
 #[test]
 fn recoverable_errors_are_status_codes_with_a_message() {
     passes(&require_c(), &["errors"], false);

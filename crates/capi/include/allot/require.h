@@ -344,8 +344,9 @@ void allot_dev_set_ownership(allot_dev_t *dev, int own);
 /* Thread hooks (internal: used by liballot_shim.so)                         */
 /* ------------------------------------------------------------------------ */
 
-/* The preload shim's pthread_create, pthread_join and condition waits call
- * these when liballot is loaded, so threads created in a block share it,
+/* The preload shim's pthread_create, pthread_join, condition and semaphore
+ * waits, blocking reads and accepts and futex waits call these when
+ * liballot is loaded, so threads created in a block share it,
  * spawn timings run, and blocked threads give their allocation back. They
  * cost one atomic load when no block was ever entered, never call the
  * functions they are hooked into, are no-ops while the calling thread is
@@ -360,7 +361,11 @@ void allot_dev_set_ownership(allot_dev_t *dev, int own);
  *   pthread_exit), with the guard. allot_rq_block / allot_rq_unblock: around
  *   a blocking call. allot_rq_try_unblock: 1 if the thread's allocation was
  *   retaken, 0 if it must wait (call allot_rq_unblock without holding locks
- *   other threads need). */
+ *   other threads need). allot_rq_holds: 1 if the calling thread may hold
+ *   an allocation (one thread-local read; 0 lets a wrapper skip the rest).
+ *   allot_rq_try_block: allot_rq_block that never waits for liballot's own
+ *   lock (around futex waits, which liballot's locks make); 1 if the thread
+ *   is now blocked and calls allot_rq_unblock after its wait, 0 if not. */
 void *allot_rq_spawn_prepare(void);
 void allot_rq_spawn_done(void);
 void allot_rq_spawn_cancel(void *ctx);
@@ -369,6 +374,8 @@ void allot_rq_child_exit(void *guard);
 void allot_rq_block(void);
 int allot_rq_try_unblock(void);
 void allot_rq_unblock(void);
+int allot_rq_holds(void);
+int allot_rq_try_block(void);
 
 /* ------------------------------------------------------------------------ */
 /* Request constructors and the require statement                            */

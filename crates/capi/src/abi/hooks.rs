@@ -128,3 +128,24 @@ pub extern "C" fn allot_rq_unblock() {
         hook((), || rt.unblock_current());
     }
 }
+
+/// `int allot_rq_holds(void)`: 1 if the calling thread may hold
+/// allocations (it entered a block or started as a child of one), else 0.
+/// One thread-local read: the shim's blocking-call wrappers ask it before
+/// anything costlier (a `fcntl` to see whether a read can block at all).
+#[unsafe(no_mangle)]
+pub extern "C" fn allot_rq_holds() -> c_int {
+    c_int::from(allot_client::require::runtime::may_hold_current() && !busy())
+}
+
+/// `int allot_rq_try_block(void)`: like `allot_rq_block` but never waits
+/// for the runtime's lock (for futex waits, which the runtime's own locks
+/// make); 1 if the thread is now blocked and must call `allot_rq_unblock`
+/// after its wait, 0 if not.
+#[unsafe(no_mangle)]
+pub extern "C" fn allot_rq_try_block() -> c_int {
+    match runtime() {
+        Some(rt) => hook(0, || c_int::from(rt.try_block_current())),
+        None => 0,
+    }
+}

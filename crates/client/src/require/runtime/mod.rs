@@ -22,11 +22,13 @@
 //! [`Runtime::spawn_prepare`], [`Runtime::spawn_done`] and, in the child,
 //! [`Runtime::child_start`].
 
+mod block;
 mod broker;
 mod request;
 mod resolve;
 mod spawn;
 
+pub use block::may_hold_current;
 pub use request::{Amount, Request, RequireError, Timing, What};
 use resolve::{add_kind, give_back, lookup, policy_impossible, resolve};
 pub use spawn::{ChildGuard, SpawnCtx, blocking, spawn};
@@ -335,6 +337,9 @@ impl Runtime {
         block: bool,
         site: &'static Location<'static>,
     ) -> Result<Option<Scope<'_>>, RequireError> {
+        if tid == current_tid() {
+            block::mark_may_hold();
+        }
         let deferred = reqs.iter().any(|r| r.timing != Timing::Now);
         // Requests for later (spawn timings) are kept aside; the rest are
         // acquired now. Without deferred requests nothing is copied.
@@ -600,48 +605,6 @@ impl Runtime {
             st = self.retake(st, tid);
         }
         self.apply(&mut st, tid);
-    }
-
-    /// The calling thread is about to block (a join, a condition wait, an
-    /// idle park): it gives back what no other running thread uses.
-    pub fn block_current(&self) {
-        let tid = current_tid();
-        let mut st = self.lock();
-        if !st.trees.holds_any(tid) {
-            return;
-        }
-        st.trees.block(tid);
-        st.epoch += 1;
-        if st.sleepers > 0 {
-            self.cond.notify_all();
-        }
-    }
-
-    /// The calling thread continues after blocking: it retakes its
-    /// allocations, waiting until it can.
-    pub fn unblock_current(&self) {
-        let tid = current_tid();
-        let st = self.lock();
-        // A thread without frames was never blocked (see `block_current`);
-        // leave it unregistered so waits of unrelated threads cost no entry.
-        if !st.trees.holds_any(tid) {
-            return;
-        }
-        drop(self.retake(st, tid));
-    }
-
-    /// Like [`Runtime::unblock_current`] but never waits: returns false
-    /// (the thread stays blocked) if its allocations cannot be retaken now.
-    /// For callers that hold a lock another thread may need before the
-    /// allocations come back (a condition wait's mutex): they drop the
-    /// lock, call `unblock_current`, and lock again.
-    pub fn try_unblock_current(&self) -> bool {
-        let tid = current_tid();
-        let mut st = self.lock();
-        if !st.trees.holds_any(tid) {
-            return true;
-        }
-        st.trees.unblock(tid).is_ok()
     }
 
     /// What `tid` holds on `kind` device `dev` (None: unconstrained).

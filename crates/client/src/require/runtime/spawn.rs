@@ -136,6 +136,7 @@ impl Runtime {
     /// `ForChild`/`ForDescendants` requests. Returns the guard that releases
     /// everything when the thread ends.
     pub fn child_start(&self, ctx: SpawnCtx) -> ChildGuard<'_> {
+        block::mark_may_hold();
         let tid = current_tid();
         let mut st = self.lock();
         st.trees.spawn(ctx.pending, tid);
