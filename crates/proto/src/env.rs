@@ -20,6 +20,10 @@ pub const SHIM_DEBUG: &str = "ALLOT_SHIM_DEBUG";
 /// A cgroup v1 `cpu` directory (or v2 threaded subtree) under which
 /// `require` throttles fractional CPUs by quota.
 pub const THROTTLE_CGROUP: &str = "ALLOT_THROTTLE_CGROUP";
+/// A cgroup v1 `blkio` directory under which `require`'s `io` kind gives
+/// each thread the weight it holds (per-weight groups, BFQ); without it
+/// the kind sets I/O priorities.
+pub const IO_CGROUP: &str = "ALLOT_IO_CGROUP";
 /// Log level of every allot component: `error`, `warn`, `info`, `debug`
 /// (see [`crate::log`]).
 pub const LOG: &str = "ALLOT_LOG";

@@ -581,6 +581,10 @@ fn from_require(e: RequireError, at: At) -> Error {
                  a nested require may not ask for more than its enclosing one"
             ),
         ),
+        RequireError::Unenforceable { kind, dev, why, .. } => Error::new(
+            Status::Never,
+            format!("{at}: {kind} device {dev} cannot be held as asked: {why}"),
+        ),
         RequireError::KindExists(name) => Error::invalid(format!(
             "{at}: resource kind {name:?} already exists with other devices"
         )),

@@ -5,7 +5,7 @@
 //! |------|---------|--------|-----------------------|----------|
 //! | `cpu` | the CPUs this process may use | utilisation 0..1 | `sched_setaffinity` to the CPUs with a non-zero amount | fractions below 1: a per-thread cgroup quota when a cgroup is given, else the monitor thread (`throttle.rs`) |
 //! | `memory` | NUMA nodes | bytes | `set_mempolicy(MPOL_BIND)` to the nodes with a non-zero amount | none: amounts are accounted, not enforced |
-//! | `io` | block devices (`major:minor`) | weight 1..1000 | — | the thread's I/O priority (`ioprio_set`, best-effort level from the largest weight held; idle class when every device is 0) |
+//! | `io` | block devices (`major:minor`) | weight 1..1000 | the thread's blkio group of that weight (`ALLOT_IO_CGROUP`, cgroup v1, BFQ), else its I/O priority (`ioprio_set`); see [`super::io`] | — |
 //! | virtual | named counters | any | — | — |
 //!
 //! Operations apply to the *calling* thread: a thread applies its own
@@ -57,6 +57,12 @@ pub trait KindOps: Send + Sync + fmt::Debug {
     /// default, which does nothing.
     fn throttle(&self, _tid: u64, _amounts: &[Option<f64>]) -> std::io::Result<()> {
         Ok(())
+    }
+    /// Why a non-zero amount on `dev` could not be enforced on this
+    /// machine, if so: such a request is refused with this reason rather
+    /// than accounted and silently not enforced.
+    fn unenforced(&self, _dev: usize) -> Option<String> {
+        None
     }
 }
 
@@ -177,47 +183,6 @@ impl KindOps for MemoryOps {
     }
 }
 
-/// `io`: one device per block device.
-#[derive(Debug)]
-pub struct IoOps;
-
-impl IoOps {
-    fn set_ioprio(class: i32, level: i32) -> std::io::Result<()> {
-        const IOPRIO_WHO_PROCESS: libc::c_int = 1;
-        let value = (class << 13) | level;
-        // SAFETY: ioprio_set takes plain integers; who = 0 is the caller
-        // (for IOPRIO_WHO_PROCESS, a thread id; 0 means the calling thread).
-        let r = unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, value) };
-        if r != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
-    }
-}
-
-impl KindOps for IoOps {
-    fn restrict(&self, amounts: &[Option<f64>]) -> std::io::Result<()> {
-        const CLASS_BE: i32 = 2;
-        const CLASS_IDLE: i32 = 3;
-        if amounts.iter().all(Option::is_none) {
-            return Self::set_ioprio(0, 0);
-        }
-        let best = amounts
-            .iter()
-            .map(|a| a.unwrap_or(IO_MAX))
-            .fold(0.0, f64::max);
-        if best <= 0.0 {
-            return Self::set_ioprio(CLASS_IDLE, 0);
-        }
-        // Weight 1..1000 → best-effort level 7 (lowest) .. 0 (highest).
-        let level = 7 - ((best / IO_MAX) * 7.0).round().clamp(0.0, 7.0) as i32;
-        Self::set_ioprio(CLASS_BE, level)
-    }
-}
-
-/// Largest `io` weight.
-pub const IO_MAX: f64 = 1000.0;
-
 /// The built-in kinds for `machine`, restricted to `usable` CPUs.
 pub fn builtin(machine: &Machine, usable: &CpuSet) -> Vec<Kind> {
     let cpus: Vec<usize> = usable.iter().collect();
@@ -248,37 +213,13 @@ pub fn builtin(machine: &Machine, usable: &CpuSet) -> Vec<Kind> {
             nodes: nodes.iter().map(|n| n.id).collect(),
         })),
     };
+    let disks = super::io::block_devices();
     let io = Kind {
         name: "io".into(),
-        devices: block_devices(),
-        ops: Some(Arc::new(IoOps)),
+        ops: Some(Arc::new(super::io::IoOps::from_env(&disks))),
+        devices: disks,
     };
     vec![cpu, memory, io]
-}
-
-/// Whole-disk block devices (`/sys/block/*`, without loop and ram disks).
-fn block_devices() -> Vec<Device> {
-    let mut out = Vec::new();
-    if let Ok(rd) = std::fs::read_dir("/sys/block") {
-        let mut names: Vec<String> = rd
-            .flatten()
-            .filter_map(|e| e.file_name().into_string().ok())
-            .collect();
-        names.sort();
-        for n in names {
-            if n.starts_with("loop") || n.starts_with("ram") {
-                continue;
-            }
-            if let Ok(dev) = std::fs::read_to_string(format!("/sys/block/{n}/dev")) {
-                out.push(Device {
-                    name: dev.trim().to_string(),
-                    min: 0.0,
-                    max: IO_MAX,
-                });
-            }
-        }
-    }
-    out
 }
 
 /// A virtual kind: `count` devices named `0..count`, each up to `max`.
@@ -346,8 +287,6 @@ mod tests {
             let mem = MemoryOps { nodes: vec![0] };
             mem.restrict(&[Some(1.0)]).unwrap();
             mem.restrict(&[None]).unwrap();
-            IoOps.restrict(&[Some(500.0)]).unwrap();
-            IoOps.restrict(&[None]).unwrap();
         })
         .join()
         .unwrap();

@@ -33,11 +33,13 @@
 //! - [`policy`]: the policy view and the shipped policies, including
 //!   declarative constraints;
 //! - [`kind`]: resource kinds and their OS operations;
+//! - [`io`]: the `io` kind: blkio weights per thread, or I/O priorities;
 //! - [`throttle`]: fractional CPU limits (cgroup quota or monitor thread);
 //! - [`ledger`]: coordination with other processes through the broker.
 //!
 //! `docs/require.md` is the user guide, for Rust and C.
 
+pub mod io;
 pub mod kind;
 pub mod ledger;
 pub mod policy;

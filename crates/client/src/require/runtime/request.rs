@@ -142,6 +142,19 @@ pub enum RequireError {
         /// Where.
         site: &'static Location<'static>,
     },
+    /// A non-zero amount on a device whose kind cannot enforce it on this
+    /// machine (an I/O weight on a device whose scheduler ignores weights).
+    #[error("{site}: {kind} device {dev} cannot be held as asked: {why}")]
+    Unenforceable {
+        /// Kind.
+        kind: String,
+        /// Device.
+        dev: String,
+        /// Why, and what to change.
+        why: String,
+        /// Where.
+        site: &'static Location<'static>,
+    },
     /// An amount outside 0..=max, or a share outside 0..=1.
     #[error("{site}: invalid amount {amount} for {kind} device {dev} (0 to {max})")]
     BadAmount {

@@ -74,6 +74,16 @@ pub(super) fn resolve(
                         site,
                     });
                 }
+                if abs > 0.0
+                    && let Some(why) = st.kinds[k].ops.as_ref().and_then(|o| o.unenforced(d))
+                {
+                    return Err(RequireError::Unenforceable {
+                        kind: kind.clone(),
+                        dev: dev.clone(),
+                        why,
+                        site,
+                    });
+                }
                 asks.push(Ask {
                     dev: (k, d),
                     amount: abs,
