@@ -9,6 +9,8 @@
 //!   user's flood against the others (see `load.rs`).
 //! - `allot bench launch`: what `allot run` adds to a program's start and
 //!   exit, per backend (see `launch.rs`).
+//! - `allot bench upload`: Poli-C's file-upload server case study on a
+//!   loop device (see `upload.rs`).
 //!
 //! Results go to `--out` (default `bench-out/mix-<unix time>`): `runs.csv`
 //! (every run), `mixes.csv` (medians per mix and mode), `levels.csv`
@@ -27,6 +29,7 @@ pub mod probe;
 mod report;
 pub mod runner;
 pub mod serve;
+pub mod upload;
 
 use jobs::{Mode, Work};
 use std::path::PathBuf;
@@ -57,6 +60,10 @@ pub enum Bench {
     /// The OS noise a spinning thread sees on its CPU: detours, the
     /// longest, the 99th and 99.9th percentiles (JSON).
     Noise(noise::NoiseArgs),
+    /// Poli-C's file-upload server: concurrent O_DIRECT|O_SYNC uploads to
+    /// a loop device, plain and each in require(io(dev, 1000)) (needs
+    /// root).
+    Upload(upload::UploadArgs),
 }
 
 /// Arguments of `allot bench mix`.
@@ -149,6 +156,7 @@ pub fn run(b: Bench) -> i32 {
         Bench::Probe(a) => report_errors(probe::run(a).map(|()| 0)),
         Bench::Serve(a) => report_errors(serve::run(a).map(|()| 0)),
         Bench::Noise(a) => report_errors(noise::run(a).map(|()| 0)),
+        Bench::Upload(a) => report_errors(upload::run(a).map(|()| 0).map_err(|e| format!("{e:#}"))),
     }
 }
 
