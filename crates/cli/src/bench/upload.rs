@@ -286,7 +286,10 @@ pub fn run(a: UploadArgs) -> anyhow::Result<()> {
                 let i = if mode == Mode::Plain { 0 } else { 2 };
                 row[i] = mean;
                 row[i + 1] = worst;
-                eprintln!("  {n} clients, run {}, {mode:?}: mean {mean:.2} s, worst {worst:.2} s", r + 1);
+                eprintln!(
+                    "  {n} clients, run {}, {mode:?}: mean {mean:.2} s, worst {worst:.2} s",
+                    r + 1
+                );
             }
             rows.push(row);
         }
