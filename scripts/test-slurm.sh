@@ -93,6 +93,13 @@ echo "$out" | grep -q "preload=$cluster/lib/allot/liballot_shim.so" || fail "no 
 echo "$out" | grep -qx page-open || fail "the grant page descriptor was not inherited"
 grep -q "allot: [0-9]*.0 runs in cell $cell (slurm-[0-9]*:" "$cluster/slurmd.log" || fail "slurmd's log does not say which cell"
 ok "srun step in cell $cell, page inherited, shim preloaded"
+out=$(srun -n 2 -c 1 sh -c 'echo "task $SLURM_PROCID cell=$ALLOT_CELL $(sed -n "s/^[0-9]*:cpuset://p" /proc/self/cgroup)"' | sort)
+echo "$out"
+[ "$(echo "$out" | wc -l)" -eq 2 ] || fail "srun -n 2 ran $(echo "$out" | wc -l) tasks"
+cells=$(echo "$out" | sed -n 's/^task [01] cell=\([0-9]*\) .*/\1/p' | sort -u)
+[ "$(echo "$cells" | wc -l)" -eq 1 ] && [ -n "$cells" ] || fail "the two tasks of one step are in cells '$cells'"
+[ "$(echo "$out" | grep -c "/$slurm_cg/cell-$cells\$")" -eq 2 ] || fail "not both tasks are in cell $cells's cpuset"
+ok "both tasks of srun -n 2 in one cell ($cells)"
 
 echo "==> the job's request becomes its cell's spec; its steps share the cell; Slurm and allot agree"
 dflt=$(submit -c 1 --wrap 'srun sleep 60')
