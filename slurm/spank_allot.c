@@ -99,17 +99,30 @@ static struct spank_option option = {
     1, 0, opt_allot,
 };
 
+/* Copies the value of `arg` into `dst` if `arg` is `key=VALUE`; 1 if the
+ * key matched (a value too long is logged and ignored). */
+static int option_value(const char *arg, const char *key, char *dst, size_t len)
+{
+    size_t k = strlen(key);
+    if (strncmp(arg, key, k) != 0 || arg[k] != '=')
+        return 0;
+    if (strlen(arg + k + 1) >= len)
+        slurm_error("allot: plugstack.conf option %s is longer than %zu bytes; ignored",
+                    key, len - 1);
+    else
+        strcpy(dst, arg + k + 1);
+    return 1;
+}
+
 static int parse_args(int ac, char **av)
 {
     for (int i = 0; i < ac; i++) {
         const char *a = av[i];
-        if (strncmp(a, "socket=", 7) == 0 && strlen(a + 7) < sizeof conf.socket) {
-            strcpy(conf.socket, a + 7);
-        } else if (strncmp(a, "shim=", 5) == 0 && strlen(a + 5) < sizeof conf.shim) {
-            strcpy(conf.shim, a + 5);
-        } else if (strncmp(a, "state=", 6) == 0 && strlen(a + 6) < sizeof conf.state) {
-            strcpy(conf.state, a + 6);
-        } else if (strcmp(a, "borrow=yes") == 0) {
+        if (option_value(a, "socket", conf.socket, sizeof conf.socket) ||
+            option_value(a, "shim", conf.shim, sizeof conf.shim) ||
+            option_value(a, "state", conf.state, sizeof conf.state))
+            continue;
+        if (strcmp(a, "borrow=yes") == 0) {
             conf.borrow = 1;
         } else if (strcmp(a, "borrow=no") == 0) {
             conf.borrow = 0;
