@@ -59,6 +59,28 @@ fn window_fields() -> Vec<(&'static str, usize)> {
     ]
 }
 
+/// `allot_kind_dev_t`'s and `allot_kind_ops_t`'s fields and offsets.
+fn kind_dev_fields() -> Vec<(&'static str, usize)> {
+    use allot_capi::abi::kinds::KindDevC as D;
+    use std::mem::offset_of;
+    vec![
+        ("name", offset_of!(D, name)),
+        ("min", offset_of!(D, min)),
+        ("max", offset_of!(D, max)),
+    ]
+}
+
+fn kind_ops_fields() -> Vec<(&'static str, usize)> {
+    use allot_capi::abi::kinds::KindOpsC as O;
+    use std::mem::offset_of;
+    vec![
+        ("probe", offset_of!(O, probe)),
+        ("restrict_thread", offset_of!(O, restrict_thread)),
+        ("throttle_thread", offset_of!(O, throttle_thread)),
+        ("arg", offset_of!(O, arg)),
+    ]
+}
+
 fn program() -> String {
     let mut c = String::from(
         "#include <stdio.h>\n#include \"grant_page.h\"\n#include \"allot.h\"\n\
@@ -90,6 +112,8 @@ fn program() -> String {
         ("time_sizeof", "(unsigned long)sizeof(allot_time_t)"),
         ("window_sizeof", "(unsigned long)sizeof(allot_window_t)"),
         ("ticket_max", "(unsigned long)ALLOT_TICKET_MAX"),
+        ("kind_dev_sizeof", "(unsigned long)sizeof(allot_kind_dev_t)"),
+        ("kind_ops_sizeof", "(unsigned long)sizeof(allot_kind_ops_t)"),
     ] {
         let _ = writeln!(c, "  printf(\"const {name} %lu\\n\", {expr});");
     }
@@ -104,6 +128,18 @@ fn program() -> String {
         let _ = writeln!(
             c,
             "  printf(\"time {name} %zu\\n\", offsetof(allot_time_t, {name}));"
+        );
+    }
+    for (name, _) in kind_dev_fields() {
+        let _ = writeln!(
+            c,
+            "  printf(\"kind_dev {name} %zu\\n\", offsetof(allot_kind_dev_t, {name}));"
+        );
+    }
+    for (name, _) in kind_ops_fields() {
+        let _ = writeln!(
+            c,
+            "  printf(\"kind_ops {name} %zu\\n\", offsetof(allot_kind_ops_t, {name}));"
         );
     }
     for (name, _) in window_fields() {
@@ -216,10 +252,21 @@ fn the_c_copies_match_the_rust_definitions() {
     ] {
         assert_eq!(num(name), u64::from(wire.encode().0), "{name}");
     }
+    use allot_capi::abi::kinds::{KindDevC, KindOpsC};
     use allot_capi::abi::time::{TimeC, WindowC};
     for (kind, fields, size) in [
         ("time", time_fields(), std::mem::size_of::<TimeC>()),
         ("window", window_fields(), std::mem::size_of::<WindowC>()),
+        (
+            "kind_dev",
+            kind_dev_fields(),
+            std::mem::size_of::<KindDevC>(),
+        ),
+        (
+            "kind_ops",
+            kind_ops_fields(),
+            std::mem::size_of::<KindOpsC>(),
+        ),
     ] {
         for (name, offset) in fields {
             assert_eq!(

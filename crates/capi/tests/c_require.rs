@@ -204,6 +204,16 @@ fn waits_give_the_cpu_back_to_the_threads_they_wait_for() {
     }
 }
 
+/// A kind registered from C (`allot_kind_register`, Poli-C's
+/// `register_resource`): bad definitions refused, a C policy sees the rate
+/// its probe measures (`allot_dev_rate`), and a per-device request reaches
+/// its `restrict_thread` with the holdings.
+#[test]
+fn a_kind_registered_from_c_is_measured_and_restricted() {
+    let out = passes(&require_c(), &["user_kind"], false);
+    assert!(out.contains("restrict saw a=1 b=nan"), "{out}");
+}
+
 #[test]
 fn recoverable_errors_are_status_codes_with_a_message() {
     passes(&require_c(), &["errors"], false);

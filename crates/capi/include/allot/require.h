@@ -276,6 +276,46 @@ void allot_require_leave(allot_scope_t *scope);
  * Undefined behaviour: `name` not NUL-terminated. */
 int allot_kind_define(const char *name, size_t count, double max);
 
+/* A device of a kind of the program's own (allot_kind_register). */
+typedef struct {
+    const char *name; /* NULL: its index, "0", "1", ... */
+    double min;       /* left to threads that asked for nothing (0..max) */
+    double max;       /* largest allocation, finite and above 0 */
+} allot_kind_dev_t;
+
+/* A kind's operations (Poli-C's), each NULL when the kind has none; `arg`
+ * is passed to each. probe: the device's cumulative counters (get1, and
+ * get2 or 0); 0 on success. Policies then see allot_dev_rate: Δget1 per
+ * second between two looks at least 50 ms apart (Δget1/Δget2 when get2
+ * counts). restrict_thread: the calling thread now holds amounts[i] of
+ * device i (NaN: not constrained): make the OS honour it. throttle_thread:
+ * limit the rate of thread `tid` (the caller) to what amounts allow. Both
+ * return 0 on success; a failure leaves the holding accounted, not
+ * enforced. They are called under liballot's lock, from any thread, for
+ * the life of the process: they must not enter or leave a require block
+ * and should return quickly. */
+typedef struct {
+    int (*probe)(void *arg, size_t dev, uint64_t *get1, uint64_t *get2);
+    int (*restrict_thread)(void *arg, const double *amounts, size_t n);
+    int (*throttle_thread)(void *arg, uint64_t tid, const double *amounts, size_t n);
+    void *arg;
+} allot_kind_ops_t;
+
+/* Registers resource kind `name` of this process with `n` devices and the
+ * operations `*ops` (copied): requests (allot_kind_dev, allot_kind) and
+ * policies use it exactly like the built-in kinds; its devices are this
+ * process's, never shared through a broker (allot_kind_define's virtual
+ * kinds are). Rust: Runtime::register_kind.
+ *
+ * Contexts: any thread, outside policy functions. Does not block.
+ * Errors: ALLOT_ERR_INVALID (name or devs or ops NULL; n 0 or above 65536;
+ *   a name not UTF-8; a maximum not finite and above 0 or a minimum
+ *   outside 0..max; a kind of that name exists).
+ * Undefined behaviour: strings not NUL-terminated; devs shorter than n;
+ *   functions not callable as declared. */
+int allot_kind_register(const char *name, const allot_kind_dev_t *devs,
+                        size_t n, const allot_kind_ops_t *ops);
+
 /* Names a C policy, for allot_named_policy(name, arg). Defining a name
  * again replaces its function for blocks entered afterwards.
  *
@@ -325,6 +365,10 @@ const char *allot_dev_kind(const allot_dev_t *dev);
 double allot_dev_available(const allot_dev_t *dev);
 double allot_dev_shared_available(const allot_dev_t *dev);
 double allot_dev_max(const allot_dev_t *dev);
+/* The device's rate of use from its kind's probe (per second, see
+ * allot_kind_ops_t), or -1 when its kind does not measure or before the
+ * second look. */
+double allot_dev_rate(const allot_dev_t *dev);
 uint32_t allot_dev_waiters(const allot_dev_t *dev);
 /* Requests `amount` of the device (0: forbid it) with ownership `own`
  * (ALLOT_OWN_*; the view's ownership unless set). Amounts outside 0..max

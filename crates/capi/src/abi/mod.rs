@@ -36,6 +36,7 @@ pub mod channel;
 pub mod goals;
 pub mod handle;
 pub mod hooks;
+pub mod kinds;
 pub mod launcher;
 pub mod pool;
 pub mod require;

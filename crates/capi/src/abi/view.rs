@@ -429,6 +429,14 @@ pub extern "C" fn allot_dev_max(dev: *const c_void) -> f64 {
     v.devs()[i].max
 }
 
+/// `double allot_dev_rate(const allot_dev_t *)`: the device's rate of use
+/// from its kind's probe, or -1 when not measured (yet).
+#[unsafe(no_mangle)]
+pub extern "C" fn allot_dev_rate(dev: *const c_void) -> f64 {
+    let (v, i) = index_of(dev, "allot_dev_rate");
+    v.devs()[i].rate.unwrap_or(-1.0)
+}
+
 /// `uint32_t allot_dev_waiters(const allot_dev_t *)`.
 #[unsafe(no_mangle)]
 pub extern "C" fn allot_dev_waiters(dev: *const c_void) -> u32 {

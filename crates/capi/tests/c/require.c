@@ -11,6 +11,7 @@
 #include <allot.h>
 #include <errno.h>
 #include <linux/futex.h>
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <semaphore.h>
@@ -745,6 +746,81 @@ static void block_waits(void)
         wait_one_way((enum way)w);
 }
 
+/* ---- a kind of the program's own (allot_kind_register) ---------------- */
+
+static uint64_t g_link_bytes;
+static double g_link_seen[2];
+static int g_link_calls;
+static double g_link_rates[2][2];
+static int g_link_looks;
+
+static int link_probe(void *arg, size_t dev, uint64_t *get1, uint64_t *get2)
+{
+    (void)arg;
+    if (dev != 0)
+        return 1; /* only device "a" is measured */
+    *get1 = __atomic_load_n(&g_link_bytes, __ATOMIC_RELAXED);
+    *get2 = 0;
+    return 0;
+}
+
+static int link_restrict(void *arg, const double *amounts, size_t n)
+{
+    (void)arg;
+    CHECK(n == 2);
+    g_link_seen[0] = amounts[0];
+    g_link_seen[1] = amounts[1];
+    g_link_calls++;
+    return 0;
+}
+
+static int link_peek(allot_view_t *v, void *arg)
+{
+    (void)arg;
+    int i = 0;
+    ALLOT_FOR_EACH_DEV(v, "Link", d) {
+        if (i < 2)
+            g_link_rates[g_link_looks][i++] = allot_dev_rate(d);
+    }
+    g_link_looks++;
+    return ALLOT_POLICY_SUCCESS;
+}
+
+/* A kind registered from C: bad definitions refused; a policy sees the
+ * rate its probe measures (none on the first look, none for the device
+ * it does not measure); a per-device request reaches restrict_thread with
+ * the thread's holdings (NaN where it holds nothing). */
+static void user_kind(void)
+{
+    allot_kind_dev_t devs[2] = {{"a", 0.0, 1.0}, {"b", 0.0, 1.0}};
+    allot_kind_ops_t ops = {link_probe, link_restrict, NULL, NULL};
+    CHECK(allot_kind_register("Link", devs, 2, &ops) == ALLOT_OK);
+    CHECK(allot_kind_register("Link", devs, 2, &ops) == ALLOT_ERR_INVALID);
+    allot_kind_dev_t bad[1] = {{"x", 0.0, -1.0}};
+    CHECK(allot_kind_register("Bad", bad, 1, &ops) == ALLOT_ERR_INVALID);
+    CHECK(allot_kind_register("NoOps", devs, 2, NULL) == ALLOT_ERR_INVALID);
+    allot_require(allot_policy("peek", link_peek, NULL)) {
+    }
+    __atomic_fetch_add(&g_link_bytes, 5000000, __ATOMIC_RELAXED); /* 5 MB */
+    sleep_ms(100);
+    allot_require(allot_policy("peek", link_peek, NULL)) {
+    }
+    CHECK(g_link_looks == 2);
+    CHECK(g_link_rates[0][0] == -1.0 && g_link_rates[0][1] == -1.0);
+    CHECK(g_link_rates[1][0] > 1e7 && g_link_rates[1][0] <= 5.5e7);
+    CHECK(g_link_rates[1][1] == -1.0);
+    double in_a = 0.0, in_b = 0.0;
+    allot_require(allot_kind_dev("Link", "a", 1.0)) {
+        CHECK(g_link_calls >= 1 && g_link_seen[0] == 1.0 && isnan(g_link_seen[1]));
+        in_a = g_link_seen[0];
+        in_b = g_link_seen[1];
+    }
+    /* Leaving gives it back: restrict_thread again, nothing held. */
+    CHECK(isnan(g_link_seen[0]) && isnan(g_link_seen[1]));
+    printf("Link: rate %.0f B/s after 5 MB in 0.1 s; restrict saw a=%g b=%g, then a=%g\n",
+           g_link_rates[1][0], in_a, in_b, g_link_seen[0]);
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -782,6 +858,8 @@ int main(int argc, char **argv)
         descendants();
     else if (strcmp(mode, "block_waits") == 0)
         block_waits();
+    else if (strcmp(mode, "user_kind") == 0)
+        user_kind();
     else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;

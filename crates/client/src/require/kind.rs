@@ -13,7 +13,9 @@
 //! inherits when it starts. Kinds that touch the OS (`cpu`, `memory`, `io`)
 //! are built in and trusted; processes may register *virtual* kinds, which
 //! only count (the paper's StrongCore/WeakCore), through the broker so every
-//! process sees the same counters.
+//! process sees the same counters, and kinds of their own with operations
+//! ([`Kind::with_ops`], `Runtime::register_kind`; [`super::disk`] is one),
+//! whose devices are theirs alone.
 
 use allot_topo::{CpuSet, Machine};
 use std::fmt;
@@ -33,20 +35,21 @@ pub struct Device {
 
 /// OS operations of a kind, for the calling thread.
 pub trait KindOps: Send + Sync + fmt::Debug {
-    /// Cumulative usage counters of the calling thread on `dev` (Poli-C's
-    /// get1/get2), if the kind can measure them.
+    /// Cumulative usage counters of `dev` (Poli-C's get1/get2) — the
+    /// calling thread's, its cgroup's or the device's, as the kind counts
+    /// — if the kind can measure them.
     fn probe(&self, _dev: usize) -> Option<(u64, u64)> {
         None
     }
     /// A usage rate from two probes `dt` apart: by default `Δget1 / Δt`
-    /// (per nanosecond), or `Δget1 / Δget2` when `get2` counts too.
+    /// (per second), or `Δget1 / Δget2` when `get2` counts too.
     fn rate(&self, before: (u64, u64), after: (u64, u64), dt: Duration) -> f64 {
         let d1 = after.0.saturating_sub(before.0) as f64;
         let d2 = after.1.saturating_sub(before.1) as f64;
         if d2 > 0.0 {
             d1 / d2
         } else {
-            d1 / dt.as_nanos().max(1) as f64
+            d1 / dt.as_secs_f64().max(1e-9)
         }
     }
     /// Lets the calling thread use exactly the devices whose amount is not
@@ -75,9 +78,31 @@ pub struct Kind {
     pub devices: Vec<Device>,
     /// OS operations (`None`: virtual, counting only).
     pub ops: Option<Arc<dyn KindOps>>,
+    /// Whether policy views show each device's rate of use from
+    /// [`KindOps::probe`] (kinds registered with
+    /// [`Runtime::register_kind`](super::Runtime::register_kind) that
+    /// measure; the built-in kinds do not, to keep policies cheap).
+    pub measured: bool,
+    /// Whether the devices are this process's alone (a kind registered
+    /// with `register_kind`), never shared through a broker.
+    pub local: bool,
 }
 
 impl Kind {
+    /// A kind of the program's own for
+    /// [`Runtime::register_kind`](super::Runtime::register_kind): named
+    /// `name`, with `devices` and `ops`, its devices' rates shown to
+    /// policies when `ops` can probe them.
+    pub fn with_ops(name: &str, devices: Vec<Device>, ops: Arc<dyn KindOps>) -> Kind {
+        Kind {
+            name: name.to_string(),
+            devices,
+            ops: Some(ops),
+            measured: true,
+            local: true,
+        }
+    }
+
     /// Index of a device named `name` or numbered by it.
     pub fn device(&self, name: &str) -> Option<usize> {
         self.devices
@@ -105,9 +130,14 @@ pub struct CpuOps {
 
 impl KindOps for CpuOps {
     fn probe(&self, _dev: usize) -> Option<(u64, u64)> {
-        // The calling thread's CPU time; utilisation = Δ / Δt.
+        // The calling thread's CPU time, ns.
         let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
         Some((t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64, 0))
+    }
+
+    fn rate(&self, before: (u64, u64), after: (u64, u64), dt: Duration) -> f64 {
+        // Utilisation: CPU ns per wall ns.
+        after.0.saturating_sub(before.0) as f64 / dt.as_nanos().max(1) as f64
     }
 
     fn restrict(&self, amounts: &[Option<f64>]) -> std::io::Result<()> {
@@ -197,6 +227,8 @@ pub fn builtin(machine: &Machine, usable: &CpuSet) -> Vec<Kind> {
             })
             .collect(),
         ops: Some(Arc::new(CpuOps { cpus })),
+        measured: false,
+        local: false,
     };
     let nodes: Vec<&allot_topo::Node> = machine.nodes().iter().collect();
     let memory = Kind {
@@ -212,12 +244,16 @@ pub fn builtin(machine: &Machine, usable: &CpuSet) -> Vec<Kind> {
         ops: Some(Arc::new(MemoryOps {
             nodes: nodes.iter().map(|n| n.id).collect(),
         })),
+        measured: false,
+        local: false,
     };
     let disks = super::io::block_devices();
     let io = Kind {
         name: "io".into(),
         ops: Some(Arc::new(super::io::IoOps::from_env(&disks))),
         devices: disks,
+        measured: false,
+        local: false,
     };
     vec![cpu, memory, io]
 }
@@ -234,6 +270,8 @@ pub fn virtual_kind(name: &str, count: usize, max: f64) -> Kind {
             })
             .collect(),
         ops: None,
+        measured: false,
+        local: false,
     }
 }
 

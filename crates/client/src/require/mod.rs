@@ -34,11 +34,14 @@
 //!   declarative constraints;
 //! - [`kind`]: resource kinds and their OS operations;
 //! - [`io`]: the `io` kind: blkio weights per thread, or I/O priorities;
+//! - [`disk`]: `DiskRate`, a kind of the program's own on a real counter
+//!   (`Runtime::register_kind`), and a policy choosing the least busy disk;
 //! - [`throttle`]: fractional CPU limits (cgroup quota or monitor thread);
 //! - [`ledger`]: coordination with other processes through the broker.
 //!
 //! `docs/require.md` is the user guide, for Rust and C.
 
+pub mod disk;
 pub mod io;
 pub mod kind;
 pub mod ledger;

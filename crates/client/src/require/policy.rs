@@ -44,6 +44,11 @@ pub struct DevView {
     pub shared_available: f64,
     /// Threads waiting for it.
     pub waiters: u32,
+    /// The device's use per second, from its kind's probe (a kind
+    /// registered with [`Runtime::register_kind`](super::Runtime::register_kind)
+    /// whose operations measure it), `None` when not measured or before
+    /// the second look.
+    pub rate: Option<f64>,
     /// What the policy asks for (`None`: nothing).
     pub request: Option<f64>,
     /// Ownership of the request.

@@ -30,7 +30,7 @@ mod spawn;
 
 pub use block::may_hold_current;
 pub use request::{Amount, Request, RequireError, Timing, What};
-use resolve::{add_kind, give_back, lookup, policy_impossible, resolve};
+use resolve::{add_kind, add_kind_local, give_back, lookup, policy_impossible, resolve};
 pub use spawn::{ChildGuard, SpawnCtx, blocking, spawn};
 
 use super::kind::{self, Kind};
@@ -102,7 +102,21 @@ struct State {
     scratch_asks: Vec<Ask>,
     scratch_nodes: Vec<NodeId>,
     scratch_holdings: Vec<Option<f64>>,
+    /// The last probe of each device of a measured kind (for rates in
+    /// policy views, which read the state without changing it otherwise).
+    samples: std::cell::RefCell<IntMap<Dev, Sample>>,
 }
+
+/// A device's counters as last probed, and the rate they gave.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    at: std::time::Instant,
+    counters: (u64, u64),
+    rate: Option<f64>,
+}
+
+/// Shortest time between two probes of a device that make a rate.
+const RATE_SPAN: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The require runtime of a process (or a simulated one).
 #[derive(Debug)]
@@ -187,6 +201,7 @@ impl Runtime {
             scratch_asks: Vec::new(),
             scratch_nodes: Vec::new(),
             scratch_holdings: Vec::new(),
+            samples: Default::default(),
         };
         for k in kinds {
             add_kind(&mut st, k);
@@ -232,6 +247,46 @@ impl Runtime {
     /// The machine.
     pub fn machine(&self) -> &Machine {
         &self.machine
+    }
+
+    /// Registers a kind of the program's own with OS operations (Poli-C's
+    /// `register_resource`): its devices, each with the minimum left to
+    /// threads that asked for nothing and the most it supports, and its
+    /// [`KindOps`](kind::KindOps) — `probe`/`rate` (what policies see as
+    /// each device's [`DevView::rate`] when `kind.measured`), `restrict`
+    /// and `throttle` (applied to a thread's holdings as for the built-in
+    /// kinds). Policies and per-device requests use it exactly like those.
+    /// The kind is this process's: with a broker, its devices are not
+    /// shared with other processes (virtual kinds are: use
+    /// [`Runtime::register_virtual`] for counting only). Errors: a kind of
+    /// that name exists ([`RequireError::KindExists`]), or the kind has no
+    /// operations, no devices, or a device whose maximum is not positive
+    /// and finite or whose minimum is outside 0..=max
+    /// ([`RequireError::BadKind`]).
+    pub fn register_kind(&self, kind: kind::Kind) -> Result<(), RequireError> {
+        let bad = |why: String| Err(RequireError::BadKind(kind.name.clone(), why));
+        if kind.ops.is_none() {
+            return bad("it has no operations (a counting kind is a virtual kind)".into());
+        }
+        if kind.devices.is_empty() {
+            return bad("it has no devices".into());
+        }
+        if let Some(d) = kind
+            .devices
+            .iter()
+            .find(|d| !(d.max.is_finite() && d.max > 0.0 && (0.0..=d.max).contains(&d.min)))
+        {
+            return bad(format!(
+                "device {:?} has minimum {} and maximum {} (want 0 <= minimum <= maximum, maximum above 0)",
+                d.name, d.min, d.max
+            ));
+        }
+        let mut st = self.lock();
+        if st.by_name.contains_key(&kind.name) {
+            return Err(RequireError::KindExists(kind.name.clone()));
+        }
+        add_kind_local(&mut st, kind);
+        Ok(())
     }
 
     /// Registers a virtual (counting) kind: `count` devices of `max` each.

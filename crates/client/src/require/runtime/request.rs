@@ -142,6 +142,9 @@ pub enum RequireError {
         /// Where.
         site: &'static Location<'static>,
     },
+    /// A kind that cannot be registered as given.
+    #[error("resource kind {0:?} cannot be registered: {1}")]
+    BadKind(String, String),
     /// A non-zero amount on a device whose kind cannot enforce it on this
     /// machine (an I/O weight on a device whose scheduler ignores weights).
     #[error("{site}: {kind} device {dev} cannot be held as asked: {why}")]

@@ -35,6 +35,18 @@ pub(super) fn add_kind(st: &mut State, k: Kind) {
     st.kinds.push(k);
 }
 
+/// Adds a kind whose devices are this process's alone: roots hold each
+/// device's whole amount, with or without a broker.
+pub(super) fn add_kind_local(st: &mut State, mut k: Kind) {
+    k.local = true;
+    let id = st.kinds.len();
+    for (d, dev) in k.devices.iter().enumerate() {
+        st.trees.set_root((id, d), dev.max);
+    }
+    st.by_name.insert(k.name.clone(), id);
+    st.kinds.push(k);
+}
+
 /// Resolves requests into asks: devices looked up, shares made absolute,
 /// policies run. `None` when a policy fails now.
 pub(super) fn resolve(
@@ -146,12 +158,43 @@ pub(super) fn lookup(
 /// for what the root lacks, and the scope waits while another process
 /// holds it. (The policy does not see other processes' holdings, so it may
 /// pick a device held elsewhere and wait although another is free.)
+/// Device `dev`'s rate of use: its kind's probe now against the sample
+/// kept from an earlier view at least [`RATE_SPAN`] ago (Poli-C's get1 and
+/// get2 read twice), which it replaces; the last rate in between.
+fn sampled_rate(st: &State, kind: &kind::Kind, dev: Dev) -> Option<f64> {
+    let ops = kind.ops.as_ref()?;
+    let now = std::time::Instant::now();
+    let mut samples = st.samples.borrow_mut();
+    match samples.get_mut(&dev) {
+        Some(s) if now.duration_since(s.at) < RATE_SPAN => s.rate,
+        Some(s) => {
+            let counters = ops.probe(dev.1)?;
+            s.rate = Some(ops.rate(s.counters, counters, now - s.at));
+            s.at = now;
+            s.counters = counters;
+            s.rate
+        }
+        None => {
+            let counters = ops.probe(dev.1)?;
+            samples.insert(
+                dev,
+                Sample {
+                    at: now,
+                    counters,
+                    rate: None,
+                },
+            );
+            None
+        }
+    }
+}
+
 fn view_for<'m>(st: &State, machine: &'m Machine, tid: Tid, own: Ownership) -> View<'m> {
     let mut devs = Vec::new();
     let coordinated = st.link.is_some();
     for (k, kind) in st.kinds.iter().enumerate() {
         for (d, dev) in kind.devices.iter().enumerate() {
-            let growable = if coordinated && st.trees.at_root(tid, (k, d)) {
+            let growable = if coordinated && !kind.local && st.trees.at_root(tid, (k, d)) {
                 let (held, _) = st.trees.root((k, d)).unwrap_or((0.0, 0.0));
                 (dev.max - held).max(0.0)
             } else {
@@ -165,6 +208,11 @@ fn view_for<'m>(st: &State, machine: &'m Machine, tid: Tid, own: Ownership) -> V
                 available: st.trees.available(tid, (k, d)) + growable,
                 shared_available: st.trees.shared_available(tid, (k, d)) + growable,
                 waiters: st.waiting.get(&(k, d)).copied().unwrap_or(0),
+                rate: if kind.measured {
+                    sampled_rate(st, kind, (k, d))
+                } else {
+                    None
+                },
                 request: None,
                 ownership: own,
             });
@@ -187,6 +235,7 @@ pub(super) fn policy_impossible(st: &State, machine: &Machine, reqs: &[Request])
                 available: dev.max,
                 shared_available: dev.max,
                 waiters: 0,
+                rate: None,
                 request: None,
                 ownership: Ownership::Default,
             });

@@ -1,0 +1,140 @@
+//! Kinds of the program's own (`Runtime::register_kind`, Poli-C's
+//! `register_resource`): registration errors, rates from the kind's probe
+//! in policy views, exclusive per-device requests, and the kind's
+//! `restrict` called with each thread's holdings. The operations here are
+//! a counter the test drives; `disk_live.rs` runs `DiskRate` on a real
+//! device.
+
+use allot_client::require::kind::{Device, Kind, KindOps};
+use allot_client::require::policy::{self, View};
+use allot_client::require::{Request, RequireError, Runtime};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[derive(Debug, Default)]
+struct Counter {
+    bytes: AtomicU64,
+    restricted: Mutex<Vec<Vec<Option<f64>>>>,
+}
+
+impl KindOps for Counter {
+    fn probe(&self, dev: usize) -> Option<(u64, u64)> {
+        (dev == 0).then(|| (self.bytes.load(Ordering::Relaxed), 0))
+    }
+    fn restrict(&self, amounts: &[Option<f64>]) -> std::io::Result<()> {
+        self.restricted.lock().unwrap().push(amounts.to_vec());
+        Ok(())
+    }
+}
+
+/// The rates a policy saw on devices "a" and "b".
+type Rates = (Option<f64>, Option<f64>);
+
+fn devs() -> Vec<Device> {
+    ["a", "b"]
+        .iter()
+        .map(|n| Device {
+            name: n.to_string(),
+            min: 0.0,
+            max: 1.0,
+        })
+        .collect()
+}
+
+fn runtime() -> &'static Runtime {
+    let m = allot_topo::discover_live().unwrap();
+    Runtime::new(m, true).into_static()
+}
+
+#[test]
+fn registration_refuses_what_cannot_work() {
+    let rt = runtime();
+    let ops = Arc::new(Counter::default());
+    rt.register_kind(Kind::with_ops("Wire", devs(), ops.clone()))
+        .unwrap();
+    assert!(matches!(
+        rt.register_kind(Kind::with_ops("Wire", devs(), ops.clone())),
+        Err(RequireError::KindExists(_))
+    ));
+    assert!(matches!(
+        rt.register_kind(Kind::with_ops("cpu", devs(), ops.clone())),
+        Err(RequireError::KindExists(_))
+    ));
+    assert!(matches!(
+        rt.register_kind(Kind::with_ops("Empty", vec![], ops.clone())),
+        Err(RequireError::BadKind(..))
+    ));
+    let mut bad = devs();
+    bad[1].max = f64::INFINITY;
+    assert!(matches!(
+        rt.register_kind(Kind::with_ops("Inf", bad, ops.clone())),
+        Err(RequireError::BadKind(..))
+    ));
+    let mut virt = Kind::with_ops("NoOps", devs(), ops);
+    virt.ops = None;
+    assert!(matches!(
+        rt.register_kind(virt),
+        Err(RequireError::BadKind(..))
+    ));
+    assert!(rt.kinds().contains(&"Wire".to_string()));
+}
+
+#[test]
+fn policies_see_the_rate_the_probe_measures_and_requests_use_the_devices() {
+    let rt = runtime();
+    let ops = Arc::new(Counter::default());
+    rt.register_kind(Kind::with_ops("Link", devs(), ops.clone()))
+        .unwrap();
+    let seen: Arc<Mutex<Vec<Rates>>> = Arc::default();
+    let peek = {
+        let seen = seen.clone();
+        policy::from_fn("peek", move |v: &mut View<'_>| {
+            let r: Vec<Option<f64>> = v.devices("Link").map(|d| d.rate).collect();
+            seen.lock().unwrap().push((r[0], r[1]));
+            true
+        })
+    };
+    // First look: a sample, no rate yet; the device without a probe never
+    // has one.
+    drop(rt.enter(vec![Request::policy(peek.clone())]).unwrap());
+    // 5 MB over about 100 ms.
+    ops.bytes.fetch_add(5_000_000, Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(100));
+    drop(rt.enter(vec![Request::policy(peek.clone())]).unwrap());
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen[0], (None, None));
+    let rate = seen[1].0.expect("a rate on the second look");
+    assert!(
+        (10e6..=55e6).contains(&rate),
+        "5 MB in ~0.1 s read as {rate} B/s"
+    );
+    assert_eq!(seen[1].1, None);
+
+    // A per-device request is exclusive and reaches the kind's restrict.
+    let held = rt.enter(vec![Request::device("Link", "a", 1.0)]).unwrap();
+    assert!(
+        ops.restricted
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|a| a.first() == Some(&Some(1.0))),
+        "restrict got the holding"
+    );
+    // Another thread cannot take it while it is held, and can after.
+    let try_take = move || {
+        std::thread::spawn(move || {
+            let tid = allot_client::require::runtime::current_tid();
+            let req = vec![Request::device("Link", "a", 1.0)];
+            let got = rt
+                .enter_as(tid, req, false, std::panic::Location::caller())
+                .unwrap();
+            got.is_some()
+        })
+        .join()
+        .unwrap()
+    };
+    assert!(!try_take(), "taken twice at once");
+    drop(held);
+    assert!(try_take(), "free again once the holder left");
+}
