@@ -131,6 +131,8 @@ fn make_device(dir: &Path, bytes: u64) -> anyhow::Result<Device> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let _ = std::fs::write(format!("/sys/block/{name}/queue/scheduler"), "bfq");
+    // No weight raising for new queues: weights alone decide.
+    let _ = std::fs::write(format!("/sys/block/{name}/queue/iosched/low_latency"), "0");
     if Path::new(BLKIO).join("blkio.bfq.io_serviced").exists() {
         let g = Path::new(BLKIO).join(format!("allot-bench-upload-{}", std::process::id()));
         if std::fs::create_dir(&g).is_ok() {
