@@ -85,13 +85,17 @@ def test_a_time_triggered_cell_reads_its_windows(broker):
     seen = set()
     deadline = time.monotonic() + 5
     while len(seen) < 2 and time.monotonic() < deadline:
-        now = time.monotonic_ns()
+        # The window is read at some instant between `before` and `after`:
+        # its next edge lies after `before`, and at most a budget (open) or
+        # a period (closed) after `after`.
+        before = time.monotonic_ns()
         w = c.window()
-        assert w.edge_ns is not None and now < w.edge_ns
+        after = time.monotonic_ns()
+        assert w.edge_ns is not None and before < w.edge_ns
         if w.open:
-            assert w.edge_ns <= now + 3_000_000
+            assert w.edge_ns <= after + 3_000_000
         else:
-            assert w.edge_ns <= now + 10_000_000
+            assert w.edge_ns <= after + 10_000_000
         seen.add(w.open)
         time.sleep(0.0007)
     assert seen == {True, False}
