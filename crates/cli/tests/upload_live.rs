@@ -12,11 +12,10 @@ use std::process::Command;
 #[test]
 fn the_upload_benchmark_runs_and_removes_what_it_made() {
     let root = rustix::process::geteuid().is_root();
-    let losetup = Command::new("losetup")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !prerequisite(root && losetup, "root and losetup (a loop device)") {
+    if !prerequisite(
+        root && allot_testkit::loopdev::losetup_available(),
+        "root and losetup (a loop device)",
+    ) {
         return;
     }
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();

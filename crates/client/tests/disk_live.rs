@@ -10,66 +10,27 @@
 use allot_client::require::disk::{self, NAME};
 use allot_client::require::policy::{self, View};
 use allot_client::require::{Request, Runtime};
+use allot_testkit::loopdev::{LoopDevice, losetup_available};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Backing files and their loop devices; detached and removed on drop.
-struct Loops(Vec<(PathBuf, Option<String>)>);
-
-impl Drop for Loops {
-    fn drop(&mut self) {
-        for (file, dev) in &self.0 {
-            if let Some(d) = dev {
-                let _ = Command::new("losetup").args(["-d", d]).status();
-            }
-            let _ = std::fs::remove_file(file);
-        }
-    }
-}
-
-fn majmin(dev: &str) -> String {
-    let name = dev.rsplit('/').next().unwrap();
-    std::fs::read_to_string(format!("/sys/block/{name}/dev"))
-        .unwrap()
-        .trim()
-        .to_string()
-}
-
 #[test]
 fn policies_see_which_disk_is_busy_and_pick_the_idle_one() {
     let root = rustix::process::geteuid().is_root();
-    let losetup = Command::new("losetup")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !allot_testkit::prerequisite(root && losetup, "root and losetup") {
+    if !allot_testkit::prerequisite(root && losetup_available(), "root and losetup") {
         return;
     }
-    let mut loops = Loops(Vec::new());
-    for i in 0..2 {
-        let file =
-            std::env::temp_dir().join(format!("allot-disk-test-{}-{i}.img", std::process::id()));
-        let f = std::fs::File::create(&file).unwrap();
-        f.set_len(32 << 20).unwrap();
-        loops.0.push((file.clone(), None));
-        let out = Command::new("losetup")
-            .args(["--find", "--show", "--direct-io=on"])
-            .arg(&file)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        loops.0[i].1 = Some(String::from_utf8(out.stdout).unwrap().trim().to_string());
-    }
-    let devs: Vec<String> = loops.0.iter().map(|(_, d)| d.clone().unwrap()).collect();
-    let ids: Vec<String> = devs.iter().map(|d| majmin(d)).collect();
+    let loops: Vec<LoopDevice> = (0..2)
+        .map(|i| {
+            let file = std::env::temp_dir()
+                .join(format!("allot-disk-test-{}-{i}.img", std::process::id()));
+            LoopDevice::attach(file, 32 << 20, 0).unwrap()
+        })
+        .collect();
+    let devs: Vec<String> = loops.iter().map(|l| l.path().to_string()).collect();
+    let ids: Vec<String> = loops.iter().map(LoopDevice::majmin).collect();
 
     let rt = Runtime::new(allot_topo::discover_live().unwrap(), true).into_static();
     rt.register_kind(disk::disk_rate()).unwrap();

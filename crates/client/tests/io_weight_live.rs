@@ -10,20 +10,19 @@
 //! its runtime, which reads it once.
 
 use allot_client::require::{Request, RequireError, Runtime};
+use allot_testkit::loopdev::{LoopDevice, losetup_available};
 use std::os::unix::fs::FileExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 const BLKIO: &str = "/sys/fs/cgroup/blkio";
 
-/// What the test made; removed on drop.
+/// The test's blkio group; threads still in it or below go back to the
+/// root group, and the directories are removed, on drop.
 struct Made {
-    file: PathBuf,
-    loop_dev: Option<String>,
     group: PathBuf,
 }
 
@@ -42,10 +41,6 @@ impl Drop for Made {
         }
         evict(&self.group);
         let _ = std::fs::remove_dir(&self.group);
-        if let Some(d) = &self.loop_dev {
-            let _ = Command::new("losetup").args(["-d", d]).status();
-        }
-        let _ = std::fs::remove_file(&self.file);
     }
 }
 
@@ -56,25 +51,8 @@ fn evict(from: &Path) {
     }
 }
 
-fn set_scheduler(dev: &str, s: &str) -> std::io::Result<()> {
-    let name = Path::new(dev)
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
-    std::fs::write(format!("/sys/block/{name}/queue/scheduler"), s)
-}
-
-fn majmin(dev: &str) -> String {
-    let name = Path::new(dev)
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
-    std::fs::read_to_string(format!("/sys/block/{name}/dev"))
-        .unwrap()
-        .trim()
-        .to_string()
+fn set_scheduler(lo: &LoopDevice, s: &str) -> std::io::Result<()> {
+    std::fs::write(format!("/sys/block/{}/queue/scheduler", lo.name()), s)
 }
 
 /// Bytes per second a thread read from `dev` with O_DIRECT over `span`,
@@ -131,44 +109,24 @@ fn reader(
 fn threads_read_a_bfq_device_in_proportion_to_their_weights() {
     let root = rustix::process::geteuid().is_root();
     let bfq = Path::new(BLKIO).join("blkio.bfq.io_serviced").exists();
-    let losetup = Command::new("losetup")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
     if !allot_testkit::prerequisite(
-        root && bfq && losetup,
+        root && bfq && losetup_available(),
         "root, a cgroup v1 blkio hierarchy with BFQ, and losetup",
     ) {
         return;
     }
-    let mut made = Made {
-        file: std::env::temp_dir().join(format!("allot-io-test-{}.img", std::process::id())),
-        loop_dev: None,
+    // A 128 MiB device of non-zero data (so the file is allocated).
+    let lo = LoopDevice::attach(
+        std::env::temp_dir().join(format!("allot-io-test-{}.img", std::process::id())),
+        128 << 20,
+        0x5a,
+    )
+    .unwrap();
+    let made = Made {
         group: Path::new(BLKIO).join(format!("allot-io-test-{}", std::process::id())),
     };
-    // A 128 MiB device of non-zero data (so the file is allocated).
-    {
-        let f = std::fs::File::create(&made.file).unwrap();
-        let chunk = vec![0x5au8; 1 << 20];
-        for i in 0..128u64 {
-            f.write_at(&chunk, i << 20).unwrap();
-        }
-        f.sync_all().unwrap();
-    }
-    let out = Command::new("losetup")
-        .args(["--find", "--show", "--direct-io=on"])
-        .arg(&made.file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "losetup: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let dev = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    made.loop_dev = Some(dev.clone());
     std::fs::create_dir(&made.group).unwrap();
-    let mm = majmin(&dev);
+    let (dev, mm) = (lo.path().to_string(), lo.majmin());
 
     // SAFETY: the only test of this binary; no other thread reads the
     // environment yet.
@@ -177,7 +135,7 @@ fn threads_read_a_bfq_device_in_proportion_to_their_weights() {
 
     // A scheduler that ignores weights: the request is refused, saying
     // what to change.
-    set_scheduler(&dev, "mq-deadline").unwrap();
+    set_scheduler(&lo, "mq-deadline").unwrap();
     let rt: &'static Runtime = Runtime::new(machine, true).into_static();
     match rt.enter(vec![Request::device("io", &mm, 500.0)]) {
         Err(RequireError::Unenforceable { why, .. }) => {
@@ -192,15 +150,14 @@ fn threads_read_a_bfq_device_in_proportion_to_their_weights() {
     // Weight 0 (nothing) is no weight to enforce: accepted.
     drop(rt.enter(vec![Request::device("io", &mm, 0.0)]).unwrap());
 
-    set_scheduler(&dev, "bfq").unwrap();
+    set_scheduler(&lo, "bfq").unwrap();
     // BFQ raises the weight of queues it takes for interactive (new ones,
     // for a while): off on this device of ours, so weights alone decide.
-    let name = Path::new(&dev)
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
-    std::fs::write(format!("/sys/block/{name}/queue/iosched/low_latency"), "0").unwrap();
+    std::fs::write(
+        format!("/sys/block/{}/queue/iosched/low_latency", lo.name()),
+        "0",
+    )
+    .unwrap();
     let go = Arc::new(AtomicBool::new(false));
     let span = Duration::from_secs(3);
     let spawn = |w: f64, offset: u64| {
@@ -239,4 +196,5 @@ fn threads_read_a_bfq_device_in_proportion_to_their_weights() {
         "weight 900 read {heavy_rate:.0} B/s, weight 100 {light_rate:.0} B/s"
     );
     drop(made);
+    drop(lo);
 }

@@ -17,6 +17,7 @@
 #![allow(missing_debug_implementations)]
 
 mod cgroup;
+pub mod loopdev;
 mod proc;
 pub mod user;
 
