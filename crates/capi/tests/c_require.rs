@@ -1,5 +1,6 @@
 //! `require` blocks from C and C++: installs liballot as `c_abi.rs` does,
-//! compiles `tests/c/require.c` (and `require_short.c`, `require.cpp`)
+//! compiles `tests/c/require.c` (and `require_threads.c`,
+//! `require_short.c`, `require.cpp`)
 //! against the installed header and library with `-Wall -Wextra -Werror`
 //! under AddressSanitizer and UndefinedBehaviorSanitizer, and runs one
 //! scenario per process. Scenarios whose threads must share a block (Poli-C
@@ -92,6 +93,13 @@ fn require_c() -> PathBuf {
     build("gcc", "require.c", "require", &flags)
 }
 
+/// `require_threads.c` with sanitizers.
+fn require_threads_c() -> PathBuf {
+    let mut flags = vec!["-std=c11"];
+    flags.extend(SANITIZE);
+    build("gcc", "require_threads.c", "require_threads", &flags)
+}
+
 /// `require.c` with OpenMP (libgomp) and sanitizers.
 fn require_omp() -> PathBuf {
     let mut flags = vec!["-std=c11", "-fopenmp"];
@@ -182,7 +190,7 @@ fn for_descendants_reaches_the_grandchildren() {
     if !allot_testkit::prerequisite(ncpus() >= 2, "needs 2 CPUs") {
         return;
     }
-    let out = passes(&require_c(), &["descendants"], true);
+    let out = passes(&require_threads_c(), &["descendants"], true);
     for generation in 1..=3 {
         assert!(
             out.contains(&format!("generation {generation}: 1 CPU(s)")),
@@ -198,7 +206,7 @@ fn for_descendants_reaches_the_grandchildren() {
 /// ever runs (the program's alarm fails it).
 #[test]
 fn waits_give_the_cpu_back_to_the_threads_they_wait_for() {
-    let out = passes(&require_c(), &["block_waits"], true);
+    let out = passes(&require_threads_c(), &["block_waits"], true);
     for way in ["sem_wait", "read", "accept", "futex"] {
         assert!(out.contains(&format!("{way} gave the CPU back")), "{out}");
     }

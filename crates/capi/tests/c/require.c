@@ -10,7 +10,6 @@
 #define _GNU_SOURCE
 #include <allot.h>
 #include <errno.h>
-#include <linux/futex.h>
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -18,23 +17,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/syscall.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
-#define CHECK(c)                                                               \
-    do {                                                                       \
-        if (!(c)) {                                                            \
-            fprintf(stderr, "require.c:%d: check failed: %s (last error: %s)\n", \
-                    __LINE__, #c, allot_last_error());                         \
-            exit(1);                                                           \
-        }                                                                      \
-    } while (0)
+#include "require_util.h"
 
 static void say_line(int line)
 {
@@ -47,21 +36,6 @@ static void sleep_ms(int ms)
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
-}
-
-/* The CPUs this thread may run on. */
-static int affinity(int *cpus, int max)
-{
-    cpu_set_t set;
-    CHECK(sched_getaffinity(0, sizeof set, &set) == 0);
-    int n = 0;
-    for (int c = 0; c < CPU_SETSIZE; c++)
-        if (CPU_ISSET(c, &set)) {
-            if (n < max)
-                cpus[n] = c;
-            n++;
-        }
-    return n;
 }
 
 static int g_cpus[CPU_SETSIZE];
@@ -596,156 +570,6 @@ static void virtual_kind(void)
     }
 }
 
-/* ---- ForDescendants: grandchildren receive the allocation -------------- */
-
-/* Generations below the block's thread: child, grandchild, great-
- * grandchild. What each saw: how many CPUs it may use, and whether CPU
- * `g_want` is the only one. */
-#define GENERATIONS 3
-static int g_want;
-static int g_seen_n[GENERATIONS], g_seen_only[GENERATIONS];
-
-static void *generation(void *arg)
-{
-    long depth = (long)arg;
-    int mine[CPU_SETSIZE];
-    g_seen_n[depth] = affinity(mine, CPU_SETSIZE);
-    g_seen_only[depth] = g_seen_n[depth] == 1 && mine[0] == g_want;
-    if (depth + 1 < GENERATIONS) {
-        pthread_t t;
-        CHECK(pthread_create(&t, NULL, generation, (void *)(depth + 1)) == 0);
-        CHECK(pthread_join(t, NULL) == 0);
-    }
-    return NULL;
-}
-
-/* The block's thread asks, for every descendant, CPU `g_want` (1.0) and no
- * other (0): its child, grandchild and great-grandchild each make the
- * request when they start and run on that CPU alone, while the block's own
- * thread keeps every CPU (the requests are the descendants'). */
-static void descendants(void)
-{
-    CHECK(g_ncpus >= 2);
-    g_want = g_cpus[g_ncpus - 1];
-    allot_req_t reqs[CPU_SETSIZE];
-    for (int i = 0; i < g_ncpus; i++)
-        reqs[i] = allot_for_descendants(
-            allot_shared(allot_cpu((uint32_t)g_cpus[i], g_cpus[i] == g_want ? 1.0 : 0.0)));
-    static allot_site_t site = ALLOT_SITE_INIT;
-    allot_scope_t s = ALLOT_SCOPE_INIT;
-    CHECK(allot_require_enter(&s, &site, reqs, (size_t)g_ncpus, 0) == ALLOT_OK);
-    int mine[CPU_SETSIZE];
-    CHECK(affinity(mine, CPU_SETSIZE) == g_ncpus);
-    pthread_t t;
-    CHECK(pthread_create(&t, NULL, generation, (void *)0L) == 0);
-    CHECK(pthread_join(t, NULL) == 0);
-    allot_require_leave(&s);
-    for (int d = 0; d < GENERATIONS; d++) {
-        printf("generation %d: %d CPU(s), only cpu %d: %s\n", d + 1, g_seen_n[d], g_want,
-               g_seen_only[d] ? "yes" : "no");
-        CHECK(g_seen_only[d]);
-    }
-    CHECK(affinity(mine, CPU_SETSIZE) == g_ncpus);
-}
-
-/* ---- release on block: waits other than joins ---------------------------- */
-
-/* A block of one CPU whose thread waits for a thread it created, which
- * needs a core of the block: the wait must give the CPU back, or neither
- * ever runs (alarm() turns that into a failure). One way of waiting per
- * round: a semaphore, a pipe read, an accept, a raw futex wait. */
-enum way { W_SEM, W_READ, W_ACCEPT, W_FUTEX, W_COUNT };
-static const char *const way_name[W_COUNT] = {"sem_wait", "read", "accept", "futex"};
-static sem_t g_sem;
-static int g_pipe[2];
-static char g_sock_path[108];
-static int g_futex;
-
-static void *signaller(void *arg)
-{
-    enum way w = (enum way)(long)arg;
-    allot_outcome_t o;
-    allot_require(&o, allot_cores(1)) { /* needs the block's one CPU */
-        CHECK(o.ncores == 1);
-        if (w == W_SEM) {
-            CHECK(sem_post(&g_sem) == 0);
-        } else if (w == W_READ) {
-            CHECK(write(g_pipe[1], "x", 1) == 1);
-        } else if (w == W_ACCEPT) {
-            int c = socket(AF_UNIX, SOCK_STREAM, 0);
-            struct sockaddr_un a = {.sun_family = AF_UNIX};
-            memcpy(a.sun_path, g_sock_path, sizeof g_sock_path);
-            CHECK(connect(c, (struct sockaddr *)&a, sizeof a) == 0);
-            close(c);
-        } else {
-            __atomic_store_n(&g_futex, 1, __ATOMIC_RELEASE);
-            syscall(SYS_futex, &g_futex, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-        }
-    }
-    return NULL;
-}
-
-static void wait_one_way(enum way w)
-{
-    int listener = -1;
-    if (w == W_SEM)
-        CHECK(sem_init(&g_sem, 0, 0) == 0);
-    if (w == W_READ)
-        CHECK(pipe(g_pipe) == 0);
-    if (w == W_ACCEPT) {
-        snprintf(g_sock_path, sizeof g_sock_path, "/tmp/allot-require-%d.sock", (int)getpid());
-        unlink(g_sock_path);
-        listener = socket(AF_UNIX, SOCK_STREAM, 0);
-        struct sockaddr_un a = {.sun_family = AF_UNIX};
-        memcpy(a.sun_path, g_sock_path, sizeof g_sock_path);
-        CHECK(bind(listener, (struct sockaddr *)&a, sizeof a) == 0);
-        CHECK(listen(listener, 1) == 0);
-    }
-    g_futex = 0;
-    allot_req_t reqs[CPU_SETSIZE];
-    for (int i = 0; i < g_ncpus; i++)
-        reqs[i] = allot_cpu(g_cpus[i], i == 0 ? 1.0 : 0.0);
-    static allot_site_t site = ALLOT_SITE_INIT;
-    allot_scope_t s = ALLOT_SCOPE_INIT;
-    CHECK(allot_require_enter(&s, &site, reqs, (size_t)g_ncpus, 0) == ALLOT_OK);
-    pthread_t t;
-    alarm(20); /* a wait that keeps its CPU never ends */
-    CHECK(pthread_create(&t, NULL, signaller, (void *)(long)w) == 0);
-    if (w == W_SEM) {
-        CHECK(sem_wait(&g_sem) == 0);
-    } else if (w == W_READ) {
-        char c;
-        CHECK(read(g_pipe[0], &c, 1) == 1);
-    } else if (w == W_ACCEPT) {
-        int c = accept(listener, NULL, NULL);
-        CHECK(c >= 0);
-        close(c);
-    } else {
-        while (__atomic_load_n(&g_futex, __ATOMIC_ACQUIRE) == 0)
-            syscall(SYS_futex, &g_futex, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
-    }
-    CHECK(pthread_join(t, NULL) == 0);
-    alarm(0);
-    int mine[CPU_SETSIZE];
-    CHECK(affinity(mine, CPU_SETSIZE) == 1 && mine[0] == g_cpus[0]); /* retaken */
-    allot_require_leave(&s);
-    if (listener >= 0) {
-        close(listener);
-        unlink(g_sock_path);
-    }
-    if (w == W_READ) {
-        close(g_pipe[0]);
-        close(g_pipe[1]);
-    }
-    printf("%s gave the CPU back\n", way_name[w]);
-}
-
-static void block_waits(void)
-{
-    for (int w = 0; w < W_COUNT; w++)
-        wait_one_way((enum way)w);
-}
-
 /* ---- a kind of the program's own (allot_kind_register) ---------------- */
 
 static uint64_t g_link_bytes;
@@ -854,10 +678,6 @@ int main(int argc, char **argv)
         c_policy();
     else if (strcmp(mode, "virtual") == 0)
         virtual_kind();
-    else if (strcmp(mode, "descendants") == 0)
-        descendants();
-    else if (strcmp(mode, "block_waits") == 0)
-        block_waits();
     else if (strcmp(mode, "user_kind") == 0)
         user_kind();
     else {
