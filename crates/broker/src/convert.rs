@@ -171,6 +171,9 @@ pub fn grant_from_record(r: &GrantRec) -> Grant {
         stacked: r.stacked,
         home: r.home,
         share: r.share,
+        // The ledger is not journaled: a restarted broker holds nothing
+        // for `require` until processes ask again.
+        held: Default::default(),
     }
 }
 
@@ -224,6 +227,7 @@ mod tests {
             stacked: false,
             home: 1,
             share: 2.5,
+            held: Default::default(),
         };
         let r = grant_to_record(&g, 7, Some(3));
         assert_eq!((r.generation, r.demand), (7, Some(3)));

@@ -51,6 +51,8 @@ pub enum LedgerError {
     Invalid(String),
     /// Not available now; others must give something back first.
     Refused(String),
+    /// No change of holdings or grants could let it through as asked.
+    Never(String),
     /// A configured limit was reached.
     Limit(String),
 }
@@ -59,7 +61,10 @@ impl LedgerError {
     /// The message.
     pub fn message(&self) -> &str {
         match self {
-            LedgerError::Invalid(m) | LedgerError::Refused(m) | LedgerError::Limit(m) => m,
+            LedgerError::Invalid(m)
+            | LedgerError::Refused(m)
+            | LedgerError::Never(m)
+            | LedgerError::Limit(m) => m,
         }
     }
 }
@@ -194,6 +199,47 @@ impl Ledger {
                 d.min = min.clamp(0.0, d.max);
             }
         }
+    }
+
+    /// Leaves all of CPU `cpu` to processes that asked for nothing (the
+    /// system minimum on the reserve): no `require` takes any of it.
+    pub fn keep_cpu(&mut self, cpu: usize) {
+        let name = cpu.to_string();
+        if let Some(d) = self
+            .kinds
+            .get_mut("cpu")
+            .and_then(|k| k.devices.iter_mut().find(|d| d.name == name))
+        {
+            d.min = d.max;
+        }
+    }
+
+    /// The CPU a `cpu` item names (its device is named by CPU number).
+    pub fn cpu_of(&self, item: &LedgerItem) -> Option<usize> {
+        if item.kind != "cpu" {
+            return None;
+        }
+        self.dev(item).ok()?.name.parse().ok()
+    }
+
+    /// Every CPU some process holds part of exclusively, with the
+    /// processes holding it.
+    pub fn exclusive_cpus(&self) -> BTreeMap<usize, BTreeSet<u32>> {
+        let mut out: BTreeMap<usize, BTreeSet<u32>> = BTreeMap::new();
+        for (&pid, h) in &self.holdings {
+            for it in h.items.iter().filter(|it| !it.shared) {
+                if let Some(cpu) = self.cpu_of(it) {
+                    out.entry(cpu).or_default().insert(pid);
+                }
+            }
+        }
+        out
+    }
+
+    /// Moves the epoch on without a release: what processes may take
+    /// changed some other way (a cell's grant), so waiting ones try again.
+    pub fn touch(&mut self) {
+        self.epoch += 1;
     }
 
     /// The ledger's epoch (bumped whenever something is given back).

@@ -59,6 +59,12 @@ impl Core {
                     cpus: g.map(|g| g.cpus.to_string()).unwrap_or_default(),
                     lent: g.map(|g| g.lent.to_string()).unwrap_or_default(),
                     entitled: g.map(|g| g.entitled.to_string()).unwrap_or_default(),
+                    held: self
+                        .account
+                        .held
+                        .get(&id)
+                        .map(|s| s.to_string())
+                        .unwrap_or_default(),
                     threads: g.map_or(0, |g| g.threads),
                     generation: c.generation,
                     stacked: g.is_some_and(|g| g.stacked),
@@ -133,6 +139,7 @@ impl Core {
                 time_reserve: 1.0
                     - f64::from(self.planner.time_limit()) / f64::from(allot_plan::PPM),
                 idle: idle.to_string(),
+                held_outside: self.account.outside.to_string(),
             },
             cells,
             queue,

@@ -10,20 +10,6 @@ use allot_plan::CellSpec;
 use allot_proto::msg::{DeviceDef, ErrorCode, LedgerItem, Reply, Request};
 use common::*;
 
-fn code(effects: &[Effect]) -> Option<ErrorCode> {
-    match reply(effects) {
-        Reply::Error { code, .. } => Some(*code),
-        _ => None,
-    }
-}
-
-fn message(effects: &[Effect]) -> String {
-    match reply(effects) {
-        Reply::Error { message, .. } => message.clone(),
-        other => format!("{other:?}"),
-    }
-}
-
 fn exclusive(min: u32) -> CellSpec {
     CellSpec {
         min,

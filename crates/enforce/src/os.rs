@@ -19,6 +19,8 @@ pub trait Os: Send + Sync + std::fmt::Debug {
     fn threads(&self, pid: u32) -> io::Result<Vec<u32>>;
     /// Direct children of process `pid` (of any of its threads).
     fn children(&self, pid: u32) -> Vec<u32>;
+    /// The parent of process `pid` (`None` when gone, or for init).
+    fn parent(&self, pid: u32) -> Option<u32>;
     /// Sets the CPU affinity of thread `tid`.
     fn set_affinity(&self, tid: u32, cpus: &CpuSet) -> io::Result<()>;
     /// The CPU affinity of thread `tid`.
@@ -121,6 +123,10 @@ fn stat_fields(pid: u32) -> Option<Vec<String>> {
 }
 
 impl Os for RealOs {
+    fn parent(&self, pid: u32) -> Option<u32> {
+        stat_fields(pid)?.get(1)?.parse().ok().filter(|&p| p != 0)
+    }
+
     fn threads(&self, pid: u32) -> io::Result<Vec<u32>> {
         let mut out: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))?
             .flatten()
@@ -372,6 +378,13 @@ impl FakeOs {
 }
 
 impl Os for FakeOs {
+    fn parent(&self, pid: u32) -> Option<u32> {
+        self.lock()
+            .procs
+            .get(&pid)
+            .map(|p| p.parent)
+            .filter(|&p| p != 0)
+    }
     fn threads(&self, pid: u32) -> io::Result<Vec<u32>> {
         self.lock()
             .procs
@@ -478,6 +491,33 @@ mod tests {
                 PathBuf::from("/tmp/liballot_shim-1.so"),
             ]
         );
+    }
+
+    #[test]
+    fn parents_are_read_the_same_from_proc_and_the_fake() {
+        let real = RealOs;
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .expect("sleep");
+        assert_eq!(real.parent(child.id()), Some(std::process::id()));
+        assert_eq!(
+            real.parent(std::process::id()),
+            Some(rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32))
+        );
+        assert_eq!(real.parent(1), None);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(real.parent(child.id()), None);
+
+        let fake = FakeOs::new();
+        let all = CpuSet::parse_list("0-1").unwrap();
+        fake.spawn(100, 0, 1, &all);
+        fake.spawn(200, 100, 1, &all);
+        assert_eq!(fake.parent(200), Some(100));
+        assert_eq!(fake.parent(100), None);
+        fake.exit(200);
+        assert_eq!(fake.parent(200), None);
     }
 
     #[test]

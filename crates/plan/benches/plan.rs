@@ -30,6 +30,7 @@ fn cells(n: usize) -> Vec<CellInput> {
                 Some(1 + (i % 5) as u32)
             },
             perf: Default::default(),
+            held: Default::default(),
         })
         .collect()
 }

@@ -73,6 +73,11 @@ pub struct CellInput {
     /// What its reports say of its performance (the goals policy reads
     /// it; the default says nothing).
     pub perf: goals::PerfHint,
+    /// CPUs its processes hold exclusively through `require` (the one
+    /// account): the plan keeps them in its entitlement and in what it
+    /// owns, and gives them to no other cell (invariant 8). Ignored for
+    /// time cells.
+    pub held: CpuSet,
 }
 
 /// Plans for one machine; holds the precomputed topology tables.
@@ -146,8 +151,17 @@ impl<'m> Planner<'m> {
     /// and new space cells start from CPU 0).
     fn time_candidates(&self, prev: &Plan) -> Vec<usize> {
         let reserved = mapping::reserve_set(&self.topo, self.config.reserve, prev);
-        let open = self.topo.machine.usable().difference(&reserved);
         let held = prev
+            .cells
+            .values()
+            .fold(CpuSet::new(), |acc, g| acc.union(&g.held));
+        let open = self
+            .topo
+            .machine
+            .usable()
+            .difference(&reserved)
+            .difference(&held);
+        let entitled = prev
             .cells
             .values()
             .fold(CpuSet::new(), |acc, g| acc.union(&g.entitled))
@@ -156,7 +170,7 @@ impl<'m> Planner<'m> {
         order.sort_by_key(|&c| {
             let rank = if prev.time.contains(c) {
                 0
-            } else if !held.contains(c) {
+            } else if !entitled.contains(c) {
                 1
             } else {
                 2
@@ -174,6 +188,20 @@ impl<'m> Planner<'m> {
     /// [`Planner::plan`] while processes outside every cell use about
     /// `unmanaged` CPUs (the goals policy does not count on them).
     pub fn plan_loaded(&self, cells: &[CellInput], prev: &Plan, unmanaged: u32) -> Plan {
+        // The one account: a cell whose processes hold CPUs through
+        // `require` is planned as guaranteed those CPUs and using them.
+        let planned: Vec<CellInput> = cells
+            .iter()
+            .map(|c| {
+                let n = c.held.len() as u32;
+                CellInput {
+                    spec: c.spec.holding(n),
+                    demand: c.demand.map(|d| d.max(n)),
+                    ..*c
+                }
+            })
+            .collect();
+        let cells = &planned[..];
         let limit = self.time_limit();
         let (time_cells, space_cells): (Vec<&CellInput>, Vec<&CellInput>) =
             cells.iter().partition(|c| c.spec.time.is_time());
@@ -214,7 +242,11 @@ impl<'m> Planner<'m> {
         let demand: Vec<Option<u32>> = space_cells
             .iter()
             .map(|c| match c.perf.probe {
-                Some(to) => Some(c.demand.map_or(to, |d| d.min(to)).max(1)),
+                Some(to) => Some(
+                    c.demand
+                        .map_or(to, |d| d.min(to))
+                        .max(c.held.len().max(1) as u32),
+                ),
                 None => c.demand,
             })
             .collect();
@@ -232,6 +264,7 @@ impl<'m> Planner<'m> {
                 borrow: u.borrow,
                 stacked: e.stacked,
                 share: e.share,
+                held: c.held,
             })
             .collect();
         let pool = PoolSize {
@@ -276,6 +309,7 @@ impl<'m> Planner<'m> {
                     stacked: false,
                     home: 0,
                     share: f64::from(c.spec.time.ppm()) * set.len() as f64 / f64::from(PPM),
+                    held: CpuSet::new(),
                 },
             );
         }

@@ -21,6 +21,12 @@
 //!    cell reaches into it only when it is not exclusive (as lent CPUs, or
 //!    beside the pool for stacked cells). Invariants 2 and 3 count the
 //!    region once, as a whole.
+//! 8. The one account: every CPU a cell's processes hold exclusively
+//!    through `require` ([`Grant::held`]) lies in that cell's entitlement
+//!    and in what it keeps (never lent to another cell), so no other cell
+//!    runs on it. CPUs held so by processes outside every cell are given
+//!    to a cell of their own that is never published (the broker's
+//!    `OUTSIDE` cell), which keeps every other cell off them.
 
 use crate::spec::{CellId, CellSpec};
 use crate::time;
@@ -50,6 +56,9 @@ pub struct Grant {
     pub home: u32,
     /// Real-valued fair share, in CPUs.
     pub share: f64,
+    /// CPUs the cell's processes hold exclusively through `require`, as
+    /// the planner was told ([`crate::CellInput::held`]): invariant 8.
+    pub held: CpuSet,
 }
 
 /// The broker's whole decision.
@@ -117,6 +126,9 @@ pub enum Violation {
     /// Invariant 7.
     #[error("time: {0}")]
     Time(String),
+    /// Invariant 8.
+    #[error("cell {0}: CPUs {1} held through require are not entitled and kept")]
+    NotHeld(CellId, CpuSet),
 }
 
 impl Plan {
@@ -168,6 +180,10 @@ impl Plan {
             }
             if !g.lent.is_subset(&g.cpus) || g.lent.intersects(&g.entitled) {
                 return Err(Violation::BadLent(*id, g.lent));
+            }
+            let kept = g.entitled.intersection(&g.cpus).difference(&g.lent);
+            if !g.held.is_subset(&kept) {
+                return Err(Violation::NotHeld(*id, g.held.difference(&kept)));
             }
             if g.stacked {
                 if !g.cpus.is_subset(&self.pool.union(&region)) {
@@ -306,6 +322,7 @@ mod tests {
                 spec,
                 demand: None,
                 perf: Default::default(),
+                held: Default::default(),
             })
             .collect();
         let plan = Planner::new(&m, PlanConfig::default()).plan(&cells, &Plan::default());
@@ -370,6 +387,11 @@ mod tests {
             p.check(&m, &specs),
             Err(Violation::OverCapacity { .. }) | Err(Violation::AboveMaximum(..))
         ));
+
+        let mut p = plan.clone();
+        let g = p.cells.get_mut(&id2).unwrap();
+        g.held = g.lent.union(&[cpu_of_1].into_iter().collect());
+        assert!(matches!(p.check(&m, &specs), Err(Violation::NotHeld(..))));
 
         let mut p = plan;
         p.cells.remove(&id2);

@@ -126,6 +126,7 @@ impl<'m> Sim<'m> {
                 spec: c.spec,
                 demand: None,
                 perf: t.hint(),
+                held: Default::default(),
             })
             .collect()
     }

@@ -123,7 +123,7 @@ pub const MIN_BUDGET_US: u32 = 100;
 /// notes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub enum TimeContract {
-    /// Whole CPUs or a best-effort share (pinned when guaranteed).
+    /// Whole CPUs or a best-effort share (held when guaranteed).
     #[default]
     Space,
     /// `ppm` millionths of each CPU, in pieces of at least `slice_us`.
@@ -432,7 +432,7 @@ impl CellSpec {
         if self.time.is_time() { self.min } else { 0 }
     }
 
-    /// The contract's name as `allot status` shows it: `pinned` or
+    /// The contract's name as `allot status` shows it: `held` or
     /// `best-effort` for space cells, the time contract's name otherwise.
     pub fn kind_name(&self) -> &'static str {
         match self.time {
@@ -451,6 +451,21 @@ impl CellSpec {
             self.min.max(1)
         } else {
             self.min
+        }
+    }
+
+    /// The spec planned for a space cell whose processes hold `held`
+    /// CPUs exclusively through `require` (the one account, see
+    /// [`crate::plan`] invariant 8): guaranteed at least those CPUs, and
+    /// allowed to hold them. Time cells and `held == 0` are unchanged.
+    pub fn holding(self, held: u32) -> CellSpec {
+        if held == 0 || self.time.is_time() {
+            return self;
+        }
+        CellSpec {
+            min: self.min.max(held),
+            max: if self.max == 0 { 0 } else { self.max.max(held) },
+            ..self
         }
     }
 
@@ -493,6 +508,36 @@ impl fmt::Display for CellSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn holding_cpus_raises_the_guarantee_and_the_maximum() {
+        let be = CellSpec::default();
+        assert_eq!(be.holding(0), be);
+        let h = be.holding(2);
+        assert_eq!((h.min, h.max, h.guaranteed()), (2, 0, 2));
+        let capped = CellSpec {
+            min: 1,
+            max: 1,
+            ..be
+        }
+        .holding(3);
+        assert_eq!((capped.min, capped.max), (3, 3));
+        let big = CellSpec {
+            min: 4,
+            max: 8,
+            ..be
+        }
+        .holding(2);
+        assert_eq!((big.min, big.max), (4, 8));
+        let timed = CellSpec {
+            time: TimeContract::Fraction {
+                ppm: 500_000,
+                slice_us: 0,
+            },
+            ..be
+        };
+        assert_eq!(timed.holding(2), timed);
+    }
 
     #[test]
     fn validation() {

@@ -4,160 +4,15 @@
 //! does), so the guarantees in every generated set are ones the broker
 //! would have given.
 
-use allot_plan::goals::{Curve, PerfHint};
+mod common;
+
 use allot_plan::{
     Admission, Admitted, CellId, CellInput, CellSpec, GlobalPolicy, Placement, Plan, PlanConfig,
     Planner, TimeContract,
 };
-use allot_topo::{FIXTURES, Machine, fixture};
+use allot_topo::{Machine, fixture};
+use common::*;
 use proptest::prelude::*;
-use std::sync::OnceLock;
-
-fn machines() -> &'static Vec<Machine> {
-    static M: OnceLock<Vec<Machine>> = OnceLock::new();
-    M.get_or_init(|| FIXTURES.iter().map(|n| fixture(n).unwrap()).collect())
-}
-
-#[derive(Debug, Clone)]
-struct RawCell {
-    min: u32,
-    max: u32,
-    weight: u32,
-    exclusive: bool,
-    placement: u8,
-    demand: Option<u32>,
-    time: TimeContract,
-}
-
-/// Mostly space cells; one in four asks for time.
-fn time_contract() -> impl Strategy<Value = TimeContract> {
-    prop_oneof![
-        6 => Just(TimeContract::Space),
-        1 => (1u32..=19).prop_map(|twentieths| TimeContract::Fraction {
-            ppm: twentieths * 50_000,
-            slice_us: 0,
-        }),
-        1 => (1u32..=100, 1u32..=9).prop_map(|(ms, tenths)| TimeContract::Triggered {
-            period_us: ms * 1_000,
-            budget_us: (ms * 100 * tenths).max(100),
-        }),
-    ]
-}
-
-fn raw_cell() -> impl Strategy<Value = RawCell> {
-    (
-        prop_oneof![3 => Just(0u32), 1 => 1u32..4, 1 => 1u32..20],
-        prop_oneof![2 => Just(0u32), 1 => 1u32..40],
-        1u32..5,
-        prop::bool::weighted(0.2),
-        0u8..3,
-        prop_oneof![1 => Just(None), 2 => (1u32..30).prop_map(Some)],
-        time_contract(),
-    )
-        .prop_map(
-            |(min, max, weight, exclusive, placement, demand, time)| match time {
-                TimeContract::Space => RawCell {
-                    min,
-                    max: if max == 0 { 0 } else { max.max(min) },
-                    weight,
-                    exclusive,
-                    placement,
-                    demand,
-                    time,
-                },
-                _ => RawCell {
-                    min: min.clamp(1, 4),
-                    max: 0,
-                    weight,
-                    exclusive: false,
-                    placement: 0,
-                    demand,
-                    time,
-                },
-            },
-        )
-}
-
-/// What a tracker may tell the goals policy about a cell.
-fn hint() -> impl Strategy<Value = PerfHint> {
-    (
-        prop::option::of(1u32..80),
-        prop::bool::weighted(0.1),
-        prop::option::of((0.0f64..=1.0, 1.0f64..100.0)),
-        prop::option::of(1u32..40),
-    )
-        .prop_map(|(goal_cpus, unmeetable, curve, probe)| PerfHint {
-            goal_cpus,
-            unmeetable,
-            curve: curve.map(|(p, r1)| Curve { p, r1 }),
-            probe: probe.filter(|_| goal_cpus.is_none()),
-        })
-}
-
-fn spec_of(r: &RawCell) -> CellSpec {
-    CellSpec {
-        min: r.min,
-        max: r.max,
-        weight: r.weight,
-        exclusive: r.exclusive,
-        placement: Placement::from_code(r.placement).unwrap(),
-        time: r.time,
-        goal: Default::default(),
-    }
-}
-
-/// Admits `spec` as the broker does: against the cells admitted so far and
-/// the plan in force.
-fn try_admit(planner: &Planner<'_>, cells: &[CellInput], spec: &CellSpec, plan: &Plan) -> bool {
-    let adm: Vec<Admitted> = cells
-        .iter()
-        .map(|c| Admitted {
-            id: c.id,
-            name: "c",
-            spec: &c.spec,
-        })
-        .collect();
-    planner.admit(&adm, spec, plan) == Admission::Admit
-}
-
-/// Admits the raw cells in order, planning after each as the broker does,
-/// dropping those admission refuses.
-fn admitted(planner: &Planner<'_>, raw: &[RawCell]) -> Vec<CellInput> {
-    admitted_with_plan(planner, raw).0
-}
-
-/// [`admitted`], and the plan the broker would hold after the last one.
-/// Time cells are placed as they arrive and keep their CPUs; the plans
-/// checked start from this one, as the broker's do (a restart restores it
-/// from the journal).
-fn admitted_with_plan(planner: &Planner<'_>, raw: &[RawCell]) -> (Vec<CellInput>, Plan) {
-    let mut cells: Vec<CellInput> = Vec::new();
-    let mut plan = Plan::default();
-    for (i, r) in raw.iter().enumerate() {
-        let spec = spec_of(r);
-        if try_admit(planner, &cells, &spec, &plan) {
-            cells.push(CellInput {
-                id: CellId(i as u64),
-                spec,
-                demand: r.demand,
-                perf: Default::default(),
-            });
-            plan = planner.plan(&cells, &plan);
-        }
-    }
-    (cells, plan)
-}
-
-fn check(planner: &Planner<'_>, m: &Machine, cells: &[CellInput], plan: &Plan) {
-    let specs: Vec<(CellId, CellSpec)> = cells.iter().map(|c| (c.id, c.spec)).collect();
-    if let Err(v) = plan.check(m, &specs) {
-        panic!(
-            "{} ({:?}): {v}\ncells: {cells:#?}\nplan: {plan:#?}",
-            m.name(),
-            planner.config()
-        );
-    }
-}
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
@@ -270,12 +125,14 @@ fn two_cells_share_the_vm_then_one_gets_both() {
         spec: CellSpec::default(),
         demand: None,
         perf: Default::default(),
+        held: Default::default(),
     };
     let b = CellInput {
         id: CellId(2),
         spec: CellSpec::default(),
         demand: None,
         perf: Default::default(),
+        held: Default::default(),
     };
     let both = planner.plan(&[a, b], &Plan::default());
     assert_eq!(both.cells[&CellId(1)].cpus.len(), 1);
@@ -305,12 +162,14 @@ fn idle_cell_lends_its_cpu_and_gets_it_back() {
             spec,
             demand: None,
             perf: Default::default(),
+            held: Default::default(),
         },
         CellInput {
             id: CellId(2),
             spec,
             demand: None,
             perf: Default::default(),
+            held: Default::default(),
         },
     ];
     // On 2 CPUs an idle cell still keeps its one CPU, so lending shows on
@@ -355,6 +214,7 @@ fn stacked_cells_share_a_pool_and_run_one_thread_each() {
             spec: CellSpec::default(),
             demand: None,
             perf: Default::default(),
+            held: Default::default(),
         })
         .collect();
     let p = planner.plan(&cells, &Plan::default());
@@ -395,6 +255,7 @@ fn numa_placement_keeps_cells_on_one_node() {
             spec,
             demand: None,
             perf: Default::default(),
+            held: Default::default(),
         })
         .collect();
     let p = planner.plan(&cells, &Plan::default());
@@ -494,7 +355,7 @@ proptest! {
                 _ => {
                     let spec = spec_of(raw);
                     if try_admit(&planner, &cells, &spec, &plan) {
-                        cells.push(CellInput { id: CellId(i as u64), spec, demand: raw.demand, perf: Default::default() });
+                        cells.push(CellInput { id: CellId(i as u64), spec, demand: raw.demand, perf: Default::default(), held: Default::default() });
                     }
                 }
             }
@@ -548,24 +409,28 @@ fn best_effort_cells_run_on_the_time_region_and_exclusive_ones_never_do() {
             spec: tt,
             demand: None,
             perf: Default::default(),
+            held: Default::default(),
         },
         CellInput {
             id: CellId(2),
             spec: fr,
             demand: None,
             perf: Default::default(),
+            held: Default::default(),
         },
         CellInput {
             id: CellId(3),
             spec: pinned,
             demand: None,
             perf: Default::default(),
+            held: Default::default(),
         },
         CellInput {
             id: CellId(4),
             spec: CellSpec::default(),
             demand: None,
             perf: Default::default(),
+            held: Default::default(),
         },
     ];
     let plan = planner.plan(&cells, &Plan::default());

@@ -110,6 +110,10 @@ pub struct MachineStatus {
     pub time_reserve: f64,
     /// CPUs nobody holds.
     pub idle: String,
+    /// CPUs processes outside every cell hold exclusively through
+    /// `require`: no cell runs on them (the one account).
+    #[serde(default)]
+    pub held_outside: String,
 }
 
 /// A cell's request, as shown.
@@ -218,6 +222,10 @@ pub struct CellStatus {
     pub lent: String,
     /// CPUs it is entitled to.
     pub entitled: String,
+    /// The part of `entitled` its processes hold exclusively through
+    /// `require`: kept in its grant, no other cell runs on them.
+    #[serde(default)]
+    pub held: String,
     /// Recommended worker count.
     pub threads: u32,
     /// Grant generation.

@@ -36,6 +36,7 @@
 //! - What one user can make the broker keep is bounded by
 //!   [`crate::config::Limits`]; root is exempt from the per-user bounds.
 
+mod account;
 mod effect;
 mod isolation;
 mod message;
@@ -144,6 +145,8 @@ pub struct Core {
     stop_requested: bool,
     uid: u32,
     pub(crate) ledger: Ledger,
+    /// The ledger's CPU holdings as the plan sees them (`account`).
+    pub(crate) account: account::Account,
     /// Sessions waiting for the ledger to change: session → (pid, epoch
     /// seen). One each: a new watch replaces the session's old one.
     watchers: BTreeMap<SessionId, (u32, u64)>,
@@ -232,6 +235,7 @@ impl Core {
             stop_requested: false,
             uid: rustix::process::geteuid().as_raw(),
             ledger: Ledger::new(machine, cfg.limits),
+            account: Default::default(),
             watchers: BTreeMap::new(),
             limits: cfg.limits,
             channels: Default::default(),
@@ -254,6 +258,7 @@ impl Core {
             pmu: perf::Pmu::new(Arc::new(allot_enforce::counters::RealCounters)),
         };
         let effects = core.restore();
+        core.keep_reserve();
         (core, effects)
     }
 
@@ -379,7 +384,15 @@ impl Core {
                 },
                 demand: c.est.demand(),
                 perf: self.hint_of(c),
+                held: self.account.held.get(&id).copied().unwrap_or_default(),
             })
+            .chain((!self.account.outside.is_empty()).then(|| CellInput {
+                id: account::OUTSIDE,
+                spec: account::Account::outside_spec(self.account.outside.len()),
+                demand: None,
+                perf: Default::default(),
+                held: self.account.outside,
+            }))
             .collect();
         let next = self
             .planner
@@ -404,13 +417,16 @@ impl Core {
             .cells
             .iter()
             .filter(|(id, g)| {
-                rewindowed.contains(&id.0)
-                    || self
-                        .cells
-                        .get(&id.0)
-                        .and_then(|c| c.published.as_ref())
-                        .map(|p| p.cpus)
-                        != Some(g.cpus)
+                // (`OUTSIDE` stands for processes outside every cell:
+                // nothing of it is enforced or published.)
+                self.cells.contains_key(&id.0)
+                    && (rewindowed.contains(&id.0)
+                        || self
+                            .cells
+                            .get(&id.0)
+                            .and_then(|c| c.published.as_ref())
+                            .map(|p| p.cpus)
+                            != Some(g.cpus))
             })
             .map(|(id, g)| (id.0, g.clone()))
             .collect();
@@ -487,7 +503,20 @@ impl Core {
         self.journal(&recs);
         self.plan = next;
         self.follow_isolation();
+        self.keep_reserve();
+        if any {
+            // Processes waiting for their cell's grant try again.
+            self.ledger.touch();
+        }
         any
+    }
+
+    /// The system minimum: the reserve's CPUs are left whole to processes
+    /// that asked for nothing (`account`).
+    fn keep_reserve(&mut self) {
+        for cpu in self.plan.reserve.iter() {
+            self.ledger.keep_cpu(cpu);
+        }
     }
 
     /// Ends a cell: enforcement torn down (remaining processes leave
@@ -569,6 +598,10 @@ impl Core {
         let mut effects = Vec::new();
         if self.ledger.forget(pid) {
             info!("process {pid} died holding resources; given back");
+            if self.refresh_account() {
+                self.reconcile();
+                effects.extend(self.admit_queued());
+            }
             effects.extend(self.ledger_changed());
         }
         let Some(id) = self.by_pid.remove(&pid) else {
@@ -676,6 +709,8 @@ impl Core {
             self.reconcile();
         }
         effects.extend(self.admit_queued());
+        // Grants changed since the last look: waiting `require`s retry.
+        effects.extend(self.ledger_changed());
         effects
     }
 

@@ -34,14 +34,7 @@ const REGISTER: u16 = 0x02;
 
 impl Core {
     pub(super) fn admitted(&self) -> Vec<Admitted<'_>> {
-        self.cells
-            .iter()
-            .map(|(id, c)| Admitted {
-                id: CellId(*id),
-                name: &c.name,
-                spec: &c.spec,
-            })
-            .collect()
+        self.admitted_except(None)
     }
 
     /// The first of `waiting` (queued cells, in order) that admitting
@@ -547,16 +540,7 @@ impl Core {
         self.owned(peer, cell, KIND)?;
         spec.validate()
             .map_err(|e| err(ErrorCode::Invalid, KIND, format!("invalid request: {e}")))?;
-        let others: Vec<Admitted<'_>> = self
-            .cells
-            .iter()
-            .filter(|(id, _)| **id != cell)
-            .map(|(id, c)| Admitted {
-                id: CellId(*id),
-                name: &c.name,
-                spec: &c.spec,
-            })
-            .collect();
+        let others: Vec<Admitted<'_>> = self.admitted_except(Some(cell));
         match self.planner.admit(&others, &spec, &self.plan) {
             Admission::Admit => {}
             Admission::NotNow(r) => return Err(err(ErrorCode::Refused, KIND, r)),

@@ -227,7 +227,13 @@ impl Core {
             }
             Request::KindRelease { items } => {
                 self.ledger.release(peer.pid, &items);
-                self.ledger_changed()
+                let mut e = Vec::new();
+                if self.refresh_account() {
+                    self.reconcile();
+                    e.extend(self.admit_queued());
+                }
+                e.extend(self.ledger_changed());
+                e
             }
             Request::KindWatch { epoch, waiting } => {
                 if self.ledger.epoch() > epoch {
@@ -300,17 +306,31 @@ impl Core {
         items: &[LedgerItem],
     ) -> Vec<Effect> {
         let first = !self.ledger.involves(peer.pid);
-        match self.ledger.acquire(peer.pid, peer.uid, items) {
+        let checked = self
+            .check_account(peer.pid, items)
+            .map_err(LedgerError::from);
+        match checked.and_then(|()| self.ledger.acquire(peer.pid, peer.uid, items)) {
             Ok(()) => {
                 let mut e = Vec::new();
                 if first {
                     // Watch it, so its holdings come back if it dies.
                     e.push(Effect::Watch(peer.pid));
                 }
+                // An exclusive CPU moves other cells off it before the
+                // holder hears yes.
+                if self.refresh_account() {
+                    self.reconcile();
+                    e.extend(self.ledger_changed());
+                }
                 e.push(answer(session, Reply::Ok));
                 e
             }
-            Err(why) => vec![answer(session, ledger_error(0x0C, why))],
+            Err(why) => {
+                if !self.ledger.holds(peer.pid) {
+                    self.refresh_account();
+                }
+                vec![answer(session, ledger_error(0x0C, why))]
+            }
         }
     }
 
@@ -333,6 +353,7 @@ fn ledger_error(kind: u16, e: LedgerError) -> Reply {
     let code = match e {
         LedgerError::Invalid(_) => ErrorCode::Invalid,
         LedgerError::Refused(_) => ErrorCode::Refused,
+        LedgerError::Never(_) => ErrorCode::Never,
         LedgerError::Limit(_) => ErrorCode::Limit,
     };
     err(code, kind, e.message())

@@ -178,6 +178,7 @@ impl Core {
                 stacked: false,
                 home: 0,
                 share: cpus.len() as f64,
+                held: Default::default(),
             });
             effects.extend(self.install(
                 id,

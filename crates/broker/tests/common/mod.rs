@@ -134,6 +134,22 @@ pub fn reply(effects: &[Effect]) -> &Reply {
         .expect("a reply")
 }
 
+/// The error code of the first reply, if it is an error.
+pub fn code(effects: &[Effect]) -> Option<allot_proto::msg::ErrorCode> {
+    match reply(effects) {
+        Reply::Error { code, .. } => Some(*code),
+        _ => None,
+    }
+}
+
+/// The message of the first reply's error (or the reply itself).
+pub fn message(effects: &[Effect]) -> String {
+    match reply(effects) {
+        Reply::Error { message, .. } => message.clone(),
+        other => format!("{other:?}"),
+    }
+}
+
 /// Maps the page from a Registered effect.
 pub fn page(effects: Vec<Effect>) -> (u64, u64, PageMap) {
     for e in effects {

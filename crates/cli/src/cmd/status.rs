@@ -132,6 +132,24 @@ fn pool_line(c: &CellStatus) -> Option<String> {
 }
 
 /// `v` as a number with two decimals, `-` for none.
+/// Which CPUs `require` holds exclusively, and for whom (the one
+/// account), if any.
+fn held_line(v: &Status) -> Option<String> {
+    let mut each: Vec<String> = v
+        .cells
+        .iter()
+        .filter(|c| !c.held.is_empty())
+        .map(|c| format!("{} by cell {} {}", cell_text(&c.held), c.id, name_of(c)))
+        .collect();
+    if !v.machine.held_outside.is_empty() {
+        each.push(format!(
+            "{} outside every cell",
+            cell_text(&v.machine.held_outside)
+        ));
+    }
+    (!each.is_empty()).then(|| format!("held through require: {}", each.join("; ")))
+}
+
 fn num(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.2}"))
 }
@@ -334,6 +352,9 @@ pub fn render(v: &Status) -> String {
                 let _ = writeln!(out, "  {l}");
             }
         }
+        if let Some(l) = held_line(v) {
+            let _ = writeln!(out, "{l}");
+        }
         let goals: Vec<String> = v.cells.iter().filter_map(goal_line).collect();
         if !goals.is_empty() {
             let _ = writeln!(out, "goals and performance (last second):");
@@ -423,6 +444,7 @@ mod tests {
             cpus: "0-1".into(),
             lent: String::new(),
             entitled: "0-1".into(),
+            held: String::new(),
             threads: 2,
             generation: 3,
             stacked: false,
@@ -472,6 +494,7 @@ mod tests {
                 time: String::new(),
                 time_reserve: 0.05,
                 idle: String::new(),
+                held_outside: String::new(),
             },
             cells: names.iter().enumerate().map(|(i, n)| cell(i, n)).collect(),
             queue: vec![],
@@ -491,6 +514,19 @@ mod tests {
             "header lines, table head, two cells: {text}"
         );
         assert!(text.contains("x\\n  99"), "{text}");
+    }
+
+    #[test]
+    fn cpus_held_through_require_get_a_line() {
+        let mut v = doc(&["a", "b"]);
+        assert!(!render(&v).contains("held through require"));
+        v.cells[1].held = "1".into();
+        v.machine.held_outside = "3".into();
+        let text = render(&v);
+        assert!(
+            text.contains("held through require: 1 by cell 2 b; 3 outside every cell"),
+            "{text}"
+        );
     }
 
     #[test]

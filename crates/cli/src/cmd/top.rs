@@ -346,6 +346,7 @@ mod tests {
             cpus: cpus.into(),
             lent: String::new(),
             entitled: cpus.into(),
+            held: String::new(),
             threads: 1,
             generation: 3,
             stacked: true,
@@ -383,6 +384,7 @@ mod tests {
                 time: String::new(),
                 time_reserve: 0.05,
                 idle: String::new(),
+                held_outside: String::new(),
             },
             cells: vec![
                 cell(1, "build", "0-1", 2.0),

@@ -7,6 +7,13 @@
 //! connection used under the runtime's lock; releases are sent without
 //! waiting for a reply (the broker answers only if one is malformed).
 //!
+//! Items name devices by their index in the *broker's* list of the kind,
+//! which is not the process's own: a process confined to some CPUs lists
+//! only those, and the broker leaves out devices it does not share (loop
+//! devices). The link matches devices by name ([`Link::device_index`],
+//! from the broker's `KindList`); a device the broker does not list is the
+//! process's own.
+//!
 //! A thread that must wait for the broker is woken by a *watcher* thread
 //! which parks a `KindWatch` at the broker and, when the ledger changes,
 //! bumps the runtime's epoch so every waiting thread tries again. It runs
@@ -14,6 +21,7 @@
 
 use allot_proto::msg::{ErrorCode, LedgerItem, Reply, Request};
 use allot_proto::{Conn, DeviceDef};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// A connection to the broker's ledger.
@@ -21,6 +29,8 @@ use std::path::{Path, PathBuf};
 pub struct Link {
     socket: PathBuf,
     conn: Conn,
+    /// Kind → device name → index in the broker's list (as last listed).
+    devices: HashMap<String, HashMap<String, u32>>,
 }
 
 /// Why the broker did not grant something.
@@ -28,6 +38,9 @@ pub struct Link {
 pub enum Denied {
     /// Not available now (the broker's reason).
     NotNow(String),
+    /// Never as asked (the broker's reason): the plan cannot give it, as
+    /// an exclusive CPU in a cell that shares its CPUs in time.
+    Never(String),
     /// The broker cannot be reached.
     Gone(String),
 }
@@ -41,7 +54,36 @@ impl Link {
         Some(Link {
             socket: socket.to_path_buf(),
             conn,
+            devices: HashMap::new(),
         })
+    }
+
+    /// The broker's index of device `name` of `kind`; `None` when the
+    /// broker does not list it (the device is this process's own). A kind
+    /// not seen before is listed afresh.
+    pub fn device_index(&mut self, kind: &str, name: &str) -> Option<u32> {
+        if !self.devices.contains_key(kind) {
+            self.devices = self.list().unwrap_or_default();
+        }
+        self.devices.get(kind)?.get(name).copied()
+    }
+
+    /// The broker's kinds and their devices' indices.
+    fn list(&mut self) -> Option<HashMap<String, HashMap<String, u32>>> {
+        self.conn.send(&Request::KindList).ok()?;
+        let mut json = String::new();
+        loop {
+            match self.reply().ok()? {
+                Reply::Json { more, json: part } => {
+                    json.push_str(&part);
+                    if !more {
+                        break;
+                    }
+                }
+                _ => return None,
+            }
+        }
+        parse_devices(&json)
     }
 
     /// The socket.
@@ -73,6 +115,11 @@ impl Link {
                 message,
                 ..
             } => Err(Denied::NotNow(message)),
+            Reply::Error {
+                code: ErrorCode::Never,
+                message,
+                ..
+            } => Err(Denied::Never(message)),
             Reply::Error { message, .. } => Err(Denied::Gone(message)),
             other => Err(Denied::Gone(format!("unexpected reply {other:?}"))),
         }
@@ -95,7 +142,7 @@ impl Link {
             Ok(Reply::Ok) => Ok(()),
             Ok(Reply::Error { message, .. }) => Err(message),
             Ok(other) => Err(format!("unexpected reply {other:?}")),
-            Err(Denied::Gone(e) | Denied::NotNow(e)) => Err(e),
+            Err(Denied::Gone(e) | Denied::NotNow(e) | Denied::Never(e)) => Err(e),
         }
     }
 }
@@ -109,5 +156,40 @@ pub fn watch(socket: &Path, epoch: u64, waiting: u32) -> Option<(u64, u32)> {
     match conn.recv().ok()?.0 {
         Reply::Changed { epoch, waiters } => Some((epoch, waiters)),
         _ => None,
+    }
+}
+
+/// Kind → device name → index, from the broker's ledger JSON.
+fn parse_devices(json: &str) -> Option<HashMap<String, HashMap<String, u32>>> {
+    let v: serde_json::Value = serde_json::from_str(json).ok()?;
+    let mut out = HashMap::new();
+    for k in v.get("kinds")?.as_array()? {
+        let name = k.get("name")?.as_str()?.to_string();
+        let devs = k
+            .get("devices")?
+            .as_array()?
+            .iter()
+            .enumerate()
+            .filter_map(|(i, d)| Some((d.get("name")?.as_str()?.to_string(), i as u32)))
+            .collect();
+        out.insert(name, devs);
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_are_indexed_as_the_broker_lists_them() {
+        let json = r#"{"epoch":3,"kinds":[
+            {"name":"cpu","virtual":false,"devices":[{"name":"0"},{"name":"1"},{"name":"2"}]},
+            {"name":"io","virtual":false,"devices":[{"name":"8:0"}]}],"holders":[]}"#;
+        let d = parse_devices(json).unwrap();
+        assert_eq!(d["cpu"]["2"], 2);
+        assert_eq!(d["io"]["8:0"], 0);
+        assert!(!d["io"].contains_key("7:0"));
+        assert!(parse_devices("{}").is_none());
     }
 }

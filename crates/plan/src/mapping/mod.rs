@@ -9,20 +9,23 @@
 //!
 //! 1. **Reserve**: kept from the previous plan when its size is unchanged,
 //!    else whole cores from CPU 0 up.
-//! 2. **Keep**: each whole-CPU cell keeps its previous entitlement (minus
-//!    CPUs now reserved), trimmed to its new count by dropping outliers. This
-//!    is what makes successive plans move as few CPUs as possible: a cell
-//!    loses CPUs only when its count shrinks.
+//! 2. **Keep**: each whole-CPU cell keeps the CPUs its processes hold
+//!    through `require` (its *held* CPUs, invariant 8) and its previous
+//!    entitlement (minus CPUs now reserved), trimmed to its new count by
+//!    dropping outliers, never a held one. This is what makes successive
+//!    plans move as few CPUs as possible: a cell loses CPUs only when its
+//!    count shrinks.
 //! 3. **Pool keep**: the stacked pool keeps its previous CPUs that are free.
 //! 4. **Grow**: cells that need more CPUs take the nearest free ones, the most
 //!    constrained first (NUMA placement, then LLC, then any; larger first).
 //!    A constrained cell whose kept CPUs straddle domains, or whose domain
 //!    lacks room, moves into the domain that can hold it (placement wins over
-//!    stability); when no domain can, placement is best effort.
+//!    stability) unless that would drop a held CPU; when no domain can,
+//!    placement is best effort.
 //! 5. **Pool grow** to its base size.
 //! 6. **Own**: inside its entitlement each cell keeps the CPUs it uses,
-//!    preferring those of its previous grant; the rest is lendable, together
-//!    with every CPU nobody is entitled to.
+//!    its held ones first, then those of its previous grant; the rest is
+//!    lendable, together with every CPU nobody is entitled to.
 //! 7. **Lend**: borrowers (and the pool) take the nearest lendable CPUs,
 //!    previous borrowings first.
 //!
@@ -57,6 +60,10 @@ pub struct MapCell {
     pub stacked: bool,
     /// Real-valued fair share (reported).
     pub share: f64,
+    /// CPUs its processes hold exclusively through `require`: kept in its
+    /// entitlement and in what it owns. The caller makes `entitled` and
+    /// `own` at least as large.
+    pub held: CpuSet,
 }
 
 /// Pool sizes from the policy and lending steps.
@@ -109,13 +116,23 @@ pub fn map(
     // 2. Keep.
     let whole: Vec<&MapCell> = cells.iter().filter(|c| !c.stacked).collect();
     let mut ent: BTreeMap<CellId, CpuSet> = BTreeMap::new();
+    // Held CPUs go to their holders whatever comes first.
+    let all_held = whole
+        .iter()
+        .fold(CpuSet::new(), |acc, c| acc.union(&c.held))
+        .intersection(&free);
+    free = free.difference(&all_held);
     for c in &whole {
         let before = prev
             .cells
             .get(&c.id)
             .map(|g| g.entitled)
             .unwrap_or_default();
-        let kept = topo.shrink(before.intersection(&free), c.entitled as usize);
+        let held = c.held.intersection(&all_held);
+        let rest = (c.entitled as usize).saturating_sub(held.len());
+        let kept = topo
+            .shrink(before.intersection(&free).difference(&held), rest)
+            .union(&held);
         free = free.difference(&kept);
         ent.insert(c.id, kept);
     }
@@ -136,7 +153,10 @@ pub fn map(
     for c in order {
         let mut set = ent[&c.id];
         let need = c.entitled as usize;
-        if let Some(home) = topo.home_domain(&set, &free, need, c.placement) {
+        if let Some(home) = topo
+            .home_domain(&set, &free, need, c.placement)
+            .filter(|home| c.held.is_subset(home))
+        {
             let outside = set.difference(&home);
             free = free.union(&outside);
             set = set.intersection(&home);
@@ -175,7 +195,9 @@ pub fn map(
             .get(&c.id)
             .map(|g| g.cpus.intersection(&e))
             .unwrap_or_default();
-        let mut mine = topo.shrink(before, c.own as usize);
+        let held = c.held.intersection(&e);
+        let rest = (c.own as usize).saturating_sub(held.len());
+        let mut mine = topo.shrink(before.difference(&held), rest).union(&held);
         if mine.len() < c.own as usize {
             mine = topo.grow(mine, c.own as usize - mine.len(), &e, c.placement);
         }
@@ -243,6 +265,7 @@ pub fn map(
                 stacked: true,
                 home: home % pool_all.len().max(1) as u32,
                 share: c.share,
+                held: c.held,
             };
             home = home.wrapping_add(threads);
             g
@@ -257,6 +280,7 @@ pub fn map(
                 stacked: false,
                 home: 0,
                 share: c.share,
+                held: c.held,
             }
         };
         out.insert(c.id, grant);

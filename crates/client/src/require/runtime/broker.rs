@@ -6,13 +6,14 @@ use super::*;
 
 impl Runtime {
     /// Asks the broker for what the roots lack; true if granted (the roots
-    /// grew). A broker that went away leaves the process standalone: every
-    /// root gets its whole device.
+    /// grew), false if it must wait. A broker that went away leaves the
+    /// process standalone: every root gets its whole device. A request the
+    /// broker can never grant as asked is an error naming a device of it.
     pub(super) fn grow_from_broker(
         &self,
         st: &mut MutexGuard<'_, State>,
         short: &[(Dev, f64, bool)],
-    ) -> bool {
+    ) -> Result<bool, (Dev, String)> {
         let items: Vec<(Dev, LedgerItem)> = short
             .iter()
             .map(|&(dev, amount, shared)| {
@@ -21,7 +22,7 @@ impl Runtime {
                     dev,
                     LedgerItem {
                         kind,
-                        dev: dev.1 as u32,
+                        dev: st.broker_dev.get(&dev).copied().unwrap_or(dev.1 as u32),
                         amount,
                         shared,
                     },
@@ -29,7 +30,7 @@ impl Runtime {
             })
             .collect();
         let Some(link) = st.link.as_mut() else {
-            return false;
+            return Ok(false);
         };
         match link.acquire(items.iter().map(|(_, i)| i.clone()).collect()) {
             Ok(()) => {
@@ -38,9 +39,10 @@ impl Runtime {
                     st.trees.set_root(dev, amount + it.amount);
                     st.root_items.entry(dev).or_default().push(it);
                 }
-                true
+                Ok(true)
             }
-            Err(Denied::NotNow(_)) => false,
+            Err(Denied::NotNow(_)) => Ok(false),
+            Err(Denied::Never(why)) => Err((items[0].0, why)),
             Err(Denied::Gone(_)) => {
                 st.link = None;
                 for k in 0..st.kinds.len() {
@@ -50,7 +52,7 @@ impl Runtime {
                     }
                 }
                 st.root_items.clear();
-                true
+                Ok(true)
             }
         }
     }

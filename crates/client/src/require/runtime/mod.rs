@@ -90,6 +90,9 @@ struct State {
     link: Option<Link>,
     /// What each root got from the broker (given back item by item).
     root_items: IntMap<Dev, Vec<LedgerItem>>,
+    /// Each device the broker shares: its index in the broker's list
+    /// (`ledger::Link::device_index`).
+    broker_dev: HashMap<Dev, u32>,
     /// Threads waiting in other processes too (from the broker).
     broker_waiters: u32,
     /// Ledger epoch last seen, and whether a watcher thread runs.
@@ -194,6 +197,7 @@ impl Runtime {
             next_scope: 1,
             link: socket.and_then(Link::connect),
             root_items: IntMap::default(),
+            broker_dev: HashMap::new(),
             broker_waiters: 0,
             ledger_epoch: 0,
             watching: false,
@@ -533,11 +537,21 @@ impl Runtime {
                             return (st, Err(e));
                         }
                         Err(Refusal::Wait { devs, root_short }) => {
-                            if !root_short.is_empty()
-                                && st.link.is_some()
-                                && self.grow_from_broker(&mut st, &root_short)
-                            {
-                                continue; // the roots grew: try again at once
+                            if !root_short.is_empty() && st.link.is_some() {
+                                match self.grow_from_broker(&mut st, &root_short) {
+                                    Ok(true) => continue, // the roots grew: try again at once
+                                    Ok(false) => {}
+                                    Err((dev, why)) => {
+                                        let k = &st.kinds[dev.0];
+                                        let e = RequireError::Unenforceable {
+                                            kind: k.name.clone(),
+                                            dev: k.devices[dev.1].name.clone(),
+                                            why,
+                                            site,
+                                        };
+                                        return (st, Err(e));
+                                    }
+                                }
                             }
                             devs
                         }

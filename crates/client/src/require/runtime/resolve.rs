@@ -25,11 +25,20 @@ pub(super) fn give_back(st: &mut State) {
 
 pub(super) fn add_kind(st: &mut State, k: Kind) {
     let id = st.kinds.len();
-    // With a broker, roots start empty and grow with what it grants.
-    let coordinated = st.link.is_some();
+    // With a broker, roots of the devices it shares start empty and grow
+    // with what it grants; the others are this process's own.
     for (d, dev) in k.devices.iter().enumerate() {
-        st.trees
-            .set_root((id, d), if coordinated { 0.0 } else { dev.max });
+        let shared = st
+            .link
+            .as_mut()
+            .and_then(|l| l.device_index(&k.name, &dev.name));
+        match shared {
+            Some(i) => {
+                st.broker_dev.insert((id, d), i);
+                st.trees.set_root((id, d), 0.0);
+            }
+            None => st.trees.set_root((id, d), dev.max),
+        }
     }
     st.by_name.insert(k.name.clone(), id);
     st.kinds.push(k);

@@ -1,0 +1,298 @@
+//! The one account: cells and `require` holdings decided by one plan
+//! (Poli-C's policd and Tessellation's cells sharing one ledger of CPUs).
+//!
+//! The ledger says which process holds which CPU through `require`; the
+//! plan says which CPUs each cell may run on. This module ties them:
+//!
+//! - Every process holding something has a *holder*: the cell it runs in
+//!   (it or its nearest ancestor is a member), or none when it runs
+//!   outside every cell. It is resolved at the process's first
+//!   acquisition and kept until the process holds nothing.
+//! - A `cpu` item from a process of cell C names a CPU of C's grant; an
+//!   exclusive one a CPU C is entitled to (not lent to it, not a stacked
+//!   pool's). Otherwise it waits (`Refused`) until the grant holds it. A
+//!   time cell's CPUs are shared in time: an exclusive hold there is
+//!   `Never` (hold them `Shared`).
+//! - A CPU held exclusively has one holder: an exclusive part of it asked
+//!   by a process of another holder waits.
+//! - The planner gets each cell's exclusively held CPUs as its *held*
+//!   CPUs (`CellInput::held`, plan invariant 8): they stay in its
+//!   entitlement and in what it keeps, and no other cell runs on them.
+//!   The CPUs held by processes outside every cell are given to a cell of
+//!   their own, [`OUTSIDE`] (exclusive, exactly those CPUs), which
+//!   admission counts and which is never published or enforced.
+//! - Admission counts every cell at its planned spec
+//!   ([`CellSpec::holding`]): a newcomer's guarantee never takes a held
+//!   CPU. An exclusive hold outside every cell must itself pass admission
+//!   (as a larger `OUTSIDE` cell), so it never breaks a guarantee.
+//! - The reserve is the system minimum: its CPUs are left whole to
+//!   processes that asked for nothing ([`Ledger::keep_cpu`]); no `require`
+//!   takes them.
+//! - Whenever a grant changes, the ledger's epoch moves, so processes
+//!   waiting for their cell's grant try again.
+
+use super::Core;
+use crate::ledger::LedgerError;
+use allot_plan::{Admission, Admitted, CellId, CellSpec};
+use allot_proto::LedgerItem;
+use allot_topo::CpuSet;
+use std::collections::{BTreeMap, HashMap};
+
+/// The cell standing for processes outside every cell that hold CPUs
+/// exclusively through `require` (never a real cell's id: those count up
+/// from 1).
+pub(crate) const OUTSIDE: CellId = CellId(u64::MAX);
+
+/// How many ancestors are looked at to find a process's cell.
+const MAX_ANCESTORS: usize = 64;
+
+/// Why an acquisition cannot go to the ledger as asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Denial {
+    /// It waits for a grant or a holder to change.
+    Wait(String),
+    /// No change of grants could let it through as asked.
+    Never(String),
+}
+
+/// What the account keeps beside the ledger.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Account {
+    /// Holder of each process holding something: its cell, or `None`.
+    holders: HashMap<u32, Option<u64>>,
+    /// CPUs each cell's processes hold exclusively.
+    pub(crate) held: BTreeMap<u64, CpuSet>,
+    /// CPUs processes outside every cell hold exclusively.
+    pub(crate) outside: CpuSet,
+    /// Each cell's spec as planned and admitted ([`CellSpec::holding`]),
+    /// for the cells holding CPUs, and `OUTSIDE`'s.
+    pub(crate) specs: BTreeMap<u64, CellSpec>,
+}
+
+impl Account {
+    /// The spec of the `OUTSIDE` cell for `cpus` held.
+    pub(crate) fn outside_spec(cpus: usize) -> CellSpec {
+        CellSpec::partition(cpus as u32)
+    }
+}
+
+impl Core {
+    /// The cell process `pid` runs in: it or its nearest ancestor is a
+    /// member. `None` outside every cell.
+    pub(crate) fn cell_of(&self, pid: u32) -> Option<u64> {
+        let mut p = pid;
+        for _ in 0..MAX_ANCESTORS {
+            if let Some(&c) = self.by_pid.get(&p) {
+                return Some(c);
+            }
+            p = self.os.parent(p)?;
+        }
+        None
+    }
+
+    /// The holder of `pid`, resolved now if it holds nothing yet.
+    pub(crate) fn holder_of(&mut self, pid: u32) -> Option<u64> {
+        if let Some(&h) = self.account.holders.get(&pid) {
+            // A cell that ended leaves its processes outside every cell.
+            return h.filter(|c| self.cells.contains_key(c));
+        }
+        let h = self.cell_of(pid);
+        self.account.holders.insert(pid, h);
+        h
+    }
+
+    /// Checks the `cpu` items of an acquisition by `pid` against the plan
+    /// (see the module notes).
+    pub(crate) fn check_account(&mut self, pid: u32, items: &[LedgerItem]) -> Result<(), Denial> {
+        let cpus: Vec<(usize, bool)> = items
+            .iter()
+            .filter_map(|it| Some((self.ledger.cpu_of(it)?, it.shared)))
+            .collect();
+        if cpus.is_empty() {
+            return Ok(());
+        }
+        let holder = self.holder_of(pid);
+        let taken = self.ledger.exclusive_cpus();
+        for &(cpu, shared) in &cpus {
+            if !shared
+                && let Some(other) = taken
+                    .get(&cpu)
+                    .and_then(|pids| pids.iter().find(|&&p| self.holder_of_held(p) != holder))
+            {
+                return Err(Denial::Wait(format!(
+                    "CPU {cpu} is held exclusively by process {other} ({}); it waits until \
+                     that is given back",
+                    self.holder_name(self.holder_of_held(*other))
+                )));
+            }
+            match holder {
+                Some(id) => self.check_in_cell(id, cpu, shared)?,
+                None if shared => {}
+                None if self.plan.reserve.contains(cpu) => {
+                    return Err(Denial::Never(format!(
+                        "CPU {cpu} is in the reserve kept for processes that asked for \
+                         nothing (the broker's `reserve`); hold another CPU"
+                    )));
+                }
+                None => {}
+            }
+        }
+        if holder.is_none() {
+            let mut outside = self.account.outside;
+            for &(cpu, shared) in &cpus {
+                if !shared {
+                    outside.insert(cpu);
+                }
+            }
+            if outside != self.account.outside {
+                self.admit_outside(&outside)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The holder recorded for a process that already holds something.
+    fn holder_of_held(&self, pid: u32) -> Option<u64> {
+        self.account
+            .holders
+            .get(&pid)
+            .copied()
+            .flatten()
+            .filter(|c| self.cells.contains_key(c))
+    }
+
+    fn holder_name(&self, holder: Option<u64>) -> String {
+        match holder {
+            Some(id) => format!("cell {id} {}", crate::names::shown(&self.cells[&id].name)),
+            None => "outside every cell".into(),
+        }
+    }
+
+    fn check_in_cell(&self, id: u64, cpu: usize, shared: bool) -> Result<(), Denial> {
+        let c = &self.cells[&id];
+        if c.spec.time.is_time() && !shared {
+            return Err(Denial::Never(format!(
+                "cell {id} {} shares its CPUs in time, so a require in it cannot hold CPU \
+                 {cpu} exclusively; ask for it shared",
+                crate::names::shown(&c.name)
+            )));
+        }
+        let Some(g) = self.plan.cells.get(&CellId(id)) else {
+            return Err(Denial::Wait(format!(
+                "cell {id} holds no CPU now; CPU {cpu} waits for its grant"
+            )));
+        };
+        if !g.cpus.contains(cpu) {
+            return Err(Denial::Wait(format!(
+                "CPU {cpu} is outside cell {id}'s grant ({}); it waits until the grant holds it",
+                g.cpus
+            )));
+        }
+        if !shared && !g.entitled.difference(&g.lent).contains(cpu) {
+            let why = if g.stacked {
+                "the cell shares a pool of CPUs with other cells".to_string()
+            } else {
+                format!("the cell is entitled to {} only", g.entitled)
+            };
+            return Err(Denial::Wait(format!(
+                "CPU {cpu} is lent to cell {id}, not its own ({why}); an exclusive hold waits \
+                 until the cell is entitled to it (give the cell a minimum to be sure)"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Admission for processes outside every cell holding `outside`
+    /// exclusively: as the `OUTSIDE` cell beside every real cell.
+    fn admit_outside(&self, outside: &CpuSet) -> Result<(), Denial> {
+        let spec = Account::outside_spec(outside.len());
+        let others = self.admitted_except(Some(OUTSIDE.0));
+        match self.planner.admit(&others, &spec, &self.plan) {
+            Admission::Admit => Ok(()),
+            Admission::NotNow(r) => Err(Denial::Wait(format!(
+                "holding CPUs {outside} outside every cell would leave too few for the cells' \
+                 guarantees: {r}"
+            ))),
+            Admission::Never(r) => Err(Denial::Never(format!(
+                "CPUs {outside} cannot be held outside every cell: {r}"
+            ))),
+        }
+    }
+
+    /// Every admitted cell at its planned spec, and `OUTSIDE` when it
+    /// holds CPUs, but for `except`.
+    pub(crate) fn admitted_except(&self, except: Option<u64>) -> Vec<Admitted<'_>> {
+        let mut out: Vec<Admitted<'_>> = self
+            .cells
+            .iter()
+            .filter(|(id, _)| Some(**id) != except)
+            .map(|(id, c)| Admitted {
+                id: CellId(*id),
+                name: &c.name,
+                spec: self.account.specs.get(id).unwrap_or(&c.spec),
+            })
+            .collect();
+        if except != Some(OUTSIDE.0)
+            && let Some(spec) = self.account.specs.get(&OUTSIDE.0)
+        {
+            out.push(Admitted {
+                id: OUTSIDE,
+                name: "require outside every cell",
+                spec,
+            });
+        }
+        out
+    }
+
+    /// Recomputes the held CPUs from the ledger. Returns whether they
+    /// changed (the caller re-plans).
+    pub(crate) fn refresh_account(&mut self) -> bool {
+        let taken = self.ledger.exclusive_cpus();
+        self.account
+            .holders
+            .retain(|pid, _| self.ledger.holds(*pid));
+        let mut held: BTreeMap<u64, CpuSet> = BTreeMap::new();
+        let mut outside = CpuSet::new();
+        for (cpu, pids) in taken {
+            // One holder per CPU (checked at acquisition); a cell that
+            // ended leaves its processes' CPUs outside every cell.
+            match pids.iter().find_map(|&p| self.holder_of_held(p)) {
+                Some(id) => {
+                    held.entry(id).or_default().insert(cpu);
+                }
+                None => {
+                    outside.insert(cpu);
+                }
+            }
+        }
+        if held == self.account.held && outside == self.account.outside {
+            return false;
+        }
+        let mut specs: BTreeMap<u64, CellSpec> = held
+            .iter()
+            .filter_map(|(id, set)| {
+                let c = self.cells.get(id)?;
+                Some((*id, c.spec.holding(set.len() as u32)))
+            })
+            .collect();
+        if !outside.is_empty() {
+            specs.insert(OUTSIDE.0, Account::outside_spec(outside.len()));
+        }
+        self.account = Account {
+            holders: std::mem::take(&mut self.account.holders),
+            held,
+            outside,
+            specs,
+        };
+        true
+    }
+}
+
+impl From<Denial> for LedgerError {
+    fn from(d: Denial) -> LedgerError {
+        match d {
+            Denial::Wait(m) => LedgerError::Refused(m),
+            Denial::Never(m) => LedgerError::Never(m),
+        }
+    }
+}

@@ -1,0 +1,210 @@
+//! The one account: `require` holdings and cells decided by one plan
+//! (`allot_broker::core::account`). State-machine level: fake processes,
+//! dry-run backend, cells' grants read from their pages.
+
+mod common;
+
+use allot_plan::{CellSpec, TimeContract};
+use allot_proto::PageMap;
+use allot_proto::msg::{ErrorCode, LedgerItem, Reply, Request};
+use allot_topo::CpuSet;
+use common::*;
+
+fn cpu(n: u32, shared: bool) -> LedgerItem {
+    LedgerItem {
+        kind: "cpu".into(),
+        dev: n,
+        amount: 1.0,
+        shared,
+    }
+}
+
+/// Process `pid` of alice (uid 1000) asks for `items`.
+fn acquire(w: &mut World, pid: u32, items: Vec<LedgerItem>) -> Vec<allot_broker::core::Effect> {
+    let peer = allot_broker::core::Peer {
+        pid,
+        uid: 1000,
+        gid: 1000,
+    };
+    w.core
+        .handle(20, peer, Request::KindAcquire { items }, None)
+}
+
+fn release(w: &mut World, pid: u32, items: Vec<LedgerItem>) {
+    let peer = allot_broker::core::Peer {
+        pid,
+        uid: 1000,
+        gid: 1000,
+    };
+    let e = w
+        .core
+        .handle(20, peer, Request::KindRelease { items }, None);
+    assert!(
+        e.iter().all(|e| !matches!(
+            e,
+            allot_broker::core::Effect::Reply {
+                reply: Reply::Error { .. },
+                ..
+            }
+        )),
+        "{e:?}"
+    );
+}
+
+/// Alice's cell `name` with member `pid` (spawned here).
+fn cell(w: &mut World, name: &str, spec: CellSpec, pid: u32) -> PageMap {
+    proc_of(w, pid, 1000);
+    page(register(w, ALICE, name, spec, vec![pid], false)).2
+}
+
+fn cpus(p: &PageMap) -> CpuSet {
+    grant(p).cpus
+}
+
+fn set(list: &str) -> CpuSet {
+    CpuSet::parse_list(list).unwrap()
+}
+
+#[test]
+fn a_cpu_held_outside_every_cell_leaves_every_cell_until_given_back() {
+    let mut w = world(4);
+    let a = cell(&mut w, "a", CellSpec::default(), 10);
+    assert_eq!(cpus(&a), set("0-3"));
+    proc_of(&w, 50, 1000); // outside every cell
+    let e = acquire(&mut w, 50, vec![cpu(2, false)]);
+    assert!(matches!(reply(&e), Reply::Ok), "{}", message(&e));
+    assert_eq!(cpus(&a), set("0-1,3"), "the cell moved off the held CPU");
+    let st = w.core.status(ROOT);
+    assert_eq!(st.machine.held_outside, "2");
+    // A shared hold is a limit, not a guarantee: nothing moves.
+    proc_of(&w, 51, 1000);
+    let e = acquire(&mut w, 51, vec![cpu(1, true)]);
+    assert!(matches!(reply(&e), Reply::Ok), "{}", message(&e));
+    assert_eq!(cpus(&a), set("0-1,3"));
+    release(&mut w, 50, vec![cpu(2, false)]);
+    assert_eq!(cpus(&a), set("0-3"), "given back, the cell has it again");
+    assert_eq!(w.core.status(ROOT).machine.held_outside, "");
+}
+
+#[test]
+fn a_cpu_held_in_a_cell_stays_its_own_when_others_arrive() {
+    let mut w = world(4);
+    let a = cell(&mut w, "a", CellSpec::default(), 10);
+    let b = cell(&mut w, "b", CellSpec::default(), 11);
+    let (ga, gb) = (grant(&a), grant(&b));
+    assert_eq!((ga.cpus.len(), gb.cpus.len()), (2, 2));
+    // A child of a's member holds one of a's CPUs.
+    w.os.spawn(12, 10, 1, &CpuSet::first_n(4));
+    w.os.set_uid(12, 1000);
+    let entitled = |w: &World, i: usize| set(&w.core.status(ROOT).cells[i].entitled);
+    let mine = entitled(&w, 0).first().unwrap() as u32;
+    let theirs = entitled(&w, 1).first().unwrap() as u32;
+    let e = acquire(&mut w, 12, vec![cpu(theirs, false)]);
+    assert_eq!(code(&e), Some(ErrorCode::Refused), "{}", message(&e));
+    assert!(message(&e).contains("outside cell"), "{}", message(&e));
+    let e = acquire(&mut w, 12, vec![cpu(mine, false)]);
+    assert!(matches!(reply(&e), Reply::Ok), "{}", message(&e));
+    let st = w.core.status(ROOT);
+    let held: Vec<(&str, &str)> = st
+        .cells
+        .iter()
+        .map(|c| (c.name.as_str(), c.held.as_str()))
+        .collect();
+    assert_eq!(held, [("a", mine.to_string().as_str()), ("b", "")]);
+    // Three more best-effort cells would stack all five on a shared
+    // pool; a keeps the CPU its process holds, and nobody else runs on it.
+    let others: Vec<PageMap> = (0..3)
+        .map(|i| cell(&mut w, &format!("c{i}"), CellSpec::default(), 20 + i))
+        .collect();
+    let ga = grant(&a);
+    assert!(ga.cpus.contains(mine as usize), "{}", ga.cpus);
+    for p in others.iter().chain([&b]) {
+        assert!(!cpus(p).contains(mine as usize), "{}", cpus(p));
+    }
+    // The holder exits: the CPU goes back to the plan.
+    w.os.exit(12);
+    w.core.exited(12);
+    assert_eq!(w.core.status(ROOT).cells[0].held, "");
+}
+
+#[test]
+fn a_guarantee_cannot_take_a_held_cpu_and_a_hold_cannot_break_one() {
+    let mut w = world(2);
+    proc_of(&w, 50, 1000);
+    let e = acquire(&mut w, 50, vec![cpu(1, false)]);
+    assert!(matches!(reply(&e), Reply::Ok), "{}", message(&e));
+    // Both CPUs exclusively: one is held, so not now.
+    proc_of(&w, 10, 1000);
+    let full = CellSpec {
+        min: 2,
+        exclusive: true,
+        ..Default::default()
+    };
+    let e = register(&mut w, ALICE, "all", full, vec![10], false);
+    assert_eq!(code(&e), Some(ErrorCode::Refused), "{}", message(&e));
+    release(&mut w, 50, vec![cpu(1, false)]);
+    let all = page(register(&mut w, ALICE, "all", full, vec![10], false)).2;
+    assert_eq!(cpus(&all), set("0-1"));
+    // Now a hold outside every cell would break that guarantee: it waits.
+    let e = acquire(&mut w, 50, vec![cpu(0, false)]);
+    assert_eq!(code(&e), Some(ErrorCode::Refused), "{}", message(&e));
+    assert!(message(&e).contains("guarantees"), "{}", message(&e));
+    assert_eq!(cpus(&all), set("0-1"));
+}
+
+#[test]
+fn the_reserve_is_left_to_processes_that_asked_for_nothing() {
+    let mut w = world_configured(4, |c| c.reserve = 1);
+    let reserve = w.core.status(ROOT).machine.reserve;
+    let r: u32 = reserve.parse().expect("one CPU");
+    proc_of(&w, 50, 1000);
+    let e = acquire(&mut w, 50, vec![cpu(r, false)]);
+    assert_eq!(code(&e), Some(ErrorCode::Never), "{}", message(&e));
+    assert!(message(&e).contains("reserve"), "{}", message(&e));
+    let e = acquire(&mut w, 50, vec![cpu(r, true)]);
+    assert_eq!(code(&e), Some(ErrorCode::Refused), "{}", message(&e));
+}
+
+#[test]
+fn a_cpu_shared_in_time_is_never_held_exclusively() {
+    let mut w = world(4);
+    let spec = CellSpec {
+        min: 1,
+        time: TimeContract::Fraction {
+            ppm: 500_000,
+            slice_us: 0,
+        },
+        ..Default::default()
+    };
+    let t = cell(&mut w, "t", spec, 10);
+    let mine = cpus(&t).first().unwrap() as u32;
+    let e = acquire(&mut w, 10, vec![cpu(mine, false)]);
+    assert_eq!(code(&e), Some(ErrorCode::Never), "{}", message(&e));
+    let e = acquire(&mut w, 10, vec![cpu(mine, true)]);
+    assert!(matches!(reply(&e), Reply::Ok), "{}", message(&e));
+}
+
+#[test]
+fn one_cpu_has_one_holder() {
+    let mut w = world(4);
+    let _a = cell(&mut w, "a", CellSpec::default(), 10);
+    let e = acquire(&mut w, 10, vec![cpu(0, false)]);
+    assert!(matches!(reply(&e), Reply::Ok), "{}", message(&e));
+    // Half of it is still free in the ledger, but it is a's: a process
+    // outside every cell may not hold the rest exclusively.
+    release(&mut w, 10, vec![cpu(0, false)]);
+    let half = |shared| LedgerItem {
+        amount: 0.5,
+        ..cpu(0, shared)
+    };
+    let e = acquire(&mut w, 10, vec![half(false)]);
+    assert!(matches!(reply(&e), Reply::Ok), "{}", message(&e));
+    proc_of(&w, 50, 1000);
+    let e = acquire(&mut w, 50, vec![half(false)]);
+    assert_eq!(code(&e), Some(ErrorCode::Refused), "{}", message(&e));
+    assert!(
+        message(&e).contains("held exclusively by process 10"),
+        "{}",
+        message(&e)
+    );
+}
