@@ -7,7 +7,9 @@
 //! - Every process holding something has a *holder*: the cell it runs in
 //!   (it or its nearest ancestor is a member), or none when it runs
 //!   outside every cell. It is resolved at the process's first
-//!   acquisition and kept until the process holds nothing.
+//!   acquisition (a walk up its ancestors) and kept while it lives; when
+//!   a cell gains members, the holders of processes holding nothing are
+//!   resolved afresh at their next acquisition.
 //! - A `cpu` item from a process of cell C names a CPU of C's grant; an
 //!   exclusive one a CPU C is entitled to (not lent to it, not a stacked
 //!   pool's). Otherwise it waits (`Refused`) until the grant holds it. A
@@ -28,20 +30,29 @@
 //! - The reserve is the system minimum: its CPUs are left whole to
 //!   processes that asked for nothing ([`Ledger::keep_cpu`]); no `require`
 //!   takes them.
+//! - A CPU given back stays with its holder for [`LINGER`] (checked on
+//!   every tick, so up to a tick more) unless another holder takes it: a
+//!   block entered and left in a loop moves the other cells once, not on
+//!   every pass (each move re-plans, sets affinities and writes pages).
+//!   Meanwhile other cells' guarantees and `require`s wait at most that.
 //! - Whenever a grant changes, the ledger's epoch moves, so processes
 //!   waiting for their cell's grant try again.
 
-use super::Core;
+use super::{Core, Effect};
 use crate::ledger::LedgerError;
 use allot_plan::{Admission, Admitted, CellId, CellSpec};
 use allot_proto::LedgerItem;
 use allot_topo::CpuSet;
 use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
 
 /// The cell standing for processes outside every cell that hold CPUs
 /// exclusively through `require` (never a real cell's id: those count up
 /// from 1).
 pub(crate) const OUTSIDE: CellId = CellId(u64::MAX);
+
+/// How long a CPU given back stays with its holder (see the module notes).
+pub(crate) const LINGER: Duration = Duration::from_millis(50);
 
 /// How many ancestors are looked at to find a process's cell.
 const MAX_ANCESTORS: usize = 64;
@@ -58,7 +69,9 @@ pub(crate) enum Denial {
 /// What the account keeps beside the ledger.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Account {
-    /// Holder of each process holding something: its cell, or `None`.
+    /// Holder of each live process that acquired something: its cell, or
+    /// `None` (the broker watches these processes, and forgets them when
+    /// they exit).
     holders: HashMap<u32, Option<u64>>,
     /// CPUs each cell's processes hold exclusively.
     pub(crate) held: BTreeMap<u64, CpuSet>,
@@ -67,12 +80,26 @@ pub(crate) struct Account {
     /// Each cell's spec as planned and admitted ([`CellSpec::holding`]),
     /// for the cells holding CPUs, and `OUTSIDE`'s.
     pub(crate) specs: BTreeMap<u64, CellSpec>,
+    /// CPUs given back that stay with their last holder until
+    /// [`LINGER`] after this instant.
+    pub(crate) lingering: BTreeMap<usize, Instant>,
 }
 
 impl Account {
     /// The spec of the `OUTSIDE` cell for `cpus` held.
     pub(crate) fn outside_spec(cpus: usize) -> CellSpec {
         CellSpec::partition(cpus as u32)
+    }
+
+    /// Process `pid` exited.
+    pub(crate) fn forget(&mut self, pid: u32) {
+        self.holders.remove(&pid);
+    }
+
+    /// A cell gained members: processes that hold nothing may now run in
+    /// it, so their holders are resolved again.
+    pub(crate) fn members_changed(&mut self, ledger: &crate::ledger::Ledger) {
+        self.holders.retain(|pid, _| ledger.holds(*pid));
     }
 }
 
@@ -244,16 +271,31 @@ impl Core {
         out
     }
 
-    /// Recomputes the held CPUs from the ledger. Returns whether they
-    /// changed (the caller re-plans).
-    pub(crate) fn refresh_account(&mut self) -> bool {
+    /// After the ledger changed: re-plans when the held CPUs changed (if
+    /// there is a cell to move), admits what now fits, and wakes the
+    /// processes watching the ledger.
+    pub(crate) fn after_ledger_change(&mut self) -> Vec<Effect> {
+        let mut e = Vec::new();
+        if self.refresh_account(Instant::now()) {
+            if !self.cells.is_empty() {
+                self.reconcile();
+            }
+            if !self.queue.is_empty() {
+                e.extend(self.admit_queued());
+            }
+        }
+        e.extend(self.ledger_changed());
+        e
+    }
+
+    /// Recomputes the held CPUs from the ledger, keeping CPUs given back
+    /// less than [`LINGER`] before `now` with their last holder. Returns
+    /// whether they changed (the caller re-plans).
+    pub(crate) fn refresh_account(&mut self, now: Instant) -> bool {
         let taken = self.ledger.exclusive_cpus();
-        self.account
-            .holders
-            .retain(|pid, _| self.ledger.holds(*pid));
         let mut held: BTreeMap<u64, CpuSet> = BTreeMap::new();
         let mut outside = CpuSet::new();
-        for (cpu, pids) in taken {
+        for (&cpu, pids) in &taken {
             // One holder per CPU (checked at acquisition); a cell that
             // ended leaves its processes' CPUs outside every cell.
             match pids.iter().find_map(|&p| self.holder_of_held(p)) {
@@ -265,6 +307,32 @@ impl Core {
                 }
             }
         }
+        // What was given back lingers with its holder for a while.
+        let before = self
+            .account
+            .held
+            .iter()
+            .flat_map(|(&id, set)| set.iter().map(move |cpu| (cpu, Some(id))))
+            .chain(self.account.outside.iter().map(|cpu| (cpu, None)));
+        let mut lingering = BTreeMap::new();
+        for (cpu, holder) in before {
+            if taken.contains_key(&cpu) || holder.is_some_and(|id| !self.cells.contains_key(&id)) {
+                continue;
+            }
+            let since = self.account.lingering.get(&cpu).copied().unwrap_or(now);
+            if now.saturating_duration_since(since) < LINGER {
+                lingering.insert(cpu, since);
+                match holder {
+                    Some(id) => {
+                        held.entry(id).or_default().insert(cpu);
+                    }
+                    None => {
+                        outside.insert(cpu);
+                    }
+                }
+            }
+        }
+        self.account.lingering = lingering;
         if held == self.account.held && outside == self.account.outside {
             return false;
         }
@@ -278,12 +346,9 @@ impl Core {
         if !outside.is_empty() {
             specs.insert(OUTSIDE.0, Account::outside_spec(outside.len()));
         }
-        self.account = Account {
-            holders: std::mem::take(&mut self.account.holders),
-            held,
-            outside,
-            specs,
-        };
+        self.account.held = held;
+        self.account.outside = outside;
+        self.account.specs = specs;
         true
     }
 }

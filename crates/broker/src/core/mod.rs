@@ -596,13 +596,10 @@ impl Core {
     pub fn exited(&mut self, pid: u32) -> Vec<Effect> {
         let seen = Instant::now();
         let mut effects = Vec::new();
+        self.account.forget(pid);
         if self.ledger.forget(pid) {
             info!("process {pid} died holding resources; given back");
-            if self.refresh_account() {
-                self.reconcile();
-                effects.extend(self.admit_queued());
-            }
-            effects.extend(self.ledger_changed());
+            effects.extend(self.after_ledger_change());
         }
         let Some(id) = self.by_pid.remove(&pid) else {
             effects.push(Effect::Unwatch(pid));
@@ -705,6 +702,10 @@ impl Core {
         }
         self.channels.settle(now);
         let (mut effects, moved) = self.message_tick(now);
+        // CPUs given back through `require` leave their holder.
+        if !self.account.lingering.is_empty() && self.refresh_account(now) {
+            changed = true;
+        }
         if changed || moved {
             self.reconcile();
         }

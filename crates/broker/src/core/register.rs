@@ -288,6 +288,7 @@ impl Core {
                 .members
                 .push(m);
             self.by_pid.insert(pid, id);
+            self.account.members_changed(&self.ledger);
             self.journal(&[Record::Member { id, member: m }]);
             effects.push(Effect::Watch(pid));
         }
@@ -523,6 +524,7 @@ impl Core {
         let m = MemberRec { pid, start };
         self.cells.get_mut(&cell).expect("checked").members.push(m);
         self.by_pid.insert(pid, cell);
+        self.account.members_changed(&self.ledger);
         self.journal(&[Record::Member {
             id: cell,
             member: m,

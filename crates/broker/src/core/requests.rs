@@ -227,13 +227,7 @@ impl Core {
             }
             Request::KindRelease { items } => {
                 self.ledger.release(peer.pid, &items);
-                let mut e = Vec::new();
-                if self.refresh_account() {
-                    self.reconcile();
-                    e.extend(self.admit_queued());
-                }
-                e.extend(self.ledger_changed());
-                e
+                self.after_ledger_change()
             }
             Request::KindWatch { epoch, waiting } => {
                 if self.ledger.epoch() > epoch {
@@ -318,19 +312,11 @@ impl Core {
                 }
                 // An exclusive CPU moves other cells off it before the
                 // holder hears yes.
-                if self.refresh_account() {
-                    self.reconcile();
-                    e.extend(self.ledger_changed());
-                }
+                e.extend(self.after_ledger_change());
                 e.push(answer(session, Reply::Ok));
                 e
             }
-            Err(why) => {
-                if !self.ledger.holds(peer.pid) {
-                    self.refresh_account();
-                }
-                vec![answer(session, ledger_error(0x0C, why))]
-            }
+            Err(why) => vec![answer(session, ledger_error(0x0C, why))],
         }
     }
 
