@@ -211,6 +211,55 @@ fn join_policies_keep_strong_and_weak_apart() {
     );
 }
 
+/// The QR case study's placement (`benches/qr.rs` runs the computation):
+/// on every fixture machine, outer workers that each enter
+/// `numa_nodes(1)` get one whole node apiece (all of its CPUs; the policy
+/// also binds the worker's memory to it), and one more waits until a node
+/// is free.
+#[test]
+fn qr_outer_workers_get_a_node_apiece() {
+    for name in allot_topo::FIXTURES {
+        let m = allot_topo::fixture(name).unwrap();
+        let nodes: Vec<_> = m.nodes().iter().filter(|n| !n.cpus.is_empty()).collect();
+        let rt = Runtime::new(m.clone(), false);
+        let site = Location::caller();
+        let scopes: Vec<_> = (0..nodes.len() as u64)
+            .map(|w| {
+                rt.enter_as(
+                    100 + w,
+                    vec![Request::policy(policy::numa_nodes(1))],
+                    false,
+                    site,
+                )
+                .unwrap()
+                .unwrap_or_else(|| panic!("{name}: worker {w} found no free node"))
+            })
+            .collect();
+        let mut got: Vec<u32> = scopes.iter().map(|s| s.outcome().nodes[0]).collect();
+        for s in &scopes {
+            let o = s.outcome();
+            assert_eq!(o.nodes.len(), 1, "{name}");
+            let node = nodes.iter().find(|n| n.id == o.nodes[0]).unwrap();
+            assert_eq!(o.cpus, node.cpus, "{name}: node {} CPUs", node.id);
+            assert_eq!(o.ncores as usize, node.cpus.len(), "{name}");
+        }
+        got.sort_unstable();
+        got.dedup();
+        assert_eq!(got.len(), nodes.len(), "{name}: two workers share a node");
+        assert!(
+            rt.enter_as(
+                999,
+                vec![Request::policy(policy::numa_nodes(1))],
+                false,
+                site
+            )
+            .unwrap()
+            .is_none(),
+            "{name}: a worker beyond the nodes must wait"
+        );
+    }
+}
+
 #[test]
 fn declarative_constraints_stay_in_one_domain() {
     let m = allot_topo::fixture("xeonphi7250").unwrap();
