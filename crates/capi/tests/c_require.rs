@@ -100,6 +100,13 @@ fn require_threads_c() -> PathBuf {
     build("gcc", "require_threads.c", "require_threads", &flags)
 }
 
+/// `require_threads.c` with OpenMP (libgomp) and sanitizers.
+fn require_threads_omp() -> PathBuf {
+    let mut flags = vec!["-std=c11", "-fopenmp"];
+    flags.extend(SANITIZE);
+    build("gcc", "require_threads.c", "require_threads_omp", &flags)
+}
+
 /// `require.c` with OpenMP (libgomp) and sanitizers.
 fn require_omp() -> PathBuf {
     let mut flags = vec!["-std=c11", "-fopenmp"];
@@ -210,6 +217,23 @@ fn waits_give_the_cpu_back_to_the_threads_they_wait_for() {
     for way in ["sem_wait", "read", "accept", "futex"] {
         assert!(out.contains(&format!("{way} gave the CPU back")), "{out}");
     }
+}
+
+/// libgomp's idle team threads, created inside a block, wait in futex
+/// calls the shim cannot see; leaving the block ends them, so they give
+/// its CPUs back and another block for every CPU gets in (it waits for
+/// good otherwise, and the program's alarm fails it).
+#[test]
+fn an_idle_openmp_team_gives_its_block_back() {
+    if !allot_testkit::prerequisite(ncpus() >= 2, "needs 2 CPUs") {
+        return;
+    }
+    let out = passes(&require_threads_omp(), &["omp_idle"], true);
+    assert!(out.contains("the idle team gave the CPUs back"), "{out}");
+    assert!(
+        out.contains(&format!("a new team of {} ran", ncpus())),
+        "{out}"
+    );
 }
 
 /// A kind registered from C (`allot_kind_register`, Poli-C's

@@ -15,9 +15,11 @@
 use super::require::{Busy, busy};
 use allot_client::require::Runtime;
 use allot_client::require::runtime::{ChildGuard, SpawnCtx};
+use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
+use std::sync::OnceLock;
 
 /// The runtime, if one was started and this thread is not inside liballot.
 fn runtime() -> Option<&'static Runtime> {
@@ -33,6 +35,12 @@ fn hook<T>(or: T, f: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(or)
 }
 
+thread_local! {
+    /// This thread created threads that share a block's allocation since
+    /// it last left its outermost block ([`release_idle_teams`]).
+    static SPAWNED: Cell<bool> = const { Cell::new(false) };
+}
+
 /// `void *allot_rq_spawn_prepare(void)`.
 #[unsafe(no_mangle)]
 pub extern "C" fn allot_rq_spawn_prepare() -> *mut c_void {
@@ -40,9 +48,46 @@ pub extern "C" fn allot_rq_spawn_prepare() -> *mut c_void {
         return ptr::null_mut();
     };
     hook(ptr::null_mut(), || match rt.spawn_prepare() {
-        Some(ctx) => Box::into_raw(Box::new(ctx)) as *mut c_void,
+        Some(ctx) => {
+            SPAWNED.with(|s| s.set(true));
+            Box::into_raw(Box::new(ctx)) as *mut c_void
+        }
         None => ptr::null_mut(),
     })
+}
+
+/// `omp_pause_resource_all(int)`, OpenMP 5.0, if the process has an
+/// OpenMP runtime loaded (libgomp has it since GCC 9).
+type PauseFn = unsafe extern "C" fn(c_int) -> c_int;
+
+fn pause_openmp() -> Option<PauseFn> {
+    static PAUSE: OnceLock<Option<PauseFn>> = OnceLock::new();
+    *PAUSE.get_or_init(|| {
+        // SAFETY: dlsym with a NUL-terminated name; the symbol, when
+        // present, has the OpenMP 5.0 signature.
+        let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"omp_pause_resource_all".as_ptr()) };
+        // SAFETY: as above: a function of that signature, or null.
+        (!f.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, PauseFn>(f) })
+    })
+}
+
+/// Called when a thread has left its outermost block: if it created
+/// threads inside blocks, its OpenMP runtime's idle team threads (which
+/// wait in futex calls of their own, out of the shim's sight, and so
+/// would keep sharing the block's allocation for good) are ended with
+/// `omp_pause_resource_all(omp_pause_soft)`; they give the allocation
+/// back as they exit, and the next parallel region makes a new team,
+/// inside whatever block is open then. Without an OpenMP runtime, or
+/// inside a parallel region (libgomp then refuses), it does nothing.
+pub(crate) fn release_idle_teams() {
+    if !SPAWNED.with(|s| s.replace(false)) {
+        return;
+    }
+    if let Some(pause) = pause_openmp() {
+        const OMP_PAUSE_SOFT: c_int = 1;
+        // SAFETY: the OpenMP 5.0 call; the thread holds no liballot lock.
+        let _ = unsafe { pause(OMP_PAUSE_SOFT) };
+    }
 }
 
 /// `void allot_rq_spawn_done(void)`.

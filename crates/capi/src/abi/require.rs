@@ -801,7 +801,7 @@ pub unsafe extern "C" fn allot_require_leave(scope: *mut CScope) {
     s.state = LEFT;
     // SAFETY: written by `enter` in the ENTERED state, read once here.
     let entered = unsafe { ptr::read(s.opaque.as_ptr() as *const Scope<'static>) };
-    let _busy = Busy::new();
+    let busy = Busy::new();
     if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(entered))) {
         let what = p
             .downcast_ref::<String>()
@@ -809,6 +809,10 @@ pub unsafe extern "C" fn allot_require_leave(scope: *mut CScope) {
             .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
             .unwrap_or_default();
         fatal(at, &format!("leaving failed: {what}"));
+    }
+    drop(busy);
+    if s.prev.is_null() {
+        super::hooks::release_idle_teams();
     }
 }
 

@@ -3,7 +3,8 @@
  * the threads created in it and theirs (ForDescendants), and what a thread
  * blocked in a wait gives back (release on block). Run by
  * tests/c_require.rs, one scenario per process (`require_threads MODE`),
- * always with the shim preloaded. Prints "ok MODE" on success; a failed
+ * always with the shim preloaded; built with -fopenmp too, for the idle
+ * OpenMP team (`omp_idle`). Prints "ok MODE" on success; a failed
  * check prints the line and exits 1.
  */
 #define _GNU_SOURCE
@@ -176,6 +177,53 @@ static void block_waits(void)
         wait_one_way((enum way)w);
 }
 
+#ifdef _OPENMP
+#include <omp.h>
+
+static void *take_every_cpu(void *arg)
+{
+    (void)arg;
+    allot_outcome_t c;
+    allot_require(&c, allot_cores((uint32_t)g_ncpus)) {
+        CHECK((int)c.ncores == g_ncpus);
+    }
+    return NULL;
+}
+
+/* A block runs an OpenMP region: libgomp creates the team's threads inside
+ * it, so they share its CPUs, and then keeps them idle in futex waits of
+ * its own. Leaving the block ends them (liballot pauses the OpenMP
+ * runtime), so another thread's block for every CPU gets in; without that
+ * it would wait for good and the alarm fails the test. */
+static void omp_idle(void)
+{
+    alarm(20);
+    int team = 0;
+    allot_outcome_t c;
+    allot_require(&c, allot_cores((uint32_t)g_ncpus)) {
+#pragma omp parallel num_threads(g_ncpus)
+        {
+#pragma omp atomic
+            team++;
+        }
+    }
+    CHECK(team == g_ncpus);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, take_every_cpu, NULL) == 0);
+    CHECK(pthread_join(t, NULL) == 0);
+    printf("the idle team gave the CPUs back\n");
+    /* The next region makes a new team. */
+    team = 0;
+#pragma omp parallel num_threads(g_ncpus)
+    {
+#pragma omp atomic
+        team++;
+    }
+    CHECK(team == g_ncpus);
+    printf("a new team of %d ran\n", team);
+}
+#endif
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -185,6 +233,10 @@ int main(int argc, char **argv)
         descendants();
     else if (strcmp(mode, "block_waits") == 0)
         block_waits();
+#ifdef _OPENMP
+    else if (strcmp(mode, "omp_idle") == 0)
+        omp_idle();
+#endif
     else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
