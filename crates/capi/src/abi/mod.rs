@@ -39,6 +39,7 @@ pub mod hooks;
 pub mod kinds;
 pub mod launcher;
 pub mod pool;
+pub mod request;
 pub mod require;
 pub mod status;
 pub mod suspend;
