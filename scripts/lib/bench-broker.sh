@@ -26,7 +26,7 @@ bench_cleanup() {
   [ -n "${bench_pids:-}" ] && kill -- $bench_pids 2>/dev/null || true
   sleep 0.5
   [ -n "${broker:-}" ] && kill "$broker" 2>/dev/null && wait "$broker" 2>/dev/null || true
-  for h in cpuset cpu cpuacct freezer; do
+  for h in cpuset cpu cpuacct freezer blkio; do
     if [ -d "/sys/fs/cgroup/$h/$name" ]; then
       echo "warning: /sys/fs/cgroup/$h/$name is left; removing it" >&2
       find "/sys/fs/cgroup/$h/$name" -mindepth 1 -depth -type d -exec rmdir {} \; 2>/dev/null || true

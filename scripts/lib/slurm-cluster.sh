@@ -74,7 +74,7 @@ slurm_cluster_stop() {
       rmdir "$t" 2>/dev/null || echo "warning: cannot remove $t" >&2
     done
   fi
-  for h in cpuset cpu cpuacct freezer; do
+  for h in cpuset cpu cpuacct freezer blkio; do
     if [ -n "${slurm_cg:-}" ] && [ -d "/sys/fs/cgroup/$h/$slurm_cg" ]; then
       for p in $(cat /sys/fs/cgroup/$h/$slurm_cg/*/cgroup.procs 2>/dev/null); do
         kill -9 "$p" 2>/dev/null

@@ -17,7 +17,8 @@
 //!
 //! Built-in kinds mirror the client's (`cpu`: one device per usable CPU, named
 //! by CPU number, max 1; `memory`: one per NUMA node, named `nodeN`, max its
-//! bytes; `io`: one per block device, max 1000). Any process may define
+//! bytes; `io`: one per disk and attached loop device, named `MAJ:MIN`, max
+//! 1000). Any process may define
 //! *virtual* kinds (counters); a definition that conflicts with an existing
 //! one is refused.
 //!
@@ -171,9 +172,14 @@ impl Ledger {
                 .filter_map(|e| e.file_name().into_string().ok())
                 .collect();
             names.sort();
+            // Disks, and loop devices with a file attached (as the client
+            // lists them).
+            let attached = |n: &str| {
+                std::path::Path::new(&format!("/sys/block/{n}/loop/backing_file")).exists()
+            };
             for n in names
                 .into_iter()
-                .filter(|n| !n.starts_with("loop") && !n.starts_with("ram"))
+                .filter(|n| !n.starts_with("ram") && (!n.starts_with("loop") || attached(n)))
             {
                 if let Ok(d) = std::fs::read_to_string(format!("/sys/block/{n}/dev")) {
                     io.push(dev(d.trim().to_string(), 1000.0));
@@ -214,6 +220,11 @@ impl Ledger {
         }
     }
 
+    /// The name of the device an item names (`None` if it names none).
+    pub fn device_name(&self, item: &LedgerItem) -> Option<String> {
+        self.dev(item).ok().map(|d| d.name.clone())
+    }
+
     /// The CPU a `cpu` item names (its device is named by CPU number).
     pub fn cpu_of(&self, item: &LedgerItem) -> Option<usize> {
         if item.kind != "cpu" {
@@ -230,6 +241,20 @@ impl Ledger {
             for it in h.items.iter().filter(|it| !it.shared) {
                 if let Some(cpu) = self.cpu_of(it) {
                     out.entry(cpu).or_default().insert(pid);
+                }
+            }
+        }
+        out
+    }
+
+    /// Every `io` weight held, exclusively or shared: (process, device
+    /// name `MAJ:MIN`, weight).
+    pub fn io_weights(&self) -> Vec<(u32, String, f64)> {
+        let mut out = Vec::new();
+        for (&pid, h) in &self.holdings {
+            for it in h.items.iter().filter(|it| it.kind == "io") {
+                if let Ok(d) = self.dev(it) {
+                    out.push((pid, d.name.clone(), it.amount));
                 }
             }
         }

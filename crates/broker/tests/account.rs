@@ -220,3 +220,76 @@ fn one_cpu_has_one_holder() {
         message(&e)
     );
 }
+
+/// The ledger's `io` devices, by index (from `KindList`).
+fn io_devices(w: &mut World) -> Vec<String> {
+    let e = w.core.handle(20, ROOT, Request::KindList, None);
+    let json: String = e
+        .iter()
+        .filter_map(|e| match e {
+            allot_broker::core::Effect::Reply {
+                reply: Reply::Json { json, .. },
+                ..
+            } => Some(json.clone()),
+            _ => None,
+        })
+        .collect();
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    v["kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "io")
+        .map(|k| {
+            k["devices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d["name"].as_str().unwrap().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn io_weights_held_in_a_cell_become_the_cells() {
+    let mut w = world(2);
+    let devs = io_devices(&mut w);
+    if !allot_testkit::prerequisite(!devs.is_empty(), "a block device") {
+        return;
+    }
+    let _a = cell(&mut w, "a", CellSpec::default(), 10);
+    let id = w.core.status(ROOT).cells[0].id;
+    let io = |amount: f64| LedgerItem {
+        kind: "io".into(),
+        dev: 0,
+        amount,
+        shared: true,
+    };
+    let last = |w: &World| {
+        w.dry.calls().into_iter().rev().find_map(|c| match c {
+            allot_enforce::dryrun::Call::IoWeights(cell, weights) => Some((cell, weights)),
+            _ => None,
+        })
+    };
+    let e = acquire(&mut w, 10, vec![io(600.0)]);
+    assert!(matches!(reply(&e), Reply::Ok), "{}", message(&e));
+    let want: allot_enforce::IoWeights = [(devs[0].clone(), 600)].into_iter().collect();
+    assert_eq!(last(&w), Some((id, want)));
+    // A second process of the cell asks for more: the cell gets the most.
+    w.os.spawn(11, 10, 1, &CpuSet::first_n(2));
+    w.os.set_uid(11, 1000);
+    let e = acquire(&mut w, 11, vec![io(900.0)]);
+    assert!(matches!(reply(&e), Reply::Ok), "{}", message(&e));
+    assert_eq!(last(&w).unwrap().1[&devs[0]], 900);
+    release(&mut w, 11, vec![io(900.0)]);
+    assert_eq!(last(&w).unwrap().1[&devs[0]], 600);
+    release(&mut w, 10, vec![io(600.0)]);
+    assert_eq!(last(&w), Some((id, Default::default())));
+    // Outside every cell, nothing is set for any cell.
+    let before = w.dry.calls().len();
+    proc_of(&w, 50, 1000);
+    let e = acquire(&mut w, 50, vec![io(500.0)]);
+    assert!(matches!(reply(&e), Reply::Ok), "{}", message(&e));
+    assert_eq!(w.dry.calls().len(), before);
+}

@@ -125,3 +125,109 @@ fn a_cpu_held_in_a_cell_stays_its_own_and_no_other_cell_runs_there() {
     assert_eq!(a.held, held);
     assert!(!a.stacked);
 }
+
+/// The I/O child role: holds `io(ALLOT_IO_DEV, 700)` through the broker and
+/// prints "held", or prints "never: …" when the broker refuses it as never.
+#[test]
+fn io_child_role() {
+    let Ok(dev) = std::env::var("ALLOT_IO_DEV") else {
+        return;
+    };
+    let socket = std::env::var("ALLOT_SOCKET").unwrap();
+    let m = allot_topo::discover_live().unwrap();
+    let rt = Runtime::with_broker(m, false, Some(socket.as_ref())).into_static();
+    assert!(rt.coordinated(), "no broker at {socket}");
+    match rt.enter(vec![Request::device("io", &dev, 700.0)]) {
+        Ok(_s) => {
+            println!("held");
+            std::thread::sleep(Duration::from_secs(30));
+        }
+        Err(e) => println!("never: {e}"),
+    }
+}
+
+/// A cell's process holding an I/O weight gives the cell that weight: its
+/// blkio group (cgroup v1, BFQ on a loop device the test attaches) says so;
+/// on a device scheduled by mq-deadline the request is an error.
+#[test]
+fn an_io_weight_held_in_a_cell_reaches_the_cells_blkio_group() {
+    if backend() != "cgroup1"
+        || !prerequisite(
+            std::path::Path::new("/sys/fs/cgroup/blkio/cgroup.procs").exists(),
+            "a cgroup v1 blkio hierarchy",
+        )
+        || !prerequisite(
+            allot_testkit::loopdev::losetup_available(),
+            "losetup and loop devices",
+        )
+    {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = allot_testkit::loopdev::LoopDevice::attach(tmp.path().join("disk"), 8 << 20, 0)
+        .expect("a loop device");
+    let sched = format!("/sys/block/{}/queue/scheduler", dev.name());
+    if !prerequisite(std::fs::write(&sched, "bfq").is_ok(), "BFQ") {
+        return;
+    }
+    // The broker lists the block devices when it starts.
+    let d = Daemon::start("cgroup1", &[]);
+    let exe = std::env::current_exe().unwrap();
+    let run = |name: &str| {
+        let mut c = allot_run(&d, &["--name", name, "--"]);
+        c.arg(&exe)
+            .args([
+                "--exact",
+                "io_child_role",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env("ALLOT_IO_DEV", dev.majmin())
+            .env("ALLOT_SOCKET", &d.socket)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped());
+        use std::os::unix::process::CommandExt;
+        c.process_group(0).spawn().expect("allot run")
+    };
+    let mut holder = run("io");
+    let out = BufReader::new(holder.stdout.take().unwrap());
+    let _k = Killed(&d, vec![holder]);
+    let said = out
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| l.contains("held") || l.contains("never"))
+        .unwrap_or_default();
+    assert!(said.contains("held"), "{said}\n{}", d.log());
+    let st = d.status();
+    let c = st.cells.iter().find(|c| c.name == "io").expect("the cell");
+    let group = format!("/sys/fs/cgroup/blkio/{}/cell-{}", d.cgroup, c.id);
+    let weights = std::fs::read_to_string(format!("{group}/blkio.bfq.weight_device")).unwrap();
+    assert!(
+        weights.contains(&format!("{} 700", dev.majmin())),
+        "{weights}\n{}",
+        d.log()
+    );
+    let procs = std::fs::read_to_string(format!("{group}/cgroup.procs")).unwrap();
+    assert!(
+        c.pids.iter().all(|p| procs.contains(&p.to_string())),
+        "{procs} lacks {:?}",
+        c.pids
+    );
+    // Another cell asks on a device whose scheduler ignores weights.
+    std::fs::write(&sched, "mq-deadline").unwrap();
+    let mut refused = run("io2");
+    // (Read to the end: the child's test harness prints after it.)
+    let said = BufReader::new(refused.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .filter(|l| l.contains("held") || l.contains("never"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let _ = refused.wait();
+    assert!(
+        said.contains("never") && said.contains("BFQ"),
+        "{said}\n{}",
+        d.log()
+    );
+}

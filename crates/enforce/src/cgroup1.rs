@@ -1,7 +1,10 @@
 //! cgroup v1 backend.
 //!
 //! Layout: a directory `<name>` under the cpuset hierarchy (and under cpu,
-//! cpuacct and freezer when they are mounted), with `cell-<id>` inside per cell. allot's
+//! cpuacct, freezer and blkio when they are mounted), with `cell-<id>`
+//! inside per cell. A cell's I/O weights go to its blkio directory's
+//! `blkio.bfq.weight_device` (BFQ's; a device scheduled otherwise refuses
+//! them). allot's
 //! cpuset directory gets the managed CPUs and the parent's memory nodes, and
 //! `cgroup.clone_children` so new cells inherit the memory nodes.
 //!
@@ -39,6 +42,8 @@ pub struct V1Mounts {
     pub cpuacct: Option<PathBuf>,
     /// The freezer hierarchy (for time-triggered windows), if mounted.
     pub freezer: Option<PathBuf>,
+    /// The blkio hierarchy (for I/O weights), if mounted.
+    pub blkio: Option<PathBuf>,
 }
 
 /// The cgroup v1 backend.
@@ -49,6 +54,7 @@ pub struct Cgroup1 {
     cpu: Option<PathBuf>,
     cpuacct: Option<PathBuf>,
     freezer: Option<PathBuf>,
+    blkio: Option<PathBuf>,
     /// Whether `<freezer>/hold` is frozen (see the module docs).
     holding: bool,
     cells: HashMap<u64, Cell>,
@@ -62,6 +68,7 @@ struct Cell {
     cpus: Box<dyn ControlFile>,
     shares: Option<Box<dyn ControlFile>>,
     last: Option<Applied>,
+    io: crate::IoWeights,
 }
 
 /// `cpu.shares` for an allot weight.
@@ -111,12 +118,14 @@ impl Cgroup1 {
             sub(&mounts.cpuacct)?
         };
         let freezer = sub(&mounts.freezer)?;
+        let blkio = sub(&mounts.blkio)?;
         Ok(Cgroup1 {
             fs,
             cpuset,
             cpu,
             cpuacct,
             freezer,
+            blkio,
             holding: false,
             cells: HashMap::new(),
         })
@@ -159,6 +168,7 @@ impl Cgroup1 {
             out.extend(self.cpuacct.iter().map(|d| d.join(&leaf)));
         }
         out.extend(self.freezer.iter().map(|d| d.join(&leaf)));
+        out.extend(self.blkio.iter().map(|d| d.join(&leaf)));
         out
     }
 
@@ -183,6 +193,7 @@ impl Cgroup1 {
                     cpus,
                     shares,
                     last: None,
+                    io: Default::default(),
                 },
             );
         }
@@ -316,6 +327,20 @@ impl Enforcer for Cgroup1 {
         Ok(())
     }
 
+    fn set_io_weights(&mut self, cell: u64, weights: &crate::IoWeights) -> Result<bool> {
+        let Some(blkio) = self.blkio.clone() else {
+            return Ok(false);
+        };
+        let file = blkio.join(format!("cell-{cell}/blkio.bfq.weight_device"));
+        let c = self.open_cell(cell)?;
+        let before = std::mem::take(&mut c.io);
+        let r = crate::write_io_weights(self.fs.as_ref(), &file, &before, weights);
+        let c = self.cells.get_mut(&cell).expect("opened above");
+        c.io = if r.is_ok() { weights.clone() } else { before };
+        r.map(|()| true)
+            .map_err(err(format!("set the I/O weights of cell {cell}")))
+    }
+
     fn remove(&mut self, cell: u64) -> Result<()> {
         self.cells.remove(&cell);
         self.thaw(cell);
@@ -385,6 +410,7 @@ impl Enforcer for Cgroup1 {
                 .cloned(),
         );
         tops.extend(self.freezer.iter().cloned());
+        tops.extend(self.blkio.iter().cloned());
         // The hold directory (also one a crashed broker left).
         if let Some(f) = &self.freezer {
             let hold = f.join(FREEZER_HOLD);

@@ -9,7 +9,10 @@
 //! place on every grant change. Usage comes from `cpu.stat` (`usage_usec`),
 //! membership from `cgroup.procs`. A cell's gate is its `cgroup.freeze`;
 //! `adopt` and `remove` thaw the cell first (a broker that died
-//! mid-window).
+//! mid-window). Where the `io` controller is available it is enabled too
+//! (best effort), and a cell's I/O weights go to its `io.bfq.weight`
+//! (BFQ's, per device) or, without BFQ, `io.weight` (the io.cost
+//! controller's).
 
 use crate::cgroupfs::{CgroupFs, ControlFile};
 use crate::gate::{CgroupGate, Gate, UsageFile};
@@ -36,6 +39,7 @@ struct Cell {
     cpus: Box<dyn ControlFile>,
     weight: Box<dyn ControlFile>,
     last: Option<Applied>,
+    io: crate::IoWeights,
 }
 
 /// `cpu.weight` for an allot weight (v2 default 100 = allot weight 1).
@@ -70,24 +74,31 @@ impl Cgroup2 {
                 ));
             }
         }
+        // I/O weights too where the io controller is there (best effort:
+        // without it cells get none).
+        let io = available.split_whitespace().any(|c| c == "io");
+        let enable = |dir: &Path| -> std::io::Result<()> {
+            let file = dir.join("cgroup.subtree_control");
+            if io && fs.write(&file, "+cpuset +cpu +io").is_ok() {
+                return Ok(());
+            }
+            fs.write(&file, "+cpuset +cpu")
+        };
         let enabled = fs
             .read(&parent.join("cgroup.subtree_control"))
             .unwrap_or_default();
-        if !enabled.split_whitespace().any(|c| c == "cpuset")
-            || !enabled.split_whitespace().any(|c| c == "cpu")
-        {
-            fs.write(&parent.join("cgroup.subtree_control"), "+cpuset +cpu")
-                .map_err(err(format!(
-                    "enable cpuset and cpu in {}",
-                    parent.display()
-                )))?;
+        let on = |c: &str| enabled.split_whitespace().any(|e| e == c);
+        if !on("cpuset") || !on("cpu") || (io && !on("io")) {
+            enable(parent).map_err(err(format!(
+                "enable cpuset and cpu in {}",
+                parent.display()
+            )))?;
         }
         let created_root = !fs.exists(&root);
         fs.mkdir(&root)
             .map_err(err(format!("create {}", root.display())))?;
         let _ = fs.write(&root.join("cpuset.cpus"), &usable.to_string());
-        fs.write(&root.join("cgroup.subtree_control"), "+cpuset +cpu")
-            .map_err(err(format!("enable cpuset and cpu in {}", root.display())))?;
+        enable(&root).map_err(err(format!("enable cpuset and cpu in {}", root.display())))?;
         Ok(Cgroup2 {
             fs,
             root,
@@ -135,6 +146,7 @@ impl Cgroup2 {
                     cpus,
                     weight,
                     last: None,
+                    io: Default::default(),
                 },
             );
         }
@@ -207,6 +219,24 @@ impl Enforcer for Cgroup2 {
         let c = self.cells.get_mut(&cell).expect("opened above");
         c.last = Some(*a);
         Ok(())
+    }
+
+    fn set_io_weights(&mut self, cell: u64, weights: &crate::IoWeights) -> Result<bool> {
+        let dir = self.open_cell(cell)?.dir.clone();
+        let file = ["io.bfq.weight", "io.weight"]
+            .map(|f| dir.join(f))
+            .into_iter()
+            .find(|f| self.fs.exists(f));
+        let Some(file) = file else {
+            return Ok(false);
+        };
+        let c = self.cells.get_mut(&cell).expect("opened above");
+        let before = std::mem::take(&mut c.io);
+        let r = crate::write_io_weights(self.fs.as_ref(), &file, &before, weights);
+        let c = self.cells.get_mut(&cell).expect("opened above");
+        c.io = if r.is_ok() { weights.clone() } else { before };
+        r.map(|()| true)
+            .map_err(err(format!("set the I/O weights of cell {cell}")))
     }
 
     fn remove(&mut self, cell: u64) -> Result<()> {

@@ -138,8 +138,8 @@ pub enum FixtureLayout {
     V1Cpu,
     /// A cgroup v1 cpuacct directory.
     V1Cpuacct,
-    /// Every v1 file allot uses (cpuset, cpu, cpuacct, freezer) in one
-    /// directory: one fixture serving all four hierarchies.
+    /// Every v1 file allot uses (cpuset, cpu, cpuacct, freezer, blkio) in
+    /// one directory: one fixture serving all five hierarchies.
     V1All,
 }
 
@@ -159,6 +159,7 @@ impl FixtureLayout {
                 ("cpu.weight", "100\n"),
                 ("cpu.max", "max 100000\n"),
                 ("cpu.stat", "usage_usec 0\nuser_usec 0\nsystem_usec 0\n"),
+                ("io.weight", "default 100\n"),
             ],
             FixtureLayout::V1Cpuset => &[
                 ("cgroup.procs", ""),
@@ -190,6 +191,7 @@ impl FixtureLayout {
                 ("cpu.cfs_period_us", "100000\n"),
                 ("cpuacct.usage", "0\n"),
                 ("freezer.state", "THAWED\n"),
+                ("blkio.bfq.weight_device", "default 100\n"),
             ],
         }
     }

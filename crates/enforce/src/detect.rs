@@ -65,6 +65,7 @@ impl Mounts {
             cpu: self.v1_for("cpu").map(Path::to_path_buf),
             cpuacct: self.v1_for("cpuacct").map(Path::to_path_buf),
             freezer: self.v1_for("freezer").map(Path::to_path_buf),
+            blkio: self.v1_for("blkio").map(Path::to_path_buf),
         })
     }
 }

@@ -21,6 +21,8 @@ pub enum Call {
     Apply(u64, Applied),
     /// `remove`.
     Remove(u64),
+    /// `set_io_weights`.
+    IoWeights(u64, crate::IoWeights),
 }
 
 /// The dry-run backend. Clones share the log, the cells it holds and the
@@ -124,6 +126,10 @@ impl Enforcer for DryRun {
         self.record(Call::Apply(cell, *a));
         self.state().cpus.insert(cell, a.cpus);
         Ok(())
+    }
+    fn set_io_weights(&mut self, cell: u64, weights: &crate::IoWeights) -> Result<bool> {
+        self.record(Call::IoWeights(cell, weights.clone()));
+        Ok(true)
     }
     fn remove(&mut self, cell: u64) -> Result<()> {
         self.record(Call::Remove(cell));

@@ -54,6 +54,61 @@ pub struct Applied {
     pub bandwidth: Option<Bandwidth>,
 }
 
+/// A cell's I/O weight per block device: `"MAJ:MIN"` → 1..=1000 (BFQ's
+/// scale, 100 the default; v1 `blkio.bfq.weight_device`, v2
+/// `io.bfq.weight`, else `io.weight`).
+pub type IoWeights = std::collections::BTreeMap<String, u32>;
+
+/// The I/O scheduler of block device `majmin` (`"8:0"`): the bracketed
+/// name in its `queue/scheduler`, `None` when it cannot be read.
+pub fn io_scheduler(majmin: &str) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/sys/dev/block/{majmin}/queue/scheduler")).ok()?;
+    chosen_scheduler(&text)
+}
+
+/// The bracketed entry of a `queue/scheduler` text.
+fn chosen_scheduler(text: &str) -> Option<String> {
+    let start = text.find('[')? + 1;
+    let end = start + text[start..].find(']')?;
+    Some(text[start..end].to_string())
+}
+
+#[cfg(test)]
+mod io_tests {
+    #[test]
+    fn the_chosen_scheduler_is_the_bracketed_one() {
+        assert_eq!(
+            super::chosen_scheduler("none mq-deadline kyber [bfq]\n").as_deref(),
+            Some("bfq")
+        );
+        assert_eq!(
+            super::chosen_scheduler("[none] bfq").as_deref(),
+            Some("none")
+        );
+        assert_eq!(super::chosen_scheduler("none"), None);
+    }
+}
+
+/// Writes `weights` to the weight file `file` one device per write (the
+/// kernel takes one `MAJ:MIN WEIGHT` line at a time), resetting the
+/// devices of `before` that `weights` no longer lists to `default`.
+pub(crate) fn write_io_weights(
+    fs: &dyn cgroupfs::CgroupFs,
+    file: &std::path::Path,
+    before: &IoWeights,
+    weights: &IoWeights,
+) -> std::io::Result<()> {
+    for dev in before.keys().filter(|d| !weights.contains_key(*d)) {
+        fs.write(file, &format!("{dev} default"))?;
+    }
+    for (dev, w) in weights {
+        if before.get(dev) != Some(w) {
+            fs.write(file, &format!("{dev} {}", (*w).clamp(1, 1000)))?;
+        }
+    }
+    Ok(())
+}
+
 /// CFS bandwidth control: at most `quota_us` of CPU time, summed over the
 /// cell's threads, in every `period_us` (v1 `cpu.cfs_quota_us` and
 /// `cpu.cfs_period_us`, v2 `cpu.max`). The kernel accepts periods from
@@ -114,6 +169,13 @@ pub trait Enforcer: Send + fmt::Debug {
     fn attach(&mut self, cell: u64, pid: u32) -> Result<()>;
     /// Applies a grant. Hot path: must not move processes.
     fn apply(&mut self, cell: u64, applied: &Applied) -> Result<()>;
+    /// Sets cell `cell`'s I/O weights ([`IoWeights`]): each block device
+    /// listed gets its weight, each one listed last time and not now goes
+    /// back to the default. Returns false when the backend has no I/O
+    /// control (nothing is done).
+    fn set_io_weights(&mut self, _cell: u64, _weights: &IoWeights) -> Result<bool> {
+        Ok(false)
+    }
     /// Tears a cell down. Processes still in it leave confinement (they move
     /// out of allot's cgroups, or get every managed CPU back).
     fn remove(&mut self, cell: u64) -> Result<()>;

@@ -21,6 +21,7 @@ fn fixture_tree() {
         cpu: None,
         cpuacct: None,
         freezer: None,
+        blkio: None,
     };
     let mut b = Cgroup1::new(Arc::new(cpuset), &mounts, "allot", CpuSet::first_n(4)).unwrap();
     b.create(1).unwrap();
@@ -51,7 +52,7 @@ fn fixture_tree() {
 fn fixture_gate_freezes_and_thaws_the_cell_and_remove_thaws_it() {
     let dir = tempfile::tempdir().unwrap();
     let fs = FixtureFs::new(FixtureLayout::V1All);
-    for h in ["cpuset", "cpu", "freezer"] {
+    for h in ["cpuset", "cpu", "freezer", "blkio"] {
         fs.populate(&dir.path().join(h)).unwrap();
     }
     std::fs::write(dir.path().join("cpuset/cpuset.mems"), "0\n").unwrap();
@@ -60,6 +61,7 @@ fn fixture_gate_freezes_and_thaws_the_cell_and_remove_thaws_it() {
         cpu: Some(dir.path().join("cpu")),
         cpuacct: Some(dir.path().join("cpu")),
         freezer: Some(dir.path().join("freezer")),
+        blkio: Some(dir.path().join("blkio")),
     };
     let mut b = Cgroup1::new(Arc::new(fs), &mounts, "allot", CpuSet::first_n(4)).unwrap();
     b.create(3).unwrap();
@@ -309,5 +311,101 @@ fn live_gate_freezes_every_thread_and_thaws_them() {
         "a removed cell's processes run"
     );
     spin.kill9();
+    b.cleanup().unwrap();
+}
+
+#[test]
+fn fixture_io_weights_go_to_the_cells_blkio_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FixtureFs::new(FixtureLayout::V1All);
+    for h in ["cpuset", "blkio"] {
+        fs.populate(&dir.path().join(h)).unwrap();
+    }
+    std::fs::write(dir.path().join("cpuset/cpuset.mems"), "0\n").unwrap();
+    let mounts = V1Mounts {
+        cpuset: dir.path().join("cpuset"),
+        cpu: None,
+        cpuacct: None,
+        freezer: None,
+        blkio: Some(dir.path().join("blkio")),
+    };
+    let mut b = Cgroup1::new(Arc::new(fs), &mounts, "allot", CpuSet::first_n(4)).unwrap();
+    b.create(2).unwrap();
+    b.attach(2, 4242).unwrap();
+    let group = dir.path().join("blkio/allot/cell-2");
+    assert_eq!(
+        std::fs::read_to_string(group.join("cgroup.procs"))
+            .unwrap()
+            .trim(),
+        "4242",
+        "a process joins the cell's blkio group too"
+    );
+    let file = group.join("blkio.bfq.weight_device");
+    let w = |pairs: &[(&str, u32)]| -> allot_enforce::IoWeights {
+        pairs.iter().map(|(d, w)| (d.to_string(), *w)).collect()
+    };
+    assert!(b.set_io_weights(2, &w(&[("8:0", 800)])).unwrap());
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "8:0 800");
+    // (The fixture keeps the last line written; the kernel keeps one per
+    // device.) A device no longer listed goes back to the default.
+    assert!(b.set_io_weights(2, &w(&[])).unwrap());
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "8:0 default");
+    std::fs::write(group.join("cgroup.procs"), "").unwrap();
+    b.remove(2).unwrap();
+    b.cleanup().unwrap();
+    assert!(!dir.path().join("blkio/allot").exists());
+}
+
+/// A cell's I/O weight on a loop device scheduled by BFQ, in the kernel's
+/// blkio hierarchy; a device whose scheduler ignores weights refuses it.
+#[test]
+fn live_io_weights_reach_the_kernel() {
+    if !allot_testkit::prerequisite(
+        v1_writable(),
+        "a writable cgroup v1 cpuset hierarchy (root)",
+    ) {
+        return;
+    }
+    let mounts = allot_enforce::detect::Mounts::read().v1().unwrap();
+    if !allot_testkit::prerequisite(mounts.blkio.is_some(), "a cgroup v1 blkio hierarchy")
+        || !allot_testkit::prerequisite(
+            allot_testkit::loopdev::losetup_available(),
+            "losetup and loop devices",
+        )
+    {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = allot_testkit::loopdev::LoopDevice::attach(tmp.path().join("disk"), 8 << 20, 0)
+        .expect("a loop device");
+    let sched = format!("/sys/block/{}/queue/scheduler", dev.name());
+    let name = unique("v1io");
+    let _guard = CgroupDirs(v1_dirs(&mounts, &name));
+    let all = allot_topo::allowed_cpus().unwrap();
+    let mut b = Cgroup1::new(Arc::new(KernelFs), &mounts, &name, all).unwrap();
+    b.create(5).unwrap();
+    let weights: allot_enforce::IoWeights = [(dev.majmin(), 700)].into_iter().collect();
+    if std::fs::write(&sched, "mq-deadline").is_ok() {
+        assert!(
+            b.set_io_weights(5, &weights).is_err(),
+            "mq-deadline takes no weight"
+        );
+    }
+    if !allot_testkit::prerequisite(std::fs::write(&sched, "bfq").is_ok(), "BFQ") {
+        return;
+    }
+    assert!(b.set_io_weights(5, &weights).unwrap());
+    let file = mounts
+        .blkio
+        .as_ref()
+        .unwrap()
+        .join(&name)
+        .join("cell-5/blkio.bfq.weight_device");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains(&format!("{} 700", dev.majmin())), "{text}");
+    assert!(b.set_io_weights(5, &Default::default()).unwrap());
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(!text.contains(&dev.majmin()), "{text}");
+    b.remove(5).unwrap();
     b.cleanup().unwrap();
 }

@@ -288,3 +288,30 @@ fn live_v2_gate_stops_and_resumes_a_spinning_process() {
     assert!(gate.usage_ns().is_some_and(|u| u > 0), "cpu.stat is read");
     spin.kill9();
 }
+
+#[test]
+fn io_weights_go_to_the_cells_io_weight_file() {
+    let (dir, fs) = fixture();
+    let root = dir.path().join("allot");
+    let mut b = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(8)).unwrap();
+    assert!(
+        fs.read(&root.join("cgroup.subtree_control"))
+            .unwrap()
+            .contains("+io"),
+        "the io controller is enabled where it is available"
+    );
+    b.create(4).unwrap();
+    let weights: allot_enforce::IoWeights = [("259:0".to_string(), 300)].into_iter().collect();
+    assert!(b.set_io_weights(4, &weights).unwrap());
+    assert_eq!(
+        fs.read(&root.join("cell-4/io.weight")).unwrap(),
+        "259:0 300"
+    );
+    assert!(b.set_io_weights(4, &Default::default()).unwrap());
+    assert_eq!(
+        fs.read(&root.join("cell-4/io.weight")).unwrap(),
+        "259:0 default"
+    );
+    b.remove(4).unwrap();
+    b.cleanup().unwrap();
+}

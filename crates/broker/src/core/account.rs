@@ -37,9 +37,18 @@
 //!   Meanwhile other cells' guarantees and `require`s wait at most that.
 //! - Whenever a grant changes, the ledger's epoch moves, so processes
 //!   waiting for their cell's grant try again.
+//! - `io` holdings of a cell's processes are the cell's I/O weights: per
+//!   device, the largest weight any of them holds goes to the cell's
+//!   cgroup (`Enforcer::set_io_weights`; v1 blkio with BFQ, v2 `io.weight`)
+//!   and back to the default when none holds it. On the cgroup v1 backend
+//!   an `io` weight on a device whose scheduler is not BFQ is refused as
+//!   never (BFQ is the only v1 scheduler that honours weights). Processes
+//!   outside every cell weight their own threads (the client's
+//!   `ALLOT_IO_CGROUP` groups).
 
 use super::{Core, Effect};
 use crate::ledger::LedgerError;
+use allot_enforce::{BackendKind, IoWeights};
 use allot_plan::{Admission, Admitted, CellId, CellSpec};
 use allot_proto::LedgerItem;
 use allot_topo::CpuSet;
@@ -83,6 +92,8 @@ pub(crate) struct Account {
     /// CPUs given back that stay with their last holder until
     /// [`LINGER`] after this instant.
     pub(crate) lingering: BTreeMap<usize, Instant>,
+    /// The I/O weights applied to each cell.
+    pub(crate) io: BTreeMap<u64, IoWeights>,
 }
 
 impl Account {
@@ -128,9 +139,13 @@ impl Core {
         h
     }
 
-    /// Checks the `cpu` items of an acquisition by `pid` against the plan
-    /// (see the module notes).
+    /// Checks the `cpu` items of an acquisition by `pid` against the plan,
+    /// and its `io` items against what the backend can enforce (see the
+    /// module notes).
     pub(crate) fn check_account(&mut self, pid: u32, items: &[LedgerItem]) -> Result<(), Denial> {
+        // Every holding is its holder's (the plan's CPUs, a cell's I/O).
+        let holder = self.holder_of(pid);
+        self.check_io(holder, items)?;
         let cpus: Vec<(usize, bool)> = items
             .iter()
             .filter_map(|it| Some((self.ledger.cpu_of(it)?, it.shared)))
@@ -138,7 +153,6 @@ impl Core {
         if cpus.is_empty() {
             return Ok(());
         }
-        let holder = self.holder_of(pid);
         let taken = self.ledger.exclusive_cpus();
         for &(cpu, shared) in &cpus {
             if !shared
@@ -176,6 +190,75 @@ impl Core {
             }
         }
         Ok(())
+    }
+
+    /// `io` weights from a process of a cell on the cgroup v1 backend need
+    /// BFQ on the device.
+    fn check_io(&self, holder: Option<u64>, items: &[LedgerItem]) -> Result<(), Denial> {
+        let io: Vec<&LedgerItem> = items
+            .iter()
+            .filter(|it| it.kind == "io" && it.amount > 0.0)
+            .collect();
+        if io.is_empty() || self.enforcer.kind() != BackendKind::Cgroup1 {
+            return Ok(());
+        }
+        let Some(cell) = holder else {
+            return Ok(());
+        };
+        for it in io {
+            let Some(dev) = self.ledger.device_name(it) else {
+                continue; // the ledger says what is wrong with it
+            };
+            let sched = allot_enforce::io_scheduler(&dev);
+            if sched.as_deref().is_some_and(|s| s != "bfq") {
+                return Err(Denial::Never(format!(
+                    "an I/O weight for cell {cell} on device {dev}, whose scheduler is {} and \
+                     ignores weights: switch it to BFQ (echo bfq > /sys/dev/block/{dev}/queue/\
+                     scheduler) or ask without a weight",
+                    sched.unwrap_or_default()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Brings every cell's I/O weights to what its processes hold.
+    pub(crate) fn refresh_io(&mut self) {
+        let mut want: BTreeMap<u64, IoWeights> = BTreeMap::new();
+        for (pid, dev, amount) in self.ledger.io_weights() {
+            let Some(cell) = self.holder_of_held(pid) else {
+                continue;
+            };
+            let w = want.entry(cell).or_default().entry(dev).or_insert(0);
+            *w = (*w).max(amount.round().clamp(1.0, 1000.0) as u32);
+        }
+        let cells: Vec<u64> = want
+            .keys()
+            .chain(self.account.io.keys())
+            .copied()
+            .collect::<std::collections::BTreeSet<u64>>()
+            .into_iter()
+            .collect();
+        for cell in cells {
+            let now = want.remove(&cell).unwrap_or_default();
+            if self.account.io.get(&cell).cloned().unwrap_or_default() == now {
+                continue;
+            }
+            if !self.cells.contains_key(&cell) {
+                self.account.io.remove(&cell);
+                continue;
+            }
+            match self.enforcer.set_io_weights(cell, &now) {
+                Ok(_) => {
+                    if now.is_empty() {
+                        self.account.io.remove(&cell);
+                    } else {
+                        self.account.io.insert(cell, now);
+                    }
+                }
+                Err(e) => crate::warn!("cell {cell}: {e}"),
+            }
+        }
     }
 
     /// The holder recorded for a process that already holds something.
@@ -276,6 +359,7 @@ impl Core {
     /// processes watching the ledger.
     pub(crate) fn after_ledger_change(&mut self) -> Vec<Effect> {
         let mut e = Vec::new();
+        self.refresh_io();
         if self.refresh_account(Instant::now()) {
             if !self.cells.is_empty() {
                 self.reconcile();

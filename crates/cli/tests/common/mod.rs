@@ -164,7 +164,7 @@ impl Daemon {
     }
 
     pub fn cgroup_dirs(&self) -> Vec<PathBuf> {
-        ["cpuset", "cpu", "cpuacct", "freezer"]
+        ["cpuset", "cpu", "cpuacct", "freezer", "blkio"]
             .iter()
             .map(|h| Path::new("/sys/fs/cgroup").join(h).join(&self.cgroup))
             .collect()
@@ -175,21 +175,30 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         self.stop();
         // Whatever the test left (a failure mid-way): move processes out and
-        // remove the directories.
-        for d in self.cgroup_dirs() {
-            if let Ok(rd) = std::fs::read_dir(&d) {
-                for e in rd.flatten().filter(|e| e.path().is_dir()) {
-                    let root = d.parent().unwrap().join("cgroup.procs");
-                    if let Ok(p) = std::fs::read_to_string(e.path().join("cgroup.procs")) {
-                        for pid in p.split_whitespace() {
-                            let _ = std::fs::write(&root, pid);
+        // remove the directories. A process killed a moment ago may still
+        // be exiting in one (the kernel refuses the removal meanwhile), so
+        // this tries again for a while.
+        for _ in 0..40 {
+            for d in self.cgroup_dirs() {
+                if let Ok(rd) = std::fs::read_dir(&d) {
+                    for e in rd.flatten().filter(|e| e.path().is_dir()) {
+                        let root = d.parent().unwrap().join("cgroup.procs");
+                        if let Ok(p) = std::fs::read_to_string(e.path().join("cgroup.procs")) {
+                            for pid in p.split_whitespace() {
+                                let _ = std::fs::write(&root, pid);
+                            }
                         }
+                        let _ = std::fs::remove_dir(e.path());
                     }
-                    let _ = std::fs::remove_dir(e.path());
                 }
+                let _ = std::fs::remove_dir(&d);
             }
-            let _ = std::fs::remove_dir(&d);
+            if self.cgroup_dirs().iter().all(|d| !d.exists()) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
+        eprintln!("warning: cannot remove {:?}", self.cgroup_dirs());
     }
 }
 

@@ -25,7 +25,7 @@ pub fn cpu_time(pid: u32) -> u64 {
 }
 
 /// allot's directories named `name` in every v1 hierarchy of `mounts`
-/// (cpuset, cpu, cpuacct when it is separate, freezer).
+/// (cpuset, cpu, cpuacct when it is separate, freezer, blkio).
 pub fn v1_dirs(mounts: &allot_enforce::V1Mounts, name: &str) -> Vec<std::path::PathBuf> {
     let mut dirs = vec![mounts.cpuset.join(name)];
     dirs.extend(mounts.cpu.iter().map(|d| d.join(name)));
@@ -33,5 +33,6 @@ pub fn v1_dirs(mounts: &allot_enforce::V1Mounts, name: &str) -> Vec<std::path::P
         dirs.extend(mounts.cpuacct.iter().map(|d| d.join(name)));
     }
     dirs.extend(mounts.freezer.iter().map(|d| d.join(name)));
+    dirs.extend(mounts.blkio.iter().map(|d| d.join(name)));
     dirs
 }
