@@ -17,6 +17,8 @@
 //! metrics = "127.0.0.1:9464"  # serve Prometheus metrics at http://ADDR/metrics (default: off)
 //! isolate = false           # keep interrupts and unbound workqueues off exclusive cells' CPUs
 //! isolate_root = "/"        # where /proc/irq and /sys are (a test's fixture tree)
+//! confine_unmanaged = false # run processes outside any cell on the reserve (needs reserve >= 1)
+//! unmanaged_from = "/sys/fs/cgroup/cpuset"  # the cgroup whose processes count as unmanaged
 //!
 //! [limits]                  # what one user may make the broker keep; root is exempt
 //! connections = 64          # open connections
@@ -155,6 +157,13 @@ pub struct Config {
     pub isolate: bool,
     /// The root under which `proc/irq` and `sys` are (`/`).
     pub isolate_root: PathBuf,
+    /// Confine processes that asked for nothing to the reserve (Poli-C's
+    /// system minimum; `allot_enforce::unmanaged`). Off by default: it
+    /// moves processes allot did not start.
+    pub confine_unmanaged: bool,
+    /// The cgroup whose processes count as unmanaged (default: the root of
+    /// the backend's cpuset hierarchy).
+    pub unmanaged_from: Option<PathBuf>,
 }
 
 impl Config {
@@ -181,6 +190,8 @@ impl Config {
             channel_acl: Vec::new(),
             isolate: false,
             isolate_root: PathBuf::from("/"),
+            confine_unmanaged: false,
+            unmanaged_from: None,
         }
     }
 
@@ -199,6 +210,19 @@ impl Config {
             Some(c) => machine.restrict(c).map_err(|e| format!("cpus = {c}: {e}")),
             None => Ok(machine),
         }
+    }
+
+    /// Checks the settings that depend on each other (after the file and
+    /// the command line are both applied).
+    pub fn validate(&self) -> Result<(), String> {
+        if self.confine_unmanaged && self.reserve == 0 {
+            return Err(
+                "confine_unmanaged = true needs reserve >= 1: the processes it \
+                 confines run on the reserve"
+                    .into(),
+            );
+        }
+        Ok(())
     }
 
     /// The journal file.
@@ -237,6 +261,8 @@ impl Config {
             channel_acl: Option<Vec<ChannelAcl>>,
             isolate: Option<bool>,
             isolate_root: Option<PathBuf>,
+            confine_unmanaged: Option<bool>,
+            unmanaged_from: Option<PathBuf>,
         }
         let f: File = toml::from_str(text).map_err(|e| e.to_string())?;
         if let Some(b) = f.backend {
@@ -299,6 +325,13 @@ impl Config {
         if let Some(r) = f.isolate_root {
             self.isolate_root = r;
         }
+        if let Some(c) = f.confine_unmanaged {
+            self.confine_unmanaged = c;
+        }
+        if let Some(d) = f.unmanaged_from {
+            self.unmanaged_from = Some(d);
+        }
+
         if let Some(acl) = f.channel_acl {
             for a in &acl {
                 crate::channels::check_name(&a.name).map_err(|e| format!("channel_acl: {e}"))?;

@@ -32,6 +32,7 @@ pub mod gate;
 pub mod isolate;
 pub mod os;
 pub mod runtimes;
+pub mod unmanaged;
 
 pub use affinity::Affinity;
 pub use cgroup1::{Cgroup1, V1Mounts};

@@ -102,6 +102,15 @@ impl Account {
         CellSpec::partition(cpus as u32)
     }
 
+    /// Processes outside every cell that acquired something (they may
+    /// hold nothing now).
+    pub(crate) fn outside_holders(&self) -> impl Iterator<Item = u32> + '_ {
+        self.holders
+            .iter()
+            .filter(|(_, h)| h.is_none())
+            .map(|(pid, _)| *pid)
+    }
+
     /// Process `pid` exited.
     pub(crate) fn forget(&mut self, pid: u32) {
         self.holders.remove(&pid);
@@ -259,6 +268,11 @@ impl Core {
                 Err(e) => crate::warn!("cell {cell}: {e}"),
             }
         }
+    }
+
+    /// The cell a process that acquired something was counted in.
+    pub(crate) fn cell_of_holder(&self, pid: u32) -> Option<u64> {
+        self.holder_of_held(pid)
     }
 
     /// The holder recorded for a process that already holds something.

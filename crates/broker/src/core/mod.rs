@@ -40,6 +40,7 @@ mod account;
 mod effect;
 mod isolation;
 mod message;
+mod minimum;
 mod perf;
 mod register;
 mod requests;
@@ -179,6 +180,8 @@ pub struct Core {
     isolation: isolation::Isolation,
     /// Message-triggered cells' states (`message`).
     messages: BTreeMap<u64, message::MessageState>,
+    /// The system minimum, when the operator turned it on (`minimum`).
+    unmanaged: Option<allot_enforce::unmanaged::Unmanaged>,
 }
 
 fn random_u64() -> u64 {
@@ -241,6 +244,7 @@ impl Core {
             channels: Default::default(),
             channel_acl: cfg.channel_acl.clone(),
             messages: BTreeMap::new(),
+            unmanaged: None,
             isolation: isolation::Isolation::new(
                 cfg.isolate,
                 cfg.isolate_root.clone(),
@@ -259,6 +263,7 @@ impl Core {
         };
         let effects = core.restore();
         core.keep_reserve();
+        core.open_minimum(cfg);
         (core, effects)
     }
 
@@ -706,6 +711,7 @@ impl Core {
         if !self.account.lingering.is_empty() && self.refresh_account(now) {
             changed = true;
         }
+        self.sweep_unmanaged();
         if changed || moved {
             self.reconcile();
         }
@@ -727,8 +733,10 @@ impl Core {
         // Cells that keep running do so without windows until a broker
         // adopts them: never frozen by a broker that is gone.
         self.windows.stop();
-        // Nor is the machine left isolated for them.
+        // Nor is the machine left isolated for them, nor anyone confined
+        // to the reserve.
         self.isolation.restore();
+        self.close_minimum();
         // Give removals the kernel refused a last short chance.
         for _ in 0..50 {
             if self.removals.is_empty() {

@@ -310,8 +310,12 @@ impl Core {
                     // Watch it, so its holdings come back if it dies.
                     e.push(Effect::Watch(peer.pid));
                 }
-                // An exclusive CPU moves other cells off it before the
-                // holder hears yes.
+                // Holding something of its own, a process outside every
+                // cell no longer shares the minimum; an exclusive CPU moves
+                // other cells off it; both before it hears yes.
+                if self.cell_of_holder(peer.pid).is_none() {
+                    self.unmanaged_holds(peer.pid);
+                }
                 e.extend(self.after_ledger_change());
                 e.push(answer(session, Reply::Ok));
                 e

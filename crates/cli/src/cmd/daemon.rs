@@ -104,6 +104,7 @@ fn config(a: &Args) -> Result<Config, String> {
         c.metrics = Some(m);
     }
     c.sysfs = a.sysfs.clone();
+    c.validate()?;
     Ok(c)
 }
 
@@ -133,6 +134,7 @@ fn check(c: &Config) -> Result<String, String> {
          cgroup_name       {}\n\
          show_other_users  {}\n\
          metrics           {}\n\
+         confine_unmanaged {}\n\
          limits            connections {} cells {} queued {} members {} kinds {} devices {} \
          holdings {} cells_total {} kinds_total {}",
         c.socket.display(),
@@ -149,6 +151,18 @@ fn check(c: &Config) -> Result<String, String> {
         c.show_other_users,
         c.metrics
             .map_or("off".to_string(), |m| format!("http://{m}/metrics")),
+        if c.confine_unmanaged {
+            format!(
+                "on, from {}",
+                c.unmanaged_from
+                    .as_ref()
+                    .map_or("the cpuset hierarchy's root".to_string(), |p| p
+                        .display()
+                        .to_string())
+            )
+        } else {
+            "off".to_string()
+        },
         l.connections,
         l.cells,
         l.queued,
