@@ -320,7 +320,14 @@ impl Core {
                 e.push(answer(session, Reply::Ok));
                 e
             }
-            Err(why) => vec![answer(session, ledger_error(0x0C, why))],
+            Err(why) => {
+                // A process the broker does not watch is not remembered:
+                // refused requests cannot make it keep an entry per pid.
+                if first {
+                    self.account.forget(peer.pid);
+                }
+                vec![answer(session, ledger_error(0x0C, why))]
+            }
         }
     }
 
