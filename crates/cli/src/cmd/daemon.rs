@@ -156,7 +156,7 @@ fn check(c: &Config) -> Result<String, String> {
                 "on, from {}",
                 c.unmanaged_from
                     .as_ref()
-                    .map_or("the cpuset hierarchy's root".to_string(), |p| p
+                    .map_or("the root of the backend's hierarchy".to_string(), |p| p
                         .display()
                         .to_string())
             )
