@@ -74,9 +74,15 @@ pub fn disk_rate() -> Kind {
 /// exclusively (1.0); the outcome's `nodes` holds its index. Devices not
 /// measured yet count as idle. False when none is free.
 pub fn least_busy(candidates: Vec<String>) -> Arc<dyn Policy> {
-    policy::from_fn("least_busy_disk", move |v: &mut View<'_>| {
+    least_busy_of(NAME, "least_busy_disk", candidates)
+}
+
+/// [`least_busy`] for any measured kind (`kind`'s devices named by
+/// `candidates`), as policy `name`.
+pub fn least_busy_of(kind: &'static str, name: &str, candidates: Vec<String>) -> Arc<dyn Policy> {
+    policy::from_fn(name, move |v: &mut View<'_>| {
         let pick = v
-            .devices(NAME)
+            .devices(kind)
             .filter(|d| candidates.contains(&d.name) && d.available >= 1.0 - 1e-9)
             .min_by(|a, b| {
                 a.rate
@@ -88,7 +94,7 @@ pub fn least_busy(candidates: Vec<String>) -> Arc<dyn Policy> {
         let Some(i) = pick else {
             return false;
         };
-        for d in v.devices(NAME) {
+        for d in v.devices(kind) {
             d.request = (d.index == i).then_some(1.0);
         }
         v.out.nodes = vec![i as u32];

@@ -45,6 +45,7 @@ pub mod disk;
 pub mod io;
 pub mod kind;
 pub mod ledger;
+pub mod net;
 pub mod policy;
 pub mod runtime;
 pub mod throttle;
