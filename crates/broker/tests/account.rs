@@ -293,3 +293,36 @@ fn io_weights_held_in_a_cell_become_the_cells() {
     assert!(matches!(reply(&e), Reply::Ok), "{}", message(&e));
     assert_eq!(w.dry.calls().len(), before);
 }
+
+#[test]
+fn the_cells_other_processes_keep_off_a_cpu_one_of_them_holds() {
+    let mut w = world(4);
+    // Cell a: processes 10 (threads 10 and 11) and 20.
+    w.os.spawn(10, 0, 2, &CpuSet::first_n(4));
+    w.os.set_uid(10, 1000);
+    w.os.spawn(20, 0, 1, &CpuSet::first_n(4));
+    w.os.set_uid(20, 1000);
+    let spec = CellSpec::default();
+    let a = page(register(&mut w, ALICE, "a", spec, vec![10, 20], false)).2;
+    assert_eq!(cpus(&a), set("0-3"));
+    let mask = |w: &World, tid: u32| {
+        use allot_enforce::os::Os;
+        w.os.affinity(tid).unwrap()
+    };
+    let e = acquire(&mut w, 20, vec![cpu(2, false)]);
+    assert!(matches!(reply(&e), Reply::Ok), "{}", message(&e));
+    for tid in [10, 11] {
+        assert_eq!(
+            mask(&w, tid),
+            set("0-1,3"),
+            "thread {tid} of the other process"
+        );
+    }
+    assert_eq!(mask(&w, 20), set("0-3"), "the holder keeps the grant");
+    // Given back (and past the linger), the other process has it again.
+    release(&mut w, 20, vec![cpu(2, false)]);
+    w.core.tick(Instant::now() + Duration::from_millis(200));
+    for tid in [10, 11, 20] {
+        assert_eq!(mask(&w, tid), set("0-3"), "thread {tid}");
+    }
+}

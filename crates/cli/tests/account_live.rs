@@ -26,6 +26,7 @@ fn child_role() {
     assert!(rt.coordinated(), "no broker at {socket}");
     let _s = rt.enter(vec![Request::device("cpu", cpu, 1.0)]).unwrap();
     println!("held {cpu}");
+    println!("holder {}", std::process::id());
     std::thread::sleep(Duration::from_secs(30));
 }
 
@@ -104,11 +105,18 @@ fn a_cpu_held_in_a_cell_stays_its_own_and_no_other_cell_runs_there() {
     };
     let out = BufReader::new(holder.stdout.take().unwrap());
     k.1.push(holder);
-    let held = out
-        .lines()
-        .map_while(Result::ok)
-        .find_map(|l| Some(l[l.find("held ")? + 5..].trim().to_string()))
-        .unwrap_or_else(|| panic!("the holder never held a CPU\n{}", d.log()));
+    // Read through the holder's last line ("holder PID"): a reader
+    // dropped earlier would break its pipe and end it.
+    let mut held = None;
+    for l in out.lines().map_while(Result::ok) {
+        if let Some(i) = l.find("held ") {
+            held = Some(l[i + 5..].trim().to_string());
+        }
+        if l.contains("holder ") {
+            break;
+        }
+    }
+    let held = held.unwrap_or_else(|| panic!("the holder never held a CPU\n{}", d.log()));
     let other = if held == "0" { "1" } else { "0" };
     wait_for(&d, "a", &held);
     wait_for(&d, "b", other);
@@ -228,6 +236,62 @@ fn an_io_weight_held_in_a_cell_reaches_the_cells_blkio_group() {
     assert!(
         said.contains("never") && said.contains("BFQ"),
         "{said}\n{}",
+        d.log()
+    );
+}
+
+/// Inside one cell, a process that never asked keeps off the CPU another
+/// process of the cell holds: its threads' affinity is the grant minus it.
+#[test]
+fn the_cells_other_processes_keep_off_a_cpu_one_of_them_holds() {
+    if !prerequisite(allot_testkit::cpus() >= 2, "two CPUs") {
+        return;
+    }
+    let d = Daemon::start(backend(), &[]);
+    let exe = std::env::current_exe().unwrap();
+    // A spinner, then the holder (the cell's registered process) in its
+    // place: both in cell a.
+    let mut run = allot_run(&d, &["--name", "a", "--", "sh", "-c"]);
+    run.arg(
+        "while :; do :; done & echo spinner $!; exec \"$0\" --exact child_role --nocapture \
+         --test-threads 1",
+    )
+    .arg(&exe)
+    .env("ALLOT_ACCOUNT_CHILD", "1")
+    .env("ALLOT_SOCKET", &d.socket)
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped());
+    let mut child = {
+        use std::os::unix::process::CommandExt;
+        run.process_group(0).spawn().expect("allot run")
+    };
+    let out = BufReader::new(child.stdout.take().unwrap());
+    let _k = Killed(&d, vec![child]);
+    let (mut spinner, mut held) = (None, None);
+    for l in out.lines().map_while(Result::ok) {
+        let word = |key: &str| l.find(key).map(|i| l[i + key.len()..].trim().to_string());
+        spinner = spinner.or_else(|| word("spinner ").and_then(|p| p.parse::<u32>().ok()));
+        held = held.or_else(|| word("held "));
+        if l.contains("holder ") {
+            break;
+        }
+    }
+    let (spinner, held) = (
+        spinner.expect("the spinner's pid"),
+        held.expect("a held CPU"),
+    );
+    let grant = cpus_of(&d, "a").expect("cell a");
+    let rest: String = allot_topo::CpuSet::parse_list(&grant)
+        .unwrap()
+        .difference(&allot_topo::CpuSet::parse_list(&held).unwrap())
+        .to_string();
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let m = thread_masks(spinner);
+            !m.is_empty() && m.iter().all(|x| *x == rest)
+        }),
+        "the spinner runs on {:?}, not {rest} (grant {grant}, held {held})\n{}",
+        thread_masks(spinner),
         d.log()
     );
 }

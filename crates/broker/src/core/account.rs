@@ -17,6 +17,8 @@
 //!   `Never` (hold them `Shared`).
 //! - A CPU held exclusively has one holder: an exclusive part of it asked
 //!   by a process of another holder waits.
+//! - Inside the cell, its other processes keep off those CPUs too: their
+//!   threads' affinity is the grant minus the held CPUs (`keep_off`).
 //! - The planner gets each cell's exclusively held CPUs as its *held*
 //!   CPUs (`CellInput::held`, plan invariant 8): they stay in its
 //!   entitlement and in what it keeps, and no other cell runs on them.
@@ -94,6 +96,9 @@ pub(crate) struct Account {
     pub(crate) lingering: BTreeMap<usize, Instant>,
     /// The I/O weights applied to each cell.
     pub(crate) io: BTreeMap<u64, IoWeights>,
+    /// Cells whose other processes were last kept off held CPUs, and those
+    /// CPUs (`keep_off`).
+    pub(crate) kept_off: BTreeMap<u64, CpuSet>,
 }
 
 impl Account {

@@ -39,6 +39,7 @@
 mod account;
 mod effect;
 mod isolation;
+mod keep_off;
 mod message;
 mod minimum;
 mod perf;
@@ -509,6 +510,7 @@ impl Core {
         self.plan = next;
         self.follow_isolation();
         self.keep_reserve();
+        self.keep_off_held();
         if any {
             // Processes waiting for their cell's grant try again.
             self.ledger.touch();
@@ -714,6 +716,9 @@ impl Core {
         self.sweep_unmanaged();
         if changed || moved {
             self.reconcile();
+        } else {
+            // Processes that joined a cell holding CPUs since.
+            self.keep_off_held();
         }
         effects.extend(self.admit_queued());
         // Grants changed since the last look: waiting `require`s retry.
