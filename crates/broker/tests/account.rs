@@ -309,20 +309,37 @@ fn the_cells_other_processes_keep_off_a_cpu_one_of_them_holds() {
         use allot_enforce::os::Os;
         w.os.affinity(tid).unwrap()
     };
+    // The program pinned thread 11 to CPU 3 itself.
+    {
+        use allot_enforce::os::Os;
+        w.os.set_affinity(11, &set("3")).unwrap();
+    }
     let e = acquire(&mut w, 20, vec![cpu(2, false)]);
     assert!(matches!(reply(&e), Reply::Ok), "{}", message(&e));
-    for tid in [10, 11] {
-        assert_eq!(
-            mask(&w, tid),
-            set("0-1,3"),
-            "thread {tid} of the other process"
-        );
-    }
+    assert_eq!(
+        mask(&w, 10),
+        set("0-1,3"),
+        "the other process keeps off CPU 2"
+    );
+    assert_eq!(
+        mask(&w, 11),
+        set("3"),
+        "a thread pinned elsewhere is left alone"
+    );
     assert_eq!(mask(&w, 20), set("0-3"), "the holder keeps the grant");
+    // The holder's block pins its thread; ticks leave it so.
+    {
+        use allot_enforce::os::Os;
+        w.os.set_affinity(20, &set("2")).unwrap();
+    }
+    w.core.tick(Instant::now());
+    assert_eq!(mask(&w, 20), set("2"));
+    assert_eq!(mask(&w, 10), set("0-1,3"));
     // Given back (and past the linger), the other process has it again.
     release(&mut w, 20, vec![cpu(2, false)]);
     w.core.tick(Instant::now() + Duration::from_millis(200));
-    for tid in [10, 11, 20] {
+    for tid in [10, 11] {
         assert_eq!(mask(&w, tid), set("0-3"), "thread {tid}");
     }
+    assert_eq!(mask(&w, 20), set("2"), "the holder's own threads are its own");
 }

@@ -99,6 +99,8 @@ pub(crate) struct Account {
     /// Cells whose other processes were last kept off held CPUs, and those
     /// CPUs (`keep_off`).
     pub(crate) kept_off: BTreeMap<u64, CpuSet>,
+    /// The processes of each such cell whose affinity was narrowed.
+    pub(crate) narrowed: BTreeMap<u64, std::collections::BTreeSet<u32>>,
 }
 
 impl Account {

@@ -2,13 +2,14 @@
 //! exclusively through `require` is kept off by the cell's *other*
 //! processes too (a cpuset is per cell, so the plan alone cannot).
 //!
-//! Every thread of every process of such a cell that holds none of those
-//! CPUs gets the affinity *grant minus held* (its children inherit it);
-//! the holders keep the whole grant (their `require` blocks set their own
-//! threads). When the cell holds nothing any more, or its grant changes,
-//! the affinities follow: back to the whole grant, or to the new
-//! difference. A cell whose grant is nothing but held CPUs leaves its
-//! other processes on the grant rather than on no CPU.
+//! Every thread of a process of such a cell that holds none of those CPUs
+//! and may run on one of them loses them from its affinity (keeping the
+//! rest of its own mask, so a thread the program pinned elsewhere is not
+//! touched; one left with nothing gets the grant minus the held CPUs).
+//! Children inherit it. The holders' threads are left alone: their
+//! `require` blocks set their own. Processes narrowed this way are
+//! remembered per cell and get the whole grant back when they become
+//! holders or the cell holds nothing any more.
 //!
 //! The cells concerned are checked on every reconcile and every tick (a
 //! process may join a cell, and a cgroup v1 cpuset rewrite resets the
@@ -21,8 +22,8 @@ use allot_topo::CpuSet;
 use std::collections::{BTreeMap, BTreeSet};
 
 impl Core {
-    /// Brings the affinities of the cells' non-holding processes to their
-    /// grant minus the CPUs held in them (see the module notes).
+    /// Keeps the cells' non-holding processes off the CPUs held in them
+    /// (see the module notes).
     pub(crate) fn keep_off_held(&mut self) {
         let held = self.account.held.clone();
         let cells: BTreeSet<u64> = held
@@ -34,16 +35,13 @@ impl Core {
             return;
         }
         let holders: BTreeMap<usize, BTreeSet<u32>> = self.ledger.exclusive_cpus();
-
         let mut kept_off = BTreeMap::new();
         for cell in cells {
+            let mut narrowed = self.account.narrowed.remove(&cell).unwrap_or_default();
             let Some(grant) = self.plan.cells.get(&CellId(cell)).map(|g| g.cpus) else {
-                continue; // ended
+                continue; // ended: its processes left with it
             };
             let mine = held.get(&cell).copied().unwrap_or_default();
-            let rest = grant.difference(&mine);
-            let target = if rest.is_empty() { grant } else { rest };
-            // Processes holding one of the cell's held CPUs keep the grant.
             let holding: BTreeSet<u32> = mine
                 .iter()
                 .filter_map(|c| holders.get(&c))
@@ -51,27 +49,51 @@ impl Core {
                 .copied()
                 .collect();
             for pid in self.enforcer.pids(cell) {
-                let want = if holding.contains(&pid) {
-                    grant
-                } else {
-                    target
-                };
-                self.set_process_affinity(pid, &want);
+                if mine.is_empty() || holding.contains(&pid) {
+                    if narrowed.remove(&pid) {
+                        self.widen(pid, &grant);
+                    }
+                } else if self.narrow(pid, &mine, &grant) {
+                    narrowed.insert(pid);
+                }
             }
             if !mine.is_empty() {
                 kept_off.insert(cell, mine);
+                self.account.narrowed.insert(cell, narrowed);
             }
         }
         self.account.kept_off = kept_off;
     }
 
-    /// Sets every thread of `pid` that is not already on `cpus`.
-    fn set_process_affinity(&self, pid: u32, cpus: &CpuSet) {
+    /// Takes `held` out of the affinity of every thread of `pid` that has
+    /// any of it (a thread left with nothing gets `grant` minus `held`).
+    /// Returns whether this narrowed any (a process narrowed before stays
+    /// in its cell's set either way).
+    fn narrow(&self, pid: u32, held: &CpuSet, grant: &CpuSet) -> bool {
+        let mut any = false;
         for tid in self.os.threads(pid).unwrap_or_default() {
-            if self.os.affinity(tid).ok().as_ref() != Some(cpus) {
-                // A thread that exited meanwhile is not an error.
-                let _ = self.os.set_affinity(tid, cpus);
+            let Ok(mask) = self.os.affinity(tid) else {
+                continue; // exited meanwhile
+            };
+            if !mask.intersects(held) {
+                continue;
             }
+            let mut to = mask.difference(held);
+            if to.is_empty() {
+                to = grant.difference(held);
+            }
+            if !to.is_empty() && self.os.set_affinity(tid, &to).is_ok() {
+                any = true;
+            }
+        }
+        any
+    }
+
+    /// Every thread of `pid` back on the whole `grant`.
+    fn widen(&self, pid: u32, grant: &CpuSet) {
+        for tid in self.os.threads(pid).unwrap_or_default() {
+            // A thread that exited meanwhile is not an error.
+            let _ = self.os.set_affinity(tid, grant);
         }
     }
 }
