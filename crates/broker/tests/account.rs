@@ -341,5 +341,9 @@ fn the_cells_other_processes_keep_off_a_cpu_one_of_them_holds() {
     for tid in [10, 11] {
         assert_eq!(mask(&w, tid), set("0-3"), "thread {tid}");
     }
-    assert_eq!(mask(&w, 20), set("2"), "the holder's own threads are its own");
+    assert_eq!(
+        mask(&w, 20),
+        set("2"),
+        "the holder's own threads are its own"
+    );
 }
