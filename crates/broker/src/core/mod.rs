@@ -43,6 +43,7 @@ mod keep_off;
 mod message;
 mod minimum;
 mod perf;
+mod reconcile;
 mod register;
 mod requests;
 mod restore;
@@ -61,9 +62,9 @@ use crate::windows::Windows;
 use crate::{debug, info, warn};
 use allot_enforce::Enforcer;
 use allot_enforce::os::Os;
-use allot_plan::{CellId, CellInput, CellSpec, Grant, Plan, PlanConfig, Planner};
+use allot_plan::{CellSpec, Grant, Plan, PlanConfig, Planner};
 use allot_proto::msg::{ErrorCode, Reply};
-use allot_proto::{FLAG_RELEASED, FLAG_STACKED, PageMap};
+use allot_proto::{FLAG_RELEASED, PageMap};
 use allot_topo::Machine;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -354,176 +355,6 @@ impl Core {
                 j.problem().unwrap_or("unknown error")
             ),
         ))
-    }
-
-    fn page_grant(&self, id: u64, generation: u64, g: &Grant) -> allot_proto::Grant {
-        allot_proto::Grant {
-            cell: id,
-            generation,
-            instance: self.instance,
-            threads: g.threads,
-            flags: if g.stacked { FLAG_STACKED } else { 0 },
-            home: g.home,
-            entitled: g.entitled.len() as u32,
-            share_milli: (g.share * 1000.0).round() as u32,
-            window: self.windows.window(id).unwrap_or_default(),
-            cpus: g.cpus,
-            lent: g.lent,
-        }
-    }
-
-    /// Re-plans and makes the kernel and the pages follow. Returns whether
-    /// any grant changed.
-    fn reconcile(&mut self) -> bool {
-        // An idle message-triggered cell holds nothing; an active one is
-        // a best-effort cell (`message`).
-        let inputs: Vec<CellInput> = self
-            .cells
-            .iter()
-            .filter(|(id, _)| self.planned(**id))
-            .map(|(&id, c)| CellInput {
-                id: CellId(id),
-                spec: if c.spec.is_message() {
-                    c.spec.as_active_message()
-                } else {
-                    c.spec
-                },
-                demand: c.est.demand(),
-                perf: self.hint_of(c),
-                held: self.account.held.get(&id).copied().unwrap_or_default(),
-            })
-            .chain((!self.account.outside.is_empty()).then(|| CellInput {
-                id: account::OUTSIDE,
-                spec: account::Account::outside_spec(self.account.outside.len()),
-                demand: None,
-                perf: Default::default(),
-                held: self.account.outside,
-            }))
-            .collect();
-        let next = self
-            .planner
-            .plan_loaded(&inputs, &self.plan, self.unmanaged_cpus());
-        debug_assert_eq!(
-            next.check(
-                self.machine,
-                &inputs.iter().map(|c| (c.id, c.spec)).collect::<Vec<_>>()
-            ),
-            Ok(())
-        );
-        // Windows follow the plan's phases before any CPU set is applied:
-        // a driven cell gets no CFS cap (`applied`).
-        let rewindowed: Vec<u64> = inputs
-            .iter()
-            .filter(|c| self.sync_windows(c.id.0, &c.spec, next.phases.get(&c.id).copied()))
-            .map(|c| c.id.0)
-            .collect();
-
-        // Enforce: shrink everyone to what they keep, then grow.
-        let changed: Vec<(u64, Grant)> = next
-            .cells
-            .iter()
-            .filter(|(id, g)| {
-                // (`OUTSIDE` stands for processes outside every cell:
-                // nothing of it is enforced or published.)
-                self.cells.contains_key(&id.0)
-                    && (rewindowed.contains(&id.0)
-                        || self
-                            .cells
-                            .get(&id.0)
-                            .and_then(|c| c.published.as_ref())
-                            .map(|p| p.cpus)
-                            != Some(g.cpus))
-            })
-            .map(|(id, g)| (id.0, g.clone()))
-            .collect();
-        for (id, g) in &changed {
-            let Some(old) = self
-                .cells
-                .get(id)
-                .and_then(|c| c.published.as_ref())
-                .map(|p| p.cpus)
-            else {
-                continue;
-            };
-            let keep = old.intersection(&g.cpus);
-            if !keep.is_empty()
-                && keep != old
-                && let Err(e) = self.enforcer.apply(*id, &self.applied(*id, keep))
-            {
-                warn!("cell {id}: {e}");
-            }
-        }
-        for (id, g) in &changed {
-            if let Err(e) = self.enforcer.apply(*id, &self.applied(*id, g.cpus)) {
-                warn!("cell {id}: {e}");
-            }
-        }
-        // Publish every grant that changed in any field; journal those whose
-        // CPU sets changed: the planner's stability reads only those from
-        // the previous plan, and a restart's re-plan recomputes the rest.
-        // (Each newcomer moves the share, and each departure the `home`, of
-        // every stacked cell: journaling those would cost a record per cell
-        // per change, an O(cells²) journal for cells arriving one by one.)
-        let mut recs = Vec::new();
-        let mut any = false;
-        for (cid, g) in &next.cells {
-            let id = cid.0;
-            let Some(c) = self.cells.get(&id) else {
-                continue;
-            };
-            if c.published.as_ref() == Some(g) && !rewindowed.contains(&id) {
-                continue;
-            }
-            any = true;
-            let placement_changed = c.published.as_ref().is_none_or(|p| {
-                (p.cpus, p.lent, p.entitled, p.stacked) != (g.cpus, g.lent, g.entitled, g.stacked)
-            });
-            let generation = c.generation + 1;
-            let pg = self.page_grant(id, generation, g);
-            let c = self.cells.get_mut(&id).expect("present above");
-            c.publish(&pg);
-            c.generation = generation;
-            c.published = Some(g.clone());
-            self.counters.grant_changes += 1;
-            debug!(
-                "cell {id} ({}) generation {generation}: CPUs {} lent {} threads {}",
-                shown(&c.name),
-                g.cpus,
-                g.lent,
-                g.threads
-            );
-            if !placement_changed {
-                continue;
-            }
-            recs.push(Record::Grant {
-                id,
-                grant: crate::convert::grant_to_record(g, generation, c.est.demand()),
-            });
-        }
-        if next.pool != self.plan.pool || next.reserve != self.plan.reserve {
-            recs.push(Record::Shared {
-                pool: next.pool,
-                reserve: next.reserve,
-            });
-        }
-        self.journal(&recs);
-        self.plan = next;
-        self.follow_isolation();
-        self.keep_reserve();
-        self.keep_off_held();
-        if any {
-            // Processes waiting for their cell's grant try again.
-            self.ledger.touch();
-        }
-        any
-    }
-
-    /// The system minimum: the reserve's CPUs are left whole to processes
-    /// that asked for nothing (`account`).
-    fn keep_reserve(&mut self) {
-        for cpu in self.plan.reserve.iter() {
-            self.ledger.keep_cpu(cpu);
-        }
     }
 
     /// Ends a cell: enforcement torn down (remaining processes leave
