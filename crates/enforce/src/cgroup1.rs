@@ -332,12 +332,10 @@ impl Enforcer for Cgroup1 {
             return Ok(false);
         };
         let file = blkio.join(format!("cell-{cell}/blkio.bfq.weight_device"));
+        let fs = self.fs.clone();
         let c = self.open_cell(cell)?;
-        let before = std::mem::take(&mut c.io);
-        let r = crate::write_io_weights(self.fs.as_ref(), &file, &before, weights);
-        let c = self.cells.get_mut(&cell).expect("opened above");
-        c.io = if r.is_ok() { weights.clone() } else { before };
-        r.map(|()| true)
+        crate::apply_io_weights(fs.as_ref(), &file, &mut c.io, weights)
+            .map(|()| true)
             .map_err(err(format!("set the I/O weights of cell {cell}")))
     }
 

@@ -231,11 +231,8 @@ impl Enforcer for Cgroup2 {
             return Ok(false);
         };
         let c = self.cells.get_mut(&cell).expect("opened above");
-        let before = std::mem::take(&mut c.io);
-        let r = crate::write_io_weights(self.fs.as_ref(), &file, &before, weights);
-        let c = self.cells.get_mut(&cell).expect("opened above");
-        c.io = if r.is_ok() { weights.clone() } else { before };
-        r.map(|()| true)
+        crate::apply_io_weights(self.fs.as_ref(), &file, &mut c.io, weights)
+            .map(|()| true)
             .map_err(err(format!("set the I/O weights of cell {cell}")))
     }
 

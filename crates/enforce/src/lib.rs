@@ -90,23 +90,26 @@ mod io_tests {
     }
 }
 
-/// Writes `weights` to the weight file `file` one device per write (the
-/// kernel takes one `MAJ:MIN WEIGHT` line at a time), resetting the
-/// devices of `before` that `weights` no longer lists to `default`.
-pub(crate) fn write_io_weights(
+/// Brings the weight file `file` from `applied` (what it was last set to)
+/// to `weights`, one device per write (the kernel takes one `MAJ:MIN
+/// WEIGHT` line at a time): devices no longer listed go back to `default`.
+/// `applied` becomes `weights` once every write succeeded, and stays as it
+/// was otherwise.
+pub(crate) fn apply_io_weights(
     fs: &dyn cgroupfs::CgroupFs,
     file: &std::path::Path,
-    before: &IoWeights,
+    applied: &mut IoWeights,
     weights: &IoWeights,
 ) -> std::io::Result<()> {
-    for dev in before.keys().filter(|d| !weights.contains_key(*d)) {
+    for dev in applied.keys().filter(|d| !weights.contains_key(*d)) {
         fs.write(file, &format!("{dev} default"))?;
     }
     for (dev, w) in weights {
-        if before.get(dev) != Some(w) {
+        if applied.get(dev) != Some(w) {
             fs.write(file, &format!("{dev} {}", (*w).clamp(1, 1000)))?;
         }
     }
+    applied.clone_from(weights);
     Ok(())
 }
 
