@@ -53,11 +53,11 @@
 //! the programs build and run: a tiny image, one short burst per variant,
 //! nothing written.
 
-#[path = "../tests/support/liballot.rs"]
-mod liballot;
+#[path = "support/case.rs"]
+mod case;
 
 use allot_plot::{Chart, Series};
-use liballot::run_stdout;
+use case::{Programs, fields, median, num};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -76,22 +76,6 @@ const VARIANTS: [Variant; 4] = [
     Variant::Fixed(4),
     Variant::Fair,
 ];
-/// OpenMP and allot variables removed from every run's environment.
-const SCRUBBED_ENV: [&str; 12] = [
-    "OMP_NUM_THREADS",
-    "OMP_DYNAMIC",
-    "OMP_PROC_BIND",
-    "OMP_PLACES",
-    "OMP_WAIT_POLICY",
-    "OMP_THREAD_LIMIT",
-    "OMP_MAX_ACTIVE_LEVELS",
-    "GOMP_SPINCOUNT",
-    "GOMP_CPU_AFFINITY",
-    "LD_PRELOAD",
-    "ALLOT_CELL",
-    "ALLOT_GRANT_FD",
-];
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Variant {
     Fixed(u32),
@@ -192,65 +176,6 @@ fn parse_opts() -> Opts {
         fail("--burst must be in (0, 600] and --rounds at least 1".into());
     }
     o
-}
-
-/// The two builds of the server: with liballot and without.
-struct Programs {
-    with_allot: PathBuf,
-    plain: PathBuf,
-    work: PathBuf,
-}
-
-fn build() -> Programs {
-    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let work = Path::new(env!("CARGO_TARGET_TMPDIR")).join("image_server");
-    let prefix = work.join("prefix");
-    liballot::install(&prefix);
-    let src = crate_dir.join("benches/c/image_server.c");
-    let gcc = |out: &Path| {
-        let mut c = Command::new("gcc");
-        c.args(["-std=c11", "-O2", "-fopenmp", "-Wall", "-Wextra", "-Werror"])
-            .arg(&src)
-            .arg("-o")
-            .arg(out);
-        c
-    };
-    let with_allot = work.join("image_server");
-    run_stdout(
-        gcc(&with_allot)
-            .arg("-DIMAGE_SERVER_ALLOT")
-            .arg(format!("-I{}", prefix.join("include").display()))
-            .arg(format!("-L{}", prefix.join("lib").display()))
-            .arg("-lallot")
-            .arg(format!("-Wl,-rpath,{}", prefix.join("lib").display()))
-            .arg("-lm"),
-    );
-    let plain = work.join("image_server_omp");
-    run_stdout(gcc(&plain).arg("-lm"));
-    Programs {
-        with_allot,
-        plain,
-        work,
-    }
-}
-
-/// `key=value` fields of the program's output line starting with `tag`.
-fn fields(out: &str, tag: &str) -> BTreeMap<String, String> {
-    let line = out
-        .lines()
-        .find(|l| l.split_whitespace().next() == Some(tag))
-        .unwrap_or_else(|| panic!("no `{tag}` line in:\n{out}"));
-    line.split_whitespace()
-        .skip(1)
-        .filter_map(|f| f.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
-fn num(f: &BTreeMap<String, String>, k: &str) -> f64 {
-    f.get(k)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("field {k} missing or not a number in {f:?}"))
 }
 
 /// One run's statistics (latencies in ms).
@@ -435,13 +360,7 @@ struct Runner<'a> {
 
 impl Runner<'_> {
     fn command(&self, program: &Path) -> Command {
-        let mut c = Command::new(program);
-        for k in SCRUBBED_ENV {
-            c.env_remove(k);
-        }
-        // Standalone require runtime: no broker at this path.
-        c.env("ALLOT_SOCKET", self.progs.work.join("no-broker.sock"));
-        c
+        self.progs.command(program)
     }
 
     /// Runs `make()`'s command: once, or with [`undisturbed`].
@@ -499,16 +418,6 @@ impl Runner<'_> {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 fn min_max(v: &[f64]) -> (f64, f64) {
     v.iter()
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
@@ -550,7 +459,7 @@ fn chart(
             points: rates
                 .iter()
                 .zip(&per_rate)
-                .map(|(&r, s)| (r, median(s.clone())))
+                .map(|(&r, s)| (r, median(s)))
                 .collect(),
             err: Some(per_rate.iter().map(|s| min_max(s)).collect()),
         });
@@ -560,7 +469,7 @@ fn chart(
 
 fn main() {
     let o = parse_opts();
-    let progs = build();
+    let progs = case::build("image_server", "IMAGE_SERVER_ALLOT", "image_server");
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
 
     // Without `--bench` (cargo test --benches): build, run each variant once
@@ -677,7 +586,7 @@ fn main() {
     );
 
     let med = |i: usize, v: Variant, pick: fn(&Stats) -> f64| {
-        median(results[&(i, v)].iter().map(pick).collect())
+        median(&results[&(i, v)].iter().map(pick).collect::<Vec<_>>())
     };
     for (what, pick) in [
         ("mean", (|s: &Stats| s.mean) as fn(&Stats) -> f64),

@@ -26,33 +26,11 @@ mod case;
 use case::{fields, median, num};
 
 fn main() {
-    let (bench, rest) = case::args();
-    let mut rounds = 5usize;
-    let mut size: Vec<String> = ["--joins", "8", "--r", "4194304", "--s", "16777216"]
-        .map(String::from)
-        .to_vec();
-    let mut it = rest.into_iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--rounds" => rounds = it.next().and_then(|v| v.parse().ok()).unwrap_or(0),
-            "--joins" | "--r" | "--s" => {
-                let v = it.next().unwrap_or_default();
-                let i = size.iter().position(|s| *s == a).expect("a size option");
-                size[i + 1] = v;
-            }
-            "--help" | "-h" => {
-                println!(
-                    "usage: cargo bench -p allot-capi --bench join [-- --rounds N --joins J --r TUPLES --s TUPLES]"
-                );
-                return;
-            }
-            _ => {}
-        }
-    }
-    if rounds == 0 {
-        eprintln!("join: --rounds must be a positive number");
-        std::process::exit(2);
-    }
+    let (bench, rounds, size) = case::options(
+        "join",
+        "cargo bench -p allot-capi --bench join [-- --rounds N --joins J --r TUPLES --s TUPLES]",
+        &[("--joins", "8"), ("--r", "4194304"), ("--s", "16777216")],
+    );
     let p = case::build("join", "JOIN_ALLOT", "join_bench");
     let variants = ["plain", "single", "serial", "pairs", "allot"];
     let program = |v: &str| {
@@ -66,7 +44,7 @@ fn main() {
         let small = ["--joins", "4", "--r", "4096", "--s", "16384"].map(String::from);
         for v in variants {
             // The program checks every join's matches and payload sum.
-            let out = case::run(program(v), &[vec![v.to_string()], small.to_vec()].concat());
+            let out = p.run(program(v), &[vec![v.to_string()], small.to_vec()].concat());
             assert_eq!(num(&fields(&out, "result"), "joins"), 4.0);
         }
         println!("join: the five variants build, run and join correctly");
@@ -76,7 +54,7 @@ fn main() {
     let mut radix = vec![Vec::new(); variants.len()];
     let mut nopart = vec![Vec::new(); variants.len()];
     let times = case::rounds(variants.len(), rounds, |v| {
-        let out = case::run(
+        let out = p.run(
             program(variants[v]),
             &[vec![variants[v].to_string()], size.clone()].concat(),
         );

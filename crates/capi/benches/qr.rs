@@ -26,33 +26,11 @@ mod case;
 use case::{fields, median, num};
 
 fn main() {
-    let (bench, rest) = case::args();
-    let mut rounds = 5usize;
-    let mut size: Vec<String> = ["--blocks", "32", "--rows", "4096", "--cols", "256"]
-        .map(String::from)
-        .to_vec();
-    let mut it = rest.into_iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--rounds" => rounds = it.next().and_then(|v| v.parse().ok()).unwrap_or(0),
-            "--blocks" | "--rows" | "--cols" => {
-                let v = it.next().unwrap_or_default();
-                let i = size.iter().position(|s| *s == a).expect("a size option");
-                size[i + 1] = v;
-            }
-            "--help" | "-h" => {
-                println!(
-                    "usage: cargo bench -p allot-capi --bench qr [-- --rounds N --blocks B --rows M --cols N]"
-                );
-                return;
-            }
-            _ => {}
-        }
-    }
-    if rounds == 0 {
-        eprintln!("qr: --rounds must be a positive number");
-        std::process::exit(2);
-    }
+    let (bench, rounds, size) = case::options(
+        "qr",
+        "cargo bench -p allot-capi --bench qr [-- --rounds N --blocks B --rows M --cols N]",
+        &[("--blocks", "32"), ("--rows", "4096"), ("--cols", "256")],
+    );
     let p = case::build("qr", "QR_ALLOT", "qr_bench");
     let cpus = allot_testkit::cpus().to_string();
     let variants: Vec<(String, bool, Vec<String>)> = vec![
@@ -83,7 +61,7 @@ fn main() {
             .iter()
             .map(|(_, allot, args)| {
                 let prog = if *allot { &p.with_allot } else { &p.plain };
-                let out = case::run(prog, &[args.clone(), small.to_vec()].concat());
+                let out = p.run(prog, &[args.clone(), small.to_vec()].concat());
                 fields(&out, "result")["checksum"].clone()
             })
             .collect();
@@ -99,7 +77,7 @@ fn main() {
     let times = case::rounds(variants.len(), rounds, |v| {
         let (_, allot, args) = &variants[v];
         let prog = if *allot { &p.with_allot } else { &p.plain };
-        let out = case::run(prog, &[args.clone(), size.clone()].concat());
+        let out = p.run(prog, &[args.clone(), size.clone()].concat());
         let f = fields(&out, "result");
         let sum = f["checksum"].clone();
         assert_eq!(

@@ -21,7 +21,7 @@ fn every_qr_variant_computes_the_same_r() {
         (true, "baseline"),
     ] {
         let prog = if allot { &p.with_allot } else { &p.plain };
-        let out = case::run(prog, &[vec![mode.to_string()], small.to_vec()].concat());
+        let out = p.run(prog, &[vec![mode.to_string()], small.to_vec()].concat());
         let f = fields(&out, "result");
         assert!(num(&f, "gflops") > 0.0, "{out}");
         sums.push(f["checksum"].clone());
@@ -35,7 +35,7 @@ fn allot_joins_of_the_two_kinds_never_run_together() {
     let args: Vec<String> = ["allot", "--joins", "6", "--r", "200000", "--s", "800000"]
         .map(String::from)
         .to_vec();
-    let out = case::run(&p.with_allot, &args);
+    let out = p.run(&p.with_allot, &args);
     // (kind, start, end) of every join.
     let joins: Vec<(String, f64, f64)> = out
         .lines()
@@ -60,7 +60,7 @@ fn allot_joins_of_the_two_kinds_never_run_together() {
         assert!(beside <= 2, "{beside} joins ran at once:\n{out}");
     }
     for mode in ["plain", "pairs"] {
-        let out = case::run(
+        let out = p.run(
             &p.plain,
             &[vec![mode.to_string()], args[1..].to_vec()].concat(),
         );

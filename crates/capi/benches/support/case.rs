@@ -1,8 +1,10 @@
-//! What the C case-study benches (`benches/qr.rs`, `benches/join.rs`)
-//! share: building a program twice (against liballot, and without it),
-//! running variants in rotating order with a clean environment, reading
-//! their `result key=value …` lines, and medians. The test
-//! `tests/case_studies.rs` includes it too, for its short runs.
+//! What the C case-study programs' drivers share — the benches
+//! `benches/image_server.rs`, `benches/qr.rs` and `benches/join.rs`, and
+//! the tests `tests/image_server.rs` and `tests/case_studies.rs`, which
+//! include this file: building a program twice (against liballot, and
+//! without it), running it with a clean environment, reading its
+//! `TAG key=value …` lines, medians, rounds in rotating order, and the
+//! benches' options.
 #![allow(dead_code)]
 
 #[path = "../../tests/support/liballot.rs"]
@@ -14,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// OpenMP, preload and allot variables removed from every run's
-/// environment: each variant runs with libgomp's defaults.
-const SCRUBBED_ENV: [&str; 14] = [
+/// environment: each variant runs with libgomp's defaults, in no cell.
+const SCRUBBED_ENV: [&str; 13] = [
     "OMP_NUM_THREADS",
     "OMP_DYNAMIC",
     "OMP_PROC_BIND",
@@ -28,7 +30,6 @@ const SCRUBBED_ENV: [&str; 14] = [
     "LD_PRELOAD",
     "ALLOT_CELL",
     "ALLOT_GRANT_FD",
-    "ALLOT_SOCKET",
     "ALLOT_THROTTLE_CGROUP",
 ];
 
@@ -38,11 +39,32 @@ pub struct Programs {
     pub with_allot: PathBuf,
     /// Built without it: nothing of allot is loaded.
     pub plain: PathBuf,
+    /// The build directory.
+    pub work: PathBuf,
+}
+
+impl Programs {
+    /// `program` with the scrubbed environment and no broker: `require`
+    /// blocks divide the CPUs among the process's own threads
+    /// (`ALLOT_SOCKET` names a socket nobody listens on).
+    pub fn command(&self, program: &Path) -> Command {
+        let mut c = Command::new(program);
+        for k in SCRUBBED_ENV {
+            c.env_remove(k);
+        }
+        c.env("ALLOT_SOCKET", self.work.join("no-broker.sock"));
+        c
+    }
+
+    /// Runs `program args` as [`Programs::command`] makes it; its stdout.
+    pub fn run(&self, program: &Path, args: &[String]) -> String {
+        run_stdout(self.command(program).args(args))
+    }
 }
 
 /// Builds `benches/c/<name>.c` with gcc (`-O2 -fopenmp -pthread`, warnings
-/// as errors) into `<target tmp>/<name>/`, with and without `define`.
-/// `dir` names the build directory (benches and tests use their own).
+/// as errors) into `<target tmp>/<dir>/`: `<name>` with `-D<define>`
+/// against liballot, `<name>_plain` without.
 pub fn build(name: &str, define: &str, dir: &str) -> Programs {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let work = Path::new(env!("CARGO_TARGET_TMPDIR")).join(dir);
@@ -71,28 +93,28 @@ pub fn build(name: &str, define: &str, dir: &str) -> Programs {
     );
     let plain = work.join(format!("{name}_plain"));
     run_stdout(gcc(&plain).arg("-lm"));
-    Programs { with_allot, plain }
-}
-
-/// Runs `program args` with the scrubbed environment; its stdout.
-pub fn run(program: &Path, args: &[String]) -> String {
-    let mut c = Command::new(program);
-    c.args(args);
-    for k in SCRUBBED_ENV {
-        c.env_remove(k);
+    Programs {
+        with_allot,
+        plain,
+        work,
     }
-    run_stdout(&mut c)
 }
 
-/// `key=value` fields of the first line of `out` starting with `tag`.
+/// The `key=value` fields of the first line of `out` whose first word is
+/// `tag`; every other word of it must be a field.
 pub fn fields(out: &str, tag: &str) -> BTreeMap<String, String> {
     let line = out
         .lines()
-        .find(|l| l.starts_with(tag))
-        .unwrap_or_else(|| panic!("no {tag:?} line in:\n{out}"));
+        .find(|l| l.split_whitespace().next() == Some(tag))
+        .unwrap_or_else(|| panic!("no `{tag}` line in:\n{out}"));
     line.split_whitespace()
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .skip(1)
+        .map(|f| {
+            let (k, v) = f
+                .split_once('=')
+                .unwrap_or_else(|| panic!("malformed field {f:?} in {line:?}"));
+            (k.to_string(), v.to_string())
+        })
         .collect()
 }
 
@@ -100,7 +122,7 @@ pub fn fields(out: &str, tag: &str) -> BTreeMap<String, String> {
 pub fn num(f: &BTreeMap<String, String>, key: &str) -> f64 {
     f.get(key)
         .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no number {key} in {f:?}"))
+        .unwrap_or_else(|| panic!("{key} missing or not a number in {f:?}"))
 }
 
 /// The median of `v` (the mean of the middle two for an even count).
@@ -136,18 +158,37 @@ pub fn rounds(
     out
 }
 
-/// Whether this binary runs as a benchmark (`cargo bench` passes
-/// `--bench`) rather than as a build check (`cargo test --benches`), and
-/// the other arguments.
-pub fn args() -> (bool, Vec<String>) {
+/// A case-study bench's options: `--rounds N` (default 5) and the
+/// program options `defaults` lists with their default values, passed on
+/// to it; `--help` prints `usage` and exits. Returns whether it runs as a
+/// benchmark (`cargo bench` passes `--bench`) rather than as a build check
+/// (`cargo test --benches`), the rounds, and the program options.
+pub fn options(name: &str, usage: &str, defaults: &[(&str, &str)]) -> (bool, usize, Vec<String>) {
     let mut bench = false;
-    let mut rest = Vec::new();
-    for a in std::env::args().skip(1) {
-        if a == "--bench" {
-            bench = true;
-        } else {
-            rest.push(a);
+    let mut rounds = 5usize;
+    let mut size: Vec<String> = defaults
+        .iter()
+        .flat_map(|(k, v)| [k.to_string(), v.to_string()])
+        .collect();
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--bench" => bench = true,
+            "--rounds" => rounds = it.next().and_then(|v| v.parse().ok()).unwrap_or(0),
+            "--help" | "-h" => {
+                println!("usage: {usage}");
+                std::process::exit(0);
+            }
+            _ => {
+                if let Some(i) = size.iter().step_by(2).position(|k| *k == a) {
+                    size[2 * i + 1] = it.next().unwrap_or_default();
+                }
+            }
         }
     }
-    (bench, rest)
+    if rounds == 0 {
+        eprintln!("{name}: --rounds must be a positive number");
+        std::process::exit(2);
+    }
+    (bench, rounds, size)
 }
