@@ -84,17 +84,9 @@ fn a_cpu_held_in_a_cell_stays_its_own_and_no_other_cell_runs_there() {
     let d = Daemon::start(backend(), &[]);
     let mut k = Killed(&d, vec![cell(&d, "b", &[], SPIN)]);
     wait_for(&d, "b", "0-1");
-    let exe = std::env::current_exe().unwrap();
     let mut holder = allot_run(&d, &["--name", "a", "--"]);
     holder
-        .arg(exe)
-        .args([
-            "--exact",
-            "child_role",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
+        .args(role("child_role"))
         .env("ALLOT_ACCOUNT_CHILD", "1")
         .env("ALLOT_SOCKET", &d.socket)
         .stdin(Stdio::null())
@@ -180,17 +172,9 @@ fn an_io_weight_held_in_a_cell_reaches_the_cells_blkio_group() {
     }
     // The broker lists the block devices when it starts.
     let d = Daemon::start("cgroup1", &[]);
-    let exe = std::env::current_exe().unwrap();
     let run = |name: &str| {
         let mut c = allot_run(&d, &["--name", name, "--"]);
-        c.arg(&exe)
-            .args([
-                "--exact",
-                "io_child_role",
-                "--nocapture",
-                "--test-threads",
-                "1",
-            ])
+        c.args(role("io_child_role"))
             .env("ALLOT_IO_DEV", dev.majmin())
             .env("ALLOT_SOCKET", &d.socket)
             .stdin(Stdio::null())
@@ -248,19 +232,15 @@ fn the_cells_other_processes_keep_off_a_cpu_one_of_them_holds() {
         return;
     }
     let d = Daemon::start(backend(), &[]);
-    let exe = std::env::current_exe().unwrap();
     // A spinner, then the holder (the cell's registered process) in its
     // place: both in cell a.
     let mut run = allot_run(&d, &["--name", "a", "--", "sh", "-c"]);
-    run.arg(
-        "while :; do :; done & echo spinner $!; exec \"$0\" --exact child_role --nocapture \
-         --test-threads 1",
-    )
-    .arg(&exe)
-    .env("ALLOT_ACCOUNT_CHILD", "1")
-    .env("ALLOT_SOCKET", &d.socket)
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped());
+    run.arg("while :; do :; done & echo spinner $!; exec \"$0\" \"$@\"")
+        .args(role("child_role"))
+        .env("ALLOT_ACCOUNT_CHILD", "1")
+        .env("ALLOT_SOCKET", &d.socket)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
     let mut child = {
         use std::os::unix::process::CommandExt;
         run.process_group(0).spawn().expect("allot run")

@@ -86,14 +86,9 @@ fn processes_that_asked_for_nothing_run_on_the_reserve() {
     );
     // A process outside the cells that acquires a CPU leaves the reserve.
     let take = all.iter().find(|c| c.to_string() != reserve).unwrap();
-    let mut role = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "minimum_child_role",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
+    let argv = role("minimum_child_role");
+    let mut child = std::process::Command::new(&argv[0])
+        .args(&argv[1..])
         .env("ALLOT_MIN_RESERVE", &reserve)
         .env("ALLOT_MIN_TAKE", take.to_string())
         .env("ALLOT_SOCKET", &d.socket)
@@ -101,15 +96,15 @@ fn processes_that_asked_for_nothing_run_on_the_reserve() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    join(role.id());
-    let lines: Vec<String> = BufReader::new(role.stdout.take().unwrap())
+    join(child.id());
+    let lines: Vec<String> = BufReader::new(child.stdout.take().unwrap())
         .lines()
         .map_while(Result::ok)
         .filter(|l| l.contains("confined") || l.contains("holding"))
         .take(2)
         .collect();
-    let _ = role.kill();
-    let _ = role.wait();
+    let _ = child.kill();
+    let _ = child.wait();
     assert!(
         lines.len() == 2
             && lines[0].ends_with(&format!("confined {reserve}"))

@@ -33,16 +33,10 @@ fn child_role() {
 }
 
 fn child(d: &Daemon, hold_ms: u64) -> Proc {
-    let exe = std::env::current_exe().unwrap();
+    let argv = role("child_role");
     Proc(
-        Command::new(exe)
-            .args([
-                "--exact",
-                "child_role",
-                "--nocapture",
-                "--test-threads",
-                "1",
-            ])
+        Command::new(&argv[0])
+            .args(&argv[1..])
             .env("ALLOT_REQUIRE_CHILD", hold_ms.to_string())
             .env("ALLOT_SOCKET", &d.socket)
             .stdout(Stdio::piped())

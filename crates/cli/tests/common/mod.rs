@@ -202,6 +202,16 @@ impl Drop for Daemon {
     }
 }
 
+/// The command line that runs this test binary as `role`: one `#[test]`
+/// that acts only when its environment says so, for tests that need a
+/// process of their own (`exe --exact ROLE --nocapture --test-threads 1`).
+pub fn role(role: &str) -> Vec<std::ffi::OsString> {
+    let exe = std::env::current_exe().unwrap();
+    let mut argv = vec![exe.into_os_string()];
+    argv.extend(["--exact", role, "--nocapture", "--test-threads", "1"].map(Into::into));
+    argv
+}
+
 /// `allot run ARGS` against the test's broker.
 pub fn allot_run(d: &Daemon, args: &[&str]) -> Command {
     let mut c = Command::new(ALLOT);
