@@ -166,8 +166,7 @@ fn an_io_weight_held_in_a_cell_reaches_the_cells_blkio_group() {
     let tmp = tempfile::tempdir().unwrap();
     let dev = allot_testkit::loopdev::LoopDevice::attach(tmp.path().join("disk"), 8 << 20, 0)
         .expect("a loop device");
-    let sched = format!("/sys/block/{}/queue/scheduler", dev.name());
-    if !prerequisite(std::fs::write(&sched, "bfq").is_ok(), "BFQ") {
+    if !prerequisite(dev.set_scheduler("bfq").is_ok(), "BFQ") {
         return;
     }
     // The broker lists the block devices when it starts.
@@ -207,7 +206,7 @@ fn an_io_weight_held_in_a_cell_reaches_the_cells_blkio_group() {
         c.pids
     );
     // Another cell asks on a device whose scheduler ignores weights.
-    std::fs::write(&sched, "mq-deadline").unwrap();
+    dev.set_scheduler("mq-deadline").unwrap();
     let mut refused = run("io2");
     // (Read to the end: the child's test harness prints after it.)
     let said = BufReader::new(refused.stdout.take().unwrap())

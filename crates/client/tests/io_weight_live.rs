@@ -51,10 +51,6 @@ fn evict(from: &Path) {
     }
 }
 
-fn set_scheduler(lo: &LoopDevice, s: &str) -> std::io::Result<()> {
-    std::fs::write(format!("/sys/block/{}/queue/scheduler", lo.name()), s)
-}
-
 /// Bytes per second a thread read from `dev` with O_DIRECT over `span`,
 /// starting at `offset`, inside a block holding weight `w` on it.
 fn reader(
@@ -135,7 +131,7 @@ fn threads_read_a_bfq_device_in_proportion_to_their_weights() {
 
     // A scheduler that ignores weights: the request is refused, saying
     // what to change.
-    set_scheduler(&lo, "mq-deadline").unwrap();
+    lo.set_scheduler("mq-deadline").unwrap();
     let rt: &'static Runtime = Runtime::new(machine, true).into_static();
     match rt.enter(vec![Request::device("io", &mm, 500.0)]) {
         Err(RequireError::Unenforceable { why, .. }) => {
@@ -150,7 +146,7 @@ fn threads_read_a_bfq_device_in_proportion_to_their_weights() {
     // Weight 0 (nothing) is no weight to enforce: accepted.
     drop(rt.enter(vec![Request::device("io", &mm, 0.0)]).unwrap());
 
-    set_scheduler(&lo, "bfq").unwrap();
+    lo.set_scheduler("bfq").unwrap();
     // BFQ raises the weight of queues it takes for interactive (new ones,
     // for a while): off on this device of ours, so weights alone decide.
     std::fs::write(

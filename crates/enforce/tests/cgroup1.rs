@@ -378,20 +378,19 @@ fn live_io_weights_reach_the_kernel() {
     let tmp = tempfile::tempdir().unwrap();
     let dev = allot_testkit::loopdev::LoopDevice::attach(tmp.path().join("disk"), 8 << 20, 0)
         .expect("a loop device");
-    let sched = format!("/sys/block/{}/queue/scheduler", dev.name());
     let name = unique("v1io");
     let _guard = CgroupDirs(v1_dirs(&mounts, &name));
     let all = allot_topo::allowed_cpus().unwrap();
     let mut b = Cgroup1::new(Arc::new(KernelFs), &mounts, &name, all).unwrap();
     b.create(5).unwrap();
     let weights: allot_enforce::IoWeights = [(dev.majmin(), 700)].into_iter().collect();
-    if std::fs::write(&sched, "mq-deadline").is_ok() {
+    if dev.set_scheduler("mq-deadline").is_ok() {
         assert!(
             b.set_io_weights(5, &weights).is_err(),
             "mq-deadline takes no weight"
         );
     }
-    if !allot_testkit::prerequisite(std::fs::write(&sched, "bfq").is_ok(), "BFQ") {
+    if !allot_testkit::prerequisite(dev.set_scheduler("bfq").is_ok(), "BFQ") {
         return;
     }
     assert!(b.set_io_weights(5, &weights).unwrap());

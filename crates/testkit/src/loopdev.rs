@@ -66,6 +66,14 @@ impl LoopDevice {
             .expect("a /dev path")
     }
 
+    /// Switches its I/O scheduler (`bfq`, `mq-deadline`, …).
+    pub fn set_scheduler(&self, scheduler: &str) -> std::io::Result<()> {
+        std::fs::write(
+            format!("/sys/block/{}/queue/scheduler", self.name()),
+            scheduler,
+        )
+    }
+
     /// Its `major:minor`.
     pub fn majmin(&self) -> String {
         std::fs::read_to_string(format!("/sys/block/{}/dev", self.name()))
