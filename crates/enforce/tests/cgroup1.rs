@@ -113,17 +113,9 @@ fn fixture_gate_freezes_and_thaws_the_cell_and_remove_thaws_it() {
 
 #[test]
 fn live_cells_confine_every_thread_and_follow_grant_changes() {
-    if !allot_testkit::prerequisite(
-        v1_writable(),
-        "a writable cgroup v1 cpuset hierarchy (root)",
-    ) {
+    let Some((mounts, all)) = live_v1(2) else {
         return;
-    }
-    let all = allot_topo::allowed_cpus().unwrap();
-    if !allot_testkit::prerequisite(all.len() >= 2, "needs two CPUs") {
-        return;
-    }
-    let mounts = allot_enforce::detect::Mounts::read().v1().unwrap();
+    };
     let name = unique("v1");
     let dirs = v1_dirs(&mounts, &name);
     let _guard = CgroupDirs(dirs.clone());
@@ -360,13 +352,9 @@ fn fixture_io_weights_go_to_the_cells_blkio_group() {
 /// blkio hierarchy; a device whose scheduler ignores weights refuses it.
 #[test]
 fn live_io_weights_reach_the_kernel() {
-    if !allot_testkit::prerequisite(
-        v1_writable(),
-        "a writable cgroup v1 cpuset hierarchy (root)",
-    ) {
+    let Some((mounts, all)) = live_v1(1) else {
         return;
-    }
-    let mounts = allot_enforce::detect::Mounts::read().v1().unwrap();
+    };
     if !allot_testkit::prerequisite(mounts.blkio.is_some(), "a cgroup v1 blkio hierarchy")
         || !allot_testkit::prerequisite(
             allot_testkit::loopdev::losetup_available(),
@@ -380,7 +368,6 @@ fn live_io_weights_reach_the_kernel() {
         .expect("a loop device");
     let name = unique("v1io");
     let _guard = CgroupDirs(v1_dirs(&mounts, &name));
-    let all = allot_topo::allowed_cpus().unwrap();
     let mut b = Cgroup1::new(Arc::new(KernelFs), &mounts, &name, all).unwrap();
     b.create(5).unwrap();
     let weights: allot_enforce::IoWeights = [(dev.majmin(), 700)].into_iter().collect();

@@ -61,17 +61,9 @@ fn fixture_sweeps_the_source_into_the_reserve_and_gives_back() {
 
 #[test]
 fn live_processes_of_the_source_and_their_children_run_on_the_reserve() {
-    if !allot_testkit::prerequisite(
-        v1_writable(),
-        "a writable cgroup v1 cpuset hierarchy (root)",
-    ) {
+    let Some((mounts, all)) = live_v1(2) else {
         return;
-    }
-    let all = allot_topo::allowed_cpus().unwrap();
-    if !allot_testkit::prerequisite(all.len() >= 2, "needs two CPUs") {
-        return;
-    }
-    let mounts = allot_enforce::detect::Mounts::read().v1().unwrap();
+    };
     let name = unique("v1min");
     // The test's own "outside": a cgroup holding only its processes.
     let source = mounts.cpuset.join(format!("{name}-outside"));

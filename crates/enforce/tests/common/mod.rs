@@ -15,6 +15,23 @@ pub fn v1_writable() -> bool {
     }
 }
 
+/// This machine's v1 mounts and allowed CPUs, for a live test that needs a
+/// writable cpuset hierarchy and at least `cpus` CPUs; `None` (after the
+/// prerequisite has said why) where it cannot run.
+pub fn live_v1(cpus: usize) -> Option<(allot_enforce::V1Mounts, allot_topo::CpuSet)> {
+    if !allot_testkit::prerequisite(
+        v1_writable(),
+        "a writable cgroup v1 cpuset hierarchy (root)",
+    ) {
+        return None;
+    }
+    let all = allot_topo::allowed_cpus().unwrap();
+    if !allot_testkit::prerequisite(all.len() >= cpus, &format!("needs {cpus} CPUs")) {
+        return None;
+    }
+    Some((allot_enforce::detect::Mounts::read().v1().unwrap(), all))
+}
+
 /// CPU time of `pid` so far, ns (`/proc/PID/stat`, through the real OS
 /// interface the backends use).
 pub fn cpu_time(pid: u32) -> u64 {
