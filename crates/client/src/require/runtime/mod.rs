@@ -110,6 +110,14 @@ struct State {
     samples: std::cell::RefCell<IntMap<Dev, Sample>>,
 }
 
+impl State {
+    /// The kind's and the device's names of `dev`, for an error.
+    fn names(&self, dev: Dev) -> (String, String) {
+        let k = &self.kinds[dev.0];
+        (k.name.clone(), k.devices[dev.1].name.clone())
+    }
+}
+
 /// A device's counters as last probed, and the rate they gave.
 #[derive(Debug, Clone, Copy)]
 struct Sample {
@@ -526,10 +534,10 @@ impl Runtime {
                             asked,
                             enclosing,
                         }) => {
-                            let k = &st.kinds[dev.0];
+                            let (kind, dev) = st.names(dev);
                             let e = RequireError::TooLarge {
-                                kind: k.name.clone(),
-                                dev: k.devices[dev.1].name.clone(),
+                                kind,
+                                dev,
                                 asked,
                                 enclosing,
                                 site,
@@ -542,10 +550,10 @@ impl Runtime {
                                     Ok(true) => continue, // the roots grew: try again at once
                                     Ok(false) => {}
                                     Err((dev, why)) => {
-                                        let k = &st.kinds[dev.0];
+                                        let (kind, dev) = st.names(dev);
                                         let e = RequireError::Unenforceable {
-                                            kind: k.name.clone(),
-                                            dev: k.devices[dev.1].name.clone(),
+                                            kind,
+                                            dev,
                                             why,
                                             site,
                                         };
