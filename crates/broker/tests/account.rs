@@ -347,3 +347,36 @@ fn the_cells_other_processes_keep_off_a_cpu_one_of_them_holds() {
         "the holder's own threads are its own"
     );
 }
+
+#[test]
+fn a_cell_that_holds_cpus_and_changes_its_spec_is_admitted_at_the_new_one() {
+    // Cell a holds CPU 0 (planned with a minimum of 1), then asks for a
+    // minimum of 3: beside it an exclusive newcomer of 2 no longer fits 4.
+    let mut w = world(4);
+    let _a = cell(&mut w, "a", CellSpec::default(), 10);
+    let id = w.core.status(ROOT).cells[0].id;
+    let e = acquire(&mut w, 10, vec![cpu(0, false)]);
+    assert!(matches!(reply(&e), Reply::Ok), "{}", message(&e));
+    let three = CellSpec {
+        min: 3,
+        ..Default::default()
+    };
+    let e = w.core.handle(
+        7,
+        ALICE,
+        Request::UpdateSpec {
+            cell: id,
+            spec: allot_client::spec_to_wire(&three),
+        },
+        None,
+    );
+    assert!(matches!(reply(&e), Reply::Ok), "{}", message(&e));
+    proc_of(&w, 30, 1000);
+    let two = CellSpec {
+        min: 2,
+        exclusive: true,
+        ..Default::default()
+    };
+    let e = register(&mut w, ALICE, "b", two, vec![30], false);
+    assert_eq!(code(&e), Some(ErrorCode::Refused), "{}", message(&e));
+}

@@ -277,13 +277,9 @@ impl Core {
         }
     }
 
-    /// The cell a process that acquired something was counted in.
-    pub(crate) fn cell_of_holder(&self, pid: u32) -> Option<u64> {
-        self.holder_of_held(pid)
-    }
-
-    /// The holder recorded for a process that already holds something.
-    fn holder_of_held(&self, pid: u32) -> Option<u64> {
+    /// The holder recorded for a process that acquired something: its
+    /// cell while that lives, else none.
+    pub(crate) fn holder_of_held(&self, pid: u32) -> Option<u64> {
         self.account
             .holders
             .get(&pid)
@@ -441,20 +437,35 @@ impl Core {
         if held == self.account.held && outside == self.account.outside {
             return false;
         }
-        let mut specs: BTreeMap<u64, CellSpec> = held
+        self.account.held = held;
+        self.account.outside = outside;
+        self.refresh_specs();
+        true
+    }
+
+    /// Rebuilds the planned specs ([`Account::specs`]) from the held CPUs
+    /// and the cells' specs: after the holdings change, and after a cell
+    /// holding CPUs changes its spec.
+    pub(crate) fn refresh_specs(&mut self) {
+        let mut specs: BTreeMap<u64, CellSpec> = self
+            .account
+            .held
             .iter()
             .filter_map(|(id, set)| {
                 let c = self.cells.get(id)?;
                 Some((*id, c.spec.holding(set.len() as u32)))
             })
             .collect();
-        if !outside.is_empty() {
-            specs.insert(OUTSIDE.0, Account::outside_spec(outside.len()));
+        if !self.account.outside.is_empty() {
+            specs.insert(OUTSIDE.0, Account::outside_spec(self.account.outside.len()));
         }
-        self.account.held = held;
-        self.account.outside = outside;
         self.account.specs = specs;
-        true
+    }
+
+    /// Cell `id`'s spec `spec` as planned and admitted while its processes
+    /// hold what they hold now.
+    pub(crate) fn planned_spec(&self, id: u64, spec: CellSpec) -> CellSpec {
+        spec.holding(self.account.held.get(&id).map_or(0, |h| h.len() as u32))
     }
 }
 

@@ -156,7 +156,8 @@ impl Core {
                 grant: crate::convert::grant_to_record(g, generation, c.est.demand()),
             });
         }
-        if next.pool != self.plan.pool || next.reserve != self.plan.reserve {
+        let reserve_moved = next.reserve != self.plan.reserve;
+        if next.pool != self.plan.pool || reserve_moved {
             recs.push(Record::Shared {
                 pool: next.pool,
                 reserve: next.reserve,
@@ -165,7 +166,9 @@ impl Core {
         self.journal(&recs);
         self.plan = next;
         self.follow_isolation();
-        self.keep_reserve();
+        if reserve_moved {
+            self.keep_reserve();
+        }
         self.keep_off_held();
         if any {
             // Processes waiting for their cell's grant try again.

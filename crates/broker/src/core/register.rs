@@ -542,8 +542,9 @@ impl Core {
         self.owned(peer, cell, KIND)?;
         spec.validate()
             .map_err(|e| err(ErrorCode::Invalid, KIND, format!("invalid request: {e}")))?;
+        let planned = self.planned_spec(cell, spec);
         let others: Vec<Admitted<'_>> = self.admitted_except(Some(cell));
-        match self.planner.admit(&others, &spec, &self.plan) {
+        match self.planner.admit(&others, &planned, &self.plan) {
             Admission::Admit => {}
             Admission::NotNow(r) => return Err(err(ErrorCode::Refused, KIND, r)),
             Admission::Never(r) => return Err(err(ErrorCode::Never, KIND, r)),
@@ -551,6 +552,7 @@ impl Core {
         let c = self.cells.get_mut(&cell).expect("checked");
         c.spec = spec;
         c.tracker.set_goal(spec.goal);
+        self.refresh_specs();
         self.journal(&[Record::Spec {
             id: cell,
             spec: convert::to_record(&spec),

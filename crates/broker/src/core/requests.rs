@@ -313,7 +313,7 @@ impl Core {
                 // Holding something of its own, a process outside every
                 // cell no longer shares the minimum; an exclusive CPU moves
                 // other cells off it; both before it hears yes.
-                if self.cell_of_holder(peer.pid).is_none() {
+                if self.holder_of_held(peer.pid).is_none() {
                     self.unmanaged_holds(peer.pid);
                 }
                 e.extend(self.after_ledger_change());
