@@ -60,10 +60,12 @@ impl Link {
 
     /// The broker's index of device `name` of `kind`; `None` when the
     /// broker does not list it (the device is this process's own). A kind
-    /// not seen before is listed afresh.
+    /// not seen before is listed afresh, once: a kind the broker does not
+    /// have is remembered as having no device.
     pub fn device_index(&mut self, kind: &str, name: &str) -> Option<u32> {
         if !self.devices.contains_key(kind) {
             self.devices = self.list().unwrap_or_default();
+            self.devices.entry(kind.to_string()).or_default();
         }
         self.devices.get(kind)?.get(name).copied()
     }
