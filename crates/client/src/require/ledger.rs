@@ -141,7 +141,11 @@ impl Link {
             })
             .map_err(|e| e.to_string())?;
         match self.reply() {
-            Ok(Reply::Ok) => Ok(()),
+            Ok(Reply::Ok) => {
+                // Its devices are the broker's now: list them afresh.
+                self.devices.remove(name);
+                Ok(())
+            }
             Ok(Reply::Error { message, .. }) => Err(message),
             Ok(other) => Err(format!("unexpected reply {other:?}")),
             Err(Denied::Gone(e) | Denied::NotNow(e) | Denied::Never(e)) => Err(e),
