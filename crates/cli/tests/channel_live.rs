@@ -7,8 +7,9 @@ mod common;
 use allot_client::ChannelEnd;
 use allot_client::channel::{Full, RecvError, SendError};
 use common::*;
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 fn soon() -> Option<Instant> {
@@ -83,25 +84,42 @@ fn allot_channel_carries_lines_and_a_killed_sender_is_seen() {
     let mut input = send.stdin.take().unwrap();
     writeln!(input, "first line\nsecond line").unwrap();
     input.flush().unwrap();
-    assert!(eventually(Duration::from_secs(10), || d
-        .status()
-        .channels
-        .iter()
-        .any(|c| c.name == "lines" && c.senders == 1 && c.waiting == 0)));
+    // The sender is killed only once the receiver printed both lines: a
+    // sender that is registered has not necessarily read its input yet.
+    let mut recv = recv;
+    let lines = lines_of(recv.stdout.take().unwrap());
+    for want in ["first line", "second line"] {
+        let got = lines
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|e| panic!("the receiver printed no {want:?}: {e}"));
+        assert_eq!(got, want);
+    }
     send.kill().unwrap();
     send.wait().unwrap();
-    // The receiver printed both lines and ended: every sender is gone.
+    // The receiver ends, printing nothing more: every sender is gone.
     let out = recv.wait_with_output().unwrap();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        "first line\nsecond line\n"
-    );
+    assert!(lines.recv_timeout(Duration::from_secs(5)).is_err());
     drop(input);
+}
+
+/// The lines a child prints, read on a thread so a test can wait for
+/// each with a deadline; the channel closes when the child's end does.
+fn lines_of(out: std::process::ChildStdout) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }
 
 #[test]
