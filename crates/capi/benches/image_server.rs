@@ -23,9 +23,11 @@
 //! Steps: installs this build's liballot (`install-liballot.sh --from` the
 //! directory of this binary, as the other C benches do) and compiles
 //! `image_server.c` twice with `gcc -O2 -fopenmp`: with
-//! `-DIMAGE_SERVER_ALLOT` against liballot (the `fair` variant) and
-//! without it, linked to libgomp only (the `fixed N` variants: nothing of
-//! allot is loaded). Calibrates the service time of one request alone on
+//! `-DIMAGE_SERVER_ALLOT` against liballot (the `fair` variant, run with
+//! liballot's preload shim so each request's OpenMP team joins its block
+//! and is placed one thread per granted core) and without it, linked to
+//! libgomp only (the `fixed N` variants, and `fixed 2 bound` with
+//! `OMP_PROC_BIND=spread OMP_PLACES=cores`: nothing of allot is loaded). Calibrates the service time of one request alone on
 //! one thread, `s1`, and takes the machine's capacity as `CPUs / s1`
 //! requests per second (the most a perfectly efficient server could
 //! complete). Then runs every variant at rates from 10 % to 110 % of that
@@ -70,15 +72,21 @@ const QUICK_LOADS: [f64; 4] = [0.10, 0.40, 0.70, 1.00];
 /// The zoomed chart's y axis covers the loads up to this one.
 const ZOOM_LOAD: f64 = 0.85;
 /// The variants, in the order of the table's columns.
-const VARIANTS: [Variant; 4] = [
+const VARIANTS: [Variant; 5] = [
     Variant::Fixed(1),
     Variant::Fixed(2),
     Variant::Fixed(4),
+    Variant::Bound(2),
     Variant::Fair,
 ];
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Variant {
+    /// N threads per request, libgomp's defaults.
     Fixed(u32),
+    /// N threads per request bound one per core (`OMP_PROC_BIND=spread`,
+    /// `OMP_PLACES=cores`): what a careful user does so a team's threads
+    /// do not share a CPU.
+    Bound(u32),
     Fair,
 }
 
@@ -86,6 +94,7 @@ impl Variant {
     fn label(self) -> String {
         match self {
             Variant::Fixed(n) => format!("fixed {n}"),
+            Variant::Bound(n) => format!("fixed {n} bound"),
             Variant::Fair => "fair_cores".into(),
         }
     }
@@ -382,8 +391,15 @@ impl Runner<'_> {
                     c.args(["fixed", &n.to_string()]);
                     c
                 }
+                Variant::Bound(n) => {
+                    let mut c = self.command(&self.progs.plain);
+                    c.args(["fixed", &n.to_string()])
+                        .env("OMP_PROC_BIND", "spread")
+                        .env("OMP_PLACES", "cores");
+                    c
+                }
                 Variant::Fair => {
-                    let mut c = self.command(&self.progs.with_allot);
+                    let mut c = self.progs.command_with_shim(&self.progs.with_allot);
                     c.arg("fair");
                     c
                 }
@@ -593,20 +609,22 @@ fn main() {
         ("p95", |s: &Stats| s.p95),
     ] {
         println!("{what} latency (ms), median of {} rounds", o.rounds);
+        let others = &VARIANTS[..VARIANTS.len() - 1];
+        let names: Vec<String> = others.iter().map(|v| v.label()).collect();
         println!(
-            "| rate (req/s) | load | fixed 1 | fixed 2 | fixed 4 | fair_cores | fair ÷ best fixed |"
+            "| rate (req/s) | load | {} | fair_cores | fair ÷ best fixed |",
+            names.join(" | ")
         );
-        println!("|---:|---:|---:|---:|---:|---:|---:|");
+        println!("|---:|---:|{}---:|---:|", "---:|".repeat(others.len()));
         for (i, &rate) in rates.iter().enumerate() {
-            let fixed: Vec<f64> = VARIANTS[..3].iter().map(|&v| med(i, v, pick)).collect();
+            let fixed: Vec<f64> = others.iter().map(|&v| med(i, v, pick)).collect();
             let fair = med(i, Variant::Fair, pick);
             let best = fixed.iter().copied().fold(f64::INFINITY, f64::min);
+            let cells: Vec<String> = fixed.iter().map(|x| format!("{x:.1}")).collect();
             println!(
-                "| {rate:.1} | {:.0} % | {:.1} | {:.1} | {:.1} | {fair:.1} | {:.2} |",
+                "| {rate:.1} | {:.0} % | {} | {fair:.1} | {:.2} |",
                 100.0 * rate / capacity,
-                fixed[0],
-                fixed[1],
-                fixed[2],
+                cells.join(" | "),
                 fair / best
             );
         }

@@ -29,8 +29,13 @@ fn every_variant_serves_a_short_burst() {
     ];
     for (prog, args, name) in variants {
         // Without a broker, in no cell, with libgomp's defaults.
-        let out = case::run_stdout(
+        let mut command = if prog == with_allot {
+            p.command_with_shim(prog)
+        } else {
             p.command(prog)
+        };
+        let out = case::run_stdout(
+            command
                 .args(args)
                 .arg("40")
                 .args(tiny)

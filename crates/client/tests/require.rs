@@ -342,7 +342,18 @@ fn figure_6c_after_spawn_and_for_child_give_each_thread_its_cpu() {
             "nothing taken before the spawn"
         );
         let ctx = rt.spawn_prepare().unwrap();
-        assert_eq!(affinity().len(), 2, "BeforeSpawn of the enclosing scope");
+        // BeforeSpawn of the enclosing scope took two CPUs, and the thread,
+        // now in a team, is placed on one of them.
+        let held: Vec<usize> = (cpus.iter().enumerate())
+            .filter(|&(i, _)| rt.holding(outer.tid(), "cpu", i).is_some_and(|a| a > 0.0))
+            .map(|(_, c)| c)
+            .collect();
+        assert_eq!(held.len(), 2, "BeforeSpawn of the enclosing scope");
+        let placed = affinity();
+        assert!(
+            placed.len() == 1 && held.contains(&placed[0]),
+            "placed on {placed:?}, not one of {held:?}"
+        );
         let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
         let (seen_tx, seen_rx) = std::sync::mpsc::channel();
         let h = std::thread::spawn(move || {
@@ -440,4 +451,60 @@ fn waiters_holding_nothing_do_not_wake_each_other() {
         while_held <= 3 * 4,
         "{while_held} policy runs while the CPUs were held"
     );
+}
+
+/// A team made inside a block (spawn points called as the
+/// `pthread_create` hooks call them) is placed one thread per granted CPU,
+/// while a thread alone in its block keeps every CPU of it; the masks are
+/// whole again once the block is left.
+#[test]
+fn a_team_in_a_block_gets_one_cpu_per_thread_and_a_lone_thread_keeps_all() {
+    let cpus = allot_topo::allowed_cpus().unwrap();
+    if !allot_testkit::prerequisite(cpus.len() >= 2, "needs two CPUs") {
+        return;
+    }
+    let rt: &'static Runtime = Box::leak(Box::new(Runtime::new(
+        allot_topo::discover_live().unwrap(),
+        true,
+    )));
+    std::thread::spawn(move || {
+        let block = rt.enter(vec![Request::policy(policy::cores(2))]).unwrap();
+        assert_eq!(affinity().len(), 2, "alone in its block: both CPUs");
+        let granted = affinity();
+        let mut children = Vec::new();
+        let (seen_tx, seen_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let done_rx = std::sync::Arc::new(std::sync::Mutex::new(done_rx));
+        for _ in 0..3 {
+            let ctx = rt.spawn_prepare().unwrap();
+            let (seen_tx, done_rx) = (seen_tx.clone(), done_rx.clone());
+            children.push(std::thread::spawn(move || {
+                let _g = rt.child_start(ctx);
+                seen_tx.send(affinity()).unwrap();
+                let _ = done_rx.lock().unwrap().recv();
+            }));
+            rt.spawn_done();
+        }
+        let mut masks = vec![affinity()];
+        masks.extend((0..3).map(|_| seen_rx.recv().unwrap()));
+        // Four threads on two CPUs: one CPU each, two on each CPU.
+        for m in &masks {
+            assert!(m.len() == 1 && granted.contains(&m[0]), "{masks:?}");
+        }
+        for c in &granted {
+            let on = masks.iter().filter(|m| m[0] == *c).count();
+            assert_eq!(on, 2, "threads on CPU {c}: {masks:?}");
+        }
+        drop(done_tx);
+        rt.block_current();
+        for h in children {
+            h.join().unwrap();
+        }
+        rt.unblock_current();
+        assert_eq!(affinity(), granted, "the team ended: the whole block");
+        drop(block);
+        assert_eq!(affinity().len(), cpus.len(), "the block left: every CPU");
+    })
+    .join()
+    .unwrap();
 }

@@ -21,6 +21,10 @@
  *            c.ncores); blur }: the free cores shared among the requests
  *            waiting now (at least one each), waiting while none is free.
  *
+ * The bench runs `fair` with liballot's preload shim: the team's threads
+ * are then made through the shim's pthread_create, share the request's
+ * block, and are placed one per granted core.
+ *
  * Why a fresh thread per request: a require block sets the affinity of the
  * thread that enters it, and libgomp creates a team's threads from the
  * primary thread (they inherit its affinity) the first time that thread

@@ -14,6 +14,7 @@ pub use liballot::run_stdout;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 /// OpenMP, preload and allot variables removed from every run's
 /// environment: each variant runs with libgomp's defaults, in no cell.
@@ -54,6 +55,29 @@ impl Programs {
         }
         c.env("ALLOT_SOCKET", self.work.join("no-broker.sock"));
         c
+    }
+
+    /// [`Programs::command`] with liballot's preload shim, as
+    /// docs/require.md says a program whose OpenMP teams should share its
+    /// blocks runs: libgomp's threads then join the block they are made
+    /// in, and are placed one per granted CPU. (Its waits then give the
+    /// block back too, so threads that all wait at a barrier at once free
+    /// it for a moment: a program that counts on a block excluding others
+    /// for its whole length runs without it.)
+    pub fn command_with_shim(&self, program: &Path) -> Command {
+        let mut c = self.command(program);
+        c.env("LD_PRELOAD", self.shim());
+        c
+    }
+
+    /// liballot's preload shim, installed once in the build directory.
+    fn shim(&self) -> &Path {
+        static SHIM: OnceLock<PathBuf> = OnceLock::new();
+        SHIM.get_or_init(|| {
+            let dir = allot_proto::dirs::TrustedDir::create(&self.work.join("shim"), 0o700)
+                .expect("a directory for the shim");
+            allot_capi::install_shim(&dir).expect("the shim installed")
+        })
     }
 
     /// Runs `program args` as [`Programs::command`] makes it; its stdout.

@@ -3,7 +3,7 @@
 //!
 //! | kind | devices | amount | restrict (per thread) | throttle |
 //! |------|---------|--------|-----------------------|----------|
-//! | `cpu` | the CPUs this process may use | utilisation 0..1 | `sched_setaffinity` to the CPUs with a non-zero amount | fractions below 1: a per-thread cgroup quota when a cgroup is given, else the monitor thread (`throttle.rs`) |
+//! | `cpu` | the CPUs this process may use | utilisation 0..1 | `sched_setaffinity` to the CPUs with a non-zero amount; a team's threads one CPU each (`runtime::place`) | fractions below 1: a per-thread cgroup quota when a cgroup is given, else the monitor thread (`throttle.rs`) |
 //! | `memory` | NUMA nodes | bytes | `set_mempolicy(MPOL_BIND)` to the nodes with a non-zero amount | none: amounts are accounted, not enforced |
 //! | `io` | block devices (`major:minor`) | weight 1..1000 | the thread's blkio group of that weight (`ALLOT_IO_CGROUP`, cgroup v1, BFQ), else its I/O priority (`ioprio_set`); see [`super::io`] | — |
 //! | virtual | named counters | any | — | — |
@@ -60,6 +60,16 @@ pub trait KindOps: Send + Sync + fmt::Debug {
     /// default, which does nothing.
     fn throttle(&self, _tid: u64, _amounts: &[Option<f64>]) -> std::io::Result<()> {
         Ok(())
+    }
+    /// Whether the threads of a team holding several of its devices are
+    /// placed one per device (`runtime::place`; the `cpu` kind).
+    fn spreads(&self) -> bool {
+        false
+    }
+    /// The device the calling thread uses now, if the kind knows (the
+    /// CPU it runs on): placement prefers to leave a thread there.
+    fn current_device(&self) -> Option<usize> {
+        None
     }
     /// Why a non-zero amount on `dev` could not be enforced on this
     /// machine, if so: such a request is refused with this reason rather
@@ -164,6 +174,17 @@ impl KindOps for CpuOps {
     fn throttle(&self, tid: u64, amounts: &[Option<f64>]) -> std::io::Result<()> {
         super::throttle::set(tid, cpu_fraction(amounts));
         Ok(())
+    }
+
+    fn spreads(&self) -> bool {
+        true
+    }
+
+    fn current_device(&self) -> Option<usize> {
+        // SAFETY: sched_getcpu takes no arguments; -1 on failure.
+        let cpu = unsafe { libc::sched_getcpu() };
+        let cpu = usize::try_from(cpu).ok()?;
+        self.cpus.iter().position(|&c| c == cpu)
     }
 }
 

@@ -89,7 +89,16 @@ impl Runtime {
         if !st.trees.holds_any(tid) {
             return;
         }
-        drop(self.retake(st, tid));
+        let mut st = self.retake(st, tid);
+        // A placed thread whose team ended while it waited (a join) gets
+        // its whole allocation back.
+        if st
+            .threads
+            .get(&tid)
+            .is_some_and(|t| !t.placed.is_empty() && !t.in_team())
+        {
+            self.apply(&mut st, tid);
+        }
     }
 
     /// Like [`Runtime::unblock_current`] but never waits: returns false

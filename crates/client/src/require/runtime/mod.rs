@@ -20,10 +20,14 @@
 //! `ForDescendants` by every descendant. Spawn points — allot's runtime,
 //! [`spawn`], and the `pthread_create` preload shim — call
 //! [`Runtime::spawn_prepare`], [`Runtime::spawn_done`] and, in the child,
-//! [`Runtime::child_start`].
+//! [`Runtime::child_start`]. A thread and the threads it spawned that way
+//! form a team, placed one thread per CPU of their block (`place`); the
+//! OS effects are applied in `apply`.
 
+mod apply;
 mod block;
 mod broker;
+mod place;
 mod request;
 mod resolve;
 mod spawn;
@@ -73,6 +77,21 @@ struct ThreadRec {
     /// Frame vectors of left scopes, kept for reuse (no allocation per
     /// scope on the hot path).
     spare: Vec<Vec<(Dev, NodeId)>>,
+    /// The thread that spawned this one through a spawn point, sharing its
+    /// allocation with it (a team member: [`place`]).
+    parent: Option<Tid>,
+    /// Live threads this one spawned through spawn points (started or
+    /// not): while there are any, it leads a team ([`place`]).
+    children: u32,
+    /// The device it is placed on, per kind ([`place`]).
+    placed: IntMap<KindId, usize>,
+}
+
+impl ThreadRec {
+    /// Whether the thread is in a team: its threads are placed.
+    fn in_team(&self) -> bool {
+        self.parent.is_some() || self.children > 0
+    }
 }
 
 #[derive(Debug)]
@@ -84,6 +103,8 @@ struct State {
     total_waiting: u32,
     epoch: u64,
     threads: IntMap<Tid, ThreadRec>,
+    /// Threads placed on each device ([`place`]).
+    placed_on: IntMap<Dev, u32>,
     next_scope: u64,
     /// The broker's ledger, when one answers: roots then hold only what it
     /// granted.
@@ -111,6 +132,32 @@ struct State {
 }
 
 impl State {
+    /// A state with no kinds, talking to the broker through `link`.
+    fn new(link: Option<Link>) -> State {
+        State {
+            trees: Trees::new(),
+            kinds: Vec::new(),
+            by_name: HashMap::new(),
+            waiting: IntMap::default(),
+            total_waiting: 0,
+            epoch: 0,
+            threads: IntMap::default(),
+            placed_on: IntMap::default(),
+            next_scope: 1,
+            link,
+            root_items: IntMap::default(),
+            broker_dev: HashMap::new(),
+            broker_waiters: 0,
+            ledger_epoch: 0,
+            watching: false,
+            sleepers: 0,
+            scratch_asks: Vec::new(),
+            scratch_nodes: Vec::new(),
+            scratch_holdings: Vec::new(),
+            samples: Default::default(),
+        }
+    }
+
     /// The kind's and the device's names of `dev`, for an error.
     fn names(&self, dev: Dev) -> (String, String) {
         let k = &self.kinds[dev.0];
@@ -194,27 +241,7 @@ impl Runtime {
         socket: Option<&std::path::Path>,
     ) -> Runtime {
         let kinds = kind::builtin(&machine, machine.usable());
-        let mut st = State {
-            trees: Trees::new(),
-            kinds: Vec::new(),
-            by_name: HashMap::new(),
-            waiting: IntMap::default(),
-            total_waiting: 0,
-            epoch: 0,
-            threads: IntMap::default(),
-            next_scope: 1,
-            link: socket.and_then(Link::connect),
-            root_items: IntMap::default(),
-            broker_dev: HashMap::new(),
-            broker_waiters: 0,
-            ledger_epoch: 0,
-            watching: false,
-            sleepers: 0,
-            scratch_asks: Vec::new(),
-            scratch_nodes: Vec::new(),
-            scratch_holdings: Vec::new(),
-            samples: Default::default(),
-        };
+        let mut st = State::new(socket.and_then(Link::connect));
         for k in kinds {
             add_kind(&mut st, k);
         }
@@ -704,47 +731,6 @@ impl Runtime {
     /// Threads waiting now.
     pub fn waiting(&self) -> u32 {
         self.lock().total_waiting
-    }
-
-    /// Applies `tid`'s holdings to the OS when it is the calling thread and
-    /// they changed.
-    fn apply(&self, st: &mut MutexGuard<'_, State>, tid: Tid) {
-        if !self.apply_os || tid != current_tid() {
-            return;
-        }
-        let st = &mut **st;
-        let mut holdings = std::mem::take(&mut st.scratch_holdings);
-        for k in 0..st.kinds.len() {
-            let Some(ops) = st.kinds[k].ops.as_ref() else {
-                continue;
-            };
-            let n = st.kinds[k].devices.len();
-            let constrained = st.trees.holdings_of_kind(tid, k, n, &mut holdings);
-            let t = st.threads.entry(tid).or_default();
-            let unchanged = match t.applied.get(&k) {
-                Some(b) => constrained && *b == holdings,
-                None => !constrained,
-            };
-            if unchanged {
-                continue;
-            }
-            if !constrained {
-                holdings.resize(n, None); // every device unconstrained
-            }
-            // Failures (e.g. memory binding on a kernel without NUMA) leave
-            // the allocation accounted but not enforced.
-            let _ = ops.restrict(&holdings);
-            let _ = ops.throttle(tid, &holdings);
-            let old = if constrained {
-                t.applied.insert(k, std::mem::take(&mut holdings))
-            } else {
-                t.applied.remove(&k)
-            };
-            if let Some(v) = old {
-                holdings = v; // reuse its memory next time
-            }
-        }
-        st.scratch_holdings = holdings;
     }
 }
 

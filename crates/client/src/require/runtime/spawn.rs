@@ -23,6 +23,14 @@ impl Runtime {
             return None;
         }
         st = self.run_spawn_timed(st, tid, false);
+        // The thread now shares its allocation with a thread of its own:
+        // their team is placed, this thread first, before the child
+        // inherits its mask.
+        let t = st.threads.get_mut(&tid)?;
+        t.children += 1;
+        if t.children == 1 && t.parent.is_none() {
+            self.apply(&mut st, tid);
+        }
         let t = st.threads.get(&tid)?;
         // The child makes these when it starts: they are immediate there.
         let now = |r: &Request| r.clone().when(Timing::Now);
@@ -38,6 +46,7 @@ impl Runtime {
         let pending = PENDING_CHILD | NEXT_PENDING.fetch_add(1, Ordering::Relaxed);
         st.trees.spawn(tid, pending);
         Some(SpawnCtx {
+            parent: tid,
             pending,
             for_child,
             descendants,
@@ -48,6 +57,7 @@ impl Runtime {
     /// set aside for it.
     pub fn spawn_cancel(&self, ctx: SpawnCtx) {
         let mut st = self.lock();
+        team_left(&mut st, ctx.parent);
         st.trees.thread_exit(ctx.pending);
         give_back(&mut st);
         st.epoch += 1;
@@ -142,7 +152,9 @@ impl Runtime {
         st.trees.spawn(ctx.pending, tid);
         st.trees.thread_exit(ctx.pending);
         st = self.retake(st, tid);
-        st.threads.entry(tid).or_default().inherited = ctx.descendants;
+        let t = st.threads.entry(tid).or_default();
+        t.inherited = ctx.descendants;
+        t.parent = Some(ctx.parent);
         drop(st);
         let scope = if ctx.for_child.is_empty() {
             None
@@ -173,7 +185,10 @@ impl Runtime {
     pub(super) fn thread_exit(&self, tid: Tid) {
         let mut st = self.lock();
         st.trees.thread_exit(tid);
-        st.threads.remove(&tid);
+        place::forget(&mut st, tid);
+        if let Some(parent) = st.threads.remove(&tid).and_then(|t| t.parent) {
+            team_left(&mut st, parent);
+        }
         give_back(&mut st);
         st.epoch += 1;
         if st.sleepers > 0 {
@@ -185,10 +200,21 @@ impl Runtime {
 /// What a spawned thread inherits.
 #[derive(Debug)]
 pub struct SpawnCtx {
+    /// The spawning thread.
+    parent: Tid,
     /// The dormant stand-in that holds the child's share until it starts.
     pending: Tid,
     for_child: Vec<Request>,
     descendants: Vec<Request>,
+}
+
+/// A thread `parent` spawned has ended (or was never created): one team
+/// member fewer. The parent widens back to its whole allocation the next
+/// time it applies it ([`Runtime::unblock_current`] after a join does).
+fn team_left(st: &mut State, parent: Tid) {
+    if let Some(p) = st.threads.get_mut(&parent) {
+        p.children = p.children.saturating_sub(1);
+    }
 }
 
 /// Stand-ins for children not started yet have ids with the top bit set
