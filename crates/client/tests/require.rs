@@ -9,6 +9,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+/// A runtime on this machine that applies allocations to the OS, kept for
+/// the life of the test process (its threads outlive the test's frame).
+fn live_runtime() -> &'static Runtime {
+    Runtime::new(allot_topo::discover_live().unwrap(), true).into_static()
+}
+
 fn affinity() -> Vec<usize> {
     let s = rustix::thread::sched_getaffinity(None).unwrap();
     (0..1024).filter(|&c| s.is_set(c)).collect()
@@ -20,10 +26,7 @@ fn affinity() -> Vec<usize> {
 #[test]
 fn figure_1_threads_never_exceed_the_granted_cores() {
     let cpus = allot_topo::allowed_cpus().unwrap();
-    let rt: &'static Runtime = Box::leak(Box::new(Runtime::new(
-        allot_topo::discover_live().unwrap(),
-        true,
-    )));
+    let rt = live_runtime();
     let all: Vec<Request> = cpus
         .iter()
         .map(|c| Request::device("cpu", rt_index(rt, c), 1.0))
@@ -127,10 +130,7 @@ fn for_child_requests_are_made_by_each_child() {
     if !allot_testkit::prerequisite(cpus.len() >= 2, "needs two CPUs") {
         return;
     }
-    let rt: &'static Runtime = Box::leak(Box::new(Runtime::new(
-        allot_topo::discover_live().unwrap(),
-        true,
-    )));
+    let rt = live_runtime();
     let s = rt
         .enter(vec![
             Request::policy(policy::cores(2)),
@@ -318,10 +318,7 @@ fn figure_6c_after_spawn_and_for_child_give_each_thread_its_cpu() {
     if !allot_testkit::prerequisite(cpus.len() >= 2, "needs two CPUs") {
         return;
     }
-    let rt: &'static Runtime = Box::leak(Box::new(Runtime::new(
-        allot_topo::discover_live().unwrap(),
-        true,
-    )));
+    let rt = live_runtime();
     std::thread::spawn(move || {
         let outer = rt
             .enter(vec![
@@ -463,10 +460,7 @@ fn a_team_in_a_block_gets_one_cpu_per_thread_and_a_lone_thread_keeps_all() {
     if !allot_testkit::prerequisite(cpus.len() >= 2, "needs two CPUs") {
         return;
     }
-    let rt: &'static Runtime = Box::leak(Box::new(Runtime::new(
-        allot_topo::discover_live().unwrap(),
-        true,
-    )));
+    let rt = live_runtime();
     std::thread::spawn(move || {
         let block = rt.enter(vec![Request::policy(policy::cores(2))]).unwrap();
         assert_eq!(affinity().len(), 2, "alone in its block: both CPUs");

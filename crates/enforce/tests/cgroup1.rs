@@ -48,21 +48,30 @@ fn fixture_tree() {
     assert!(!dir.path().join("cpuset/allot").exists());
 }
 
+/// A fixture of the v1 hierarchies named in `hierarchies` (always with
+/// `cpuset`) under `dir`, one directory each, and their mounts; `cpuacct`
+/// is co-mounted with `cpu`, as on most machines.
+fn fixture_v1(dir: &std::path::Path, hierarchies: &[&str]) -> (FixtureFs, V1Mounts) {
+    let fs = FixtureFs::new(FixtureLayout::V1All);
+    for h in hierarchies {
+        fs.populate(&dir.join(h)).unwrap();
+    }
+    std::fs::write(dir.join("cpuset/cpuset.mems"), "0\n").unwrap();
+    let has = |h: &str| hierarchies.contains(&h).then(|| dir.join(h));
+    let mounts = V1Mounts {
+        cpuset: dir.join("cpuset"),
+        cpu: has("cpu"),
+        cpuacct: has("cpu"),
+        freezer: has("freezer"),
+        blkio: has("blkio"),
+    };
+    (fs, mounts)
+}
+
 #[test]
 fn fixture_gate_freezes_and_thaws_the_cell_and_remove_thaws_it() {
     let dir = tempfile::tempdir().unwrap();
-    let fs = FixtureFs::new(FixtureLayout::V1All);
-    for h in ["cpuset", "cpu", "freezer", "blkio"] {
-        fs.populate(&dir.path().join(h)).unwrap();
-    }
-    std::fs::write(dir.path().join("cpuset/cpuset.mems"), "0\n").unwrap();
-    let mounts = V1Mounts {
-        cpuset: dir.path().join("cpuset"),
-        cpu: Some(dir.path().join("cpu")),
-        cpuacct: Some(dir.path().join("cpu")),
-        freezer: Some(dir.path().join("freezer")),
-        blkio: Some(dir.path().join("blkio")),
-    };
+    let (fs, mounts) = fixture_v1(dir.path(), &["cpuset", "cpu", "freezer", "blkio"]);
     let mut b = Cgroup1::new(Arc::new(fs), &mounts, "allot", CpuSet::first_n(4)).unwrap();
     b.create(3).unwrap();
     let state = dir.path().join("freezer/allot/cell-3/freezer.state");
@@ -309,18 +318,7 @@ fn live_gate_freezes_every_thread_and_thaws_them() {
 #[test]
 fn fixture_io_weights_go_to_the_cells_blkio_group() {
     let dir = tempfile::tempdir().unwrap();
-    let fs = FixtureFs::new(FixtureLayout::V1All);
-    for h in ["cpuset", "blkio"] {
-        fs.populate(&dir.path().join(h)).unwrap();
-    }
-    std::fs::write(dir.path().join("cpuset/cpuset.mems"), "0\n").unwrap();
-    let mounts = V1Mounts {
-        cpuset: dir.path().join("cpuset"),
-        cpu: None,
-        cpuacct: None,
-        freezer: None,
-        blkio: Some(dir.path().join("blkio")),
-    };
+    let (fs, mounts) = fixture_v1(dir.path(), &["cpuset", "blkio"]);
     let mut b = Cgroup1::new(Arc::new(fs), &mounts, "allot", CpuSet::first_n(4)).unwrap();
     b.create(2).unwrap();
     b.attach(2, 4242).unwrap();
