@@ -16,6 +16,7 @@ const SOURCES: &[&str] = &[
     "shim/omp.c",
     "shim/omp_route.c",
     "shim/threads.c",
+    "shim/bind.c",
     "shim/blocking.c",
     "shim/follow.c",
 ];

@@ -227,6 +227,7 @@ __attribute__((constructor)) static void shim_init(void)
     const struct grant_page *p = map_page(getenv(ALLOT_ENV_GRANT_FD), &why);
     __atomic_store_n(&g_page, p, __ATOMIC_RELEASE);
     rq_init();
+    bind_init();
     if (p != NULL)
         follow_init();
     if (g_debug) {

@@ -6,6 +6,7 @@
  *   omp.c      OpenMP teams capped to the grant (GNU libgomp, LLVM libomp)
  *   omp_route.c  which runtime each OpenMP call goes to (omp_route.h)
  *   threads.c  threads created and blocked inside `require` blocks
+ *   bind.c     thread bindings (OMP_PROC_BIND, places) kept inside the grant
  *   follow.c   libraries whose thread count is a setting (BLAS, oneTBB)
  *              set to the grant whenever it changes; dlopen watched
  *
@@ -113,6 +114,12 @@ int rq_holds(void);
 void rq_block(void);
 void rq_unblock(void);
 int rq_try_block(void);
+
+/* bind.c: bindings the kernel refused (outside the grant) carried into it. */
+void bind_init(void);
+int bind_retry_create(int (*create)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *),
+                      pthread_t *thread, const pthread_attr_t *attr, void *(*start)(void *),
+                      void *arg);
 
 /* follow.c */
 void follow_init(void);

@@ -203,6 +203,17 @@ EXPORT int sched_getaffinity(pid_t pid, size_t size, cpu_set_t *mask)
     return real(pid, size, mask);
 }
 
+/* pthread_create, and when the kernel refused the binding in `attr`, the
+ * binding carried into the grant (bind.c). */
+static inline int create_bound(create_fn real, pthread_t *thread, const pthread_attr_t *attr,
+                               void *(*start)(void *), void *arg)
+{
+    int rc = real(thread, attr, start, arg);
+    if (UNLIKELY(rc == EINVAL))
+        rc = bind_retry_create(real, thread, attr, start, arg);
+    return rc;
+}
+
 EXPORT int pthread_create(pthread_t *restrict thread, const pthread_attr_t *restrict attr,
                           void *(*start)(void *), void *restrict arg)
 {
@@ -210,12 +221,12 @@ EXPORT int pthread_create(pthread_t *restrict thread, const pthread_attr_t *rest
     /* A pool starting (a BLAS or TBB library just loaded): follow it. */
     follow_rescan();
     if (LIKELY(!__atomic_load_n(&g_rq_on, __ATOMIC_ACQUIRE)))
-        return real(thread, attr, start, arg);
+        return create_bound(real, thread, attr, start, arg);
     int saved = errno;
     void *ctx = g_rq.spawn_prepare();
     if (ctx == NULL) {
         errno = saved;
-        return real(thread, attr, start, arg);
+        return create_bound(real, thread, attr, start, arg);
     }
     struct rq_start *s = malloc(sizeof *s);
     if (s == NULL) {
@@ -226,7 +237,7 @@ EXPORT int pthread_create(pthread_t *restrict thread, const pthread_attr_t *rest
     s->fn = start;
     s->arg = arg;
     s->ctx = ctx;
-    int rc = real(thread, attr, rq_trampoline, s);
+    int rc = create_bound(real, thread, attr, rq_trampoline, s);
     if (rc != 0) {
         free(s);
         g_rq.spawn_cancel(ctx);

@@ -264,8 +264,13 @@ impl Page {
         p
     }
 
-    /// Publishes a new grant of `threads`.
+    /// Publishes a new grant of `threads` on the first `threads` CPUs.
     pub fn publish(&mut self, threads: u32) {
+        self.publish_on(threads, CpuSet::first_n(threads as usize));
+    }
+
+    /// Publishes a new grant of `threads` on `cpus`.
+    pub fn publish_on(&mut self, threads: u32, cpus: CpuSet) {
         self.generation += 1;
         self.map.page().publish(&Grant {
             cell: 42,
@@ -274,7 +279,7 @@ impl Page {
             threads,
             entitled: threads,
             share_milli: threads * 1000,
-            cpus: CpuSet::first_n(threads as usize),
+            cpus,
             ..Grant::default()
         });
     }

@@ -1,0 +1,289 @@
+/*
+ * bind.c: thread bindings kept inside the grant. Part of liballot_shim.so
+ * (see shim.h).
+ *
+ * A program run with OMP_PROC_BIND, OMP_PLACES or GOMP_CPU_AFFINITY has
+ * its OpenMP runtime compute a list of places once, at start, from the
+ * CPUs the process may use then, and bind every team thread to one of
+ * them: the affinity is set on the thread's attributes before
+ * pthread_create (libgomp), or by the thread itself with
+ * pthread_setaffinity_np / sched_setaffinity. In a cell the CPUs move: a
+ * grant shrinks when others arrive and may move to other CPUs. A binding
+ * that names only CPUs the cell no longer has makes the kernel refuse it
+ * (EINVAL), and libgomp treats a refused thread creation as fatal
+ * ("Thread creation failed: Invalid argument").
+ *
+ * Rule: a binding the kernel accepts is never touched. Only when it is
+ * refused with EINVAL, inside a cell, is it retried with the binding
+ * carried into the grant (bind_into), in this order:
+ *
+ *   1. onto the grant on the page (the CPUs the broker published);
+ *   2. onto the CPUs the calling thread (or the target thread) may use
+ *      now: the page is published after the cgroup is written, so for a
+ *      moment the page may still name CPUs the kernel already took away,
+ *      while a thread's own mask is always inside its cpuset;
+ *   3. (thread creation only) unbound: a mask of every CPU, which the
+ *      kernel narrows to the cell's.
+ *
+ * bind_into is the one mapping: the CPUs of the request that are still
+ * allowed if there are any, otherwise each requested CPU c goes to the
+ * (c mod n)-th of the n allowed CPUs, so threads bound to distinct CPUs
+ * outside the grant land on distinct CPUs inside it while there are
+ * enough, as a bound team expects. Bound programs thus stay bound, inside
+ * their grant, and keep running when their cell shrinks or moves.
+ *
+ * Invariants: the fast path (the call succeeds) costs nothing but the
+ * forwarding; the caller's attributes are restored before
+ * pthread_create returns (only a creation that would have failed sees
+ * them changed, and only for the duration of the retries); errno and the
+ * error a call returns are those of the last attempt. Outside a cell (no
+ * page) every error passes through unchanged.
+ *
+ * LLVM's libomp binds with the raw system call (KMP_AFFINITY), which no
+ * preloaded library can see: see SHIM.md, "Bound threads".
+ */
+
+#include "shim.h"
+
+/* Masks up to 8192 CPUs: larger than any page (1024) and any runtime's
+ * default set size. */
+#define MASK_WORDS 128
+#define MASK_BYTES (MASK_WORDS * sizeof(unsigned long))
+#define WORD_BITS (8 * sizeof(unsigned long))
+
+struct mask {
+    unsigned long w[MASK_WORDS];
+};
+
+static int mask_count(const struct mask *m)
+{
+    int n = 0;
+    for (int i = 0; i < MASK_WORDS; i++)
+        n += __builtin_popcountl(m->w[i]);
+    return n;
+}
+
+/* The n-th set CPU of `m` (0-based; n < mask_count(m)). */
+static int mask_nth(const struct mask *m, int n)
+{
+    for (int i = 0; i < MASK_WORDS; i++) {
+        int c = __builtin_popcountl(m->w[i]);
+        if (n < c) {
+            unsigned long w = m->w[i];
+            while (n-- > 0)
+                w &= w - 1;
+            return i * (int)WORD_BITS + __builtin_ctzl(w);
+        }
+        n -= c;
+    }
+    return -1;
+}
+
+/* Copies `size` bytes of a kernel-format mask into `m`, zero-extended. */
+static void mask_from(struct mask *m, const void *set, size_t size)
+{
+    memset(m, 0, sizeof *m);
+    memcpy(m->w, set, size < MASK_BYTES ? size : MASK_BYTES);
+}
+
+/*
+ * The binding `want` carried into `allowed` (the rule above). Returns 0
+ * when `want` is empty or `allowed` is empty (nothing to carry), else 1.
+ */
+static int bind_into(const struct mask *want, const struct mask *allowed, struct mask *out)
+{
+    int n = mask_count(allowed);
+    if (n == 0 || mask_count(want) == 0)
+        return 0;
+    int any = 0;
+    for (int i = 0; i < MASK_WORDS; i++) {
+        out->w[i] = want->w[i] & allowed->w[i];
+        any |= out->w[i] != 0;
+    }
+    if (any)
+        return 1;
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < MASK_WORDS; i++)
+        for (unsigned long w = want->w[i]; w != 0; w &= w - 1) {
+            int c = i * (int)WORD_BITS + __builtin_ctzl(w);
+            int to = mask_nth(allowed, c % n);
+            out->w[to / WORD_BITS] |= 1UL << (to % WORD_BITS);
+        }
+    return 1;
+}
+
+/* The grant's CPUs from the page (seqlock read), 0 if none could be read. */
+static int page_cpus(struct mask *m)
+{
+    const struct grant_page *p = __atomic_load_n(&g_page, __ATOMIC_RELAXED);
+    if (p == NULL)
+        return 0;
+    enum { WORDS = sizeof p->cpus / sizeof p->cpus[0] };
+    _Static_assert(WORDS * 64 <= MASK_WORDS * WORD_BITS, "the page's set fits a mask");
+    for (int tries = 0; tries < 256; tries++) {
+        uint64_t s1 = __atomic_load_n(&p->seq, __ATOMIC_ACQUIRE);
+        if (s1 & 1) {
+            CPU_RELAX();
+            continue;
+        }
+        memset(m, 0, sizeof *m);
+        for (int i = 0; i < WORDS; i++) {
+            uint64_t w = __atomic_load_n(&p->cpus[i], __ATOMIC_RELAXED);
+            m->w[i * 64 / WORD_BITS] |= (unsigned long)(w << ((i * 64) % WORD_BITS));
+        }
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&p->seq, __ATOMIC_RELAXED) == s1)
+            return mask_count(m) > 0;
+    }
+    return 0;
+}
+
+static void told(const struct mask *want, const struct mask *got, const char *how)
+{
+    static int said;
+    if (!g_debug || __atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+        return;
+    say("a binding to CPU %d (%d CPUs) lies outside the grant; %s to CPU %d (%d CPUs) "
+        "(told once)",
+        mask_nth(want, 0), mask_count(want), how, got ? mask_nth(got, 0) : -1,
+        got ? mask_count(got) : 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The real functions                                                       */
+/* ------------------------------------------------------------------------ */
+
+typedef int (*setaff_fn)(pid_t, size_t, const cpu_set_t *);
+typedef int (*getaff_fn)(pid_t, size_t, cpu_set_t *);
+typedef int (*psetaff_fn)(pthread_t, size_t, const cpu_set_t *);
+typedef int (*pgetaff_fn)(pthread_t, size_t, cpu_set_t *);
+
+enum { B_SET, B_GET, B_PSET, B_PGET, B_COUNT };
+static void *g_breal[B_COUNT];
+static const char *const b_name[B_COUNT] = {"sched_setaffinity", "sched_getaffinity",
+                                            "pthread_setaffinity_np", "pthread_getaffinity_np"};
+
+static void *breal(int s)
+{
+    void *f = __atomic_load_n(&g_breal[s], __ATOMIC_ACQUIRE);
+    if (LIKELY(f != NULL))
+        return f;
+    /* glibc keeps pre-2.3.4 sched_*affinity beside the current ones. */
+    if (s == B_SET || s == B_GET)
+        f = dlvsym(RTLD_NEXT, b_name[s], "GLIBC_2.3.4");
+    if (f == NULL)
+        f = dlsym(RTLD_NEXT, b_name[s]);
+    if (f == NULL)
+        die("no library provides", b_name[s]);
+    __atomic_store_n(&g_breal[s], f, __ATOMIC_RELEASE);
+    return f;
+}
+
+/* Looks the real functions up (constructor), so no binding looks them up
+ * while the loader's lock may be held. */
+void bind_init(void)
+{
+    for (int s = 0; s < B_COUNT; s++)
+        breal(s);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Thread creation with a binding in its attributes                         */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Called by pthread_create (threads.c) after `create` failed with EINVAL:
+ * retries with the attributes' binding carried into the grant. Returns the
+ * last attempt's result (EINVAL again when the failure was not the
+ * binding's).
+ */
+int bind_retry_create(int (*create)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *),
+                      pthread_t *thread, const pthread_attr_t *attr, void *(*start)(void *),
+                      void *arg)
+{
+    if (attr == NULL || !shim_active())
+        return EINVAL;
+    pthread_attr_t *a = (pthread_attr_t *)attr; /* restored below */
+    struct mask want;
+    if (pthread_attr_getaffinity_np(a, MASK_BYTES, (cpu_set_t *)want.w) != 0)
+        return EINVAL;
+    /* glibc reports "no binding" as every bit set. */
+    int n = mask_count(&want);
+    if (n == 0 || n == MASK_WORDS * (int)WORD_BITS)
+        return EINVAL;
+
+    int rc = EINVAL;
+    struct mask allowed, to;
+    if (page_cpus(&allowed) && bind_into(&want, &allowed, &to)) {
+        pthread_attr_setaffinity_np(a, MASK_BYTES, (cpu_set_t *)to.w);
+        rc = create(thread, a, start, arg);
+        if (rc == 0)
+            told(&want, &to, "the thread was bound");
+    }
+    if (rc == EINVAL &&
+        ((getaff_fn)breal(B_GET))(0, MASK_BYTES, (cpu_set_t *)allowed.w) == 0 &&
+        bind_into(&want, &allowed, &to)) {
+        pthread_attr_setaffinity_np(a, MASK_BYTES, (cpu_set_t *)to.w);
+        rc = create(thread, a, start, arg);
+        if (rc == 0)
+            told(&want, &to, "the thread was bound (its creator's CPUs)");
+    }
+    if (rc == EINVAL) {
+        /* Every CPU: the kernel leaves the cell's. */
+        memset(&to, 0xff, sizeof to);
+        pthread_attr_setaffinity_np(a, MASK_BYTES, (cpu_set_t *)to.w);
+        rc = create(thread, a, start, arg);
+        if (rc == 0)
+            told(&want, NULL, "the thread was started unbound");
+    }
+    pthread_attr_setaffinity_np(a, MASK_BYTES, (cpu_set_t *)want.w);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Bindings set by the thread itself                                        */
+/* ------------------------------------------------------------------------ */
+
+EXPORT int sched_setaffinity(pid_t pid, size_t size, const cpu_set_t *set)
+{
+    setaff_fn real = (setaff_fn)breal(B_SET);
+    int rc = real(pid, size, set);
+    if (LIKELY(rc == 0) || errno != EINVAL || !shim_active())
+        return rc;
+    int saved = errno;
+    struct mask want, allowed, to;
+    mask_from(&want, set, size);
+    if (page_cpus(&allowed) && bind_into(&want, &allowed, &to) &&
+        real(pid, MASK_BYTES, (cpu_set_t *)to.w) == 0) {
+        told(&want, &to, "it was bound");
+        return 0;
+    }
+    if (((getaff_fn)breal(B_GET))(pid, MASK_BYTES, (cpu_set_t *)allowed.w) == 0 &&
+        bind_into(&want, &allowed, &to) && real(pid, MASK_BYTES, (cpu_set_t *)to.w) == 0) {
+        told(&want, &to, "it was bound (the thread's own CPUs)");
+        return 0;
+    }
+    errno = saved;
+    return -1;
+}
+
+EXPORT int pthread_setaffinity_np(pthread_t thread, size_t size, const cpu_set_t *set)
+{
+    psetaff_fn real = (psetaff_fn)breal(B_PSET);
+    int rc = real(thread, size, set);
+    if (LIKELY(rc != EINVAL) || !shim_active())
+        return rc;
+    struct mask want, allowed, to;
+    mask_from(&want, set, size);
+    if (page_cpus(&allowed) && bind_into(&want, &allowed, &to) &&
+        real(thread, MASK_BYTES, (cpu_set_t *)to.w) == 0) {
+        told(&want, &to, "it was bound");
+        return 0;
+    }
+    if (((pgetaff_fn)breal(B_PGET))(thread, MASK_BYTES, (cpu_set_t *)allowed.w) == 0 &&
+        bind_into(&want, &allowed, &to) && real(thread, MASK_BYTES, (cpu_set_t *)to.w) == 0) {
+        told(&want, &to, "it was bound (the thread's own CPUs)");
+        return 0;
+    }
+    return rc;
+}
