@@ -23,6 +23,7 @@
 //! - [`channels`]: named channels between cells, and who may open them.
 //! - [`convert`]: the spec as the planner, the wire, the journal and the
 //!   status each see it.
+//! - [`timeline`]: each cell's steps through the broker, timed.
 //! - [`windows`]: the timer thread that opens and closes time-triggered
 //!   cells' windows (gang activation through the freezer).
 
@@ -39,6 +40,7 @@ pub mod names;
 pub mod perf;
 pub mod server;
 pub mod status;
+pub mod timeline;
 pub mod windows;
 
 pub use config::Config;

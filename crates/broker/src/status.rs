@@ -88,6 +88,7 @@ impl Core {
                         self.goal_note(c, g.map_or(0, |g| g.entitled.len() as u32)),
                     ),
                     waiting_for_message: !self.planned(id),
+                    timeline: (!private).then(|| c.timeline.doc()),
                 }
             })
             .collect();

@@ -660,3 +660,68 @@ fn a_program_started_on_one_cpu_may_still_grow_its_openmp_teams() {
     let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
     let _ = holder.0.wait();
 }
+
+/// `--timeline` prints the run's own steps and the broker's for the cell,
+/// in time order, and `allot status --json` carries the broker's part.
+#[test]
+fn the_timeline_shows_each_step_of_start_and_exit() {
+    let d = Daemon::start("dry-run", &[]);
+    let o = run_out(allot_run(&d, &["--timeline", "--", "sh", "-c", "exit 4"]));
+    assert_eq!(o.status.code(), Some(4), "the exit status still passes");
+    let err = String::from_utf8_lossy(&o.stderr);
+    let order = [
+        "allot run started",
+        "broker answering",
+        "[broker] request",
+        "[broker] admission admitted",
+        "[broker] journal",
+        "[broker] cgroup",
+        "[broker] cpuset",
+        "[broker] grant generation 1",
+        "[broker] joined process",
+        "registered as cell",
+        "program started (process",
+        "program exited",
+    ];
+    let mut from = 0;
+    for step in order {
+        let at = err[from..]
+            .find(step)
+            .unwrap_or_else(|| panic!("{step:?} missing or out of order in:\n{err}"));
+        from += at;
+    }
+    // The broker saw the program join and exit (its own pid).
+    let pid = err
+        .split("program started (process ")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .unwrap();
+    assert!(
+        err.contains(&format!("[broker] joined process {pid}")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("[broker] exited process {pid}")),
+        "{err}"
+    );
+    // Costs are shown for what the kernel was asked to do.
+    assert!(
+        err.lines()
+            .any(|l| l.contains("[broker] cpuset") && l.ends_with(" ms)")),
+        "{err}"
+    );
+
+    // A live cell's timeline in the status document.
+    let mut c = allot_run(&d, &["--", "sleep", "1"]);
+    let mut child = c.spawn().unwrap();
+    assert!(eventually(Duration::from_secs(3), || {
+        d.status().cells.iter().any(|c| {
+            c.timeline.as_ref().is_some_and(|t| {
+                t.origin_ns > 0
+                    && t.steps.iter().any(|s| s.step == "admission")
+                    && t.steps.iter().filter(|s| s.step == "joined").count() == 2
+            })
+        })
+    }));
+    assert!(child.wait().unwrap().success());
+}

@@ -264,6 +264,50 @@ pub struct CellStatus {
     /// one of its channels (suspended; its CPUs are the others').
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub waiting_for_message: bool,
+    /// What the broker did for the cell and when (absent from older
+    /// brokers, and for another user's private cell).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<Timeline>,
+}
+
+/// A cell's timeline: the broker's steps for it, from the arrival of its
+/// registration on. Bounded: the first [`Timeline::FIRST`] steps and the
+/// latest ones up to [`Timeline::MAX`] in all; `dropped` counts those left
+/// out between them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timeline {
+    /// When the registration arrived: `CLOCK_MONOTONIC`, ns (the same
+    /// clock on every process of the machine, so a client can place its
+    /// own steps beside these).
+    pub origin_ns: u64,
+    /// The steps, oldest first.
+    pub steps: Vec<TimelineStep>,
+    /// Steps left out between the first ones and the latest.
+    #[serde(default)]
+    pub dropped: u32,
+}
+
+impl Timeline {
+    /// Steps kept from the start.
+    pub const FIRST: usize = 24;
+    /// Steps kept in all.
+    pub const MAX: usize = 48;
+}
+
+/// One step of a [`Timeline`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimelineStep {
+    /// Since [`Timeline::origin_ns`], µs.
+    pub at_us: u64,
+    /// What happened: `request`, `admission`, `queued`, `journal`,
+    /// `cgroup`, `cpuset`, `grant`, `joined`, `exited`, `spec`, `adopted`.
+    pub step: String,
+    /// Its particulars (CPUs, threads, a pid, a verdict).
+    pub detail: String,
+    /// What the step itself took, µs (kernel writes, planning, journal
+    /// appends), where it was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_us: Option<u64>,
 }
 
 /// What a cell achieved recently: from the broker's own readings (CPU

@@ -58,6 +58,7 @@ use crate::journal::{Journal, MemberRec, Record};
 use crate::ledger::Ledger;
 use crate::metrics::Counters;
 use crate::names::shown;
+use crate::timeline::Timeline;
 use crate::windows::Windows;
 use crate::{debug, info, warn};
 use allot_enforce::Enforcer;
@@ -99,6 +100,8 @@ pub(crate) struct Cell {
     pub(crate) tracker: allot_plan::goals::Tracker,
     /// Hardware counters on its threads (`core::perf`; goal cells only).
     pub(crate) hw: allot_enforce::counters::ThreadCounts,
+    /// What the broker did for it and when (`crate::timeline`).
+    pub(crate) timeline: Timeline,
 }
 
 impl Cell {
@@ -120,6 +123,7 @@ pub(crate) struct Queued {
     session: SessionId,
     token: u64,
     pub(crate) reason: String,
+    timeline: Timeline,
 }
 
 /// An ended cell whose backend state could not be removed yet.
@@ -448,6 +452,8 @@ impl Core {
             return effects;
         };
         c.members.retain(|m| m.pid != pid);
+        c.timeline
+            .note("exited", format!("process {pid}"), Some(seen.elapsed()));
         let empty = c.members.is_empty();
         let mut ended = false;
         self.journal(&[Record::Gone { id, pid }]);

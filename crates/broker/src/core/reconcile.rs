@@ -7,6 +7,7 @@
 use super::{Core, account};
 use crate::journal::Record;
 use crate::names::shown;
+use crate::timeline::timed;
 use crate::{debug, warn};
 use allot_plan::{CellId, CellInput, Grant};
 use allot_proto::FLAG_STACKED;
@@ -102,17 +103,12 @@ impl Core {
                 continue;
             };
             let keep = old.intersection(&g.cpus);
-            if !keep.is_empty()
-                && keep != old
-                && let Err(e) = self.enforcer.apply(*id, &self.applied(*id, keep))
-            {
-                warn!("cell {id}: {e}");
+            if !keep.is_empty() && keep != old {
+                self.apply_cpus(*id, keep, "shrunk to");
             }
         }
         for (id, g) in &changed {
-            if let Err(e) = self.enforcer.apply(*id, &self.applied(*id, g.cpus)) {
-                warn!("cell {id}: {e}");
-            }
+            self.apply_cpus(*id, g.cpus, "");
         }
         // Publish every grant that changed in any field; journal those whose
         // CPU sets changed: the planner's stability reads only those from
@@ -137,7 +133,15 @@ impl Core {
             let generation = c.generation + 1;
             let pg = self.page_grant(id, generation, g);
             let c = self.cells.get_mut(&id).expect("present above");
-            c.publish(&pg);
+            let ((), took) = timed(|| c.publish(&pg));
+            c.timeline.note(
+                "grant",
+                format!(
+                    "generation {generation}: CPUs {} lent {} threads {}",
+                    g.cpus, g.lent, g.threads
+                ),
+                Some(took),
+            );
             c.generation = generation;
             c.published = Some(g.clone());
             self.counters.grant_changes += 1;
@@ -175,6 +179,22 @@ impl Core {
             self.ledger.touch();
         }
         any
+    }
+
+    /// Makes the kernel confine cell `id` to `cpus` (with the weights and
+    /// caps its contract adds), timed on its timeline.
+    fn apply_cpus(&mut self, id: u64, cpus: allot_topo::CpuSet, how: &str) {
+        let applied = self.applied(id, cpus);
+        let (r, took) = timed(|| self.enforcer.apply(id, &applied));
+        if let Err(e) = &r {
+            warn!("cell {id}: {e}");
+        }
+        if let Some(c) = self.cells.get_mut(&id) {
+            let sep = if how.is_empty() { "" } else { " " };
+            let failed = if r.is_err() { " (failed)" } else { "" };
+            c.timeline
+                .note("cpuset", format!("{how}{sep}{cpus}{failed}"), Some(took));
+        }
     }
 
     /// The system minimum: the reserve's CPUs are left whole to processes

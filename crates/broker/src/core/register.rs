@@ -24,6 +24,7 @@ use crate::convert;
 use crate::demand::Estimator;
 use crate::journal::{MemberRec, Record};
 use crate::names::{self, shown};
+use crate::timeline::{Timeline, timed};
 use crate::{info, warn};
 use allot_plan::{Admission, Admitted, CellId, CellSpec};
 use allot_proto::PageMap;
@@ -91,6 +92,8 @@ impl Core {
         wait: bool,
         members: Vec<u32>,
     ) -> Vec<Effect> {
+        let mut timeline = Timeline::start();
+        timeline.note("request", format!("{spec}"), None);
         let one = |reply: Reply| vec![answer(session, reply)];
         if let Err(e) = spec.validate() {
             return one(err(
@@ -130,18 +133,21 @@ impl Core {
         } else {
             name
         };
-        let verdict = match self.planner.admit(&self.admitted(), &spec, &self.plan) {
-            Admission::Admit => match self.delayed_by(self.queue.iter(), &spec) {
-                None => Admission::Admit,
-                Some(q) => Admission::NotNow(format!(
-                    "admitting it now could delay cell {} ({}), waiting for {} guaranteed CPUs",
-                    q.id,
-                    shown(&q.name),
-                    q.spec.guaranteed()
-                )),
-            },
-            other => other,
-        };
+        let (verdict, took) = timed(|| {
+            match self.planner.admit(&self.admitted(), &spec, &self.plan) {
+                Admission::Admit => match self.delayed_by(self.queue.iter(), &spec) {
+                    None => Admission::Admit,
+                    Some(q) => Admission::NotNow(format!(
+                        "admitting it now could delay cell {} ({}), waiting for {} guaranteed CPUs",
+                        q.id,
+                        shown(&q.name),
+                        q.spec.guaranteed()
+                    )),
+                },
+                other => other,
+            }
+        });
+        timeline.note("admission", verdict_word(&verdict), Some(took));
         let queueing = wait && matches!(verdict, Admission::NotNow(_));
         if let Err(r) = self.check_cell_limits(peer, queueing) {
             return one(r);
@@ -156,13 +162,25 @@ impl Core {
                 let Some(id) = self.allocate_id() else {
                     return one(ids_exhausted());
                 };
-                self.activate(id, name, peer.uid, spec, members, session, random_u64())
+                self.activate(
+                    id,
+                    Newcomer {
+                        name,
+                        uid: peer.uid,
+                        spec,
+                        members,
+                        session,
+                        token: random_u64(),
+                        timeline,
+                    },
+                )
             }
             Admission::NotNow(reason) if wait => {
                 let Some(id) = self.allocate_id() else {
                     return one(ids_exhausted());
                 };
                 info!("cell {id} ({}) queued: {reason}", shown(&name));
+                timeline.note("queued", reason.clone(), None);
                 self.queue.push_back(Queued {
                     id,
                     name,
@@ -172,6 +190,7 @@ impl Core {
                     session,
                     token: random_u64(),
                     reason: reason.clone(),
+                    timeline,
                 });
                 one(Reply::Queued {
                     cell: id,
@@ -200,26 +219,29 @@ impl Core {
         Some(id)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn activate(
-        &mut self,
-        id: u64,
-        name: String,
-        uid: u32,
-        spec: CellSpec,
-        members: Vec<u32>,
-        session: SessionId,
-        token: u64,
-    ) -> Vec<Effect> {
+    fn activate(&mut self, id: u64, new: Newcomer) -> Vec<Effect> {
+        let Newcomer {
+            name,
+            uid,
+            spec,
+            members,
+            session,
+            token,
+            mut timeline,
+        } = new;
         let fail = |code, msg: String| vec![answer(session, err(code, REGISTER, msg))];
         // Recorded first: a cell the journal does not know must not exist.
-        if let Err(e) = self.try_journal(&[Record::Cell {
-            id,
-            name: name.clone(),
-            uid,
-            spec: convert::to_record(&spec),
-            token,
-        }]) {
+        let (journaled, took) = timed(|| {
+            self.try_journal(&[Record::Cell {
+                id,
+                name: name.clone(),
+                uid,
+                spec: convert::to_record(&spec),
+                token,
+            }])
+        });
+        timeline.note("journal", format!("cell {id}"), Some(took));
+        if let Err(e) = journaled {
             return fail(
                 ErrorCode::Internal,
                 format!(
@@ -238,7 +260,9 @@ impl Core {
                 );
             }
         };
-        if let Err(e) = self.enforcer.create(id) {
+        let (created, took) = timed(|| self.enforcer.create(id));
+        timeline.note("cgroup", format!("cell-{id} made"), Some(took));
+        if let Err(e) = created {
             self.journal(&[Record::End { id }]);
             return fail(
                 ErrorCode::Internal,
@@ -267,6 +291,7 @@ impl Core {
                 perf: Default::default(),
                 tracker: allot_plan::goals::Tracker::new(spec.goal),
                 hw: Default::default(),
+                timeline,
             },
         );
         // The grant reaches the kernel, and its windows start (shut
@@ -277,16 +302,16 @@ impl Core {
             let Some(start) = self.os.start_time(pid) else {
                 continue;
             };
-            if let Err(e) = self.enforcer.attach(id, pid) {
+            let (attached, took) = timed(|| self.enforcer.attach(id, pid));
+            if let Err(e) = attached {
                 warn!("cell {id}: {e}");
                 continue;
             }
             let m = MemberRec { pid, start };
-            self.cells
-                .get_mut(&id)
-                .expect("inserted above")
-                .members
-                .push(m);
+            let c = self.cells.get_mut(&id).expect("inserted above");
+            c.members.push(m);
+            c.timeline
+                .note("joined", format!("process {pid}"), Some(took));
             self.by_pid.insert(pid, id);
             self.account.members_changed(&self.ledger);
             self.journal(&[Record::Member { id, member: m }]);
@@ -317,12 +342,16 @@ impl Core {
                 .unwrap_or_default()
         );
         let fd = rustix::io::fcntl_dupfd_cloexec(c.pages[0].fd(), 0).ok();
+        let generation = c.generation;
+        let c = self.cells.get_mut(&id).expect("present above");
+        c.timeline
+            .note("registered", format!("generation {generation}"), None);
         effects.push(Effect::Reply {
             session,
             reply: Reply::Registered {
                 cell: id,
                 token,
-                generation: c.generation,
+                generation,
             },
             fds: fd.into_iter().collect(),
         });
@@ -362,9 +391,20 @@ impl Core {
                         .filter(|&p| self.os.alive(p) && !self.by_pid.contains_key(&p))
                         .collect();
                     if !alive.is_empty() {
-                        effects.extend(
-                            self.activate(q.id, q.name, q.uid, q.spec, alive, q.session, q.token),
-                        );
+                        let mut timeline = q.timeline;
+                        timeline.note("admission", "admitted from the queue", None);
+                        effects.extend(self.activate(
+                            q.id,
+                            Newcomer {
+                                name: q.name,
+                                uid: q.uid,
+                                spec: q.spec,
+                                members: alive,
+                                session: q.session,
+                                token: q.token,
+                                timeline,
+                            },
+                        ));
                     }
                 }
                 Admission::NotNow(r) => {
@@ -514,7 +554,8 @@ impl Core {
                 format!("process {pid} does not exist"),
             )
         })?;
-        self.enforcer.attach(cell, pid).map_err(|e| {
+        let (attached, took) = timed(|| self.enforcer.attach(cell, pid));
+        attached.map_err(|e| {
             err(
                 ErrorCode::Internal,
                 KIND,
@@ -522,7 +563,10 @@ impl Core {
             )
         })?;
         let m = MemberRec { pid, start };
-        self.cells.get_mut(&cell).expect("checked").members.push(m);
+        let c = self.cells.get_mut(&cell).expect("checked");
+        c.members.push(m);
+        c.timeline
+            .note("joined", format!("process {pid}"), Some(took));
         self.by_pid.insert(pid, cell);
         self.account.members_changed(&self.ledger);
         self.journal(&[Record::Member {
@@ -552,6 +596,7 @@ impl Core {
         let c = self.cells.get_mut(&cell).expect("checked");
         c.spec = spec;
         c.tracker.set_goal(spec.goal);
+        c.timeline.note("spec", format!("{spec}"), None);
         self.refresh_specs();
         self.journal(&[Record::Spec {
             id: cell,
@@ -594,6 +639,26 @@ impl Core {
                 }
             }
         }
+    }
+}
+
+/// A cell about to be activated: admitted at once, or from the queue.
+struct Newcomer {
+    name: String,
+    uid: u32,
+    spec: CellSpec,
+    members: Vec<u32>,
+    session: SessionId,
+    token: u64,
+    timeline: Timeline,
+}
+
+/// The admission verdict in a word or two, for the timeline.
+fn verdict_word(v: &Admission) -> String {
+    match v {
+        Admission::Admit => "admitted".into(),
+        Admission::NotNow(why) => format!("not now: {why}"),
+        Admission::Never(why) => format!("never: {why}"),
     }
 }
 

@@ -92,6 +92,7 @@ impl Core {
                     perf: Default::default(),
                     tracker: allot_plan::goals::Tracker::new(convert::from_record(&rec.spec).goal),
                     hw: Default::default(),
+                    timeline: adopted_timeline(),
                 },
             ));
         }
@@ -198,6 +199,7 @@ impl Core {
                     perf: Default::default(),
                     tracker: allot_plan::goals::Tracker::new(spec.goal),
                     hw: Default::default(),
+                    timeline: adopted_timeline(),
                 },
             ));
         }
@@ -236,4 +238,11 @@ impl Core {
         self.cells.insert(id, cell);
         effects
     }
+}
+
+/// The timeline of a cell a restarted broker took over: it starts there.
+fn adopted_timeline() -> crate::timeline::Timeline {
+    let mut t = crate::timeline::Timeline::start();
+    t.note("adopted", "taken over by a restarted broker", None);
+    t
 }

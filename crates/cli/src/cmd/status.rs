@@ -471,6 +471,7 @@ mod tests {
             delivery: None,
             perf: None,
             waiting_for_message: false,
+            timeline: None,
         };
         Status {
             version: allot_proto::status::STATUS_VERSION,

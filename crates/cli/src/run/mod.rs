@@ -26,6 +26,7 @@ pub mod env;
 pub mod jobserver;
 pub mod makeargs;
 pub mod resolve;
+mod timeline;
 
 use allot_client::{Cell, ClientError, Options};
 use allot_plan::{CellSpec, Placement};
@@ -130,6 +131,12 @@ pub struct Args {
     /// with a warning, instead).
     #[arg(long)]
     no_start: bool,
+    /// When the program exits, print to stderr where its start and exit
+    /// spent their time: this command's steps and the broker's for the
+    /// cell (admission, cgroup and CPU-set writes with what each took,
+    /// grants and their thread counts, joins, exits).
+    #[arg(long)]
+    timeline: bool,
     /// The program and its arguments.
     #[arg(required = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -141,6 +148,7 @@ fn warn(msg: impl std::fmt::Display) {
 
 /// Runs `allot run`; returns the exit code (or dies of the program's signal).
 pub fn run(a: Args) -> i32 {
+    let mut marks = timeline::Marks::start();
     let cmd = &a.command[0];
     let program = match resolve::resolve(cmd, std::env::var_os("PATH").as_deref()) {
         Ok(p) => p,
@@ -226,7 +234,9 @@ pub fn run(a: Args) -> i32 {
     let allowed_before = allot_topo::allowed_cpus().map(|s| s.len() as u32);
 
     // The cell (or none: unconfined).
-    let cell = match autostart::ensure_broker(&socket, !a.no_start) {
+    let broker = autostart::ensure_broker(&socket, !a.no_start);
+    marks.mark("broker answering");
+    let cell = match broker {
         Err(autostart::NoBroker::Untrusted(e)) => {
             eprintln!("allot: refusing to use the broker's directory: {e}");
             return EXIT_ALLOT;
@@ -260,6 +270,9 @@ pub fn run(a: Args) -> i32 {
         }
     };
 
+    if let Some(c) = &cell {
+        marks.mark(format!("registered as cell {}", c.id()));
+    }
     if let Some(c) = &cell
         && a.settle > 0
     {
@@ -377,6 +390,7 @@ pub fn run(a: Args) -> i32 {
     };
     drop(page_fd);
     let pid = child.id();
+    marks.mark(format!("program started (process {pid})"));
     // The program is confined already (forked from this process, inside the
     // cell): adding it as a member only lets the broker watch it, so the
     // answer is not waited for. Should it fail, the broker still finds it
@@ -411,6 +425,7 @@ pub fn run(a: Args) -> i32 {
             }
         }
     };
+    marks.mark("program exited");
     done.store(true, Ordering::Release);
     if let Some(c) = &cell {
         c.interrupt_waits(); // the follower stops now, not at its next tick
@@ -422,6 +437,12 @@ pub fn run(a: Args) -> i32 {
         h.close();
     }
     drop(held);
+    if a.timeline {
+        match &cell {
+            Some(c) => timeline::report(&socket, c.id(), pid, &marks),
+            None => eprintln!("allot: no timeline: the program ran outside any cell"),
+        }
+    }
     // No release: this process and the program are the cell's members, and
     // the broker ends the cell the moment the last of them exits.
     if let Some(c) = cell {
