@@ -74,12 +74,10 @@ impl Bound {
                 Some(l) if l == "ready" => return Ok(lines),
                 Some(l) => lines.push(l),
                 None => {
-                    let out = std::mem::replace(
-                        &mut self.child,
-                        Command::new("true").spawn().unwrap(),
-                    )
-                    .wait_with_output()
-                    .unwrap();
+                    let out =
+                        std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap())
+                            .wait_with_output()
+                            .unwrap();
                     return Err(format!(
                         "{}; stderr: {}",
                         out.status,
@@ -140,7 +138,9 @@ fn without_the_shim_a_bound_team_outside_the_group_aborts() {
     let (_guard, dir) = group("bind-plain");
     let mut p = Bound::start(&dir, None);
     set_cpus(&dir, "0");
-    let err = p.step("team 2").expect_err("libgomp should have refused the team");
+    let err = p
+        .step("team 2")
+        .expect_err("libgomp should have refused the team");
     assert!(
         err.contains("Thread creation failed"),
         "unexpected failure: {err}"
