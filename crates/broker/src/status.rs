@@ -36,9 +36,11 @@ impl Core {
         let all = self.sees_everything(peer);
         let hidden = |uid: u32| !all && uid != peer.uid;
         let idle = self.idle_cpus();
+        // A cell shows once its processes joined (`core::arrival`).
         let cells = self
             .cells
             .iter()
+            .filter(|(id, _)| !self.is_arriving(**id))
             .map(|(&id, c)| {
                 let g = c.published.as_ref();
                 let private = hidden(c.uid);

@@ -11,6 +11,8 @@
 //!   process exits, ticks, shutdown;
 //! - `restore`: rebuilding the state from the journal and the backend;
 //! - `register`: admission, the queue, joining and leaving cells;
+//! - `arrival`: admitted cells' processes joining them, a turn's
+//!   newcomers together (`Core::settle`);
 //! - `requests`: dispatching requests, one handler each;
 //! - `time`: what the kernel enforces for a time cell, and its windows;
 //! - `effect`: what entry points return to the event loop ([`Effect`]),
@@ -37,6 +39,7 @@
 //!   [`crate::config::Limits`]; root is exempt from the per-user bounds.
 
 mod account;
+mod arrival;
 mod effect;
 mod isolation;
 mod keep_off;
@@ -141,6 +144,10 @@ pub struct Core {
     pub(crate) plan: Plan,
     pub(crate) cells: BTreeMap<u64, Cell>,
     pub(crate) queue: VecDeque<Queued>,
+    /// Admitted cells whose processes join at the end of the turn
+    /// (`arrival`), when `batch_arrivals` is on.
+    arriving: Vec<arrival::Arriving>,
+    batch_arrivals: bool,
     enforcer: Box<dyn Enforcer>,
     os: Arc<dyn Os>,
     journal: Option<Journal>,
@@ -233,6 +240,8 @@ impl Core {
             plan: Plan::default(),
             cells: BTreeMap::new(),
             queue: VecDeque::new(),
+            arriving: Vec::new(),
+            batch_arrivals: false,
             enforcer,
             os,
             journal,

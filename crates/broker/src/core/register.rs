@@ -19,6 +19,7 @@
 //! does not turn away a small one that fits beside it once the machine
 //! frees up, and a stream of small requests cannot starve a large one.
 
+use super::arrival::Arriving;
 use super::{Cell, Core, Effect, Peer, Queued, SessionId, answer, err, random_u64};
 use crate::convert;
 use crate::demand::Estimator;
@@ -294,68 +295,21 @@ impl Core {
                 timeline,
             },
         );
+        let arriving = Arriving {
+            id,
+            members,
+            session,
+            token,
+        };
+        if self.batch_arrivals {
+            // Joined, with the others of this turn, by `settle`.
+            self.arriving.push(arriving);
+            return vec![];
+        }
         // The grant reaches the kernel, and its windows start (shut
         // between them), before any process joins.
         self.reconcile();
-        let mut effects = Vec::new();
-        for pid in members {
-            let Some(start) = self.os.start_time(pid) else {
-                continue;
-            };
-            let (attached, took) = timed(|| self.enforcer.attach(id, pid));
-            if let Err(e) = attached {
-                warn!("cell {id}: {e}");
-                continue;
-            }
-            let m = MemberRec { pid, start };
-            let c = self.cells.get_mut(&id).expect("inserted above");
-            c.members.push(m);
-            c.timeline
-                .note("joined", format!("process {pid}"), Some(took));
-            self.by_pid.insert(pid, id);
-            self.account.members_changed(&self.ledger);
-            self.journal(&[Record::Member { id, member: m }]);
-            effects.push(Effect::Watch(pid));
-        }
-        let c = &self.cells[&id];
-        if c.members.is_empty() {
-            // Every process vanished while we set up: nothing to manage.
-            let mut e = self.end_cell(id, "its processes exited before they joined");
-            self.reconcile();
-            e.push(answer(
-                session,
-                err(
-                    ErrorCode::Invalid,
-                    REGISTER,
-                    "the cell's processes exited before they could join it",
-                ),
-            ));
-            return e;
-        }
-        self.counters.admitted += 1;
-        info!(
-            "cell {id} ({}) admitted: {spec}; CPUs {}",
-            shown(&name),
-            c.published
-                .as_ref()
-                .map(|g| g.cpus.to_string())
-                .unwrap_or_default()
-        );
-        let fd = rustix::io::fcntl_dupfd_cloexec(c.pages[0].fd(), 0).ok();
-        let generation = c.generation;
-        let c = self.cells.get_mut(&id).expect("present above");
-        c.timeline
-            .note("registered", format!("generation {generation}"), None);
-        effects.push(Effect::Reply {
-            session,
-            reply: Reply::Registered {
-                cell: id,
-                token,
-                generation,
-            },
-            fds: fd.into_iter().collect(),
-        });
-        effects
+        self.join(arriving)
     }
 
     /// Admits queued cells, in order, each that admission accepts and that

@@ -253,6 +253,7 @@ impl Broker {
         let os: Arc<dyn Os> = Arc::new(RealOs);
         let (mut core, effects) = Core::new(&cfg, machine, enforcer, os, Some(journal));
         core.set_backend_notes(notes);
+        core.batch_arrivals(true);
 
         let exporter = match cfg.metrics {
             Some(addr) => Some(Exporter::start(addr).map_err(|e| {
@@ -423,6 +424,9 @@ impl Broker {
                     },
                 }
             }
+            // The cells admitted in this turn join together.
+            let effects = self.core.settle();
+            self.apply(effects);
             if !events.is_empty() {
                 self.core.counters.turn.observe(busy_since.elapsed());
             }

@@ -334,6 +334,7 @@ pub fn run(a: Args) -> i32 {
             }
         }
     };
+    marks.mark("shim ready");
     let go_follows = std::fs::File::open(&program)
         .ok()
         .and_then(|mut f| allot_enforce::runtimes::go_release(&mut f))
@@ -375,6 +376,7 @@ pub fn run(a: Args) -> i32 {
     // forwarding thread knows the program's pid.
     let signals = signal_setup();
 
+    marks.mark("spawning the program");
     let mut command = std::process::Command::new(&program);
     command.arg0(cmd).args(&args).envs(vars);
     let mut child = match command.spawn() {

@@ -1,0 +1,130 @@
+//! Arrivals: admitted cells whose processes join them. A newcomer's
+//! grant reaches the kernel before any of its processes joins (they run
+//! their first instruction inside it), so joining follows a re-plan.
+//!
+//! Under the event loop (`Core::batch_arrivals`), the cells admitted in
+//! one turn of the loop join together at its end (`Core::settle`): one
+//! plan and one round of CPU-set writes for a burst of programs started
+//! together, instead of one per program, each rewriting every earlier
+//! newcomer's CPUs; and every newcomer of the burst starts with the grant
+//! the whole burst leaves it, instead of the whole machine it would have
+//! had alone for a moment. A lone registration costs the same either way.
+//! Invariant: `arriving` is empty whenever the loop waits for events.
+
+use super::{Core, Effect, SessionId, answer, err};
+use crate::info;
+use crate::journal::{MemberRec, Record};
+use crate::names::shown;
+use crate::timeline::timed;
+use crate::warn;
+use allot_proto::msg::{ErrorCode, Reply};
+
+/// The request kind of a registration.
+const REGISTER: u16 = 0x02;
+
+/// An admitted cell whose member processes have not joined yet.
+#[derive(Debug)]
+pub(crate) struct Arriving {
+    pub(crate) id: u64,
+    pub(crate) members: Vec<u32>,
+    pub(crate) session: SessionId,
+    pub(crate) token: u64,
+}
+
+impl Core {
+    /// Makes the event loop defer joining to the end of each turn
+    /// (`settle`); off by default, so a caller driving the core directly
+    /// gets every reply from the call that caused it.
+    pub fn batch_arrivals(&mut self, on: bool) {
+        self.batch_arrivals = on;
+    }
+
+    /// Whether cell `id` was admitted in this turn and its processes have
+    /// not joined yet.
+    pub(crate) fn is_arriving(&self, id: u64) -> bool {
+        self.arriving.iter().any(|a| a.id == id)
+    }
+
+    /// Plans once for every cell admitted since the last call, makes the
+    /// kernel follow, then joins their processes and answers them. The
+    /// event loop calls it at the end of every turn.
+    pub fn settle(&mut self) -> Vec<Effect> {
+        if self.arriving.is_empty() {
+            return vec![];
+        }
+        self.reconcile();
+        let arriving = std::mem::take(&mut self.arriving);
+        arriving.into_iter().flat_map(|a| self.join(a)).collect()
+    }
+
+    /// Joins `a`'s processes to its cell (whose grant the kernel already
+    /// has) and answers the registration.
+    pub(super) fn join(&mut self, a: Arriving) -> Vec<Effect> {
+        let Arriving {
+            id,
+            members,
+            session,
+            token,
+        } = a;
+        let mut effects = Vec::new();
+        for pid in members {
+            let Some(start) = self.os.start_time(pid) else {
+                continue;
+            };
+            let (attached, took) = timed(|| self.enforcer.attach(id, pid));
+            if let Err(e) = attached {
+                warn!("cell {id}: {e}");
+                continue;
+            }
+            let m = MemberRec { pid, start };
+            let c = self.cells.get_mut(&id).expect("activated");
+            c.members.push(m);
+            c.timeline
+                .note("joined", format!("process {pid}"), Some(took));
+            self.by_pid.insert(pid, id);
+            self.account.members_changed(&self.ledger);
+            self.journal(&[Record::Member { id, member: m }]);
+            effects.push(Effect::Watch(pid));
+        }
+        let c = &self.cells[&id];
+        if c.members.is_empty() {
+            // Every process vanished while we set up: nothing to manage.
+            let mut e = self.end_cell(id, "its processes exited before they joined");
+            self.reconcile();
+            e.push(answer(
+                session,
+                err(
+                    ErrorCode::Invalid,
+                    REGISTER,
+                    "the cell's processes exited before they could join it",
+                ),
+            ));
+            return e;
+        }
+        self.counters.admitted += 1;
+        info!(
+            "cell {id} ({}) admitted: {}; CPUs {}",
+            shown(&c.name),
+            c.spec,
+            c.published
+                .as_ref()
+                .map(|g| g.cpus.to_string())
+                .unwrap_or_default()
+        );
+        let fd = rustix::io::fcntl_dupfd_cloexec(c.pages[0].fd(), 0).ok();
+        let generation = c.generation;
+        let c = self.cells.get_mut(&id).expect("present above");
+        c.timeline
+            .note("registered", format!("generation {generation}"), None);
+        effects.push(Effect::Reply {
+            session,
+            reply: Reply::Registered {
+                cell: id,
+                token,
+                generation,
+            },
+            fds: fd.into_iter().collect(),
+        });
+        effects
+    }
+}
