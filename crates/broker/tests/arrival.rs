@@ -30,8 +30,8 @@ fn writes(w: &World) -> Writes {
     (applies, attaches)
 }
 
-fn four_newcomers(w: &mut World) -> Vec<Vec<allot_broker::core::Effect>> {
-    (0..4u32)
+fn newcomers(w: &mut World, n: u32) -> Vec<Vec<allot_broker::core::Effect>> {
+    (0..n)
         .map(|i| {
             let pid = 100 + i;
             proc_of(w, pid, 0);
@@ -51,7 +51,7 @@ fn four_newcomers(w: &mut World) -> Vec<Vec<allot_broker::core::Effect>> {
 fn a_burst_of_registrations_is_planned_once_and_each_cell_written_once() {
     let mut w = world(8);
     w.core.batch_arrivals(true);
-    let before = four_newcomers(&mut w);
+    let before = newcomers(&mut w, 4);
     assert!(
         before.iter().all(|e| e.is_empty()),
         "no reply and no join before the turn ends: {before:?}"
@@ -94,8 +94,8 @@ fn a_burst_of_registrations_is_planned_once_and_each_cell_written_once() {
 fn one_by_one_each_arrival_rewrites_the_earlier_ones() {
     // What the event loop avoids: the same four registrations answered
     // one by one (as a core driven directly is).
-    let mut w = world(8);
-    let each = four_newcomers(&mut w);
+    let mut w = world(16);
+    let each = newcomers(&mut w, 8);
     assert!(
         each.iter()
             .all(|e| matches!(reply(e), Reply::Registered { .. }))
@@ -103,7 +103,7 @@ fn one_by_one_each_arrival_rewrites_the_earlier_ones() {
     let (applies, _) = writes(&w);
     let total: usize = applies.iter().map(|(_, n)| *n).sum();
     assert!(
-        total > 4,
+        total > 8,
         "each arrival moved the earlier cells: {applies:?}"
     );
 }

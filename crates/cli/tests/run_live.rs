@@ -577,7 +577,18 @@ fn launch_cost_is_measured_per_backend() {
     };
     let _turn = machine_turn();
     let out = allot_testkit::output_within(
-        Command::new(ALLOT).args(["bench", "launch", "--runs", "12", "--backends", backends]),
+        Command::new(ALLOT).args([
+            "bench",
+            "launch",
+            "--runs",
+            "12",
+            "--backends",
+            backends,
+            "--burst",
+            "3",
+            "--burst-rounds",
+            "2",
+        ]),
         Duration::from_secs(120),
     );
     let text = String::from_utf8_lossy(&out.stdout);
@@ -586,8 +597,39 @@ fn launch_cost_is_measured_per_backend() {
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let (runs, bursts) = text
+        .split_once("programs started at once")
+        .unwrap_or_else(|| panic!("no burst table: {text}"));
     for b in backends.split(',') {
-        let row = text.lines().find(|l| l.starts_with(b));
+        // Bursts: plain, then warm and cold (median, largest), each a
+        // time after the first spawn.
+        let row = bursts.lines().find(|l| l.starts_with(b));
+        let row = row.unwrap_or_else(|| panic!("no {b} burst row: {text}"));
+        let v: Vec<f64> = row
+            .split_whitespace()
+            .skip(1)
+            .filter(|x| *x != "|")
+            .map(|x| x.parse().unwrap())
+            .collect();
+        let [plain, warm, warm_max, cold, cold_max] = v[..] else {
+            panic!("{row}");
+        };
+        assert!(plain > 0.0 && warm > 0.0 && cold > 0.0, "{row}");
+        assert!(warm <= warm_max && cold <= cold_max, "{row}");
+        // Every cold round's broker is gone, and so are its cgroups.
+        let cold_groups: Vec<_> = std::fs::read_dir("/sys/fs/cgroup/cpuset")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.starts_with("allot-bench-") && n.contains("-cold")
+            })
+            .collect();
+        assert!(cold_groups.is_empty(), "{cold_groups:?}");
+    }
+    for b in backends.split(',') {
+        let row = runs.lines().find(|l| l.starts_with(b));
         let row = row.unwrap_or_else(|| panic!("no {b} row: {text}"));
         let v: Vec<f64> = row
             .split_whitespace()

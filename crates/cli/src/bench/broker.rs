@@ -159,25 +159,29 @@ impl PrivateBroker {
             let _ = rustix::process::kill_process(p, rustix::process::Signal::TERM);
         }
         let _ = c.wait();
-        self.remove_leftovers()
+        remove_leftovers(&self.cgroup)
     }
+}
 
-    fn remove_leftovers(&self) -> bool {
-        let mut clean = true;
-        for h in ["cpuset", "cpu", "cpuacct", "freezer"] {
-            let d = Path::new("/sys/fs/cgroup").join(h).join(&self.cgroup);
-            if d.exists() {
-                clean = false;
-                if let Ok(rd) = std::fs::read_dir(&d) {
-                    for e in rd.flatten().filter(|e| e.path().is_dir()) {
-                        let _ = std::fs::remove_dir(e.path());
-                    }
+/// Removes what a stopped broker with cgroup name `cgroup` left (its
+/// cells' groups and its own) in the v1 hierarchies and on the cgroup2
+/// mounts (`/sys/fs/cgroup` itself on a pure v2 machine, `unified` beside
+/// v1); returns whether nothing was left.
+pub fn remove_leftovers(cgroup: &str) -> bool {
+    let mut clean = true;
+    for h in ["cpuset", "cpu", "cpuacct", "freezer", "unified", ""] {
+        let d = Path::new("/sys/fs/cgroup").join(h).join(cgroup);
+        if d.join("cgroup.procs").exists() {
+            clean = false;
+            if let Ok(rd) = std::fs::read_dir(&d) {
+                for e in rd.flatten().filter(|e| e.path().is_dir()) {
+                    let _ = std::fs::remove_dir(e.path());
                 }
-                let _ = std::fs::remove_dir(&d);
             }
+            let _ = std::fs::remove_dir(&d);
         }
-        clean
     }
+    clean
 }
 
 impl Drop for PrivateBroker {

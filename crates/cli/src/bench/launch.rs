@@ -32,6 +32,13 @@ pub struct LaunchArgs {
     /// CPU-bound busy loops kept running during the measurement.
     #[arg(long, default_value_t = 0, value_name = "K")]
     hogs: usize,
+    /// Also start K programs at once, with a broker running and with none
+    /// (the programs start it), and time until the last runs in its cell.
+    #[arg(long, value_name = "K")]
+    burst: Option<usize>,
+    /// Rounds of bursts per backend.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    burst_rounds: usize,
 }
 
 /// Busy loops, killed when dropped.
@@ -236,6 +243,32 @@ pub fn run(a: LaunchArgs) -> Result<i32, String> {
     }
     if measured == 0 {
         return Err("no backend could be measured".into());
+    }
+    if let Some(k) = a.burst {
+        if k == 0 || a.burst_rounds == 0 {
+            return Err("--burst and --burst-rounds: give at least one".into());
+        }
+        println!();
+        println!(
+            "{k} programs started at once, {} rounds per backend: ms from the first spawn until the \
+             last runs (its clock reading); medians, and the largest",
+            a.burst_rounds
+        );
+        println!(
+            "{:<10} {:>7} | {:>8} {:>7} | {:>8} {:>7}",
+            "backend", "plain", "warm p50", "max", "cold p50", "max"
+        );
+        for b in &backends {
+            match super::burst::measure(&allot, &date, b, k, a.burst_rounds) {
+                Ok(r) => println!(
+                    "{:<10} {:>7.2} | {:>8.2} {:>7.2} | {:>8.2} {:>7.2}",
+                    r.backend, r.plain, r.warm[0], r.warm[1], r.cold[0], r.cold[1]
+                ),
+                Err(e) if super::interrupt::requested() => return Err(e),
+                Err(e) if asked => return Err(format!("{b}: {e}")),
+                Err(e) => println!("{b:<10} not available here: {e}"),
+            }
+        }
     }
     Ok(0)
 }

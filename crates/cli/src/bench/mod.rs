@@ -8,7 +8,8 @@
 //! - `allot bench load`: many users, cells and connections, and one
 //!   user's flood against the others (see `load.rs`).
 //! - `allot bench launch`: what `allot run` adds to a program's start and
-//!   exit, per backend (see `launch.rs`).
+//!   exit, per backend (see `launch.rs`), and with `--burst K` how soon K
+//!   programs started together all run in their cells (`burst.rs`).
 //! - `allot bench upload`: Poli-C's file-upload server case study on a
 //!   loop device (see `upload.rs`).
 //!
@@ -18,6 +19,7 @@
 //! `speedup.png` with the same chart as `speedup.svg`.
 
 pub mod broker;
+mod burst;
 pub mod chaos;
 pub mod interrupt;
 pub mod jobs;
