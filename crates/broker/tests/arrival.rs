@@ -123,3 +123,101 @@ fn a_newcomer_whose_process_died_before_the_turn_ended_is_refused() {
     );
     assert!(w.core.status(ROOT).cells.is_empty());
 }
+
+/// A world whose backend hands out join files (as cgroup v1 does).
+fn world_with_join_files(cpus: usize) -> World {
+    let os = allot_enforce::os::FakeOs::new();
+    for (pid, uid) in [(1, 0), (2, 1000), (3, 1001)] {
+        os.spawn(pid, 0, 1, &allot_topo::CpuSet::first_n(cpus));
+        os.set_uid(pid, uid);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    world_with_backend(
+        cpus,
+        dir,
+        os,
+        allot_enforce::DryRun::new().with_join_files(),
+    )
+    .0
+}
+
+fn register_joining(
+    w: &mut World,
+    peer: allot_broker::core::Peer,
+) -> Vec<allot_broker::core::Effect> {
+    w.core.handle(
+        7,
+        peer,
+        allot_proto::msg::Request::Register {
+            name: "launcher".into(),
+            spec: allot_client::spec_to_wire(&CellSpec::default()),
+            wait: false,
+            members: vec![],
+            joins_itself: true,
+        },
+        None,
+    )
+}
+
+/// The descriptors of the `Registered` reply.
+fn fds_of(effects: &[allot_broker::core::Effect]) -> usize {
+    effects
+        .iter()
+        .find_map(|e| match e {
+            allot_broker::core::Effect::Reply {
+                reply: Reply::Registered { .. },
+                fds,
+                ..
+            } => Some(fds.len()),
+            _ => None,
+        })
+        .expect("registered")
+}
+
+#[test]
+fn a_launcher_the_broker_trusts_moves_itself_in_with_the_join_files() {
+    let mut w = world_with_join_files(4);
+    let effects = register_joining(&mut w, ROOT);
+    assert_eq!(fds_of(&effects), 2, "the page, then the join file");
+    let calls = w.dry.calls();
+    assert!(calls.contains(&Call::JoinFiles(1)), "{calls:?}");
+    assert!(
+        !calls.iter().any(|c| matches!(c, Call::Attach(..))),
+        "the broker moved nobody: {calls:?}"
+    );
+    // It is a member all the same: watched, and shown.
+    assert_eq!(w.core.status(ROOT).cells[0].pids, [ROOT.pid]);
+    let t = w.core.status(ROOT).cells[0].timeline.clone().unwrap();
+    assert!(
+        t.steps
+            .iter()
+            .any(|s| s.step == "joined" && s.detail.ends_with("(moves itself in)")),
+        "{t:?}"
+    );
+}
+
+#[test]
+fn another_user_is_never_handed_the_brokers_join_files() {
+    // The files are opened with the broker's credentials: a user who
+    // could not open them gets the broker's move instead.
+    if rustix::process::geteuid().as_raw() == ALICE.uid {
+        return; // the broker's own user: trusted by design
+    }
+    let mut w = world_with_join_files(4);
+    let effects = register_joining(&mut w, ALICE);
+    assert_eq!(fds_of(&effects), 1, "the page only");
+    let calls = w.dry.calls();
+    assert!(
+        !calls.iter().any(|c| matches!(c, Call::JoinFiles(_))),
+        "{calls:?}"
+    );
+    assert!(calls.contains(&Call::Attach(1, ALICE.pid)), "{calls:?}");
+}
+
+#[test]
+fn without_join_files_the_broker_moves_the_launcher() {
+    let mut w = world(4);
+    let effects = register_joining(&mut w, ROOT);
+    assert_eq!(fds_of(&effects), 1);
+    assert!(w.dry.calls().contains(&Call::Attach(1, ROOT.pid)));
+}

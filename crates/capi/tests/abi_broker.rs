@@ -74,7 +74,7 @@ impl TestBroker {
         let child = Command::new("sleep").arg("60").spawn().unwrap();
         let mut client = Client::connect(&self.path).unwrap();
         let reg = client
-            .register("capi-other", spec, &[child.id()], false, |_, _| {})
+            .register("capi-other", spec, &[child.id()], false, false, |_, _| {})
             .unwrap();
         Other {
             child,
@@ -631,6 +631,7 @@ fn a_ticket_lets_another_process_join_the_cell_and_nothing_else_does() {
             "capi-job",
             CellSpec::default(),
             &[child.id()],
+            false,
             false,
             |_, _| {},
         )

@@ -68,11 +68,25 @@ fn measure(backend: &str) -> Option<(Vec<Duration>, Vec<Duration>)> {
         let b = spinner();
         let t = Instant::now();
         let _ra = client
-            .register("a", CellSpec::default(), &[a.0.id()], false, |_, _| {})
+            .register(
+                "a",
+                CellSpec::default(),
+                &[a.0.id()],
+                false,
+                false,
+                |_, _| {},
+            )
             .ok()?;
         register.push(t.elapsed());
         let rb = client
-            .register("b", CellSpec::default(), &[b.0.id()], false, |_, _| {})
+            .register(
+                "b",
+                CellSpec::default(),
+                &[b.0.id()],
+                false,
+                false,
+                |_, _| {},
+            )
             .ok()?;
         let page = rb.page.page();
         let before = page.read().cpus.len();

@@ -21,7 +21,7 @@ fn backends() -> Vec<&'static str> {
 }
 
 fn register(c: &mut Client, name: &str, pid: u32) -> allot_client::Registration {
-    c.register(name, CellSpec::default(), &[pid], false, |_, _| {})
+    c.register(name, CellSpec::default(), &[pid], false, false, |_, _| {})
         .expect("register")
 }
 

@@ -263,7 +263,14 @@ fn a_full_disk_stops_admission_and_loses_nothing() {
     let mut procs = Vec::new();
     let mut register = |c: &mut Client, name: &str| {
         let p = sleeper();
-        let r = c.register(name, CellSpec::default(), &[p.pid()], false, |_, _| {});
+        let r = c.register(
+            name,
+            CellSpec::default(),
+            &[p.pid()],
+            false,
+            false,
+            |_, _| {},
+        );
         procs.push(p);
         r
     };
@@ -379,8 +386,15 @@ fn a_clean_stop_after_a_crash_removes_the_top_level_cgroups() {
     let mut d = Daemon::start("cgroup1", &[]);
     let mut p = sleeper();
     let mut c = d.client();
-    c.register("x", CellSpec::default(), &[p.pid()], false, |_, _| {})
-        .unwrap();
+    c.register(
+        "x",
+        CellSpec::default(),
+        &[p.pid()],
+        false,
+        false,
+        |_, _| {},
+    )
+    .unwrap();
     d.kill9();
     d.spawn(); // adopts the cell; allot's directories exist from the first run
     assert_eq!(d.status().cells.len(), 1);

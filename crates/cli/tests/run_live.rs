@@ -767,3 +767,44 @@ fn the_timeline_shows_each_step_of_start_and_exit() {
     }));
     assert!(child.wait().unwrap().success());
 }
+
+/// On cgroup v1 `allot run` moves itself into its cell (writing `0` to the
+/// join files the broker hands a launcher it trusts) instead of being
+/// moved by pid, which waits for an RCU grace period after a quiet spell;
+/// the program it forks then starts inside, and the broker's own move of
+/// the program is skipped as it is there already.
+#[test]
+fn allot_run_moves_itself_into_its_cgroup_cell() {
+    if !prerequisite(
+        v1_cpuset_writable(),
+        "a writable cgroup v1 cpuset hierarchy (root)",
+    ) {
+        return;
+    }
+    let d = Daemon::start("cgroup1", &[]);
+    let o = run_out(allot_run(
+        &d,
+        &["--timeline", "--", "cat", "/proc/self/cgroup"],
+    ));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let cell: u64 = err
+        .split("registered as cell ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{err}"));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let want = format!("/{}/cell-{cell}", d.cgroup);
+    for ctrl in ["cpuset", "cpu"] {
+        assert!(
+            out.lines().any(|l| {
+                let mut p = l.splitn(3, ':');
+                let (_, c, path) = (p.next(), p.next().unwrap_or(""), p.next().unwrap_or(""));
+                c.split(',').any(|x| x == ctrl) && path == want
+            }),
+            "the program is not in {want} for {ctrl}:\n{out}"
+        );
+    }
+    assert!(err.contains("(moves itself in)"), "{err}");
+}

@@ -5,7 +5,7 @@ use allot_proto::msg::ErrorCode;
 use allot_proto::{
     CallError, Conn, GoalWire, PageMap, PlacementWire, Reply, Request, SpecWire, TimeWire,
 };
-use rustix::fd::{AsFd, BorrowedFd};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -142,6 +142,10 @@ pub struct Registration {
     pub token: u64,
     /// The grant page.
     pub page: PageMap,
+    /// The cell's join files, when the registration asked to join itself
+    /// and the broker granted it (see `Options::joins_itself`); empty
+    /// when the broker put the members in the cell itself.
+    pub join_files: Vec<OwnedFd>,
 }
 
 /// A connection to the broker.
@@ -266,13 +270,15 @@ impl Client {
 
     /// Registers a cell for `members` (empty: this process). With `wait`,
     /// blocks in the broker's queue until admitted, calling `on_queued` with
-    /// the position and reason first.
+    /// the position and reason first. With `joins_itself`, the broker may
+    /// leave moving this process to it ([`Registration::join_files`]).
     pub fn register(
         &mut self,
         name: &str,
         spec: CellSpec,
         members: &[u32],
         wait: bool,
+        joins_itself: bool,
         mut on_queued: impl FnMut(u32, &str),
     ) -> Result<Registration, ClientError> {
         self.conn.send(&Request::Register {
@@ -280,18 +286,21 @@ impl Client {
             spec: spec_to_wire(&spec),
             wait,
             members: members.to_vec(),
+            joins_itself,
         })?;
         loop {
-            let (reply, fd) = self.recv()?;
+            let (reply, fds) = self.recv_fds()?;
             match reply {
                 Reply::Registered { cell, token, .. } => {
-                    let fd = fd.ok_or_else(|| {
+                    let mut fds = fds.into_iter();
+                    let fd = fds.next().ok_or_else(|| {
                         ClientError::Protocol("Registered without a grant page".into())
                     })?;
                     return Ok(Registration {
                         cell,
                         token,
                         page: PageMap::open(fd)?,
+                        join_files: fds.collect(),
                     });
                 }
                 Reply::Queued {

@@ -23,6 +23,8 @@ pub enum Call {
     Remove(u64),
     /// `set_io_weights`.
     IoWeights(u64, crate::IoWeights),
+    /// `join_files` (with [`DryRun::with_join_files`]).
+    JoinFiles(u64),
 }
 
 /// The dry-run backend. Clones share the log, the cells it holds and the
@@ -35,6 +37,7 @@ pub struct DryRun {
     gate_usage: Arc<Mutex<Option<u64>>>,
     gate_stopped: Arc<Mutex<Option<bool>>>,
     no_gates: bool,
+    join_files: bool,
 }
 
 #[derive(Debug, Default)]
@@ -84,6 +87,12 @@ impl DryRun {
         self.no_gates = true;
         self
     }
+    /// Hands out a stand-in join file per cell (`Enforcer::join_files`),
+    /// as cgroup v1 does, so a registering process may move itself in.
+    pub fn with_join_files(mut self) -> Self {
+        self.join_files = true;
+        self
+    }
     /// Every gate opening and closing so far, in order.
     pub fn gate_calls(&self) -> Vec<GateCall> {
         self.gates.lock().unwrap_or_else(|p| p.into_inner()).clone()
@@ -116,6 +125,17 @@ impl Enforcer for DryRun {
             st.members.insert(cell, members.to_vec());
         }
         Ok(st.cpus.get(&cell).copied())
+    }
+    fn join_files(&mut self, cell: u64) -> Result<Vec<std::fs::File>> {
+        if !self.join_files {
+            return Ok(Vec::new());
+        }
+        self.record(Call::JoinFiles(cell));
+        // One stand-in file, in memory: what a process writes to it moves
+        // nothing.
+        let fd = rustix::fs::memfd_create("allot-dry-run-join", rustix::fs::MemfdFlags::CLOEXEC)
+            .map_err(|e| crate::EnforceError::new("make a join file", e.into()))?;
+        Ok(vec![std::fs::File::from(fd)])
     }
     fn attach(&mut self, cell: u64, pid: u32) -> Result<()> {
         self.record(Call::Attach(cell, pid));

@@ -171,6 +171,15 @@ pub trait Enforcer: Send + fmt::Debug {
     /// Puts process `pid` (and, for the affinity backend, its future
     /// descendants) into the cell. Called once per process.
     fn attach(&mut self, cell: u64, pid: u32) -> Result<()>;
+    /// Files through which a process may move *itself* into cell `cell`,
+    /// opened for writing (cgroup v1: each hierarchy's `tasks`, where `0`
+    /// moves the writing thread). A thread moving itself does not take the
+    /// kernel's global lock that a move by pid takes, which waits for an
+    /// RCU grace period after a quiet spell. Empty: the backend has none,
+    /// and members are moved with [`Enforcer::attach`].
+    fn join_files(&mut self, _cell: u64) -> Result<Vec<std::fs::File>> {
+        Ok(Vec::new())
+    }
     /// Applies a grant. Hot path: must not move processes.
     fn apply(&mut self, cell: u64, applied: &Applied) -> Result<()>;
     /// Sets cell `cell`'s I/O weights ([`IoWeights`]): each block device

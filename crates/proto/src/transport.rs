@@ -27,8 +27,9 @@ pub struct Datagram {
     pub fds: Vec<OwnedFd>,
 }
 
-/// The most file descriptors one datagram carries (a channel's three).
-pub const MAX_FDS: usize = 3;
+/// The most file descriptors one datagram carries (a grant page and a
+/// cell's join files, one per cgroup v1 hierarchy).
+pub const MAX_FDS: usize = 8;
 
 /// Sends `bytes` as one datagram, with `fd` attached if given.
 pub fn send(sock: BorrowedFd<'_>, bytes: &[u8], fd: Option<BorrowedFd<'_>>) -> std::io::Result<()> {

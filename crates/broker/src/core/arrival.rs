@@ -11,7 +11,7 @@
 //! had alone for a moment. A lone registration costs the same either way.
 //! Invariant: `arriving` is empty whenever the loop waits for events.
 
-use super::{Core, Effect, SessionId, answer, err};
+use super::{Core, Effect, Peer, SessionId, answer, err};
 use crate::info;
 use crate::journal::{MemberRec, Record};
 use crate::names::shown;
@@ -29,6 +29,9 @@ pub(crate) struct Arriving {
     pub(crate) members: Vec<u32>,
     pub(crate) session: SessionId,
     pub(crate) token: u64,
+    /// Its registering process moves itself in, through the join files
+    /// sent with the reply, when the backend has them.
+    pub(crate) joins_itself: bool,
 }
 
 impl Core {
@@ -37,6 +40,15 @@ impl Core {
     /// gets every reply from the call that caused it.
     pub fn batch_arrivals(&mut self, on: bool) {
         self.batch_arrivals = on;
+    }
+
+    /// Whether `peer`, registering `members`, may be handed its cell's
+    /// join files to move itself in: it must be the only member, and the
+    /// files are opened with the broker's credentials (the kernel checks a
+    /// cgroup write against the opener's), so only a peer who could open
+    /// them itself gets them — root, or the broker's own user.
+    pub(super) fn may_join_itself(&self, peer: Peer, members: &[u32]) -> bool {
+        members == [peer.pid] && (peer.uid == 0 || peer.uid == rustix::process::geteuid().as_raw())
     }
 
     /// Whether cell `id` was admitted in this turn and its processes have
@@ -65,22 +77,36 @@ impl Core {
             members,
             session,
             token,
+            joins_itself,
         } = a;
+        let join_files = if joins_itself {
+            self.enforcer.join_files(id).unwrap_or_else(|e| {
+                warn!("cell {id}: {e}; moving its process instead");
+                Vec::new()
+            })
+        } else {
+            Vec::new()
+        };
         let mut effects = Vec::new();
         for pid in members {
             let Some(start) = self.os.start_time(pid) else {
                 continue;
             };
-            let (attached, took) = timed(|| self.enforcer.attach(id, pid));
-            if let Err(e) = attached {
-                warn!("cell {id}: {e}");
-                continue;
-            }
+            let (how, took) = if join_files.is_empty() {
+                let (attached, took) = timed(|| self.enforcer.attach(id, pid));
+                if let Err(e) = attached {
+                    warn!("cell {id}: {e}");
+                    continue;
+                }
+                ("", Some(took))
+            } else {
+                (" (moves itself in)", None)
+            };
             let m = MemberRec { pid, start };
             let c = self.cells.get_mut(&id).expect("activated");
             c.members.push(m);
             c.timeline
-                .note("joined", format!("process {pid}"), Some(took));
+                .note("joined", format!("process {pid}{how}"), took);
             self.by_pid.insert(pid, id);
             self.account.members_changed(&self.ledger);
             self.journal(&[Record::Member { id, member: m }]);
@@ -123,7 +149,11 @@ impl Core {
                 token,
                 generation,
             },
-            fds: fd.into_iter().collect(),
+            // The page first, then the join files (`Registered`).
+            fds: fd
+                .into_iter()
+                .chain(join_files.into_iter().map(rustix::fd::OwnedFd::from))
+                .collect(),
         });
         effects
     }

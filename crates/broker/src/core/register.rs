@@ -84,6 +84,7 @@ impl Core {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn register(
         &mut self,
         session: SessionId,
@@ -92,6 +93,7 @@ impl Core {
         spec: CellSpec,
         wait: bool,
         members: Vec<u32>,
+        joins_itself: bool,
     ) -> Vec<Effect> {
         let mut timeline = Timeline::start();
         timeline.note("request", format!("{spec}"), None);
@@ -158,6 +160,7 @@ impl Core {
         {
             return one(r);
         }
+        let joins_itself = joins_itself && self.may_join_itself(peer, &members);
         match verdict {
             Admission::Admit => {
                 let Some(id) = self.allocate_id() else {
@@ -173,6 +176,7 @@ impl Core {
                         session,
                         token: random_u64(),
                         timeline,
+                        joins_itself,
                     },
                 )
             }
@@ -229,6 +233,7 @@ impl Core {
             session,
             token,
             mut timeline,
+            joins_itself,
         } = new;
         let fail = |code, msg: String| vec![answer(session, err(code, REGISTER, msg))];
         // Recorded first: a cell the journal does not know must not exist.
@@ -300,6 +305,7 @@ impl Core {
             members,
             session,
             token,
+            joins_itself,
         };
         if self.batch_arrivals {
             // Joined, with the others of this turn, by `settle`.
@@ -357,6 +363,7 @@ impl Core {
                                 session: q.session,
                                 token: q.token,
                                 timeline,
+                                joins_itself: false,
                             },
                         ));
                     }
@@ -605,6 +612,8 @@ struct Newcomer {
     session: SessionId,
     token: u64,
     timeline: Timeline,
+    /// The registering process moves itself in (`arrival`).
+    joins_itself: bool,
 }
 
 /// The admission verdict in a word or two, for the timeline.

@@ -84,6 +84,7 @@ impl Core {
                 spec,
                 wait,
                 members,
+                joins_itself,
             } => {
                 let effects = self.register(
                     session,
@@ -92,6 +93,7 @@ impl Core {
                     convert::from_wire(&spec),
                     wait,
                     members,
+                    joins_itself,
                 );
                 self.count_registration(session, &effects);
                 effects

@@ -119,6 +119,7 @@ pub fn register(
             spec: spec_to_wire(&spec),
             wait,
             members,
+            joins_itself: false,
         },
         None,
     )

@@ -265,6 +265,7 @@ pub(crate) unsafe fn register_spec(
         socket,
         wait: wait != 0,
         fallback: false,
+        joins_itself: false,
     };
     let cell = Cell::register(&opts).map_err(client_error)?;
     insert(cell, out)

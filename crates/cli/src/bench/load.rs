@@ -210,7 +210,14 @@ pub fn run(a: LoadArgs) -> Result<i32, String> {
                         for k in &kids {
                             let t = Instant::now();
                             let r = c
-                                .register("load", CellSpec::default(), &[k.id()], false, |_, _| {})
+                                .register(
+                                    "load",
+                                    CellSpec::default(),
+                                    &[k.id()],
+                                    false,
+                                    false,
+                                    |_, _| {},
+                                )
                                 .map_err(|e| format!("uid {}: register: {e}", FIRST_UID + u))?;
                             reg.0.push(t.elapsed());
                             cells.push(r.cell);
@@ -408,6 +415,7 @@ fn victims(
                                     CellSpec::default(),
                                     &[kid.id()],
                                     false,
+                                    false,
                                     |_, _| {},
                                 )
                                 .map_err(|e| format!("victim register: {e}"))?;
@@ -465,6 +473,7 @@ fn flood(
             spec: allot_proto::SpecWire::default(),
             wait: true,
             members: vec![1; 4096],
+            joins_itself: false,
         }
         .encode(),
     ];

@@ -251,6 +251,10 @@ pub fn run(a: Args) -> i32 {
             opts.socket = Some(socket.clone());
             opts.wait = a.wait;
             opts.fallback = false;
+            // This thread moves itself into the cell where the broker
+            // lets it (no kernel-wide wait); the program, forked from
+            // it, starts inside.
+            opts.joins_itself = true;
             let on_queued =
                 |pos: u32, why: &str| eprintln!("allot: waiting for CPUs (position {pos}): {why}");
             match Cell::register_over(client, &opts, on_queued) {

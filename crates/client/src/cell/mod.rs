@@ -67,6 +67,17 @@ pub struct Options {
     pub wait: bool,
     /// Without a broker, run standalone instead of failing.
     pub fallback: bool,
+    /// The registering thread moves *itself* into the cell, with the join
+    /// files the broker sends (cgroup v1), instead of the broker moving
+    /// this process: a move by pid waits in the kernel for an RCU grace
+    /// period after a quiet spell (milliseconds), a thread moving itself
+    /// does not. Only the calling thread moves, so the processes it
+    /// starts afterwards begin inside the cell, its other threads stay
+    /// where they are: for a launcher (`allot run`) about to start its
+    /// program. Where the broker sends no join files (another backend, a
+    /// peer it does not trust with them) it moves the process itself, as
+    /// without this option.
+    pub joins_itself: bool,
 }
 
 impl Options {
@@ -78,6 +89,7 @@ impl Options {
             socket: None,
             wait: false,
             fallback: true,
+            joins_itself: false,
         }
     }
 }
@@ -270,7 +282,19 @@ impl Cell {
         on_queued: impl FnMut(u32, &str),
     ) -> Result<Cell, ClientError> {
         let socket = client.socket().to_path_buf();
-        let reg = client.register(&opts.name, opts.spec, &[], opts.wait, on_queued)?;
+        let reg = client.register(
+            &opts.name,
+            opts.spec,
+            &[],
+            opts.wait,
+            opts.joins_itself,
+            on_queued,
+        )?;
+        if !reg.join_files.is_empty() && !join_self(&reg.join_files) {
+            // Not every hierarchy took this thread: the broker moves the
+            // whole process instead.
+            client.add_member(reg.cell, std::process::id())?;
+        }
         Ok(Cell::from_parts(
             Mode::Registered,
             Arc::new(reg.page),
@@ -665,6 +689,15 @@ pub unsafe fn page_from_raw_fd(fd: i32) -> Result<PageMap, ClientError> {
 /// Whether a broker answers on `socket`.
 pub fn broker_alive(socket: &Path) -> bool {
     Client::connect(socket).is_ok()
+}
+
+/// Moves the calling thread into the cell through its join files (each
+/// hierarchy's `tasks`: `0` is the writer itself). Returns whether every
+/// one took it.
+fn join_self(files: &[OwnedFd]) -> bool {
+    files
+        .iter()
+        .all(|f| rustix::io::write(f, b"0").is_ok_and(|n| n == 1))
 }
 
 #[cfg(test)]

@@ -164,7 +164,7 @@ fn reconnect(inner: &Arc<Inner>) {
             Err(e) if e.code() == Some(ErrorCode::UnknownCell) => {
                 // The new broker lost the cell: ask again.
                 let spec = *inner.spec.lock().unwrap_or_else(|p| p.into_inner());
-                match client.register(&inner.name, spec, &[], true, |_, _| {}) {
+                match client.register(&inner.name, spec, &[], true, false, |_, _| {}) {
                     Ok(reg) => {
                         inner.id.store(reg.cell, Ordering::Release);
                         inner.token.store(reg.token, Ordering::Release);

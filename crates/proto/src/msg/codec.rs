@@ -144,10 +144,11 @@ impl Request {
                 spec,
                 wait,
                 members,
+                joins_itself,
             } => {
                 w.str(name);
                 put_spec(&mut w, spec);
-                w.bool(*wait).u32_list(members);
+                w.bool(*wait).u32_list(members).bool(*joins_itself);
             }
             Request::Rejoin { cell, token } => {
                 w.u64(*cell).u64(*token);
@@ -244,6 +245,7 @@ impl Request {
                 spec: get_spec(r)?,
                 wait: r.bool("wait")?,
                 members: r.u32_list("members")?,
+                joins_itself: r.bool("joins_itself")?,
             },
             0x03 => Request::Rejoin {
                 cell: r.u64("cell")?,

@@ -25,6 +25,7 @@ pub fn example_requests() -> Vec<Request> {
             },
             wait: true,
             members: vec![1, 2, 3],
+            joins_itself: true,
         },
         Request::Rejoin {
             cell: 7,

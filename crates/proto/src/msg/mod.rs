@@ -42,8 +42,9 @@ use crate::wire::DecodeError;
 /// spec carries a goal ([`GoalWire`]), and `SetGoal` (0x10) changes it;
 /// 7 — named channels: `ChannelOpen` (0x11), the one-way `ChannelClose`
 /// (0x12), `ChannelRejoin` (0x13) and the `Channel` reply (0x89) with
-/// three descriptors.
-pub const PROTOCOL_VERSION: u16 = 7;
+/// three descriptors; 8 — `Register` may ask for the cell's join files
+/// (`joins_itself`), which `Registered` then carries after the page.
+pub const PROTOCOL_VERSION: u16 = 8;
 
 /// Header magic.
 pub const MAGIC: u16 = 0xA110;
@@ -349,6 +350,12 @@ pub enum Request {
         wait: bool,
         /// Process ids to put in the cell.
         members: Vec<u32>,
+        /// The registering process puts itself into the cell: the broker
+        /// attaches no member but records the peer as one, and sends the
+        /// cell's join files with `Registered` (when it trusts the peer
+        /// with them and its backend has them; otherwise it attaches the
+        /// members itself, as without the flag). See `Registered`.
+        joins_itself: bool,
     },
     /// `0x03` — `cell: u64, token: u64`. Reattaches to a cell after the
     /// connection (or the broker) went away.
@@ -495,7 +502,12 @@ pub enum Reply {
         cpus: u32,
     },
     /// `0x82` — `cell: u64, token: u64, generation: u64`. The grant page's
-    /// memfd travels with it as `SCM_RIGHTS`.
+    /// memfd travels with it as `SCM_RIGHTS`; for a `Register` with
+    /// `joins_itself` that the broker granted, the cell's join files
+    /// follow it (cgroup v1: each hierarchy's `tasks`, opened for writing:
+    /// the registering thread writes `0` to each, moving itself; the
+    /// processes it starts then begin inside the cell). Without them the
+    /// broker attached the members itself.
     Registered {
         /// The cell.
         cell: u64,

@@ -26,7 +26,7 @@ fn replies_roundtrip() {
 #[test]
 fn fuzz_unknown_error_codes_are_malformed_not_rewritten() {
     let crash =
-        b"\x10\xa1\x07\x00\x85\x00\x00\x00\x12\x00\x00\x00\x7e\x00\x02\x00\x0c\x00limits.cells";
+        b"\x10\xa1\x08\x00\x85\x00\x00\x00\x12\x00\x00\x00\x7e\x00\x02\x00\x0c\x00limits.cells";
     assert!(matches!(
         Reply::decode(crash),
         Err(FrameError::Body {
@@ -270,6 +270,7 @@ fn every_time_contract_round_trips_and_an_unknown_one_is_malformed() {
             },
             wait: false,
             members: vec![],
+            joins_itself: false,
         };
         let bytes = req.encode();
         assert_eq!(Request::decode(&bytes).unwrap(), req);
