@@ -32,6 +32,11 @@ pub struct LaunchArgs {
     /// CPU-bound busy loops kept running during the measurement.
     #[arg(long, default_value_t = 0, value_name = "K")]
     hogs: usize,
+    /// Pause between rounds, ms: a launch after a quiet spell pays what a
+    /// back-to-back one does not (a kernel grace period for a cgroup move
+    /// by pid, cold caches).
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    gap: u64,
     /// Also start K programs at once, with a broker running and with none
     /// (the programs start it), and time until the last runs in its cell.
     #[arg(long, value_name = "K")]
@@ -133,7 +138,13 @@ struct Row {
     total: [f64; 3],
 }
 
-fn measure(allot: &Path, date: &Path, backend: &str, runs: usize) -> Result<Row, String> {
+fn measure(
+    allot: &Path,
+    date: &Path,
+    backend: &str,
+    runs: usize,
+    gap: std::time::Duration,
+) -> Result<Row, String> {
     let broker = PrivateBroker::start(allot, backend)?;
     let mut direct = Vec::with_capacity(runs);
     let mut run = Vec::with_capacity(runs);
@@ -154,11 +165,16 @@ fn measure(allot: &Path, date: &Path, backend: &str, runs: usize) -> Result<Row,
         if super::interrupt::requested() {
             return Err("interrupted".into());
         }
+        let pause = || std::thread::sleep(gap);
         if round % 2 == 0 {
+            pause();
             direct.push(plain()?);
+            pause();
             run.push(allot_run()?);
         } else {
+            pause();
             run.push(allot_run()?);
+            pause();
             direct.push(plain()?);
         }
     }
@@ -198,8 +214,9 @@ pub fn run(a: LaunchArgs) -> Result<i32, String> {
         .collect();
     let _hogs = Hogs::start(a.hogs)?;
     println!(
-        "`allot run -- date` against `date`, {} rounds per backend, {} busy loop(s) running",
-        a.runs, a.hogs
+        "`allot run -- date` against `date`, {} rounds per backend, {} busy loop(s) running, {} ms \
+         between runs",
+        a.runs, a.hogs, a.gap
     );
     println!(
         "ms; start: spawn to the program running, exit: the program's clock reading to its exit seen"
@@ -219,7 +236,13 @@ pub fn run(a: LaunchArgs) -> Result<i32, String> {
     );
     let mut measured = 0;
     for b in &backends {
-        match measure(&allot, &date, b, a.runs) {
+        match measure(
+            &allot,
+            &date,
+            b,
+            a.runs,
+            std::time::Duration::from_millis(a.gap),
+        ) {
             Ok(r) => {
                 measured += 1;
                 println!(
