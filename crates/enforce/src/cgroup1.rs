@@ -76,36 +76,6 @@ pub fn v1_shares(w: u32) -> u32 {
     (w.max(1) * 1024).clamp(2, 262_144)
 }
 
-/// Whether `/proc/PID/cgroup` text (`ID:CONTROLLERS:PATH` lines) puts the
-/// process in every one of `dirs` (a cell's directories, one per v1
-/// hierarchy): a dir is the hierarchy's mount point followed by the
-/// process's path in that hierarchy, and the mount point is named for
-/// (some of) the hierarchy's controllers, as `/sys/fs/cgroup/cpu,cpuacct`.
-/// Mounts named otherwise never match (the caller then moves the process
-/// as usual). Pure.
-fn inside(text: &str, dirs: &[PathBuf]) -> bool {
-    !dirs.is_empty()
-        && dirs.iter().all(|d| {
-            let Some(d) = d.to_str() else {
-                return false;
-            };
-            text.lines().any(|line| {
-                let mut parts = line.splitn(3, ':');
-                let (Some(_), Some(ctrls), Some(path)) = (parts.next(), parts.next(), parts.next())
-                else {
-                    return false;
-                };
-                let Some(mount) = d.strip_suffix(path).filter(|_| path.len() > 1) else {
-                    return false;
-                };
-                let named = mount.rsplit('/').next().unwrap_or("");
-                ctrls
-                    .split(',')
-                    .any(|c| !c.is_empty() && named.split(',').any(|m| m == c))
-            })
-        })
-}
-
 fn err(what: String) -> impl FnOnce(std::io::Error) -> EnforceError {
     move |e| EnforceError::new(what, e)
 }
@@ -321,9 +291,7 @@ impl Enforcer for Cgroup1 {
         // A process forked inside the cell (by a launcher that moved
         // itself in) is there already: moving it again would take the
         // kernel's global lock for nothing.
-        if std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-            .is_ok_and(|text| inside(&text, &dirs))
-        {
+        if dirs.iter().all(|d| crate::listed(&*self.fs, d, pid)) {
             return Ok(());
         }
         for d in dirs {
@@ -482,41 +450,5 @@ impl Enforcer for Cgroup1 {
             }
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::inside;
-    use std::path::PathBuf;
-
-    fn dirs(cell: &str) -> Vec<PathBuf> {
-        ["cpuset", "cpu,cpuacct", "freezer"]
-            .iter()
-            .map(|m| PathBuf::from(format!("/sys/fs/cgroup/{m}/allot/{cell}")))
-            .collect()
-    }
-
-    const IN_CELL_3: &str = "12:freezer:/allot/cell-3\n\
-        5:cpu,cpuacct:/allot/cell-3\n\
-        3:cpuset:/allot/cell-3\n\
-        2:memory:/user.slice\n\
-        0::/init.scope\n";
-
-    #[test]
-    fn a_process_in_every_hierarchy_of_the_cell_is_inside() {
-        assert!(inside(IN_CELL_3, &dirs("cell-3")));
-        assert!(!inside(IN_CELL_3, &dirs("cell-4")));
-    }
-
-    #[test]
-    fn one_hierarchy_elsewhere_or_a_same_named_group_elsewhere_is_not() {
-        let partly = IN_CELL_3.replace("12:freezer:/allot/cell-3", "12:freezer:/");
-        assert!(!inside(&partly, &dirs("cell-3")));
-        // Another broker's cell-3 directly under the mount.
-        let other = IN_CELL_3.replace(":/allot/cell-3", ":/cell-3");
-        assert!(!inside(&other, &dirs("cell-3")));
-        assert!(!inside("", &dirs("cell-3")));
-        assert!(!inside(IN_CELL_3, &[]));
     }
 }

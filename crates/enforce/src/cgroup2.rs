@@ -19,6 +19,7 @@ use crate::gate::{CgroupGate, Gate, UsageFile};
 use crate::{Applied, BackendKind, EnforceError, Enforcer, Result};
 use allot_topo::CpuSet;
 use std::collections::HashMap;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -185,8 +186,23 @@ impl Enforcer for Cgroup2 {
         Ok(now)
     }
 
+    fn join_files(&mut self, cell: u64) -> Result<Vec<std::fs::File>> {
+        let dir = self.open_cell(cell)?.dir.clone();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(rustix::fs::OFlags::DIRECTORY.bits() as i32)
+            .open(&dir)
+            .map_err(err(format!("open {}", dir.display())))?;
+        Ok(vec![f])
+    }
+
     fn attach(&mut self, cell: u64, pid: u32) -> Result<()> {
         let dir = self.open_cell(cell)?.dir.clone();
+        // Started inside by a launcher (`clone3(CLONE_INTO_CGROUP)`): there
+        // already, and a move by pid would take the kernel's global lock.
+        if crate::listed(&*self.fs, &dir, pid) {
+            return Ok(());
+        }
         self.fs
             .write(&dir.join("cgroup.procs"), &pid.to_string())
             .map_err(err(format!("move process {pid} into cell {cell}")))

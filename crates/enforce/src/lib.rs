@@ -171,9 +171,10 @@ pub trait Enforcer: Send + fmt::Debug {
     /// Puts process `pid` (and, for the affinity backend, its future
     /// descendants) into the cell. Called once per process.
     fn attach(&mut self, cell: u64, pid: u32) -> Result<()>;
-    /// Files through which a process may move *itself* into cell `cell`,
-    /// opened for writing (cgroup v1: each hierarchy's `tasks`, where `0`
-    /// moves the writing thread). A thread moving itself does not take the
+    /// Files through which a process may move *itself* into cell `cell`
+    /// (cgroup v1: each hierarchy's `tasks`, opened for writing, where `0`
+    /// moves the writing thread; cgroup v2: the cell's directory, to start
+    /// a process inside with `clone3(CLONE_INTO_CGROUP)`). A thread moving itself does not take the
     /// kernel's global lock that a move by pid takes, which waits for an
     /// RCU grace period after a quiet spell. Empty: the backend has none,
     /// and members are moved with [`Enforcer::attach`].
@@ -227,6 +228,14 @@ pub fn cell_id(dir_name: &str) -> Option<u64> {
 
 /// The cells whose directories are children of `dir`, sorted (helper for
 /// [`Enforcer::existing`]).
+/// Whether process `pid` is listed in cgroup `dir` (its `cgroup.procs`;
+/// on v1 a process is listed where any of its threads is).
+pub(crate) fn listed(fs: &dyn cgroupfs::CgroupFs, dir: &std::path::Path, pid: u32) -> bool {
+    let pid = pid.to_string();
+    fs.read(&dir.join("cgroup.procs"))
+        .is_ok_and(|procs| procs.split_whitespace().any(|p| p == pid))
+}
+
 pub(crate) fn cell_dirs(fs: &dyn cgroupfs::CgroupFs, dir: &std::path::Path) -> Vec<u64> {
     let mut ids: Vec<u64> = fs
         .children(dir)

@@ -315,3 +315,33 @@ fn io_weights_go_to_the_cells_io_weight_file() {
     b.remove(4).unwrap();
     b.cleanup().unwrap();
 }
+
+/// A launcher gets the cell's directory to start its program inside
+/// (`clone3(CLONE_INTO_CGROUP)`), and the broker's later move of a process
+/// already listed in the cell is skipped.
+#[test]
+fn the_join_file_is_the_cells_directory_and_a_process_inside_is_not_moved_again() {
+    use std::os::fd::AsFd;
+    let (dir, fs) = fixture();
+    let root = dir.path().join("allot");
+    let mut b = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(8)).unwrap();
+    b.create(5).unwrap();
+    let files = b.join_files(5).unwrap();
+    assert_eq!(files.len(), 1);
+    let st = rustix::fs::fstat(files[0].as_fd()).unwrap();
+    let by_path = rustix::fs::stat(root.join("cell-5")).unwrap();
+    assert_eq!((st.st_dev, st.st_ino), (by_path.st_dev, by_path.st_ino));
+
+    b.attach(5, 77).unwrap();
+    assert_eq!(b.pids(5), vec![77]);
+    // Listed already (as a process created inside would be): no second
+    // write, which the fixture would record as a second line.
+    b.attach(5, 77).unwrap();
+    assert_eq!(
+        fs.read(&root.join("cell-5/cgroup.procs"))
+            .unwrap()
+            .lines()
+            .count(),
+        1
+    );
+}

@@ -26,6 +26,7 @@ pub mod env;
 pub mod jobserver;
 pub mod makeargs;
 pub mod resolve;
+mod spawn;
 mod timeline;
 
 use allot_client::{Cell, ClientError, Options};
@@ -381,17 +382,55 @@ pub fn run(a: Args) -> i32 {
     let signals = signal_setup();
 
     marks.mark("spawning the program");
-    let mut command = std::process::Command::new(&program);
-    command.arg0(cmd).args(&args).envs(vars);
-    let mut child = match command.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("allot: cannot run '{}': {e}", cmd.to_string_lossy());
-            return if e.kind() == std::io::ErrorKind::PermissionDenied {
-                126
-            } else {
-                127
-            };
+    let cannot_run = |e: std::io::Error| {
+        eprintln!("allot: cannot run '{}': {e}", cmd.to_string_lossy());
+        if e.kind() == std::io::ErrorKind::PermissionDenied {
+            126
+        } else {
+            127
+        }
+    };
+    // On cgroup v2 the broker may hand over the cell's directory: the
+    // program is then created inside it (`spawn`).
+    let into = cell.as_ref().and_then(|c| c.take_spawn_cgroup());
+    let started = match into {
+        Some(dir) => {
+            let mut env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+            for (k, v) in &vars {
+                env.retain(|(ek, _)| ek.as_os_str() != std::ffi::OsStr::new(k));
+                env.push((k.into(), v.clone()));
+            }
+            match spawn::spawn_into(std::os::fd::AsFd::as_fd(&dir), &program, cmd, &args, &env) {
+                Ok(pid) => Some(Program::Raw(pid)),
+                Err(spawn::SpawnError::Exec(e)) => return cannot_run(e),
+                Err(spawn::SpawnError::Clone(e)) => {
+                    // Not started: the broker moves this process in, and
+                    // the program starts from it as usual.
+                    warn(format!(
+                        "cannot start the program inside its cell directly ({e}); \
+                         joining the cell first"
+                    ));
+                    if let Some(c) = &cell
+                        && let Err(e) = c.add_member(std::process::id())
+                    {
+                        eprintln!("allot: cannot join the cell: {e}");
+                        return EXIT_ALLOT;
+                    }
+                    None
+                }
+            }
+        }
+        None => None,
+    };
+    let mut child = match started {
+        Some(p) => p,
+        None => {
+            let mut command = std::process::Command::new(&program);
+            command.arg0(cmd).args(&args).envs(vars);
+            match command.spawn() {
+                Ok(c) => Program::Std(c),
+                Err(e) => return cannot_run(e),
+            }
         }
     };
     drop(page_fd);
@@ -556,6 +595,29 @@ fn forward_signals(
         }
     });
     handle
+}
+
+/// The program: started by `std::process::Command`, or created inside its
+/// cgroup v2 cell (`spawn`).
+enum Program {
+    Std(std::process::Child),
+    Raw(u32),
+}
+
+impl Program {
+    fn id(&self) -> u32 {
+        match self {
+            Program::Std(c) => c.id(),
+            Program::Raw(pid) => *pid,
+        }
+    }
+
+    fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        match self {
+            Program::Std(c) => c.wait(),
+            Program::Raw(pid) => spawn::wait(*pid),
+        }
+    }
 }
 
 /// Exits like the program did: same code, or death by the same signal.

@@ -122,6 +122,9 @@ struct Inner {
     /// Release the cell when the last handle drops (unless the process is
     /// about to exit and the broker will notice: [`Cell::leave_at_exit`]).
     release_on_drop: AtomicBool,
+    /// The cell's cgroup v2 directory, for starting a process inside it
+    /// (`Options::joins_itself`; taken by [`Cell::take_spawn_cgroup`]).
+    spawn_cgroup: Mutex<Option<OwnedFd>>,
 }
 
 // SAFETY: `current` and `reports` always point into mappings owned by
@@ -241,6 +244,7 @@ impl Cell {
             broker_up: AtomicBool::new(matches!(mode, Mode::Registered | Mode::Joined)),
             fallback_reason: reason,
             release_on_drop: AtomicBool::new(true),
+            spawn_cgroup: Mutex::new(None),
         });
         let watcher = (mode == Mode::Registered).then(|| Watcher::start(&inner));
         Cell {
@@ -290,12 +294,14 @@ impl Cell {
             opts.joins_itself,
             on_queued,
         )?;
-        if !reg.join_files.is_empty() && !join_self(&reg.join_files) {
+        let (dirs, files): (Vec<OwnedFd>, Vec<OwnedFd>) =
+            reg.join_files.into_iter().partition(is_directory);
+        if !files.is_empty() && !join_self(&files) {
             // Not every hierarchy took this thread: the broker moves the
             // whole process instead.
             client.add_member(reg.cell, std::process::id())?;
         }
-        Ok(Cell::from_parts(
+        let cell = Cell::from_parts(
             Mode::Registered,
             Arc::new(reg.page),
             Link {
@@ -306,7 +312,13 @@ impl Cell {
             },
             Some(opts),
             None,
-        ))
+        );
+        *cell
+            .inner
+            .spawn_cgroup
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = dirs.into_iter().next();
+        Ok(cell)
     }
 
     /// The cell `allot run` put this process in, from `ALLOT_CELL` and
@@ -538,6 +550,20 @@ impl Cell {
         }
     }
 
+    /// The cell's cgroup v2 directory, once, for a launcher that asked to
+    /// join itself (`Options::joins_itself`) on a broker that handed it
+    /// over: start the program with `clone3(CLONE_INTO_CGROUP)` on it, and
+    /// it begins inside the cell without the kernel's grace-period wait a
+    /// move by pid takes. `None` otherwise (this thread moved itself in, or
+    /// the broker moved the process).
+    pub fn take_spawn_cgroup(&self) -> Option<OwnedFd> {
+        self.inner
+            .spawn_cgroup
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+
     /// Drops this handle without releasing the cell, for a process about to
     /// exit: the broker ends the cell when its last process exits (within
     /// the same loop iteration, through pidfds), so the release round trip
@@ -689,6 +715,14 @@ pub unsafe fn page_from_raw_fd(fd: i32) -> Result<PageMap, ClientError> {
 /// Whether a broker answers on `socket`.
 pub fn broker_alive(socket: &Path) -> bool {
     Client::connect(socket).is_ok()
+}
+
+/// Whether `fd` is a directory (a cgroup v2 join file) rather than a v1
+/// `tasks` file.
+fn is_directory(fd: &OwnedFd) -> bool {
+    rustix::fs::fstat(fd).is_ok_and(|st| {
+        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
+    })
 }
 
 /// Moves the calling thread into the cell through its join files (each
