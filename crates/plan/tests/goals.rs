@@ -128,7 +128,7 @@ proptest! {
     /// measured, not asserted: `cargo bench -p allot-plan --bench goals`.)
     #[test]
     fn goals_are_met_within_ten_steps_and_the_plan_settles(
-        which in 0usize..4,
+        which in 0..FIXTURES.len(),
         raw in prop::collection::vec(raw(), 1..24),
         seed in 1u64..1000,
     ) {
@@ -162,7 +162,7 @@ proptest! {
     /// then on every plan is the one the cell would get without a goal.
     #[test]
     fn an_unmeetable_goal_never_starves_the_others(
-        which in 1usize..4,
+        which in 1..FIXTURES.len(),
         raw in prop::collection::vec(raw(), 1..12),
         seed in 1u64..1000,
     ) {

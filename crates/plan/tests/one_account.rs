@@ -11,7 +11,7 @@
 mod common;
 
 use allot_plan::{CellId, CellInput, CellSpec, Plan, PlanConfig, Planner};
-use allot_topo::CpuSet;
+use allot_topo::{CpuSet, FIXTURES};
 use common::*;
 use proptest::prelude::*;
 
@@ -56,7 +56,7 @@ proptest! {
 
     #[test]
     fn held_cpus_stay_with_their_holder(
-        which in 0usize..4,
+        which in 0..FIXTURES.len(),
         raw in prop::collection::vec(raw_cell(), 1..25),
         picks in prop::collection::vec(any::<u64>(), 25),
         outside in any::<u64>(),

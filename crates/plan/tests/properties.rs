@@ -10,7 +10,7 @@ use allot_plan::{
     Admission, Admitted, CellId, CellInput, CellSpec, GlobalPolicy, Placement, Plan, PlanConfig,
     Planner, TimeContract,
 };
-use allot_topo::{Machine, fixture};
+use allot_topo::{FIXTURES, Machine, fixture};
 use common::*;
 use proptest::prelude::*;
 
@@ -19,7 +19,7 @@ proptest! {
 
     #[test]
     fn invariants_hold(
-        which in 0usize..4,
+        which in 0..FIXTURES.len(),
         raw in prop::collection::vec(raw_cell(), 1..40),
         reserve in prop_oneof![3 => Just(0u32), 1 => 1u32..3],
         lend in any::<bool>(),
@@ -42,7 +42,7 @@ proptest! {
 
     #[test]
     fn plans_are_stable(
-        which in 0usize..4,
+        which in 0..FIXTURES.len(),
         raw in prop::collection::vec(raw_cell(), 1..30),
         lend in any::<bool>(),
     ) {
@@ -57,7 +57,7 @@ proptest! {
 
     #[test]
     fn a_newcomer_moves_few_cpus(
-        which in 0usize..4,
+        which in 0..FIXTURES.len(),
         raw in prop::collection::vec(raw_cell(), 2..30),
     ) {
         // With placement `any`, an existing cell keeps min(old, new) of its
@@ -90,7 +90,7 @@ proptest! {
 
     #[test]
     fn no_cpu_idles_while_a_cell_wants_more(
-        which in 0usize..4,
+        which in 0..FIXTURES.len(),
         raw in prop::collection::vec(raw_cell(), 1..20),
     ) {
         let m = &machines()[which];
@@ -324,7 +324,7 @@ proptest! {
     /// given.
     #[test]
     fn time_contracts_survive_arrivals_resizes_and_departures(
-        which in 0usize..4,
+        which in 0..FIXTURES.len(),
         steps in prop::collection::vec((raw_cell(), 0u8..10, any::<prop::sample::Index>()), 1..40),
         reserve in prop_oneof![3 => Just(0u32), 1 => 1u32..3],
         time_reserve_ppm in prop_oneof![Just(0u32), Just(50_000u32), Just(200_000u32)],

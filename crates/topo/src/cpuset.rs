@@ -3,7 +3,9 @@
 //! `CpuSet` is a plain bitmap of [`MAX_CPUS`] bits. It is `Copy`, never
 //! allocates, and its word layout is the one the kernel uses for
 //! `sched_setaffinity` and the one the grant page stores, so converting between
-//! them is a copy of words.
+//! them is a copy of words. The set operations are a loop over 16 words and
+//! are marked `#[inline]`: the planner runs them for every cell of every
+//! plan, from another crate.
 //!
 //! The text form is the kernel's *cpulist* syntax (`0-3,8,10-11`), used by
 //! sysfs, `/proc/PID/status` (`Cpus_allowed_list`) and cgroup `cpuset.cpus`
@@ -71,11 +73,13 @@ impl CpuSet {
     }
 
     /// Builds a set from raw bitmap words (bit `i` of word `w` is CPU `64*w+i`).
+    #[inline]
     pub const fn from_words(words: [u64; CPUSET_WORDS]) -> Self {
         CpuSet { words }
     }
 
     /// The raw bitmap words.
+    #[inline]
     pub const fn words(&self) -> &[u64; CPUSET_WORDS] {
         &self.words
     }
@@ -83,6 +87,7 @@ impl CpuSet {
     /// Adds `cpu`. Panics if `cpu >= MAX_CPUS` (a programming error: every
     /// CPU number entering allot passes through [`CpuSet::parse_list`] or
     /// topology discovery, which both reject such numbers).
+    #[inline]
     pub fn insert(&mut self, cpu: usize) -> bool {
         assert!(cpu < MAX_CPUS, "CPU {cpu} out of range");
         let (w, b) = (cpu / 64, cpu % 64);
@@ -92,6 +97,7 @@ impl CpuSet {
     }
 
     /// Removes `cpu`; returns whether it was present.
+    #[inline]
     pub fn remove(&mut self, cpu: usize) -> bool {
         if cpu >= MAX_CPUS {
             return false;
@@ -103,21 +109,25 @@ impl CpuSet {
     }
 
     /// Whether `cpu` is in the set.
+    #[inline]
     pub fn contains(&self, cpu: usize) -> bool {
         cpu < MAX_CPUS && self.words[cpu / 64] & (1 << (cpu % 64)) != 0
     }
 
     /// Number of CPUs in the set.
+    #[inline]
     pub fn len(&self) -> usize {
         self.words.iter().map(|w| w.count_ones() as usize).sum()
     }
 
     /// Whether the set is empty.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.words.iter().all(|&w| w == 0)
     }
 
     /// Lowest CPU in the set.
+    #[inline]
     pub fn first(&self) -> Option<usize> {
         self.words
             .iter()
@@ -127,6 +137,7 @@ impl CpuSet {
     }
 
     /// Highest CPU in the set.
+    #[inline]
     pub fn last(&self) -> Option<usize> {
         self.words
             .iter()
@@ -137,6 +148,7 @@ impl CpuSet {
     }
 
     /// Iterates over the CPUs in increasing order.
+    #[inline]
     pub fn iter(&self) -> Iter<'_> {
         Iter {
             set: self,
@@ -147,23 +159,27 @@ impl CpuSet {
 
     /// `self ∪ other`.
     #[must_use]
+    #[inline]
     pub fn union(&self, other: &CpuSet) -> CpuSet {
         self.zip(other, |a, b| a | b)
     }
 
     /// `self ∩ other`.
     #[must_use]
+    #[inline]
     pub fn intersection(&self, other: &CpuSet) -> CpuSet {
         self.zip(other, |a, b| a & b)
     }
 
     /// `self \ other`.
     #[must_use]
+    #[inline]
     pub fn difference(&self, other: &CpuSet) -> CpuSet {
         self.zip(other, |a, b| a & !b)
     }
 
     /// Whether every CPU of `self` is in `other`.
+    #[inline]
     pub fn is_subset(&self, other: &CpuSet) -> bool {
         self.words
             .iter()
@@ -172,6 +188,7 @@ impl CpuSet {
     }
 
     /// Whether the two sets share a CPU.
+    #[inline]
     pub fn intersects(&self, other: &CpuSet) -> bool {
         self.words
             .iter()
@@ -185,6 +202,7 @@ impl CpuSet {
         self.iter().take(n).collect()
     }
 
+    #[inline]
     fn zip(&self, other: &CpuSet, f: impl Fn(u64, u64) -> u64) -> CpuSet {
         let mut out = CpuSet::new();
         for i in 0..CPUSET_WORDS {
@@ -301,6 +319,7 @@ pub struct Iter<'a> {
 
 impl Iterator for Iter<'_> {
     type Item = usize;
+    #[inline]
     fn next(&mut self) -> Option<usize> {
         loop {
             if self.bits != 0 {

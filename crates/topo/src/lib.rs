@@ -23,8 +23,22 @@ pub use sysfs::{DiscoverError, allowed_cpus, discover, discover_live};
 
 use std::path::PathBuf;
 
-/// Names of the fixture machines shipped in `crates/topo/fixtures/`.
-pub const FIXTURES: [&str; 4] = ["vm2", "opteron6276-4s", "xeonphi7250", "xeon-x5550-2s"];
+/// Names of the fixture machines shipped in `crates/topo/fixtures/`, from 2
+/// to 1024 CPUs ([`MAX_CPUS`]); `crates/topo/fixtures/README.md` describes
+/// each. The largest comes last, so tests that must spend less time on it
+/// can find it there ([`LARGEST_FIXTURE`]).
+pub const FIXTURES: [&str; 6] = [
+    "vm2",
+    "opteron6276-4s",
+    "xeonphi7250",
+    "xeon-x5550-2s",
+    "xeon16-1llc",
+    "synth-8s-1024",
+];
+
+/// The fixture with the most CPUs (1024, allot's limit): the last of
+/// [`FIXTURES`].
+pub const LARGEST_FIXTURE: &str = FIXTURES[FIXTURES.len() - 1];
 
 /// Directory of the fixture machine `name` (a sysfs root).
 pub fn fixture_dir(name: &str) -> PathBuf {

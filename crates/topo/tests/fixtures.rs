@@ -1,6 +1,6 @@
 //! The fixture machines load with the expected shape.
 
-use allot_topo::{CpuSet, FIXTURES, TopologyReport, fixture};
+use allot_topo::{CpuSet, FIXTURES, LARGEST_FIXTURE, MAX_CPUS, TopologyReport, fixture};
 
 fn counts(name: &str) -> (usize, usize, usize, usize) {
     let m = fixture(name).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -18,6 +18,43 @@ fn fixture_shapes() {
     assert_eq!(counts("opteron6276-4s"), (64, 64, 8, 8));
     assert_eq!(counts("xeonphi7250"), (272, 68, 34, 1));
     assert_eq!(counts("xeon-x5550-2s"), (16, 8, 2, 2));
+    assert_eq!(counts("xeon16-1llc"), (16, 16, 1, 1));
+    assert_eq!(counts("synth-8s-1024"), (1024, 512, 16, 8));
+}
+
+#[test]
+fn the_largest_fixture_fills_every_cpu_id() {
+    let m = fixture(LARGEST_FIXTURE).unwrap();
+    assert_eq!(m.num_cpus(), MAX_CPUS);
+    assert_eq!(m.usable().last(), Some(MAX_CPUS - 1));
+    // Intel numbering: CPU c and c + 512 are the two threads of one core.
+    let core5 = &m.cores()[m.cpu(5).unwrap().core];
+    assert_eq!(core5.cpus.to_string(), "5,517");
+    // Two 32-core dies per package, each with its own L3 (the LLC).
+    let die = &m.llcs()[m.cpu(600).unwrap().llc];
+    assert_eq!(die.cpus.to_string(), "64-95,576-607");
+    assert_eq!(die.level, 3);
+    let node7 = &m.nodes()[7];
+    assert_eq!(node7.cpus.to_string(), "448-511,960-1023");
+    assert_eq!(node7.distances, [31, 31, 31, 31, 21, 21, 21, 10]);
+    for n in m.nodes() {
+        assert_eq!(n.cpus.len(), 128);
+        assert_eq!(
+            m.llcs()
+                .iter()
+                .filter(|l| l.cpus.is_subset(&n.cpus))
+                .count(),
+            2
+        );
+    }
+}
+
+#[test]
+fn the_vm_shape_has_one_of_everything_but_cpus() {
+    let m = fixture("xeon16-1llc").unwrap();
+    assert_eq!(m.llcs()[0].cpus.to_string(), "0-15");
+    assert_eq!(m.nodes()[0].cpus.to_string(), "0-15");
+    assert!(m.cores().iter().all(|c| c.cpus.len() == 1));
 }
 
 #[test]

@@ -105,6 +105,27 @@ pub fn map(
     pool: PoolSize,
     prev: &Plan,
 ) -> Plan {
+    let (mut plan, grants) = map_grants(topo, reserve, time, cells, pool, prev);
+    plan.cells = cells.iter().map(|c| c.id).zip(grants).collect();
+    plan
+}
+
+/// [`map`], with the plan's `cells` left empty and the grants given in the
+/// order of `cells`, made as they are taken: a caller that adjusts and
+/// keys them itself moves each grant once.
+///
+/// Cost: the steps before assembly touch only whole-CPU cells, each by
+/// its position (cell ids are distinct), and find their previous grants
+/// in one walk over the previous plan ([`Plan::grants_of`]). A stacked
+/// cell costs one grant, made when it is taken.
+pub(crate) fn map_grants<'c>(
+    topo: &Topo<'_>,
+    reserve: u32,
+    time: CpuSet,
+    cells: &'c [MapCell],
+    pool: PoolSize,
+    prev: &Plan,
+) -> (Plan, impl Iterator<Item = Grant> + 'c) {
     let usable = *topo.machine.usable();
 
     // 1. Reserve.
@@ -113,28 +134,25 @@ pub fn map(
     let space = usable.difference(&reserved).difference(&time);
     let mut free = space;
 
-    // 2. Keep.
+    // 2. Keep. `ent`, `own` and `borrowed` are parallel to `whole`.
     let whole: Vec<&MapCell> = cells.iter().filter(|c| !c.stacked).collect();
-    let mut ent: BTreeMap<CellId, CpuSet> = BTreeMap::new();
+    let before: Vec<Option<&Grant>> = prev.grants_of(whole.iter().map(|c| c.id));
+    let mut ent: Vec<CpuSet> = Vec::with_capacity(whole.len());
     // Held CPUs go to their holders whatever comes first.
     let all_held = whole
         .iter()
         .fold(CpuSet::new(), |acc, c| acc.union(&c.held))
         .intersection(&free);
     free = free.difference(&all_held);
-    for c in &whole {
-        let before = prev
-            .cells
-            .get(&c.id)
-            .map(|g| g.entitled)
-            .unwrap_or_default();
+    for (c, b) in whole.iter().zip(&before) {
+        let before = b.map(|g| g.entitled).unwrap_or_default();
         let held = c.held.intersection(&all_held);
         let rest = (c.entitled as usize).saturating_sub(held.len());
         let kept = topo
             .shrink(before.intersection(&free).difference(&held), rest)
             .union(&held);
         free = free.difference(&kept);
-        ent.insert(c.id, kept);
+        ent.push(kept);
     }
 
     // 3. Pool keep.
@@ -142,16 +160,18 @@ pub fn map(
     free = free.difference(&pool_set);
 
     // 4. Grow, most constrained and largest first.
-    let mut order: Vec<&MapCell> = whole.clone();
-    order.sort_by_key(|c| {
+    let mut order: Vec<usize> = (0..whole.len()).collect();
+    order.sort_by_key(|&k| {
+        let c = whole[k];
         (
             constraint_rank(c.placement),
             std::cmp::Reverse(c.entitled),
             c.id,
         )
     });
-    for c in order {
-        let mut set = ent[&c.id];
+    for k in order {
+        let c = whole[k];
+        let mut set = ent[k];
         let need = c.entitled as usize;
         if let Some(home) = topo
             .home_domain(&set, &free, need, c.placement)
@@ -171,7 +191,7 @@ pub fn map(
             set = topo.grow(set, need - set.len(), &free, c.placement);
         }
         free = free.difference(&set);
-        ent.insert(c.id, set);
+        ent[k] = set;
     }
 
     // 5. Pool grow.
@@ -186,40 +206,35 @@ pub fn map(
     }
 
     // 6. Own.
-    let mut own: BTreeMap<CellId, CpuSet> = BTreeMap::new();
+    let mut own: Vec<CpuSet> = Vec::with_capacity(whole.len());
     let mut lendable = free;
-    for c in &whole {
-        let e = ent[&c.id];
-        let before = prev
-            .cells
-            .get(&c.id)
-            .map(|g| g.cpus.intersection(&e))
-            .unwrap_or_default();
-        let held = c.held.intersection(&e);
+    for ((c, e), b) in whole.iter().zip(&ent).zip(&before) {
+        let before = b.map(|g| g.cpus.intersection(e)).unwrap_or_default();
+        let held = c.held.intersection(e);
         let rest = (c.own as usize).saturating_sub(held.len());
         let mut mine = topo.shrink(before.difference(&held), rest).union(&held);
         if mine.len() < c.own as usize {
-            mine = topo.grow(mine, c.own as usize - mine.len(), &e, c.placement);
+            mine = topo.grow(mine, c.own as usize - mine.len(), e, c.placement);
         }
         lendable = lendable.union(&e.difference(&mine));
-        own.insert(c.id, mine);
+        own.push(mine);
     }
 
     // 7. Lend: previous borrowings first, then the nearest.
-    let mut borrowed: BTreeMap<CellId, CpuSet> = BTreeMap::new();
-    for c in whole.iter().filter(|c| c.borrow > 0) {
-        let before = prev
-            .cells
-            .get(&c.id)
+    let borrowers: Vec<usize> = (0..whole.len()).filter(|&k| whole[k].borrow > 0).collect();
+    let mut borrowed: Vec<CpuSet> = vec![CpuSet::new(); whole.len()];
+    for &k in &borrowers {
+        let before = before[k]
             .map(|g| g.lent.intersection(&lendable))
             .unwrap_or_default();
-        let keep = topo.shrink(before, c.borrow as usize);
+        let keep = topo.shrink(before, whole[k].borrow as usize);
         lendable = lendable.difference(&keep);
-        borrowed.insert(c.id, keep);
+        borrowed[k] = keep;
     }
-    for c in whole.iter().filter(|c| c.borrow > 0) {
-        let mine = own[&c.id];
-        let have = borrowed[&c.id];
+    for &k in &borrowers {
+        let c = whole[k];
+        let mine = own[k];
+        let have = borrowed[k];
         let grown = topo.grow(
             mine.union(&have),
             c.borrow as usize - have.len(),
@@ -228,7 +243,7 @@ pub fn map(
         );
         let got = grown.difference(&mine);
         lendable = lendable.difference(&got);
-        borrowed.insert(c.id, got);
+        borrowed[k] = got;
     }
     let pool_lent = if pool.borrow > 0 {
         let before = prev.pool.intersection(&lendable);
@@ -245,17 +260,18 @@ pub fn map(
     };
     let pool_all = pool_set.union(&pool_lent);
 
-    // Assemble.
+    // Assemble, in the order of `cells` (whole-CPU cells in `whole`'s).
     let stacked_weight: u64 = cells
         .iter()
         .filter(|c| c.stacked)
         .map(|c| c.weight.max(1) as u64)
         .sum();
-    let mut out = BTreeMap::new();
+    let pool_len = pool_all.len() as u64;
     let mut home = 0u32;
-    for c in cells {
-        let grant = if c.stacked {
-            let portion = pool_all.len() as u64 * c.weight.max(1) as u64 / stacked_weight.max(1);
+    let mut k = 0;
+    let grants = cells.iter().map(move |c| {
+        if c.stacked {
+            let portion = pool_len * c.weight.max(1) as u64 / stacked_weight.max(1);
             let threads = portion.max(1) as u32;
             let g = Grant {
                 cpus: pool_all,
@@ -263,29 +279,29 @@ pub fn map(
                 entitled: CpuSet::new(),
                 threads,
                 stacked: true,
-                home: home % pool_all.len().max(1) as u32,
+                home: home % pool_len.max(1) as u32,
                 share: c.share,
                 held: c.held,
             };
             home = home.wrapping_add(threads);
             g
         } else {
-            let lent = borrowed.get(&c.id).copied().unwrap_or_default();
-            let cpus = own[&c.id].union(&lent);
+            let (lent, entitled) = (borrowed[k], ent[k]);
+            let cpus = own[k].union(&lent);
+            k += 1;
             Grant {
                 cpus,
                 lent,
-                entitled: ent[&c.id],
+                entitled,
                 threads: cpus.len().max(1) as u32,
                 stacked: false,
                 home: 0,
                 share: c.share,
                 held: c.held,
             }
-        };
-        out.insert(c.id, grant);
-    }
-    Plan {
+        }
+    });
+    let plan = Plan {
         capacity,
         reserve: reserved,
         pool: pool_all,
@@ -293,6 +309,7 @@ pub fn map(
         time_limit: 0, // the planner's to fill
         contracts: BTreeMap::new(),
         phases: BTreeMap::new(), // the planner's to fill
-        cells: out,
-    }
+        cells: BTreeMap::new(),  // the caller's to fill
+    };
+    (plan, grants)
 }

@@ -22,6 +22,30 @@ pub struct Topo<'m> {
     node_idx: Vec<usize>,
 }
 
+/// The cores, LLC domains and nodes a set of CPUs touches: the union of
+/// the domains of its CPUs.
+#[derive(Debug, Clone, Copy, Default)]
+struct Near {
+    cores: CpuSet,
+    llcs: CpuSet,
+    nodes: CpuSet,
+}
+
+impl Near {
+    /// Adds the domains of `cpu`.
+    fn add(&mut self, topo: &Topo<'_>, cpu: usize) {
+        if !self.cores.contains(cpu) {
+            self.cores = self.cores.union(&topo.core[cpu]);
+        }
+        if !self.llcs.contains(cpu) {
+            self.llcs = self.llcs.union(&topo.llc[cpu]);
+        }
+        if !self.nodes.contains(cpu) {
+            self.nodes = self.nodes.union(&topo.node[cpu]);
+        }
+    }
+}
+
 impl<'m> Topo<'m> {
     /// Precomputes the masks for `machine`.
     pub fn new(machine: &'m Machine) -> Self {
@@ -45,11 +69,6 @@ impl<'m> Topo<'m> {
         }
     }
 
-    fn union_of(&self, set: &CpuSet, table: &[CpuSet]) -> CpuSet {
-        set.iter()
-            .fold(CpuSet::new(), |acc, c| acc.union(&table[c]))
-    }
-
     /// Picks the next CPUs to take from `cands` (all of them free):
     /// 1. a whole free core, if `need` covers it (keeps siblings together);
     /// 2. else one thread of a core that is already partly used;
@@ -69,14 +88,15 @@ impl<'m> Topo<'m> {
         cands.first().map(single).unwrap_or_default()
     }
 
-    /// The free CPUs nearest to `set`, as a group to add (see `best_group`).
-    fn nearest(&self, set: &CpuSet, avail: &CpuSet, need: usize) -> CpuSet {
-        let siblings = self.union_of(set, &self.core).intersection(avail);
+    /// The free CPUs nearest to `set`, which touches the domains `near`,
+    /// as a group to add (see `best_group`).
+    fn nearest(&self, set: &CpuSet, near: &Near, avail: &CpuSet, need: usize) -> CpuSet {
+        let siblings = near.cores.intersection(avail);
         if let Some(c) = siblings.first() {
             return std::iter::once(c).collect();
         }
-        for table in [&self.llc, &self.node] {
-            let cands = self.union_of(set, table).intersection(avail);
+        for domains in [&near.llcs, &near.nodes] {
+            let cands = domains.intersection(avail);
             if !cands.is_empty() {
                 return self.best_group(&cands, need);
             }
@@ -133,16 +153,25 @@ impl<'m> Topo<'m> {
 
     /// Adds `need` CPUs from `avail` to `set`, nearest first. Returns the new
     /// set (shorter than asked if `avail` runs out).
+    ///
+    /// Cost: each step takes a group, whose domains are added to those the
+    /// set touches (`Near`) instead of gathering them anew from every CPU
+    /// of the set, so growing by k CPUs costs k steps, not k × |set| (a
+    /// cell arriving on 1024 CPUs takes hundreds).
     pub fn grow(&self, set: CpuSet, need: usize, avail: &CpuSet, placement: Placement) -> CpuSet {
         let mut set = set;
         let mut avail = avail.difference(&set);
         let mut need = need;
+        let mut near = Near::default();
+        for c in set.iter() {
+            near.add(self, c);
+        }
         while need > 0 && !avail.is_empty() {
             let group = if set.is_empty() {
                 let dom = self.seed_domain(&avail, need, placement);
                 self.best_group(&dom.intersection(&avail), need)
             } else {
-                self.nearest(&set, &avail, need)
+                self.nearest(&set, &near, &avail, need)
             };
             if group.is_empty() {
                 break;
@@ -150,6 +179,7 @@ impl<'m> Topo<'m> {
             for c in group.iter().take(need) {
                 set.insert(c);
                 avail.remove(c);
+                near.add(self, c);
                 need -= 1;
             }
         }
@@ -192,26 +222,32 @@ impl<'m> Topo<'m> {
         need: usize,
         placement: Placement,
     ) -> Option<CpuSet> {
-        let domains: Vec<CpuSet> = match placement {
+        let domains: &mut dyn Iterator<Item = CpuSet> = match placement {
             Placement::Any => return None,
-            Placement::Llc => self.machine.llcs().iter().map(|l| l.cpus).collect(),
-            Placement::Numa => self.machine.nodes().iter().map(|n| n.cpus).collect(),
+            Placement::Llc => &mut self.machine.llcs().iter().map(|l| l.cpus),
+            Placement::Numa => &mut self.machine.nodes().iter().map(|n| n.cpus),
         };
-        let room = |d: &CpuSet| d.intersection(&avail.union(held)).len();
-        let with_room: Vec<&CpuSet> = domains.iter().filter(|d| room(d) >= need).collect();
-        if with_room.is_empty() {
-            return None;
+        // One pass, no allocation (this runs for every constrained cell of
+        // every plan): among the domains with room, the one holding most
+        // of `held`, then the tightest fit, then the lowest first CPU
+        // (later domains win ties, as `max_by_key` has it).
+        let open = avail.union(held);
+        let mut best = None;
+        for d in domains {
+            let room = d.intersection(&open).len();
+            if room < need {
+                continue;
+            }
+            let key = (
+                d.intersection(held).len(),
+                std::cmp::Reverse(room),
+                std::cmp::Reverse(d.first()),
+            );
+            if best.as_ref().is_none_or(|(k, _)| key >= *k) {
+                best = Some((key, d));
+            }
         }
-        with_room
-            .iter()
-            .max_by_key(|d| {
-                (
-                    d.intersection(held).len(),
-                    std::cmp::Reverse(room(d)),
-                    std::cmp::Reverse(d.first()),
-                )
-            })
-            .map(|d| **d)
+        best.map(|(_, d)| d)
     }
 
     /// `n` CPUs for the reserve: whole cores from the lowest CPU number up.
