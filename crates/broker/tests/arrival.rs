@@ -221,3 +221,41 @@ fn without_join_files_the_broker_moves_the_launcher() {
     assert_eq!(fds_of(&effects), 1);
     assert!(w.dry.calls().contains(&Call::Attach(1, ROOT.pid)));
 }
+
+/// One more best-effort cell among hundreds stacked on a small machine
+/// moves every share by less than the page's thousandth of a CPU: no
+/// page is republished for that.
+#[test]
+fn an_arrival_republishes_no_page_that_would_read_the_same() {
+    let mut w = world(2);
+    for i in 0..300u32 {
+        let pid = 1000 + i;
+        proc_of(&w, pid, 0);
+        let e = register(&mut w, ROOT, "many", CellSpec::default(), vec![pid], false);
+        assert!(matches!(reply(&e), Reply::Registered { .. }), "{e:?}");
+    }
+    let before: std::collections::HashMap<u64, u64> = w
+        .core
+        .status(ROOT)
+        .cells
+        .iter()
+        .map(|c| (c.id, c.generation))
+        .collect();
+    proc_of(&w, 5000, 0);
+    register(
+        &mut w,
+        ROOT,
+        "one-more",
+        CellSpec::default(),
+        vec![5000],
+        false,
+    );
+    let moved = w
+        .core
+        .status(ROOT)
+        .cells
+        .iter()
+        .filter(|c| before.get(&c.id).is_some_and(|g| *g != c.generation))
+        .count();
+    assert_eq!(moved, 0, "pages republished with nothing new to read");
+}

@@ -126,6 +126,17 @@ impl Core {
             if c.published.as_ref() == Some(g) && !rewindowed.contains(&id) {
                 continue;
             }
+            // A grant whose page would read the same (its share moved by
+            // less than the page's thousandth of a CPU, as every stacked
+            // cell's does when one more arrives among thousands) is taken
+            // without a publish: no generation, no wake-up, no journal.
+            if !rewindowed.contains(&id)
+                && let Some(p) = &c.published
+                && self.page_grant(id, 0, p) == self.page_grant(id, 0, g)
+            {
+                self.cells.get_mut(&id).expect("present above").published = Some(g.clone());
+                continue;
+            }
             any = true;
             let placement_changed = c.published.as_ref().is_none_or(|p| {
                 (p.cpus, p.lent, p.entitled, p.stacked) != (g.cpus, g.lent, g.entitled, g.stacked)
