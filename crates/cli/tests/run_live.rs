@@ -708,7 +708,12 @@ fn a_program_started_on_one_cpu_may_still_grow_its_openmp_teams() {
 #[test]
 fn the_timeline_shows_each_step_of_start_and_exit() {
     let d = Daemon::start("dry-run", &[]);
-    let o = run_out(allot_run(&d, &["--timeline", "--", "sh", "-c", "exit 4"]));
+    // The program lives long enough for the broker to watch it (one that
+    // exits before the broker reads the request is never a member).
+    let o = run_out(allot_run(
+        &d,
+        &["--timeline", "--", "sh", "-c", "sleep 0.3; exit 4"],
+    ));
     assert_eq!(o.status.code(), Some(4), "the exit status still passes");
     let err = String::from_utf8_lossy(&o.stderr);
     let order = [
