@@ -287,3 +287,85 @@ EXPORT int pthread_setaffinity_np(pthread_t thread, size_t size, const cpu_set_t
     }
     return rc;
 }
+
+/* ------------------------------------------------------------------------ */
+/* CPUs counted at start                                                    */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * libgomp counts the CPUs it may use once, when it starts
+ * (pthread_getaffinity_np of the initial thread), and from then on, while
+ * it manages more threads than that count, waits at every barrier by
+ * sleeping almost at once instead of spinning ("throttled"). A program
+ * started while its cell holds few CPUs (others started with it) would be
+ * throttled for its whole run once its grant grows, although the shim
+ * never gives a team more threads than the grant has CPUs. So when libgomp
+ * asks for the initial thread's CPUs, the answer also holds the CPUs
+ * `allot run` could use before the cell confined it (ALLOT_LAUNCH_CPUS:
+ * the most the cell may ever be granted). Only libgomp's own question is
+ * answered so (the caller's object is named libgomp), only about the
+ * calling thread, and only in a cell; everyone else gets the kernel's
+ * answer. Places for OMP_PROC_BIND are then laid over those CPUs, and a
+ * binding outside the grant is carried into it (above).
+ *
+ * This runs inside libgomp's constructor, before the shim's own: it reads
+ * the environment itself and keeps no state.
+ */
+
+/* Parses a kernel CPU list ("0-3,8") into `m`; returns 0 on a bad list. */
+static int parse_cpu_list(const char *s, struct mask *m)
+{
+    memset(m, 0, sizeof *m);
+    while (*s) {
+        char *end;
+        unsigned long a = strtoul(s, &end, 10), b = a;
+        if (end == s)
+            return 0;
+        s = end;
+        if (*s == '-') {
+            b = strtoul(s + 1, &end, 10);
+            if (end == s + 1 || b < a)
+                return 0;
+            s = end;
+        }
+        if (b >= MASK_WORDS * WORD_BITS)
+            return 0;
+        for (unsigned long c = a; c <= b; c++)
+            m->w[c / WORD_BITS] |= 1UL << (c % WORD_BITS);
+        if (*s == ',')
+            s++;
+        else if (*s != '\0' && *s != '\n')
+            return 0;
+        else
+            break;
+    }
+    return 1;
+}
+
+static int called_from_libgomp(const void *caller)
+{
+    Dl_info info;
+    return dladdr(caller, &info) != 0 && info.dli_fname != NULL &&
+           strstr(info.dli_fname, "libgomp") != NULL;
+}
+
+typedef int (*pgetaff_real_fn)(pthread_t, size_t, cpu_set_t *);
+
+EXPORT int pthread_getaffinity_np(pthread_t thread, size_t size, cpu_set_t *set)
+{
+    int rc = ((pgetaff_real_fn)breal(B_PGET))(thread, size, set);
+    if (rc != 0 || !pthread_equal(thread, pthread_self()))
+        return rc;
+    const char *launch = getenv(ALLOT_ENV_LAUNCH_CPUS);
+    if (launch == NULL || getenv(ALLOT_ENV_GRANT_FD) == NULL ||
+        !called_from_libgomp(__builtin_return_address(0)))
+        return rc;
+    struct mask m;
+    if (!parse_cpu_list(launch, &m))
+        return rc;
+    size_t words = size / sizeof(unsigned long);
+    unsigned long *w = (unsigned long *)set;
+    for (size_t i = 0; i < words && i < MASK_WORDS; i++)
+        w[i] |= m.w[i];
+    return rc;
+}

@@ -23,7 +23,18 @@ impl Bound {
     /// runtime computes its places from the group's CPUs), bound to
     /// `OMP_PLACES=threads`, with or without the shim and a page.
     fn start(group: &Path, page: Option<&Page>) -> Bound {
-        let prog = compile("gcc", "tests/omp/bound.c", "bound", &["-fopenmp"]).unwrap();
+        Self::start_with(group, page, None)
+    }
+
+    /// [`Bound::start`] with `ALLOT_LAUNCH_CPUS` set to `launch`.
+    fn start_with(group: &Path, page: Option<&Page>, launch: Option<&str>) -> Bound {
+        let prog = compile(
+            "gcc",
+            "tests/omp/bound.c",
+            "bound",
+            &["-fopenmp", "-pthread"],
+        )
+        .unwrap();
         let mut cmd = Command::new("sh");
         cmd.arg("-c")
             .arg(r#"echo $$ > "$1/cgroup.procs" && exec "$2""#)
@@ -43,6 +54,9 @@ impl Bound {
             None => {
                 cmd.env("OMP_NUM_THREADS", "4").env_remove("LD_PRELOAD");
             }
+        }
+        if let Some(l) = launch {
+            cmd.env(allot_proto::env::LAUNCH_CPUS, l);
         }
         let mut child = cmd.spawn().unwrap();
         let input = child.stdin.take().unwrap();
@@ -179,4 +193,25 @@ fn bound_threads_stay_inside_a_cell_that_shrinks_and_moves() {
     let lines = p.step("bind 0").unwrap();
     assert_eq!(lines, ["bind 0 cpus 0"]);
     assert!(p.step("quit").is_err_and(|e| e.contains("exit status: 0")));
+}
+
+/// libgomp counts its CPUs once, at start; a program started on a grant
+/// of one CPU would be throttled (barrier waits sleep) for its whole run
+/// once the grant grows. Under the shim, libgomp's count is the CPUs the
+/// cell may ever have (`ALLOT_LAUNCH_CPUS`); the program's own affinity
+/// query still gets the kernel's answer.
+#[test]
+fn libgomp_counts_the_cells_launch_cpus_and_the_program_its_own() {
+    if !live() {
+        return;
+    }
+    let (_guard, dir) = group("bind-procs");
+    set_cpus(&dir, "0");
+    let page = Page::new(1);
+    let mut p = Bound::start_with(&dir, Some(&page), Some("0-1"));
+    assert_eq!(p.step("procs").unwrap(), ["procs 2", "mask 0"]);
+    drop(p);
+    // Without the variable (or outside allot run): the kernel's count.
+    let mut p = Bound::start_with(&dir, Some(&page), None);
+    assert_eq!(p.step("procs").unwrap(), ["procs 1", "mask 0"]);
 }

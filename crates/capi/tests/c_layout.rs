@@ -150,6 +150,7 @@ fn program() -> String {
     }
     c.push_str("  printf(\"env grant_fd %s\\n\", ALLOT_ENV_GRANT_FD);\n");
     c.push_str("  printf(\"env shim_debug %s\\n\", ALLOT_ENV_SHIM_DEBUG);\n");
+    c.push_str("  printf(\"env launch_cpus %s\\n\", ALLOT_ENV_LAUNCH_CPUS);\n");
     c.push_str("  return 0;\n}\n");
     c
 }
@@ -279,6 +280,10 @@ fn the_c_copies_match_the_rust_definitions() {
     }
     assert_eq!(get("env", "grant_fd"), vec![allot_proto::env::GRANT_FD]);
     assert_eq!(get("env", "shim_debug"), vec![allot_proto::env::SHIM_DEBUG]);
+    assert_eq!(
+        get("env", "launch_cpus"),
+        vec![allot_proto::env::LAUNCH_CPUS]
+    );
     assert_eq!(
         num("ticket_max"),
         allot_capi::abi::launcher::TICKET_MAX as u64

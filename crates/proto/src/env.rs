@@ -17,6 +17,12 @@ pub const GRANT_FD: &str = "ALLOT_GRANT_FD";
 pub const CHANNELS: &str = "ALLOT_CHANNELS";
 /// `1`: the OpenMP shim says on stderr what it does.
 pub const SHIM_DEBUG: &str = "ALLOT_SHIM_DEBUG";
+/// The CPUs `allot run` could use before its cell confined it (a CPU
+/// list, `0-15`): the most the program's cell may ever be granted. The
+/// OpenMP shim tells libgomp these when it counts its CPUs at start, so a
+/// program started on a small grant is not throttled for the whole run
+/// once its grant grows (`crates/capi/SHIM.md`, "CPUs counted at start").
+pub const LAUNCH_CPUS: &str = "ALLOT_LAUNCH_CPUS";
 /// A cgroup v1 `cpu` directory (or v2 threaded subtree) under which
 /// `require` throttles fractional CPUs by quota.
 pub const THROTTLE_CGROUP: &str = "ALLOT_THROTTLE_CGROUP";

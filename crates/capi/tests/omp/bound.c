@@ -7,6 +7,8 @@
  *              "thread T cpus LIST" (its affinity), then "done N"
  *     bind C   binds the calling thread to CPU C with sched_setaffinity;
  *              prints "bind RC cpus LIST" (RC 0, or the errno)
+ *     procs    prints "procs N" (omp_get_num_procs) and "mask LIST" (the
+ *              program's own pthread_getaffinity_np)
  *     quit     exits 0
  *
  * Prints "ready" before reading each command. The places are computed by
@@ -15,6 +17,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <omp.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -59,6 +62,15 @@ int main(void)
             char list[256];
             cpus(list, sizeof list);
             printf("bind %d cpus %s\n", rc, list);
+        } else if (strncmp(line, "procs", 5) == 0) {
+            cpu_set_t s;
+            CPU_ZERO(&s);
+            pthread_getaffinity_np(pthread_self(), sizeof s, &s);
+            printf("procs %d\nmask", omp_get_num_procs());
+            for (int c = 0; c < CPU_SETSIZE; c++)
+                if (CPU_ISSET(c, &s))
+                    printf(" %d", c);
+            printf("\n");
         } else if (strncmp(line, "quit", 4) == 0) {
             return 0;
         }

@@ -232,7 +232,8 @@ pub fn run(a: Args) -> i32 {
     // The CPUs this process may use before the broker confines it to its
     // first grant: the most the program could ever be given, so the
     // ceiling of its OpenMP teams (the grant of the moment may be smaller).
-    let allowed_before = allot_topo::allowed_cpus().map(|s| s.len() as u32);
+    let launch_cpus = allot_topo::allowed_cpus().ok();
+    let allowed_before = launch_cpus.as_ref().map(|s| s.len() as u32);
 
     // The cell (or none: unconfined).
     let broker = autostart::ensure_broker(&socket, !a.no_start);
@@ -355,7 +356,16 @@ pub fn run(a: Args) -> i32 {
         jobserver: js_flags,
         shim,
     };
+    let with_shim = cell_env.shim.is_some();
     let mut vars = env::variables(&cell_env, &|k| std::env::var_os(k));
+    if with_shim && let Some(cpus) = &launch_cpus {
+        // What libgomp counts at start: the most the cell may be granted
+        // (see allot_proto::env::LAUNCH_CPUS).
+        vars.push((
+            allot_proto::env::LAUNCH_CPUS.into(),
+            cpus.to_string().into(),
+        ));
+    }
     if a.partition.is_some() {
         vars.extend(env::partition_variables(&|k| std::env::var_os(k)));
     }
