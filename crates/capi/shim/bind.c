@@ -303,7 +303,7 @@ EXPORT int pthread_setaffinity_np(pthread_t thread, size_t size, const cpu_set_t
  * asks for the initial thread's CPUs, the answer also holds the CPUs
  * `allot run` could use before the cell confined it (ALLOT_LAUNCH_CPUS:
  * the most the cell may ever be granted). Only libgomp's own question is
- * answered so (the caller's object is named libgomp), only about the
+ * answered so (the caller's object is libgomp), only about the
  * calling thread, and only in a cell; everyone else gets the kernel's
  * answer. Places for OMP_PROC_BIND are then laid over those CPUs, and a
  * binding outside the grant is carried into it (above).
@@ -342,11 +342,16 @@ static int parse_cpu_list(const char *s, struct mask *m)
     return 1;
 }
 
+/* Whether `caller` lies in libgomp (its file name holds "gomp": libgomp.so.1,
+ * or a wheel's vendored libgomp-HASH.so; the shim names no OpenMP runtime
+ * whole, see src/shim.rs). */
 static int called_from_libgomp(const void *caller)
 {
     Dl_info info;
-    return dladdr(caller, &info) != 0 && info.dli_fname != NULL &&
-           strstr(info.dli_fname, "libgomp") != NULL;
+    if (dladdr(caller, &info) == 0 || info.dli_fname == NULL)
+        return 0;
+    const char *base = strrchr(info.dli_fname, '/');
+    return strstr(base ? base + 1 : info.dli_fname, "gomp") != NULL;
 }
 
 typedef int (*pgetaff_real_fn)(pthread_t, size_t, cpu_set_t *);
