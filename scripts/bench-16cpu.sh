@@ -45,7 +45,7 @@
 #
 # Every run is printed as it ends; a summary table follows. Results (at most
 # 8 files) go to --out: console.log, runs.csv, summary.txt, machine.txt,
-# launch.txt, tests.txt, broker.log. Exit status 0 unless something broke:
+# launch.txt, tests.txt, broker.log, timelines.txt. Exit status 0 unless something broke:
 # a program died or gave a wrong answer, an allot or split run hit its time
 # limit, a step failed, a test failed, or cgroups were left behind. A
 # baseline (one, dynamic, passive, seq) hitting its limit is a result (shown
@@ -377,7 +377,7 @@ collect_broker_logs() {
 setup() {
   mkdir -p "$OUT"
   OUT=$(cd "$OUT" && pwd)
-  rm -f "$OUT"/{console.log,runs.csv,summary.txt,machine.txt,launch.txt,tests.txt,broker.log}
+  rm -f "$OUT"/{console.log,runs.csv,summary.txt,machine.txt,launch.txt,tests.txt,broker.log,timelines.txt}
   work=$(mktemp -d /tmp/allot-b16.XXXXXX)
   chmod 700 "$work"
   mkdir -p "$work"/{bin,batch,tmp,xdg,auto}
@@ -916,6 +916,38 @@ step_bind() {
   done
 }
 
+# Where the time goes: k programs started together under `allot run
+# --timeline` (the broker's steps per cell: admission, cgroup and cpuset
+# writes with what each took, grants, joins, exits; and each run's own),
+# saved whole to timelines.txt; the cpuset and join costs are summarized.
+step_timeline() {
+  local k=4 lim i pids=() out
+  ((k > NCPU)) && k=$NCPU
+  say "== timeline: $k programs started together under allot run --timeline"
+  lim=$(limit_of 2 3)
+  if ! fits "$lim"; then
+    skipped_for_time=$((skipped_for_time + 1))
+    say "skipped (time budget)"
+    return
+  fi
+  for ((i = 0; i < k; i++)); do
+    timeout -k 5 "$lim" env "ALLOT_SOCKET=$daemon_sock" "$ALLOT" run --no-start --timeline \
+      --name "t$i" -- "$OMP_BIN" stencil "$(calc "$S / $k")" \
+      </dev/null >/dev/null 2>"$work/timeline.$i" &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do
+    wait "${pids[i]}" || fail "timeline program $i exited $?"
+    cat "$work/timeline.$i" >>"$OUT/timelines.txt"
+  done
+  out=$(cat "$work"/timeline.*)
+  say "$(grep -E 'program started' <<<"$out" | awk '{ print "  program started at " $1 " ms" }')"
+  say "$(grep -E '\[broker\] (cpuset|joined).* ms\)$' <<<"$out" |
+    sed -E 's/.*\[broker\] ([a-z]+).*\(([0-9.]+) ms\).*/\1 \2/' |
+    awk '{ n[$1]++; t[$1] += $2; if ($2 > m[$1]) m[$1] = $2 }
+      END { for (s in n) printf "  %s: %d steps, mean %.3f ms, max %.3f ms\n", s, n[s], t[s] / n[s], m[s] }')"
+}
+
 step_numpy() {
   local k=4 rep out per mode lim i
   say "== numpy: $k programs multiplying ${BLAS_SIZE}x${BLAS_SIZE} matrices"
@@ -1143,6 +1175,7 @@ main() {
   start_daemon
   calibrate
   step_launch
+  step_timeline
   step_tests
   step_bind
   step_numpy
