@@ -259,3 +259,31 @@ fn an_arrival_republishes_no_page_that_would_read_the_same() {
         .count();
     assert_eq!(moved, 0, "pages republished with nothing new to read");
 }
+
+/// A newcomer released in the same turn (its id guessed before the reply)
+/// is answered with an error at the end of the turn; the broker carries on.
+#[test]
+fn a_newcomer_released_before_the_turn_ends_is_answered_not_joined() {
+    let mut w = world(4);
+    w.core.batch_arrivals(true);
+    proc_of(&w, 300, 0);
+    assert!(register(&mut w, ROOT, "brief", CellSpec::default(), vec![300], false).is_empty());
+    let released = w.core.handle(
+        7,
+        ROOT,
+        allot_proto::msg::Request::Release { cell: 1 },
+        None,
+    );
+    assert!(matches!(reply(&released), Reply::Ok), "{released:?}");
+    let effects = w.core.settle();
+    assert!(
+        message(&effects).contains("released before its processes joined"),
+        "{}",
+        message(&effects)
+    );
+    assert!(w.core.status(ROOT).cells.is_empty());
+    // The next registration goes through.
+    proc_of(&w, 301, 0);
+    assert!(register(&mut w, ROOT, "next", CellSpec::default(), vec![301], false).is_empty());
+    assert!(matches!(reply(&w.core.settle()), Reply::Registered { .. }));
+}

@@ -79,6 +79,17 @@ impl Core {
             token,
             joins_itself,
         } = a;
+        if !self.cells.contains_key(&id) {
+            // Released (by an id guessed before the reply) in this turn.
+            return vec![answer(
+                session,
+                err(
+                    ErrorCode::Invalid,
+                    REGISTER,
+                    "the cell was released before its processes joined it",
+                ),
+            )];
+        }
         let join_files = if joins_itself {
             self.enforcer.join_files(id).unwrap_or_else(|e| {
                 warn!("cell {id}: {e}; moving its process instead");
