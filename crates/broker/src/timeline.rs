@@ -14,13 +14,8 @@
 //! `CLOCK_MONOTONIC`, comparable with any process's on the machine.
 
 use allot_proto::status::{Timeline as Doc, TimelineStep};
+use allot_proto::window::monotonic_ns;
 use std::time::Duration;
-
-/// `CLOCK_MONOTONIC` now, ns.
-pub(crate) fn monotonic_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
-}
 
 /// A cell's steps (see the module notes).
 #[derive(Debug, Clone)]

@@ -7,15 +7,10 @@
 //! order, to stderr, as milliseconds since `allot run` started.
 
 use allot_proto::status::Timeline;
+use allot_proto::window::monotonic_ns; // the clock the broker's timelines use
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
-
-/// `CLOCK_MONOTONIC` now, ns (the clock the broker's timelines use).
-fn monotonic_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
-}
 
 /// `allot run`'s own steps.
 pub struct Marks {
