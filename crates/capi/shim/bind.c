@@ -39,11 +39,15 @@
  * error a call returns are those of the last attempt. Outside a cell (no
  * page) every error passes through unchanged.
  *
- * LLVM's libomp binds with the raw system call (KMP_AFFINITY), which no
- * preloaded library can see: see SHIM.md, "Bound threads".
+ * LLVM's libomp binds each thread itself with the raw system call
+ * (syscall(SYS_sched_setaffinity), for KMP_AFFINITY and OMP_PROC_BIND) and
+ * aborts on a refusal ("OMP: System error #22"): the shim's syscall()
+ * (blocking.c) hands such a refusal to the same ladder.
  */
 
 #include "shim.h"
+
+#include <sys/syscall.h>
 
 /* Masks up to 8192 CPUs: larger than any page (1024) and any runtime's
  * default set size. */
@@ -188,14 +192,76 @@ void bind_init(void)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Thread creation with a binding in its attributes                         */
+/* The ladder: one binding the kernel refused, carried into the grant        */
 /* ------------------------------------------------------------------------ */
 
 /*
+ * One way of setting a binding, for the ladder below: `apply` sets `m`
+ * (returns 0 or an errno value), `own` reads the CPUs the target may use
+ * now (returns 0 on success).
+ */
+struct binder {
+    int (*apply)(struct binder *b, const struct mask *m);
+    int (*own)(struct binder *b, struct mask *m);
+};
+
+/*
+ * After `want` was refused with EINVAL: steps 1 and 2 of the rule above.
+ * Returns 0 once a carried binding was set, else the last attempt's error
+ * (EINVAL when nothing could be tried). Only an EINVAL goes on to the next
+ * step: any other error is not the binding's.
+ */
+static int carry(struct binder *b, const struct mask *want)
+{
+    struct mask allowed, to;
+    int rc = EINVAL;
+    if (page_cpus(&allowed) && bind_into(want, &allowed, &to)) {
+        rc = b->apply(b, &to);
+        if (rc == 0) {
+            told(want, &to, "it was bound");
+            return 0;
+        }
+    }
+    if (rc == EINVAL && b->own(b, &allowed) == 0 && bind_into(want, &allowed, &to)) {
+        rc = b->apply(b, &to);
+        if (rc == 0)
+            told(want, &to, "it was bound (the CPUs it may use now)");
+    }
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Thread creation with a binding in its attributes                         */
+/* ------------------------------------------------------------------------ */
+
+struct create_binder {
+    struct binder b;
+    int (*create)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+    pthread_t *thread;
+    pthread_attr_t *attr;
+    void *(*start)(void *);
+    void *arg;
+};
+
+static int create_apply(struct binder *b, const struct mask *m)
+{
+    struct create_binder *c = (struct create_binder *)b;
+    pthread_attr_setaffinity_np(c->attr, MASK_BYTES, (const cpu_set_t *)m->w);
+    return c->create(c->thread, c->attr, c->start, c->arg);
+}
+
+/* The creator's CPUs: the new thread's cpuset is its creator's. */
+static int create_own(struct binder *b, struct mask *m)
+{
+    (void)b;
+    return ((getaff_fn)breal(B_GET))(0, MASK_BYTES, (cpu_set_t *)m->w);
+}
+
+/*
  * Called by pthread_create (threads.c) after `create` failed with EINVAL:
- * retries with the attributes' binding carried into the grant. Returns the
- * last attempt's result (EINVAL again when the failure was not the
- * binding's).
+ * retries with the attributes' binding carried into the grant, then
+ * unbound (step 3). Returns the last attempt's result (EINVAL again when
+ * the failure was not the binding's).
  */
 int bind_retry_create(int (*create)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *),
                       pthread_t *thread, const pthread_attr_t *attr, void *(*start)(void *),
@@ -212,27 +278,13 @@ int bind_retry_create(int (*create)(pthread_t *, const pthread_attr_t *, void *(
     if (n == 0 || n == MASK_WORDS * (int)WORD_BITS)
         return EINVAL;
 
-    int rc = EINVAL;
-    struct mask allowed, to;
-    if (page_cpus(&allowed) && bind_into(&want, &allowed, &to)) {
-        pthread_attr_setaffinity_np(a, MASK_BYTES, (cpu_set_t *)to.w);
-        rc = create(thread, a, start, arg);
-        if (rc == 0)
-            told(&want, &to, "the thread was bound");
-    }
-    if (rc == EINVAL &&
-        ((getaff_fn)breal(B_GET))(0, MASK_BYTES, (cpu_set_t *)allowed.w) == 0 &&
-        bind_into(&want, &allowed, &to)) {
-        pthread_attr_setaffinity_np(a, MASK_BYTES, (cpu_set_t *)to.w);
-        rc = create(thread, a, start, arg);
-        if (rc == 0)
-            told(&want, &to, "the thread was bound (its creator's CPUs)");
-    }
+    struct create_binder c = {{create_apply, create_own}, create, thread, a, start, arg};
+    int rc = carry(&c.b, &want);
     if (rc == EINVAL) {
         /* Every CPU: the kernel leaves the cell's. */
-        memset(&to, 0xff, sizeof to);
-        pthread_attr_setaffinity_np(a, MASK_BYTES, (cpu_set_t *)to.w);
-        rc = create(thread, a, start, arg);
+        struct mask every;
+        memset(&every, 0xff, sizeof every);
+        rc = create_apply(&c.b, &every);
         if (rc == 0)
             told(&want, NULL, "the thread was started unbound");
     }
@@ -244,48 +296,87 @@ int bind_retry_create(int (*create)(pthread_t *, const pthread_attr_t *, void *(
 /* Bindings set by the thread itself                                        */
 /* ------------------------------------------------------------------------ */
 
+/* sched_setaffinity, through glibc or the raw system call. */
+struct task_binder {
+    struct binder b;
+    pid_t pid;
+    int raw;
+};
+
+static int task_apply(struct binder *b, const struct mask *m)
+{
+    struct task_binder *t = (struct task_binder *)b;
+    int rc = t->raw ? (int)real_syscall(SYS_sched_setaffinity, t->pid, (long)MASK_BYTES,
+                                              (long)m->w)
+                    : ((setaff_fn)breal(B_SET))(t->pid, MASK_BYTES, (const cpu_set_t *)m->w);
+    return rc == 0 ? 0 : errno;
+}
+
+static int task_own(struct binder *b, struct mask *m)
+{
+    struct task_binder *t = (struct task_binder *)b;
+    return ((getaff_fn)breal(B_GET))(t->pid, MASK_BYTES, (cpu_set_t *)m->w);
+}
+
+/* Carries a refused sched_setaffinity; returns its result (0 or -1 with
+ * errno EINVAL, as the refusal had). */
+static int retry_task(pid_t pid, size_t size, const void *set, int raw)
+{
+    struct mask want;
+    mask_from(&want, set, size);
+    struct task_binder t = {{task_apply, task_own}, pid, raw};
+    if (carry(&t.b, &want) == 0)
+        return 0;
+    errno = EINVAL;
+    return -1;
+}
+
 EXPORT int sched_setaffinity(pid_t pid, size_t size, const cpu_set_t *set)
 {
-    setaff_fn real = (setaff_fn)breal(B_SET);
-    int rc = real(pid, size, set);
+    int rc = ((setaff_fn)breal(B_SET))(pid, size, set);
     if (LIKELY(rc == 0) || errno != EINVAL || !shim_active())
         return rc;
-    int saved = errno;
-    struct mask want, allowed, to;
-    mask_from(&want, set, size);
-    if (page_cpus(&allowed) && bind_into(&want, &allowed, &to) &&
-        real(pid, MASK_BYTES, (cpu_set_t *)to.w) == 0) {
-        told(&want, &to, "it was bound");
-        return 0;
-    }
-    if (((getaff_fn)breal(B_GET))(pid, MASK_BYTES, (cpu_set_t *)allowed.w) == 0 &&
-        bind_into(&want, &allowed, &to) && real(pid, MASK_BYTES, (cpu_set_t *)to.w) == 0) {
-        told(&want, &to, "it was bound (the thread's own CPUs)");
-        return 0;
-    }
-    errno = saved;
-    return -1;
+    return retry_task(pid, size, set, 0);
+}
+
+/*
+ * The raw system call, as LLVM's libomp binds its threads
+ * (syscall(SYS_sched_setaffinity, ...), KMP_AFFINITY and OMP_PROC_BIND):
+ * syscall() (blocking.c) calls this after the kernel refused with EINVAL.
+ */
+long bind_retry_raw(long pid, long size, long set)
+{
+    if (!shim_active())
+        return -1;
+    return retry_task((pid_t)pid, (size_t)size, (const void *)set, 1);
+}
+
+struct thread_binder {
+    struct binder b;
+    pthread_t thread;
+};
+
+static int thread_apply(struct binder *b, const struct mask *m)
+{
+    struct thread_binder *t = (struct thread_binder *)b;
+    return ((psetaff_fn)breal(B_PSET))(t->thread, MASK_BYTES, (const cpu_set_t *)m->w);
+}
+
+static int thread_own(struct binder *b, struct mask *m)
+{
+    struct thread_binder *t = (struct thread_binder *)b;
+    return ((pgetaff_fn)breal(B_PGET))(t->thread, MASK_BYTES, (cpu_set_t *)m->w);
 }
 
 EXPORT int pthread_setaffinity_np(pthread_t thread, size_t size, const cpu_set_t *set)
 {
-    psetaff_fn real = (psetaff_fn)breal(B_PSET);
-    int rc = real(thread, size, set);
+    int rc = ((psetaff_fn)breal(B_PSET))(thread, size, set);
     if (LIKELY(rc != EINVAL) || !shim_active())
         return rc;
-    struct mask want, allowed, to;
+    struct mask want;
     mask_from(&want, set, size);
-    if (page_cpus(&allowed) && bind_into(&want, &allowed, &to) &&
-        real(thread, MASK_BYTES, (cpu_set_t *)to.w) == 0) {
-        told(&want, &to, "it was bound");
-        return 0;
-    }
-    if (((pgetaff_fn)breal(B_PGET))(thread, MASK_BYTES, (cpu_set_t *)allowed.w) == 0 &&
-        bind_into(&want, &allowed, &to) && real(thread, MASK_BYTES, (cpu_set_t *)to.w) == 0) {
-        told(&want, &to, "it was bound (the thread's own CPUs)");
-        return 0;
-    }
-    return rc;
+    struct thread_binder t = {{thread_apply, thread_own}, thread};
+    return carry(&t.b, &want) == 0 ? 0 : rc;
 }
 
 /* ------------------------------------------------------------------------ */

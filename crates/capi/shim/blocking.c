@@ -25,6 +25,9 @@
  *    are covered by their own wrappers (semaphores here, condition waits
  *    in threads.c) or are short (mutexes). Inline-assembly futex calls are
  *    not seen.
+ *  - syscall() is also where LLVM's libomp binds its threads
+ *    (SYS_sched_setaffinity): a binding the kernel refuses there goes to
+ *    bind.c's ladder, as one refused through glibc does.
  *  - Retaking after the wait may itself wait (for CPUs another thread took
  *    meanwhile): to the caller it is a slower return. errno is preserved.
  *  - Versions (glibc 2.36, x86-64): sem_wait, sem_timedwait are
@@ -162,7 +165,16 @@ EXPORT int accept4(int fd, struct sockaddr *restrict addr, socklen_t *restrict a
     AROUND(may_wait_on(fd), real(fd, addr, alen, flags));
 }
 
-/* syscall(2): futex waits give back (rq_try_block); every other call, and
+/* glibc's syscall(), for the shim's own raw calls (never through the
+ * wrapper below). */
+long real_syscall(long number, long a1, long a2, long a3)
+{
+    long (*real)(long, ...) = b_real(B_SYSCALL);
+    return real(number, a1, a2, a3, 0L, 0L, 0L);
+}
+
+/* syscall(2): futex waits give back (rq_try_block); a refused
+ * sched_setaffinity is carried into the grant (bind_retry_raw); every other call, and
  * every call of a thread that holds nothing, is forwarded with six
  * arguments, as glibc's own syscall() loads six registers whatever the
  * caller passed (the kernel reads the ones the call has). */
@@ -174,8 +186,13 @@ EXPORT long syscall(long number, ...)
     long a1 = va_arg(ap, long), a2 = va_arg(ap, long), a3 = va_arg(ap, long);
     long a4 = va_arg(ap, long), a5 = va_arg(ap, long), a6 = va_arg(ap, long);
     va_end(ap);
-    if (LIKELY(number != SYS_futex))
-        return real(number, a1, a2, a3, a4, a5, a6);
+    if (LIKELY(number != SYS_futex)) {
+        long rc = real(number, a1, a2, a3, a4, a5, a6);
+        /* A binding refused outside the grant (LLVM's libomp): bind.c. */
+        if (UNLIKELY(number == SYS_sched_setaffinity) && rc == -1 && errno == EINVAL)
+            return bind_retry_raw(a1, a2, a3);
+        return rc;
+    }
     int cmd = (int)a2 & FUTEX_CMD_MASK;
     if ((cmd != FUTEX_WAIT && cmd != FUTEX_WAIT_BITSET) || LIKELY(!rq_holds()))
         return real(number, a1, a2, a3, a4, a5, a6);

@@ -114,12 +114,17 @@ int rq_holds(void);
 void rq_block(void);
 void rq_unblock(void);
 int rq_try_block(void);
+/* glibc's syscall() with three arguments, bypassing the shim's wrapper. */
+long real_syscall(long number, long a1, long a2, long a3);
 
 /* bind.c: bindings the kernel refused (outside the grant) carried into it. */
 void bind_init(void);
 int bind_retry_create(int (*create)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *),
                       pthread_t *thread, const pthread_attr_t *attr, void *(*start)(void *),
                       void *arg);
+/* After syscall(SYS_sched_setaffinity, pid, size, set) was refused with
+ * EINVAL: 0 once carried, else -1 with errno EINVAL. */
+long bind_retry_raw(long pid, long size, long set);
 
 /* follow.c */
 void follow_init(void);

@@ -1,6 +1,8 @@
-//! Bound OpenMP threads (`OMP_PROC_BIND`, `OMP_PLACES`) whose cell shrinks
-//! or moves: the shim carries a binding the kernel refuses into the grant
-//! (`shim/bind.c`) instead of letting libgomp abort. Live: the program
+//! Bound OpenMP threads (`OMP_PROC_BIND`, `OMP_PLACES`, `KMP_AFFINITY`)
+//! whose cell shrinks or moves: the shim carries a binding the kernel
+//! refuses into the grant (`shim/bind.c`) instead of letting the runtime
+//! abort, libgomp (bindings in the thread's attributes) and LLVM's libomp
+//! (each thread binds itself with the raw system call). Live: the program
 //! runs in a v1 cpuset group this test makes, whose CPUs the test changes
 //! between the program's steps, with a grant page the test publishes to.
 
@@ -19,19 +21,26 @@ struct Bound {
 }
 
 impl Bound {
-    /// Starts `bound` inside cgroup `group` (it joins before exec, so the
-    /// runtime computes its places from the group's CPUs), bound to
-    /// `OMP_PLACES=threads`, with or without the shim and a page.
-    fn start(group: &Path, page: Option<&Page>) -> Bound {
-        Self::start_with(group, page, None)
+    /// Starts `bound`, built by `tc`, inside cgroup `group` (it joins
+    /// before exec, so the runtime computes its places from the group's
+    /// CPUs), bound by `binding` (environment assignments), with or
+    /// without the shim and a page.
+    fn start(tc: Toolchain, binding: &[(&str, &str)], group: &Path, page: Option<&Page>) -> Bound {
+        Self::start_with(tc, binding, group, page, None)
     }
 
     /// [`Bound::start`] with `ALLOT_LAUNCH_CPUS` set to `launch`.
-    fn start_with(group: &Path, page: Option<&Page>, launch: Option<&str>) -> Bound {
+    fn start_with(
+        tc: Toolchain,
+        binding: &[(&str, &str)],
+        group: &Path,
+        page: Option<&Page>,
+        launch: Option<&str>,
+    ) -> Bound {
         let prog = compile(
-            "gcc",
+            tc.cc(),
             "tests/omp/bound.c",
-            "bound",
+            &format!("bound-{}", tc.cc()),
             &["-fopenmp", "-pthread"],
         )
         .unwrap();
@@ -41,8 +50,10 @@ impl Bound {
             .arg("sh")
             .arg(group)
             .arg(&prog)
-            .env("OMP_PROC_BIND", "true")
-            .env("OMP_PLACES", "threads")
+            .env_remove("OMP_PROC_BIND")
+            .env_remove("OMP_PLACES")
+            .env_remove("KMP_AFFINITY")
+            .envs(binding.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -141,48 +152,87 @@ fn live() -> bool {
     ) && allot_testkit::prerequisite(allot_testkit::cpus() >= 2, "two CPUs")
 }
 
-/// Without the shim, libgomp dies creating a thread bound to a CPU its
+/// The bindings tried: libgomp's places, and LLVM libomp's under both of
+/// its spellings.
+const GOMP_PLACES: &[(&str, &str)] = &[("OMP_PROC_BIND", "true"), ("OMP_PLACES", "threads")];
+const KMP_COMPACT: &[(&str, &str)] = &[("KMP_AFFINITY", "granularity=fine,compact")];
+
+/// Whether clang's OpenMP works here (else the libomp cases are skipped).
+fn clang() -> bool {
+    let works = clang_openmp();
+    allot_testkit::prerequisite(
+        works.is_ok(),
+        &format!(
+            "clang with LLVM OpenMP: {} (apt-get install clang libomp-dev)",
+            works.err().unwrap_or_default()
+        ),
+    )
+}
+
+/// Starts a bound program on {0,1} and has it reach the point where it
+/// has computed its places: libgomp does at start; libomp at its first
+/// parallel region, so it runs one (its thread 1 on CPU 1).
+fn started(tc: Toolchain, binding: &[(&str, &str)], dir: &Path, page: Option<&Page>) -> Bound {
+    let mut p = Bound::start(tc, binding, dir, page);
+    if tc == Toolchain::Clang {
+        let lines = p.step("team 2").unwrap();
+        assert_eq!(masks(&lines), ["0", "1"], "{lines:?}");
+    }
+    p
+}
+
+/// Without the shim, the runtime dies binding a new thread to a CPU its
 /// group no longer has: the failure the shim must prevent, shown here so
 /// the test below is known to reach it.
+fn aborts_without_the_shim(tc: Toolchain, binding: &[(&str, &str)], says: &str) {
+    let (_guard, dir) = group(&format!("bind-plain-{}", tc.cc()));
+    let mut p = started(tc, binding, &dir, None);
+    set_cpus(&dir, "0");
+    let err = p
+        .step("team 4")
+        .expect_err("the runtime should have refused the team");
+    assert!(err.contains(says), "unexpected failure: {err}");
+}
+
 #[test]
 fn without_the_shim_a_bound_team_outside_the_group_aborts() {
     if !live() {
         return;
     }
-    let (_guard, dir) = group("bind-plain");
-    let mut p = Bound::start(&dir, None);
-    set_cpus(&dir, "0");
-    let err = p
-        .step("team 2")
-        .expect_err("libgomp should have refused the team");
-    assert!(
-        err.contains("Thread creation failed"),
-        "unexpected failure: {err}"
-    );
+    aborts_without_the_shim(Toolchain::Gcc, GOMP_PLACES, "Thread creation failed");
+    if clang() {
+        aborts_without_the_shim(Toolchain::Clang, GOMP_PLACES, "System error #22");
+        aborts_without_the_shim(Toolchain::Clang, KMP_COMPACT, "System error #22");
+    }
 }
 
 /// The group shrinks from {0,1} to {0} before the page says so (the
-/// broker writes the cgroup first, then publishes): the thread bound to
-/// CPU 1 is carried onto the creator's CPUs. Then the cell moves to {1}
-/// and the page says so: new threads bound to place {0} land on CPU 1.
-/// A thread binding itself outside the grant is carried in too.
-#[test]
-fn bound_threads_stay_inside_a_cell_that_shrinks_and_moves() {
-    if !live() {
-        return;
-    }
-    let (_guard, dir) = group("bind-shim");
+/// broker writes the cgroup first, then publishes): new threads bound to
+/// CPU 1 are carried onto the CPUs they may use. Then the cell moves to
+/// {1} and the page says so. A thread binding itself outside the grant is
+/// carried in too.
+fn stays_inside(tc: Toolchain, binding: &[(&str, &str)]) {
+    let (_guard, dir) = group(&format!("bind-shim-{}", tc.cc()));
     let mut page = Page::new(2);
-    let mut p = Bound::start(&dir, Some(&page));
+    page.publish_on(4, allot_topo::CpuSet::first_n(2));
+    let mut p = started(tc, binding, &dir, Some(&page));
 
     set_cpus(&dir, "0");
-    let lines = p.step("team 2").unwrap();
-    assert_eq!(masks(&lines), ["0", "0"], "{lines:?}");
+    let lines = p.step("team 4").unwrap();
+    assert_eq!(
+        masks(&lines),
+        ["0", "0", "0", "0"],
+        "{tc:?} {binding:?}: {lines:?}"
+    );
 
     set_cpus(&dir, "1");
     page.publish_on(4, allot_topo::CpuSet::parse_list("1").unwrap());
     let lines = p.step("team 4").unwrap();
-    assert_eq!(masks(&lines), ["1", "1", "1", "1"], "{lines:?}");
+    assert_eq!(
+        masks(&lines),
+        ["1", "1", "1", "1"],
+        "{tc:?} {binding:?}: {lines:?}"
+    );
 
     let lines = p.step("bind 0").unwrap();
     assert_eq!(lines, ["bind 0 cpus 1"]);
@@ -193,6 +243,18 @@ fn bound_threads_stay_inside_a_cell_that_shrinks_and_moves() {
     let lines = p.step("bind 0").unwrap();
     assert_eq!(lines, ["bind 0 cpus 0"]);
     assert!(p.step("quit").is_err_and(|e| e.contains("exit status: 0")));
+}
+
+#[test]
+fn bound_threads_stay_inside_a_cell_that_shrinks_and_moves() {
+    if !live() {
+        return;
+    }
+    stays_inside(Toolchain::Gcc, GOMP_PLACES);
+    if clang() {
+        stays_inside(Toolchain::Clang, GOMP_PLACES);
+        stays_inside(Toolchain::Clang, KMP_COMPACT);
+    }
 }
 
 /// libgomp counts its CPUs once, at start; a program started on a grant
@@ -208,10 +270,10 @@ fn libgomp_counts_the_cells_launch_cpus_and_the_program_its_own() {
     let (_guard, dir) = group("bind-procs");
     set_cpus(&dir, "0");
     let page = Page::new(1);
-    let mut p = Bound::start_with(&dir, Some(&page), Some("0-1"));
+    let mut p = Bound::start_with(Toolchain::Gcc, GOMP_PLACES, &dir, Some(&page), Some("0-1"));
     assert_eq!(p.step("procs").unwrap(), ["procs 2", "mask 0"]);
     drop(p);
     // Without the variable (or outside allot run): the kernel's count.
-    let mut p = Bound::start_with(&dir, Some(&page), None);
+    let mut p = Bound::start_with(Toolchain::Gcc, GOMP_PLACES, &dir, Some(&page), None);
     assert_eq!(p.step("procs").unwrap(), ["procs 1", "mask 0"]);
 }
