@@ -98,6 +98,8 @@ pub mod policy;
 mod pool;
 pub mod queue;
 #[cfg(not(loom))]
+mod registry;
+#[cfg(not(loom))]
 mod scope;
 mod sleep;
 #[cfg(not(loom))]
@@ -105,13 +107,13 @@ mod stats;
 mod sync;
 mod task;
 #[cfg(not(loom))]
+mod timer;
+#[cfg(not(loom))]
 pub mod vp;
 mod window;
 
 #[cfg(not(loom))]
 pub use controller::{current_priority, current_worker, yield_now};
-#[cfg(not(loom))]
-pub use monitor::{SlotView, assign, wanted_cpus};
 pub use policy::{
     Global, Here, Hint, Idle, Local, Place, Placement, PolicyKind, PolicySpec, PoolInfo, Roster,
     ThreadPolicy, UnknownPolicy, Victims, Wake, WorkerLocal,
@@ -129,3 +131,5 @@ pub use sync::{EVENT_SPIN, Event, Latch};
 pub use task::{Priority, Task, TaskPanic};
 #[cfg(not(loom))]
 pub use vp::{InOrder, MoveFewest, VpPolicy};
+#[cfg(not(loom))]
+pub use vp::{SlotView, assign, wanted_cpus};

@@ -41,6 +41,7 @@
 //!
 //! `docs/require.md` is the user guide, for Rust and C.
 
+pub mod builtin;
 pub mod disk;
 pub mod io;
 pub mod kind;

@@ -84,68 +84,17 @@ mod search;
 use search::Found;
 
 use crate::affinity;
-use crate::policy::{Here, Hint, Place, PoolInfo, ThreadPolicy, Wake};
-use crate::sleep::Sleep;
+use crate::policy::{Here, Hint, Place};
+use crate::registry::Registry;
 use crate::stats::{Counters, bump};
 use crate::sync::CoreLatch;
 use crate::task::{Outcome, Priority, StackJob, Task};
-use crossbeam_utils::CachePadded;
 use std::cell::Cell;
 use std::panic::{self, AssertUnwindSafe};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
-/// One worker slot's shared state (see the module docs).
-#[derive(Debug, Default)]
-pub(crate) struct Slot {
-    pub(crate) target: AtomicUsize,
-    pub(crate) current: AtomicUsize,
-    pub(crate) tid: AtomicI32,
-    pub(crate) idle: AtomicBool,
-}
-
-/// Monitor-side bookkeeping, under `Registry::plan`.
-#[derive(Debug, Default)]
-pub(crate) struct PlanState {
-    /// The grant applied last (`None` before the first).
-    pub(crate) applied: Option<crate::monitor::GrantStamp>,
-    /// `applied`'s generation once every slot followed it (0 before).
-    pub(crate) settled: u64,
-    /// Slot `i`'s thread, once started (taken when the pool is dropped,
-    /// after which nothing is started any more).
-    pub(crate) handles: Vec<Option<std::thread::JoinHandle<()>>>,
-}
-
-/// Everything the workers of one pool share.
-#[derive(Debug)]
-pub(crate) struct Registry {
-    pub(crate) info: PoolInfo,
-    pub(crate) policy: Box<dyn ThreadPolicy>,
-    pub(crate) sleep: Sleep,
-    pub(crate) slots: Box<[CachePadded<Slot>]>,
-    /// Worker `i`'s statistics, on a line of their own (`stats`).
-    pub(crate) stats: Box<[CachePadded<Counters>]>,
-    pub(crate) terminate: AtomicBool,
-    pub(crate) spin: Duration,
-    pub(crate) name: String,
-    pub(crate) stack_size: Option<usize>,
-    pub(crate) plan: Mutex<PlanState>,
-    pub(crate) escaped_panics: AtomicU64,
-    pub(crate) pin_errors: AtomicU64,
-    /// Which slot serves which CPU (`vp`).
-    pub(crate) vp: Arc<dyn crate::vp::VpPolicy>,
-    /// Grants for which `vp` answered a malformed assignment.
-    pub(crate) vp_errors: AtomicU64,
-    /// How long a task runs before `yield_now` lets others run (`None`:
-    /// never).
-    pub(crate) quantum: Option<Duration>,
-    /// Suspended tasks and the timer (`pool::suspend`).
-    pub(crate) gate: crate::pool::Gate,
-    /// The cell's windows, when it is time-triggered (`window`).
-    pub(crate) windows: crate::window::Windows,
-}
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 /// Aborts the process when dropped, i.e. when a panic unwinds through it
 /// before [`AbortOnUnwind::disarm`]: the guard of a window in which a frame
@@ -280,63 +229,6 @@ pub(crate) trait Waited {
 impl Waited for CoreLatch {
     fn done(&self) -> bool {
         self.probe()
-    }
-}
-
-impl Registry {
-    pub(crate) fn slot(&self, i: usize) -> &Slot {
-        &self.slots[i]
-    }
-
-    /// Queues a task from a thread outside the pool (or from a worker of
-    /// another pool) and wakes a worker for it.
-    pub(crate) fn inject(&self, task: Task, hint: Hint) {
-        self.inject_at(self.policy.place(None, hint), task, hint);
-    }
-
-    /// [`Registry::inject`] at a place the policy chose already.
-    pub(crate) fn inject_at(&self, place: Place, task: Task, hint: Hint) {
-        self.policy.enqueue(None, place, task, hint);
-        self.wake_for(None, place, hint, true);
-    }
-
-    #[inline]
-    fn wake_for(&self, from: Option<&Here>, place: Place, hint: Hint, external: bool) {
-        self.sleep.wake_for_work(external, || {
-            match self.policy.wake(from, place, hint) {
-                // From outside the pool: a worker pinned to the caller's
-                // own CPU would wait for the caller to give the CPU up.
-                Wake::Any if from.is_none() => self.off_cpu(crate::affinity::current_cpu()),
-                w => w,
-            }
-        });
-    }
-
-    /// Prefers a worker serving a CPU other than `cpu`, if there is one.
-    #[cold]
-    fn off_cpu(&self, cpu: usize) -> Wake {
-        let n = self.slots.len();
-        (0..n)
-            .find(|&i| {
-                let serving = self.slots[i].current.load(Ordering::Relaxed);
-                serving != 0 && serving != cpu + 1
-            })
-            .map_or(Wake::Any, Wake::Prefer)
-    }
-
-    /// Whether every slot follows its assignment.
-    pub(crate) fn is_settled(&self) -> bool {
-        self.slots
-            .iter()
-            .all(|s| s.current.load(Ordering::SeqCst) == s.target.load(Ordering::SeqCst))
-    }
-
-    /// Asks every worker to finish the queued work and exit.
-    pub(crate) fn shut_down(&self) {
-        self.terminate.store(true, Ordering::SeqCst);
-        for i in 0..self.slots.len() {
-            self.sleep.notify_worker(i);
-        }
     }
 }
 

@@ -244,7 +244,7 @@ impl Builder {
             vp_errors: AtomicU64::new(0),
             pin_errors: AtomicU64::new(0),
             quantum: self.quantum,
-            gate: super::Gate::default(),
+            gate: Gate::default(),
             windows: Default::default(),
         });
         monitor::apply(&reg, &grant);

@@ -21,9 +21,10 @@
 //! exit on their own).
 
 use crate::claim::{Claim, ClaimJob};
-use crate::controller::{AbortOnUnwind, PlanState, Registry, Slot, Waited, WorkerThread};
+use crate::controller::{AbortOnUnwind, Waited, WorkerThread};
 use crate::monitor;
 use crate::policy::{Hint, Place, PolicyKind, PolicySpec, PoolInfo, ThreadPolicy};
+use crate::registry::{Gate, PlanState, Registry, Slot};
 use crate::sleep::Sleep;
 use crate::stats::WorkerStats;
 use crate::sync::Event;
@@ -41,10 +42,8 @@ use std::time::{Duration, Instant};
 mod builder;
 mod loops;
 mod suspend;
-mod timer;
 
 pub use builder::{BuildError, Builder, DEFAULT_REPORT_PERIOD, DEFAULT_SPIN};
-pub(crate) use suspend::Gate;
 pub use suspend::Resumer;
 
 /// A worker thread as seen from outside (for checks and tools).

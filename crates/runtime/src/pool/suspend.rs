@@ -39,40 +39,18 @@
 //! (`tasks_suspended`), the worker that runs a resumed one counts that
 //! (`tasks_resumed`); [`Pool::suspended`] says how many wait now.
 
-use super::timer::Timers;
 use super::{JoinHandle, Packet, Pool, SpawnError, SpawnOptions};
 use crate::claim::{Claim, ClaimJob};
-use crate::controller::{Registry, WorkerThread};
+use crate::controller::WorkerThread;
 use crate::policy::{Hint, Place};
+use crate::registry::Registry;
 use crate::stats::bump;
 use crate::task::{Task, TaskPanic};
 use std::fmt;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-
-/// The pool's side of suspension: the gate and the count of tasks that
-/// wait (see the module docs).
-#[derive(Debug, Default)]
-pub(crate) struct Gate {
-    /// True once the pool is being dropped: resumes cancel.
-    closed: Mutex<bool>,
-    /// Suspended tasks neither resumed nor cancelled yet.
-    waiting: AtomicUsize,
-    /// The timer thread, started by the first `spawn_after`.
-    pub(crate) timers: Timers,
-}
-
-impl Gate {
-    /// Closes the gate and stops the timer (cancelling the tasks it
-    /// holds); every later resume cancels. Called by `Pool::drop` before
-    /// the workers are shut down.
-    pub(crate) fn close(&self) {
-        *self.closed.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        self.timers.stop();
-    }
-}
 
 impl Pool {
     /// Creates `f` as a *suspended* task: it runs only once the returned
@@ -120,7 +98,13 @@ impl Pool {
         self.check_worker(opts)?;
         let (resumer, handle) = suspend(&self.reg, opts, f);
         let at = Instant::now().checked_add(delay).unwrap_or_else(far_future);
-        self.reg.gate.timers.add(&self.reg.name, at, resumer);
+        self.reg.gate.timers.add(
+            &self.reg.name,
+            at,
+            Box::new(move || {
+                resumer.resume();
+            }),
+        );
         Ok(handle)
     }
 

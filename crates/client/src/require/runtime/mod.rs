@@ -37,6 +37,7 @@ pub use request::{Amount, Request, RequireError, Timing, What};
 use resolve::{add_kind, add_kind_local, give_back, lookup, policy_impossible, resolve};
 pub use spawn::{ChildGuard, SpawnCtx, blocking, spawn};
 
+use super::builtin;
 use super::kind::{self, Kind};
 use super::ledger::{self, Denied, Link};
 use super::policy::{DevView, Outcome, Policy, View};
@@ -240,7 +241,7 @@ impl Runtime {
         apply_os: bool,
         socket: Option<&std::path::Path>,
     ) -> Runtime {
-        let kinds = kind::builtin(&machine, machine.usable());
+        let kinds = builtin::builtin(&machine, machine.usable());
         let mut st = State::new(socket.and_then(Link::connect));
         for k in kinds {
             add_kind(&mut st, k);

@@ -1,18 +1,21 @@
 //! The pool's timer: one thread, started by the first timed task, that
-//! resumes sleeping tasks ([`Pool::spawn_after`](crate::Pool::spawn_after))
-//! when they are due. Workers never wait for time; only this thread does.
+//! runs each sleeper's wake-up when it is due (the pool's wake-ups resume
+//! sleeping tasks, [`Pool::spawn_after`](crate::Pool::spawn_after)).
+//! Workers never wait for time; only this thread does. The timer knows
+//! nothing of tasks: a wake-up is a closure, and dropping one unrun is how
+//! its sleeper is cancelled.
 //!
 //! # Invariants
 //!
-//! - Every sleeper is resumed once when due, or cancelled (dropped) when
-//!   the timer stops; the heap is the only owner of a sleeper's resumer.
-//! - Resumers are used outside the heap's lock: a resume takes the pool's
-//!   gate and may wake a worker, and a cancel runs the task's completion.
-//! - The thread holds the heap, not the pool: the heap's resumers hold the
+//! - Every sleeper's wake-up runs once when due, or is dropped unrun when
+//!   the timer stops; the heap is the only owner of a sleeper's wake-up.
+//! - Wake-ups run and are dropped outside the heap's lock: the pool's take
+//!   its gate and may wake a worker, and a cancel runs the task's
+//!   completion.
+//! - The thread holds the heap, not the pool: the heap's wake-ups hold the
 //!   pool's registry, and [`Timers::stop`] (called when the pool is
 //!   dropped) empties the heap, which breaks that cycle.
 
-use super::suspend::Resumer;
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -40,12 +43,23 @@ struct State {
     stopped: bool,
 }
 
-/// A resumer and when to use it.
-#[derive(Debug)]
+/// What a sleeper does when due; dropped unrun, it cancels.
+pub(crate) type WakeUp = Box<dyn FnOnce() + Send>;
+
+/// A wake-up and when to run it.
 struct Sleeper {
     at: Instant,
     seq: u64,
-    resumer: Resumer,
+    wake: WakeUp,
+}
+
+impl std::fmt::Debug for Sleeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sleeper")
+            .field("at", &self.at)
+            .field("seq", &self.seq)
+            .finish_non_exhaustive()
+    }
 }
 
 // `BinaryHeap` is a max-heap: the earliest deadline compares greatest.
@@ -70,16 +84,16 @@ impl PartialEq for Sleeper {
 impl Eq for Sleeper {}
 
 impl Timers {
-    /// Resumes `resumer` at `at` (at once if that has passed). After
-    /// [`Timers::stop`], or if the thread cannot start, cancels it.
-    pub(crate) fn add(&self, pool_name: &str, at: Instant, resumer: Resumer) {
+    /// Runs `wake` at `at` (at once if that has passed). After
+    /// [`Timers::stop`], or if the thread cannot start, drops it unrun.
+    pub(crate) fn add(&self, pool_name: &str, at: Instant, wake: WakeUp) {
         {
             let mut thread = self.thread.lock().unwrap_or_else(PoisonError::into_inner);
             let mut st = self.lock();
             if st.stopped {
                 drop(st);
                 drop(thread);
-                drop(resumer); // cancels
+                drop(wake); // cancels
                 return;
             }
             if thread.is_none() {
@@ -97,7 +111,7 @@ impl Timers {
                             "allot-runtime",
                             "cannot start the timer thread ({e}); the timed task is cancelled"
                         );
-                        drop(resumer);
+                        drop(wake);
                         return;
                     }
                 }
@@ -105,7 +119,7 @@ impl Timers {
             let seq = st.next_seq;
             st.next_seq += 1;
             let earliest = st.heap.peek().is_none_or(|s| at < s.at);
-            st.heap.push(Sleeper { at, seq, resumer });
+            st.heap.push(Sleeper { at, seq, wake });
             if earliest {
                 self.shared.changed.notify_one();
             }
@@ -161,7 +175,7 @@ impl Shared {
             if !due.is_empty() {
                 drop(st);
                 for s in due {
-                    s.resumer.resume();
+                    (s.wake)();
                 }
                 st = self.lock();
                 continue;
