@@ -20,7 +20,7 @@
 //! one entry of `ends` for a live session (checked by the tests below).
 
 use crate::config::{ChannelAcl, Limits};
-use crate::core::SessionId;
+use crate::core::effect::SessionId;
 use allot_channel::{Channel, Geometry};
 use allot_proto::msg::ErrorCode;
 use rustix::fd::OwnedFd;
@@ -33,7 +33,7 @@ pub const DEFAULT_SLOTS: usize = 64;
 /// Longest message of a channel whose opener did not say: a slot of 4 KiB.
 pub const DEFAULT_MESSAGE_MAX: usize = 4096 - allot_channel::layout::SLOT_HEADER;
 
-pub use allot_channel::{MAX_NAME, check_name};
+use allot_channel::check_name;
 
 #[derive(Debug)]
 struct Named {

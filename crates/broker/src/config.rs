@@ -334,7 +334,7 @@ impl Config {
 
         if let Some(acl) = f.channel_acl {
             for a in &acl {
-                crate::channels::check_name(&a.name).map_err(|e| format!("channel_acl: {e}"))?;
+                allot_channel::check_name(&a.name).map_err(|e| format!("channel_acl: {e}"))?;
             }
             self.channel_acl = acl;
         }

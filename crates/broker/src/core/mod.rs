@@ -40,7 +40,7 @@
 
 mod account;
 mod arrival;
-mod effect;
+pub(crate) mod effect;
 mod isolation;
 mod keep_off;
 mod message;

@@ -29,7 +29,7 @@ impl std::str::FromStr for ChannelArg {
             "recv" | "receive" => false,
             _ => return Err(format!("{s:?}: the end is send or recv, not {end:?}")),
         };
-        allot_broker::channels::check_name(name)?;
+        allot_channel::check_name(name)?;
         Ok(ChannelArg {
             name: name.into(),
             send,
