@@ -162,10 +162,15 @@ typedef int (*getaff_fn)(pid_t, size_t, cpu_set_t *);
 typedef int (*psetaff_fn)(pthread_t, size_t, const cpu_set_t *);
 typedef int (*pgetaff_fn)(pthread_t, size_t, cpu_set_t *);
 
-enum { B_SET, B_GET, B_PSET, B_PGET, B_COUNT };
+typedef long (*syscall_fn)(long, ...);
+
+/* glibc's own syscall(), not the shim's wrapper (blocking.c), which hands
+ * refusals here. */
+enum { B_SET, B_GET, B_PSET, B_PGET, B_SYSCALL, B_COUNT };
 static void *g_breal[B_COUNT];
 static const char *const b_name[B_COUNT] = {"sched_setaffinity", "sched_getaffinity",
-                                            "pthread_setaffinity_np", "pthread_getaffinity_np"};
+                                            "pthread_setaffinity_np", "pthread_getaffinity_np",
+                                            "syscall"};
 
 static void *breal(int s)
 {
@@ -306,8 +311,8 @@ struct task_binder {
 static int task_apply(struct binder *b, const struct mask *m)
 {
     struct task_binder *t = (struct task_binder *)b;
-    int rc = t->raw ? (int)real_syscall(SYS_sched_setaffinity, t->pid, (long)MASK_BYTES,
-                                              (long)m->w)
+    int rc = t->raw ? (int)((syscall_fn)breal(B_SYSCALL))(SYS_sched_setaffinity, (long)t->pid,
+                                                          (long)MASK_BYTES, (long)m->w)
                     : ((setaff_fn)breal(B_SET))(t->pid, MASK_BYTES, (const cpu_set_t *)m->w);
     return rc == 0 ? 0 : errno;
 }

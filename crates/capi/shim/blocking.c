@@ -165,14 +165,6 @@ EXPORT int accept4(int fd, struct sockaddr *restrict addr, socklen_t *restrict a
     AROUND(may_wait_on(fd), real(fd, addr, alen, flags));
 }
 
-/* glibc's syscall(), for the shim's own raw calls (never through the
- * wrapper below). */
-long real_syscall(long number, long a1, long a2, long a3)
-{
-    long (*real)(long, ...) = b_real(B_SYSCALL);
-    return real(number, a1, a2, a3, 0L, 0L, 0L);
-}
-
 /* syscall(2): futex waits give back (rq_try_block); a refused
  * sched_setaffinity is carried into the grant (bind_retry_raw); every other call, and
  * every call of a thread that holds nothing, is forwarded with six

@@ -19,9 +19,16 @@ const SOURCES: &[&str] = &[
     "shim/bind.c",
     "shim/blocking.c",
     "shim/follow.c",
+    "shim/entry.c",
+    "shim/start.c",
 ];
 /// Headers they include.
-const HEADERS: &[&str] = &["shim/shim.h", "shim/omp_route.h", "shim/grant_page.h"];
+const HEADERS: &[&str] = &[
+    "shim/shim.h",
+    "shim/page.h",
+    "shim/omp_route.h",
+    "shim/grant_page.h",
+];
 
 /// Flags beyond `-o OUT SOURCES`. `-fvisibility=hidden` keeps everything
 /// but the interposed entry points out of the program's symbol scope.

@@ -1,6 +1,8 @@
 /*
- * page.c: the grant page, messages, and the shim's start-up. Part of
- * liballot_shim.so (see shim.h for the parts).
+ * page.c: the grant page and messages, the bottom of the shim: every other
+ * part uses them, and this file uses none of the others (the start-up that
+ * calls each part's initializer is start.c). Part of liballot_shim.so (see
+ * shim.h for the parts).
  *
  * liballot_shim.so is an LD_PRELOAD library that keeps the parallel
  * runtimes of an unmodified program within its cell's grant: OpenMP teams
@@ -69,7 +71,18 @@
  *     loader would have: an entry point that no loaded library provides.
  */
 
-#include "shim.h"
+#define _GNU_SOURCE /* F_GET_SEALS */
+#include "page.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------------ */
 /* The grant page: grant_page.h, checked against the Rust definition.       */
@@ -174,7 +187,7 @@ void die(const char *what, const char *name)
 /* ------------------------------------------------------------------------ */
 
 /* Maps the page named by ALLOT_GRANT_FD, or says why not. */
-static const struct grant_page *map_page(const char *var, const char **why)
+const struct grant_page *map_page(const char *var, const char **why)
 {
     if (var == NULL || var[0] == '\0') {
         *why = "ALLOT_GRANT_FD is not set";
@@ -216,29 +229,4 @@ static const struct grant_page *map_page(const char *var, const char **why)
         return NULL;
     }
     return p;
-}
-
-__attribute__((constructor)) static void shim_init(void)
-{
-    int saved = errno;
-    const char *dbg = getenv(ALLOT_ENV_SHIM_DEBUG);
-    g_debug = dbg != NULL && dbg[0] == '1' && dbg[1] == '\0';
-    const char *why = NULL;
-    const struct grant_page *p = map_page(getenv(ALLOT_ENV_GRANT_FD), &why);
-    __atomic_store_n(&g_page, p, __ATOMIC_RELEASE);
-    rq_init();
-    bind_init();
-    if (p != NULL)
-        follow_init();
-    if (g_debug) {
-        if (p != NULL)
-            say("active: cell %llu, grant %u threads",
-                (unsigned long long)__atomic_load_n(&p->cell, __ATOMIC_RELAXED),
-                grant_threads());
-        else
-            say("inert: %s", why);
-        if (g_rq_on)
-            say("require hooks: liballot found; threads follow require blocks");
-    }
-    errno = saved;
 }

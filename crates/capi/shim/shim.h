@@ -2,13 +2,16 @@
  * here is hidden: the library is built with -fvisibility=hidden and exports
  * only the entry points marked EXPORT).
  *
- *   page.c     the grant page, messages, start-up (the constructor)
+ *   page.c     the grant page and messages (uses no other part)
  *   omp.c      OpenMP teams capped to the grant (GNU libgomp, LLVM libomp)
  *   omp_route.c  which runtime each OpenMP call goes to (omp_route.h)
  *   threads.c  threads created and blocked inside `require` blocks
  *   bind.c     thread bindings (OMP_PROC_BIND, places) kept inside the grant
  *   follow.c   libraries whose thread count is a setting (BLAS, oneTBB)
  *              set to the grant whenever it changes; dlopen watched
+ *   entry.c    the entry points several parts act on (pthread_create,
+ *              sched_getaffinity): follow.c looks first, then threads.c
+ *   start.c    start-up: the constructor, which initializes the others
  *
  * The design of each part is in the comment that opens its file; the
  * invariants that hold across them are in page.c. */
@@ -34,65 +37,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "grant_page.h"
+#include "page.h"
 
 #define EXPORT __attribute__((visibility("default")))
-#define LIKELY(x) __builtin_expect(!!(x), 1)
-#define UNLIKELY(x) __builtin_expect(!!(x), 0)
-
-#define PAGE_MAGIC ALLOT_PAGE_MAGIC
-#define PAGE_VERSION ALLOT_PAGE_VERSION
-#define PAGE_BYTES ALLOT_PAGE_BYTES
-
-#if defined(__x86_64__) || defined(__i386__)
-#define CPU_RELAX() __builtin_ia32_pause()
-#else
-#define CPU_RELAX() ((void)0)
-#endif
-
-/* page.c */
-extern const struct grant_page *g_page;
-extern int g_debug;
-extern uint64_t g_stuck_seq;
-unsigned grant_threads_slow(const struct grant_page *p, uint64_t first);
-
-static inline int shim_active(void)
-{
-    return __atomic_load_n(&g_page, __ATOMIC_RELAXED) != NULL;
-}
-
-/* The grant's recommended thread count (>= 1), or 0 if no consistent read
- * could be had. Reader side of the seqlock: seq (acquire), retry if odd,
- * the field, acquire fence, seq again, retry if it moved. */
-static inline unsigned grant_threads(void)
-{
-    const struct grant_page *p = __atomic_load_n(&g_page, __ATOMIC_RELAXED);
-    uint64_t s1 = __atomic_load_n(&p->seq, __ATOMIC_ACQUIRE);
-    if (LIKELY(!(s1 & 1))) {
-        uint32_t t = __atomic_load_n(&p->threads, __ATOMIC_RELAXED);
-        __atomic_thread_fence(__ATOMIC_ACQUIRE);
-        if (LIKELY(__atomic_load_n(&p->seq, __ATOMIC_RELAXED) == s1))
-            return t ? t : 1;
-    }
-    return grant_threads_slow(p, s1);
-}
-
-void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* Things the shim cannot handle and works around; each is told once, with
- * ALLOT_SHIM_DEBUG=1. */
-enum note {
-    NOTE_TOO_MANY_RUNTIMES,
-    NOTE_CANNOT_OPEN,
-    NOTE_OLD_RUNTIME,
-    NOTE_LONG_LIST,
-    NOTE_FOLLOW,
-    NOTE_COUNT
-};
-void note(enum note which, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* For what the loader itself would have refused (see page.c). */
-void die(const char *what, const char *name) __attribute__((noreturn));
 
 /* omp_route.c: the loaded object `addr` lies in (lock-free), and a
  * reference to it (NULL for the main program or one that cannot be
@@ -106,6 +53,11 @@ void rq_init(void);
 void rq_try_object(void *handle);
 int real_pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)(void *),
                         void *arg);
+int real_sched_getaffinity(pid_t pid, size_t size, cpu_set_t *mask);
+/* The body of the pthread_create wrapper (entry.c): the require hooks, and
+ * a binding refused outside the grant carried into it (bind.c). */
+int rq_pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)(void *),
+                      void *arg);
 /* Around other blocking calls (blocking.c): rq_holds() first (0 when the
  * hooks are off or the thread holds nothing), then rq_block() and
  * rq_unblock() around the wait; rq_try_block() (1: blocked, unblock after)
@@ -114,8 +66,6 @@ int rq_holds(void);
 void rq_block(void);
 void rq_unblock(void);
 int rq_try_block(void);
-/* glibc's syscall() with three arguments, bypassing the shim's wrapper. */
-long real_syscall(long number, long a1, long a2, long a3);
 
 /* bind.c: bindings the kernel refused (outside the grant) carried into it. */
 void bind_init(void);

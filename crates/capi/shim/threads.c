@@ -191,16 +191,11 @@ static void *rq_trampoline(void *p)
     return ret;
 }
 
-/* A library sizing itself: OpenBLAS, libgomp, oneTBB and most others ask
- * for their CPUs when they start, also when they start with one CPU and so
- * create no thread. Libraries loaded since the last look are looked for
- * first (follow.c). */
-EXPORT int sched_getaffinity(pid_t pid, size_t size, cpu_set_t *mask)
+/* glibc's sched_getaffinity (entry.c wraps it). */
+int real_sched_getaffinity(pid_t pid, size_t size, cpu_set_t *mask)
 {
     typedef int (*getaffinity_fn)(pid_t, size_t, cpu_set_t *);
-    getaffinity_fn real = (getaffinity_fn)real_fn(R_GETAFFINITY);
-    follow_rescan();
-    return real(pid, size, mask);
+    return ((getaffinity_fn)real_fn(R_GETAFFINITY))(pid, size, mask);
 }
 
 /* pthread_create, and when the kernel refused the binding in `attr`, the
@@ -214,12 +209,11 @@ static inline int create_bound(create_fn real, pthread_t *thread, const pthread_
     return rc;
 }
 
-EXPORT int pthread_create(pthread_t *restrict thread, const pthread_attr_t *restrict attr,
-                          void *(*start)(void *), void *restrict arg)
+/* pthread_create inside or outside a require block (entry.c wraps it). */
+int rq_pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)(void *),
+                      void *arg)
 {
     create_fn real = (create_fn)real_fn(R_CREATE);
-    /* A pool starting (a BLAS or TBB library just loaded): follow it. */
-    follow_rescan();
     if (LIKELY(!__atomic_load_n(&g_rq_on, __ATOMIC_ACQUIRE)))
         return create_bound(real, thread, attr, start, arg);
     int saved = errno;

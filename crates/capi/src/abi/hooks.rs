@@ -12,7 +12,7 @@
 //! (a bug) is caught and the hook does nothing: a hook has no caller to
 //! report to, and thread creation must go on.
 
-use super::require::{Busy, busy};
+use super::site::{Busy, busy};
 use allot_client::require::Runtime;
 use allot_client::require::runtime::{ChildGuard, SpawnCtx};
 use std::cell::Cell;

@@ -11,7 +11,7 @@
 //! constrained). They run under the require runtime's lock: they must not
 //! enter or leave a `require` block, and should return quickly.
 
-use super::require::Busy;
+use super::site::Busy;
 use super::status::{Error, entry};
 use allot_client::require::kind::{Device, Kind, KindOps};
 use allot_client::require::{RequireError, Runtime};

@@ -41,6 +41,7 @@ pub mod launcher;
 pub mod pool;
 pub mod request;
 pub mod require;
+pub mod site;
 pub mod status;
 pub mod suspend;
 pub mod time;

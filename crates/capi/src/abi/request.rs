@@ -4,7 +4,7 @@
 //! (`allot_policy_define`). The block itself is `require.rs`.
 
 use super::cell::c_str;
-use super::require::{At, COutcome};
+use super::site::{At, COutcome};
 use super::status::{Error, Result, Status, entry};
 use super::view::{CPolicy, PolicyFn};
 use allot_client::require::policy::{self, Constraint, Domain, Policy};

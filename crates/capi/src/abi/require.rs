@@ -32,21 +32,21 @@
 //!
 //! # Re-entry
 //!
-//! While a thread is inside liballot's require code ([`Busy`]), the thread
+//! While a thread is inside liballot's require code ([`Busy`], in
+//! [`super::site`]), the thread
 //! hooks of the preload shim do nothing: the runtime may create a thread
 //! (its ledger watcher) or wait while it holds its own lock, and a hook
 //! called back from there would wait for that lock.
 
 use super::cell::c_str;
 use super::request::{CReq, REQ_BIND, to_request};
+use super::site::{At, Busy, COutcome, CSite, fatal};
 use super::status::{Error, Result, Status, entry};
 use super::view;
-use allot_client::require::policy::Outcome;
 use allot_client::require::runtime::current_tid;
 use allot_client::require::{Prepared, RequireError, Runtime, Scope};
 use std::cell::Cell;
-use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
-use std::fmt;
+use std::ffi::{CStr, c_char, c_int, c_uint};
 use std::mem::{align_of, size_of};
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -63,50 +63,6 @@ const ENTERED: c_int = 1;
 const LEFT: c_int = 2;
 const FAILED: c_int = 3;
 
-/// `allot_outcome_t`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct COutcome {
-    /// Cores obtained.
-    pub ncores: u32,
-    /// NUMA nodes obtained.
-    pub nnodes: u32,
-    /// CPU bitmap.
-    pub cpus: [u64; 16],
-    /// Node bitmap (kernel ids).
-    pub nodes: [u64; 16],
-}
-
-impl COutcome {
-    /// The C form of a policy's outcome.
-    pub fn from_outcome(o: &Outcome) -> COutcome {
-        let mut c = COutcome {
-            ncores: o.ncores,
-            cpus: *o.cpus.words(),
-            ..COutcome::default()
-        };
-        for &n in &o.nodes {
-            if (n as usize) < 1024 && c.nodes[n as usize / 64] & (1 << (n % 64)) == 0 {
-                c.nodes[n as usize / 64] |= 1 << (n % 64);
-                c.nnodes += 1;
-            }
-        }
-        c
-    }
-}
-
-/// `allot_site_t`.
-#[repr(C)]
-#[derive(Debug)]
-pub struct CSite {
-    /// `__FILE__`.
-    pub file: *const c_char,
-    /// `__LINE__`.
-    pub line: c_int,
-    /// A [`SiteCache`], set by liballot.
-    pub cache: *mut c_void,
-}
-
 /// `allot_scope_t`.
 #[repr(C)]
 #[derive(Debug)]
@@ -120,8 +76,6 @@ pub struct CScope {
 }
 
 const _: () = assert!(size_of::<CReq>() == 88);
-const _: () = assert!(size_of::<COutcome>() == 264);
-const _: () = assert!(size_of::<CSite>() == 24);
 const _: () = assert!(size_of::<CScope>() == 80);
 const _: () = assert!(size_of::<Scope<'static>>() <= size_of::<[u64; 6]>());
 const _: () = assert!(align_of::<Scope<'static>>() <= align_of::<u64>());
@@ -129,60 +83,6 @@ const _: () = assert!(align_of::<Scope<'static>>() <= align_of::<u64>());
 thread_local! {
     /// The innermost C scope this thread entered and has not left.
     static TOP: Cell<*mut CScope> = const { Cell::new(ptr::null_mut()) };
-    /// How deep this thread is in liballot's require code.
-    static BUSY: Cell<u32> = const { Cell::new(0) };
-}
-
-/// Marks the calling thread as inside liballot's require code while it
-/// lives (the thread hooks do nothing meanwhile).
-#[derive(Debug)]
-pub(crate) struct Busy(());
-
-impl Busy {
-    pub(crate) fn new() -> Busy {
-        BUSY.with(|b| b.set(b.get() + 1));
-        Busy(())
-    }
-}
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        BUSY.with(|b| b.set(b.get() - 1));
-    }
-}
-
-/// Whether the calling thread is inside liballot's require code.
-pub(crate) fn busy() -> bool {
-    BUSY.with(|b| b.get() > 0)
-}
-
-/// A call site as `file:line`, for messages.
-#[derive(Clone, Copy)]
-pub(crate) struct At(pub(crate) *const CSite);
-
-impl fmt::Display for At {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.is_null() {
-            return write!(f, "(a require without a call site)");
-        }
-        // SAFETY: a non-null site is a live allot_site_t (the C contract:
-        // static storage), whose `file` is NULL or a NUL-terminated string.
-        let (file, line) = unsafe { ((*self.0).file, (*self.0).line) };
-        let file = if file.is_null() {
-            "?".into()
-        } else {
-            // SAFETY: as above.
-            unsafe { CStr::from_ptr(file) }.to_string_lossy()
-        };
-        write!(f, "{file}:{line}")
-    }
-}
-
-/// Prints `at: allot_require: what` to stderr and aborts (a programming
-/// error, Poli-C's choice).
-pub(crate) fn fatal(at: At, what: &str) -> ! {
-    eprintln!("{at}: allot_require: {what}");
-    std::process::abort()
 }
 
 /// What the last entry at a call site prepared.

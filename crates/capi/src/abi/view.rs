@@ -15,7 +15,7 @@
 //! The C function is called through [`call_policy`], an `extern "C"`
 //! trampoline: an exception or panic unwinding out of it aborts the process.
 
-use super::require::{At, COutcome, CSite, fatal};
+use super::site::{At, COutcome, CSite, fatal};
 use allot_client::require::Ownership;
 use allot_client::require::policy::{DevView, Policy, View};
 use std::cell::Cell;
