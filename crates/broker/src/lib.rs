@@ -21,15 +21,12 @@
 //!   [`metrics`] (Prometheus, `allot daemon --metrics`).
 //! - [`names`]: which names clients may choose, and how they are printed.
 //! - [`channels`]: named channels between cells, and who may open them.
-//! - [`convert`]: the spec as the planner, the wire, the journal and the
-//!   status each see it.
 //! - [`timeline`]: each cell's steps through the broker, timed.
 //! - [`windows`]: the timer thread that opens and closes time-triggered
 //!   cells' windows (gang activation through the freezer).
 
 pub mod channels;
 pub mod config;
-pub mod convert;
 pub mod core;
 pub mod demand;
 pub mod journal;

@@ -1,14 +1,13 @@
 //! `allot status`: the broker's state as the typed document of
 //! [`allot_proto::status`], as one peer may see it.
 
-use crate::convert;
 use crate::core::{Core, Peer};
 use crate::metrics::{CellGauges, Snapshot};
 use allot_enforce::os::{Os, process_tree};
 use allot_enforce::runtimes::{self, Runtime};
 use allot_proto::status::{
     BrokerStatus, CellStatus, Follows, LoadStatus, MachineStatus, PerfStatus, QueuedStatus,
-    RuntimeStatus, STATUS_VERSION, Status,
+    RuntimeStatus, STATUS_VERSION, SpecStatus, Status,
 };
 use allot_proto::wire::MAX_STR;
 use allot_topo::CpuSet;
@@ -76,7 +75,7 @@ impl Core {
                     progress: c.progress,
                     busy_reported: c.busy_reported,
                     pool_stats: if private { None } else { c.pool_stats },
-                    spec: convert::to_status(&c.spec),
+                    spec: SpecStatus::from(&c.spec),
                     runtimes: if private {
                         vec![]
                     } else {
@@ -115,7 +114,7 @@ impl Core {
                     } else {
                         q.reason.clone()
                     },
-                    spec: convert::to_status(&q.spec),
+                    spec: SpecStatus::from(&q.spec),
                 }
             })
             .collect();

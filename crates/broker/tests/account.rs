@@ -366,7 +366,7 @@ fn a_cell_that_holds_cpus_and_changes_its_spec_is_admitted_at_the_new_one() {
         ALICE,
         Request::UpdateSpec {
             cell: id,
-            spec: allot_client::spec_to_wire(&three),
+            spec: three,
         },
         None,
     );

@@ -150,7 +150,7 @@ fn register_joining(
         peer,
         allot_proto::msg::Request::Register {
             name: "launcher".into(),
-            spec: allot_client::spec_to_wire(&CellSpec::default()),
+            spec: CellSpec::default(),
             wait: false,
             members: vec![],
             joins_itself: true,

@@ -4,7 +4,6 @@
 mod common;
 
 use allot_broker::core::Effect;
-use allot_client::spec_to_wire;
 use allot_enforce::Call;
 use allot_enforce::os::{FakeOs, Os};
 use allot_plan::CellSpec;
@@ -167,7 +166,7 @@ fn users_cannot_touch_each_others_cells_or_processes() {
         Request::AddMember { cell, pid: 200 },
         Request::UpdateSpec {
             cell,
-            spec: spec_to_wire(&CellSpec::default()),
+            spec: CellSpec::default(),
         },
         Request::Rejoin { cell, token },
     ] {

@@ -49,10 +49,10 @@ fn heartbeats_and_latencies_on_the_report_page_reach_the_status_with_the_goal() 
         ALICE,
         allot_proto::msg::Request::UpdateSpec {
             cell: st.cells[0].id,
-            spec: allot_client::spec_to_wire(&CellSpec {
+            spec: CellSpec {
                 goal: Goal::P99 { us: 1_000 },
                 ..CellSpec::default()
-            }),
+            },
         },
         None,
     );
@@ -174,10 +174,7 @@ fn set_goal_changes_the_goal_alone_and_refuses_time_cells() {
         reply(&w.core.handle(
             7,
             peer,
-            allot_proto::msg::Request::SetGoal {
-                cell,
-                goal: allot_client::goal_to_wire(goal),
-            },
+            allot_proto::msg::Request::SetGoal { cell, goal },
             None,
         ))
         .clone()

@@ -222,7 +222,6 @@ fn time_cells_keep_their_contract_and_cpus_across_a_restart() {
 
 #[test]
 fn a_changed_contract_reaches_the_kernel_even_when_the_cpus_stay() {
-    use allot_client::spec_to_wire;
     use allot_enforce::{Bandwidth, Call};
     let mut w = world(4);
     proc_of(&w, 100, 0);
@@ -240,7 +239,7 @@ fn a_changed_contract_reaches_the_kernel_even_when_the_cpus_stay() {
         ROOT,
         Request::UpdateSpec {
             cell: id,
-            spec: spec_to_wire(&fraction(1, 0.5)),
+            spec: fraction(1, 0.5),
         },
         None,
     );
@@ -411,7 +410,6 @@ fn without_a_freezer_a_time_triggered_cell_falls_back_to_cfs_bandwidth() {
 
 #[test]
 fn a_contract_change_stops_the_windows_opens_the_gate_and_tells_the_page() {
-    use allot_client::spec_to_wire;
     use allot_enforce::GateCall;
     let mut w = world(2);
     proc_of(&w, 200, 0);
@@ -422,7 +420,7 @@ fn a_contract_change_stops_the_windows_opens_the_gate_and_tells_the_page() {
         ROOT,
         Request::UpdateSpec {
             cell: id,
-            spec: spec_to_wire(&fraction(1, 0.25)),
+            spec: fraction(1, 0.25),
         },
         None,
     );
@@ -439,7 +437,7 @@ fn a_contract_change_stops_the_windows_opens_the_gate_and_tells_the_page() {
         ROOT,
         Request::UpdateSpec {
             cell: id,
-            spec: spec_to_wire(&triggered(1, 20_000, 5_000)),
+            spec: triggered(1, 20_000, 5_000),
         },
         None,
     );

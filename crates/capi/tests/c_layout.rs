@@ -216,10 +216,10 @@ fn the_c_copies_match_the_rust_definitions() {
     for flag in ["released", "api_released"] {
         assert_eq!(num(flag), allot_proto::FLAG_RELEASED as u64, "{flag}");
     }
-    use allot_proto::PlacementWire;
-    assert_eq!(num("place_any"), PlacementWire::Any as u64);
-    assert_eq!(num("place_llc"), PlacementWire::Llc as u64);
-    assert_eq!(num("place_numa"), PlacementWire::Numa as u64);
+    use allot_client::Placement;
+    assert_eq!(num("place_any"), u64::from(Placement::Any.code()));
+    assert_eq!(num("place_llc"), u64::from(Placement::Llc.code()));
+    assert_eq!(num("place_numa"), u64::from(Placement::Numa.code()));
     for (name, offset) in worker_stats_fields() {
         assert_eq!(
             get("stats", name),
@@ -231,27 +231,31 @@ fn the_c_copies_match_the_rust_definitions() {
         get("stats", "sizeof"),
         vec![std::mem::size_of::<allot_capi::abi::pool::WorkerStatsC>().to_string()]
     );
-    // The time kinds are the wire's (`TimeWire::encode`'s first field).
-    use allot_proto::msg::TimeWire;
+    // The time kinds are the wire's (`time_fields`'s first field).
+    use allot_client::TimeContract;
     for (name, wire) in [
-        ("time_space", TimeWire::Space),
+        ("time_space", TimeContract::Space),
         (
             "time_fraction",
-            TimeWire::Fraction {
+            TimeContract::Fraction {
                 ppm: 1,
                 slice_us: 0,
             },
         ),
         (
             "time_triggered",
-            TimeWire::Triggered {
+            TimeContract::Triggered {
                 period_us: 1,
                 budget_us: 1,
             },
         ),
-        ("time_message", TimeWire::Message { idle_ms: 1 }),
+        ("time_message", TimeContract::Message { idle_ms: 1 }),
     ] {
-        assert_eq!(num(name), u64::from(wire.encode().0), "{name}");
+        assert_eq!(
+            num(name),
+            u64::from(allot_proto::msg::spec::time_fields(wire).0),
+            "{name}"
+        );
     }
     use allot_capi::abi::kinds::{KindDevC, KindOpsC};
     use allot_capi::abi::time::{TimeC, WindowC};

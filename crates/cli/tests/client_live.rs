@@ -108,8 +108,11 @@ fn a_runtime_pools_statistics_reach_the_status() {
         .unwrap();
     assert!(r.resume());
     assert_eq!(h.join().unwrap(), 1);
+    // The resumed task runs on a worker (a join from outside the pool
+    // waits); the loop's pieces may all run on this thread when the
+    // machine is busy.
     let ran = allot_runtime::WorkerStats::total(&pool.worker_stats()).tasks_run;
-    assert!(ran >= 2, "the loop and the resumed task: {ran}");
+    assert!(ran >= 1, "at least the resumed task: {ran}");
     let mut last = None;
     let seen = eventually(Duration::from_secs(5), || {
         last = d.status().cells[0].pool_stats;

@@ -1,10 +1,8 @@
 //! A connection to the broker: typed requests, typed errors.
 
-use allot_plan::{CellSpec, Goal, Placement, TimeContract};
 use allot_proto::msg::ErrorCode;
-use allot_proto::{
-    CallError, Conn, GoalWire, PageMap, PlacementWire, Reply, Request, SpecWire, TimeWire,
-};
+use allot_proto::{CallError, Conn, PageMap, Reply, Request};
+use allot_spec::{CellSpec, Goal};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -44,7 +42,7 @@ pub enum ClientError {
     Protocol(String),
     /// The request itself is malformed (checked before it is sent).
     #[error(transparent)]
-    Spec(#[from] allot_plan::SpecError),
+    Spec(#[from] allot_spec::SpecError),
     /// The cell has no broker to ask (a standalone cell, or one whose
     /// broker's socket is unknown).
     #[error("this cell runs without a broker ({0}): there is nobody to ask")]
@@ -70,44 +68,6 @@ impl ClientError {
 impl From<std::io::Error> for ClientError {
     fn from(e: std::io::Error) -> Self {
         ClientError::Call(CallError::Io(e))
-    }
-}
-
-/// The planner's spec as the wire carries it (the broker converts it back
-/// and validates it).
-pub fn spec_to_wire(s: &CellSpec) -> SpecWire {
-    SpecWire {
-        min: s.min,
-        max: s.max,
-        weight: s.weight,
-        exclusive: s.exclusive,
-        placement: match s.placement {
-            Placement::Any => PlacementWire::Any,
-            Placement::Llc => PlacementWire::Llc,
-            Placement::Numa => PlacementWire::Numa,
-        },
-        time: match s.time {
-            TimeContract::Space => TimeWire::Space,
-            TimeContract::Fraction { ppm, slice_us } => TimeWire::Fraction { ppm, slice_us },
-            TimeContract::Triggered {
-                period_us,
-                budget_us,
-            } => TimeWire::Triggered {
-                period_us,
-                budget_us,
-            },
-            TimeContract::Message { idle_ms } => TimeWire::Message { idle_ms },
-        },
-        goal: goal_to_wire(s.goal),
-    }
-}
-
-/// The planner's goal as the wire carries it.
-pub fn goal_to_wire(g: Goal) -> GoalWire {
-    match g {
-        Goal::None => GoalWire::None,
-        Goal::Rate { milli_per_s } => GoalWire::Rate { milli_per_s },
-        Goal::P99 { us } => GoalWire::P99 { us },
     }
 }
 
@@ -283,7 +243,7 @@ impl Client {
     ) -> Result<Registration, ClientError> {
         self.conn.send(&Request::Register {
             name: name.into(),
-            spec: spec_to_wire(&spec),
+            spec,
             wait,
             members: members.to_vec(),
             joins_itself,
@@ -377,18 +337,12 @@ impl Client {
 
     /// Changes `cell`'s request.
     pub fn update_spec(&mut self, cell: u64, spec: CellSpec) -> Result<(), ClientError> {
-        self.ok(&Request::UpdateSpec {
-            cell,
-            spec: spec_to_wire(&spec),
-        })
+        self.ok(&Request::UpdateSpec { cell, spec })
     }
 
     /// Changes `cell`'s goal alone.
     pub fn set_goal(&mut self, cell: u64, goal: Goal) -> Result<(), ClientError> {
-        self.ok(&Request::SetGoal {
-            cell,
-            goal: goal_to_wire(goal),
-        })
+        self.ok(&Request::SetGoal { cell, goal })
     }
 
     /// Ends `cell`.

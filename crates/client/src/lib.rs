@@ -20,10 +20,8 @@ mod keeper;
 pub mod require;
 
 pub use allot_channel as channel;
-pub use allot_plan::{CellSpec, Goal, GoalError, Placement, TimeContract};
 pub use allot_proto::{FLAG_STACKED, Grant, GrantPage, PageMap, Reports};
+pub use allot_spec::{CellSpec, Goal, GoalError, Placement, SpecError, TimeContract};
 pub use cell::{Cell, GrantWriter, Mode, Options, Ticket, broker_alive, page_from_raw_fd};
-pub use conn::{
-    ChannelEnd, Client, ClientError, Registration, Welcome, goal_to_wire, spec_to_wire,
-};
+pub use conn::{ChannelEnd, Client, ClientError, Registration, Welcome};
 pub use keeper::ChannelKeeper;

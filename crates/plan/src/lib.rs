@@ -35,7 +35,6 @@
 //! to 1024 CPUs and what one arrival changes ([`Plan::changes_to`]).
 
 pub mod admission;
-pub mod goal;
 pub mod goals;
 pub mod lend;
 pub mod mapping;
@@ -43,15 +42,18 @@ pub mod plan;
 pub mod policy;
 pub mod share;
 pub mod sim;
-pub mod spec;
 pub mod time;
 
 pub use admission::{Admission, Admitted, admit, delays};
-pub use goal::{Goal, GoalError};
+/// The vocabulary of what a cell asks for (the `allot-spec` crate).
+pub use allot_spec as spec;
+pub use allot_spec::goal;
+pub use allot_spec::{
+    CellId, CellSpec, Goal, GoalError, MAX_WEIGHT, PPM, Placement, SpecError, TimeContract,
+};
 pub use mapping::{MapCell, PoolSize, Topo};
 pub use plan::{Changes, Grant, Plan, Violation};
 pub use policy::{GlobalPolicy, PolicyCell};
-pub use spec::{CellId, CellSpec, MAX_WEIGHT, PPM, Placement, SpecError, TimeContract};
 
 use allot_topo::{CpuSet, Machine};
 use std::borrow::Cow;

@@ -141,6 +141,42 @@ pub struct SpecStatus {
     pub goal: GoalStatus,
 }
 
+impl From<&allot_spec::CellSpec> for SpecStatus {
+    /// A spec as the document shows it.
+    fn from(s: &allot_spec::CellSpec) -> SpecStatus {
+        SpecStatus {
+            min: s.min,
+            max: s.max,
+            weight: s.weight,
+            exclusive: s.exclusive,
+            placement: s.placement,
+            contract: s.kind_name().to_string(),
+            time: match s.time {
+                allot_spec::TimeContract::Space => TimeStatus::Space,
+                allot_spec::TimeContract::Fraction { .. } => TimeStatus::TimeFraction {
+                    ppm: s.time.ppm(),
+                    slice_us: s.time.slice_us(),
+                },
+                allot_spec::TimeContract::Triggered {
+                    period_us,
+                    budget_us,
+                } => TimeStatus::TimeTriggered {
+                    period_us,
+                    budget_us,
+                },
+                allot_spec::TimeContract::Message { idle_ms } => {
+                    TimeStatus::MessageTriggered { idle_ms }
+                }
+            },
+            goal: match s.goal {
+                allot_spec::Goal::None => GoalStatus::None,
+                allot_spec::Goal::Rate { milli_per_s } => GoalStatus::Rate { milli_per_s },
+                allot_spec::Goal::P99 { us } => GoalStatus::P99 { us },
+            },
+        }
+    }
+}
+
 /// A goal in the document (`{"kind":"none"}`,
 /// `{"kind":"rate","milli_per_s":200000}`, `{"kind":"p99","us":5000}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -190,17 +226,9 @@ pub enum TimeStatus {
     },
 }
 
-/// Placement names in the document.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Placement {
-    /// Anywhere.
-    Any,
-    /// One last-level cache.
-    Llc,
-    /// One NUMA node.
-    Numa,
-}
+/// Placement names in the document (`any`, `llc`, `numa`): the spec's own
+/// [`Placement`](allot_spec::Placement), whose serde form is these names.
+pub use allot_spec::Placement;
 
 /// An admitted cell.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -482,5 +510,82 @@ mod tests {
         assert_eq!(s.broker.journal_problem, None);
         let again = Status::from_json(&s.to_json()).unwrap();
         assert_eq!(again, s);
+    }
+
+    /// What the document shows of a spec: placement names, goals and time
+    /// contracts with their kinds, the default slice filled in.
+    #[test]
+    fn specs_are_shown_by_name() {
+        use allot_spec::{CellSpec, Goal, TimeContract};
+        for p in [Placement::Any, Placement::Llc, Placement::Numa] {
+            let s = CellSpec {
+                placement: p,
+                ..CellSpec::default()
+            };
+            let shown = serde_json::to_value(SpecStatus::from(&s).placement).unwrap();
+            assert_eq!(shown.as_str().unwrap(), p.to_string());
+        }
+        for (goal, shown) in [
+            (Goal::None, r#"{"kind":"none"}"#),
+            (
+                Goal::Rate {
+                    milli_per_s: 12_500,
+                },
+                r#"{"kind":"rate","milli_per_s":12500}"#,
+            ),
+            (Goal::P99 { us: 5_000 }, r#"{"kind":"p99","us":5000}"#),
+        ] {
+            let s = CellSpec {
+                goal,
+                ..CellSpec::default()
+            };
+            assert_eq!(
+                serde_json::to_string(&SpecStatus::from(&s).goal).unwrap(),
+                shown
+            );
+        }
+        for (time, kind) in [
+            (TimeContract::Space, "space"),
+            (
+                TimeContract::Fraction {
+                    ppm: 250_000,
+                    slice_us: 0,
+                },
+                "time-fraction",
+            ),
+            (
+                TimeContract::Triggered {
+                    period_us: 10_000,
+                    budget_us: 3_000,
+                },
+                "time-triggered",
+            ),
+            (TimeContract::Message { idle_ms: 40 }, "message-triggered"),
+        ] {
+            let s = CellSpec {
+                min: 1,
+                time,
+                ..CellSpec::default()
+            };
+            let shown = serde_json::to_value(SpecStatus::from(&s).time).unwrap();
+            assert_eq!(shown["kind"], kind);
+        }
+        let f = CellSpec {
+            min: 1,
+            time: TimeContract::Fraction {
+                ppm: 250_000,
+                slice_us: 0,
+            },
+            ..CellSpec::default()
+        };
+        let shown = SpecStatus::from(&f);
+        assert_eq!(
+            shown.time,
+            TimeStatus::TimeFraction {
+                ppm: 250_000,
+                slice_us: 2_000
+            }
+        );
+        assert_eq!(shown.contract, "time-fraction");
     }
 }

@@ -168,7 +168,7 @@ impl Core {
             }
             recs.push(Record::Grant {
                 id,
-                grant: crate::convert::grant_to_record(g, generation, c.est.demand()),
+                grant: crate::journal::GrantRec::of(g, generation, c.est.demand()),
             });
         }
         let reserve_moved = next.reserve != self.plan.reserve;

@@ -21,9 +21,8 @@
 
 use super::arrival::Arriving;
 use super::{Cell, Core, Effect, Peer, Queued, SessionId, answer, err, random_u64};
-use crate::convert;
 use crate::demand::Estimator;
-use crate::journal::{MemberRec, Record};
+use crate::journal::{MemberRec, Record, SpecRec};
 use crate::names::{self, shown};
 use crate::timeline::{Timeline, timed};
 use crate::{info, warn};
@@ -242,7 +241,7 @@ impl Core {
                 id,
                 name: name.clone(),
                 uid,
-                spec: convert::to_record(&spec),
+                spec: SpecRec::of(&spec),
                 token,
             }])
         });
@@ -561,7 +560,7 @@ impl Core {
         self.refresh_specs();
         self.journal(&[Record::Spec {
             id: cell,
-            spec: convert::to_record(&spec),
+            spec: SpecRec::of(&spec),
         }]);
         // Moves its windows too (a new contract is placed afresh).
         self.reconcile();

@@ -5,7 +5,6 @@
 //! logged (at debug level: a client can send them by the thousand).
 
 use super::{Core, Effect, Peer, SessionId, answer, err};
-use crate::convert;
 use crate::ledger::LedgerError;
 use crate::{debug, info};
 use allot_proto::msg::{ErrorCode, LedgerItem, Reply, Request};
@@ -86,15 +85,7 @@ impl Core {
                 members,
                 joins_itself,
             } => {
-                let effects = self.register(
-                    session,
-                    peer,
-                    name,
-                    convert::from_wire(&spec),
-                    wait,
-                    members,
-                    joins_itself,
-                );
+                let effects = self.register(session, peer, name, spec, wait, members, joins_itself);
                 self.count_registration(session, &effects);
                 effects
             }
@@ -126,7 +117,6 @@ impl Core {
                 vec![]
             }
             Request::SetGoal { cell, goal } => {
-                let goal = convert::goal_from_wire(goal);
                 let spec = self
                     .cells
                     .get(&cell)
@@ -146,16 +136,14 @@ impl Core {
                     }
                 }
             }
-            Request::UpdateSpec { cell, spec } => {
-                match self.update_spec(peer, cell, convert::from_wire(&spec)) {
-                    Ok(()) => {
-                        let mut e = self.admit_queued();
-                        e.push(answer(session, Reply::Ok));
-                        e
-                    }
-                    Err(r) => reply(r),
+            Request::UpdateSpec { cell, spec } => match self.update_spec(peer, cell, spec) {
+                Ok(()) => {
+                    let mut e = self.admit_queued();
+                    e.push(answer(session, Reply::Ok));
+                    e
                 }
-            }
+                Err(r) => reply(r),
+            },
             Request::Release { cell } => self.release(session, peer, cell),
             Request::Status => {
                 let json = self.status(peer).to_json();

@@ -19,9 +19,8 @@
 //! re-planning the restored state moves no CPU of an adopted cell.
 
 use super::{Cell, Core, Effect};
-use crate::convert;
 use crate::demand::Estimator;
-use crate::journal::{MemberRec, Record};
+use crate::journal::{GrantRec, MemberRec, Record, SpecRec};
 use crate::names::shown;
 use crate::{info, warn};
 use allot_plan::{CellId, CellSpec, Grant, Plan};
@@ -69,7 +68,7 @@ impl Core {
                 );
             }
             let generation = rec.grant.as_ref().map_or(0, |g| g.generation);
-            let grant = rec.grant.as_ref().map(convert::grant_from_record);
+            let grant = rec.grant.as_ref().map(GrantRec::grant);
             if let Some(g) = &grant {
                 grants.insert(CellId(id), g.clone());
             }
@@ -79,7 +78,7 @@ impl Core {
                 Cell {
                     name: rec.name.clone(),
                     uid: rec.uid,
-                    spec: convert::from_record(&rec.spec),
+                    spec: rec.spec.spec(),
                     token: rec.token,
                     members: live,
                     pages: vec![],
@@ -90,7 +89,7 @@ impl Core {
                     busy_reported: 0,
                     pool_stats: None,
                     perf: Default::default(),
-                    tracker: allot_plan::goals::Tracker::new(convert::from_record(&rec.spec).goal),
+                    tracker: allot_plan::goals::Tracker::new(rec.spec.spec().goal),
                     hw: Default::default(),
                     timeline: adopted_timeline(),
                 },
@@ -163,7 +162,7 @@ impl Core {
                 id,
                 name: name.clone(),
                 uid,
-                spec: convert::to_record(&spec),
+                spec: SpecRec::of(&spec),
                 token: 0,
             }]);
             for &member in &live {

@@ -2,9 +2,12 @@
 //! from the file that holds it (`super`). Pure: no I/O.
 //!
 //! The records own their types ([`SpecRec`], [`GrantRec`], [`TimeRec`]):
-//! the journal's format does not change when the planner's or the wire's
-//! types do (`crate::convert` translates).
+//! the journal's format does not change when the spec vocabulary
+//! (`allot_spec`) or the planner's grant does, and older journals (fields
+//! absent) still replay. Each record converts to and from the type it
+//! stores, here, beside it (round-trip tests below).
 
+use allot_plan::{CellSpec, Goal, Grant, Placement, TimeContract};
 use allot_topo::CpuSet;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -329,5 +332,177 @@ impl Replayed {
             }
         }
         out
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Conversions between the records and what they store
+// ---------------------------------------------------------------------------
+
+impl SpecRec {
+    /// A spec for the journal.
+    pub fn of(s: &CellSpec) -> SpecRec {
+        SpecRec {
+            min: s.min,
+            max: s.max,
+            weight: s.weight,
+            exclusive: s.exclusive,
+            placement: match s.placement {
+                Placement::Any => PlacementRec::Any,
+                Placement::Llc => PlacementRec::Llc,
+                Placement::Numa => PlacementRec::Numa,
+            },
+            time: match s.time {
+                TimeContract::Space => TimeRec::Space,
+                TimeContract::Fraction { ppm, slice_us } => TimeRec::Fraction { ppm, slice_us },
+                TimeContract::Triggered {
+                    period_us,
+                    budget_us,
+                } => TimeRec::Triggered {
+                    period_us,
+                    budget_us,
+                },
+                TimeContract::Message { idle_ms } => TimeRec::Message { idle_ms },
+            },
+            goal: match s.goal {
+                Goal::None => GoalRec::None,
+                Goal::Rate { milli_per_s } => GoalRec::Rate { milli_per_s },
+                Goal::P99 { us } => GoalRec::P99 { us },
+            },
+        }
+    }
+
+    /// A spec from the journal.
+    pub fn spec(&self) -> CellSpec {
+        let r = self;
+        CellSpec {
+            min: r.min,
+            max: r.max,
+            weight: r.weight,
+            exclusive: r.exclusive,
+            placement: match r.placement {
+                PlacementRec::Any => Placement::Any,
+                PlacementRec::Llc => Placement::Llc,
+                PlacementRec::Numa => Placement::Numa,
+            },
+            time: match r.time {
+                TimeRec::Space => TimeContract::Space,
+                TimeRec::Fraction { ppm, slice_us } => TimeContract::Fraction { ppm, slice_us },
+                TimeRec::Triggered {
+                    period_us,
+                    budget_us,
+                } => TimeContract::Triggered {
+                    period_us,
+                    budget_us,
+                },
+                TimeRec::Message { idle_ms } => TimeContract::Message { idle_ms },
+            },
+            goal: match r.goal {
+                GoalRec::None => Goal::None,
+                GoalRec::Rate { milli_per_s } => Goal::Rate { milli_per_s },
+                GoalRec::P99 { us } => Goal::P99 { us },
+            },
+        }
+    }
+}
+
+impl GrantRec {
+    /// A grant for the journal, with its generation and the demand estimate.
+    pub fn of(g: &Grant, generation: u64, demand: Option<u32>) -> GrantRec {
+        GrantRec {
+            generation,
+            cpus: g.cpus,
+            lent: g.lent,
+            entitled: g.entitled,
+            threads: g.threads,
+            stacked: g.stacked,
+            home: g.home,
+            share: g.share,
+            demand,
+        }
+    }
+
+    /// A grant from the journal.
+    pub fn grant(&self) -> Grant {
+        let r = self;
+        Grant {
+            cpus: r.cpus,
+            lent: r.lent,
+            entitled: r.entitled,
+            threads: r.threads,
+            stacked: r.stacked,
+            home: r.home,
+            share: r.share,
+            // The ledger is not journaled: a restarted broker holds nothing
+            // for `require` until processes ask again.
+            held: Default::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every spec the vocabulary can say comes back from the journal as it
+    /// went in.
+    #[test]
+    fn specs_round_trip_through_the_journal() {
+        let times = [
+            TimeContract::Space,
+            TimeContract::Fraction {
+                ppm: 250_000,
+                slice_us: 0,
+            },
+            TimeContract::Triggered {
+                period_us: 10_000,
+                budget_us: 3_000,
+            },
+            TimeContract::Message { idle_ms: 40 },
+        ];
+        let goals = [
+            Goal::None,
+            Goal::Rate {
+                milli_per_s: 12_500,
+            },
+            Goal::P99 { us: 5_000 },
+        ];
+        for placement in [Placement::Any, Placement::Llc, Placement::Numa] {
+            for time in times {
+                for goal in goals {
+                    let s = CellSpec {
+                        min: 2,
+                        max: 7,
+                        weight: 3,
+                        exclusive: true,
+                        placement,
+                        time,
+                        goal,
+                    };
+                    let rec = SpecRec::of(&s);
+                    assert_eq!(rec.spec(), s);
+                    let line = serde_json::to_string(&rec).unwrap();
+                    let back: SpecRec = serde_json::from_str(&line).unwrap();
+                    assert_eq!(back.spec(), s, "{line}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn grants_round_trip_through_the_journal() {
+        let g = Grant {
+            cpus: CpuSet::parse_list("0-3").unwrap(),
+            lent: CpuSet::parse_list("3").unwrap(),
+            entitled: CpuSet::parse_list("0-2").unwrap(),
+            threads: 4,
+            stacked: false,
+            home: 1,
+            share: 2.5,
+            held: Default::default(),
+        };
+        let r = GrantRec::of(&g, 7, Some(3));
+        assert_eq!((r.generation, r.demand), (7, Some(3)));
+        assert_eq!(r.grant(), g);
     }
 }

@@ -5,7 +5,6 @@
 use allot_broker::Config;
 use allot_broker::core::{Core, Effect, Peer};
 use allot_broker::journal::Journal;
-use allot_client::spec_to_wire;
 use allot_enforce::DryRun;
 use allot_enforce::os::FakeOs;
 use allot_plan::CellSpec;
@@ -116,7 +115,7 @@ pub fn register(
         peer,
         Request::Register {
             name: name.into(),
-            spec: spec_to_wire(&spec),
+            spec,
             wait,
             members,
             joins_itself: false,

@@ -3,7 +3,7 @@
 //!
 //! `allot_time_t` is a flat struct with one field per parameter of every
 //! kind; a field the kind does not use must be 0, so each contract has one
-//! C spelling, as it has one on the wire ([`allot_proto::msg::TimeWire`]).
+//! C spelling, as it has one on the wire ([`allot_proto::msg::spec::time_fields`]).
 //! The kinds' numbers are the wire's (checked by `tests/c_layout.rs`).
 //! `allot_spec_t` is not grown: the CPU count of a time contract is its
 //! `min`, as in [`CellSpec::time_cpus`].

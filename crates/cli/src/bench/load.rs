@@ -470,7 +470,7 @@ fn flood(
         .encode(),
         Request::Register {
             name: "flood".into(),
-            spec: allot_proto::SpecWire::default(),
+            spec: allot_client::CellSpec::default(),
             wait: true,
             members: vec![1; 4096],
             joins_itself: false,

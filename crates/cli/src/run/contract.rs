@@ -61,7 +61,8 @@ pub fn parse_micros(flag: &str, text: &str) -> Result<u32, String> {
 }
 
 /// Applies the time flags to `spec` (which holds the space flags). Errors
-/// name the flag and what to do.
+/// name the flag and what to do; what the spec itself refuses is
+/// [`CellSpec::validate`]'s to say, once the whole spec is built.
 pub fn apply(flags: &TimeFlags, spec: &mut CellSpec) -> Result<(), String> {
     let triggered = flags.period.is_some() || flags.budget.is_some();
     let fraction = flags.fraction.is_some() || flags.slice.is_some();
@@ -127,9 +128,10 @@ pub fn apply(flags: &TimeFlags, spec: &mut CellSpec) -> Result<(), String> {
             idle_ms: idle.div_ceil(1000),
         }
     };
-    // `--cpus 0` is the spec's own error (a time contract needs a CPU).
+    // `--cpus 0` is the spec's own error (a time contract needs a CPU),
+    // found by the one validation the caller runs next.
     spec.min = flags.cpus.unwrap_or(1);
-    spec.validate().map_err(|e| e.to_string())
+    Ok(())
 }
 
 #[cfg(test)]
@@ -140,9 +142,12 @@ mod tests {
         TimeFlags::default()
     }
 
+    /// What `allot run` does: the flags, then the one validation.
     fn applied(f: &TimeFlags) -> Result<CellSpec, String> {
         let mut s = CellSpec::default();
-        apply(f, &mut s).map(|()| s)
+        apply(f, &mut s)?;
+        s.validate().map_err(|e| e.to_string())?;
+        Ok(s)
     }
 
     #[test]

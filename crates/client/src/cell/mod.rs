@@ -24,8 +24,8 @@
 //! registers it again (`watch`).
 
 use crate::conn::{Client, ClientError};
-use allot_plan::CellSpec;
 use allot_proto::{GrantPage, PageMap, ReportPage};
+use allot_spec::CellSpec;
 use allot_topo::CpuSet;
 use rustix::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -584,15 +584,15 @@ impl Cell {
         Ok(fd)
     }
 
-    /// Sets what the cell wants to achieve ([`Goal`](allot_plan::Goal):
+    /// Sets what the cell wants to achieve ([`Goal`](allot_spec::Goal):
     /// a rate of heartbeats or a latency percentile) and waits for the
     /// broker to accept it; the rest of the cell's request stays as the
     /// broker has it (so a program in a cell of `allot run`'s may set its
     /// goal too). The goals policy then sizes the cell's CPUs to meet it.
     /// Errors without a broker (a standalone cell, or the broker gone), or
     /// when the broker refuses the goal (a time cell).
-    pub fn set_goal(&self, goal: allot_plan::Goal) -> Result<(), ClientError> {
-        goal.validate().map_err(allot_plan::SpecError::from)?;
+    pub fn set_goal(&self, goal: allot_spec::Goal) -> Result<(), ClientError> {
+        goal.validate().map_err(allot_spec::SpecError::from)?;
         let mut conn = self.inner.conn.lock().unwrap_or_else(|p| p.into_inner());
         let id = self.id();
         if id == 0 {
@@ -757,13 +757,13 @@ mod tests {
     fn a_cell_without_a_broker_cannot_take_a_goal() {
         let cell = Cell::standalone();
         let e = cell
-            .set_goal(allot_plan::Goal::P99 { us: 5_000 })
+            .set_goal(allot_spec::Goal::P99 { us: 5_000 })
             .unwrap_err();
         assert!(matches!(e, ClientError::NoBrokerForCell(_)), "{e}");
         assert!(e.to_string().contains("without a broker"), "{e}");
         // A malformed goal is refused before anything else.
         let e = cell
-            .set_goal(allot_plan::Goal::Rate { milli_per_s: 0 })
+            .set_goal(allot_spec::Goal::Rate { milli_per_s: 0 })
             .unwrap_err();
         assert!(matches!(e, ClientError::Spec(_)), "{e}");
     }

@@ -81,46 +81,46 @@ fn get_items(r: &mut Reader<'_>) -> Result<Vec<LedgerItem>, DecodeError> {
         .collect()
 }
 
-fn put_spec(w: &mut Writer, s: &SpecWire) {
+fn put_spec(w: &mut Writer, s: &CellSpec) {
     w.u32(s.min)
         .u32(s.max)
         .u32(s.weight)
         .bool(s.exclusive)
-        .u8(s.placement as u8);
-    let (kind, a, b) = s.time.encode();
+        .u8(s.placement.code());
+    let (kind, a, b) = spec::time_fields(s.time);
     w.u8(kind).u32(a).u32(b);
-    let (kind, value) = s.goal.encode();
+    let (kind, value) = spec::goal_fields(s.goal);
     w.u8(kind).u64(value);
 }
 
-fn get_goal(r: &mut Reader<'_>) -> Result<GoalWire, DecodeError> {
+fn get_goal(r: &mut Reader<'_>) -> Result<Goal, DecodeError> {
     let kind = r.u8("spec.goal.kind")?;
     let value = r.u64("spec.goal.value")?;
-    GoalWire::decode(kind, value).ok_or_else(|| DecodeError::Malformed {
+    spec::goal_from_fields(kind, value).ok_or_else(|| DecodeError::Malformed {
         field: "spec.goal.kind",
         detail: format!("unknown goal {kind} (or a value it cannot carry: {value})"),
     })
 }
 
-fn get_spec(r: &mut Reader<'_>) -> Result<SpecWire, DecodeError> {
+fn get_spec(r: &mut Reader<'_>) -> Result<CellSpec, DecodeError> {
     let min = r.u32("spec.min")?;
     let max = r.u32("spec.max")?;
     let weight = r.u32("spec.weight")?;
     let exclusive = r.bool("spec.exclusive")?;
     let code = r.u8("spec.placement")?;
-    let placement = PlacementWire::from_code(code).ok_or_else(|| DecodeError::Malformed {
+    let placement = Placement::from_code(code).ok_or_else(|| DecodeError::Malformed {
         field: "spec.placement",
         detail: format!("unknown placement code {code}"),
     })?;
     let kind = r.u8("spec.time.kind")?;
     let a = r.u32("spec.time.a")?;
     let b = r.u32("spec.time.b")?;
-    let time = TimeWire::decode(kind, a, b).ok_or_else(|| DecodeError::Malformed {
+    let time = spec::time_from_fields(kind, a, b).ok_or_else(|| DecodeError::Malformed {
         field: "spec.time.kind",
         detail: format!("unknown time contract {kind} (or a field it does not use is not 0)"),
     })?;
     let goal = get_goal(r)?;
-    Ok(SpecWire {
+    Ok(CellSpec {
         min,
         max,
         weight,
@@ -169,7 +169,7 @@ impl Request {
                 put_spec(&mut w, spec);
             }
             Request::SetGoal { cell, goal } => {
-                let (kind, value) = goal.encode();
+                let (kind, value) = spec::goal_fields(*goal);
                 w.u64(*cell).u8(kind).u64(value);
             }
             Request::Release { cell } => {

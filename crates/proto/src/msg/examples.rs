@@ -12,14 +12,14 @@ pub fn example_requests() -> Vec<Request> {
         },
         Request::Register {
             name: "make".into(),
-            spec: SpecWire {
+            spec: CellSpec {
                 min: 1,
                 max: 4,
                 weight: 2,
                 exclusive: true,
-                placement: PlacementWire::Numa,
-                time: TimeWire::Space,
-                goal: GoalWire::Rate {
+                placement: Placement::Numa,
+                time: TimeContract::Space,
+                goal: Goal::Rate {
                     milli_per_s: 200_000,
                 },
             },
@@ -56,19 +56,19 @@ pub fn example_requests() -> Vec<Request> {
         },
         Request::UpdateSpec {
             cell: 1,
-            spec: SpecWire {
+            spec: CellSpec {
                 min: 1,
-                time: TimeWire::Triggered {
+                time: TimeContract::Triggered {
                     period_us: 10_000,
                     budget_us: 3_000,
                 },
-                ..SpecWire::default()
+                ..CellSpec::default()
             },
         },
         Request::Release { cell: 9 },
         Request::SetGoal {
             cell: 9,
-            goal: GoalWire::P99 { us: 5_000 },
+            goal: Goal::P99 { us: 5_000 },
         },
         Request::Status,
         Request::Shutdown,

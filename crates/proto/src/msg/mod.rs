@@ -25,10 +25,15 @@
 //! `Register` that is queued gets `Queued` now and `Registered` later, when
 //! admitted.
 //!
-//! Message types here are the wire's own: the planner's `CellSpec` is
-//! converted to and from [`SpecWire`] at the edges (client and broker).
+//! A cell's spec travels as the one spec vocabulary's [`CellSpec`]
+//! (`allot_spec`, which every party links); how each of its fields is laid
+//! out in bytes is [`spec`]'s, the one encoding. What the broker admits is
+//! checked once, by [`CellSpec::validate`] and the planner's admission.
 
 use crate::wire::DecodeError;
+pub use allot_spec::{CellSpec, Goal, Placement, TimeContract};
+
+pub mod spec;
 
 /// Wire-format version. **Bump it on any change to a message**; the broker
 /// answers other versions with [`ErrorCode::UnsupportedVersion`]. (The grant
@@ -38,8 +43,9 @@ use crate::wire::DecodeError;
 /// 3 — one-way requests are never answered, [`ErrorCode::Limit`], the
 /// status document carries its own version ([`crate::status`]); 4 — the
 /// one-way `PoolStats` (0x0F): a runtime pool's per-worker statistics,
-/// summed; 5 — the spec carries a time contract ([`TimeWire`]); 6 — the
-/// spec carries a goal ([`GoalWire`]), and `SetGoal` (0x10) changes it;
+/// summed; 5 — the spec carries a time contract ([`spec::time_fields`]);
+/// 6 — the spec carries a goal ([`spec::goal_fields`]), and `SetGoal`
+/// (0x10) changes it;
 /// 7 — named channels: `ChannelOpen` (0x11), the one-way `ChannelClose`
 /// (0x12), `ChannelRejoin` (0x13) and the `Channel` reply (0x89) with
 /// three descriptors; 8 — `Register` may ask for the cell's join files
@@ -129,183 +135,6 @@ impl ErrorCode {
     }
 }
 
-/// Where a cell's CPUs should lie, as the wire encodes it (`u8`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum PlacementWire {
-    /// 0: anywhere.
-    #[default]
-    Any = 0,
-    /// 1: within one last-level cache.
-    Llc = 1,
-    /// 2: within one NUMA node.
-    Numa = 2,
-}
-
-impl PlacementWire {
-    /// From the wire byte.
-    pub fn from_code(code: u8) -> Option<PlacementWire> {
-        match code {
-            0 => Some(PlacementWire::Any),
-            1 => Some(PlacementWire::Llc),
-            2 => Some(PlacementWire::Numa),
-            _ => None,
-        }
-    }
-}
-
-/// A cell's time contract, as it travels: `kind: u8, a: u32, b: u32`.
-///
-/// | kind | contract          | a          | b          |
-/// |------|-------------------|------------|------------|
-/// | 0    | space             | 0          | 0          |
-/// | 1    | time-fraction     | ppm        | slice µs (0: default) |
-/// | 2    | time-triggered    | period µs  | budget µs  |
-/// | 3    | message-triggered | idle ms    | 0          |
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum TimeWire {
-    /// Whole CPUs or a best-effort share.
-    #[default]
-    Space,
-    /// A fraction of each CPU.
-    Fraction {
-        /// Parts per million.
-        ppm: u32,
-        /// Shortest piece, µs (0: the default).
-        slice_us: u32,
-    },
-    /// A budget every period, gang-scheduled.
-    Triggered {
-        /// Period, µs.
-        period_us: u32,
-        /// Budget, µs.
-        budget_us: u32,
-    },
-    /// Activated by messages.
-    Message {
-        /// Idle time before the grant goes back, ms.
-        idle_ms: u32,
-    },
-}
-
-impl TimeWire {
-    /// The three fields on the wire.
-    pub fn encode(self) -> (u8, u32, u32) {
-        match self {
-            TimeWire::Space => (0, 0, 0),
-            TimeWire::Fraction { ppm, slice_us } => (1, ppm, slice_us),
-            TimeWire::Triggered {
-                period_us,
-                budget_us,
-            } => (2, period_us, budget_us),
-            TimeWire::Message { idle_ms } => (3, idle_ms, 0),
-        }
-    }
-
-    /// From the three wire fields; `None` for an unknown kind, or a field
-    /// the kind does not use that is not 0 (every message has exactly one
-    /// encoding).
-    pub fn decode(kind: u8, a: u32, b: u32) -> Option<TimeWire> {
-        Some(match kind {
-            0 if a == 0 && b == 0 => TimeWire::Space,
-            1 => TimeWire::Fraction {
-                ppm: a,
-                slice_us: b,
-            },
-            2 => TimeWire::Triggered {
-                period_us: a,
-                budget_us: b,
-            },
-            3 if b == 0 => TimeWire::Message { idle_ms: a },
-            _ => return None,
-        })
-    }
-}
-
-/// A cell's goal, as it travels: `kind: u8, value: u64`.
-///
-/// | kind | goal | value |
-/// |------|------|-------|
-/// | 0    | none | 0     |
-/// | 1    | rate | units of work per second, in thousandths |
-/// | 2    | p99  | request latency bound, µs (at most `u32::MAX`) |
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum GoalWire {
-    /// Best effort.
-    #[default]
-    None,
-    /// A rate of work.
-    Rate {
-        /// Thousandths of a unit per second.
-        milli_per_s: u64,
-    },
-    /// A latency percentile bound.
-    P99 {
-        /// µs.
-        us: u32,
-    },
-}
-
-impl GoalWire {
-    /// The two fields on the wire.
-    pub fn encode(self) -> (u8, u64) {
-        match self {
-            GoalWire::None => (0, 0),
-            GoalWire::Rate { milli_per_s } => (1, milli_per_s),
-            GoalWire::P99 { us } => (2, u64::from(us)),
-        }
-    }
-
-    /// From the two wire fields; `None` for an unknown kind or a value the
-    /// kind cannot carry (every message has exactly one encoding).
-    pub fn decode(kind: u8, value: u64) -> Option<GoalWire> {
-        Some(match kind {
-            0 if value == 0 => GoalWire::None,
-            1 => GoalWire::Rate { milli_per_s: value },
-            2 => GoalWire::P99 {
-                us: u32::try_from(value).ok()?,
-            },
-            _ => return None,
-        })
-    }
-}
-
-/// What a cell asks for, as it travels: `min: u32, max: u32, weight: u32,
-/// exclusive: bool, placement: u8`, then the time contract ([`TimeWire`]:
-/// `kind: u8, a: u32, b: u32`), then the goal ([`GoalWire`]: `kind: u8,
-/// value: u64`). The broker validates it when it turns it into the
-/// planner's spec.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct SpecWire {
-    /// CPUs guaranteed (0: best effort).
-    pub min: u32,
-    /// Most CPUs (0: the machine).
-    pub max: u32,
-    /// Relative weight (1 to 10000).
-    pub weight: u32,
-    /// CPUs no other cell may use.
-    pub exclusive: bool,
-    /// Where the CPUs should lie.
-    pub placement: PlacementWire,
-    /// Space or time.
-    pub time: TimeWire,
-    /// What the cell wants to achieve.
-    pub goal: GoalWire,
-}
-
-impl Default for SpecWire {
-    fn default() -> Self {
-        SpecWire {
-            min: 0,
-            max: 0,
-            weight: 1,
-            exclusive: false,
-            placement: PlacementWire::Any,
-            time: TimeWire::Space,
-            goal: GoalWire::None,
-        }
-    }
-}
-
 /// One line of a ledger acquisition or release: an amount of one device of
 /// a resource kind.
 #[derive(Debug, Clone, PartialEq)]
@@ -345,7 +174,7 @@ pub enum Request {
         /// Human-readable name.
         name: String,
         /// What the cell asks for.
-        spec: SpecWire,
+        spec: CellSpec,
         /// Queue instead of failing when admission says "not now".
         wait: bool,
         /// Process ids to put in the cell.
@@ -392,21 +221,21 @@ pub enum Request {
         /// The pool's statistics, summed over its workers.
         stats: PoolStatsWire,
     },
-    /// `0x10` — `cell: u64, goal` ([`GoalWire`]). Changes a cell's goal
+    /// `0x10` — `cell: u64, goal` ([`spec::goal_fields`]). Changes a cell's goal
     /// alone, keeping the rest of its request (a program that inherited
     /// its cell from `allot run` does not know the rest).
     SetGoal {
         /// The cell.
         cell: u64,
         /// The new goal.
-        goal: GoalWire,
+        goal: Goal,
     },
     /// `0x06` — `cell: u64, spec`. Changes a cell's request.
     UpdateSpec {
         /// The cell.
         cell: u64,
         /// The new request.
-        spec: SpecWire,
+        spec: CellSpec,
     },
     /// `0x07` — `cell: u64`. Ends a cell.
     Release {

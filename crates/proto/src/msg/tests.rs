@@ -196,37 +196,37 @@ proptest! {
 #[test]
 fn every_goal_round_trips_and_an_unknown_one_is_malformed() {
     for goal in [
-        GoalWire::None,
-        GoalWire::Rate {
+        Goal::None,
+        Goal::Rate {
             milli_per_s: 200_000,
         },
-        GoalWire::Rate {
+        Goal::Rate {
             milli_per_s: u64::MAX,
         },
-        GoalWire::P99 { us: 5_000 },
-        GoalWire::P99 { us: u32::MAX },
+        Goal::P99 { us: 5_000 },
+        Goal::P99 { us: u32::MAX },
     ] {
-        let (k, v) = goal.encode();
-        assert_eq!(GoalWire::decode(k, v), Some(goal));
+        let (k, v) = spec::goal_fields(goal);
+        assert_eq!(spec::goal_from_fields(k, v), Some(goal));
         let req = Request::UpdateSpec {
             cell: 3,
-            spec: SpecWire {
+            spec: CellSpec {
                 goal,
-                ..SpecWire::default()
+                ..CellSpec::default()
             },
         };
         assert_eq!(Request::decode(&req.encode()).unwrap(), req);
     }
-    assert_eq!(GoalWire::decode(3, 0), None, "unknown kind");
-    assert_eq!(GoalWire::decode(0, 1), None, "none carries no value");
+    assert_eq!(spec::goal_from_fields(3, 0), None, "unknown kind");
+    assert_eq!(spec::goal_from_fields(0, 1), None, "none carries no value");
     assert_eq!(
-        GoalWire::decode(2, u64::from(u32::MAX) + 1),
+        spec::goal_from_fields(2, u64::from(u32::MAX) + 1),
         None,
         "a p99 bound fits 32 bits"
     );
     let mut bytes = Request::UpdateSpec {
         cell: 1,
-        spec: SpecWire::default(),
+        spec: CellSpec::default(),
     }
     .encode();
     // The goal kind follows the time contract (kind u8, a u32, b u32).
@@ -248,25 +248,25 @@ fn every_goal_round_trips_and_an_unknown_one_is_malformed() {
 #[test]
 fn every_time_contract_round_trips_and_an_unknown_one_is_malformed() {
     for time in [
-        TimeWire::Space,
-        TimeWire::Fraction {
+        TimeContract::Space,
+        TimeContract::Fraction {
             ppm: 250_000,
             slice_us: 2_000,
         },
-        TimeWire::Triggered {
+        TimeContract::Triggered {
             period_us: 10_000,
             budget_us: 3_000,
         },
-        TimeWire::Message { idle_ms: 50 },
+        TimeContract::Message { idle_ms: 50 },
     ] {
-        let (k, a, b) = time.encode();
-        assert_eq!(TimeWire::decode(k, a, b), Some(time));
+        let (k, a, b) = spec::time_fields(time);
+        assert_eq!(spec::time_from_fields(k, a, b), Some(time));
         let req = Request::Register {
             name: "t".into(),
-            spec: SpecWire {
+            spec: CellSpec {
                 min: 1,
                 time,
-                ..SpecWire::default()
+                ..CellSpec::default()
             },
             wait: false,
             members: vec![],
@@ -275,15 +275,15 @@ fn every_time_contract_round_trips_and_an_unknown_one_is_malformed() {
         let bytes = req.encode();
         assert_eq!(Request::decode(&bytes).unwrap(), req);
     }
-    assert_eq!(TimeWire::decode(9, 0, 0), None);
+    assert_eq!(spec::time_from_fields(9, 0, 0), None);
     // Found by the `wire` fuzz target: unused fields must be 0, or two
     // encodings would decode to one message.
-    assert_eq!(TimeWire::decode(0, 1, 0), None);
-    assert_eq!(TimeWire::decode(0, 0, 1), None);
-    assert_eq!(TimeWire::decode(3, 5, 0x0100_000e), None);
+    assert_eq!(spec::time_from_fields(0, 1, 0), None);
+    assert_eq!(spec::time_from_fields(0, 0, 1), None);
+    assert_eq!(spec::time_from_fields(3, 5, 0x0100_000e), None);
     let mut bytes = Request::UpdateSpec {
         cell: 1,
-        spec: SpecWire::default(),
+        spec: CellSpec::default(),
     }
     .encode();
     // The time kind is the byte after cell, min, max, weight, exclusive, placement.

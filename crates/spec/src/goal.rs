@@ -5,7 +5,7 @@
 //! The cell measures itself: units of work through heartbeats, request
 //! latencies through its report page (`allot_proto::report`). The broker
 //! compares what it reads there with the goal, and the `goals` policy
-//! (`crate::policy`) sizes the cell's allocation to meet it.
+//! (`allot_plan::policy`) sizes the cell's allocation to meet it.
 //!
 //! The text form is the one definition every front end parses (`allot run
 //! --goal`, the C ABI, the Python package):

@@ -1,4 +1,13 @@
-//! What a cell asks for.
+//! What a cell asks for: the one vocabulary of cell specs, placements,
+//! time contracts and goals, and their validation, for every part of allot
+//! (the planner, the wire, the journal, the status document, `allot run`,
+//! liballot and the Python package). It depends on nothing of allot's, so
+//! an application that links the client library does not link the planner.
+//!
+//! [`CellSpec::validate`] is the one check of a spec that needs no machine;
+//! the planner's admission adds what needs one (`allot_plan::admit`). Each
+//! encoding at an edge (the wire's bytes, the journal's records, the status
+//! document) converts beside its own type and round-trips.
 //!
 //! A [`CellSpec`] is the CPU part of Tessellation's specification set: a
 //! minimum (guaranteed), a maximum (a limit), a weight for sharing what lies
@@ -25,7 +34,9 @@
 //! to best-effort cells. Amounts are integers (parts per million,
 //! microseconds) so that a spec compares and hashes exactly.
 
-pub use crate::goal::{Goal, GoalError};
+pub mod goal;
+
+pub use goal::{Goal, GoalError};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -456,7 +467,7 @@ impl CellSpec {
 
     /// The spec planned for a space cell whose processes hold `held`
     /// CPUs exclusively through `require` (the one account, see
-    /// [`crate::plan`] invariant 8): guaranteed at least those CPUs, and
+    /// `allot_plan::plan` invariant 8): guaranteed at least those CPUs, and
     /// allowed to hold them. Time cells and `held == 0` are unchanged.
     pub fn holding(self, held: u32) -> CellSpec {
         if held == 0 || self.time.is_time() {
