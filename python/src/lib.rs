@@ -14,7 +14,7 @@
 //! block waiting for its resources are not interruptible.
 
 use allot_client::require::{self, Request, Runtime, Scope, policy};
-use allot_client::{CellSpec, Goal, Mode, Options, TimeContract};
+use allot_client::{CellSpec, Goal, Mode, Options, Term, TimeContract, TimeTerms};
 use allot_proto::window::{Phase, monotonic_ns};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -156,49 +156,37 @@ fn micros(what: &str, seconds: f64) -> PyResult<u32> {
     Ok(us.round() as u32)
 }
 
-/// The time contract the keyword arguments ask for.
+/// What the keyword arguments are called (no message-triggered cells here).
+fn keyword(t: Term) -> Option<&'static str> {
+    match t {
+        Term::Period => Some("period"),
+        Term::Budget => Some("budget"),
+        Term::Fraction => Some("fraction"),
+        Term::Slice => Some("slice"),
+        Term::MessageIdle => None,
+    }
+}
+
+/// The time contract the keyword arguments ask for (durations in seconds;
+/// which contract they name is [`TimeTerms::contract`]'s to decide).
 fn contract(
     period: Option<f64>,
     budget: Option<f64>,
     fraction: Option<f64>,
     slice: Option<f64>,
 ) -> PyResult<TimeContract> {
-    let triggered = period.is_some() || budget.is_some();
-    let fractional = fraction.is_some() || slice.is_some();
-    match (triggered, fractional) {
-        (true, true) => Err(PyValueError::new_err(
-            "choose one time contract: period/budget (time-triggered) or fraction/slice \
-             (time-fraction)",
-        )),
-        (true, false) => {
-            let (Some(p), Some(b)) = (period, budget) else {
-                return Err(PyValueError::new_err(
-                    "a time-triggered cell needs both period and budget (seconds)",
-                ));
-            };
-            Ok(TimeContract::Triggered {
-                period_us: micros("period", p)?,
-                budget_us: micros("budget", b)?,
-            })
-        }
-        (false, true) => {
-            let Some(f) = fraction else {
-                return Err(PyValueError::new_err(
-                    "slice applies to a time-fraction cell: add fraction",
-                ));
-            };
-            if !(f > 0.0 && f <= 1.0) {
-                return Err(PyValueError::new_err(format!(
-                    "fraction={f} is outside (0, 1]: use a share of each CPU such as 0.25"
-                )));
-            }
-            Ok(TimeContract::Fraction {
-                ppm: ((f * 1e6).round() as u32).max(1),
-                slice_us: slice.map(|s| micros("slice", s)).transpose()?.unwrap_or(0),
-            })
-        }
-        (false, false) => Ok(TimeContract::Space),
-    }
+    let terms = TimeTerms {
+        period_us: period.map(|p| micros("period", p)).transpose()?,
+        budget_us: budget.map(|b| micros("budget", b)).transpose()?,
+        fraction,
+        slice_us: slice.map(|s| micros("slice", s)).transpose()?,
+        message_idle_us: None,
+    };
+    terms.contract().map_err(|e| {
+        PyValueError::new_err(
+            e.describe(keyword, |t, v| format!("{}={v}", keyword(t).unwrap_or("?"))),
+        )
+    })
 }
 
 /// The goal `text` names, or a `ValueError` that says how to write one.

@@ -35,11 +35,13 @@
 //! microseconds) so that a spec compares and hashes exactly.
 
 pub mod goal;
+pub mod terms;
 
 pub use goal::{Goal, GoalError};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
+pub use terms::{Term, TermsError, TimeTerms};
 
 /// Identifies a cell for its whole life. Allocated by the broker, never reused
 /// while the broker's journal lives.

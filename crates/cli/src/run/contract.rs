@@ -11,7 +11,8 @@
 //! Durations take a unit: `us`, `ms` or `s` (`2.5ms` is fine). Every
 //! mistake is reported before anything starts.
 
-use allot_client::{CellSpec, TimeContract};
+use allot_client::CellSpec;
+use allot_spec::{Term, TimeTerms};
 
 /// The flags as given.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -60,18 +61,33 @@ pub fn parse_micros(flag: &str, text: &str) -> Result<u32, String> {
     Ok(us.round() as u32)
 }
 
+/// What `allot run` calls each term of a time contract.
+fn flag(t: Term) -> Option<&'static str> {
+    Some(match t {
+        Term::Period => "--period",
+        Term::Budget => "--budget",
+        Term::Fraction => "--fraction",
+        Term::Slice => "--slice",
+        Term::MessageIdle => "--message-idle",
+    })
+}
+
 /// Applies the time flags to `spec` (which holds the space flags). Errors
-/// name the flag and what to do; what the spec itself refuses is
-/// [`CellSpec::validate`]'s to say, once the whole spec is built.
+/// name the flag and what to do; which contract the flags name is
+/// [`TimeTerms::contract`]'s to decide, and what the spec itself refuses
+/// is [`CellSpec::validate`]'s, once the whole spec is built.
 pub fn apply(flags: &TimeFlags, spec: &mut CellSpec) -> Result<(), String> {
-    let triggered = flags.period.is_some() || flags.budget.is_some();
-    let fraction = flags.fraction.is_some() || flags.slice.is_some();
-    let message = flags.message_idle.is_some();
-    let kinds = [triggered, fraction, message]
-        .iter()
-        .filter(|k| **k)
-        .count();
-    if kinds == 0 {
+    let micros = |name: &str, text: &Option<String>| {
+        text.as_deref().map(|t| parse_micros(name, t)).transpose()
+    };
+    let terms = TimeTerms {
+        period_us: micros("--period", &flags.period)?,
+        budget_us: micros("--budget", &flags.budget)?,
+        fraction: flags.fraction,
+        slice_us: micros("--slice", &flags.slice)?,
+        message_idle_us: micros("--message-idle", &flags.message_idle)?,
+    };
+    if !terms.any() {
         if flags.cpus.is_some() {
             return Err(
                 "--cpus sets how many CPUs a time contract covers; add --period/--budget or \
@@ -81,13 +97,9 @@ pub fn apply(flags: &TimeFlags, spec: &mut CellSpec) -> Result<(), String> {
         }
         return Ok(());
     }
-    if kinds > 1 {
-        return Err(
-            "choose one time contract: --period/--budget (time-triggered), --fraction/--slice \
-             (time-fraction) or --message-idle (message-triggered)"
-                .into(),
-        );
-    }
+    spec.time = terms
+        .contract()
+        .map_err(|e| e.describe(flag, |t, v| format!("{} {v}", flag(t).unwrap_or("?"))))?;
     if spec.min != 0 || spec.max != 0 || spec.exclusive || spec.placement != Default::default() {
         return Err(
             "--min, --max, --exclusive and --place are for whole CPUs; a time contract covers \
@@ -95,39 +107,6 @@ pub fn apply(flags: &TimeFlags, spec: &mut CellSpec) -> Result<(), String> {
                 .into(),
         );
     }
-    spec.time = if triggered {
-        let (Some(p), Some(b)) = (&flags.period, &flags.budget) else {
-            return Err("a time-triggered cell needs both --period and --budget".into());
-        };
-        TimeContract::Triggered {
-            period_us: parse_micros("--period", p)?,
-            budget_us: parse_micros("--budget", b)?,
-        }
-    } else if fraction {
-        let Some(f) = flags.fraction else {
-            return Err("--slice applies to a time-fraction cell: add --fraction".into());
-        };
-        if !(f > 0.0 && f <= 1.0) {
-            return Err(format!(
-                "--fraction {f} is outside (0, 1]: use a share of each CPU such as 0.25"
-            ));
-        }
-        TimeContract::Fraction {
-            ppm: ((f * 1e6).round() as u32).max(1),
-            slice_us: match &flags.slice {
-                Some(s) => parse_micros("--slice", s)?,
-                None => 0,
-            },
-        }
-    } else {
-        let idle = parse_micros(
-            "--message-idle",
-            flags.message_idle.as_deref().unwrap_or(""),
-        )?;
-        TimeContract::Message {
-            idle_ms: idle.div_ceil(1000),
-        }
-    };
     // `--cpus 0` is the spec's own error (a time contract needs a CPU),
     // found by the one validation the caller runs next.
     spec.min = flags.cpus.unwrap_or(1);
@@ -137,6 +116,7 @@ pub fn apply(flags: &TimeFlags, spec: &mut CellSpec) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use allot_client::TimeContract;
 
     fn flags() -> TimeFlags {
         TimeFlags::default()
