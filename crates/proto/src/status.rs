@@ -227,7 +227,7 @@ pub enum TimeStatus {
 }
 
 /// Placement names in the document (`any`, `llc`, `numa`): the spec's own
-/// [`Placement`](allot_spec::Placement), whose serde form is these names.
+/// [`Placement`], whose serde form is these names.
 pub use allot_spec::Placement;
 
 /// An admitted cell.

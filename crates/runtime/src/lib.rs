@@ -1,5 +1,6 @@
 //! allot's cooperative runtime: a work-stealing pool whose workers follow
-//! the cell's CPU grant.
+//! a CPU grant: the cell's by default, or any [`GrantSource`]'s (one the
+//! program sets itself: [`ManualGrants`]).
 //!
 //! ```no_run
 //! let pool = allot_runtime::Pool::new(); // joins the cell, else standalone
@@ -27,10 +28,11 @@
 //!   local LIFO and local FIFO with stealing, global FIFO and global LIFO,
 //!   each with one to three priority levels ([`Priority`]) and cooperative
 //!   quanta ([`yield_now`]).
-//! - **Monitor** (`monitor`): a small thread blocked on the grant page;
+//! - **Monitor** (`monitor`): a small thread blocked on the grant's
+//!   source (`source`: a cell's grant page, or a grant the program sets);
 //!   on every generation it maps the granted CPUs to worker slots and
-//!   tells the workers, and it sends progress reports (ARS's resource
-//!   controller with dynamic run-time parallelism).
+//!   tells the workers, and it sends progress reports to the source (ARS's
+//!   resource controller with dynamic run-time parallelism).
 //! - **Sleep** (`sleep/`, with its design note `sleep/README.md`): the
 //!   doorbell protocol that parks idle workers without losing wake-ups.
 //! - **Queues** ([`queue`]): policy-free deque and injector primitives.
@@ -103,6 +105,8 @@ mod registry;
 mod scope;
 mod sleep;
 #[cfg(not(loom))]
+mod source;
+#[cfg(not(loom))]
 mod stats;
 mod sync;
 mod task;
@@ -125,6 +129,8 @@ pub use pool::{
 };
 #[cfg(not(loom))]
 pub use scope::Scope;
+#[cfg(not(loom))]
+pub use source::{GrantSource, ManualGrants};
 #[cfg(not(loom))]
 pub use stats::WorkerStats;
 pub use sync::{EVENT_SPIN, Event, Latch};

@@ -50,8 +50,9 @@
 
 use crate::controller::worker_main;
 use crate::registry::{GrantStamp, Registry, supersedes};
+use crate::source::GrantSource;
 use crate::vp::{SlotView, assign, valid, wanted_cpus};
-use allot_client::{Cell, Grant};
+use allot_client::Grant;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -121,11 +122,9 @@ pub(crate) fn apply(reg: &Arc<Registry>, g: &Grant) {
 
 /// Sends one progress report and the pool's statistics; errors are
 /// ignored.
-pub(crate) fn report(reg: &Registry, cell: &Cell) {
+pub(crate) fn report(reg: &Registry, source: &dyn GrantSource) {
     let (busy, wanted, done) = demand(reg);
-    if cell.report(busy, wanted, done).is_ok() {
-        let _ = cell.report_pool_stats(pool_stats(reg));
-    }
+    source.report(busy, wanted, done, pool_stats(reg));
 }
 
 /// The pool's per-worker statistics summed, as the broker keeps them.
@@ -162,18 +161,23 @@ pub(crate) fn demand(reg: &Registry) -> (u32, u32, u64) {
 }
 
 /// The monitor thread's body.
-pub(crate) fn monitor_main(reg: Arc<Registry>, cell: Cell, mut seen: u64, period: Duration) {
+pub(crate) fn monitor_main(
+    reg: Arc<Registry>,
+    source: Arc<dyn GrantSource>,
+    mut seen: u64,
+    period: Duration,
+) {
     let mut next_report = Instant::now() + period;
     while !reg.terminate.load(Ordering::SeqCst) {
         let slice = next_report
             .saturating_duration_since(Instant::now())
             .clamp(Duration::from_millis(1), MONITOR_SLICE);
-        let g = cell.wait_change(seen, Some(slice));
+        let g = source.wait_change(seen, Some(slice));
         // Also without a new generation: a new epoch may reuse the number.
         apply(&reg, &g);
         seen = g.generation;
         if Instant::now() >= next_report {
-            report(&reg, &cell);
+            report(&reg, &*source);
             next_report = Instant::now() + period;
         }
     }

@@ -159,7 +159,7 @@ impl<P: VpPolicy + ?Sized> VpPolicy for Box<P> {
 
 /// The default: keep every worker that can stay, give a CPU back to the
 /// worker still running on it, re-pin workers whose CPU was revoked (busy
-/// ones first), then wake dormant slots ([`assign`](crate::assign)).
+/// ones first), then wake dormant slots ([`assign`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct MoveFewest;
 

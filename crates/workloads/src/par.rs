@@ -126,7 +126,7 @@ thread_local! {
 /// Whether the calling thread (the kernel's worker) runs on a CPU the pool
 /// no longer wants under the current grant.
 fn cpu_revoked(pool: &Pool) -> bool {
-    let cell = pool.cell();
+    let cell = pool.source();
     let generation = cell.generation();
     let cpu = rustix::thread::sched_getcpu();
     let (g, c, revoked) = CHECKED.with(Cell::get);

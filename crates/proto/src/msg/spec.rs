@@ -1,5 +1,5 @@
 //! How the spec vocabulary ([`allot_spec`]) is laid out on the wire: the
-//! placement's byte ([`Placement::code`]), then a time contract's three
+//! placement's byte ([`Placement::code`](allot_spec::Placement::code)), then a time contract's three
 //! fields and a goal's two. Every value has exactly one encoding: a field
 //! a kind does not use must be 0, and decoding refuses anything else.
 //!

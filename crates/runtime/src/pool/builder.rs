@@ -1,6 +1,6 @@
 //! Configuring and starting a [`Pool`]: policies (also from the
-//! environment), sizes, the cell, and the start-up that waits for the
-//! first workers.
+//! environment), sizes, the grant's source (a cell by default), and the
+//! start-up that waits for the first workers.
 
 use super::*;
 
@@ -14,7 +14,7 @@ type PolicyFactory = Box<dyn FnOnce(&PoolInfo) -> Box<dyn ThreadPolicy>>;
 
 /// Configures a [`Pool`].
 pub struct Builder {
-    cell: Option<Cell>,
+    source: Option<Arc<dyn GrantSource>>,
     policy: PolicyFactory,
     policy_name: &'static str,
     name: String,
@@ -101,7 +101,7 @@ impl Builder {
     fn plain() -> Builder {
         Builder {
             env_errors: (None, None),
-            cell: None,
+            source: None,
             policy: Box::new(|i| PolicyKind::LocalLifo.build(i)),
             policy_name: "local-lifo",
             quantum: None,
@@ -117,8 +117,15 @@ impl Builder {
 
 impl Builder {
     /// The cell whose grant the pool follows (default `Cell::auto(name)`).
-    pub fn cell(mut self, cell: Cell) -> Self {
-        self.cell = Some(cell);
+    pub fn cell(self, cell: Cell) -> Self {
+        self.source(Arc::new(cell))
+    }
+
+    /// Where the pool's grant comes from, when it is not a cell of its own
+    /// (a [`ManualGrants`](crate::ManualGrants), a cell shared with other
+    /// pools, a source of the program's own).
+    pub fn source(mut self, source: Arc<dyn GrantSource>) -> Self {
+        self.source = Some(source);
         self
     }
 
@@ -213,8 +220,10 @@ impl Builder {
                 kind: BuildErrorKind::Environment(e),
             });
         }
-        let cell = self.cell.unwrap_or_else(|| Cell::auto(&self.name));
-        let grant = cell.grant();
+        let source = self
+            .source
+            .unwrap_or_else(|| Arc::new(Cell::auto(&self.name)));
+        let grant = source.grant();
         let slots = self
             .slots
             .unwrap_or_else(|| machine_cpus().max(grant.cpus.len()))
@@ -250,7 +259,7 @@ impl Builder {
         monitor::apply(&reg, &grant);
         let pool = Pool {
             reg: reg.clone(),
-            cell: cell.clone(),
+            source: source.clone(),
         };
         if !reg
             .plan
@@ -270,12 +279,12 @@ impl Builder {
                 kind: BuildErrorKind::Timeout(limit),
             });
         }
-        if cell.mode() != allot_client::Mode::Standalone {
+        if source.follows() {
             let period = self.report_period;
             let r = reg.clone();
             std::thread::Builder::new()
                 .name(format!("{}-monitor", self.name))
-                .spawn(move || monitor::monitor_main(r, cell, grant.generation, period))
+                .spawn(move || monitor::monitor_main(r, source, grant.generation, period))
                 .map_err(|e| BuildError {
                     kind: BuildErrorKind::Spawn(e),
                 })?;

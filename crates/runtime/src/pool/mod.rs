@@ -26,6 +26,7 @@ use crate::monitor;
 use crate::policy::{Hint, Place, PolicyKind, PolicySpec, PoolInfo, ThreadPolicy};
 use crate::registry::{Gate, PlanState, Registry, Slot};
 use crate::sleep::Sleep;
+use crate::source::GrantSource;
 use crate::stats::WorkerStats;
 use crate::sync::Event;
 use crate::task::{Outcome, Priority, StackJob, Task, TaskPanic};
@@ -57,10 +58,11 @@ pub struct WorkerInfo {
     pub cpu: usize,
 }
 
-/// A work-stealing pool whose workers follow a cell's CPU grant.
+/// A work-stealing pool whose workers follow a CPU grant (a cell's, or
+/// another [`GrantSource`]'s).
 pub struct Pool {
     reg: Arc<Registry>,
-    cell: Cell,
+    source: Arc<dyn GrantSource>,
 }
 
 impl fmt::Debug for Pool {
@@ -89,9 +91,9 @@ impl Pool {
         Builder::default()
     }
 
-    /// The cell the pool follows.
-    pub fn cell(&self) -> &Cell {
-        &self.cell
+    /// Where the pool's grant comes from.
+    pub fn source(&self) -> &dyn GrantSource {
+        &*self.source
     }
 
     /// The thread policy's name.
