@@ -6,8 +6,8 @@ use crate::metrics::{CellGauges, Snapshot};
 use allot_enforce::os::{Os, process_tree};
 use allot_enforce::runtimes::{self, Runtime};
 use allot_proto::status::{
-    BrokerStatus, CellStatus, Follows, LoadStatus, MachineStatus, PerfStatus, QueuedStatus,
-    RuntimeStatus, STATUS_VERSION, SpecStatus, Status,
+    BrokerStatus, CellStatus, Follows, LoadStatus, MachineStatus, PausedStatus, PerfStatus,
+    QueuedStatus, RuntimeStatus, STATUS_VERSION, SpecStatus, Status,
 };
 use allot_proto::wire::MAX_STR;
 use allot_topo::CpuSet;
@@ -89,6 +89,10 @@ impl Core {
                         self.goal_note(c, g.map_or(0, |g| g.entitled.len() as u32)),
                     ),
                     waiting_for_message: !self.planned(id),
+                    paused: self.paused_since(id).map(|since| PausedStatus {
+                        reason: crate::core::PAUSED_WHY.to_string(),
+                        for_s: round(since.elapsed().as_secs_f64(), 1),
+                    }),
                     timeline: (!private).then(|| c.timeline.doc()),
                 }
             })

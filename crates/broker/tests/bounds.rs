@@ -50,9 +50,11 @@ fn a_waiting_request_does_not_turn_away_cells_that_cannot_delay_it() {
         vec![102],
         false,
     ));
-    // One more guaranteed CPU fits now, but once "held" leaves, "big",
-    // it and the best-effort cells would need five: it would delay "big".
-    let e = register(&mut w, ROOT, "small", exclusive(1), vec![103], false);
+    // Two more guaranteed CPUs fit now, but once "held" leaves, "big" and
+    // they would need five: it would delay "big". (One more would not:
+    // best-effort cells, which this backend can pause, keep no CPU from a
+    // guarantee.)
+    let e = register(&mut w, ROOT, "small", exclusive(2), vec![103], false);
     assert_eq!(code(&e), Some(ErrorCode::Refused), "{}", message(&e));
     assert!(message(&e).contains("could delay cell"), "{}", message(&e));
     // When the holder leaves, the waiting cell gets its CPUs.

@@ -72,9 +72,14 @@ fn admission_refuses_queues_and_admits_in_order() {
         exclusive: true,
         ..Default::default()
     };
+    let one = CellSpec {
+        min: 1,
+        ..Default::default()
+    };
     let (_, _, _pa) = page(register(&mut w, ROOT, "big", ex, vec![100], false));
     // Not now, without --wait: refused with a reason naming the holder.
-    let e = register(&mut w, ROOT, "late", CellSpec::default(), vec![200], false);
+    // (A best-effort cell would be admitted, paused: `tests/pause.rs`.)
+    let e = register(&mut w, ROOT, "late", one, vec![200], false);
     match reply(&e) {
         Reply::Error {
             code: ErrorCode::Refused,
@@ -84,14 +89,7 @@ fn admission_refuses_queues_and_admits_in_order() {
         other => panic!("{other:?}"),
     }
     // With --wait: queued, then admitted when the holder leaves.
-    let e = register(
-        &mut w,
-        ROOT,
-        "patient",
-        CellSpec::default(),
-        vec![300],
-        true,
-    );
+    let e = register(&mut w, ROOT, "patient", one, vec![300], true);
     assert!(matches!(reply(&e), Reply::Queued { position: 1, .. }));
     w.os.exit(100);
     let effects = w.core.exited(100);
@@ -129,7 +127,11 @@ fn a_queued_cell_whose_client_leaves_is_dropped() {
         ..Default::default()
     };
     let _ = page(register(&mut w, ROOT, "big", ex, vec![100], false));
-    let e = register(&mut w, ROOT, "q", CellSpec::default(), vec![200], true);
+    let one = CellSpec {
+        min: 1,
+        ..Default::default()
+    };
+    let e = register(&mut w, ROOT, "q", one, vec![200], true);
     assert!(matches!(reply(&e), Reply::Queued { .. }));
     w.core.session_closed(7);
     assert!(w.core.status(ROOT).queue.is_empty());

@@ -464,10 +464,12 @@ fn queued_with_wait_then_admitted() {
         .cells
         .len()
         == 1));
-    let o = run_out(allot_run(&d, &["--", "true"]));
+    // (A guarantee: a best-effort run would start paused instead,
+    // `pause_live.rs`.)
+    let o = run_out(allot_run(&d, &["--min", "1", "--", "true"]));
     assert_eq!(o.status.code(), Some(125), "refused without --wait");
     assert!(String::from_utf8_lossy(&o.stderr).contains("--wait"));
-    let o = run_out(allot_run(&d, &["--wait", "--", "true"]));
+    let o = run_out(allot_run(&d, &["--min", "1", "--wait", "--", "true"]));
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("waiting for CPUs"));
     assert!(

@@ -24,6 +24,6 @@ pub use allot_proto::{FLAG_STACKED, Grant, GrantPage, PageMap, Reports};
 pub use allot_spec::{
     CellSpec, Goal, GoalError, Placement, SpecError, Term, TermsError, TimeContract, TimeTerms,
 };
-pub use cell::{Cell, GrantWriter, Mode, Options, Ticket, broker_alive, page_from_raw_fd};
+pub use cell::{Cell, GrantWriter, Mode, Options, Ticket, Wait, broker_alive, page_from_raw_fd};
 pub use conn::{ChannelEnd, Client, ClientError, Registration, Welcome};
 pub use keeper::ChannelKeeper;

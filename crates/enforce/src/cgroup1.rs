@@ -398,6 +398,10 @@ impl Enforcer for Cgroup1 {
         crate::cell_dirs(self.fs.as_ref(), &self.cpuset)
     }
 
+    fn can_pause(&self) -> bool {
+        self.freezer.is_some()
+    }
+
     fn gate(&mut self, cell: u64) -> Result<Option<Box<dyn Gate>>> {
         if self.freezer.is_none() {
             return Ok(None);

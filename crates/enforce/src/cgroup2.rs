@@ -285,6 +285,11 @@ impl Enforcer for Cgroup2 {
         crate::cell_dirs(self.fs.as_ref(), &self.root)
     }
 
+    fn can_pause(&self) -> bool {
+        // Every cell is a child of the root, and has a freezer when it has.
+        self.fs.exists(&self.root.join("cgroup.freeze"))
+    }
+
     fn gate(&mut self, cell: u64) -> Result<Option<Box<dyn Gate>>> {
         let dir = self.root.join(format!("cell-{cell}"));
         if !self.fs.exists(&dir.join("cgroup.freeze")) {

@@ -177,6 +177,10 @@ impl Enforcer for DryRun {
     fn cleanup(&mut self) -> Result<()> {
         Ok(())
     }
+    fn can_pause(&self) -> bool {
+        !self.no_gates
+    }
+
     fn gate(&mut self, cell: u64) -> Result<Option<Box<dyn Gate>>> {
         if self.no_gates {
             return Ok(None);

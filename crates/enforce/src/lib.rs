@@ -216,6 +216,13 @@ pub trait Enforcer: Send + fmt::Debug {
         let _ = cell;
         Ok(None)
     }
+    /// Whether [`Enforcer::gate`] gives every cell a gate (the backend has a
+    /// freezer): the broker then pauses best-effort cells while guarantees
+    /// take every CPU instead of refusing them
+    /// (`allot_plan::PlanConfig::pause_best_effort`).
+    fn can_pause(&self) -> bool {
+        false
+    }
 }
 
 /// The cell id a backend directory name stands for (`cell-17` → 17).

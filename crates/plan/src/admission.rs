@@ -1,11 +1,22 @@
 //! Admission control: whether a new cell's guarantee can be given without
 //! breaking the guarantees already given.
 //!
-//! The rule: the guaranteed CPUs of all admitted cells, plus one CPU for the
-//! best-effort cells if there are any, never exceed the capacity (usable CPUs
-//! minus the reserve). Best-effort cells (no minimum, not exclusive) are
-//! admitted whenever at least one CPU is not guaranteed to anyone; they share
-//! whatever the guarantees leave.
+//! The rule: the guaranteed CPUs of all admitted cells never exceed the
+//! capacity (usable CPUs minus the reserve). Best-effort cells (no minimum,
+//! not exclusive) share whatever the guarantees leave, and how they are
+//! admitted depends on whether they can be paused
+//! ([`PlanConfig::pause_best_effort`](crate::PlanConfig::pause_best_effort),
+//! the broker's backend can freeze a cell):
+//!
+//! - **paused when need be** (the default with cgroups): a best-effort cell
+//!   is always admitted and counts against no guarantee; while guarantees
+//!   take every CPU it holds none (an empty grant: the broker freezes it)
+//!   and it runs again when one frees. Best effort is never refused and
+//!   never delays a guarantee.
+//! - **never paused** (a backend without a freezer): one CPU stays with the
+//!   best-effort cells while there are any (counted like a guarantee), and
+//!   a best-effort cell is admitted only while at least one CPU is not
+//!   guaranteed to anyone.
 //!
 //! Time cells ([`crate::time`]) hold no whole CPU but promises on some: a
 //! time cell is admitted when the time placement finds room for it beside
@@ -106,6 +117,7 @@ pub fn admit(
     time: &TimeRoom<'_>,
     admitted: &[Admitted<'_>],
     new: &CellSpec,
+    pause: bool,
 ) -> Admission {
     if let Err(e) = new.validate() {
         return Admission::Never(invalid(e));
@@ -123,21 +135,24 @@ pub fn admit(
             region,
             admitted,
             &new.as_active_message(),
+            pause,
         );
     }
     if new.time.is_time() {
-        return admit_time(capacity, time, admitted, new);
+        return admit_time(capacity, time, admitted, new, pause);
     }
     let region = time.region(admitted, None).unwrap_or(0);
-    admit_space(machine, reserve, capacity, region, admitted, new)
+    admit_space(machine, reserve, capacity, region, admitted, new, pause)
 }
 
-/// Space guarantees held by `admitted`, and whether a best-effort cell is
-/// among them or `new`.
-fn space_need(admitted: &[Admitted<'_>], new: &CellSpec) -> (u32, bool) {
+/// Space guarantees held by `admitted`, and whether one CPU stays with the
+/// best-effort cells: one is among them or `new`, and they cannot be
+/// paused.
+fn space_need(admitted: &[Admitted<'_>], new: &CellSpec, pause: bool) -> (u32, bool) {
     let held = admitted.iter().map(|a| a.spec.guaranteed()).sum();
-    let best_effort = admitted.iter().any(|a| is_best_effort(a.spec))
-        || (!new.time.is_time() && !new.is_guaranteed());
+    let best_effort = !pause
+        && (admitted.iter().any(|a| is_best_effort(a.spec))
+            || (!new.time.is_time() && !new.is_guaranteed()));
     (held, best_effort)
 }
 
@@ -150,6 +165,7 @@ fn admit_time(
     time: &TimeRoom<'_>,
     admitted: &[Admitted<'_>],
     new: &CellSpec,
+    pause: bool,
 ) -> Admission {
     let pct = |ppm: u32| f64::from(ppm) / 10_000.0;
     if new.time.ppm() > time.limit {
@@ -174,7 +190,7 @@ fn admit_time(
             return Admission::NotNow(format!("{why}; retry later or pass --wait to queue"));
         }
     };
-    let (held, best_effort) = space_need(admitted, new);
+    let (held, best_effort) = space_need(admitted, new, pause);
     let space = capacity.saturating_sub(region);
     if region < capacity && held + u32::from(best_effort) <= space {
         return Admission::Admit;
@@ -197,6 +213,7 @@ fn admit_space(
     region: u32,
     admitted: &[Admitted<'_>],
     new: &CellSpec,
+    pause: bool,
 ) -> Admission {
     let usable = machine.num_cpus() as u32;
     let want = new.guaranteed();
@@ -217,7 +234,7 @@ fn admit_space(
              lower --min or use --place any"
         ));
     }
-    let (held, best_effort) = space_need(admitted, new);
+    let (held, best_effort) = space_need(admitted, new, pause);
     let needed = held + want + u32::from(best_effort);
     if needed + region <= capacity {
         return Admission::Admit;
@@ -246,7 +263,7 @@ fn admit_space(
                     + held
                     + u32::from(best_effort && admitted.iter().any(|a| is_best_effort(a.spec)))
             ),
-            if admitted.iter().any(|a| is_best_effort(a.spec)) {
+            if best_effort && admitted.iter().any(|a| is_best_effort(a.spec)) {
                 "; one CPU stays with the best-effort cells"
             } else {
                 ""
@@ -271,16 +288,22 @@ fn admit_space(
 /// waiting cell fits when `h + w + b ≤ capacity`. The worst remaining set
 /// is the one with the largest `h` that still lets it fit; the admitted
 /// best-effort cells either all leave (`b` from the waiting and new cells
-/// only) or some stay (`b = 1`). When time cells are involved (waiting,
-/// new or admitted) the answer is a conservative yes.
+/// only) or some stay (`b = 1`); with best-effort cells that can be
+/// paused, `b` is 0, so a best-effort newcomer never delays anyone. When
+/// time cells are involved (waiting, new or admitted) the answer is a
+/// conservative yes, except for a best-effort newcomer that can be paused.
 pub fn delays(
     machine: &Machine,
     reserve: u32,
     admitted: &[Admitted<'_>],
     waiting: &CellSpec,
     new: &CellSpec,
+    pause: bool,
 ) -> bool {
-    let any_be = admitted.iter().any(|a| is_best_effort(a.spec));
+    if pause && is_best_effort(new) {
+        return false;
+    }
+    let any_be = !pause && admitted.iter().any(|a| is_best_effort(a.spec));
     // Time cells move the space capacity as they come and go; with any of
     // them involved, passing is not worth the risk of starving the waiter.
     if waiting.time.is_time()
@@ -292,8 +315,8 @@ pub fn delays(
     let capacity = (machine.num_cpus() as u32).saturating_sub(reserve);
     let w = waiting.guaranteed();
     let n = new.guaranteed();
-    let w_be = u32::from(!waiting.is_guaranteed());
-    let with_new_be = w_be.max(u32::from(!new.is_guaranteed()));
+    let w_be = u32::from(!pause && !waiting.is_guaranteed());
+    let with_new_be = w_be.max(u32::from(!pause && !new.is_guaranteed()));
     let sums = SubsetSums::of(admitted.iter().map(|a| a.spec.guaranteed()), capacity);
     // Admitted best-effort cells all gone.
     if w + w_be <= capacity {
@@ -394,7 +417,7 @@ mod tests {
                 spec: s,
             })
             .collect();
-        assert_eq!(admit(&m, 0, &no_time(), &adm, &be), Admission::Admit);
+        assert_eq!(admit(&m, 0, &no_time(), &adm, &be, false), Admission::Admit);
     }
 
     #[test]
@@ -407,7 +430,7 @@ mod tests {
             spec: &a,
         }];
         assert_eq!(
-            admit(&m, 0, &no_time(), &adm, &spec(1, true)),
+            admit(&m, 0, &no_time(), &adm, &spec(1, true), false),
             Admission::Admit
         );
         let b = spec(1, true);
@@ -423,12 +446,12 @@ mod tests {
                 spec: &b,
             },
         ];
-        match admit(&m, 0, &no_time(), &adm, &spec(1, false)) {
+        match admit(&m, 0, &no_time(), &adm, &spec(1, false), false) {
             Admission::NotNow(r) => assert!(r.contains("a (1), b (1)"), "{r}"),
             other => panic!("{other:?}"),
         }
         // A best-effort cell now would leave no CPU for it.
-        match admit(&m, 0, &no_time(), &adm, &spec(0, false)) {
+        match admit(&m, 0, &no_time(), &adm, &spec(0, false), false) {
             Admission::NotNow(r) => assert!(r.contains("all 2 CPUs are guaranteed"), "{r}"),
             other => panic!("{other:?}"),
         }
@@ -444,11 +467,11 @@ mod tests {
             spec: &be,
         }];
         assert_eq!(
-            admit(&m, 0, &no_time(), &adm, &spec(1, true)),
+            admit(&m, 0, &no_time(), &adm, &spec(1, true), false),
             Admission::Admit
         );
         assert!(matches!(
-            admit(&m, 0, &no_time(), &adm, &spec(2, true)),
+            admit(&m, 0, &no_time(), &adm, &spec(2, true), false),
             Admission::NotNow(_)
         ));
     }
@@ -456,13 +479,13 @@ mod tests {
     #[test]
     fn impossible_requests_name_the_limit() {
         let m = Machine::uniform(2);
-        match admit(&m, 0, &no_time(), &[], &spec(4, false)) {
+        match admit(&m, 0, &no_time(), &[], &spec(4, false), false) {
             Admission::Never(r) => {
                 assert!(r.contains("at least 4 CPUs") && r.contains("only 2"), "{r}")
             }
             other => panic!("{other:?}"),
         }
-        match admit(&m, 1, &no_time(), &[], &spec(2, false)) {
+        match admit(&m, 1, &no_time(), &[], &spec(2, false), false) {
             Admission::Never(r) => assert!(r.contains("1 reserved"), "{r}"),
             other => panic!("{other:?}"),
         }
@@ -471,7 +494,7 @@ mod tests {
             ..Default::default()
         };
         assert!(matches!(
-            admit(&m, 0, &no_time(), &[], &bad),
+            admit(&m, 0, &no_time(), &[], &bad, false),
             Admission::Never(_)
         ));
     }
@@ -493,9 +516,23 @@ mod tests {
         let held = [spec(2, true)];
         // Three CPUs wait for the cell holding two: one more fits beside
         // them once it leaves.
-        assert!(!delays(&m, 0, &adm(&held), &spec(3, true), &spec(1, true)));
+        assert!(!delays(
+            &m,
+            0,
+            &adm(&held),
+            &spec(3, true),
+            &spec(1, true),
+            false
+        ));
         // Two more would not.
-        assert!(delays(&m, 0, &adm(&held), &spec(3, true), &spec(2, true)));
+        assert!(delays(
+            &m,
+            0,
+            &adm(&held),
+            &spec(3, true),
+            &spec(2, true),
+            false
+        ));
     }
 
     #[test]
@@ -504,11 +541,25 @@ mod tests {
         // The whole machine waits: a best-effort cell staying would keep a
         // CPU from it.
         let held = [spec(0, false)];
-        assert!(delays(&m, 0, &adm(&held), &spec(2, true), &spec(0, false)));
+        assert!(delays(
+            &m,
+            0,
+            &adm(&held),
+            &spec(2, true),
+            &spec(0, false),
+            false
+        ));
         // One CPU waits behind an exclusive cell and best-effort cells: if
         // the best-effort cells left, it would fit, unless another stays.
         let held = [spec(1, true), spec(0, false)];
-        assert!(delays(&m, 0, &adm(&held), &spec(1, true), &spec(0, false)));
+        assert!(delays(
+            &m,
+            0,
+            &adm(&held),
+            &spec(1, true),
+            &spec(0, false),
+            false
+        ));
         // A best-effort cell waiting is never delayed by another.
         let held = [spec(1, true), spec(1, true)];
         assert!(!delays(
@@ -516,13 +567,21 @@ mod tests {
             0,
             &adm(&held),
             &spec(0, false),
-            &spec(0, false)
+            &spec(0, false),
+            false
         ));
         // Four CPUs, three held, two wait: once the three leave, the two
         // fit beside a best-effort cell, so it may go ahead.
         let m = Machine::uniform(4);
         let held = [spec(3, true)];
-        assert!(!delays(&m, 0, &adm(&held), &spec(2, true), &spec(0, false)));
+        assert!(!delays(
+            &m,
+            0,
+            &adm(&held),
+            &spec(2, true),
+            &spec(0, false),
+            false
+        ));
     }
 
     #[test]
@@ -552,7 +611,7 @@ mod tests {
             placement: Placement::Numa,
             ..Default::default()
         };
-        match admit(&m, 0, &no_time(), &[], &s) {
+        match admit(&m, 0, &no_time(), &[], &s, false) {
             Admission::Never(r) => assert!(r.contains("NUMA node but the largest has 8"), "{r}"),
             other => panic!("{other:?}"),
         }
@@ -561,6 +620,69 @@ mod tests {
             placement: Placement::Llc,
             ..Default::default()
         };
-        assert_eq!(admit(&m, 0, &no_time(), &[], &s), Admission::Admit);
+        assert_eq!(admit(&m, 0, &no_time(), &[], &s, false), Admission::Admit);
+    }
+
+    /// Best-effort cells that can be paused: always admitted, never
+    /// counted against a guarantee, never delaying one.
+    #[test]
+    fn best_effort_cells_that_can_be_paused_are_never_refused_and_never_delay() {
+        let m = Machine::uniform(2);
+        let all = [spec(2, true)];
+        // Every CPU is guaranteed: refused without a freezer, admitted
+        // (to be paused) with one.
+        assert!(matches!(
+            admit(&m, 0, &no_time(), &adm(&all), &spec(0, false), false),
+            Admission::NotNow(_)
+        ));
+        assert_eq!(
+            admit(&m, 0, &no_time(), &adm(&all), &spec(0, false), true),
+            Admission::Admit
+        );
+        // A guarantee may take the last CPU from best-effort cells.
+        let be = [spec(0, false), spec(0, false)];
+        assert_eq!(
+            admit(&m, 0, &no_time(), &adm(&be), &spec(2, true), true),
+            Admission::Admit
+        );
+        assert!(matches!(
+            admit(&m, 0, &no_time(), &adm(&be), &spec(2, true), false),
+            Admission::NotNow(_)
+        ));
+        // ... and its refusal, when guarantees block it, names no CPU kept
+        // for best-effort cells.
+        let held = [spec(1, true), spec(0, false)];
+        match admit(&m, 0, &no_time(), &adm(&held), &spec(2, true), true) {
+            Admission::NotNow(r) => assert!(!r.contains("best-effort"), "{r}"),
+            other => panic!("{other:?}"),
+        }
+        // A best-effort newcomer never delays a waiting guarantee, whatever
+        // is admitted (time cells included).
+        let timed = CellSpec {
+            min: 1,
+            time: crate::spec::TimeContract::Fraction {
+                ppm: 500_000,
+                slice_us: 0,
+            },
+            ..CellSpec::default()
+        };
+        for held in [vec![spec(0, false)], vec![spec(1, true)], vec![timed]] {
+            assert!(!delays(
+                &m,
+                0,
+                &adm(&held),
+                &spec(2, true),
+                &spec(0, false),
+                true
+            ));
+            assert!(delays(
+                &m,
+                0,
+                &adm(&held),
+                &spec(2, true),
+                &spec(0, false),
+                false
+            ));
+        }
     }
 }

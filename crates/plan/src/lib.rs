@@ -71,6 +71,13 @@ pub struct PlanConfig {
     /// Whether idle entitlements are lent (work conservation). On by default
     /// in the broker; off only for experiments.
     pub lend: bool,
+    /// Whether best-effort cells may be paused (the broker's backend can
+    /// freeze a cell): then they are always admitted, hold no CPU while
+    /// guarantees take every one (an empty grant: paused), and never count
+    /// against a guarantee. Without it one CPU stays with the best-effort
+    /// cells, and a best-effort cell is refused while guarantees take
+    /// every CPU ([`admission`]).
+    pub pause_best_effort: bool,
 }
 
 /// One cell as the planner sees it.
@@ -142,6 +149,7 @@ impl<'m> Planner<'m> {
             },
             admitted,
             new,
+            self.config.pause_best_effort,
         )
     }
 
@@ -154,6 +162,7 @@ impl<'m> Planner<'m> {
             admitted,
             waiting,
             new,
+            self.config.pause_best_effort,
         )
     }
 

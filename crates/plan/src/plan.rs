@@ -10,8 +10,11 @@
 //!    capacity.
 //! 4. Every guaranteed cell is entitled to at least its minimum, and an
 //!    exclusive cell's grant contains its whole entitlement.
-//! 5. Every cell has at least one CPU and a thread count of at least one;
-//!    no grant exceeds the cell's maximum.
+//! 5. Every cell has at least one CPU and a thread count of at least one,
+//!    except a best-effort cell while the guarantees' entitlements (and
+//!    the time region) cover every CPU: it holds none and is paused
+//!    ([`crate::PlanConfig::pause_best_effort`]); no grant exceeds the
+//!    cell's maximum.
 //! 6. Lent CPUs are part of the grant and outside the cell's entitlement.
 //! 7. Time: every time cell holds exactly the CPUs its contract covers,
 //!    inside the time region, and the promises on every CPU fit its limit
@@ -140,6 +143,15 @@ impl Plan {
         let space = machine.usable().difference(&self.reserve);
         self.check_time(specs)?;
         let region = self.time;
+        // CPUs no guarantee holds: while there are none, best-effort cells
+        // may hold nothing (invariant 5).
+        let unguaranteed = specs
+            .iter()
+            .filter(|(_, spec)| spec.is_guaranteed())
+            .filter_map(|(id, _)| self.cells.get(id))
+            .fold(space.difference(&region), |left, g| {
+                left.difference(&g.entitled)
+            });
         let mut whole: Vec<(CellId, CpuSet)> = Vec::new(); // non-stacked grants so far
         for (id, spec) in specs {
             let g = self.cells.get(id).ok_or(Violation::Missing(*id))?;
@@ -160,6 +172,11 @@ impl Plan {
             }
             if !g.cpus.is_subset(&space) {
                 return Err(Violation::OutOfBounds(*id, g.cpus));
+            }
+            if g.cpus.is_empty() && !spec.is_guaranteed() && unguaranteed.is_empty() {
+                // Paused: a best-effort cell while guarantees take every
+                // CPU (`PlanConfig::pause_best_effort`).
+                continue;
             }
             if g.cpus.is_empty() || g.threads == 0 {
                 return Err(Violation::Empty(*id));

@@ -26,10 +26,11 @@ proptest! {
         policy in 0usize..3,
         hints in prop::collection::vec(hint(), 40),
         unmanaged in prop_oneof![3 => Just(0u32), 1 => 1u32..8],
+        pause_best_effort in any::<bool>(),
     ) {
         let m = &machines()[which];
         let policy = GlobalPolicy::ALL[policy];
-        let planner = Planner::new(m, PlanConfig { reserve, policy, lend, time_reserve_ppm: 50_000 });
+        let planner = Planner::new(m, PlanConfig { reserve, policy, lend, time_reserve_ppm: 50_000, pause_best_effort });
         let (mut cells, held) = admitted_with_plan(&planner, &raw);
         prop_assume!(!cells.is_empty());
         // What the cells' reports say (only the goals policy reads it).
@@ -291,6 +292,7 @@ proptest! {
         held in prop::collection::vec(any_spec(), 0..8),
         waiting in any_spec(),
         new in any_spec(),
+        pause in any::<bool>(),
     ) {
         let m = Machine::uniform(cpus);
         prop_assume!(waiting.guaranteed() as usize <= cpus);
@@ -298,7 +300,7 @@ proptest! {
             let a: Vec<Admitted> = remaining.iter().map(|s| Admitted { id: CellId(0), name: "x", spec: s }).collect();
             let none = Plan::default();
             let room = allot_plan::admission::TimeRoom { candidates: &[], limit: allot_plan::PPM, current: &none };
-            allot_plan::admit(&m, 0, &room, &a, &waiting) == Admission::Admit
+            allot_plan::admit(&m, 0, &room, &a, &waiting, pause) == Admission::Admit
         };
         let mut harmed = false;
         for mask in 0u32..(1 << held.len()) {
@@ -310,7 +312,7 @@ proptest! {
             }
         }
         let a: Vec<Admitted> = held.iter().map(|s| Admitted { id: CellId(0), name: "x", spec: s }).collect();
-        prop_assert_eq!(allot_plan::delays(&m, 0, &a, &waiting, &new), harmed);
+        prop_assert_eq!(allot_plan::delays(&m, 0, &a, &waiting, &new, pause), harmed);
     }
 }
 

@@ -292,6 +292,10 @@ pub struct CellStatus {
     /// one of its channels (suspended; its CPUs are the others').
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub waiting_for_message: bool,
+    /// A best-effort cell paused (frozen, holding no CPU) while guarantees
+    /// take every CPU; it runs again when one frees (absent when running).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<PausedStatus>,
     /// What the broker did for the cell and when (absent from older
     /// brokers, and for another user's private cell).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -371,6 +375,15 @@ pub struct PerfStatus {
     /// (empty when there is nothing to say).
     #[serde(default)]
     pub goal_note: String,
+}
+
+/// Why and for how long a cell is paused.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PausedStatus {
+    /// Why, and when it runs again.
+    pub reason: String,
+    /// For how long, s.
+    pub for_s: f64,
 }
 
 /// The machine's recent load (ARS's system poller): what the cells used

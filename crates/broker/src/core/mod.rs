@@ -45,6 +45,8 @@ mod isolation;
 mod keep_off;
 mod message;
 mod minimum;
+mod pause;
+pub use pause::WHY as PAUSED_WHY;
 mod perf;
 mod reconcile;
 mod register;
@@ -193,6 +195,8 @@ pub struct Core {
     isolation: isolation::Isolation,
     /// Message-triggered cells' states (`message`).
     messages: BTreeMap<u64, message::MessageState>,
+    /// Best-effort cells paused while guarantees take every CPU (`pause`).
+    paused: BTreeMap<u64, pause::Paused>,
     /// The system minimum, when the operator turned it on (`minimum`).
     unmanaged: Option<allot_enforce::unmanaged::Unmanaged>,
 }
@@ -232,6 +236,7 @@ impl Core {
                 policy: cfg.policy,
                 lend: cfg.lend,
                 time_reserve_ppm: cfg.time_reserve_ppm,
+                pause_best_effort: enforcer.can_pause(),
             },
         );
         let mut core = Core {
@@ -259,6 +264,7 @@ impl Core {
             channels: Default::default(),
             channel_acl: cfg.channel_acl.clone(),
             messages: BTreeMap::new(),
+            paused: BTreeMap::new(),
             unmanaged: None,
             isolation: isolation::Isolation::new(
                 cfg.isolate,
@@ -584,6 +590,7 @@ impl Core {
         // Cells that keep running do so without windows until a broker
         // adopts them: never frozen by a broker that is gone.
         self.windows.stop();
+        self.thaw_paused();
         // Nor is the machine left isolated for them, nor anyone confined
         // to the reserve.
         self.isolation.restore();

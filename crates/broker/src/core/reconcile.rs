@@ -108,8 +108,12 @@ impl Core {
             }
         }
         for (id, g) in &changed {
-            self.apply_cpus(*id, g.cpus, "");
+            // (An empty grant is a paused cell's: `pause`.)
+            if !g.cpus.is_empty() {
+                self.apply_cpus(*id, g.cpus, "");
+            }
         }
+        self.follow_pauses(&next);
         // Publish every grant that changed in any field; journal those whose
         // CPU sets changed: the planner's stability reads only those from
         // the previous plan, and a restart's re-plan recomputes the rest.
@@ -194,7 +198,7 @@ impl Core {
 
     /// Makes the kernel confine cell `id` to `cpus` (with the weights and
     /// caps its contract adds), timed on its timeline.
-    fn apply_cpus(&mut self, id: u64, cpus: allot_topo::CpuSet, how: &str) {
+    pub(super) fn apply_cpus(&mut self, id: u64, cpus: allot_topo::CpuSet, how: &str) {
         let applied = self.applied(id, cpus);
         let (r, took) = timed(|| self.enforcer.apply(id, &applied));
         if let Err(e) = &r {

@@ -11,7 +11,9 @@
 //! 1. **Exclusivity**: no CPU of an exclusive cell is in another cell's
 //!    grant (the broker's status) or in another populated cell's cpuset
 //!    (the kernel's, cgroup backends; read twice, so that a change between
-//!    two reads is not taken for an overlap).
+//!    two reads is not taken for an overlap). A frozen cell (a best-effort
+//!    cell paused while guarantees take every CPU) runs nowhere and is
+//!    exempt: its cpuset cannot be empty.
 //! 2. **No leaked cgroup**: a `cell-N` directory the broker does not list
 //!    is gone within [`LEAK_AFTER`].
 //! 3. **Restarts**: every cell whose processes live when the broker is
@@ -482,13 +484,21 @@ fn check_exclusive(st: &Status, broker: &PrivateBroker, t: &mut Tally) {
         return;
     }
     let exclusive: BTreeSet<u64> = sets.iter().filter(|s| s.1).map(|s| s.0).collect();
+    // A frozen cell (a paused best-effort one) runs nowhere: its cpuset,
+    // which cannot be empty, overlaps without running there.
+    let frozen_dir = Path::new("/sys/fs/cgroup/freezer").join(broker.cgroup());
+    let frozen_before = frozen_cells(&frozen_dir);
     let first = kernel_cpusets(&dir);
     let second = kernel_cpusets(&dir);
+    let frozen = frozen_cells(&frozen_dir);
     for (id, cpus) in &first {
         if !exclusive.contains(id) || second.get(id) != Some(cpus) {
             continue;
         }
         for (other, theirs) in &first {
+            if frozen_before.contains(other) && frozen.contains(other) {
+                continue;
+            }
             if other != id && cpus.intersects(theirs) && second.get(other) == Some(theirs) {
                 t.failures.push(format!(
                     "exclusive cell {id}'s cpuset {cpus} overlaps cell {other}'s {theirs} (kernel)"
@@ -496,6 +506,20 @@ fn check_exclusive(st: &Status, broker: &PrivateBroker, t: &mut Tally) {
             }
         }
     }
+}
+
+/// The `cell-N` cgroups under the freezer directory `dir` that are frozen.
+fn frozen_cells(dir: &Path) -> BTreeSet<u64> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let id = allot_enforce::cell_id(&e.file_name().to_string_lossy())?;
+            let state = std::fs::read_to_string(e.path().join("freezer.state")).ok()?;
+            (state.trim() == "FROZEN").then_some(id)
+        })
+        .collect()
 }
 
 /// cpusets of the populated `cell-N` cgroups under `dir`.

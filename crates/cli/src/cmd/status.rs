@@ -203,6 +203,18 @@ fn goal_line(c: &CellStatus) -> Option<String> {
     Some(line)
 }
 
+/// A paused cell: for how long, and why.
+fn paused_line(c: &CellStatus) -> Option<String> {
+    let p = c.paused.as_ref()?;
+    Some(format!(
+        "{} {}: paused for {:.1} s: {}",
+        c.id,
+        name_of(c),
+        p.for_s,
+        cell_text(&p.reason)
+    ))
+}
+
 /// One line on the cell's time contract, if it has one.
 fn contract_line(c: &CellStatus) -> Option<String> {
     let ms = |us: u32| format!("{}ms", f64::from(us) / 1000.0);
@@ -331,6 +343,8 @@ pub fn render(v: &Status) -> String {
                         cell_text(&pids.join(",")),
                         if c.waiting_for_message {
                             "(asleep)".into()
+                        } else if c.paused.is_some() {
+                            "(paused)".into()
                         } else {
                             cell_text(&c.cpus)
                         },
@@ -345,6 +359,13 @@ pub fn render(v: &Status) -> String {
                 .collect(),
         };
         table.render(&mut out);
+        let paused: Vec<String> = v.cells.iter().filter_map(paused_line).collect();
+        if !paused.is_empty() {
+            let _ = writeln!(out, "paused:");
+            for l in paused {
+                let _ = writeln!(out, "  {l}");
+            }
+        }
         let contracts: Vec<String> = v.cells.iter().filter_map(contract_line).collect();
         if !contracts.is_empty() {
             let _ = writeln!(out, "time contracts:");
@@ -471,6 +492,7 @@ mod tests {
             delivery: None,
             perf: None,
             waiting_for_message: false,
+            paused: None,
             timeline: None,
         };
         Status {
@@ -616,6 +638,22 @@ mod tests {
         assert!(line.contains("awake 75 %"), "{line}");
         assert_eq!(text.matches("tasks run").count(), 1, "{text}");
         assert!(!render(&doc(&["a"])).contains("runtime pools"));
+    }
+
+    #[test]
+    fn a_paused_cell_shows_paused_with_why_and_for_how_long() {
+        let mut v = doc(&["make", "big"]);
+        assert!(!render(&v).contains("paused"));
+        v.cells[0].paused = Some(allot_proto::status::PausedStatus {
+            reason: "every CPU is guaranteed to other cells".into(),
+            for_s: 2.5,
+        });
+        let text = render(&v);
+        assert!(text.contains("(paused)"), "{text}");
+        assert!(
+            text.contains("paused:\n  1 make: paused for 2.5 s: every CPU is guaranteed"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -361,6 +361,7 @@ mod tests {
             delivery: None,
             perf: None,
             waiting_for_message: false,
+            paused: None,
             timeline: None,
         };
         Status {

@@ -29,7 +29,7 @@ pub mod resolve;
 mod spawn;
 mod timeline;
 
-use allot_client::{Cell, ClientError, Options};
+use allot_client::{Cell, ClientError, Options, Wait};
 use allot_plan::{CellSpec, Placement};
 use allot_proto::dirs::{DirError, Trust, TrustedDir};
 use allot_proto::msg::ErrorCode;
@@ -257,9 +257,13 @@ pub fn run(a: Args) -> i32 {
             // lets it (no kernel-wide wait); the program, forked from
             // it, starts inside.
             opts.joins_itself = true;
-            let on_queued =
-                |pos: u32, why: &str| eprintln!("allot: waiting for CPUs (position {pos}): {why}");
-            match Cell::register_over(client, &opts, on_queued) {
+            let on_wait = |w: Wait<'_>| match w {
+                Wait::Queued { position, reason } => {
+                    eprintln!("allot: waiting for CPUs (position {position}): {reason}")
+                }
+                Wait::Paused => eprintln!("allot: paused: {}", allot_broker::core::PAUSED_WHY),
+            };
+            match Cell::register_over(client, &opts, on_wait) {
                 Ok(c) => Some(c),
                 Err(ClientError::Broker {
                     code: ErrorCode::Refused | ErrorCode::Never | ErrorCode::Invalid,

@@ -311,6 +311,14 @@ pub fn usage(d: &Daemon, name: &str) -> u64 {
 pub struct Killed<'d>(pub &'d Daemon, pub Vec<Child>);
 impl Drop for Killed<'_> {
     fn drop(&mut self) {
+        // A paused cell's processes are frozen, and a frozen process dies
+        // only once thawed: thaw the test broker's cells first.
+        let frozen = std::path::Path::new("/sys/fs/cgroup/freezer").join(&self.0.cgroup);
+        for cell in std::fs::read_dir(&frozen).into_iter().flatten().flatten() {
+            if cell.file_name().to_string_lossy().starts_with("cell-") {
+                let _ = std::fs::write(cell.path().join("freezer.state"), "THAWED");
+            }
+        }
         let top = std::path::Path::new("/sys/fs/cgroup/cpuset").join(&self.0.cgroup);
         for cell in std::fs::read_dir(&top).into_iter().flatten().flatten() {
             let procs =

@@ -210,6 +210,21 @@ struct Link {
     conn: Option<Client>,
 }
 
+/// What a registration waits for ([`Cell::register_with`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait<'a> {
+    /// Queued behind others: `position` (1: next) and why.
+    Queued {
+        /// Place in the queue.
+        position: u32,
+        /// Why it waits.
+        reason: &'a str,
+    },
+    /// Admitted paused: other cells' guarantees take every CPU. Its
+    /// processes stop as they join it and run when a CPU frees.
+    Paused,
+}
+
 impl Cell {
     fn from_parts(
         mode: Mode,
@@ -257,14 +272,16 @@ impl Cell {
     /// and with `opts.fallback`, returns a standalone cell (see
     /// [`Cell::fallback_reason`]); admission refusals are errors.
     pub fn register(opts: &Options) -> Result<Cell, ClientError> {
-        Cell::register_with(opts, |_, _| {})
+        Cell::register_with(opts, |_| {})
     }
 
-    /// [`Cell::register`], calling `on_queued(position, reason)` while the
-    /// broker keeps the request waiting (with `opts.wait`).
+    /// [`Cell::register`], telling `on_wait` what the cell waits for as it
+    /// happens: each place in the queue while the broker keeps the request
+    /// waiting (with `opts.wait`), and, once admitted, whether it starts
+    /// paused.
     pub fn register_with(
         opts: &Options,
-        on_queued: impl FnMut(u32, &str),
+        on_wait: impl FnMut(Wait<'_>),
     ) -> Result<Cell, ClientError> {
         let socket = opts
             .socket
@@ -275,7 +292,7 @@ impl Cell {
             Err(e) if opts.fallback => return Ok(Cell::standalone_because(e.to_string())),
             Err(e) => return Err(e),
         };
-        Cell::register_over(client, opts, on_queued)
+        Cell::register_over(client, opts, on_wait)
     }
 
     /// [`Cell::register_with`] over a connection the caller already opened
@@ -283,7 +300,7 @@ impl Cell {
     pub fn register_over(
         mut client: Client,
         opts: &Options,
-        on_queued: impl FnMut(u32, &str),
+        mut on_wait: impl FnMut(Wait<'_>),
     ) -> Result<Cell, ClientError> {
         let socket = client.socket().to_path_buf();
         let reg = client.register(
@@ -292,8 +309,12 @@ impl Cell {
             &[],
             opts.wait,
             opts.joins_itself,
-            on_queued,
+            |position, reason| on_wait(Wait::Queued { position, reason }),
         )?;
+        // Told before this process joins: a paused cell stops it there.
+        if reg.page.page().read().cpus.is_empty() {
+            on_wait(Wait::Paused);
+        }
         let (dirs, files): (Vec<OwnedFd>, Vec<OwnedFd>) =
             reg.join_files.into_iter().partition(is_directory);
         if !files.is_empty() && !join_self(&files) {

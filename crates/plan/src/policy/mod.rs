@@ -122,7 +122,9 @@ impl FromStr for GlobalPolicy {
 /// its share is below one CPU. The stacked pool is the stacked shares rounded
 /// up (at least one CPU). If the whole-CPU holders' lower bounds do not fit
 /// beside the pool, the best-effort holder with the smallest share is moved to
-/// the pool until they do.
+/// the pool until they do; if the guarantees alone leave less than the
+/// pool, the pool shrinks to what they leave (possibly nothing: the stacked
+/// cells are paused).
 pub(crate) fn split_stacked(
     capacity: u32,
     cells: &[PolicyCell],
@@ -164,6 +166,11 @@ pub(crate) fn split_stacked(
                 continue;
             }
         }
+        // Guarantees first: the pool gets what they leave, and none when
+        // they take every CPU (the stacked cells are then paused:
+        // `PlanConfig::pause_best_effort`; without it admission keeps a
+        // CPU free for them).
+        let pool = pool.min(capacity.saturating_sub(lo_sum));
         let given = fill(capacity.saturating_sub(pool), &whole);
         let mut out: Vec<Entitlement> = cells
             .iter()

@@ -1,0 +1,167 @@
+//! Best effort is never refused: while guarantees take every CPU, a
+//! best-effort cell is admitted paused (frozen, holding no CPU), and it
+//! runs again when a CPU frees. Without a freezer, the broker keeps a CPU
+//! for best-effort cells and refuses them while none is left.
+//! State-machine level (fake processes, dry-run backend).
+
+mod common;
+
+use allot_enforce::DryRun;
+use allot_enforce::gate::GateCall;
+use allot_plan::CellSpec;
+use allot_proto::msg::{ErrorCode, Reply};
+use common::*;
+
+fn exclusive(min: u32) -> CellSpec {
+    CellSpec {
+        min,
+        exclusive: true,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_best_effort_cell_is_paused_while_guarantees_take_every_cpu_and_resumes() {
+    let mut w = world(2);
+    for pid in [100, 200, 300] {
+        proc_of(&w, pid, 0);
+    }
+    let (_big, _, _pb) = page(register(
+        &mut w,
+        ROOT,
+        "big",
+        exclusive(2),
+        vec![100],
+        false,
+    ));
+    // Admitted at once, with no CPU: paused.
+    let e = register(&mut w, ROOT, "make", CellSpec::default(), vec![200], false);
+    assert!(
+        matches!(reply(&e), Reply::Registered { .. }),
+        "{}",
+        message(&e)
+    );
+    let (make, _, pm) = page(e);
+    assert!(grant(&pm).cpus.is_empty(), "{}", grant(&pm).cpus);
+    assert_eq!(w.dry.gate_calls(), [GateCall::Close(make)]);
+    let st = w.core.status(ROOT);
+    let shown = st.cells.iter().find(|c| c.id == make).unwrap();
+    let paused = shown.paused.as_ref().expect("shown paused");
+    assert!(paused.reason.contains("guaranteed"), "{paused:?}");
+    // Its process joined (frozen), and its cgroup runs on CPUs it may use.
+    assert!(shown.pids.contains(&200));
+    // The guarantee is whole: nothing of "make" shares its CPUs.
+    let big = st.cells.iter().find(|c| c.name == "big").unwrap();
+    assert_eq!(big.cpus, "0-1");
+    // A guarantee asked for now is not delayed by the paused cell: it is
+    // queued behind "big" alone, and so is a second best-effort cell
+    // admitted (paused too).
+    let e = register(&mut w, ROOT, "one", exclusive(1), vec![300], true);
+    assert!(matches!(reply(&e), Reply::Queued { .. }), "{}", message(&e));
+    // "big" ends: "one" gets its CPU, "make" the other, and is thawed.
+    w.os.exit(100);
+    let _ = w.core.exited(100);
+    let g = grant(&pm);
+    assert_eq!(g.cpus.len(), 1, "{}", g.cpus);
+    assert_eq!(
+        w.dry.gate_calls(),
+        [GateCall::Close(make), GateCall::Open(make)]
+    );
+    let st = w.core.status(ROOT);
+    assert!(
+        st.cells.iter().all(|c| c.paused.is_none()),
+        "{:?}",
+        st.cells
+    );
+    assert_eq!(st.cells.len(), 2, "make and one");
+}
+
+#[test]
+fn a_guarantee_takes_the_last_cpu_from_best_effort_cells_which_pause() {
+    let mut w = world(2);
+    for pid in [100, 200] {
+        proc_of(&w, pid, 0);
+    }
+    let (make, _, pm) = page(register(
+        &mut w,
+        ROOT,
+        "make",
+        CellSpec::default(),
+        vec![100],
+        false,
+    ));
+    assert_eq!(grant(&pm).cpus.len(), 2);
+    // The whole machine, guaranteed: admitted, and "make" pauses.
+    let e = register(&mut w, ROOT, "big", exclusive(2), vec![200], false);
+    assert!(
+        matches!(reply(&e), Reply::Registered { .. }),
+        "{}",
+        message(&e)
+    );
+    assert!(grant(&pm).cpus.is_empty());
+    assert_eq!(w.dry.gate_calls(), [GateCall::Close(make)]);
+    // Its cgroup was never written empty.
+    assert!(
+        w.dry.calls().iter().all(|c| !matches!(
+            c,
+            allot_enforce::dryrun::Call::Apply(id, a) if *id == make && a.cpus.is_empty()
+        )),
+        "{:?}",
+        w.dry.calls()
+    );
+    // Ended while paused: nothing is thawed by the broker (the backend's
+    // removal does), and the pause is forgotten.
+    w.os.exit(100);
+    let _ = w.core.exited(100);
+    assert_eq!(w.dry.gate_calls(), [GateCall::Close(make)]);
+    assert!(w.core.status(ROOT).cells.iter().all(|c| c.paused.is_none()));
+}
+
+#[test]
+fn without_a_freezer_one_cpu_stays_with_best_effort_cells() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut w, _) = world_with_backend(2, dir, Default::default(), DryRun::new().without_gates());
+    for pid in [100, 200] {
+        proc_of(&w, pid, 0);
+    }
+    let _ = page(register(
+        &mut w,
+        ROOT,
+        "big",
+        exclusive(2),
+        vec![100],
+        false,
+    ));
+    let e = register(&mut w, ROOT, "make", CellSpec::default(), vec![200], false);
+    assert_eq!(code(&e), Some(ErrorCode::Refused), "{}", message(&e));
+    assert!(message(&e).contains("best-effort cell needs one unguaranteed CPU"));
+}
+
+#[test]
+fn a_broker_that_exits_thaws_its_paused_cells() {
+    let mut w = world(2);
+    for pid in [100, 200] {
+        proc_of(&w, pid, 0);
+    }
+    let _ = page(register(
+        &mut w,
+        ROOT,
+        "big",
+        exclusive(2),
+        vec![100],
+        false,
+    ));
+    let (make, _, _pm) = page(register(
+        &mut w,
+        ROOT,
+        "make",
+        CellSpec::default(),
+        vec![200],
+        false,
+    ));
+    w.core.shutdown();
+    assert_eq!(
+        w.dry.gate_calls(),
+        [GateCall::Close(make), GateCall::Open(make)]
+    );
+}
