@@ -70,6 +70,32 @@ fn a_best_effort_run_waits_paused_for_a_guarantee_to_end() {
         d.log()
     );
     assert!(big.try_wait().unwrap().is_none(), "big still runs");
+    // A paused run still takes a signal (it waits outside its frozen
+    // cell): interrupted, it ends at once and its cell with it.
+    let mut quit = allot_run(&d, &["--name", "quit", "--", "timeout", "20", "true"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || d
+        .status()
+        .cells
+        .iter()
+        .any(|c| c.name == "quit" && c.paused.is_some())));
+    let pid = rustix::process::Pid::from_raw(quit.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    assert!(
+        allot_testkit::eventually(Duration::from_secs(5), || quit
+            .try_wait()
+            .unwrap()
+            .is_some()),
+        "a paused allot run ignored Ctrl-C"
+    );
+    assert!(eventually(Duration::from_secs(5), || d
+        .status()
+        .cells
+        .iter()
+        .all(|c| c.name != "quit")));
     // "big" ends: "make" runs to its end.
     assert!(big.wait().unwrap().success());
     let start = Instant::now();
