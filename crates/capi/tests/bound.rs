@@ -157,18 +157,6 @@ fn live() -> bool {
 const GOMP_PLACES: &[(&str, &str)] = &[("OMP_PROC_BIND", "true"), ("OMP_PLACES", "threads")];
 const KMP_COMPACT: &[(&str, &str)] = &[("KMP_AFFINITY", "granularity=fine,compact")];
 
-/// Whether clang's OpenMP works here (else the libomp cases are skipped).
-fn clang() -> bool {
-    let works = clang_openmp();
-    allot_testkit::prerequisite(
-        works.is_ok(),
-        &format!(
-            "clang with LLVM OpenMP: {} (apt-get install clang libomp-dev)",
-            works.err().unwrap_or_default()
-        ),
-    )
-}
-
 /// Starts a bound program on {0,1} and has it reach the point where it
 /// has computed its places: libgomp does at start; libomp at its first
 /// parallel region, so it runs one (its thread 1 on CPU 1).
@@ -200,7 +188,7 @@ fn without_the_shim_a_bound_team_outside_the_group_aborts() {
         return;
     }
     aborts_without_the_shim(Toolchain::Gcc, GOMP_PLACES, "Thread creation failed");
-    if clang() {
+    if clang_available() {
         aborts_without_the_shim(Toolchain::Clang, GOMP_PLACES, "System error #22");
         aborts_without_the_shim(Toolchain::Clang, KMP_COMPACT, "System error #22");
     }
@@ -251,7 +239,7 @@ fn bound_threads_stay_inside_a_cell_that_shrinks_and_moves() {
         return;
     }
     stays_inside(Toolchain::Gcc, GOMP_PLACES);
-    if clang() {
+    if clang_available() {
         stays_inside(Toolchain::Clang, GOMP_PLACES);
         stays_inside(Toolchain::Clang, KMP_COMPACT);
     }

@@ -10,21 +10,9 @@ use common::*;
 /// Constructs teamsize.c runs when built by clang (no GOMP_1.0 ones).
 const CONSTRUCTS: usize = 12;
 
-/// Whether to run: clang with OpenMP works here.
-fn available() -> bool {
-    let works = clang_openmp();
-    allot_testkit::prerequisite(
-        works.is_ok(),
-        &format!(
-            "clang with LLVM OpenMP: {} (apt-get install clang libomp-dev)",
-            works.err().unwrap_or_default()
-        ),
-    )
-}
-
 #[test]
 fn team_follows_the_grant_down_and_back_up() {
-    if available() {
+    if clang_available() {
         scenarios::team_follows_the_grant(Toolchain::Clang);
     }
 }
@@ -33,7 +21,7 @@ fn team_follows_the_grant_down_and_back_up() {
 /// carries arguments on the stack through the trampoline.
 #[test]
 fn every_kmpc_construct_is_capped() {
-    if available() {
+    if clang_available() {
         scenarios::every_construct_is_capped(Toolchain::Clang, CONSTRUCTS);
     }
 }
@@ -41,35 +29,35 @@ fn every_kmpc_construct_is_capped() {
 /// Exercises `__kmpc_push_num_threads` and the pushed-value bookkeeping.
 #[test]
 fn num_threads_clause_is_capped_never_raised() {
-    if available() {
+    if clang_available() {
         scenarios::num_threads_clause_is_capped_never_raised(Toolchain::Clang);
     }
 }
 
 #[test]
 fn buffers_sized_by_max_threads_never_see_a_bigger_team() {
-    if available() {
+    if clang_available() {
         scenarios::buffers_sized_by_max_threads_hold(Toolchain::Clang);
     }
 }
 
 #[test]
 fn libomp_loaded_rtld_local_is_found() {
-    if available() {
+    if clang_available() {
         scenarios::runtime_loaded_rtld_local(Toolchain::Clang, CONSTRUCTS);
     }
 }
 
 #[test]
 fn concurrent_first_regions_from_many_threads() {
-    if available() {
+    if clang_available() {
         scenarios::concurrent_first_regions_from_many_threads(Toolchain::Clang);
     }
 }
 
 #[test]
 fn grant_changing_under_the_program() {
-    if available() {
+    if clang_available() {
         scenarios::grant_changing_under_the_program(Toolchain::Clang);
     }
 }
@@ -79,7 +67,7 @@ fn grant_changing_under_the_program() {
 /// forwarded to libomp.
 #[test]
 fn gcc_code_on_libomp_gomp_layer() {
-    if !available() {
+    if !clang_available() {
         return;
     }
     let libomp = libomp_path().unwrap();
@@ -102,7 +90,7 @@ fn gcc_code_on_libomp_gomp_layer() {
 /// region on a team thread: no deadlock on the loader lock.
 #[test]
 fn region_in_a_constructor_during_dlopen_finishes() {
-    if available() {
+    if clang_available() {
         scenarios::region_in_a_constructor_during_dlopen(Toolchain::Clang);
     }
 }
@@ -208,7 +196,7 @@ fn every_push_and_fork_entry_point_keeps_the_explicit_request() {
 #[test]
 fn hand_written_kmpc_calls_on_libomp() {
     use std::process::Command;
-    if !available() {
+    if !clang_available() {
         return;
     }
     let bin = kmpc_calls().unwrap();

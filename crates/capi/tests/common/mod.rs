@@ -230,6 +230,19 @@ pub fn libomp_path() -> Result<PathBuf, String> {
         .ok_or_else(|| format!("no libomp in ldd's output: {text}"))
 }
 
+/// Whether to run the libomp cases: clang with OpenMP works here (else they
+/// are skipped, with the reason and the packages to install).
+pub fn clang_available() -> bool {
+    let works = clang_openmp();
+    allot_testkit::prerequisite(
+        works.is_ok(),
+        &format!(
+            "clang with LLVM OpenMP: {} (apt-get install clang libomp-dev)",
+            works.err().unwrap_or_default()
+        ),
+    )
+}
+
 /// Whether clang can build and run an OpenMP program here; the reason if not.
 pub fn clang_openmp() -> Result<PathBuf, String> {
     let bin = teamsize(Toolchain::Clang)?;
