@@ -284,7 +284,12 @@ fn two_builds_share_the_cpus_and_the_survivor_speeds_up() {
         ],
     );
     let b = b.stderr(Stdio::piped()).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // The short build starts once the long one runs (on a busy machine
+    // its start can take seconds), so that the two overlap.
+    let long_log = dir.path().join("long.log");
+    assert!(eventually(Duration::from_secs(20), || {
+        std::fs::read_to_string(&long_log).is_ok_and(|t| t.contains("start"))
+    }));
     let t0 = now_mono();
     let o = run_out(allot_run(
         &d,
