@@ -137,12 +137,19 @@ fn set_cpus(dir: &Path, cpus: &str) {
     std::fs::write(dir.join("cpuset.cpus"), cpus).unwrap();
 }
 
-/// The CPU list of every "thread T cpus LIST" line.
+/// The CPU list of every "thread T cpus LIST" line, in thread order.
 fn masks(lines: &[String]) -> Vec<String> {
-    lines
+    // The team's threads print in whatever order they run: sort by thread.
+    let mut by_thread: Vec<(u32, String)> = lines
         .iter()
-        .filter_map(|l| l.split_once(" cpus ").map(|(_, c)| c.to_owned()))
-        .collect()
+        .filter_map(|l| {
+            let (head, cpus) = l.split_once(" cpus ")?;
+            let t = head.strip_prefix("thread ")?.parse().ok()?;
+            Some((t, cpus.to_owned()))
+        })
+        .collect();
+    by_thread.sort();
+    by_thread.into_iter().map(|(_, c)| c).collect()
 }
 
 fn live() -> bool {
