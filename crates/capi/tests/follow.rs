@@ -195,7 +195,9 @@ fn an_openmp_openblas_follows_without_losing_its_team() {
     );
     // That release reports the count it last stored, not the one a call
     // uses, so what its team threads run tells: nothing while one thread
-    // is granted, a good share of a CPU while two are.
+    // is granted, some share of a CPU while two are (only a share on a busy
+    // machine, where other programs and this file's other probes run too:
+    // 0.2 CPU was seen with the test command and a busy loop beside it).
     for (want, seen) in phases(&trace, &changes) {
         assert!(seen.len() >= 3, "{want}: {seen:?}; stderr: {stderr}");
         let rate = others_rate(&seen);
@@ -206,7 +208,7 @@ fn an_openmp_openblas_follows_without_losing_its_team() {
             );
         } else {
             assert!(
-                rate > 0.2,
+                rate > 0.1,
                 "its team did not use 2 granted threads: {rate:.2} CPU"
             );
         }
