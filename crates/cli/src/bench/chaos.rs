@@ -62,7 +62,7 @@ pub struct ChaosArgs {
     /// Jobs running at once (at most).
     #[arg(long, default_value_t = 6, value_name = "N")]
     jobs: usize,
-    /// Mean time between broker kills.
+    /// Mean time between broker kills (at least one, halfway at the latest).
     #[arg(long, default_value_t = 3000, value_name = "MS")]
     restart_every_ms: u64,
     /// Seed of the random schedule.
@@ -158,6 +158,9 @@ pub fn run(a: ChaosArgs) -> Result<i32, String> {
     let mut t = Tally::default();
     let mut unlisted: BTreeMap<u64, Instant> = BTreeMap::new();
     let end = Instant::now() + Duration::from_secs(a.seconds);
+    // At least one restart, halfway at the latest: a busy machine takes
+    // fewer random steps than the mean interval assumes.
+    let restart_by = Instant::now() + Duration::from_secs(a.seconds) / 2;
     let mut next_check = Instant::now();
     let mut last_report = Instant::now();
     let p_kill = STEP.as_millis() as f64 / a.restart_every_ms.max(1) as f64;
@@ -183,7 +186,7 @@ pub fn run(a: ChaosArgs) -> Result<i32, String> {
         if rng.chance(0.03) {
             kill_a_program(&mut jobs, &mut rng, &mut t);
         }
-        if rng.chance(p_kill) {
+        if rng.chance(p_kill) || (t.restarts == 0 && Instant::now() >= restart_by) {
             restart(&mut broker, &jobs, &mut t)?;
         }
         // Checks.
