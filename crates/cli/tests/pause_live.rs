@@ -70,8 +70,8 @@ fn a_best_effort_run_waits_paused_for_a_guarantee_to_end() {
         d.log()
     );
     assert!(big.try_wait().unwrap().is_none(), "big still runs");
-    // A paused run still takes a signal (it waits outside its frozen
-    // cell): interrupted, it ends at once and its cell with it.
+    // A paused run still takes Ctrl-C (a frozen process takes a fatal
+    // signal on kernels since 6.1): it ends at once, and its cell with it.
     let mut quit = allot_run(&d, &["--name", "quit", "--", "timeout", "20", "true"])
         .stdin(Stdio::null())
         .stderr(Stdio::null())

@@ -210,18 +210,6 @@ struct Link {
     conn: Option<Client>,
 }
 
-/// Blocks until `page` grants some CPU (a paused cell resumed, or its
-/// final grant).
-fn wait_for_cpus(page: &allot_proto::GrantPage) {
-    loop {
-        let word = page.futex_word();
-        if !page.read().cpus.is_empty() {
-            return;
-        }
-        page.wait(word, Some(WATCH_PERIOD));
-    }
-}
-
 /// What a registration waits for ([`Cell::register_with`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wait<'a> {
@@ -233,9 +221,7 @@ pub enum Wait<'a> {
         reason: &'a str,
     },
     /// Admitted paused: other cells' guarantees take every CPU. Its
-    /// processes stop as they join it and run when a CPU frees; a process
-    /// that moves itself in (`Options::joins_itself`) waits outside until
-    /// then, where a signal still reaches it.
+    /// processes stop as they join it and run when a CPU frees.
     Paused,
 }
 
@@ -327,15 +313,10 @@ impl Cell {
         )?;
         let (dirs, files): (Vec<OwnedFd>, Vec<OwnedFd>) =
             reg.join_files.into_iter().partition(is_directory);
+        // Told before this process joins: a paused cell stops it there,
+        // and a broker that adopts the cell after a restart thaws it.
         if reg.page.page().read().cpus.is_empty() {
             on_wait(Wait::Paused);
-            if !files.is_empty() {
-                // A paused cell's processes stop as they join it: this
-                // one waits outside until a CPU frees, where its handlers
-                // still run (a frozen process takes only fatal signals,
-                // and those only on kernels since 6.1).
-                wait_for_cpus(reg.page.page());
-            }
         }
         if !files.is_empty() && !join_self(&files) {
             // Not every hierarchy took this thread: the broker moves the
