@@ -10,14 +10,6 @@ use allot_plan::CellSpec;
 use allot_proto::msg::{DeviceDef, ErrorCode, LedgerItem, Reply, Request};
 use common::*;
 
-fn exclusive(min: u32) -> CellSpec {
-    CellSpec {
-        min,
-        exclusive: true,
-        ..Default::default()
-    }
-}
-
 /// A world whose broker has `limits`.
 fn limited(cpus: usize, limits: Limits) -> World {
     world_configured(cpus, |c| c.limits = limits)

@@ -12,14 +12,6 @@ use allot_plan::CellSpec;
 use allot_proto::msg::{ErrorCode, Reply};
 use common::*;
 
-fn exclusive(min: u32) -> CellSpec {
-    CellSpec {
-        min,
-        exclusive: true,
-        ..Default::default()
-    }
-}
-
 #[test]
 fn a_best_effort_cell_is_paused_while_guarantees_take_every_cpu_and_resumes() {
     let mut w = world(2);

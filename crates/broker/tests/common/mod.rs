@@ -97,6 +97,15 @@ pub fn world_configured(cpus: usize, configure: impl FnOnce(&mut Config)) -> Wor
     world_from(cpus, dir, os, DryRun::new(), cfg).0
 }
 
+/// An exclusive cell of `min` CPUs.
+pub fn exclusive(min: u32) -> CellSpec {
+    CellSpec {
+        min,
+        exclusive: true,
+        ..Default::default()
+    }
+}
+
 pub fn proc_of(w: &World, pid: u32, uid: u32) {
     w.os.spawn(pid, 0, 1, &CpuSet::first_n(64));
     w.os.set_uid(pid, uid);
