@@ -4,12 +4,14 @@
 # many-CPU machine with a pure cgroup v2 hierarchy, in under 8 minutes.
 #
 # Made for a borrowed machine that has this working tree, a stripped
-# `allot` binary, gcc (with OpenMP), python3 (numpy optional) and root, but
+# `allot` binary with `allot-lab` beside it (`allot bench launch` hands
+# over to it), gcc (with OpenMP), python3 (numpy optional) and root, but
 # no Rust toolchain and no network. Build here, carry target/allot-stripped
-# (and target/v2-tests, optional) with the tree:
+# and target/allot-lab (and target/v2-tests, optional) with the tree:
 #
-#   cargo build --release --bin allot
+#   cargo build --release -p allot-cli
 #   strip -o target/allot-stripped target/release/allot
+#   strip -o target/allot-lab target/release/allot-lab
 #   bash scripts/bench-16cpu.sh --build-tests target/v2-tests    # optional, needs cargo
 #
 # and run there, as root:
@@ -122,6 +124,8 @@ parse_args() {
   [[ -n $ALLOT ]] || die "--allot PATH is required (see --help)"
   [[ -n $OUT ]] || die "--out DIR is required (see --help)"
   [[ -x $ALLOT && -f $ALLOT ]] || die "$ALLOT is not an executable file"
+  [[ -x $(dirname "$ALLOT")/allot-lab ]] ||
+    die "allot-lab must sit beside $ALLOT (strip -o $(dirname "$ALLOT")/allot-lab target/release/allot-lab)"
   [[ $REPEATS =~ ^[1-9][0-9]*$ ]] || die "--repeats: want a positive integer"
   ALLOT=$(cd "$(dirname "$ALLOT")" && pwd)/$(basename "$ALLOT")
   if [[ -n $TESTS ]]; then

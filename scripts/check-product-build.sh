@@ -2,6 +2,7 @@
 # Builds the `allot` binary from scratch the way a machine without OpenMP
 # would, and checks that it needs nothing from the lab:
 #
+#  - it links no code of the lab (allot-lab, the workloads, the charts);
 #  - every C compiler call goes through a wrapper first on the PATH (as
 #    `cc` and `gcc`) that logs it and fails any call asking for OpenMP
 #    (`-fopenmp`, `-lgomp`, `-lomp`), so the build fails if any part of the
@@ -53,6 +54,12 @@ if ldd "$target/debug/allot" | grep -E 'libgomp|libomp|libiomp' >&2; then
   echo "FAIL: the allot binary links an OpenMP runtime" >&2
   exit 1
 fi
+lab=$(nm -C --defined-only "$target/debug/allot" \
+  | grep -cE 'allot_lab::|allot_workloads::|allot_plot::|plotters::' || true)
+if [ "$lab" != 0 ]; then
+  echo "FAIL: the allot binary links $lab symbols of the lab (allot-lab, workloads, charts)" >&2
+  exit 1
+fi
 # C sources compiled (calls with -c or naming a .c file), apart from the shim's.
 others=$(grep -oE '[^ ]+\.c( |$)' "$work/calls.log" | tr -d ' ' | sort -u \
   | grep -v '^shim/[a-z_]*\.c$' || true)
@@ -64,5 +71,5 @@ fi
 shim=$(grep -oE 'shim/[a-z_]+\.c' "$work/calls.log" | sort -u | tr '\n' ' ')
 echo "compiler calls: $(wc -l <"$work/calls.log") (C compiled: ${shim:-none}; the rest link)"
 "$target/debug/allot" --version
-echo "ok: allot builds and runs without OpenMP, and compiles no workload"
+echo "ok: allot builds and runs without OpenMP, compiles no workload and links no lab code"
 rm -rf "$target"

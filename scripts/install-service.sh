@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs allot as a system service: the binary, allotd.socket and
+# Installs allot as a system service: the binary (and allot-lab, the demo
+# and experiments, when it was built beside it), allotd.socket and
 # allotd.service, an (empty) /etc/allot/allotd.toml, shell completions and
 # man pages. Then, on a machine run by systemd, enables the socket.
 #
@@ -18,7 +19,7 @@ while [ $# -gt 0 ]; do
     --root) root=$2; enable=0; shift 2 ;;
     --bin) bin=$2; shift 2 ;;
     --no-enable) enable=0; shift ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "install-service.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -35,6 +36,13 @@ if [ -z "$root" ] && [ "$(id -u)" != 0 ]; then
 fi
 
 install -D -m 755 "$bin" "$root$prefix/bin/allot"
+lab=$(dirname "$bin")/allot-lab
+installed_lab=""
+if [ -x "$lab" ]; then
+  # `allot demo` and `allot bench` hand over to it, beside allot.
+  install -D -m 755 "$lab" "$root$prefix/bin/allot-lab"
+  installed_lab=" and allot-lab"
+fi
 for unit in allotd.socket allotd.service; do
   sed "s|/usr/local/bin/allot|$prefix/bin/allot|g" "$here/dist/systemd/$unit" \
     | install -D -m 644 /dev/stdin "$root/etc/systemd/system/$unit"
@@ -53,7 +61,7 @@ fi
 "$bin" completions fish | install -D -m 644 /dev/stdin "$root/usr/share/fish/vendor_completions.d/allot.fish"
 "$bin" man --out "$root$prefix/share/man/man1" > /dev/null
 
-echo "installed under ${root:-/}: $prefix/bin/allot, /etc/systemd/system/allotd.{socket,service}, /etc/allot/allotd.toml, completions, man pages"
+echo "installed under ${root:-/}: $prefix/bin/allot$installed_lab, /etc/systemd/system/allotd.{socket,service}, /etc/allot/allotd.toml, completions, man pages"
 if [ "$enable" = 1 ] && [ -d /run/systemd/system ]; then
   systemctl daemon-reload
   systemctl enable --now allotd.socket

@@ -29,7 +29,7 @@ for c in scripts/*.c; do
   gcc -O2 -Wall -Wextra -Werror -fsyntax-only "$c"
 done
 
-step "the product builds without OpenMP and compiles no workload (scripts/check-product-build.sh)"
+step "the product builds without OpenMP, compiles no workload and links no lab code (scripts/check-product-build.sh)"
 bash scripts/check-product-build.sh
 
 step "Slurm: the SPANK plugin on a one-node cluster (scripts/test-slurm.sh)"

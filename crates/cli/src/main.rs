@@ -3,7 +3,6 @@
 //! Thin front end: each subcommand lives in `cmd/` and returns the process
 //! exit code.
 
-mod bench;
 mod cmd;
 mod run;
 
@@ -12,7 +11,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 /// Share one machine's CPUs between parallel programs without
 /// oversubscribing it.
 #[derive(Debug, Parser)]
-#[command(name = "allot", version, about, long_about = None, propagate_version = true)]
+#[command(name = "allot", version, long_about = None, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -33,11 +32,14 @@ enum Command {
     Topology(cmd::topology::Args),
     /// Send or receive on a named channel (lines of text).
     Channel(cmd::channel::Args),
-    /// Show, in under two minutes, what allot does for co-running programs.
-    Demo(cmd::demo::Args),
-    /// Experiments that check allot's claims on this machine.
-    #[command(subcommand)]
-    Bench(bench::Bench),
+    /// Show, in under two minutes, what allot does for co-running programs
+    /// (runs `allot-lab demo`).
+    #[command(disable_help_flag = true)]
+    Demo(cmd::lab::Args),
+    /// Experiments that check allot's claims on this machine (runs
+    /// `allot-lab bench`; `allot bench --help` lists them).
+    #[command(disable_help_flag = true)]
+    Bench(cmd::lab::Args),
     /// Write shell completions to standard output.
     Completions(cmd::generate::CompletionsArgs),
     /// Write man pages for every command into a directory.
@@ -45,9 +47,6 @@ enum Command {
     /// Write the OpenMP shim (liballot_shim.so) into a directory, for
     /// launchers other than `allot run` (the Slurm plugin: docs/slurm.md).
     Shim(cmd::generate::ShimArgs),
-    /// Run one of allot's workloads (for experiments).
-    #[command(hide = true)]
-    Workload(cmd::workload::Args),
 }
 
 fn main() {
@@ -59,12 +58,11 @@ fn main() {
         Command::Top(a) => cmd::top::run(a),
         Command::Topology(a) => cmd::topology::run(a),
         Command::Channel(a) => cmd::channel::run(a),
-        Command::Demo(a) => cmd::demo::run(a),
-        Command::Bench(b) => bench::run(b),
+        Command::Demo(a) => cmd::lab::hand_over("demo", a),
+        Command::Bench(a) => cmd::lab::hand_over("bench", a),
         Command::Completions(a) => cmd::generate::completions(a, Cli::command()),
         Command::Man(a) => cmd::generate::man(a, Cli::command()),
         Command::Shim(a) => cmd::generate::shim(a),
-        Command::Workload(a) => cmd::workload::run(a),
     };
     std::process::exit(code);
 }

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::ALLOT;
+use common::{ALLOT, ALLOT_LAB};
 use std::collections::BTreeSet;
 use std::process::Command;
 use std::sync::Mutex;
@@ -162,7 +162,7 @@ fn bench_mix_rejects_bad_arguments_clearly() {
     }
 }
 
-/// The workloads are not part of the `allot` binary: `allot workload`
+/// The workloads are not part of the `allot` binary: `allot-lab workload`
 /// builds them on first use, says what to install when gcc is missing,
 /// builds the runtime's kernels with a gcc that has no OpenMP, and says so
 /// when the OpenMP program cannot be built.
@@ -171,7 +171,7 @@ fn workloads_are_built_on_first_use_and_name_what_is_missing() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let workload = |variant: &str, path: &std::ffi::OsStr, cache: &str| {
-        Command::new(ALLOT)
+        Command::new(ALLOT_LAB)
             .args([
                 "workload",
                 "pricing",

@@ -19,8 +19,9 @@
 //!
 //! The `goals` policy reads what each cell's reports say of it
 //! ([`goals`]: a per-cell tracker turns measurements into the CPUs a goal
-//! needs and a speed-up curve); [`sim`] drives the plan over time with
-//! synthetic cells for its tests and benchmark.
+//! needs and a speed-up curve); `sim` (feature `sim`, on for this crate's
+//! own tests and benchmarks only) drives the plan over time with synthetic
+//! cells.
 //!
 //! [`admit`] decides whether a new cell's guarantee fits beside the others.
 //! [`Plan::check`] verifies the plan invariants listed in [`plan`].
@@ -41,6 +42,7 @@ pub mod mapping;
 pub mod plan;
 pub mod policy;
 pub mod share;
+#[cfg(feature = "sim")]
 pub mod sim;
 pub mod time;
 

@@ -5,6 +5,10 @@
 
 /// The broker's socket (clients; default: [`crate::default_socket_path`]).
 pub const SOCKET: &str = "ALLOT_SOCKET";
+/// The `allot` binary to run, for the programs that run it as a separate
+/// program (`allot-lab`, which `allot demo` and `allot bench` hand over
+/// to with this set; the Python tests).
+pub const BIN: &str = "ALLOT_BIN";
 /// The cell id, for processes `allot run` starts.
 pub const CELL: &str = "ALLOT_CELL";
 /// The number of an inherited descriptor (not close-on-exec) of the cell's

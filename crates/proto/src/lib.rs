@@ -48,3 +48,8 @@ pub const ENV_CELL: &str = env::CELL;
 pub const ENV_GRANT_FD: &str = env::GRANT_FD;
 
 pub use dirs::{default_socket_path, default_state_dir};
+
+/// The exit code of `allot run` when allot itself failed (refused, no
+/// broker, cannot start the program), as `env` uses 125: callers tell it
+/// from the program's own codes.
+pub const EXIT_ALLOT: i32 = 125;

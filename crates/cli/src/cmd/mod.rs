@@ -2,12 +2,11 @@
 
 pub mod channel;
 pub mod daemon;
-pub mod demo;
 pub mod generate;
+pub mod lab;
 pub mod status;
 pub mod top;
 pub mod topology;
-pub mod workload;
 
 /// Prints `err` with its causes as `allot: …` and returns exit code 1.
 pub fn fail(err: anyhow::Error) -> i32 {

@@ -42,8 +42,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// Exit code for allot's own failures (as `env` uses 125).
-pub const EXIT_ALLOT: i32 = 125;
+pub use allot_proto::EXIT_ALLOT;
 
 /// Arguments of `allot run`.
 #[derive(Debug, clap::Args)]

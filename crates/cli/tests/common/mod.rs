@@ -9,6 +9,9 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 pub const ALLOT: &str = env!("CARGO_BIN_EXE_allot");
+/// The lab binary built beside it (`allot demo` and `allot bench` hand
+/// over to it).
+pub const ALLOT_LAB: &str = env!("CARGO_BIN_EXE_allot-lab");
 
 #[allow(unused_imports)]
 pub use allot_testkit::{Proc, eventually, prerequisite, sleeper, spinner, v1_cpuset_writable};

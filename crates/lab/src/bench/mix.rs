@@ -142,6 +142,7 @@ pub fn run(plan: &Plan, tools_base: (&Path, &Path, &Path)) -> Result<Outcome, St
     };
     let tools = Tools {
         allot: tools_base.0.to_path_buf(),
+        lab: crate::lab()?,
         omp: tools_base.1.to_path_buf(),
         build_dir: tools_base.2.to_path_buf(),
         socket: broker

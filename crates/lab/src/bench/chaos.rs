@@ -133,8 +133,7 @@ pub fn run(a: ChaosArgs) -> Result<i32, String> {
     // Programs of killed wrappers become ours, so that we can stop them.
     rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
         .map_err(|e| format!("cannot become a child subreaper: {e}"))?;
-    let allot =
-        std::env::current_exe().map_err(|e| format!("cannot find the allot binary: {e}"))?;
+    let allot = crate::product()?;
     let backend = a.backend.clone().unwrap_or_else(|| {
         if rustix::process::geteuid().is_root()
             && Path::new("/sys/fs/cgroup/cpuset/cpuset.cpus").exists()
@@ -316,7 +315,7 @@ fn start_job(allot: &Path, socket: &Path, makefile: &Path, rng: &mut Rng) -> Res
 fn reap(jobs: &mut Vec<Job>, t: &mut Tally) {
     jobs.retain_mut(|j| match j.wrapper.try_wait() {
         Ok(Some(st)) => {
-            if st.code() == Some(super::super::run::EXIT_ALLOT) {
+            if st.code() == Some(allot_proto::EXIT_ALLOT) {
                 t.refused += 1;
             } else {
                 t.finished += 1;

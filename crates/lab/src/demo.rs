@@ -81,13 +81,14 @@ fn demo(a: Args) -> Result<i32, String> {
         println!("  {:<9} {}", k.to_string(), k.description());
     }
     println!();
-    let allot = std::env::current_exe().map_err(|e| e.to_string())?;
+    let allot = crate::product()?;
     let cache = crate::bench::workload_cache(a.build_dir)?;
     let omp = allot_workloads::install_omp_binary(&cache)
         .map_err(|e| format!("cannot build the demo's programs: {e}"))?;
     let mut broker = PrivateBroker::start(&allot, &a.backend)?;
     let tools = Tools {
         allot,
+        lab: crate::lab()?,
         omp,
         build_dir: cache.path().to_path_buf(),
         socket: broker.socket().to_path_buf(),

@@ -198,10 +198,13 @@ pub fn run(a: LaunchArgs) -> Result<i32, String> {
     if a.runs == 0 {
         return Err("--runs: give at least one round".into());
     }
-    let allot: PathBuf = std::env::current_exe().map_err(|e| e.to_string())?;
-    let path = std::env::var_os("PATH");
-    let date = crate::run::resolve::resolve("date".as_ref(), path.as_deref())
-        .map_err(|_| "no `date` program in PATH".to_string())?;
+    let allot: PathBuf = crate::product()?;
+    // Both sides run `date` by its full path, so neither pays a PATH search.
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let date = std::env::split_paths(&path)
+        .map(|dir| dir.join("date"))
+        .find(|p| p.is_file())
+        .ok_or("no `date` program in PATH")?;
     let asked = a.backends.is_some();
     let backends: Vec<String> = a
         .backends

@@ -161,8 +161,7 @@ pub fn run(a: LoadArgs) -> Result<i32, String> {
         return Err("--users, --victims and --seconds must be at least 1".into());
     }
     raise_fd_limit();
-    let allot =
-        std::env::current_exe().map_err(|e| format!("cannot find the allot binary: {e}"))?;
+    let allot = crate::product()?;
     let backend = a.backend.clone().unwrap_or_else(|| {
         if std::path::Path::new("/sys/fs/cgroup/cpuset/cpuset.cpus").exists() {
             "cgroup1".into()

@@ -11,7 +11,7 @@
 //! | `run-grant` | `allot run --no-shim --launch-threads grant`: thread variables set to the grant at the instant of launch, no shim (the ARS "dynamic parallelism" model) |
 //! | `run-share` | `allot run --no-shim --launch-threads share`: thread variables set by the launch rule (the cell's fair share), no shim |
 //! | `run-max` | `allot run --no-shim --launch-threads max`: thread variables set to the cell's maximum, no shim (confinement alone) |
-//! | `runtime` | the workload's allot-runtime variant (`allot workload --variant allot`), registering its own cell; external commands fall back to `run` |
+//! | `runtime` | the workload's allot-runtime variant (`allot-lab workload --variant allot`), registering its own cell; external commands fall back to `run` |
 //! | `one` | as `plain`, with every thread-count variable (`OMP_NUM_THREADS`, `OPENBLAS_NUM_THREADS`, `MKL_NUM_THREADS`…) set to 1: the careful user's fix for co-running parallel programs |
 //! | `split` | a static CPU split: job *k* of *n* pinned (affinity) to its share of the CPUs — ⌈C/n⌉ or ⌊C/n⌋ consecutive CPUs when n ≤ C, CPU *k* mod C otherwise — with every thread-count variable set to that many |
 //! | `dynamic` | as `plain`, with `OMP_DYNAMIC=true` (libgomp sizes each team to the idle CPUs it sees) |
@@ -218,9 +218,11 @@ impl FromStr for Mode {
 pub struct Tools {
     /// The `allot` binary.
     pub allot: PathBuf,
+    /// The `allot-lab` binary (for `allot-lab workload`).
+    pub lab: PathBuf,
     /// The OpenMP workload binary (in the build cache).
     pub omp: PathBuf,
-    /// The workloads' build cache, passed to `allot workload --build-dir`
+    /// The workloads' build cache, passed to `allot-lab workload --build-dir`
     /// (which finds the kernels for allot's runtime there).
     pub build_dir: PathBuf,
     /// The experiment's broker socket.
@@ -258,7 +260,7 @@ pub fn command(work: &Work, mode: Mode, slot: Slot, tools: &Tools) -> Command {
         (Mode::RunShare, _) => allot_run(&["--no-shim", "--launch-threads", "share"]),
         (Mode::RunMax, _) => allot_run(&["--no-shim", "--launch-threads", "max"]),
         (Mode::Runtime, Work::Kernel { kernel, scale }) => {
-            let mut c = Command::new(&tools.allot);
+            let mut c = Command::new(&tools.lab);
             c.args(["workload", "--variant", "allot", "--build-dir"])
                 .arg(&tools.build_dir)
                 .arg("--scale")
@@ -268,7 +270,7 @@ pub fn command(work: &Work, mode: Mode, slot: Slot, tools: &Tools) -> Command {
         }
     };
     // Baselines run with the runtime defaults: nothing allot sets leaks in.
-    for v in crate::run::env::thread_vars() {
+    for v in allot_capi::environ::thread_vars() {
         c.env_remove(v);
     }
     c.env_remove(allot_proto::env::CELL)
@@ -278,7 +280,7 @@ pub fn command(work: &Work, mode: Mode, slot: Slot, tools: &Tools) -> Command {
         c.env(allot_proto::env::SOCKET, &tools.socket);
     }
     let threads = |c: &mut Command, n: usize| {
-        for v in crate::run::env::thread_vars() {
+        for v in allot_capi::environ::thread_vars() {
             c.env(v, n.to_string());
         }
     };

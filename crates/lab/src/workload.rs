@@ -1,4 +1,4 @@
-//! `allot workload`: run one of allot's workloads (used by `allot bench`
+//! `allot-lab workload`: run one of allot's workloads (used by `allot bench`
 //! and the demo; handy for trying the runtime by hand).
 //!
 //! `--variant allot` runs the kernel on allot's runtime inside this process
@@ -7,15 +7,15 @@
 //! defaults. Both print one line:
 //! `workload=K variant=V threads=N seconds=S answer=HEX`.
 //!
-//! Neither is part of the `allot` binary: each is compiled with gcc from
-//! the sources the binary carries the first time it is needed, into the
+//! Neither is part of a binary: each is compiled with gcc from the
+//! sources `allot-lab` carries the first time it is needed, into the
 //! build cache (`--build-dir`, by default `workloads` in the user's state
 //! directory), and reused from there.
 
 use allot_workloads::{Kernel, KernelLib, Variant};
 use std::path::PathBuf;
 
-/// Arguments of `allot workload`.
+/// Arguments of `allot-lab workload`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// pricing, stencil, pipeline, anneal or cluster.
@@ -32,7 +32,7 @@ pub struct Args {
     build_dir: Option<PathBuf>,
 }
 
-/// Runs `allot workload`.
+/// Runs `allot-lab workload`.
 pub fn run(a: Args) -> i32 {
     if !allot_workloads::valid_scale(a.scale) {
         eprintln!(
@@ -52,18 +52,18 @@ pub fn run(a: Args) -> i32 {
     };
     let cache = match crate::bench::workload_cache(a.build_dir) {
         Ok(d) => d,
-        Err(e) => return super::fail(anyhow::anyhow!("{e}")),
+        Err(e) => return fail(anyhow::anyhow!("{e}")),
     };
     match variant {
         Variant::Allot => {
             let kernels = match KernelLib::load(&cache) {
                 Ok(k) => k,
-                Err(e) => return super::fail(anyhow::anyhow!("{e}")),
+                Err(e) => return fail(anyhow::anyhow!("{e}")),
             };
             let cell = allot_client::Cell::auto(&format!("{}", a.kernel));
             let pool = match allot_runtime::Pool::builder().cell(cell).build() {
                 Ok(p) => p,
-                Err(e) => return super::fail(anyhow::anyhow!("cannot start allot's runtime: {e}")),
+                Err(e) => return fail(anyhow::anyhow!("cannot start allot's runtime: {e}")),
             };
             let o = allot_workloads::run_allot(&kernels, a.kernel, a.scale, &pool);
             println!("{}", o.line(a.kernel, Variant::Allot));
@@ -72,14 +72,20 @@ pub fn run(a: Args) -> i32 {
         Variant::Omp => {
             let bin = match allot_workloads::install_omp_binary(&cache) {
                 Ok(b) => b,
-                Err(e) => return super::fail(anyhow::anyhow!("{e}")),
+                Err(e) => return fail(anyhow::anyhow!("{e}")),
             };
             use std::os::unix::process::CommandExt;
             let err = std::process::Command::new(bin)
                 .arg(a.kernel.to_string())
                 .arg(format!("{}", a.scale))
                 .exec();
-            super::fail(anyhow::anyhow!("cannot run the OpenMP workload: {err}"))
+            fail(anyhow::anyhow!("cannot run the OpenMP workload: {err}"))
         }
     }
+}
+
+/// Prints `err` with its causes as `allot-lab: …` and returns exit code 1.
+fn fail(err: anyhow::Error) -> i32 {
+    eprintln!("allot-lab: {err:#}");
+    1
 }

@@ -222,8 +222,7 @@ fn mix_cmd(a: MixArgs) -> Result<i32, String> {
         policy: a.policy,
         out,
     };
-    let allot =
-        std::env::current_exe().map_err(|e| format!("cannot find the allot binary: {e}"))?;
+    let allot = crate::product()?;
     let cache = workload_cache(a.build_dir)?;
     let omp = allot_workloads::install_omp_binary(&cache)
         .map_err(|e| format!("cannot build the OpenMP workloads: {e}"))?;
