@@ -13,9 +13,9 @@
 //! fifth of a second; a queued registration (`wait=True`) and a `require`
 //! block waiting for its resources are not interruptible.
 
-use allot_client::require::{self, Request, Runtime, Scope, policy};
 use allot_client::{CellSpec, Goal, Mode, Options, Term, TimeContract, TimeTerms};
 use allot_proto::window::{Phase, monotonic_ns};
+use allot_require::{self as require, Blocks, Request, Scope, policy};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use std::path::PathBuf;
@@ -589,7 +589,7 @@ impl Require {
         }
         let reqs = self.requests.clone();
         let held = py
-            .allow_threads(|| Runtime::global().enter(reqs).map(Held))
+            .allow_threads(|| Blocks::global().enter(reqs).map(Held))
             .map_err(|e: require::RequireError| PyRuntimeError::new_err(e.to_string()))?;
         let scope = held.0;
         let o = scope.outcome();

@@ -4,7 +4,7 @@
 
 mod common;
 
-use allot_client::require::{Request, Runtime};
+use allot_require::{Blocks, Request};
 use common::*;
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
@@ -22,7 +22,7 @@ fn child_role() {
     let mine = rustix::thread::sched_getaffinity(None).unwrap();
     let cpu = (0..1024).find(|&c| mine.is_set(c)).unwrap();
     let m = allot_topo::discover_live().unwrap();
-    let rt = Runtime::with_broker(m, false, Some(socket.as_ref())).into_static();
+    let rt = Blocks::with_broker(m, false, Some(socket.as_ref())).into_static();
     assert!(rt.coordinated(), "no broker at {socket}");
     let _s = rt.enter(vec![Request::device("cpu", cpu, 1.0)]).unwrap();
     println!("held {cpu}");
@@ -70,7 +70,7 @@ fn a_cpu_held_outside_every_cell_leaves_the_cells_cpuset() {
     wait_for(&d, "spin", "0-1");
     // This test process runs outside every cell.
     let m = allot_topo::discover_live().unwrap();
-    let rt = Runtime::with_broker(m, false, Some(&d.socket)).into_static();
+    let rt = Blocks::with_broker(m, false, Some(&d.socket)).into_static();
     assert!(rt.coordinated());
     let s = rt.enter(vec![Request::device("cpu", 1, 1.0)]).unwrap();
     wait_for(&d, "spin", "0");
@@ -139,7 +139,7 @@ fn io_child_role() {
     };
     let socket = std::env::var("ALLOT_SOCKET").unwrap();
     let m = allot_topo::discover_live().unwrap();
-    let rt = Runtime::with_broker(m, false, Some(socket.as_ref())).into_static();
+    let rt = Blocks::with_broker(m, false, Some(socket.as_ref())).into_static();
     assert!(rt.coordinated(), "no broker at {socket}");
     match rt.enter(vec![Request::device("io", &dev, 700.0)]) {
         Ok(_s) => {

@@ -6,7 +6,7 @@
 
 mod common;
 
-use allot_client::require::{Request, Runtime};
+use allot_require::{Blocks, Request};
 use common::*;
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
@@ -40,7 +40,7 @@ fn minimum_child_role() {
     println!("confined {}", allowed(me));
     let socket = std::env::var("ALLOT_SOCKET").unwrap();
     let m = allot_topo::discover(std::path::Path::new("/sys"), "m", None).unwrap();
-    let rt = Runtime::with_broker(m, false, Some(socket.as_ref())).into_static();
+    let rt = Blocks::with_broker(m, false, Some(socket.as_ref())).into_static();
     assert!(rt.coordinated());
     let _s = rt
         .enter(vec![Request::device("cpu", take.as_str(), 1.0)])

@@ -2,7 +2,7 @@
 
 mod common;
 
-use allot_client::require::{Request, Runtime, policy};
+use allot_require::{Blocks, Request, policy};
 use common::*;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -23,7 +23,7 @@ fn child_role() {
     let hold: u64 = hold.parse().unwrap();
     let socket = std::env::var("ALLOT_SOCKET").unwrap();
     let m = allot_topo::discover_live().unwrap();
-    let rt = Runtime::with_broker(m, false, Some(socket.as_ref())).into_static();
+    let rt = Blocks::with_broker(m, false, Some(socket.as_ref())).into_static();
     assert!(rt.coordinated(), "no broker at {socket}");
     let s = rt.enter(vec![Request::device("cpu", 0, 1.0)]).unwrap();
     println!("entered {}", mono());
@@ -77,7 +77,7 @@ fn stamps(p: &mut Proc) -> (f64, f64) {
 fn a_policy_enters_in_a_process_coordinated_by_the_broker() {
     let d = Daemon::start("dry-run", &[]);
     let m = allot_topo::discover_live().unwrap();
-    let rt = Runtime::with_broker(m, false, Some(&d.socket)).into_static();
+    let rt = Blocks::with_broker(m, false, Some(&d.socket)).into_static();
     assert!(rt.coordinated());
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {

@@ -17,7 +17,6 @@ mod cell;
 mod conn;
 pub mod inherited;
 mod keeper;
-pub mod require;
 
 pub use allot_channel as channel;
 pub use allot_proto::{FLAG_STACKED, Grant, GrantPage, PageMap, Reports};

@@ -12,12 +12,12 @@
 //! and nothing under loom (the models check the wake-up protocol alone).
 
 #[cfg(not(loom))]
-use allot_client::require::Runtime;
+use allot_require::Blocks;
 
 /// Held while the calling thread is blocked.
 pub(crate) struct Blocked {
     #[cfg(not(loom))]
-    rt: Option<&'static Runtime>,
+    rt: Option<&'static Blocks>,
 }
 
 impl Blocked {
@@ -25,7 +25,7 @@ impl Blocked {
     pub(crate) fn begin() -> Blocked {
         #[cfg(not(loom))]
         {
-            let rt = Runtime::global_if_started();
+            let rt = Blocks::global_if_started();
             if let Some(rt) = rt {
                 rt.block_current();
             }

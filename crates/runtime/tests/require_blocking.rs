@@ -1,7 +1,7 @@
 //! A thread blocked in the runtime gives its `require` allocation back and
 //! retakes it before it continues (Poli-C's rule for blocked threads).
 
-use allot_client::require::{Request, Runtime};
+use allot_require::{Blocks, Request};
 use allot_runtime::Event;
 use std::sync::Arc;
 use std::sync::mpsc;
@@ -21,7 +21,7 @@ fn within(f: impl FnOnce() + Send + 'static) -> bool {
 
 #[test]
 fn a_thread_waiting_on_an_event_lends_its_cpu_and_retakes_it() {
-    let rt = Runtime::global();
+    let rt = Blocks::global();
     let cpu0 = || vec![Request::device("cpu", 0, 1.0)];
     let event = Arc::new(Event::new());
     let (held_tx, held_rx) = mpsc::channel();
@@ -32,7 +32,7 @@ fn a_thread_waiting_on_an_event_lends_its_cpu_and_retakes_it() {
             held_tx.send(()).unwrap();
             event.wait(); // blocks: gives CPU 0 back meanwhile
             // Retaken before it continues.
-            let tid = allot_client::require::runtime::current_tid();
+            let tid = allot_require::blocks::current_tid();
             rt.holding(tid, "cpu", 0)
         })
     };
@@ -48,7 +48,7 @@ fn a_thread_waiting_on_an_event_lends_its_cpu_and_retakes_it() {
 
 #[test]
 fn a_worker_parked_inside_a_scope_lends_its_cpu() {
-    let rt = Runtime::global();
+    let rt = Blocks::global();
     let pool = allot_runtime::Pool::new();
     let (held_tx, held_rx) = mpsc::channel();
     let gate = Arc::new(Event::new());

@@ -305,7 +305,7 @@ typedef struct {
  * operations `*ops` (copied): requests (allot_kind_dev, allot_kind) and
  * policies use it exactly like the built-in kinds; its devices are this
  * process's, never shared through a broker (allot_kind_define's virtual
- * kinds are). Rust: Runtime::register_kind.
+ * kinds are). Rust: Blocks::register_kind.
  *
  * Contexts: any thread, outside policy functions. Does not block.
  * Errors: ALLOT_ERR_INVALID (name or devs or ops NULL; n 0 or above 65536;

@@ -4,7 +4,7 @@
 //! `require` block share it and make its spawn-timed requests, and threads
 //! that block give their allocation back (Poli-C §2.3, §2.7, §5.3).
 //!
-//! Each hook costs one atomic load ([`Runtime::global_if_started`]) in a
+//! Each hook costs one atomic load ([`Blocks::global_if_started`]) in a
 //! process that never entered a block, and does nothing while the calling
 //! thread is inside liballot's require code ([`busy`]): the runtime may
 //! create its ledger watcher thread, or wait, while it holds its lock. The
@@ -13,8 +13,8 @@
 //! report to, and thread creation must go on.
 
 use super::site::{Busy, busy};
-use allot_client::require::Runtime;
-use allot_client::require::runtime::{ChildGuard, SpawnCtx};
+use allot_require::Blocks;
+use allot_require::blocks::{ChildGuard, SpawnCtx};
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -22,11 +22,11 @@ use std::ptr;
 use std::sync::OnceLock;
 
 /// The runtime, if one was started and this thread is not inside liballot.
-fn runtime() -> Option<&'static Runtime> {
+fn runtime() -> Option<&'static Blocks> {
     if busy() {
         return None;
     }
-    Runtime::global_if_started()
+    Blocks::global_if_started()
 }
 
 /// Runs `f` as a hook: inside liballot, panics caught (`or` on a panic).
@@ -109,7 +109,7 @@ pub unsafe extern "C" fn allot_rq_spawn_cancel(ctx: *mut c_void) {
     }
     // SAFETY: the function's contract: a box made by spawn_prepare.
     let ctx = unsafe { Box::from_raw(ctx as *mut SpawnCtx) };
-    if let Some(rt) = Runtime::global_if_started() {
+    if let Some(rt) = Blocks::global_if_started() {
         hook((), || rt.spawn_cancel(*ctx));
     }
 }
@@ -126,7 +126,7 @@ pub unsafe extern "C" fn allot_rq_child_start(ctx: *mut c_void) -> *mut c_void {
     }
     // SAFETY: the function's contract: a box made by spawn_prepare.
     let ctx = unsafe { Box::from_raw(ctx as *mut SpawnCtx) };
-    let Some(rt) = Runtime::global_if_started() else {
+    let Some(rt) = Blocks::global_if_started() else {
         return ptr::null_mut();
     };
     hook(ptr::null_mut(), || {
@@ -180,7 +180,7 @@ pub extern "C" fn allot_rq_unblock() {
 /// anything costlier (a `fcntl` to see whether a read can block at all).
 #[unsafe(no_mangle)]
 pub extern "C" fn allot_rq_holds() -> c_int {
-    c_int::from(allot_client::require::runtime::may_hold_current() && !busy())
+    c_int::from(allot_require::blocks::may_hold_current() && !busy())
 }
 
 /// `int allot_rq_try_block(void)`: like `allot_rq_block` but never waits

@@ -1,7 +1,7 @@
 //! `allot_kind_register`: a resource kind of the C program's own, with
 //! operations liballot calls (Poli-C's `register_resource`), used by
 //! policies and per-device requests exactly like the built-in kinds
-//! (`allot_client::require::Runtime::register_kind`).
+//! (`allot_require::Blocks::register_kind`).
 //!
 //! The operations are C function pointers and an argument, copied at
 //! registration and called for as long as the process lives: `probe` when
@@ -13,8 +13,8 @@
 
 use super::site::Busy;
 use super::status::{Error, entry};
-use allot_client::require::kind::{Device, Kind, KindOps};
-use allot_client::require::{RequireError, Runtime};
+use allot_require::kind::{Device, Kind, KindOps};
+use allot_require::{Blocks, RequireError};
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::Arc;
 
@@ -159,7 +159,7 @@ pub unsafe extern "C" fn allot_kind_register(
         }
         let mut kind = Kind::with_ops(name, devices, Arc::new(COps(ops)));
         kind.measured = ops.probe.is_some();
-        let rt = Runtime::global();
+        let rt = Blocks::global();
         let _busy = Busy::new();
         rt.register_kind(kind).map_err(|e| match e {
             RequireError::KindExists(_) => {

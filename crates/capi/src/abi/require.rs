@@ -1,5 +1,5 @@
 //! `allot_require_*`: Poli-C's `require` blocks for C and C++, over the
-//! process's [`Runtime::global`].
+//! process's [`Blocks::global`].
 //!
 //! # A block's life
 //!
@@ -24,7 +24,7 @@
 //!
 //! Each call site has a static `allot_site_t` ([`CSite`]) whose `cache`
 //! word liballot fills (compare-and-swap, once) with a [`SiteCache`]: the
-//! requests of the last entry, as values, and what [`Runtime::prepare`]
+//! requests of the last entry, as values, and what [`Blocks::prepare`]
 //! made of them (kinds and devices looked up, policies built). An entry
 //! whose requests equal the cached ones (strings compared by content) reuses
 //! them: no lookup, no allocation. Another set of values replaces them. Site
@@ -43,8 +43,8 @@ use super::request::{CReq, REQ_BIND, to_request};
 use super::site::{At, Busy, COutcome, CSite, fatal};
 use super::status::{Error, Result, Status, entry};
 use super::view;
-use allot_client::require::runtime::current_tid;
-use allot_client::require::{Prepared, RequireError, Runtime, Scope};
+use allot_require::blocks::current_tid;
+use allot_require::{Blocks, Prepared, RequireError, Scope};
 use std::cell::Cell;
 use std::ffi::{CStr, c_char, c_int, c_uint};
 use std::mem::{align_of, size_of};
@@ -244,7 +244,7 @@ fn from_require(e: RequireError, at: At) -> Error {
 /// # Safety
 /// `reqs`' strings are NULL or NUL-terminated; `site` is NULL or a live
 /// `allot_site_t`.
-unsafe fn prepared(rt: &Runtime, site: *mut CSite, reqs: &[CReq]) -> Result<Arc<Cached>> {
+unsafe fn prepared(rt: &Blocks, site: *mut CSite, reqs: &[CReq]) -> Result<Arc<Cached>> {
     let at = At(site);
     let cache = if site.is_null() {
         None
@@ -368,7 +368,7 @@ unsafe fn enter(scope: *mut CScope, site: *mut CSite, reqs: *const CReq, n: usiz
             )));
         }
     }
-    let rt = Runtime::global();
+    let rt = Blocks::global();
     let _busy = Busy::new();
     let _site = view::entering(site);
     // SAFETY: the contract (strings, site).
@@ -480,7 +480,7 @@ pub unsafe extern "C" fn allot_kind_define(name: *const c_char, count: usize, ma
                 "a device maximum of {max} for kind {name:?}; give a positive number"
             )));
         }
-        let rt = Runtime::global();
+        let rt = Blocks::global();
         let _busy = Busy::new();
         let existed = rt.kinds().iter().any(|k| k == name);
         rt.register_virtual(name, count, max).map_err(|e| {

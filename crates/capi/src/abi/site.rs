@@ -5,7 +5,7 @@
 //! inside liballot's require code ([`Busy`]), during which the preload
 //! shim's thread hooks do nothing (see `require`, "Re-entry").
 
-use allot_client::require::policy::Outcome;
+use allot_require::policy::Outcome;
 use std::cell::Cell;
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::fmt;

@@ -16,8 +16,8 @@
 //! trampoline: an exception or panic unwinding out of it aborts the process.
 
 use super::site::{At, COutcome, CSite, fatal};
-use allot_client::require::Ownership;
-use allot_client::require::policy::{DevView, Policy, View};
+use allot_require::Ownership;
+use allot_require::policy::{DevView, Policy, View};
 use std::cell::Cell;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::fmt;

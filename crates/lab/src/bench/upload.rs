@@ -17,7 +17,7 @@
 //! and worst upload latency and the throughput, per number of clients,
 //! medians of `--repeats` runs.
 
-use allot_client::require::{Request, Runtime};
+use allot_require::{Blocks, Request};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -182,7 +182,7 @@ fn upload(dev: &str, i: u64, mib: u64) -> std::io::Result<()> {
 
 /// `n` uploads at once; each one's latency, and the time for all.
 fn round(
-    rt: &'static Runtime,
+    rt: &'static Blocks,
     dev: &str,
     mm: &str,
     n: usize,
@@ -252,8 +252,8 @@ pub fn run(a: UploadArgs) -> anyhow::Result<()> {
         // environment (the require runtime reads it when first used).
         unsafe { std::env::set_var(allot_proto::env::IO_CGROUP, g) };
     }
-    let rt = Runtime::global();
-    let sched = allot_client::require::io::scheduler(&mm).unwrap_or_else(|| "?".into());
+    let rt = Blocks::global();
+    let sched = allot_require::io::scheduler(&mm).unwrap_or_else(|| "?".into());
     eprintln!(
         "device {} ({mm}), scheduler {sched}, {}",
         dev.dev,

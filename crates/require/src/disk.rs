@@ -1,5 +1,5 @@
 //! `DiskRate`: a kind of the program's own, written with
-//! [`Runtime::register_kind`](super::Runtime::register_kind) the way a
+//! [`Blocks::register_kind`](super::Blocks::register_kind) the way a
 //! program would write one, on a real OS counter.
 //!
 //! Its devices are the machine's block devices (disks and attached loop
@@ -53,7 +53,7 @@ impl KindOps for DiskRateOps {
     }
 }
 
-/// The `DiskRate` kind of this machine, for `Runtime::register_kind`.
+/// The `DiskRate` kind of this machine, for `Blocks::register_kind`.
 pub fn disk_rate() -> Kind {
     let devices: Vec<Device> = block_devices()
         .into_iter()

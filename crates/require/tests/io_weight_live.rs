@@ -9,7 +9,7 @@
 //! One test in its own binary: it sets `ALLOT_IO_CGROUP` before building
 //! its runtime, which reads it once.
 
-use allot_client::require::{Request, RequireError, Runtime};
+use allot_require::{Blocks, Request, RequireError};
 use allot_testkit::loopdev::{LoopDevice, losetup_available};
 use std::os::unix::fs::FileExt;
 use std::os::unix::fs::OpenOptionsExt;
@@ -54,7 +54,7 @@ fn evict(from: &Path) {
 /// Bytes per second a thread read from `dev` with O_DIRECT over `span`,
 /// starting at `offset`, inside a block holding weight `w` on it.
 fn reader(
-    rt: &'static Runtime,
+    rt: &'static Blocks,
     majmin: String,
     dev: String,
     w: f64,
@@ -132,7 +132,7 @@ fn threads_read_a_bfq_device_in_proportion_to_their_weights() {
     // A scheduler that ignores weights: the request is refused, saying
     // what to change.
     lo.set_scheduler("mq-deadline").unwrap();
-    let rt: &'static Runtime = Runtime::new(machine, true).into_static();
+    let rt: &'static Blocks = Blocks::new(machine, true).into_static();
     match rt.enter(vec![Request::device("io", &mm, 500.0)]) {
         Err(RequireError::Unenforceable { why, .. }) => {
             assert!(

@@ -8,7 +8,7 @@
 //! denied. Leaving the scope (dropping the guard) gives everything back.
 //!
 //! ```
-//! use allot_client::require::{self, Request, policy};
+//! use allot_require::{self as require, Request, policy};
 //!
 //! // A policy: one whole CPU, exclusive; the block learns which one.
 //! let n = require::require(vec![Request::policy(policy::cores(1))], |s| {
@@ -19,7 +19,7 @@
 //! assert_eq!(n, 1);
 //!
 //! // Per device: half of the first CPU (`"cpu"` device 0).
-//! let rt = require::Runtime::global();
+//! let rt = require::Blocks::global();
 //! let scope = rt.enter(vec![Request::device("cpu", 0, 0.5)]).unwrap();
 //! drop(scope); // released here
 //! ```
@@ -28,19 +28,23 @@
 //!
 //! - [`tree`]: allocation trees (who holds how much of each device inside
 //!   the process), pure data;
-//! - [`runtime`]: scopes, waiting, spawning, blocking, and the OS effects
+//! - [`blocks`]: scopes, waiting, spawning, blocking, and the OS effects
 //!   of each thread's allocation;
 //! - [`policy`]: the policy view and the shipped policies, including
 //!   declarative constraints;
 //! - [`kind`]: resource kinds and their OS operations;
 //! - [`io`]: the `io` kind: blkio weights per thread, or I/O priorities;
 //! - [`disk`]: `DiskRate`, a kind of the program's own on a real counter
-//!   (`Runtime::register_kind`), and a policy choosing the least busy disk;
+//!   (`Blocks::register_kind`), and a policy choosing the least busy disk;
 //! - [`throttle`]: fractional CPU limits (cgroup quota or monitor thread);
 //! - [`ledger`]: coordination with other processes through the broker.
 //!
-//! `docs/require.md` is the user guide, for Rust and C.
+//! `docs/require.md` is the user guide, for Rust and C. The crate stands
+//! alone: it needs neither the broker client (`allot-client`) nor allot's
+//! work-stealing runtime (`allot-runtime`, which gives a worker's
+//! allocation back while it parks, through [`Blocks::block_current`]).
 
+pub mod blocks;
 pub mod builtin;
 pub mod disk;
 pub mod io;
@@ -48,20 +52,19 @@ pub mod kind;
 pub mod ledger;
 pub mod net;
 pub mod policy;
-pub mod runtime;
 pub mod throttle;
 pub mod tree;
 
-pub use policy::{Constraint, Domain, Outcome, Policy, View};
-pub use runtime::{
-    Amount, Prepared, Request, RequireError, Runtime, Scope, Timing, What, blocking, spawn,
+pub use blocks::{
+    Amount, Blocks, Prepared, Request, RequireError, Scope, Timing, What, blocking, spawn,
 };
+pub use policy::{Constraint, Domain, Outcome, Policy, View};
 pub use tree::Ownership;
 
-/// Runs `f` inside a scope of the process's runtime ([`Runtime::global`])
+/// Runs `f` inside a scope of the process's runtime ([`Blocks::global`])
 /// holding `reqs`, waiting until they can be met; the scope is left when
 /// `f` returns or unwinds.
 pub fn require<R>(reqs: Vec<Request>, f: impl FnOnce(&Scope<'_>) -> R) -> Result<R, RequireError> {
-    let scope = Runtime::global().enter(reqs)?;
+    let scope = Blocks::global().enter(reqs)?;
     Ok(f(&scope))
 }

@@ -1,4 +1,4 @@
-//! `DiskRate` (a kind written with `Runtime::register_kind` on the
+//! `DiskRate` (a kind written with `Blocks::register_kind` on the
 //! kernel's per-device byte counters) on real block devices: two loop devices this
 //! test attaches to files it makes, one written by a thread of its own.
 //! Policies see the written device's rate in bytes per second and the
@@ -7,9 +7,9 @@
 //! note, without root or `losetup`; fails
 //! there instead under `ALLOT_STRICT_TESTS=1`.
 
-use allot_client::require::disk::{self, NAME};
-use allot_client::require::policy::{self, View};
-use allot_client::require::{Request, Runtime};
+use allot_require::disk::{self, NAME};
+use allot_require::policy::{self, View};
+use allot_require::{Blocks, Request};
 use allot_testkit::loopdev::{LoopDevice, losetup_available};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,7 +32,7 @@ fn policies_see_which_disk_is_busy_and_pick_the_idle_one() {
     let devs: Vec<String> = loops.iter().map(|l| l.path().to_string()).collect();
     let ids: Vec<String> = loops.iter().map(LoopDevice::majmin).collect();
 
-    let rt = Runtime::new(allot_topo::discover_live().unwrap(), true).into_static();
+    let rt = Blocks::new(allot_topo::discover_live().unwrap(), true).into_static();
     rt.register_kind(disk::disk_rate()).unwrap();
 
     // A writer on the first device, O_DIRECT so the bytes reach it.

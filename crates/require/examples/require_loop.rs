@@ -1,7 +1,7 @@
 //! Enters and leaves a prepared require scope in a loop (for profiling).
 fn main() {
-    use allot_client::require::{Request, Runtime};
-    let rt = Runtime::new(allot_topo::discover_live().unwrap(), false).into_static();
+    use allot_require::{Blocks, Request};
+    let rt = Blocks::new(allot_topo::discover_live().unwrap(), false).into_static();
     let p = rt.prepare(vec![Request::device("cpu", 0, 0.5)]).unwrap();
     let n: u64 = std::env::args()
         .nth(1)

@@ -54,7 +54,7 @@ impl KindOps for NetRateOps {
     }
 }
 
-/// The `NetRate` kind of this machine, for `Runtime::register_kind`.
+/// The `NetRate` kind of this machine, for `Blocks::register_kind`.
 pub fn net_rate() -> Kind {
     let interfaces = interfaces();
     let devices: Vec<Device> = interfaces

@@ -1,9 +1,9 @@
 //! `require` scopes with real threads on this machine, and policies on the
 //! fixture machines (simulated threads, no OS effects).
 
-use allot_client::require::Ownership;
-use allot_client::require::policy::{self, Constraint, Domain};
-use allot_client::require::{Request, RequireError, Runtime, Timing};
+use allot_require::Ownership;
+use allot_require::policy::{self, Constraint, Domain};
+use allot_require::{Blocks, Request, RequireError, Timing};
 use std::panic::Location;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,8 +11,8 @@ use std::time::Duration;
 
 /// A runtime on this machine that applies allocations to the OS, kept for
 /// the life of the test process (its threads outlive the test's frame).
-fn live_runtime() -> &'static Runtime {
-    Runtime::new(allot_topo::discover_live().unwrap(), true).into_static()
+fn live_runtime() -> &'static Blocks {
+    Blocks::new(allot_topo::discover_live().unwrap(), true).into_static()
 }
 
 fn affinity() -> Vec<usize> {
@@ -74,13 +74,13 @@ fn figure_1_threads_never_exceed_the_granted_cores() {
     );
 }
 
-fn rt_index(rt: &Runtime, cpu: usize) -> usize {
+fn rt_index(rt: &Blocks, cpu: usize) -> usize {
     rt.machine().usable().iter().position(|c| c == cpu).unwrap()
 }
 
 #[test]
 fn errors_name_the_site() {
-    let rt = Runtime::new(allot_topo::discover_live().unwrap(), false);
+    let rt = Blocks::new(allot_topo::discover_live().unwrap(), false);
     let e = rt.enter(vec![Request::device("gpu", 0, 1.0)]).unwrap_err();
     assert!(matches!(e, RequireError::UnknownKind { .. }));
     assert!(
@@ -108,8 +108,8 @@ fn errors_name_the_site() {
 
 #[test]
 fn shares_and_nesting() {
-    let rt = Runtime::new(allot_topo::discover_live().unwrap(), false);
-    let tid = allot_client::require::runtime::current_tid();
+    let rt = Blocks::new(allot_topo::discover_live().unwrap(), false);
+    let tid = allot_require::blocks::current_tid();
     let outer = rt.enter(vec![Request::device("cpu", 0, 0.8)]).unwrap();
     let inner = rt
         .enter(vec![Request::device_share("cpu", 0, 0.5)])
@@ -160,7 +160,7 @@ fn for_child_requests_are_made_by_each_child() {
 #[test]
 fn join_policies_keep_strong_and_weak_apart() {
     let m = allot_topo::fixture("opteron6276-4s").unwrap();
-    let rt = Runtime::new(m, false);
+    let rt = Blocks::new(m, false);
     rt.register_virtual("StrongCore", 64, 2.0).unwrap();
     rt.register_virtual("WeakCore", 64, 2.0).unwrap();
     let site = Location::caller();
@@ -221,7 +221,7 @@ fn qr_outer_workers_get_a_node_apiece() {
     for name in allot_topo::FIXTURES {
         let m = allot_topo::fixture(name).unwrap();
         let nodes: Vec<_> = m.nodes().iter().filter(|n| !n.cpus.is_empty()).collect();
-        let rt = Runtime::new(m.clone(), false);
+        let rt = Blocks::new(m.clone(), false);
         let site = Location::caller();
         let scopes: Vec<_> = (0..nodes.len() as u64)
             .map(|w| {
@@ -263,7 +263,7 @@ fn qr_outer_workers_get_a_node_apiece() {
 #[test]
 fn declarative_constraints_stay_in_one_domain() {
     let m = allot_topo::fixture("xeonphi7250").unwrap();
-    let rt = Runtime::new(m.clone(), false);
+    let rt = Blocks::new(m.clone(), false);
     let site = Location::caller();
     let c = Constraint {
         min: 4,
@@ -288,7 +288,7 @@ fn declarative_constraints_stay_in_one_domain() {
         .collect();
     assert_eq!(llcs.len(), 1, "{}", s.outcome().cpus);
     let x = allot_topo::fixture("xeon-x5550-2s").unwrap();
-    let rt = Runtime::new(x.clone(), false);
+    let rt = Blocks::new(x.clone(), false);
     let n = Constraint {
         min: 2,
         max: 16,
@@ -381,7 +381,7 @@ fn figure_6c_after_spawn_and_for_child_give_each_thread_its_cpu() {
 
 #[test]
 fn records_of_ended_threads_are_dropped() {
-    let rt = Runtime::new(allot_topo::Machine::uniform(2), false).into_static();
+    let rt = Blocks::new(allot_topo::Machine::uniform(2), false).into_static();
     let threads: Vec<_> = (0..50)
         .map(|_| {
             std::thread::spawn(move || {
@@ -413,7 +413,7 @@ fn records_of_ended_threads_are_dropped() {
 /// entry, once per real wake-up), not continuously.
 #[test]
 fn waiters_holding_nothing_do_not_wake_each_other() {
-    let rt = Runtime::new(allot_topo::Machine::uniform(2), false).into_static();
+    let rt = Blocks::new(allot_topo::Machine::uniform(2), false).into_static();
     let holder = rt
         .enter(vec![Request::policy(policy::min_cores(1))])
         .unwrap();

@@ -5,7 +5,7 @@
 //! a note, where there is no v1 `cpu` controller or no permission; fails
 //! there instead where every test must run (`ALLOT_STRICT_TESTS=1`).
 
-use allot_client::require::throttle::Quota;
+use allot_require::throttle::Quota;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -182,8 +182,8 @@ fn a_fractional_require_uses_the_configured_quota() {
     const CHILD: &str = "ALLOT_TEST_THROTTLE_CHILD";
     if std::env::var_os(CHILD).is_some() {
         // In the child process: the runtime reads ALLOT_THROTTLE_CGROUP.
-        use allot_client::require::{Request, Runtime};
-        let rt = Runtime::new(allot_topo::discover_live().unwrap(), true).into_static();
+        use allot_require::{Blocks, Request};
+        let rt = Blocks::new(allot_topo::discover_live().unwrap(), true).into_static();
         let tid = rustix::thread::gettid().as_raw_nonzero().get();
         let outside = my_cpu_cgroup();
         {

@@ -1,13 +1,13 @@
-//! Kinds of the program's own (`Runtime::register_kind`, Poli-C's
+//! Kinds of the program's own (`Blocks::register_kind`, Poli-C's
 //! `register_resource`): registration errors, rates from the kind's probe
 //! in policy views, exclusive per-device requests, and the kind's
 //! `restrict` called with each thread's holdings. The operations here are
 //! a counter the test drives; `disk_live.rs` runs `DiskRate` on a real
 //! device.
 
-use allot_client::require::kind::{Device, Kind, KindOps};
-use allot_client::require::policy::{self, View};
-use allot_client::require::{Request, RequireError, Runtime};
+use allot_require::kind::{Device, Kind, KindOps};
+use allot_require::policy::{self, View};
+use allot_require::{Blocks, Request, RequireError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -42,9 +42,9 @@ fn devs() -> Vec<Device> {
         .collect()
 }
 
-fn runtime() -> &'static Runtime {
+fn runtime() -> &'static Blocks {
     let m = allot_topo::discover_live().unwrap();
-    Runtime::new(m, true).into_static()
+    Blocks::new(m, true).into_static()
 }
 
 #[test]
@@ -124,7 +124,7 @@ fn policies_see_the_rate_the_probe_measures_and_requests_use_the_devices() {
     // Another thread cannot take it while it is held, and can after.
     let try_take = move || {
         std::thread::spawn(move || {
-            let tid = allot_client::require::runtime::current_tid();
+            let tid = allot_require::blocks::current_tid();
             let req = vec![Request::device("Link", "a", 1.0)];
             let got = rt
                 .enter_as(tid, req, false, std::panic::Location::caller())

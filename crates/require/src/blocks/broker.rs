@@ -4,7 +4,7 @@
 
 use super::*;
 
-impl Runtime {
+impl Blocks {
     /// Asks the broker for what the roots lack; true if granted (the roots
     /// grew), false if it must wait. A broker that went away leaves the
     /// process standalone: every root gets its whole device. A request the
@@ -100,8 +100,8 @@ impl Runtime {
             });
     }
 
-    /// `self` as `'static`, if it was made so (see [`Runtime::into_static`]).
-    pub(super) fn as_static(&self) -> Option<&'static Runtime> {
+    /// `self` as `'static`, if it was made so (see [`Blocks::into_static`]).
+    pub(super) fn as_static(&self) -> Option<&'static Blocks> {
         self.this.get().copied()
     }
 }

@@ -7,7 +7,7 @@
 
 use super::*;
 
-impl Runtime {
+impl Blocks {
     /// Applies `tid`'s holdings to the OS when it is the calling thread and
     /// they changed.
     pub(super) fn apply(&self, st: &mut MutexGuard<'_, State>, tid: Tid) {

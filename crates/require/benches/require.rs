@@ -6,24 +6,24 @@
 //! - through the broker: the same with a ledger link, so each enter asks
 //!   the broker for the root's shortfall and each exit gives it back.
 //!
-//! Run: `cargo bench -p allot-client --bench require`. The broker rows need
+//! Run: `cargo bench -p allot-require --bench require`. The broker rows need
 //! `ALLOT_BENCH_SOCKET` pointing at a running broker, for example
 //!
 //! ```text
 //! allot daemon --socket /tmp/bench.sock --backend affinity --idle-exit 5 &
-//! ALLOT_BENCH_SOCKET=/tmp/bench.sock cargo bench -p allot-client --bench require
+//! ALLOT_BENCH_SOCKET=/tmp/bench.sock cargo bench -p allot-require --bench require
 //! ```
 
-use allot_client::require::{Request, Runtime};
+use allot_require::{Blocks, Request};
 use std::sync::OnceLock;
 
 fn main() {
     divan::main();
 }
 
-fn local() -> &'static Runtime {
-    static R: OnceLock<&'static Runtime> = OnceLock::new();
-    R.get_or_init(|| Runtime::new(allot_topo::discover_live().unwrap(), false).into_static())
+fn local() -> &'static Blocks {
+    static R: OnceLock<&'static Blocks> = OnceLock::new();
+    R.get_or_init(|| Blocks::new(allot_topo::discover_live().unwrap(), false).into_static())
 }
 
 /// Enter + leave `require(cpu(0, 0.5))`, in-process.
@@ -53,7 +53,7 @@ fn enter_leave_prepared_in_process(b: divan::Bencher) {
 #[divan::bench]
 fn enter_leave_policy_in_process(b: divan::Bencher) {
     let rt = local();
-    let reqs = vec![Request::policy(allot_client::require::policy::cores(1))];
+    let reqs = vec![Request::policy(allot_require::policy::cores(1))];
     b.bench_local(|| {
         let s = rt.enter(reqs.clone()).unwrap();
         drop(s);
@@ -66,9 +66,9 @@ fn enter_leave_through_broker(b: divan::Bencher) {
     let Ok(socket) = std::env::var("ALLOT_BENCH_SOCKET") else {
         return;
     };
-    static R: OnceLock<&'static Runtime> = OnceLock::new();
+    static R: OnceLock<&'static Blocks> = OnceLock::new();
     let rt = R.get_or_init(|| {
-        Runtime::with_broker(
+        Blocks::with_broker(
             allot_topo::discover_live().unwrap(),
             false,
             Some(socket.as_ref()),

@@ -45,7 +45,7 @@ pub struct DevView {
     /// Threads waiting for it.
     pub waiters: u32,
     /// The device's use per second, from its kind's probe (a kind
-    /// registered with [`Runtime::register_kind`](super::Runtime::register_kind)
+    /// registered with [`Blocks::register_kind`](super::Blocks::register_kind)
     /// whose operations measure it), `None` when not measured or before
     /// the second look.
     pub rate: Option<f64>,

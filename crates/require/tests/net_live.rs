@@ -1,12 +1,12 @@
-//! `NetRate` (a kind written with `Runtime::register_kind` on the kernel's
+//! `NetRate` (a kind written with `Blocks::register_kind` on the kernel's
 //! per-interface byte counters) on this machine's interfaces: while this
 //! test streams data through the loopback interface, policies see `lo`'s
 //! rate in bytes per second far above another interface's, and
 //! `least_busy` picks the other one.
 
-use allot_client::require::net::{self, NAME};
-use allot_client::require::policy::{self, View};
-use allot_client::require::{Request, Runtime};
+use allot_require::net::{self, NAME};
+use allot_require::policy::{self, View};
+use allot_require::{Blocks, Request};
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -20,7 +20,7 @@ fn policies_see_which_interface_is_busy_and_pick_the_idle_one() {
         return;
     }
     let other = other.unwrap();
-    let rt = Runtime::new(allot_topo::discover_live().unwrap(), false).into_static();
+    let rt = Blocks::new(allot_topo::discover_live().unwrap(), false).into_static();
     rt.register_kind(net::net_rate()).unwrap();
 
     // Stream through loopback until told to stop.

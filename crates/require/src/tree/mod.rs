@@ -2,7 +2,7 @@
 //! one process.
 //!
 //! A pure data structure: threads are plain ids, nothing blocks, nothing
-//! touches the OS. The runtime (`runtime/`) drives it under the
+//! touches the OS. The runtime (`blocks/`) drives it under the
 //! process-wide lock, sleeps threads when it says "wait", and applies the
 //! OS effects it reports.
 //!

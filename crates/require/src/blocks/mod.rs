@@ -1,5 +1,7 @@
-//! The require runtime of a process: scopes, waiting, spawning, blocking,
-//! and the OS effects of each thread's allocation.
+//! A process's require blocks ([`Blocks`]): scopes, waiting, spawning,
+//! blocking, and the OS effects of each thread's allocation. ("Runtime"
+//! elsewhere in allot means the work-stealing pool, `allot-runtime`, or a
+//! parallel runtime such as libgomp; this is neither.)
 //!
 //! One lock guards everything (kinds, trees, waiters), as in Poli-C; a
 //! condition variable wakes waiting threads whenever an allocation is given
@@ -19,8 +21,8 @@
 //! requests are made by each thread spawned in the scope when it starts;
 //! `ForDescendants` by every descendant. Spawn points — allot's runtime,
 //! [`spawn`], and the `pthread_create` preload shim — call
-//! [`Runtime::spawn_prepare`], [`Runtime::spawn_done`] and, in the child,
-//! [`Runtime::child_start`]. A thread and the threads it spawned that way
+//! [`Blocks::spawn_prepare`], [`Blocks::spawn_done`] and, in the child,
+//! [`Blocks::child_start`]. A thread and the threads it spawned that way
 //! form a team, placed one thread per CPU of their block (`place`); the
 //! OS effects are applied in `apply`.
 
@@ -177,24 +179,25 @@ struct Sample {
 /// Shortest time between two probes of a device that make a rate.
 const RATE_SPAN: std::time::Duration = std::time::Duration::from_millis(50);
 
-/// The require runtime of a process (or a simulated one).
+/// Every require block of a process (or of a simulated one): the kinds,
+/// the allocation trees, and the threads waiting to enter a block.
 #[derive(Debug)]
-pub struct Runtime {
+pub struct Blocks {
     state: Mutex<State>,
     cond: Condvar,
     machine: Machine,
     apply_os: bool,
     /// Set when the runtime is made `'static` (the ledger watcher needs it).
-    this: OnceLock<&'static Runtime>,
+    this: OnceLock<&'static Blocks>,
 }
 
-/// The process's runtime ([`Runtime::global`]).
-static GLOBAL: OnceLock<&'static Runtime> = OnceLock::new();
+/// The process's blocks ([`Blocks::global`]).
+static GLOBAL: OnceLock<&'static Blocks> = OnceLock::new();
 
 /// Runtimes the calling thread has a record in; when the thread ends,
 /// each forgets it (and releases whatever it still held, as a child's
 /// guard does), so records do not pile up with short-lived threads.
-struct ForgetAtExit(std::cell::RefCell<Vec<(&'static Runtime, Tid)>>);
+struct ForgetAtExit(std::cell::RefCell<Vec<(&'static Blocks, Tid)>>);
 
 impl Drop for ForgetAtExit {
     fn drop(&mut self) {
@@ -208,7 +211,7 @@ thread_local! {
     static FORGET: ForgetAtExit = const { ForgetAtExit(std::cell::RefCell::new(Vec::new())) };
 }
 
-fn forget_at_exit(rt: &'static Runtime, tid: Tid) {
+fn forget_at_exit(rt: &'static Blocks, tid: Tid) {
     let _ = FORGET.try_with(|f| {
         let mut v = f.0.borrow_mut();
         if !v.iter().any(|(r, _)| std::ptr::eq(*r, rt)) {
@@ -225,28 +228,28 @@ pub fn current_tid() -> Tid {
     TID.with(|t| *t)
 }
 
-impl Runtime {
+impl Blocks {
     /// A runtime for `machine` with the built-in kinds over `machine`'s
     /// usable CPUs, each device's whole amount in the process root.
     /// `apply_os` makes scopes change the calling thread's affinity, memory
     /// policy and I/O priority (false for simulations on fixture machines).
-    pub fn new(machine: Machine, apply_os: bool) -> Runtime {
-        Runtime::with_broker(machine, apply_os, None)
+    pub fn new(machine: Machine, apply_os: bool) -> Blocks {
+        Blocks::with_broker(machine, apply_os, None)
     }
 
-    /// Like [`Runtime::new`], coordinated with other processes through the
+    /// Like [`Blocks::new`], coordinated with other processes through the
     /// broker's ledger at `socket` when one answers there.
     pub fn with_broker(
         machine: Machine,
         apply_os: bool,
         socket: Option<&std::path::Path>,
-    ) -> Runtime {
+    ) -> Blocks {
         let kinds = builtin::builtin(&machine, machine.usable());
         let mut st = State::new(socket.and_then(Link::connect));
         for k in kinds {
             add_kind(&mut st, k);
         }
-        Runtime {
+        Blocks {
             state: Mutex::new(st),
             cond: Condvar::new(),
             machine,
@@ -258,24 +261,24 @@ impl Runtime {
     /// The process's runtime (this machine, OS effects on), created on first
     /// use and coordinated through the broker at the default socket when
     /// one answers.
-    pub fn global() -> &'static Runtime {
+    pub fn global() -> &'static Blocks {
         GLOBAL.get_or_init(|| {
             let m = allot_topo::discover_live().unwrap_or_else(|_| Machine::uniform(1));
-            Runtime::with_broker(m, true, Some(&allot_proto::default_socket_path())).into_static()
+            Blocks::with_broker(m, true, Some(&allot_proto::default_socket_path())).into_static()
         })
     }
 
     /// The process's runtime if something already created it: hooks that
     /// run on every thread creation or wait (the preload shim's) use this
     /// to cost nothing in processes that never entered a scope.
-    pub fn global_if_started() -> Option<&'static Runtime> {
+    pub fn global_if_started() -> Option<&'static Blocks> {
         GLOBAL.get().copied()
     }
 
     /// Leaks the runtime for the life of the process (what a runtime shared
     /// by threads, and one coordinated through a broker, needs).
-    pub fn into_static(self) -> &'static Runtime {
-        let r: &'static Runtime = Box::leak(Box::new(self));
+    pub fn into_static(self) -> &'static Blocks {
+        let r: &'static Blocks = Box::leak(Box::new(self));
         let _ = r.this.set(r);
         r
     }
@@ -298,7 +301,7 @@ impl Runtime {
     /// kinds). Policies and per-device requests use it exactly like those.
     /// The kind is this process's: with a broker, its devices are not
     /// shared with other processes (virtual kinds are: use
-    /// [`Runtime::register_virtual`] for counting only). Errors: a kind of
+    /// [`Blocks::register_virtual`] for counting only). Errors: a kind of
     /// that name exists ([`RequireError::KindExists`]), or the kind has no
     /// operations, no devices, or a device whose maximum is not positive
     /// and finite or whose minimum is outside 0..=max
@@ -375,7 +378,7 @@ impl Runtime {
             .map(|s| s.expect("blocking enter returns a scope"))
     }
 
-    /// Like [`Runtime::enter`] for simulated thread `tid`; with `block` false
+    /// Like [`Blocks::enter`] for simulated thread `tid`; with `block` false
     /// it returns `Ok(None)` instead of waiting.
     pub fn enter_as(
         &self,
@@ -735,7 +738,7 @@ impl Runtime {
     }
 }
 
-/// Requests resolved once against a runtime ([`Runtime::prepare`]).
+/// Requests resolved once against a runtime ([`Blocks::prepare`]).
 #[derive(Debug, Clone)]
 pub struct Prepared {
     reqs: Vec<Request>,
@@ -746,7 +749,7 @@ pub struct Prepared {
 /// An entered scope; leaving it (drop) releases what it acquired.
 #[derive(Debug)]
 pub struct Scope<'r> {
-    rt: &'r Runtime,
+    rt: &'r Blocks,
     id: u64,
     tid: Tid,
     outcome: Option<Box<Outcome>>,

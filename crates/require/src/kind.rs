@@ -3,7 +3,7 @@
 //!
 //! | kind | devices | amount | restrict (per thread) | throttle |
 //! |------|---------|--------|-----------------------|----------|
-//! | `cpu` | the CPUs this process may use | utilisation 0..1 | `sched_setaffinity` to the CPUs with a non-zero amount; a team's threads one CPU each (`runtime::place`) | fractions below 1: a per-thread cgroup quota when a cgroup is given, else the monitor thread (`throttle.rs`) |
+//! | `cpu` | the CPUs this process may use | utilisation 0..1 | `sched_setaffinity` to the CPUs with a non-zero amount; a team's threads one CPU each (`blocks::place`) | fractions below 1: a per-thread cgroup quota when a cgroup is given, else the monitor thread (`throttle.rs`) |
 //! | `memory` | NUMA nodes | bytes | `set_mempolicy(MPOL_BIND)` to the nodes with a non-zero amount | none: amounts are accounted, not enforced |
 //! | `io` | block devices (`major:minor`) | weight 1..1000 | the thread's blkio group of that weight (`ALLOT_IO_CGROUP`, cgroup v1, BFQ), else its I/O priority (`ioprio_set`); see [`super::io`] | — |
 //! | virtual | named counters | any | — | — |
@@ -14,7 +14,7 @@
 //! are built in and trusted; processes may register *virtual* kinds, which
 //! only count (the paper's StrongCore/WeakCore), through the broker so every
 //! process sees the same counters, and kinds of their own with operations
-//! ([`Kind::with_ops`], `Runtime::register_kind`; [`super::disk`] is one),
+//! ([`Kind::with_ops`], `Blocks::register_kind`; [`super::disk`] is one),
 //! whose devices are theirs alone. The built-in kinds' operations are in
 //! [`super::builtin`] and [`super::io`].
 
@@ -62,7 +62,7 @@ pub trait KindOps: Send + Sync + fmt::Debug {
         Ok(())
     }
     /// Whether the threads of a team holding several of its devices are
-    /// placed one per device (`runtime::place`; the `cpu` kind).
+    /// placed one per device (`blocks::place`; the `cpu` kind).
     fn spreads(&self) -> bool {
         false
     }
@@ -90,7 +90,7 @@ pub struct Kind {
     pub ops: Option<Arc<dyn KindOps>>,
     /// Whether policy views show each device's rate of use from
     /// [`KindOps::probe`] (kinds registered with
-    /// [`Runtime::register_kind`](super::Runtime::register_kind) that
+    /// [`Blocks::register_kind`](super::Blocks::register_kind) that
     /// measure; the built-in kinds do not, to keep policies cheap).
     pub measured: bool,
     /// Whether the devices are this process's alone (a kind registered
@@ -100,7 +100,7 @@ pub struct Kind {
 
 impl Kind {
     /// A kind of the program's own for
-    /// [`Runtime::register_kind`](super::Runtime::register_kind): named
+    /// [`Blocks::register_kind`](super::Blocks::register_kind): named
     /// `name`, with `devices` and `ops`, its devices' rates shown to
     /// policies when `ops` can probe them.
     pub fn with_ops(name: &str, devices: Vec<Device>, ops: Arc<dyn KindOps>) -> Kind {

@@ -12,7 +12,7 @@
 //! - A thread is placed only while it is in a team (it spawned, through a
 //!   spawn point, a thread that shares its allocation, or it was spawned
 //!   so) and holds two or more *whole* devices of a kind whose operations
-//!   spread ([`KindOps::spreads`](crate::require::kind::KindOps::spreads):
+//!   spread ([`KindOps::spreads`](crate::kind::KindOps::spreads):
 //!   the `cpu` kind), and nothing else of that kind is left unconstrained.
 //!   A thread alone in its block keeps every CPU of it: the threads it
 //!   starts without a spawn point inherit its mask, and must not inherit
@@ -31,7 +31,7 @@
 //! evenly (two per CPU for eight threads on four CPUs).
 
 use super::{State, ThreadRec};
-use crate::require::tree::{Dev, IntMap, KindId, Tid};
+use crate::tree::{Dev, IntMap, KindId, Tid};
 
 /// The devices a thread may be placed on, from its holdings of a kind:
 /// every device it holds whole, when it holds two or more and nothing of

@@ -30,11 +30,11 @@ pub(super) fn mark_may_hold() {
     MAY_HOLD.with(|m| m.set(true));
 }
 
-impl Runtime {
-    /// [`Runtime::block_current`] for waits the runtime's own code may be
+impl Blocks {
+    /// [`Blocks::block_current`] for waits the runtime's own code may be
     /// in (a futex wait: std's locks are futexes): never waits for the
     /// runtime's lock. Returns whether the thread is now blocked, so the
-    /// caller calls [`Runtime::unblock_current`] after its wait only then;
+    /// caller calls [`Blocks::unblock_current`] after its wait only then;
     /// false when it holds nothing or the lock is taken (perhaps by this
     /// very thread, waiting on another lock inside the runtime).
     pub fn try_block_current(&self) -> bool {
@@ -101,7 +101,7 @@ impl Runtime {
         }
     }
 
-    /// Like [`Runtime::unblock_current`] but never waits: returns false
+    /// Like [`Blocks::unblock_current`] but never waits: returns false
     /// (the thread stays blocked) if its allocations cannot be retaken now.
     /// For callers that hold a lock another thread may need before the
     /// allocations come back (a condition wait's mutex): they drop the

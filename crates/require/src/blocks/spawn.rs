@@ -5,16 +5,16 @@
 
 use super::*;
 
-impl Runtime {
+impl Blocks {
     /// Before the calling thread creates a thread: runs the pending
-    /// `BeforeSpawn` requests (see [`Runtime::spawn_done`] for which scopes)
+    /// `BeforeSpawn` requests (see [`Blocks::spawn_done`] for which scopes)
     /// and returns what the child inherits (`None` if the thread is in no
     /// scope and inherits nothing). The child is attached to the calling
     /// thread's allocations *now*: it shares what the parent used at this
     /// point, whatever the parent does before the child runs (an
     /// `AfterSpawn` request, a nested scope, leaving the scope). Hand the
-    /// context to [`Runtime::child_start`] in the child, or to
-    /// [`Runtime::spawn_cancel`] if the thread could not be created.
+    /// context to [`Blocks::child_start`] in the child, or to
+    /// [`Blocks::spawn_cancel`] if the thread could not be created.
     pub fn spawn_prepare(&self) -> Option<SpawnCtx> {
         let tid = current_tid();
         let mut st = self.lock();
@@ -83,7 +83,7 @@ impl Runtime {
 
     /// Acquires the pending `BeforeSpawn` (`after` false) or `AfterSpawn`
     /// (`after` true) requests of the scopes a spawn concerns (see
-    /// [`Runtime::spawn_done`]). Errors leave the requests unmade: a spawn
+    /// [`Blocks::spawn_done`]). Errors leave the requests unmade: a spawn
     /// point has no one to report them to.
     pub(super) fn run_spawn_timed<'s>(
         &'s self,
@@ -142,7 +142,7 @@ impl Runtime {
     }
 
     /// In a new thread: shares the allocations its parent had when it
-    /// called [`Runtime::spawn_prepare`], then makes its
+    /// called [`Blocks::spawn_prepare`], then makes its
     /// `ForChild`/`ForDescendants` requests. Returns the guard that releases
     /// everything when the thread ends.
     pub fn child_start(&self, ctx: SpawnCtx) -> ChildGuard<'_> {
@@ -210,7 +210,7 @@ pub struct SpawnCtx {
 
 /// A thread `parent` spawned has ended (or was never created): one team
 /// member fewer. The parent widens back to its whole allocation the next
-/// time it applies it ([`Runtime::unblock_current`] after a join does).
+/// time it applies it ([`Blocks::unblock_current`] after a join does).
 fn team_left(st: &mut State, parent: Tid) {
     if let Some(p) = st.threads.get_mut(&parent) {
         p.children = p.children.saturating_sub(1);
@@ -225,7 +225,7 @@ static NEXT_PENDING: AtomicU64 = AtomicU64::new(0);
 /// Held by a spawned thread while it runs.
 #[derive(Debug)]
 pub struct ChildGuard<'r> {
-    rt: &'r Runtime,
+    rt: &'r Blocks,
     tid: Tid,
     scope: Option<u64>,
     _not_send: PhantomData<*const ()>,
@@ -247,7 +247,7 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    let rt = Runtime::global();
+    let rt = Blocks::global();
     let ctx = rt.spawn_prepare();
     let h = std::thread::spawn(move || {
         let _g = ctx.map(|c| rt.child_start(c));
@@ -260,7 +260,7 @@ where
 /// Runs `f` (a blocking call) with the calling thread's allocations given
 /// back meanwhile, as Poli-C does for threads blocked outside I/O.
 pub fn blocking<R>(f: impl FnOnce() -> R) -> R {
-    let rt = Runtime::global();
+    let rt = Blocks::global();
     rt.block_current();
     let r = f();
     rt.unblock_current();
