@@ -12,7 +12,7 @@
 //!   journal); returns effects.
 //! - [`server`]: the epoll loop driving it.
 //! - [`demand`]: how busy each cell is, from usage and reports.
-//! - [`perf`]: what each cell achieved and the machine's load, as short
+//! - [`series`]: what each cell achieved and the machine's load, as short
 //!   time series (performance reports, run-queue waiting, work outside
 //!   the cells).
 //! - [`journal`]: crash-safe state.
@@ -34,7 +34,7 @@ pub mod ledger;
 pub mod log;
 pub mod metrics;
 pub mod names;
-pub mod perf;
+pub mod series;
 pub mod server;
 pub mod status;
 pub mod timeline;

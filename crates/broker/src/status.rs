@@ -149,14 +149,14 @@ impl Core {
             },
             cells,
             queue,
-            load: self.load.over(crate::perf::RATE_SPAN).map(|w| LoadStatus {
+            load: self.measure.load.over(crate::series::RATE_SPAN).map(|w| LoadStatus {
                 window_s: round(w.secs, 2),
                 busy: round(w.busy, 2),
                 cells: w.cells.map(|v| round(v, 2)),
                 unmanaged: w.unmanaged.map(|v| round(v, 2)),
                 pressure: w.pressure.map(|v| round(v, 3)),
                 running: w.running,
-                counters: self.pmu.unavailable.clone(),
+                counters: self.measure.pmu.unavailable.clone(),
             }),
             channels: self
                 .channels
@@ -199,11 +199,11 @@ impl Core {
 /// is what the policy does about its goal.
 fn perf_status(
     goal: &allot_plan::Goal,
-    perf: &crate::perf::Perf,
+    perf: &crate::series::Perf,
     note: String,
 ) -> Option<PerfStatus> {
-    let w = perf.over(crate::perf::RATE_SPAN)?;
-    let lat = perf.latency_window(crate::perf::RATE_SPAN).unwrap_or(w);
+    let w = perf.over(crate::series::RATE_SPAN)?;
+    let lat = perf.latency_window(crate::series::RATE_SPAN).unwrap_or(w);
     let goal_met = goal.met(w.rate_per_s, lat.p99_us);
     let goal_note = match (goal, goal_met) {
         (allot_plan::Goal::Rate { .. }, None) => {

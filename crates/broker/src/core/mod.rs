@@ -18,7 +18,13 @@
 //! - `effect`: what entry points return to the event loop ([`Effect`]),
 //!   sessions and peers;
 //! - `message`: message-triggered cells asleep and awake; `isolation`:
-//!   partition CPUs kept clear of interrupts and workqueues.
+//!   partition CPUs kept clear of interrupts and workqueues;
+//! - `measure`: each tick's reading of every cell and of the machine
+//!   (kept in `crate::series`), and the goal trackers' evaluation; its
+//!   machine-wide state is one subsystem, `measure::Measure`;
+//! - `account`, `keep_off`, `minimum`, `pause`: the ledger's CPU holdings
+//!   as the plan sees them, holders' CPUs kept off their cell's other
+//!   processes, the system minimum, paused best-effort cells.
 //!
 //! Invariants kept here (the planner keeps the plan invariants):
 //!
@@ -47,7 +53,7 @@ mod message;
 mod minimum;
 mod pause;
 pub use pause::WHY as PAUSED_WHY;
-mod perf;
+mod measure;
 mod reconcile;
 mod register;
 mod requests;
@@ -99,11 +105,11 @@ pub(crate) struct Cell {
     pub(crate) busy_reported: u32,
     /// The runtime pool's statistics as last reported (status only).
     pub(crate) pool_stats: Option<allot_proto::PoolStatsWire>,
-    /// What the cell achieved, tick by tick (`crate::perf`).
-    pub(crate) perf: crate::perf::Perf,
-    /// What its measurements say of its curve and goal (`core::perf`).
+    /// What the cell achieved, tick by tick (`crate::series`).
+    pub(crate) perf: crate::series::Perf,
+    /// What its measurements say of its curve and goal (`core::measure`).
     pub(crate) tracker: allot_plan::goals::Tracker,
-    /// Hardware counters on its threads (`core::perf`; goal cells only).
+    /// Hardware counters on its threads (`core::measure`; goal cells only).
     pub(crate) hw: allot_enforce::counters::ThreadCounts,
     /// What the broker did for it and when (`crate::timeline`).
     pub(crate) timeline: Timeline,
@@ -178,16 +184,8 @@ pub struct Core {
     /// opens its windows at `epoch + φ + k·period`, so cells sharing a CPU
     /// keep the distances the plan gave them.
     pub(crate) epoch_ns: u64,
-    /// The machine's load, tick by tick (`crate::perf`).
-    pub(crate) load: crate::perf::Load,
-    /// CPU time the cells used, counted by increments (`core::perf`).
-    cells_used_ns: u64,
-    /// Some cell's CPU time could not be read this tick.
-    cells_unmeasured: bool,
-    /// When the trackers last evaluated (`core::perf`).
-    last_evaluation: Option<Instant>,
-    /// The hardware counters the goal cells are read with (`core::perf`).
-    pub(crate) pmu: perf::Pmu,
+    /// The machine's load and the goal cells' counters (`measure`).
+    pub(crate) measure: measure::Measure,
     /// Named channels, and who besides their creators may open them.
     pub(crate) channels: crate::channels::Channels,
     pub(crate) channel_acl: Vec<crate::config::ChannelAcl>,
@@ -276,11 +274,7 @@ impl Core {
             counters: Counters::default(),
             windows: Windows::new(),
             epoch_ns: allot_proto::window::monotonic_ns().div_ceil(1000) * 1000,
-            load: Default::default(),
-            cells_used_ns: 0,
-            cells_unmeasured: false,
-            last_evaluation: None,
-            pmu: perf::Pmu::new(Arc::new(allot_enforce::counters::RealCounters)),
+            measure: measure::Measure::new(Arc::new(allot_enforce::counters::RealCounters)),
         };
         let effects = core.restore();
         core.keep_reserve();
@@ -301,7 +295,7 @@ impl Core {
     /// Reads hardware counters through `counters` instead of the kernel
     /// (tests).
     pub fn set_counters(&mut self, counters: Arc<dyn allot_enforce::counters::Counters>) {
-        self.pmu = perf::Pmu::new(counters);
+        self.measure.pmu = measure::Pmu::new(counters);
     }
 
     /// The OS interface (for the event loop's exit polling fallback).

@@ -7,7 +7,7 @@
 //! are version 1 (written before the journal had versions) and replay the
 //! same way; a journal of a *newer* version than this broker's is refused
 //! rather than misread. The records and the state they fold into live in
-//! [`records`] (pure); this module is the file.
+//! `records` (pure); this module is the file.
 //!
 //! # Writing
 //!

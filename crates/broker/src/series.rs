@@ -17,7 +17,11 @@
 //! cell (work the cells must not be promised), and the pressure stall
 //! information (`/proc/pressure/cpu`).
 //!
-//! Pure: the broker's core fills the samples (`core::perf`).
+//! Both are a [`Series`]: at most [`SAMPLES`] readings, oldest first, and
+//! the window of a span is read from its newest reading back to the
+//! oldest at least that span before it.
+//!
+//! Pure: the broker's core fills the samples (`core::measure`).
 
 use allot_enforce::counters::Count;
 use allot_enforce::os::SystemCpu;
@@ -101,10 +105,88 @@ pub struct Sample {
     pub pages: u64,
 }
 
+/// A reading taken at a moment.
+pub trait Stamped {
+    /// When it was taken.
+    fn at(&self) -> Instant;
+}
+
+/// The last [`SAMPLES`] readings, oldest first.
+#[derive(Debug, Clone)]
+pub struct Series<S> {
+    samples: VecDeque<S>,
+}
+
+impl<S> Default for Series<S> {
+    fn default() -> Self {
+        Series {
+            samples: VecDeque::new(),
+        }
+    }
+}
+
+impl<S: Stamped> Series<S> {
+    /// Adds a reading, forgetting the oldest when [`SAMPLES`] are kept.
+    pub fn push(&mut self, s: S) {
+        if self.samples.len() == SAMPLES {
+            self.samples.pop_front();
+        }
+        self.samples.push_back(s);
+    }
+
+    /// Forgets every reading.
+    pub fn clear(&mut self) {
+        self.samples.clear();
+    }
+
+    /// The newest reading.
+    pub fn newest(&self) -> Option<&S> {
+        self.samples.back()
+    }
+
+    /// The readings, oldest first.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &S> {
+        self.samples.iter()
+    }
+
+    /// The oldest reading at least `span` before the newest (or the
+    /// oldest kept) and the newest; `None` when empty.
+    pub fn span(&self, span: Duration) -> Option<(&S, &S)> {
+        self.span_until(span, |_, _| true)
+    }
+
+    /// The newest reading back to the most recent one at least `span`
+    /// before it that also satisfies `enough(oldest, newest)`, or the
+    /// oldest kept; `None` when empty.
+    pub fn span_until(&self, span: Duration, enough: impl Fn(&S, &S) -> bool) -> Option<(&S, &S)> {
+        let new = self.samples.back()?;
+        let from = self
+            .samples
+            .iter()
+            .rev()
+            .filter(|s| new.at().duration_since(s.at()) >= span)
+            .find(|s| enough(s, new))
+            .or_else(|| self.samples.front())?;
+        Some((from, new))
+    }
+}
+
+impl Stamped for Sample {
+    fn at(&self) -> Instant {
+        self.at
+    }
+}
+
+impl Stamped for LoadSample {
+    fn at(&self) -> Instant {
+        self.at
+    }
+}
+
 /// A cell's recent samples.
 #[derive(Debug, Clone, Default)]
 pub struct Perf {
-    samples: VecDeque<Sample>,
+    samples: Series<Sample>,
     /// Whether the cell ever counted a heartbeat or a latency: a cell
     /// that never did has no rate or latency (rather than zero).
     pub beats_seen: bool,
@@ -139,24 +221,21 @@ impl Perf {
     pub fn record(&mut self, s: Sample) {
         if self
             .samples
-            .back()
+            .newest()
             .is_some_and(|last| last.pages != s.pages)
         {
             self.samples.clear();
         }
-        if let Some(last) = self.samples.back() {
+        if let Some(last) = self.samples.newest() {
             self.beats_seen |= s.reports.beats != last.reports.beats;
             self.latencies_seen |= s.reports.count != last.reports.count;
         }
-        if self.samples.len() == SAMPLES {
-            self.samples.pop_front();
-        }
-        self.samples.push_back(s);
+        self.samples.push(s);
     }
 
     /// The newest sample.
     pub fn last(&self) -> Option<&Sample> {
-        self.samples.back()
+        self.samples.newest()
     }
 
     /// When run delay was last read.
@@ -172,27 +251,16 @@ impl Perf {
     /// `span` before it (or the oldest kept); `None` with fewer than two
     /// samples.
     pub fn over(&self, span: Duration) -> Option<Window> {
-        let new = self.samples.back()?;
-        let from = self
-            .samples
-            .iter()
-            .rev()
-            .find(|s| new.at.duration_since(s.at) >= span)
-            .or_else(|| self.samples.front())?;
+        let (from, new) = self.samples.span(span)?;
         self.between(from, new)
     }
 
     /// The shortest window of at least `span` that holds
     /// [`P99_LATENCIES`] latencies, or all samples when none does.
     pub fn latency_window(&self, span: Duration) -> Option<Window> {
-        let new = self.samples.back()?;
-        let from = self
-            .samples
-            .iter()
-            .rev()
-            .filter(|s| new.at.duration_since(s.at) >= span)
-            .find(|s| new.reports.count.wrapping_sub(s.reports.count) >= P99_LATENCIES)
-            .or_else(|| self.samples.front())?;
+        let (from, new) = self.samples.span_until(span, |old, new| {
+            new.reports.count.wrapping_sub(old.reports.count) >= P99_LATENCIES
+        })?;
         self.between(from, new)
     }
 
@@ -268,7 +336,7 @@ pub struct LoadSample {
 /// The machine's recent load.
 #[derive(Debug, Clone, Default)]
 pub struct Load {
-    samples: VecDeque<LoadSample>,
+    samples: Series<LoadSample>,
 }
 
 /// What a stretch of the machine's series says.
@@ -295,21 +363,12 @@ impl Load {
     /// cells' sum jump; the caller passes `None` for `cells_ns` then, and
     /// the series restarts at the next sample that has it.
     pub fn record(&mut self, s: LoadSample) {
-        if self.samples.len() == SAMPLES {
-            self.samples.pop_front();
-        }
-        self.samples.push_back(s);
+        self.samples.push(s);
     }
 
     /// The window from the newest sample back `span` (or the oldest kept).
     pub fn over(&self, span: Duration) -> Option<LoadWindow> {
-        let new = self.samples.back()?;
-        let from = self
-            .samples
-            .iter()
-            .rev()
-            .find(|s| new.at.duration_since(s.at) >= span)
-            .or_else(|| self.samples.front())?;
+        let (from, new) = self.samples.span(span)?;
         let wall = new.at.duration_since(from.at).as_nanos() as f64;
         if wall <= 0.0 {
             return None;

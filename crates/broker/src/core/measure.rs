@@ -1,5 +1,5 @@
 //! Reading, every tick, what each cell achieved and how loaded the machine
-//! is; `crate::perf` keeps the series and reads windows of them. Once a
+//! is; `crate::series` keeps the series and reads windows of them. Once a
 //! second each cell's [`Tracker`](allot_plan::goals::Tracker) evaluates
 //! the last second (Tessellation's adaptive loop): its hint is what the
 //! `goals` policy plans with.
@@ -15,7 +15,7 @@
 //! `/proc/pressure/cpu`, and the CPU time all cells used.
 
 use super::{Cell, Core};
-use crate::perf::{LoadSample, RATE_SPAN, Sample};
+use crate::series::{Load, LoadSample, RATE_SPAN, Sample};
 use allot_enforce::counters::{Counters, Events};
 use allot_plan::GlobalPolicy;
 use allot_plan::goals::{Observation, PerfHint};
@@ -39,6 +39,41 @@ pub const COUNTED_THREADS: usize = 16;
 
 /// Counter groups open in all (two descriptors each).
 pub const COUNTED_GROUPS: usize = 512;
+
+/// The machine-wide measurement state the core keeps between ticks; the
+/// per-cell series live in each cell (`Cell::perf`, `tracker`, `hw`).
+///
+/// Invariants: `cells_used_ns` only grows, by the increments of cells
+/// measured at two consecutive ticks, so cells coming and going never make
+/// it jump; a tick at which some cell could not be measured records the
+/// machine's load without the cells' part (`cells_unmeasured`); the
+/// groups counted in `pmu.open` never exceed [`COUNTED_GROUPS`].
+#[derive(Debug)]
+pub(crate) struct Measure {
+    /// The machine's load, tick by tick.
+    pub(crate) load: Load,
+    /// CPU time the cells used, counted by increments.
+    cells_used_ns: u64,
+    /// Some cell's CPU time could not be read this tick.
+    cells_unmeasured: bool,
+    /// When the trackers last evaluated.
+    last_evaluation: Option<Instant>,
+    /// The hardware counters the goal cells are read with.
+    pub(crate) pmu: Pmu,
+}
+
+impl Measure {
+    /// Nothing measured yet; goal cells counted with `counters`.
+    pub(crate) fn new(counters: Arc<dyn Counters>) -> Measure {
+        Measure {
+            load: Load::default(),
+            cells_used_ns: 0,
+            cells_unmeasured: false,
+            last_evaluation: None,
+            pmu: Pmu::new(counters),
+        }
+    }
+}
 
 /// The hardware counters, and whether this machine has them.
 #[derive(Debug)]
@@ -94,7 +129,7 @@ impl Core {
             None
         };
         // Counted with run delay, on the members' threads.
-        let hw = if read_delay && self.pmu.unavailable.is_none() {
+        let hw = if read_delay && self.measure.pmu.unavailable.is_none() {
             let tids: Vec<u32> = c
                 .members
                 .iter()
@@ -103,14 +138,14 @@ impl Core {
                 .take(COUNTED_THREADS)
                 .collect();
             let before = c.hw.open();
-            let room = COUNTED_GROUPS.saturating_sub(self.pmu.open) + before;
+            let room = COUNTED_GROUPS.saturating_sub(self.measure.pmu.open) + before;
             let total = c.hw.refresh(
-                &*self.pmu.counters,
+                &*self.measure.pmu.counters,
                 Events::CyclesInstructions,
                 &tids,
                 room.min(COUNTED_THREADS),
             );
-            self.pmu.open = (self.pmu.open + c.hw.open()).saturating_sub(before);
+            self.measure.pmu.open = (self.measure.pmu.open + c.hw.open()).saturating_sub(before);
             Some(total)
         } else {
             if !c.spec.goal.is_some() && c.hw.open() > 0 {
@@ -123,11 +158,12 @@ impl Core {
         // and going do not make the sum jump.
         match (c.perf.last().and_then(|s| s.usage_ns), usage) {
             (Some(before), Some(now)) => {
-                self.cells_used_ns = self
+                self.measure.cells_used_ns = self
+                    .measure
                     .cells_used_ns
                     .saturating_add(now.saturating_sub(before));
             }
-            (_, None) => self.cells_unmeasured = true,
+            (_, None) => self.measure.cells_unmeasured = true,
             (None, Some(_)) => {}
         }
         c.perf.record(Sample {
@@ -146,16 +182,17 @@ impl Core {
     /// plans with changed (the caller re-plans).
     pub(super) fn evaluate(&mut self, now: Instant) -> bool {
         if self
+            .measure
             .last_evaluation
             .is_some_and(|t| now.duration_since(t) < EVALUATE_EVERY)
         {
             return false;
         }
-        self.last_evaluation = Some(now);
+        self.measure.last_evaluation = Some(now);
         let capacity = self.planner.capacity();
         let goals = self.planner.config().policy == GlobalPolicy::Goals;
         let available = available_share(
-            self.load.over(RATE_SPAN).and_then(|w| w.unmanaged),
+            self.measure.load.over(RATE_SPAN).and_then(|w| w.unmanaged),
             (capacity + self.planner.config().reserve) as usize,
         );
         let mut changed = false;
@@ -198,7 +235,8 @@ impl Core {
     /// CPUs' worth used outside every cell over the last second, rounded
     /// down (the goals policy does not count on them).
     pub(super) fn unmanaged_cpus(&self) -> u32 {
-        self.load
+        self.measure
+            .load
             .over(RATE_SPAN)
             .and_then(|w| w.unmanaged)
             .map_or(0, |u| u.floor() as u32)
@@ -207,10 +245,11 @@ impl Core {
     /// Adds this tick's sample to the machine's series (after every
     /// cell's [`Core::observe`]).
     pub(super) fn observe_machine(&mut self, now: Instant) {
-        self.pmu.open = self.cells.values().map(|c| c.hw.open()).sum();
-        let cells_ns = (!std::mem::take(&mut self.cells_unmeasured)).then_some(self.cells_used_ns);
+        self.measure.pmu.open = self.cells.values().map(|c| c.hw.open()).sum();
+        let cells_ns = (!std::mem::take(&mut self.measure.cells_unmeasured))
+            .then_some(self.measure.cells_used_ns);
         if let Some(system) = self.os.system_cpu() {
-            self.load.record(LoadSample {
+            self.measure.load.record(LoadSample {
                 at: now,
                 system,
                 cells_ns,
