@@ -3,8 +3,9 @@
 //! Everything here cleans up after itself on drop, also when the test
 //! panics: processes a test started are killed and reaped ([`Proc`]),
 //! cgroup directories it made are emptied into their hierarchy's root and
-//! removed ([`CgroupDirs`]). Nothing here touches a process or cgroup the
-//! test did not create.
+//! removed ([`CgroupDirs`]), a broker of the test's own is stopped
+//! ([`broker::BrokerProcess`]; the lab's experiments use it too). Nothing
+//! here touches a process or cgroup the test did not create.
 //!
 //! # Prerequisites
 //!
@@ -16,6 +17,7 @@
 
 #![allow(missing_debug_implementations)]
 
+pub mod broker;
 mod cgroup;
 pub mod loopdev;
 mod proc;

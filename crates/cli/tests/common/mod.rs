@@ -3,6 +3,7 @@
 //! panics. Processes, waits and prerequisites come from `allot-testkit`.
 #![allow(dead_code)]
 
+use allot_testkit::broker::BrokerProcess;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -33,18 +34,25 @@ pub fn machine_turn() -> std::sync::MutexGuard<'static, ()> {
     MACHINE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A broker started by the test on a private socket and cgroup name. Holds
+/// A broker started by the test on a private socket and cgroup name
+/// ([`allot_testkit::broker::BrokerProcess`], ticking every 50 ms). Holds
 /// the machine for the test's duration.
 pub struct Daemon {
-    pub child: Option<Child>,
-    pub dir: tempfile::TempDir,
-    pub socket: PathBuf,
-    pub cgroup: String,
-    pub backend: String,
-    extra: Vec<String>,
-    /// Open-file limit (soft and hard) the broker runs under, if set.
-    pub nofile: Option<u64>,
+    process: BrokerProcess,
     _turn: std::sync::MutexGuard<'static, ()>,
+}
+
+impl std::ops::Deref for Daemon {
+    type Target = BrokerProcess;
+    fn deref(&self) -> &BrokerProcess {
+        &self.process
+    }
+}
+
+impl std::ops::DerefMut for Daemon {
+    fn deref_mut(&mut self) -> &mut BrokerProcess {
+        &mut self.process
+    }
 }
 
 static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -59,84 +67,36 @@ impl Daemon {
     /// A broker that may open at most `nofile` files.
     pub fn start_with_nofile(backend: &str, extra: &[&str], nofile: u64) -> Daemon {
         let mut d = Daemon::start_later(backend, extra);
-        d.nofile = Some(nofile);
+        d.process.nofile = Some(nofile);
         d.spawn();
         d
     }
 
     /// Set up, not started (the test calls `spawn`).
     pub fn start_later(backend: &str, extra: &[&str]) -> Daemon {
-        let dir = tempfile::tempdir().unwrap();
         let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let turn = MACHINE.lock().unwrap_or_else(|p| p.into_inner());
-        Daemon {
+        let cgroup = format!("allot-test-{}-{n}", std::process::id());
+        let mut d = Daemon {
             _turn: turn,
-            child: None,
-            socket: dir.path().join("allot.sock"),
-            dir,
-            cgroup: format!("allot-test-{}-{n}", std::process::id()),
-            backend: backend.to_string(),
-            extra: extra.iter().map(|s| s.to_string()).collect(),
-            nofile: None,
-        }
+            process: BrokerProcess::new(Path::new(ALLOT), backend, cgroup).unwrap(),
+        };
+        d.set_extra(extra);
+        d
     }
 
     /// Replaces the extra arguments (for the next `spawn`).
     pub fn set_extra(&mut self, extra: &[&str]) {
-        self.extra = extra.iter().map(|s| s.to_string()).collect();
+        let mut args = vec!["--tick-ms", "50"];
+        args.extend_from_slice(extra);
+        self.process.set_args(&args);
     }
 
+    /// Starts the broker; the test fails with its log if it cannot.
     pub fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join("daemon.log"))
-            .unwrap();
-        let mut cmd = Command::new(ALLOT);
-        if let Some(n) = self.nofile {
-            // SAFETY: setrlimit is async-signal-safe and touches no memory
-            // of the parent.
-            unsafe {
-                std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
-                    let l = rustix::process::Rlimit {
-                        current: Some(n),
-                        maximum: Some(n),
-                    };
-                    rustix::process::setrlimit(rustix::process::Resource::Nofile, l)
-                        .map_err(Into::into)
-                });
-            }
+        if let Err(e) = self.process.spawn() {
+            panic!("{e}");
         }
-        let child = cmd
-            .args(["daemon", "--socket"])
-            .arg(&self.socket)
-            .args([
-                "--backend",
-                &self.backend,
-                "--cgroup-name",
-                &self.cgroup,
-                "--tick-ms",
-                "50",
-            ])
-            .args(&self.extra)
-            .stdin(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("allot daemon");
-        self.child = Some(child);
-        let sock = self.socket.clone();
-        assert!(
-            eventually(Duration::from_secs(10), || allot_proto::Conn::connect(
-                &sock
-            )
-            .is_ok()),
-            "broker did not come up: {}",
-            self.log()
-        );
-    }
-
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("daemon.log")).unwrap_or_default()
     }
 
     pub fn client(&self) -> allot_client::Client {
@@ -145,25 +105,6 @@ impl Daemon {
 
     pub fn status(&self) -> allot_proto::status::Status {
         self.client().status().expect("the broker's status")
-    }
-
-    pub fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// SIGTERM and wait; returns the exit status code.
-    pub fn stop(&mut self) -> Option<i32> {
-        let c = self.child.as_mut()?;
-        let _ = rustix::process::kill_process(
-            rustix::process::Pid::from_raw(c.id() as i32).unwrap(),
-            rustix::process::Signal::TERM,
-        );
-        let st = c.wait().ok()?;
-        self.child = None;
-        st.code()
     }
 
     pub fn cgroup_dirs(&self) -> Vec<PathBuf> {
