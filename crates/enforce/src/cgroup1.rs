@@ -25,7 +25,7 @@
 
 use crate::cgroupfs::{CgroupFs, ControlFile};
 use crate::gate::{CgroupGate, Gate, UsageFile};
-use crate::{Applied, BackendKind, EnforceError, Enforcer, Result};
+use crate::{Applied, BackendKind, EnforceError, Enforcer, Result, err};
 use allot_topo::CpuSet;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -74,10 +74,6 @@ struct Cell {
 /// `cpu.shares` for an allot weight.
 pub fn v1_shares(w: u32) -> u32 {
     (w.max(1) * 1024).clamp(2, 262_144)
-}
-
-fn err(what: String) -> impl FnOnce(std::io::Error) -> EnforceError {
-    move |e| EnforceError::new(what, e)
 }
 
 impl Cgroup1 {
@@ -250,17 +246,7 @@ impl Enforcer for Cgroup1 {
 
     fn adopt(&mut self, cell: u64, _members: &[u32]) -> Result<Option<CpuSet>> {
         let leaf = self.cpuset.join(format!("cell-{cell}"));
-        if !self.fs.exists(&leaf) {
-            return Err(EnforceError::new(
-                format!("adopt cell {cell}"),
-                std::io::Error::from(std::io::ErrorKind::NotFound),
-            ));
-        }
-        let now = self
-            .fs
-            .read(&leaf.join("cpuset.cpus"))
-            .ok()
-            .and_then(|t| CpuSet::parse_list(&t).ok());
+        let now = crate::adoptable(&*self.fs, &leaf, cell)?;
         for d in self.dirs(cell) {
             self.fs
                 .mkdir(&d)

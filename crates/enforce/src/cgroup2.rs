@@ -16,7 +16,7 @@
 
 use crate::cgroupfs::{CgroupFs, ControlFile};
 use crate::gate::{CgroupGate, Gate, UsageFile};
-use crate::{Applied, BackendKind, EnforceError, Enforcer, Result};
+use crate::{Applied, BackendKind, EnforceError, Enforcer, Result, err};
 use allot_topo::CpuSet;
 use std::collections::HashMap;
 use std::os::unix::fs::OpenOptionsExt;
@@ -46,10 +46,6 @@ struct Cell {
 /// `cpu.weight` for an allot weight (v2 default 100 = allot weight 1).
 pub fn v2_weight(w: u32) -> u32 {
     (w.max(1) * 100).clamp(1, 10_000)
-}
-
-fn err(what: String) -> impl FnOnce(std::io::Error) -> EnforceError {
-    move |e| EnforceError::new(what, e)
 }
 
 impl Cgroup2 {
@@ -170,17 +166,7 @@ impl Enforcer for Cgroup2 {
 
     fn adopt(&mut self, cell: u64, _members: &[u32]) -> Result<Option<CpuSet>> {
         let dir = self.root.join(format!("cell-{cell}"));
-        if !self.fs.exists(&dir) {
-            return Err(EnforceError::new(
-                format!("adopt cell {cell}"),
-                std::io::Error::from(std::io::ErrorKind::NotFound),
-            ));
-        }
-        let now = self
-            .fs
-            .read(&dir.join("cpuset.cpus"))
-            .ok()
-            .and_then(|t| CpuSet::parse_list(&t).ok());
+        let now = crate::adoptable(&*self.fs, &dir, cell)?;
         self.thaw(cell);
         self.open_cell(cell)?;
         Ok(now)

@@ -151,7 +151,7 @@ impl EnforceError {
     }
 }
 
-/// Result alias.
+/// A result whose error is an `EnforceError`: the step that failed and the OS error.
 pub type Result<T> = std::result::Result<T, EnforceError>;
 
 /// The mechanism interface the broker drives.
@@ -235,6 +235,32 @@ pub fn cell_id(dir_name: &str) -> Option<u64> {
 
 /// The cells whose directories are children of `dir`, sorted (helper for
 /// [`Enforcer::existing`]).
+/// An I/O error as an [`EnforceError`] saying what was being done (the
+/// cgroup backends' one error path).
+pub(crate) fn err(what: String) -> impl FnOnce(std::io::Error) -> EnforceError {
+    move |e| EnforceError::new(what, e)
+}
+
+/// For adopting cell `cell` from an earlier broker: the CPUs its cpuset
+/// group `dir` confines to now (`None`: unreadable), or an error when the
+/// group is gone. Both cgroup backends adopt through this.
+pub(crate) fn adoptable(
+    fs: &dyn cgroupfs::CgroupFs,
+    dir: &std::path::Path,
+    cell: u64,
+) -> Result<Option<CpuSet>> {
+    if !fs.exists(dir) {
+        return Err(EnforceError::new(
+            format!("adopt cell {cell}"),
+            std::io::Error::from(std::io::ErrorKind::NotFound),
+        ));
+    }
+    Ok(fs
+        .read(&dir.join("cpuset.cpus"))
+        .ok()
+        .and_then(|t| CpuSet::parse_list(&t).ok()))
+}
+
 /// Whether process `pid` is listed in cgroup `dir` (its `cgroup.procs`;
 /// on v1 a process is listed where any of its threads is).
 pub(crate) fn listed(fs: &dyn cgroupfs::CgroupFs, dir: &std::path::Path, pid: u32) -> bool {
@@ -276,9 +302,10 @@ pub enum BackendKind {
     /// The first that works: cgroup2, cgroup1, affinity.
     #[default]
     Auto,
-    /// cgroup v2.
+    /// cgroup v2: a `cell-<id>` cgroup per cell, with `cpuset.cpus` and `cpu.weight`.
     Cgroup2,
-    /// cgroup v1.
+    /// cgroup v1: a `cell-<id>` directory per cell in the cpuset, cpu and cpuacct
+    /// hierarchies.
     Cgroup1,
     /// `sched_setaffinity` only.
     Affinity,
