@@ -149,15 +149,19 @@ impl Core {
             },
             cells,
             queue,
-            load: self.measure.load.over(crate::series::RATE_SPAN).map(|w| LoadStatus {
-                window_s: round(w.secs, 2),
-                busy: round(w.busy, 2),
-                cells: w.cells.map(|v| round(v, 2)),
-                unmanaged: w.unmanaged.map(|v| round(v, 2)),
-                pressure: w.pressure.map(|v| round(v, 3)),
-                running: w.running,
-                counters: self.measure.pmu.unavailable.clone(),
-            }),
+            load: self
+                .measure
+                .load
+                .over(crate::series::RATE_SPAN)
+                .map(|w| LoadStatus {
+                    window_s: round(w.secs, 2),
+                    busy: round(w.busy, 2),
+                    cells: w.cells.map(|v| round(v, 2)),
+                    unmanaged: w.unmanaged.map(|v| round(v, 2)),
+                    pressure: w.pressure.map(|v| round(v, 3)),
+                    running: w.running,
+                    counters: self.measure.pmu.unavailable.clone(),
+                }),
             channels: self
                 .channels
                 .shown((!all).then_some(peer.uid))

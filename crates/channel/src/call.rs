@@ -46,7 +46,7 @@ pub enum CallError {
     /// come first.
     #[error("{open} started call(s) are open: finish them before a synchronous call")]
     Pending {
-        /// Calls open.
+        /// How many started calls are not finished yet (`Caller::finish` takes them in order).
         open: u64,
     },
 }

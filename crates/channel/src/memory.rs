@@ -27,9 +27,9 @@ pub enum OpenError {
     /// A system call failed.
     #[error("{what}: {source}")]
     Os {
-        /// Which step.
+        /// The step that failed (such as "memfd_create" or "seal channel"), for the message.
         what: &'static str,
-        /// The error.
+        /// The system call's error.
         source: std::io::Error,
     },
     /// The sizes asked for, or found in the memory, are not a valid ring.

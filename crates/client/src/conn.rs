@@ -13,15 +13,15 @@ pub enum ClientError {
     /// No broker listens on the socket.
     #[error("no broker answers on {path}: {source}")]
     NoBroker {
-        /// The socket.
+        /// Path of the socket the connection was tried on.
         path: PathBuf,
-        /// Why.
+        /// The connect error (`NotFound` or `ConnectionRefused` when no broker runs).
         source: std::io::Error,
     },
     /// The socket's directory could be controlled by another user.
     #[error("refusing the broker socket {path}: {source}")]
     Untrusted {
-        /// The socket.
+        /// Path of the socket that was refused.
         path: PathBuf,
         /// What is wrong with its directory.
         source: allot_proto::dirs::DirError,
@@ -32,7 +32,7 @@ pub enum ClientError {
     /// The broker answered with an error.
     #[error("{message}")]
     Broker {
-        /// Stable code.
+        /// The broker's error code, stable across versions (match on it, not on the text).
         code: ErrorCode,
         /// What happened and what to do.
         message: String,
@@ -81,13 +81,13 @@ fn broker_err(reply: Reply) -> ClientError {
 /// What the broker says about itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Welcome {
-    /// Broker pid.
+    /// The broker's process id, in its own pid namespace.
     pub broker_pid: u32,
     /// Broker run id (changes on restart).
     pub instance: u64,
-    /// Enforcement backend.
+    /// The enforcement backend in use (`cgroup2`, `cgroup1`, `affinity`, `dry-run`).
     pub backend: String,
-    /// Machine summary.
+    /// One line such as "16 CPUs, 8 cores, 2 LLC domains, 2 NUMA nodes".
     pub machine: String,
     /// CPUs available to cells.
     pub cpus: u32,
@@ -96,9 +96,10 @@ pub struct Welcome {
 /// An admitted cell: its id, the secret to rejoin it, and its grant page.
 #[derive(Debug)]
 pub struct Registration {
-    /// Cell id.
+    /// The broker's id of the cell, for every later request about it.
     pub cell: u64,
-    /// Rejoin secret.
+    /// The secret that `Rejoin` takes to reattach after the connection or the broker
+    /// went away.
     pub token: u64,
     /// The grant page.
     pub page: PageMap,

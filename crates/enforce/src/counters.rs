@@ -444,7 +444,7 @@ impl ThreadCounts {
             .fold(self.retired, |a, c| a.plus(c.counted()))
     }
 
-    /// Groups open.
+    /// How many threads have a counter group open now (the live ones, not the retired).
     pub fn open(&self) -> usize {
         self.live.len()
     }

@@ -96,7 +96,7 @@ impl Saved {
 /// What one pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Report {
-    /// Files written.
+    /// How many interrupt affinity and workqueue mask files were written successfully.
     pub changed: usize,
     /// Files that could not be written or read, and why.
     pub failed: Vec<(String, String)>,

@@ -233,8 +233,6 @@ pub fn cell_id(dir_name: &str) -> Option<u64> {
         .flatten()
 }
 
-/// The cells whose directories are children of `dir`, sorted (helper for
-/// [`Enforcer::existing`]).
 /// An I/O error as an [`EnforceError`] saying what was being done (the
 /// cgroup backends' one error path).
 pub(crate) fn err(what: String) -> impl FnOnce(std::io::Error) -> EnforceError {
@@ -269,6 +267,8 @@ pub(crate) fn listed(fs: &dyn cgroupfs::CgroupFs, dir: &std::path::Path, pid: u3
         .is_ok_and(|procs| procs.split_whitespace().any(|p| p == pid))
 }
 
+/// The cells whose directories are children of `dir`, sorted (helper for
+/// [`Enforcer::existing`]).
 pub(crate) fn cell_dirs(fs: &dyn cgroupfs::CgroupFs, dir: &std::path::Path) -> Vec<u64> {
     let mut ids: Vec<u64> = fs
         .children(dir)

@@ -266,17 +266,17 @@ fn executable_mappings(maps: &str) -> Vec<PathBuf> {
 /// One process in a [`FakeOs`].
 #[derive(Debug, Clone, Default)]
 pub struct FakeProc {
-    /// Parent pid.
+    /// Parent's pid; 0 for none (what `parent` then reports as `None`).
     pub parent: u32,
     /// Thread ids (the first is the pid).
     pub threads: Vec<u32>,
     /// CPU time in ns.
     pub cpu_ns: u64,
-    /// Owner.
+    /// Real user id, what `uid` reports.
     pub uid: u32,
-    /// Start time.
+    /// Start time in clock ticks after boot, what `start_time` reports.
     pub start: u64,
-    /// Executable mappings.
+    /// Files mapped executable, in address order, what `mapped_objects` reports.
     pub objects: Vec<PathBuf>,
     /// The Go release that built it.
     pub go: Option<GoRelease>,

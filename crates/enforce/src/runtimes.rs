@@ -37,9 +37,9 @@ pub enum Runtime {
     Libomp,
     /// OpenBLAS, any build (also scipy's `libscipy_openblas`).
     Openblas,
-    /// BLIS.
+    /// BLIS (`libblis`).
     Blis,
-    /// Intel MKL.
+    /// Intel MKL (any `libmkl_*` library).
     Mkl,
     /// oneTBB (`libtbb.so.12` and later).
     Onetbb,
@@ -55,7 +55,7 @@ pub enum Runtime {
 /// no version inline) read as 1.17.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct GoRelease {
-    /// 1.
+    /// The major release: 1 for every Go release so far.
     pub major: u32,
     /// The minor release.
     pub minor: u32,

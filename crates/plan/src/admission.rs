@@ -49,7 +49,7 @@ use allot_topo::{CpuSet, Machine};
 /// The verdict on a new cell.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Admission {
-    /// Admit now.
+    /// Admit now: with it, every guarantee and the time region still fit the capacity.
     Admit,
     /// Blocked by current guarantees; may succeed later.
     NotNow(String),
@@ -60,7 +60,7 @@ pub enum Admission {
 /// An admitted cell, as admission sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct Admitted<'a> {
-    /// The cell.
+    /// The admitted cell's id, named in the reason text of a refusal.
     pub id: CellId,
     /// Its name, for the reason text.
     pub name: &'a str,

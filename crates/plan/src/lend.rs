@@ -32,7 +32,7 @@ pub struct Use {
 /// Lending for all cells, parallel to the input, plus the pool's borrowing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lending {
-    /// Per cell.
+    /// Each cell's use, in the order of the input.
     pub cells: Vec<Use>,
     /// CPUs the stacked pool borrows beyond its base size.
     pub pool_borrow: u32,

@@ -85,7 +85,7 @@ pub struct PlanConfig {
 /// One cell as the planner sees it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CellInput {
-    /// The cell.
+    /// The cell's id; the plan's grants are keyed by it.
     pub id: CellId,
     /// What it asked for.
     pub spec: CellSpec,

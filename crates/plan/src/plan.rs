@@ -91,45 +91,46 @@ pub struct Plan {
 /// A broken invariant.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Violation {
-    /// Invariant 1.
+    /// Invariant 1: a grant reaches outside the usable CPUs minus the reserve.
     #[error("cell {0}: grant {1} leaves the usable CPUs minus the reserve")]
     OutOfBounds(CellId, CpuSet),
-    /// Invariant 2.
+    /// Invariant 2: two cells' whole-CPU grants share CPUs.
     #[error("cells {0} and {1} overlap on {2}")]
     Overlap(CellId, CellId, CpuSet),
     /// Invariant 2 (pool).
     #[error("cell {0} overlaps the stacked pool on {1}")]
     PoolOverlap(CellId, CpuSet),
-    /// Invariant 3.
+    /// Invariant 3: more CPUs are handed out than the capacity.
     #[error("{used} CPUs handed out but capacity is {capacity}")]
     OverCapacity {
-        /// Handed out.
+        /// CPUs of the whole-CPU grants, the pool and the time region, counted once.
         used: usize,
-        /// Capacity.
+        /// The plan's capacity: usable CPUs minus the reserve.
         capacity: u32,
     },
-    /// Invariant 4.
+    /// Invariant 4: a guaranteed cell is entitled to fewer CPUs than its minimum.
     #[error("cell {0} is entitled to {1} CPUs, below its guarantee of {2}")]
     BelowMinimum(CellId, usize, u32),
     /// Invariant 4 (exclusive).
     #[error("exclusive cell {0} lends part of its entitlement")]
     ExclusiveLends(CellId),
-    /// Invariant 5.
+    /// Invariant 5: a cell holds no CPU or no thread, and is not a paused best-effort cell.
     #[error("cell {0} has no CPU or no thread")]
     Empty(CellId),
     /// Invariant 5 (max).
     #[error("cell {0} holds {1} CPUs, above its maximum {2}")]
     AboveMaximum(CellId, usize, u32),
-    /// Invariant 6.
+    /// Invariant 6: lent CPUs are outside the grant or inside the entitlement.
     #[error("cell {0}: lent CPUs {1} are not a subset of the grant minus the entitlement")]
     BadLent(CellId, CpuSet),
     /// A cell of the input has no grant.
     #[error("cell {0} has no grant")]
     Missing(CellId),
-    /// Invariant 7.
+    /// Invariant 7: time cells are misplaced or overload a CPU; the text says how.
     #[error("time: {0}")]
     Time(String),
-    /// Invariant 8.
+    /// Invariant 8: CPUs a cell's processes hold through `require` are not kept in
+    /// its entitlement.
     #[error("cell {0}: CPUs {1} held through require are not entitled and kept")]
     NotHeld(CellId, CpuSet),
 }

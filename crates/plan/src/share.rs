@@ -13,10 +13,10 @@
 //! hold the lower bounds are still returned (the caller's admission control
 //! was wrong, and the plan checker will say so).
 
-/// One claimant.
+/// One claimant of a division: its bounds, weight and tie-breaker.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Claim {
-    /// Lower bound.
+    /// Lower bound, received before anything is poured (`Σ lo ≤ total` is the caller's).
     pub lo: u32,
     /// Upper bound (≥ `lo`).
     pub hi: u32,

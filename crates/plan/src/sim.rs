@@ -42,7 +42,7 @@ pub struct SimCell {
     pub noise: f64,
 }
 
-/// The simulation.
+/// A run of the planner over synthetic cells, advanced one step at a time.
 #[derive(Debug)]
 pub struct Sim<'m> {
     machine: &'m Machine,
@@ -131,7 +131,7 @@ impl<'m> Sim<'m> {
             .collect()
     }
 
-    /// The planner.
+    /// The planner every step runs, with the configuration the simulation was made with.
     pub fn planner(&self) -> &Planner<'m> {
         &self.planner
     }

@@ -63,11 +63,11 @@ pub enum DirError {
          remove it (as root or its owner) or set XDG_RUNTIME_DIR to a private directory"
     )]
     NotOwned {
-        /// The directory.
+        /// Absolute path of the offending directory: the target or one of its ancestors.
         path: PathBuf,
-        /// Its owner.
+        /// The directory's owner uid, from `fstat`.
         owner: u32,
-        /// The caller.
+        /// The caller's effective uid.
         uid: u32,
     },
     /// The directory (or a non-sticky ancestor) can be written by others.
@@ -76,7 +76,7 @@ pub enum DirError {
          run `chmod go-w {path}` or use another directory"
     )]
     WritableByOthers {
-        /// The directory.
+        /// Absolute path of the offending directory: the target or one of its ancestors.
         path: PathBuf,
         /// Its permission bits.
         mode: u32,
@@ -84,15 +84,15 @@ pub enum DirError {
     /// A component is a symbolic link or not a directory.
     #[error("{path} is not a directory (or is a symbolic link, which allot does not follow here)")]
     NotDirectory {
-        /// The component.
+        /// Path up to and including the component that is not a directory.
         path: PathBuf,
     },
     /// A system call failed.
     #[error("{path}: {source}")]
     Io {
-        /// The component.
+        /// Path of the component whose call failed, or the path as given if resolving it failed.
         path: PathBuf,
-        /// The error.
+        /// The failed call's error; `NotFound` when the component does not exist.
         source: std::io::Error,
     },
 }

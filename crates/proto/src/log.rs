@@ -25,7 +25,7 @@ pub enum Level {
     Warn,
     /// A decision or state change worth a line.
     Info,
-    /// Every decision.
+    /// Every decision, routine ones included; `ALLOT_LOG=trace` selects it too.
     Debug,
 }
 

@@ -157,7 +157,7 @@ const _: () = assert!(std::mem::offset_of!(GrantPage, lent) == 256);
 /// A consistent copy of a grant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Grant {
-    /// Cell id.
+    /// The broker's id of the cell the page belongs to, as `Registered` carried it.
     pub cell: u64,
     /// Generation; grows with every change.
     pub generation: u64,
@@ -187,7 +187,7 @@ pub struct Grant {
 /// Why a mapped page is not a valid grant page.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PageError {
-    /// Wrong magic.
+    /// The first word is not `PAGE_MAGIC` ("ALOT"); carries the word found.
     #[error("not an allot grant page (magic 0x{0:08x})")]
     Magic(u32),
     /// Another layout version.
@@ -195,7 +195,7 @@ pub enum PageError {
         "grant page version {0} differs from this library's {PAGE_VERSION}; use matching allot versions"
     )]
     Version(u32),
-    /// Wrong size.
+    /// The header's size field is not `PAGE_SIZE`; carries the size it claims.
     #[error("grant page claims {0} bytes, expected {PAGE_SIZE}")]
     Size(u32),
 }

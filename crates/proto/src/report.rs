@@ -141,7 +141,7 @@ impl ReportPage {
 pub struct Reports {
     /// Units of work done.
     pub beats: u64,
-    /// Latencies recorded.
+    /// How many latencies were recorded; `sum_ns` and `buckets` cover the same ones.
     pub count: u64,
     /// Their sum, ns.
     pub sum_ns: u64,

@@ -46,9 +46,9 @@ pub enum ShmError {
     /// A system call failed.
     #[error("{what}: {source}")]
     Os {
-        /// Which step.
+        /// The step that failed ("mmap grant page", "seal grant page", …), for the message.
         what: &'static str,
-        /// The error.
+        /// The system call's error, or a description of what the check found.
         source: std::io::Error,
     },
     /// The page header is not valid.
@@ -196,7 +196,7 @@ impl PageMap {
         Ok(page)
     }
 
-    /// The page.
+    /// The mapped grant page, shared with the broker and other readers; lives as long as `self`.
     pub fn page(&self) -> &GrantPage {
         // SAFETY: `ptr` is a live mapping of PAGE_SIZE bytes, suitably aligned
         // (page-aligned), valid until `self` drops; GrantPage is all atomics

@@ -43,7 +43,7 @@ pub struct Status {
 /// A named channel (`allot_channel`, opened through the broker).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChannelStatus {
-    /// Its name.
+    /// The name its ends open it by (1 to 64 of `A-Z a-z 0-9 . _ -`).
     pub name: String,
     /// The user who created it.
     pub uid: u32,
@@ -63,16 +63,16 @@ fn one() -> u32 {
     1
 }
 
-/// The broker.
+/// The broker process that wrote the document, and how it is configured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BrokerStatus {
     /// Its process id.
     pub pid: u32,
     /// Random id of this run (changes on restart).
     pub instance: u64,
-    /// Enforcement backend.
+    /// The enforcement backend in use: `cgroup2`, `cgroup1`, `affinity` or `dry-run`.
     pub backend: String,
-    /// Global policy.
+    /// The policy that divides CPUs among cells: `fair-share`, `priority` or `goals`.
     pub policy: String,
     /// Whether idle CPUs are lent.
     pub lend: bool,
@@ -86,7 +86,7 @@ pub struct BrokerStatus {
     pub journal_problem: Option<String>,
 }
 
-/// The machine.
+/// The machine's CPUs and how the broker divides them now (CPU lists such as `0-3,8`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MachineStatus {
     /// Its name (`this machine`, or a fixture's).
@@ -119,11 +119,11 @@ pub struct MachineStatus {
 /// A cell's request, as shown.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SpecStatus {
-    /// CPUs guaranteed.
+    /// CPUs guaranteed (0: best effort); for a time cell, the CPUs its contract covers.
     pub min: u32,
     /// Most CPUs (0: the machine).
     pub max: u32,
-    /// Relative weight.
+    /// Share of contended CPUs relative to other cells (1 to 10000).
     pub weight: u32,
     /// CPUs no other cell may use.
     pub exclusive: bool,
@@ -182,7 +182,7 @@ impl From<&allot_spec::CellSpec> for SpecStatus {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum GoalStatus {
-    /// Best effort.
+    /// No goal: the cell gets what the policy gives it.
     #[default]
     None,
     /// Units of work per second, in thousandths.
@@ -192,7 +192,7 @@ pub enum GoalStatus {
     },
     /// Latency bound, µs.
     P99 {
-        /// µs.
+        /// Bound on the 99th-percentile latency, in microseconds.
         us: u32,
     },
 }
@@ -233,11 +233,11 @@ pub use allot_spec::Placement;
 /// An admitted cell.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CellStatus {
-    /// Cell id.
+    /// The broker's id of the cell, never reused while its journal lives.
     pub id: u64,
     /// Its name (empty when [`CellStatus::private`]).
     pub name: String,
-    /// Its owner.
+    /// Uid of the user whose connection registered the cell.
     pub uid: u32,
     /// Another user's cell whose name and processes are not shown.
     #[serde(default)]
@@ -256,7 +256,7 @@ pub struct CellStatus {
     pub held: String,
     /// Recommended worker count.
     pub threads: u32,
-    /// Grant generation.
+    /// The generation of the cell's grant page; grows with every change to the grant.
     pub generation: u64,
     /// Shares the stacked pool.
     pub stacked: bool,
@@ -478,7 +478,7 @@ pub struct QueuedStatus {
     pub id: u64,
     /// Its name (empty when private).
     pub name: String,
-    /// Its owner.
+    /// Uid of the user whose connection asked for the cell.
     pub uid: u32,
     /// Another user's request whose name is not shown.
     #[serde(default)]

@@ -30,7 +30,7 @@ pub enum DecodeError {
     /// A field held a value outside its domain.
     #[error("malformed field {field}: {detail}")]
     Malformed {
-        /// The field.
+        /// Name of the field that held the bad value (`items`, `spec.goal.kind`, …).
         field: &'static str,
         /// What was wrong.
         detail: String,

@@ -84,7 +84,7 @@ pub trait KindOps: Send + Sync + fmt::Debug {
 pub struct Kind {
     /// Name used in requests.
     pub name: String,
-    /// Its devices.
+    /// Its devices; a device's index in this list is its `DevId`.
     pub devices: Vec<Device>,
     /// OS operations (`None`: virtual, counting only).
     pub ops: Option<Arc<dyn KindOps>>,

@@ -88,7 +88,7 @@ impl Link {
         parse_devices(&json)
     }
 
-    /// The socket.
+    /// Path of the broker socket this link connected to.
     pub fn socket(&self) -> &Path {
         &self.socket
     }

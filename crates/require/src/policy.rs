@@ -30,11 +30,11 @@ use std::sync::Arc;
 /// One device as a policy sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DevView {
-    /// Kind name.
+    /// Name of the device's kind (`cpu`, `memory`, `io` or a registered one).
     pub kind: String,
     /// Device index within its kind.
     pub index: usize,
-    /// Device name.
+    /// Device name: the CPU number for `cpu`, `nodeN` for `memory`, `MAJ:MIN` for `io`.
     pub name: String,
     /// Largest allocation the device supports.
     pub max: f64,
@@ -59,9 +59,9 @@ pub struct DevView {
 /// `require(c = cores(2))`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Outcome {
-    /// Cores obtained.
+    /// How many CPUs the policy obtained (the size of `cpus`); 0 when it reports none.
     pub ncores: u32,
-    /// Which CPUs.
+    /// The CPUs obtained, by kernel CPU number; empty when the policy reports none.
     pub cpus: CpuSet,
     /// NUMA nodes (kernel ids) obtained.
     pub nodes: Vec<u32>,
@@ -378,7 +378,7 @@ pub fn fair_numa() -> Arc<dyn Policy> {
 /// Where a set of cores must lie.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Domain {
-    /// Anywhere.
+    /// Any CPUs, wherever they lie.
     Any,
     /// One last-level cache domain.
     Llc,

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// Monitor period.
+/// How often the monitor thread samples throttled threads' CPU time.
 pub const PERIOD: Duration = Duration::from_millis(10);
 /// Window over which a thread's rate is measured.
 pub const WINDOW: Duration = Duration::from_millis(100);

@@ -33,7 +33,7 @@ use std::ptr::NonNull;
 pub enum Priority {
     /// Background work: runs when nothing else is ready.
     Low = 0,
-    /// The default.
+    /// Ordinary work, and what a task gets when nothing sets its priority.
     #[default]
     Normal = 1,
     /// Runs before `Normal` and `Low` tasks queued with it.

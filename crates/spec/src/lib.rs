@@ -68,7 +68,7 @@ pub enum Placement {
 }
 
 impl Placement {
-    /// Wire code.
+    /// The byte the wire and the C API carry: 0 any, 1 llc, 2 numa.
     pub fn code(self) -> u8 {
         match self {
             Placement::Any => 0,
@@ -317,9 +317,9 @@ pub enum SpecError {
     /// min above max.
     #[error("minimum {min} CPUs is above the maximum {max}")]
     MinAboveMax {
-        /// The minimum.
+        /// The spec's `min`, in CPUs.
         min: u32,
-        /// The maximum.
+        /// The spec's `max`, in CPUs (not 0: an unset maximum never conflicts).
         max: u32,
     },
     /// A fraction outside (0, 1].
@@ -337,9 +337,9 @@ pub enum SpecError {
     /// A budget longer than its period.
     #[error("budget {budget_us} µs is longer than the period {period_us} µs")]
     BudgetAbovePeriod {
-        /// The budget.
+        /// The spec's budget, in microseconds.
         budget_us: u32,
-        /// The period.
+        /// The spec's period, in microseconds.
         period_us: u32,
     },
     /// A time contract without CPUs.
@@ -348,9 +348,9 @@ pub enum SpecError {
     /// A time contract whose maximum differs from its CPUs.
     #[error("a {kind} cell covers exactly its {cpus} CPUs: leave the maximum unset (got {max})")]
     TimeMax {
-        /// Contract name.
+        /// The contract's name as `allot status` shows it (`time-fraction`, …).
         kind: &'static str,
-        /// Its CPUs.
+        /// The CPUs the contract covers: the spec's `min`.
         cpus: u32,
         /// The maximum asked for.
         max: u32,

@@ -22,11 +22,11 @@ use std::fmt;
 pub enum Term {
     /// The period of a time-triggered cell.
     Period,
-    /// Its budget.
+    /// The CPU time a time-triggered cell gets in each period.
     Budget,
     /// The fraction of each CPU of a time-fraction cell.
     Fraction,
-    /// Its slice.
+    /// The shortest piece of CPU time a time-fraction cell is given at once.
     Slice,
     /// The idle time of a message-triggered cell.
     MessageIdle,

@@ -176,7 +176,9 @@ pub fn accepts(socket: &Path) -> bool {
 /// v1); returns whether nothing was left.
 pub fn remove_leftovers(cgroup: &str) -> bool {
     let mut clean = true;
-    for h in ["cpuset", "cpu", "cpuacct", "freezer", "blkio", "unified", ""] {
+    for h in [
+        "cpuset", "cpu", "cpuacct", "freezer", "blkio", "unified", "",
+    ] {
         let d = Path::new("/sys/fs/cgroup").join(h).join(cgroup);
         if d.join("cgroup.procs").exists() {
             clean = false;
@@ -197,8 +199,8 @@ mod tests {
 
     #[test]
     fn a_broker_that_cannot_start_says_why() {
-        let mut b = BrokerProcess::new(Path::new("/nonexistent/allot"), "affinity", "x".into())
-            .unwrap();
+        let mut b =
+            BrokerProcess::new(Path::new("/nonexistent/allot"), "affinity", "x".into()).unwrap();
         let err = b.spawn().unwrap_err();
         assert!(err.contains("/nonexistent/allot"), "{err}");
         assert_eq!(b.pid(), None);

@@ -6,7 +6,7 @@ use std::process::{Child, Command, Output, Stdio};
 pub struct Proc(pub Child);
 
 impl Proc {
-    /// Its pid.
+    /// The child's pid; after `kill9` it may name another process.
     pub fn pid(&self) -> u32 {
         self.0.id()
     }

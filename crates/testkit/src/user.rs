@@ -63,7 +63,7 @@ impl SharedExe {
         SharedExe { dir, path }
     }
 
-    /// Its path.
+    /// Path of the shared copy, which any user can execute until `self` drops.
     pub fn path(&self) -> &Path {
         &self.path
     }

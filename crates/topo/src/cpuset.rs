@@ -39,9 +39,9 @@ pub enum CpuListError {
     /// A range ended before it started.
     #[error("invalid cpulist range {lo}-{hi}: end is before start")]
     Reversed {
-        /// Range start.
+        /// The number before the dash.
         lo: usize,
-        /// Range end.
+        /// The number after the dash, smaller than `lo`.
         hi: usize,
     },
     /// A CPU number is at or above [`MAX_CPUS`].

@@ -75,7 +75,7 @@ pub struct Node {
 pub struct RawCpu {
     /// Kernel CPU number.
     pub id: usize,
-    /// Package id.
+    /// Package (socket) id from `physical_package_id`; 0 when sysfs does not say.
     pub package: u32,
     /// SMT siblings including itself.
     pub siblings: CpuSet,
@@ -109,7 +109,7 @@ pub enum MachineError {
     /// A CPU names a node that was not described.
     #[error("CPU {cpu} is on NUMA node {node}, which has no description")]
     UnknownNode {
-        /// The CPU.
+        /// Kernel number of the CPU that names the node.
         cpu: usize,
         /// The node id it names.
         node: u32,

@@ -19,7 +19,7 @@ use serde::Serialize;
 /// Everything `allot topology --json` prints.
 #[derive(Debug, Serialize)]
 pub struct TopologyReport<'a> {
-    /// Machine label.
+    /// The machine's label: `this machine` when discovered, else the fixture's name.
     pub name: &'a str,
     /// One-line summary.
     pub summary: String,
@@ -27,11 +27,11 @@ pub struct TopologyReport<'a> {
     pub usable: String,
     /// One entry per logical CPU.
     pub cpus: Vec<CpuEntry>,
-    /// Cores.
+    /// Physical cores, in index order; a CPU entry's `core` indexes this list.
     pub cores: &'a [Core],
-    /// LLC domains.
+    /// Last-level cache domains, in index order; a CPU entry's `llc` indexes this list.
     pub llcs: &'a [Llc],
-    /// NUMA nodes.
+    /// NUMA nodes, in index order; a CPU entry's `node` indexes this list.
     pub nodes: &'a [Node],
 }
 
@@ -40,13 +40,13 @@ pub struct TopologyReport<'a> {
 pub struct CpuEntry {
     /// Kernel CPU number.
     pub cpu: usize,
-    /// Core index.
+    /// Index of the CPU's core in the report's `cores`.
     pub core: usize,
-    /// LLC index.
+    /// Index of the CPU's last-level cache domain in the report's `llcs`.
     pub llc: usize,
-    /// Node index.
+    /// Index of the CPU's NUMA node in the report's `nodes` (not the kernel id).
     pub node: usize,
-    /// Package id.
+    /// Package (socket) id, as the kernel numbers it.
     pub package: u32,
 }
 

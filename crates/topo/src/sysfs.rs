@@ -25,7 +25,7 @@ pub enum DiscoverError {
     /// A required file could not be read.
     #[error("cannot read {path}: {source}")]
     Read {
-        /// The file.
+        /// Full path of the file, under the sysfs root discovery was given.
         path: PathBuf,
         /// The I/O error.
         source: std::io::Error,
@@ -33,7 +33,7 @@ pub enum DiscoverError {
     /// A file held something unexpected.
     #[error("unexpected contents in {path}: {detail}")]
     Parse {
-        /// The file.
+        /// Full path of the file, under the sysfs root discovery was given.
         path: PathBuf,
         /// What was wrong.
         detail: String,
@@ -43,7 +43,7 @@ pub enum DiscoverError {
     Machine {
         /// The sysfs root.
         root: PathBuf,
-        /// The inconsistency.
+        /// What is inconsistent in the facts read (a CPU described twice, an unknown node, …).
         source: MachineError,
     },
     /// The allowed-CPU mask could not be read.

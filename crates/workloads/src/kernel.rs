@@ -53,9 +53,9 @@ pub enum Schedule {
 /// Where a kernel sits in ars Table 1 (the PARSEC program classes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Class {
-    /// Parallel model.
+    /// How the work is shared out: data parallel, a pipeline or unstructured.
     pub model: Model,
-    /// Granularity.
+    /// How long its parallel regions last, from coarse (tens of ms) to fine (µs).
     pub granularity: Granularity,
     /// PARSEC programs of the same class.
     pub like: &'static [&'static str],

@@ -28,7 +28,7 @@ const WAIT_SLICE: Duration = Duration::from_millis(50);
 pub const MODE_REGISTERED: c_int = 0;
 /// Put in a cell by `allot run`.
 pub const MODE_JOINED: c_int = 1;
-/// No broker.
+/// No broker: the grant is the CPUs the process may use, fixed.
 pub const MODE_STANDALONE: c_int = 2;
 /// Grants published by the embedding program (not reachable from C yet).
 pub const MODE_MANUAL: c_int = 3;

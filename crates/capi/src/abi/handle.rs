@@ -100,11 +100,11 @@ pub const MAX_SLOTS: usize = (1 << SLOT_BITS) - 1;
 /// The parts of an id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Parts {
-    /// Tag byte.
+    /// The top byte: which table the id belongs to (`Kind::tag`).
     pub tag: u8,
-    /// Generation.
+    /// The slot's generation when the id was made; a freed slot's ids go stale.
     pub generation: u32,
-    /// Slot index.
+    /// Index into the table (24 bits, below `MAX_SLOTS`).
     pub slot: u32,
 }
 

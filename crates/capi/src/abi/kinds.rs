@@ -26,7 +26,7 @@ pub struct KindDevC {
     pub name: *const c_char,
     /// Amount left to threads that asked for nothing.
     pub min: f64,
-    /// Largest allocation.
+    /// Largest allocation the device supports, in the kind's unit.
     pub max: f64,
 }
 

@@ -42,21 +42,22 @@ pub struct CReq {
     pub name: *const c_char,
     /// Device name (NULL: `index`).
     pub dev: *const c_char,
-    /// Device number.
+    /// The device when `dev` is NULL: its index, or for `memory` the N of `nodeN`.
     pub index: i64,
     /// Amount or share.
     pub amount: f64,
-    /// Policy parameter.
+    /// How many cores or nodes `allot_cores`, `allot_min_cores` and `allot_numa_nodes`
+    /// ask for.
     pub n: u32,
-    /// Policy parameter.
+    /// Fewest cores `allot_constrained` accepts (at least 1).
     pub min: u32,
-    /// Policy parameter.
+    /// Most cores `allot_constrained` takes (at least `min`).
     pub max: u32,
     /// `ALLOT_DOMAIN_*`.
     pub domain: u32,
-    /// C policy.
+    /// The function of a `REQ_CPOLICY` request, run when the block is entered.
     pub func: Option<PolicyFn>,
-    /// Its argument.
+    /// Passed to the C policy's function on each call; never read by allot.
     pub arg: *mut c_void,
     /// Where a BIND request's outcome goes.
     pub out: *mut COutcome,

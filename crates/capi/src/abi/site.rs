@@ -15,11 +15,11 @@ use std::mem::size_of;
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct COutcome {
-    /// Cores obtained.
+    /// How many CPUs the policy obtained (the bits set in `cpus`); 0 if it reports none.
     pub ncores: u32,
     /// NUMA nodes obtained.
     pub nnodes: u32,
-    /// CPU bitmap.
+    /// Bit `c % 64` of word `c / 64` set for each CPU `c` obtained (CPUs 0 to 1023).
     pub cpus: [u64; 16],
     /// Node bitmap (kernel ids).
     pub nodes: [u64; 16],

@@ -21,7 +21,7 @@ use std::panic::{self, AssertUnwindSafe};
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
-    /// Success.
+    /// The call did what it was asked; the only code that is not an error.
     Ok = 0,
     /// A null pointer or an argument out of range.
     Invalid = 1,

@@ -9,8 +9,8 @@
 //! cell removes the cgroups it made; the guard checks that, and removes
 //! leftovers of its own cgroup name if a job was still being torn down.
 
-pub use allot_testkit::broker::remove_leftovers;
 use allot_testkit::broker::BrokerProcess;
+pub use allot_testkit::broker::remove_leftovers;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -66,7 +66,7 @@ impl PrivateBroker {
         self.process.dir.path()
     }
 
-    /// Its socket.
+    /// Path of its private socket (`allot.sock` in `dir`); the same after a restart.
     pub fn socket(&self) -> &Path {
         &self.process.socket
     }

@@ -31,7 +31,7 @@ use std::str::FromStr;
 pub enum Work {
     /// An allot workload.
     Kernel {
-        /// Which.
+        /// Which of the workload kernels to run.
         kernel: Kernel,
         /// Work scale (1.0 ≈ 2–4 s alone on 2 CPUs).
         scale: f64,

@@ -39,7 +39,7 @@ pub struct Plan {
     pub backend: String,
     /// How the experiment's broker divides CPUs.
     pub policy: allot_plan::GlobalPolicy,
-    /// Output directory.
+    /// Directory the results (`runs.csv`, …) are written to; created if missing.
     pub out: PathBuf,
 }
 

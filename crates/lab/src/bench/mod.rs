@@ -112,7 +112,7 @@ pub struct MixArgs {
         value_name = "fair-share|priority|goals"
     )]
     policy: allot_plan::GlobalPolicy,
-    /// Output directory.
+    /// Where the results go (created if missing; default: `bench-out/mix-<unix time>`).
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Where the workloads are built and cached (a private directory;

@@ -30,7 +30,7 @@ pub struct NoiseArgs {
 pub struct NoiseReport {
     /// The CPU it spun on.
     pub cpu: usize,
-    /// Seconds measured.
+    /// How long the thread spun, in seconds: the time `lost` is a share of.
     pub seconds: f64,
     /// Gaps over the threshold.
     pub detours: usize,

@@ -66,13 +66,13 @@ pub struct ThreadSummary {
 /// Percentiles of a sample (in the unit its field names).
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct Quantiles {
-    /// Samples.
+    /// How many values the sample has; for an empty one every quantile is 0.
     pub n: usize,
-    /// Median.
+    /// The median by nearest rank: a value of the sample, never an average of two.
     pub p50: f64,
-    /// 99th percentile.
+    /// The 99th percentile by nearest rank: the value 99 % of the sample lie at or below.
     pub p99: f64,
-    /// Largest.
+    /// The largest value of the sample (0 for an empty one).
     pub max: f64,
 }
 
@@ -103,7 +103,7 @@ impl Quantiles {
 pub struct Summary {
     /// The window schedule from the grant page (period 0: none).
     pub window: Option<(u32, u32)>,
-    /// Per thread.
+    /// One summary per recording thread, in the order they were started.
     pub threads: Vec<ThreadSummary>,
     /// Of the windows any thread ran in, the fraction every thread ran in.
     pub same_windows: f64,

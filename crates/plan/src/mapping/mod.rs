@@ -44,7 +44,7 @@ use std::collections::BTreeMap;
 /// What the mapping needs to know about one cell.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MapCell {
-    /// The cell.
+    /// The cell's id; the mapping's grants are keyed by it.
     pub id: CellId,
     /// Where its CPUs should lie.
     pub placement: Placement,

@@ -47,7 +47,7 @@ use std::collections::BTreeMap;
 /// One time cell as placement sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimeCell {
-    /// The cell.
+    /// The cell's id, the key of its placement and phase.
     pub id: CellId,
     /// Its contract (not space).
     pub contract: TimeContract,

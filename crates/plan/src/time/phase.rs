@@ -43,9 +43,9 @@ pub const MAX_SHIFTS: u64 = 4_096;
 /// One triggered cell's windows on the common time base, µs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Periodic {
-    /// Period.
+    /// Period, µs: the window repeats every `period_us`.
     pub period_us: u32,
-    /// Window length.
+    /// Window length, µs: the cell's budget per period, at most `period_us`.
     pub budget_us: u32,
     /// Start of window 0 after the epoch, below the period.
     pub phase_us: u32,

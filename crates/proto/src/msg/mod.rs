@@ -52,7 +52,7 @@ pub mod spec;
 /// (`joins_itself`), which `Registered` then carries after the page.
 pub const PROTOCOL_VERSION: u16 = 8;
 
-/// Header magic.
+/// The header's first two bytes, little-endian; other values are not the allot protocol.
 pub const MAGIC: u16 = 0xA110;
 
 /// Header length in bytes.
@@ -139,11 +139,12 @@ impl ErrorCode {
 /// a resource kind.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LedgerItem {
-    /// Kind name.
+    /// Name of the resource kind (`cpu`, `memory`, `io` or a virtual kind).
     pub kind: String,
-    /// Device index.
+    /// Index of the device in the kind's device list, from 0.
     pub dev: u32,
-    /// Amount.
+    /// How much of the device, in the kind's unit (CPUs, bytes, an I/O weight, a count);
+    /// not negative.
     pub amount: f64,
     /// A shared (non-exclusive) holding.
     pub shared: bool,
@@ -152,11 +153,11 @@ pub struct LedgerItem {
 /// One device of a kind definition.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeviceDef {
-    /// Name.
+    /// The device's name, unique within the kind.
     pub name: String,
     /// Left to processes that asked for nothing.
     pub min: f64,
-    /// Largest allocation.
+    /// The device's capacity in the kind's unit; holders share what `min` leaves.
     pub max: f64,
 }
 
@@ -189,22 +190,22 @@ pub enum Request {
     /// `0x03` — `cell: u64, token: u64`. Reattaches to a cell after the
     /// connection (or the broker) went away.
     Rejoin {
-        /// The cell.
+        /// The cell's id, from `Registered` or `Queued`.
         cell: u64,
         /// The secret returned by `Registered`.
         token: u64,
     },
     /// `0x04` — `cell: u64, pid: u32`. Adds a process to a cell.
     AddMember {
-        /// The cell.
+        /// The cell's id, from `Registered` or `Queued`.
         cell: u64,
-        /// The process.
+        /// Id of the process to add; the caller must be allowed to act on it.
         pid: u32,
     },
     /// `0x05` — `cell: u64, busy: u32, wanted: u32, progress: u64`.
     /// A progress report; no reply.
     Report {
-        /// The cell.
+        /// The cell's id, from `Registered` or `Queued`.
         cell: u64,
         /// Workers busy now.
         busy: u32,
@@ -216,7 +217,7 @@ pub enum Request {
     /// `0x0F` — `cell: u64, stats` ([`PoolStatsWire`]). A runtime pool's
     /// statistics; no reply.
     PoolStats {
-        /// The cell.
+        /// The cell's id, from `Registered` or `Queued`.
         cell: u64,
         /// The pool's statistics, summed over its workers.
         stats: PoolStatsWire,
@@ -225,21 +226,21 @@ pub enum Request {
     /// alone, keeping the rest of its request (a program that inherited
     /// its cell from `allot run` does not know the rest).
     SetGoal {
-        /// The cell.
+        /// The cell's id, from `Registered` or `Queued`.
         cell: u64,
         /// The new goal.
         goal: Goal,
     },
     /// `0x06` — `cell: u64, spec`. Changes a cell's request.
     UpdateSpec {
-        /// The cell.
+        /// The cell's id, from `Registered` or `Queued`.
         cell: u64,
         /// The new request.
         spec: CellSpec,
     },
     /// `0x07` — `cell: u64`. Ends a cell.
     Release {
-        /// The cell.
+        /// The cell's id, from `Registered` or `Queued`.
         cell: u64,
     },
     /// `0x08` — no fields. Asks for the broker's state as JSON.
@@ -249,9 +250,9 @@ pub enum Request {
     /// `0x0A` — `name: str, devices: list<(name: str, min: f64, max: f64)>`.
     /// Defines a virtual (counting) resource kind for every process.
     KindDefine {
-        /// Kind name.
+        /// Name of the new kind; defining it again with the same devices is accepted.
         name: String,
-        /// Its devices.
+        /// The kind's devices, in index order (`LedgerItem::dev` counts from 0).
         devices: Vec<DeviceDef>,
     },
     /// `0x0B` — no fields. The ledger as JSON (`Json` chunks).
@@ -298,7 +299,7 @@ pub enum Request {
     ChannelClose {
         /// The channel's name.
         name: String,
-        /// Which end.
+        /// True for the sending end, false for the receiving end.
         send: bool,
     },
     /// `0x13` — `name: str, send: bool`, with the channel's three
@@ -309,7 +310,7 @@ pub enum Request {
     ChannelRejoin {
         /// The channel's name.
         name: String,
-        /// Which end.
+        /// True for the sending end, false for the receiving end.
         send: bool,
     },
 }
@@ -338,7 +339,7 @@ pub enum Reply {
     /// processes it starts then begin inside the cell). Without them the
     /// broker attached the members itself.
     Registered {
-        /// The cell.
+        /// The new cell's id, used by every later request about it.
         cell: u64,
         /// Secret for `Rejoin`.
         token: u64,
@@ -371,14 +372,14 @@ pub enum Reply {
     Status {
         /// Another chunk follows.
         more: bool,
-        /// This chunk.
+        /// The next piece of the JSON text; the pieces concatenate in order.
         json: String,
     },
     /// `0x87` — `more: bool, json: str`. One chunk of the ledger JSON.
     Json {
         /// Another chunk follows.
         more: bool,
-        /// This chunk.
+        /// The next piece of the JSON text; the pieces concatenate in order.
         json: String,
     },
     /// `0x88` — `epoch: u64, waiters: u32`. The ledger changed.
@@ -458,7 +459,7 @@ pub fn header_kind(buf: &[u8]) -> Option<u16> {
 pub struct PoolStatsWire {
     /// Workers active (holding a CPU) when the report was made.
     pub workers: u32,
-    /// Tasks run.
+    /// Tasks the workers ran, panicking ones included (not those a waiter ran itself).
     pub tasks_run: u64,
     /// Tasks created on workers.
     pub tasks_created: u64,
@@ -523,18 +524,18 @@ pub enum FrameError {
         /// The peer's version.
         got: u16,
     },
-    /// Unknown kind.
+    /// The header's kind is not a request or reply kind of this version.
     #[error("unknown message kind 0x{0:02x}")]
     Kind(u16),
     /// The body did not decode.
     #[error("message kind 0x{kind:02x}: {err}")]
     Body {
-        /// The kind.
+        /// The header's message kind, whose body failed to decode.
         kind: u16,
         /// The decode error.
         err: DecodeError,
     },
-    /// Too long.
+    /// Longer than [`MAX_MESSAGE`] bytes; carries the datagram's length.
     #[error("message of {0} bytes exceeds the {MAX_MESSAGE}-byte limit")]
     Oversized(usize),
 }

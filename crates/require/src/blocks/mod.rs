@@ -287,7 +287,7 @@ impl Blocks {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The machine.
+    /// The machine the runtime was built for, whose usable CPUs its `cpu` kind holds.
     pub fn machine(&self) -> &Machine {
         &self.machine
     }

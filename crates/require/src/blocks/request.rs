@@ -34,25 +34,25 @@ pub enum Timing {
 pub enum What {
     /// An amount of one device of a kind.
     Device {
-        /// Kind name.
+        /// Name of the kind, looked up when the scope is entered.
         kind: String,
         /// Device name or index.
         dev: String,
-        /// Amount.
+        /// How much: an absolute amount or a share of what is available.
         amount: Amount,
     },
-    /// A policy.
+    /// A policy that chooses the devices and amounts when the scope is entered.
     Policy(Arc<dyn Policy>),
 }
 
 /// One request of a `require`.
 #[derive(Debug, Clone)]
 pub struct Request {
-    /// What.
+    /// A device amount, or a policy that picks devices.
     pub what: What,
-    /// Ownership.
+    /// Exclusive (the default), private to the thread, or shared.
     pub own: Ownership,
-    /// When.
+    /// When the request takes effect (`Timing::Now` by default).
     pub timing: Timing,
 }
 
@@ -81,7 +81,7 @@ impl Request {
             timing: Timing::Now,
         }
     }
-    /// A policy.
+    /// A request that runs policy `p`, with the default ownership and timing.
     pub fn policy(p: Arc<dyn Policy>) -> Request {
         Request {
             what: What::Policy(p),
@@ -107,23 +107,23 @@ pub enum RequireError {
     /// No such kind.
     #[error("{site}: unknown resource kind {kind:?} (known: {known})")]
     UnknownKind {
-        /// The name.
+        /// The kind name as requested.
         kind: String,
         /// Kinds that exist.
         known: String,
-        /// Where.
+        /// Source location of the call that entered the scope.
         site: &'static Location<'static>,
     },
     /// No such device.
     #[error("{site}: resource kind {kind:?} has no device {dev:?} (it has {count})")]
     UnknownDevice {
-        /// Kind.
+        /// Name of the kind the device was looked up in.
         kind: String,
-        /// Device asked.
+        /// The device name or index as requested.
         dev: String,
         /// How many it has.
         count: usize,
-        /// Where.
+        /// Source location of the call that entered the scope.
         site: &'static Location<'static>,
     },
     /// Asked more than the enclosing allocation (a programming error).
@@ -131,15 +131,15 @@ pub enum RequireError {
         "{site}: requires {asked} of {kind} device {dev} inside a scope that holds {enclosing}: a nested require may not ask for more than its enclosing one"
     )]
     TooLarge {
-        /// Kind.
+        /// Name of the device's kind.
         kind: String,
-        /// Device.
+        /// Name of the device.
         dev: String,
-        /// Asked.
+        /// The amount asked for, in the kind's unit (a share already resolved).
         asked: f64,
-        /// Enclosing.
+        /// What the enclosing scope holds of the device (0 inside a scope that denied it).
         enclosing: f64,
-        /// Where.
+        /// Source location of the call that entered the scope.
         site: &'static Location<'static>,
     },
     /// A kind that cannot be registered as given.
@@ -149,36 +149,36 @@ pub enum RequireError {
     /// machine (an I/O weight on a device whose scheduler ignores weights).
     #[error("{site}: {kind} device {dev} cannot be held as asked: {why}")]
     Unenforceable {
-        /// Kind.
+        /// Name of the device's kind.
         kind: String,
-        /// Device.
+        /// The device name or index as requested.
         dev: String,
         /// Why, and what to change.
         why: String,
-        /// Where.
+        /// Source location of the call that entered the scope.
         site: &'static Location<'static>,
     },
     /// An amount outside 0..=max, or a share outside 0..=1.
     #[error("{site}: invalid amount {amount} for {kind} device {dev} (0 to {max})")]
     BadAmount {
-        /// Kind.
+        /// Name of the device's kind.
         kind: String,
-        /// Device.
+        /// The device name or index as requested.
         dev: String,
-        /// Amount.
+        /// The amount asked for (a share resolved against what is available).
         amount: f64,
-        /// Device maximum.
+        /// The largest allocation the device supports, in the kind's unit.
         max: f64,
-        /// Where.
+        /// Source location of the call that entered the scope.
         site: &'static Location<'static>,
     },
     /// A policy that can never be met on this machine did not succeed even
     /// with everything free.
     #[error("{site}: policy {policy} cannot be met on this machine even with every device free")]
     Impossible {
-        /// Policy name.
+        /// The failing policy's name (`Policy::name`).
         policy: String,
-        /// Where.
+        /// Source location of the call that entered the scope.
         site: &'static Location<'static>,
     },
     /// Registering a kind failed.

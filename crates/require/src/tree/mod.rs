@@ -203,11 +203,11 @@ struct Unit {
 /// One request of an atomic acquisition.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Ask {
-    /// Device.
+    /// The (kind, device) to allocate from.
     pub dev: Dev,
-    /// Absolute amount.
+    /// How much, in the kind's unit (never a share: shares are resolved first).
     pub amount: f64,
-    /// Ownership.
+    /// Whether the holding is exclusive, private to the thread, or shared.
     pub own: Ownership,
 }
 
@@ -225,11 +225,11 @@ pub enum Refusal {
     },
     /// A programming error: the request exceeds its enclosing allocation.
     TooLarge {
-        /// Device.
+        /// The (kind, device) asked for.
         dev: Dev,
-        /// Asked.
+        /// The amount asked for, in the kind's unit.
         asked: f64,
-        /// Enclosing amount.
+        /// What the enclosing allocation holds of the device (0 inside a scope that denied it).
         enclosing: f64,
     },
 }
@@ -260,7 +260,7 @@ pub struct Trees {
 }
 
 impl Trees {
-    /// Empty trees.
+    /// Trees with no roots, nodes or threads yet.
     pub fn new() -> Self {
         Self::default()
     }

@@ -183,9 +183,9 @@ impl Deques {
 /// A queue shared by all workers, one per level, FIFO or LIFO.
 #[derive(Debug)]
 pub enum Shared {
-    /// Oldest first.
+    /// Oldest task first: independent tasks start in submission order.
     Fifo(Box<[Injector<Task>]>),
-    /// Newest first.
+    /// Newest task first: a stack, so the latest submission starts next.
     Lifo(Box<[Stack<Task>]>),
 }
 
@@ -298,7 +298,7 @@ impl Victims {
     /// Names as parsed.
     pub const NAMES: [&'static str; 2] = ["random", "round-robin"];
 
-    /// Its name.
+    /// Its name as parsed and shown, one of `NAMES`.
     pub fn name(self) -> &'static str {
         match self {
             Victims::Random => "random",
@@ -328,7 +328,7 @@ impl Placement {
     /// Names as parsed.
     pub const NAMES: [&'static str; 4] = ["local", "round-robin", "random", "least-loaded"];
 
-    /// Its name.
+    /// Its name as parsed and shown, one of `NAMES`.
     pub fn name(self) -> &'static str {
         match self {
             Placement::Local => "local",

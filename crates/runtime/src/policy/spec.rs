@@ -126,7 +126,7 @@ impl FromStr for PolicyKind {
 /// string form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PolicySpec {
-    /// Which policy.
+    /// Which shipped policy; the other fields tune it.
     pub kind: PolicyKind,
     levels: u8,
     /// Steal order of idle workers.

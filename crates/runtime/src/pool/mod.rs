@@ -50,7 +50,7 @@ pub use suspend::Resumer;
 /// A worker thread as seen from outside (for checks and tools).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkerInfo {
-    /// Slot index.
+    /// The worker's slot, below `Pool::max_workers`.
     pub index: usize,
     /// Kernel thread id.
     pub tid: i32,
