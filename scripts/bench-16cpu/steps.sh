@@ -1,0 +1,257 @@
+# shellcheck shell=bash
+# Part of scripts/bench-16cpu.sh (sourced by it; not run alone): the measured steps (launch, timeline, tests, bind, numpy, unequal, arrival, sweep, stop).
+# Uses the globals and helpers the main script defines.
+
+# A batch's time limit, seconds: a*T + b (+ LIMIT_EXTRA), rounded up.
+limit_of() { ceil "$1 * $T_ALONE + $2 + $LIMIT_EXTRA"; }
+
+# One `allot bench launch ARGS...` under a time limit of $1 seconds, its
+# output printed and appended to launch.txt.
+bench_launch() {
+  local lim=$1 rc=0 part
+  shift
+  say "== launch: allot bench launch $*"
+  if ! fits "$lim"; then
+    skipped_for_time=$((skipped_for_time + 1))
+    say "skipped (time budget)"
+    return
+  fi
+  part=$work/launch.part
+  # sh records the bench's pid (its brokers' cgroups are named after it).
+  # shellcheck disable=SC2016 # $$ is the inner shell's
+  timeout -k 5 "$lim" sh -c 'echo $$ >"$1"; shift; exec "$@"' sh "$work/launch.pid" \
+    "$ALLOT" bench launch "$@" </dev/null >"$part" 2>&1 || rc=$?
+  if [[ -s $work/launch.pid ]]; then
+    HELPER_PIDS+=("$(cat "$work/launch.pid")")
+  fi
+  cat "$part"
+  {
+    echo "==> allot bench launch $*"
+    cat "$part"
+  } >>"$OUT/launch.txt"
+  if ((rc != 0)); then
+    fail "allot bench launch $* exited $rc"
+  fi
+}
+
+# What `allot run` adds to a start and an exit: back to back with bursts,
+# then spaced apart (where a cgroup move would wait for the kernel; on v2
+# the program is created inside its cell instead).
+step_launch() {
+  local backends=()
+  if v2_has_cpuset; then
+    backends=(--backends "cgroup2,affinity")
+  fi
+  if ((QUICK)); then
+    bench_launch 60 --runs 20 "${backends[@]}" --burst 4 --burst-rounds 3
+    bench_launch 30 --runs 5 --gap 100 "${backends[@]}"
+  else
+    bench_launch 90 --runs 100 "${backends[@]}" --burst 8 --burst-rounds 10
+    bench_launch 60 --runs 30 --gap 300 "${backends[@]}"
+  fi
+}
+
+step_tests() {
+  local bin name names=() args=() rc all=0 lim=60 out
+  say "== tests: cgroup v2 live tests"
+  if [[ -z $TESTS ]]; then
+    say "no --tests DIR given: skipped (build them with --build-tests on the build machine)"
+    echo "skipped: no --tests DIR" >"$OUT/tests.txt"
+    return
+  fi
+  : >"$OUT/tests.txt"
+  for bin in "$TESTS"/*; do
+    [[ -f $bin && -x $bin ]] || continue
+    name=$(basename "$bin")
+    if [[ $name == cgroup2* ]]; then
+      names=()
+    else
+      mapfile -t names < <(timeout 30 "$bin" --list --format terse 2>/dev/null |
+        sed -n 's/: test$//p' | grep -E "$TESTS_FILTER" || true)
+      if ((${#names[@]} == 0)); then
+        say "$name: no test matches /$TESTS_FILTER/, skipped"
+        continue
+      fi
+    fi
+    if ! fits "$lim"; then
+      skipped_for_time=$((skipped_for_time + 1))
+      say "$name: skipped (time budget)"
+      continue
+    fi
+    all=$((all + 1))
+    args=(--test-threads=1)
+    if ((${#names[@]} > 0)); then
+      args+=(--exact "${names[@]}")
+    fi
+    rc=0
+    # shellcheck disable=SC2016 # $$ is the inner shell's (the test's pid)
+    out=$(cd "$work/tmp" && ALLOT_STRICT_TESTS=1 timeout -k 5 "$lim" \
+      sh -c 'echo $$ >"$1"; shift; exec "$@"' sh "$work/test.pid" \
+      "$bin" "${args[@]}" 2>&1 </dev/null) || rc=$?
+    [[ -s $work/test.pid ]] && HELPER_PIDS+=("$(cat "$work/test.pid")")
+    {
+      echo "==> $name ${names[*]:-(all tests)}"
+      printf '%s\n' "$out"
+      echo "exit $rc"
+    } >>"$OUT/tests.txt"
+    say "$name: $(grep -E '^test result' <<<"$out" | tail -n 1 || true) (exit $rc)"
+    grep -E '^test .* FAILED$|^skipped:' <<<"$out" || true
+    if ((rc != 0)); then
+      fail "test binary $name exited $rc (see tests.txt)"
+    fi
+  done
+  ((all > 0)) || say "no test binary in $TESTS"
+}
+
+step_bind() {
+  local k=4 rep lim i
+  say "== bind: $k programs with OMP_PROC_BIND=true under allot run"
+  lim=$(limit_of 5 3)
+  SCALES=()
+  for ((i = 0; i < k; i++)); do SCALES+=("$(calc "$S / $k")"); done
+  for ((rep = 1; rep <= REPEATS; rep++)); do
+    run_batch bind allot-bind "$k" "$rep" "$lim"
+  done
+}
+
+# Where the time goes: k programs started together under `allot run
+# --timeline` (the broker's steps per cell: admission, cgroup and cpuset
+# writes with what each took, grants, joins, exits; and each run's own),
+# saved whole to timelines.txt; the cpuset and join costs are summarized.
+step_timeline() {
+  local k=4 lim i pids=() out
+  ((k > NCPU)) && k=$NCPU
+  say "== timeline: $k programs started together under allot run --timeline"
+  lim=$(limit_of 2 3)
+  if ! fits "$lim"; then
+    skipped_for_time=$((skipped_for_time + 1))
+    say "skipped (time budget)"
+    return
+  fi
+  for ((i = 0; i < k; i++)); do
+    timeout -k 5 "$lim" env "ALLOT_SOCKET=$daemon_sock" "$ALLOT" run --no-start --timeline \
+      --name "t$i" -- "$OMP_BIN" stencil "$(calc "$S / $k")" \
+      </dev/null >/dev/null 2>"$work/timeline.$i" &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do
+    wait "${pids[i]}" || fail "timeline program $i exited $?"
+    cat "$work/timeline.$i" >>"$OUT/timelines.txt"
+  done
+  out=$(cat "$work"/timeline.*)
+  say "$(grep -E 'program started' <<<"$out" | awk '{ print "  program started at " $1 " ms" }')"
+  say "$(grep -E '\[broker\] (cpuset|joined).* ms\)$' <<<"$out" |
+    sed -E 's/.*\[broker\] ([a-z]+).*\(([0-9.]+) ms\).*/\1 \2/' |
+    awk '{ n[$1]++; t[$1] += $2; if ($2 > m[$1]) m[$1] = $2 }
+      END { for (s in n) printf "  %s: %d steps, mean %.3f ms, max %.3f ms\n", s, n[s], t[s] / n[s], m[s] }')"
+}
+
+step_numpy() {
+  local k=4 rep out per mode lim i
+  say "== numpy: $k programs multiplying ${BLAS_SIZE}x${BLAS_SIZE} matrices"
+  if [[ -z $PY ]]; then
+    say "no python3 with numpy here: skipped"
+    record numpy "$k" - - "" skip "" "" "" "no numpy"
+    return
+  fi
+  out=$(OPENBLAS_NUM_THREADS=1 timeout 60 "$PY" "$repo/scripts/workloads/blas.py" "$BLAS_SIZE" 200) ||
+    { fail "scripts/workloads/blas.py does not run"; return; }
+  [[ $out =~ seconds=([^[:space:]]+) ]] && per=${BASH_REMATCH[1]}
+  BLAS_N=$(awk "BEGIN { n = int(($TARGET * 0.75) / ($per / 200)); print (n < 10) ? 10 : n }")
+  say "numpy: 200 products took $per s on one thread; each program does $BLAS_N"
+  lim=$(ceil "$TARGET * 3 * ($k > $NCPU ? $k / $NCPU : 1) + 5 + $LIMIT_EXTRA")
+  WL=blas
+  SCALES=()
+  for ((i = 0; i < k; i++)); do SCALES+=("$BLAS_N"); done
+  for ((rep = 1; rep <= REPEATS; rep++)); do
+    for mode in $( ((rep % 2)) && echo "blas1 allot" || echo "allot blas1"); do
+      run_batch numpy "$mode" "$k" "$rep" "$lim"
+    done
+  done
+  WL=stencil
+}
+
+step_unequal() {
+  local k rep mode lim short i
+  k=$((NCPU < 4 ? NCPU : 4))
+  ((k >= 2)) || { say "unequal: needs 2 CPUs, skipped"; return; }
+  short=$(calc "$S / ($k + 3)")
+  say "== unequal: $k programs, one 4x longer (stencil $(calc "4 * $short") and $((k - 1)) x $short)"
+  SCALES=("$(calc "4 * $short")")
+  for ((i = 1; i < k; i++)); do SCALES+=("$short"); done
+  lim=$(limit_of 5 3)
+  for ((rep = 1; rep <= REPEATS; rep++)); do
+    for mode in $( ((rep % 2)) && echo "split allot" || echo "allot split"); do
+      run_batch unequal "$mode" "$k" "$rep" "$lim"
+    done
+  done
+}
+
+step_arrival() {
+  local k rep mode lim i
+  k=$((NCPU < 4 ? NCPU : 4))
+  ((k >= 2)) || { say "arrival: needs 2 CPUs, skipped"; return; }
+  say "== arrival: $k programs (stencil $(calc "$S / 2") each) started 1 s apart"
+  SCALES=()
+  for ((i = 0; i < k; i++)); do SCALES+=("$(calc "$S / 2")"); done
+  lim=$(limit_of 5 "$k + 3")
+  for ((rep = 1; rep <= REPEATS; rep++)); do
+    for mode in $( ((rep % 2)) && echo "split allot" || echo "allot split"); do
+      run_batch arrival "$mode" "$k" "$rep" "$lim" arrival
+    done
+  done
+}
+
+SWEEP_MODES=(split allot auto one dynamic passive seq)
+
+step_sweep() {
+  local ks=() k rep m j mode lim i
+  for k in 2 4 8 16; do
+    if ((k <= NCPU)); then
+      ks+=("$k")
+    fi
+  done
+  if ((${#ks[@]} == 0)); then
+    say "sweep: needs 2 CPUs, skipped"
+    return
+  fi
+  say "== sweep: k identical stencil programs (stencil $S / k each) at k = ${ks[*]}"
+  for k in "${ks[@]}"; do
+    SCALES=()
+    for ((i = 0; i < k; i++)); do SCALES+=("$(calc "$S / $k")"); done
+    for ((rep = 1; rep <= REPEATS; rep++)); do
+      # Modes interleaved, starting one further each repeat.
+      for ((j = 0; j < ${#SWEEP_MODES[@]}; j++)); do
+        m=$(((j + rep - 1) % ${#SWEEP_MODES[@]}))
+        mode=${SWEEP_MODES[m]}
+        case "$mode" in
+          one) lim=$(ceil "1.5 * $T_ALONE * $NCPU / $k + 3 + $LIMIT_EXTRA") ;;
+          seq) lim=$(limit_of 3 "$k * 0.2 + 3") ;;
+          *) lim=$(limit_of 5 3) ;;
+        esac
+        if [[ $mode == seq ]]; then
+          run_batch sweep "$mode" "$k" "$rep" "$lim" seq
+        else
+          run_batch sweep "$mode" "$k" "$rep" "$lim"
+        fi
+      done
+    done
+  done
+}
+
+# The broker stopped with no cell must remove every cgroup it made.
+step_stop_broker() {
+  local left
+  say "== cleanup: stopping the broker"
+  stop_pid "$daemon_pid" 5
+  wait "$daemon_pid" 2>/dev/null || true
+  daemon_pid=""
+  left=$(remove_cgroups "$tag-*")
+  if [[ -n $left ]]; then
+    fail "cgroups left behind by the brokers (removed now): $left"
+    record cleanup - broker - "" FAIL "" "" "" "left: $left"
+  else
+    say "the brokers left no cgroup behind"
+    record cleanup - broker - "" ok "" "" "" ""
+  fi
+}
