@@ -14,8 +14,8 @@
 //!
 //! Run: `cargo bench -p allot-plan --bench goals [-- SEEDS]` (default 10).
 
-use allot_plan::goals::Curve;
 use allot_plan::sim::{Sim, SimCell, Truth};
+use allot_plan::tracking::Curve;
 use allot_plan::{CellSpec, GlobalPolicy, Goal, PlanConfig};
 use std::time::Instant;
 

@@ -18,7 +18,7 @@
 //! conservation).
 //!
 //! The `goals` policy reads what each cell's reports say of it
-//! ([`goals`]: a per-cell tracker turns measurements into the CPUs a goal
+//! ([`tracking`]: a per-cell tracker turns measurements into the CPUs a goal
 //! needs and a speed-up curve); `sim` (feature `sim`, on for this crate's
 //! own tests and benchmarks only) drives the plan over time with synthetic
 //! cells.
@@ -36,7 +36,6 @@
 //! to 1024 CPUs and what one arrival changes ([`Plan::changes_to`]).
 
 pub mod admission;
-pub mod goals;
 pub mod lend;
 pub mod mapping;
 pub mod plan;
@@ -45,6 +44,7 @@ pub mod share;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod time;
+pub mod tracking;
 
 pub use admission::{Admission, Admitted, admit, delays};
 /// The vocabulary of what a cell asks for (the `allot-spec` crate).
@@ -93,7 +93,7 @@ pub struct CellInput {
     pub demand: Option<u32>,
     /// What its reports say of its performance (the goals policy reads
     /// it; the default says nothing).
-    pub perf: goals::PerfHint,
+    pub perf: tracking::PerfHint,
     /// CPUs its processes hold exclusively through `require` (the one
     /// account): the plan keeps them in its entitlement and in what it
     /// owns, and gives them to no other cell (invariant 8). Ignored for

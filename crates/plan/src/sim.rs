@@ -8,7 +8,7 @@
 //!
 //! Deterministic for a seed (its own xorshift generator; no I/O).
 
-use crate::goals::{Curve, Observation, Tracker};
+use crate::tracking::{Curve, Observation, Tracker};
 use crate::{CellId, CellInput, CellSpec, Plan, PlanConfig, Planner};
 use allot_topo::Machine;
 
@@ -170,7 +170,7 @@ impl<'m> Sim<'m> {
                     ..Observation::default()
                 },
                 Truth::Server { k, load } => {
-                    let u = (load / n.max(1e-9)).min(crate::goals::fit::MAX_UTIL);
+                    let u = (load / n.max(1e-9)).min(crate::tracking::fit::MAX_UTIL);
                     Observation {
                         cpus: n,
                         p99_us: Some((k / (1.0 - u) * jitter()) as u64),

@@ -4,8 +4,8 @@
 //! cells, measured with noise. Every step's plan is checked against the
 //! plan invariants by the simulator itself.
 
-use allot_plan::goals::Curve;
 use allot_plan::sim::{Sim, SimCell, Truth};
+use allot_plan::tracking::Curve;
 use allot_plan::{CellSpec, GlobalPolicy, Goal, PlanConfig};
 use allot_topo::{FIXTURES, Machine, fixture};
 use proptest::prelude::*;

@@ -1,6 +1,6 @@
 //! Reading, every tick, what each cell achieved and how loaded the machine
 //! is; `crate::series` keeps the series and reads windows of them. Once a
-//! second each cell's [`Tracker`](allot_plan::goals::Tracker) evaluates
+//! second each cell's [`Tracker`](allot_plan::tracking::Tracker) evaluates
 //! the last second (Tessellation's adaptive loop): its hint is what the
 //! `goals` policy plans with.
 //!
@@ -18,7 +18,7 @@ use super::{Cell, Core};
 use crate::series::{Load, LoadSample, RATE_SPAN, Sample};
 use allot_enforce::counters::{Counters, Events};
 use allot_plan::GlobalPolicy;
-use allot_plan::goals::{Observation, PerfHint};
+use allot_plan::tracking::{Observation, PerfHint};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

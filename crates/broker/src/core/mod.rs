@@ -108,7 +108,7 @@ pub(crate) struct Cell {
     /// What the cell achieved, tick by tick (`crate::series`).
     pub(crate) perf: crate::series::Perf,
     /// What its measurements say of its curve and goal (`core::measure`).
-    pub(crate) tracker: allot_plan::goals::Tracker,
+    pub(crate) tracker: allot_plan::tracking::Tracker,
     /// Hardware counters on its threads (`core::measure`; goal cells only).
     pub(crate) hw: allot_enforce::counters::ThreadCounts,
     /// What the broker did for it and when (`crate::timeline`).

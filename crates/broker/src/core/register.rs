@@ -294,7 +294,7 @@ impl Core {
                 busy_reported: 0,
                 pool_stats: None,
                 perf: Default::default(),
-                tracker: allot_plan::goals::Tracker::new(spec.goal),
+                tracker: allot_plan::tracking::Tracker::new(spec.goal),
                 hw: Default::default(),
                 timeline,
             },

@@ -5,7 +5,7 @@
 //! 1. **Minimums.** Every cell gets its guaranteed CPUs first, as in every
 //!    policy: a minimum is never taken to meet someone else's goal.
 //! 2. **Goals.** A cell whose goal needs `t` CPUs
-//!    ([`PerfHint::goal_cpus`], from its [`crate::goals::Tracker`]) is
+//!    ([`PerfHint::goal_cpus`], from its [`crate::tracking::Tracker`]) is
 //!    raised to `t` (within its maximum), smallest extra need first (so
 //!    the most goals are met), larger weight first among equal needs. A
 //!    goal whose extra does not fit in what is left — less the CPUs that
@@ -40,8 +40,8 @@
 //! CPUs, ±1). Stacking works as in the fair-share policy.
 
 use super::{Entitlements, PolicyCell, split_stacked};
-use crate::goals::{Curve, PerfHint, fit::PRIOR_P};
 use crate::share::{Claim, waterfill_int};
+use crate::tracking::{Curve, PerfHint, fit::PRIOR_P};
 
 /// The prior curve (its scale does not matter: gains are relative).
 const PRIOR: Curve = Curve {

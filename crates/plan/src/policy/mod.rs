@@ -50,7 +50,7 @@ pub struct PolicyCell {
     /// the previous holder, so equal cells do not swap CPUs back and forth).
     pub previous: u32,
     /// What its reports say of its performance (the goals policy reads it).
-    pub perf: crate::goals::PerfHint,
+    pub perf: crate::tracking::PerfHint,
 }
 
 /// The broker's rule for dividing CPUs among cells.

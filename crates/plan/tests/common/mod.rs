@@ -3,7 +3,7 @@
 
 #![allow(dead_code)] // each test file uses its own part
 
-use allot_plan::goals::{Curve, PerfHint};
+use allot_plan::tracking::{Curve, PerfHint};
 use allot_plan::{
     Admission, Admitted, CellId, CellInput, CellSpec, Placement, Plan, Planner, TimeContract,
 };
