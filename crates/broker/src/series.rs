@@ -192,6 +192,13 @@ pub struct Perf {
     pub beats_seen: bool,
     /// Whether it ever recorded a latency.
     pub latencies_seen: bool,
+    /// CPU time used, summed from each reading's increase over the one
+    /// before (a reading below the last, as when a member exits on the
+    /// affinity backend, adds nothing): never decreases, so it serves as a
+    /// counter. `None` until a reading had the cell's usage.
+    used_ns: Option<u64>,
+    /// The last reading's usage, which the next increase is taken from.
+    last_usage_ns: Option<u64>,
 }
 
 /// What a stretch of the series says.
@@ -230,7 +237,18 @@ impl Perf {
             self.beats_seen |= s.reports.beats != last.reports.beats;
             self.latencies_seen |= s.reports.count != last.reports.count;
         }
+        if let Some(now) = s.usage_ns {
+            let added = now.saturating_sub(self.last_usage_ns.unwrap_or(0));
+            self.used_ns = Some(self.used_ns.unwrap_or(0).saturating_add(added));
+            self.last_usage_ns = Some(now);
+        }
         self.samples.push(s);
+    }
+
+    /// CPU time the cell used since its first reading with usage, ns; never
+    /// decreases (`None`: never measurable).
+    pub fn used_ns(&self) -> Option<u64> {
+        self.used_ns
     }
 
     /// The newest sample.
@@ -483,6 +501,29 @@ mod tests {
         }
         let w = p.over(RATE_SPAN).unwrap();
         assert!((w.waiting.unwrap() - 1.5).abs() < 1e-9, "{w:?}");
+    }
+
+    #[test]
+    fn cpu_time_used_only_grows() {
+        let t0 = Instant::now();
+        let mut p = Perf::default();
+        assert_eq!(p.used_ns(), None);
+        p.record(Sample {
+            usage_ns: None,
+            ..sample(t0, 0, 1, 0, 0)
+        });
+        assert_eq!(p.used_ns(), None, "nothing measured yet");
+        for (k, used_ms) in [(1, 100), (2, 300), (3, 250), (4, 400)] {
+            p.record(sample(t0, k * 100, 1, used_ms, 0));
+        }
+        // 100, +200, a drop to 250 (a member gone) adds nothing, +150.
+        assert_eq!(p.used_ns(), Some(450_000_000));
+        // A restarted series (another set of pages) keeps the total.
+        p.record(Sample {
+            pages: 2,
+            ..sample(t0, 500, 1, 500, 0)
+        });
+        assert_eq!(p.used_ns(), Some(550_000_000));
     }
 
     #[test]

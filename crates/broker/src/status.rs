@@ -11,6 +11,7 @@ use allot_proto::status::{
 };
 use allot_proto::wire::MAX_STR;
 use allot_topo::CpuSet;
+use std::collections::BTreeMap;
 
 fn round(v: f64, places: i32) -> f64 {
     let f = 10f64.powi(places);
@@ -310,8 +311,15 @@ pub fn chunks(json: &str) -> Vec<String> {
 
 impl Core {
     /// The metrics of this moment ([`crate::metrics`]). Names are included
-    /// only when the configuration shows other users' names.
-    pub fn metrics_snapshot(&self) -> Snapshot {
+    /// only when the configuration shows other users' names. Reads each
+    /// cell's pressure from the backend and the broker's own process from
+    /// `/proc/self`, so it costs only when a scrape asks.
+    pub fn metrics_snapshot(&mut self) -> Snapshot {
+        let ids: Vec<u64> = self.cells.keys().copied().collect();
+        let pressure: BTreeMap<u64, u64> = ids
+            .into_iter()
+            .filter_map(|id| Some((id, self.cpu_pressure_us(id)?)))
+            .collect();
         Snapshot {
             uptime_s: round(self.started.elapsed().as_secs_f64(), 3),
             capacity: self.planner.capacity(),
@@ -332,10 +340,13 @@ impl Core {
                         busy: round(c.est.busy(), 3),
                         generation: c.generation,
                         members: c.members.len() as u32,
+                        cpu_seconds: c.perf.used_ns().map(|ns| ns as f64 / 1e9),
+                        cpu_pressure_seconds: pressure.get(&id).map(|&us| us as f64 / 1e6),
                     }
                 })
                 .collect(),
             counters: self.counters.clone(),
+            process: crate::metrics::ProcessGauges::read(),
         }
     }
 }

@@ -52,6 +52,30 @@ fn metrics_are_served_while_cells_run() {
         sample(&body, "allot_machine_cpus"),
         Some(allot_testkit::cpus() as f64)
     );
+    // The conventions every exporter follows: build information and the
+    // broker's own process.
+    let build = format!(
+        "allot_build_info{{version=\"{}\"}}",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert_eq!(sample(&body, &build), Some(1.0), "{body}");
+    assert!(
+        sample(&body, "process_open_fds").is_some_and(|n| n >= 3.0),
+        "{body}"
+    );
+    assert!(
+        sample(&body, "process_resident_memory_bytes").is_some_and(|b| b > 0.0),
+        "{body}"
+    );
+    let started = sample(&body, "process_start_time_seconds").unwrap_or(0.0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        started <= now && started > now - 3600.0,
+        "{started} vs {now}"
+    );
 
     // A program that ends by itself (killing `allot run` would leave it
     // running in its cell).
@@ -97,6 +121,45 @@ fn metrics_are_served_while_cells_run() {
 
     let (status, _) = get(&addr, "/elsewhere");
     assert!(status.contains("404"), "{status}");
+}
+
+/// The CPU time a cell's processes use is a per-cell counter, read from
+/// the backend (the cgroup's usage, or the processes' own on the affinity
+/// backend).
+#[test]
+fn a_busy_cells_cpu_seconds_count_up() {
+    let d = Daemon::start(backend(), &["--metrics", "127.0.0.1:0"]);
+    let log = d.log();
+    let addr = log
+        .split("metrics at http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .unwrap_or_else(|| panic!("no metrics address logged: {log}"))
+        .to_string();
+    let job = cell(&d, "spin", &["--no-start"], SPIN);
+    let _k = Killed(&d, vec![job]);
+    let used = |body: &str| {
+        body.lines()
+            .find(|l| l.starts_with("allot_cell_cpu_seconds_total{cell="))
+            .and_then(|l| l.rsplit_once(' '))
+            .and_then(|(_, v)| v.parse::<f64>().ok())
+    };
+    let mut body = String::new();
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            body = get(&addr, "/metrics").1;
+            used(&body).is_some_and(|s| s >= 0.3)
+        }),
+        "the spinning cell's CPU seconds never reached 0.3: {body}"
+    );
+    let before = used(&body).unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            body = get(&addr, "/metrics").1;
+            used(&body).is_some_and(|s| s > before)
+        }),
+        "the counter did not grow past {before}: {body}"
+    );
 }
 
 #[test]

@@ -257,6 +257,14 @@ impl Enforcer for Cgroup2 {
         UsageFile::CpuStat(self.root.join(format!("cell-{cell}/cpu.stat"))).read(self.fs.as_ref())
     }
 
+    fn cpu_pressure_us(&mut self, cell: u64) -> Option<u64> {
+        let text = self
+            .fs
+            .read(&self.root.join(format!("cell-{cell}/cpu.pressure")))
+            .ok()?;
+        crate::os::parse_pressure(&text)
+    }
+
     fn pids(&mut self, cell: u64) -> Vec<u32> {
         let text = self
             .fs

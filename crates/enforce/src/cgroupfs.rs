@@ -159,6 +159,11 @@ impl FixtureLayout {
                 ("cpu.weight", "100\n"),
                 ("cpu.max", "max 100000\n"),
                 ("cpu.stat", "usage_usec 0\nuser_usec 0\nsystem_usec 0\n"),
+                (
+                    "cpu.pressure",
+                    "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n\
+                     full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+                ),
                 ("io.weight", "default 100\n"),
             ],
             FixtureLayout::V1Cpuset => &[

@@ -195,6 +195,13 @@ pub trait Enforcer: Send + fmt::Debug {
     fn remove(&mut self, cell: u64) -> Result<()>;
     /// CPU time the cell's processes have used, in nanoseconds.
     fn usage_ns(&mut self, cell: u64) -> Option<u64>;
+    /// Time some runnable thread of the cell waited for a CPU, in
+    /// microseconds, from the kernel's pressure stall information of its
+    /// cgroup (`cpu.pressure`, `some total`). `None` where the backend
+    /// keeps no such record (cgroup v1, affinity).
+    fn cpu_pressure_us(&mut self, _cell: u64) -> Option<u64> {
+        None
+    }
     /// Processes in the cell now.
     fn pids(&mut self, cell: u64) -> Vec<u32>;
     /// Removes what the backend keeps for allot that is empty (broker exit):

@@ -95,8 +95,9 @@ fn parse_proc_stat(text: &str, tick_ns: u64) -> Option<(u64, u64, u32)> {
     ))
 }
 
-/// Parses `/proc/pressure/cpu`'s `some ... total=US`.
-fn parse_pressure(text: &str) -> Option<u64> {
+/// Parses a pressure file's `some ... total=US` (`/proc/pressure/cpu`, a
+/// cgroup v2 group's `cpu.pressure`).
+pub(crate) fn parse_pressure(text: &str) -> Option<u64> {
     let some = text.lines().find(|l| l.starts_with("some "))?;
     some.split_whitespace()
         .find_map(|f| f.strip_prefix("total="))?

@@ -80,6 +80,19 @@ fn manages_cells_in_a_fixture_tree() {
     assert_eq!(fs.read(&root.join("cell-3/cpu.max")).unwrap(), "max");
     std::fs::write(root.join("cell-3/cpu.stat"), "usage_usec 1500\n").unwrap();
     assert_eq!(b.usage_ns(3), Some(1_500_000));
+    assert_eq!(
+        b.cpu_pressure_us(3),
+        Some(0),
+        "a new cell has waited for nothing"
+    );
+    std::fs::write(
+        root.join("cell-3/cpu.pressure"),
+        "some avg10=1.50 avg60=0.20 avg300=0.05 total=2500\n\
+         full avg10=0.00 avg60=0.00 avg300=0.00 total=700\n",
+    )
+    .unwrap();
+    assert_eq!(b.cpu_pressure_us(3), Some(2500), "the `some` line's total");
+    assert_eq!(b.cpu_pressure_us(9), None, "no such cell");
     // Removing a populated cell moves its processes out of allot's subtree.
     b.remove(3).unwrap();
     assert!(!root.join("cell-3").exists());
@@ -139,6 +152,18 @@ fn fs_contract(fs: &dyn CgroupFs, parent: &Path, pid: u32) {
     let d = parent.join(common::unique("contract"));
     fs.mkdir(&d).unwrap();
     assert!(fs.exists(&d.join("cgroup.procs")));
+    // Where the kernel keeps pressure stall information, a new group's
+    // `cpu.pressure` has the `some ... total=` line the backend reads.
+    if let Ok(p) = fs.read(&d.join("cpu.pressure")) {
+        let some = p
+            .lines()
+            .find(|l| l.starts_with("some "))
+            .unwrap_or_default();
+        assert!(
+            some.split_whitespace().any(|f| f.starts_with("total=")),
+            "{p}"
+        );
+    }
     fs.write(&d.join("cgroup.procs"), &pid.to_string()).unwrap();
     let listed: Vec<u32> = fs
         .read(&d.join("cgroup.procs"))

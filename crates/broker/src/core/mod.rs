@@ -287,6 +287,12 @@ impl Core {
         self.backend_notes = notes;
     }
 
+    /// How long some runnable thread of cell `id` waited for a CPU, µs,
+    /// where the backend keeps pressure stall information per cell.
+    pub(crate) fn cpu_pressure_us(&mut self, id: u64) -> Option<u64> {
+        self.enforcer.cpu_pressure_us(id)
+    }
+
     /// The enforcement backend's name.
     pub fn backend(&self) -> String {
         self.enforcer.kind().to_string()
