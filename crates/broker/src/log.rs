@@ -1,6 +1,12 @@
 //! The broker's log: [`allot_proto::log`]'s levels (`ALLOT_LOG`, default
 //! `info` here), one line per event on stderr, prefixed with the seconds
 //! since the broker started instead of a pid.
+//!
+//! Under systemd, stderr is a stream to the journal, which says so in
+//! `JOURNAL_STREAM` (its device and inode). Then each line starts with
+//! the journal's own priority prefix (`<3>` error, `<4>` warning, `<6>`
+//! info, `<7>` debug; sd-daemon(3)), so `journalctl -p warning` finds the
+//! broker's warnings without a logging library in between.
 
 use allot_proto::log::Level;
 use std::sync::OnceLock;
@@ -21,11 +27,43 @@ pub fn debug_enabled() -> bool {
     enabled(Level::Debug)
 }
 
+/// The journal's priority prefix of `level` (syslog's numbers).
+pub fn priority(level: Level) -> &'static str {
+    match level {
+        Level::Error => "<3>",
+        Level::Warn => "<4>",
+        Level::Info => "<6>",
+        Level::Debug => "<7>",
+    }
+}
+
+/// Whether `journal_stream` (`JOURNAL_STREAM`, `DEVICE:INODE`) names the
+/// file `stderr` is (its device and inode).
+pub fn is_journal(journal_stream: Option<&str>, stderr: Option<(u64, u64)>) -> bool {
+    let (Some(v), Some((dev, ino))) = (journal_stream, stderr) else {
+        return false;
+    };
+    v.split_once(':')
+        .is_some_and(|(d, i)| d.parse() == Ok(dev) && i.parse() == Ok(ino))
+}
+
+/// Whether this process's stderr goes to the journal (decided once).
+fn to_journal() -> bool {
+    static J: OnceLock<bool> = OnceLock::new();
+    *J.get_or_init(|| {
+        let stderr = rustix::fs::fstat(rustix::stdio::stderr())
+            .ok()
+            .map(|st| (st.st_dev, st.st_ino));
+        is_journal(std::env::var("JOURNAL_STREAM").ok().as_deref(), stderr)
+    })
+}
+
 /// Prints one line at `level` if enabled.
 pub fn line(level: Level, msg: std::fmt::Arguments<'_>) {
     if enabled(level) {
         let t = start().elapsed().as_secs_f64();
-        eprintln!("allotd [{t:9.3}] {}: {msg}", level.as_str());
+        let prefix = if to_journal() { priority(level) } else { "" };
+        eprintln!("{prefix}allotd [{t:9.3}] {}: {msg}", level.as_str());
     }
 }
 
@@ -79,6 +117,20 @@ impl Throttle {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn the_journal_is_recognised_by_device_and_inode() {
+        assert!(is_journal(Some("8:12345"), Some((8, 12345))));
+        assert!(
+            !is_journal(Some("8:12345"), Some((8, 12346))),
+            "another file"
+        );
+        assert!(!is_journal(Some("8:12345"), None));
+        assert!(!is_journal(None, Some((8, 12345))));
+        assert!(!is_journal(Some("garbage"), Some((8, 12345))));
+        assert_eq!(priority(Level::Warn), "<4>");
+        assert_eq!(priority(Level::Error), "<3>");
+    }
 
     #[test]
     fn throttle_lets_one_through_per_interval_and_counts_the_rest() {

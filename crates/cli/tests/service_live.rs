@@ -162,6 +162,62 @@ fn a_busy_cells_cpu_seconds_count_up() {
     );
 }
 
+/// As a `Type=notify` service the broker tells the manager when it serves,
+/// that its loop still turns, and when it stops; with stderr the
+/// journal's stream (`JOURNAL_STREAM` naming it), each log line carries
+/// its priority. The manager here is a datagram socket the test reads.
+#[test]
+fn the_service_manager_hears_ready_watchdog_and_stopping() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notify");
+    let manager = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+    manager
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut d = Daemon::start_later("dry-run", &[]);
+    // The broker's stderr is its log file: name it as journald names the
+    // stream it hands a service.
+    let log = d.log_path();
+    std::fs::write(&log, "").unwrap();
+    let st = std::fs::metadata(&log).unwrap();
+    d.env = vec![
+        ("NOTIFY_SOCKET".into(), path.display().to_string()),
+        ("WATCHDOG_USEC".into(), "200000".into()),
+        (
+            "JOURNAL_STREAM".into(),
+            format!("{}:{}", st.dev(), st.ino()),
+        ),
+    ];
+    d.spawn();
+    let recv = || {
+        let mut b = [0u8; 512];
+        let n = manager.recv(&mut b).expect("a notification within 10 s");
+        String::from_utf8_lossy(&b[..n]).into_owned()
+    };
+    let ready = recv();
+    assert!(
+        ready.starts_with("READY=1\nSTATUS=serving 0 cells"),
+        "{ready:?}"
+    );
+    assert_eq!(recv(), "WATCHDOG=1", "the loop reports that it turns");
+    assert_eq!(d.stop(), Some(0));
+    let stopping = std::iter::repeat_with(recv)
+        .find(|m| m != "WATCHDOG=1")
+        .unwrap();
+    assert!(stopping.starts_with("STOPPING=1"), "{stopping:?}");
+    let text = d.log();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("<6>allotd [") && l.contains("serving")),
+        "{text}"
+    );
+    assert!(
+        text.lines().all(|l| l.is_empty() || l.starts_with('<')),
+        "every line carries a priority: {text}"
+    );
+}
+
 #[test]
 fn a_taken_metrics_port_is_a_clear_start_error() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -38,6 +38,8 @@ pub struct BrokerProcess {
     pub args: Vec<String>,
     /// Open-file limit (soft and hard) the broker runs under, if set.
     pub nofile: Option<u64>,
+    /// Variables set in the broker's environment (beside the inherited).
+    pub env: Vec<(String, String)>,
     /// The running broker, between `spawn` and `stop` or `kill9`.
     pub child: Option<Child>,
 }
@@ -58,6 +60,7 @@ impl BrokerProcess {
             backend: backend.to_string(),
             args: Vec::new(),
             nofile: None,
+            env: Vec::new(),
             child: None,
         })
     }
@@ -80,6 +83,7 @@ impl BrokerProcess {
             .arg(&self.socket)
             .args(["--backend", &self.backend, "--cgroup-name", &self.cgroup])
             .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

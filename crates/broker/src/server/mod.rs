@@ -56,6 +56,7 @@
 
 mod accept;
 mod activation;
+mod notify;
 mod session;
 
 use accept::open_spare;
@@ -142,6 +143,8 @@ pub struct Broker {
     turn: HashMap<u32, u32>,
     /// The metrics endpoint, when configured.
     exporter: Option<Exporter>,
+    /// The service manager's readiness and watchdog protocol (`notify`).
+    notifier: notify::Notifier,
 }
 
 /// Stops a running broker from another thread or a signal handler.
@@ -346,6 +349,7 @@ impl Broker {
             slow_log: Throttle::new(LOG_EVERY),
             turn: HashMap::new(),
             exporter,
+            notifier: notify::Notifier::from_env(),
         };
         b.apply(effects);
         info!(
@@ -355,6 +359,13 @@ impl Broker {
             b.core.backend(),
             b.core.planner.capacity()
         );
+        let status = format!(
+            "serving {} cells on {} CPUs with the {} backend",
+            b.core.cells.len(),
+            b.core.planner.capacity(),
+            b.core.backend()
+        );
+        b.notifier.ready(&status);
         Ok(b)
     }
 
@@ -450,6 +461,7 @@ impl Broker {
     }
 
     fn finish(&mut self) {
+        self.notifier.stopping();
         // Flush what we can (a Shutdown reply, for one).
         let ids: Vec<SessionId> = self.sessions.keys().copied().collect();
         for id in ids {
@@ -467,6 +479,7 @@ impl Broker {
     }
 
     fn on_tick(&mut self) {
+        self.notifier.tick(Instant::now());
         self.resume_listener(Instant::now());
         // Exit polling for processes without a pidfd.
         let gone: Vec<u32> = self
