@@ -10,21 +10,22 @@ use std::time::Duration;
 /// Why a broker call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// No broker listens on the socket.
-    #[error("no broker answers on {path}: {source}")]
+    /// No broker listens on the socket. (The reason is part of the
+    /// message, not a separate source, so a printed chain says it once.)
+    #[error("no broker answers on {path}: {reason}")]
     NoBroker {
         /// Path of the socket the connection was tried on.
         path: PathBuf,
         /// The connect error (`NotFound` or `ConnectionRefused` when no broker runs).
-        source: std::io::Error,
+        reason: std::io::Error,
     },
     /// The socket's directory could be controlled by another user.
-    #[error("refusing the broker socket {path}: {source}")]
+    #[error("refusing the broker socket {path}: {reason}")]
     Untrusted {
         /// Path of the socket that was refused.
         path: PathBuf,
         /// What is wrong with its directory.
-        source: allot_proto::dirs::DirError,
+        reason: allot_proto::dirs::DirError,
     },
     /// The connection failed mid-call.
     #[error(transparent)]
@@ -129,14 +130,14 @@ impl Client {
             {
                 Some(_) => ClientError::Untrusted {
                     path: socket.to_path_buf(),
-                    source: *source
+                    reason: *source
                         .into_inner()
                         .and_then(|e| e.downcast().ok())
                         .expect("checked above"),
                 },
                 None => ClientError::NoBroker {
                     path: socket.to_path_buf(),
-                    source,
+                    reason: source,
                 },
             }
         })?;

@@ -72,8 +72,8 @@ pub enum DirError {
     },
     /// The directory (or a non-sticky ancestor) can be written by others.
     #[error(
-        "{path} is writable by other users (mode {mode:04o}): they could replace what allot keeps there; \
-         run `chmod go-w {path}` or use another directory"
+        "{path} is writable by other users (mode {mode:04o}): they could replace what allot keeps there; {}",
+        writable_fix(.path, *.mode)
     )]
     WritableByOthers {
         /// Absolute path of the offending directory: the target or one of its ancestors.
@@ -95,6 +95,23 @@ pub enum DirError {
         /// The failed call's error; `NotFound` when the component does not exist.
         source: std::io::Error,
     },
+}
+
+/// What to do about a directory others can write. A sticky one (`/tmp`,
+/// `/var/tmp`) is shared on purpose, and taking the others' write
+/// permission away would break the machine: use a private directory
+/// instead. Any other is the user's own to fix.
+fn writable_fix(path: &Path, mode: u32) -> String {
+    if mode & 0o1000 != 0 {
+        "it is a directory every user shares: use a private one instead \
+         (`mkdir -m 700 ~/.allot` and `--socket ~/.allot/allot.sock`, or set XDG_RUNTIME_DIR)"
+            .to_string()
+    } else {
+        format!(
+            "run `chmod go-w {}` or use a private directory",
+            path.display()
+        )
+    }
 }
 
 impl DirError {
@@ -415,8 +432,13 @@ mod tests {
         );
         assert!(e.to_string().contains("chmod go-w"), "{e}");
         // Sticky does not help the last directory: others could add files.
+        // A shared directory like /tmp is not the user's to fix: the advice
+        // is a private directory, never `chmod go-w`.
         chmod(&p, 0o1777);
-        assert!(TrustedDir::create(&p, 0o700).is_err());
+        let e = TrustedDir::create(&p, 0o700).unwrap_err();
+        let text = e.to_string();
+        assert!(!text.contains("chmod"), "{text}");
+        assert!(text.contains("private one"), "{text}");
         // A non-sticky writable ancestor is refused too.
         chmod(&p, 0o777);
         assert!(matches!(
