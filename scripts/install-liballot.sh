@@ -9,7 +9,11 @@
 #   PREFIX/lib/liballot.a
 #   PREFIX/lib/pkgconfig/allot.pc
 #
-# Usage: scripts/install-liballot.sh [--from DIR] PREFIX
+# Usage: scripts/install-liballot.sh [--from DIR] [--destdir DIR] PREFIX
+#
+# With --destdir DIR (packaging) the files go under DIR/PREFIX while
+# allot.pc names PREFIX, where they will be once the package is installed;
+# PREFIX must then be absolute.
 #
 # By default builds the library first (cargo build --release -p allot-capi)
 # and takes it from the release directory of the cargo target directory
@@ -22,6 +26,7 @@
 set -euo pipefail
 
 tool=install-liballot
+supports_destdir=1
 source "$(dirname "$0")/lib/install-args.sh"
 
 crate="$repo/crates/capi"
@@ -50,12 +55,21 @@ ar="$from/liballot_capi.a"
 [ -f "$so" ] || die "$so not found; build it with: cargo build -p allot-capi (or --release)"
 [ -f "$ar" ] || die "$ar not found; build it with: cargo build -p allot-capi (or --release)"
 
-mkdir -p "$prefix" || die "cannot create $prefix"
-prefix="$(cd "$prefix" && pwd)"
-libdir="$prefix/lib"
-incdir="$prefix/include"
+if [ -n "$destdir" ]; then
+  case "$prefix" in
+    /*) ;;
+    *) die "with --destdir, PREFIX must be absolute (where the files will be once installed, e.g. /usr)" ;;
+  esac
+  root="$destdir$prefix"
+else
+  mkdir -p "$prefix" || die "cannot create $prefix"
+  prefix="$(cd "$prefix" && pwd)"
+  root="$prefix"
+fi
+libdir="$root/lib"
+incdir="$root/include"
 pcdir="$libdir/pkgconfig"
-mkdir -p "$libdir" "$incdir/allot" "$pcdir" || die "cannot create directories under $prefix (permissions?)"
+mkdir -p "$libdir" "$incdir/allot" "$pcdir" || die "cannot create directories under $root (permissions?)"
 
 # put SRC DEST MODE: copy to a temporary name beside DEST, then rename, so
 # a program loading DEST never sees half a file.
@@ -90,6 +104,6 @@ sed -e "s|@PREFIX@|$prefix|g" -e "s|@VERSION@|$version|g" -e "s|@URL@|$url|g" \
   && mv -f "$pc_tmp" "$pcdir/allot.pc" || { rm -f "$pc_tmp"; die "cannot write $pcdir/allot.pc"; }
 
 cat >&2 <<MSG
-install-liballot: installed liballot $version into $prefix
+install-liballot: installed liballot $version into $root
   compile: cc -std=c11 prog.c \$(PKG_CONFIG_PATH=$pcdir pkg-config --cflags --libs allot) -Wl,-rpath,$libdir
 MSG

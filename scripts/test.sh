@@ -32,6 +32,9 @@ done
 step "the product builds without OpenMP, compiles no workload and links no lab code (scripts/check-product-build.sh)"
 bash scripts/check-product-build.sh
 
+step "the Debian package: built, installed, used and purged (scripts/test-package.sh)"
+bash scripts/test-package.sh
+
 step "Slurm: the SPANK plugin on a one-node cluster (scripts/test-slurm.sh)"
 bash scripts/test-slurm.sh
 
