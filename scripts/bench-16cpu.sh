@@ -346,7 +346,9 @@ cleanup() {
   left=$(remove_cgroups "$tag-*")
   for p in "${HELPER_PIDS[@]}"; do
     left+=$(remove_cgroups "allot-bench-$p")$(remove_cgroups "allot-bench-$p-*")
-    left+=$(remove_cgroups "allot-test-*-$p")
+    # Test cgroups: allot-test-TAG-PID-N (testkit's unique), allot-test-PID-N
+    # (a test's broker).
+    left+=$(remove_cgroups "allot-test-*-$p-*")$(remove_cgroups "allot-test-$p-*")
   done
   if [[ -n $left ]]; then
     say "cleanup: removed cgroups left behind: $left"

@@ -27,6 +27,16 @@ fn get(addr: &str, path: &str) -> (String, String) {
     (head.lines().next().unwrap().to_string(), body.to_string())
 }
 
+/// The address the broker logged that it serves its metrics at.
+fn metrics_addr(d: &Daemon) -> String {
+    let log = d.log();
+    log.split("metrics at http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .unwrap_or_else(|| panic!("no metrics address logged: {log}"))
+        .to_string()
+}
+
 /// The value of the sample `series` (exact name and labels).
 fn sample(body: &str, series: &str) -> Option<f64> {
     body.lines()
@@ -38,13 +48,7 @@ fn sample(body: &str, series: &str) -> Option<f64> {
 #[test]
 fn metrics_are_served_while_cells_run() {
     let d = Daemon::start("dry-run", &["--metrics", "127.0.0.1:0"]);
-    let log = d.log();
-    let addr = log
-        .split("metrics at http://")
-        .nth(1)
-        .and_then(|r| r.split('/').next())
-        .unwrap_or_else(|| panic!("no metrics address logged: {log}"))
-        .to_string();
+    let addr = metrics_addr(&d);
     let (status, body) = get(&addr, "/metrics");
     assert_eq!(status, "HTTP/1.1 200 OK");
     assert_eq!(sample(&body, "allot_cells"), Some(0.0), "{body}");
@@ -129,13 +133,7 @@ fn metrics_are_served_while_cells_run() {
 #[test]
 fn a_busy_cells_cpu_seconds_count_up() {
     let d = Daemon::start(backend(), &["--metrics", "127.0.0.1:0"]);
-    let log = d.log();
-    let addr = log
-        .split("metrics at http://")
-        .nth(1)
-        .and_then(|r| r.split('/').next())
-        .unwrap_or_else(|| panic!("no metrics address logged: {log}"))
-        .to_string();
+    let addr = metrics_addr(&d);
     let job = cell(&d, "spin", &["--no-start"], SPIN);
     let _k = Killed(&d, vec![job]);
     let used = |body: &str| {

@@ -61,7 +61,11 @@ pub fn v1_cpuset_writable() -> bool {
     crate::is_root() && Path::new("/sys/fs/cgroup/cpuset/cpuset.cpus").exists()
 }
 
-/// A name unique to this test process: `allot-test-<tag>-<pid>`.
+/// A name no other call makes, in this process or another:
+/// `allot-test-<tag>-<pid>-<n>` (tests of one binary run in parallel
+/// threads, so the pid alone is not enough).
 pub fn unique(tag: &str) -> String {
-    format!("allot-test-{tag}-{}", std::process::id())
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("allot-test-{tag}-{}-{n}", std::process::id())
 }
