@@ -21,6 +21,9 @@ cargo fmt --all -- --check
 step "cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
+step "allot-runtime builds without the broker client (--no-default-features)"
+cargo clippy -q -p allot-runtime --no-default-features -- -D warnings
+
 step "cargo test"
 cargo test --workspace
 

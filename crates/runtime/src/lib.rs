@@ -130,7 +130,7 @@ pub use pool::{
 #[cfg(not(loom))]
 pub use scope::Scope;
 #[cfg(not(loom))]
-pub use source::{GrantSource, ManualGrants};
+pub use source::{Allowed, GrantSource, ManualGrants};
 #[cfg(not(loom))]
 pub use stats::WorkerStats;
 pub use sync::{EVENT_SPIN, Event, Latch};

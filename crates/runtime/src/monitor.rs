@@ -52,7 +52,7 @@ use crate::controller::worker_main;
 use crate::registry::{GrantStamp, Registry, supersedes};
 use crate::source::GrantSource;
 use crate::vp::{SlotView, assign, valid, wanted_cpus};
-use allot_client::Grant;
+use allot_proto::Grant;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};

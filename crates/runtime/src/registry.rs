@@ -16,7 +16,7 @@ use crate::task::Task;
 use crate::timer::Timers;
 use crate::vp::VpPolicy;
 use crate::window::Windows;
-use allot_client::Grant;
+use allot_proto::Grant;
 use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

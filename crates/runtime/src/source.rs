@@ -1,9 +1,11 @@
 //! Where a pool's grant comes from: a [`GrantSource`]. The pool only
 //! reads grants, waits for the next one and reports what it did; it does
-//! not know who sizes the grant. A broker's cell
-//! ([`allot_client::Cell`]) is one source; [`ManualGrants`] is another,
-//! set by the program itself (tests, a program that divides its own CPUs,
-//! a scheduler of its own).
+//! not know who sizes the grant. A broker's cell (`allot_client::Cell`,
+//! with the `cell` feature, on by default) is one source; [`ManualGrants`]
+//! is another, set by the program itself (tests, a program that divides
+//! its own CPUs, a scheduler of its own); [`Allowed`] is the CPUs the
+//! process may use, fixed (the default source without the `cell`
+//! feature).
 //!
 //! # Contract of a source
 //!
@@ -16,8 +18,7 @@
 //! - A source whose grant never changes says so ([`GrantSource::follows`]
 //!   is false): the pool then starts no monitor thread.
 
-use allot_client::Grant;
-use allot_proto::PoolStatsWire;
+use allot_proto::{Grant, PoolStatsWire};
 use std::fmt;
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -50,6 +51,7 @@ pub trait GrantSource: Send + Sync + fmt::Debug + 'static {
 
 /// A broker's cell: its grant page, and its reports to the broker (errors
 /// ignored: no broker, nobody to tell). A standalone cell never changes.
+#[cfg(feature = "cell")]
 impl GrantSource for allot_client::Cell {
     fn grant(&self) -> Grant {
         allot_client::Cell::grant(self)
@@ -166,5 +168,44 @@ mod tests {
         // Nothing new: the wait ends at its timeout with the same grant.
         let g = src.wait_change(g.generation, Some(Duration::from_millis(5)));
         assert_eq!(g.generation, seen + 1);
+    }
+}
+
+/// The CPUs this process may use when the pool starts, as a grant that
+/// never changes: a pool without a broker.
+#[derive(Debug)]
+pub struct Allowed(Grant);
+
+impl Allowed {
+    /// The process's allowed CPUs now (one CPU if they cannot be read).
+    pub fn now() -> Allowed {
+        let cpus = allot_topo::allowed_cpus().unwrap_or_else(|_| allot_topo::CpuSet::first_n(1));
+        let n = cpus.len() as u32;
+        Allowed(Grant {
+            generation: 1,
+            threads: n,
+            entitled: n,
+            cpus,
+            ..Grant::default()
+        })
+    }
+}
+
+impl GrantSource for Allowed {
+    fn grant(&self) -> Grant {
+        self.0
+    }
+
+    fn wait_change(&self, _seen: u64, timeout: Option<Duration>) -> Grant {
+        // Never changes: wait out the timeout (a monitor does not run for
+        // a source that does not follow, so this is only a fallback).
+        if let Some(t) = timeout {
+            std::thread::sleep(t);
+        }
+        self.0
+    }
+
+    fn follows(&self) -> bool {
+        false
     }
 }

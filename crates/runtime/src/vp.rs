@@ -21,7 +21,7 @@
 //! CPU: a fixed worker-to-CPU order, for programs that index data by worker,
 //! at the price of moving more workers when the grant changes).
 
-use allot_client::Grant;
+use allot_proto::Grant;
 use allot_topo::CpuSet;
 use std::fmt::Debug;
 
@@ -377,7 +377,7 @@ mod tests {
         let stacked = |home, threads| Grant {
             cpus: set(&[4, 5]),
             threads,
-            flags: allot_client::FLAG_STACKED,
+            flags: allot_proto::FLAG_STACKED,
             home,
             ..Grant::default()
         };

@@ -4,7 +4,7 @@
 
 #![cfg(not(loom))]
 
-use allot_client::Grant;
+use allot_proto::Grant;
 use allot_runtime::{ManualGrants, Pool};
 use allot_topo::CpuSet;
 use std::sync::Arc;
@@ -40,4 +40,28 @@ fn a_pool_follows_grants_set_by_the_program() {
     // Work runs on whatever the grant gives.
     let sum: u64 = pool.install(|| (0..1000u64).sum());
     assert_eq!(sum, 499_500);
+}
+
+/// Without a broker client (the default source when the `cell` feature is
+/// off), a pool runs on the CPUs the process may use, and its grant never
+/// changes.
+#[test]
+fn the_allowed_source_is_the_process_cpus_and_never_changes() {
+    let allowed = allot_topo::allowed_cpus().unwrap();
+    let source = allot_runtime::Allowed::now();
+    use allot_runtime::GrantSource;
+    assert_eq!(source.grant().cpus, allowed);
+    assert!(
+        !source.follows(),
+        "no monitor for a grant that never changes"
+    );
+    let g = source.wait_change(source.generation(), Some(Duration::from_millis(1)));
+    assert_eq!(g.generation, source.generation());
+    let pool = Pool::builder()
+        .name("allowed")
+        .source(Arc::new(source))
+        .build()
+        .unwrap();
+    assert_eq!(pool.workers(), allowed.len());
+    assert_eq!(pool.install(|| 6 * 7), 42);
 }

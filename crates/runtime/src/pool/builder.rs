@@ -117,7 +117,8 @@ impl Builder {
 
 impl Builder {
     /// The cell whose grant the pool follows (default `Cell::auto(name)`).
-    pub fn cell(self, cell: Cell) -> Self {
+    #[cfg(feature = "cell")]
+    pub fn cell(self, cell: allot_client::Cell) -> Self {
         self.source(Arc::new(cell))
     }
 
@@ -220,9 +221,7 @@ impl Builder {
                 kind: BuildErrorKind::Environment(e),
             });
         }
-        let source = self
-            .source
-            .unwrap_or_else(|| Arc::new(Cell::auto(&self.name)));
+        let source = self.source.unwrap_or_else(|| default_source(&self.name));
         let grant = source.grant();
         let slots = self
             .slots
@@ -294,6 +293,22 @@ impl Builder {
 }
 
 /// CPUs present on the machine (the most workers a grant can ask for).
+/// A pool's source when the program names none: a cell of its own
+/// (`Cell::auto`: the cell `allot run` made, else a registration, else
+/// standalone), or without the `cell` feature the CPUs the process may
+/// use.
+fn default_source(name: &str) -> Arc<dyn GrantSource> {
+    #[cfg(feature = "cell")]
+    {
+        Arc::new(allot_client::Cell::auto(name))
+    }
+    #[cfg(not(feature = "cell"))]
+    {
+        let _ = name;
+        Arc::new(crate::source::Allowed::now())
+    }
+}
+
 fn machine_cpus() -> usize {
     std::fs::read_to_string("/sys/devices/system/cpu/present")
         .ok()

@@ -30,7 +30,6 @@ use crate::source::GrantSource;
 use crate::stats::WorkerStats;
 use crate::sync::Event;
 use crate::task::{Outcome, Priority, StackJob, Task, TaskPanic};
-use allot_client::Cell;
 use allot_topo::CpuSet;
 use crossbeam_utils::CachePadded;
 use std::cell::UnsafeCell;
@@ -535,7 +534,7 @@ impl<T> JoinHandle<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use allot_client::Grant;
+    use allot_proto::Grant;
 
     fn grant(cell: u64, instance: u64, generation: u64, cpus: CpuSet) -> Grant {
         Grant {
@@ -556,7 +555,7 @@ mod tests {
         let all = allot_topo::allowed_cpus().expect("allowed cpus");
         let one: CpuSet = all.iter().take(1).collect();
         let pool = Pool::builder()
-            .cell(Cell::standalone())
+            .cell(allot_client::Cell::standalone())
             .name("epochs")
             .build()
             .expect("pool");
@@ -594,7 +593,7 @@ mod tests {
         let two: CpuSet = all.iter().take(2).collect();
         let one: CpuSet = all.iter().take(1).collect();
         let pool = Pool::builder()
-            .cell(Cell::standalone())
+            .cell(allot_client::Cell::standalone())
             .max_workers(2)
             .name("migrate")
             .build()
