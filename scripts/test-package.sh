@@ -6,15 +6,16 @@
 #
 #   bash scripts/test-package.sh [--from DIR]
 #
-# --from DIR packages the binaries in DIR (default: target/debug, which the
-# test command has just built; the package itself is built the same way
-# from target/release). Needs root and dpkg. Refuses to run where an allot
+# --from DIR packages the binaries in DIR (default: target/debug, built
+# here first with `cargo build -p allot-cli -p allot-capi`, mostly done by
+# the test command already; a release package is built the same way from
+# target/release). Needs root and dpkg. Refuses to run where an allot
 # package or an allot binary on the system paths is already installed:
 # it never replaces or removes what it did not install. Without root or
 # dpkg it skips (ALLOT_STRICT_TESTS=1: fails).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-from="$here/target/debug"
+from=""
 [ "${1:-}" = --from ] && { from=$2; shift 2; }
 say() { echo "test-package: $*"; }
 fail() { echo "test-package: FAIL: $*" >&2; exit 1; }
@@ -30,6 +31,11 @@ fi
 for p in /usr/bin/allot /usr/bin/allot-lab /usr/lib/liballot.so.0 /etc/allot/allotd.toml; do
   [ -e "$p" ] && fail "$p exists and is not from a package this test made; it would be replaced"
 done
+
+if [ -z "$from" ]; then
+  (cd "$here" && cargo build -q -p allot-cli -p allot-capi) || fail "cargo build failed (see above)"
+  from="${CARGO_TARGET_DIR:-$here/target}/debug"
+fi
 
 work=$(mktemp -d -t allot-pkgtest.XXXXXX)
 installed=0
