@@ -52,7 +52,10 @@ trap cleanup EXIT
 
 deb=$(bash "$here/scripts/package-deb.sh" --from "$from" --out "$work")
 say "built $(basename "$deb") ($(du -h "$deb" | cut -f1))"
-dpkg-deb --info "$deb" | grep -q '^ Depends: libc6 (>= 2\.' || fail "no libc6 dependency in the control file"
+# (Outputs are read whole before grep -q looks at them: with pipefail, a
+# writer cut off by grep's early exit would fail the pipeline.)
+info=$(dpkg-deb --info "$deb")
+grep -q '^ Depends: libc6 (>= 2\.' <<<"$info" || fail "no libc6 dependency in the control file: $info"
 
 dpkg -i "$deb" >/dev/null
 installed=1
@@ -66,7 +69,8 @@ for p in /usr/bin/allot /usr/bin/allot-lab /usr/lib/systemd/system/allotd.servic
 done
 grep -q 'ExecStart=/usr/bin/allot daemon' /usr/lib/systemd/system/allotd.service \
   || fail "the service does not run the installed binary"
-ldconfig -p | grep -q 'liballot.so.0 ' || fail "the loader does not know liballot.so.0"
+cache=$(ldconfig -p)
+grep -q 'liballot.so.0 ' <<<"$cache" || fail "the loader does not know liballot.so.0"
 say "installed: $(/usr/bin/allot --version)"
 
 # The package's broker and `allot run`, on a private socket.
@@ -88,7 +92,8 @@ cc -std=c11 -o "$work/sum" "$here/examples/c/parallel_sum.c" $(pkg-config --cfla
   || fail "a C program does not build against the installed liballot"
 ALLOT_SOCKET="$work/none.sock" "$work/sum" 1000000 >"$work/sum.out" || fail "the C program failed: $(cat "$work/sum.out")"
 # (/lib is /usr/lib on a merged-/usr system: the loader may name either.)
-ldd "$work/sum" | grep -Eq 'liballot\.so\.0 => (/usr)?/lib/liballot\.so\.0' \
+linked=$(ldd "$work/sum")
+grep -Eq 'liballot\.so\.0 => (/usr)?/lib/liballot\.so\.0' <<<"$linked" \
   || fail "the program does not load the installed liballot.so.0: $(ldd "$work/sum")"
 say "a C program built with pkg-config runs on /usr/lib/liballot.so.0"
 
@@ -100,6 +105,7 @@ while read -r p; do
   [ -e "$p" ] || [ -L "$p" ] && left="$left $p"
 done <"$work/files"
 [ -z "$left" ] || fail "left after purge:$left"
-[ -e /etc/allot ] && fail "/etc/allot left after purge"
-ldconfig -p | grep -q 'liballot.so.0 ' && fail "the loader still lists liballot.so.0"
+if [ -e /etc/allot ]; then fail "/etc/allot left after purge"; fi
+cache=$(ldconfig -p)
+if grep -q 'liballot.so.0 ' <<<"$cache"; then fail "the loader still lists liballot.so.0"; fi
 say "ok: built, installed, used and purged; nothing left"
