@@ -101,6 +101,18 @@ impl<'a> View<'a> {
         self.machine
     }
 
+    /// The resource kinds, in registration order (Poli-C's `res_iter`):
+    /// each appears once, whether it has one device or many.
+    pub fn kinds(&self) -> Vec<&str> {
+        let mut kinds: Vec<&str> = Vec::new();
+        for d in &self.devs {
+            if kinds.last() != Some(&d.kind.as_str()) && !kinds.contains(&d.kind.as_str()) {
+                kinds.push(&d.kind);
+            }
+        }
+        kinds
+    }
+
     /// Every device of `kind` (Poli-C's `dev_iter`).
     pub fn devices(&mut self, kind: &str) -> impl Iterator<Item = &mut DevView> {
         let kind = kind.to_string();

@@ -138,3 +138,48 @@ fn policies_see_the_rate_the_probe_measures_and_requests_use_the_devices() {
     drop(held);
     assert!(try_take(), "free again once the holder left");
 }
+
+/// Poli-C's `res_iter`: a policy walks every resource kind (built-in and
+/// registered, in registration order, each once) and, through
+/// `dev_iter`, every device of each; here it takes the least busy device
+/// of every kind of the program's own.
+#[test]
+fn a_policy_walks_every_kind_and_its_devices() {
+    let rt = runtime();
+    rt.register_kind(Kind::with_ops("Walk", devs(), Arc::new(Counter::default())))
+        .unwrap();
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let walk = {
+        let seen = seen.clone();
+        policy::from_fn("walk", move |v: &mut View<'_>| {
+            let kinds: Vec<String> = v.kinds().iter().map(|k| k.to_string()).collect();
+            for k in &kinds {
+                assert_eq!(
+                    v.devices(k).count(),
+                    v.dev_count(k),
+                    "dev_iter sees every device of {k}"
+                );
+            }
+            *seen.lock().unwrap() = kinds;
+            let Some(i) = v.min_waiters_dev("Walk") else {
+                return false;
+            };
+            v.devices("Walk").nth(i).expect("an index of Walk").request = Some(1.0);
+            true
+        })
+    };
+    let held = rt.enter(vec![Request::policy(walk)]).unwrap();
+    let kinds = seen.lock().unwrap().clone();
+    assert_eq!(kinds.first().map(String::as_str), Some("cpu"), "{kinds:?}");
+    assert!(kinds.contains(&"Walk".to_string()), "{kinds:?}");
+    let mut once = kinds.clone();
+    once.dedup();
+    assert_eq!(once, kinds, "each kind once: {kinds:?}");
+    let registered: Vec<String> = rt
+        .kinds()
+        .into_iter()
+        .filter(|k| kinds.contains(k))
+        .collect();
+    assert_eq!(kinds, registered, "the registration order");
+    drop(held);
+}

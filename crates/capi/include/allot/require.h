@@ -346,6 +346,10 @@ allot_dev_t *allot_view_dev(allot_view_t *view, const char *kind, const char *na
 /* The device of `kind` with the most available / the fewest waiters. */
 allot_dev_t *allot_view_max_available(allot_view_t *view, const char *kind);
 allot_dev_t *allot_view_min_waiters(allot_view_t *view, const char *kind);
+/* The i-th resource kind ("cpu", "memory", "io", a kind the program
+ * registered), in registration order, or NULL past the last: the paper's
+ * res_iter; see ALLOT_FOR_EACH_KIND. Valid until the policy returns. */
+const char *allot_view_kind(allot_view_t *view, size_t i);
 /* Threads waiting for resources (in every process, with a broker). */
 uint32_t allot_view_total_waiters(allot_view_t *view);
 /* The ownership the request was made with (ALLOT_OWN_*). */
@@ -383,6 +387,15 @@ void allot_dev_set_ownership(allot_dev_t *dev, int own);
 #define ALLOT_FOR_EACH_DEV(view, kind, d)                                      \
     for (allot_dev_t *d = allot_view_first((view), (kind)); d != 0;            \
          d = allot_view_next((view), d))
+
+/* Iterates the name `k` over the resource kinds:
+ *     ALLOT_FOR_EACH_KIND(view, k) {
+ *         ALLOT_FOR_EACH_DEV(view, k, d) { ... }
+ *     }                                                              */
+#define ALLOT_FOR_EACH_KIND(view, k)                                           \
+    for (size_t k##_i = 0, k##_go = 1; k##_go; k##_go = 0)                     \
+        for (const char *k = allot_view_kind((view), 0); k != 0;               \
+             k = allot_view_kind((view), ++k##_i))
 
 /* ------------------------------------------------------------------------ */
 /* Thread hooks (internal: used by liballot_shim.so)                         */
@@ -761,6 +774,7 @@ inline allot_req_t arg_(allot_outcome_t *out) { return allot_bind(out); }
 #define ForChild(...) allot_for_child(__VA_ARGS__)
 #define ForDescendants(...) allot_for_descendants(__VA_ARGS__)
 #define dev_iter(view, kind_name, d) ALLOT_FOR_EACH_DEV(view, kind_name, d)
+#define res_iter(view, k) ALLOT_FOR_EACH_KIND(view, k)
 #endif /* ALLOT_SHORT_NAMES */
 
 #endif /* ALLOT_REQUIRE_H */

@@ -355,6 +355,28 @@ pub unsafe extern "C" fn allot_view_min_waiters(
     unsafe { best(view, kind, "allot_view_min_waiters", false) }
 }
 
+/// `const char *allot_view_kind(allot_view_t *, size_t)`: the `i`-th
+/// resource kind in registration order, or NULL past the last (the
+/// paper's `res_iter`). The name is the one `allot_dev_kind` gives for the
+/// kind's first device.
+#[unsafe(no_mangle)]
+pub extern "C" fn allot_view_kind(view: *mut CView, i: usize) -> *const c_char {
+    let v = running(view, "allot_view_kind");
+    let firsts: Vec<usize> = (0..v.len)
+        .filter(|&j| {
+            let devs = v.devs();
+            !devs[..j].iter().any(|d| d.kind == devs[j].kind)
+        })
+        .collect();
+    let Some(&j) = firsts.get(i) else {
+        return ptr::null();
+    };
+    let kind = v.devs()[j].kind.replace('\0', "?");
+    v.kinds[j]
+        .get_or_insert_with(|| CString::new(kind).unwrap_or_default())
+        .as_ptr()
+}
+
 /// `uint32_t allot_view_total_waiters(allot_view_t *)`.
 #[unsafe(no_mangle)]
 pub extern "C" fn allot_view_total_waiters(view: *mut CView) -> u32 {

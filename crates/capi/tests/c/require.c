@@ -436,6 +436,15 @@ static int n_free_cpus(allot_view_t *v, void *arg)
     CHECK(allot_view_max_available(v, "cpu") != NULL);
     CHECK(allot_view_min_waiters(v, "cpu") != NULL);
     CHECK(allot_view_total_waiters(v) < 1000);
+    /* res_iter: every kind once, "cpu" first, each with its devices. */
+    size_t kinds = 0;
+    ALLOT_FOR_EACH_KIND(v, k) {
+        if (kinds == 0) CHECK(strcmp(k, "cpu") == 0);
+        CHECK(allot_view_count(v, k) > 0);
+        kinds++;
+    }
+    CHECK(kinds >= 1);
+    CHECK(allot_view_kind(v, kinds) == NULL);
     ALLOT_FOR_EACH_DEV(v, "cpu", d) {
         CHECK(strcmp(allot_dev_kind(d), "cpu") == 0);
         CHECK(allot_dev_max(d) == 1.0);
