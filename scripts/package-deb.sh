@@ -9,31 +9,47 @@
 #   liballot.so, liballot.a, /usr/include/allot.h and allot/*.h,
 #   /usr/lib/pkgconfig/allot.pc
 #
-# Usage: scripts/package-deb.sh [--from DIR] [--out DIR]
+# With --slurm, also the Slurm integration as a package of its own,
+# allot-slurm (depends on allot of the same version):
+#
+#   /usr/lib/allot/spank_allot.so               the SPANK plugin, on liballot
+#   /usr/lib/allot/liballot_shim.so             the OpenMP shim for job tasks
+#   /etc/slurm/plugstack.conf.d/allot.conf      the line that loads it (a
+#                                               conffile; plugstack.conf
+#                                               must include that directory)
+#
+# Usage: scripts/package-deb.sh [--from DIR] [--out DIR] [--slurm]
 #
 #   --from DIR  take allot, allot-lab and liballot_capi.{so,a} from DIR (a
 #               cargo profile directory such as target/release) instead of
 #               building them with `cargo build --release`
-#   --out DIR   where the .deb goes (default: target/deb)
+#   --out DIR   where the packages go (default: target/deb)
+#   --slurm     build allot-slurm too (needs gcc and Slurm's spank.h:
+#               Debian's libslurm-dev)
 #
-# Prints the package's path. The installed service is not enabled: that
+# Prints each package's path. The installed service is not enabled: that
 # stays the administrator's choice (`systemctl enable --now allotd.socket`).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 tool=package-deb
 die() { echo "$tool: error: $*" >&2; exit 1; }
-from="" out="$here/target/deb"
+from="" out="$here/target/deb" slurm=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --from) [ $# -ge 2 ] || die "--from needs a directory"; from=$2; shift 2 ;;
     --out) [ $# -ge 2 ] || die "--out needs a directory"; out=$2; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    --slurm) slurm=1; shift ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
 done
 for t in dpkg-deb strip gzip objdump; do
   command -v "$t" >/dev/null || die "$t not found (Debian: apt-get install dpkg-dev binutils gzip)"
 done
+if [ "$slurm" = 1 ]; then
+  [ -f /usr/include/slurm/spank.h ] || die "--slurm: slurm/spank.h not found (Debian: apt-get install libslurm-dev)"
+  command -v gcc >/dev/null || die "--slurm: gcc not found"
+fi
 
 if [ -z "$from" ]; then
   echo "$tool: cargo build --release -p allot-cli -p allot-capi" >&2
@@ -122,3 +138,42 @@ mkdir -p "$out"
 deb="$out/allot_${version}_${arch}.deb"
 dpkg-deb --root-owner-group -Zxz --build "$stage" "$deb" >/dev/null
 echo "$deb"
+
+[ "$slurm" = 1 ] || exit 0
+# allot-slurm: the plugin built against the headers and library just
+# staged (the package's Depends makes the installed ones the same).
+sstage="$work/allot-slurm"
+mkdir -p "$sstage/DEBIAN" "$sstage/usr/lib/allot" "$sstage/etc/slurm/plugstack.conf.d"
+gcc -std=c11 -O2 -Wall -Wextra -Werror -fPIC -shared \
+  -I "$here/slurm" -I "$stage/usr/include" -o "$sstage/usr/lib/allot/spank_allot.so" \
+  "$here/slurm/spank_allot.c" -L "$stage/usr/lib" -lallot || die "compiling the SPANK plugin failed"
+"$work/bin/allot" shim --out "$sstage/usr/lib/allot" >/dev/null || die "writing the shim failed"
+strip --strip-unneeded "$sstage/usr/lib/allot/"*.so
+cat >"$sstage/etc/slurm/plugstack.conf.d/allot.conf" <<CONF
+# allot's SPANK plugin (docs/slurm.md): every job step on this node runs in
+# a cell of the node's broker. Loaded when /etc/slurm/plugstack.conf has
+#   include /etc/slurm/plugstack.conf.d/*.conf
+# Options: socket=PATH, shim=PATH (omit: none), state=DIR, borrow=no.
+required /usr/lib/allot/spank_allot.so socket=/run/allot/allot.sock shim=/usr/lib/allot/liballot_shim.so
+CONF
+ssize=$(du -sk --exclude=DEBIAN "$sstage" | cut -f1)
+cat >"$sstage/DEBIAN/control" <<CONTROL
+Package: allot-slurm
+Version: $version
+Architecture: $arch
+Maintainer: allot developers <allot@example.invalid>
+Installed-Size: $ssize
+Depends: allot (= $version), libc6 (>= $glibc)
+Recommends: slurmd
+Section: admin
+Priority: optional
+Homepage: https://example.invalid/allot
+Description: allot's Slurm integration (SPANK plugin)
+ Puts every Slurm job step on a node in a cell of the node's allot
+ broker, so jobs sharing a node divide its CPUs while they run and a job
+ that ends hands its CPUs to the others. Restart slurmd after installing.
+CONTROL
+echo /etc/slurm/plugstack.conf.d/allot.conf >"$sstage/DEBIAN/conffiles"
+sdeb="$out/allot-slurm_${version}_${arch}.deb"
+dpkg-deb --root-owner-group -Zxz --build "$sstage" "$sdeb" >/dev/null
+echo "$sdeb"

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Builds allot's Debian package (scripts/package-deb.sh), installs it on
-# this machine, uses it — `allot run` against a broker of the package's
-# own binary, a C program built with pkg-config against the installed
-# liballot — and purges it, checking that nothing it installed is left.
+# Builds allot's Debian packages (scripts/package-deb.sh: allot, and
+# allot-slurm where Slurm's spank.h is installed), installs them on this
+# machine, uses them — `allot run` against a broker of the package's own
+# binary, a C program built with pkg-config against the installed
+# liballot, the SPANK plugin's links — and purges them, checking that
+# nothing they installed is left.
 #
 #   bash scripts/test-package.sh [--from DIR]
 #
@@ -25,10 +27,13 @@ skip() {
 }
 [ "$(id -u)" = 0 ] || skip "installing a package needs root"
 command -v dpkg >/dev/null || skip "no dpkg on this machine"
-if dpkg -s allot >/dev/null 2>&1; then
-  fail "an allot package is already installed here; this test installs and purges its own, so remove that one first"
-fi
-for p in /usr/bin/allot /usr/bin/allot-lab /usr/lib/liballot.so.0 /etc/allot/allotd.toml; do
+for pkg in allot allot-slurm; do
+  if dpkg -s "$pkg" >/dev/null 2>&1; then
+    fail "an $pkg package is already installed here; this test installs and purges its own, so remove that one first"
+  fi
+done
+for p in /usr/bin/allot /usr/bin/allot-lab /usr/lib/liballot.so.0 /etc/allot/allotd.toml \
+  /usr/lib/allot /etc/slurm/plugstack.conf.d/allot.conf; do
   [ -e "$p" ] && fail "$p exists and is not from a package this test made; it would be replaced"
 done
 
@@ -45,21 +50,37 @@ cleanup() {
     kill "$broker" 2>/dev/null || true
     wait "$broker" 2>/dev/null || true
   fi
-  if [ "$installed" = 1 ]; then dpkg --purge allot >/dev/null 2>&1 || true; fi
+  if [ "$installed" = 1 ]; then dpkg --purge allot-slurm allot >/dev/null 2>&1 || true; fi
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-deb=$(bash "$here/scripts/package-deb.sh" --from "$from" --out "$work")
-say "built $(basename "$deb") ($(du -h "$deb" | cut -f1))"
+slurm=()
+[ -f /usr/include/slurm/spank.h ] && slurm=(--slurm)
+mapfile -t debs < <(bash "$here/scripts/package-deb.sh" --from "$from" --out "$work" "${slurm[@]}")
+deb=${debs[0]}
+for d in "${debs[@]}"; do say "built $(basename "$d") ($(du -h "$d" | cut -f1))"; done
+[ "${#debs[@]}" = $((1 + ${#slurm[@]})) ] || fail "expected $((1 + ${#slurm[@]})) package(s), got: ${debs[*]}"
 # (Outputs are read whole before grep -q looks at them: with pipefail, a
 # writer cut off by grep's early exit would fail the pipeline.)
 info=$(dpkg-deb --info "$deb")
 grep -q '^ Depends: libc6 (>= 2\.' <<<"$info" || fail "no libc6 dependency in the control file: $info"
 
-dpkg -i "$deb" >/dev/null
+dpkg -i "${debs[@]}" >/dev/null
 installed=1
 dpkg -L allot | sort >"$work/files"
+if [ "${#slurm[@]}" = 1 ]; then
+  dpkg -L allot-slurm | sort >>"$work/files"
+  for p in /usr/lib/allot/spank_allot.so /usr/lib/allot/liballot_shim.so /etc/slurm/plugstack.conf.d/allot.conf; do
+    [ -e "$p" ] || fail "allot-slurm did not install $p"
+  done
+  grep -q '^required /usr/lib/allot/spank_allot.so ' /etc/slurm/plugstack.conf.d/allot.conf \
+    || fail "the plugstack line does not load the installed plugin"
+  plugin=$(ldd /usr/lib/allot/spank_allot.so)
+  grep -Eq 'liballot\.so\.0 => (/usr)?/lib/liballot\.so\.0' <<<"$plugin" \
+    || fail "the SPANK plugin does not find the installed liballot: $plugin"
+  say "allot-slurm: the plugin loads liballot.so.0 from the allot package"
+fi
 for p in /usr/bin/allot /usr/bin/allot-lab /usr/lib/systemd/system/allotd.service \
   /usr/lib/systemd/system/allotd.socket /etc/allot/allotd.toml /usr/share/man/man1/allot.1.gz \
   /usr/share/bash-completion/completions/allot /usr/include/allot.h /usr/include/allot/require.h \
@@ -97,7 +118,7 @@ grep -Eq 'liballot\.so\.0 => (/usr)?/lib/liballot\.so\.0' <<<"$linked" \
   || fail "the program does not load the installed liballot.so.0: $(ldd "$work/sum")"
 say "a C program built with pkg-config runs on /usr/lib/liballot.so.0"
 
-dpkg --purge allot >/dev/null
+dpkg --purge allot-slurm allot >/dev/null
 installed=0
 left=""
 while read -r p; do
@@ -108,4 +129,5 @@ done <"$work/files"
 if [ -e /etc/allot ]; then fail "/etc/allot left after purge"; fi
 cache=$(ldconfig -p)
 if grep -q 'liballot.so.0 ' <<<"$cache"; then fail "the loader still lists liballot.so.0"; fi
+if [ -e /usr/lib/allot ]; then fail "/usr/lib/allot left after purge"; fi
 say "ok: built, installed, used and purged; nothing left"
