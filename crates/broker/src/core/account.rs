@@ -2,7 +2,10 @@
 //! (Poli-C's policd and Tessellation's cells sharing one ledger of CPUs).
 //!
 //! The ledger says which process holds which CPU through `require`; the
-//! plan says which CPUs each cell may run on. This module ties them:
+//! plan says which CPUs each cell may run on. This module ties them, and
+//! its [`Account`] owns the state of it all: the ledger, the sessions
+//! watching it, each process's holder and what the plan is told. The
+//! rest of the core reaches the ledger only through it.
 //!
 //! - Every process holding something has a *holder*: the cell it runs in
 //!   (it or its nearest ancestor is a member), or none when it runs
@@ -48,8 +51,8 @@
 //!   outside every cell weight their own threads (the client's
 //!   `ALLOT_IO_CGROUP` groups).
 
-use super::{Core, Effect};
-use crate::ledger::LedgerError;
+use super::{Core, Effect, SessionId};
+use crate::ledger::{Ledger, LedgerError};
 use allot_enforce::{BackendKind, IoWeights};
 use allot_plan::{Admission, Admitted, CellId, CellSpec};
 use allot_proto::LedgerItem;
@@ -77,9 +80,15 @@ pub(crate) enum Denial {
     Never(String),
 }
 
-/// What the account keeps beside the ledger.
+/// The account: the ledger of `require` holdings, the sessions waiting
+/// for it to change, and what the plan is told of it.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Account {
+    /// What each process holds of each resource kind.
+    pub(crate) ledger: Ledger,
+    /// Sessions waiting for the ledger to change: session → (pid, epoch
+    /// seen). One each: a new watch replaces the session's old one.
+    pub(crate) watchers: BTreeMap<SessionId, (u32, u64)>,
     /// Holder of each live process that acquired something: its cell, or
     /// `None` (the broker watches these processes, and forgets them when
     /// they exit).
@@ -104,6 +113,14 @@ pub(crate) struct Account {
 }
 
 impl Account {
+    /// An account over `ledger`, nothing held yet.
+    pub(crate) fn new(ledger: Ledger) -> Account {
+        Account {
+            ledger,
+            ..Account::default()
+        }
+    }
+
     /// The spec of the `OUTSIDE` cell for `cpus` held.
     pub(crate) fn outside_spec(cpus: usize) -> CellSpec {
         CellSpec::partition(cpus as u32)
@@ -125,7 +142,8 @@ impl Account {
 
     /// A cell gained members: processes that hold nothing may now run in
     /// it, so their holders are resolved again.
-    pub(crate) fn members_changed(&mut self, ledger: &crate::ledger::Ledger) {
+    pub(crate) fn members_changed(&mut self) {
+        let ledger = &self.ledger;
         self.holders.retain(|pid, _| ledger.holds(*pid));
     }
 }
@@ -164,12 +182,12 @@ impl Core {
         self.check_io(holder, items)?;
         let cpus: Vec<(usize, bool)> = items
             .iter()
-            .filter_map(|it| Some((self.ledger.cpu_of(it)?, it.shared)))
+            .filter_map(|it| Some((self.account.ledger.cpu_of(it)?, it.shared)))
             .collect();
         if cpus.is_empty() {
             return Ok(());
         }
-        let taken = self.ledger.exclusive_cpus();
+        let taken = self.account.ledger.exclusive_cpus();
         for &(cpu, shared) in &cpus {
             if !shared
                 && let Some(other) = taken
@@ -222,7 +240,7 @@ impl Core {
             return Ok(());
         };
         for it in io {
-            let Some(dev) = self.ledger.device_name(it) else {
+            let Some(dev) = self.account.ledger.device_name(it) else {
                 continue; // the ledger says what is wrong with it
             };
             let sched = allot_enforce::io_scheduler(&dev);
@@ -241,7 +259,7 @@ impl Core {
     /// Brings every cell's I/O weights to what its processes hold.
     pub(crate) fn refresh_io(&mut self) {
         let mut want: BTreeMap<u64, IoWeights> = BTreeMap::new();
-        for (pid, dev, amount) in self.ledger.io_weights() {
+        for (pid, dev, amount) in self.account.ledger.io_weights() {
             let Some(cell) = self.holder_of_held(pid) else {
                 continue;
             };
@@ -393,7 +411,7 @@ impl Core {
     /// less than [`LINGER`] before `now` with their last holder. Returns
     /// whether they changed (the caller re-plans).
     pub(crate) fn refresh_account(&mut self, now: Instant) -> bool {
-        let taken = self.ledger.exclusive_cpus();
+        let taken = self.account.ledger.exclusive_cpus();
         let mut held: BTreeMap<u64, CpuSet> = BTreeMap::new();
         let mut outside = CpuSet::new();
         for (&cpu, pids) in &taken {

@@ -119,7 +119,7 @@ impl Core {
             c.timeline
                 .note("joined", format!("process {pid}{how}"), took);
             self.by_pid.insert(pid, id);
-            self.account.members_changed(&self.ledger);
+            self.account.members_changed();
             self.journal(&[Record::Member { id, member: m }]);
             effects.push(Effect::Watch(pid));
         }

@@ -34,7 +34,7 @@ impl Core {
         if cells.is_empty() {
             return;
         }
-        let holders: BTreeMap<usize, BTreeSet<u32>> = self.ledger.exclusive_cpus();
+        let holders: BTreeMap<usize, BTreeSet<u32>> = self.account.ledger.exclusive_cpus();
         let mut kept_off = BTreeMap::new();
         for cell in cells {
             let mut narrowed = self.account.narrowed.remove(&cell).unwrap_or_default();

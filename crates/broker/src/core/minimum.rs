@@ -93,7 +93,7 @@ impl Core {
         let exempt: BTreeSet<u32> = self
             .account
             .outside_holders()
-            .filter(|pid| self.ledger.holds(*pid))
+            .filter(|pid| self.account.ledger.holds(*pid))
             .collect();
         match u.sweep(&self.plan.reserve, &exempt) {
             Ok(0) => {}

@@ -166,12 +166,9 @@ pub struct Core {
     pub(crate) backend_notes: Vec<String>,
     stop_requested: bool,
     uid: u32,
-    pub(crate) ledger: Ledger,
-    /// The ledger's CPU holdings as the plan sees them (`account`).
+    /// The ledger of `require` holdings, its watchers, and its CPU
+    /// holdings as the plan sees them (`account`).
     pub(crate) account: account::Account,
-    /// Sessions waiting for the ledger to change: session → (pid, epoch
-    /// seen). One each: a new watch replaces the session's old one.
-    watchers: BTreeMap<SessionId, (u32, u64)>,
     pub(crate) limits: Limits,
     pub(crate) show_other_users: bool,
     removals: Vec<Removal>,
@@ -255,9 +252,7 @@ impl Core {
             backend_notes: Vec::new(),
             stop_requested: false,
             uid: rustix::process::geteuid().as_raw(),
-            ledger: Ledger::new(machine, cfg.limits),
-            account: Default::default(),
-            watchers: BTreeMap::new(),
+            account: account::Account::new(Ledger::new(machine, cfg.limits)),
             limits: cfg.limits,
             channels: Default::default(),
             channel_acl: cfg.channel_acl.clone(),
@@ -407,7 +402,7 @@ impl Core {
             .filter_map(|m| {
                 self.by_pid.remove(&m.pid);
                 // A process the ledger still involves stays watched.
-                (!self.ledger.involves(m.pid)).then_some(Effect::Unwatch(m.pid))
+                (!self.account.ledger.involves(m.pid)).then_some(Effect::Unwatch(m.pid))
             })
             .collect()
     }
@@ -454,7 +449,7 @@ impl Core {
         let seen = Instant::now();
         let mut effects = Vec::new();
         self.account.forget(pid);
-        if self.ledger.forget(pid) {
+        if self.account.ledger.forget(pid) {
             info!("process {pid} died holding resources; given back");
             effects.extend(self.after_ledger_change());
         }
@@ -518,8 +513,8 @@ impl Core {
     /// channel ends are dropped (the other ends see them gone).
     /// Its admitted cells live on while their processes do.
     pub fn session_closed(&mut self, session: SessionId) -> Vec<Effect> {
-        if let Some((pid, _)) = self.watchers.remove(&session) {
-            self.ledger.set_waiting(pid, 0);
+        if let Some((pid, _)) = self.account.watchers.remove(&session) {
+            self.account.ledger.set_waiting(pid, 0);
         }
         self.channels.session_closed(session);
         let before = self.queue.len();
@@ -617,18 +612,19 @@ impl Core {
 
     /// Answers every watcher whose epoch is behind the ledger's.
     fn ledger_changed(&mut self) -> Vec<Effect> {
-        let epoch = self.ledger.epoch();
+        let epoch = self.account.ledger.epoch();
         let due: Vec<(SessionId, u32)> = self
+            .account
             .watchers
             .iter()
             .filter(|(_, (_, seen))| epoch > *seen)
             .map(|(&s, &(pid, _))| (s, pid))
             .collect();
         for (session, pid) in &due {
-            self.watchers.remove(session);
-            self.ledger.set_waiting(*pid, 0);
+            self.account.watchers.remove(session);
+            self.account.ledger.set_waiting(*pid, 0);
         }
-        let waiters = self.ledger.waiters();
+        let waiters = self.account.ledger.waiters();
         due.into_iter()
             .map(|(session, _)| answer(session, Reply::Changed { epoch, waiters }))
             .collect()

@@ -191,7 +191,7 @@ impl Core {
         self.keep_off_held();
         if any {
             // Processes waiting for their cell's grant try again.
-            self.ledger.touch();
+            self.account.ledger.touch();
         }
         any
     }
@@ -216,7 +216,7 @@ impl Core {
     /// that asked for nothing (`account`).
     pub(super) fn keep_reserve(&mut self) {
         for cpu in self.plan.reserve.iter() {
-            self.ledger.keep_cpu(cpu);
+            self.account.ledger.keep_cpu(cpu);
         }
     }
 }

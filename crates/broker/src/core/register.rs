@@ -528,7 +528,7 @@ impl Core {
         c.timeline
             .note("joined", format!("process {pid}"), Some(took));
         self.by_pid.insert(pid, cell);
-        self.account.members_changed(&self.ledger);
+        self.account.members_changed();
         self.journal(&[Record::Member {
             id: cell,
             member: m,

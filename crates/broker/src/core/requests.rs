@@ -151,7 +151,11 @@ impl Core {
             }
             Request::Shutdown => reply(self.shutdown_request(peer, kind)),
             Request::KindDefine { name, devices } => {
-                match self.ledger.define(peer.pid, peer.uid, &name, &devices) {
+                match self
+                    .account
+                    .ledger
+                    .define(peer.pid, peer.uid, &name, &devices)
+                {
                     // A new definer is watched: its kinds end with it.
                     Ok(new) => {
                         let mut e = Vec::new();
@@ -166,7 +170,7 @@ impl Core {
             }
             Request::KindList => {
                 let viewer = (!self.sees_everything(peer)).then_some(peer.uid);
-                let json = self.ledger.json(viewer);
+                let json = self.account.ledger.json(viewer);
                 chunked(session, &json, |more, json| Reply::Json { more, json })
             }
             Request::KindAcquire { items } => self.kind_acquire(session, peer, &items),
@@ -216,19 +220,19 @@ impl Core {
                 vec![]
             }
             Request::KindRelease { items } => {
-                self.ledger.release(peer.pid, &items);
+                self.account.ledger.release(peer.pid, &items);
                 self.after_ledger_change()
             }
             Request::KindWatch { epoch, waiting } => {
-                if self.ledger.epoch() > epoch {
+                if self.account.ledger.epoch() > epoch {
                     reply(Reply::Changed {
-                        epoch: self.ledger.epoch(),
-                        waiters: self.ledger.waiters(),
+                        epoch: self.account.ledger.epoch(),
+                        waiters: self.account.ledger.waiters(),
                     })
                 } else {
                     // One watch per session: a new one replaces the old.
-                    self.ledger.set_waiting(peer.pid, waiting);
-                    self.watchers.insert(session, (peer.pid, epoch));
+                    self.account.ledger.set_waiting(peer.pid, waiting);
+                    self.account.watchers.insert(session, (peer.pid, epoch));
                     vec![]
                 }
             }
@@ -289,11 +293,11 @@ impl Core {
         peer: Peer,
         items: &[LedgerItem],
     ) -> Vec<Effect> {
-        let first = !self.ledger.involves(peer.pid);
+        let first = !self.account.ledger.involves(peer.pid);
         let checked = self
             .check_account(peer.pid, items)
             .map_err(LedgerError::from);
-        match checked.and_then(|()| self.ledger.acquire(peer.pid, peer.uid, items)) {
+        match checked.and_then(|()| self.account.ledger.acquire(peer.pid, peer.uid, items)) {
             Ok(()) => {
                 let mut e = Vec::new();
                 if first {
