@@ -12,7 +12,7 @@
 use allot_testkit::broker::BrokerProcess;
 pub use allot_testkit::broker::remove_leftovers;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A running private broker.
 #[derive(Debug)]
@@ -86,17 +86,11 @@ impl PrivateBroker {
 
     /// Waits until the broker has no cell (jobs' cells are released).
     pub fn wait_idle(&self, timeout: Duration) -> bool {
-        let t = Instant::now();
-        while t.elapsed() < timeout {
-            let idle = allot_client::Client::connect(self.socket())
+        allot_testkit::eventually(timeout, || {
+            allot_client::Client::connect(self.socket())
                 .and_then(|mut c| c.status())
-                .is_ok_and(|s| s.cells.is_empty());
-            if idle {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
+                .is_ok_and(|s| s.cells.is_empty())
+        })
     }
 
     /// Stops the broker; returns whether everything it made is gone.

@@ -240,7 +240,8 @@ pub fn run(a: ChaosArgs) -> Result<i32, String> {
     }
     if let Some(pid) = broker.pid() {
         // Pidfds of members close with them; pages of ended cells drop.
-        let settled = wait_until(Duration::from_secs(5), || open_fds(pid) <= baseline_fds);
+        let settled =
+            allot_testkit::eventually(Duration::from_secs(5), || open_fds(pid) <= baseline_fds);
         if !settled {
             t.failures.push(format!(
                 "the broker holds {} descriptors with no cell, against {baseline_fds} at start",
@@ -656,17 +657,6 @@ fn status(socket: &Path) -> Option<Status> {
 
 fn broker_log_len(broker: &PrivateBroker) -> usize {
     broker.log().len()
-}
-
-fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let t = Instant::now();
-    while t.elapsed() < limit {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    f()
 }
 
 fn pct(v: &[u64], p: f64) -> String {
