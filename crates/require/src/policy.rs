@@ -186,6 +186,31 @@ pub trait Policy: Send + Sync + fmt::Debug {
     fn name(&self) -> &str;
     /// Fills in requests; false means the policy cannot be met now.
     fn run(&self, view: &mut View<'_>) -> bool;
+    /// Whether it divides among the requests that arrive together: then
+    /// each request waits for the others of its batch (a short window,
+    /// `Blocks::set_gather_window`) and its view's
+    /// [`View::total_waiters`] counts them, so that four requests
+    /// arriving together on 64 free cores get 16 each (Poli-C's
+    /// `fair_cores`). Default: no.
+    fn gathers(&self) -> bool {
+        false
+    }
+}
+
+/// A policy that divides among concurrent arrivals ([`Policy::gathers`]).
+#[derive(Debug)]
+struct Gathering(Arc<dyn Policy>);
+
+impl Policy for Gathering {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn run(&self, view: &mut View<'_>) -> bool {
+        self.0.run(view)
+    }
+    fn gathers(&self) -> bool {
+        true
+    }
 }
 
 /// A policy from a closure.
@@ -218,6 +243,11 @@ pub fn from_fn(
         name: name.to_string(),
         f,
     })
+}
+
+/// `p`, dividing among concurrent arrivals ([`Policy::gathers`]).
+pub fn gathering(p: Arc<dyn Policy>) -> Arc<dyn Policy> {
+    Arc::new(Gathering(p))
 }
 
 const FULL: f64 = 1.0 - 1e-9;
@@ -339,9 +369,10 @@ pub fn numa_nodes(n: u32) -> Arc<dyn Policy> {
 }
 
 /// A fair share of the available cores among the threads asking now:
-/// `available ÷ (waiters + 1)`, at least one.
+/// `available ÷ (waiters + 1)`, at least one, where the waiters include
+/// the requests arriving together with this one ([`Policy::gathers`]).
 pub fn fair_cores() -> Arc<dyn Policy> {
-    from_fn("fair_cores()", |v| {
+    gathering(from_fn("fair_cores()", |v| {
         let free = free_cores(v);
         if free.is_empty() {
             return false;
@@ -349,13 +380,13 @@ pub fn fair_cores() -> Arc<dyn Policy> {
         let n = (free.len() / (v.total_waiters() as usize + 1)).max(1);
         take_cores(v, &free[..n]);
         true
-    })
+    }))
 }
 
 /// Like [`fair_cores`], NUMA-aware: whole free nodes when the share covers
 /// a node, else the share's cores on a single node.
 pub fn fair_numa() -> Arc<dyn Policy> {
-    from_fn("fair_numa()", |v| {
+    gathering(from_fn("fair_numa()", |v| {
         let free = free_cores(v);
         if free.is_empty() {
             return false;
@@ -384,7 +415,7 @@ pub fn fair_numa() -> Arc<dyn Policy> {
                 domain: Domain::Numa,
             },
         )
-    })
+    }))
 }
 
 /// Where a set of cores must lie.

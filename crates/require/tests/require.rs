@@ -502,3 +502,81 @@ fn a_team_in_a_block_gets_one_cpu_per_thread_and_a_lone_thread_keeps_all() {
     .join()
     .unwrap();
 }
+
+/// Poli-C §7.2.1: requests of `fair_cores` (or `fair_numa`) that arrive
+/// together divide the free cores among them — four on 64 cores get 16
+/// each — instead of the first taking everything while the others wait.
+/// (The window is long here so that a busy machine still starts the four
+/// threads within it; what is judged is the division the policy made.)
+fn four_arrivals_share(
+    policy: fn() -> Arc<dyn allot_require::policy::Policy>,
+) -> Vec<(usize, usize)> {
+    let m = allot_topo::fixture("opteron6276-4s").unwrap();
+    let rt = Blocks::new(m, false).into_static();
+    rt.set_gather_window(Duration::from_millis(500));
+    let start = Arc::new(std::sync::Barrier::new(4));
+    let entered = Arc::new((std::sync::Mutex::new(0), std::sync::Condvar::new()));
+    let threads: Vec<_> = (0..4u64)
+        .map(|i| {
+            let (start, entered) = (start.clone(), entered.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                let s = rt
+                    .enter_as(
+                        3000 + i,
+                        vec![Request::policy(policy())],
+                        true,
+                        Location::caller(),
+                    )
+                    .unwrap()
+                    .expect("a blocking enter returns a scope");
+                let got = (s.outcome().cpus.len(), s.outcome().nodes.len());
+                // Each holds until all have entered, so no share is given
+                // back to a later arrival — for at most 10 s: where the
+                // first took everything the others cannot enter, and the
+                // shares are judged wrong instead of waiting forever.
+                let (n, all) = &*entered;
+                let mut n = n.lock().unwrap();
+                *n += 1;
+                all.notify_all();
+                let _ = all
+                    .wait_timeout_while(n, Duration::from_secs(10), |n| *n < 4)
+                    .unwrap();
+                got
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+#[test]
+fn fair_cores_divides_among_requests_arriving_together() {
+    let got = four_arrivals_share(policy::fair_cores);
+    assert!(got.iter().all(|&(cpus, _)| cpus == 16), "{got:?}");
+}
+
+#[test]
+fn fair_numa_divides_whole_nodes_among_requests_arriving_together() {
+    // 8 nodes of 8 cores: a share of 16 is two whole nodes each.
+    let got = four_arrivals_share(policy::fair_numa);
+    assert!(
+        got.iter().all(|&(cpus, nodes)| cpus == 16 && nodes == 2),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn a_request_alone_takes_every_free_core() {
+    let m = allot_topo::fixture("opteron6276-4s").unwrap();
+    let rt = Blocks::new(m, false);
+    let s = rt
+        .enter_as(
+            4000,
+            vec![Request::policy(policy::fair_cores())],
+            true,
+            Location::caller(),
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(s.outcome().cpus.len(), 64, "nobody else asked");
+}

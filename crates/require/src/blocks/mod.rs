@@ -132,6 +132,13 @@ struct State {
     /// The last probe of each device of a measured kind (for rates in
     /// policy views, which read the state without changing it otherwise).
     samples: std::cell::RefCell<IntMap<Dev, Sample>>,
+    /// Threads entering with a policy that divides among requests
+    /// arriving together ([`Policy::gathers`]), and when each arrived; a
+    /// thread leaves the list once its policy has run. See
+    /// [`Blocks::set_gather_window`].
+    gathering: Vec<(Tid, std::time::Instant)>,
+    /// How long a batch of such arrivals stays open.
+    gather_window: std::time::Duration,
 }
 
 impl State {
@@ -158,6 +165,8 @@ impl State {
             scratch_nodes: Vec::new(),
             scratch_holdings: Vec::new(),
             samples: Default::default(),
+            gathering: Vec::new(),
+            gather_window: DEFAULT_GATHER_WINDOW,
         }
     }
 
@@ -175,6 +184,13 @@ struct Sample {
     counters: (u64, u64),
     rate: Option<f64>,
 }
+
+/// How long the requests of a policy that divides among concurrent
+/// arrivals (`fair_cores`, `fair_numa`) wait for the others of their
+/// batch: Poli-C's four requests arriving together on 64 cores get 16
+/// each, not 64 for the first and nothing for the rest. Every such entry
+/// pays up to this much before its policy runs.
+pub const DEFAULT_GATHER_WINDOW: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Shortest time between two probes of a device that make a rate.
 const RATE_SPAN: std::time::Duration = std::time::Duration::from_millis(50);
@@ -506,6 +522,38 @@ impl Blocks {
         }))
     }
 
+    /// Joins the batch of arrivals whose policies divide among themselves
+    /// (the first opens it), and waits until the batch's window closes,
+    /// so that every request of the batch is counted when each one's
+    /// policy runs. Takes and returns the lock guard.
+    fn gather<'s>(&'s self, mut st: MutexGuard<'s, State>, tid: Tid) -> MutexGuard<'s, State> {
+        let now = std::time::Instant::now();
+        let opened = st.gathering.first().map_or(now, |&(_, at)| at);
+        st.gathering.push((tid, now));
+        let closes = opened + st.gather_window;
+        loop {
+            let now = std::time::Instant::now();
+            if now >= closes {
+                return st;
+            }
+            st.sleepers += 1;
+            st = self
+                .cond
+                .wait_timeout(st, closes - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+            st.sleepers -= 1;
+        }
+    }
+
+    /// How long a batch of requests whose policies divide among
+    /// concurrent arrivals stays open (default [`DEFAULT_GATHER_WINDOW`]):
+    /// each waits until the window of the batch it joined closes. Zero
+    /// turns batching off (the first takes its share of what is free then).
+    pub fn set_gather_window(&self, window: std::time::Duration) {
+        self.lock().gather_window = window;
+    }
+
     /// Resolves and acquires `reqs` for `tid` as one unit, waiting (when
     /// `block`) until they can be met. Takes and returns the lock guard,
     /// which waiting hands to the condition variable.
@@ -526,9 +574,22 @@ impl Blocks {
             return (st, Ok(Some((Vec::new(), None))));
         }
         let has_policy = reqs.iter().any(|r| matches!(r.what, What::Policy(_)));
+        let gathers = block
+            && reqs
+                .iter()
+                .any(|r| matches!(&r.what, What::Policy(p) if p.gathers()));
+        if gathers {
+            st = self.gather(st, tid);
+        }
         loop {
             let buf = std::mem::take(&mut st.scratch_asks);
-            let resolved = match resolve(&st, &self.machine, tid, reqs, devs, site, buf) {
+            let resolved = resolve(&st, &self.machine, tid, reqs, devs, site, buf);
+            // Its policy has run: it no longer counts as arriving (it now
+            // holds, or waits and counts as a waiter).
+            if gathers {
+                st.gathering.retain(|(t, _)| *t != tid);
+            }
+            let resolved = match resolved {
                 Ok(r) => r,
                 Err(e) => return (st, Err(e)),
             };

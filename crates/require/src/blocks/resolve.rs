@@ -227,7 +227,19 @@ fn view_for<'m>(st: &State, machine: &'m Machine, tid: Tid, own: Ownership) -> V
             });
         }
     }
-    View::new(devs, machine, st.total_waiting.max(st.broker_waiters), own)
+    // A thread of a gathering batch also counts the batch's other
+    // arrivals whose policies have not run yet: they ask now too.
+    let arriving = if st.gathering.iter().any(|(t, _)| *t == tid) {
+        st.gathering.iter().filter(|(t, _)| *t != tid).count() as u32
+    } else {
+        0
+    };
+    View::new(
+        devs,
+        machine,
+        st.total_waiting.max(st.broker_waiters) + arriving,
+        own,
+    )
 }
 
 /// Whether a policy fails even on a completely free machine.
