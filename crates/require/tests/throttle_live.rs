@@ -5,11 +5,12 @@
 //! a note, where there is no v1 `cpu` controller or no permission; fails
 //! there instead where every test must run (`ALLOT_STRICT_TESTS=1`).
 
+mod common;
+
 use allot_require::throttle::Quota;
+use common::{Spinner, share_over};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const CPU_ROOT: &str = "/sys/fs/cgroup/cpu";
 
@@ -38,11 +39,6 @@ fn evict(from: &Path, to: &Path) {
     for t in tasks.split_whitespace() {
         let _ = std::fs::write(to.join("tasks"), t);
     }
-}
-
-fn cpu_ns(tid: u64) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).unwrap();
-    s.split_whitespace().next().unwrap().parse().unwrap()
 }
 
 fn home() -> Option<PathBuf> {
@@ -77,13 +73,6 @@ fn make_base(tag: &str) -> Option<Base> {
     Some(Base { dir, home })
 }
 
-/// The share of a CPU thread `tid` used over `span`.
-fn share_over(tid: u64, span: Duration) -> f64 {
-    let (c0, t0) = (cpu_ns(tid), Instant::now());
-    std::thread::sleep(span);
-    (cpu_ns(tid) - c0) as f64 / t0.elapsed().as_nanos() as f64
-}
-
 #[test]
 fn a_thread_limited_by_quota_runs_at_its_fraction_and_comes_back() {
     let Some(base) = make_base("allot-test-throttle") else {
@@ -92,26 +81,8 @@ fn a_thread_limited_by_quota_runs_at_its_fraction_and_comes_back() {
     let q = Quota::at(base.dir.clone()).unwrap();
 
     // A spinning thread of ours.
-    let stop = Arc::new(AtomicBool::new(false));
-    let tid = Arc::new(AtomicU64::new(0));
-    let spinner = {
-        let (stop, tid) = (stop.clone(), tid.clone());
-        std::thread::spawn(move || {
-            tid.store(
-                rustix::thread::gettid().as_raw_nonzero().get() as u64,
-                Ordering::Release,
-            );
-            let mut x = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                x = std::hint::black_box(x.wrapping_add(1));
-            }
-        })
-    };
-    assert!(
-        allot_testkit::eventually(Duration::from_secs(5), || tid.load(Ordering::Acquire) != 0),
-        "the spinning thread started"
-    );
-    let t = tid.load(Ordering::Acquire);
+    let spinner = Spinner::start();
+    let t = spinner.tid;
     // What it gets unthrottled, measured in the same run.
     let free = share_over(t, Duration::from_millis(500));
 
@@ -154,8 +125,7 @@ fn a_thread_limited_by_quota_runs_at_its_fraction_and_comes_back() {
         "after the limit is lifted it used {after:.2} (throttled {share:.2}, before {free:.2})"
     );
 
-    stop.store(true, Ordering::Relaxed);
-    spinner.join().unwrap();
+    drop(spinner);
     eprintln!(
         "shares of a CPU: free {free:.3}, throttled {share:.3} (limit 0.2), lifted {after:.3}"
     );

@@ -8,25 +8,11 @@
 //! margin was not throttled. How much it gets below the bound is the
 //! machine's business.
 
+mod common;
+
 use allot_require::throttle;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
-
-/// CPU time of thread `tid` of this process, ns.
-fn cpu_ns(tid: u64) -> u64 {
-    std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat"))
-        .ok()
-        .and_then(|t| t.split_whitespace().next()?.parse().ok())
-        .expect("schedstat of a thread of this process")
-}
-
-/// The thread's share of one CPU over `span` of wall time.
-fn share_over(tid: u64, span: Duration) -> f64 {
-    let (c0, t0) = (cpu_ns(tid), Instant::now());
-    std::thread::sleep(span);
-    (cpu_ns(tid) - c0) as f64 / t0.elapsed().as_nanos() as f64
-}
+use common::{Spinner, share_over};
+use std::time::Duration;
 
 #[test]
 fn a_spinning_thread_is_held_to_its_fraction() {
@@ -34,25 +20,8 @@ fn a_spinning_thread_is_held_to_its_fraction() {
         std::env::var_os(allot_proto::env::THROTTLE_CGROUP).is_none(),
         "this test is about the monitor, not the cgroup quota"
     );
-    let stop = Arc::new(AtomicBool::new(false));
-    let tid = Arc::new(AtomicU64::new(0));
-    let spinner = {
-        let (stop, tid) = (stop.clone(), tid.clone());
-        std::thread::spawn(move || {
-            tid.store(
-                rustix::thread::gettid().as_raw_nonzero().get() as u64,
-                Ordering::Release,
-            );
-            let mut x = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                x = std::hint::black_box(x.wrapping_add(1));
-            }
-        })
-    };
-    while tid.load(Ordering::Acquire) == 0 {
-        std::thread::yield_now();
-    }
-    let tid = tid.load(Ordering::Acquire);
+    let spinner = Spinner::start();
+    let tid = spinner.tid;
     throttle::set(tid, Some(0.25));
     // Let the monitor's window fill, then measure over several windows.
     std::thread::sleep(2 * throttle::WINDOW);
@@ -68,6 +37,5 @@ fn a_spinning_thread_is_held_to_its_fraction() {
     std::thread::sleep(throttle::WINDOW);
     let free = share_over(tid, Duration::from_millis(1000));
     eprintln!("limited {limited:.3}, lifted {free:.3} of a CPU");
-    stop.store(true, Ordering::Relaxed);
-    spinner.join().unwrap();
+    drop(spinner);
 }
