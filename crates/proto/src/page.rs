@@ -366,6 +366,22 @@ impl GrantPage {
 }
 
 impl Grant {
+    /// The grant of a process without a broker: the CPUs it may use now
+    /// (one CPU if they cannot be read), all its own, generation 1, never
+    /// changing. A standalone cell's grant and a pool's default source
+    /// without the broker client.
+    pub fn allowed() -> Grant {
+        let cpus = allot_topo::allowed_cpus().unwrap_or_else(|_| CpuSet::first_n(1));
+        let n = cpus.len() as u32;
+        Grant {
+            generation: 1,
+            threads: n,
+            entitled: n,
+            cpus,
+            ..Grant::default()
+        }
+    }
+
     /// Whether the cell shares the stacked pool.
     pub fn stacked(&self) -> bool {
         self.flags & FLAG_STACKED != 0

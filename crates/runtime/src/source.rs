@@ -177,17 +177,9 @@ mod tests {
 pub struct Allowed(Grant);
 
 impl Allowed {
-    /// The process's allowed CPUs now (one CPU if they cannot be read).
+    /// The process's allowed CPUs now ([`Grant::allowed`]).
     pub fn now() -> Allowed {
-        let cpus = allot_topo::allowed_cpus().unwrap_or_else(|_| allot_topo::CpuSet::first_n(1));
-        let n = cpus.len() as u32;
-        Allowed(Grant {
-            generation: 1,
-            threads: n,
-            entitled: n,
-            cpus,
-            ..Grant::default()
-        })
+        Allowed(Grant::allowed())
     }
 }
 

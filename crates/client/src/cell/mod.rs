@@ -26,7 +26,6 @@
 use crate::conn::{Client, ClientError};
 use allot_proto::{GrantPage, PageMap, ReportPage};
 use allot_spec::CellSpec;
-use allot_topo::CpuSet;
 use rustix::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
@@ -178,17 +177,6 @@ impl Inner {
 pub struct Cell {
     inner: Arc<Inner>,
     _watcher: Option<Arc<Watcher>>,
-}
-
-fn allowed_grant() -> Grant {
-    let cpus = allot_topo::allowed_cpus().unwrap_or_else(|_| CpuSet::first_n(1));
-    Grant {
-        generation: 1,
-        threads: cpus.len() as u32,
-        entitled: cpus.len() as u32,
-        cpus,
-        ..Grant::default()
-    }
 }
 
 fn reports_ptr(page: &PageMap) -> *mut ReportPage {
@@ -395,7 +383,7 @@ impl Cell {
     }
 
     fn standalone_because(reason: String) -> Cell {
-        let g = allowed_grant();
+        let g = Grant::allowed();
         match local_page(&g) {
             Ok(p) => Cell::from_parts(Mode::Standalone, p, Link::default(), None, Some(reason)),
             Err(e) => panic!("cannot create a local grant page (memfd_create failed: {e})"),
@@ -703,6 +691,7 @@ fn join_self(files: &[OwnedFd]) -> bool {
 mod tests {
     use super::*;
     use allot_proto::window::monotonic_ns;
+    use allot_topo::CpuSet;
 
     #[test]
     fn heartbeats_and_latencies_land_on_the_report_page() {
