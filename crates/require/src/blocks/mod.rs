@@ -13,8 +13,9 @@
 //! then acquire everything at once. If that cannot happen now, the thread
 //! gives back what it holds (so no two waiting threads can hold what the
 //! other needs), waits for the epoch to move, retakes what it held, and runs
-//! the policies again. A request larger than its enclosing allocation is a
-//! programming error reported with the scope's source location.
+//! the policies again (`wait`). A request larger than its enclosing
+//! allocation is a programming error reported with the scope's source
+//! location.
 //!
 //! Timing options: `BeforeSpawn` and `AfterSpawn` requests wait until the
 //! scope's first spawn (just before it / just after it); `ForChild`
@@ -33,11 +34,13 @@ mod place;
 mod request;
 mod resolve;
 mod spawn;
+mod wait;
 
 pub use block::may_hold_current;
 pub use request::{Amount, Request, RequireError, Timing, What};
 use resolve::{add_kind, add_kind_local, give_back, lookup, policy_impossible, resolve};
 pub use spawn::{ChildGuard, SpawnCtx, blocking, spawn};
+pub use wait::DEFAULT_GATHER_WINDOW;
 
 use super::builtin;
 use super::kind::{self, Kind};
@@ -184,13 +187,6 @@ struct Sample {
     counters: (u64, u64),
     rate: Option<f64>,
 }
-
-/// How long the requests of a policy that divides among concurrent
-/// arrivals (`fair_cores`, `fair_numa`) wait for the others of their
-/// batch: Poli-C's four requests arriving together on 64 cores get 16
-/// each, not 64 for the first and nothing for the rest. Every such entry
-/// pays up to this much before its policy runs.
-pub const DEFAULT_GATHER_WINDOW: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Shortest time between two probes of a device that make a rate.
 const RATE_SPAN: std::time::Duration = std::time::Duration::from_millis(50);
@@ -522,38 +518,6 @@ impl Blocks {
         }))
     }
 
-    /// Joins the batch of arrivals whose policies divide among themselves
-    /// (the first opens it), and waits until the batch's window closes,
-    /// so that every request of the batch is counted when each one's
-    /// policy runs. Takes and returns the lock guard.
-    fn gather<'s>(&'s self, mut st: MutexGuard<'s, State>, tid: Tid) -> MutexGuard<'s, State> {
-        let now = std::time::Instant::now();
-        let opened = st.gathering.first().map_or(now, |&(_, at)| at);
-        st.gathering.push((tid, now));
-        let closes = opened + st.gather_window;
-        loop {
-            let now = std::time::Instant::now();
-            if now >= closes {
-                return st;
-            }
-            st.sleepers += 1;
-            st = self
-                .cond
-                .wait_timeout(st, closes - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-            st.sleepers -= 1;
-        }
-    }
-
-    /// How long a batch of requests whose policies divide among
-    /// concurrent arrivals stays open (default [`DEFAULT_GATHER_WINDOW`]):
-    /// each waits until the window of the batch it joined closes. Zero
-    /// turns batching off (the first takes its share of what is free then).
-    pub fn set_gather_window(&self, window: std::time::Duration) {
-        self.lock().gather_window = window;
-    }
-
     /// Resolves and acquires `reqs` for `tid` as one unit, waiting (when
     /// `block`) until they can be met. Takes and returns the lock guard,
     /// which waiting hands to the condition variable.
@@ -676,66 +640,6 @@ impl Blocks {
                 return (st, Err(RequireError::Impossible { policy: name, site }));
             }
             st = self.wait(st, tid, &failure);
-        }
-    }
-
-    /// Gives back what `tid` holds, waits for a release, retakes.
-    fn wait<'s>(
-        &'s self,
-        mut st: MutexGuard<'s, State>,
-        tid: Tid,
-        devs: &[Dev],
-    ) -> MutexGuard<'s, State> {
-        for d in devs {
-            *st.waiting.entry(*d).or_default() += 1;
-        }
-        st.total_waiting += 1;
-        // Giving back what the thread holds may let a sleeper proceed, so
-        // it wakes them. A thread that holds nothing changes nothing for
-        // the others by starting to wait: waking them then made every
-        // waiter that failed again wake all the others in turn, a storm
-        // that kept waiting threads busy on the CPUs the running ones need.
-        let gives_back = st.trees.holds_any(tid);
-        st.trees.block(tid);
-        if gives_back {
-            st.epoch += 1;
-            if st.sleepers > 0 {
-                self.cond.notify_all();
-            }
-        }
-        self.watch_ledger(&mut st);
-        let seen = st.epoch;
-        while st.epoch == seen {
-            st.sleepers += 1;
-            st = self.cond.wait(st).unwrap_or_else(|p| p.into_inner());
-            st.sleepers -= 1;
-        }
-        for d in devs {
-            if let Some(w) = st.waiting.get_mut(d) {
-                *w -= 1;
-                if *w == 0 {
-                    st.waiting.remove(d);
-                }
-            }
-        }
-        st.total_waiting -= 1;
-        self.retake(st, tid)
-    }
-
-    /// Retakes `tid`'s allocations after it was blocked, waiting as needed.
-    fn retake<'s>(&'s self, mut st: MutexGuard<'s, State>, tid: Tid) -> MutexGuard<'s, State> {
-        loop {
-            match st.trees.unblock(tid) {
-                Ok(()) => return st,
-                Err(_) => {
-                    let seen = st.epoch;
-                    while st.epoch == seen {
-                        st.sleepers += 1;
-                        st = self.cond.wait(st).unwrap_or_else(|p| p.into_inner());
-                        st.sleepers -= 1;
-                    }
-                }
-            }
         }
     }
 
