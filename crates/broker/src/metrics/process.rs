@@ -52,8 +52,11 @@ pub fn parse_boot_time(proc_stat: &str) -> Option<u64> {
 impl ProcessGauges {
     /// Reads this process's gauges (`None`: `/proc` unreadable).
     pub fn read() -> Option<ProcessGauges> {
+        // The boot time never changes: read once, not at every scrape.
+        static BOOT: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+        let boot =
+            (*BOOT.get_or_init(|| parse_boot_time(&std::fs::read_to_string("/proc/stat").ok()?)))?;
         let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-        let boot = parse_boot_time(&std::fs::read_to_string("/proc/stat").ok()?)?;
         let ticks = rustix::param::clock_ticks_per_second();
         let page = rustix::param::page_size() as u64;
         let (cpu_seconds, start_time_seconds, virtual_bytes, resident_bytes) =
