@@ -53,10 +53,18 @@ struct Named {
 /// before the counts in its memory are set to the ends that did.
 pub const REJOIN_GRACE: Duration = Duration::from_secs(2);
 
-/// The broker's named channels.
+/// The broker's named channels, and who besides their creators may open
+/// them.
 #[derive(Debug, Default)]
 pub struct Channels {
     named: BTreeMap<String, Named>,
+    acl: Vec<ChannelAcl>,
+}
+
+/// Whether `uid` may open channel `name`, which uid `owner` created: root,
+/// the owner, and those a `[[channel_acl]]` entry lists for it.
+fn may_open(acl: &[ChannelAcl], uid: u32, owner: u32, name: &str) -> bool {
+    uid == 0 || uid == owner || acl.iter().any(|a| a.name == name && a.uids.contains(&uid))
 }
 
 /// An end handed out: the channel's geometry and its three descriptors.
@@ -78,6 +86,15 @@ pub struct Shown {
 }
 
 impl Channels {
+    /// No channels yet; `acl` names who besides a channel's creator may
+    /// open it.
+    pub fn new(acl: Vec<ChannelAcl>) -> Channels {
+        Channels {
+            named: BTreeMap::new(),
+            acl,
+        }
+    }
+
     /// Opens an end of `name` for `session` of user `uid`, creating the
     /// channel if needed (`slots`, `message_max`: 0 for the default, or
     /// whatever an existing channel has). Errors carry the code and what
@@ -93,7 +110,6 @@ impl Channels {
         slots: u32,
         message_max: u32,
         limits: &Limits,
-        acl: &[ChannelAcl],
     ) -> Result<Opened, (ErrorCode, String)> {
         check_name(name).map_err(|e| (ErrorCode::Malformed, e))?;
         if !self.named.contains_key(name) {
@@ -126,9 +142,7 @@ impl Channels {
             );
         }
         let n = self.named.get_mut(name).expect("inserted above");
-        let allowed =
-            uid == 0 || uid == n.uid || acl.iter().any(|a| a.name == name && a.uids.contains(&uid));
-        if !allowed {
+        if !may_open(&self.acl, uid, n.uid, name) {
             return Err((
                 ErrorCode::PermissionDenied,
                 format!(
@@ -234,7 +248,6 @@ impl Channels {
         send: bool,
         fds: Vec<OwnedFd>,
         limits: &Limits,
-        acl: &[ChannelAcl],
         now: Instant,
     ) -> Result<(), (ErrorCode, String)> {
         check_name(name).map_err(|e| (ErrorCode::Malformed, e))?;
@@ -267,9 +280,7 @@ impl Channels {
                 format!("another channel is named {name} now; open it again under another name"),
             ));
         }
-        let allowed =
-            uid == 0 || uid == n.uid || acl.iter().any(|a| a.name == name && a.uids.contains(&uid));
-        if !allowed {
+        if !may_open(&self.acl, uid, n.uid, name) {
             return Err((
                 ErrorCode::PermissionDenied,
                 format!("channel {name} belongs to uid {}", n.uid),
@@ -415,7 +426,7 @@ mod tests {
         name: &str,
         send: bool,
     ) -> Result<Channel, (ErrorCode, String)> {
-        let o = c.open(s, uid, Some(7), name, send, 0, 0, &Limits::default(), &[])?;
+        let o = c.open(s, uid, Some(7), name, send, 0, 0, &Limits::default())?;
         let [m, d, sp]: [OwnedFd; 3] = o.fds.try_into().unwrap();
         Ok(Channel::open(m, d, sp).unwrap())
     }
@@ -470,7 +481,8 @@ mod tests {
             name: "q".into(),
             uids: vec![1001],
         }];
-        c.open(3, 1001, None, "q", true, 0, 0, &Limits::default(), &acl)
+        c.acl = acl.to_vec();
+        c.open(3, 1001, None, "q", true, 0, 0, &Limits::default())
             .unwrap();
         open(&mut c, 4, 0, "q", true).unwrap();
         let e = c
@@ -483,7 +495,6 @@ mod tests {
                 1 << 16,
                 0,
                 &Limits::default(),
-                &[],
             )
             .unwrap_err();
         assert_eq!(e.0, ErrorCode::Refused);
@@ -523,7 +534,6 @@ mod tests {
             false,
             rx_fds,
             &Limits::default(),
-            &[],
             t0,
         )
         .unwrap();
@@ -539,7 +549,6 @@ mod tests {
                 true,
                 fds(&other),
                 &Limits::default(),
-                &[],
                 t0,
             )
             .unwrap_err();
@@ -554,7 +563,6 @@ mod tests {
                 false,
                 fds(&rx),
                 &Limits::default(),
-                &[],
                 t0,
             )
             .unwrap_err();
@@ -568,7 +576,6 @@ mod tests {
                 true,
                 fds(&rx),
                 &Limits::default(),
-                &[],
                 t0,
             )
             .unwrap_err();
@@ -592,7 +599,6 @@ mod tests {
             true,
             tx_fds,
             &Limits::default(),
-            &[],
             t0,
         )
         .unwrap();
@@ -605,7 +611,7 @@ mod tests {
             ..Limits::default()
         };
         let e = new
-            .adopt(7, 1000, None, "other", true, fds(&other), &none, &[], t0)
+            .adopt(7, 1000, None, "other", true, fds(&other), &none, t0)
             .unwrap_err();
         assert_eq!(e.0, ErrorCode::Limit);
     }
@@ -623,7 +629,7 @@ mod tests {
             ..Limits::default()
         };
         let mut open_l =
-            |s, name: &str, slots| c.open(s, 1000, None, name, true, slots, 0, &limits, &[]);
+            |s, name: &str, slots| c.open(s, 1000, None, name, true, slots, 0, &limits);
         open_l(1, "a", 0).unwrap();
         // 1024 slots of 4 KiB: 4 MiB, over 1 MiB.
         let e = open_l(1, "b", 1024).unwrap_err();
@@ -633,7 +639,7 @@ mod tests {
         let e = open_l(1, "c", 0).unwrap_err();
         assert!(e.1.contains("limits.channels"), "{}", e.1);
         // Root is exempt.
-        c.open(1, 0, None, "c", true, 0, 0, &limits, &[]).unwrap();
+        c.open(1, 0, None, "c", true, 0, 0, &limits).unwrap();
         assert!(c.named.len() == 3);
     }
 }

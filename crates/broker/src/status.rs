@@ -56,7 +56,7 @@ impl Core {
                     pids: if private {
                         vec![]
                     } else {
-                        c.members.iter().map(|m| m.pid).collect()
+                        c.members().iter().map(|m| m.pid).collect()
                     },
                     cpus: g.map(|g| g.cpus.to_string()).unwrap_or_default(),
                     lent: g.map(|g| g.lent.to_string()).unwrap_or_default(),
@@ -80,7 +80,7 @@ impl Core {
                     runtimes: if private {
                         vec![]
                     } else {
-                        let pids: Vec<u32> = c.members.iter().map(|m| m.pid).collect();
+                        let pids: Vec<u32> = c.members().iter().map(|m| m.pid).collect();
                         runtimes_of(self.os().as_ref(), &pids)
                     },
                     delivery: self.windows.delivery(id).map(|d| delivery_status(&d)),
@@ -99,6 +99,7 @@ impl Core {
             })
             .collect();
         let queue = self
+            .cells
             .queue
             .iter()
             .enumerate()
@@ -324,7 +325,7 @@ impl Core {
             uptime_s: round(self.started.elapsed().as_secs_f64(), 3),
             capacity: self.planner.capacity(),
             idle: self.idle_cpus().len() as u32,
-            queue: self.queue.len() as u32,
+            queue: self.cells.queue.len() as u32,
             cells: self
                 .cells
                 .iter()
@@ -339,7 +340,7 @@ impl Core {
                         threads: g.map_or(0, |g| g.threads),
                         busy: round(c.est.busy(), 3),
                         generation: c.generation,
-                        members: c.members.len() as u32,
+                        members: c.members().len() as u32,
                         cpu_seconds: c.perf.used_ns().map(|ns| ns as f64 / 1e9),
                         cpu_pressure_seconds: pressure.get(&id).map(|&us| us as f64 / 1e6),
                     }

@@ -154,7 +154,7 @@ impl Core {
     pub(crate) fn cell_of(&self, pid: u32) -> Option<u64> {
         let mut p = pid;
         for _ in 0..MAX_ANCESTORS {
-            if let Some(&c) = self.by_pid.get(&p) {
+            if let Some(c) = self.cells.cell_of(p) {
                 return Some(c);
             }
             p = self.os.parent(p)?;
@@ -399,7 +399,7 @@ impl Core {
             if !self.cells.is_empty() {
                 self.reconcile();
             }
-            if !self.queue.is_empty() {
+            if !self.cells.queue.is_empty() {
                 e.extend(self.admit_queued());
             }
         }

@@ -114,17 +114,18 @@ impl Core {
                 (" (moves itself in)", None)
             };
             let m = MemberRec { pid, start };
+            if !self.cells.join(id, m) {
+                continue; // a member of another cell meanwhile
+            }
             let c = self.cells.get_mut(&id).expect("activated");
-            c.members.push(m);
             c.timeline
                 .note("joined", format!("process {pid}{how}"), took);
-            self.by_pid.insert(pid, id);
             self.account.members_changed();
             self.journal(&[Record::Member { id, member: m }]);
             effects.push(Effect::Watch(pid));
         }
         let c = &self.cells[&id];
-        if c.members.is_empty() {
+        if c.members().is_empty() {
             // Every process vanished while we set up: nothing to manage.
             let mut e = self.end_cell(id, "its processes exited before they joined");
             self.reconcile();

@@ -120,7 +120,7 @@ impl Core {
                 .wrapping_add(p.page() as *const allot_proto::GrantPage as u64);
         }
         let run_delay_ns = if read_delay {
-            c.members
+            c.members()
                 .iter()
                 .take(RUN_DELAY_MEMBERS)
                 .filter_map(|m| self.os.run_delay_ns(m.pid, RUN_DELAY_THREADS))
@@ -131,7 +131,7 @@ impl Core {
         // Counted with run delay, on the members' threads.
         let hw = if read_delay && self.measure.pmu.unavailable.is_none() {
             let tids: Vec<u32> = c
-                .members
+                .members()
                 .iter()
                 .take(RUN_DELAY_MEMBERS)
                 .flat_map(|m| self.os.threads(m.pid).unwrap_or_default())

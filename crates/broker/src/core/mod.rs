@@ -7,8 +7,22 @@
 //! the journal, and returns [`Effect`]s for the event loop: replies to send,
 //! processes to start or stop watching.
 //!
-//! - this file: the state, the re-plan pipeline (`Core::reconcile`),
-//!   process exits, ticks, shutdown;
+//! The writes whose result decides the next step are calls, not effects:
+//! a registration is answered only after the journal recorded the cell, and
+//! a grant reaches the kernel (every shrink before any growth) before a
+//! process is attached to it, so the core must see each write succeed or
+//! fail where it makes it. They go through the OS boundary instead: the
+//! backend ([`Enforcer`]), the process table ([`Os`]) and an optional
+//! journal. The state-machine tests (`crates/broker/tests/`) run the core
+//! on the dry-run backend and a fake process table, writing nothing to the
+//! kernel. Publishing a grant writes the cell's page, memory the broker
+//! maps.
+//!
+//! - this file: the state, process exits, ticks, shutdown, ended cells'
+//!   backend removal;
+//! - `cells`: the subsystem of the cells, the queue, which cell each
+//!   process is in and the ids given out (its invariants in its doc);
+//! - `reconcile`: the re-plan pipeline (`Core::reconcile`);
 //! - `restore`: rebuilding the state from the journal and the backend;
 //! - `register`: admission, the queue, joining and leaving cells;
 //! - `arrival`: admitted cells' processes joining them, a turn's
@@ -28,7 +42,7 @@
 //!
 //! Invariants kept here (the planner keeps the plan invariants):
 //!
-//! - Every member pid maps to exactly one cell (`by_pid`).
+//! - Every member pid is in exactly one cell (kept by `cells::Cells`).
 //! - A cell's grant is applied to the kernel *before* its first process is
 //!   attached, so a process never runs a single instruction outside it.
 //! - When CPUs move between cells, every cell first shrinks to the CPUs it
@@ -46,6 +60,8 @@
 
 mod account;
 mod arrival;
+mod cells;
+pub(crate) use cells::{Cell, Queued};
 pub(crate) mod effect;
 mod isolation;
 mod keep_off;
@@ -64,21 +80,19 @@ pub use effect::{Effect, Peer, SessionId};
 pub(crate) use effect::{answer, err};
 
 use crate::config::{Config, Limits};
-use crate::demand::Estimator;
 use crate::journal::{Journal, MemberRec, Record};
 use crate::ledger::Ledger;
 use crate::metrics::Counters;
 use crate::names::shown;
-use crate::timeline::Timeline;
 use crate::windows::Windows;
 use crate::{debug, info, warn};
 use allot_enforce::Enforcer;
 use allot_enforce::os::Os;
-use allot_plan::{CellSpec, Grant, Plan, PlanConfig, Planner};
+use allot_plan::{Plan, PlanConfig, Planner};
+use allot_proto::FLAG_RELEASED;
 use allot_proto::msg::{ErrorCode, Reply};
-use allot_proto::{FLAG_RELEASED, PageMap};
 use allot_topo::Machine;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -87,55 +101,6 @@ pub const REMOVE_RETRY_FOR: Duration = Duration::from_secs(30);
 
 /// Grant pages one cell may hold (each a memfd handed back on `Rejoin`).
 const MAX_PAGES_PER_CELL: usize = 8;
-
-#[derive(Debug)]
-pub(crate) struct Cell {
-    pub(crate) name: String,
-    pub(crate) uid: u32,
-    pub(crate) spec: CellSpec,
-    /// Rejoin secret; 0 for a cell recovered from the backend that no
-    /// member has claimed yet.
-    token: u64,
-    pub(crate) members: Vec<MemberRec>,
-    pages: Vec<PageMap>,
-    pub(crate) generation: u64,
-    pub(crate) published: Option<Grant>,
-    pub(crate) est: Estimator,
-    pub(crate) progress: u64,
-    pub(crate) busy_reported: u32,
-    /// The runtime pool's statistics as last reported (status only).
-    pub(crate) pool_stats: Option<allot_proto::PoolStatsWire>,
-    /// What the cell achieved, tick by tick (`crate::series`).
-    pub(crate) perf: crate::series::Perf,
-    /// What its measurements say of its curve and goal (`core::measure`).
-    pub(crate) tracker: allot_plan::tracking::Tracker,
-    /// Hardware counters on its threads (`core::measure`; goal cells only).
-    pub(crate) hw: allot_enforce::counters::ThreadCounts,
-    /// What the broker did for it and when (`crate::timeline`).
-    pub(crate) timeline: Timeline,
-}
-
-impl Cell {
-    /// Publishes `g` on every page the cell holds.
-    fn publish(&self, g: &allot_proto::Grant) {
-        for p in &self.pages {
-            p.page().publish(g);
-        }
-    }
-}
-
-#[derive(Debug)]
-pub(crate) struct Queued {
-    pub(crate) id: u64,
-    pub(crate) name: String,
-    pub(crate) uid: u32,
-    pub(crate) spec: CellSpec,
-    members: Vec<u32>,
-    session: SessionId,
-    token: u64,
-    pub(crate) reason: String,
-    timeline: Timeline,
-}
 
 /// An ended cell whose backend state could not be removed yet.
 #[derive(Debug)]
@@ -150,8 +115,8 @@ pub struct Core {
     pub(crate) machine: &'static Machine,
     pub(crate) planner: Planner<'static>,
     pub(crate) plan: Plan,
-    pub(crate) cells: BTreeMap<u64, Cell>,
-    pub(crate) queue: VecDeque<Queued>,
+    /// The cells, the queue and who is a member of which (`cells`).
+    pub(crate) cells: cells::Cells,
     /// Admitted cells whose processes join at the end of the turn
     /// (`arrival`), when `batch_arrivals` is on.
     arriving: Vec<arrival::Arriving>,
@@ -160,8 +125,6 @@ pub struct Core {
     os: Arc<dyn Os>,
     journal: Option<Journal>,
     pub(crate) instance: u64,
-    next_id: u64,
-    by_pid: HashMap<u32, u64>,
     pub(crate) started: Instant,
     pub(crate) backend_notes: Vec<String>,
     stop_requested: bool,
@@ -174,18 +137,13 @@ pub struct Core {
     removals: Vec<Removal>,
     /// What the metrics count (`crate::metrics`).
     pub(crate) counters: Counters,
-    /// The windows of time-triggered cells (`crate::windows`).
+    /// The windows of time-triggered cells and their time base
+    /// (`crate::windows`).
     pub(crate) windows: Windows,
-    /// The time base of every time-triggered cell's windows
-    /// (`CLOCK_MONOTONIC`, ns, a whole µs): a cell placed at phase `φ`
-    /// opens its windows at `epoch + φ + k·period`, so cells sharing a CPU
-    /// keep the distances the plan gave them.
-    pub(crate) epoch_ns: u64,
     /// The machine's load and the goal cells' counters (`measure`).
     pub(crate) measure: measure::Measure,
     /// Named channels, and who besides their creators may open them.
     pub(crate) channels: crate::channels::Channels,
-    pub(crate) channel_acl: Vec<crate::config::ChannelAcl>,
     /// Partition CPUs kept clear of interrupts and workqueues (`isolation`).
     isolation: isolation::Isolation,
     /// Message-triggered cells' states (`message`).
@@ -238,24 +196,20 @@ impl Core {
             machine,
             planner,
             plan: Plan::default(),
-            cells: BTreeMap::new(),
-            queue: VecDeque::new(),
+            cells: cells::Cells::new(),
             arriving: Vec::new(),
             batch_arrivals: false,
             enforcer,
             os,
             journal,
             instance: random_u64(),
-            next_id: 1,
-            by_pid: HashMap::new(),
             started: Instant::now(),
             backend_notes: Vec::new(),
             stop_requested: false,
             uid: rustix::process::geteuid().as_raw(),
             account: account::Account::new(Ledger::new(machine, cfg.limits)),
             limits: cfg.limits,
-            channels: Default::default(),
-            channel_acl: cfg.channel_acl.clone(),
+            channels: crate::channels::Channels::new(cfg.channel_acl.clone()),
             messages: BTreeMap::new(),
             paused: BTreeMap::new(),
             unmanaged: None,
@@ -268,7 +222,6 @@ impl Core {
             removals: Vec::new(),
             counters: Counters::default(),
             windows: Windows::new(),
-            epoch_ns: allot_proto::window::monotonic_ns().div_ceil(1000) * 1000,
             measure: measure::Measure::new(Arc::new(allot_enforce::counters::RealCounters)),
         };
         let effects = core.restore();
@@ -311,7 +264,7 @@ impl Core {
 
     /// No cells, none queued.
     pub fn idle(&self) -> bool {
-        self.cells.is_empty() && self.queue.is_empty()
+        self.cells.idle()
     }
 
     /// The current plan.
@@ -397,10 +350,9 @@ impl Core {
         };
         c.publish(&final_grant);
         self.journal(&[Record::End { id }]);
-        c.members
+        c.members()
             .iter()
             .filter_map(|m| {
-                self.by_pid.remove(&m.pid);
                 // A process the ledger still involves stays watched.
                 (!self.account.ledger.involves(m.pid)).then_some(Effect::Unwatch(m.pid))
             })
@@ -453,18 +405,16 @@ impl Core {
             info!("process {pid} died holding resources; given back");
             effects.extend(self.after_ledger_change());
         }
-        let Some(id) = self.by_pid.remove(&pid) else {
-            effects.push(Effect::Unwatch(pid));
+        effects.push(Effect::Unwatch(pid));
+        let Some(id) = self.cells.leave(pid) else {
             return effects;
         };
-        effects.push(Effect::Unwatch(pid));
         let Some(c) = self.cells.get_mut(&id) else {
             return effects;
         };
-        c.members.retain(|m| m.pid != pid);
         c.timeline
             .note("exited", format!("process {pid}"), Some(seen.elapsed()));
-        let empty = c.members.is_empty();
+        let empty = c.members().is_empty();
         let mut ended = false;
         self.journal(&[Record::Gone { id, pid }]);
         if empty {
@@ -476,10 +426,10 @@ impl Core {
                 ended = true;
             } else {
                 for m in left {
-                    self.cells.get_mut(&id).expect("present").members.push(m);
-                    self.by_pid.insert(m.pid, id);
-                    self.journal(&[Record::Member { id, member: m }]);
-                    effects.push(Effect::Watch(m.pid));
+                    if self.cells.join(id, m) {
+                        self.journal(&[Record::Member { id, member: m }]);
+                        effects.push(Effect::Watch(m.pid));
+                    }
                 }
             }
         }
@@ -517,12 +467,13 @@ impl Core {
             self.account.ledger.set_waiting(pid, 0);
         }
         self.channels.session_closed(session);
-        let before = self.queue.len();
-        self.queue.retain(|q| q.session != session);
-        if self.queue.len() != before {
+        let queue = &mut self.cells.queue;
+        let before = queue.len();
+        queue.retain(|q| q.session != session);
+        if queue.len() != before {
             debug!(
                 "session {session} closed; dropped {} queued cell(s)",
-                before - self.queue.len()
+                before - queue.len()
             );
         }
         self.admit_queued()
@@ -670,7 +621,7 @@ impl Core {
                 ),
             ));
         }
-        if let Some(&c) = self.by_pid.get(&pid) {
+        if let Some(c) = self.cells.cell_of(pid) {
             return Err(err(
                 ErrorCode::Invalid,
                 kind,

@@ -21,7 +21,6 @@
 
 use super::arrival::Arriving;
 use super::{Cell, Core, Effect, Peer, Queued, SessionId, answer, err, random_u64};
-use crate::demand::Estimator;
 use crate::journal::{MemberRec, Record, SpecRec};
 use crate::names::{self, shown};
 use crate::timeline::{Timeline, timed};
@@ -72,7 +71,12 @@ impl Core {
             ));
         }
         if queueing {
-            let queued = self.queue.iter().filter(|q| q.uid == peer.uid).count();
+            let queued = self
+                .cells
+                .queue
+                .iter()
+                .filter(|q| q.uid == peer.uid)
+                .count();
             if queued >= l.queued as usize {
                 return limit(format!(
                     "uid {} has {queued} cells waiting, the limit per user (limits.queued)",
@@ -137,7 +141,7 @@ impl Core {
         };
         let (verdict, took) = timed(|| {
             match self.planner.admit(&self.admitted(), &spec, &self.plan) {
-                Admission::Admit => match self.delayed_by(self.queue.iter(), &spec) {
+                Admission::Admit => match self.delayed_by(self.cells.queue.iter(), &spec) {
                     None => Admission::Admit,
                     Some(q) => Admission::NotNow(format!(
                         "admitting it now could delay cell {} ({}), waiting for {} guaranteed CPUs",
@@ -185,7 +189,7 @@ impl Core {
                 };
                 info!("cell {id} ({}) queued: {reason}", shown(&name));
                 timeline.note("queued", reason.clone(), None);
-                self.queue.push_back(Queued {
+                self.cells.queue.push_back(Queued {
                     id,
                     name,
                     uid: peer.uid,
@@ -198,7 +202,7 @@ impl Core {
                 });
                 one(Reply::Queued {
                     cell: id,
-                    position: self.queue.len() as u32,
+                    position: self.cells.queue.len() as u32,
                     reason,
                 })
             }
@@ -217,9 +221,10 @@ impl Core {
 
     /// A fresh cell id, journaled before use; `None` once ids run out.
     fn allocate_id(&mut self) -> Option<u64> {
-        let id = self.next_id;
-        self.next_id = id.checked_add(1)?;
-        self.journal(&[Record::NextId { next: self.next_id }]);
+        let id = self.cells.take_id()?;
+        self.journal(&[Record::NextId {
+            next: self.cells.next_id(),
+        }]);
         Some(id)
     }
 
@@ -278,27 +283,9 @@ impl Core {
                 ),
             );
         }
-        self.cells.insert(
-            id,
-            Cell {
-                name: name.clone(),
-                uid,
-                spec,
-                token,
-                members: vec![],
-                pages: vec![page],
-                generation: 0,
-                published: None,
-                est: Estimator::new(),
-                progress: 0,
-                busy_reported: 0,
-                pool_stats: None,
-                perf: Default::default(),
-                tracker: allot_plan::tracking::Tracker::new(spec.goal),
-                hw: Default::default(),
-                timeline,
-            },
-        );
+        let mut cell = Cell::new(name.clone(), uid, spec, token, timeline);
+        cell.pages.push(page);
+        self.cells.insert(id, cell, vec![]);
         let arriving = Arriving {
             id,
             members,
@@ -322,10 +309,11 @@ impl Core {
     pub(super) fn admit_queued(&mut self) -> Vec<Effect> {
         let mut effects = Vec::new();
         let mut i = 0;
-        while i < self.queue.len() {
-            let q = &self.queue[i];
+        while i < self.cells.queue.len() {
+            let q = &self.cells.queue[i];
             let verdict = match self.planner.admit(&self.admitted(), &q.spec, &self.plan) {
-                Admission::Admit => match self.delayed_by(self.queue.iter().take(i), &q.spec) {
+                Admission::Admit => match self.delayed_by(self.cells.queue.iter().take(i), &q.spec)
+                {
                     None => Admission::Admit,
                     Some(ahead) => Admission::NotNow(format!(
                         "waits behind cell {} ({})",
@@ -342,12 +330,12 @@ impl Core {
                         i += 1;
                         continue;
                     }
-                    let q = self.queue.remove(i).expect("index in range");
+                    let q = self.cells.queue.remove(i).expect("index in range");
                     let alive: Vec<u32> = q
                         .members
                         .iter()
                         .copied()
-                        .filter(|&p| self.os.alive(p) && !self.by_pid.contains_key(&p))
+                        .filter(|&p| self.os.alive(p) && self.cells.cell_of(p).is_none())
                         .collect();
                     if !alive.is_empty() {
                         let mut timeline = q.timeline;
@@ -368,11 +356,11 @@ impl Core {
                     }
                 }
                 Admission::NotNow(r) => {
-                    self.queue[i].reason = r;
+                    self.cells.queue[i].reason = r;
                     i += 1;
                 }
                 Admission::Never(r) => {
-                    let q = self.queue.remove(i).expect("index in range");
+                    let q = self.cells.queue.remove(i).expect("index in range");
                     *self
                         .counters
                         .refused
@@ -409,7 +397,7 @@ impl Core {
         let grant = self.cells[&cell].published.clone();
         let generation = self.cells[&cell].generation;
         let pg = grant.as_ref().map(|g| self.page_grant(cell, generation, g));
-        let member_of_it = self.by_pid.get(&peer.pid) == Some(&cell);
+        let member_of_it = self.cells.cell_of(peer.pid) == Some(cell);
         let c = self.cells.get_mut(&cell).expect("checked");
         if c.token == 0 && member_of_it && token != 0 {
             // A cell recovered from the backend: its first member to come
@@ -496,7 +484,7 @@ impl Core {
         const KIND: u16 = 0x04;
         self.owned(peer, cell, KIND)?;
         self.check_member(peer, pid, KIND)?;
-        let count = self.cells[&cell].members.len();
+        let count = self.cells[&cell].members().len();
         if count >= self.limits.members as usize {
             return Err(err(
                 ErrorCode::Limit,
@@ -523,11 +511,10 @@ impl Core {
             )
         })?;
         let m = MemberRec { pid, start };
+        self.cells.join(cell, m);
         let c = self.cells.get_mut(&cell).expect("checked");
-        c.members.push(m);
         c.timeline
             .note("joined", format!("process {pid}"), Some(took));
-        self.by_pid.insert(pid, cell);
         self.account.members_changed();
         self.journal(&[Record::Member {
             id: cell,
@@ -587,12 +574,13 @@ impl Core {
             }
             Err(r) => {
                 let queued = self
+                    .cells
                     .queue
                     .iter()
                     .position(|q| q.id == cell && (q.uid == peer.uid || peer.uid == 0));
                 match queued {
                     Some(i) => {
-                        self.queue.remove(i);
+                        self.cells.queue.remove(i);
                         vec![answer(session, Reply::Ok)]
                     }
                     None => vec![answer(session, r)],

@@ -22,7 +22,7 @@ impl Core {
         send: bool,
         fds: Vec<OwnedFd>,
     ) -> Vec<Effect> {
-        let cell = self.by_pid.get(&peer.pid).copied();
+        let cell = self.cells.cell_of(peer.pid);
         let r = self.channels.adopt(
             session,
             peer.uid,
@@ -31,7 +31,6 @@ impl Core {
             send,
             fds,
             &self.limits,
-            &self.channel_acl,
             Instant::now(),
         );
         vec![answer(
@@ -180,7 +179,7 @@ impl Core {
                 slots,
                 message_max,
             } => {
-                let cell = self.by_pid.get(&peer.pid).copied();
+                let cell = self.cells.cell_of(peer.pid);
                 match self.channels.open(
                     session,
                     peer.uid,
@@ -190,8 +189,7 @@ impl Core {
                     slots,
                     message_max,
                     &self.limits,
-                    &self.channel_acl,
-                ) {
+                        ) {
                     Ok(o) => {
                         debug!(
                             "session {session} (uid {}) opened the {} end of channel {name}",

@@ -35,7 +35,7 @@ impl Core {
             .as_ref()
             .map(|j| j.state().clone())
             .unwrap_or_default();
-        self.next_id = state.next_id.max(1);
+        self.cells.ids_above(state.next_id.saturating_sub(1));
         let mut effects = Vec::new();
         let mut grants = BTreeMap::new();
         for (&id, rec) in &state.cells {
@@ -73,30 +73,22 @@ impl Core {
                 grants.insert(CellId(id), g.clone());
             }
             let est = Estimator::restored(rec.grant.as_ref().and_then(|g| g.demand));
-            effects.extend(self.install(
-                id,
-                Cell {
-                    name: rec.name.clone(),
-                    uid: rec.uid,
-                    spec: rec.spec.spec(),
-                    token: rec.token,
-                    members: live,
-                    pages: vec![],
-                    generation,
-                    published: grant,
-                    est,
-                    progress: 0,
-                    busy_reported: 0,
-                    pool_stats: None,
-                    perf: Default::default(),
-                    tracker: allot_plan::tracking::Tracker::new(rec.spec.spec().goal),
-                    hw: Default::default(),
-                    timeline: adopted_timeline(),
-                },
-            ));
+            let mut cell = Cell::new(
+                rec.name.clone(),
+                rec.uid,
+                rec.spec.spec(),
+                rec.token,
+                adopted_timeline(),
+            );
+            cell.generation = generation;
+            cell.published = grant;
+            cell.est = est;
+            effects.extend(self.install(id, cell, live));
         }
         effects.extend(self.recover_unjournaled(&state.cells));
-        self.journal(&[Record::NextId { next: self.next_id }]);
+        self.journal(&[Record::NextId {
+            next: self.cells.next_id(),
+        }]);
         let time = self
             .cells
             .iter()
@@ -130,7 +122,7 @@ impl Core {
     ) -> Vec<Effect> {
         let mut effects = Vec::new();
         for id in self.enforcer.existing() {
-            self.next_id = self.next_id.max(id.saturating_add(1));
+            self.cells.ids_above(id);
             if journaled.contains_key(&id) {
                 continue;
             }
@@ -180,34 +172,16 @@ impl Core {
                 share: cpus.len() as f64,
                 held: Default::default(),
             });
-            effects.extend(self.install(
-                id,
-                Cell {
-                    name,
-                    uid,
-                    spec,
-                    token: 0,
-                    members: live,
-                    pages: vec![],
-                    generation: 0,
-                    published,
-                    est: Estimator::new(),
-                    progress: 0,
-                    busy_reported: 0,
-                    pool_stats: None,
-                    perf: Default::default(),
-                    tracker: allot_plan::tracking::Tracker::new(spec.goal),
-                    hw: Default::default(),
-                    timeline: adopted_timeline(),
-                },
-            ));
+            let mut cell = Cell::new(name, uid, spec, 0, adopted_timeline());
+            cell.published = published;
+            effects.extend(self.install(id, cell, live));
         }
         effects
     }
 
     /// Adds a restored cell: a fresh page with its grant, its members
     /// watched.
-    fn install(&mut self, id: u64, mut cell: Cell) -> Vec<Effect> {
+    fn install(&mut self, id: u64, mut cell: Cell, members: Vec<MemberRec>) -> Vec<Effect> {
         // Windows restart at the next reconcile, on this broker's epoch:
         // a time-triggered cell's phase shifts once across a restart.
         match PageMap::create(id, self.instance) {
@@ -226,16 +200,11 @@ impl Core {
                 .map(|g| g.cpus.to_string())
                 .unwrap_or_default()
         );
-        let effects = cell
-            .members
-            .iter()
-            .map(|m| {
-                self.by_pid.insert(m.pid, id);
-                Effect::Watch(m.pid)
-            })
-            .collect();
-        self.cells.insert(id, cell);
-        effects
+        self.cells
+            .insert(id, cell, members)
+            .into_iter()
+            .map(Effect::Watch)
+            .collect()
     }
 }
 

@@ -55,7 +55,7 @@ impl Core {
                 },
                 Some(phase),
             ) if budget_us < period_us => Some(Window {
-                origin_ns: self.epoch_ns + u64::from(phase) * 1000,
+                origin_ns: self.windows.origin_ns(phase),
                 period_us,
                 budget_us,
             }),

@@ -117,8 +117,13 @@ impl Shared {
 }
 
 /// The event loop's handle on the window driver.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Windows {
+    /// The time base of every cell's windows (`CLOCK_MONOTONIC`, ns, a
+    /// whole µs): a cell placed at phase `φ` opens its windows at
+    /// `epoch + φ + k·period`, so cells sharing a CPU keep the distances
+    /// the plan gave them.
+    epoch_ns: u64,
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
     /// The schedule of every cell in the driver's table. Only this handle
@@ -129,10 +134,26 @@ pub struct Windows {
     schedules: BTreeMap<u64, Window>,
 }
 
+impl Default for Windows {
+    fn default() -> Windows {
+        Windows::new()
+    }
+}
+
 impl Windows {
-    /// No cells, no thread yet.
+    /// No cells, no thread yet; the epoch is now.
     pub fn new() -> Windows {
-        Windows::default()
+        Windows {
+            epoch_ns: monotonic_ns().div_ceil(1000) * 1000,
+            shared: Default::default(),
+            thread: None,
+            schedules: BTreeMap::new(),
+        }
+    }
+
+    /// When the first window of a cell placed at `phase_us` opens.
+    pub fn origin_ns(&self, phase_us: u32) -> u64 {
+        self.epoch_ns + u64::from(phase_us) * 1000
     }
 
     /// Starts driving `cell`'s windows on `gate`; the cell runs on `cpus`
