@@ -486,16 +486,7 @@ mod tests {
             .unwrap();
         open(&mut c, 4, 0, "q", true).unwrap();
         let e = c
-            .open(
-                5,
-                1000,
-                None,
-                "q",
-                true,
-                1 << 16,
-                0,
-                &Limits::default(),
-            )
+            .open(5, 1000, None, "q", true, 1 << 16, 0, &Limits::default())
             .unwrap_err();
         assert_eq!(e.0, ErrorCode::Refused);
         assert!(e.1.contains("exists with 64 slots"), "{}", e.1);
@@ -526,17 +517,8 @@ mod tests {
         let mut new = Channels::default();
         let t0 = Instant::now();
         // Only the receiver comes back.
-        new.adopt(
-            5,
-            1000,
-            Some(9),
-            "q",
-            false,
-            rx_fds,
-            &Limits::default(),
-            t0,
-        )
-        .unwrap();
+        new.adopt(5, 1000, Some(9), "q", false, rx_fds, &Limits::default(), t0)
+            .unwrap();
         assert_eq!(new.receiving(9).len(), 1);
         // A different channel cannot take the name, nor a second receiver.
         let other = Channel::create(2, 8).unwrap();
@@ -555,29 +537,11 @@ mod tests {
         assert_eq!(e.0, ErrorCode::Refused);
         assert!(e.1.contains("another channel"), "{}", e.1);
         let e = new
-            .adopt(
-                6,
-                1000,
-                None,
-                "q",
-                false,
-                fds(&rx),
-                &Limits::default(),
-                t0,
-            )
+            .adopt(6, 1000, None, "q", false, fds(&rx), &Limits::default(), t0)
             .unwrap_err();
         assert!(e.1.contains("receiver already"), "{}", e.1);
         let e = new
-            .adopt(
-                6,
-                1001,
-                None,
-                "q",
-                true,
-                fds(&rx),
-                &Limits::default(),
-                t0,
-            )
+            .adopt(6, 1001, None, "q", true, fds(&rx), &Limits::default(), t0)
             .unwrap_err();
         assert_eq!(e.0, ErrorCode::PermissionDenied);
         // During the grace the old counts stand (the sender may come back).
@@ -591,17 +555,8 @@ mod tests {
         assert_eq!(r.try_recv(&mut Vec::new()), Err(RecvError::Disconnected));
         // A sender that comes back late is counted again, and its leaving
         // counted once.
-        new.adopt(
-            8,
-            1000,
-            None,
-            "q",
-            true,
-            tx_fds,
-            &Limits::default(),
-            t0,
-        )
-        .unwrap();
+        new.adopt(8, 1000, None, "q", true, tx_fds, &Limits::default(), t0)
+            .unwrap();
         assert_eq!(rx.ends(), (1, true));
         new.session_closed(8);
         assert_eq!(rx.ends(), (0, true));

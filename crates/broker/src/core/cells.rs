@@ -19,6 +19,7 @@ use crate::journal::MemberRec;
 use crate::timeline::Timeline;
 use allot_plan::{CellSpec, Grant};
 use allot_proto::PageMap;
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 /// An admitted cell as the broker keeps it.
@@ -169,8 +170,8 @@ impl Cells {
         self.next_id = self.next_id.max(id.saturating_add(1));
         let mut joined = Vec::new();
         for m in members {
-            if !self.by_pid.contains_key(&m.pid) {
-                self.by_pid.insert(m.pid, id);
+            if let Entry::Vacant(e) = self.by_pid.entry(m.pid) {
+                e.insert(id);
                 cell.members.push(m);
                 joined.push(m.pid);
             }
@@ -194,12 +195,14 @@ impl Cells {
         let Some(c) = self.live.get_mut(&id) else {
             return false;
         };
-        if self.by_pid.contains_key(&m.pid) {
-            return false;
+        match self.by_pid.entry(m.pid) {
+            Entry::Occupied(_) => false,
+            Entry::Vacant(e) => {
+                e.insert(id);
+                c.members.push(m);
+                true
+            }
         }
-        c.members.push(m);
-        self.by_pid.insert(m.pid, id);
-        true
     }
 
     /// Takes `pid` out of the cell it is a member of; that cell's id.

@@ -189,7 +189,7 @@ impl Core {
                     slots,
                     message_max,
                     &self.limits,
-                        ) {
+                ) {
                     Ok(o) => {
                         debug!(
                             "session {session} (uid {}) opened the {} end of channel {name}",
