@@ -40,10 +40,10 @@ pub const RATE_SPAN: Duration = Duration::from_secs(1);
 /// handful.
 pub const P99_LATENCIES: u64 = 200;
 
-/// A cell's report counters at one tick. The latency buckets (most of a
+/// A cell's report totals at one tick (its counters' values). The latency buckets (most of a
 /// reading's size) are kept only once the cell has recorded a latency.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Counters {
+pub struct Totals {
     /// Heartbeats.
     pub beats: u64,
     /// Latencies recorded.
@@ -54,9 +54,9 @@ pub struct Counters {
     pub buckets: Option<Box<[u64; allot_proto::report::BUCKETS]>>,
 }
 
-impl From<Reports> for Counters {
-    fn from(r: Reports) -> Counters {
-        Counters {
+impl From<Reports> for Totals {
+    fn from(r: Reports) -> Totals {
+        Totals {
             beats: r.beats,
             count: r.count,
             sum_ns: r.sum_ns,
@@ -66,7 +66,7 @@ impl From<Reports> for Counters {
     }
 }
 
-impl Counters {
+impl Totals {
     /// The counters as a [`Reports`].
     pub fn reports(&self) -> Reports {
         Reports {
@@ -99,7 +99,7 @@ pub struct Sample {
     /// not read at this tick, or no hardware counters).
     pub hw: Option<Count>,
     /// Its report pages' counters, summed.
-    pub reports: Counters,
+    pub reports: Totals,
     /// Which pages were summed (their count and addresses, hashed): a
     /// change restarts the series.
     pub pages: u64,

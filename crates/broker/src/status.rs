@@ -1,7 +1,7 @@
 //! `allot status`: the broker's state as the typed document of
 //! [`allot_proto::status`], as one peer may see it.
 
-use crate::core::{Core, Peer};
+use crate::core::{Engine, Peer};
 use crate::metrics::{CellGauges, Snapshot};
 use allot_enforce::os::{Os, process_tree};
 use allot_enforce::runtimes::{self, Runtime};
@@ -18,7 +18,7 @@ fn round(v: f64, places: i32) -> f64 {
     (v * f).round() / f
 }
 
-impl Core {
+impl Engine {
     /// Usable CPUs that neither a cell nor the reserve holds.
     fn idle_cpus(&self) -> CpuSet {
         let used = self
@@ -182,7 +182,7 @@ impl Core {
     }
 }
 
-impl Core {
+impl Engine {
     /// What the status says of cell `c`'s goal beyond its measurements:
     /// what the goals policy does about it, or that another policy is in
     /// force.
@@ -310,7 +310,7 @@ pub fn chunks(json: &str) -> Vec<String> {
     out
 }
 
-impl Core {
+impl Engine {
     /// The metrics of this moment ([`crate::metrics`]). Names are included
     /// only when the configuration shows other users' names. Reads each
     /// cell's pressure from the backend and the broker's own process from

@@ -119,8 +119,8 @@ mod window;
 #[cfg(not(loom))]
 pub use controller::{current_priority, current_worker, yield_now};
 pub use policy::{
-    Global, Here, Hint, Idle, Local, Place, Placement, PolicyKind, PolicySpec, PoolInfo, Roster,
-    ThreadPolicy, UnknownPolicy, Victims, Wake, WorkerLocal,
+    Global, Here, Hint, Idle, Local, Place, PolicyKind, PolicySpec, PoolInfo, Roster,
+    SpawnPlacement, ThreadPolicy, UnknownPolicy, Victims, Wake, WorkerLocal,
 };
 #[cfg(not(loom))]
 pub use pool::{

@@ -261,8 +261,8 @@ pub(crate) trait Signal {
     unsafe fn signal(this: *const Self);
 }
 
-/// The outcome of a job, as its waiter collects it.
-pub(crate) enum Outcome<R> {
+/// What a job left for its waiter: nothing yet, its value, or its panic.
+pub(crate) enum JobResult<R> {
     Pending,
     Done(R),
     Panicked(Box<dyn Any + Send>),
@@ -271,7 +271,7 @@ pub(crate) enum Outcome<R> {
 /// A job living in the frame of the thread that waits for it.
 pub(crate) struct StackJob<F, R, S> {
     f: UnsafeCell<Option<F>>,
-    out: UnsafeCell<Outcome<R>>,
+    out: UnsafeCell<JobResult<R>>,
     pub(crate) signal: S,
 }
 
@@ -284,7 +284,7 @@ where
     pub(crate) fn new(f: F, signal: S) -> Self {
         StackJob {
             f: UnsafeCell::new(Some(f)),
-            out: UnsafeCell::new(Outcome::Pending),
+            out: UnsafeCell::new(JobResult::Pending),
             signal,
         }
     }
@@ -305,8 +305,8 @@ where
                     .with_mut(|f| (*f).take())
                     .expect("stack job run twice");
                 let out = match panic::catch_unwind(AssertUnwindSafe(f)) {
-                    Ok(r) => Outcome::Done(r),
-                    Err(p) => Outcome::Panicked(p),
+                    Ok(r) => JobResult::Done(r),
+                    Err(p) => JobResult::Panicked(p),
                 };
                 (*job).out.with_mut(|o| *o = out);
                 S::signal(&raw const (*job).signal);
@@ -329,10 +329,10 @@ where
     }
 
     /// The result after the signal was observed.
-    pub(crate) fn into_outcome(self) -> Outcome<R> {
+    pub(crate) fn into_outcome(self) -> JobResult<R> {
         // SAFETY: the signal happened-after the write of `out` (acquire on
         // the waiter's side), and nobody touches the job after signalling.
         self.out
-            .with_mut(|o| unsafe { std::mem::replace(&mut *o, Outcome::Pending) })
+            .with_mut(|o| unsafe { std::mem::replace(&mut *o, JobResult::Pending) })
     }
 }

@@ -6,8 +6,8 @@
 use allot_client::Cell;
 use allot_runtime::affinity::{current_tid, thread_cpus};
 use allot_runtime::{
-    JoinHandle, Placement, PolicyKind, PolicySpec, Pool, Priority, SpawnOptions, current_priority,
-    current_worker, yield_now,
+    JoinHandle, PolicyKind, PolicySpec, Pool, Priority, SpawnOptions, SpawnPlacement,
+    current_priority, current_worker, yield_now,
 };
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -210,7 +210,7 @@ fn a_named_worker_runs_its_tasks_and_bad_names_fail() {
 #[test]
 fn round_robin_placement_spreads_spawned_tasks() {
     for kind in [PolicyKind::LocalLifo, PolicyKind::LocalFifo] {
-        let spec = PolicySpec::new(kind).with_placement(Placement::RoundRobin);
+        let spec = PolicySpec::new(kind).with_placement(SpawnPlacement::RoundRobin);
         let pool = Arc::new(pool_on(2, spec, None));
         let on = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
         let (p2, on2) = (pool.clone(), on.clone());

@@ -51,7 +51,7 @@
 //!   outside every cell weight their own threads (the client's
 //!   `ALLOT_IO_CGROUP` groups).
 
-use super::{Core, Effect, SessionId};
+use super::{Effect, Engine, SessionId};
 use crate::ledger::{Ledger, LedgerError};
 use allot_enforce::{BackendKind, IoWeights};
 use allot_plan::{Admission, Admitted, CellId, CellSpec};
@@ -148,7 +148,7 @@ impl Account {
     }
 }
 
-impl Core {
+impl Engine {
     /// The cell process `pid` runs in: it or its nearest ancestor is a
     /// member. `None` outside every cell.
     pub(crate) fn cell_of(&self, pid: u32) -> Option<u64> {

@@ -2,8 +2,8 @@
 //! grant reaches the kernel before any of its processes joins (they run
 //! their first instruction inside it), so joining follows a re-plan.
 //!
-//! Under the event loop (`Core::batch_arrivals`), the cells admitted in
-//! one turn of the loop join together at its end (`Core::settle`): one
+//! Under the event loop (`Engine::batch_arrivals`), the cells admitted in
+//! one turn of the loop join together at its end (`Engine::settle`): one
 //! plan and one round of CPU-set writes for a burst of programs started
 //! together, instead of one per program, each rewriting every earlier
 //! newcomer's CPUs; and every newcomer of the burst starts with the grant
@@ -11,7 +11,7 @@
 //! had alone for a moment. A lone registration costs the same either way.
 //! Invariant: `arriving` is empty whenever the loop waits for events.
 
-use super::{Core, Effect, Peer, SessionId, answer, err};
+use super::{Effect, Engine, Peer, SessionId, answer, err};
 use crate::info;
 use crate::journal::{MemberRec, Record};
 use crate::names::shown;
@@ -34,7 +34,7 @@ pub(crate) struct Arriving {
     pub(crate) joins_itself: bool,
 }
 
-impl Core {
+impl Engine {
     /// Makes the event loop defer joining to the end of each turn
     /// (`settle`); off by default, so a caller driving the core directly
     /// gets every reply from the call that caused it.

@@ -1,5 +1,5 @@
 //! What the state machine tells the event loop, and who it talks to: the
-//! [`Effect`]s every entry point of `Core` returns (replies, with the
+//! [`Effect`]s every entry point of `Engine` returns (replies, with the
 //! descriptors they carry; processes and doorbells to watch), sessions and
 //! their peers' credentials.
 
@@ -43,7 +43,7 @@ pub enum Effect {
     /// Stop watching `pid`.
     Unwatch(u32),
     /// Poll these doorbells (a channel's data eventfd, never read) and
-    /// call `Core::doorbell(cell)` when one rings (`core::message`).
+    /// call `Engine::doorbell(cell)` when one rings (`core::message`).
     WatchDoorbell {
         /// The idle message-triggered cell they wake.
         cell: u64,

@@ -14,7 +14,7 @@
 //! starts (and isolates again for the exclusive cells it adopts). A clean
 //! exit restores them too.
 
-use super::Core;
+use super::Engine;
 use crate::{info, warn};
 use allot_enforce::isolate::{self, Report, Saved, SysFiles};
 use allot_topo::CpuSet;
@@ -122,7 +122,7 @@ impl Isolation {
     }
 }
 
-impl Core {
+impl Engine {
     /// The exclusive cells' CPUs of the current plan kept clear (if on).
     pub(super) fn follow_isolation(&mut self) {
         let clear: CpuSet = self

@@ -16,12 +16,12 @@
 //! affinities of its tasks): only cells holding CPUs, or that held some at
 //! the last look, cost anything.
 
-use super::Core;
+use super::Engine;
 use allot_plan::CellId;
 use allot_topo::CpuSet;
 use std::collections::{BTreeMap, BTreeSet};
 
-impl Core {
+impl Engine {
     /// Keeps the cells' non-holding processes off the CPUs held in them
     /// (see the module notes).
     pub(crate) fn keep_off_held(&mut self) {

@@ -14,7 +14,7 @@
 //! are bounded whatever the cells do). Per machine: `/proc/stat` and
 //! `/proc/pressure/cpu`, and the CPU time all cells used.
 
-use super::{Cell, Core};
+use super::{Cell, Engine};
 use crate::series::{Load, LoadSample, RATE_SPAN, Sample};
 use allot_enforce::counters::{Counters, Events};
 use allot_plan::GlobalPolicy;
@@ -97,7 +97,7 @@ impl Pmu {
     }
 }
 
-impl Core {
+impl Engine {
     /// Adds this tick's sample to cell `id`'s series: `usage` is its CPU
     /// time so far (`None`: not measurable), `held` the CPUs it held (for
     /// a cell on the stacked pool, its share of it).
@@ -243,7 +243,7 @@ impl Core {
     }
 
     /// Adds this tick's sample to the machine's series (after every
-    /// cell's [`Core::observe`]).
+    /// cell's [`Engine::observe`]).
     pub(super) fn observe_machine(&mut self, now: Instant) {
         self.measure.pmu.open = self.cells.values().map(|c| c.hw.open()).sum();
         let cells_ns = (!std::mem::take(&mut self.measure.cells_unmeasured))

@@ -20,14 +20,14 @@
 //! server a copy of each doorbell to poll (`Effect::WatchDoorbell`);
 //! a message already waiting keeps the cell active.
 //!
-//! Idle → active when a doorbell rings (`Core::doorbell`: the server's
+//! Idle → active when a doorbell rings (`Engine::doorbell`: the server's
 //! epoll, so activation takes one loop iteration, not a tick) or, as a
 //! fallback, when a tick sees a message waiting: the cell is thawed and
 //! re-planned, and its grant published in the same step. The server never
 //! reads a doorbell it polls, so the cell's own receiver, once it runs,
 //! sees the ring too.
 
-use super::{Core, Effect};
+use super::{Effect, Engine};
 use crate::{debug, info, warn};
 use allot_enforce::gate::Gate;
 use std::time::{Duration, Instant};
@@ -48,7 +48,7 @@ pub(crate) struct MessageState {
     gate: Option<Box<dyn Gate>>,
 }
 
-impl Core {
+impl Engine {
     /// Starts following cell `id` if it is message-triggered (it starts
     /// active).
     pub(super) fn follow_message(&mut self, id: u64, now: Instant) {

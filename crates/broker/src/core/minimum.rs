@@ -19,7 +19,7 @@
 //! Only the cgroup backends can do this; with another the setting is
 //! reported in the status notes and ignored.
 
-use super::Core;
+use super::Engine;
 use crate::config::Config;
 use crate::{info, warn};
 use allot_enforce::BackendKind;
@@ -52,7 +52,7 @@ fn paths(cfg: &Config, kind: BackendKind) -> Option<(PathBuf, PathBuf)> {
     Some((cfg.unmanaged_from.clone().unwrap_or(root), allot))
 }
 
-impl Core {
+impl Engine {
     /// Sets up the system minimum for `cfg` (see the module notes); with
     /// the opt-in off, removes what a crashed broker left.
     pub(super) fn open_minimum(&mut self, cfg: &Config) {

@@ -1,7 +1,7 @@
-//! The broker's state machine: cells, the admission queue, the plan, and
+//! The broker's state machine (`Engine`): cells, the admission queue, the plan, and
 //! what has been enforced and published.
 //!
-//! `Core` does no socket or epoll work. Each entry point (a request, a
+//! `Engine` does no socket or epoll work. Each entry point (a request, a
 //! process exit, a monitor tick, a closed session) updates the state,
 //! re-plans if needed, drives the enforcer and the grant pages, appends to
 //! the journal, and returns [`Effect`]s for the event loop: replies to send,
@@ -22,11 +22,11 @@
 //!   backend removal;
 //! - `cells`: the subsystem of the cells, the queue, which cell each
 //!   process is in and the ids given out (its invariants in its doc);
-//! - `reconcile`: the re-plan pipeline (`Core::reconcile`);
+//! - `reconcile`: the re-plan pipeline (`Engine::reconcile`);
 //! - `restore`: rebuilding the state from the journal and the backend;
 //! - `register`: admission, the queue, joining and leaving cells;
 //! - `arrival`: admitted cells' processes joining them, a turn's
-//!   newcomers together (`Core::settle`);
+//!   newcomers together (`Engine::settle`);
 //! - `requests`: dispatching requests, one handler each;
 //! - `time`: what the kernel enforces for a time cell, and its windows;
 //! - `effect`: what entry points return to the event loop ([`Effect`]),
@@ -111,7 +111,7 @@ struct Removal {
 
 /// The broker's state.
 #[derive(Debug)]
-pub struct Core {
+pub struct Engine {
     pub(crate) machine: &'static Machine,
     pub(crate) planner: Planner<'static>,
     pub(crate) plan: Plan,
@@ -169,7 +169,7 @@ fn random_u64() -> u64 {
     u64::from_le_bytes(b).max(1)
 }
 
-impl Core {
+impl Engine {
     /// Builds the core, restoring cells from the journal and the backend:
     /// cells whose processes still run are adopted with the grants they
     /// had, the others are cleaned up (see `restore`). Returns the
@@ -180,7 +180,7 @@ impl Core {
         enforcer: Box<dyn Enforcer>,
         os: Arc<dyn Os>,
         journal: Option<Journal>,
-    ) -> (Core, Vec<Effect>) {
+    ) -> (Engine, Vec<Effect>) {
         let machine: &'static Machine = Box::leak(Box::new(machine));
         let planner = Planner::new(
             machine,
@@ -192,7 +192,7 @@ impl Core {
                 pause_best_effort: enforcer.can_pause(),
             },
         );
-        let mut core = Core {
+        let mut core = Engine {
             machine,
             planner,
             plan: Plan::default(),

@@ -20,14 +20,14 @@
 //! - A cell is frozen by this module exactly while its planned grant is
 //!   empty (and its backend gave it a gate).
 //! - Nothing stays frozen by a broker that is gone: the broker thaws every
-//!   paused cell when it exits (`Core::shutdown`), and the backends thaw a
+//!   paused cell when it exits (`Engine::shutdown`), and the backends thaw a
 //!   cell on `adopt` and `remove`. A broker that adopts a paused cell
 //!   freezes it again on its first plan.
 //! - A message-triggered cell left out of the plan (idle) belongs to the
 //!   message module: a paused cell that goes idle is let go without being
 //!   thawed.
 
-use super::Core;
+use super::Engine;
 use crate::{debug, info, warn};
 use allot_enforce::gate::Gate;
 use allot_plan::Plan;
@@ -43,7 +43,7 @@ pub(crate) struct Paused {
     pub(crate) since: Instant,
 }
 
-impl Core {
+impl Engine {
     /// After the CPU sets of plan `next` were written (a paused cell's
     /// were not): freezes the cells whose grant is empty, thaws those that
     /// got CPUs, and lets go of those no longer planned.

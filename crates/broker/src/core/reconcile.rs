@@ -4,7 +4,7 @@
 //! plan's phases, shrink every changed cell to what it keeps and then grow
 //! it, publish every changed page, journal the changed CPU sets.
 
-use super::{Core, account};
+use super::{Engine, account};
 use crate::journal::Record;
 use crate::names::shown;
 use crate::timeline::timed;
@@ -12,7 +12,7 @@ use crate::{debug, warn};
 use allot_plan::{CellId, CellInput, Grant};
 use allot_proto::FLAG_STACKED;
 
-impl Core {
+impl Engine {
     pub(super) fn page_grant(&self, id: u64, generation: u64, g: &Grant) -> allot_proto::Grant {
         allot_proto::Grant {
             cell: id,

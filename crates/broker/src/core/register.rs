@@ -20,7 +20,7 @@
 //! frees up, and a stream of small requests cannot starve a large one.
 
 use super::arrival::Arriving;
-use super::{Cell, Core, Effect, Peer, Queued, SessionId, answer, err, random_u64};
+use super::{Cell, Effect, Engine, Peer, Queued, SessionId, answer, err, random_u64};
 use crate::journal::{MemberRec, Record, SpecRec};
 use crate::names::{self, shown};
 use crate::timeline::{Timeline, timed};
@@ -32,7 +32,7 @@ use rustix::fd::OwnedFd;
 
 const REGISTER: u16 = 0x02;
 
-impl Core {
+impl Engine {
     pub(super) fn admitted(&self) -> Vec<Admitted<'_>> {
         self.admitted_except(None)
     }

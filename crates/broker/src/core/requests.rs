@@ -1,17 +1,17 @@
-//! One handler per request; [`Core::handle`] only dispatches.
+//! One handler per request; [`Engine::handle`] only dispatches.
 //!
 //! One-way requests (`Report`, `KindRelease`: see `allot_proto::msg`) never
 //! produce a reply, also when they are refused; what is wrong with them is
 //! logged (at debug level: a client can send them by the thousand).
 
-use super::{Core, Effect, Peer, SessionId, answer, err};
+use super::{Effect, Engine, Peer, SessionId, answer, err};
 use crate::ledger::LedgerError;
 use crate::{debug, info};
 use allot_proto::msg::{ErrorCode, LedgerItem, Reply, Request};
 use rustix::fd::OwnedFd;
 use std::time::Instant;
 
-impl Core {
+impl Engine {
     /// `ChannelRejoin` with the descriptors that came with it: an end
     /// open before a broker restart comes back (`Channels::adopt`).
     pub fn channel_rejoin(

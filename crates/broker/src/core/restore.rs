@@ -18,7 +18,7 @@
 //! The planner is a fixpoint on its own output (`plans_are_stable`), so
 //! re-planning the restored state moves no CPU of an adopted cell.
 
-use super::{Cell, Core, Effect};
+use super::{Cell, Effect, Engine};
 use crate::demand::Estimator;
 use crate::journal::{GrantRec, MemberRec, Record, SpecRec};
 use crate::names::shown;
@@ -28,7 +28,7 @@ use allot_proto::PageMap;
 use allot_topo::CpuSet;
 use std::collections::BTreeMap;
 
-impl Core {
+impl Engine {
     pub(super) fn restore(&mut self) -> Vec<Effect> {
         let state = self
             .journal

@@ -3,13 +3,13 @@
 //! keeping the window driver (`crate::windows`) in step with each cell's
 //! contract. See docs/architecture.md, "Time contracts".
 
-use super::Core;
+use super::Engine;
 use crate::{debug, warn};
 use allot_enforce::Applied;
 use allot_plan::{CellSpec, TimeContract};
 use allot_proto::Window;
 
-impl Core {
+impl Engine {
     /// What the kernel should enforce for cell `id` on `cpus`: its weight,
     /// or for a time cell the largest weight and either its windows (a
     /// time-triggered cell whose gate the window driver holds: the freezer

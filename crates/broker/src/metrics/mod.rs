@@ -1,7 +1,7 @@
 //! Prometheus metrics: what the broker counts, and the text exposition
 //! format it serves at `/metrics` (`allot daemon --metrics ADDR`).
 //!
-//! - [`Counters`]: kept by [`crate::core::Core`] as things happen
+//! - [`Counters`]: kept by [`crate::core::Engine`] as things happen
 //!   (admissions, refusals, grant changes, reclaims) and by the event loop
 //!   (the time of each turn). Plain integers and fixed-bucket histograms:
 //!   counting costs an add.

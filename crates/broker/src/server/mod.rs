@@ -12,12 +12,12 @@
 //! | source          | token            | on readiness                                |
 //! |-----------------|------------------|---------------------------------------------|
 //! | listening socket| `LISTENER`       | accept, record peer credentials              |
-//! | monitor timerfd | `TIMER`          | `Core::tick` (usage → demand → re-plan)      |
+//! | monitor timerfd | `TIMER`          | `Engine::tick` (usage → demand → re-plan)      |
 //! | stop pipe       | `STOP`           | leave the loop (signals write to it)         |
 //! | metrics pipe    | `METRICS`        | a scrape waits: publish a metrics snapshot   |
 //! | client socket   | `SESSION | id`   | requests within its user's turn budget       |
-//! | pidfd           | `PIDFD | pid`    | `Core::exited` (reclaim in the same step)    |
-//! | channel doorbell| `DOORBELL | cell`| `Core::doorbell` (wake an idle message-triggered cell) |
+//! | pidfd           | `PIDFD | pid`    | `Engine::exited` (reclaim in the same step)    |
+//! | channel doorbell| `DOORBELL | cell`| `Engine::doorbell` (wake an idle message-triggered cell) |
 //!
 //! # Fairness
 //!
@@ -63,7 +63,7 @@ use accept::open_spare;
 pub use session::{EXPENSIVE, MAX_QUEUED_BYTES, USER_TURN};
 
 use crate::config::Config;
-use crate::core::{Core, Peer, SessionId};
+use crate::core::{Engine, Peer, SessionId};
 use crate::journal::Journal;
 use crate::log::Throttle;
 use crate::metrics::Exporter;
@@ -114,7 +114,7 @@ struct Paused {
 /// A running broker: the state plus its event sources.
 #[derive(Debug)]
 pub struct Broker {
-    core: Core,
+    core: Engine,
     cfg: Config,
     epoll: OwnedFd,
     listener: OwnedFd,
@@ -254,7 +254,7 @@ impl Broker {
         let journal = opened.journal;
         raise_fd_limit();
         let os: Arc<dyn Os> = Arc::new(RealOs);
-        let (mut core, effects) = Core::new(&cfg, machine, enforcer, os, Some(journal));
+        let (mut core, effects) = Engine::new(&cfg, machine, enforcer, os, Some(journal));
         core.set_backend_notes(notes);
         core.batch_arrivals(true);
 

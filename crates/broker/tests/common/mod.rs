@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use allot_broker::Config;
-use allot_broker::core::{Core, Effect, Peer};
+use allot_broker::core::{Effect, Engine, Peer};
 use allot_broker::journal::Journal;
 use allot_enforce::DryRun;
 use allot_enforce::os::FakeOs;
@@ -30,7 +30,7 @@ pub const BOB: Peer = Peer {
 };
 
 pub struct World {
-    pub core: Core,
+    pub core: Engine,
     pub os: FakeOs,
     pub dry: DryRun,
     pub _dir: tempfile::TempDir,
@@ -61,7 +61,7 @@ pub fn world_from(
     cfg: Config,
 ) -> (World, Vec<Effect>) {
     let journal = Journal::open(&dir.path().join("journal")).unwrap().journal;
-    let (core, effects) = Core::new(
+    let (core, effects) = Engine::new(
         &cfg,
         Machine::uniform(cpus),
         Box::new(dry.clone()),

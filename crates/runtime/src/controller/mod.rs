@@ -88,7 +88,7 @@ use crate::policy::{Here, Hint, Place};
 use crate::registry::Registry;
 use crate::stats::{Counters, bump};
 use crate::sync::CoreLatch;
-use crate::task::{Outcome, Priority, StackJob, Task};
+use crate::task::{JobResult, Priority, StackJob, Task};
 use std::cell::Cell;
 use std::panic::{self, AssertUnwindSafe};
 use std::ptr::NonNull;
@@ -440,9 +440,9 @@ impl WorkerThread {
         shared.disarm();
         let ra = ra.unwrap_or_else(|p| panic::resume_unwind(p));
         match job_b.into_outcome() {
-            Outcome::Done(rb) => (ra, rb),
-            Outcome::Panicked(p) => panic::resume_unwind(p),
-            Outcome::Pending => unreachable!("latch set before the result"),
+            JobResult::Done(rb) => (ra, rb),
+            JobResult::Panicked(p) => panic::resume_unwind(p),
+            JobResult::Pending => unreachable!("latch set before the result"),
         }
     }
 }

@@ -312,7 +312,7 @@ impl Victims {
 /// the placement names workers; a task given a worker explicitly
 /// (`SpawnOptions::worker`) goes there whatever the placement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
-pub enum Placement {
+pub enum SpawnPlacement {
     /// The creating worker's own queues (outsiders: the shared queue).
     #[default]
     Local,
@@ -324,17 +324,17 @@ pub enum Placement {
     LeastLoaded,
 }
 
-impl Placement {
+impl SpawnPlacement {
     /// Names as parsed.
     pub const NAMES: [&'static str; 4] = ["local", "round-robin", "random", "least-loaded"];
 
     /// Its name as parsed and shown, one of `NAMES`.
     pub fn name(self) -> &'static str {
         match self {
-            Placement::Local => "local",
-            Placement::RoundRobin => "round-robin",
-            Placement::Random => "random",
-            Placement::LeastLoaded => "least-loaded",
+            SpawnPlacement::Local => "local",
+            SpawnPlacement::RoundRobin => "round-robin",
+            SpawnPlacement::Random => "random",
+            SpawnPlacement::LeastLoaded => "least-loaded",
         }
     }
 }
@@ -406,7 +406,7 @@ impl Inboxes {
 /// The worker a placement picks for a new task, or `None` to keep it local
 /// (or shared, from outside).
 pub fn place_on(
-    placement: Placement,
+    placement: SpawnPlacement,
     info: &PoolInfo,
     cursors: &Cursors,
     from: Option<&Here>,
@@ -416,17 +416,17 @@ pub fn place_on(
     let n = info.slots();
     let active = |i: &usize| roster.is_active(*i);
     match placement {
-        Placement::Local => None,
-        Placement::RoundRobin | Placement::Random => {
+        SpawnPlacement::Local => None,
+        SpawnPlacement::RoundRobin | SpawnPlacement::Random => {
             let start = match (placement, from) {
-                (Placement::RoundRobin, Some(h)) => cursors.next(h, n),
-                (Placement::Random, Some(h)) => (h.random() % n as u64) as usize,
+                (SpawnPlacement::RoundRobin, Some(h)) => cursors.next(h, n),
+                (SpawnPlacement::Random, Some(h)) => (h.random() % n as u64) as usize,
                 // Outsiders have no cursor or stream: the least loaded.
                 _ => return (0..n).filter(active).min_by_key(|i| load(*i)),
             };
             (0..n).map(|k| (start + k) % n).find(active)
         }
-        Placement::LeastLoaded => (0..n).filter(active).min_by_key(|i| load(*i)),
+        SpawnPlacement::LeastLoaded => (0..n).filter(active).min_by_key(|i| load(*i)),
     }
 }
 
@@ -505,25 +505,41 @@ mod tests {
         let cursors = Cursors::new(&info);
         let here = Here::new(0, info.id);
         assert_eq!(
-            place_on(Placement::Local, &info, &cursors, Some(&here), |_| 0),
+            place_on(SpawnPlacement::Local, &info, &cursors, Some(&here), |_| 0),
             None
         );
         // Nobody active: nowhere to place.
         assert_eq!(
-            place_on(Placement::RoundRobin, &info, &cursors, Some(&here), |_| 0),
+            place_on(
+                SpawnPlacement::RoundRobin,
+                &info,
+                &cursors,
+                Some(&here),
+                |_| 0
+            ),
             None
         );
         info.roster.set(1, true);
         info.roster.set(3, true);
         let rr: Vec<_> = (0..4)
-            .map(|_| place_on(Placement::RoundRobin, &info, &cursors, Some(&here), |_| 0))
+            .map(|_| {
+                place_on(
+                    SpawnPlacement::RoundRobin,
+                    &info,
+                    &cursors,
+                    Some(&here),
+                    |_| 0,
+                )
+            })
             .collect();
         assert!(rr.iter().all(|w| matches!(w, Some(1 | 3))), "{rr:?}");
         assert!(rr.contains(&Some(1)) && rr.contains(&Some(3)), "{rr:?}");
-        let least = place_on(Placement::LeastLoaded, &info, &cursors, None, |i| 10 - i);
+        let least = place_on(SpawnPlacement::LeastLoaded, &info, &cursors, None, |i| {
+            10 - i
+        });
         assert_eq!(least, Some(3));
         for _ in 0..20 {
-            let w = place_on(Placement::Random, &info, &cursors, Some(&here), |_| 0);
+            let w = place_on(SpawnPlacement::Random, &info, &cursors, Some(&here), |_| 0);
             assert!(matches!(w, Some(1 | 3)));
         }
     }

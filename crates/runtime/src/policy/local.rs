@@ -3,7 +3,7 @@
 //!
 //! - placement: a worker's new tasks go on its own deques, one per priority
 //!   level; independent tasks (`Hint::Spawn`) go where the spec's
-//!   [`Placement`] says (its own deques by default) — another worker's
+//!   [`SpawnPlacement`] says (its own deques by default) — another worker's
 //!   *inbox* for round-robin, random or least-loaded placement and for a
 //!   task given a worker by name. Tasks from outside the pool go to the
 //!   shared FIFO queue (or an inbox, when the placement names workers);
@@ -34,8 +34,8 @@
 //! structured work stays where waiting workers find it.
 
 use super::levels::{
-    Cursors, Deques, Inboxes, Placement, PriorityUse, Shared, first_victim, level_of, place_on,
-    retrying,
+    Cursors, Deques, Inboxes, PriorityUse, Shared, SpawnPlacement, first_victim, level_of,
+    place_on, retrying,
 };
 use super::{Here, Hint, Idle, Place, PolicySpec, PoolInfo, ThreadPolicy};
 use crate::queue::Steal;
@@ -134,7 +134,7 @@ impl ThreadPolicy for Local {
     }
 
     fn place(&self, from: Option<&Here>, hint: Hint) -> Place {
-        if hint == Hint::Spawn && self.spec.placement != Placement::Local {
+        if hint == Hint::Spawn && self.spec.placement != SpawnPlacement::Local {
             let load = |i: usize| self.queued(Some(i));
             if let Some(w) = place_on(self.spec.placement, &self.info, &self.cursors, from, load) {
                 return if from.is_some_and(|h| h.index() == w) {

@@ -72,7 +72,7 @@ mod local;
 mod spec;
 
 pub use global::Global;
-pub use levels::{Placement, Victims};
+pub use levels::{SpawnPlacement, Victims};
 pub use local::Local;
 pub use spec::{PolicyKind, PolicySpec, UnknownPolicy};
 

@@ -21,7 +21,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::levels::{MAX_LEVELS, Placement, Victims};
+use super::levels::{MAX_LEVELS, SpawnPlacement, Victims};
 use super::{Global, Local, PoolInfo, ThreadPolicy};
 
 /// The shipped thread policies (Sting's standard library of policy
@@ -132,7 +132,7 @@ pub struct PolicySpec {
     /// Steal order of idle workers.
     pub victims: Victims,
     /// Where spawned tasks go (local policies only).
-    pub placement: Placement,
+    pub placement: SpawnPlacement,
     /// The pool's quantum (see `Builder::quantum`), if the spec sets one.
     pub quantum: Option<std::time::Duration>,
 }
@@ -157,7 +157,7 @@ impl PolicySpec {
             kind,
             levels: MAX_LEVELS as u8,
             victims: Victims::Random,
-            placement: Placement::Local,
+            placement: SpawnPlacement::Local,
             quantum: None,
         }
     }
@@ -181,7 +181,7 @@ impl PolicySpec {
 
     /// With the placement `p` (ignored by global policies, which share
     /// one queue).
-    pub fn with_placement(mut self, p: Placement) -> PolicySpec {
+    pub fn with_placement(mut self, p: SpawnPlacement) -> PolicySpec {
         self.placement = p;
         self
     }
@@ -287,12 +287,12 @@ impl FromStr for PolicySpec {
                     })?
                 }
                 "place" => {
-                    spec.placement = choose("place", value, &Placement::NAMES, |i| {
+                    spec.placement = choose("place", value, &SpawnPlacement::NAMES, |i| {
                         [
-                            Placement::Local,
-                            Placement::RoundRobin,
-                            Placement::Random,
-                            Placement::LeastLoaded,
+                            SpawnPlacement::Local,
+                            SpawnPlacement::RoundRobin,
+                            SpawnPlacement::Random,
+                            SpawnPlacement::LeastLoaded,
                         ][i]
                     })?
                 }
@@ -329,7 +329,7 @@ mod tests {
         for kind in PolicyKind::ALL {
             for levels in 1..=3 {
                 for victims in [Victims::Random, Victims::RoundRobin] {
-                    for placement in [Placement::Local, Placement::LeastLoaded] {
+                    for placement in [SpawnPlacement::Local, SpawnPlacement::LeastLoaded] {
                         let mut spec = PolicySpec::new(kind)
                             .with_levels(levels)
                             .with_victims(victims)
@@ -337,7 +337,7 @@ mod tests {
                         let back: PolicySpec = spec.to_string().parse().unwrap();
                         if !kind.is_local() {
                             // Global policies do not print a placement.
-                            spec.placement = Placement::Local;
+                            spec.placement = SpawnPlacement::Local;
                         }
                         assert_eq!(back, spec, "{spec}");
                     }
@@ -350,7 +350,7 @@ mod tests {
         assert_eq!(spec.kind, PolicyKind::LocalFifo);
         assert_eq!(spec.levels(), 2);
         assert_eq!(spec.victims, Victims::RoundRobin);
-        assert_eq!(spec.placement, Placement::Random);
+        assert_eq!(spec.placement, SpawnPlacement::Random);
         let q: PolicySpec = "global-lifo:quantum=2ms".parse().unwrap();
         assert_eq!(q.quantum, Some(std::time::Duration::from_millis(2)));
         assert_eq!(q.to_string().parse::<PolicySpec>(), Ok(q));

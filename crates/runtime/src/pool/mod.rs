@@ -29,7 +29,7 @@ use crate::sleep::Sleep;
 use crate::source::GrantSource;
 use crate::stats::WorkerStats;
 use crate::sync::Event;
-use crate::task::{Outcome, Priority, StackJob, Task, TaskPanic};
+use crate::task::{JobResult, Priority, StackJob, Task, TaskPanic};
 use allot_topo::CpuSet;
 use crossbeam_utils::CachePadded;
 use std::cell::UnsafeCell;
@@ -222,9 +222,9 @@ impl Pool {
         job.signal.wait();
         shared.disarm();
         match job.into_outcome() {
-            Outcome::Done(r) => r,
-            Outcome::Panicked(p) => panic::resume_unwind(p),
-            Outcome::Pending => unreachable!("event set before the result"),
+            JobResult::Done(r) => r,
+            JobResult::Panicked(p) => panic::resume_unwind(p),
+            JobResult::Pending => unreachable!("event set before the result"),
         }
     }
 
