@@ -86,10 +86,22 @@ impl Cgroup2 {
             .unwrap_or_default();
         let on = |c: &str| enabled.split_whitespace().any(|e| e == c);
         if !on("cpuset") || !on("cpu") || (io && !on("io")) {
-            enable(parent).map_err(err(format!(
-                "enable cpuset and cpu in {}",
-                parent.display()
-            )))?;
+            enable(parent).map_err(|e| {
+                let what = format!("enable cpuset and cpu in {}", parent.display());
+                if e.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error()) {
+                    // The v2 "no internal processes" rule.
+                    return EnforceError::new(
+                        what,
+                        std::io::Error::other(format!(
+                            "{e}: processes are in {} itself (see its cgroup.procs), and a \
+                             cgroup whose children have controllers may hold none; move them \
+                             into a child cgroup",
+                            parent.display()
+                        )),
+                    );
+                }
+                err(what)(e)
+            })?;
         }
         let created_root = !fs.exists(&root);
         fs.mkdir(&root)

@@ -26,6 +26,7 @@ pub mod cgroup1;
 pub mod cgroup2;
 pub mod cgroupfs;
 pub mod counters;
+pub mod delegation;
 pub mod detect;
 pub mod dryrun;
 pub mod gate;
@@ -362,6 +363,21 @@ pub struct OpenOptions {
     pub usable: CpuSet,
 }
 
+/// Where the cells' cgroup v2 directory is when the configuration names
+/// none ([`delegation`]: inside systemd's delegated subtree, or
+/// `<mount>/<cgroup_name>` without systemd).
+pub fn cgroup2_layout(mounts: &detect::Mounts, cgroup_name: &str) -> Result<delegation::Layout> {
+    let mount = mounts.cgroup2.as_ref().ok_or_else(|| {
+        EnforceError::new(
+            "cgroup2",
+            std::io::Error::other("no cgroup2 hierarchy is mounted"),
+        )
+    })?;
+    let facts = delegation::Facts::read(mount);
+    delegation::place(&facts, cgroup_name, delegation::marked_delegated)
+        .map_err(|e| EnforceError::new("cgroup2", std::io::Error::other(e)))
+}
+
 /// Opens the requested backend; with `Auto`, the first of cgroup2, cgroup1,
 /// affinity that can be set up. Returns the backend and, for `Auto`, why the
 /// ones before it were skipped.
@@ -369,24 +385,26 @@ pub fn open(kind: BackendKind, opts: &OpenOptions) -> Result<(Box<dyn Enforcer>,
     use std::sync::Arc;
     let mounts = detect::Mounts::read();
     let try_v2 = || -> Result<Box<dyn Enforcer>> {
-        let root = match &opts.cgroup2_root {
-            Some(r) => r.clone(),
-            None => mounts
-                .cgroup2
-                .as_ref()
-                .ok_or_else(|| {
-                    EnforceError::new(
-                        "cgroup2",
-                        std::io::Error::other("no cgroup2 hierarchy is mounted"),
-                    )
-                })?
-                .join(&opts.cgroup_name),
-        };
+        let fs = Arc::new(cgroupfs::KernelFs);
         // allot's own directory is removed when the broker stops clean; an
         // operator's delegated subtree only if this run created it.
-        let owned = opts.cgroup2_root.is_none();
+        let (layout, owned) = match &opts.cgroup2_root {
+            Some(r) => {
+                let facts = delegation::Facts::read(mounts.cgroup2.as_deref().unwrap_or(r));
+                (delegation::explicit(r, &facts), false)
+            }
+            None => (cgroup2_layout(&mounts, &opts.cgroup_name)?, true),
+        };
+        delegation::settle(fs.as_ref(), &layout, std::process::id()).map_err(|e| {
+            EnforceError::new(
+                format!("cgroup2 in {}", layout.cells().display()),
+                std::io::Error::other(format!(
+                    "cannot move the broker into its own leaf of the delegated subtree: {e}"
+                )),
+            )
+        })?;
         Ok(Box::new(
-            Cgroup2::new(Arc::new(cgroupfs::KernelFs), root, opts.usable)?.owns_root(owned),
+            Cgroup2::new(fs, layout.cells().to_path_buf(), opts.usable)?.owns_root(owned),
         ))
     };
     let try_v1 = || -> Result<Box<dyn Enforcer>> {

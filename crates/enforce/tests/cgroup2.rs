@@ -370,3 +370,51 @@ fn the_join_file_is_the_cells_directory_and_a_process_inside_is_not_moved_again(
         1
     );
 }
+
+#[test]
+fn the_broker_leaves_the_top_of_its_delegated_subtree_on_the_kernel() {
+    use allot_enforce::delegation::{Layout, own_cgroup, settle};
+    let mounts = allot_enforce::detect::Mounts::read();
+    if !allot_testkit::prerequisite(mounts.cgroup2.is_some(), "a cgroup2 mount")
+        || !allot_testkit::prerequisite(allot_testkit::is_root(), "root, to write cgroup2")
+    {
+        return;
+    }
+    let unified = mounts.cgroup2.expect("checked");
+    // A stand-in for the unit's cgroup, holding a process this test started.
+    let name = common::unique("unit");
+    let unit = unified.join(&name);
+    let _guard = common::CgroupDirs(vec![unit.clone()]);
+    std::fs::create_dir(&unit).unwrap();
+    let broker = common::sleeper();
+    KernelFs
+        .write(&unit.join("cgroup.procs"), &broker.pid().to_string())
+        .unwrap();
+    let layout = Layout::Delegated {
+        unit: unit.clone(),
+        cells: unit.join("cells"),
+        broker: Some(unit.join("broker")),
+    };
+    assert!(settle(&KernelFs, &layout, broker.pid()).unwrap());
+    let seen = std::fs::read_to_string(format!("/proc/{}/cgroup", broker.pid())).unwrap();
+    assert_eq!(
+        own_cgroup(&seen).as_deref(),
+        Some(format!("/{name}/broker").as_str()),
+        "{seen}"
+    );
+    assert_eq!(
+        KernelFs.read(&unit.join("cgroup.procs")).unwrap().trim(),
+        "",
+        "the unit's own cgroup holds no process any more"
+    );
+    // Where the hierarchy's root already enables cpuset for its children
+    // (a pure v2 machine), the emptied unit may now enable it for cells.
+    let root_enables = KernelFs
+        .read(&unified.join("cgroup.subtree_control"))
+        .unwrap_or_default();
+    if root_enables.split_whitespace().any(|c| c == "cpuset") {
+        KernelFs
+            .write(&unit.join("cgroup.subtree_control"), "+cpuset")
+            .unwrap();
+    }
+}

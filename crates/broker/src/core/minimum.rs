@@ -40,12 +40,16 @@ fn paths(cfg: &Config, kind: BackendKind) -> Option<(PathBuf, PathBuf)> {
             (cpuset, allot)
         }
         BackendKind::Cgroup2 => {
-            let mount = mounts.cgroup2?;
-            let allot = cfg
-                .cgroup2_root
-                .clone()
-                .unwrap_or_else(|| mount.join(&cfg.cgroup_name));
-            (mount, allot)
+            let allot = match &cfg.cgroup2_root {
+                Some(r) => r.clone(),
+                // The backend's own directory (inside systemd's delegated
+                // subtree where PID 1 is systemd).
+                None => allot_enforce::cgroup2_layout(&mounts, &cfg.cgroup_name)
+                    .ok()?
+                    .cells()
+                    .to_path_buf(),
+            };
+            (mounts.cgroup2?, allot)
         }
         _ => return None,
     };
