@@ -25,7 +25,17 @@ import threading
 import weakref
 from typing import Any, Callable, Optional, TypeVar
 
-from ._allot import Cell, Grant, Outcome, Require, Window, allowed_cpus, PROTOCOL_VERSION
+from ._allot import (
+    Cell,
+    Grant,
+    Outcome,
+    Require,
+    Window,
+    allowed_cpus,
+    given_back,
+    release_on,
+    PROTOCOL_VERSION,
+)
 
 __all__ = [
     "Cell",
@@ -37,6 +47,8 @@ __all__ = [
     "BlasFollower",
     "GrantExecutor",
     "allowed_cpus",
+    "given_back",
+    "release_on",
     "PROTOCOL_VERSION",
 ]
 

@@ -617,6 +617,25 @@ fn allowed_cpus() -> PyResult<Vec<usize>> {
         .map_err(|e| PyRuntimeError::new_err(e.to_string()))
 }
 
+/// Chooses the waits during which the calling thread gives its `require`
+/// allocation back (with the preload shim: `allot run`): `"paper"` (every
+/// wait but I/O, the default), `"all"`, `"none"`, or kinds joined by
+/// commas (`"sync,sleep,io"`). Returns the previous choice in the same
+/// form.
+#[pyfunction]
+fn release_on(waits: &str) -> PyResult<String> {
+    let set = allot_require::Waits::parse(waits).map_err(PyValueError::new_err)?;
+    Ok(allot_require::release_on(set).to_string())
+}
+
+/// How many times the calling thread gave its `require` allocation back
+/// while waiting: compare two readings to know whether what a block held
+/// was someone else's in between.
+#[pyfunction]
+fn given_back() -> u64 {
+    allot_require::given_back()
+}
+
 #[pymodule]
 fn _allot(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Cell>()?;
@@ -625,6 +644,8 @@ fn _allot(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Require>()?;
     m.add_class::<Outcome>()?;
     m.add_function(wrap_pyfunction!(allowed_cpus, m)?)?;
+    m.add_function(wrap_pyfunction!(release_on, m)?)?;
+    m.add_function(wrap_pyfunction!(given_back, m)?)?;
     m.add("PROTOCOL_VERSION", allot_proto::PROTOCOL_VERSION)?;
     Ok(())
 }

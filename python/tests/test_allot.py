@@ -150,6 +150,16 @@ def test_require_confines_the_block_and_gives_back(broker, monkeypatch):
         allot.require(cpu_fraction=1.5)
 
 
+def test_the_waits_that_give_back_are_the_threads_choice():
+    assert allot.release_on("none") == "sync,sleep", "the paper's rule by default"
+    assert allot.release_on("sync,io") == "none"
+    assert allot.release_on("paper") == "sync,io"
+    with pytest.raises(ValueError, match="disk"):
+        allot.release_on("disk")
+    assert allot.release_on("paper") == "sync,sleep", "a refused choice changes nothing"
+    assert allot.given_back() == 0, "this thread never gave anything back"
+
+
 def test_the_executor_runs_no_more_tasks_than_the_grant(broker, neighbour):
     cpus = allot.allowed_cpus()
     if len(cpus) < 2:

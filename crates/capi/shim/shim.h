@@ -58,14 +58,24 @@ int real_sched_getaffinity(pid_t pid, size_t size, cpu_set_t *mask);
  * a binding refused outside the grant carried into it (bind.c). */
 int rq_pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)(void *),
                       void *arg);
-/* Around other blocking calls (blocking.c): rq_holds() first (0 when the
- * hooks are off or the thread holds nothing), then rq_block() and
+/* Around other blocking calls (blocking.c): rq_releases(kind) first (0
+ * when the hooks are off, the thread holds nothing, or it keeps its
+ * allocation through waits of that kind), then rq_block_for(kind) and
  * rq_unblock() around the wait; rq_try_block() (1: blocked, unblock after)
- * around futex waits. Each preserves errno. */
-int rq_holds(void);
-void rq_block(void);
+ * around futex waits. Kinds are liballot's ALLOT_WAIT_* values. Each
+ * preserves errno. */
+#define RQ_WAIT_SYNC 1
+#define RQ_WAIT_SLEEP 2
+#define RQ_WAIT_IO 4
+int rq_releases(int kind);
+void rq_block_for(int kind);
 void rq_unblock(void);
 int rq_try_block(void);
+/* The real pthread_mutex_lock, for the shim's own locking (blocking.c). */
+int real_mutex_lock(pthread_mutex_t *m);
+/* After a wait that returned with `m` locked: retake the allocation,
+ * unlocking `m` meanwhile if it cannot be retaken at once (threads.c). */
+void rq_after_wait(pthread_mutex_t *m);
 
 /* bind.c: bindings the kernel refused (outside the grant) carried into it. */
 void bind_init(void);

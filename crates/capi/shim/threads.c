@@ -55,9 +55,12 @@ struct rq_hooks {
     int (*try_unblock)(void);
     void (*unblock)(void);
     /* Optional (a liballot older than the shim lacks them; then the
-     * wrappers of blocking.c forward without hooks). */
+     * wrappers of blocking.c forward without hooks, or give back on every
+     * kind of wait without the last two). */
     int (*holds)(void);
     int (*try_block)(void);
+    int (*releases)(int);
+    void (*block_for)(int);
 };
 
 /* Written once by the constructor, before the program's threads exist. */
@@ -137,6 +140,8 @@ static void rq_lookup(void *handle)
     }
     h.holds = (int (*)(void))dlsym(handle, "allot_rq_holds");
     h.try_block = (int (*)(void))dlsym(handle, "allot_rq_try_block");
+    h.releases = (int (*)(int))dlsym(handle, "allot_rq_releases");
+    h.block_for = (void (*)(int))dlsym(handle, "allot_rq_block_for");
     /* Two threads may find liballot at once (two scans, or two copies):
      * the first complete set is the one used. */
     static int claimed;
@@ -257,14 +262,16 @@ EXPORT int pthread_join(pthread_t thread, void **ret)
     return rc;
 }
 
-/* After a condition wait returned with `m` locked: retake the allocation. */
-static void rq_after_wait(pthread_mutex_t *m)
+/* After a wait that returned with `m` locked (a condition wait, a
+ * contended lock): retake the allocation, without holding `m` while
+ * waiting for it when it cannot be retaken at once. */
+void rq_after_wait(pthread_mutex_t *m)
 {
     int saved = errno;
     if (!g_rq.try_unblock()) {
         pthread_mutex_unlock(m);
         g_rq.unblock();
-        pthread_mutex_lock(m);
+        real_mutex_lock(m);
     }
     errno = saved;
 }
@@ -312,21 +319,27 @@ EXPORT int pthread_cond_clockwait(pthread_cond_t *restrict cond, pthread_mutex_t
 }
 
 
-/* For blocking.c: whether the calling thread may hold an allocation (one
- * thread-local read in liballot), and the hooks around a wait. */
-int rq_holds(void)
+/* For blocking.c: whether the calling thread gives its allocation back
+ * during a wait of `kind` (thread-local reads in liballot), and the hooks
+ * around such a wait. */
+int rq_releases(int kind)
 {
-    if (LIKELY(!__atomic_load_n(&g_rq_on, __ATOMIC_ACQUIRE)) || g_rq.holds == NULL)
+    if (LIKELY(!__atomic_load_n(&g_rq_on, __ATOMIC_ACQUIRE)))
         return 0;
     int saved = errno;
-    int h = g_rq.holds();
+    int r = g_rq.releases != NULL ? g_rq.releases(kind) : g_rq.holds != NULL ? g_rq.holds() : 0;
     errno = saved;
-    return h;
+    return r;
 }
 
-void rq_block(void)
+void rq_block_for(int kind)
 {
-    rq_before_wait();
+    int saved = errno;
+    if (g_rq.block_for != NULL)
+        g_rq.block_for(kind);
+    else
+        g_rq.block();
+    errno = saved;
 }
 
 void rq_unblock(void)

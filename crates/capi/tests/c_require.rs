@@ -208,7 +208,8 @@ fn for_descendants_reaches_the_grandchildren() {
 
 /// Release on block beyond joins and condition waits: a block of one CPU
 /// whose thread waits — in `sem_wait`, a pipe `read`, an `accept`, a raw
-/// futex wait — for a thread it created that needs a core of the block.
+/// futex wait — for a thread it created that needs a core of the block
+/// (the `read` and `accept` rounds choose to release on I/O first).
 /// Without the shim's wrappers the wait keeps the CPU and neither thread
 /// ever runs (the program's alarm fails it).
 #[test]
@@ -216,6 +217,24 @@ fn waits_give_the_cpu_back_to_the_threads_they_wait_for() {
     let out = passes(&require_threads_c(), &["block_waits"], true);
     for way in ["sem_wait", "read", "accept", "futex"] {
         assert!(out.contains(&format!("{way} gave the CPU back")), "{out}");
+    }
+}
+
+/// Which waits give a block's allocation back (Poli-C §2.7, §3.4): by
+/// default every wait but I/O. A `nanosleep` and a contended
+/// `pthread_mutex_lock` give the block's one CPU to the thread that needs
+/// it (without that the wait never ends and the program's alarm fails
+/// it); a pipe `read` keeps it, exclusivity included, and the thread's
+/// count of give-backs (`allot_given_back`) says so either way.
+#[test]
+fn sleeps_and_locks_give_back_and_io_keeps_by_default() {
+    let out = passes(&require_threads_c(), &["wait_kinds"], true);
+    for line in [
+        "nanosleep gave the CPU back",
+        "a contended mutex gave the CPU back",
+        "a pipe read kept the CPU",
+    ] {
+        assert!(out.contains(line), "{out}");
     }
 }
 

@@ -21,6 +21,10 @@ pub const GRANT_FD: &str = "ALLOT_GRANT_FD";
 pub const CHANNELS: &str = "ALLOT_CHANNELS";
 /// `1`: the OpenMP shim says on stderr what it does.
 pub const SHIM_DEBUG: &str = "ALLOT_SHIM_DEBUG";
+/// The waits during which a thread inside a `require` block gives its
+/// allocation back: `paper` (default: every wait but I/O), `all`, `none`,
+/// or `sync`, `sleep` and `io` joined by commas.
+pub const RELEASE_ON: &str = "ALLOT_RELEASE_ON";
 /// The CPUs `allot run` could use before its cell confined it (a CPU
 /// list, `0-15`): the most the program's cell may ever be granted. The
 /// OpenMP shim tells libgomp these when it counts its CPUs at start, so a

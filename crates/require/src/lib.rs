@@ -56,7 +56,8 @@ pub mod throttle;
 pub mod tree;
 
 pub use blocks::{
-    Amount, Blocks, Prepared, Request, RequireError, Scope, Timing, What, blocking, spawn,
+    Amount, Blocks, Prepared, Request, RequireError, Scope, Timing, Wait, Waits, What, blocking,
+    given_back, release_on, spawn,
 };
 pub use policy::{Constraint, Domain, Outcome, Policy, View};
 pub use tree::Ownership;

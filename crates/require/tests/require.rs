@@ -580,3 +580,63 @@ fn a_request_alone_takes_every_free_core() {
         .unwrap();
     assert_eq!(s.outcome().cpus.len(), 64, "nobody else asked");
 }
+
+/// What a thread outside every block finds available of CPU 0.
+fn cpu0_available(rt: &'static Blocks) -> f64 {
+    let seen = Arc::new(std::sync::Mutex::new(f64::NAN));
+    let out = seen.clone();
+    std::thread::spawn(move || {
+        let probe = policy::from_fn("probe", move |v| {
+            *out.lock().unwrap() = v.devices("cpu").next().map_or(f64::NAN, |d| d.available);
+            true
+        });
+        drop(rt.enter(vec![Request::policy(probe)]).unwrap());
+    })
+    .join()
+    .unwrap();
+    *seen.lock().unwrap()
+}
+
+/// Which waits give back is the thread's choice, the paper's rule by
+/// default (every wait but I/O); a thread created inside a block takes its
+/// creator's choice, and every give-back is counted where the thread can
+/// read it. Judged on what the runtime decided: the count, and whether a
+/// thread waiting for the same CPU could get in meanwhile.
+#[test]
+fn waits_give_back_by_kind_and_the_count_says_so() {
+    use allot_require::{Wait, Waits, given_back, release_on};
+    let rt = Blocks::new(allot_topo::Machine::uniform(2), false).into_static();
+    std::thread::spawn(move || {
+        release_on(Waits::PAPER);
+        let _s = rt.enter(vec![Request::device("cpu", 0, 1.0)]).unwrap();
+        let n = given_back();
+        assert!(!rt.block_current_for(Wait::Io), "I/O keeps by default");
+        assert_eq!(given_back(), n);
+        assert_eq!(
+            cpu0_available(rt),
+            0.0,
+            "nobody else may take the CPU held through an I/O wait"
+        );
+        rt.unblock_current();
+        assert!(rt.block_current_for(Wait::Sleep));
+        assert_eq!(given_back(), n + 1);
+        assert_eq!(cpu0_available(rt), 1.0, "given back for the sleep");
+        rt.unblock_current();
+        release_on(Waits::ALL);
+        assert!(rt.block_current_for(Wait::Io), "chosen: I/O gives back too");
+        assert_eq!(given_back(), n + 2);
+        rt.unblock_current();
+        release_on(Waits::NONE);
+        let ctx = rt.spawn_prepare();
+        let child = std::thread::spawn(move || {
+            let _g = ctx.map(|c| rt.child_start(c));
+            allot_require::blocks::releasing()
+        });
+        rt.spawn_done();
+        assert_eq!(child.join().unwrap(), Waits::NONE, "inherited");
+        assert!(!rt.block_current_for(Wait::Sync));
+        assert_eq!(given_back(), n + 2);
+    })
+    .join()
+    .unwrap();
+}

@@ -264,6 +264,39 @@ int allot_require_enter(allot_scope_t *scope, allot_site_t *site, const allot_re
  * Undefined behaviour: a pointer to anything but an allot_scope_t. */
 void allot_require_leave(allot_scope_t *scope);
 
+/* Kinds of waits. With the preload shim (`allot run`, or LD_PRELOAD of
+ * liballot_shim.so), a thread inside a block that waits gives its
+ * allocation back for the length of the wait if it releases on that kind
+ * of wait, and retakes it after. */
+#define ALLOT_WAIT_SYNC 1u  /* for another thread: joins, condition, semaphore
+                               and futex waits, a contended mutex */
+#define ALLOT_WAIT_SLEEP 2u /* nanosleep, clock_nanosleep, sleep, usleep */
+#define ALLOT_WAIT_IO 4u    /* blocking reads of pipes, sockets and devices,
+                               recv, accept, poll, select, epoll_wait */
+/* Poli-C's rule and the default: every wait but I/O. A block waiting on a
+ * socket keeps what it holds, exclusivity included. */
+#define ALLOT_WAIT_PAPER (ALLOT_WAIT_SYNC | ALLOT_WAIT_SLEEP)
+
+/* Chooses the kinds of waits (ALLOT_WAIT_* or'ed, 0 for none) during which
+ * the calling thread gives its allocation back; stores the previous choice
+ * in *previous unless it is NULL. A thread starts with the process's
+ * default (ALLOT_RELEASE_ON: paper, all, none, or sync,sleep,io; else
+ * ALLOT_WAIT_PAPER); one started inside a block takes its creator's.
+ * Keeping an allocation through a wait for a thread that needs it
+ * deadlocks: choose 0 only around waits that end by themselves.
+ *
+ * Contexts: any thread. Does not block.
+ * Errors: ALLOT_ERR_INVALID (a bit that names no kind; nothing changes). */
+int allot_release_on(uint32_t waits, uint32_t *previous);
+
+/* How many times the calling thread gave its allocation back while
+ * waiting. Read on entering a block and again later: a difference means
+ * what the block held (an exclusive CPU, say) was someone else's for a
+ * while.
+ *
+ * Contexts: any thread. Does not block. Errors: none. */
+uint64_t allot_given_back(void);
+
 /* Registers a virtual resource kind `name`: `count` devices named "0".."n-1"
  * of `max` each, that only count (Poli-C's StrongCore/WeakCore). With a
  * broker, every process of the machine shares the same counters. Defining
@@ -416,7 +449,12 @@ void allot_dev_set_ownership(allot_dev_t *dev, int own);
  *   in the child, with the context; returns a guard (NULL for a NULL
  *   context). allot_rq_child_exit: when the child ends (return or
  *   pthread_exit), with the guard. allot_rq_block / allot_rq_unblock: around
- *   a blocking call. allot_rq_try_unblock: 1 if the thread's allocation was
+ *   a join or condition wait (an ALLOT_WAIT_SYNC wait: the thread gives
+ *   back if it releases on those). allot_rq_block_for(kind): the same for a
+ *   wait of kind `kind` (ALLOT_WAIT_*). allot_rq_releases(kind): 1 if the
+ *   calling thread may hold an allocation and releases on waits of that
+ *   kind (thread-local reads; 0 lets a wrapper skip the rest).
+ *   allot_rq_try_unblock: 1 if the thread's allocation was
  *   retaken, 0 if it must wait (call allot_rq_unblock without holding locks
  *   other threads need). allot_rq_holds: 1 if the calling thread may hold
  *   an allocation (one thread-local read; 0 lets a wrapper skip the rest).
@@ -433,6 +471,8 @@ int allot_rq_try_unblock(void);
 void allot_rq_unblock(void);
 int allot_rq_holds(void);
 int allot_rq_try_block(void);
+void allot_rq_block_for(int kind);
+int allot_rq_releases(int kind);
 
 /* ------------------------------------------------------------------------ */
 /* Request constructors and the require statement                            */

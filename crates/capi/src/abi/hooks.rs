@@ -13,8 +13,8 @@
 //! report to, and thread creation must go on.
 
 use super::site::{Busy, busy};
-use allot_require::Blocks;
 use allot_require::blocks::{ChildGuard, SpawnCtx};
+use allot_require::{Blocks, Wait};
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -149,12 +149,42 @@ pub unsafe extern "C" fn allot_rq_child_exit(guard: *mut c_void) {
     hook((), || drop(guard));
 }
 
-/// `void allot_rq_block(void)`.
+/// `void allot_rq_block(void)`: a join or condition wait begins (a wait
+/// for another thread, [`Wait::Sync`]).
 #[unsafe(no_mangle)]
 pub extern "C" fn allot_rq_block() {
     if let Some(rt) = runtime() {
-        hook((), || rt.block_current());
+        hook((), || {
+            rt.block_current_for(Wait::Sync);
+        });
     }
+}
+
+/// `void allot_rq_block_for(int wait)`: a wait of kind `wait`
+/// (`ALLOT_WAIT_*`) begins; the thread gives its allocation back if it
+/// releases on such waits. An unknown kind gives nothing back.
+#[unsafe(no_mangle)]
+pub extern "C" fn allot_rq_block_for(wait: c_int) {
+    let Some(w) = u32::try_from(wait).ok().and_then(Wait::from_bits) else {
+        return;
+    };
+    if let Some(rt) = runtime() {
+        hook((), || {
+            rt.block_current_for(w);
+        });
+    }
+}
+
+/// `int allot_rq_releases(int wait)`: 1 if the calling thread may hold an
+/// allocation and gives it back during waits of kind `wait`
+/// (`ALLOT_WAIT_*`). Thread-local reads only: the shim's wrappers ask it
+/// before anything costlier.
+#[unsafe(no_mangle)]
+pub extern "C" fn allot_rq_releases(wait: c_int) -> c_int {
+    let Some(w) = u32::try_from(wait).ok().and_then(Wait::from_bits) else {
+        return 0;
+    };
+    c_int::from(allot_require::blocks::releases(w) && !busy())
 }
 
 /// `int allot_rq_try_unblock(void)`: 1 retaken, 0 must wait.
@@ -190,7 +220,7 @@ pub extern "C" fn allot_rq_holds() -> c_int {
 #[unsafe(no_mangle)]
 pub extern "C" fn allot_rq_try_block() -> c_int {
     match runtime() {
-        Some(rt) => hook(0, || c_int::from(rt.try_block_current())),
+        Some(rt) => hook(0, || c_int::from(rt.try_block_current_for(Wait::Sync))),
         None => 0,
     }
 }

@@ -461,6 +461,34 @@ pub unsafe extern "C" fn allot_require_leave(scope: *mut CScope) {
     }
 }
 
+/// `int allot_release_on(uint32_t waits, uint32_t *previous)`.
+///
+/// # Safety
+/// The header's contract: `previous` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn allot_release_on(waits: u32, previous: *mut u32) -> c_int {
+    entry("allot_release_on", || {
+        let set = allot_require::Waits::from_bits(waits).ok_or_else(|| {
+            Error::invalid(format!(
+                "waits 0x{waits:x} name a kind that does not exist; or ALLOT_WAIT_SYNC, \
+                 ALLOT_WAIT_SLEEP and ALLOT_WAIT_IO together"
+            ))
+        })?;
+        let before = allot_require::release_on(set);
+        if !previous.is_null() {
+            // SAFETY: non-null and writable by the contract.
+            unsafe { *previous = before.bits() };
+        }
+        Ok(())
+    })
+}
+
+/// `uint64_t allot_given_back(void)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn allot_given_back() -> u64 {
+    allot_require::given_back()
+}
+
 /// `int allot_kind_define(const char *, size_t, double)`.
 ///
 /// # Safety

@@ -112,6 +112,10 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *fig1_thread(void *arg)
 {
     int me = (int)(long)arg + 1;
+    /* Its naps stand for work, and its lock is held for a moment: it keeps
+     * its core through both (by default a sleep and a contended lock give
+     * the core to the next thread, as in Poli-C). */
+    CHECK(allot_release_on(0, NULL) == ALLOT_OK);
     allot_outcome_t c;
     allot_require(&c, allot_cores(1)) {
         int mine[4];
@@ -516,10 +520,14 @@ static void c_policy(void)
     allot_scope_t s = ALLOT_SCOPE_INIT;
     CHECK(allot_require_enter(&s, &site, all, (size_t)g_ncpus, 0) == ALLOT_OK);
     CHECK(pthread_create(&b, NULL, wants_cpu0, NULL) == 0);
-    /* Polled: the parent keeps running in its block (sem_wait would give
-     * its CPUs back for the wait, and B's policy would find them). */
+    /* Polled, keeping the block's CPUs through the naps: a sleep, like
+     * sem_wait, would give them back for the wait, and B's policy would
+     * find them. */
+    uint32_t was;
+    CHECK(allot_release_on(0, &was) == ALLOT_OK);
     while (sem_trywait(&g_b.failed) != 0)
         sleep_ms(1);
+    CHECK(allot_release_on(was, NULL) == ALLOT_OK);
     allot_require_leave(&s);
     CHECK(pthread_join(b, NULL) == 0);
     CHECK(g_b.runs >= 2);

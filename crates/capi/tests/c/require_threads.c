@@ -81,6 +81,16 @@ static void descendants(void)
 
 /* ---- release on block: waits other than joins ---------------------------- */
 
+/* Enters a block holding CPU g_cpus[0] alone (the others at 0). */
+static void one_cpu_block(allot_scope_t *s)
+{
+    allot_req_t reqs[CPU_SETSIZE];
+    for (int i = 0; i < g_ncpus; i++)
+        reqs[i] = allot_cpu((uint32_t)g_cpus[i], i == 0 ? 1.0 : 0.0);
+    static allot_site_t site = ALLOT_SITE_INIT;
+    CHECK(allot_require_enter(s, &site, reqs, (size_t)g_ncpus, 0) == ALLOT_OK);
+}
+
 /* A block of one CPU whose thread waits for a thread it created, which
  * needs a core of the block: the wait must give the CPU back, or neither
  * ever runs (alarm() turns that into a failure). One way of waiting per
@@ -133,12 +143,13 @@ static void wait_one_way(enum way w)
         CHECK(listen(listener, 1) == 0);
     }
     g_futex = 0;
-    allot_req_t reqs[CPU_SETSIZE];
-    for (int i = 0; i < g_ncpus; i++)
-        reqs[i] = allot_cpu(g_cpus[i], i == 0 ? 1.0 : 0.0);
-    static allot_site_t site = ALLOT_SITE_INIT;
+    /* I/O waits keep the allocation unless the thread says otherwise. */
+    uint32_t before_choice = 0;
+    if (w == W_READ || w == W_ACCEPT)
+        CHECK(allot_release_on(ALLOT_WAIT_SYNC | ALLOT_WAIT_IO, &before_choice) == ALLOT_OK);
     allot_scope_t s = ALLOT_SCOPE_INIT;
-    CHECK(allot_require_enter(&s, &site, reqs, (size_t)g_ncpus, 0) == ALLOT_OK);
+    one_cpu_block(&s);
+    uint64_t given = allot_given_back();
     pthread_t t;
     alarm(20); /* a wait that keeps its CPU never ends */
     CHECK(pthread_create(&t, NULL, signaller, (void *)(long)w) == 0);
@@ -157,9 +168,12 @@ static void wait_one_way(enum way w)
     }
     CHECK(pthread_join(t, NULL) == 0);
     alarm(0);
+    CHECK(allot_given_back() > given); /* the program can know */
     int mine[CPU_SETSIZE];
     CHECK(affinity(mine, CPU_SETSIZE) == 1 && mine[0] == g_cpus[0]); /* retaken */
     allot_require_leave(&s);
+    if (w == W_READ || w == W_ACCEPT)
+        CHECK(allot_release_on(before_choice, NULL) == ALLOT_OK);
     if (listener >= 0) {
         close(listener);
         unlink(g_sock_path);
@@ -175,6 +189,113 @@ static void block_waits(void)
 {
     for (int w = 0; w < W_COUNT; w++)
         wait_one_way((enum way)w);
+}
+
+/* ---- which waits give back: the paper's rule by default ---------------- */
+
+static int g_in;           /* a child got into its block */
+static sem_t g_locked;     /* the child holds g_mutex */
+static sem_t g_go;         /* the writer may write */
+static pthread_mutex_t g_mutex = PTHREAD_MUTEX_INITIALIZER;
+static int g_io[2];
+
+/* A thread created in the block that needs its one CPU. */
+static void *enter_one(void *arg)
+{
+    int locks = arg != NULL;
+    if (locks) {
+        CHECK(pthread_mutex_lock(&g_mutex) == 0);
+        CHECK(sem_post(&g_locked) == 0);
+    }
+    allot_outcome_t o;
+    allot_require(&o, allot_cores(1)) {
+        __atomic_store_n(&g_in, 1, __ATOMIC_RELEASE);
+    }
+    if (locks)
+        CHECK(pthread_mutex_unlock(&g_mutex) == 0);
+    return NULL;
+}
+
+/* A thread outside every block: writes the pipe once told to. */
+static void *writer(void *arg)
+{
+    (void)arg;
+    CHECK(sem_wait(&g_go) == 0);
+    CHECK(write(g_io[1], "x", 1) == 1);
+    return NULL;
+}
+
+static void wait_kinds(void)
+{
+    pthread_t t;
+    allot_scope_t s;
+    uint64_t given;
+    alarm(20); /* a wait that keeps the CPU the child needs never ends */
+
+    /* A sleep gives back: the child gets in while the block's thread
+     * sleeps (it would wait until the block ended otherwise). */
+    g_in = 0;
+    s = (allot_scope_t)ALLOT_SCOPE_INIT;
+    one_cpu_block(&s);
+    given = allot_given_back();
+    CHECK(pthread_create(&t, NULL, enter_one, NULL) == 0);
+    while (!__atomic_load_n(&g_in, __ATOMIC_ACQUIRE)) {
+        struct timespec nap = {0, 10 * 1000 * 1000};
+        CHECK(nanosleep(&nap, NULL) == 0);
+    }
+    CHECK(allot_given_back() > given);
+    CHECK(pthread_join(t, NULL) == 0);
+    allot_require_leave(&s);
+    printf("nanosleep gave the CPU back\n");
+
+    /* A contended mutex gives back: the child holds it until it gets the
+     * block's CPU, which only the lock's waiter can give it. */
+    g_in = 0;
+    CHECK(sem_init(&g_locked, 0, 0) == 0);
+    s = (allot_scope_t)ALLOT_SCOPE_INIT;
+    one_cpu_block(&s);
+    CHECK(pthread_create(&t, NULL, enter_one, (void *)1) == 0);
+    CHECK(sem_wait(&g_locked) == 0);
+    given = allot_given_back();
+    CHECK(pthread_mutex_lock(&g_mutex) == 0);
+    CHECK(__atomic_load_n(&g_in, __ATOMIC_ACQUIRE));
+    CHECK(allot_given_back() > given);
+    CHECK(pthread_mutex_unlock(&g_mutex) == 0);
+    CHECK(pthread_join(t, NULL) == 0);
+    allot_require_leave(&s);
+    printf("a contended mutex gave the CPU back\n");
+
+    /* A pipe read keeps it: while the block's thread waits for the writer
+     * (outside every block), the child cannot get the CPU, and the count
+     * of give-backs does not move. */
+    g_in = 0;
+    CHECK(pipe(g_io) == 0);
+    CHECK(sem_init(&g_go, 0, 0) == 0);
+    pthread_t w;
+    CHECK(pthread_create(&w, NULL, writer, NULL) == 0);
+    s = (allot_scope_t)ALLOT_SCOPE_INIT;
+    one_cpu_block(&s);
+    CHECK(pthread_create(&t, NULL, enter_one, NULL) == 0);
+    given = allot_given_back();
+    CHECK(sem_post(&g_go) == 0);
+    char c;
+    CHECK(read(g_io[0], &c, 1) == 1);
+    CHECK(allot_given_back() == given);
+    CHECK(!__atomic_load_n(&g_in, __ATOMIC_ACQUIRE));
+    CHECK(pthread_join(t, NULL) == 0); /* a join gives back: the child gets in */
+    CHECK(__atomic_load_n(&g_in, __ATOMIC_ACQUIRE));
+    allot_require_leave(&s);
+    CHECK(pthread_join(w, NULL) == 0);
+    close(g_io[0]);
+    close(g_io[1]);
+    printf("a pipe read kept the CPU\n");
+
+    /* A choice that names no kind is refused and changes nothing. */
+    uint32_t now = 0;
+    CHECK(allot_release_on(8, NULL) == ALLOT_ERR_INVALID);
+    CHECK(allot_release_on(ALLOT_WAIT_PAPER, &now) == ALLOT_OK);
+    CHECK(now == ALLOT_WAIT_PAPER);
+    alarm(0);
 }
 
 #ifdef _OPENMP
@@ -233,6 +354,8 @@ int main(int argc, char **argv)
         descendants();
     else if (strcmp(mode, "block_waits") == 0)
         block_waits();
+    else if (strcmp(mode, "wait_kinds") == 0)
+        wait_kinds();
 #ifdef _OPENMP
     else if (strcmp(mode, "omp_idle") == 0)
         omp_idle();

@@ -36,7 +36,7 @@ mod resolve;
 mod spawn;
 mod wait;
 
-pub use block::may_hold_current;
+pub use block::{Wait, Waits, given_back, may_hold_current, release_on, releases, releasing};
 pub use request::{Amount, Request, RequireError, Timing, What};
 use resolve::{add_kind, add_kind_local, give_back, lookup, policy_impossible, resolve};
 pub use spawn::{ChildGuard, SpawnCtx, blocking, spawn};

@@ -50,6 +50,7 @@ impl Blocks {
             pending,
             for_child,
             descendants,
+            release_on: block::releasing(),
         })
     }
 
@@ -147,6 +148,7 @@ impl Blocks {
     /// everything when the thread ends.
     pub fn child_start(&self, ctx: SpawnCtx) -> ChildGuard<'_> {
         block::mark_may_hold();
+        block::release_on(ctx.release_on);
         let tid = current_tid();
         let mut st = self.lock();
         st.trees.spawn(ctx.pending, tid);
@@ -206,6 +208,8 @@ pub struct SpawnCtx {
     pending: Tid,
     for_child: Vec<Request>,
     descendants: Vec<Request>,
+    /// The spawning thread's choice of waits that give back.
+    release_on: block::Waits,
 }
 
 /// A thread `parent` spawned has ended (or was never created): one team
@@ -258,7 +262,8 @@ where
 }
 
 /// Runs `f` (a blocking call) with the calling thread's allocations given
-/// back meanwhile, as Poli-C does for threads blocked outside I/O.
+/// back meanwhile, whatever kind of wait it is: the program's own
+/// decision, beside the shim's per-kind rule ([`crate::release_on`]).
 pub fn blocking<R>(f: impl FnOnce() -> R) -> R {
     let rt = Blocks::global();
     rt.block_current();
