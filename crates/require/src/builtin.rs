@@ -16,19 +16,9 @@ pub struct CpuOps {
     pub cpus: Vec<usize>,
 }
 
-impl KindOps for CpuOps {
-    fn probe(&self, _dev: usize) -> Option<(u64, u64)> {
-        // The calling thread's CPU time, ns.
-        let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-        Some((t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64, 0))
-    }
-
-    fn rate(&self, before: (u64, u64), after: (u64, u64), dt: Duration) -> f64 {
-        // Utilisation: CPU ns per wall ns.
-        after.0.saturating_sub(before.0) as f64 / dt.as_nanos().max(1) as f64
-    }
-
-    fn restrict(&self, amounts: &[Option<f64>]) -> std::io::Result<()> {
+impl CpuOps {
+    /// The CPUs whose amount is not zero (`None`: unconstrained).
+    fn mask(&self, amounts: &[Option<f64>]) -> std::io::Result<rustix::thread::CpuSet> {
         let mut set = rustix::thread::CpuSet::new();
         let mut any = false;
         for (i, a) in amounts.iter().enumerate() {
@@ -45,7 +35,33 @@ impl KindOps for CpuOps {
                 "an allocation that denies every CPU",
             ));
         }
-        rustix::thread::sched_setaffinity(None, &set)?;
+        Ok(set)
+    }
+}
+
+impl KindOps for CpuOps {
+    fn probe(&self, _dev: usize) -> Option<(u64, u64)> {
+        // The calling thread's CPU time, ns.
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+        Some((t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64, 0))
+    }
+
+    fn rate(&self, before: (u64, u64), after: (u64, u64), dt: Duration) -> f64 {
+        // Utilisation: CPU ns per wall ns.
+        after.0.saturating_sub(before.0) as f64 / dt.as_nanos().max(1) as f64
+    }
+
+    fn restrict(&self, amounts: &[Option<f64>]) -> std::io::Result<()> {
+        rustix::thread::sched_setaffinity(None, &self.mask(amounts)?)?;
+        Ok(())
+    }
+
+    fn restrict_other(&self, tid: u64, amounts: &[Option<f64>]) -> std::io::Result<()> {
+        let pid = i32::try_from(tid)
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+        rustix::thread::sched_setaffinity(Some(pid), &self.mask(amounts)?)?;
         Ok(())
     }
 

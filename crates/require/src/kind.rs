@@ -66,6 +66,12 @@ pub trait KindOps: Send + Sync + fmt::Debug {
     fn spreads(&self) -> bool {
         false
     }
+    /// Moves thread `tid` of this process (not the caller) onto exactly
+    /// the devices whose amount is not zero: how a placement is rebalanced
+    /// when a team member ends. Kinds that spread implement it.
+    fn restrict_other(&self, _tid: u64, _amounts: &[Option<f64>]) -> std::io::Result<()> {
+        Err(std::io::ErrorKind::Unsupported.into())
+    }
     /// The device the calling thread uses now, if the kind knows (the
     /// CPU it runs on): placement prefers to leave a thread there.
     fn current_device(&self) -> Option<usize> {

@@ -640,3 +640,79 @@ fn waits_give_back_by_kind_and_the_count_says_so() {
     .join()
     .unwrap();
 }
+
+/// A thread's CPUs, by thread id (any thread of this process).
+fn affinity_of(tid: u32) -> Vec<usize> {
+    let pid = rustix::process::Pid::from_raw(tid as i32).unwrap();
+    let set = rustix::thread::sched_getaffinity(Some(pid)).unwrap();
+    (0..rustix::thread::CpuSet::MAX_CPU)
+        .filter(|&c| set.is_set(c))
+        .collect()
+}
+
+/// Poli-C §2.3: the threads of a block share its CPUs. A team of four on
+/// two CPUs is placed two per CPU; when both threads of one CPU end, one
+/// of the two left on the other CPU moves over, so the team does not keep
+/// a CPU of its block idle while two of its threads share the other.
+/// Judged on the placement the runtime made (each thread's mask), not on
+/// how long anything took.
+#[test]
+fn when_members_end_the_team_spreads_again_over_the_cpus_they_left() {
+    let cpus = allot_topo::allowed_cpus().unwrap();
+    if !allot_testkit::prerequisite(cpus.len() >= 2, "needs two CPUs") {
+        return;
+    }
+    let rt = live_runtime();
+    std::thread::spawn(move || {
+        let block = rt.enter(vec![Request::policy(policy::cores(2))]).unwrap();
+        let granted = affinity();
+        let mut children = Vec::new();
+        let (seen_tx, seen_rx) = std::sync::mpsc::channel();
+        for i in 0..3 {
+            let ctx = rt.spawn_prepare().unwrap();
+            let seen_tx = seen_tx.clone();
+            let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
+            let h = std::thread::spawn(move || {
+                let _g = rt.child_start(ctx);
+                let tid = rustix::thread::gettid().as_raw_nonzero().get() as u32;
+                seen_tx.send((i, tid, affinity())).unwrap();
+                let _ = end_rx.recv();
+            });
+            rt.spawn_done();
+            children.push((end_tx, h));
+        }
+        let mut seen: Vec<(usize, u32, Vec<usize>)> =
+            (0..3).map(|_| seen_rx.recv().unwrap()).collect();
+        seen.sort(); // by child index
+        let seen: Vec<(u32, Vec<usize>)> = seen.into_iter().map(|(_, t, m)| (t, m)).collect();
+        let mine = affinity();
+        assert_eq!(mine.len(), 1, "{mine:?}");
+        let other = *granted.iter().find(|&&c| c != mine[0]).unwrap();
+        // The two children on the CPU the leader is not on end.
+        let (leaving, staying): (Vec<usize>, Vec<usize>) =
+            (0..3).partition(|&i| seen[i].1 == [other]);
+        assert_eq!((leaving.len(), staying.len()), (2, 1), "{seen:?}");
+        let stay_tid = seen[staying[0]].0;
+        let mut kept = Vec::new();
+        for (i, (end_tx, h)) in children.into_iter().enumerate() {
+            if leaving.contains(&i) {
+                drop(end_tx);
+                h.join().unwrap();
+            } else {
+                kept.push((end_tx, h));
+            }
+        }
+        // The leader and the child left share one CPU no more: one of them
+        // was moved onto the CPU the others left.
+        let masks = [affinity(), affinity_of(stay_tid)];
+        assert!(masks.iter().all(|m| m.len() == 1), "{masks:?}");
+        assert_ne!(masks[0], masks[1], "spread over both CPUs again: {masks:?}");
+        for (end_tx, h) in kept {
+            drop(end_tx);
+            h.join().unwrap();
+        }
+        drop(block);
+    })
+    .join()
+    .unwrap();
+}

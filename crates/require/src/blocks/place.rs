@@ -28,7 +28,12 @@
 //!   least-loaded device is chosen ([`choose`]).
 //!
 //! With more threads than devices, the counts keep the team spread
-//! evenly (two per CPU for eight threads on four CPUs).
+//! evenly (two per CPU for eight threads on four CPUs), and they stay even
+//! as members end: when one leaves a device with two threads fewer than
+//! another device its teammates hold, one thread moves over
+//! ([`rebalance`]). So a team never leaves a CPU of its block idle while
+//! two of its threads share another (Poli-C §2.3: the threads of a block
+//! share its CPUs); placement alone would keep them apart for life.
 
 use super::{State, ThreadRec};
 use crate::tree::{Dev, IntMap, KindId, Tid};
@@ -98,6 +103,34 @@ pub(super) fn set((threads, placed_on): Maps<'_>, tid: Tid, k: KindId, to: Optio
     }
 }
 
+/// After a thread placed on device `freed` of kind `k` ended: the move
+/// that evens the spread, if one is due. A thread placed on the most
+/// loaded device moves, if that device has at least two threads more than
+/// `freed` now and the thread holds `freed` whole (it is its teammates'
+/// allocation too); ties go to the lowest thread id. Counts that differ
+/// by one at most are even: nothing moves.
+pub(super) fn rebalance(
+    threads: &IntMap<Tid, ThreadRec>,
+    placed_on: &IntMap<Dev, u32>,
+    k: KindId,
+    freed: usize,
+) -> Option<(Tid, usize)> {
+    let load = |d: usize| placed_on.get(&(k, d)).copied().unwrap_or(0);
+    let here = load(freed);
+    threads
+        .iter()
+        .filter_map(|(&tid, t)| Some((tid, *t.placed.get(&k)?, t)))
+        .filter(|&(_, d, t)| {
+            load(d) >= here + 2
+                && t.applied
+                    .get(&k)
+                    .and_then(|h| h.get(freed).copied().flatten())
+                    .is_some_and(|a| a >= 1.0 - 1e-9)
+        })
+        .max_by_key(|&(tid, d, _)| (load(d), std::cmp::Reverse(tid)))
+        .map(|(tid, d, _)| (tid, d))
+}
+
 /// Forgets every placement of `tid` (the thread exits).
 pub(super) fn forget(st: &mut State, tid: Tid) {
     let kinds: Vec<KindId> = match st.threads.get(&tid) {
@@ -132,6 +165,41 @@ mod tests {
         assert_eq!(choose(&[0, 1, 2], load, None, None), 1, "lowest index");
         assert_eq!(choose(&[0, 1, 2], load, None, Some(2)), 2, "where it runs");
         assert_eq!(choose(&[0, 1, 2], load, None, Some(0)), 1, "loaded");
+    }
+
+    #[test]
+    fn a_device_left_two_threads_short_takes_one_from_the_busiest() {
+        let mut st = State::new(None);
+        let k = 0;
+        // Six threads on CPUs 0..3, holding all three whole.
+        let on = [(1, 0), (2, 0), (3, 1), (4, 1), (5, 1), (6, 2)];
+        for (tid, d) in on {
+            st.threads
+                .entry(tid)
+                .or_default()
+                .applied
+                .insert(k, vec![Some(1.0); 3]);
+            set((&mut st.threads, &mut st.placed_on), tid, k, Some(d));
+        }
+        // 6 ends: CPU 2 has none, CPU 1 three: the lowest thread of CPU 1
+        // moves.
+        forget(&mut st, 6);
+        assert_eq!(rebalance(&st.threads, &st.placed_on, k, 2), Some((3, 1)));
+        set((&mut st.threads, &mut st.placed_on), 3, k, Some(2));
+        // 1 ends: CPU 0 has one, the others two: even enough.
+        forget(&mut st, 1);
+        assert_eq!(rebalance(&st.threads, &st.placed_on, k, 0), None);
+        // A thread that does not hold the freed CPU whole stays.
+        forget(&mut st, 2);
+        for tid in [4, 5] {
+            st.threads
+                .get_mut(&tid)
+                .unwrap()
+                .applied
+                .insert(k, vec![Some(0.0), Some(1.0), Some(1.0)]);
+        }
+        assert_eq!(st.placed_on.get(&(k, 1)), Some(&2));
+        assert_eq!(rebalance(&st.threads, &st.placed_on, k, 0), None);
     }
 
     #[test]

@@ -187,7 +187,15 @@ impl Blocks {
     pub(super) fn thread_exit(&self, tid: Tid) {
         let mut st = self.lock();
         st.trees.thread_exit(tid);
+        let freed: Vec<(KindId, usize)> = st
+            .threads
+            .get(&tid)
+            .map(|t| t.placed.iter().map(|(&k, &d)| (k, d)).collect())
+            .unwrap_or_default();
         place::forget(&mut st, tid);
+        for (k, d) in freed {
+            self.rebalance(&mut st, k, d);
+        }
         if let Some(parent) = st.threads.remove(&tid).and_then(|t| t.parent) {
             team_left(&mut st, parent);
         }
@@ -210,6 +218,31 @@ pub struct SpawnCtx {
     descendants: Vec<Request>,
     /// The spawning thread's choice of waits that give back.
     release_on: block::Waits,
+}
+
+impl Blocks {
+    /// A placed thread left device `freed` of kind `k`: moves a teammate
+    /// there if the spread is uneven now ([`place::rebalance`]). A move the
+    /// OS refuses is not made (the counts stay true).
+    fn rebalance(&self, st: &mut State, k: KindId, freed: usize) {
+        let Some((mover, _)) = place::rebalance(&st.threads, &st.placed_on, k, freed) else {
+            return;
+        };
+        if self.apply_os {
+            let Some(ops) = st.kinds[k].ops.clone() else {
+                return;
+            };
+            let Some(held) = st.threads.get(&mover).and_then(|t| t.applied.get(&k)) else {
+                return;
+            };
+            let mut one = vec![Some(0.0); held.len()];
+            one[freed] = held[freed];
+            if ops.restrict_other(mover, &one).is_err() {
+                return; // it ended meanwhile, or the kind cannot move others
+            }
+        }
+        place::set((&mut st.threads, &mut st.placed_on), mover, k, Some(freed));
+    }
 }
 
 /// A thread `parent` spawned has ended (or was never created): one team
