@@ -25,6 +25,10 @@ pub const SHIM_DEBUG: &str = "ALLOT_SHIM_DEBUG";
 /// allocation back: `paper` (default: every wait but I/O), `all`, `none`,
 /// or `sync`, `sleep` and `io` joined by commas.
 pub const RELEASE_ON: &str = "ALLOT_RELEASE_ON";
+/// How long requests of the policies that divide among concurrent
+/// arrivals (`fair_cores`, `fair_numa`) wait for the others of their
+/// batch: `0` (off), `500us`, `2ms`; default 1 ms.
+pub const GATHER_WINDOW: &str = "ALLOT_GATHER_WINDOW";
 /// The CPUs `allot run` could use before its cell confined it (a CPU
 /// list, `0-15`): the most the program's cell may ever be granted. The
 /// OpenMP shim tells libgomp these when it counts its CPUs at start, so a

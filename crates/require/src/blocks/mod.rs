@@ -142,6 +142,8 @@ struct State {
     gathering: Vec<(Tid, std::time::Instant)>,
     /// How long a batch of such arrivals stays open.
     gather_window: std::time::Duration,
+    /// When the last such request arrived (a quiet spell opens no batch).
+    last_gathering: Option<std::time::Instant>,
 }
 
 impl State {
@@ -169,7 +171,8 @@ impl State {
             scratch_holdings: Vec::new(),
             samples: Default::default(),
             gathering: Vec::new(),
-            gather_window: DEFAULT_GATHER_WINDOW,
+            gather_window: wait::gather_window_from_env(),
+            last_gathering: None,
         }
     }
 
