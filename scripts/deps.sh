@@ -82,3 +82,16 @@ if ! go_ok; then
     /usr/local/go/bin/go version
   fi
 fi
+
+# ninja 1.13, a jobserver client (the live test of a ninja build in a cell,
+# crates/cli/tests/jobserver_live.rs). Debian 12 ships 1.11, so it comes
+# from PyPI, into the build tree (target/tools/ninja), not the system.
+NINJA_VERSION=1.13.0
+ninja_dir="$(cd "$(dirname "$0")/.." && pwd)/target/tools/ninja"
+if ! "$ninja_dir/bin/ninja" --version 2>/dev/null | grep -q "^$NINJA_VERSION"; then
+  echo "installing: ninja $NINJA_VERSION from PyPI into $ninja_dir"
+  rm -rf "$ninja_dir"
+  python3 -m venv "$ninja_dir"
+  "$ninja_dir/bin/pip" install -q "ninja==$NINJA_VERSION"
+  "$ninja_dir/bin/ninja" --version
+fi

@@ -31,6 +31,33 @@ fn makefile(dir: &Path, name: &str, n: usize, secs: f64) -> PathBuf {
     mf
 }
 
+/// A build.ninja with `n` CPU-bound edges logging their start and end, in
+/// the log format of [`makefile`].
+fn ninjafile(dir: &Path, name: &str, n: usize, secs: f64) -> PathBuf {
+    let log = dir.join(format!("{name}.log"));
+    let busy = format!(
+        "python3 -c \"import time; t=time.monotonic(); open('{log}','a').write('start %f\\n' % t); \
+         exec('while time.monotonic()-t<{secs}: pass'); open('{log}','a').write('end %f\\n' % time.monotonic())\"",
+        log = log.display()
+    );
+    let mut text = format!("rule busy\n  command = {busy} && touch $out\n");
+    for i in 0..n {
+        text.push_str(&format!(
+            "build {}: busy\n",
+            dir.join(format!("{name}.o{i}")).display()
+        ));
+    }
+    let f = dir.join(format!("{name}.ninja"));
+    std::fs::write(&f, text).unwrap();
+    f
+}
+
+/// ninja 1.13 as `scripts/deps.sh` installs it (PyPI, into the build tree).
+fn ninja() -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/tools/ninja/bin/ninja");
+    p.exists().then_some(p)
+}
+
 /// (start, end) of every recipe in a log.
 fn intervals(log: &Path) -> Vec<(f64, f64)> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
@@ -231,4 +258,52 @@ fn tokens_lost_with_a_crashed_client_are_restored() {
         2,
         "the restored token lets make run two jobs: {iv:?}"
     );
+}
+
+/// ninja 1.13 is a jobserver client: in a one-CPU cell, `ninja -j8` (its
+/// `-j8` taken out, as make's) runs one job at a time, with the style
+/// chosen for it and with either style named, and without allot the same
+/// build runs jobs together (the test is not vacuous). No token is counted
+/// lost along the way (ninja at times holds one for its first job).
+#[test]
+fn ninja_follows_the_cells_jobserver_in_either_style() {
+    let ninja = ninja();
+    if !prerequisite(
+        ninja.is_some(),
+        "ninja 1.13 in target/tools (bash scripts/deps.sh)",
+    ) {
+        return;
+    }
+    let ninja = ninja.expect("checked");
+    let d = Daemon::start(backend(), &[]);
+    let dir = tempfile::tempdir().unwrap();
+    for style in [None, Some("pipe"), Some("fifo")] {
+        let name = style.unwrap_or("default");
+        let f = ninjafile(dir.path(), name, 5, 0.15);
+        let mut args = vec!["--max", "1"];
+        if let Some(s) = style {
+            args.extend(["--jobserver", s]);
+        }
+        args.extend([
+            "--",
+            ninja.to_str().unwrap(),
+            "-j8",
+            "-f",
+            f.to_str().unwrap(),
+        ]);
+        let o = run_out(allot_run(&d, &args));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{name}: {err}");
+        assert!(!err.contains("lost"), "{name}: {err}");
+        let iv = intervals(&dir.path().join(format!("{name}.log")));
+        assert_eq!(iv.len(), 5, "{name}: {iv:?}");
+        assert_eq!(max_concurrency(&iv, 0.0, f64::MAX), 1, "{name}: {iv:?}");
+    }
+    let f = ninjafile(dir.path(), "free", 4, 0.3);
+    let o = Command::new(&ninja)
+        .args(["-j8", "-f", f.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert!(max_concurrency(&intervals(&dir.path().join("free.log")), 0.0, f64::MAX) >= 2);
 }

@@ -239,8 +239,15 @@ impl Jobserver {
         let held = self.circulating.saturating_sub(self.in_pipe());
         let mut can_hold = 0usize;
         for pid in process_tree(os, &[root]) {
+            // make holds a token per child beyond its first; ninja at
+            // times one per running job, its first included.
             if self.has_pipe_open(pid) {
-                can_hold += os.children(pid).len().saturating_sub(1);
+                let jobs = os.children(pid).len();
+                can_hold += if is_ninja(pid) {
+                    jobs
+                } else {
+                    jobs.saturating_sub(1)
+                };
             }
         }
         let excess = held.saturating_sub(can_hold);
@@ -276,6 +283,12 @@ impl Jobserver {
             Err(_) => false,
         })
     }
+}
+
+/// Whether process `pid` is ninja (its command name).
+fn is_ninja(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .is_ok_and(|c| matches!(c.trim_end(), "ninja" | "ninja-build"))
 }
 
 #[cfg(test)]

@@ -1,12 +1,21 @@
-//! `-j` on a top-level `make`.
+//! `-j` on a top-level `make` or `ninja`, and the jobserver style each
+//! reads.
 //!
 //! GNU make given `-jN` on its command line starts a jobserver of its own
 //! and ignores the one in `MAKEFLAGS` ("-jN forced in submake: resetting
-//! jobserver mode"). So when the program `allot run` starts is make, the
-//! `-j` option is taken out of its arguments and becomes the *cap* of the
-//! cell's jobserver: `make -j8` in a cell runs at most 8 jobs and at most as
-//! many as the cell holds CPUs. `-j` without a number means no cap beyond the
-//! grant. Other programs' arguments are never changed.
+//! jobserver mode"); ninja 1.13 given `-jN` ignores the jobserver too. So
+//! when the program `allot run` starts is make or ninja, the `-j` option is
+//! taken out of its arguments and becomes the *cap* of the cell's
+//! jobserver: `make -j8` in a cell runs at most 8 jobs and at most as many
+//! as the cell holds CPUs. `-j` without a number (make) or `-j0` (ninja)
+//! means no cap beyond the grant. Other programs' arguments are never
+//! changed.
+//!
+//! Styles ([`default_style`]): make 4.3 reads only the pipe style
+//! (`--jobserver-auth=R,W`) and stops with an error on a fifo; ninja 1.13
+//! reads only the fifo style (Kitware's build, the one on PyPI, reads
+//! both). So a ninja gets the fifo style unless a make older than 4.4 is on
+//! `PATH` to run under it.
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
@@ -23,6 +32,43 @@ pub enum Jobs {
     Max(usize),
 }
 
+/// The short flags of each program that take an argument: a group with
+/// one of them before `j` (`-C dir`, make's `-f file`, ninja's `-k N`) is
+/// that flag's argument, not a `-j`.
+pub const MAKE_ARG_FLAGS: &[u8] = b"CfIoWl";
+/// See [`MAKE_ARG_FLAGS`].
+pub const NINJA_ARG_FLAGS: &[u8] = b"dfkltwC";
+
+/// Whether `program` (as resolved) is ninja.
+pub fn is_ninja(program: &Path) -> bool {
+    matches!(
+        program.file_name().and_then(OsStr::to_str),
+        Some("ninja" | "ninja-build")
+    )
+}
+
+/// The jobserver style for `program` when the user named none: fifo for
+/// ninja, unless `make_version` (of the make on `PATH`, as `make
+/// --version` reports it; `None`: no make) is older than 4.4; pipe for
+/// everything else.
+pub fn default_style(program: &Path, make_version: Option<(u32, u32)>) -> super::jobserver::Style {
+    use super::jobserver::Style;
+    if is_ninja(program) && make_version.is_none_or(|v| v >= (4, 4)) {
+        Style::Fifo
+    } else {
+        Style::Pipe
+    }
+}
+
+/// The version in `make --version`'s first line (`GNU Make 4.3`).
+pub fn make_version(text: &str) -> Option<(u32, u32)> {
+    let v = text.lines().next()?.strip_prefix("GNU Make ")?;
+    let mut parts = v.trim().split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next().map_or(Some(0), |m| m.parse().ok())?;
+    Some((major, minor))
+}
+
 /// Whether `program` (as resolved) is GNU make.
 pub fn is_make(program: &Path) -> bool {
     matches!(
@@ -31,10 +77,12 @@ pub fn is_make(program: &Path) -> bool {
     )
 }
 
-/// Takes the `-j` options out of make's arguments (`args` excludes the
-/// program name). Recognises `-jN`, `-j N`, `-j`, `--jobs=N`, `--jobs N`,
-/// `--jobs`, and `-j` inside a group of short flags (`-kj4`). Stops at `--`.
-pub fn strip_jobs(args: &[OsString]) -> (Vec<OsString>, Jobs) {
+/// Takes the `-j` options out of make's or ninja's arguments (`args`
+/// excludes the program name; `arg_flags`: [`MAKE_ARG_FLAGS`] or
+/// [`NINJA_ARG_FLAGS`]). Recognises `-jN`, `-j N`, `-j`, `--jobs=N`,
+/// `--jobs N`, `--jobs`, and `-j` inside a group of short flags (`-kj4`).
+/// Stops at `--`.
+pub fn strip_jobs(args: &[OsString], arg_flags: &[u8]) -> (Vec<OsString>, Jobs) {
     let mut out = Vec::with_capacity(args.len());
     let mut jobs = Jobs::Absent;
     let number = |s: &OsStr| {
@@ -70,9 +118,9 @@ pub fn strip_jobs(args: &[OsString]) -> (Vec<OsString>, Jobs) {
         if a.len() > 1 && a[0] == b'-' && a[1] != b'-' {
             // A group of short flags; `j` takes the rest as its number.
             if let Some(pos) = a.iter().position(|&c| c == b'j') {
-                // Flags before j that take an argument (C, f, I, o, W, l)
-                // would swallow the rest: leave such groups alone.
-                let takes_arg = a[1..pos].iter().any(|c| b"CfIoWl".contains(c));
+                // Flags before j that take an argument would swallow the
+                // rest: leave such groups alone.
+                let takes_arg = a[1..pos].iter().any(|c| arg_flags.contains(c));
                 if !takes_arg {
                     let rest = &a[pos + 1..];
                     let before = &a[..pos];
@@ -114,33 +162,71 @@ mod tests {
     }
 
     #[test]
-    fn strips_every_form() {
-        assert_eq!(strip_jobs(&v(&["-j8", "all"])), (v(&["all"]), Jobs::Max(8)));
+    fn ninja_groups_respect_its_own_flags_with_arguments() {
         assert_eq!(
-            strip_jobs(&v(&["-j", "8", "all"])),
+            strip_jobs(&v(&["-C", "build", "-j4"]), NINJA_ARG_FLAGS),
+            (v(&["-C", "build"]), Jobs::Max(4))
+        );
+        assert_eq!(
+            strip_jobs(&v(&["-k0j4"]), NINJA_ARG_FLAGS),
+            (v(&["-k0j4"]), Jobs::Absent),
+            "k's argument is 0j4"
+        );
+    }
+
+    #[test]
+    fn ninja_reads_fifos_unless_an_old_make_runs_under_it() {
+        use crate::run::jobserver::Style;
+        let ninja = Path::new("/usr/bin/ninja");
+        assert_eq!(default_style(ninja, None), Style::Fifo);
+        assert_eq!(default_style(ninja, Some((4, 4))), Style::Fifo);
+        assert_eq!(default_style(ninja, Some((4, 3))), Style::Pipe);
+        assert_eq!(
+            default_style(Path::new("/usr/bin/make"), Some((4, 4))),
+            Style::Pipe
+        );
+        assert_eq!(make_version("GNU Make 4.3\nBuilt for x86_64"), Some((4, 3)));
+        assert_eq!(make_version("GNU Make 4.4.1\n"), Some((4, 4)));
+        assert_eq!(make_version("bmake 2024"), None);
+    }
+
+    #[test]
+    fn strips_every_form() {
+        assert_eq!(
+            strip_jobs(&v(&["-j8", "all"]), MAKE_ARG_FLAGS),
             (v(&["all"]), Jobs::Max(8))
         );
         assert_eq!(
-            strip_jobs(&v(&["-j", "all"])),
+            strip_jobs(&v(&["-j", "8", "all"]), MAKE_ARG_FLAGS),
+            (v(&["all"]), Jobs::Max(8))
+        );
+        assert_eq!(
+            strip_jobs(&v(&["-j", "all"]), MAKE_ARG_FLAGS),
             (v(&["all"]), Jobs::Unlimited)
         );
-        assert_eq!(strip_jobs(&v(&["--jobs=3"])), (v(&[]), Jobs::Max(3)));
         assert_eq!(
-            strip_jobs(&v(&["--jobs", "3", "x"])),
+            strip_jobs(&v(&["--jobs=3"]), MAKE_ARG_FLAGS),
+            (v(&[]), Jobs::Max(3))
+        );
+        assert_eq!(
+            strip_jobs(&v(&["--jobs", "3", "x"]), MAKE_ARG_FLAGS),
             (v(&["x"]), Jobs::Max(3))
         );
         assert_eq!(
-            strip_jobs(&v(&["-kj4", "x"])),
+            strip_jobs(&v(&["-kj4", "x"]), MAKE_ARG_FLAGS),
             (v(&["-k", "x"]), Jobs::Max(4))
         );
         assert_eq!(
-            strip_jobs(&v(&["-k", "x"])),
+            strip_jobs(&v(&["-k", "x"]), MAKE_ARG_FLAGS),
             (v(&["-k", "x"]), Jobs::Absent)
         );
         // -C takes an argument: "-Cj" is a directory named "j", untouched.
-        assert_eq!(strip_jobs(&v(&["-Cj"])), (v(&["-Cj"]), Jobs::Absent));
         assert_eq!(
-            strip_jobs(&v(&["--", "-j8"])),
+            strip_jobs(&v(&["-Cj"]), MAKE_ARG_FLAGS),
+            (v(&["-Cj"]), Jobs::Absent)
+        );
+        assert_eq!(
+            strip_jobs(&v(&["--", "-j8"]), MAKE_ARG_FLAGS),
             (v(&["--", "-j8"]), Jobs::Absent)
         );
         assert!(is_make(Path::new("/usr/bin/make")));

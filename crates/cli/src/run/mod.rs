@@ -110,10 +110,11 @@ pub struct Args {
     /// OMP_NUM_THREADS, which is set to the grant at launch).
     #[arg(long)]
     no_shim: bool,
-    /// Jobserver style for make, cargo and gcc -flto: pipe (make 4.3+), fifo
-    /// (make 4.4+), or off.
-    #[arg(long, default_value = "pipe", value_name = "pipe|fifo|off")]
-    jobserver: String,
+    /// Jobserver style for make, ninja, cargo and gcc -flto: pipe (make
+    /// 4.3+), fifo (make 4.4+, ninja 1.13+), or off. Default: fifo for
+    /// ninja unless a make older than 4.4 is on PATH, else pipe.
+    #[arg(long, value_name = "pipe|fifo|off")]
+    jobserver: Option<String>,
     /// How thread-count variables read once at start are sized: the cell's
     /// fair share (share), the grant at the instant of launch (grant), or
     /// the cell's maximum (max). See docs/run.md.
@@ -147,6 +148,17 @@ fn warn(msg: impl std::fmt::Display) {
 }
 
 /// Runs `allot run`; returns the exit code (or dies of the program's signal).
+/// The version of the make on `PATH` (`None`: none, or not GNU make).
+fn installed_make_version() -> Option<(u32, u32)> {
+    let out = std::process::Command::new("make")
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    makeargs::make_version(&String::from_utf8_lossy(&out.stdout))
+}
+
 pub fn run(a: Args) -> i32 {
     let mut marks = timeline::Marks::start();
     let cmd = &a.command[0];
@@ -165,23 +177,34 @@ pub fn run(a: Args) -> i32 {
     };
     let mut args: Vec<OsString> = a.command[1..].to_vec();
     let mut cap = None;
-    if makeargs::is_make(&program) && a.jobserver != "off" {
-        let (stripped, jobs) = makeargs::strip_jobs(&args);
+    let jobserver_on = a.jobserver.as_deref() != Some("off");
+    let ninja = makeargs::is_ninja(&program);
+    if jobserver_on && (ninja || makeargs::is_make(&program)) {
+        let flags = if ninja {
+            makeargs::NINJA_ARG_FLAGS
+        } else {
+            makeargs::MAKE_ARG_FLAGS
+        };
+        let (stripped, jobs) = makeargs::strip_jobs(&args, flags);
         args = stripped;
         cap = match jobs {
+            // ninja's -j0: no limit.
+            makeargs::Jobs::Max(0) if ninja => None,
             makeargs::Jobs::Max(n) => Some(n.max(1)),
             _ => None,
         };
     }
-    let style = match a.jobserver.as_str() {
-        "off" => None,
-        s => match s.parse::<Style>() {
+    let style = match a.jobserver.as_deref() {
+        Some("off") => None,
+        Some(s) => match s.parse::<Style>() {
             Ok(st) => Some(st),
             Err(e) => {
                 eprintln!("allot: --jobserver: {e}");
                 return 2;
             }
         },
+        None if ninja => Some(makeargs::default_style(&program, installed_make_version())),
+        None => Some(Style::Pipe),
     };
     if a.partition == Some(0) {
         eprintln!("allot: --partition 0: a partition has at least one CPU");
