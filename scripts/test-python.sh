@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Python package's checks: its Rust half formatted and lint-clean, then
-# `pip install ./python` into a fresh virtual environment (with Debian's
-# numpy and threadpoolctl visible) and pytest against a private broker.
+# the abi3 manylinux wheel (scripts/build-wheel.sh) installed into a fresh
+# virtual environment (with Debian's numpy and threadpoolctl visible) and
+# pytest against a private broker.
 # Needs the allot binary built (scripts/test.sh builds it); $ALLOT_BIN
 # overrides which one.
 set -euo pipefail
@@ -18,8 +19,10 @@ fi
 
 work=$(mktemp -d /tmp/allot-python-XXXXXX)
 trap 'rm -rf "$work"' EXIT
+wheel=$(bash scripts/build-wheel.sh "$work/wheels" | tail -1)
+echo "testing $wheel"
 /usr/bin/python3 -m venv --system-site-packages "$work/venv"
-"$work/venv/bin/pip" install -q --disable-pip-version-check ./python
+"$work/venv/bin/pip" install -q --disable-pip-version-check "$wheel"
 # From outside the source tree, so the installed package is what is tested.
 cd "$work"
 "$work/venv/bin/python" -c 'import allot, sys; print("allot", allot.PROTOCOL_VERSION, "from", allot.__file__)'
