@@ -222,7 +222,6 @@ fn time_cells_keep_their_contract_and_cpus_across_a_restart() {
 
 #[test]
 fn a_changed_contract_reaches_the_kernel_even_when_the_cpus_stay() {
-    use allot_enforce::{Bandwidth, Call};
     let mut w = world(4);
     proc_of(&w, 100, 0);
     let (id, _, p) = page(register(
@@ -234,6 +233,10 @@ fn a_changed_contract_reaches_the_kernel_even_when_the_cpus_stay() {
         false,
     ));
     let cpus = grant(&p).cpus;
+    // A fraction runs in windows (a gang): 0.25 in 2 ms slices is 4 ms of
+    // every 16 ms.
+    let win = grant(&p).window;
+    assert_eq!((win.period_us, win.budget_us), (16_000, 4_000));
     let e = w.core.handle(
         7,
         ROOT,
@@ -245,23 +248,12 @@ fn a_changed_contract_reaches_the_kernel_even_when_the_cpus_stay() {
     );
     assert!(matches!(reply(&e), Reply::Ok), "{:?}", reply(&e));
     assert_eq!(grant(&p).cpus, cpus, "the cell keeps its CPU");
-    let last = w
-        .dry
-        .calls()
-        .into_iter()
-        .rev()
-        .find_map(|c| match c {
-            Call::Apply(i, a) if i == id => Some(a),
-            _ => None,
-        })
-        .unwrap();
-    // 0.5 in 2 ms slices: 2 ms of every 4 ms.
+    let win = grant(&p).window;
+    assert_eq!((win.period_us, win.budget_us), (16_000, 8_000));
     assert_eq!(
-        last.bandwidth,
-        Some(Bandwidth {
-            quota_us: 2_000,
-            period_us: 4_000
-        })
+        last_applied(&w, id).bandwidth,
+        None,
+        "the windows cap it, not CFS"
     );
 }
 
@@ -425,12 +417,17 @@ fn a_contract_change_stops_the_windows_opens_the_gate_and_tells_the_page() {
         None,
     );
     assert!(matches!(reply(&e), Reply::Ok), "{:?}", reply(&e));
-    assert!(!grant(&p).window.is_set(), "the page drops the windows");
-    assert_eq!(w.dry.gate_calls().last(), Some(&GateCall::Open(id)));
-    assert!(
-        last_applied(&w, id).bandwidth.is_some(),
-        "a fraction is capped by CFS"
+    let win = grant(&p).window;
+    assert_eq!(
+        (win.period_us, win.budget_us),
+        (16_000, 4_000),
+        "the page shows the fraction's windows"
     );
+    assert!(
+        w.dry.gate_calls().contains(&GateCall::Open(id)),
+        "the old schedule's gate was let go open"
+    );
+    assert_eq!(last_applied(&w, id).bandwidth, None);
     // And back: windows again, with a new schedule on the page.
     let e = w.core.handle(
         8,

@@ -310,6 +310,40 @@ fn both_threads_of_a_time_triggered_cell_run_in_the_same_windows_and_only_there(
     assert!(r["same_windows"].as_f64().unwrap() >= 0.95, "{r}");
 }
 
+/// Tessellation's time-fraction cell is gang-scheduled with a minimum
+/// slice: `--fraction 0.25 --slice 2ms` runs both threads together in
+/// windows of 4 ms every 16 ms (`allot_plan::time::phase::fraction_windows`),
+/// not each thread on its own under a CFS quota.
+#[test]
+fn both_threads_of_a_time_fraction_cell_run_together_in_its_slices() {
+    if !cgroup1_here() {
+        return;
+    }
+    let r = probe(
+        &["--fraction", "0.25", "--slice", "2ms"],
+        &[
+            "--threads",
+            "2",
+            "--seconds",
+            "2",
+            "--work-us",
+            "200",
+            "--sleep-us",
+            "500",
+        ],
+    );
+    eprintln!("{r}");
+    assert_eq!(r["window"], serde_json::json!([16_000, 4_000]), "{r}");
+    for t in r["threads"].as_array().unwrap() {
+        let windows = t["windows"].as_u64().unwrap();
+        assert!(windows >= 90, "most of 125 windows: {r}");
+        let outside = t["outside_ns"].as_u64().unwrap();
+        assert!(outside <= windows * 100_000, "{r}");
+        assert!(t["outside_max_ns"].as_u64().unwrap() < 1_000_000, "{r}");
+    }
+    assert!(r["same_windows"].as_f64().unwrap() >= 0.95, "{r}");
+}
+
 #[test]
 fn a_periodic_task_that_waits_for_its_window_resumes_at_the_opening() {
     if !cgroup1_here() {

@@ -1,12 +1,14 @@
 //! Time cells in the state machine: what the kernel enforces for them
-//! (the largest weight, and either windows or a CFS bandwidth cap), and
-//! keeping the window driver (`crate::windows`) in step with each cell's
-//! contract. See docs/architecture.md, "Time contracts".
+//! (the largest weight, and either windows — a time-triggered cell's
+//! budgets, a time-fraction cell's slices — or, on a backend without a
+//! gate, a CFS bandwidth cap), and keeping the window driver
+//! (`crate::windows`) in step with each cell's contract. See
+//! docs/architecture.md, "Time contracts".
 
 use super::Engine;
 use crate::{debug, warn};
 use allot_enforce::Applied;
-use allot_plan::{CellSpec, TimeContract};
+use allot_plan::CellSpec;
 use allot_proto::Window;
 
 impl Engine {
@@ -43,24 +45,20 @@ impl Engine {
 
     /// Starts, moves or stops driving cell `id`'s windows so that they
     /// match `spec` (a time-triggered contract whose budget leaves part of
-    /// the period, on a backend with a gate) at `phase_us` after the epoch
-    /// (the plan's; none for a cell not placed). Returns whether the
-    /// cell's window changed (its page must show the new one).
+    /// the period, or a time-fraction contract's slices,
+    /// [`allot_plan::time::Periodic::of`], on a backend with a gate) at
+    /// `phase_us` after the epoch (the plan's; none for a cell not
+    /// placed). Returns whether the cell's window changed (its page must
+    /// show the new one).
     pub(super) fn sync_windows(&mut self, id: u64, spec: &CellSpec, phase_us: Option<u32>) -> bool {
-        let want = match (spec.time, phase_us) {
-            (
-                TimeContract::Triggered {
-                    period_us,
-                    budget_us,
-                },
-                Some(phase),
-            ) if budget_us < period_us => Some(Window {
-                origin_ns: self.windows.origin_ns(phase),
-                period_us,
-                budget_us,
-            }),
-            _ => None,
-        };
+        let want = phase_us
+            .and_then(|phase| allot_plan::time::Periodic::of(&spec.time, phase))
+            .filter(|w| w.budget_us < w.period_us)
+            .map(|w| Window {
+                origin_ns: self.windows.origin_ns(w.phase_us),
+                period_us: w.period_us,
+                budget_us: w.budget_us,
+            });
         let have = self.windows.window(id);
         if want == have {
             return false;

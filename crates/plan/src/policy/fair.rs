@@ -4,8 +4,9 @@
 //! proportion to weight, no cell above its maximum, surplus of capped cells
 //! flowing to the others. Cells whose fair share is below one CPU and that
 //! asked for no guarantee are stacked: they share a pool sized to their
-//! total share (Tessellation's time-fraction multiplexing, done by the
-//! kernel's scheduler weighted by cell weight). The others get whole CPUs by
+//! total share, time-shared by the kernel's scheduler weighted by cell
+//! weight (no slice, no gang: Tessellation's time-fraction cells are time
+//! contracts, `crate::time`). The others get whole CPUs by
 //! the integer version of the same division.
 
 use super::{Entitlements, PolicyCell, split_stacked};

@@ -13,13 +13,16 @@
 //! 1. Every time cell holds exactly its number of distinct CPUs.
 //! 2. On every CPU, the promises sum to at most the limit (one CPU's time
 //!    minus the system's reserve, [`crate::PlanConfig::time_reserve_ppm`]).
-//! 3. A CPU carries either time-triggered cells or time-fraction cells,
-//!    never both; and the windows of the triggered cells on one CPU, each
-//!    at its phase ([`phase`]), never come within [`WINDOW_GAP_US`] of
-//!    each other. This is the schedulability test, and it is exact: a
-//!    triggered cell meets its budget when nothing else is promised time
-//!    inside its windows, and [`Periodic::apart`] decides that for any two
-//!    periods.
+//! 3. The windows of the cells on one CPU, each at its phase ([`phase`]),
+//!    never come within [`WINDOW_GAP_US`] of each other: a time-triggered
+//!    cell's budget every period, and a time-fraction cell's slice every
+//!    `slice / fraction` ([`Periodic::of`]: its threads run together, in
+//!    pieces no shorter than the slice). This is the schedulability test,
+//!    and it is exact: a cell meets its promise when nothing else is
+//!    promised time inside its windows, and [`Periodic::apart`] decides
+//!    that for any two periods. A fraction whose period would pass 10 s
+//!    has no windows (CFS bandwidth caps it); a CPU carries either such
+//!    cells or windowed ones, never both.
 //! 4. Stability: a cell placed in the previous plan keeps its CPUs (and a
 //!    triggered cell its phase) while they still satisfy 2 and 3.
 //!    Admitting, resizing or ending another cell therefore never moves or
@@ -64,27 +67,37 @@ pub struct TimeCell {
 pub struct CpuLoad {
     /// Sum of the promises, in parts per million.
     pub ppm: u32,
-    /// It carries a time-triggered cell.
-    pub triggered: bool,
-    /// It carries time-fraction cells.
-    pub fractions: bool,
+    /// It carries cells that run in windows (time-triggered cells, and
+    /// time-fraction cells in slices).
+    pub windowed: bool,
+    /// It carries time-fraction cells too long-periodic for windows,
+    /// capped by CFS bandwidth alone.
+    pub unwindowed: bool,
+}
+
+/// Whether `c` runs in windows ([`Periodic::of`]).
+pub fn windowed(c: &TimeContract) -> bool {
+    Periodic::of(c, 0).is_some()
 }
 
 impl CpuLoad {
     fn fits(&self, c: &TimeContract, limit: u32) -> bool {
-        let kind_ok = match c {
-            // The windows are checked apart ([`TimePlan::window_room`]).
-            TimeContract::Triggered { .. } => !self.fractions,
-            _ => !self.triggered,
+        // Windows are checked apart ([`TimePlan::window_room`]); a cell
+        // without them could run inside anyone's.
+        let kind_ok = if windowed(c) {
+            !self.unwindowed
+        } else {
+            !self.windowed
         };
         kind_ok && self.ppm + c.ppm() <= limit
     }
 
     fn add(&mut self, c: &TimeContract) {
         self.ppm += c.ppm();
-        match c {
-            TimeContract::Triggered { .. } => self.triggered = true,
-            _ => self.fractions = true,
+        if windowed(c) {
+            self.windowed = true;
+        } else {
+            self.unwindowed = true;
         }
     }
 }
@@ -226,14 +239,13 @@ pub fn check_load(
                 set.len()
             ));
         }
-        let w = match contract {
-            TimeContract::Triggered { .. } => {
-                let phase = phases
-                    .get(id)
-                    .ok_or_else(|| format!("time-triggered cell {id} has no phase"))?;
-                Periodic::of(contract, *phase)
-            }
-            _ => None,
+        let w = if windowed(contract) {
+            let phase = phases
+                .get(id)
+                .ok_or_else(|| format!("windowed time cell {id} has no phase"))?;
+            Periodic::of(contract, *phase)
+        } else {
+            None
         };
         for cpu in set.iter() {
             if let Some(w) = w {
@@ -253,8 +265,8 @@ pub fn check_load(
                     "CPU {cpu} cannot also carry cell {id} ({contract}): it carries {} ppm{} \
                      (limit {limit})",
                     l.ppm,
-                    if l.triggered {
-                        " and time-triggered cells"
+                    if l.windowed {
+                        " and windowed cells"
                     } else {
                         ""
                     }
@@ -293,7 +305,7 @@ pub fn place(candidates: &[usize], limit: u32, cells: &[TimeCell]) -> Result<Tim
                 .all(|cpu| plan.fits(cpu, &c.contract, limit));
         let phase = if !keep {
             None
-        } else if !matches!(c.contract, TimeContract::Triggered { .. }) {
+        } else if !windowed(&c.contract) {
             Some(0)
         } else {
             let set: Vec<usize> = c.previous.iter().collect();
@@ -346,7 +358,7 @@ pub fn place(candidates: &[usize], limit: u32, cells: &[TimeCell]) -> Result<Tim
             )
         });
         let order: Vec<usize> = fit.iter().map(|&(_, cpu)| cpu).collect();
-        let (phase, set) = if matches!(c.contract, TimeContract::Triggered { .. }) {
+        let (phase, set) = if windowed(&c.contract) {
             match plan.phase_for(&c.contract, c.cpus as usize, &order) {
                 Ok(found) => found,
                 Err(most) => {
@@ -460,7 +472,7 @@ fn no_room_reason(
             format!(
                 "CPU {cpu} {:.1} %{}",
                 pct(l.ppm),
-                if l.triggered { " triggered" } else { "" }
+                if l.windowed { " windowed" } else { "" }
             )
         })
         .collect();
@@ -469,10 +481,10 @@ fn no_room_reason(
          cells have room (each may carry {:.1} %; promised now: {})",
         c.cpus,
         pct(c.contract.ppm()),
-        if matches!(c.contract, TimeContract::Triggered { .. }) {
+        if windowed(&c.contract) {
             format!(
-                ", no time-fraction cell, and room for its windows between the windows already \
-                 there ({WINDOW_GAP_US} µs apart)"
+                ", and room for its windows between the windows already there \
+                 ({WINDOW_GAP_US} µs apart)"
             )
         } else {
             String::new()
@@ -532,6 +544,28 @@ mod tests {
     }
 
     #[test]
+    fn a_fractions_window_is_its_share_of_a_harmonic_period() {
+        use phase::fraction_windows as w;
+        assert_eq!(w(250_000, 2_000), Some((16_000, 4_000)));
+        assert_eq!(
+            w(50_000, 2_000),
+            Some((64_000, 3_200)),
+            "2 ms / 0.05 = 40 ms"
+        );
+        assert_eq!(
+            w(450_000, 10_000),
+            Some((32_000, 14_400)),
+            "slices of 10 ms"
+        );
+        assert_eq!(w(100, 2_000), None, "a 20 s period: CFS bandwidth instead");
+        let windows = Periodic::of(&fr(250_000), 3_000).unwrap();
+        assert_eq!(
+            (windows.period_us, windows.budget_us, windows.phase_us),
+            (16_000, 4_000, 3_000)
+        );
+    }
+
+    #[test]
     fn fractions_pack_onto_few_cpus() {
         let cells = [
             cell(1, fr(250_000), 1),
@@ -542,6 +576,12 @@ mod tests {
         checked(&plan, &cells);
         assert_eq!(plan.region().iter().collect::<Vec<_>>(), vec![3]);
         assert_eq!(plan.load[&3].ppm, 900_000);
+        // One after the other in each 16 ms: 6.4, then 4 and 4 ms, a gap
+        // between each (the checker above proves them apart).
+        let at = |id| plan.phases[&CellId(id)];
+        assert_eq!(at(2), 0);
+        assert_eq!(at(1), 6_400 + WINDOW_GAP_US);
+        assert_eq!(at(3), 6_400 + 4_000 + 2 * WINDOW_GAP_US);
     }
 
     #[test]
@@ -553,7 +593,8 @@ mod tests {
         ];
         let plan = place(&[3, 2, 1, 0], LIMIT, &cells).unwrap();
         checked(&plan, &cells);
-        // The fraction keeps off the triggered cells' CPUs; cell 3 shares
+        // The fraction (its 1.6 ms slice every 16 ms) finds no room for
+        // its windows beside cell 2's every 10 ms; cell 3 shares
         // cell 2's CPUs (best fit: the most loaded), its window a gap
         // after cell 2's.
         assert_eq!(list(&plan, 2), vec![2, 3]);

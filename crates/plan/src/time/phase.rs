@@ -30,7 +30,7 @@
 //! question ([`candidates`]). The search is exact up to [`MAX_SHIFTS`]
 //! shifts per neighbour (a 10 s period beside a 1 ms one has 10 000).
 
-use crate::spec::TimeContract;
+use crate::spec::{MAX_PERIOD_US, PPM, TimeContract};
 
 /// Time kept free between two windows on one CPU, µs: the broker's
 /// window timer acts tens of microseconds off an edge on a loaded
@@ -59,20 +59,28 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 }
 
 impl Periodic {
-    /// The windows of a time-triggered contract at `phase_us` (`None` for
-    /// other contracts).
+    /// The windows of a contract at `phase_us`: a time-triggered cell's
+    /// budget every period, and a time-fraction cell's share of a period
+    /// ([`fraction_windows`]: its threads run together, Tessellation's
+    /// gang, in pieces no shorter than its slice). `None` for other
+    /// contracts, and for a fraction whose period would pass
+    /// [`MAX_PERIOD_US`].
     pub fn of(contract: &TimeContract, phase_us: u32) -> Option<Periodic> {
-        match *contract {
+        let (period_us, budget_us) = match *contract {
             TimeContract::Triggered {
                 period_us,
                 budget_us,
-            } if period_us > 0 => Some(Periodic {
-                period_us,
-                budget_us,
-                phase_us: phase_us % period_us,
-            }),
-            _ => None,
-        }
+            } => (period_us, budget_us),
+            TimeContract::Fraction { ppm, .. } if ppm > 0 && ppm < PPM => {
+                fraction_windows(ppm, contract.slice_us())?
+            }
+            _ => return None,
+        };
+        (period_us > 0).then(|| Periodic {
+            period_us,
+            budget_us,
+            phase_us: phase_us % period_us,
+        })
     }
 
     /// Whether no window of `self` comes within [`WINDOW_GAP_US`] of a
@@ -83,6 +91,30 @@ impl Periodic {
         let d = (u64::from(other.phase_us) % g + g - u64::from(self.phase_us) % g) % g;
         d >= u64::from(self.budget_us) + gap && d + u64::from(other.budget_us) + gap <= g
     }
+}
+
+/// The shortest time-fraction period; every fraction's period is this
+/// times a power of two.
+pub const FRACTION_PERIOD_US: u32 = 16_000;
+
+/// A time-fraction cell's `(period, budget)` in µs for `ppm` millionths
+/// in slices of at least `slice_us`: the shortest period of
+/// [`FRACTION_PERIOD_US`] times a power of two in which its share is a
+/// whole slice, and its share of that period (rounded up). Fractions that
+/// share a period pack like intervals (their budgets and gaps need only
+/// fit one period), and periods of one series divide each other; with
+/// periods of `slice / f` they would rarely fit together (4 ms and 8 ms
+/// periods leave no 3.6 ms gap beside 2 ms windows every 4 ms). `None`
+/// past [`MAX_PERIOD_US`].
+pub fn fraction_windows(ppm: u32, slice_us: u32) -> Option<(u32, u32)> {
+    let natural = (u64::from(slice_us) * u64::from(PPM)).div_ceil(u64::from(ppm.max(1)));
+    let base = u64::from(FRACTION_PERIOD_US);
+    let period = natural.div_ceil(base).max(1).checked_next_power_of_two()? * base;
+    if period > u64::from(MAX_PERIOD_US) {
+        return None;
+    }
+    let budget = (period * u64::from(ppm)).div_ceil(u64::from(PPM));
+    Some((period as u32, budget as u32))
 }
 
 /// Phases worth trying for windows of `period_us` beside `neighbours`, in
