@@ -41,7 +41,7 @@ bash scripts/test-package.sh
 step "Slurm: the SPANK plugin on a one-node cluster (scripts/test-slurm.sh)"
 bash scripts/test-slurm.sh
 
-step "python package (scripts/test-python.sh: pip install ./python in a fresh venv, pytest)"
+step "python package (scripts/test-python.sh: the abi3 manylinux wheel in a fresh venv, pytest)"
 bash scripts/test-python.sh
 
 step "fuzzing, bounded (scripts/fuzz.sh; longer runs: bash scripts/fuzz.sh 600)"

@@ -391,5 +391,6 @@ int allot_shutdown(void);
 #include "allot/time.h"    /* time contracts and windows */
 #include "allot/goals.h"   /* goals and performance reports */
 #include "allot/channel.h" /* named channels between cells */
+#include "allot/hooks.h"   /* the preload shim's thread hooks (internal) */
 
 #endif /* ALLOT_H */

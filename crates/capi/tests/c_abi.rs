@@ -94,6 +94,7 @@ fn install_lays_out_the_prefix_and_is_idempotent() {
         "include/allot/time.h",
         "include/allot/goals.h",
         "include/allot/channel.h",
+        "include/allot/hooks.h",
         "lib/liballot.so",
         "lib/liballot.so.0",
         "lib/liballot.a",
@@ -298,6 +299,7 @@ fn the_library_exports_exactly_the_functions_the_header_declares() {
         "allot/time.h",
         "allot/goals.h",
         "allot/channel.h",
+        "allot/hooks.h",
     ]
     .map(|h| std::fs::read_to_string(prefix().join("include").join(h)).unwrap())
     .concat();
