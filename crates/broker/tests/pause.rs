@@ -157,3 +157,56 @@ fn a_broker_that_exits_thaws_its_paused_cells() {
         [GateCall::Close(make), GateCall::Open(make)]
     );
 }
+
+/// With isolation on, an exclusive cell is made a kernel partition over
+/// its grant (`Enforcer::set_partition`), a shared one is not, and a
+/// partition is asked again when the cell's CPUs change.
+#[test]
+fn isolation_makes_exclusive_cells_partitions_over_their_grants() {
+    use allot_enforce::Call;
+    let root = tempfile::tempdir().unwrap();
+    let mut w = world_configured(4, |c| {
+        c.isolate = true;
+        // A fixture tree, not this machine's /proc and /sys.
+        c.isolate_root = root.path().to_path_buf();
+    });
+    proc_of(&w, 100, 0);
+    proc_of(&w, 101, 0);
+    let exclusive = CellSpec {
+        min: 2,
+        exclusive: true,
+        ..Default::default()
+    };
+    let (ex, _, p) = page(register(&mut w, ROOT, "ex", exclusive, vec![100], false));
+    let _shared = page(register(
+        &mut w,
+        ROOT,
+        "shared",
+        CellSpec::default(),
+        vec![101],
+        false,
+    ));
+    let partitions = |w: &World| -> Vec<(u64, Option<allot_topo::CpuSet>)> {
+        w.dry
+            .calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                Call::Partition(id, cpus) => Some((id, cpus)),
+                _ => None,
+            })
+            .collect()
+    };
+    // Alone, it held every CPU; beside the shared cell, its two: each
+    // grant made it a partition again, the last over what it holds now.
+    let made = partitions(&w);
+    assert!(made.iter().all(|(id, _)| *id == ex), "{made:?}");
+    assert_eq!(made.last(), Some(&(ex, Some(grant(&p).cpus))), "{made:?}");
+    assert!(
+        made.windows(2).all(|m| m[0] != m[1]),
+        "no repeats: {made:?}"
+    );
+    // Nothing changes: nothing is asked again.
+    let n = made.len();
+    let _ = w.core.tick(std::time::Instant::now());
+    assert_eq!(partitions(&w).len(), n);
+}

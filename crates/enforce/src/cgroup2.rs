@@ -32,6 +32,8 @@ pub struct Cgroup2 {
     /// Remove the root at a clean stop: it is allot's own (or this run
     /// created it).
     remove_root: bool,
+    /// Cells the kernel isolates as partitions ([`crate::partition`]).
+    partitions: crate::partition::Partitions,
 }
 
 #[derive(Debug)]
@@ -113,6 +115,7 @@ impl Cgroup2 {
             root,
             cells: HashMap::new(),
             remove_root: created_root,
+            partitions: Default::default(),
         })
     }
 
@@ -180,6 +183,16 @@ impl Enforcer for Cgroup2 {
         let dir = self.root.join(format!("cell-{cell}"));
         let now = crate::adoptable(&*self.fs, &dir, cell)?;
         self.thaw(cell);
+        // A partition an earlier broker made: plain again, until this
+        // broker decides (it partitions exclusive cells again when asked).
+        if self
+            .fs
+            .read(&dir.join("cpuset.cpus.partition"))
+            .is_ok_and(|p| p.trim() != "member")
+        {
+            self.partitions
+                .unmake(self.fs.as_ref(), &self.root, cell, &dir);
+        }
         self.open_cell(cell)?;
         Ok(now)
     }
@@ -207,8 +220,15 @@ impl Enforcer for Cgroup2 {
     }
 
     fn apply(&mut self, cell: u64, a: &Applied) -> Result<()> {
+        let last = self.open_cell(cell)?.last;
+        // A partition's CPUs change only as a plain cell: the broker makes
+        // it a partition again over its new grant.
+        if last.map(|l| l.cpus) != Some(a.cpus) && self.partitions.holds(cell) {
+            let dir = self.root.join(format!("cell-{cell}"));
+            self.partitions
+                .unmake(self.fs.as_ref(), &self.root, cell, &dir);
+        }
         let c = self.open_cell(cell)?;
-        let last = c.last;
         if last.map(|l| l.cpus) != Some(a.cpus) {
             c.cpus
                 .set(&a.cpus.to_string())
@@ -252,6 +272,10 @@ impl Enforcer for Cgroup2 {
 
     fn remove(&mut self, cell: u64) -> Result<()> {
         let dir = self.root.join(format!("cell-{cell}"));
+        if self.partitions.holds(cell) {
+            self.partitions
+                .unmake(self.fs.as_ref(), &self.root, cell, &dir);
+        }
         self.cells.remove(&cell);
         self.thaw(cell);
         // allot's root has controllers enabled for its children, so (by the
@@ -289,6 +313,29 @@ impl Enforcer for Cgroup2 {
 
     fn existing(&mut self) -> Vec<u64> {
         crate::cell_dirs(self.fs.as_ref(), &self.root)
+    }
+
+    fn set_partition(&mut self, cell: u64, cpus: Option<CpuSet>) -> Result<bool> {
+        let dir = self.open_cell(cell)?.dir.clone();
+        let Some(cpus) = cpus else {
+            if self.partitions.holds(cell) {
+                self.partitions
+                    .unmake(self.fs.as_ref(), &self.root, cell, &dir);
+            }
+            return Ok(false);
+        };
+        if crate::partition::Partitions::unsupported(self.fs.as_ref(), &self.root).is_some() {
+            return Ok(false);
+        }
+        self.partitions
+            .make(self.fs.as_ref(), &self.root, cell, &dir, cpus)
+            .map(|()| true)
+            .map_err(|why| {
+                EnforceError::new(
+                    format!("make cell {cell} an isolated partition over CPUs {cpus}"),
+                    std::io::Error::other(why),
+                )
+            })
     }
 
     fn can_pause(&self) -> bool {

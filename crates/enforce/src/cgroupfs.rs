@@ -156,6 +156,8 @@ impl FixtureLayout {
                 ("cpuset.cpus", ""),
                 ("cpuset.mems", ""),
                 ("cpuset.cpus.effective", ""),
+                ("cpuset.cpus.exclusive", ""),
+                ("cpuset.cpus.partition", "member\n"),
                 ("cpu.weight", "100\n"),
                 ("cpu.max", "max 100000\n"),
                 ("cpu.stat", "usage_usec 0\nuser_usec 0\nsystem_usec 0\n"),

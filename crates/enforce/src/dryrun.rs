@@ -25,6 +25,8 @@ pub enum Call {
     IoWeights(u64, crate::IoWeights),
     /// `join_files` (with [`DryRun::with_join_files`]).
     JoinFiles(u64),
+    /// `set_partition`: made a partition over these CPUs, or plain again.
+    Partition(u64, Option<CpuSet>),
 }
 
 /// The dry-run backend. Clones share the log, the cells it holds and the
@@ -179,6 +181,14 @@ impl Enforcer for DryRun {
     }
     fn can_pause(&self) -> bool {
         !self.no_gates
+    }
+
+    fn set_partition(&mut self, cell: u64, cpus: Option<CpuSet>) -> Result<bool> {
+        self.log
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Call::Partition(cell, cpus));
+        Ok(cpus.is_some())
     }
 
     fn gate(&mut self, cell: u64) -> Result<Option<Box<dyn Gate>>> {

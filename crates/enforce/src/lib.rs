@@ -32,6 +32,7 @@ pub mod dryrun;
 pub mod gate;
 pub mod isolate;
 pub mod os;
+pub mod partition;
 pub mod runtimes;
 pub mod unmanaged;
 
@@ -223,6 +224,16 @@ pub trait Enforcer: Send + fmt::Debug {
     fn gate(&mut self, cell: u64) -> Result<Option<Box<dyn Gate>>> {
         let _ = cell;
         Ok(None)
+    }
+    /// Makes cell `cell` a partition the kernel itself keeps apart over
+    /// `cpus` (its grant; `None`: a plain cell again): no load balancing
+    /// across those CPUs, no unbound work on them ([`partition`]).
+    /// `Ok(true)`: the kernel isolates it now; `Ok(false)`: this backend
+    /// makes no partitions (here); `Err`: the kernel refused, with its
+    /// reason, and nothing was left half-done.
+    fn set_partition(&mut self, cell: u64, cpus: Option<CpuSet>) -> Result<bool> {
+        let _ = (cell, cpus);
+        Ok(false)
     }
     /// Whether [`Enforcer::gate`] gives every cell a gate (the backend has a
     /// freezer): the broker then pauses best-effort cells while guarantees

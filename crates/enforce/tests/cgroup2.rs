@@ -418,3 +418,60 @@ fn the_broker_leaves_the_top_of_its_delegated_subtree_on_the_kernel() {
             .unwrap();
     }
 }
+
+/// An exclusive cell made a cpuset partition (fixture: a kernel with
+/// `cpuset.cpus.exclusive`, allot's root a child of the hierarchy's root):
+/// made over its grant, undone before its CPUs change and when it is
+/// removed; under a deeper root none is tried.
+#[test]
+fn fixture_partitions_follow_the_cell_and_are_undone_before_a_change() {
+    let (dir, fs) = fixture();
+    // The hierarchy's root has no cpuset.cpus.exclusive of its own.
+    std::fs::remove_file(dir.path().join("cpuset.cpus.exclusive")).unwrap();
+    let root = dir.path().join("allot");
+    let mut b = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(4)).unwrap();
+    b.create(1).unwrap();
+    let two = CpuSet::parse_list("2-3").unwrap();
+    let applied = |cpus| Applied {
+        cpus,
+        weight: 1,
+        bandwidth: None,
+    };
+    b.apply(1, &applied(two)).unwrap();
+    assert!(b.set_partition(1, Some(two)).unwrap());
+    let cell = root.join("cell-1");
+    assert_eq!(
+        fs.read(&cell.join("cpuset.cpus.partition")).unwrap(),
+        "isolated"
+    );
+    assert_eq!(fs.read(&root.join("cpuset.cpus.exclusive")).unwrap(), "2-3");
+    // New CPUs: a plain cell first.
+    b.apply(1, &applied(CpuSet::parse_list("3").unwrap()))
+        .unwrap();
+    assert_eq!(
+        fs.read(&cell.join("cpuset.cpus.partition")).unwrap(),
+        "member"
+    );
+    assert_eq!(fs.read(&root.join("cpuset.cpus.exclusive")).unwrap(), "");
+    assert!(
+        b.set_partition(1, Some(CpuSet::parse_list("3").unwrap()))
+            .unwrap()
+    );
+    assert!(!b.set_partition(1, None).unwrap());
+    assert_eq!(
+        fs.read(&cell.join("cpuset.cpus.partition")).unwrap(),
+        "member"
+    );
+    assert!(
+        b.set_partition(1, Some(CpuSet::parse_list("3").unwrap()))
+            .unwrap()
+    );
+    b.remove(1).unwrap();
+    assert_eq!(fs.read(&root.join("cpuset.cpus.exclusive")).unwrap(), "");
+    // A root below someone else's cgroup: no partition is tried.
+    let deeper = root.join("unit");
+    fs.mkdir(&deeper).unwrap();
+    let mut d = Cgroup2::new(fs.clone(), deeper.join("cells"), CpuSet::first_n(4)).unwrap();
+    d.create(2).unwrap();
+    assert!(!d.set_partition(2, Some(two)).unwrap());
+}

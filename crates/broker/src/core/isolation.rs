@@ -5,6 +5,13 @@
 //! the whole machine, so tests and shared machines never see it unless
 //! asked.
 //!
+//! On cgroup v2 each exclusive cell is also made a cpuset partition the
+//! kernel isolates (`Enforcer::set_partition`, `allot_enforce::partition`:
+//! no load balancing across its CPUs), where the kernel and the layout
+//! allow; the mover below keeps running for every exclusive CPU (the
+//! kernel's partitions leave interrupts where they are), and is all there
+//! is where no partition could be made.
+//!
 //! Protocol: after every plan, the CPUs to keep clear are the union of
 //! the exclusive cells' grants. When that set changes, isolation runs
 //! again (saving each file's first value); when it becomes empty, every
@@ -18,6 +25,7 @@ use super::Engine;
 use crate::{info, warn};
 use allot_enforce::isolate::{self, Report, Saved, SysFiles};
 use allot_topo::CpuSet;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// The broker's isolation state.
@@ -28,6 +36,11 @@ pub(crate) struct Isolation {
     path: PathBuf,
     saved: Saved,
     clear: CpuSet,
+    /// Exclusive cells the kernel isolates as partitions, over these CPUs.
+    partitioned: BTreeMap<u64, CpuSet>,
+    /// Partitions tried and not made (the kernel or the layout refused),
+    /// not tried again until the cell's CPUs change.
+    refused: BTreeMap<u64, CpuSet>,
 }
 
 impl Isolation {
@@ -40,6 +53,8 @@ impl Isolation {
             path: isolate::saved_path(state_dir),
             saved: Saved::default(),
             clear: CpuSet::default(),
+            partitioned: BTreeMap::new(),
+            refused: BTreeMap::new(),
         };
         match std::fs::read_to_string(&i.path) {
             Ok(text) => match serde_json::from_str::<Saved>(&text) {
@@ -123,16 +138,69 @@ impl Isolation {
 }
 
 impl Engine {
-    /// The exclusive cells' CPUs of the current plan kept clear (if on).
+    /// The exclusive cells' CPUs of the current plan kept clear (if on):
+    /// partitions where the kernel makes them, the mover for all.
     pub(super) fn follow_isolation(&mut self) {
-        let clear: CpuSet = self
+        let exclusive: BTreeMap<u64, CpuSet> = self
             .plan
             .cells
             .iter()
             .filter(|(id, _)| self.cells.get(&id.0).is_some_and(|c| c.spec.exclusive))
-            .fold(CpuSet::default(), |acc, (_, g)| acc.union(&g.cpus));
+            .map(|(id, g)| (id.0, g.cpus))
+            .collect();
+        if self.isolation.on {
+            self.follow_partitions(&exclusive);
+        }
+        let clear = exclusive
+            .values()
+            .fold(CpuSet::default(), |acc, c| acc.union(c));
         let machine = *self.machine.usable();
         self.isolation.follow(&machine, clear);
+    }
+
+    /// Makes each exclusive cell of `want` a kernel partition over its
+    /// CPUs, and those no longer exclusive plain cells again.
+    fn follow_partitions(&mut self, want: &BTreeMap<u64, CpuSet>) {
+        let iso = &mut self.isolation;
+        let gone: Vec<u64> = iso
+            .partitioned
+            .keys()
+            .filter(|id| !want.contains_key(id))
+            .copied()
+            .collect();
+        for id in gone {
+            iso.partitioned.remove(&id);
+            if self.cells.contains_key(&id) {
+                let _ = self.enforcer.set_partition(id, None);
+            }
+        }
+        iso.refused.retain(|id, cpus| want.get(id) == Some(cpus));
+        for (&id, &cpus) in want {
+            if iso.partitioned.get(&id) == Some(&cpus) || iso.refused.contains_key(&id) {
+                continue;
+            }
+            iso.partitioned.remove(&id);
+            match self.enforcer.set_partition(id, Some(cpus)) {
+                Ok(true) => {
+                    info!("cell {id}: CPUs {cpus} are an isolated cpuset partition");
+                    if let Some(c) = self.cells.get_mut(&id) {
+                        c.timeline
+                            .note("partition", format!("isolated over CPUs {cpus}"), None);
+                    }
+                    iso.partitioned.insert(id, cpus);
+                }
+                Ok(false) => {
+                    iso.refused.insert(id, cpus);
+                }
+                Err(e) => {
+                    warn!(
+                        "cell {id}: {e}; its CPUs are kept clear by moving interrupts and \
+                         workqueues off them"
+                    );
+                    iso.refused.insert(id, cpus);
+                }
+            }
+        }
     }
 }
 
