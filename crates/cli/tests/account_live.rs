@@ -286,3 +286,95 @@ fn the_cells_other_processes_keep_off_a_cpu_one_of_them_holds() {
         d.log()
     );
 }
+
+/// A kind of the program's own with operations (they do nothing here).
+#[derive(Debug)]
+struct NoOps;
+
+impl allot_require::kind::KindOps for NoOps {
+    fn restrict(&self, _amounts: &[Option<f64>]) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// `Link`: two devices of 1.0, registered with operations.
+fn register_link(rt: &Blocks) {
+    use allot_require::kind::{Device, Kind};
+    let dev = |name: &str| Device {
+        name: name.into(),
+        min: 0.0,
+        max: 1.0,
+    };
+    rt.register_kind(Kind::with_ops(
+        "Link",
+        vec![dev("a"), dev("b")],
+        std::sync::Arc::new(NoOps),
+    ))
+    .unwrap();
+}
+
+/// The child role of the test below: registers `Link`, says it asks, takes
+/// device `a` whole, says it got it. Selected by ALLOT_KIND_CHILD=1.
+#[test]
+fn kind_child_role() {
+    if std::env::var("ALLOT_KIND_CHILD").is_err() {
+        return;
+    }
+    let socket = std::env::var("ALLOT_SOCKET").unwrap();
+    let m = allot_topo::discover_live().unwrap();
+    let rt = Blocks::with_broker(m, false, Some(socket.as_ref())).into_static();
+    register_link(rt);
+    println!("asking");
+    let _s = rt.enter(vec![Request::device("Link", 0, 1.0)]).unwrap();
+    println!("got");
+}
+
+/// Poli-C §4.2.3: a kind registered with operations is the machine's, as
+/// its kinds are registered through policd. Two processes register the same
+/// `Link`; while one holds device `a` whole, the other's request for it
+/// waits, and gets it once the first lets go. (Before, each process had
+/// its own `a`, and both held it "exclusively" at once.)
+#[test]
+fn a_kind_with_operations_is_exclusive_across_processes() {
+    let d = Daemon::start(backend(), &[]);
+    let m = allot_topo::discover_live().unwrap();
+    let rt = Blocks::with_broker(m, false, Some(&d.socket)).into_static();
+    register_link(rt);
+    let held = rt.enter(vec![Request::device("Link", 0, 1.0)]).unwrap();
+    let argv = role("kind_child_role");
+    let mut child = std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .env("ALLOT_KIND_CHILD", "1")
+        .env("ALLOT_SOCKET", &d.socket)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = BufReader::new(child.stdout.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in out.lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let said = |want: &str, within: Duration| {
+        let until = std::time::Instant::now() + within;
+        while let Some(left) = until.checked_duration_since(std::time::Instant::now()) {
+            match rx.recv_timeout(left) {
+                Ok(l) if l.contains(want) => return true,
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+        }
+        false
+    };
+    assert!(said("asking", Duration::from_secs(20)), "{}", d.log());
+    // Asking, it must not get `a` while this process holds it.
+    assert!(
+        !said("got", Duration::from_millis(300)),
+        "the other process took a device held here"
+    );
+    drop(held);
+    assert!(said("got", Duration::from_secs(10)), "{}", d.log());
+    assert!(child.wait().unwrap().success());
+}

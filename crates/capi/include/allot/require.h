@@ -334,16 +334,22 @@ typedef struct {
     void *arg;
 } allot_kind_ops_t;
 
-/* Registers resource kind `name` of this process with `n` devices and the
- * operations `*ops` (copied): requests (allot_kind_dev, allot_kind) and
- * policies use it exactly like the built-in kinds; its devices are this
- * process's, never shared through a broker (allot_kind_define's virtual
- * kinds are). Rust: Blocks::register_kind.
+/* Registers resource kind `name` with `n` devices and the operations
+ * `*ops` (copied): requests (allot_kind_dev, allot_kind) and policies use it
+ * exactly like the built-in kinds. With a broker the kind is the
+ * machine's: its devices (and their minimums) are defined there, every
+ * process registering the same definition shares them, and what one holds
+ * exclusively no other holds; the operations run in each registering
+ * process. Without a broker its devices are this process's. Rust:
+ * Blocks::register_kind.
  *
- * Contexts: any thread, outside policy functions. Does not block.
+ * Contexts: any thread, outside policy functions. Blocks for a round trip
+ *   to the broker, if any.
  * Errors: ALLOT_ERR_INVALID (name or devs or ops NULL; n 0 or above 65536;
  *   a name not UTF-8; a maximum not finite and above 0 or a minimum
- *   outside 0..max; a kind of that name exists).
+ *   outside 0..max; a kind of that name exists in this process);
+ *   ALLOT_ERR_REFUSED (the broker refused it: another process defined the
+ *   name with other devices).
  * Undefined behaviour: strings not NUL-terminated; devs shorter than n;
  *   functions not callable as declared. */
 int allot_kind_register(const char *name, const allot_kind_dev_t *devs,

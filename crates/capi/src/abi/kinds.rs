@@ -12,7 +12,7 @@
 //! enter or leave a `require` block, and should return quickly.
 
 use super::site::Busy;
-use super::status::{Error, entry};
+use super::status::{Error, Status, entry};
 use allot_require::kind::{Device, Kind, KindOps};
 use allot_require::{Blocks, RequireError};
 use std::ffi::{CStr, c_char, c_int, c_void};
@@ -164,6 +164,9 @@ pub unsafe extern "C" fn allot_kind_register(
         rt.register_kind(kind).map_err(|e| match e {
             RequireError::KindExists(_) => {
                 Error::invalid(format!("resource kind {name:?} already exists"))
+            }
+            refused @ RequireError::KindRefused(..) => {
+                Error::new(Status::Refused, refused.to_string())
             }
             other => Error::invalid(other.to_string()),
         })

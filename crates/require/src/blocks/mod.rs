@@ -314,13 +314,17 @@ impl Blocks {
     /// each device's [`DevView::rate`] when `kind.measured`), `restrict`
     /// and `throttle` (applied to a thread's holdings as for the built-in
     /// kinds). Policies and per-device requests use it exactly like those.
-    /// The kind is this process's: with a broker, its devices are not
-    /// shared with other processes (virtual kinds are: use
-    /// [`Blocks::register_virtual`] for counting only). Errors: a kind of
-    /// that name exists ([`RequireError::KindExists`]), or the kind has no
-    /// operations, no devices, or a device whose maximum is not positive
-    /// and finite or whose minimum is outside 0..=max
-    /// ([`RequireError::BadKind`]).
+    /// With a broker the kind is the machine's (Poli-C registers kinds
+    /// through policd): its name and devices, with each device's minimum,
+    /// are defined there, every process that registers the same definition
+    /// shares the devices, and what one holds exclusively no other holds;
+    /// the operations stay in each registering process. Without a broker
+    /// the devices are this process's. Errors: a kind of that name exists
+    /// ([`RequireError::KindExists`]), or the kind has no operations, no
+    /// devices, a device whose maximum is not positive and finite or whose
+    /// minimum is outside 0..=max ([`RequireError::BadKind`]), or the
+    /// broker refused the definition (another process defined the name with
+    /// other devices: [`RequireError::KindRefused`]).
     pub fn register_kind(&self, kind: kind::Kind) -> Result<(), RequireError> {
         let bad = |why: String| Err(RequireError::BadKind(kind.name.clone(), why));
         if kind.ops.is_none() {
@@ -343,7 +347,26 @@ impl Blocks {
         if st.by_name.contains_key(&kind.name) {
             return Err(RequireError::KindExists(kind.name.clone()));
         }
-        add_kind_local(&mut st, kind);
+        // With a broker the kind is the machine's: its devices and their
+        // minimums are defined there (the same definition from another
+        // process makes it a definer too), so what one process holds
+        // exclusively no other holds; the operations stay here.
+        let Some(link) = st.link.as_mut() else {
+            add_kind_local(&mut st, kind);
+            return Ok(());
+        };
+        let devs = kind
+            .devices
+            .iter()
+            .map(|d| DeviceDef {
+                name: d.name.clone(),
+                min: d.min,
+                max: d.max,
+            })
+            .collect();
+        link.define(&kind.name, devs)
+            .map_err(|why| RequireError::KindRefused(kind.name.clone(), why))?;
+        add_kind(&mut st, kind);
         Ok(())
     }
 

@@ -145,6 +145,10 @@ pub enum RequireError {
     /// A kind that cannot be registered as given.
     #[error("resource kind {0:?} cannot be registered: {1}")]
     BadKind(String, String),
+    /// The broker refused a kind's definition (another process defined
+    /// the name with other devices, or a limit).
+    #[error("resource kind {0:?} cannot be registered: the broker refused it: {1}")]
+    KindRefused(String, String),
     /// A non-zero amount on a device whose kind cannot enforce it on this
     /// machine (an I/O weight on a device whose scheduler ignores weights).
     #[error("{site}: {kind} device {dev} cannot be held as asked: {why}")]
