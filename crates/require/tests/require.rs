@@ -465,22 +465,9 @@ fn a_team_in_a_block_gets_one_cpu_per_thread_and_a_lone_thread_keeps_all() {
         let block = rt.enter(vec![Request::policy(policy::cores(2))]).unwrap();
         assert_eq!(affinity().len(), 2, "alone in its block: both CPUs");
         let granted = affinity();
-        let mut children = Vec::new();
-        let (seen_tx, seen_rx) = std::sync::mpsc::channel();
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        let done_rx = std::sync::Arc::new(std::sync::Mutex::new(done_rx));
-        for _ in 0..3 {
-            let ctx = rt.spawn_prepare().unwrap();
-            let (seen_tx, done_rx) = (seen_tx.clone(), done_rx.clone());
-            children.push(std::thread::spawn(move || {
-                let _g = rt.child_start(ctx);
-                seen_tx.send(affinity()).unwrap();
-                let _ = done_rx.lock().unwrap().recv();
-            }));
-            rt.spawn_done();
-        }
+        let team = spawn_team(rt, 3);
         let mut masks = vec![affinity()];
-        masks.extend((0..3).map(|_| seen_rx.recv().unwrap()));
+        masks.extend(team.iter().map(|m| m.mask.clone()));
         // Four threads on two CPUs: one CPU each, two on each CPU.
         for m in &masks {
             assert!(m.len() == 1 && granted.contains(&m[0]), "{masks:?}");
@@ -489,10 +476,9 @@ fn a_team_in_a_block_gets_one_cpu_per_thread_and_a_lone_thread_keeps_all() {
             let on = masks.iter().filter(|m| m[0] == *c).count();
             assert_eq!(on, 2, "threads on CPU {c}: {masks:?}");
         }
-        drop(done_tx);
         rt.block_current();
-        for h in children {
-            h.join().unwrap();
+        for m in team {
+            m.end();
         }
         rt.unblock_current();
         assert_eq!(affinity(), granted, "the team ended: the whole block");
@@ -641,6 +627,54 @@ fn waits_give_back_by_kind_and_the_count_says_so() {
     .unwrap();
 }
 
+/// A thread spawned into its creator's block: its id, the CPUs it saw on
+/// starting, and how to end it.
+struct Member {
+    tid: u32,
+    mask: Vec<usize>,
+    end: std::sync::mpsc::Sender<()>,
+    handle: std::thread::JoinHandle<()>,
+}
+
+impl Member {
+    /// Ends the thread and waits for it.
+    fn end(self) {
+        drop(self.end);
+        self.handle.join().unwrap();
+    }
+}
+
+/// `n` threads spawned by the caller through `rt`'s spawn point (so they
+/// share the caller's block), each started and placed, in spawn order.
+fn spawn_team(rt: &'static Blocks, n: usize) -> Vec<Member> {
+    let (seen_tx, seen_rx) = std::sync::mpsc::channel();
+    let mut started = Vec::new();
+    for i in 0..n {
+        let ctx = rt.spawn_prepare().unwrap();
+        let seen_tx = seen_tx.clone();
+        let (end, end_rx) = std::sync::mpsc::channel::<()>();
+        let handle = std::thread::spawn(move || {
+            let _g = rt.child_start(ctx);
+            let tid = rustix::thread::gettid().as_raw_nonzero().get() as u32;
+            seen_tx.send((i, tid, affinity())).unwrap();
+            let _ = end_rx.recv();
+        });
+        rt.spawn_done();
+        started.push((end, handle));
+    }
+    let mut seen: Vec<(usize, u32, Vec<usize>)> = (0..n).map(|_| seen_rx.recv().unwrap()).collect();
+    seen.sort(); // by spawn order
+    seen.into_iter()
+        .zip(started)
+        .map(|((_, tid, mask), (end, handle))| Member {
+            tid,
+            mask,
+            end,
+            handle,
+        })
+        .collect()
+}
+
 /// A thread's CPUs, by thread id (any thread of this process).
 fn affinity_of(tid: u32) -> Vec<usize> {
     let pid = rustix::process::Pid::from_raw(tid as i32).unwrap();
@@ -666,50 +700,24 @@ fn when_members_end_the_team_spreads_again_over_the_cpus_they_left() {
     std::thread::spawn(move || {
         let block = rt.enter(vec![Request::policy(policy::cores(2))]).unwrap();
         let granted = affinity();
-        let mut children = Vec::new();
-        let (seen_tx, seen_rx) = std::sync::mpsc::channel();
-        for i in 0..3 {
-            let ctx = rt.spawn_prepare().unwrap();
-            let seen_tx = seen_tx.clone();
-            let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
-            let h = std::thread::spawn(move || {
-                let _g = rt.child_start(ctx);
-                let tid = rustix::thread::gettid().as_raw_nonzero().get() as u32;
-                seen_tx.send((i, tid, affinity())).unwrap();
-                let _ = end_rx.recv();
-            });
-            rt.spawn_done();
-            children.push((end_tx, h));
-        }
-        let mut seen: Vec<(usize, u32, Vec<usize>)> =
-            (0..3).map(|_| seen_rx.recv().unwrap()).collect();
-        seen.sort(); // by child index
-        let seen: Vec<(u32, Vec<usize>)> = seen.into_iter().map(|(_, t, m)| (t, m)).collect();
+        let team = spawn_team(rt, 3);
         let mine = affinity();
         assert_eq!(mine.len(), 1, "{mine:?}");
         let other = *granted.iter().find(|&&c| c != mine[0]).unwrap();
         // The two children on the CPU the leader is not on end.
-        let (leaving, staying): (Vec<usize>, Vec<usize>) =
-            (0..3).partition(|&i| seen[i].1 == [other]);
-        assert_eq!((leaving.len(), staying.len()), (2, 1), "{seen:?}");
-        let stay_tid = seen[staying[0]].0;
-        let mut kept = Vec::new();
-        for (i, (end_tx, h)) in children.into_iter().enumerate() {
-            if leaving.contains(&i) {
-                drop(end_tx);
-                h.join().unwrap();
-            } else {
-                kept.push((end_tx, h));
-            }
+        let (leaving, staying): (Vec<Member>, Vec<Member>) =
+            team.into_iter().partition(|m| m.mask == [other]);
+        assert_eq!((leaving.len(), staying.len()), (2, 1));
+        for m in leaving {
+            m.end();
         }
         // The leader and the child left share one CPU no more: one of them
         // was moved onto the CPU the others left.
-        let masks = [affinity(), affinity_of(stay_tid)];
+        let masks = [affinity(), affinity_of(staying[0].tid)];
         assert!(masks.iter().all(|m| m.len() == 1), "{masks:?}");
         assert_ne!(masks[0], masks[1], "spread over both CPUs again: {masks:?}");
-        for (end_tx, h) in kept {
-            drop(end_tx);
-            h.join().unwrap();
+        for m in staying {
+            m.end();
         }
         drop(block);
     })
