@@ -9,7 +9,9 @@
 //! ```text
 //! cargo bench -p allot-capi --bench image_server [-- OPTIONS]
 //!
-//!   --quick          4 rates, 1 round, 1.5 s bursts
+//!   --quick          4 rates, 1 round, 1.5 s bursts; charts under target/tmp
+//!                    unless --out is given (a quick look never replaces the
+//!                    documented charts)
 //!   --burst SECONDS  burst length (default 3; env ALLOT_BENCH_BURST)
 //!   --rounds N       rounds over every rate and variant (default 3;
 //!                    env ALLOT_BENCH_IMAGE_ROUNDS)
@@ -116,7 +118,9 @@ against request rate, fixed OpenMP team sizes against require(fair_cores).
 
 usage: cargo bench -p allot-capi --bench image_server [-- OPTIONS]
 
-  --quick          4 rates, 1 round, 1.5 s bursts
+  --quick          4 rates, 1 round, 1.5 s bursts; charts under target/tmp
+                   unless --out is given (a quick look never replaces the
+                   documented charts)
   --burst SECONDS  burst length (default 3; env ALLOT_BENCH_BURST)
   --rounds N       rounds over every rate and variant (default 3;
                    env ALLOT_BENCH_IMAGE_ROUNDS)
@@ -136,6 +140,7 @@ fn parse_opts() -> Opts {
         rounds: env_f64("ALLOT_BENCH_IMAGE_ROUNDS").map_or(3, |v| v as usize),
         out: repo.join("docs/img/image_server.png"),
     };
+    let mut out_given = false;
     let mut burst_given = std::env::var_os("ALLOT_BENCH_BURST").is_some();
     let mut rounds_given = std::env::var_os("ALLOT_BENCH_IMAGE_ROUNDS").is_some();
     let mut args = std::env::args().skip(1);
@@ -165,7 +170,10 @@ fn parse_opts() -> Opts {
                     .unwrap_or_else(|_| fail(format!("bad --rounds {v}")));
                 rounds_given = true;
             }
-            "--out" => o.out = PathBuf::from(value("--out")),
+            "--out" => {
+                o.out = PathBuf::from(value("--out"));
+                out_given = true;
+            }
             "-h" | "--help" => {
                 println!("{HELP}");
                 std::process::exit(0)
@@ -174,6 +182,9 @@ fn parse_opts() -> Opts {
         }
     }
     if o.quick {
+        if !out_given {
+            o.out = repo.join("target/tmp/image_server/quick.png");
+        }
         if !burst_given {
             o.burst = 1.5;
         }
