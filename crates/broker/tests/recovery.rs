@@ -276,3 +276,61 @@ fn generations_keep_growing_across_a_restart_when_only_shares_changed() {
     }
     assert!(grant(&pa).generation > seen, "the page never goes back");
 }
+
+/// A broker killed between a cpuset write and its journal line leaves the
+/// kernel ahead of the journal. The next broker plans from what the kernel
+/// confines each cell to, so it rewrites a cell whose grant only the
+/// journal thinks unchanged, and never grows another cell into CPUs that
+/// cell still holds.
+#[test]
+fn a_restarted_broker_plans_from_the_kernels_cpusets_not_a_stale_journal() {
+    use allot_enforce::{Applied, Enforcer};
+    let dir = tempfile::tempdir().unwrap();
+    let os = FakeOs::new();
+    os.spawn(100, 0, 1, &CpuSet::first_n(4));
+    let dry = allot_enforce::DryRun::new();
+    let (mut w, _) = world_with_backend(4, dir, os.clone(), dry.clone());
+    let exclusive = CellSpec {
+        min: 1,
+        max: 1,
+        exclusive: true,
+        ..Default::default()
+    };
+    let (id, _, p) = page(register(&mut w, ROOT, "x", exclusive, vec![100], false));
+    let journaled = grant(&p).cpus;
+    // The kernel moved on without the journal (the broker died in between).
+    let other = CpuSet::first_n(4)
+        .difference(&journaled)
+        .iter()
+        .next()
+        .unwrap();
+    let ahead = CpuSet::parse_list(&other.to_string()).unwrap();
+    let mut kernel = dry.clone();
+    kernel
+        .apply(
+            id,
+            &Applied {
+                cpus: ahead,
+                weight: 1,
+                bandwidth: None,
+            },
+        )
+        .unwrap();
+    let World { core, _dir, .. } = w;
+    drop(core);
+    let (w2, _) = world_with_backend(4, _dir, os, dry.clone());
+    // The new broker wrote the cell's cpuset again (or kept the kernel's),
+    // so what it plans and what the kernel enforces agree.
+    let st = w2.core.status(ROOT);
+    let planned = CpuSet::parse_list(&st.cells[0].cpus).unwrap();
+    let last = dry
+        .calls()
+        .into_iter()
+        .rev()
+        .find_map(|c| match c {
+            allot_enforce::Call::Apply(i, a) if i == id => Some(a.cpus),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(last, planned, "the kernel holds what the broker believes");
+}

@@ -68,9 +68,26 @@ impl Engine {
                 );
             }
             let generation = rec.grant.as_ref().map_or(0, |g| g.generation);
-            let grant = rec.grant.as_ref().map(GrantRec::grant);
+            let mut grant = rec.grant.as_ref().map(GrantRec::grant);
             if let Some(g) = &grant {
                 grants.insert(CellId(id), g.clone());
+            }
+            // What the kernel confines it to now is the truth the next
+            // plan starts from: a broker killed between a cpuset write and
+            // its journal line left the kernel ahead of the journal, and a
+            // plan that believed the journal would skip the write (the
+            // grant "unchanged") or grow another cell into CPUs this one
+            // still holds.
+            if let (Some(g), Ok(Some(now))) = (grant.as_mut(), &adopted)
+                && g.cpus != *now
+            {
+                info!(
+                    "cell {id}: the kernel confines it to CPUs {now}, the journal says {}; \
+                     planning from the kernel's",
+                    g.cpus
+                );
+                g.cpus = *now;
+                g.lent = g.lent.intersection(now);
             }
             let est = Estimator::restored(rec.grant.as_ref().and_then(|g| g.demand));
             let mut cell = Cell::new(
