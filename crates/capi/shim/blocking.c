@@ -304,12 +304,6 @@ EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int max, int timeou
 
 /* ---- contended mutexes ----------------------------------------------- */
 
-int real_mutex_lock(pthread_mutex_t *m)
-{
-    int (*real)(pthread_mutex_t *) = b_real(B_MUTEX_LOCK);
-    return real(m);
-}
-
 /* Only a mutex another thread holds makes a wait: a trylock first. Its
  * answer is the lock's whenever it is not EBUSY (taken, EOWNERDEAD of a
  * robust mutex, EINVAL, EAGAIN of a recursive count). Once the lock is

@@ -71,8 +71,6 @@ int rq_releases(int kind);
 void rq_block_for(int kind);
 void rq_unblock(void);
 int rq_try_block(void);
-/* The real pthread_mutex_lock, for the shim's own locking (blocking.c). */
-int real_mutex_lock(pthread_mutex_t *m);
 /* After a wait that returned with `m` locked: retake the allocation,
  * unlocking `m` meanwhile if it cannot be retaken at once (threads.c). */
 void rq_after_wait(pthread_mutex_t *m);

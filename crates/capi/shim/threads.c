@@ -81,15 +81,17 @@ enum real_sym {
     R_COND_TIMEDWAIT,
     R_COND_CLOCKWAIT,
     R_GETAFFINITY,
+    R_MUTEX_LOCK,
     R_COUNT
 };
 static void *g_real[R_COUNT];
 static const char *const real_name[R_COUNT] = {
     "pthread_create",         "pthread_join",           "pthread_cond_wait",
-    "pthread_cond_timedwait", "pthread_cond_clockwait", "sched_getaffinity"};
+    "pthread_cond_timedwait", "pthread_cond_clockwait", "sched_getaffinity",
+    "pthread_mutex_lock"};
 /* The version to forward to where libc keeps an older one beside it. */
 static const char *const real_version[R_COUNT] = {NULL, NULL, "GLIBC_2.3.2", "GLIBC_2.3.2",
-                                                  NULL, "GLIBC_2.3.4"};
+                                                  NULL, "GLIBC_2.3.4", NULL};
 
 static __attribute__((noinline)) void *real_slow(enum real_sym s)
 {
@@ -271,7 +273,8 @@ void rq_after_wait(pthread_mutex_t *m)
     if (!g_rq.try_unblock()) {
         pthread_mutex_unlock(m);
         g_rq.unblock();
-        real_mutex_lock(m);
+        /* The real lock: blocking.c's wrapper would give back again. */
+        ((int (*)(pthread_mutex_t *))real_fn(R_MUTEX_LOCK))(m);
     }
     errno = saved;
 }
