@@ -110,6 +110,88 @@ fn a_guarantee_takes_the_last_cpu_from_best_effort_cells_which_pause() {
 }
 
 #[test]
+fn a_paused_cell_is_frozen_before_a_guarantee_grows_into_its_cpus() {
+    use allot_enforce::dryrun::Call;
+    let mut w = world(2);
+    for pid in [100, 200] {
+        proc_of(&w, pid, 0);
+    }
+    let (make, _, _pm) = page(register(
+        &mut w,
+        ROOT,
+        "make",
+        CellSpec::default(),
+        vec![100],
+        false,
+    ));
+    let before = w.dry.calls().len();
+    let (big, _, _) = page(register(
+        &mut w,
+        ROOT,
+        "big",
+        exclusive(2),
+        vec![200],
+        false,
+    ));
+    let calls = w.dry.calls()[before..].to_vec();
+    let frozen = calls
+        .iter()
+        .position(|c| *c == Call::Gate(GateCall::Close(make)))
+        .unwrap_or_else(|| panic!("make was not frozen: {calls:?}"));
+    let grown = calls
+        .iter()
+        .position(|c| matches!(c, Call::Apply(id, a) if *id == big && !a.cpus.is_empty()))
+        .unwrap_or_else(|| panic!("big got no CPUs: {calls:?}"));
+    assert!(
+        frozen < grown,
+        "big was given make's CPUs before make was frozen: {calls:?}"
+    );
+}
+
+#[test]
+fn a_freeze_that_left_threads_running_is_sent_again_until_they_stop() {
+    let mut w = world(2);
+    for pid in [100, 200] {
+        proc_of(&w, pid, 0);
+    }
+    let (make, _, _pm) = page(register(
+        &mut w,
+        ROOT,
+        "make",
+        CellSpec::default(),
+        vec![100],
+        false,
+    ));
+    // Some thread of "make" keeps running whatever is asked.
+    w.dry.set_gate_stopped(Some(false));
+    let _ = page(register(
+        &mut w,
+        ROOT,
+        "big",
+        exclusive(2),
+        vec![200],
+        false,
+    ));
+    let closes = |w: &World| {
+        w.dry
+            .gate_calls()
+            .iter()
+            .filter(|g| **g == GateCall::Close(make))
+            .count()
+    };
+    // The reconcile waited (bounded) and sent it again meanwhile.
+    let after_register = closes(&w);
+    assert!(after_register >= 2, "{:?}", w.dry.gate_calls());
+    // Every tick sends it again while threads run ...
+    w.core.tick(std::time::Instant::now());
+    assert_eq!(closes(&w), after_register + 1, "{:?}", w.dry.gate_calls());
+    // ... and not once they all stopped.
+    w.dry.set_gate_stopped(Some(true));
+    w.core.tick(std::time::Instant::now());
+    assert_eq!(closes(&w), after_register + 1, "{:?}", w.dry.gate_calls());
+}
+
+#[test]
 fn without_a_freezer_one_cpu_stays_with_best_effort_cells() {
     let dir = tempfile::tempdir().unwrap();
     let (mut w, _) = world_with_backend(2, dir, Default::default(), DryRun::new().without_gates());

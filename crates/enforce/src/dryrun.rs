@@ -2,10 +2,11 @@
 //! simulations, and trying a configuration on a machine you do not want to
 //! change.
 
-use crate::gate::{Gate, GateCall, RecordingGate};
+use crate::gate::{Gate, GateCall};
 use crate::{Applied, BackendKind, Enforcer, Result};
 use allot_topo::CpuSet;
 use std::collections::HashMap;
+use std::io;
 use std::sync::{Arc, Mutex};
 
 /// One recorded call.
@@ -27,6 +28,9 @@ pub enum Call {
     JoinFiles(u64),
     /// `set_partition`: made a partition over these CPUs, or plain again.
     Partition(u64, Option<CpuSet>),
+    /// A gate's `open` or `close` (also in [`DryRun::gate_calls`]), so
+    /// that a test sees it in order with the other calls.
+    Gate(GateCall),
 }
 
 /// The dry-run backend. Clones share the log, the cells it holds and the
@@ -197,9 +201,50 @@ impl Enforcer for DryRun {
         }
         Ok(Some(Box::new(RecordingGate {
             cell,
+            calls: self.log.clone(),
             log: self.gates.clone(),
             usage: self.gate_usage.clone(),
             stopped: self.gate_stopped.clone(),
         })))
+    }
+}
+
+/// The dry-run backend's gate: records calls, reports the usage and the
+/// stopped state a test sets.
+#[derive(Debug, Clone)]
+struct RecordingGate {
+    cell: u64,
+    /// The backend's whole log.
+    calls: Arc<Mutex<Vec<Call>>>,
+    /// The gates' log.
+    log: Arc<Mutex<Vec<GateCall>>>,
+    usage: Arc<Mutex<Option<u64>>>,
+    stopped: Arc<Mutex<Option<bool>>>,
+}
+
+impl RecordingGate {
+    fn record(&self, g: GateCall) {
+        self.log.lock().unwrap_or_else(|p| p.into_inner()).push(g);
+        self.calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Call::Gate(g));
+    }
+}
+
+impl Gate for RecordingGate {
+    fn open(&mut self) -> io::Result<()> {
+        self.record(GateCall::Open(self.cell));
+        Ok(())
+    }
+    fn close(&mut self) -> io::Result<()> {
+        self.record(GateCall::Close(self.cell));
+        Ok(())
+    }
+    fn usage_ns(&mut self) -> Option<u64> {
+        *self.usage.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    fn stopped(&mut self) -> Option<bool> {
+        *self.stopped.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

@@ -34,7 +34,7 @@
 use crate::cgroupfs::{CgroupFs, ControlFile};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Suspends and resumes a whole cell.
 pub trait Gate: Send + std::fmt::Debug {
@@ -193,44 +193,11 @@ impl Gate for CgroupGate {
     }
 }
 
-/// What a [`RecordingGate`] was asked to do.
+/// What the dry-run backend's gate was asked to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GateCall {
     /// `open` on the cell.
     Open(u64),
     /// `close` on the cell.
     Close(u64),
-}
-
-/// The dry-run backend's gate: records calls, reports the usage and the
-/// stopped state a test sets.
-#[derive(Debug, Clone)]
-pub struct RecordingGate {
-    pub(crate) cell: u64,
-    pub(crate) log: Arc<Mutex<Vec<GateCall>>>,
-    pub(crate) usage: Arc<Mutex<Option<u64>>>,
-    pub(crate) stopped: Arc<Mutex<Option<bool>>>,
-}
-
-impl Gate for RecordingGate {
-    fn open(&mut self) -> io::Result<()> {
-        self.log
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(GateCall::Open(self.cell));
-        Ok(())
-    }
-    fn close(&mut self) -> io::Result<()> {
-        self.log
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(GateCall::Close(self.cell));
-        Ok(())
-    }
-    fn usage_ns(&mut self) -> Option<u64> {
-        *self.usage.lock().unwrap_or_else(|p| p.into_inner())
-    }
-    fn stopped(&mut self) -> Option<bool> {
-        *self.stopped.lock().unwrap_or_else(|p| p.into_inner())
-    }
 }

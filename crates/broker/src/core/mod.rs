@@ -485,6 +485,7 @@ impl Engine {
         if !self.removals.is_empty() {
             self.retry_removals(now);
         }
+        self.refreeze_stragglers();
         let mut changed = false;
         let ids: Vec<u64> = self.cells.keys().copied().collect();
         for id in ids {

@@ -9,8 +9,11 @@
 //!
 //! 1. writes no CPU set: it keeps the CPUs it ran on, or, new, every CPU
 //!    cells may use (nothing of it runs there, see 2);
-//! 2. freezes it with its gate, before any of its processes joins (a
-//!    process moved into a frozen cgroup stops with it);
+//! 2. freezes it with its gate, in the shrink phase of the reconcile,
+//!    before any other cell grows into its CPUs, and before any of its
+//!    processes joins (a process moved into a frozen cgroup stops with
+//!    it); then waits, at most [`SETTLE`], until its threads stopped: a
+//!    freeze is asynchronous;
 //! 3. when a later plan gives it CPUs: writes them, then thaws it.
 //!
 //! Its page says "no CPU" meanwhile, and `allot status` shows it paused,
@@ -18,7 +21,8 @@
 //!
 //! Invariants:
 //! - A cell is frozen by this module exactly while its planned grant is
-//!   empty (and its backend gave it a gate).
+//!   empty (and its backend gave it a gate). A freeze that left threads
+//!   running is sent again on every tick until the gate reads stopped.
 //! - Nothing stays frozen by a broker that is gone: the broker thaws every
 //!   paused cell when it exits (`Engine::shutdown`), and the backends thaw a
 //!   cell on `adopt` and `remove`. A broker that adopts a paused cell
@@ -31,7 +35,13 @@ use super::Engine;
 use crate::{debug, info, warn};
 use allot_enforce::gate::Gate;
 use allot_plan::Plan;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// How long a reconcile waits for the threads of a cell it just paused
+/// to stop before other cells grow into the CPUs it leaves.
+const SETTLE: Duration = Duration::from_millis(50);
+/// How often the settling wait looks.
+const SETTLE_POLL: Duration = Duration::from_millis(1);
 
 /// Why a paused cell is paused, as the status says it.
 pub const WHY: &str = "every CPU is guaranteed to other cells; it runs again when one frees";
@@ -41,13 +51,17 @@ pub const WHY: &str = "every CPU is guaranteed to other cells; it runs again whe
 pub(crate) struct Paused {
     gate: Box<dyn Gate>,
     pub(crate) since: Instant,
+    /// How often the freeze was sent again to threads that ran on.
+    resent: u32,
 }
 
 impl Engine {
-    /// After the CPU sets of plan `next` were written (a paused cell's
-    /// were not): freezes the cells whose grant is empty, thaws those that
-    /// got CPUs, and lets go of those no longer planned.
-    pub(super) fn follow_pauses(&mut self, next: &Plan) {
+    /// Before any cell grows into the CPUs of plan `next` (the shrink
+    /// phase): lets go of the paused cells no longer planned, freezes the
+    /// cells whose grant is empty, and waits until their threads stopped,
+    /// at most [`SETTLE`], so that a CPU a paused cell leaves is not given
+    /// to another while its threads still run there.
+    pub(super) fn pause_emptied(&mut self, next: &Plan) {
         let gone: Vec<u64> = self
             .paused
             .keys()
@@ -59,20 +73,81 @@ impl Engine {
         for id in gone {
             self.paused.remove(&id);
         }
-        for (cid, g) in &next.cells {
-            let id = cid.0;
-            if !self.cells.contains_key(&id) {
-                continue; // (the account's OUTSIDE cell)
+        let emptied: Vec<u64> = next
+            .cells
+            .iter()
+            .filter(|(cid, g)| {
+                // (The account's OUTSIDE cell is not one of ours.)
+                g.cpus.is_empty()
+                    && self.cells.contains_key(&cid.0)
+                    && !self.paused.contains_key(&cid.0)
+            })
+            .map(|(cid, _)| cid.0)
+            .collect();
+        let mut closed = Vec::new();
+        for id in emptied {
+            if self.pause(id, next) {
+                closed.push(id);
             }
-            match (g.cpus.is_empty(), self.paused.contains_key(&id)) {
-                (true, false) => self.pause(id, next),
-                (false, true) => self.resume(id),
-                _ => {}
-            }
+        }
+        self.wait_stopped(&closed);
+    }
+
+    /// After the CPU sets of plan `next` were written: thaws the paused
+    /// cells that got CPUs.
+    pub(super) fn resume_granted(&mut self, next: &Plan) {
+        let granted: Vec<u64> = self
+            .paused
+            .keys()
+            .filter(|id| {
+                next.cells
+                    .get(&allot_plan::CellId(**id))
+                    .is_some_and(|g| !g.cpus.is_empty())
+            })
+            .copied()
+            .collect();
+        for id in granted {
+            self.resume(id);
         }
     }
 
-    fn pause(&mut self, id: u64, next: &Plan) {
+    /// Waits until every thread of the just-paused cells `ids` stopped,
+    /// sending the freeze again to stragglers, for at most [`SETTLE`].
+    fn wait_stopped(&mut self, ids: &[u64]) {
+        let start = Instant::now();
+        let mut waiting: Vec<u64> = ids.to_vec();
+        let mut round = 0u32;
+        loop {
+            waiting.retain(|id| {
+                self.paused
+                    .get_mut(id)
+                    .is_some_and(|p| p.gate.stopped() == Some(false))
+            });
+            if waiting.is_empty() {
+                return;
+            }
+            if start.elapsed() >= SETTLE {
+                debug!(
+                    "cells {waiting:?}: paused, some threads not stopped after {SETTLE:?}; \
+                     the freeze is sent again on every tick"
+                );
+                return;
+            }
+            round += 1;
+            if round.is_multiple_of(5) {
+                for id in &waiting {
+                    if let Some(p) = self.paused.get_mut(id) {
+                        p.resent += 1;
+                        let _ = p.gate.close();
+                    }
+                }
+            }
+            std::thread::sleep(SETTLE_POLL);
+        }
+    }
+
+    /// Freezes cell `id`; returns whether its gate was closed.
+    fn pause(&mut self, id: u64, next: &Plan) -> bool {
         let never_applied = self.cells[&id]
             .published
             .as_ref()
@@ -86,26 +161,28 @@ impl Engine {
             Ok(Some(g)) => g,
             Ok(None) => {
                 warn!("cell {id}: no CPU is left for it, and its backend cannot pause it");
-                return;
+                return false;
             }
             Err(e) => {
                 warn!("cell {id}: cannot pause it: {e}");
-                return;
+                return false;
             }
         };
         let mut paused = Paused {
             gate,
             since: Instant::now(),
+            resent: 0,
         };
         if let Err(e) = paused.gate.close() {
             warn!("cell {id}: cannot pause it: {e}");
-            return;
+            return false;
         }
         info!("cell {id}: paused: {WHY}");
         if let Some(c) = self.cells.get_mut(&id) {
             c.timeline.note("paused", WHY, None);
         }
         self.paused.insert(id, paused);
+        true
     }
 
     fn resume(&mut self, id: u64) {
@@ -116,13 +193,35 @@ impl Engine {
             warn!("cell {id}: cannot resume it: {e}");
         }
         let held = p.since.elapsed();
-        debug!("cell {id}: resumed after {held:?}");
+        debug!(
+            "cell {id}: resumed after {held:?} (the freeze was sent again {} times)",
+            p.resent
+        );
         if let Some(c) = self.cells.get_mut(&id) {
             c.timeline.note(
                 "resumed",
                 format!("after {:.1} s", held.as_secs_f64()),
                 None,
             );
+        }
+    }
+
+    /// Sends the freeze again to the paused cells some of whose threads
+    /// still run: a freeze is asynchronous and does not always stop every
+    /// thread (a sleeper that wakes as it arrives may run on while the
+    /// cgroup reads "freezing", see `allot_enforce::gate`). Called on
+    /// every tick, so a straggler runs at most one tick on CPUs that
+    /// other cells hold.
+    pub(super) fn refreeze_stragglers(&mut self) {
+        for (id, p) in &mut self.paused {
+            if p.gate.stopped() != Some(false) {
+                continue;
+            }
+            p.resent += 1;
+            debug!("cell {id}: paused, but some threads still run; freezing them again");
+            if let Err(e) = p.gate.close() {
+                warn!("cell {id}: cannot pause it: {e}");
+            }
         }
     }
 

@@ -107,13 +107,15 @@ impl Engine {
                 self.apply_cpus(*id, keep, "shrunk to");
             }
         }
+        // A cell left with no CPU stops before another grows into its own.
+        self.pause_emptied(&next);
         for (id, g) in &changed {
             // (An empty grant is a paused cell's: `pause`.)
             if !g.cpus.is_empty() {
                 self.apply_cpus(*id, g.cpus, "");
             }
         }
-        self.follow_pauses(&next);
+        self.resume_granted(&next);
         // Publish every grant that changed in any field; journal those whose
         // CPU sets changed: the planner's stability reads only those from
         // the previous plan, and a restart's re-plan recomputes the rest.

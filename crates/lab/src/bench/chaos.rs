@@ -13,7 +13,8 @@
 //!    (the kernel's, cgroup backends; read twice, so that a change between
 //!    two reads is not taken for an overlap). A frozen cell (a best-effort
 //!    cell paused while guarantees take every CPU) runs nowhere and is
-//!    exempt: its cpuset cannot be empty.
+//!    exempt: its cpuset cannot be empty. So is one still freezing whose
+//!    threads are all asleep: none returns to its program unfrozen.
 //! 2. **No leaked cgroup**: a `cell-N` directory the broker does not list
 //!    is gone within [`LEAK_AFTER`].
 //! 3. **Restarts**: every cell whose processes live when the broker is
@@ -122,6 +123,9 @@ struct Tally {
     adopt_ms: Vec<u64>,
     rejoin_ms: Vec<u64>,
     failures: Vec<String>,
+    /// What was seen around the first kernel overlap of each pair of
+    /// cells, printed after the failures.
+    diagnoses: BTreeMap<(u64, u64), String>,
 }
 
 /// Runs `allot bench chaos`.
@@ -506,12 +510,83 @@ fn check_exclusive(st: &Status, broker: &PrivateBroker, t: &mut Tally) {
                 t.failures.push(format!(
                     "exclusive cell {id}'s cpuset {cpus} overlaps cell {other}'s {theirs} (kernel)"
                 ));
+                t.diagnoses
+                    .entry((*id, *other))
+                    .or_insert_with(|| diagnose(st, broker, &dir, &[*id, *other]));
             }
         }
     }
 }
 
-/// The `cell-N` cgroups under the freezer directory `dir` that are frozen.
+/// What the status, the kernel and the broker's log say about `cells`
+/// (under the cpuset directory `dir`): the evidence an overlap needs.
+fn diagnose(st: &Status, broker: &PrivateBroker, dir: &Path, cells: &[u64]) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    for &id in cells {
+        match st.cells.iter().find(|c| c.id == id) {
+            Some(c) => {
+                let _ = writeln!(
+                    out,
+                    "cell {id} listed: cpus {} exclusive {} pids {:?}",
+                    c.cpus, c.spec.exclusive, c.pids
+                );
+            }
+            None => {
+                let _ = writeln!(out, "cell {id} not listed");
+            }
+        }
+        let freezer = Path::new("/sys/fs/cgroup/freezer")
+            .join(broker.cgroup())
+            .join(format!("cell-{id}/freezer.state"));
+        if let Ok(state) = std::fs::read_to_string(freezer) {
+            let _ = writeln!(out, "  cell-{id} freezer.state {}", state.trim());
+        }
+        let procs = std::fs::read_to_string(dir.join(format!("cell-{id}/cgroup.procs")))
+            .unwrap_or_default();
+        for pid in procs.split_whitespace() {
+            let _ = writeln!(out, "  cell-{id} holds process {pid}:");
+            let tasks = std::fs::read_dir(format!("/proc/{pid}/task"));
+            for t in tasks.into_iter().flatten().flatten() {
+                let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+                // pid (comm) state ...; the fields after the comm.
+                let fields: Vec<&str> = stat
+                    .rsplit_once(')')
+                    .map_or(vec![], |(_, r)| r.split_whitespace().collect());
+                let wchan = std::fs::read_to_string(t.path().join("wchan")).unwrap_or_default();
+                let _ = writeln!(
+                    out,
+                    "    thread {} {}: state {} utime {} stime {} cpu {} wchan {wchan}",
+                    t.file_name().to_string_lossy(),
+                    stat.split(") ")
+                        .next()
+                        .unwrap_or("")
+                        .rsplit('(')
+                        .next()
+                        .unwrap_or(""),
+                    fields.first().unwrap_or(&"?"),
+                    fields.get(11).unwrap_or(&"?"),
+                    fields.get(12).unwrap_or(&"?"),
+                    fields.get(36).unwrap_or(&"?"),
+                );
+            }
+        }
+        let log = broker.log();
+        let (named, colon) = (format!("cell {id} "), format!("cell {id}:"));
+        let mentions: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains(&named) || l.contains(&colon))
+            .collect();
+        for l in &mentions[mentions.len().saturating_sub(12)..] {
+            let _ = writeln!(out, "  log: {l}");
+        }
+    }
+    out
+}
+
+/// The `cell-N` cgroups under the freezer directory `dir` that run
+/// nowhere: frozen, or freezing with no thread runnable (a thread asleep
+/// when the freeze came stops before it returns to its program).
 fn frozen_cells(dir: &Path) -> BTreeSet<u64> {
     std::fs::read_dir(dir)
         .into_iter()
@@ -520,9 +595,28 @@ fn frozen_cells(dir: &Path) -> BTreeSet<u64> {
         .filter_map(|e| {
             let id = allot_enforce::cell_id(&e.file_name().to_string_lossy())?;
             let state = std::fs::read_to_string(e.path().join("freezer.state")).ok()?;
-            (state.trim() == "FROZEN").then_some(id)
+            let stopped = match state.trim() {
+                "FROZEN" => true,
+                "FREEZING" => !any_runnable(&e.path().join("tasks")),
+                _ => false,
+            };
+            stopped.then_some(id)
         })
         .collect()
+}
+
+/// Whether a thread listed in the cgroup `tasks` file is runnable (state
+/// `R` in `/proc`); an unreadable list counts as runnable.
+fn any_runnable(tasks: &Path) -> bool {
+    let Ok(list) = std::fs::read_to_string(tasks) else {
+        return true;
+    };
+    list.split_whitespace().any(|tid| {
+        std::fs::read_to_string(format!("/proc/{tid}/stat")).is_ok_and(|stat| {
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('R'))
+        })
+    })
 }
 
 /// cpusets of the populated `cell-N` cgroups under `dir`.
@@ -703,6 +797,12 @@ fn summary(a: &ChaosArgs, backend: &str, t: &Tally) -> String {
         let _ = writeln!(out, "  {} FAILURE(S):", t.failures.len());
         for f in t.failures.iter().take(30) {
             let _ = writeln!(out, "    {f}");
+        }
+        for ((id, other), seen) in &t.diagnoses {
+            let _ = writeln!(out, "  at the first overlap of cells {id} and {other}:");
+            for l in seen.lines() {
+                let _ = writeln!(out, "    {l}");
+            }
         }
     }
     out
