@@ -2,7 +2,7 @@
 # Installs liballot (allot's C ABI) into PREFIX:
 #
 #   PREFIX/include/allot.h
-#   PREFIX/include/allot/pool.h, require.h, time.h, goals.h, channel.h, hooks.h (parts allot.h includes)
+#   PREFIX/include/allot/pool.h, require.h, time.h, goals.h, memory.h, channel.h, hooks.h (parts allot.h includes)
 #   PREFIX/lib/liballot.so.VERSION   (soname liballot.so.0)
 #   PREFIX/lib/liballot.so.0 -> liballot.so.VERSION
 #   PREFIX/lib/liballot.so   -> liballot.so.0
@@ -33,7 +33,7 @@ crate="$repo/crates/capi"
 header="$crate/include/allot.h"
 template="$crate/allot.pc.in"
 [ -f "$header" ] || die "missing $header: run this script from an allot checkout"
-parts="pool.h require.h time.h goals.h channel.h hooks.h"
+parts="pool.h require.h time.h goals.h memory.h channel.h hooks.h"
 for part in $parts; do
   [ -f "$crate/include/allot/$part" ] || die "missing $crate/include/allot/$part: run this script from an allot checkout"
 done

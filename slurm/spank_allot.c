@@ -147,12 +147,16 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
     return 0;
 }
 
-/* How the job shares its node, from slurmctld's record of it. Unknown
- * (slurmctld not answering) reads as the default. */
-static enum allot_slurm_sharing job_sharing(uint32_t job)
+/* How the job shares its node, and the memory it asked for (its record's
+ * pn_min_memory, MiB, and whether that is per CPU), from slurmctld's
+ * record of it. Unknown (slurmctld not answering) reads as the default
+ * and no memory. */
+static enum allot_slurm_sharing job_facts(uint32_t job, uint64_t *mem_mb, int *per_cpu)
 {
     job_info_msg_t *msg = NULL;
     enum allot_slurm_sharing s = ALLOT_SLURM_DEFAULT;
+    *mem_mb = 0;
+    *per_cpu = 0;
     if (slurm_load_job(&msg, job, SHOW_DETAIL) != 0 || !msg ||
         msg->record_count < 1) {
         slurm_info("allot: job %u: cannot read the job's record (%s); "
@@ -160,6 +164,10 @@ static enum allot_slurm_sharing job_sharing(uint32_t job)
                    job, slurm_strerror(slurm_get_errno()));
     } else {
         slurm_job_info_t *j = &msg->job_array[0];
+        if (j->pn_min_memory != NO_VAL64) {
+            *per_cpu = (j->pn_min_memory & MEM_PER_CPU) != 0;
+            *mem_mb = j->pn_min_memory & ~MEM_PER_CPU;
+        }
         if (j->shared == JOB_SHARED_NONE)
             s = ALLOT_SLURM_EXCLUSIVE;
         else if (j->shared == JOB_SHARED_OK)
@@ -300,8 +308,11 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
     /* The job's first step on the node: a cell for the job. */
     if (spank_get_item(sp, S_JOB_NCPUS, &ncpus) != ESPANK_SUCCESS)
         ncpus = 0;
-    struct allot_slurm_step facts = {ncpus, job_sharing(job), conf.borrow};
+    uint64_t mem_mb = 0;
+    int per_cpu = 0;
+    struct allot_slurm_step facts = {ncpus, job_facts(job, &mem_mb, &per_cpu), conf.borrow};
     allot_spec_t spec = allot_slurm_step_spec(facts);
+    uint64_t memory = allot_slurm_step_memory(mem_mb, per_cpu, ncpus);
     int rc = allot_cell_register_at(conf.socket, name, &spec, 0, &cell);
     if (rc == ALLOT_ERR_REFUSED || rc == ALLOT_ERR_NEVER) {
         slurm_info("allot: %s: %s; asking for a best-effort cell instead",
@@ -317,6 +328,11 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
             close(dir);
         return 0;
     }
+    /* The memory Slurm reserved for the job here: the cell's guarantee
+     * and limit. A broker that cannot keep it leaves the cell without. */
+    if (memory && allot_cell_set_memory(cell, memory, memory) != ALLOT_OK)
+        slurm_info("allot: %s: the cell gets no memory of its own (%s); Slurm's "
+                   "limits still hold", what, allot_last_error());
     uint64_t id = 0;
     allot_cell_broker_id(cell, &id);
     slurm_info("allot: %s runs in cell %llu (%s: min %u, max %u, weight %u%s)",

@@ -16,7 +16,16 @@
  *
  * "The step's CPUs" is what Slurm allocated the job on this node
  * (S_JOB_NCPUS: --cpus-per-task times the local tasks, or the whole node
- * under --exclusive), at least 1. */
+ * under --exclusive), at least 1.
+ *
+ *   --mem=M (per node)               memory guaranteed = limit = M
+ *   --mem-per-cpu=M                  M times the step's CPUs
+ *   neither                          no memory of its own (Slurm's and
+ *                                    the node's limits still hold)
+ *
+ * Slurm reserved that memory for the job on this node, so it is the
+ * cell's guarantee; it is the most Slurm lets the job use, so it is the
+ * cell's limit. */
 #ifndef ALLOT_SLURM_STEP_SPEC_H
 #define ALLOT_SLURM_STEP_SPEC_H
 
@@ -59,6 +68,17 @@ static inline allot_spec_t allot_slurm_step_spec(struct allot_slurm_step s)
     }
     spec.placement = ALLOT_PLACEMENT_ANY;
     return spec;
+}
+
+/* The memory a job asked Slurm for on this node, bytes (0: none):
+ * `mb` is the job record's pn_min_memory without its per-CPU flag, in
+ * MiB; `per_cpu` whether that flag was set (--mem-per-cpu). */
+static inline uint64_t allot_slurm_step_memory(uint64_t mb, int per_cpu, uint32_t cpus)
+{
+    uint64_t n = per_cpu ? (cpus ? cpus : 1) : 1;
+    if (mb == 0 || mb > UINT64_MAX / (n << 20))
+        return 0;
+    return mb * n << 20;
 }
 
 /* The best-effort fallback when the broker cannot guarantee the CPUs now

@@ -38,7 +38,15 @@ int main(void)
     expect("no CPUs known", allot_slurm_step_spec(s), 1, 0, 1, 0);
     s.cpus = 20000;
     expect("weight capped", allot_slurm_step_spec(s), 20000, 0, 10000, 0);
+    if (allot_slurm_step_memory(2048, 0, 4) != (2048ull << 20) ||
+        allot_slurm_step_memory(512, 1, 4) != (2048ull << 20) ||
+        allot_slurm_step_memory(512, 1, 0) != (512ull << 20) ||
+        allot_slurm_step_memory(0, 0, 4) != 0 ||
+        allot_slurm_step_memory(UINT64_MAX >> 1, 1, 64) != 0) {
+        fprintf(stderr, "memory: --mem and --mem-per-cpu map wrongly\n");
+        failures++;
+    }
     if (failures == 0)
-        printf("step_spec: 7 cases passed\n");
+        printf("step_spec: 8 cases passed\n");
     return failures != 0;
 }

@@ -189,6 +189,23 @@ fn contract(
     })
 }
 
+/// A size given as an int of bytes or as text (`"512M"`, `"2G"`); None
+/// is 0 (none).
+fn size_arg(what: &str, value: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
+    let Some(v) = value.filter(|v| !v.is_none()) else {
+        return Ok(0);
+    };
+    if let Ok(n) = v.extract::<u64>() {
+        return Ok(n);
+    }
+    let text: String = v.extract().map_err(|_| {
+        PyValueError::new_err(format!(
+            "{what}: give bytes as an int, or text such as \"2G\""
+        ))
+    })?;
+    allot_client::parse_size(&text).map_err(|e| PyValueError::new_err(format!("{what}: {e}")))
+}
+
 /// The goal `text` names, or a `ValueError` that says how to write one.
 fn parse_goal(text: &str) -> PyResult<Goal> {
     text.parse::<Goal>()
@@ -259,7 +276,7 @@ impl Cell {
     /// `allot run --goal`): what the cell wants to achieve, counted with
     /// `heartbeat` and `report_latency`.
     #[new]
-    #[pyo3(signature = (name = "python", *, min = 0, max = 0, weight = 1, exclusive = false, wait = false, socket = None, fallback = true, cpus = None, period = None, budget = None, fraction = None, slice = None, goal = None))]
+    #[pyo3(signature = (name = "python", *, min = 0, max = 0, weight = 1, exclusive = false, wait = false, socket = None, fallback = true, cpus = None, period = None, budget = None, fraction = None, slice = None, goal = None, memory_min = None, memory_max = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -277,8 +294,14 @@ impl Cell {
         fraction: Option<f64>,
         slice: Option<f64>,
         goal: Option<&str>,
+        memory_min: Option<&Bound<'_, PyAny>>,
+        memory_max: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Cell> {
         let time = contract(period, budget, fraction, slice)?;
+        let memory = allot_client::Memory {
+            min: size_arg("memory_min", memory_min)?,
+            max: size_arg("memory_max", memory_max)?,
+        };
         let goal = match goal {
             Some(text) => parse_goal(text)?,
             None => Goal::None,
@@ -290,6 +313,7 @@ impl Cell {
             exclusive,
             time,
             goal,
+            memory,
             ..CellSpec::default()
         };
         match (time.is_time(), cpus) {
@@ -405,6 +429,25 @@ impl Cell {
         let goal = parse_goal(goal)?;
         let c = self.handle()?;
         py.allow_threads(|| c.set_goal(goal))
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    }
+
+    /// Sets the cell's memory guarantee and limit (bytes as an int, or
+    /// text such as `"2G"`; None: none) and waits for the broker to accept
+    /// them; a refused change leaves the cell as it was.
+    #[pyo3(signature = (min = None, max = None))]
+    fn set_memory(
+        &self,
+        py: Python<'_>,
+        min: Option<&Bound<'_, PyAny>>,
+        max: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let memory = allot_client::Memory {
+            min: size_arg("min", min)?,
+            max: size_arg("max", max)?,
+        };
+        let c = self.handle()?;
+        py.allow_threads(|| c.set_memory(memory))
             .map_err(|e| PyRuntimeError::new_err(e.to_string()))
     }
 

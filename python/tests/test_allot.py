@@ -223,6 +223,20 @@ def status_json(broker) -> dict:
     return json.loads(out)
 
 
+def test_memory_sizes_are_checked_and_a_broker_without_memory_control_says_so(broker):
+    with pytest.raises(ValueError, match="not a size"):
+        allot.Cell("bad", memory_max="2X", socket=broker.socket)
+    with pytest.raises(ValueError, match="above the limit"):
+        allot.Cell("bad", memory_min="8G", memory_max="2G", socket=broker.socket)
+    # The dry-run backend has no memory control: refused, with the reason.
+    with pytest.raises(RuntimeError, match="no memory control"):
+        allot.Cell("mem", memory_max=1 << 30, socket=broker.socket, fallback=False)
+    c = allot.Cell("plain", socket=broker.socket, fallback=False)
+    with pytest.raises(RuntimeError, match="no memory control"):
+        c.set_memory(max="1G")
+    c.close()
+
+
 def test_a_goal_and_the_reports_that_measure_it_reach_the_broker(broker):
     c = allot.Cell("srv", socket=broker.socket, fallback=False, goal="p99=5ms")
     with pytest.raises(ValueError, match="rate=N/s"):

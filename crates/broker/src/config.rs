@@ -5,6 +5,7 @@
 //! backend = "auto"          # auto | cgroup2 | cgroup1 | affinity | dry-run
 //! policy = "fair-share"     # fair-share | priority
 //! reserve = 0               # CPUs kept for processes outside any cell
+//! memory_reserve = "2G"     # memory never guaranteed to cells (default: 1/20 of it)
 //! time_reserve = 0.05       # share of every CPU never promised to time cells
 //! lend = true               # lend idle CPUs (work conservation)
 //! cpus = "0-15"             # manage only these CPUs (default: all allowed)
@@ -127,6 +128,9 @@ pub struct Config {
     pub policy: GlobalPolicy,
     /// CPUs kept for processes outside any cell.
     pub reserve: u32,
+    /// Bytes of memory never guaranteed to cells (`None`: a twentieth of
+    /// the capacity).
+    pub memory_reserve: Option<u64>,
     /// Time of every CPU never promised to time cells, in parts per million.
     pub time_reserve_ppm: u32,
     /// Work conservation.
@@ -176,6 +180,7 @@ impl Config {
             backend: BackendKind::Auto,
             policy: GlobalPolicy::FairShare,
             reserve: 0,
+            memory_reserve: None,
             time_reserve_ppm: DEFAULT_TIME_RESERVE_PPM,
             lend: true,
             cpus: None,
@@ -246,6 +251,7 @@ impl Config {
             backend: Option<String>,
             policy: Option<String>,
             reserve: Option<u32>,
+            memory_reserve: Option<String>,
             time_reserve: Option<f64>,
             lend: Option<bool>,
             cpus: Option<String>,
@@ -273,6 +279,10 @@ impl Config {
         }
         if let Some(r) = f.reserve {
             self.reserve = r;
+        }
+        if let Some(m) = f.memory_reserve {
+            self.memory_reserve =
+                Some(allot_plan::spec::parse_size(&m).map_err(|e| format!("memory_reserve: {e}"))?);
         }
         if let Some(t) = f.time_reserve {
             if !(0.0..1.0).contains(&t) {

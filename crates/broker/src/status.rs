@@ -6,8 +6,8 @@ use crate::metrics::{CellGauges, Snapshot};
 use allot_enforce::os::{Os, process_tree};
 use allot_enforce::runtimes::{self, Runtime};
 use allot_proto::status::{
-    BrokerStatus, CellStatus, Follows, LoadStatus, MachineStatus, PausedStatus, PerfStatus,
-    QueuedStatus, RuntimeStatus, STATUS_VERSION, SpecStatus, Status,
+    BrokerStatus, CellMemory, CellStatus, Follows, LoadStatus, MachineMemory, MachineStatus,
+    PausedStatus, PerfStatus, QueuedStatus, RuntimeStatus, STATUS_VERSION, SpecStatus, Status,
 };
 use allot_proto::wire::MAX_STR;
 use allot_topo::CpuSet;
@@ -94,6 +94,13 @@ impl Engine {
                         reason: crate::core::PAUSED_WHY.to_string(),
                         for_s: round(since.elapsed().as_secs_f64(), 1),
                     }),
+                    memory: self.memory.used.get(&id).map(|u| CellMemory {
+                        current: u.current,
+                        limit: u.limit,
+                        at_limit: u.at_limit,
+                        oom_kills: u.oom_kills,
+                        pressure: u.pressure,
+                    }),
                     timeline: (!private).then(|| c.timeline.doc()),
                 }
             })
@@ -148,6 +155,11 @@ impl Engine {
                     - f64::from(self.planner.time_limit()) / f64::from(allot_plan::PPM),
                 idle: idle.to_string(),
                 held_outside: self.account.outside.to_string(),
+                memory: self.memory.capacity.map(|capacity| MachineMemory {
+                    capacity,
+                    reserve: self.memory.reserve,
+                    guaranteed: self.memory_guaranteed(None),
+                }),
             },
             cells,
             queue,
@@ -343,6 +355,7 @@ impl Engine {
                         members: c.members().len() as u32,
                         cpu_seconds: c.perf.used_ns().map(|ns| ns as f64 / 1e9),
                         cpu_pressure_seconds: pressure.get(&id).map(|&us| us as f64 / 1e6),
+                        memory: self.memory.used.get(&id).copied(),
                     }
                 })
                 .collect(),

@@ -390,6 +390,7 @@ int allot_shutdown(void);
 #include "allot/require.h" /* require blocks, kinds, policies; C++ */
 #include "allot/time.h"    /* time contracts and windows */
 #include "allot/goals.h"   /* goals and performance reports */
+#include "allot/memory.h"  /* memory guarantee and limit per cell */
 #include "allot/channel.h" /* named channels between cells */
 #include "allot/hooks.h"   /* the preload shim's thread hooks (internal) */
 

@@ -10,6 +10,7 @@ use abi_util::*;
 use allot_broker::{Broker, Config, StopHandle};
 use allot_capi::abi::cell::*;
 use allot_capi::abi::goals::*;
+use allot_capi::abi::memory::*;
 use allot_capi::abi::pool::*;
 use allot_capi::abi::status::Status;
 use allot_capi::abi::time::*;
@@ -445,6 +446,38 @@ fn a_time_triggered_cell_reads_its_windows_and_over_commit_is_refused() {
     ok(unsafe { allot_cell_wait_window(c, &mut w) });
     assert_eq!((w.period_us, w.open, w.edge_ns), (0, 1, u64::MAX));
     ok(allot_cell_free(c));
+}
+
+#[test]
+fn memory_set_from_c_is_checked_and_refused_without_memory_control() {
+    let b = TestBroker::start();
+    let cell = b.register("capi-memory", Spec::default(), false).unwrap();
+    // A guarantee above the limit: invalid before the broker is asked.
+    let rc = allot_cell_set_memory(cell, 8 << 30, 2 << 30);
+    assert_eq!(status(rc), Status::Invalid, "{}", last_error());
+    assert!(last_error().contains("above the limit"), "{}", last_error());
+    // The dry-run backend has no memory control: never, with the reason,
+    // and the cell keeps its spec.
+    let rc = allot_cell_set_memory(cell, 0, 1 << 30);
+    assert_eq!(status(rc), Status::Never, "{}", last_error());
+    assert!(
+        last_error().contains("no memory control"),
+        "{}",
+        last_error()
+    );
+    let st = Client::connect(&b.path).unwrap().status().unwrap();
+    let c = st.cells.iter().find(|c| c.name == "capi-memory").unwrap();
+    assert_eq!((c.spec.memory_min, c.spec.memory_max), (0, 0));
+    ok(allot_cell_free(cell));
+    // A standalone cell has no broker to ask.
+    let mut alone = CellHandle::default();
+    // SAFETY: a valid out-pointer.
+    ok(unsafe { allot_cell_standalone(&mut alone) });
+    assert_eq!(
+        status(allot_cell_set_memory(alone, 0, 1 << 30)),
+        Status::NoBroker
+    );
+    ok(allot_cell_free(alone));
 }
 
 #[test]

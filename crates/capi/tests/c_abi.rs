@@ -93,6 +93,7 @@ fn install_lays_out_the_prefix_and_is_idempotent() {
         "include/allot/require.h",
         "include/allot/time.h",
         "include/allot/goals.h",
+        "include/allot/memory.h",
         "include/allot/channel.h",
         "include/allot/hooks.h",
         "lib/liballot.so",
@@ -298,6 +299,7 @@ fn the_library_exports_exactly_the_functions_the_header_declares() {
         "allot/require.h",
         "allot/time.h",
         "allot/goals.h",
+        "allot/memory.h",
         "allot/channel.h",
         "allot/hooks.h",
     ]
@@ -333,6 +335,6 @@ fn the_library_exports_exactly_the_functions_the_header_declares() {
         .map(String::from)
         .collect();
     exported.sort();
-    assert_eq!(declared.len(), 88, "{declared:?}");
+    assert_eq!(declared.len(), 89, "{declared:?}");
     assert_eq!(exported, declared);
 }

@@ -347,6 +347,11 @@ impl Client {
         self.ok(&Request::SetGoal { cell, goal })
     }
 
+    /// Changes cell `cell`'s memory guarantee and limit alone.
+    pub fn set_memory(&mut self, cell: u64, memory: allot_spec::Memory) -> Result<(), ClientError> {
+        self.ok(&Request::SetMemory { cell, memory })
+    }
+
     /// Ends `cell`.
     pub fn release(&mut self, cell: u64) -> Result<(), ClientError> {
         self.ok(&Request::Release { cell })

@@ -2,7 +2,10 @@
 //!
 //! Layout: a directory `<name>` under the cpuset hierarchy (and under cpu,
 //! cpuacct, freezer and blkio when they are mounted), with `cell-<id>`
-//! inside per cell. A cell's I/O weights go to its blkio directory's
+//! inside per cell. In the memory hierarchy, `<name>` lies below the group
+//! the broker runs in, not at the top (other software uses that hierarchy,
+//! and an enclosing limit must keep counting); a process joins its cell's
+//! memory group only from the broker's own group ([`crate::memory`]). A cell's I/O weights go to its blkio directory's
 //! `blkio.bfq.weight_device` (BFQ's; a device scheduled otherwise refuses
 //! them). allot's
 //! cpuset directory gets the managed CPUs and the parent's memory nodes, and
@@ -44,6 +47,10 @@ pub struct V1Mounts {
     pub freezer: Option<PathBuf>,
     /// The blkio hierarchy (for I/O weights), if mounted.
     pub blkio: Option<PathBuf>,
+    /// The memory hierarchy (for memory limits), if mounted: its mount and
+    /// the group the broker runs in there, as `/proc/self/cgroup` gives
+    /// it (allot's groups nest below that one, [`crate::memory`]).
+    pub memory: Option<(PathBuf, String)>,
 }
 
 /// The cgroup v1 backend.
@@ -55,9 +62,25 @@ pub struct Cgroup1 {
     cpuacct: Option<PathBuf>,
     freezer: Option<PathBuf>,
     blkio: Option<PathBuf>,
+    memory: Option<MemoryGroups>,
+    /// Where processes' cgroup memberships are read (`/proc`).
+    proc: PathBuf,
     /// Whether `<freezer>/hold` is frozen (see the module docs).
     holding: bool,
     cells: HashMap<u64, Cell>,
+}
+
+/// allot's memory groups: `<mount><base>/<name>`, below the broker's own.
+#[derive(Debug, Clone)]
+struct MemoryGroups {
+    /// `<mount><base>/<name>`: holds the cells' memory groups.
+    dir: PathBuf,
+    /// The mount.
+    mount: PathBuf,
+    /// The broker's group, `/proc/PID/cgroup` style.
+    base: String,
+    /// allot's group, the same style.
+    allot: String,
 }
 
 /// The empty frozen directory that keeps the freezer's static key on.
@@ -115,6 +138,21 @@ impl Cgroup1 {
         };
         let freezer = sub(&mounts.freezer)?;
         let blkio = sub(&mounts.blkio)?;
+        let memory = match &mounts.memory {
+            Some((mount, base)) => {
+                let allot = format!("{}/{name}", base.trim_end_matches('/'));
+                let dir = mount.join(allot.trim_start_matches('/'));
+                fs.mkdir(&dir)
+                    .map_err(err(format!("create {}", dir.display())))?;
+                Some(MemoryGroups {
+                    dir,
+                    mount: mount.clone(),
+                    base: base.clone(),
+                    allot,
+                })
+            }
+            None => None,
+        };
         Ok(Cgroup1 {
             fs,
             cpuset,
@@ -122,9 +160,34 @@ impl Cgroup1 {
             cpuacct,
             freezer,
             blkio,
+            memory,
+            proc: PathBuf::from("/proc"),
             holding: false,
             cells: HashMap::new(),
         })
+    }
+
+    /// Reads processes' cgroup memberships under `proc` instead of
+    /// `/proc` (tests).
+    pub fn with_proc_root(mut self, proc: PathBuf) -> Cgroup1 {
+        self.proc = proc;
+        self
+    }
+
+    /// Cell `cell`'s memory group, if the memory hierarchy is used.
+    fn memory_dir(&self, cell: u64) -> Option<PathBuf> {
+        Some(self.memory.as_ref()?.dir.join(format!("cell-{cell}")))
+    }
+
+    /// Whether process `pid` may join its cell's memory group (see
+    /// [`crate::memory`]'s nesting invariant).
+    fn may_move_memory(&self, pid: u32) -> bool {
+        let Some(m) = &self.memory else { return false };
+        self.fs
+            .read(&self.proc.join(format!("{pid}/cgroup")))
+            .ok()
+            .and_then(|t| crate::memory::v1_group(&t))
+            .is_some_and(|g| crate::memory::may_move(&g, &m.base, &m.allot))
     }
 
     /// Freezes the empty `hold` directory once (see the module docs). A
@@ -165,7 +228,19 @@ impl Cgroup1 {
         }
         out.extend(self.freezer.iter().map(|d| d.join(&leaf)));
         out.extend(self.blkio.iter().map(|d| d.join(&leaf)));
+        out.extend(self.memory_dir(cell));
         out
+    }
+
+    /// [`Cgroup1::dirs`] that process `pid` may join: all but the memory
+    /// group when it runs in a memory group of its own.
+    fn dirs_for(&self, cell: u64, pid: u32) -> Vec<PathBuf> {
+        let memory = self.memory_dir(cell);
+        let keep_memory = self.may_move_memory(pid);
+        self.dirs(cell)
+            .into_iter()
+            .filter(|d| keep_memory || Some(d) != memory.as_ref())
+            .collect()
     }
 
     fn open_cell(&mut self, cell: u64) -> Result<&mut Cell> {
@@ -257,9 +332,9 @@ impl Enforcer for Cgroup1 {
         Ok(now)
     }
 
-    fn join_files(&mut self, cell: u64) -> Result<Vec<std::fs::File>> {
+    fn join_files(&mut self, cell: u64, pid: u32) -> Result<Vec<std::fs::File>> {
         self.open_cell(cell)?;
-        self.dirs(cell)
+        self.dirs_for(cell, pid)
             .iter()
             .map(|d| {
                 let tasks = d.join("tasks");
@@ -273,7 +348,7 @@ impl Enforcer for Cgroup1 {
 
     fn attach(&mut self, cell: u64, pid: u32) -> Result<()> {
         self.open_cell(cell)?;
-        let dirs = self.dirs(cell);
+        let dirs = self.dirs_for(cell, pid);
         // A process forked inside the cell (by a launcher that moved
         // itself in) is there already: moving it again would take the
         // kernel's global lock for nothing.
@@ -365,6 +440,41 @@ impl Enforcer for Cgroup1 {
         first_err.map_or(Ok(()), Err)
     }
 
+    fn set_memory(&mut self, cell: u64, m: &allot_spec::Memory) -> Result<bool> {
+        let Some(dir) = self.memory_dir(cell) else {
+            return if m.is_none() {
+                Ok(false)
+            } else {
+                Err(EnforceError::new(
+                    format!("set the memory of cell {cell}"),
+                    std::io::Error::other("the cgroup v1 memory hierarchy is not mounted"),
+                ))
+            };
+        };
+        crate::memory::set(self.fs.as_ref(), crate::memory::Version::V1, &dir, m)
+            .map(|()| true)
+            .map_err(err(format!("set the memory of cell {cell}")))
+    }
+
+    fn memory_use(&mut self, cell: u64) -> Option<crate::memory::MemoryUse> {
+        let dir = self.memory_dir(cell)?;
+        crate::memory::read(self.fs.as_ref(), crate::memory::Version::V1, &dir)
+    }
+
+    fn memory_capacity(&mut self) -> Option<u64> {
+        let m = self.memory.as_ref()?;
+        let limits = crate::memory::enclosing_limits(
+            self.fs.as_ref(),
+            crate::memory::Version::V1,
+            &m.dir,
+            &m.mount,
+        );
+        Some(crate::memory::capacity(
+            crate::memory::machine_total(),
+            &limits,
+        ))
+    }
+
     fn usage_ns(&mut self, cell: u64) -> Option<u64> {
         let dir = self.cpuacct.as_ref()?.join(format!("cell-{cell}"));
         UsageFile::Cpuacct(dir.join("cpuacct.usage")).read(self.fs.as_ref())
@@ -420,6 +530,7 @@ impl Enforcer for Cgroup1 {
         );
         tops.extend(self.freezer.iter().cloned());
         tops.extend(self.blkio.iter().cloned());
+        tops.extend(self.memory.iter().map(|m| m.dir.clone()));
         // The hold directory (also one a crashed broker left).
         if let Some(f) = &self.freezer {
             let hold = f.join(FREEZER_HOLD);

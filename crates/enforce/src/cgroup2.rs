@@ -12,7 +12,9 @@
 //! mid-window). Where the `io` controller is available it is enabled too
 //! (best effort), and a cell's I/O weights go to its `io.bfq.weight`
 //! (BFQ's, per device) or, without BFQ, `io.weight` (the io.cost
-//! controller's).
+//! controller's). Likewise the `memory` controller: a cell's memory
+//! guarantee and limit go to its `memory.min` and `memory.max`
+//! ([`crate::memory`]).
 
 use crate::cgroupfs::{CgroupFs, ControlFile};
 use crate::gate::{CgroupGate, Gate, UsageFile};
@@ -73,21 +75,30 @@ impl Cgroup2 {
                 ));
             }
         }
-        // I/O weights too where the io controller is there (best effort:
-        // without it cells get none).
-        let io = available.split_whitespace().any(|c| c == "io");
+        // I/O weights and memory limits too where the io and memory
+        // controllers are there (best effort: without them cells get none).
+        let extras: Vec<&str> = ["io", "memory"]
+            .into_iter()
+            .filter(|x| available.split_whitespace().any(|c| c == *x))
+            .collect();
         let enable = |dir: &Path| -> std::io::Result<()> {
             let file = dir.join("cgroup.subtree_control");
-            if io && fs.write(&file, "+cpuset +cpu +io").is_ok() {
+            let all: String = extras.iter().map(|x| format!(" +{x}")).collect();
+            if fs.write(&file, &format!("+cpuset +cpu{all}")).is_ok() {
                 return Ok(());
             }
-            fs.write(&file, "+cpuset +cpu")
+            // One extra the kernel refuses must not cost the others.
+            fs.write(&file, "+cpuset +cpu")?;
+            for x in &extras {
+                let _ = fs.write(&file, &format!("+{x}"));
+            }
+            Ok(())
         };
         let enabled = fs
             .read(&parent.join("cgroup.subtree_control"))
             .unwrap_or_default();
         let on = |c: &str| enabled.split_whitespace().any(|e| e == c);
-        if !on("cpuset") || !on("cpu") || (io && !on("io")) {
+        if !on("cpuset") || !on("cpu") || extras.iter().any(|x| !on(x)) {
             enable(parent).map_err(|e| {
                 let what = format!("enable cpuset and cpu in {}", parent.display());
                 if e.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error()) {
@@ -197,7 +208,7 @@ impl Enforcer for Cgroup2 {
         Ok(now)
     }
 
-    fn join_files(&mut self, cell: u64) -> Result<Vec<std::fs::File>> {
+    fn join_files(&mut self, cell: u64, _pid: u32) -> Result<Vec<std::fs::File>> {
         let dir = self.open_cell(cell)?.dir.clone();
         let f = std::fs::OpenOptions::new()
             .read(true)
@@ -287,6 +298,54 @@ impl Enforcer for Cgroup2 {
             .unwrap_or_default();
         crate::cgroupfs::evict_and_remove(self.fs.as_ref(), &dir, &out)
             .map_err(err(format!("remove cell {cell}")))
+    }
+
+    fn set_memory(&mut self, cell: u64, m: &allot_spec::Memory) -> Result<bool> {
+        let dir = self.open_cell(cell)?.dir.clone();
+        if !self.fs.exists(&dir.join("memory.max")) {
+            // (Set the same guarantee and limit as none: nothing to refuse.)
+            return if m.is_none() {
+                Ok(false)
+            } else {
+                Err(EnforceError::new(
+                    format!("set the memory of cell {cell}"),
+                    std::io::Error::other(
+                        "the memory controller is not enabled for allot's cgroups \
+                         (not in the parent's cgroup.controllers)",
+                    ),
+                ))
+            };
+        }
+        crate::memory::set(self.fs.as_ref(), crate::memory::Version::V2, &dir, m)
+            .map(|()| true)
+            .map_err(err(format!("set the memory of cell {cell}")))
+    }
+
+    fn memory_use(&mut self, cell: u64) -> Option<crate::memory::MemoryUse> {
+        let dir = self.root.join(format!("cell-{cell}"));
+        crate::memory::read(self.fs.as_ref(), crate::memory::Version::V2, &dir)
+    }
+
+    fn memory_capacity(&mut self) -> Option<u64> {
+        if !self.fs.exists(&self.root.join("memory.max")) {
+            return None;
+        }
+        let top = self
+            .root
+            .ancestors()
+            .last()
+            .unwrap_or(&self.root)
+            .to_path_buf();
+        let limits = crate::memory::enclosing_limits(
+            self.fs.as_ref(),
+            crate::memory::Version::V2,
+            &self.root,
+            &top,
+        );
+        Some(crate::memory::capacity(
+            crate::memory::machine_total(),
+            &limits,
+        ))
     }
 
     fn usage_ns(&mut self, cell: u64) -> Option<u64> {

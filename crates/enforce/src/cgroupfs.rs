@@ -138,8 +138,10 @@ pub enum FixtureLayout {
     V1Cpu,
     /// A cgroup v1 cpuacct directory.
     V1Cpuacct,
-    /// Every v1 file allot uses (cpuset, cpu, cpuacct, freezer, blkio) in
-    /// one directory: one fixture serving all five hierarchies.
+    /// A cgroup v1 memory directory.
+    V1Memory,
+    /// Every v1 file allot uses (cpuset, cpu, cpuacct, freezer, blkio,
+    /// memory) in one directory: one fixture serving all six hierarchies.
     V1All,
 }
 
@@ -167,6 +169,18 @@ impl FixtureLayout {
                      full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
                 ),
                 ("io.weight", "default 100\n"),
+                ("memory.min", "0\n"),
+                ("memory.max", "max\n"),
+                ("memory.current", "0\n"),
+                (
+                    "memory.events",
+                    "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n",
+                ),
+                (
+                    "memory.pressure",
+                    "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n\
+                     full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+                ),
             ],
             FixtureLayout::V1Cpuset => &[
                 ("cgroup.procs", ""),
@@ -187,6 +201,18 @@ impl FixtureLayout {
                 ("tasks", ""),
                 ("cpuacct.usage", "0\n"),
             ],
+            FixtureLayout::V1Memory => &[
+                ("cgroup.procs", ""),
+                ("tasks", ""),
+                ("memory.limit_in_bytes", "9223372036854771712\n"),
+                ("memory.soft_limit_in_bytes", "9223372036854771712\n"),
+                ("memory.usage_in_bytes", "0\n"),
+                ("memory.failcnt", "0\n"),
+                (
+                    "memory.oom_control",
+                    "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n",
+                ),
+            ],
             FixtureLayout::V1All => &[
                 ("cgroup.procs", ""),
                 ("tasks", ""),
@@ -199,6 +225,14 @@ impl FixtureLayout {
                 ("cpuacct.usage", "0\n"),
                 ("freezer.state", "THAWED\n"),
                 ("blkio.bfq.weight_device", "default 100\n"),
+                ("memory.limit_in_bytes", "9223372036854771712\n"),
+                ("memory.soft_limit_in_bytes", "9223372036854771712\n"),
+                ("memory.usage_in_bytes", "0\n"),
+                ("memory.failcnt", "0\n"),
+                (
+                    "memory.oom_control",
+                    "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n",
+                ),
             ],
         }
     }

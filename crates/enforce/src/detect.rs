@@ -66,6 +66,8 @@ impl Mounts {
             cpuacct: self.v1_for("cpuacct").map(Path::to_path_buf),
             freezer: self.v1_for("freezer").map(Path::to_path_buf),
             blkio: self.v1_for("blkio").map(Path::to_path_buf),
+            // (The broker's own memory group is read by `crate::open`.)
+            memory: None,
         })
     }
 }

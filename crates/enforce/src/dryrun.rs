@@ -31,6 +31,8 @@ pub enum Call {
     /// A gate's `open` or `close` (also in [`DryRun::gate_calls`]), so
     /// that a test sees it in order with the other calls.
     Gate(GateCall),
+    /// `set_memory`.
+    Memory(u64, allot_spec::Memory),
 }
 
 /// The dry-run backend. Clones share the log, the cells it holds and the
@@ -44,6 +46,18 @@ pub struct DryRun {
     gate_stopped: Arc<Mutex<Option<bool>>>,
     no_gates: bool,
     join_files: bool,
+    memory: Arc<Mutex<MemoryState>>,
+}
+
+/// What the dry run's memory control reports, as a test sets it.
+#[derive(Debug, Default)]
+struct MemoryState {
+    /// `None`: no memory control.
+    capacity: Option<u64>,
+    /// Use per cell.
+    used: HashMap<u64, crate::memory::MemoryUse>,
+    /// Whether the next `set_memory` fails (a kernel refusing a limit).
+    refuse_next: bool,
 }
 
 #[derive(Debug, Default)]
@@ -72,6 +86,32 @@ impl DryRun {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
+    /// Gives the backend memory control over `capacity` bytes.
+    pub fn with_memory(self, capacity: u64) -> Self {
+        self.memory
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .capacity = Some(capacity);
+        self
+    }
+
+    /// Sets what `memory_use` reports for cell `cell`.
+    pub fn set_memory_use(&self, cell: u64, used: crate::memory::MemoryUse) {
+        self.memory
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .used
+            .insert(cell, used);
+    }
+
+    /// Makes the next `set_memory` fail, as a kernel refusing a limit does.
+    pub fn refuse_next_memory(&self) {
+        self.memory
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .refuse_next = true;
+    }
+
     /// Makes the next `n` removals fail with `EBUSY`.
     pub fn fail_removals(&self, n: u32) {
         self.state().failing_removals = n;
@@ -132,7 +172,7 @@ impl Enforcer for DryRun {
         }
         Ok(st.cpus.get(&cell).copied())
     }
-    fn join_files(&mut self, cell: u64) -> Result<Vec<std::fs::File>> {
+    fn join_files(&mut self, cell: u64, _pid: u32) -> Result<Vec<std::fs::File>> {
         if !self.join_files {
             return Ok(Vec::new());
         }
@@ -193,6 +233,35 @@ impl Enforcer for DryRun {
             .unwrap_or_else(|p| p.into_inner())
             .push(Call::Partition(cell, cpus));
         Ok(cpus.is_some())
+    }
+
+    fn set_memory(&mut self, cell: u64, m: &allot_spec::Memory) -> Result<bool> {
+        let mut st = self.memory.lock().unwrap_or_else(|p| p.into_inner());
+        if st.capacity.is_none() {
+            return Ok(false);
+        }
+        if std::mem::take(&mut st.refuse_next) {
+            return Err(crate::EnforceError::new(
+                format!("set the memory of cell {cell}"),
+                io::Error::from_raw_os_error(libc::EBUSY),
+            ));
+        }
+        drop(st);
+        self.record(Call::Memory(cell, *m));
+        Ok(true)
+    }
+
+    fn memory_use(&mut self, cell: u64) -> Option<crate::memory::MemoryUse> {
+        let st = self.memory.lock().unwrap_or_else(|p| p.into_inner());
+        st.capacity?;
+        Some(st.used.get(&cell).copied().unwrap_or_default())
+    }
+
+    fn memory_capacity(&mut self) -> Option<u64> {
+        self.memory
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .capacity
     }
 
     fn gate(&mut self, cell: u64) -> Result<Option<Box<dyn Gate>>> {

@@ -5,8 +5,8 @@
 //!
 //! | backend                 | confines with                        | needs                    |
 //! |-------------------------|--------------------------------------|--------------------------|
-//! | [`Cgroup2`]             | `cpuset.cpus`, `cpu.weight`, `cpu.max`, `cgroup.freeze` | a writable v2 subtree with cpuset |
-//! | [`Cgroup1`]             | cpuset, cpu (shares, CFS bandwidth), cpuacct, freezer | writable v1 mounts |
+//! | [`Cgroup2`]             | `cpuset.cpus`, `cpu.weight`, `cpu.max`, `cgroup.freeze`, `memory.min`/`memory.max` | a writable v2 subtree with cpuset |
+//! | [`Cgroup1`]             | cpuset, cpu (shares, CFS bandwidth), cpuacct, freezer, memory | writable v1 mounts |
 //! | [`Affinity`]            | `sched_setaffinity` on every thread (no weights, no bandwidth) | nothing (same user) |
 //! | [`DryRun`]              | nothing; records every call          | nothing                  |
 //!
@@ -19,7 +19,8 @@
 //! (cgroup files); both have fakes for tests, and the cgroup backends take
 //! their root paths so they run against temporary directories.
 //! Time-triggered windows use a [`Gate`] per cell (the freezer), driven
-//! from the broker's window thread; see [`gate`].
+//! from the broker's window thread; see [`gate`]. A cell's memory
+//! guarantee and limit: [`memory`].
 
 pub mod affinity;
 pub mod cgroup1;
@@ -31,6 +32,7 @@ pub mod detect;
 pub mod dryrun;
 pub mod gate;
 pub mod isolate;
+pub mod memory;
 pub mod os;
 pub mod partition;
 pub mod runtimes;
@@ -173,14 +175,14 @@ pub trait Enforcer: Send + fmt::Debug {
     /// Puts process `pid` (and, for the affinity backend, its future
     /// descendants) into the cell. Called once per process.
     fn attach(&mut self, cell: u64, pid: u32) -> Result<()>;
-    /// Files through which a process may move *itself* into cell `cell`
+    /// Files through which process `pid` may move *itself* into cell `cell`
     /// (cgroup v1: each hierarchy's `tasks`, opened for writing, where `0`
     /// moves the writing thread; cgroup v2: the cell's directory, to start
     /// a process inside with `clone3(CLONE_INTO_CGROUP)`). A thread moving itself does not take the
     /// kernel's global lock that a move by pid takes, which waits for an
     /// RCU grace period after a quiet spell. Empty: the backend has none,
     /// and members are moved with [`Enforcer::attach`].
-    fn join_files(&mut self, _cell: u64) -> Result<Vec<std::fs::File>> {
+    fn join_files(&mut self, _cell: u64, _pid: u32) -> Result<Vec<std::fs::File>> {
         Ok(Vec::new())
     }
     /// Applies a grant. Hot path: must not move processes.
@@ -241,6 +243,26 @@ pub trait Enforcer: Send + fmt::Debug {
     /// (`allot_plan::PlanConfig::pause_best_effort`).
     fn can_pause(&self) -> bool {
         false
+    }
+    /// Sets cell `cell`'s memory guarantee and limit ([`memory`]). Returns
+    /// false when the backend has no memory control (nothing is done).
+    /// The kernel may refuse a limit below what the cell uses now; the
+    /// cell is then left as it was.
+    fn set_memory(&mut self, cell: u64, m: &allot_spec::Memory) -> Result<bool> {
+        let _ = (cell, m);
+        Ok(false)
+    }
+    /// Cell `cell`'s memory as the kernel counts it; `None` without
+    /// memory control.
+    fn memory_use(&mut self, cell: u64) -> Option<memory::MemoryUse> {
+        let _ = cell;
+        None
+    }
+    /// Bytes the cells live within: the machine's memory, or the limit of
+    /// a memory group enclosing them when lower; `None` without memory
+    /// control.
+    fn memory_capacity(&mut self) -> Option<u64> {
+        None
     }
 }
 
@@ -419,12 +441,15 @@ pub fn open(kind: BackendKind, opts: &OpenOptions) -> Result<(Box<dyn Enforcer>,
         ))
     };
     let try_v1 = || -> Result<Box<dyn Enforcer>> {
-        let m = mounts.v1().ok_or_else(|| {
+        let mut m = mounts.v1().ok_or_else(|| {
             EnforceError::new(
                 "cgroup1",
                 std::io::Error::other("no cgroup v1 cpuset hierarchy is mounted"),
             )
         })?;
+        m.memory = mounts
+            .v1_for("memory")
+            .and_then(|mount| Some((mount.to_path_buf(), memory::own_v1_group()?)));
         Ok(Box::new(Cgroup1::new(
             Arc::new(cgroupfs::KernelFs),
             &m,

@@ -48,6 +48,9 @@ pub trait Os: Send + Sync + std::fmt::Debug {
     /// The machine's CPU load as a whole (ARS's system poller), `None`
     /// when it cannot be read.
     fn system_cpu(&self) -> Option<SystemCpu>;
+    /// Memory process `pid` has resident now, bytes (`/proc/PID/statm`);
+    /// `None` when gone.
+    fn rss_bytes(&self, pid: u32) -> Option<u64>;
 }
 
 /// The machine's CPU counters at one moment; the differences between two
@@ -225,6 +228,12 @@ impl Os for RealOs {
         stat_fields(pid)?.get(19)?.parse().ok()
     }
 
+    fn rss_bytes(&self, pid: u32) -> Option<u64> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+        let pages: u64 = text.split_whitespace().nth(1)?.parse().ok()?;
+        Some(pages * rustix::param::page_size() as u64)
+    }
+
     fn uid(&self, pid: u32) -> Option<u32> {
         let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
         let line = text.lines().find(|l| l.starts_with("Uid:"))?;
@@ -296,6 +305,7 @@ struct FakeState {
     procs: BTreeMap<u32, FakeProc>,
     affinity: BTreeMap<u32, CpuSet>,
     system: Option<SystemCpu>,
+    rss: BTreeMap<u32, u64>,
 }
 
 impl FakeOs {
@@ -306,6 +316,11 @@ impl FakeOs {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, FakeState> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sets the resident memory process `pid` reports.
+    pub fn set_rss(&self, pid: u32, bytes: u64) {
+        self.lock().rss.insert(pid, bytes);
     }
 
     /// Adds process `pid` with `nthreads` threads (tids pid, pid+1, …), a
@@ -445,6 +460,12 @@ impl Os for FakeOs {
     }
     fn run_delay_ns(&self, pid: u32, _max_threads: usize) -> Option<u64> {
         self.lock().procs.get(&pid).map(|p| p.run_delay_ns)
+    }
+    fn rss_bytes(&self, pid: u32) -> Option<u64> {
+        let s = self.lock();
+        s.procs
+            .contains_key(&pid)
+            .then(|| s.rss.get(&pid).copied().unwrap_or(0))
     }
     fn system_cpu(&self) -> Option<SystemCpu> {
         self.lock().system

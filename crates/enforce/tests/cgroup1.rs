@@ -22,6 +22,7 @@ fn fixture_tree() {
         cpuacct: None,
         freezer: None,
         blkio: None,
+        memory: None,
     };
     let mut b = Cgroup1::new(Arc::new(cpuset), &mounts, "allot", CpuSet::first_n(4)).unwrap();
     b.create(1).unwrap();
@@ -64,8 +65,87 @@ fn fixture_v1(dir: &std::path::Path, hierarchies: &[&str]) -> (FixtureFs, V1Moun
         cpuacct: has("cpu"),
         freezer: has("freezer"),
         blkio: has("blkio"),
+        // The broker runs in the memory group `/base` (as on a machine
+        // whose memory hierarchy other software uses).
+        memory: has("memory").map(|m| {
+            fs.populate(&m.join("base")).unwrap();
+            (m, "/base".to_string())
+        }),
     };
     (fs, mounts)
+}
+
+#[test]
+fn fixture_memory_groups_nest_below_the_brokers_and_take_only_its_processes() {
+    use allot_enforce::memory::MemoryUse;
+    let dir = tempfile::tempdir().unwrap();
+    let (fs, mounts) = fixture_v1(dir.path(), &["cpuset", "cpu", "memory"]);
+    // Two processes: 100 runs in the broker's memory group, 200 in one of
+    // its own (a Slurm step's, say).
+    let proc = dir.path().join("proc");
+    for (pid, group) in [(100, "/base"), (200, "/base/job-7")] {
+        std::fs::create_dir_all(proc.join(pid.to_string())).unwrap();
+        std::fs::write(
+            proc.join(format!("{pid}/cgroup")),
+            format!("5:memory:{group}\n4:cpuset:/\n0::/\n"),
+        )
+        .unwrap();
+    }
+    let mut b = Cgroup1::new(Arc::new(fs), &mounts, "allot", CpuSet::first_n(4))
+        .unwrap()
+        .with_proc_root(proc);
+    let groups = dir.path().join("memory/base/allot");
+    assert!(
+        groups.is_dir(),
+        "allot's memory groups nest below the broker's"
+    );
+    assert!(
+        !dir.path().join("memory/allot").exists(),
+        "never at the top"
+    );
+    b.create(1).unwrap();
+    let cell = groups.join("cell-1");
+    let m = allot_spec::Memory {
+        min: 1 << 30,
+        max: 2 << 30,
+    };
+    assert!(b.set_memory(1, &m).unwrap());
+    let read = |f: &str| std::fs::read_to_string(cell.join(f)).unwrap();
+    assert_eq!(read("memory.limit_in_bytes"), "2147483648");
+    assert_eq!(read("memory.soft_limit_in_bytes"), "1073741824");
+    b.attach(1, 100).unwrap();
+    b.attach(1, 200).unwrap();
+    let procs = read("cgroup.procs");
+    assert!(procs.split_whitespace().any(|p| p == "100"), "{procs}");
+    assert!(
+        !procs.split_whitespace().any(|p| p == "200"),
+        "a process in a memory group of its own stays there: {procs}"
+    );
+    let cpuset =
+        std::fs::read_to_string(dir.path().join("cpuset/allot/cell-1/cgroup.procs")).unwrap();
+    assert!(cpuset.split_whitespace().any(|p| p == "200"), "{cpuset}");
+    std::fs::write(cell.join("memory.usage_in_bytes"), "4096\n").unwrap();
+    assert_eq!(
+        b.memory_use(1),
+        Some(MemoryUse {
+            current: 4096,
+            limit: 2 << 30,
+            at_limit: 0,
+            oom_kills: 0,
+            pressure: None
+        })
+    );
+    assert!(b.memory_capacity().is_some_and(|c| c > 0));
+    // Leftovers go back to the broker's group, not to the top.
+    b.remove(1).unwrap();
+    let base = std::fs::read_to_string(dir.path().join("memory/base/cgroup.procs")).unwrap();
+    assert!(base.split_whitespace().any(|p| p == "100"), "{base}");
+    b.cleanup().unwrap();
+    assert!(!groups.exists());
+    assert!(
+        dir.path().join("memory/base").is_dir(),
+        "the broker's own group stays"
+    );
 }
 
 #[test]

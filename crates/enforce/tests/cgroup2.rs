@@ -351,7 +351,7 @@ fn the_join_file_is_the_cells_directory_and_a_process_inside_is_not_moved_again(
     let root = dir.path().join("allot");
     let mut b = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(8)).unwrap();
     b.create(5).unwrap();
-    let files = b.join_files(5).unwrap();
+    let files = b.join_files(5, std::process::id()).unwrap();
     assert_eq!(files.len(), 1);
     let st = rustix::fs::fstat(files[0].as_fd()).unwrap();
     let by_path = rustix::fs::stat(root.join("cell-5")).unwrap();

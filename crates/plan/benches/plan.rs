@@ -50,6 +50,7 @@ fn cells(planner: &Planner<'_>, n: usize) -> Vec<CellInput> {
                 placement: [Placement::Any, Placement::Llc, Placement::Numa][i % 3],
                 time: Default::default(),
                 goal: Default::default(),
+                memory: Default::default(),
             };
             if held + spec.guaranteed() + 1 > cap {
                 spec.min = 0;

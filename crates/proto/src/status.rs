@@ -114,6 +114,22 @@ pub struct MachineStatus {
     /// `require`: no cell runs on them (the one account).
     #[serde(default)]
     pub held_outside: String,
+    /// Memory cells may be guaranteed, and how much is (absent from
+    /// brokers without memory control).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MachineMemory>,
+}
+
+/// The machine's memory as the broker admits it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MachineMemory {
+    /// Bytes the broker's cells live within: the machine's memory, or the
+    /// limit of the memory group the broker runs in when lower.
+    pub capacity: u64,
+    /// Bytes never guaranteed to cells (the configured reserve).
+    pub reserve: u64,
+    /// Bytes guaranteed to cells now (their `memory_min`, summed).
+    pub guaranteed: u64,
 }
 
 /// A cell's request, as shown.
@@ -139,6 +155,12 @@ pub struct SpecStatus {
     /// The goal (`{"kind":"none"}` from older brokers).
     #[serde(default)]
     pub goal: GoalStatus,
+    /// Bytes of memory guaranteed (0: none).
+    #[serde(default)]
+    pub memory_min: u64,
+    /// Most bytes of memory (0: no limit but what encloses the cell).
+    #[serde(default)]
+    pub memory_max: u64,
 }
 
 impl From<&allot_spec::CellSpec> for SpecStatus {
@@ -173,6 +195,8 @@ impl From<&allot_spec::CellSpec> for SpecStatus {
                 allot_spec::Goal::Rate { milli_per_s } => GoalStatus::Rate { milli_per_s },
                 allot_spec::Goal::P99 { us } => GoalStatus::P99 { us },
             },
+            memory_min: s.memory.min,
+            memory_max: s.memory.max,
         }
     }
 }
@@ -296,10 +320,33 @@ pub struct CellStatus {
     /// take every CPU; it runs again when one frees (absent when running).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<PausedStatus>,
+    /// Its memory as the kernel counts it (absent when its backend has no
+    /// memory control, or its processes are charged elsewhere).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<CellMemory>,
     /// What the broker did for the cell and when (absent from older
     /// brokers, and for another user's private cell).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeline: Option<Timeline>,
+}
+
+/// A cell's memory: use, limit, pressure and what the kernel did at the
+/// limit.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CellMemory {
+    /// Bytes charged to the cell now.
+    pub current: u64,
+    /// Its limit as the kernel enforces it (0: none of its own).
+    pub limit: u64,
+    /// Times its processes were throttled or reclaimed at the limit
+    /// (v2 `memory.events` `max`; v1 `memory.failcnt`).
+    pub at_limit: u64,
+    /// Processes the kernel killed because the cell was out of memory.
+    pub oom_kills: u64,
+    /// Share of the last 10 s some of its threads waited for memory
+    /// (pressure, `some avg10`, 0 to 100; absent without PSI).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pressure: Option<f64>,
 }
 
 /// A cell's timeline: the broker's steps for it, from the arrival of its
@@ -332,7 +379,8 @@ pub struct TimelineStep {
     /// Since [`Timeline::origin_ns`], µs.
     pub at_us: u64,
     /// What happened: `request`, `admission`, `queued`, `journal`,
-    /// `cgroup`, `cpuset`, `grant`, `joined`, `exited`, `spec`, `adopted`.
+    /// `cgroup`, `cpuset`, `grant`, `joined`, `exited`, `spec`, `adopted`,
+    /// `paused`, `resumed`, `oom`.
     pub step: String,
     /// Its particulars (CPUs, threads, a pid, a verdict).
     pub detail: String,

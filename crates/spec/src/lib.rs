@@ -9,11 +9,12 @@
 //! encoding at an edge (the wire's bytes, the journal's records, the status
 //! document) converts beside its own type and round-trips.
 //!
-//! A [`CellSpec`] is the CPU part of Tessellation's specification set: a
-//! minimum (guaranteed), a maximum (a limit), a weight for sharing what lies
-//! between, whether the cell's CPUs are its alone, where they should lie,
-//! and its [`TimeContract`]: whether it holds CPUs (space) or a share of
-//! their time at known moments (time).
+//! A [`CellSpec`] is Tessellation's specification set for CPUs and memory:
+//! a minimum (guaranteed), a maximum (a limit), a weight for sharing what
+//! lies between, whether the cell's CPUs are its alone, where they should
+//! lie, and its [`TimeContract`]: whether it holds CPUs (space) or a share
+//! of their time at known moments (time); and its [`Memory`]: bytes
+//! guaranteed and a limit (`memory`).
 //!
 //! # Time contracts
 //!
@@ -35,9 +36,11 @@
 //! microseconds) so that a spec compares and hashes exactly.
 
 pub mod goal;
+pub mod memory;
 pub mod terms;
 
 pub use goal::{Goal, GoalError};
+pub use memory::{Memory, MemoryError, Size, SizeError, parse_size};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -292,6 +295,8 @@ pub struct CellSpec {
     pub time: TimeContract,
     /// What the cell wants to achieve ([`Goal`]); space cells only.
     pub goal: Goal,
+    /// Its memory guarantee and limit ([`Memory`]).
+    pub memory: Memory,
 }
 
 impl Default for CellSpec {
@@ -304,6 +309,7 @@ impl Default for CellSpec {
             placement: Placement::Any,
             time: TimeContract::Space,
             goal: Goal::None,
+            memory: Memory::default(),
         }
     }
 }
@@ -364,6 +370,9 @@ pub enum SpecError {
     /// A goal on a time cell.
     #[error("a {0} cell is promised time, not a performance: goals (--goal) apply to space cells")]
     TimeGoal(&'static str),
+    /// A malformed memory request.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
 }
 
 impl CellSpec {
@@ -399,6 +408,7 @@ impl CellSpec {
             }
         }
         self.goal.validate()?;
+        self.memory.validate()?;
         Ok(())
     }
 
@@ -513,6 +523,9 @@ impl fmt::Display for CellSpec {
         }
         if self.goal.is_some() {
             write!(f, " goal {}", self.goal)?;
+        }
+        if !self.memory.is_none() {
+            write!(f, " memory {}", self.memory)?;
         }
         Ok(())
     }

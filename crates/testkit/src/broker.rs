@@ -180,10 +180,11 @@ pub fn accepts(socket: &Path) -> bool {
 /// v1); returns whether nothing was left.
 pub fn remove_leftovers(cgroup: &str) -> bool {
     let mut clean = true;
-    for h in [
+    let dirs = [
         "cpuset", "cpu", "cpuacct", "freezer", "blkio", "unified", "",
-    ] {
-        let d = Path::new("/sys/fs/cgroup").join(h).join(cgroup);
+    ]
+    .map(|h| Path::new("/sys/fs/cgroup").join(h).join(cgroup));
+    for d in dirs.into_iter().chain(memory_dir(cgroup)) {
         if d.join("cgroup.procs").exists() {
             clean = false;
             if let Ok(rd) = std::fs::read_dir(&d) {
@@ -195,6 +196,22 @@ pub fn remove_leftovers(cgroup: &str) -> bool {
         }
     }
     clean
+}
+
+/// Where a broker started by this process keeps its v1 memory groups
+/// named `cgroup`: below this process's own memory group (the broker nests
+/// there). `None` without a v1 memory hierarchy.
+pub fn memory_dir(cgroup: &str) -> Option<PathBuf> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let group = own.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (_, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
+        ctrls.split(',').any(|c| c == "memory").then_some(path)
+    })?;
+    let mount = Path::new("/sys/fs/cgroup/memory");
+    mount
+        .exists()
+        .then(|| mount.join(group.trim_start_matches('/')).join(cgroup))
 }
 
 #[cfg(test)]

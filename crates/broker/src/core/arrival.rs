@@ -91,7 +91,8 @@ impl Engine {
             )];
         }
         let join_files = if joins_itself {
-            self.enforcer.join_files(id).unwrap_or_else(|e| {
+            let joiner = members.first().copied().unwrap_or(0);
+            self.enforcer.join_files(id, joiner).unwrap_or_else(|e| {
                 warn!("cell {id}: {e}; moving its process instead");
                 Vec::new()
             })

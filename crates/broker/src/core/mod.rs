@@ -65,6 +65,7 @@ pub(crate) use cells::{Cell, Queued};
 pub(crate) mod effect;
 mod isolation;
 mod keep_off;
+mod memory;
 mod message;
 mod minimum;
 mod pause;
@@ -152,6 +153,8 @@ pub struct Engine {
     paused: BTreeMap<u64, pause::Paused>,
     /// The system minimum, when the operator turned it on (`minimum`).
     unmanaged: Option<allot_enforce::unmanaged::Unmanaged>,
+    /// Memory capacity, the reserve, and the cells' use (`memory`).
+    pub(crate) memory: memory::MemoryControl,
 }
 
 fn random_u64() -> u64 {
@@ -192,6 +195,8 @@ impl Engine {
                 pause_best_effort: enforcer.can_pause(),
             },
         );
+        let mut enforcer = enforcer;
+        let memory = memory::MemoryControl::new(enforcer.memory_capacity(), cfg.memory_reserve);
         let mut core = Engine {
             machine,
             planner,
@@ -223,6 +228,7 @@ impl Engine {
             counters: Counters::default(),
             windows: Windows::new(),
             measure: measure::Measure::new(Arc::new(allot_enforce::counters::RealCounters)),
+            memory,
         };
         let effects = core.restore();
         core.keep_reserve();
@@ -328,6 +334,12 @@ impl Engine {
     /// confinement; a removal the kernel refuses for now is retried on
     /// ticks), pages marked released, journaled. Does not re-plan.
     fn end_cell(&mut self, id: u64, why: &str) -> Vec<Effect> {
+        if !self.cells.contains_key(&id) {
+            return vec![];
+        }
+        // What the kernel did to it last (an OOM kill that ended it).
+        self.observe_memory(id);
+        self.memory.used.remove(&id);
         let Some(c) = self.cells.remove(&id) else {
             return vec![];
         };
@@ -359,7 +371,7 @@ impl Engine {
             .collect()
     }
 
-    fn remove_backend(&mut self, id: u64) {
+    pub(super) fn remove_backend(&mut self, id: u64) {
         match self.enforcer.remove(id) {
             Ok(()) => {}
             Err(e) if e.is_busy() => {
@@ -486,6 +498,7 @@ impl Engine {
             self.retry_removals(now);
         }
         self.refreeze_stragglers();
+        self.watch_memory();
         let mut changed = false;
         let ids: Vec<u64> = self.cells.keys().copied().collect();
         for id in ids {

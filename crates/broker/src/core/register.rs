@@ -20,12 +20,13 @@
 //! frees up, and a stream of small requests cannot starve a large one.
 
 use super::arrival::Arriving;
+use super::memory::Verdict;
 use super::{Cell, Effect, Engine, Peer, Queued, SessionId, answer, err, random_u64};
 use crate::journal::{MemberRec, Record, SpecRec};
 use crate::names::{self, shown};
 use crate::timeline::{Timeline, timed};
 use crate::{info, warn};
-use allot_plan::{Admission, Admitted, CellId, CellSpec};
+use allot_plan::{Admission, Admitted, CellId, CellSpec, Memory};
 use allot_proto::PageMap;
 use allot_proto::msg::{ErrorCode, Reply};
 use rustix::fd::OwnedFd;
@@ -139,8 +140,12 @@ impl Engine {
         } else {
             name
         };
+        if let Some(why) = self.below_resident(&spec.memory, &members) {
+            return one(err(ErrorCode::Invalid, REGISTER, why));
+        }
         let (verdict, took) = timed(|| {
-            match self.planner.admit(&self.admitted(), &spec, &self.plan) {
+            let cpus = self.planner.admit(&self.admitted(), &spec, &self.plan);
+            match self.with_memory(cpus, &spec.memory, None) {
                 Admission::Admit => match self.delayed_by(self.cells.queue.iter(), &spec) {
                     None => Admission::Admit,
                     Some(q) => Admission::NotNow(format!(
@@ -283,6 +288,14 @@ impl Engine {
                 ),
             );
         }
+        if let Err(why) = self.apply_memory(id, &spec.memory) {
+            self.remove_backend(id);
+            self.journal(&[Record::End { id }]);
+            return fail(
+                ErrorCode::Internal,
+                format!("cannot set the cell's memory: {why}"),
+            );
+        }
         let mut cell = Cell::new(name.clone(), uid, spec, token, timeline);
         cell.pages.push(page);
         self.cells.insert(id, cell, vec![]);
@@ -311,7 +324,8 @@ impl Engine {
         let mut i = 0;
         while i < self.cells.queue.len() {
             let q = &self.cells.queue[i];
-            let verdict = match self.planner.admit(&self.admitted(), &q.spec, &self.plan) {
+            let cpus = self.planner.admit(&self.admitted(), &q.spec, &self.plan);
+            let verdict = match self.with_memory(cpus, &q.spec.memory, None) {
                 Admission::Admit => match self.delayed_by(self.cells.queue.iter().take(i), &q.spec)
                 {
                     None => Admission::Admit,
@@ -535,10 +549,32 @@ impl Engine {
             .map_err(|e| err(ErrorCode::Invalid, KIND, format!("invalid request: {e}")))?;
         let planned = self.planned_spec(cell, spec);
         let others: Vec<Admitted<'_>> = self.admitted_except(Some(cell));
-        match self.planner.admit(&others, &planned, &self.plan) {
+        let cpus = self.planner.admit(&others, &planned, &self.plan);
+        match self.with_memory(cpus, &spec.memory, Some(cell)) {
             Admission::Admit => {}
             Admission::NotNow(r) => return Err(err(ErrorCode::Refused, KIND, r)),
             Admission::Never(r) => return Err(err(ErrorCode::Never, KIND, r)),
+        }
+        let before = self.cells[&cell].spec.memory;
+        if spec.memory != before {
+            let used = self.memory.used.get(&cell).map_or(0, |u| u.current);
+            if spec.memory.max != 0 && used > spec.memory.max {
+                return Err(err(
+                    ErrorCode::Invalid,
+                    KIND,
+                    format!(
+                        "the memory limit {} is below what the cell uses now ({}); raise it, \
+                         or free memory first",
+                        allot_plan::spec::Size(spec.memory.max),
+                        allot_plan::spec::Size(used)
+                    ),
+                ));
+            }
+            if let Err(why) = self.apply_memory(cell, &spec.memory) {
+                // Left as it was.
+                let _ = self.apply_memory(cell, &before);
+                return Err(err(ErrorCode::Refused, KIND, why));
+            }
         }
         let c = self.cells.get_mut(&cell).expect("checked");
         c.spec = spec;
@@ -604,6 +640,24 @@ struct Newcomer {
 }
 
 /// The admission verdict in a word or two, for the timeline.
+impl Engine {
+    /// The planner's verdict `cpus` on a spec, with what memory says of
+    /// its `memory` beside every admitted cell but `except`.
+    fn with_memory(&self, cpus: Admission, memory: &Memory, except: Option<u64>) -> Admission {
+        if matches!(cpus, Admission::Never(_)) {
+            return cpus;
+        }
+        match (cpus, self.memory_verdict(memory, except)) {
+            (cpus, Verdict::Fits) => cpus,
+            (_, Verdict::Never(r)) => Admission::Never(r),
+            (Admission::NotNow(c), Verdict::NotNow(m)) => {
+                Admission::NotNow(format!("{c}; and {m}"))
+            }
+            (_, Verdict::NotNow(m)) => Admission::NotNow(m),
+        }
+    }
+}
+
 fn verdict_word(v: &Admission) -> String {
     match v {
         Admission::Admit => "admitted".into(),

@@ -135,6 +135,22 @@ impl Engine {
                     }
                 }
             }
+            Request::SetMemory { cell, memory } => {
+                let spec = self
+                    .cells
+                    .get(&cell)
+                    .map(|c| allot_plan::CellSpec { memory, ..c.spec });
+                let done = self.update_spec(peer, cell, spec.unwrap_or_default());
+                match done {
+                    Ok(()) => vec![answer(session, Reply::Ok)],
+                    Err(mut r) => {
+                        if let Reply::Error { request, .. } = &mut r {
+                            *request = 0x14;
+                        }
+                        vec![answer(session, r)]
+                    }
+                }
+            }
             Request::UpdateSpec { cell, spec } => match self.update_spec(peer, cell, spec) {
                 Ok(()) => {
                     let mut e = self.admit_queued();

@@ -319,6 +319,7 @@ mod tests {
             placement: PlacementRec::Any,
             time: TimeRec::Space,
             goal: GoalRec::None,
+            memory: Default::default(),
         }
     }
 

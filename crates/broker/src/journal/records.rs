@@ -15,8 +15,9 @@ use std::collections::BTreeMap;
 /// Version of the journal format this broker writes and understands.
 /// History: 1 — no header; 2 — header, [`SpecRec`], recovered cells;
 /// 3 — [`SpecRec::time`] (absent in older journals: a space cell);
-/// 4 — [`SpecRec::goal`] (absent in older journals: no goal).
-pub const JOURNAL_VERSION: u32 = 4;
+/// 4 — [`SpecRec::goal`] (absent in older journals: no goal);
+/// 5 — [`SpecRec::memory`] (absent in older journals: none).
+pub const JOURNAL_VERSION: u32 = 5;
 
 /// A process belonging to a cell, with its start time to detect pid reuse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,6 +47,26 @@ pub struct SpecRec {
     /// The goal.
     #[serde(default)]
     pub goal: GoalRec,
+    /// The memory guarantee and limit, bytes (absent: none).
+    #[serde(default, skip_serializing_if = "MemoryRec::is_none")]
+    pub memory: MemoryRec,
+}
+
+/// A memory guarantee and limit, as journaled (bytes, 0: none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct MemoryRec {
+    /// Bytes guaranteed.
+    #[serde(default)]
+    pub min: u64,
+    /// Most bytes.
+    #[serde(default)]
+    pub max: u64,
+}
+
+impl MemoryRec {
+    fn is_none(&self) -> bool {
+        self.min == 0 && self.max == 0
+    }
 }
 
 /// A goal, as journaled.
@@ -369,6 +390,10 @@ impl SpecRec {
                 Goal::Rate { milli_per_s } => GoalRec::Rate { milli_per_s },
                 Goal::P99 { us } => GoalRec::P99 { us },
             },
+            memory: MemoryRec {
+                min: s.memory.min,
+                max: s.memory.max,
+            },
         }
     }
 
@@ -401,6 +426,10 @@ impl SpecRec {
                 GoalRec::None => Goal::None,
                 GoalRec::Rate { milli_per_s } => Goal::Rate { milli_per_s },
                 GoalRec::P99 { us } => Goal::P99 { us },
+            },
+            memory: allot_plan::Memory {
+                min: r.memory.min,
+                max: r.memory.max,
             },
         }
     }
@@ -469,7 +498,17 @@ mod tests {
         ];
         for placement in [Placement::Any, Placement::Llc, Placement::Numa] {
             for time in times {
-                for goal in goals {
+                for (goal, memory) in goals.into_iter().zip([
+                    allot_plan::Memory::default(),
+                    allot_plan::Memory {
+                        min: 0,
+                        max: 8 << 30,
+                    },
+                    allot_plan::Memory {
+                        min: 1 << 30,
+                        max: 2 << 30,
+                    },
+                ]) {
                     let s = CellSpec {
                         min: 2,
                         max: 7,
@@ -478,12 +517,15 @@ mod tests {
                         placement,
                         time,
                         goal,
+                        memory,
                     };
                     let rec = SpecRec::of(&s);
                     assert_eq!(rec.spec(), s);
                     let line = serde_json::to_string(&rec).unwrap();
                     let back: SpecRec = serde_json::from_str(&line).unwrap();
                     assert_eq!(back.spec(), s, "{line}");
+                    // A spec without memory is written as before version 5.
+                    assert_eq!(line.contains("memory"), !memory.is_none(), "{line}");
                 }
             }
         }

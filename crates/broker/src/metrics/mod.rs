@@ -123,6 +123,8 @@ pub struct CellGauges {
     /// the kernel's pressure stall information of its cgroup (`None`: the
     /// backend has none, such as cgroup v1 and affinity).
     pub cpu_pressure_seconds: Option<f64>,
+    /// Its memory as the kernel counts it (`None`: no memory control).
+    pub memory: Option<allot_enforce::memory::MemoryUse>,
 }
 
 /// Everything one scrape shows.

@@ -186,7 +186,7 @@ pub fn render(s: &Snapshot) -> String {
         &c.turn,
     );
     type Field = fn(&CellGauges) -> Option<f64>;
-    let per_cell: [(&str, &str, &str, Field); 8] = [
+    let per_cell: [(&str, &str, &str, Field); 12] = [
         (
             "allot_cell_cpus",
             "gauge",
@@ -234,6 +234,30 @@ pub fn render(s: &Snapshot) -> String {
             "counter",
             "Time some runnable thread of the cell waited for a CPU (cgroup v2 pressure).",
             |c| c.cpu_pressure_seconds,
+        ),
+        (
+            "allot_cell_memory_bytes",
+            "gauge",
+            "Memory charged to the cell (where the backend has memory control).",
+            |c| c.memory.map(|m| m.current as f64),
+        ),
+        (
+            "allot_cell_memory_limit_bytes",
+            "gauge",
+            "The cell's own memory limit (absent: none).",
+            |c| c.memory.filter(|m| m.limit != 0).map(|m| m.limit as f64),
+        ),
+        (
+            "allot_cell_memory_oom_kills_total",
+            "counter",
+            "Processes of the cell the kernel killed for want of memory.",
+            |c| c.memory.map(|m| m.oom_kills as f64),
+        ),
+        (
+            "allot_cell_memory_pressure_ratio",
+            "gauge",
+            "Share of the last 10 s some thread of the cell waited for memory (cgroup v2 pressure).",
+            |c| c.memory.and_then(|m| m.pressure).map(|p| p / 100.0),
         ),
     ];
     for (name, kind, help, field) in per_cell {

@@ -36,6 +36,13 @@ fn sample() -> Snapshot {
                 members: 2,
                 cpu_seconds: Some(12.5),
                 cpu_pressure_seconds: Some(0.25),
+                memory: Some(allot_enforce::memory::MemoryUse {
+                    current: 1 << 20,
+                    limit: 8 << 20,
+                    at_limit: 2,
+                    oom_kills: 1,
+                    pressure: Some(12.5),
+                }),
             },
             CellGauges {
                 id: 2,
@@ -49,6 +56,7 @@ fn sample() -> Snapshot {
                 members: 1,
                 cpu_seconds: Some(3.0),
                 cpu_pressure_seconds: None,
+                memory: None,
             },
         ],
         counters: c,
@@ -171,6 +179,18 @@ fn build_process_and_per_cell_cpu_metrics_follow_the_conventions() {
     assert_eq!(samples[p1], 0.25);
     // A cell whose backend keeps no pressure has no sample (not a zero).
     assert!(!samples.contains_key("allot_cell_cpu_pressure_seconds_total{cell=\"2\",uid=\"0\"}"));
+    // Memory, per cell, where the backend has memory control.
+    let named = |family: &str| {
+        format!("{family}{{cell=\"1\",uid=\"1000\",name=\"a \\\"quoted\\\" \\\\ name\"}}")
+    };
+    assert_eq!(samples[&named("allot_cell_memory_bytes")], 1_048_576.0);
+    assert_eq!(
+        samples[&named("allot_cell_memory_limit_bytes")],
+        8_388_608.0
+    );
+    assert_eq!(samples[&named("allot_cell_memory_oom_kills_total")], 1.0);
+    assert_eq!(samples[&named("allot_cell_memory_pressure_ratio")], 0.125);
+    assert!(!samples.contains_key("allot_cell_memory_bytes{cell=\"2\",uid=\"0\"}"));
     // Without /proc, the process families are left out, not zero.
     let quiet = check_format(&render(&Snapshot {
         process: None,

@@ -71,6 +71,8 @@ pub(crate) fn spec_from_c(s: &Spec, time: TimeContract) -> Result<CellSpec> {
         placement,
         time,
         goal: allot_client::Goal::None,
+        // (Memory is asked for with `allot_cell_set_memory`.)
+        memory: Default::default(),
     };
     spec.validate().map_err(|e| Error::invalid(e.to_string()))?;
     Ok(spec)

@@ -38,6 +38,7 @@ pub mod handle;
 pub mod hooks;
 pub mod kinds;
 pub mod launcher;
+pub mod memory;
 pub mod pool;
 pub mod request;
 pub mod require;

@@ -25,6 +25,10 @@ pub struct Args {
     /// CPUs kept for processes outside any cell.
     #[arg(long, value_name = "N")]
     reserve: Option<u32>,
+    /// Memory never guaranteed to cells (K, M, G, T or bytes) [default: a
+    /// twentieth of the memory cells live within].
+    #[arg(long, value_name = "SIZE", value_parser = allot_plan::spec::parse_size)]
+    memory_reserve: Option<u64>,
     /// Do not lend idle CPUs to busy cells (for experiments).
     #[arg(long)]
     no_lend: bool,
@@ -75,6 +79,9 @@ fn config(a: &Args) -> Result<Config, String> {
     }
     if let Some(p) = a.policy {
         c.policy = p;
+    }
+    if let Some(m) = a.memory_reserve {
+        c.memory_reserve = Some(m);
     }
     if let Some(r) = a.reserve {
         c.reserve = r;

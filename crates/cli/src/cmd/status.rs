@@ -215,6 +215,44 @@ fn paused_line(c: &CellStatus) -> Option<String> {
     ))
 }
 
+/// One line on the cell's memory, for a cell that asked for memory or
+/// met a limit.
+fn memory_line(c: &CellStatus) -> Option<String> {
+    use allot_plan::spec::Size;
+    let m = c.memory.as_ref();
+    let asked = c.spec.memory_min != 0 || c.spec.memory_max != 0;
+    let struck = m.is_some_and(|m| m.at_limit > 0 || m.oom_kills > 0);
+    if !asked && !struck {
+        return None;
+    }
+    let mut line = format!("{} {}:", c.id, name_of(c));
+    match m {
+        Some(m) if m.limit != 0 => {
+            line.push_str(&format!(" {} used of {}", Size(m.current), Size(m.limit)))
+        }
+        Some(m) => line.push_str(&format!(" {} used, no limit of its own", Size(m.current))),
+        None => line.push_str(" use not known yet"),
+    }
+    if c.spec.memory_min != 0 {
+        line.push_str(&format!(" ({} guaranteed)", Size(c.spec.memory_min)));
+    }
+    if let Some(m) = m {
+        if m.at_limit > 0 {
+            line.push_str(&format!("; at its limit {} times", m.at_limit));
+        }
+        if m.oom_kills > 0 {
+            line.push_str(&format!(
+                "; {} of its processes killed for want of memory",
+                m.oom_kills
+            ));
+        }
+        if let Some(p) = m.pressure.filter(|p| *p >= 1.0) {
+            line.push_str(&format!("; waited for memory {p:.0} % of the last 10 s"));
+        }
+    }
+    Some(line)
+}
+
 /// One line on the cell's time contract, if it has one.
 fn contract_line(c: &CellStatus) -> Option<String> {
     let ms = |us: u32| format!("{}ms", f64::from(us) / 1000.0);
@@ -306,6 +344,16 @@ pub fn render(v: &Status) -> String {
             m.time_reserve * 100.0
         );
     }
+    if let Some(mm) = &m.memory {
+        use allot_plan::spec::Size;
+        let _ = writeln!(
+            out,
+            "memory for cells: {}   reserve: {}   guaranteed: {}",
+            Size(mm.capacity),
+            Size(mm.reserve),
+            Size(mm.guaranteed)
+        );
+    }
     if let Some(l) = &v.load {
         let mut line = format!("load: {:.2} CPUs busy", l.busy);
         if let (Some(c), Some(u)) = (l.cells, l.unmanaged) {
@@ -363,6 +411,13 @@ pub fn render(v: &Status) -> String {
         if !paused.is_empty() {
             let _ = writeln!(out, "paused:");
             for l in paused {
+                let _ = writeln!(out, "  {l}");
+            }
+        }
+        let memory: Vec<String> = v.cells.iter().filter_map(memory_line).collect();
+        if !memory.is_empty() {
+            let _ = writeln!(out, "memory:");
+            for l in memory {
                 let _ = writeln!(out, "  {l}");
             }
         }
@@ -484,6 +539,8 @@ mod tests {
                 contract: "best-effort".into(),
                 time: TimeStatus::Space,
                 goal: Default::default(),
+                memory_min: 0,
+                memory_max: 0,
             },
             runtimes: vec![RuntimeStatus {
                 name: "openblas".into(),
@@ -493,6 +550,7 @@ mod tests {
             perf: None,
             waiting_for_message: false,
             paused: None,
+            memory: None,
             timeline: None,
         };
         Status {
@@ -518,6 +576,7 @@ mod tests {
                 time_reserve: 0.05,
                 idle: String::new(),
                 held_outside: String::new(),
+                memory: None,
             },
             cells: names.iter().enumerate().map(|(i, n)| cell(i, n)).collect(),
             queue: vec![],

@@ -99,6 +99,23 @@ fn cpu_map(s: &Status) -> Line<'static> {
 }
 
 /// A bar of `width` characters filled to `busy / cpus`.
+/// A cell's memory for the table: used, then its limit, then `!` when
+/// the kernel killed one of its processes for want of memory.
+fn memory_text(c: &allot_proto::status::CellStatus) -> String {
+    use allot_plan::spec::Size;
+    let Some(m) = &c.memory else {
+        return "-".into();
+    };
+    let mut t = Size(m.current).to_string();
+    if m.limit != 0 {
+        t.push_str(&format!("/{}", Size(m.limit)));
+    }
+    if m.oom_kills > 0 {
+        t.push('!');
+    }
+    t
+}
+
 fn busy_bar(busy: f64, cpus: usize, width: usize) -> String {
     let frac = if cpus == 0 {
         0.0
@@ -169,7 +186,8 @@ pub fn draw(f: &mut Frame, v: &View) {
     f.render_widget(Paragraph::new(cpu_map(s)), map);
 
     let header = Row::new([
-        "ID", "NAME", "CPUS", "LENT", "THR", "SHARE", "BUSY", "", "MIN-MAX", "GEN", "RUNTIMES",
+        "ID", "NAME", "CPUS", "LENT", "THR", "SHARE", "BUSY", "", "MIN-MAX", "MEM", "GEN",
+        "RUNTIMES",
     ])
     .style(Style::default().add_modifier(Modifier::REVERSED));
     let rows = s.cells.iter().map(|c| {
@@ -193,6 +211,7 @@ pub fn draw(f: &mut Frame, v: &View) {
                 },
                 if c.spec.exclusive { " excl" } else { "" }
             )),
+            Cell::from(memory_text(c)),
             Cell::from(c.generation.to_string()),
             Cell::from(runtimes_text(c)),
         ])
@@ -207,6 +226,7 @@ pub fn draw(f: &mut Frame, v: &View) {
         Constraint::Length(5),
         Constraint::Length(10),
         Constraint::Length(9),
+        Constraint::Length(12),
         Constraint::Length(5),
         Constraint::Min(10),
     ];
@@ -333,6 +353,8 @@ mod tests {
             contract: "pinned".into(),
             time: Default::default(),
             goal: Default::default(),
+            memory_min: 0,
+            memory_max: 0,
         }
     }
 
@@ -362,6 +384,7 @@ mod tests {
             perf: None,
             waiting_for_message: false,
             paused: None,
+            memory: None,
             timeline: None,
         };
         Status {
@@ -387,6 +410,7 @@ mod tests {
                 time_reserve: 0.05,
                 idle: String::new(),
                 held_outside: String::new(),
+                memory: None,
             },
             cells: vec![
                 cell(1, "build", "0-1", 2.0),

@@ -95,6 +95,16 @@ pub struct Args {
     /// requests it reports); the goals policy sizes its CPUs to meet it.
     #[arg(long, value_name = "GOAL")]
     goal: Option<allot_client::Goal>,
+    /// Memory guaranteed to the program (K, M, G, T or bytes, e.g. 2G):
+    /// the kernel does not reclaim it under pressure, and admission never
+    /// promises more than the machine has.
+    #[arg(long, value_name = "SIZE", value_parser = allot_plan::spec::parse_size, help_heading = "Memory")]
+    memory_min: Option<u64>,
+    /// The most memory the program may use (e.g. 8G): past it the kernel
+    /// reclaims its memory and, failing that, kills one of its processes;
+    /// nothing else pays.
+    #[arg(long, value_name = "SIZE", value_parser = allot_plan::spec::parse_size, help_heading = "Memory")]
+    memory_max: Option<u64>,
     /// Name shown by `allot status` [default: the program's name].
     #[arg(long, value_name = "NAME")]
     name: Option<String>,
@@ -231,6 +241,10 @@ pub fn run(a: Args) -> i32 {
         slice: a.slice.clone(),
         message_idle: a.message_idle.clone(),
         cpus: a.cpus,
+    };
+    spec.memory = allot_plan::Memory {
+        min: a.memory_min.unwrap_or(0),
+        max: a.memory_max.unwrap_or(0),
     };
     if let Err(e) = contract::apply(&time, &mut spec) {
         eprintln!("allot: {e}");

@@ -111,6 +111,7 @@ impl Daemon {
         ["cpuset", "cpu", "cpuacct", "freezer", "blkio"]
             .iter()
             .map(|h| Path::new("/sys/fs/cgroup").join(h).join(&self.cgroup))
+            .chain(allot_testkit::broker::memory_dir(&self.cgroup))
             .collect()
     }
 }

@@ -584,6 +584,41 @@ impl Cell {
     /// when the broker refuses the goal (a time cell).
     pub fn set_goal(&self, goal: allot_spec::Goal) -> Result<(), ClientError> {
         goal.validate().map_err(allot_spec::SpecError::from)?;
+        self.call_broker(|c, id| c.set_goal(id, goal))?;
+        // Asked again with the rest of the spec if the cell re-registers
+        // after a broker restart.
+        self.inner
+            .spec
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .goal = goal;
+        Ok(())
+    }
+
+    /// Sets the cell's memory guarantee and limit
+    /// ([`Memory`](allot_spec::Memory)) and waits for the broker to accept
+    /// them; the rest of the cell's request stays as the broker has it.
+    /// Errors without a broker, when the guarantee does not fit beside the
+    /// others, when the limit is below what the cell uses now (the cell is
+    /// then left as it was), or when the broker's backend has no memory
+    /// control.
+    pub fn set_memory(&self, memory: allot_spec::Memory) -> Result<(), ClientError> {
+        memory.validate().map_err(allot_spec::SpecError::from)?;
+        self.call_broker(|c, id| c.set_memory(id, memory))?;
+        self.inner
+            .spec
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .memory = memory;
+        Ok(())
+    }
+
+    /// Calls the cell's broker with `call` (connecting first when needed);
+    /// a failed call drops the connection, so the next one reconnects.
+    fn call_broker(
+        &self,
+        call: impl FnOnce(&mut Client, u64) -> Result<(), ClientError>,
+    ) -> Result<(), ClientError> {
         let mut conn = self.inner.conn.lock().unwrap_or_else(|p| p.into_inner());
         let id = self.id();
         if id == 0 {
@@ -598,19 +633,12 @@ impl Cell {
             *conn = Some(Client::connect(socket)?);
         }
         let c = conn.as_mut().expect("set above");
-        if let Err(e) = c.set_goal(id, goal) {
+        if let Err(e) = call(c, id) {
             if matches!(e, ClientError::Call(_)) {
                 *conn = None;
             }
             return Err(e);
         }
-        // Asked again with the rest of the spec if the cell re-registers
-        // after a broker restart.
-        self.inner
-            .spec
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .goal = goal;
         Ok(())
     }
 

@@ -101,6 +101,7 @@ pub fn spec_of(r: &RawCell) -> CellSpec {
         placement: Placement::from_code(r.placement).unwrap(),
         time: r.time,
         goal: Default::default(),
+        memory: Default::default(),
     }
 }
 

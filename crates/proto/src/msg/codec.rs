@@ -91,6 +91,7 @@ fn put_spec(w: &mut Writer, s: &CellSpec) {
     w.u8(kind).u32(a).u32(b);
     let (kind, value) = spec::goal_fields(s.goal);
     w.u8(kind).u64(value);
+    w.u64(s.memory.min).u64(s.memory.max);
 }
 
 fn get_goal(r: &mut Reader<'_>) -> Result<Goal, DecodeError> {
@@ -120,6 +121,10 @@ fn get_spec(r: &mut Reader<'_>) -> Result<CellSpec, DecodeError> {
         detail: format!("unknown time contract {kind} (or a field it does not use is not 0)"),
     })?;
     let goal = get_goal(r)?;
+    let memory = allot_spec::Memory {
+        min: r.u64("spec.memory.min")?,
+        max: r.u64("spec.memory.max")?,
+    };
     Ok(CellSpec {
         min,
         max,
@@ -128,6 +133,7 @@ fn get_spec(r: &mut Reader<'_>) -> Result<CellSpec, DecodeError> {
         placement,
         time,
         goal,
+        memory,
     })
 }
 
@@ -167,6 +173,9 @@ impl Request {
             Request::UpdateSpec { cell, spec } => {
                 w.u64(*cell);
                 put_spec(&mut w, spec);
+            }
+            Request::SetMemory { cell, memory } => {
+                w.u64(*cell).u64(memory.min).u64(memory.max);
             }
             Request::SetGoal { cell, goal } => {
                 let (kind, value) = spec::goal_fields(*goal);
@@ -225,7 +234,7 @@ impl Request {
     /// Decodes one datagram. Never panics, whatever the bytes.
     pub fn decode(buf: &[u8]) -> Result<Request, FrameError> {
         let (kind, body) = unframe(buf)?;
-        if !(0x01..=0x13).contains(&kind) {
+        if !(0x01..=0x14).contains(&kind) {
             return Err(FrameError::Kind(kind));
         }
         let mut r = Reader::new(body);
@@ -314,6 +323,13 @@ impl Request {
             0x13 => Request::ChannelRejoin {
                 name: r.str("name")?,
                 send: r.bool("send")?,
+            },
+            0x14 => Request::SetMemory {
+                cell: r.u64("cell")?,
+                memory: allot_spec::Memory {
+                    min: r.u64("memory.min")?,
+                    max: r.u64("memory.max")?,
+                },
             },
             0x10 => {
                 let cell = r.u64("cell")?;

@@ -4,7 +4,7 @@
 
 use super::*;
 
-/// A request of every kind (0x01 to 0x13).
+/// A request of every kind (0x01 to 0x14).
 pub fn example_requests() -> Vec<Request> {
     vec![
         Request::Hello {
@@ -21,6 +21,10 @@ pub fn example_requests() -> Vec<Request> {
                 time: TimeContract::Space,
                 goal: Goal::Rate {
                     milli_per_s: 200_000,
+                },
+                memory: allot_spec::Memory {
+                    min: 2 << 30,
+                    max: 8 << 30,
                 },
             },
             wait: true,
@@ -69,6 +73,13 @@ pub fn example_requests() -> Vec<Request> {
         Request::SetGoal {
             cell: 9,
             goal: Goal::P99 { us: 5_000 },
+        },
+        Request::SetMemory {
+            cell: 9,
+            memory: allot_spec::Memory {
+                min: 1 << 30,
+                max: 8 << 30,
+            },
         },
         Request::Status,
         Request::Shutdown,

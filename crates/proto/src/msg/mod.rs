@@ -49,8 +49,11 @@ pub mod spec;
 /// 7 — named channels: `ChannelOpen` (0x11), the one-way `ChannelClose`
 /// (0x12), `ChannelRejoin` (0x13) and the `Channel` reply (0x89) with
 /// three descriptors; 8 — `Register` may ask for the cell's join files
-/// (`joins_itself`), which `Registered` then carries after the page.
-pub const PROTOCOL_VERSION: u16 = 8;
+/// (`joins_itself`), which `Registered` then carries after the page;
+/// 9 — the spec carries a memory guarantee and limit
+/// ([`allot_spec::Memory`]: two `u64`, bytes), and `SetMemory` (0x14)
+/// changes it.
+pub const PROTOCOL_VERSION: u16 = 9;
 
 /// The header's first two bytes, little-endian; other values are not the allot protocol.
 pub const MAGIC: u16 = 0xA110;
@@ -230,6 +233,15 @@ pub enum Request {
         cell: u64,
         /// The new goal.
         goal: Goal,
+    },
+    /// `0x14` — `cell: u64, min: u64, max: u64` (bytes, 0: none). Changes
+    /// a cell's memory guarantee and limit alone, keeping the rest of its
+    /// request, as [`Request::SetGoal`] does for the goal.
+    SetMemory {
+        /// The cell's id, from `Registered` or `Queued`.
+        cell: u64,
+        /// The new memory guarantee and limit.
+        memory: allot_spec::Memory,
     },
     /// `0x06` — `cell: u64, spec`. Changes a cell's request.
     UpdateSpec {
@@ -423,6 +435,7 @@ impl Request {
             Request::ChannelOpen { .. } => 0x11,
             Request::ChannelClose { .. } => 0x12,
             Request::ChannelRejoin { .. } => 0x13,
+            Request::SetMemory { .. } => 0x14,
         }
     }
 

@@ -1,0 +1,252 @@
+//! Memory capacity per cell: admitting memory guarantees, putting a cell's
+//! guarantee and limit into the kernel, and reporting what the kernel did
+//! at the limit (`allot_enforce::memory` has the files).
+//!
+//! Invariants:
+//! - **Admission never promises more than there is**: the guarantees of
+//!   admitted cells (their `memory.min`) sum to at most the capacity (the
+//!   machine's memory, or an enclosing memory group's limit when lower)
+//!   less the reserve ([`admit`]). A guarantee that can never fit is
+//!   refused for good; one that fits once others end is refused now (or
+//!   waits, with `--wait`).
+//! - A cell asking for memory on a backend without memory control is
+//!   refused with the reason: nothing would enforce it.
+//! - A limit below what the cell's processes use already is refused before
+//!   anything changes: at registration against their resident memory, for
+//!   a running cell against what the kernel charges it.
+//! - **The program pays**: at its limit the kernel reclaims or kills inside
+//!   the cell. The broker changes nothing then; it reports each OOM kill
+//!   once (log, timeline, status).
+
+use super::Engine;
+use crate::{info, warn};
+use allot_enforce::memory::MemoryUse;
+use allot_plan::Memory;
+use allot_plan::spec::Size;
+use std::collections::BTreeMap;
+
+/// The default reserve: a twentieth of the capacity.
+pub const DEFAULT_RESERVE_DIVISOR: u64 = 20;
+
+/// The memory side of the broker.
+#[derive(Debug, Default)]
+pub(crate) struct MemoryControl {
+    /// Bytes the cells live within; `None`: the backend has no memory
+    /// control.
+    pub(crate) capacity: Option<u64>,
+    /// Bytes never guaranteed to cells.
+    pub(crate) reserve: u64,
+    /// What the kernel counted for each cell at the last tick.
+    pub(crate) used: BTreeMap<u64, MemoryUse>,
+}
+
+/// Whether a guarantee of `asked` bytes fits beside `guaranteed` bytes
+/// guaranteed to other cells, within `capacity` less `reserve`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// It fits now.
+    Fits,
+    /// It fits once other guarantees end.
+    NotNow(String),
+    /// It can never fit, or nothing would enforce it.
+    Never(String),
+}
+
+/// Admission of memory `asked` (pure).
+pub fn admit(capacity: Option<u64>, reserve: u64, guaranteed: u64, asked: &Memory) -> Verdict {
+    if asked.is_none() {
+        return Verdict::Fits;
+    }
+    let Some(capacity) = capacity else {
+        return Verdict::Never(
+            "the broker's backend has no memory control (it needs cgroup v2 with the memory \
+             controller, or the cgroup v1 memory hierarchy); ask for no memory, or start the \
+             broker with such a backend"
+                .to_string(),
+        );
+    };
+    let promisable = capacity.saturating_sub(reserve);
+    if asked.min > promisable {
+        return Verdict::Never(format!(
+            "a memory guarantee of {} is more than the {} cells may be guaranteed here \
+             ({} less a reserve of {})",
+            Size(asked.min),
+            Size(promisable),
+            Size(capacity),
+            Size(reserve)
+        ));
+    }
+    if guaranteed.saturating_add(asked.min) > promisable {
+        return Verdict::NotNow(format!(
+            "asks for {} of memory guaranteed but only {} of {} is unguaranteed now",
+            Size(asked.min),
+            Size(promisable.saturating_sub(guaranteed)),
+            Size(promisable)
+        ));
+    }
+    Verdict::Fits
+}
+
+/// The reserve for `capacity` when none is configured.
+pub fn default_reserve(capacity: u64) -> u64 {
+    capacity / DEFAULT_RESERVE_DIVISOR
+}
+
+impl MemoryControl {
+    /// Memory control as the backend reports it, with `reserve` (`None`:
+    /// the default for its capacity).
+    pub(crate) fn new(capacity: Option<u64>, reserve: Option<u64>) -> MemoryControl {
+        MemoryControl {
+            capacity,
+            reserve: reserve.unwrap_or_else(|| capacity.map_or(0, default_reserve)),
+            used: BTreeMap::new(),
+        }
+    }
+}
+
+impl Engine {
+    /// Bytes of memory guaranteed to admitted cells other than `except`.
+    pub(crate) fn memory_guaranteed(&self, except: Option<u64>) -> u64 {
+        self.cells
+            .iter()
+            .filter(|(id, _)| Some(**id) != except)
+            .map(|(_, c)| c.spec.memory.min)
+            .sum()
+    }
+
+    /// The memory verdict for `asked`, beside every admitted cell but
+    /// `except`.
+    pub(super) fn memory_verdict(&self, asked: &Memory, except: Option<u64>) -> Verdict {
+        admit(
+            self.memory.capacity,
+            self.memory.reserve,
+            self.memory_guaranteed(except),
+            asked,
+        )
+    }
+
+    /// Why a limit of `asked` is below what `pids` have resident now, if
+    /// it is.
+    pub(super) fn below_resident(&self, asked: &Memory, pids: &[u32]) -> Option<String> {
+        if asked.max == 0 {
+            return None;
+        }
+        let resident: u64 = pids.iter().filter_map(|&p| self.os.rss_bytes(p)).sum();
+        (resident > asked.max).then(|| {
+            format!(
+                "the memory limit {} is below what its processes use already ({} resident); \
+                 raise --memory-max",
+                Size(asked.max),
+                Size(resident)
+            )
+        })
+    }
+
+    /// Reads every cell's memory from the kernel and reports OOM kills
+    /// that happened since the last tick.
+    pub(super) fn watch_memory(&mut self) {
+        if self.memory.capacity.is_none() {
+            return;
+        }
+        let ids: Vec<u64> = self.cells.keys().copied().collect();
+        self.memory.used.retain(|id, _| ids.contains(id));
+        for id in ids {
+            self.observe_memory(id);
+        }
+    }
+
+    /// Reads cell `id`'s memory, reporting OOM kills since the last look
+    /// (also called as the cell ends: a program the kernel killed is
+    /// often its last process).
+    pub(super) fn observe_memory(&mut self, id: u64) {
+        if self.memory.capacity.is_none() {
+            return;
+        }
+        let Some(now) = self.enforcer.memory_use(id) else {
+            return;
+        };
+        let before = self.memory.used.get(&id).map_or(0, |u| u.oom_kills);
+        if now.oom_kills > before
+            && let Some(c) = self.cells.get_mut(&id)
+        {
+            let killed = now.oom_kills - before;
+            let limit = if now.limit == 0 {
+                "an enclosing limit".to_string()
+            } else {
+                format!("its limit of {}", Size(now.limit))
+            };
+            warn!(
+                "cell {id}: the kernel killed {killed} of its processes: out of memory at \
+                 {limit} (the cell's own processes pay; nothing else was touched)"
+            );
+            c.timeline
+                .note("oom", format!("{killed} killed at {limit}"), None);
+        }
+        self.memory.used.insert(id, now);
+    }
+
+    /// Puts cell `id`'s memory spec into the kernel; the error says why
+    /// the kernel refused.
+    pub(super) fn apply_memory(&mut self, id: u64, m: &Memory) -> Result<(), String> {
+        match self.enforcer.set_memory(id, m) {
+            Ok(_) => {
+                if !m.is_none() {
+                    info!("cell {id}: memory {m}");
+                }
+                Ok(())
+            }
+            Err(e) if e.is_busy() => Err(format!(
+                "the kernel could not bring the cell's memory under the new limit ({e}); \
+                 raise --memory-max"
+            )),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const G: u64 = 1 << 30;
+
+    fn asked(min: u64, max: u64) -> Memory {
+        Memory { min, max }
+    }
+
+    #[test]
+    fn guarantees_never_sum_past_the_capacity_less_the_reserve() {
+        let cap = Some(16 * G);
+        assert_eq!(admit(cap, G, 0, &asked(0, 0)), Verdict::Fits);
+        assert_eq!(admit(cap, G, 10 * G, &asked(5 * G, 0)), Verdict::Fits);
+        let Verdict::NotNow(why) = admit(cap, G, 11 * G, &asked(5 * G, 0)) else {
+            panic!()
+        };
+        assert_eq!(
+            why,
+            "asks for 5G of memory guaranteed but only 4G of 15G is unguaranteed now"
+        );
+        let Verdict::Never(why) = admit(cap, G, 0, &asked(16 * G, 0)) else {
+            panic!()
+        };
+        assert!(why.contains("more than the 15G"), "{why}");
+        // A limit alone guarantees nothing: it always fits.
+        assert_eq!(admit(cap, G, 15 * G, &asked(0, 64 * G)), Verdict::Fits);
+    }
+
+    #[test]
+    fn memory_without_memory_control_is_refused_and_none_is_fine() {
+        assert_eq!(admit(None, 0, 0, &asked(0, 0)), Verdict::Fits);
+        let Verdict::Never(why) = admit(None, 0, 0, &asked(0, G)) else {
+            panic!()
+        };
+        assert!(why.contains("no memory control"), "{why}");
+    }
+
+    #[test]
+    fn the_default_reserve_is_a_twentieth() {
+        assert_eq!(MemoryControl::new(Some(20 * G), None).reserve, G);
+        assert_eq!(MemoryControl::new(Some(20 * G), Some(3 * G)).reserve, 3 * G);
+        assert_eq!(MemoryControl::new(None, None).reserve, 0);
+    }
+}
