@@ -170,3 +170,51 @@ fn stop(c: &mut std::process::Child) {
     }
     let _ = c.wait();
 }
+
+#[test]
+fn a_short_isolation_run_keeps_the_servers_data_and_the_hog_pays() {
+    if !memory_here() {
+        return;
+    }
+    let _turn = machine_turn();
+    let out = allot_testkit::output_within(
+        Command::new(ALLOT).args([
+            "bench",
+            "isolation",
+            "--ways",
+            "memory",
+            "--runs",
+            "1",
+            "--seconds",
+            "2",
+        ]),
+        Duration::from_secs(120),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // What the partition decided: the hog met its own limit, and the
+    // server's data set stayed in memory.
+    assert!(text.contains("hog killed (out of memory)"), "{text}");
+    assert!(text.contains(" 0 MiB read again from the disk"), "{text}");
+    // The experiment's memory group is gone.
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let group = own
+        .lines()
+        .find_map(|l| l.split(':').nth(2).filter(|_| l.contains(":memory:")))
+        .unwrap();
+    let dir = std::path::Path::new("/sys/fs/cgroup/memory").join(group.trim_start_matches('/'));
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("allot-isolation-")
+        })
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}

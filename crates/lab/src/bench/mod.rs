@@ -22,6 +22,7 @@ pub mod broker;
 mod burst;
 pub mod chaos;
 pub mod interrupt;
+pub mod isolation;
 pub mod jobs;
 pub mod launch;
 pub mod load;
@@ -62,6 +63,11 @@ pub enum Bench {
     /// The OS noise a spinning thread sees on its CPU: detours, the
     /// longest, the 99th and 99.9th percentiles (JSON).
     Noise(noise::NoiseArgs),
+    /// Tessellation's performance isolation with memory: a request
+    /// server beside a memory hog and a streamer, plain, with CPUs
+    /// partitioned, and with memory partitioned too (needs root and the
+    /// cgroup v1 memory hierarchy).
+    Isolation(isolation::IsolationArgs),
     /// Poli-C's file-upload server: concurrent O_DIRECT|O_SYNC uploads to
     /// a loop device, plain and each in require(io(dev, 1000)) (needs
     /// root).
@@ -158,6 +164,7 @@ pub fn run(b: Bench) -> i32 {
         Bench::Probe(a) => report_errors(probe::run(a).map(|()| 0)),
         Bench::Serve(a) => report_errors(serve::run(a).map(|()| 0)),
         Bench::Noise(a) => report_errors(noise::run(a).map(|()| 0)),
+        Bench::Isolation(a) => report_errors(isolation::run(a)),
         Bench::Upload(a) => report_errors(upload::run(a).map(|()| 0).map_err(|e| format!("{e:#}"))),
     }
 }

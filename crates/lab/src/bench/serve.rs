@@ -9,6 +9,11 @@
 //! request is a heartbeat and a recorded latency on the cell's report page
 //! (when the program runs in a cell: `allot run`), and at the end one JSON
 //! object says what the server saw.
+//!
+//! With `--file` each request also reads `--reads` random pages of that
+//! file (its data set: read whole once before serving, so that it starts
+//! in the page cache); a page the kernel reclaimed meanwhile is read from
+//! the disk again, inside the request's latency.
 
 use allot_client::Cell;
 use serde::Serialize;
@@ -34,6 +39,29 @@ pub struct ServeArgs {
     /// Leave this long out of the report (the broker sizing the cell).
     #[arg(long, default_value_t = 0.0, value_name = "SECONDS")]
     warmup: f64,
+    /// A data set: each request reads `--reads` random pages of it.
+    #[arg(long, value_name = "PATH")]
+    file: Option<std::path::PathBuf>,
+    /// Pages of `--file` each request reads.
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    reads: u32,
+}
+
+/// The page size of `--file` reads.
+const PAGE: u64 = 4096;
+
+/// Opens the data set and reads it whole once (into the page cache).
+fn open_data(path: &std::path::Path) -> Result<(std::fs::File, u64), String> {
+    use std::io::Read;
+    let what = |e: std::io::Error| format!("--file {}: {e}", path.display());
+    let mut f = std::fs::File::open(path).map_err(what)?;
+    let mut buf = vec![0u8; 1 << 20];
+    while f.read(&mut buf).map_err(what)? > 0 {}
+    let pages = f.metadata().map_err(what)?.len() / PAGE;
+    if pages == 0 {
+        return Err(format!("--file {}: smaller than a page", path.display()));
+    }
+    Ok((f, pages))
 }
 
 /// What the server saw.
@@ -49,6 +77,21 @@ pub struct ServeReport {
     pub max_us: f64,
     /// Requests still queued at the end.
     pub backlog: usize,
+    /// Bytes this process read from storage after the warm-up (with
+    /// `--file`: pages of the data set the kernel had reclaimed).
+    pub disk_read_bytes: u64,
+}
+
+/// Bytes this process has read from storage (`/proc/self/io`).
+fn disk_read_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("read_bytes:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 #[derive(Default)]
@@ -75,16 +118,23 @@ pub fn run(a: ServeArgs) -> Result<(), String> {
         Some(Ok(c)) => c,
         _ => Cell::standalone(),
     };
+    let data = match &a.file {
+        Some(p) => Some(Arc::new(open_data(p)?)),
+        None => None,
+    };
     let start = Instant::now();
     let warm = start + Duration::from_secs_f64(a.warmup.max(0.0));
     let end = start + Duration::from_secs_f64(a.seconds);
     let queue = Arc::new((Mutex::new(Queue::default()), Condvar::new()));
     let service = Duration::from_micros(a.service_us);
     let workers: Vec<_> = (0..a.workers)
-        .map(|_| {
-            let (queue, cell) = (queue.clone(), cell.clone());
+        .map(|w| {
+            let (queue, cell, data) = (queue.clone(), cell.clone(), data.clone());
+            let reads = a.reads;
             std::thread::spawn(move || {
                 let mut lat = Vec::new();
+                let mut page = [0u8; PAGE as usize];
+                let mut state = 0x2545_f491_4f6c_dd1du64 ^ (w as u64 + 1);
                 loop {
                     let arrived = {
                         let (m, cv) = &*queue;
@@ -108,6 +158,13 @@ pub fn run(a: ServeArgs) -> Result<(), String> {
                     while thread_cpu().saturating_sub(cpu0) < service {
                         std::hint::spin_loop();
                     }
+                    if let Some((f, pages)) = data.as_deref() {
+                        use std::os::unix::fs::FileExt;
+                        for _ in 0..reads {
+                            let at = (uniform(&mut state) * *pages as f64) as u64 % pages;
+                            let _ = f.read_at(&mut page, at * PAGE);
+                        }
+                    }
                     let d = arrived.elapsed();
                     cell.report_latency(d);
                     cell.heartbeat(1);
@@ -119,9 +176,14 @@ pub fn run(a: ServeArgs) -> Result<(), String> {
         })
         .collect();
     // Arrivals: exponential gaps, slept on the clock.
+    // Storage reads so far when the warm-up ended.
+    let mut read_at_warm = None;
     let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(std::process::id());
     let mut next = start;
     while next < end {
+        if next >= warm {
+            read_at_warm.get_or_insert_with(disk_read_bytes);
+        }
         let gap = -uniform(&mut state).ln() / a.rate;
         next += Duration::from_secs_f64(gap);
         if let Some(d) = next.checked_duration_since(Instant::now()) {
@@ -155,7 +217,9 @@ pub fn run(a: ServeArgs) -> Result<(), String> {
             super::quantile(&lat, q)
         }
     };
+    let since_warm = read_at_warm.unwrap_or(0);
     let report = ServeReport {
+        disk_read_bytes: disk_read_bytes().saturating_sub(since_warm),
         requests: lat.len(),
         p50_us: at(0.5),
         p99_us: at(0.99),
