@@ -475,3 +475,49 @@ fn fixture_partitions_follow_the_cell_and_are_undone_before_a_change() {
     d.create(2).unwrap();
     assert!(!d.set_partition(2, Some(two)).unwrap());
 }
+
+#[test]
+fn fixture_memory_goes_to_the_cells_memory_files_and_reads_back() {
+    use allot_enforce::memory::MemoryUse;
+    let (dir, fs) = fixture();
+    let root = dir.path().join("allot");
+    let mut b = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(4)).unwrap();
+    // The memory controller is enabled with cpuset and cpu where the
+    // parent offers it (the fixture's does).
+    for d in [dir.path(), root.as_path()] {
+        let on = fs.read(&d.join("cgroup.subtree_control")).unwrap();
+        assert!(on.contains("+memory") && on.contains("+cpuset"), "{on}");
+    }
+    b.create(2).unwrap();
+    let cell = root.join("cell-2");
+    let m = allot_spec::Memory {
+        min: 1 << 30,
+        max: 4 << 30,
+    };
+    assert!(b.set_memory(2, &m).unwrap());
+    assert_eq!(fs.read(&cell.join("memory.min")).unwrap(), "1073741824");
+    assert_eq!(fs.read(&cell.join("memory.max")).unwrap(), "4294967296");
+    fs.write(&cell.join("memory.current"), "65536\n").unwrap();
+    fs.write(
+        &cell.join("memory.events"),
+        "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\n",
+    )
+    .unwrap();
+    assert_eq!(
+        b.memory_use(2),
+        Some(MemoryUse {
+            current: 65536,
+            limit: 4 << 30,
+            at_limit: 3,
+            oom_kills: 1,
+            pressure: Some(0.0),
+        })
+    );
+    // No limit: "max" again, and no guarantee.
+    assert!(b.set_memory(2, &allot_spec::Memory::default()).unwrap());
+    assert_eq!(fs.read(&cell.join("memory.max")).unwrap(), "max");
+    assert_eq!(fs.read(&cell.join("memory.min")).unwrap(), "0");
+    assert_eq!(b.memory_use(2).unwrap().limit, 0);
+    b.remove(2).unwrap();
+    b.cleanup().unwrap();
+}
