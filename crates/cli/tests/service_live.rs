@@ -27,8 +27,13 @@ fn get(addr: &str, path: &str) -> (String, String) {
     (head.lines().next().unwrap().to_string(), body.to_string())
 }
 
-/// The address the broker logged that it serves its metrics at.
+/// The address the broker logged that it serves its metrics at. (The
+/// broker's socket accepts connections a moment before that line is
+/// written: wait for it.)
 fn metrics_addr(d: &Daemon) -> String {
+    eventually(Duration::from_secs(10), || {
+        d.log().contains("metrics at http://")
+    });
     let log = d.log();
     log.split("metrics at http://")
         .nth(1)

@@ -140,6 +140,8 @@ pub enum FixtureLayout {
     V1Cpuacct,
     /// A cgroup v1 memory directory.
     V1Memory,
+    /// A resctrl group (not a cgroup, but made and written the same way).
+    Resctrl,
     /// Every v1 file allot uses (cpuset, cpu, cpuacct, freezer, blkio,
     /// memory) in one directory: one fixture serving all six hierarchies.
     V1All,
@@ -212,6 +214,12 @@ impl FixtureLayout {
                     "memory.oom_control",
                     "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n",
                 ),
+            ],
+            FixtureLayout::Resctrl => &[
+                ("tasks", ""),
+                ("cpus", ""),
+                ("schemata", ""),
+                ("mode", "shareable\n"),
             ],
             FixtureLayout::V1All => &[
                 ("cgroup.procs", ""),

@@ -35,6 +35,7 @@ pub mod isolate;
 pub mod memory;
 pub mod os;
 pub mod partition;
+pub mod resctrl;
 pub mod runtimes;
 pub mod unmanaged;
 

@@ -180,7 +180,7 @@ impl Engine {
     pub fn new(
         cfg: &Config,
         machine: Machine,
-        enforcer: Box<dyn Enforcer>,
+        mut enforcer: Box<dyn Enforcer>,
         os: Arc<dyn Os>,
         journal: Option<Journal>,
     ) -> (Engine, Vec<Effect>) {
@@ -195,7 +195,6 @@ impl Engine {
                 pause_best_effort: enforcer.can_pause(),
             },
         );
-        let mut enforcer = enforcer;
         let memory = memory::MemoryControl::new(enforcer.memory_capacity(), cfg.memory_reserve);
         let mut core = Engine {
             machine,

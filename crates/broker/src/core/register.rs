@@ -639,7 +639,6 @@ struct Newcomer {
     joins_itself: bool,
 }
 
-/// The admission verdict in a word or two, for the timeline.
 impl Engine {
     /// The planner's verdict `cpus` on a spec, with what memory says of
     /// its `memory` beside every admitted cell but `except`.
@@ -658,6 +657,7 @@ impl Engine {
     }
 }
 
+/// The admission verdict in a word or two, for the timeline.
 fn verdict_word(v: &Admission) -> String {
     match v {
         Admission::Admit => "admitted".into(),
