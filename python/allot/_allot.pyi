@@ -40,6 +40,8 @@ class Cell:
         goal: Optional[str] = None,
         memory_min: Union[int, str, None] = None,
         memory_max: Union[int, str, None] = None,
+        cache_ways: int = 0,
+        mem_bandwidth: int = 0,
     ) -> None: ...
     @staticmethod
     def auto(name: str = "python") -> "Cell": ...

@@ -276,7 +276,7 @@ impl Cell {
     /// `allot run --goal`): what the cell wants to achieve, counted with
     /// `heartbeat` and `report_latency`.
     #[new]
-    #[pyo3(signature = (name = "python", *, min = 0, max = 0, weight = 1, exclusive = false, wait = false, socket = None, fallback = true, cpus = None, period = None, budget = None, fraction = None, slice = None, goal = None, memory_min = None, memory_max = None))]
+    #[pyo3(signature = (name = "python", *, min = 0, max = 0, weight = 1, exclusive = false, wait = false, socket = None, fallback = true, cpus = None, period = None, budget = None, fraction = None, slice = None, goal = None, memory_min = None, memory_max = None, cache_ways = 0, mem_bandwidth = 0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -296,6 +296,8 @@ impl Cell {
         goal: Option<&str>,
         memory_min: Option<&Bound<'_, PyAny>>,
         memory_max: Option<&Bound<'_, PyAny>>,
+        cache_ways: u32,
+        mem_bandwidth: u32,
     ) -> PyResult<Cell> {
         let time = contract(period, budget, fraction, slice)?;
         let memory = allot_client::Memory {
@@ -314,6 +316,10 @@ impl Cell {
             time,
             goal,
             memory,
+            cache: allot_client::Cache {
+                ways: cache_ways,
+                bandwidth: mem_bandwidth,
+            },
             ..CellSpec::default()
         };
         match (time.is_time(), cpus) {

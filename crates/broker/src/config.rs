@@ -131,6 +131,8 @@ pub struct Config {
     /// Bytes of memory never guaranteed to cells (`None`: a twentieth of
     /// the capacity).
     pub memory_reserve: Option<u64>,
+    /// Where the kernel's resctrl is mounted (cache ways and bandwidth).
+    pub resctrl_root: PathBuf,
     /// Time of every CPU never promised to time cells, in parts per million.
     pub time_reserve_ppm: u32,
     /// Work conservation.
@@ -181,6 +183,7 @@ impl Config {
             policy: GlobalPolicy::FairShare,
             reserve: 0,
             memory_reserve: None,
+            resctrl_root: PathBuf::from(allot_enforce::resctrl::MOUNT),
             time_reserve_ppm: DEFAULT_TIME_RESERVE_PPM,
             lend: true,
             cpus: None,

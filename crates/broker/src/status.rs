@@ -101,6 +101,7 @@ impl Engine {
                         oom_kills: u.oom_kills,
                         pressure: u.pressure,
                     }),
+                    cache: self.cache_status(id),
                     timeline: (!private).then(|| c.timeline.doc()),
                 }
             })

@@ -26,6 +26,7 @@ fn world_with_memory(capacity: u64) -> World {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = Config::new(dir.path().join("s.sock"));
     cfg.memory_reserve = Some(G);
+    cfg.resctrl_root = dir.path().join("no-resctrl");
     world_from(4, dir, os, DryRun::new().with_memory(capacity), cfg).0
 }
 
@@ -267,5 +268,88 @@ fn an_oom_kill_in_a_cell_is_reported_once() {
         ooms[0].detail.contains("1 killed at its limit of 64M"),
         "{:?}",
         ooms[0]
+    );
+}
+
+/// A resctrl mount of 12 ways (at least 1 each) and four classes, with
+/// bandwidth allocation, on one cache domain: a fixture.
+fn resctrl_fixture(dir: &std::path::Path) -> allot_enforce::resctrl::Resctrl {
+    use allot_enforce::cgroupfs::{FixtureFs, FixtureLayout};
+    let fs = std::sync::Arc::new(FixtureFs::new(FixtureLayout::Resctrl));
+    fs.populate(dir).unwrap();
+    for (f, v) in [
+        ("schemata", "L3:0=fff\nMB:0=100\n"),
+        ("info/L3/cbm_mask", "fff\n"),
+        ("info/L3/min_cbm_bits", "1\n"),
+        ("info/L3/num_closids", "4\n"),
+        ("info/MB/min_bandwidth", "10\n"),
+        ("info/MB/bandwidth_gran", "10\n"),
+        ("info/MB/num_closids", "4\n"),
+    ] {
+        let p = dir.join(f);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, v).unwrap();
+    }
+    allot_enforce::resctrl::Resctrl::open(fs, dir, "allot").unwrap()
+}
+
+fn cache(ways: u32, bandwidth: u32) -> CellSpec {
+    CellSpec {
+        cache: allot_plan::Cache { ways, bandwidth },
+        ..CellSpec::default()
+    }
+}
+
+#[test]
+fn cache_ways_without_resctrl_are_refused_with_the_reason() {
+    let mut w = world_with_memory(16 * G);
+    proc_of(&w, 100, 0);
+    let e = register(&mut w, ROOT, "a", cache(4, 0), vec![100], false);
+    assert_eq!(code(&e), Some(ErrorCode::Never), "{}", message(&e));
+    assert!(
+        message(&e).contains("partitions no cache or bandwidth"),
+        "{}",
+        message(&e)
+    );
+}
+
+#[test]
+fn cache_ways_are_classes_admitted_like_guarantees_and_given_back() {
+    let mut w = world_with_memory(16 * G);
+    let mount = tempfile::tempdir().unwrap();
+    w.core.set_resctrl(resctrl_fixture(mount.path()));
+    w.os.spawn(100, 0, 3, &CpuSet::first_n(4)); // threads 100, 101, 102
+    for pid in [200, 300] {
+        proc_of(&w, pid, 0);
+    }
+    let (a, _, _) = page(register(&mut w, ROOT, "a", cache(4, 35), vec![100], false));
+    let group = mount.path().join(format!("allot-cell-{a}"));
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap();
+    assert_eq!(read(&group.join("schemata")), "L3:0=f00\nMB:0=40\n");
+    assert_eq!(read(&mount.path().join("schemata")), "L3:0=ff\nMB:0=100\n");
+    // Every thread of its process joined (the fixture keeps the last).
+    assert_eq!(read(&group.join("tasks")), "102");
+    let st = w.core.status(ROOT);
+    let shown = st.cells.iter().find(|c| c.id == a).unwrap();
+    let class = shown.cache.clone().expect("a class");
+    assert_eq!((class.mask.as_str(), class.bandwidth), ("f00", 40));
+    assert_eq!((shown.spec.cache_ways, shown.spec.mem_bandwidth), (4, 35));
+    // 8 more ways do not fit beside a's 4 now (11 may be given) ...
+    let e = register(&mut w, ROOT, "b", cache(8, 0), vec![200], false);
+    assert_eq!(code(&e), Some(ErrorCode::Refused), "{}", message(&e));
+    assert!(message(&e).contains("12 L3 ways"), "{}", message(&e));
+    // ... and 12 never do.
+    let e = register(&mut w, ROOT, "c", cache(12, 0), vec![300], false);
+    assert_eq!(code(&e), Some(ErrorCode::Never), "{}", message(&e));
+    // a ends: its class goes, the default group has every way again.
+    w.os.exit(100);
+    let _ = w.core.exited(100);
+    assert!(!group.exists());
+    assert_eq!(read(&mount.path().join("schemata")), "L3:0=fff\nMB:0=100\n");
+    let e = register(&mut w, ROOT, "b", cache(8, 0), vec![200], false);
+    assert!(
+        matches!(reply(&e), Reply::Registered { .. }),
+        "{}",
+        message(&e)
     );
 }

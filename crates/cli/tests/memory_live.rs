@@ -34,6 +34,10 @@ fn sizes_and_limits_are_checked_before_anything_starts() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("\"2X\" is not a size"), "{err}");
+    let out = run(&["--mem-bandwidth", "150"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("150 % is not a percentage"), "{err}");
     let out = run(&["--memory-min", "8G", "--memory-max", "2G"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -161,6 +165,13 @@ fn a_guarantee_beyond_the_machine_is_refused_and_nothing_starts() {
     assert!(err.contains("can never be admitted"), "{err}");
     assert!(err.contains("more than the"), "{err}");
     assert!(!ran.exists(), "the program ran");
+    // Cache ways on a machine without resctrl: refused, saying so.
+    if !std::path::Path::new("/sys/fs/resctrl/schemata").exists() {
+        let out = run_out(allot_run(&d, &["--cache-ways", "2", "--", "true"]));
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("no resctrl at /sys/fs/resctrl"), "{err}");
+    }
 }
 
 /// Stops `allot run` `c` with SIGTERM, which it passes on to its program.
@@ -217,4 +228,21 @@ fn a_short_isolation_run_keeps_the_servers_data_and_the_hog_pays() {
         })
         .collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn cache_ways_where_nothing_can_keep_them_are_refused_and_nothing_starts() {
+    // The dry-run backend touches nothing, resctrl included: refused with
+    // the reason on every machine.
+    let d = Daemon::start("dry-run", &[]);
+    let marker = tempfile::tempdir().unwrap();
+    let ran = marker.path().join("ran");
+    let out = run_out(allot_run(
+        &d,
+        &["--cache-ways", "2", "--", "touch", ran.to_str().unwrap()],
+    ));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("partitions no cache or bandwidth"), "{err}");
+    assert!(!ran.exists(), "the program ran");
 }

@@ -21,7 +21,7 @@ mod keeper;
 pub use allot_channel as channel;
 pub use allot_proto::{FLAG_STACKED, Grant, GrantPage, PageMap, Reports};
 pub use allot_spec::{
-    CellSpec, Goal, GoalError, Memory, Placement, SpecError, Term, TermsError, TimeContract,
+    Cache, CellSpec, Goal, GoalError, Memory, Placement, SpecError, Term, TermsError, TimeContract,
     TimeTerms, parse_size,
 };
 pub use cell::{Cell, GrantWriter, Mode, Options, Ticket, Wait, broker_alive, page_from_raw_fd};

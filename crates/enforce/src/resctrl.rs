@@ -22,9 +22,12 @@
 //!   cells are packed from the highest way down in cell order, and the
 //!   default group keeps the lowest ways, at least `min_cbm_bits` of them.
 //!   So asks never sum past `ways - min_cbm_bits`.
-//! - **Shrink before grow**: the default group's mask is narrowed before
-//!   any cell's mask is written, and widened only after cells let ways go,
-//!   so no two masks overlap at any moment ([`Resctrl::apply`]).
+//! - **Shrink before grow**: every group that loses ways is narrowed
+//!   first, and a group grows only into ways no other group holds at that
+//!   moment ([`steps`]), so no two masks of groups holding threads overlap
+//!   at any moment ([`Resctrl::apply`]).
+//! - Groups a previous broker left are read back at [`Resctrl::open`]: the
+//!   first `apply` keeps those of cells still asking and removes the rest.
 //! - Bandwidth is a per-domain ceiling, rounded up to the hardware's
 //!   granularity and never below its minimum; it is not exclusive (MBA
 //!   throttles, it does not reserve).
@@ -152,6 +155,17 @@ fn domains(schemata: &str) -> Vec<u32> {
         .collect()
 }
 
+/// The first domain's value of resource `res` in a `schemata` text.
+fn first_value(schemata: &str, res: &str, radix: u32) -> Option<u64> {
+    let line = schemata
+        .lines()
+        .map(str::trim)
+        .find(|l| l.split(':').next() == Some(res))?;
+    let (_, list) = line.split_once(':')?;
+    let (_, v) = list.split(';').next()?.split_once('=')?;
+    u64::from_str_radix(v.trim(), radix).ok()
+}
+
 /// What a cell asks for: L3 ways of its own (0: none) and a bandwidth
 /// ceiling, percent (0: none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -256,36 +270,48 @@ pub fn allocate(f: &Facts, asks: &[Ask]) -> Result<(Vec<Class>, u64), String> {
 }
 
 /// The order in which to write the masks `new` over `old` (the default
-/// group is `None`; a group absent from `old` is new, holds no thread yet,
-/// and is written last): every group that loses ways first goes to what
-/// it keeps (`old ∩ new`, when that is still a mask of `min_bits`), then
-/// every group goes to its new mask. Since the old masks are disjoint and
-/// so are the new ones, no two groups with threads overlap in between.
+/// group is `None`; a group absent from `old` is new and holds no thread
+/// yet): every group that loses ways first goes to what it keeps
+/// (`old ∩ new`, when that is still a mask of `min_bits`); then, one at a
+/// time, a group whose new mask overlaps no other group's mask of the
+/// moment goes to it. Since the old masks are disjoint and so are the new
+/// ones, that order exists unless groups trade ways in a cycle, which
+/// packing from the top never makes (the rest is then written in order).
 pub fn steps(
     old: &[(Option<u64>, u64)],
     new: &[(Option<u64>, u64)],
     min_bits: u32,
 ) -> Vec<(Option<u64>, u64)> {
-    let was = |who: Option<u64>| old.iter().find(|(w, _)| *w == who).map(|(_, m)| *m);
+    let mut now: Vec<(Option<u64>, u64)> = old
+        .iter()
+        .copied()
+        .filter(|(w, _)| new.iter().any(|(n, _)| n == w))
+        .collect();
     let mut out = Vec::new();
     for &(who, mask) in new {
-        if let Some(before) = was(who) {
-            let keep = before & mask;
-            if keep != before && keep.count_ones() >= min_bits {
+        if let Some(e) = now.iter_mut().find(|(w, _)| *w == who) {
+            let keep = e.1 & mask;
+            if keep != e.1 && keep.count_ones() >= min_bits {
+                e.1 = keep;
                 out.push((who, keep));
             }
         }
     }
-    for &(who, mask) in new {
-        let now = out
+    let mut left: Vec<(Option<u64>, u64)> = new
+        .iter()
+        .copied()
+        .filter(|(w, m)| now.iter().find(|(n, _)| n == w).map(|(_, c)| c) != Some(m))
+        .collect();
+    while !left.is_empty() {
+        let free = left
             .iter()
-            .rev()
-            .find(|(w, _)| *w == who)
-            .map(|(_, m)| *m)
-            .or(was(who));
-        if now != Some(mask) {
-            out.push((who, mask));
+            .position(|(w, m)| now.iter().all(|(n, c)| n == w || c & m == 0));
+        let (who, mask) = left.remove(free.unwrap_or(0));
+        match now.iter_mut().find(|(w, _)| *w == who) {
+            Some(e) => e.1 = mask,
+            None => now.push((who, mask)),
         }
+        out.push((who, mask));
     }
     out
 }
@@ -324,13 +350,35 @@ impl Resctrl {
     /// Opens the mount at `root`; groups are named `<prefix>-cell-N`.
     pub fn open(fs: Arc<dyn CgroupFs>, root: &Path, prefix: &str) -> Result<Resctrl, Absent> {
         let facts = Facts::read(fs.as_ref(), root)?;
-        let default = facts.l3.map_or(0, |l| (1u64 << l.ways) - 1);
+        let full = facts.l3.map_or(0, |l| (1u64 << l.ways) - 1);
+        // Groups an earlier broker left (its cells may still run, or may
+        // have ended meanwhile): known, so the first `apply` keeps or
+        // removes them and the default group gets their ways back.
+        let leftover = format!("{prefix}-cell-");
+        let classes: Vec<Class> = fs
+            .children(root)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|name| {
+                let cell = name.strip_prefix(&leftover)?.parse().ok()?;
+                let text = fs.read(&root.join(name).join("schemata")).ok()?;
+                Some(Class {
+                    cell,
+                    mask: first_value(&text, "L3", 16).unwrap_or(full),
+                    bandwidth: first_value(&text, "MB", 10).unwrap_or(100) as u32,
+                })
+            })
+            .collect();
+        let default = classes
+            .iter()
+            .filter(|c| c.mask != full)
+            .fold(full, |d, c| d & !c.mask);
         Ok(Resctrl {
             fs,
             root: root.to_path_buf(),
             prefix: prefix.to_string(),
             facts,
-            classes: Vec::new(),
+            classes,
             default,
         })
     }
@@ -567,6 +615,12 @@ mod tests {
         check(&old, &new);
         // A cell ends its ways: the default widens after.
         check(&[(None, 0x0ff), (Some(1), 0xf00)], &[(None, 0xfff)]);
+        // A cell's ways move wholly (nothing kept): it moves first, then
+        // the default grows into what it left.
+        check(
+            &[(None, 0x03f), (Some(5), 0x0c0), (Some(9), 0xf00)],
+            &[(None, 0x3ff), (Some(5), 0xc00)],
+        );
         // Two cells swap sizes.
         check(
             &[(None, 0x00f), (Some(1), 0xf00), (Some(2), 0x0f0)],
@@ -636,6 +690,36 @@ mod tests {
         let e = r.apply(&[ask(1, 12, 0)]).unwrap_err();
         assert!(e.contains("11 of the 12 may be given"), "{e}");
         assert!(!dir.path().join("allot-cell-1").exists());
+    }
+
+    #[test]
+    fn groups_an_earlier_broker_left_are_kept_or_removed_at_the_first_apply() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = mount(dir.path());
+        for (cell, schemata) in [
+            (9, "L3:0=f00;1=f00\nMB:0=50;1=50\n"),
+            (5, "L3:0=0c0;1=0c0\n"),
+        ] {
+            let g = dir.path().join(format!("allot-cell-{cell}"));
+            fs.mkdir(&g).unwrap();
+            std::fs::write(g.join("schemata"), schemata).unwrap();
+        }
+        std::fs::write(
+            dir.path().join("schemata"),
+            "L3:0=03f;1=03f\nMB:0=100;1=100\n",
+        )
+        .unwrap();
+        let mut r = Resctrl::open(fs, dir.path(), "allot").unwrap();
+        assert_eq!(r.class(9).map(|c| (c.mask, c.bandwidth)), Some((0xf00, 50)));
+        // Cell 5 still runs (now asking two ways); cell 9 ended.
+        r.apply(&[ask(5, 2, 0)]).unwrap();
+        assert!(!dir.path().join("allot-cell-9").exists());
+        let read = |p: &str| std::fs::read_to_string(dir.path().join(p)).unwrap();
+        assert_eq!(
+            read("allot-cell-5/schemata"),
+            "L3:0=c00;1=c00\nMB:0=100;1=100\n"
+        );
+        assert_eq!(read("schemata"), "L3:0=3ff;1=3ff\nMB:0=100;1=100\n");
     }
 
     #[test]

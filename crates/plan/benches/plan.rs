@@ -51,6 +51,7 @@ fn cells(planner: &Planner<'_>, n: usize) -> Vec<CellInput> {
                 time: Default::default(),
                 goal: Default::default(),
                 memory: Default::default(),
+                cache: Default::default(),
             };
             if held + spec.guaranteed() + 1 > cap {
                 spec.min = 0;

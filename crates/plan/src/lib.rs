@@ -51,7 +51,8 @@ pub use admission::{Admission, Admitted, admit, delays};
 pub use allot_spec as spec;
 pub use allot_spec::goal;
 pub use allot_spec::{
-    CellId, CellSpec, Goal, GoalError, MAX_WEIGHT, Memory, PPM, Placement, SpecError, TimeContract,
+    Cache, CellId, CellSpec, Goal, GoalError, MAX_WEIGHT, Memory, PPM, Placement, SpecError,
+    TimeContract,
 };
 pub use mapping::{MapCell, PoolSize, Topo};
 pub use plan::{Changes, Grant, Plan, Violation};

@@ -161,6 +161,12 @@ pub struct SpecStatus {
     /// Most bytes of memory (0: no limit but what encloses the cell).
     #[serde(default)]
     pub memory_max: u64,
+    /// L3 ways of its own (0: none).
+    #[serde(default)]
+    pub cache_ways: u32,
+    /// Memory bandwidth ceiling, percent (0: none).
+    #[serde(default)]
+    pub mem_bandwidth: u32,
 }
 
 impl From<&allot_spec::CellSpec> for SpecStatus {
@@ -197,6 +203,8 @@ impl From<&allot_spec::CellSpec> for SpecStatus {
             },
             memory_min: s.memory.min,
             memory_max: s.memory.max,
+            cache_ways: s.cache.ways,
+            mem_bandwidth: s.cache.bandwidth,
         }
     }
 }
@@ -324,6 +332,9 @@ pub struct CellStatus {
     /// memory control, or its processes are charged elsewhere).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<CellMemory>,
+    /// Its class of service (cache ways, bandwidth), when it asked for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<CellCache>,
     /// What the broker did for the cell and when (absent from older
     /// brokers, and for another user's private cell).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -347,6 +358,18 @@ pub struct CellMemory {
     /// (pressure, `some avg10`, 0 to 100; absent without PSI).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pressure: Option<f64>,
+}
+
+/// A cell's class of service in the kernel's resctrl.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CellCache {
+    /// Its L3 capacity bitmask, hexadecimal (every cache domain the same).
+    pub mask: String,
+    /// Its memory bandwidth ceiling, percent.
+    pub bandwidth: u32,
+    /// Last-level cache it occupies now, bytes (where the hardware counts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub llc_bytes: Option<u64>,
 }
 
 /// A cell's timeline: the broker's steps for it, from the arrival of its

@@ -40,7 +40,7 @@ pub mod memory;
 pub mod terms;
 
 pub use goal::{Goal, GoalError};
-pub use memory::{Memory, MemoryError, Size, SizeError, parse_size};
+pub use memory::{Cache, Memory, MemoryError, Size, SizeError, parse_size};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -297,6 +297,8 @@ pub struct CellSpec {
     pub goal: Goal,
     /// Its memory guarantee and limit ([`Memory`]).
     pub memory: Memory,
+    /// Its L3 ways and memory bandwidth ceiling ([`Cache`]).
+    pub cache: Cache,
 }
 
 impl Default for CellSpec {
@@ -310,6 +312,7 @@ impl Default for CellSpec {
             time: TimeContract::Space,
             goal: Goal::None,
             memory: Memory::default(),
+            cache: Cache::default(),
         }
     }
 }
@@ -409,6 +412,7 @@ impl CellSpec {
         }
         self.goal.validate()?;
         self.memory.validate()?;
+        self.cache.validate()?;
         Ok(())
     }
 
@@ -526,6 +530,9 @@ impl fmt::Display for CellSpec {
         }
         if !self.memory.is_none() {
             write!(f, " memory {}", self.memory)?;
+        }
+        if !self.cache.is_none() {
+            write!(f, " cache {}", self.cache)?;
         }
         Ok(())
     }

@@ -12,6 +12,10 @@
 //!   (cgroup v2 `memory.max`, v1 `memory.limit_in_bytes`). Nothing outside
 //!   the cell pays for it.
 //!
+//! A [`Cache`] is the rest of the memory system: L3 ways of the cell's own
+//! and a ceiling on its memory bandwidth (Intel RDT, AMD QoS; the kernel's
+//! resctrl).
+//!
 //! Sizes are written with an optional unit: `K`, `M`, `G`, `T` (powers of
 //! 1024, as the kernel's cgroup files and systemd read them; `KiB`, `MB`
 //! and friends are accepted as the same), or plain bytes.
@@ -26,6 +30,44 @@ pub struct Memory {
     pub min: u64,
     /// Most bytes (0: no limit but what encloses the cell).
     pub max: u64,
+}
+
+/// A cell's share of the cache and of memory bandwidth (0: none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct Cache {
+    /// L3 ways of every cache domain that only this cell may fill.
+    pub ways: u32,
+    /// The most memory bandwidth it may take, percent of each domain's.
+    pub bandwidth: u32,
+}
+
+impl Cache {
+    /// Whether the cell asks for nothing of the cache or bandwidth.
+    pub fn is_none(&self) -> bool {
+        self.ways == 0 && self.bandwidth == 0
+    }
+
+    /// Checks what can be checked without a machine.
+    pub fn validate(&self) -> Result<(), MemoryError> {
+        if self.bandwidth > 100 {
+            return Err(MemoryError::Bandwidth(self.bandwidth));
+        }
+        if self.ways > 64 {
+            return Err(MemoryError::Ways(self.ways));
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Cache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.ways, self.bandwidth) {
+            (0, 0) => write!(f, "any"),
+            (w, 0) => write!(f, "{w} L3 ways"),
+            (0, b) => write!(f, "bandwidth {b} %"),
+            (w, b) => write!(f, "{w} L3 ways, bandwidth {b} %"),
+        }
+    }
 }
 
 /// The smallest limit allot sets: below it a program cannot even start.
@@ -48,6 +90,12 @@ pub enum MemoryError {
     /// A limit too small to run anything.
     #[error("the memory limit {} is below the smallest allot sets, {}", Size(*.0), Size(MIN_LIMIT))]
     TooSmall(u64),
+    /// A bandwidth ceiling that is not a percentage.
+    #[error("a memory bandwidth ceiling of {0} % is not a percentage: use 1 to 100")]
+    Bandwidth(u32),
+    /// More ways than any cache has.
+    #[error("{0} L3 ways is more than any cache has (64 at most)")]
+    Ways(u32),
 }
 
 impl Memory {

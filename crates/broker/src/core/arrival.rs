@@ -118,6 +118,7 @@ impl Engine {
             if !self.cells.join(id, m) {
                 continue; // a member of another cell meanwhile
             }
+            self.join_class(id, pid);
             let c = self.cells.get_mut(&id).expect("activated");
             c.timeline
                 .note("joined", format!("process {pid}{how}"), took);

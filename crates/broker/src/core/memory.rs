@@ -1,6 +1,8 @@
 //! Memory capacity per cell: admitting memory guarantees, putting a cell's
 //! guarantee and limit into the kernel, and reporting what the kernel did
-//! at the limit (`allot_enforce::memory` has the files).
+//! at the limit (`allot_enforce::memory` has the files); and the rest of
+//! the memory system: a cell's L3 ways and memory bandwidth ceiling, its
+//! class of service in resctrl (`allot_enforce::resctrl`).
 //!
 //! Invariants:
 //! - **Admission never promises more than there is**: the guarantees of
@@ -17,10 +19,18 @@
 //! - **The program pays**: at its limit the kernel reclaims or kills inside
 //!   the cell. The broker changes nothing then; it reports each OOM kill
 //!   once (log, timeline, status).
+//! - **Classes of service** are admitted like guarantees: an ask that
+//!   cannot fit beside the admitted cells' is refused now (or waits), one
+//!   that cannot fit alone, or on a machine without resctrl, never. The
+//!   classes in the kernel are those of the admitted cells, rewritten as a
+//!   whole whenever a cell with one arrives, changes or ends; every thread
+//!   of a member process joins its cell's class when it joins the cell
+//!   (threads it creates later inherit it).
 
 use super::Engine;
 use crate::{info, warn};
 use allot_enforce::memory::MemoryUse;
+use allot_enforce::resctrl::{self, Resctrl};
 use allot_plan::Memory;
 use allot_plan::spec::Size;
 use std::collections::BTreeMap;
@@ -29,7 +39,7 @@ use std::collections::BTreeMap;
 pub const DEFAULT_RESERVE_DIVISOR: u64 = 20;
 
 /// The memory side of the broker.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct MemoryControl {
     /// Bytes the cells live within; `None`: the backend has no memory
     /// control.
@@ -38,6 +48,8 @@ pub(crate) struct MemoryControl {
     pub(crate) reserve: u64,
     /// What the kernel counted for each cell at the last tick.
     pub(crate) used: BTreeMap<u64, MemoryUse>,
+    /// resctrl, or why cache ways and bandwidth cannot be had here.
+    pub(crate) resctrl: Result<Resctrl, String>,
 }
 
 /// Whether a guarantee of `asked` bytes fits beside `guaranteed` bytes
@@ -95,11 +107,16 @@ pub fn default_reserve(capacity: u64) -> u64 {
 impl MemoryControl {
     /// Memory control as the backend reports it, with `reserve` (`None`:
     /// the default for its capacity).
-    pub(crate) fn new(capacity: Option<u64>, reserve: Option<u64>) -> MemoryControl {
+    pub(crate) fn new(
+        capacity: Option<u64>,
+        reserve: Option<u64>,
+        resctrl: Result<Resctrl, String>,
+    ) -> MemoryControl {
         MemoryControl {
             capacity,
             reserve: reserve.unwrap_or_else(|| capacity.map_or(0, default_reserve)),
             used: BTreeMap::new(),
+            resctrl,
         }
     }
 }
@@ -185,6 +202,80 @@ impl Engine {
         self.memory.used.insert(id, now);
     }
 
+    /// The classes cells ask for: every admitted cell's but `except`'s,
+    /// and `extra` (a newcomer's or a new spec's).
+    fn cache_asks(&self, except: Option<u64>, extra: Option<resctrl::Ask>) -> Vec<resctrl::Ask> {
+        self.cells
+            .iter()
+            .filter(|(id, c)| Some(**id) != except && !c.spec.cache.is_none())
+            .map(|(&cell, c)| resctrl::Ask {
+                cell,
+                ways: c.spec.cache.ways,
+                bandwidth: c.spec.cache.bandwidth,
+            })
+            .chain(extra)
+            .collect()
+    }
+
+    /// The verdict on a cell (`id`: a running one changing its spec)
+    /// asking for `cache`.
+    pub(super) fn cache_verdict(&self, cache: &allot_plan::Cache, id: Option<u64>) -> Verdict {
+        if cache.is_none() {
+            return Verdict::Fits;
+        }
+        let r = match &self.memory.resctrl {
+            Ok(r) => r,
+            Err(why) => return Verdict::Never(why.clone()),
+        };
+        let ask = resctrl::Ask {
+            // (A newcomer's id is not known yet: one no cell has.)
+            cell: id.unwrap_or(u64::MAX),
+            ways: cache.ways,
+            bandwidth: cache.bandwidth,
+        };
+        if let Err(why) = resctrl::allocate(r.facts(), &[ask]) {
+            return Verdict::Never(why);
+        }
+        match resctrl::allocate(r.facts(), &self.cache_asks(id, Some(ask))) {
+            Ok(_) => Verdict::Fits,
+            Err(why) => Verdict::NotNow(why),
+        }
+    }
+
+    /// Writes the admitted cells' classes to the kernel.
+    pub(super) fn apply_classes(&mut self) {
+        let asks = self.cache_asks(None, None);
+        if let Ok(r) = &mut self.memory.resctrl
+            && let Err(e) = r.apply(&asks)
+        {
+            warn!("classes of service: {e}");
+        }
+    }
+
+    /// Puts every thread of process `pid`, a member of cell `id`, in the
+    /// cell's class, if it has one.
+    pub(super) fn join_class(&mut self, id: u64, pid: u32) {
+        let Ok(r) = &self.memory.resctrl else { return };
+        if r.class(id).is_none() {
+            return;
+        }
+        let tids = self.os.threads(pid).unwrap_or_default();
+        if let Err(e) = r.join(id, &tids) {
+            warn!("cell {id}: {e}");
+        }
+    }
+
+    /// Cell `id`'s class, as the status shows it.
+    pub(crate) fn cache_status(&self, id: u64) -> Option<allot_proto::status::CellCache> {
+        let r = self.memory.resctrl.as_ref().ok()?;
+        let c = r.class(id)?;
+        Some(allot_proto::status::CellCache {
+            mask: format!("{:x}", c.mask),
+            bandwidth: c.bandwidth,
+            llc_bytes: r.usage(id).map(|(llc, _)| llc),
+        })
+    }
+
     /// Puts cell `id`'s memory spec into the kernel; the error says why
     /// the kernel refused.
     pub(super) fn apply_memory(&mut self, id: u64, m: &Memory) -> Result<(), String> {
@@ -245,8 +336,12 @@ mod tests {
 
     #[test]
     fn the_default_reserve_is_a_twentieth() {
-        assert_eq!(MemoryControl::new(Some(20 * G), None).reserve, G);
-        assert_eq!(MemoryControl::new(Some(20 * G), Some(3 * G)).reserve, 3 * G);
-        assert_eq!(MemoryControl::new(None, None).reserve, 0);
+        let none = || Err("absent".to_string());
+        assert_eq!(MemoryControl::new(Some(20 * G), None, none()).reserve, G);
+        assert_eq!(
+            MemoryControl::new(Some(20 * G), Some(3 * G), none()).reserve,
+            3 * G
+        );
+        assert_eq!(MemoryControl::new(None, None, none()).reserve, 0);
     }
 }

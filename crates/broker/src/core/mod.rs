@@ -195,7 +195,19 @@ impl Engine {
                 pause_best_effort: enforcer.can_pause(),
             },
         );
-        let memory = memory::MemoryControl::new(enforcer.memory_capacity(), cfg.memory_reserve);
+        // (The dry-run backend touches nothing, resctrl included.)
+        let resctrl = if enforcer.kind() == allot_enforce::BackendKind::DryRun {
+            Err("the dry-run backend partitions no cache or bandwidth".to_string())
+        } else {
+            allot_enforce::resctrl::Resctrl::open(
+                Arc::new(allot_enforce::cgroupfs::KernelFs),
+                &cfg.resctrl_root,
+                &cfg.cgroup_name,
+            )
+            .map_err(|a| a.to_string())
+        };
+        let memory =
+            memory::MemoryControl::new(enforcer.memory_capacity(), cfg.memory_reserve, resctrl);
         let mut core = Engine {
             machine,
             planner,
@@ -230,9 +242,17 @@ impl Engine {
             memory,
         };
         let effects = core.restore();
+        // Classes of service: the adopted cells' kept, the rest removed.
+        core.apply_classes();
         core.keep_reserve();
         core.open_minimum(cfg);
         (core, effects)
+    }
+
+    /// Uses `r` for cache ways and bandwidth instead of the mount the
+    /// configuration names (a fixture's, in tests).
+    pub fn set_resctrl(&mut self, r: allot_enforce::resctrl::Resctrl) {
+        self.memory.resctrl = Ok(r);
     }
 
     /// Notes from backend selection (why others were skipped).
@@ -342,6 +362,10 @@ impl Engine {
         let Some(c) = self.cells.remove(&id) else {
             return vec![];
         };
+        if !c.spec.cache.is_none() {
+            // Its ways go back to the default group.
+            self.apply_classes();
+        }
         info!("cell {id} ({}) ended: {why}", shown(&c.name));
         self.counters.ended += 1;
         self.windows.remove(id);

@@ -26,7 +26,7 @@ use crate::journal::{MemberRec, Record, SpecRec};
 use crate::names::{self, shown};
 use crate::timeline::{Timeline, timed};
 use crate::{info, warn};
-use allot_plan::{Admission, Admitted, CellId, CellSpec, Memory};
+use allot_plan::{Admission, Admitted, CellId, CellSpec};
 use allot_proto::PageMap;
 use allot_proto::msg::{ErrorCode, Reply};
 use rustix::fd::OwnedFd;
@@ -145,7 +145,7 @@ impl Engine {
         }
         let (verdict, took) = timed(|| {
             let cpus = self.planner.admit(&self.admitted(), &spec, &self.plan);
-            match self.with_memory(cpus, &spec.memory, None) {
+            match self.with_memory(cpus, &spec, None) {
                 Admission::Admit => match self.delayed_by(self.cells.queue.iter(), &spec) {
                     None => Admission::Admit,
                     Some(q) => Admission::NotNow(format!(
@@ -299,6 +299,9 @@ impl Engine {
         let mut cell = Cell::new(name.clone(), uid, spec, token, timeline);
         cell.pages.push(page);
         self.cells.insert(id, cell, vec![]);
+        if !spec.cache.is_none() {
+            self.apply_classes();
+        }
         let arriving = Arriving {
             id,
             members,
@@ -325,7 +328,7 @@ impl Engine {
         while i < self.cells.queue.len() {
             let q = &self.cells.queue[i];
             let cpus = self.planner.admit(&self.admitted(), &q.spec, &self.plan);
-            let verdict = match self.with_memory(cpus, &q.spec.memory, None) {
+            let verdict = match self.with_memory(cpus, &q.spec, None) {
                 Admission::Admit => match self.delayed_by(self.cells.queue.iter().take(i), &q.spec)
                 {
                     None => Admission::Admit,
@@ -550,7 +553,7 @@ impl Engine {
         let planned = self.planned_spec(cell, spec);
         let others: Vec<Admitted<'_>> = self.admitted_except(Some(cell));
         let cpus = self.planner.admit(&others, &planned, &self.plan);
-        match self.with_memory(cpus, &spec.memory, Some(cell)) {
+        match self.with_memory(cpus, &spec, Some(cell)) {
             Admission::Admit => {}
             Admission::NotNow(r) => return Err(err(ErrorCode::Refused, KIND, r)),
             Admission::Never(r) => return Err(err(ErrorCode::Never, KIND, r)),
@@ -576,8 +579,17 @@ impl Engine {
                 return Err(err(ErrorCode::Refused, KIND, why));
             }
         }
+        let cache_before = self.cells[&cell].spec.cache;
         let c = self.cells.get_mut(&cell).expect("checked");
         c.spec = spec;
+        if spec.cache != cache_before {
+            self.apply_classes();
+            let pids: Vec<u32> = self.cells[&cell].members().iter().map(|m| m.pid).collect();
+            for pid in pids {
+                self.join_class(cell, pid);
+            }
+        }
+        let c = self.cells.get_mut(&cell).expect("checked");
         c.tracker.set_goal(spec.goal);
         c.timeline.note("spec", format!("{spec}"), None);
         self.refresh_specs();
@@ -640,20 +652,26 @@ struct Newcomer {
 }
 
 impl Engine {
-    /// The planner's verdict `cpus` on a spec, with what memory says of
-    /// its `memory` beside every admitted cell but `except`.
-    fn with_memory(&self, cpus: Admission, memory: &Memory, except: Option<u64>) -> Admission {
-        if matches!(cpus, Admission::Never(_)) {
-            return cpus;
+    /// The planner's verdict `cpus` on `spec`, with what the memory
+    /// system says of its memory and cache asks beside every admitted cell
+    /// but `except`.
+    fn with_memory(&self, cpus: Admission, spec: &CellSpec, except: Option<u64>) -> Admission {
+        let mut verdict = cpus;
+        for v in [
+            self.memory_verdict(&spec.memory, except),
+            self.cache_verdict(&spec.cache, except),
+        ] {
+            verdict = match (verdict, v) {
+                (Admission::Never(r), _) => Admission::Never(r),
+                (verdict, Verdict::Fits) => verdict,
+                (_, Verdict::Never(r)) => Admission::Never(r),
+                (Admission::NotNow(c), Verdict::NotNow(m)) => {
+                    Admission::NotNow(format!("{c}; and {m}"))
+                }
+                (_, Verdict::NotNow(m)) => Admission::NotNow(m),
+            };
         }
-        match (cpus, self.memory_verdict(memory, except)) {
-            (cpus, Verdict::Fits) => cpus,
-            (_, Verdict::Never(r)) => Admission::Never(r),
-            (Admission::NotNow(c), Verdict::NotNow(m)) => {
-                Admission::NotNow(format!("{c}; and {m}"))
-            }
-            (_, Verdict::NotNow(m)) => Admission::NotNow(m),
-        }
+        verdict
     }
 }
 

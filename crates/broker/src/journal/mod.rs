@@ -320,6 +320,7 @@ mod tests {
             time: TimeRec::Space,
             goal: GoalRec::None,
             memory: Default::default(),
+            cache: Default::default(),
         }
     }
 

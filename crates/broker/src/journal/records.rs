@@ -16,7 +16,8 @@ use std::collections::BTreeMap;
 /// History: 1 — no header; 2 — header, [`SpecRec`], recovered cells;
 /// 3 — [`SpecRec::time`] (absent in older journals: a space cell);
 /// 4 — [`SpecRec::goal`] (absent in older journals: no goal);
-/// 5 — [`SpecRec::memory`] (absent in older journals: none).
+/// 5 — [`SpecRec::memory`] and [`SpecRec::cache`] (absent in older
+/// journals: none).
 pub const JOURNAL_VERSION: u32 = 5;
 
 /// A process belonging to a cell, with its start time to detect pid reuse.
@@ -50,6 +51,26 @@ pub struct SpecRec {
     /// The memory guarantee and limit, bytes (absent: none).
     #[serde(default, skip_serializing_if = "MemoryRec::is_none")]
     pub memory: MemoryRec,
+    /// L3 ways and the bandwidth ceiling (absent: none).
+    #[serde(default, skip_serializing_if = "CacheRec::is_none")]
+    pub cache: CacheRec,
+}
+
+/// L3 ways and a memory bandwidth ceiling, as journaled (0: none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CacheRec {
+    /// L3 ways of the cell's own.
+    #[serde(default)]
+    pub ways: u32,
+    /// Bandwidth ceiling, percent.
+    #[serde(default)]
+    pub bandwidth: u32,
+}
+
+impl CacheRec {
+    fn is_none(&self) -> bool {
+        self.ways == 0 && self.bandwidth == 0
+    }
 }
 
 /// A memory guarantee and limit, as journaled (bytes, 0: none).
@@ -394,6 +415,10 @@ impl SpecRec {
                 min: s.memory.min,
                 max: s.memory.max,
             },
+            cache: CacheRec {
+                ways: s.cache.ways,
+                bandwidth: s.cache.bandwidth,
+            },
         }
     }
 
@@ -430,6 +455,10 @@ impl SpecRec {
             memory: allot_plan::Memory {
                 min: r.memory.min,
                 max: r.memory.max,
+            },
+            cache: allot_plan::Cache {
+                ways: r.cache.ways,
+                bandwidth: r.cache.bandwidth,
             },
         }
     }
@@ -518,6 +547,10 @@ mod tests {
                         time,
                         goal,
                         memory,
+                        cache: allot_plan::Cache {
+                            ways: memory.min.count_ones(),
+                            bandwidth: 0,
+                        },
                     };
                     let rec = SpecRec::of(&s);
                     assert_eq!(rec.spec(), s);

@@ -73,6 +73,7 @@ pub(crate) fn spec_from_c(s: &Spec, time: TimeContract) -> Result<CellSpec> {
         goal: allot_client::Goal::None,
         // (Memory is asked for with `allot_cell_set_memory`.)
         memory: Default::default(),
+        cache: Default::default(),
     };
     spec.validate().map_err(|e| Error::invalid(e.to_string()))?;
     Ok(spec)

@@ -541,6 +541,8 @@ mod tests {
                 goal: Default::default(),
                 memory_min: 0,
                 memory_max: 0,
+                cache_ways: 0,
+                mem_bandwidth: 0,
             },
             runtimes: vec![RuntimeStatus {
                 name: "openblas".into(),
@@ -551,6 +553,7 @@ mod tests {
             waiting_for_message: false,
             paused: None,
             memory: None,
+            cache: None,
             timeline: None,
         };
         Status {

@@ -355,6 +355,8 @@ mod tests {
             goal: Default::default(),
             memory_min: 0,
             memory_max: 0,
+            cache_ways: 0,
+            mem_bandwidth: 0,
         }
     }
 
@@ -385,6 +387,7 @@ mod tests {
             waiting_for_message: false,
             paused: None,
             memory: None,
+            cache: None,
             timeline: None,
         };
         Status {

@@ -105,6 +105,14 @@ pub struct Args {
     /// nothing else pays.
     #[arg(long, value_name = "SIZE", value_parser = allot_plan::spec::parse_size, help_heading = "Memory")]
     memory_max: Option<u64>,
+    /// L3 cache ways of the program's own (needs resctrl: Intel RDT or
+    /// AMD QoS): no other cell's data evicts its data from them.
+    #[arg(long, value_name = "N", help_heading = "Memory")]
+    cache_ways: Option<u32>,
+    /// The most memory bandwidth the program may take, percent of each
+    /// cache domain's (needs resctrl's memory bandwidth allocation).
+    #[arg(long, value_name = "PCT", help_heading = "Memory")]
+    mem_bandwidth: Option<u32>,
     /// Name shown by `allot status` [default: the program's name].
     #[arg(long, value_name = "NAME")]
     name: Option<String>,
@@ -245,6 +253,10 @@ pub fn run(a: Args) -> i32 {
     spec.memory = allot_plan::Memory {
         min: a.memory_min.unwrap_or(0),
         max: a.memory_max.unwrap_or(0),
+    };
+    spec.cache = allot_plan::Cache {
+        ways: a.cache_ways.unwrap_or(0),
+        bandwidth: a.mem_bandwidth.unwrap_or(0),
     };
     if let Err(e) = contract::apply(&time, &mut spec) {
         eprintln!("allot: {e}");

@@ -102,6 +102,7 @@ pub fn spec_of(r: &RawCell) -> CellSpec {
         time: r.time,
         goal: Default::default(),
         memory: Default::default(),
+        cache: Default::default(),
     }
 }
 

@@ -92,6 +92,7 @@ fn put_spec(w: &mut Writer, s: &CellSpec) {
     let (kind, value) = spec::goal_fields(s.goal);
     w.u8(kind).u64(value);
     w.u64(s.memory.min).u64(s.memory.max);
+    w.u32(s.cache.ways).u32(s.cache.bandwidth);
 }
 
 fn get_goal(r: &mut Reader<'_>) -> Result<Goal, DecodeError> {
@@ -125,6 +126,10 @@ fn get_spec(r: &mut Reader<'_>) -> Result<CellSpec, DecodeError> {
         min: r.u64("spec.memory.min")?,
         max: r.u64("spec.memory.max")?,
     };
+    let cache = allot_spec::Cache {
+        ways: r.u32("spec.cache.ways")?,
+        bandwidth: r.u32("spec.cache.bandwidth")?,
+    };
     Ok(CellSpec {
         min,
         max,
@@ -134,6 +139,7 @@ fn get_spec(r: &mut Reader<'_>) -> Result<CellSpec, DecodeError> {
         time,
         goal,
         memory,
+        cache,
     })
 }
 

@@ -26,6 +26,10 @@ pub fn example_requests() -> Vec<Request> {
                     min: 2 << 30,
                     max: 8 << 30,
                 },
+                cache: allot_spec::Cache {
+                    ways: 4,
+                    bandwidth: 50,
+                },
             },
             wait: true,
             members: vec![1, 2, 3],

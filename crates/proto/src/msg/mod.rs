@@ -51,8 +51,9 @@ pub mod spec;
 /// three descriptors; 8 — `Register` may ask for the cell's join files
 /// (`joins_itself`), which `Registered` then carries after the page;
 /// 9 — the spec carries a memory guarantee and limit
-/// ([`allot_spec::Memory`]: two `u64`, bytes), and `SetMemory` (0x14)
-/// changes it.
+/// ([`allot_spec::Memory`]: two `u64`, bytes) and a share of the cache
+/// and memory bandwidth ([`allot_spec::Cache`]: two `u32`), and
+/// `SetMemory` (0x14) changes the memory.
 pub const PROTOCOL_VERSION: u16 = 9;
 
 /// The header's first two bytes, little-endian; other values are not the allot protocol.

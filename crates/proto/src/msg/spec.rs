@@ -6,7 +6,8 @@
 //! A spec is `min: u32, max: u32, weight: u32, exclusive: bool,
 //! placement: u8`, then its time contract (`kind: u8, a: u32, b: u32`),
 //! then its goal (`kind: u8, value: u64`), then its memory (`min: u64,
-//! max: u64`, bytes, 0: none).
+//! max: u64`, bytes, 0: none), then its cache (`ways: u32, bandwidth:
+//! u32`, percent, 0: none).
 //!
 //! | time kind | contract          | a          | b          |
 //! |-----------|-------------------|------------|------------|
