@@ -271,25 +271,10 @@ fn an_oom_kill_in_a_cell_is_reported_once() {
     );
 }
 
-/// A resctrl mount of 12 ways (at least 1 each) and four classes, with
-/// bandwidth allocation, on one cache domain: a fixture.
+/// A resctrl mount of 12 ways and four classes, with bandwidth
+/// allocation, on one cache domain: a fixture.
 fn resctrl_fixture(dir: &std::path::Path) -> allot_enforce::resctrl::Resctrl {
-    use allot_enforce::cgroupfs::{FixtureFs, FixtureLayout};
-    let fs = std::sync::Arc::new(FixtureFs::new(FixtureLayout::Resctrl));
-    fs.populate(dir).unwrap();
-    for (f, v) in [
-        ("schemata", "L3:0=fff\nMB:0=100\n"),
-        ("info/L3/cbm_mask", "fff\n"),
-        ("info/L3/min_cbm_bits", "1\n"),
-        ("info/L3/num_closids", "4\n"),
-        ("info/MB/min_bandwidth", "10\n"),
-        ("info/MB/bandwidth_gran", "10\n"),
-        ("info/MB/num_closids", "4\n"),
-    ] {
-        let p = dir.join(f);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, v).unwrap();
-    }
+    let fs = allot_enforce::resctrl::fixture(dir, &[0]).unwrap();
     allot_enforce::resctrl::Resctrl::open(fs, dir, "allot").unwrap()
 }
 

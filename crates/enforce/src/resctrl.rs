@@ -36,6 +36,7 @@
 
 use crate::cgroupfs::CgroupFs;
 use std::fmt;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -488,6 +489,40 @@ impl Resctrl {
     }
 }
 
+/// A resctrl mount as a fixture tree under `dir`, for tests on machines
+/// without one: 12 L3 ways (at least one per mask), memory bandwidth
+/// allocation (10 % steps), four classes of service, cache occupancy and
+/// traffic monitoring, on cache `domains`.
+pub fn fixture(dir: &Path, domains: &[u32]) -> io::Result<Arc<crate::cgroupfs::FixtureFs>> {
+    let fs = Arc::new(crate::cgroupfs::FixtureFs::new(
+        crate::cgroupfs::FixtureLayout::Resctrl,
+    ));
+    fs.populate(dir)?;
+    let each = |v: &str| {
+        let parts: Vec<String> = domains.iter().map(|d| format!("{d}={v}")).collect();
+        parts.join(";")
+    };
+    let schemata = format!("    L3:{}\n    MB:{}\n", each("fff"), each("100"));
+    for (f, v) in [
+        ("schemata", schemata.as_str()),
+        ("info/L3/cbm_mask", "fff\n"),
+        ("info/L3/min_cbm_bits", "1\n"),
+        ("info/L3/num_closids", "4\n"),
+        ("info/MB/min_bandwidth", "10\n"),
+        ("info/MB/bandwidth_gran", "10\n"),
+        ("info/MB/num_closids", "4\n"),
+        (
+            "info/L3_MON/mon_features",
+            "llc_occupancy\nmbm_total_bytes\n",
+        ),
+    ] {
+        let p = dir.join(f);
+        std::fs::create_dir_all(p.parent().unwrap_or(dir))?;
+        std::fs::write(p, v)?;
+    }
+    Ok(fs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -628,30 +663,8 @@ mod tests {
         );
     }
 
-    /// A resctrl mount of 12 ways and MBA on two domains, as a fixture.
     fn mount(dir: &Path) -> Arc<crate::cgroupfs::FixtureFs> {
-        let fs = Arc::new(crate::cgroupfs::FixtureFs::new(
-            crate::cgroupfs::FixtureLayout::Resctrl,
-        ));
-        fs.populate(dir).unwrap();
-        for (f, v) in [
-            ("schemata", "    L3:0=fff;1=fff\n    MB:0=100;1=100\n"),
-            ("info/L3/cbm_mask", "fff\n"),
-            ("info/L3/min_cbm_bits", "1\n"),
-            ("info/L3/num_closids", "4\n"),
-            ("info/MB/min_bandwidth", "10\n"),
-            ("info/MB/bandwidth_gran", "10\n"),
-            ("info/MB/num_closids", "4\n"),
-            (
-                "info/L3_MON/mon_features",
-                "llc_occupancy\nmbm_total_bytes\n",
-            ),
-        ] {
-            let p = dir.join(f);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, v).unwrap();
-        }
-        fs
+        fixture(dir, &[0, 1]).unwrap()
     }
 
     #[test]

@@ -223,7 +223,7 @@ fn memory_line(c: &CellStatus) -> Option<String> {
     let asked = c.spec.memory_min != 0 || c.spec.memory_max != 0;
     let struck = m.is_some_and(|m| m.at_limit > 0 || m.oom_kills > 0);
     if !asked && !struck {
-        return None;
+        return cache_line(c);
     }
     let mut line = format!("{} {}:", c.id, name_of(c));
     match m {
@@ -250,7 +250,33 @@ fn memory_line(c: &CellStatus) -> Option<String> {
             line.push_str(&format!("; waited for memory {p:.0} % of the last 10 s"));
         }
     }
+    if let Some(k) = &c.cache {
+        line.push_str(&format!("; {}", class_text(k)));
+    }
     Some(line)
+}
+
+/// A cell's class of service alone, for a cell that asked for no memory.
+fn cache_line(c: &CellStatus) -> Option<String> {
+    Some(format!(
+        "{} {}: {}",
+        c.id,
+        name_of(c),
+        class_text(c.cache.as_ref()?)
+    ))
+}
+
+fn class_text(k: &allot_proto::status::CellCache) -> String {
+    use allot_plan::spec::Size;
+    let mut t = format!(
+        "L3 ways {} of its own, bandwidth at most {} %",
+        cell_text(&k.mask),
+        k.bandwidth
+    );
+    if let Some(b) = k.llc_bytes {
+        t.push_str(&format!(", {} in the cache now", Size(b)));
+    }
+    t
 }
 
 /// One line on the cell's time contract, if it has one.
@@ -700,6 +726,61 @@ mod tests {
         assert!(line.contains("awake 75 %"), "{line}");
         assert_eq!(text.matches("tasks run").count(), 1, "{text}");
         assert!(!render(&doc(&["a"])).contains("runtime pools"));
+    }
+
+    #[test]
+    fn memory_and_classes_of_service_get_lines_and_other_cells_none() {
+        use allot_proto::status::{CellCache, CellMemory, MachineMemory};
+        let mut v = doc(&["db", "hog", "quiet"]);
+        assert!(!render(&v).contains("memory"));
+        v.machine.memory = Some(MachineMemory {
+            capacity: 16 << 30,
+            reserve: 1 << 30,
+            guaranteed: 2 << 30,
+        });
+        v.cells[0].spec.memory_min = 2 << 30;
+        v.cells[0].memory = Some(CellMemory {
+            current: 3 << 29,
+            limit: 0,
+            at_limit: 0,
+            oom_kills: 0,
+            pressure: Some(12.0),
+        });
+        v.cells[0].cache = Some(CellCache {
+            mask: "f00".into(),
+            bandwidth: 40,
+            llc_bytes: Some(8 << 20),
+        });
+        v.cells[1].spec.memory_max = 64 << 20;
+        v.cells[1].memory = Some(CellMemory {
+            current: 60 << 20,
+            limit: 64 << 20,
+            at_limit: 9,
+            oom_kills: 1,
+            pressure: None,
+        });
+        v.cells[2].memory = Some(CellMemory {
+            current: 1 << 20,
+            limit: 0,
+            at_limit: 0,
+            oom_kills: 0,
+            pressure: None,
+        });
+        let text = render(&v);
+        assert!(
+            text.contains("memory for cells: 16G   reserve: 1G   guaranteed: 2G"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "memory:\n  1 db: 1.5G used, no limit of its own (2G guaranteed); waited for \
+                 memory 12 % of the last 10 s; L3 ways f00 of its own, bandwidth at most 40 %, \
+                 8M in the cache now\n  2 hog: 60M used of 64M; at its limit 9 times; 1 of its \
+                 processes killed for want of memory\n"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("3 quiet:"), "{text}");
     }
 
     #[test]
