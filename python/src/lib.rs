@@ -457,6 +457,15 @@ impl Cell {
             .map_err(|e| PyRuntimeError::new_err(e.to_string()))
     }
 
+    /// Sets the cell's L3 cache ways of its own and memory bandwidth
+    /// ceiling (percent; 0: none) and waits for the broker to accept them.
+    #[pyo3(signature = (ways = 0, bandwidth = 0))]
+    fn set_cache(&self, py: Python<'_>, ways: u32, bandwidth: u32) -> PyResult<()> {
+        let c = self.handle()?;
+        py.allow_threads(|| c.set_cache(allot_client::Cache { ways, bandwidth }))
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    }
+
     /// The number of threads the cell should run now.
     fn threads(&self) -> PyResult<u32> {
         self.with(|c| c.threads())

@@ -234,6 +234,10 @@ def test_memory_sizes_are_checked_and_a_broker_without_memory_control_says_so(br
     c = allot.Cell("plain", socket=broker.socket, fallback=False)
     with pytest.raises(RuntimeError, match="no memory control"):
         c.set_memory(max="1G")
+    with pytest.raises(RuntimeError, match="no cache or bandwidth"):
+        c.set_cache(ways=2)
+    with pytest.raises(RuntimeError, match="not a percentage"):
+        c.set_cache(bandwidth=150)
     c.close()
 
 

@@ -465,9 +465,20 @@ fn memory_set_from_c_is_checked_and_refused_without_memory_control() {
         "{}",
         last_error()
     );
+    // Nor cache ways or bandwidth (the dry-run backend touches nothing);
+    // a ceiling above 100 % is invalid before the broker is asked.
+    let rc = allot_cell_set_cache(cell, 2, 0);
+    assert_eq!(status(rc), Status::Never, "{}", last_error());
+    assert!(
+        last_error().contains("no cache or bandwidth"),
+        "{}",
+        last_error()
+    );
+    assert_eq!(status(allot_cell_set_cache(cell, 0, 150)), Status::Invalid);
     let st = Client::connect(&b.path).unwrap().status().unwrap();
     let c = st.cells.iter().find(|c| c.name == "capi-memory").unwrap();
     assert_eq!((c.spec.memory_min, c.spec.memory_max), (0, 0));
+    assert_eq!((c.spec.cache_ways, c.spec.mem_bandwidth), (0, 0));
     ok(allot_cell_free(cell));
     // A standalone cell has no broker to ask.
     let mut alone = CellHandle::default();

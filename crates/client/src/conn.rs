@@ -352,6 +352,11 @@ impl Client {
         self.ok(&Request::SetMemory { cell, memory })
     }
 
+    /// Changes cell `cell`'s L3 ways and bandwidth ceiling alone.
+    pub fn set_cache(&mut self, cell: u64, cache: allot_spec::Cache) -> Result<(), ClientError> {
+        self.ok(&Request::SetCache { cell, cache })
+    }
+
     /// Ends `cell`.
     pub fn release(&mut self, cell: u64) -> Result<(), ClientError> {
         self.ok(&Request::Release { cell })

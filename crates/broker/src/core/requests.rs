@@ -120,36 +120,21 @@ impl Engine {
                     .cells
                     .get(&cell)
                     .map(|c| allot_plan::CellSpec { goal, ..c.spec });
-                let done = match spec {
-                    Some(spec) => self.update_spec(peer, cell, spec),
-                    // (An unknown cell: `update_spec` says so.)
-                    None => self.update_spec(peer, cell, allot_plan::CellSpec::default()),
-                };
-                match done {
-                    Ok(()) => vec![answer(session, Reply::Ok)],
-                    Err(mut r) => {
-                        if let Reply::Error { request, .. } = &mut r {
-                            *request = 0x10;
-                        }
-                        vec![answer(session, r)]
-                    }
-                }
+                self.set_part(session, peer, cell, spec, 0x10)
             }
             Request::SetMemory { cell, memory } => {
                 let spec = self
                     .cells
                     .get(&cell)
                     .map(|c| allot_plan::CellSpec { memory, ..c.spec });
-                let done = self.update_spec(peer, cell, spec.unwrap_or_default());
-                match done {
-                    Ok(()) => vec![answer(session, Reply::Ok)],
-                    Err(mut r) => {
-                        if let Reply::Error { request, .. } = &mut r {
-                            *request = 0x14;
-                        }
-                        vec![answer(session, r)]
-                    }
-                }
+                self.set_part(session, peer, cell, spec, 0x14)
+            }
+            Request::SetCache { cell, cache } => {
+                let spec = self
+                    .cells
+                    .get(&cell)
+                    .map(|c| allot_plan::CellSpec { cache, ..c.spec });
+                self.set_part(session, peer, cell, spec, 0x15)
             }
             Request::UpdateSpec { cell, spec } => match self.update_spec(peer, cell, spec) {
                 Ok(()) => {
@@ -374,4 +359,29 @@ fn chunked(session: SessionId, json: &str, make: impl Fn(bool, String) -> Reply)
         .map(|p| answer(session, make(true, p)))
         .chain(std::iter::once(answer(session, make(false, last))))
         .collect()
+}
+
+impl Engine {
+    /// Changes one part of cell `cell`'s request (`spec`: the cell's
+    /// request with that part replaced; `None` for a cell the broker does
+    /// not know) and answers request `kind`.
+    fn set_part(
+        &mut self,
+        session: SessionId,
+        peer: Peer,
+        cell: u64,
+        spec: Option<allot_plan::CellSpec>,
+        kind: u16,
+    ) -> Vec<Effect> {
+        // (An unknown cell: `update_spec` says so.)
+        match self.update_spec(peer, cell, spec.unwrap_or_default()) {
+            Ok(()) => vec![answer(session, Reply::Ok)],
+            Err(mut r) => {
+                if let Reply::Error { request, .. } = &mut r {
+                    *request = kind;
+                }
+                vec![answer(session, r)]
+            }
+        }
+    }
 }

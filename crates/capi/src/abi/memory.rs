@@ -1,4 +1,5 @@
-//! `allot_cell_set_memory`: a cell's memory guarantee and limit from C
+//! `allot_cell_set_memory` and `allot_cell_set_cache`: a cell's memory
+//! guarantee and limit, its L3 ways and bandwidth ceiling, from C
 //! (`include/allot/memory.h`).
 
 use super::CELLS;
@@ -15,6 +16,19 @@ pub extern "C" fn allot_cell_set_memory(cell: CellHandle, min_bytes: u64, max_by
         c.set_memory(allot_client::Memory {
             min: min_bytes,
             max: max_bytes,
+        })
+        .map_err(client_error)
+    })
+}
+
+/// `int allot_cell_set_cache(allot_cell_t cell, uint32_t ways, uint32_t bandwidth_pct)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn allot_cell_set_cache(cell: CellHandle, ways: u32, bandwidth_pct: u32) -> c_int {
+    entry("allot_cell_set_cache", || {
+        let c = CELLS.get(cell.id)?;
+        c.set_cache(allot_client::Cache {
+            ways,
+            bandwidth: bandwidth_pct,
         })
         .map_err(client_error)
     })

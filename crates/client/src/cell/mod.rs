@@ -613,6 +613,22 @@ impl Cell {
         Ok(())
     }
 
+    /// Sets the cell's L3 ways of its own and memory bandwidth ceiling
+    /// ([`Cache`](allot_spec::Cache)) and waits for the broker to accept
+    /// them; the rest of the cell's request stays as the broker has it.
+    /// Errors without a broker, when the ways do not fit beside the other
+    /// cells', or where the machine has no resctrl.
+    pub fn set_cache(&self, cache: allot_spec::Cache) -> Result<(), ClientError> {
+        cache.validate().map_err(allot_spec::SpecError::from)?;
+        self.call_broker(|c, id| c.set_cache(id, cache))?;
+        self.inner
+            .spec
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .cache = cache;
+        Ok(())
+    }
+
     /// Calls the cell's broker with `call` (connecting first when needed);
     /// a failed call drops the connection, so the next one reconnects.
     fn call_broker(

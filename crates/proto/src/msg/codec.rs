@@ -183,6 +183,9 @@ impl Request {
             Request::SetMemory { cell, memory } => {
                 w.u64(*cell).u64(memory.min).u64(memory.max);
             }
+            Request::SetCache { cell, cache } => {
+                w.u64(*cell).u32(cache.ways).u32(cache.bandwidth);
+            }
             Request::SetGoal { cell, goal } => {
                 let (kind, value) = spec::goal_fields(*goal);
                 w.u64(*cell).u8(kind).u64(value);
@@ -240,7 +243,7 @@ impl Request {
     /// Decodes one datagram. Never panics, whatever the bytes.
     pub fn decode(buf: &[u8]) -> Result<Request, FrameError> {
         let (kind, body) = unframe(buf)?;
-        if !(0x01..=0x14).contains(&kind) {
+        if !(0x01..=0x15).contains(&kind) {
             return Err(FrameError::Kind(kind));
         }
         let mut r = Reader::new(body);
@@ -329,6 +332,13 @@ impl Request {
             0x13 => Request::ChannelRejoin {
                 name: r.str("name")?,
                 send: r.bool("send")?,
+            },
+            0x15 => Request::SetCache {
+                cell: r.u64("cell")?,
+                cache: allot_spec::Cache {
+                    ways: r.u32("cache.ways")?,
+                    bandwidth: r.u32("cache.bandwidth")?,
+                },
             },
             0x14 => Request::SetMemory {
                 cell: r.u64("cell")?,

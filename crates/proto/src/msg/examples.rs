@@ -4,7 +4,7 @@
 
 use super::*;
 
-/// A request of every kind (0x01 to 0x14).
+/// A request of every kind (0x01 to 0x15).
 pub fn example_requests() -> Vec<Request> {
     vec![
         Request::Hello {
@@ -83,6 +83,13 @@ pub fn example_requests() -> Vec<Request> {
             memory: allot_spec::Memory {
                 min: 1 << 30,
                 max: 8 << 30,
+            },
+        },
+        Request::SetCache {
+            cell: 9,
+            cache: allot_spec::Cache {
+                ways: 4,
+                bandwidth: 30,
             },
         },
         Request::Status,

@@ -53,7 +53,7 @@ pub mod spec;
 /// 9 — the spec carries a memory guarantee and limit
 /// ([`allot_spec::Memory`]: two `u64`, bytes) and a share of the cache
 /// and memory bandwidth ([`allot_spec::Cache`]: two `u32`), and
-/// `SetMemory` (0x14) changes the memory.
+/// `SetMemory` (0x14) changes the memory, `SetCache` (0x15) the cache.
 pub const PROTOCOL_VERSION: u16 = 9;
 
 /// The header's first two bytes, little-endian; other values are not the allot protocol.
@@ -243,6 +243,15 @@ pub enum Request {
         cell: u64,
         /// The new memory guarantee and limit.
         memory: allot_spec::Memory,
+    },
+    /// `0x15` — `cell: u64, ways: u32, bandwidth: u32`. Changes a cell's
+    /// L3 ways and memory bandwidth ceiling alone ([`allot_spec::Cache`]),
+    /// keeping the rest of its request.
+    SetCache {
+        /// The cell's id, from `Registered` or `Queued`.
+        cell: u64,
+        /// The new ways and ceiling.
+        cache: allot_spec::Cache,
     },
     /// `0x06` — `cell: u64, spec`. Changes a cell's request.
     UpdateSpec {
@@ -437,6 +446,7 @@ impl Request {
             Request::ChannelClose { .. } => 0x12,
             Request::ChannelRejoin { .. } => 0x13,
             Request::SetMemory { .. } => 0x14,
+            Request::SetCache { .. } => 0x15,
         }
     }
 
