@@ -8,7 +8,11 @@
 //!   others best effort: CPUs partitioned, memory not;
 //! - `memory`: the same, and memory partitioned too: the server guaranteed
 //!   its data set (`--memory-min`), the hog and the streamer limited
-//!   (`--memory-max`).
+//!   (`--memory-max`);
+//! - `cache` (only where the machine has resctrl): the same, and the
+//!   memory system too: the server gets half the L3 ways for its own
+//!   (`--cache-ways`), the streamer a bandwidth ceiling
+//!   (`--mem-bandwidth`).
 //!
 //! Memory is made scarce without touching the machine: the experiment
 //! runs inside a memory group of its own, `--limit` bytes, created below
@@ -20,10 +24,9 @@
 //! worst, kills the largest process in the group.
 //!
 //! It reports, per way, the median over `--runs` of the server's p99 and
-//! requests served, what became of the hog, and the streamer's copy rate.
-//! The bandwidth the streamer takes from the server is partitioned only
-//! with cache and bandwidth allocation (resctrl), which this experiment
-//! reports as absent where the machine has none.
+//! requests served, what it read again from the disk, what became of the
+//! hog, and the streamer's copy rate. Where the machine has no resctrl
+//! the `cache` way is left out, saying why.
 
 use super::broker::PrivateBroker;
 use std::fmt::Write as _;
@@ -53,8 +56,9 @@ pub struct IsolationArgs {
     /// The hog's limit in the `memory` way.
     #[arg(long, default_value = "768M", value_parser = allot_plan::spec::parse_size, value_name = "SIZE")]
     hog_limit: u64,
-    /// Ways to run (comma-separated): plain, cpus, memory.
-    #[arg(long, default_value = "plain,cpus,memory", value_name = "LIST")]
+    /// Ways to run (comma-separated): plain, cpus, memory, cache (cache:
+    /// only where the machine has resctrl).
+    #[arg(long, default_value = "plain,cpus,memory,cache", value_name = "LIST")]
     ways: String,
     /// Where the data set is written (a disk, not tmpfs: its pages must
     /// be reclaimable) [default: a private directory under /var/tmp].
@@ -68,6 +72,7 @@ enum Way {
     Plain,
     Cpus,
     Memory,
+    Cache,
 }
 
 impl Way {
@@ -76,8 +81,9 @@ impl Way {
             "plain" => Ok(Way::Plain),
             "cpus" => Ok(Way::Cpus),
             "memory" => Ok(Way::Memory),
+            "cache" => Ok(Way::Cache),
             other => Err(format!(
-                "--ways: unknown way {other:?} (plain, cpus, memory)"
+                "--ways: unknown way {other:?} (plain, cpus, memory, cache)"
             )),
         }
     }
@@ -86,6 +92,7 @@ impl Way {
             Way::Plain => "plain",
             Way::Cpus => "allot, CPUs partitioned",
             Way::Memory => "allot, CPUs and memory partitioned",
+            Way::Cache => "allot, CPUs, memory, cache and bandwidth",
         }
     }
 }
@@ -185,11 +192,36 @@ fn streamer_script(secs: u64) -> String {
 /// Runs `allot bench isolation`.
 pub fn run(a: IsolationArgs) -> Result<i32, String> {
     super::interrupt::install();
-    let ways: Vec<Way> = a
+    let mut ways: Vec<Way> = a
         .ways
         .split(',')
         .map(Way::parse)
         .collect::<Result<_, _>>()?;
+    // The cache way needs resctrl: its L3 ways, if it has them.
+    let l3_ways = allot_enforce::resctrl::Facts::read(
+        &allot_enforce::cgroupfs::KernelFs,
+        std::path::Path::new(allot_enforce::resctrl::MOUNT),
+    )
+    .map(|f| f.l3.map_or(0, |l| l.ways));
+    if ways.contains(&Way::Cache) {
+        match &l3_ways {
+            Ok(w) if *w >= 2 => {}
+            Ok(_) => {
+                println!("isolation: the cache way is left out: this CPU has no L3 allocation");
+                ways.retain(|w| *w != Way::Cache);
+            }
+            Err(why) => {
+                println!("isolation: the cache way is left out: {why}");
+                ways.retain(|w| *w != Way::Cache);
+            }
+        }
+    }
+    if ways.is_empty() {
+        return Err(
+            "no way is left to run (see above); add plain, cpus or memory to --ways".into(),
+        );
+    }
+    let server_ways = l3_ways.unwrap_or(0) / 2;
     if a.runs == 0 || a.seconds == 0 {
         return Err("--runs and --seconds must be at least 1".into());
     }
@@ -219,7 +251,7 @@ pub fn run(a: IsolationArgs) -> Result<i32, String> {
     for &way in &ways {
         let mut runs = Vec::new();
         for i in 0..a.runs {
-            let r = one_run(&a, way, &allot, &lab, &data, &group)?;
+            let r = one_run(&a, way, server_ways, &allot, &lab, &data, &group)?;
             println!(
                 "  {} run {}: p99 {:.0} µs, p50 {:.0} µs, {} requests, {:.0} MiB read again from \
                  the disk; hog {}; streamer {:.2} GB/s",
@@ -260,9 +292,11 @@ fn drop_cache(path: &Path) -> Result<(), String> {
         .map_err(|e| format!("cannot drop {} from the page cache: {e}", path.display()))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn one_run(
     a: &IsolationArgs,
     way: Way,
+    server_ways: u32,
     allot: &Path,
     lab: &Path,
     data: &Path,
@@ -290,7 +324,8 @@ fn one_run(
     // The data set leaves the page cache: the server's first read brings
     // it back, charged to the server (not to whoever wrote it).
     drop_cache(data)?;
-    let memory = way == Way::Memory;
+    let memory = matches!(way, Way::Memory | Way::Cache);
+    let cache = way == Way::Cache;
     let serve_secs = a.seconds + 3;
     let mut server = Command::new(lab);
     server.args(["bench", "serve", "--rate", "200", "--service-us", "500"]);
@@ -301,6 +336,9 @@ fn one_run(
     flags.extend(["--min".into(), "1".into()]);
     if memory {
         flags.extend(["--memory-min".into(), (a.data + (64 << 20)).to_string()]);
+    }
+    if cache {
+        flags.extend(["--cache-ways".into(), server_ways.to_string()]);
     }
     let server = wrap(&mut server, &flags)
         .stdout(Stdio::piped())
@@ -326,6 +364,9 @@ fn one_run(
     let mut flags = vec!["--name".to_string(), "streamer".to_string()];
     if memory {
         flags.extend(["--memory-max".into(), (400u64 << 20).to_string()]);
+    }
+    if cache {
+        flags.extend(["--mem-bandwidth".into(), "20".into()]);
     }
     let streamer = wrap(&mut streamer, &flags)
         .stdout(Stdio::piped())
@@ -410,15 +451,11 @@ fn summary(results: &[(Way, Vec<Run>)]) -> String {
             runs.last().map_or("", |r| r.hog.as_str())
         );
     }
-    let resctrl = Path::new("/sys/fs/resctrl/schemata").exists();
-    let _ = writeln!(
-        out,
-        "  cache and memory bandwidth: {}",
-        if resctrl {
-            "resctrl is mounted, but this experiment does not partition them yet"
-        } else {
-            "not partitioned (this machine has no resctrl)"
-        }
-    );
+    if !results.iter().any(|(w, _)| *w == Way::Cache) {
+        let _ = writeln!(
+            out,
+            "  cache and memory bandwidth: not partitioned (no cache way was run)"
+        );
+    }
     out
 }
