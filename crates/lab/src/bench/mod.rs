@@ -4,7 +4,7 @@
 //!   co-tenancy, plain co-run vs one after the other vs `allot run` vs
 //!   allot's runtime (see `mix.rs`).
 //! - `allot bench chaos`: a bounded soak that kills the broker, wrappers
-//!   and programs and checks the invariants throughout (see `chaos.rs`).
+//!   and programs and checks the invariants throughout (see `chaos`).
 //! - `allot bench load`: many users, cells and connections, and one
 //!   user's flood against the others (see `load.rs`).
 //! - `allot bench launch`: what `allot run` adds to a program's start and
