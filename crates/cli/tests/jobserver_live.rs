@@ -40,7 +40,12 @@ fn ninjafile(dir: &Path, name: &str, n: usize, secs: f64) -> PathBuf {
          exec('while time.monotonic()-t<{secs}: pass'); open('{log}','a').write('end %f\\n' % time.monotonic())\"",
         log = log.display()
     );
-    let mut text = format!("rule busy\n  command = {busy} && touch $out\n");
+    // ninja keeps its log (.ninja_log) in the build directory: the
+    // test's own, not the working directory.
+    let mut text = format!(
+        "builddir = {}\nrule busy\n  command = {busy} && touch $out\n",
+        dir.display()
+    );
     for i in 0..n {
         text.push_str(&format!(
             "build {}: busy\n",
