@@ -412,7 +412,18 @@ impl Resctrl {
             .chain(classes.iter().map(|c| (Some(c.cell), c.mask)))
             .collect();
         let min_bits = self.facts.l3.map_or(1, |l| l.min_bits);
-        for (who, mask) in steps(&old, &new, min_bits) {
+        let mut writes = steps(&old, &new, min_bits);
+        // A class whose ways stay but whose bandwidth ceiling moved.
+        for c in &classes {
+            let moved = self
+                .classes
+                .iter()
+                .any(|o| o.cell == c.cell && o.bandwidth != c.bandwidth);
+            if moved && !writes.iter().any(|(w, _)| *w == Some(c.cell)) {
+                writes.push((Some(c.cell), c.mask));
+            }
+        }
+        for (who, mask) in writes {
             let (dir, bandwidth) = match who {
                 None => (self.root.clone(), 100),
                 Some(cell) => {
@@ -695,6 +706,12 @@ mod tests {
             std::fs::write(m.join("mbm_total_bytes"), "5").unwrap();
         }
         assert_eq!(r.usage(4), Some((1024, 10)));
+        // Its ceiling moves, its ways stay: the new ceiling is written.
+        r.apply(&[ask(4, 3, 30)]).unwrap();
+        assert_eq!(
+            read("allot-cell-4/schemata"),
+            "L3:0=e00;1=e00\nMB:0=30;1=30\n"
+        );
         // The cell stops asking: its group goes, the default gets it all.
         r.apply(&[]).unwrap();
         assert!(!dir.path().join("allot-cell-4").exists());
