@@ -6,8 +6,8 @@ use crate::metrics::{CellGauges, Snapshot};
 use allot_enforce::os::{Os, process_tree};
 use allot_enforce::runtimes::{self, Runtime};
 use allot_proto::status::{
-    BrokerStatus, CellMemory, CellStatus, Follows, LoadStatus, MachineMemory, MachineStatus,
-    PausedStatus, PerfStatus, QueuedStatus, RuntimeStatus, STATUS_VERSION, SpecStatus, Status,
+    BrokerStatus, CellStatus, Follows, LoadStatus, MachineMemory, MachineStatus, PausedStatus,
+    PerfStatus, QueuedStatus, RuntimeStatus, STATUS_VERSION, SpecStatus, Status,
 };
 use allot_proto::wire::MAX_STR;
 use allot_topo::CpuSet;
@@ -94,13 +94,7 @@ impl Engine {
                         reason: crate::core::PAUSED_WHY.to_string(),
                         for_s: round(since.elapsed().as_secs_f64(), 1),
                     }),
-                    memory: self.memory.used.get(&id).map(|u| CellMemory {
-                        current: u.current,
-                        limit: u.limit,
-                        at_limit: u.at_limit,
-                        oom_kills: u.oom_kills,
-                        pressure: u.pressure,
-                    }),
+                    memory: self.memory.used.get(&id).copied(),
                     cache: self.cache_status(id),
                     timeline: (!private).then(|| c.timeline.doc()),
                 }

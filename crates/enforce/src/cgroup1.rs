@@ -442,14 +442,11 @@ impl Enforcer for Cgroup1 {
 
     fn set_memory(&mut self, cell: u64, m: &allot_spec::Memory) -> Result<bool> {
         let Some(dir) = self.memory_dir(cell) else {
-            return if m.is_none() {
-                Ok(false)
-            } else {
-                Err(EnforceError::new(
-                    format!("set the memory of cell {cell}"),
-                    std::io::Error::other("the cgroup v1 memory hierarchy is not mounted"),
-                ))
-            };
+            return crate::memory::without_control(
+                cell,
+                m,
+                "the cgroup v1 memory hierarchy is not mounted",
+            );
         };
         crate::memory::set(self.fs.as_ref(), crate::memory::Version::V1, &dir, m)
             .map(|()| true)
@@ -463,15 +460,11 @@ impl Enforcer for Cgroup1 {
 
     fn memory_capacity(&mut self) -> Option<u64> {
         let m = self.memory.as_ref()?;
-        let limits = crate::memory::enclosing_limits(
+        Some(crate::memory::capacity_below(
             self.fs.as_ref(),
             crate::memory::Version::V1,
             &m.dir,
             &m.mount,
-        );
-        Some(crate::memory::capacity(
-            crate::memory::machine_total(),
-            &limits,
         ))
     }
 

@@ -303,18 +303,12 @@ impl Enforcer for Cgroup2 {
     fn set_memory(&mut self, cell: u64, m: &allot_spec::Memory) -> Result<bool> {
         let dir = self.open_cell(cell)?.dir.clone();
         if !self.fs.exists(&dir.join("memory.max")) {
-            // (Set the same guarantee and limit as none: nothing to refuse.)
-            return if m.is_none() {
-                Ok(false)
-            } else {
-                Err(EnforceError::new(
-                    format!("set the memory of cell {cell}"),
-                    std::io::Error::other(
-                        "the memory controller is not enabled for allot's cgroups \
-                         (not in the parent's cgroup.controllers)",
-                    ),
-                ))
-            };
+            return crate::memory::without_control(
+                cell,
+                m,
+                "the memory controller is not enabled for allot's cgroups \
+                 (not in the parent's cgroup.controllers)",
+            );
         }
         crate::memory::set(self.fs.as_ref(), crate::memory::Version::V2, &dir, m)
             .map(|()| true)
@@ -336,15 +330,11 @@ impl Enforcer for Cgroup2 {
             .last()
             .unwrap_or(&self.root)
             .to_path_buf();
-        let limits = crate::memory::enclosing_limits(
+        Some(crate::memory::capacity_below(
             self.fs.as_ref(),
             crate::memory::Version::V2,
             &self.root,
             &top,
-        );
-        Some(crate::memory::capacity(
-            crate::memory::machine_total(),
-            &limits,
         ))
     }
 

@@ -28,8 +28,8 @@ pub enum Call {
     JoinFiles(u64),
     /// `set_partition`: made a partition over these CPUs, or plain again.
     Partition(u64, Option<CpuSet>),
-    /// A gate's `open` or `close` (also in [`DryRun::gate_calls`]), so
-    /// that a test sees it in order with the other calls.
+    /// A gate's `open` or `close` ([`DryRun::gate_calls`] lists these
+    /// alone), in order with the other calls.
     Gate(GateCall),
     /// `set_memory`.
     Memory(u64, allot_spec::Memory),
@@ -41,7 +41,6 @@ pub enum Call {
 pub struct DryRun {
     log: Arc<Mutex<Vec<Call>>>,
     state: Arc<Mutex<State>>,
-    gates: Arc<Mutex<Vec<GateCall>>>,
     gate_usage: Arc<Mutex<Option<u64>>>,
     gate_stopped: Arc<Mutex<Option<bool>>>,
     no_gates: bool,
@@ -141,7 +140,13 @@ impl DryRun {
     }
     /// Every gate opening and closing so far, in order.
     pub fn gate_calls(&self) -> Vec<GateCall> {
-        self.gates.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                Call::Gate(g) => Some(g),
+                _ => None,
+            })
+            .collect()
     }
     /// The CPU time every gate reports from now on.
     pub fn set_gate_usage(&self, ns: Option<u64>) {
@@ -228,10 +233,7 @@ impl Enforcer for DryRun {
     }
 
     fn set_partition(&mut self, cell: u64, cpus: Option<CpuSet>) -> Result<bool> {
-        self.log
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(Call::Partition(cell, cpus));
+        self.record(Call::Partition(cell, cpus));
         Ok(cpus.is_some())
     }
 
@@ -271,7 +273,6 @@ impl Enforcer for DryRun {
         Ok(Some(Box::new(RecordingGate {
             cell,
             calls: self.log.clone(),
-            log: self.gates.clone(),
             usage: self.gate_usage.clone(),
             stopped: self.gate_stopped.clone(),
         })))
@@ -283,17 +284,14 @@ impl Enforcer for DryRun {
 #[derive(Debug, Clone)]
 struct RecordingGate {
     cell: u64,
-    /// The backend's whole log.
+    /// The backend's log.
     calls: Arc<Mutex<Vec<Call>>>,
-    /// The gates' log.
-    log: Arc<Mutex<Vec<GateCall>>>,
     usage: Arc<Mutex<Option<u64>>>,
     stopped: Arc<Mutex<Option<bool>>>,
 }
 
 impl RecordingGate {
     fn record(&self, g: GateCall) {
-        self.log.lock().unwrap_or_else(|p| p.into_inner()).push(g);
         self.calls
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -29,23 +29,9 @@
 
 use crate::cgroupfs::CgroupFs;
 use allot_spec::Memory;
+pub use allot_spec::MemoryUse;
 use std::io;
 use std::path::{Path, PathBuf};
-
-/// A cell's memory as the kernel counts it.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct MemoryUse {
-    /// Bytes charged to the cell now.
-    pub current: u64,
-    /// Its own limit as the kernel enforces it (0: none).
-    pub limit: u64,
-    /// Times it hit its limit.
-    pub at_limit: u64,
-    /// Processes the kernel killed in it for want of memory.
-    pub oom_kills: u64,
-    /// `some avg10` of its memory pressure, percent (v2 with PSI).
-    pub pressure: Option<f64>,
-}
 
 /// Which cgroup version's files a memory group has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,6 +161,25 @@ pub fn own_v1_group() -> Option<String> {
 /// up to the hierarchy's root (unlimited ones absent).
 pub fn capacity(mem_total: u64, enclosing: &[u64]) -> u64 {
     enclosing.iter().copied().fold(mem_total, u64::min)
+}
+
+/// [`capacity`] for memory groups below `dir`: the machine's memory, or
+/// the lowest limit of the groups from `dir` up to `top`.
+pub fn capacity_below(fs: &dyn CgroupFs, version: Version, dir: &Path, top: &Path) -> u64 {
+    capacity(machine_total(), &enclosing_limits(fs, version, dir, top))
+}
+
+/// What a backend's `set_memory` answers for cell `cell` where it has no
+/// memory control (`why`): nothing to do when `m` asks for nothing, else
+/// the error.
+pub(crate) fn without_control(cell: u64, m: &Memory, why: &str) -> crate::Result<bool> {
+    if m.is_none() {
+        return Ok(false);
+    }
+    Err(crate::EnforceError::new(
+        format!("set the memory of cell {cell}"),
+        io::Error::other(why.to_string()),
+    ))
 }
 
 /// `MemTotal` of `/proc/meminfo` text, bytes.

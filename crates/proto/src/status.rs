@@ -331,7 +331,7 @@ pub struct CellStatus {
     /// Its memory as the kernel counts it (absent when its backend has no
     /// memory control, or its processes are charged elsewhere).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory: Option<CellMemory>,
+    pub memory: Option<MemoryUse>,
     /// Its class of service (cache ways, bandwidth), when it asked for one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<CellCache>,
@@ -341,24 +341,9 @@ pub struct CellStatus {
     pub timeline: Option<Timeline>,
 }
 
-/// A cell's memory: use, limit, pressure and what the kernel did at the
-/// limit.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct CellMemory {
-    /// Bytes charged to the cell now.
-    pub current: u64,
-    /// Its limit as the kernel enforces it (0: none of its own).
-    pub limit: u64,
-    /// Times its processes were throttled or reclaimed at the limit
-    /// (v2 `memory.events` `max`; v1 `memory.failcnt`).
-    pub at_limit: u64,
-    /// Processes the kernel killed because the cell was out of memory.
-    pub oom_kills: u64,
-    /// Share of the last 10 s some of its threads waited for memory
-    /// (pressure, `some avg10`, 0 to 100; absent without PSI).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pressure: Option<f64>,
-}
+/// A cell's memory as the kernel counts it: use, limit, pressure, OOM
+/// kills (the one type the backends read into).
+pub use allot_spec::MemoryUse;
 
 /// A cell's class of service in the kernel's resctrl.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -40,7 +40,7 @@ pub mod memory;
 pub mod terms;
 
 pub use goal::{Goal, GoalError};
-pub use memory::{Cache, Memory, MemoryError, Size, SizeError, parse_size};
+pub use memory::{Cache, Memory, MemoryError, MemoryUse, Size, SizeError, parse_size};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;

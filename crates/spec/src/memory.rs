@@ -70,6 +70,25 @@ impl fmt::Display for Cache {
     }
 }
 
+/// A cell's memory as the kernel counts it (what the backend reads, what
+/// the status shows).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct MemoryUse {
+    /// Bytes charged to the cell now.
+    pub current: u64,
+    /// Its own limit as the kernel enforces it (0: none).
+    pub limit: u64,
+    /// Times it hit its limit (v2 `memory.events` `max`; v1
+    /// `memory.failcnt`).
+    pub at_limit: u64,
+    /// Processes the kernel killed in it for want of memory.
+    pub oom_kills: u64,
+    /// Share of the last 10 s some of its threads waited for memory
+    /// (`memory.pressure`, `some avg10`, 0 to 100; absent without PSI).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pressure: Option<f64>,
+}
+
 /// The smallest limit allot sets: below it a program cannot even start.
 pub const MIN_LIMIT: u64 = 4 << 20;
 

@@ -199,7 +199,7 @@ fn reported_pool_statistics_get_a_line_per_cell() {
 
 #[test]
 fn memory_and_classes_of_service_get_lines_and_other_cells_none() {
-    use allot_proto::status::{CellCache, CellMemory, MachineMemory};
+    use allot_proto::status::{CellCache, MachineMemory, MemoryUse};
     let mut v = doc(&["db", "hog", "quiet"]);
     assert!(!render(&v).contains("memory"));
     v.machine.memory = Some(MachineMemory {
@@ -208,7 +208,7 @@ fn memory_and_classes_of_service_get_lines_and_other_cells_none() {
         guaranteed: 2 << 30,
     });
     v.cells[0].spec.memory_min = 2 << 30;
-    v.cells[0].memory = Some(CellMemory {
+    v.cells[0].memory = Some(MemoryUse {
         current: 3 << 29,
         limit: 0,
         at_limit: 0,
@@ -221,14 +221,14 @@ fn memory_and_classes_of_service_get_lines_and_other_cells_none() {
         llc_bytes: Some(8 << 20),
     });
     v.cells[1].spec.memory_max = 64 << 20;
-    v.cells[1].memory = Some(CellMemory {
+    v.cells[1].memory = Some(MemoryUse {
         current: 60 << 20,
         limit: 64 << 20,
         at_limit: 9,
         oom_kills: 1,
         pressure: None,
     });
-    v.cells[2].memory = Some(CellMemory {
+    v.cells[2].memory = Some(MemoryUse {
         current: 1 << 20,
         limit: 0,
         at_limit: 0,
