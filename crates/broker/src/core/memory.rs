@@ -165,8 +165,8 @@ impl Engine {
         if self.memory.capacity.is_none() {
             return;
         }
+        // (An ended cell's entry went with it: `end_cell`.)
         let ids: Vec<u64> = self.cells.keys().copied().collect();
-        self.memory.used.retain(|id, _| ids.contains(id));
         for id in ids {
             self.observe_memory(id);
         }

@@ -359,9 +359,7 @@ impl Engine {
         // What the kernel did to it last (an OOM kill that ended it).
         self.observe_memory(id);
         self.memory.used.remove(&id);
-        let Some(c) = self.cells.remove(&id) else {
-            return vec![];
-        };
+        let c = self.cells.remove(&id).expect("present above");
         if !c.spec.cache.is_none() {
             // Its ways go back to the default group.
             self.apply_classes();

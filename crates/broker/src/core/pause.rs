@@ -55,6 +55,16 @@ pub(crate) struct Paused {
     resent: u32,
 }
 
+impl Paused {
+    /// Sends cell `id`'s freeze again, to threads that ran on.
+    fn resend(&mut self, id: u64) {
+        self.resent += 1;
+        if let Err(e) = self.gate.close() {
+            warn!("cell {id}: cannot pause it: {e}");
+        }
+    }
+}
+
 impl Engine {
     /// Before any cell grows into the CPUs of plan `next` (the shrink
     /// phase): lets go of the paused cells no longer planned, freezes the
@@ -137,8 +147,7 @@ impl Engine {
             if round.is_multiple_of(5) {
                 for id in &waiting {
                     if let Some(p) = self.paused.get_mut(id) {
-                        p.resent += 1;
-                        let _ = p.gate.close();
+                        p.resend(*id);
                     }
                 }
             }
@@ -214,13 +223,9 @@ impl Engine {
     /// other cells hold.
     pub(super) fn refreeze_stragglers(&mut self) {
         for (id, p) in &mut self.paused {
-            if p.gate.stopped() != Some(false) {
-                continue;
-            }
-            p.resent += 1;
-            debug!("cell {id}: paused, but some threads still run; freezing them again");
-            if let Err(e) = p.gate.close() {
-                warn!("cell {id}: cannot pause it: {e}");
+            if p.gate.stopped() == Some(false) {
+                debug!("cell {id}: paused, but some threads still run; freezing them again");
+                p.resend(*id);
             }
         }
     }

@@ -306,9 +306,10 @@ fn one_run(
         Way::Plain => None,
         _ => Some(PrivateBroker::start(allot, "cgroup1")?),
     };
-    let wrap = |cmd: &mut Command, flags: &[String]| -> Command {
+    // A program as it is (plain), or through `allot run FLAGS`.
+    let wrap = |cmd: Command, flags: &[String]| -> Command {
         match &broker {
-            None => std::mem::replace(cmd, Command::new("true")),
+            None => cmd,
             Some(b) => {
                 let mut c = Command::new(allot);
                 c.arg("run")
@@ -340,7 +341,7 @@ fn one_run(
     if cache {
         flags.extend(["--cache-ways".into(), server_ways.to_string()]);
     }
-    let server = wrap(&mut server, &flags)
+    let server = wrap(server, &flags)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -354,7 +355,7 @@ fn one_run(
     if memory {
         flags.extend(["--memory-max".into(), a.hog_limit.to_string()]);
     }
-    let hog = wrap(&mut hog, &flags)
+    let hog = wrap(hog, &flags)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -368,7 +369,7 @@ fn one_run(
     if cache {
         flags.extend(["--mem-bandwidth".into(), "20".into()]);
     }
-    let streamer = wrap(&mut streamer, &flags)
+    let streamer = wrap(streamer, &flags)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
