@@ -24,6 +24,14 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "allot-runtime builds without the broker client (--no-default-features)"
 cargo clippy -q -p allot-runtime --no-default-features -- -D warnings
 
+step "oneTBB and Intel OpenMP from PyPI for the TCM tests (scripts/intel-runtimes.sh)"
+# Without network the TCM tests skip (or fail, under ALLOT_STRICT_TESTS=1).
+if rt=$(bash scripts/intel-runtimes.sh | tail -n 1); then
+  export ALLOT_INTEL_RUNTIMES="$rt"
+else
+  echo "warning: cannot install oneTBB and Intel OpenMP from PyPI; the TCM tests need them" >&2
+fi
+
 step "cargo test"
 cargo test --workspace
 

@@ -24,6 +24,7 @@
 #define ALLOT_ENV_GRANT_FD "ALLOT_GRANT_FD"
 #define ALLOT_ENV_SHIM_DEBUG "ALLOT_SHIM_DEBUG"
 #define ALLOT_ENV_LAUNCH_CPUS "ALLOT_LAUNCH_CPUS"
+#define ALLOT_ENV_TCM_FD "ALLOT_TCM_FD"
 
 /* Every field is accessed with __atomic builtins: the broker writes the page
  * from another process under a seqlock (docs/protocol.md). */

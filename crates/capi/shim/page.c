@@ -98,6 +98,8 @@
  * constructor, before any thread of the program exists. */
 const struct grant_page *g_page;
 int g_debug;
+/* What messages start with: the library that says them. */
+const char *say_prefix = "allot-shim";
 
 /* An odd `seq` that a read gave up on without seeing it move: the page's
  * writer stopped in the middle of a publish (a broker killed, or stopped,
@@ -143,7 +145,7 @@ __attribute__((noinline)) unsigned grant_threads_slow(const struct grant_page *p
 void say(const char *fmt, ...)
 {
     char line[256];
-    int off = snprintf(line, sizeof line, "allot-shim[%ld]: ", (long)getpid());
+    int off = snprintf(line, sizeof line, "%s[%ld]: ", say_prefix, (long)getpid());
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(line + off, sizeof line - (size_t)off - 1, fmt, ap);

@@ -24,6 +24,7 @@
 
 extern const struct grant_page *g_page;
 extern int g_debug;
+extern const char *say_prefix;
 extern uint64_t g_stuck_seq;
 unsigned grant_threads_slow(const struct grant_page *p, uint64_t first);
 /* Maps the page named by `var` (ALLOT_GRANT_FD's value); NULL and why not. */

@@ -33,7 +33,9 @@
 //! allot's own variables: `ALLOT_SOCKET`, `ALLOT_CELL`, `ALLOT_GRANT_FD`
 //! (an inherited descriptor of the grant page), and `MAKEFLAGS` /
 //! `CARGO_MAKEFLAGS` naming the cell's jobserver; `LD_PRELOAD` gains the
-//! shim.
+//! shim. With allot's Thread Composability Manager, `TCM_ENABLE=1` (unless
+//! the user set it), `ALLOT_TCM_FD` (the permit table) and
+//! `LD_LIBRARY_PATH` starting with the directory of `libtcm.so.1`.
 
 use std::ffi::OsString;
 
@@ -93,6 +95,10 @@ pub struct CellEnv {
     pub jobserver: Option<String>,
     /// Path of the shim to preload (`None`: no shim).
     pub shim: Option<std::path::PathBuf>,
+    /// allot's Thread Composability Manager: the directory holding
+    /// `libtcm.so.1` and the permit table's inherited descriptor (`None`:
+    /// oneTBB and Intel OpenMP manage their threads themselves).
+    pub tcm: Option<(std::path::PathBuf, i32)>,
 }
 
 /// The variables to set (name, value), given the current environment.
@@ -142,8 +148,23 @@ pub fn variables(
             crate::preload_with_shim(shim, current("LD_PRELOAD").as_deref()),
         ));
     }
+    if let Some((dir, fd)) = &c.tcm {
+        // A user's own TCM_ENABLE (0 turns the manager off) is kept.
+        if current(TCM_ENABLE).is_none() {
+            out.push((TCM_ENABLE.into(), "1".into()));
+        }
+        out.push((allot_proto::env::TCM_FD.into(), fd.to_string().into()));
+        out.push((
+            "LD_LIBRARY_PATH".into(),
+            crate::tcm::library_path_with(dir, current("LD_LIBRARY_PATH").as_deref()),
+        ));
+    }
     out
 }
+
+/// What turns a Thread Composability Manager on for oneTBB and Intel
+/// OpenMP.
+pub const TCM_ENABLE: &str = "TCM_ENABLE";
 
 /// What a partition's program is told on top of [`variables`]: allot's
 /// pools poll (`ALLOT_POOL_POLL=1`), and so do OpenMP's threads
@@ -175,10 +196,12 @@ mod tests {
             cell: Some(("/s".into(), 4, 7)),
             jobserver: Some("-j2 --jobserver-auth=3,4".into()),
             shim: Some("/x/shim.so".into()),
+            tcm: Some(("/x/tcm-1".into(), 9)),
         };
         let cur = |k: &str| match k {
             "MAKEFLAGS" => Some(OsString::from("-k -j8 --jobserver-auth=9,10")),
             "LD_PRELOAD" => Some(OsString::from("/other.so")),
+            "LD_LIBRARY_PATH" => Some(OsString::from("/opt/lib")),
             _ => None,
         };
         let vars = variables(&c, &cur);
@@ -194,8 +217,15 @@ mod tests {
             "-k -j2 --jobserver-auth=3,4"
         );
         assert_eq!(get(&vars, "LD_PRELOAD").unwrap(), "/x/shim.so:/other.so");
+        assert_eq!(get(&vars, TCM_ENABLE).unwrap(), "1");
+        assert_eq!(get(&vars, "ALLOT_TCM_FD").unwrap(), "9");
+        assert_eq!(get(&vars, "LD_LIBRARY_PATH").unwrap(), "/x/tcm-1:/opt/lib");
+        // The user's TCM_ENABLE=0 stays: the manager is off.
+        let off = variables(&c, &|k| (k == TCM_ENABLE).then(|| "0".into()));
+        assert_eq!(get(&off, TCM_ENABLE), None);
         let c = CellEnv {
             shim: None,
+            tcm: None,
             cell: None,
             jobserver: None,
             go_follows: true,
@@ -211,7 +241,7 @@ mod tests {
         assert!(
             !vars
                 .iter()
-                .any(|(n, _)| n == "LD_PRELOAD" || n == "ALLOT_CELL")
+                .any(|(n, _)| n == "LD_PRELOAD" || n == "ALLOT_CELL" || n == TCM_ENABLE)
         );
     }
 

@@ -12,9 +12,13 @@
 //!   OpenMP teams of unmodified programs within their cell's grant. The
 //!   `allot` binary carries it ([`SHIM_SO`]) and writes it out with
 //!   [`install_shim`] before starting a program under it.
+//! - [`tcm`]: `libtcm.so.1`, allot's Thread Composability Manager: oneTBB
+//!   and Intel's OpenMP runtime ask it how many threads they may run, and
+//!   it answers from the cell's grant, across the processes of a run.
 
 pub mod abi;
 pub mod environ;
 pub mod shim;
+pub mod tcm;
 
 pub use shim::{SHIM_FILE_NAME, SHIM_SO, install_shim, preload_with_shim};

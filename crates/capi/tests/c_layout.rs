@@ -84,6 +84,7 @@ fn kind_ops_fields() -> Vec<(&'static str, usize)> {
 fn program() -> String {
     let mut c = String::from(
         "#include <stdio.h>\n#include \"grant_page.h\"\n#include \"allot.h\"\n\
+         #include \"table.h\"\n\
          int main(void) {\n",
     );
     for (name, _, _) in allot_proto::page::LAYOUT {
@@ -114,6 +115,7 @@ fn program() -> String {
         ("ticket_max", "(unsigned long)ALLOT_TICKET_MAX"),
         ("kind_dev_sizeof", "(unsigned long)sizeof(allot_kind_dev_t)"),
         ("kind_ops_sizeof", "(unsigned long)sizeof(allot_kind_ops_t)"),
+        ("tcm_table_bytes", "(unsigned long)TCM_TABLE_BYTES"),
     ] {
         let _ = writeln!(c, "  printf(\"const {name} %lu\\n\", {expr});");
     }
@@ -151,6 +153,7 @@ fn program() -> String {
     c.push_str("  printf(\"env grant_fd %s\\n\", ALLOT_ENV_GRANT_FD);\n");
     c.push_str("  printf(\"env shim_debug %s\\n\", ALLOT_ENV_SHIM_DEBUG);\n");
     c.push_str("  printf(\"env launch_cpus %s\\n\", ALLOT_ENV_LAUNCH_CPUS);\n");
+    c.push_str("  printf(\"env tcm_fd %s\\n\", ALLOT_ENV_TCM_FD);\n");
     c.push_str("  return 0;\n}\n");
     c
 }
@@ -171,6 +174,8 @@ fn the_c_copies_match_the_rust_definitions() {
         .arg(crate_dir.join("shim"))
         .arg("-I")
         .arg(crate_dir.join("include"))
+        .arg("-I")
+        .arg(crate_dir.join("tcm"))
         .output()
         .expect("a C compiler (cc) runs");
     assert!(
@@ -292,4 +297,6 @@ fn the_c_copies_match_the_rust_definitions() {
         num("ticket_max"),
         allot_capi::abi::launcher::TICKET_MAX as u64
     );
+    assert_eq!(get("env", "tcm_fd"), vec![allot_proto::env::TCM_FD]);
+    assert_eq!(num("tcm_table_bytes"), allot_capi::tcm::TABLE_BYTES);
 }

@@ -285,3 +285,65 @@ fn a_go_program_follows_its_cpu_set_under_allot_run() {
         "alone again: GOMAXPROCS 2: {after:?}"
     );
 }
+
+/// Intel's OpenMP runtime (the PyPI wheel) under `allot run` without the
+/// shim: its teams are sized by allot's Thread Composability Manager
+/// alone, from the cell's grant, as a neighbour comes and goes; `allot
+/// status` names the manager (crates/capi/TCM.md).
+#[test]
+fn intel_openmp_teams_follow_the_grant_through_allot_s_tcm() {
+    if !two_cpus() {
+        return;
+    }
+    let rt = std::env::var_os("ALLOT_INTEL_RUNTIMES")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/intel-runtimes")
+        });
+    if !prerequisite(
+        rt.join("lib/libiomp5.so").exists(),
+        "Intel OpenMP from PyPI (bash scripts/intel-runtimes.sh, or set ALLOT_INTEL_RUNTIMES)",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../capi/tests/c/tcm_omp.c");
+    let exe = dir.path().join("tcm_omp");
+    let lib = rt.join("lib");
+    let cc = Command::new("gcc")
+        .args(["-fopenmp", "-O2", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg(format!("-L{}", lib.display()))
+        .arg("-l:libiomp5.so")
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .status();
+    assert!(cc.is_ok_and(|s| s.success()), "gcc builds tcm_omp.c");
+    let d = Daemon::start(backend(), &[]);
+    let omp = allot_run(
+        &d,
+        &[
+            "--exclusive",
+            "--no-shim",
+            "--name",
+            "iomp",
+            "--",
+            exe.to_str().unwrap(),
+            "4.5",
+        ],
+    )
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || runtimes_of(&d, "iomp")
+            .contains(&("tcm".into(), Follows::RunTime))),
+        "status names allot's TCM: {:?}",
+        runtimes_of(&d, "iomp")
+    );
+    let (samples, t_in, t_out) = with_a_neighbour(&d, omp, Duration::from_millis(1200));
+    let [before, during, after] = phases(&samples, t_in, t_out, 0.4);
+    assert!(settles_at(&before, 2), "alone: teams of 2: {before:?}");
+    assert!(settles_at(&during, 1), "sharing: teams of 1: {during:?}");
+    assert!(settles_at(&after, 2), "alone again: teams of 2: {after:?}");
+}

@@ -21,6 +21,7 @@
 //! | Go 1.25 on | run time: the runtime follows its CPU set | run time |
 //! | Go before 1.25 | launch: `GOMAXPROCS` | launch |
 //! | liballot (linked) | run time: the program follows by itself | run time |
+//! | allot's TCM (`libtcm.so.1` from `allot run`) | run time: oneTBB and Intel OpenMP ask it for permits | run time |
 //!
 //! Every runtime found at least sizes itself at start from what its cell
 //! gave it (the variables `allot run` sets, or the CPU set it starts on).
@@ -49,6 +50,11 @@ pub enum Runtime {
     Go(GoRelease),
     /// allot's client library, linked by the program.
     Liballot,
+    /// allot's Thread Composability Manager (`libtcm.so.1` from the
+    /// directory `allot run` installs it in, `tcm-<hash>`), loaded by
+    /// oneTBB or Intel OpenMP. Intel's own manager is not listed: it
+    /// divides one process's CPUs and does not follow a grant.
+    Tcm,
 }
 
 /// A Go release, `major.minor`; programs built before Go 1.18 (which wrote
@@ -94,6 +100,7 @@ impl Runtime {
             Runtime::TbbLegacy => "tbb".into(),
             Runtime::Go(r) => format!("go{r}"),
             Runtime::Liballot => "liballot".into(),
+            Runtime::Tcm => "tcm".into(),
         }
     }
 
@@ -101,7 +108,7 @@ impl Runtime {
     /// the size it took at start), with or without the shim in its process.
     pub fn follows_at_run_time(self, shim: bool) -> bool {
         match self {
-            Runtime::Liballot => true,
+            Runtime::Liballot | Runtime::Tcm => true,
             Runtime::Go(r) => r.follows_cpu_set(),
             Runtime::TbbLegacy => false,
             Runtime::Libgomp
@@ -162,8 +169,17 @@ pub fn classify<P: AsRef<Path>>(objects: &[P]) -> Found {
         let Some(name) = path.as_ref().file_name().and_then(|n| n.to_str()) else {
             continue;
         };
+        let in_tcm_dir = || {
+            path.as_ref()
+                .parent()
+                .and_then(Path::file_name)
+                .and_then(|d| d.to_str())
+                .is_some_and(|d| d.starts_with("tcm-"))
+        };
         if name.starts_with("liballot_shim") {
             found.shim = true;
+        } else if name.starts_with("libtcm.so") && in_tcm_dir() {
+            found.runtimes.push(Runtime::Tcm);
         } else if let Some(r) = runtime_of_file(name) {
             found.runtimes.push(r);
         }
@@ -292,6 +308,17 @@ mod tests {
         let legacy = classify(&["/usr/lib/libtbb.so.2", "/usr/lib/liballot.so.0"]);
         assert!(!legacy.shim);
         assert_eq!(legacy.runtimes, vec![Runtime::TbbLegacy, Runtime::Liballot]);
+        // allot's manager, from the directory `allot run` installs it in;
+        // Intel's (beside a wheel's libtbb) is not a runtime of its own.
+        let tcm = classify(&[
+            "/run/user/0/allot/shim/tcm-0e8b5749faf4/libtcm.so.1",
+            "/venv/lib/libtbb.so.12",
+        ]);
+        assert_eq!(tcm.runtimes, vec![Runtime::Onetbb, Runtime::Tcm]);
+        assert!(Runtime::Tcm.follows_at_run_time(false));
+        assert_eq!(Runtime::Tcm.name(), "tcm");
+        let intel = classify(&["/venv/lib/libtcm.so.1", "/venv/lib/libtbb.so.12"]);
+        assert_eq!(intel.runtimes, vec![Runtime::Onetbb]);
     }
 
     #[test]

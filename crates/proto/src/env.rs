@@ -19,7 +19,12 @@ pub const GRANT_FD: &str = "ALLOT_GRANT_FD";
 /// `NAME:send|recv:MEMORY,DATA,SPACE` entries (inherited descriptor
 /// numbers) separated by `;`; read with `allot_client::inherited`.
 pub const CHANNELS: &str = "ALLOT_CHANNELS";
-/// `1`: the OpenMP shim says on stderr what it does.
+/// An inherited descriptor of the memory file in which the processes of
+/// one `allot run` divide their cell's threads among the permits of
+/// oneTBB and Intel OpenMP (allot's `libtcm.so.1`, `crates/capi/TCM.md`).
+pub const TCM_FD: &str = "ALLOT_TCM_FD";
+/// `1`: the OpenMP shim (and allot's `libtcm.so.1`) say on stderr what
+/// they do.
 pub const SHIM_DEBUG: &str = "ALLOT_SHIM_DEBUG";
 /// The waits during which a thread inside a `require` block gives its
 /// allocation back: `paper` (default: every wait but I/O), `all`, `none`,

@@ -198,7 +198,12 @@ fn a_named_worker_runs_its_tasks_and_bad_names_fail() {
             })
             .collect();
         handles.into_iter().for_each(|h| h.join().unwrap());
-        assert_eq!(wrong.load(Ordering::Relaxed), 0, "{kind}");
+        assert_eq!(
+            wrong.load(Ordering::Relaxed),
+            0,
+            "{kind} {:?}",
+            pool.worker_stats()
+        );
 
         let e = pool
             .spawn_with(SpawnOptions::new().worker(2), || ())

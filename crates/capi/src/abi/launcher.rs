@@ -98,6 +98,9 @@ fn cell_variables(
         cell: page,
         jobserver: None,
         shim,
+        // The launcher's caller installs the shim; allot's TCM comes with
+        // `allot run` only (crates/capi/TCM.md).
+        tcm: None,
     };
     let current = |name: &str| match name {
         "LD_PRELOAD" => preload.clone(),

@@ -128,6 +128,11 @@ pub struct Args {
     /// OMP_NUM_THREADS, which is set to the grant at launch).
     #[arg(long)]
     no_shim: bool,
+    /// Do not offer oneTBB and Intel OpenMP allot's Thread Composability
+    /// Manager (they then size their threads at start). Setting
+    /// TCM_ENABLE=0 does the same.
+    #[arg(long)]
+    no_tcm: bool,
     /// Jobserver style for make, ninja, cargo and gcc -flto: pipe (make
     /// 4.3+), fifo (make 4.4+, ninja 1.13+), or off. Default: fifo for
     /// ninja unless a make older than 4.4 is on PATH, else pipe.
@@ -393,6 +398,11 @@ pub fn run(a: Args) -> i32 {
         }
     };
     marks.mark("shim ready");
+    let tcm = if a.no_tcm || cell.is_none() {
+        None
+    } else {
+        tcm_ready(&socket)
+    };
     let go_follows = std::fs::File::open(&program)
         .ok()
         .and_then(|mut f| allot_enforce::runtimes::go_release(&mut f))
@@ -407,6 +417,10 @@ pub fn run(a: Args) -> i32 {
         }),
         jobserver: js_flags,
         shim,
+        tcm: tcm.as_ref().map(|(dir, fd)| {
+            use rustix::fd::AsRawFd;
+            (dir.clone(), fd.as_raw_fd())
+        }),
     };
     let with_shim = cell_env.shim.is_some();
     let mut vars = env::variables(&cell_env, &|k| std::env::var_os(k));
@@ -556,6 +570,31 @@ pub fn run(a: Args) -> i32 {
         c.leave_at_exit();
     }
     exit_like(status)
+}
+
+/// allot's Thread Composability Manager for the program: the directory
+/// holding `libtcm.so.1` (beside the shim) and a new permit table. `None`,
+/// with a warning, where either cannot be made: oneTBB and Intel OpenMP
+/// then size their threads at start, as without allot.
+fn tcm_ready(socket: &std::path::Path) -> Option<(std::path::PathBuf, rustix::fd::OwnedFd)> {
+    let dir = shim_dir(socket)
+        .map_err(|e| e.to_string())
+        .and_then(|d| allot_capi::tcm::install_tcm(&d).map_err(|e| e.to_string()));
+    match dir.and_then(|d| {
+        Ok((
+            d,
+            allot_capi::tcm::permit_table().map_err(|e| e.to_string())?,
+        ))
+    }) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            warn(format!(
+                "cannot set up the thread composability manager ({e}); oneTBB and Intel \
+                 OpenMP keep their own thread counts"
+            ));
+            None
+        }
+    }
 }
 
 /// Where the shim library is written: a `shim` directory beside the socket
