@@ -9,7 +9,8 @@
 #    product needs OpenMP;
 #  - the binary must not link an OpenMP runtime;
 #  - the only C the build may compile is the OpenMP preload shim
-#    (crates/capi/shim/*.c, plain C, no OpenMP); everything else the
+#    (crates/capi/shim/*.c) and allot's Thread Composability Manager
+#    (crates/capi/tcm/*.c), plain C, no OpenMP; everything else the
 #    compiler driver does is linking, which Rust itself needs `cc` for.
 #
 # Uses its own target directory (target/product-check) so the build is
@@ -60,15 +61,16 @@ if [ "$lab" != 0 ]; then
   echo "FAIL: the allot binary links $lab symbols of the lab (allot-lab, workloads, charts)" >&2
   exit 1
 fi
-# C sources compiled (calls with -c or naming a .c file), apart from the shim's.
+# C sources compiled (calls with -c or naming a .c file), apart from the
+# shim's and the manager's.
 others=$(grep -oE '[^ ]+\.c( |$)' "$work/calls.log" | tr -d ' ' | sort -u \
-  | grep -v '^shim/[a-z_]*\.c$' || true)
+  | grep -vE '^(shim|tcm)/[a-z_]*\.c$' || true)
 if [ -n "$others" ]; then
-  echo "FAIL: the build compiled C beyond the shim:" >&2
+  echo "FAIL: the build compiled C beyond the shim and the TCM:" >&2
   echo "$others" >&2
   exit 1
 fi
-shim=$(grep -oE 'shim/[a-z_]+\.c' "$work/calls.log" | sort -u | tr '\n' ' ')
+shim=$(grep -oE '(shim|tcm)/[a-z_]+\.c' "$work/calls.log" | sort -u | tr '\n' ' ')
 echo "compiler calls: $(wc -l <"$work/calls.log") (C compiled: ${shim:-none}; the rest link)"
 "$target/debug/allot" --version
 echo "ok: allot builds and runs without OpenMP, compiles no workload and links no lab code"

@@ -10,7 +10,7 @@ use std::sync::Arc;
 /// Every shipped policy kind with one and three priority levels, and the
 /// local kinds also with the placements of Sting's evaluation (a spawned
 /// task goes to a round-robin or random worker instead of the spawner's).
-pub const POLICIES: [&str; 12] = [
+pub const POLICIES: [&str; 15] = [
     "local-lifo:levels=1",
     "local-lifo",
     "local-lifo:place=round-robin",
@@ -19,10 +19,13 @@ pub const POLICIES: [&str; 12] = [
     "local-fifo",
     "local-fifo:place=round-robin",
     "local-fifo:place=random",
+    "local-lifo:victims=nearest",
+    "local-fifo:victims=most-loaded,place=overflow,overflow=8",
     "global-fifo:levels=1",
     "global-fifo",
     "global-lifo:levels=1",
     "global-lifo",
+    "global-fifo:victims=nearest",
 ];
 
 /// Runs two closures, possibly in parallel, and returns both results.

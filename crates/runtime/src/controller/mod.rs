@@ -382,6 +382,10 @@ impl WorkerThread {
             return true;
         }
         self.pin(t);
+        self.registry
+            .info
+            .roster
+            .serve(self.here.index(), Some(t - 1));
         slot.current.store(t, Ordering::SeqCst);
         false
     }
@@ -483,6 +487,7 @@ pub(crate) fn worker_main(reg: Arc<Registry>, index: usize) {
         }
         // Activate on CPU `t - 1`.
         wt.pin(t);
+        reg.info.roster.serve(index, Some(t - 1));
         reg.info.roster.set(index, true);
         slot.current.store(t, Ordering::SeqCst);
         let mut hint = Hint::Resize;
@@ -501,6 +506,7 @@ pub(crate) fn worker_main(reg: Arc<Registry>, index: usize) {
         }
         reg.policy.drain(&wt.here, Hint::Resize);
         reg.info.roster.set(index, false);
+        reg.info.roster.serve(index, None);
         slot.current.store(0, Ordering::SeqCst);
         reg.wake_for(None, Place::Global, Hint::Resize, true);
         if reg.terminate.load(Ordering::SeqCst) {

@@ -19,16 +19,15 @@
 //!   (newest first), its inbox, then the shared queue — when waiting
 //!   (`Hint::Wait`): the fork deque only;
 //! - idle: the shared queue (not when waiting), then the fork deques of
-//!   the other workers in the spec's [`Victims`](super::levels::Victims)
+//!   the other workers in the spec's [`Victims`](super::Victims)
 //!   order, then (not when waiting) the inboxes of workers without a CPU;
 //! - preempt: the first task of the running task's level or higher;
 //! - drain: nothing to move; fork deques are stolen from whether or not
 //!   their worker is active, inboxes of inactive workers are emptied by
 //!   the others.
 
-use super::levels::{
-    Cursors, Deques, Inboxes, PriorityUse, Shared, first_victim, level_of, retrying,
-};
+use super::levels::{Deques, Inboxes, PriorityUse, Shared, level_of, retrying};
+use super::victims::VictimOrder;
 use super::{Here, Hint, Idle, Place, PolicySpec, PoolInfo, ThreadPolicy};
 use crate::queue::Steal;
 use crate::task::{Priority, Task};
@@ -36,13 +35,12 @@ use crate::task::{Priority, Task};
 /// The `global-fifo` / `global-lifo` thread policy. See the module docs.
 #[derive(Debug)]
 pub struct Global {
-    spec: PolicySpec,
     name: &'static str,
     info: PoolInfo,
     shared: Shared,
     forks: Deques,
     inboxes: Inboxes,
-    cursors: Cursors,
+    victims: VictimOrder,
     levels: usize,
     priorities: PriorityUse,
 }
@@ -55,11 +53,10 @@ impl Global {
         Global {
             name: spec.kind.name(),
             shared: Shared::new(levels, spec.kind.is_lifo()),
-            spec,
             info: info.clone(),
             forks: Deques::new(info, levels, true),
             inboxes: Inboxes::new(info, levels),
-            cursors: Cursors::new(info),
+            victims: VictimOrder::new(info, spec.victims),
             levels,
             priorities: PriorityUse::default(),
         }
@@ -138,19 +135,21 @@ impl ThreadPolicy for Global {
                 Steal::Empty => {}
             }
         }
-        let n = self.forks.slots();
-        let start = first_victim(self.spec.victims, &self.cursors, here, n);
-        for k in 0..n {
-            let victim = (start + k) % n;
-            if victim == here.index() {
-                continue;
-            }
-            match self.forks.steal(here, victim, false) {
-                Steal::Success(t) if self.info.roster().is_active(victim) => return Idle::Run(t),
-                Steal::Success(t) => return Idle::Migrated(t),
-                Steal::Retry => retry = true,
-                Steal::Empty => {}
-            }
+        let found = self.victims.visit(
+            here,
+            |v| self.forks.len(v),
+            |victim| match self.forks.steal(here, victim, false) {
+                Steal::Success(t) if self.info.roster().is_active(victim) => Some(Idle::Run(t)),
+                Steal::Success(t) => Some(Idle::Migrated(t)),
+                Steal::Retry => {
+                    retry = true;
+                    None
+                }
+                Steal::Empty => None,
+            },
+        );
+        if let Some(idle) = found {
+            return idle;
         }
         if hint != Hint::Wait {
             match self.inboxes.take_orphaned(here, self.info.roster()) {

@@ -1,5 +1,5 @@
-//! Building blocks of the policy library: queues with priority levels,
-//! victim orders and placements.
+//! Building blocks of the policy library: queues with priority levels and
+//! placements (victim orders: `victims.rs`).
 //!
 //! A policy keeps `n` levels (1 to [`MAX_LEVELS`]); level 0 is served
 //! first. [`level_of`] maps a task's [`Priority`] to its level: with three
@@ -283,30 +283,6 @@ impl Shared {
     }
 }
 
-/// In which order an idle worker visits the others to steal (migration).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
-pub enum Victims {
-    /// From a random worker on, once around.
-    #[default]
-    Random,
-    /// From the worker after the one visited first last time, once around:
-    /// successive searches start at successive workers.
-    RoundRobin,
-}
-
-impl Victims {
-    /// Names as parsed.
-    pub const NAMES: [&'static str; 2] = ["random", "round-robin"];
-
-    /// Its name as parsed and shown, one of `NAMES`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Victims::Random => "random",
-            Victims::RoundRobin => "round-robin",
-        }
-    }
-}
-
 /// Where a policy places a new independent task (`Hint::Spawn`) created
 /// on a worker. Tasks from outside the pool go to the shared queue unless
 /// the placement names workers; a task given a worker explicitly
@@ -322,11 +298,17 @@ pub enum SpawnPlacement {
     Random,
     /// The active worker with the fewest queued tasks.
     LeastLoaded,
+    /// The creating worker's own queues until they hold the spec's
+    /// `overflow` tasks, then the shared queue, which every worker serves
+    /// when its own queues are empty (Sting's overflow to a shared queue:
+    /// a burst of spawns does not wait behind one worker).
+    Overflow,
 }
 
 impl SpawnPlacement {
     /// Names as parsed.
-    pub const NAMES: [&'static str; 4] = ["local", "round-robin", "random", "least-loaded"];
+    pub const NAMES: [&'static str; 5] =
+        ["local", "round-robin", "random", "least-loaded", "overflow"];
 
     /// Its name as parsed and shown, one of `NAMES`.
     pub fn name(self) -> &'static str {
@@ -335,6 +317,7 @@ impl SpawnPlacement {
             SpawnPlacement::RoundRobin => "round-robin",
             SpawnPlacement::Random => "random",
             SpawnPlacement::LeastLoaded => "least-loaded",
+            SpawnPlacement::Overflow => "overflow",
         }
     }
 }
@@ -355,14 +338,6 @@ impl Cursors {
         let v = c.get();
         c.set(v.wrapping_add(1));
         v % n.max(1)
-    }
-}
-
-/// The first victim of a search by `here` among `n` workers.
-pub fn first_victim(victims: Victims, cursors: &Cursors, here: &Here, n: usize) -> usize {
-    match victims {
-        Victims::Random => (here.random() % n.max(1) as u64) as usize,
-        Victims::RoundRobin => cursors.next(here, n),
     }
 }
 
@@ -416,7 +391,7 @@ pub fn place_on(
     let n = info.slots();
     let active = |i: &usize| roster.is_active(*i);
     match placement {
-        SpawnPlacement::Local => None,
+        SpawnPlacement::Local | SpawnPlacement::Overflow => None,
         SpawnPlacement::RoundRobin | SpawnPlacement::Random => {
             let start = match (placement, from) {
                 (SpawnPlacement::RoundRobin, Some(h)) => cursors.next(h, n),

@@ -5,7 +5,8 @@
 //!   level; independent tasks (`Hint::Spawn`) go where the spec's
 //!   [`SpawnPlacement`] says (its own deques by default) — another worker's
 //!   *inbox* for round-robin, random or least-loaded placement and for a
-//!   task given a worker by name. Tasks from outside the pool go to the
+//!   task given a worker by name; the shared queue for overflow placement
+//!   once the worker's own deque holds the spec's `overflow` tasks. Tasks from outside the pool go to the
 //!   shared FIFO queue (or an inbox, when the placement names workers);
 //! - the worker's own deques: `local-lifo` keeps all its tasks in one LIFO
 //!   deque (newest first: depth-first, cache-warm). `local-fifo` keeps
@@ -20,7 +21,8 @@
 //!   deque of `local-lifo`);
 //! - idle: steal the *oldest* task of the highest level from the other
 //!   workers (fork deque, then own deque; only fork deques when waiting),
-//!   once around in the spec's [`Victims`] order; then (not when waiting)
+//!   once around in the spec's [`Victims`](super::Victims) order
+//!   (`victims.rs`); then (not when waiting)
 //!   the inboxes of workers that hold no CPU, then the shared queue;
 //!   `Retry` if any take lost a race, `Park` if all were empty;
 //! - preempt (a running task's quantum is used up): the first task of the
@@ -34,9 +36,9 @@
 //! structured work stays where waiting workers find it.
 
 use super::levels::{
-    Cursors, Deques, Inboxes, PriorityUse, Shared, SpawnPlacement, first_victim, level_of,
-    place_on, retrying,
+    Cursors, Deques, Inboxes, PriorityUse, Shared, SpawnPlacement, level_of, place_on, retrying,
 };
+use super::victims::VictimOrder;
 use super::{Here, Hint, Idle, Place, PolicySpec, PoolInfo, ThreadPolicy};
 use crate::queue::Steal;
 use crate::task::{Priority, Task};
@@ -54,6 +56,7 @@ pub struct Local {
     inboxes: Inboxes,
     global: Shared,
     cursors: Cursors,
+    victims: VictimOrder,
     levels: usize,
     lifo: bool,
     priorities: PriorityUse,
@@ -74,6 +77,7 @@ impl Local {
             inboxes: Inboxes::new(info, levels),
             global: Shared::new(levels, false),
             cursors: Cursors::new(info),
+            victims: VictimOrder::new(info, spec.victims),
             levels,
             lifo,
             priorities: PriorityUse::default(),
@@ -134,6 +138,13 @@ impl ThreadPolicy for Local {
     }
 
     fn place(&self, from: Option<&Here>, hint: Hint) -> Place {
+        if hint == Hint::Spawn
+            && self.spec.placement == SpawnPlacement::Overflow
+            && let Some(h) = from
+            && self.deques.len(h.index()) >= self.spec.overflow as usize
+        {
+            return Place::Global;
+        }
         if hint == Hint::Spawn && self.spec.placement != SpawnPlacement::Local {
             let load = |i: usize| self.queued(Some(i));
             if let Some(w) = place_on(self.spec.placement, &self.info, &self.cursors, from, load) {
@@ -186,14 +197,9 @@ impl ThreadPolicy for Local {
     }
 
     fn idle(&self, here: &Here, _round: u32, hint: Hint) -> Idle {
-        let n = self.deques.slots();
-        let start = first_victim(self.spec.victims, &self.cursors, here, n);
         let mut retry = false;
-        for k in 0..n {
-            let victim = (start + k) % n;
-            if victim == here.index() {
-                continue;
-            }
+        let load = |v: usize| self.deques.len(v) + self.forks.as_ref().map_or(0, |f| f.len(v));
+        let found = self.victims.visit(here, load, |victim| {
             let mut steal = |d: &Deques| match d.steal(here, victim, self.lifo) {
                 Steal::Success(t) => Some(t),
                 Steal::Retry => {
@@ -207,13 +213,16 @@ impl ThreadPolicy for Local {
                     .then(|| steal(&self.deques))
                     .flatten()
             });
-            if let Some(t) = found {
-                return if self.info.roster().is_active(victim) {
+            found.map(|t| {
+                if self.info.roster().is_active(victim) {
                     Idle::Run(t)
                 } else {
                     Idle::Migrated(t)
-                };
-            }
+                }
+            })
+        });
+        if let Some(idle) = found {
+            return idle;
         }
         if hint == Hint::Wait {
             return if retry { Idle::Retry } else { Idle::Park };
@@ -258,5 +267,58 @@ impl ThreadPolicy for Local {
             Some(_) => 0,
             None => self.global.len(),
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::policy::{SpawnPlacement, ThreadPolicy, Victims};
+
+    fn nothing() -> Task {
+        Task::heap(|| ())
+    }
+
+    #[test]
+    fn overflow_placement_keeps_at_most_the_threshold_and_shares_the_rest() {
+        let info = PoolInfo::new(2);
+        let mut spec = PolicySpec::new(super::super::PolicyKind::LocalLifo)
+            .with_placement(SpawnPlacement::Overflow);
+        spec.overflow = 3;
+        let p = Local::new(&info, spec);
+        let here = Here::new(0, info.id);
+        for _ in 0..10 {
+            let place = p.place(Some(&here), Hint::Spawn);
+            p.enqueue(Some(&here), place, nothing(), Hint::Spawn);
+        }
+        assert_eq!(p.queued(Some(0)), 3, "the worker keeps the threshold");
+        assert_eq!(p.queued(None), 7, "the rest wait in the shared queue");
+        // Structured work is never sent away.
+        assert_eq!(p.place(Some(&here), Hint::Fork), Place::Local);
+    }
+
+    #[test]
+    fn a_most_loaded_thief_takes_from_the_longest_queue() {
+        let info = PoolInfo::new(3);
+        let spec =
+            PolicySpec::new(super::super::PolicyKind::LocalLifo).with_victims(Victims::MostLoaded);
+        let p = Local::new(&info, spec);
+        let (w0, w1, w2) = (
+            Here::new(0, info.id),
+            Here::new(1, info.id),
+            Here::new(2, info.id),
+        );
+        for (w, n) in [(&w0, 1), (&w1, 4)] {
+            for _ in 0..n {
+                p.enqueue(Some(w), Place::Local, nothing(), Hint::Spawn);
+            }
+        }
+        info.roster.set(1, true);
+        // Worker 2 steals from worker 1 (4 queued), not worker 0 (1), which
+        // comes first in turn.
+        let got = p.idle(&w2, 0, Hint::Steal);
+        assert!(matches!(got, Idle::Run(_)), "{got:?}");
+        assert_eq!(p.queued(Some(0)), 1, "worker 0's task stays");
+        assert!(p.queued(Some(1)) < 4);
     }
 }

@@ -70,15 +70,17 @@ mod global;
 pub mod levels;
 mod local;
 mod spec;
+pub mod victims;
 
 pub use global::Global;
-pub use levels::{SpawnPlacement, Victims};
+pub use levels::SpawnPlacement;
 pub use local::Local;
 pub use spec::{PolicyKind, PolicySpec, UnknownPolicy};
+pub use victims::Victims;
 
 use crate::loom::cell::UnsafeCell;
 use crate::loom::sync::Arc;
-use crate::loom::sync::atomic::{AtomicU64, Ordering};
+use crate::loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use crate::task::Task;
 use std::cell::Cell;
 use std::fmt;
@@ -154,6 +156,9 @@ pub struct PoolInfo {
     pub(crate) id: u64,
     pub(crate) slots: usize,
     pub(crate) roster: Arc<Roster>,
+    /// The machine model distances come from (`Builder::machine`); `None`:
+    /// the machine this process runs on, read when a policy needs it.
+    pub(crate) machine: Option<std::sync::Arc<allot_topo::Machine>>,
 }
 
 impl PoolInfo {
@@ -177,14 +182,21 @@ impl PoolInfo {
             id,
             slots,
             roster: Arc::new(Roster::new(slots)),
+            machine: None,
         }
     }
 }
 
-/// Which worker slots are active (hold a CPU); maintained by the controller.
+/// Which worker slots are active (hold a CPU) and which CPU each serves;
+/// maintained by the controller. `epoch` moves whenever a worker's CPU
+/// does, so orders derived from the CPUs (`victims::VictimOrder`) know
+/// when to recompute.
 #[derive(Debug)]
 pub struct Roster {
     words: Box<[AtomicU64]>,
+    /// CPU + 1 per slot (0: none).
+    cpus: Box<[AtomicUsize]>,
+    epoch: AtomicU64,
     slots: usize,
 }
 
@@ -194,8 +206,28 @@ impl Roster {
             words: (0..slots.div_ceil(64).max(1))
                 .map(|_| AtomicU64::new(0))
                 .collect(),
+            cpus: (0..slots).map(|_| AtomicUsize::new(0)).collect(),
+            epoch: AtomicU64::new(0),
             slots,
         }
+    }
+
+    /// Records that worker `i` serves `cpu` now (`None`: none).
+    pub(crate) fn serve(&self, i: usize, cpu: Option<usize>) {
+        let v = cpu.map_or(0, |c| c + 1);
+        if self.cpus[i].swap(v, Ordering::SeqCst) != v {
+            self.epoch.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// The CPU worker `i` serves, if any.
+    pub fn cpu_of(&self, i: usize) -> Option<usize> {
+        self.cpus.get(i)?.load(Ordering::Relaxed).checked_sub(1)
+    }
+
+    /// Moves whenever a worker's CPU changes.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
     }
 
     pub(crate) fn set(&self, i: usize, on: bool) {

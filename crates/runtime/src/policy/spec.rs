@@ -7,10 +7,15 @@
 //! KIND[:OPTION=VALUE[,OPTION=VALUE]…]
 //! KIND     local-lifo (alias lifo) | local-fifo | global-fifo (alias fifo) | global-lifo
 //! levels   1 | 2 | 3            priority queues per structure (default 3)
-//! victims  random | round-robin order in which idle workers steal (default random)
-//! place    local | round-robin | random | least-loaded
+//! victims  random | round-robin | nearest | most-loaded
+//!                               order in which idle workers steal
+//!                               (default random; `victims.rs`)
+//! place    local | round-robin | random | least-loaded | overflow
 //!                               where a worker's spawned tasks go (local
 //!                               policies only; default local)
+//! overflow N                    with place=overflow: a worker's own
+//!                               queue holds at most N spawned tasks, the
+//!                               rest go to the shared queue (default 64)
 //! quantum  N(us|ms|s)           the pool's quantum for `yield_now`
 //!                               (default none)
 //! ```
@@ -21,7 +26,8 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::levels::{MAX_LEVELS, SpawnPlacement, Victims};
+use super::Victims;
+use super::levels::{MAX_LEVELS, SpawnPlacement};
 use super::{Global, Local, PoolInfo, ThreadPolicy};
 
 /// The shipped thread policies (Sting's standard library of policy
@@ -122,6 +128,9 @@ impl FromStr for PolicyKind {
     }
 }
 
+/// [`PolicySpec::overflow`] unless the spec says otherwise.
+pub const DEFAULT_OVERFLOW: u32 = 64;
+
 /// A policy of the library with its options. See the module docs for the
 /// string form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -133,6 +142,9 @@ pub struct PolicySpec {
     pub victims: Victims,
     /// Where spawned tasks go (local policies only).
     pub placement: SpawnPlacement,
+    /// With [`SpawnPlacement::Overflow`]: the most spawned tasks a worker
+    /// keeps queued before new ones go to the shared queue.
+    pub overflow: u32,
     /// The pool's quantum (see `Builder::quantum`), if the spec sets one.
     pub quantum: Option<std::time::Duration>,
 }
@@ -158,6 +170,7 @@ impl PolicySpec {
             levels: MAX_LEVELS as u8,
             victims: Victims::Random,
             placement: SpawnPlacement::Local,
+            overflow: DEFAULT_OVERFLOW,
             quantum: None,
         }
     }
@@ -207,6 +220,9 @@ impl fmt::Display for PolicySpec {
         )?;
         if self.kind.is_local() {
             write!(f, ",place={}", self.placement.name())?;
+            if self.placement == SpawnPlacement::Overflow {
+                write!(f, ",overflow={}", self.overflow)?;
+            }
         }
         if let Some(q) = self.quantum {
             write!(f, ",quantum={}us", q.as_micros())?;
@@ -266,7 +282,7 @@ impl FromStr for PolicySpec {
         for opt in options.split(',').map(str::trim).filter(|o| !o.is_empty()) {
             let (key, value) = opt.split_once('=').ok_or_else(|| {
                 UnknownPolicy(format!(
-                    "policy option {opt:?} is not OPTION=VALUE (options: levels, victims, place, quantum)"
+                    "policy option {opt:?} is not OPTION=VALUE (options: levels, victims, place, overflow, quantum)"
                 ))
             })?;
             let value = value.trim();
@@ -282,9 +298,7 @@ impl FromStr for PolicySpec {
                     }
                 }
                 "victims" => {
-                    spec.victims = choose("victims", value, &Victims::NAMES, |i| {
-                        [Victims::Random, Victims::RoundRobin][i]
-                    })?
+                    spec.victims = choose("victims", value, &Victims::NAMES, |i| Victims::ALL[i])?
                 }
                 "place" => {
                     spec.placement = choose("place", value, &SpawnPlacement::NAMES, |i| {
@@ -293,13 +307,24 @@ impl FromStr for PolicySpec {
                             SpawnPlacement::RoundRobin,
                             SpawnPlacement::Random,
                             SpawnPlacement::LeastLoaded,
+                            SpawnPlacement::Overflow,
                         ][i]
                     })?
+                }
+                "overflow" => {
+                    spec.overflow = match value.parse::<u32>() {
+                        Ok(n) if n >= 1 => n,
+                        _ => {
+                            return Err(UnknownPolicy(format!(
+                                "policy option overflow={value:?}: a number of tasks, at least 1"
+                            )));
+                        }
+                    }
                 }
                 "quantum" => spec.quantum = Some(parse_quantum(value)?),
                 other => {
                     return Err(UnknownPolicy(format!(
-                        "unknown policy option {other:?}; options: levels, victims, place, quantum"
+                        "unknown policy option {other:?}; options: levels, victims, place, overflow, quantum"
                     )));
                 }
             }
@@ -328,8 +353,12 @@ mod tests {
     fn specs_round_trip_through_their_string_form() {
         for kind in PolicyKind::ALL {
             for levels in 1..=3 {
-                for victims in [Victims::Random, Victims::RoundRobin] {
-                    for placement in [SpawnPlacement::Local, SpawnPlacement::LeastLoaded] {
+                for victims in Victims::ALL {
+                    for placement in [
+                        SpawnPlacement::Local,
+                        SpawnPlacement::LeastLoaded,
+                        SpawnPlacement::Overflow,
+                    ] {
                         let mut spec = PolicySpec::new(kind)
                             .with_levels(levels)
                             .with_victims(victims)
@@ -351,6 +380,12 @@ mod tests {
         assert_eq!(spec.levels(), 2);
         assert_eq!(spec.victims, Victims::RoundRobin);
         assert_eq!(spec.placement, SpawnPlacement::Random);
+        let o: PolicySpec = "lifo:victims=nearest,place=overflow,overflow=8"
+            .parse()
+            .unwrap();
+        assert_eq!(o.victims, Victims::Nearest);
+        assert_eq!((o.placement, o.overflow), (SpawnPlacement::Overflow, 8));
+        assert_eq!(o.to_string().parse::<PolicySpec>(), Ok(o));
         let q: PolicySpec = "global-lifo:quantum=2ms".parse().unwrap();
         assert_eq!(q.quantum, Some(std::time::Duration::from_millis(2)));
         assert_eq!(q.to_string().parse::<PolicySpec>(), Ok(q));
@@ -361,10 +396,17 @@ mod tests {
         for (bad, want) in [
             ("stack", "known: local-lifo"),
             ("lifo:levels=4", "1, 2 or 3"),
-            ("lifo:victims=nearest", "random, round-robin"),
+            (
+                "lifo:victims=closest",
+                "random, round-robin, nearest, most-loaded",
+            ),
+            ("lifo:place=overflow,overflow=0", "at least 1"),
             ("lifo:place=far", "least-loaded"),
             ("lifo:levels", "OPTION=VALUE"),
-            ("lifo:speed=3", "options: levels, victims, place, quantum"),
+            (
+                "lifo:speed=3",
+                "options: levels, victims, place, overflow, quantum",
+            ),
             ("lifo:quantum=5", "us, ms or s"),
             ("lifo:quantum=1us", "from 10us"),
             ("lifo:quantum=2min", "us, ms or s"),

@@ -24,6 +24,7 @@ pub struct Builder {
     report_period: Duration,
     quantum: Option<Duration>,
     vp: Arc<dyn crate::vp::VpPolicy>,
+    machine: Option<std::sync::Arc<allot_topo::Machine>>,
     /// Unknown names in the environment (thread policy, VP policy), until
     /// the program chooses that policy itself.
     env_errors: (Option<String>, Option<String>),
@@ -111,6 +112,7 @@ impl Builder {
             stack_size: None,
             report_period: DEFAULT_REPORT_PERIOD,
             vp: Arc::new(crate::vp::MoveFewest),
+            machine: None,
         }
     }
 }
@@ -157,6 +159,14 @@ impl Builder {
     pub fn vp_policy(mut self, p: impl crate::vp::VpPolicy + 'static) -> Self {
         self.vp = Arc::new(p);
         self.env_errors.1 = None;
+        self
+    }
+
+    /// The machine model the policies measure distances on (`victims =
+    /// nearest`); default: the machine this process runs on. Tests give a
+    /// fixture machine (`allot_topo::fixture`).
+    pub fn machine(mut self, m: allot_topo::Machine) -> Self {
+        self.machine = Some(std::sync::Arc::new(m));
         self
     }
 
@@ -227,7 +237,8 @@ impl Builder {
             .slots
             .unwrap_or_else(|| machine_cpus().max(grant.cpus.len()))
             .max(1);
-        let info = PoolInfo::new(slots);
+        let mut info = PoolInfo::new(slots);
+        info.machine = self.machine.clone();
         let policy = (self.policy)(&info);
         let reg = Arc::new(Registry {
             info,
