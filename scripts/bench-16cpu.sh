@@ -40,6 +40,8 @@
 #   numpy    4 numpy programs multiplying 128x128 matrices: allot run vs
 #            OPENBLAS_NUM_THREADS=1 each (skipped without numpy)
 #   bind     4 programs with OMP_PROC_BIND=true under allot run: any deaths
+#   cells    activation and suspension of time-triggered cells of 1, 2, C/2
+#            and C-1 CPUs (Tessellation's Table 1): cells.txt
 #   launch   `allot bench launch --runs 100 --burst 8`, then spaced apart
 #            (`--runs 30 --gap 300`), on cgroup2 and affinity where cgroup2
 #            has a cpuset controller (else every backend available)
@@ -47,8 +49,8 @@
 #   cleanup  the broker removes its cgroups when stopped
 #
 # Every run is printed as it ends; a summary table follows. Results (at most
-# 8 files) go to --out: console.log, runs.csv, summary.txt, machine.txt,
-# launch.txt, tests.txt, broker.log, timelines.txt. Exit status 0 unless something broke:
+# 9 files) go to --out: console.log, runs.csv, summary.txt, machine.txt,
+# launch.txt, tests.txt, broker.log, timelines.txt, cells.txt. Exit status 0 unless something broke:
 # a program died or gave a wrong answer, an allot or split run hit its time
 # limit, a step failed, a test failed, or cgroups were left behind. A
 # baseline (one, dynamic, passive, seq) hitting its limit is a result (shown
@@ -384,7 +386,7 @@ collect_broker_logs() {
 setup() {
   mkdir -p "$OUT"
   OUT=$(cd "$OUT" && pwd)
-  rm -f "$OUT"/{console.log,runs.csv,summary.txt,machine.txt,launch.txt,tests.txt,broker.log,timelines.txt}
+  rm -f "$OUT"/{console.log,runs.csv,summary.txt,machine.txt,launch.txt,tests.txt,broker.log,timelines.txt,cells.txt}
   work=$(mktemp -d /tmp/allot-b16.XXXXXX)
   chmod 700 "$work"
   mkdir -p "$work"/{bin,batch,tmp,xdg,auto}
@@ -595,6 +597,7 @@ main() {
   step_timeline
   step_tests
   step_bind
+  step_cells
   step_numpy
   step_unequal
   step_arrival

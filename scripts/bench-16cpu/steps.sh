@@ -146,6 +146,35 @@ step_timeline() {
       END { for (s in n) printf "  %s: %d steps, mean %.3f ms, max %.3f ms\n", s, n[s], t[s] / n[s], m[s] }')"
 }
 
+# Activation and suspension by cell size (Tessellation's Table 1; the
+# same as scripts/bench-cell-size.sh): a time-triggered cell of N CPUs (3 ms
+# every 10 ms) runs N spinning threads for 2 s; the probe's JSON goes to
+# cells.txt, one line per size, and the medians to the console.
+step_cells() {
+  local n lim out
+  say "== cells: time-triggered cells of 1, 2, half and all but one CPU (activation, suspension)"
+  lim=$((5 + 4 * 3))
+  if ! fits "$lim"; then
+    skipped_for_time=$((skipped_for_time + 1))
+    say "skipped (time budget)"
+    return
+  fi
+  for n in $(printf '%s\n' 1 2 $((NCPU / 2)) $((NCPU - 1)) | awk -v c="$NCPU" '$1 >= 1 && $1 < c' | sort -nu); do
+    if ! out=$(timeout -k 5 10 env "ALLOT_SOCKET=$daemon_sock" "$ALLOT" run --no-start --name "size-$n" \
+      --cpus "$n" --period 10ms --budget 3ms -- "$ALLOT" bench probe --threads "$n" --seconds 2 </dev/null 2>>"$work/cells.err"); then
+      say "  $n CPUs: the probe failed (see cells.txt)"
+      cat "$work/cells.err" >>"$OUT/cells.txt"
+      continue
+    fi
+    printf '%s\t%s\n' "$n" "$out" >>"$OUT/cells.txt"
+    say "$(printf '%s' "$out" | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+a, b, c, d = s["activation"], s["activation_all"], s["suspension"], s["suspension_spread"]
+print("  %s CPUs: activation first %.1f / all %.1f us (p99 %.1f), suspension %.1f us (p99 %.1f), spread %.1f us, %d windows" % (sys.argv[1], a["p50"], b["p50"], b["p99"], c["p50"], c["p99"], d["p50"], b["n"]))' "$n")"
+  done
+}
+
 step_numpy() {
   local k=4 rep out per mode lim i
   say "== numpy: $k programs multiplying ${BLAS_SIZE}x${BLAS_SIZE} matrices"

@@ -111,6 +111,20 @@ pub struct Summary {
     /// (the cell's first instruction), µs; windows that began with a
     /// thread already running are not counted.
     pub activation: Quantiles,
+    /// Window start → the moment every thread has run in it (the whole
+    /// cell active: Tessellation's activation of a cell of that many
+    /// cores), µs; windows some thread missed, or began with a thread
+    /// already running, are not counted.
+    pub activation_all: Quantiles,
+    /// Window end → the last moment any thread ran in it (the whole cell
+    /// suspended), µs, negative when every thread had stopped before the
+    /// edge (the window driver closes early by its timer lead, so that
+    /// suspensions land around the edge); windows with a thread running
+    /// on into the next one are not counted.
+    pub suspension: Quantiles,
+    /// The first thread stopped → the last one stopped, per window, µs:
+    /// how long the freeze takes to reach every CPU of the cell.
+    pub suspension_spread: Quantiles,
     /// Per whole period: |CPU time in it − budget| / budget, % (all
     /// threads).
     pub delivery_error: Quantiles,
@@ -150,7 +164,11 @@ pub fn summarize(
     let mut touched: Vec<std::collections::BTreeSet<u64>> = vec![];
     let mut per_period: std::collections::BTreeMap<u64, u64> = Default::default();
     let mut first_start: std::collections::BTreeMap<u64, u64> = Default::default();
-    for t in stretches {
+    // Per window: each thread's first start in it, and each thread's last
+    // end of a stretch that started in it.
+    let mut starts: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
+    let mut ends: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
+    for (i, t) in stretches.iter().enumerate() {
         let mut ts = ThreadSummary::default();
         let mut set = std::collections::BTreeSet::new();
         for &(a, b) in t {
@@ -177,6 +195,12 @@ pub fn summarize(
                 let start = w.origin_ns + k * w.period_ns();
                 let e = first_start.entry(k).or_insert(u64::MAX);
                 *e = (*e).min(a - start);
+                let each = starts
+                    .entry(k)
+                    .or_insert_with(|| vec![u64::MAX; stretches.len()]);
+                each[i] = each[i].min(a - start);
+                let last = ends.entry(k).or_insert_with(|| vec![0; stretches.len()]);
+                last[i] = last[i].max(b);
             }
         }
         ts.windows = set.len();
@@ -199,6 +223,32 @@ pub fn summarize(
             .map(|(_, d)| *d)
             .collect(),
     );
+    s.activation_all = Quantiles::of_ns(
+        starts
+            .iter()
+            .filter(|(k, each)| !running_at_open(**k) && each.iter().all(|&d| d != u64::MAX))
+            .map(|(_, each)| each.iter().copied().max().unwrap_or(0))
+            .collect(),
+    );
+    let closes = |k: u64| w.origin_ns + k * w.period_ns() + w.budget_ns();
+    let next_opens = |k: u64| w.origin_ns + (k + 1) * w.period_ns();
+    // Windows every thread ran in, none on into the next window.
+    let whole: Vec<(u64, u64, u64)> = ends
+        .iter()
+        .filter(|(_, each)| each.iter().all(|&e| e != 0))
+        .map(|(&k, each)| {
+            let (lo, hi) = (each.iter().min(), each.iter().max());
+            (k, *lo.unwrap_or(&0), *hi.unwrap_or(&0))
+        })
+        .filter(|&(k, _, hi)| hi < next_opens(k))
+        .collect();
+    s.suspension = Quantiles::of(
+        whole
+            .iter()
+            .map(|&(k, _, hi)| (hi as f64 - closes(k) as f64) / 1e3)
+            .collect(),
+    );
+    s.suspension_spread = Quantiles::of_ns(whole.iter().map(|&(_, lo, hi)| hi - lo).collect());
     let all: std::collections::BTreeSet<u64> = touched.iter().flatten().copied().collect();
     if !all.is_empty() {
         let common = all
@@ -378,6 +428,40 @@ mod tests {
         );
         assert!((s.delivery_error.p50 - 93.33).abs() < 0.01, "{s:?}");
         assert_eq!(s.delivered.p50, 5800.0, "2 × 2.9 ms, in µs");
+    }
+
+    #[test]
+    fn the_whole_cell_is_active_when_its_last_thread_runs_and_suspended_when_it_stops() {
+        // Thread a starts 100 µs after each opening, b 400 µs; a stops
+        // 50 µs after the close, b 200 µs after.
+        let a: Vec<(u64, u64)> = (0..5)
+            .map(|k| (k * 10 * MS + 100 * US, k * 10 * MS + 3 * MS + 50 * US))
+            .collect();
+        let b: Vec<(u64, u64)> = (0..5)
+            .map(|k| (k * 10 * MS + 400 * US, k * 10 * MS + 3 * MS + 200 * US))
+            .collect();
+        let s = summarize(Some(w()), &[a.clone(), b], 0, 50 * MS, vec![]);
+        assert_eq!(s.activation.p50, 100.0, "the first thread");
+        assert_eq!(
+            (s.activation_all.n, s.activation_all.p50),
+            (5, 400.0),
+            "the last"
+        );
+        assert_eq!((s.suspension.n, s.suspension.p50), (5, 200.0));
+        assert_eq!(s.suspension_spread.p50, 150.0, "a stopped 150 µs before b");
+        // Stopped before the edge: negative.
+        let early: Vec<(u64, u64)> = vec![(100 * US, 2 * MS + 900 * US)];
+        let s = summarize(Some(w()), &[early], 0, 10 * MS, vec![]);
+        assert_eq!(s.suspension.p50, -100.0);
+        // A window one thread missed has no whole-cell activation.
+        let s = summarize(
+            Some(w()),
+            &[a, vec![(400 * US, 3 * MS)]],
+            0,
+            50 * MS,
+            vec![],
+        );
+        assert_eq!(s.activation_all.n, 1);
     }
 
     #[test]
