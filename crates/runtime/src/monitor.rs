@@ -86,7 +86,7 @@ pub(crate) fn apply(reg: &Arc<Registry>, g: &Grant) {
             target: decode(reg.slot(i).target.load(Ordering::SeqCst)),
             current: decode(reg.slot(i).current.load(Ordering::SeqCst)),
             started: plan.handles[i].is_some(),
-            idle: reg.slot(i).idle.load(Ordering::Relaxed),
+            idle: reg.info.roster.is_idle(i),
         })
         .collect();
     // A policy that panics is treated as one that answered nonsense.
@@ -152,7 +152,7 @@ pub(crate) fn demand(reg: &Registry) -> (u32, u32, u64) {
             wanted += queued as usize;
             continue;
         }
-        let is_busy = !s.idle.load(Ordering::Relaxed);
+        let is_busy = !reg.info.roster.is_idle(i);
         busy += is_busy as usize;
         wanted += (is_busy || queued) as usize;
     }

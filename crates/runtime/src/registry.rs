@@ -29,7 +29,6 @@ pub(crate) struct Slot {
     pub(crate) target: AtomicUsize,
     pub(crate) current: AtomicUsize,
     pub(crate) tid: AtomicI32,
-    pub(crate) idle: AtomicBool,
 }
 
 /// Monitor-side bookkeeping, under `Registry::plan`.

@@ -233,10 +233,11 @@ fn round_robin_placement_spreads_spawned_tasks() {
         handles.into_iter().for_each(|h| h.join().unwrap());
         let counts = [0, 1].map(|i| on[i].load(Ordering::Relaxed));
         assert_eq!(counts[0] + counts[1], 100);
-        // Every other task went to the other worker's inbox, which only it
-        // serves while it holds a CPU (the rest stayed local, stealable).
+        // Every other task was offered to the other worker (the decision
+        // is tested in policy/local.rs); an offer runs on whichever worker
+        // looks for work first, so here only the spread is certain.
         assert!(
-            counts[1 - me] >= 50,
+            counts[1 - me] > 0,
             "{kind}: spawned on {me}, ran {counts:?}"
         );
     }

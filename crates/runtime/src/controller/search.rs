@@ -64,8 +64,7 @@ impl WorkerThread {
             None => self.find_task(hint, &mut nudged),
             Some(w) => self.find_while_waiting(w, &mut nudged),
         };
-        let slot = self.registry.slot(self.here.index());
-        slot.idle.store(false, Ordering::Relaxed);
+        self.registry.info.roster.set_idle(self.here.index(), false);
         if nudged && matches!(found, Found::Done) {
             // Woken for work, but we go back to the task on our stack.
             self.registry.sleep.pass_on();
@@ -113,7 +112,7 @@ impl WorkerThread {
             if let Some(t) = w.claim() {
                 return Found::Task(t);
             }
-            slot.idle.store(true, Ordering::Relaxed);
+            reg.info.roster.set_idle(index, true);
             if !handed_over {
                 handed_over = true;
                 reg.wake_for(None, Place::Global, Hint::Resize, true);
@@ -188,7 +187,7 @@ impl WorkerThread {
                 return found;
             }
             if round == 0 {
-                slot.idle.store(true, Ordering::Relaxed);
+                reg.info.roster.set_idle(here.index(), true);
             }
             if reg.spin == Duration::MAX {
                 // A polling worker (a partition's): short pauses, no

@@ -296,12 +296,15 @@ pub enum SpawnPlacement {
     RoundRobin,
     /// A random active worker.
     Random,
-    /// The active worker with the fewest queued tasks.
+    /// The active worker with the fewest queued tasks, an idle one (looking
+    /// for work) before a busy one (Sting's preference for idle virtual
+    /// processors).
     LeastLoaded,
     /// The creating worker's own queues until they hold the spec's
-    /// `overflow` tasks, then the shared queue, which every worker serves
-    /// when its own queues are empty (Sting's overflow to a shared queue:
-    /// a burst of spawns does not wait behind one worker).
+    /// `overflow` tasks; past that, an idle worker's inbox, else the
+    /// shared queue, which every worker serves when its own queues are
+    /// empty (Sting's overflow to a shared queue, idle processors first: a
+    /// burst of spawns does not wait behind one worker).
     Overflow,
 }
 
@@ -367,6 +370,17 @@ impl Inboxes {
         self.0.len()
     }
 
+    /// A task from the inbox of any worker other than `here` (offers: any
+    /// worker may run them).
+    pub fn take_others(&self, here: &Here) -> Steal<Task> {
+        let n = self.slots();
+        first_success(
+            (1..n)
+                .map(|k| (here.index() + k) % n)
+                .map(|i| self.0[i].take()),
+        )
+    }
+
     /// A task from the inbox of a worker other than `here` that holds no
     /// CPU (tasks placed on it that it will not run).
     pub fn take_orphaned(&self, here: &Here, roster: &super::Roster) -> Steal<Task> {
@@ -397,17 +411,57 @@ pub fn place_on(
                 (SpawnPlacement::RoundRobin, Some(h)) => cursors.next(h, n),
                 (SpawnPlacement::Random, Some(h)) => (h.random() % n as u64) as usize,
                 // Outsiders have no cursor or stream: the least loaded.
-                _ => return (0..n).filter(active).min_by_key(|i| load(*i)),
+                _ => return least_loaded(roster, n, load),
             };
             (0..n).map(|k| (start + k) % n).find(active)
         }
-        SpawnPlacement::LeastLoaded => (0..n).filter(active).min_by_key(|i| load(*i)),
+        SpawnPlacement::LeastLoaded => least_loaded(roster, n, load),
     }
+}
+
+/// The active worker with the fewest queued tasks, idle ones first.
+fn least_loaded(roster: &super::Roster, n: usize, load: impl Fn(usize) -> usize) -> Option<usize> {
+    (0..n)
+        .filter(|&i| roster.is_active(i))
+        .min_by_key(|&i| (!roster.is_idle(i), load(i)))
+}
+
+/// An active worker other than `here` that is looking for work, searching
+/// from the one after `here`.
+pub fn idle_worker(roster: &super::Roster, here: usize) -> Option<usize> {
+    let n = roster.slots();
+    (1..n)
+        .map(|k| (here + k) % n)
+        .find(|&i| roster.is_active(i) && roster.is_idle(i))
 }
 
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn least_loaded_placement_prefers_an_idle_worker() {
+        let info = PoolInfo::new(3);
+        let cursors = Cursors::new(&info);
+        for i in 0..3 {
+            info.roster.set(i, true);
+        }
+        let load = |i: usize| [5, 0, 2][i];
+        let place = || place_on(SpawnPlacement::LeastLoaded, &info, &cursors, None, load);
+        assert_eq!(place(), Some(1), "nobody idle: the least loaded");
+        info.roster.set_idle(2, true);
+        assert_eq!(
+            place(),
+            Some(2),
+            "an idle worker before a busier-looking one"
+        );
+        info.roster.set_idle(0, true);
+        assert_eq!(place(), Some(2), "among idle ones, the least loaded");
+        assert_eq!(idle_worker(&info.roster, 2), Some(0));
+        assert_eq!(idle_worker(&info.roster, 0), Some(2));
+        info.roster.set(2, false);
+        assert_eq!(idle_worker(&info.roster, 0), None, "only active workers");
+    }
 
     #[test]
     fn levels_map_priorities_from_the_top() {

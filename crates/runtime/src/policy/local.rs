@@ -4,9 +4,10 @@
 //! - placement: a worker's new tasks go on its own deques, one per priority
 //!   level; independent tasks (`Hint::Spawn`) go where the spec's
 //!   [`SpawnPlacement`] says (its own deques by default) — another worker's
-//!   *inbox* for round-robin, random or least-loaded placement and for a
-//!   task given a worker by name; the shared queue for overflow placement
-//!   once the worker's own deque holds the spec's `overflow` tasks. Tasks from outside the pool go to the
+//!   *offers* for round-robin, random or least-loaded placement (and, past
+//!   the spec's `overflow` tasks in its own deque, an idle worker's offers
+//!   or the shared queue for overflow placement); its *inbox* for a task
+//!   given a worker by name. Tasks from outside the pool go to the
 //!   shared FIFO queue (or an inbox, when the placement names workers);
 //! - the worker's own deques: `local-lifo` keeps all its tasks in one LIFO
 //!   deque (newest first: depth-first, cache-warm). `local-fifo` keeps
@@ -16,13 +17,15 @@
 //!   its own work first: taking the oldest would nest a sibling that waits
 //!   in turn and takes the next, one stack frame per queued task;
 //! - dequeue, level by level from the highest: the fork deque, the own
-//!   deque, the inbox, then the shared queue (a batch of it moves into the
-//!   deque). When waiting (`Hint::Wait`): the fork deque only (the one
+//!   deque, the inbox, the offers, then the shared queue (a batch of it
+//!   moves into the deque). When waiting (`Hint::Wait`): the fork deque only (the one
 //!   deque of `local-lifo`);
 //! - idle: steal the *oldest* task of the highest level from the other
 //!   workers (fork deque, then own deque; only fork deques when waiting),
 //!   once around in the spec's [`Victims`](super::Victims) order
-//!   (`victims.rs`); then (not when waiting)
+//!   (`victims.rs`); then (not when waiting) the other workers' offers
+//!   (a task offered to a worker busy with a long task is not left waiting
+//!   for it while this one idles), then
 //!   the inboxes of workers that hold no CPU, then the shared queue;
 //!   `Retry` if any take lost a race, `Park` if all were empty;
 //! - preempt (a running task's quantum is used up): the first task of the
@@ -33,10 +36,13 @@
 //! slot `i` (enforced by `WorkerLocal`); other threads only steal. Workers
 //! that are not active are still stolen from, and their inboxes emptied
 //! by the others, so a retired worker's tasks are never stranded and its
-//! structured work stays where waiting workers find it.
+//! structured work stays where waiting workers find it. A task in an
+//! inbox runs on its worker while that worker holds a CPU; a task in
+//! offers runs on the first worker that looks for work there.
 
 use super::levels::{
-    Cursors, Deques, Inboxes, PriorityUse, Shared, SpawnPlacement, level_of, place_on, retrying,
+    Cursors, Deques, Inboxes, PriorityUse, Shared, SpawnPlacement, idle_worker, level_of, place_on,
+    retrying,
 };
 use super::victims::VictimOrder;
 use super::{Here, Hint, Idle, Place, PolicySpec, PoolInfo, ThreadPolicy};
@@ -54,6 +60,7 @@ pub struct Local {
     /// `deques`).
     forks: Option<Deques>,
     inboxes: Inboxes,
+    offers: Inboxes,
     global: Shared,
     cursors: Cursors,
     victims: VictimOrder,
@@ -75,6 +82,7 @@ impl Local {
             deques: Deques::new(info, levels, lifo),
             forks: (!lifo).then(|| Deques::new(info, levels, true)),
             inboxes: Inboxes::new(info, levels),
+            offers: Inboxes::new(info, levels),
             global: Shared::new(levels, false),
             cursors: Cursors::new(info),
             victims: VictimOrder::new(info, spec.victims),
@@ -121,6 +129,9 @@ impl Local {
             if let Some(t) = inbox.take_through(l).success() {
                 return Some(t);
             }
+            if let Some(t) = self.offers.of(here.index()).take_through(l).success() {
+                return Some(t);
+            }
             if l + 1 == self.levels {
                 return self.take_global(here, l);
             }
@@ -143,7 +154,10 @@ impl ThreadPolicy for Local {
             && let Some(h) = from
             && self.deques.len(h.index()) >= self.spec.overflow as usize
         {
-            return Place::Global;
+            return match idle_worker(self.info.roster(), h.index()) {
+                Some(w) => Place::Offer(w),
+                None => Place::Global,
+            };
         }
         if hint == Hint::Spawn && self.spec.placement != SpawnPlacement::Local {
             let load = |i: usize| self.queued(Some(i));
@@ -151,7 +165,7 @@ impl ThreadPolicy for Local {
                 return if from.is_some_and(|h| h.index() == w) {
                     Place::Local
                 } else {
-                    Place::Worker(w)
+                    Place::Offer(w)
                 };
             }
         }
@@ -171,6 +185,7 @@ impl ThreadPolicy for Local {
             }
             (Place::Local, Some(here)) => self.deques.push(here, task),
             (Place::Worker(i), _) if i < self.inboxes.slots() => self.inboxes.of(i).push(task),
+            (Place::Offer(i), _) if i < self.offers.slots() => self.offers.of(i).push(task),
             _ => self.global.push(task),
         }
     }
@@ -191,6 +206,7 @@ impl ThreadPolicy for Local {
             });
             return own
                 .or_else(|| self.inboxes.of(here.index()).take_level(l, None).success())
+                .or_else(|| self.offers.of(here.index()).take_level(l, None).success())
                 .or_else(|| retrying(|| self.global.take_level(l, Some((&self.deques, here)))));
         }
         self.next_through(here, self.levels - 1)
@@ -227,6 +243,11 @@ impl ThreadPolicy for Local {
         if hint == Hint::Wait {
             return if retry { Idle::Retry } else { Idle::Park };
         }
+        match self.offers.take_others(here) {
+            Steal::Success(t) => return Idle::Run(t),
+            Steal::Retry => retry = true,
+            Steal::Empty => {}
+        }
         match self.inboxes.take_orphaned(here, self.info.roster()) {
             Steal::Success(t) => return Idle::Migrated(t),
             Steal::Retry => retry = true,
@@ -262,7 +283,7 @@ impl ThreadPolicy for Local {
         match worker {
             Some(i) if i < self.inboxes.slots() => {
                 let forks = self.forks.as_ref().map_or(0, |f| f.len(i));
-                self.deques.len(i) + forks + self.inboxes.of(i).len()
+                self.deques.len(i) + forks + self.inboxes.of(i).len() + self.offers.of(i).len()
             }
             Some(_) => 0,
             None => self.global.len(),
@@ -293,8 +314,35 @@ mod tests {
         }
         assert_eq!(p.queued(Some(0)), 3, "the worker keeps the threshold");
         assert_eq!(p.queued(None), 7, "the rest wait in the shared queue");
+        // An idle worker is offered the overflow first.
+        info.roster.set(1, true);
+        info.roster.set_idle(1, true);
+        assert_eq!(p.place(Some(&here), Hint::Spawn), Place::Offer(1));
         // Structured work is never sent away.
         assert_eq!(p.place(Some(&here), Hint::Fork), Place::Local);
+    }
+
+    #[test]
+    fn round_robin_offers_every_other_task_and_an_idle_worker_takes_offers() {
+        let info = PoolInfo::new(2);
+        let spec = PolicySpec::new(super::super::PolicyKind::LocalLifo)
+            .with_placement(SpawnPlacement::RoundRobin);
+        let p = Local::new(&info, spec);
+        info.roster.set(0, true);
+        info.roster.set(1, true);
+        let (w0, w1) = (Here::new(0, info.id), Here::new(1, info.id));
+        let places: Vec<Place> = (0..4).map(|_| p.place(Some(&w0), Hint::Spawn)).collect();
+        assert_eq!(
+            places,
+            [Place::Offer(1), Place::Local, Place::Offer(1), Place::Local]
+        );
+        // Offered to worker 1, taken by worker 0 when it is idle first
+        // (an inbox task, named for worker 1, would wait for it).
+        p.enqueue(Some(&w1), Place::Offer(1), nothing(), Hint::Spawn);
+        p.enqueue(Some(&w1), Place::Worker(1), nothing(), Hint::Spawn);
+        assert!(matches!(p.idle(&w0, 0, Hint::Steal), Idle::Run(_)));
+        assert!(matches!(p.idle(&w0, 0, Hint::Steal), Idle::Park));
+        assert_eq!(p.queued(Some(1)), 1, "the named task stays");
     }
 
     #[test]

@@ -80,7 +80,7 @@ pub use victims::Victims;
 
 use crate::loom::cell::UnsafeCell;
 use crate::loom::sync::Arc;
-use crate::loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use crate::loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crate::task::Task;
 use std::cell::Cell;
 use std::fmt;
@@ -121,8 +121,13 @@ pub enum Place {
     Local,
     /// The pool-wide queue.
     Global,
-    /// A given worker's queues (policies that support it).
+    /// A given worker's queues, reserved for it while it holds a CPU (a
+    /// task given a worker by name; policies that support it).
     Worker(usize),
+    /// Offered to a given worker (where a placement sends a task): it runs
+    /// there unless another worker is idle first, which may take it. A
+    /// policy that does not know offers queues it like `Global`.
+    Offer(usize),
 }
 
 /// What an idle worker does next.
@@ -196,6 +201,9 @@ pub struct Roster {
     words: Box<[AtomicU64]>,
     /// CPU + 1 per slot (0: none).
     cpus: Box<[AtomicUsize]>,
+    /// Per slot: the worker is looking for work (no task running); written
+    /// only by the slot's worker, meaningless for a slot without a CPU.
+    idle: Box<[AtomicBool]>,
     epoch: AtomicU64,
     slots: usize,
 }
@@ -207,6 +215,7 @@ impl Roster {
                 .map(|_| AtomicU64::new(0))
                 .collect(),
             cpus: (0..slots).map(|_| AtomicUsize::new(0)).collect(),
+            idle: (0..slots).map(|_| AtomicBool::new(false)).collect(),
             epoch: AtomicU64::new(0),
             slots,
         }
@@ -218,6 +227,18 @@ impl Roster {
         if self.cpus[i].swap(v, Ordering::SeqCst) != v {
             self.epoch.fetch_add(1, Ordering::SeqCst);
         }
+    }
+
+    /// Records whether worker `i` is looking for work (its own thread).
+    #[inline]
+    pub(crate) fn set_idle(&self, i: usize, idle: bool) {
+        self.idle[i].store(idle, Ordering::Relaxed);
+    }
+
+    /// Whether worker `i` is looking for work now.
+    #[inline]
+    pub fn is_idle(&self, i: usize) -> bool {
+        self.idle.get(i).is_some_and(|b| b.load(Ordering::Relaxed))
     }
 
     /// The CPU worker `i` serves, if any.
@@ -414,7 +435,7 @@ pub trait ThreadPolicy: Send + Sync + fmt::Debug + 'static {
     fn wake(&self, from: Option<&Here>, place: Place, hint: Hint) -> Wake {
         let _ = (from, hint);
         match place {
-            Place::Worker(i) => Wake::Prefer(i),
+            Place::Worker(i) | Place::Offer(i) => Wake::Prefer(i),
             _ => Wake::Any,
         }
     }
