@@ -14,11 +14,12 @@
 #   strip -o target/allot-stripped target/release/allot
 #   strip -o target/allot-lab target/release/allot-lab
 #   bash scripts/bench-16cpu.sh --build-tests target/v2-tests    # optional, needs cargo
+#   bash scripts/bench-16cpu.sh --build-tcm target/tcm-kit       # optional, needs network
 #
 # and run there, as root:
 #
 #   bash scripts/bench-16cpu.sh --allot target/allot-stripped --out bench-out/16cpu \
-#        [--tests target/v2-tests]
+#        [--tests target/v2-tests] [--tcm target/tcm-kit]
 #
 # What it measures (makespan = wall time from the start of a batch to the
 # last program's exit; medians of --repeats runs, modes interleaved, ratios
@@ -40,6 +41,9 @@
 #   numpy    4 numpy programs multiplying 128x128 matrices: allot run vs
 #            OPENBLAS_NUM_THREADS=1 each (skipped without numpy)
 #   bind     4 programs with OMP_PROC_BIND=true under allot run: any deaths
+#   tcm      (with --tcm) a oneTBB program beside an Intel-OpenMP program, and
+#            oneTBB outside OpenMP inside: plain, split, the shim, allot's
+#            TCM, Intel's TCM (scripts/bench-tcm.sh's experiment): tcm.txt
 #   cells    activation and suspension of time-triggered cells of 1, 2, C/2
 #            and C-1 CPUs (Tessellation's Table 1): cells.txt
 #   launch   `allot bench launch --runs 100 --burst 8`, then spaced apart
@@ -49,8 +53,8 @@
 #   cleanup  the broker removes its cgroups when stopped
 #
 # Every run is printed as it ends; a summary table follows. Results (at most
-# 9 files) go to --out: console.log, runs.csv, summary.txt, machine.txt,
-# launch.txt, tests.txt, broker.log, timelines.txt, cells.txt. Exit status 0 unless something broke:
+# 10 files) go to --out: console.log, runs.csv, summary.txt, machine.txt,
+# launch.txt, tests.txt, broker.log, timelines.txt, cells.txt, tcm.txt. Exit status 0 unless something broke:
 # a program died or gave a wrong answer, an allot or split run hit its time
 # limit, a step failed, a test failed, or cgroups were left behind. A
 # baseline (one, dynamic, passive, seq) hitting its limit is a result (shown
@@ -76,6 +80,10 @@
 #   --backend NAME       the brokers' backend [default: auto]
 #   --build-tests DIR    (on the build machine, needs cargo) build the cgroup v2
 #                        test binaries, strip them into DIR and exit
+#   --build-tcm DIR      (on the build machine, needs network once) put oneTBB,
+#                        Intel OpenMP, Intel's TCM and the TCM workloads into DIR
+#                        (about 10 MiB) and exit
+#   --tcm DIR            run the tcm step with the kit in DIR
 set -euo pipefail
 export LC_ALL=C
 
@@ -93,6 +101,8 @@ TARGET=""
 BUDGET=""
 BACKEND=auto
 BUILD_TESTS=""
+BUILD_TCM=""
+TCM_KIT=""
 LIMIT_EXTRA=0 # seconds added to every batch's time limit
 
 usage() {
@@ -117,12 +127,18 @@ parse_args() {
       --budget) BUDGET=${2:?}; shift 2 ;;
       --backend) BACKEND=${2:?}; shift 2 ;;
       --build-tests) BUILD_TESTS=${2:?--build-tests needs a directory}; shift 2 ;;
+      --build-tcm) BUILD_TCM=${2:?--build-tcm needs a directory}; shift 2 ;;
+      --tcm) TCM_KIT=${2:?--tcm needs a directory}; shift 2 ;;
       -h|--help) usage; exit 0 ;;
       *) die "unknown argument '$1' (see --help)" ;;
     esac
   done
-  if [[ -n $BUILD_TESTS ]]; then
+  if [[ -n $BUILD_TESTS || -n $BUILD_TCM ]]; then
     return
+  fi
+  if [[ -n $TCM_KIT ]]; then
+    [[ -x $TCM_KIT/bin/nested ]] || die "--tcm: $TCM_KIT has no bin/nested (build it with --build-tcm)"
+    TCM_KIT=$(cd "$TCM_KIT" && pwd)
   fi
   [[ -n $ALLOT ]] || die "--allot PATH is required (see --help)"
   [[ -n $OUT ]] || die "--out DIR is required (see --help)"
@@ -386,7 +402,7 @@ collect_broker_logs() {
 setup() {
   mkdir -p "$OUT"
   OUT=$(cd "$OUT" && pwd)
-  rm -f "$OUT"/{console.log,runs.csv,summary.txt,machine.txt,launch.txt,tests.txt,broker.log,timelines.txt,cells.txt}
+  rm -f "$OUT"/{console.log,runs.csv,summary.txt,machine.txt,launch.txt,tests.txt,broker.log,timelines.txt,cells.txt,tcm.txt}
   work=$(mktemp -d /tmp/allot-b16.XXXXXX)
   chmod 700 "$work"
   mkdir -p "$work"/{bin,batch,tmp,xdg,auto}
@@ -578,11 +594,17 @@ source "$here_16/bench-16cpu/batch.sh"
 source "$here_16/bench-16cpu/steps.sh"
 # shellcheck source=bench-16cpu/summary.sh
 source "$here_16/bench-16cpu/summary.sh"
+# shellcheck source=bench-16cpu/tcm.sh
+source "$here_16/bench-16cpu/tcm.sh"
 
 main() {
   parse_args "$@"
   if [[ -n $BUILD_TESTS ]]; then
     build_tests "$BUILD_TESTS"
+    exit 0
+  fi
+  if [[ -n $BUILD_TCM ]]; then
+    build_tcm_kit "$BUILD_TCM"
     exit 0
   fi
   ((EUID == 0)) || say "note: not root; cgroup backends and the live tests need root"
@@ -597,6 +619,7 @@ main() {
   step_timeline
   step_tests
   step_bind
+  step_tcm
   step_cells
   step_numpy
   step_unequal
