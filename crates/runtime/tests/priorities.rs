@@ -213,7 +213,7 @@ fn a_named_worker_runs_its_tasks_and_bad_names_fail() {
 }
 
 #[test]
-fn round_robin_placement_spreads_spawned_tasks() {
+fn round_robin_placement_runs_every_spawned_task_once() {
     for kind in [PolicyKind::LocalLifo, PolicyKind::LocalFifo] {
         let spec = PolicySpec::new(kind).with_placement(SpawnPlacement::RoundRobin);
         let pool = Arc::new(pool_on(2, spec, None));
@@ -231,13 +231,14 @@ fn round_robin_placement_spreads_spawned_tasks() {
             (current_worker().unwrap(), handles)
         });
         handles.into_iter().for_each(|h| h.join().unwrap());
-        let counts = [0, 1].map(|i| on[i].load(Ordering::Relaxed));
-        assert_eq!(counts[0] + counts[1], 100);
-        // Every other task was offered to the other worker (the decision
+        // Every other task was offered to the other worker (that decision
         // is tested in policy/local.rs); an offer runs on whichever worker
-        // looks for work first, so here only the spread is certain.
-        assert!(
-            counts[1 - me] > 0,
+        // looks for work first, which on a busy machine may be the spawner
+        // for all of them. What holds whatever the timing: each ran once.
+        let counts = [0, 1].map(|i| on[i].load(Ordering::Relaxed));
+        assert_eq!(
+            counts[0] + counts[1],
+            100,
             "{kind}: spawned on {me}, ran {counts:?}"
         );
     }
