@@ -71,7 +71,9 @@ pub fn build() {
         "libtcm",
         TCM_SOURCES,
         TCM_HEADERS,
-        &["-Wl,-soname,libtcm.so.1", &version],
+        // Never unloaded: its watcher threads run its code until the
+        // process ends, whoever loaded it.
+        &["-Wl,-soname,libtcm.so.1", "-Wl,-z,nodelete", &version],
     );
     println!("cargo::rustc-env=ALLOT_TCM_HASH={hash:012x}");
     println!("cargo::rerun-if-changed=shim/build_shim.rs");

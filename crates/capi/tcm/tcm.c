@@ -26,7 +26,13 @@
  *     activates it, at each region's start.
  *  4. A callback never runs for a permit being released: release waits
  *     for a callback in flight (unless it is called from that callback).
- *  5. Abandoned permits do not pile up. Intel's OpenMP runtime drops a
+ *  5. Loaded for good, and fork-safe. The library is linked `-z nodelete`
+ *     (its threads run its code until the process ends). A child of fork
+ *     starts with fresh locks, no permits or clients (its parent's stay
+ *     the parent's, in the table under the parent's pid) and no watcher
+ *     threads; its runtimes' old handles are refused, and a new connect
+ *     starts the watchers again.
+ *  6. Abandoned permits do not pile up. Intel's OpenMP runtime drops a
  *     permit that gave its team a single thread (the region runs
  *     serialized) without releasing it, and asks for a new one at the next
  *     region. A thread is the primary of one such team at a time, so a new
@@ -76,6 +82,7 @@ struct client {
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static struct table *g_table;
+static int g_private; /* the table is this process's own (no ALLOT_TCM_FD) */
 static const char *g_why; /* why the library is off, or NULL */
 static uint32_t g_fixed_budget; /* budget without a grant page */
 
@@ -132,10 +139,12 @@ static void start(void)
     }
     const char *twhy = NULL;
     g_table = table_open(fd, &twhy);
+    g_private = fd < 0;
     if (g_table == NULL && fd >= 0) {
         if (g_debug)
             say("%s; permits are divided in this process only", twhy);
         g_table = table_open(-1, &twhy);
+        g_private = 1;
     }
     if (g_table == NULL)
         g_why = twhy;
@@ -251,8 +260,34 @@ static void *grant_watcher(void *unused)
 
 static pthread_once_t g_watchers = PTHREAD_ONCE_INIT;
 
+/* Invariant 5: the child of a fork. Its records name the parent's permits
+ * and may have been caught mid-change by the fork; drop them (leaked, not
+ * freed: another thread of the parent may have been using them). */
+static void in_child(void)
+{
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_t fresh_rec = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+    pthread_once_t once = PTHREAD_ONCE_INIT;
+    memcpy(&g_local, &fresh, sizeof fresh);
+    memcpy(&g_calling, &fresh_rec, sizeof fresh_rec);
+    memcpy(&g_watchers, &once, sizeof once);
+    g_permits = NULL;
+    g_clients = NULL;
+    t_registered = NULL;
+    t_counted = NULL;
+    /* A private table's lock may have been held by another thread; a
+     * shared one's holder lives on in the parent and lets it go. Its
+     * slots are the parent's: free them for the child. */
+    if (g_private && g_table != NULL) {
+        pthread_mutex_t fresh_table = PTHREAD_MUTEX_INITIALIZER;
+        memcpy(&g_table->lock, &fresh_table, sizeof fresh_table);
+        memset(g_table->slots, 0, sizeof g_table->slots);
+    }
+}
+
 static void start_watchers(void)
 {
+    pthread_atfork(NULL, NULL, in_child);
     pthread_attr_t a;
     pthread_attr_init(&a);
     pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
@@ -394,7 +429,7 @@ EXPORT tcm_result_t tcmRequestPermit(tcm_client_id_t client_id, tcm_permit_reque
     }
     pid_t tid = (pid_t)syscall(SYS_gettid);
     if (r == NULL && request.flags.rigid_concurrency) {
-        /* Invariant 5. */
+        /* Invariant 6. */
         for (struct tcm_permit_rep_t *o = g_permits; o != NULL; o = o->next) {
             if (o->released || o->client != client_id || o->tid != tid || o->touched)
                 continue;

@@ -8,6 +8,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,9 +213,35 @@ int main(int argc, char **argv)
           read_permit(a));
     CHECK(release_(n) == TCM_RESULT_SUCCESS, "release nested");
 
+    /* A child of fork starts afresh: the parent's handles are refused
+     * there, a new connection works. */
+    fflush(stdout);
+    pid_t child = fork();
+    CHECK(child >= 0, "fork");
+    if (child == 0) {
+        uint32_t c = 0;
+        tcm_permit_t pc = {&c, NULL, 1, 0, {0}};
+        if (get_(a, &pc) != TCM_RESULT_ERROR_INVALID_ARGUMENT)
+            _exit(2);
+        tcm_client_id_t cid = 0;
+        tcm_permit_handle_t h = NULL;
+        if (connect_(callback, &cid) != TCM_RESULT_SUCCESS ||
+            request_(cid, ask(1, 2, 0), NULL, &h, &pc) != TCM_RESULT_SUCCESS || c < 1)
+            _exit(3);
+        _exit(0);
+    }
+    int status = 0;
+    CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "the forked child: status %d", status);
+    CHECK(read_permit(a) >= 1, "the parent's permit is untouched by the child");
+
     CHECK(disconnect_(id) == TCM_RESULT_SUCCESS, "disconnect");
     CHECK(get_(a, &px) == TCM_RESULT_ERROR_INVALID_ARGUMENT, "permits go with their client");
     CHECK(disconnect_(id) == TCM_RESULT_ERROR_INVALID_ARGUMENT, "a second disconnect");
+    /* Never unloaded (its threads run its code): still there after
+     * dlclose. */
+    dlclose(lib);
+    CHECK(dlopen(argv[1], RTLD_NOW | RTLD_NOLOAD) != NULL, "the library stays loaded");
     printf("ok\n");
     return 0;
 }
