@@ -3,6 +3,7 @@
 #
 #   PREFIX/lib/liballot.so* ...        liballot (scripts/install-liballot.sh)
 #   PREFIX/lib/allot/liballot_shim.so  the OpenMP shim (`allot shim`)
+#   PREFIX/lib/allot/tcm/              allot's thread composability manager (`allot shim`)
 #   PREFIX/lib/slurm/spank_allot.so    the SPANK plugin, built against
 #                                      Slurm's spank.h and linked with
 #                                      liballot (rpath PREFIX/lib)
@@ -47,5 +48,5 @@ mv -f "$tmp" "$prefix/lib/slurm/spank_allot.so"
 cat <<MSG
 install-slurm-plugin: installed into $prefix
   plugstack.conf (e.g. /etc/slurm/plugstack.conf.d/allot.conf):
-    required $prefix/lib/slurm/spank_allot.so socket=/run/allot/allot.sock shim=$prefix/lib/allot/liballot_shim.so
+    required $prefix/lib/slurm/spank_allot.so socket=/run/allot/allot.sock shim=$prefix/lib/allot/liballot_shim.so tcm=$prefix/lib/allot/tcm
 MSG

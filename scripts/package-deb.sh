@@ -153,8 +153,9 @@ cat >"$sstage/etc/slurm/plugstack.conf.d/allot.conf" <<CONF
 # allot's SPANK plugin (docs/slurm.md): every job step on this node runs in
 # a cell of the node's broker. Loaded when /etc/slurm/plugstack.conf has
 #   include /etc/slurm/plugstack.conf.d/*.conf
-# Options: socket=PATH, shim=PATH (omit: none), state=DIR, borrow=no.
-required /usr/lib/allot/spank_allot.so socket=/run/allot/allot.sock shim=/usr/lib/allot/liballot_shim.so
+# Options: socket=PATH, shim=PATH (omit: none), tcm=DIR (omit: none),
+# state=DIR, borrow=no.
+required /usr/lib/allot/spank_allot.so socket=/run/allot/allot.sock shim=/usr/lib/allot/liballot_shim.so tcm=/usr/lib/allot/tcm
 CONF
 ssize=$(du -sk --exclude=DEBIAN "$sstage" | cut -f1)
 cat >"$sstage/DEBIAN/control" <<CONTROL

@@ -71,7 +71,7 @@ installed=1
 dpkg -L allot | sort >"$work/files"
 if [ "${#slurm[@]}" = 1 ]; then
   dpkg -L allot-slurm | sort >>"$work/files"
-  for p in /usr/lib/allot/spank_allot.so /usr/lib/allot/liballot_shim.so /etc/slurm/plugstack.conf.d/allot.conf; do
+  for p in /usr/lib/allot/spank_allot.so /usr/lib/allot/liballot_shim.so /usr/lib/allot/tcm/libtcm.so.1 /etc/slurm/plugstack.conf.d/allot.conf; do
     [ -e "$p" ] || fail "allot-slurm did not install $p"
   done
   grep -q '^required /usr/lib/allot/spank_allot.so ' /etc/slurm/plugstack.conf.d/allot.conf \

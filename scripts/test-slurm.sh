@@ -84,15 +84,17 @@ has_cell() { [ -n "$(spec_of "$1")" ]; }
 submit() { sbatch --parsable -o "$cluster/jobs/%j.out" "$@"; }
 
 echo "==> a step runs in its cell with allot run's environment"
-out=$(srun -c 1 sh -c 'echo "cell=$ALLOT_CELL fd=$ALLOT_GRANT_FD omp=$OMP_NUM_THREADS preload=$LD_PRELOAD"; sed -n "s/^[0-9]*:cpuset://p" /proc/self/cgroup; [ -e "/proc/self/fd/$ALLOT_GRANT_FD" ] && echo page-open')
+out=$(srun -c 1 sh -c 'echo "cell=$ALLOT_CELL fd=$ALLOT_GRANT_FD omp=$OMP_NUM_THREADS preload=$LD_PRELOAD"; echo "tcm=$TCM_ENABLE ld=$LD_LIBRARY_PATH"; sed -n "s/^[0-9]*:cpuset://p" /proc/self/cgroup; [ -e "/proc/self/fd/$ALLOT_GRANT_FD" ] && echo page-open; [ -n "$ALLOT_TCM_FD" ] && [ -e "/proc/self/fd/$ALLOT_TCM_FD" ] && echo table-open')
 echo "$out"
 cell=$(echo "$out" | sed -n 's/^cell=\([0-9][0-9]*\) .*/\1/p')
 [ -n "$cell" ] || fail "the step had no ALLOT_CELL"
 echo "$out" | grep -qx "/$slurm_cg/cell-$cell" || fail "the step's task was not in cell $cell's cpuset"
 echo "$out" | grep -q "preload=$cluster/lib/allot/liballot_shim.so" || fail "no shim preloaded"
 echo "$out" | grep -qx page-open || fail "the grant page descriptor was not inherited"
+echo "$out" | grep -q "^tcm=1 ld=$cluster/lib/allot/tcm" || fail "no thread composability manager for the step"
+echo "$out" | grep -qx table-open || fail "the permit table descriptor was not inherited"
 grep -q "allot: [0-9]*.0 runs in cell $cell (slurm-[0-9]*:" "$cluster/slurmd.log" || fail "slurmd's log does not say which cell"
-ok "srun step in cell $cell, page inherited, shim preloaded"
+ok "srun step in cell $cell, page inherited, shim preloaded, TCM offered"
 out=$(srun -n 2 -c 1 sh -c 'echo "task $SLURM_PROCID cell=$ALLOT_CELL $(sed -n "s/^[0-9]*:cpuset://p" /proc/self/cgroup)"' | sort)
 echo "$out"
 [ "$(echo "$out" | wc -l)" -eq 2 ] || fail "srun -n 2 ran $(echo "$out" | wc -l) tasks"

@@ -16,7 +16,10 @@
  *   slurm_spank_user_init      (as the user, before the tasks fork)
  *       Puts the cell's environment in the tasks' environment, the one
  *       `allot run` gives (allot_cell_environment): thread counts, the
- *       grant page, the OpenMP shim when the operator named one. A step
+ *       grant page, the OpenMP shim when the operator named one, and
+ *       allot's Thread Composability Manager for oneTBB and Intel OpenMP
+ *       when the operator named its directory (allot_cell_tcm_environment,
+ *       unless the user set TCM_ENABLE). A step
  *       without a cell gets allot's variables removed instead, so that
  *       none inherited from the submitting shell points at a stale cell.
  *   slurm_spank_job_epilog     (root, once per job and node, at its end)
@@ -32,6 +35,9 @@
  *   socket=PATH   the broker's socket (default /run/allot/allot.sock)
  *   shim=PATH     liballot_shim.so, installed by root (default: no shim;
  *                 OpenMP teams then keep their launch size)
+ *   tcm=DIR       the directory of allot's libtcm.so.1, installed by root
+ *                 (`allot shim --out D` writes D/tcm; default: none, and
+ *                 oneTBB and Intel OpenMP size themselves)
  *   state=DIR     where the jobs' tickets are kept, created 0700 by root
  *                 (default /run/allot/slurm)
  *   borrow=no     a job never holds more CPUs than Slurm gave it (default
@@ -70,9 +76,10 @@ SPANK_PLUGIN(allot, 1);
 static struct {
     char socket[4096];
     char shim[4096];
+    char tcm[4096];
     char state[4096];
     int borrow;
-} conf = {DEFAULT_SOCKET, "", DEFAULT_STATE, 1};
+} conf = {DEFAULT_SOCKET, "", "", DEFAULT_STATE, 1};
 
 static int user_off;        /* --allot=off */
 static allot_cell_t cell;   /* the step's cell; id 0: none */
@@ -120,6 +127,7 @@ static int parse_args(int ac, char **av)
         const char *a = av[i];
         if (option_value(a, "socket", conf.socket, sizeof conf.socket) ||
             option_value(a, "shim", conf.shim, sizeof conf.shim) ||
+            option_value(a, "tcm", conf.tcm, sizeof conf.tcm) ||
             option_value(a, "state", conf.state, sizeof conf.state))
             continue;
         if (strcmp(a, "borrow=yes") == 0) {
@@ -128,7 +136,7 @@ static int parse_args(int ac, char **av)
             conf.borrow = 0;
         } else {
             slurm_error("allot: unknown plugstack.conf option \"%s\" "
-                        "(known: socket=PATH, shim=PATH, state=DIR, borrow=yes|no); ignored",
+                        "(known: socket=PATH, shim=PATH, tcm=DIR, state=DIR, borrow=yes|no); ignored",
                         a);
         }
     }
@@ -354,6 +362,35 @@ static void set_var(const char *name, const char *value, void *arg)
         slurm_error("allot: cannot set %s for the step's tasks", name);
 }
 
+/* allot's Thread Composability Manager for the step's tasks, when the
+ * operator named its directory, unless the user set TCM_ENABLE=0 (which
+ * keeps oneTBB and Intel OpenMP on their own). A TCM_ENABLE=1 inherited
+ * from a batch step is renewed with a permit table of this step's. */
+static void give_tcm(spank_t sp)
+{
+    if (!conf.tcm[0])
+        return;
+    char value[16];
+    if (spank_getenv(sp, "TCM_ENABLE", value, sizeof value) == ESPANK_SUCCESS &&
+        atoi(value) == 0)
+        return;
+    char path[4096];
+    const char *existing = NULL;
+    if (spank_getenv(sp, "LD_LIBRARY_PATH", path, sizeof path) == ESPANK_SUCCESS &&
+        path[0] != '\0')
+        existing = path;
+    /* Not twice: an srun inside a batch script inherits the directory. */
+    size_t n = strlen(conf.tcm);
+    if (existing && strncmp(existing, conf.tcm, n) == 0 &&
+        (existing[n] == ':' || existing[n] == '\0'))
+        existing = existing[n] == ':' && existing[n + 1] ? existing + n + 1 : NULL;
+    spank_unsetenv(sp, "TCM_ENABLE");
+    if (allot_cell_tcm_environment(cell, conf.tcm, existing, set_var, sp) != ALLOT_OK)
+        slurm_error("allot: cannot give the step the thread composability manager (%s); "
+                    "oneTBB and Intel OpenMP size themselves",
+                    allot_last_error());
+}
+
 int slurm_spank_user_init(spank_t sp, int ac, char **av)
 {
     (void)ac;
@@ -382,6 +419,7 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av)
         slurm_error("allot: cannot give the step its cell's environment (%s); "
                     "its runtimes size themselves as without allot",
                     allot_last_error());
+    give_tcm(sp);
     return 0;
 }
 

@@ -124,7 +124,7 @@ slurm_port() { # a free local TCP port
 }
 
 slurm_plugin_on() {
-  echo "required $cluster/lib/slurm/spank_allot.so socket=$ALLOT_SOCKET shim=$cluster/lib/allot/liballot_shim.so state=$cluster/tickets $*" \
+  echo "required $cluster/lib/slurm/spank_allot.so socket=$ALLOT_SOCKET shim=$cluster/lib/allot/liballot_shim.so tcm=$cluster/lib/allot/tcm state=$cluster/tickets $*" \
     >"$cluster/plugstack.conf"
 }
 

@@ -323,6 +323,28 @@ int allot_cell_environment(allot_cell_t cell, const char *shim,
                            const char *preload, allot_env_set_fn set,
                            void *arg);
 
+/* allot's Thread Composability Manager for the programs a launcher starts
+ * in `cell` (crates/capi/TCM.md): oneTBB and Intel's OpenMP runtime then
+ * ask it how many threads they may run, and it divides the cell's grant
+ * among them. Calls set(name, value, arg) for TCM_ENABLE=1 (a launcher
+ * skips the call where the user set TCM_ENABLE=0), ALLOT_TCM_FD, the number of a new
+ * permit table this call opens without close-on-exec (it stays open in
+ * the caller, so the processes it starts inherit it and divide the grant
+ * together; close it once they are started), and LD_LIBRARY_PATH: `tcm_dir`
+ * (where `allot shim --out DIR` wrote it: DIR/tcm, holding libtcm.so.1)
+ * first, then `library_path` (the current LD_LIBRARY_PATH, or NULL).
+ * Strings passed to `set` live only for the call.
+ *
+ * Contexts: any thread. Does not block.
+ * Errors: ALLOT_ERR_INVALID (set or tcm_dir NULL; a string empty; no
+ *   libtcm.so.1 in tcm_dir); ALLOT_ERR_HANDLE; ALLOT_ERR_SHUTDOWN;
+ *   ALLOT_ERR_OS (no memory file for the table).
+ * Undefined behaviour: a string not NUL-terminated; `set` not callable as
+ *   declared. */
+int allot_cell_tcm_environment(allot_cell_t cell, const char *tcm_dir,
+                               const char *library_path, allot_env_set_fn set,
+                               void *arg);
+
 /* The longest ticket allot_cell_ticket writes, with its NUL. */
 #define ALLOT_TICKET_MAX 42
 

@@ -149,16 +149,29 @@ pub fn variables(
         ));
     }
     if let Some((dir, fd)) = &c.tcm {
-        // A user's own TCM_ENABLE (0 turns the manager off) is kept.
-        if current(TCM_ENABLE).is_none() {
-            out.push((TCM_ENABLE.into(), "1".into()));
-        }
-        out.push((allot_proto::env::TCM_FD.into(), fd.to_string().into()));
-        out.push((
-            "LD_LIBRARY_PATH".into(),
-            crate::tcm::library_path_with(dir, current("LD_LIBRARY_PATH").as_deref()),
-        ));
+        out.extend(tcm_variables(dir, *fd, current));
     }
+    out
+}
+
+/// What turns allot's Thread Composability Manager on for a program:
+/// `TCM_ENABLE=1` (a user's own value, 0 turning it off, is kept), the
+/// permit table's descriptor `fd`, and `dir` (where `libtcm.so.1` is)
+/// first on `LD_LIBRARY_PATH`.
+pub fn tcm_variables(
+    dir: &std::path::Path,
+    fd: i32,
+    current: &dyn Fn(&str) -> Option<OsString>,
+) -> Vec<(String, OsString)> {
+    let mut out = Vec::new();
+    if current(TCM_ENABLE).is_none() {
+        out.push((TCM_ENABLE.into(), "1".into()));
+    }
+    out.push((allot_proto::env::TCM_FD.into(), fd.to_string().into()));
+    out.push((
+        "LD_LIBRARY_PATH".into(),
+        crate::tcm::library_path_with(dir, current("LD_LIBRARY_PATH").as_deref()),
+    ));
     out
 }
 

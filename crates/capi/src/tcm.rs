@@ -35,9 +35,11 @@ pub const TCM_NAMES: [&str; 2] = ["libtcm.so.1", "libtcm.so"];
 pub const TABLE_BYTES: u64 = 16384;
 
 /// Writes the library into `TCM_DIR_NAME` under `dir` (under both of
-/// [`TCM_NAMES`]) and returns that directory.
-pub fn install_tcm(dir: &TrustedDir) -> Result<PathBuf, DirError> {
-    let sub = TrustedDir::create(&dir.join(TCM_DIR_NAME), 0o700)?;
+/// [`TCM_NAMES`]; the directory made with permission bits `mode`: 0o700
+/// for one user's programs, 0o755 for every user's) and returns that
+/// directory.
+pub fn install_tcm(dir: &TrustedDir, mode: u32) -> Result<PathBuf, DirError> {
+    let sub = TrustedDir::create(&dir.join(TCM_DIR_NAME), mode)?;
     let io = |e: io::Error| DirError::Io {
         path: sub.path().to_path_buf(),
         source: e,
@@ -130,13 +132,13 @@ mod tests {
     fn install_makes_one_file_under_both_names_and_is_idempotent() {
         let t = tempfile::tempdir().unwrap();
         let dir = TrustedDir::create(t.path(), 0o700).unwrap();
-        let sub = install_tcm(&dir).unwrap();
+        let sub = install_tcm(&dir, 0o700).unwrap();
         assert_eq!(sub, dir.join(TCM_DIR_NAME));
         let meta = |n: &str| std::fs::symlink_metadata(sub.join(n)).unwrap();
         use std::os::unix::fs::MetadataExt;
         assert_eq!(meta(TCM_NAMES[0]).ino(), meta(TCM_NAMES[1]).ino());
         assert_eq!(std::fs::read(sub.join(TCM_NAMES[1])).unwrap(), TCM_SO);
-        assert_eq!(install_tcm(&dir).unwrap(), sub);
+        assert_eq!(install_tcm(&dir, 0o700).unwrap(), sub);
         assert_eq!(meta(TCM_NAMES[0]).ino(), meta(TCM_NAMES[1]).ino());
     }
 

@@ -558,6 +558,69 @@ unsafe extern "C" fn collect(name: *const c_char, value: *const c_char, arg: *mu
 }
 
 #[test]
+fn a_launcher_gets_allot_s_thread_composability_manager() {
+    let b = TestBroker::start();
+    let c = b.register("capi-tcm", Spec::default(), false).unwrap();
+    let t = tempfile::tempdir().unwrap();
+    let trusted = allot_proto::dirs::TrustedDir::create(t.path(), 0o700).unwrap();
+    let dir = allot_capi::tcm::install_tcm(&trusted, 0o700).unwrap();
+    let dir_c = std::ffi::CString::new(dir.to_str().unwrap()).unwrap();
+    let mut vars: Vec<(String, String)> = Vec::new();
+    let arg = (&raw mut vars).cast::<c_void>();
+    // SAFETY: valid strings, callback and argument.
+    let rc = unsafe {
+        allot_capi::abi::launcher::allot_cell_tcm_environment(
+            c,
+            dir_c.as_ptr(),
+            c"/opt/lib".as_ptr(),
+            Some(collect),
+            arg,
+        )
+    };
+    ok(rc);
+    let get = |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    assert_eq!(get("TCM_ENABLE").as_deref(), Some("1"));
+    assert_eq!(
+        get("LD_LIBRARY_PATH").unwrap(),
+        format!("{}:/opt/lib", dir.display())
+    );
+    // The permit table: open, inheritable, the table's size.
+    let fd: i32 = get("ALLOT_TCM_FD").unwrap().parse().unwrap();
+    // SAFETY: the call opened it for us; we own it from here.
+    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    assert!(
+        !rustix::io::fcntl_getfd(&fd)
+            .unwrap()
+            .contains(rustix::io::FdFlags::CLOEXEC)
+    );
+    assert_eq!(
+        std::fs::File::from(fd).metadata().unwrap().len(),
+        allot_capi::tcm::TABLE_BYTES
+    );
+    // A directory without the library: a clear error, nothing set.
+    vars.clear();
+    let arg = (&raw mut vars).cast::<c_void>();
+    // SAFETY: as above.
+    let rc = unsafe {
+        allot_capi::abi::launcher::allot_cell_tcm_environment(
+            c,
+            c"/nonexistent".as_ptr(),
+            std::ptr::null(),
+            Some(collect),
+            arg,
+        )
+    };
+    assert_eq!(status(rc), Status::Invalid);
+    assert!(vars.is_empty());
+    assert!(
+        last_error().contains("allot shim --out"),
+        "{}",
+        last_error()
+    );
+    ok(allot_cell_free(c));
+}
+
+#[test]
 fn a_launcher_gets_the_environment_allot_run_gives() {
     let b = TestBroker::start();
     let spec = Spec {

@@ -32,7 +32,7 @@ fn tcm_dir() -> &'static Path {
     static P: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     P.get_or_init(|| {
         let dir = allot_proto::dirs::TrustedDir::create(&work_dir().join("shim"), 0o700).unwrap();
-        tcm::install_tcm(&dir).unwrap()
+        tcm::install_tcm(&dir, 0o700).unwrap()
     })
 }
 

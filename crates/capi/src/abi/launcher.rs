@@ -61,6 +61,67 @@ pub unsafe extern "C" fn allot_cell_environment(
     })
 }
 
+/// `int allot_cell_tcm_environment(allot_cell_t cell, const char *tcm_dir,
+/// const char *library_path, allot_env_set_fn set, void *arg)`: allot's
+/// Thread Composability Manager for the programs a launcher starts in
+/// `cell` (see `allot.h`).
+///
+/// # Safety
+/// `tcm_dir` is a NUL-terminated string, `library_path` null or one; `set`
+/// is a function safe to call with two NUL-terminated strings and `arg`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn allot_cell_tcm_environment(
+    cell: CellHandle,
+    tcm_dir: *const c_char,
+    library_path: *const c_char,
+    set: Option<SetFn>,
+    arg: *mut c_void,
+) -> c_int {
+    entry("allot_cell_tcm_environment", || {
+        let set = set.ok_or_else(|| Error::invalid("set is NULL; pass a function to call"))?;
+        // SAFETY: per the contract.
+        let dir = unsafe { optional(tcm_dir, "tcm_dir") }?
+            .map(PathBuf::from)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "tcm_dir is NULL; pass the directory `allot shim --out` wrote the manager into",
+                )
+            })?;
+        // SAFETY: per the contract.
+        let library_path = unsafe { optional(library_path, "library_path") }?;
+        if !dir.join(crate::tcm::TCM_NAMES[0]).is_file() {
+            return Err(Error::invalid(format!(
+                "{} holds no {}; write it with `allot shim --out DIR` (DIR/tcm)",
+                dir.display(),
+                crate::tcm::TCM_NAMES[0]
+            )));
+        }
+        ensure_live()?;
+        CELLS.with(cell.id, |_| ())?;
+        let fd = crate::tcm::permit_table()
+            .map_err(|e| {
+                Error::new(
+                    super::status::Status::Os,
+                    format!("cannot make the permit table: {e}"),
+                )
+            })?
+            .into_raw_fd();
+        let current = |name: &str| match name {
+            "LD_LIBRARY_PATH" => library_path.clone(),
+            _ => None,
+        };
+        for (name, value) in crate::environ::tcm_variables(&dir, fd, &current) {
+            let name = CString::new(name).map_err(|_| Error::invalid("a NUL in a name"))?;
+            let value = CString::new(value.into_vec())
+                .map_err(|_| Error::invalid("a NUL in tcm_dir or library_path"))?;
+            // SAFETY: two NUL-terminated strings that outlive the call, and
+            // `arg`, per the contract.
+            unsafe { set(name.as_ptr(), value.as_ptr(), arg) };
+        }
+        Ok(())
+    })
+}
+
 /// The variables for a program in `c` (opening the inheritable page
 /// descriptor they name).
 fn cell_variables(
@@ -98,8 +159,8 @@ fn cell_variables(
         cell: page,
         jobserver: None,
         shim,
-        // The launcher's caller installs the shim; allot's TCM comes with
-        // `allot run` only (crates/capi/TCM.md).
+        // A launcher asks for the manager apart
+        // (`allot_cell_tcm_environment`).
         tcm: None,
     };
     let current = |name: &str| match name {

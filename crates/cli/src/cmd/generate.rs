@@ -25,7 +25,8 @@ pub struct ManArgs {
 /// Arguments of `allot shim`.
 #[derive(Debug, clap::Args)]
 pub struct ShimArgs {
-    /// Directory to write liballot_shim.so into; created (mode 0755) if
+    /// Directory to write liballot_shim.so (and allot's thread
+    /// composability manager, as DIR/tcm) into; created (mode 0755) if
     /// missing. It and every directory above it must be writable only by
     /// you or root: the shim is preloaded into other programs.
     #[arg(long, value_name = "DIR")]
@@ -33,7 +34,8 @@ pub struct ShimArgs {
 }
 
 /// Writes the OpenMP shim into `a.out` as `liballot_shim.so` (a link to
-/// the build's own file name) and prints its path.
+/// the build's own file name) and allot's Thread Composability Manager as
+/// `tcm` (a link to its directory), and prints both paths.
 pub fn shim(a: ShimArgs) -> i32 {
     let dir = match allot_proto::dirs::TrustedDir::create(&a.out, 0o755) {
         Ok(d) => d,
@@ -58,7 +60,29 @@ pub fn shim(a: ShimArgs) -> i32 {
         eprintln!("allot: cannot link {}: {e}", link.display());
         return 1;
     }
+    // allot's Thread Composability Manager beside it, under a stable name
+    // (DIR/tcm) for launchers (allot_cell_tcm_environment).
+    let tcm = match allot_capi::tcm::install_tcm(&dir, 0o755) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!(
+                "allot: cannot write the thread composability manager into {}: {e}",
+                a.out.display()
+            );
+            return 1;
+        }
+    };
+    let link = a.out.join("tcm");
+    let tmp = a.out.join(".tcm.new");
+    let _ = std::fs::remove_file(&tmp);
+    let linked = std::os::unix::fs::symlink(allot_capi::tcm::TCM_DIR_NAME, &tmp)
+        .and_then(|()| std::fs::rename(&tmp, &link));
+    if let Err(e) = linked {
+        eprintln!("allot: cannot link {}: {e}", link.display());
+        return 1;
+    }
     let _ = writeln!(std::io::stdout(), "{}", installed.display());
+    let _ = writeln!(std::io::stdout(), "{}", tcm.display());
     0
 }
 

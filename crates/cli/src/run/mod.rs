@@ -579,7 +579,7 @@ pub fn run(a: Args) -> i32 {
 fn tcm_ready(socket: &std::path::Path) -> Option<(std::path::PathBuf, rustix::fd::OwnedFd)> {
     let dir = shim_dir(socket)
         .map_err(|e| e.to_string())
-        .and_then(|d| allot_capi::tcm::install_tcm(&d).map_err(|e| e.to_string()));
+        .and_then(|d| allot_capi::tcm::install_tcm(&d, 0o700).map_err(|e| e.to_string()));
     match dir.and_then(|d| {
         Ok((
             d,
