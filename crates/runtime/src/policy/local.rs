@@ -8,7 +8,8 @@
 //!   the spec's `overflow` tasks in its own deque, an idle worker's offers
 //!   or the shared queue for overflow placement); its *inbox* for a task
 //!   given a worker by name. Tasks from outside the pool go to the
-//!   shared FIFO queue (or an inbox, when the placement names workers);
+//!   shared FIFO queue (or a worker's offers, when the placement names
+//!   workers);
 //! - the worker's own deques: `local-lifo` keeps all its tasks in one LIFO
 //!   deque (newest first: depth-first, cache-warm). `local-fifo` keeps
 //!   spawned tasks in a FIFO deque (oldest first: breadth-first, fair among
@@ -18,8 +19,8 @@
 //!   in turn and takes the next, one stack frame per queued task;
 //! - dequeue, level by level from the highest: the fork deque, the own
 //!   deque, the inbox, the offers, then the shared queue (a batch of it
-//!   moves into the deque). When waiting (`Hint::Wait`): the fork deque only (the one
-//!   deque of `local-lifo`);
+//!   moves into the deque). When waiting (`Hint::Wait`): the fork deque
+//!   only (the one deque of `local-lifo`);
 //! - idle: steal the *oldest* task of the highest level from the other
 //!   workers (fork deque, then own deque; only fork deques when waiting),
 //!   once around in the spec's [`Victims`](super::Victims) order
