@@ -46,6 +46,8 @@
 #            TCM, Intel's TCM (scripts/bench-tcm.sh's experiment): tcm.txt
 #   cells    activation and suspension of time-triggered cells of 1, 2, C/2
 #            and C-1 CPUs (Tessellation's Table 1): cells.txt
+#   noise    OS noise on a one-CPU partition against a shared CPU, beside
+#            C-2 hogs (scripts/bench-noise.sh's experiment): noise.txt
 #   launch   `allot bench launch --runs 100 --burst 8`, then spaced apart
 #            (`--runs 30 --gap 300`), on cgroup2 and affinity where cgroup2
 #            has a cpuset controller (else every backend available)
@@ -53,8 +55,9 @@
 #   cleanup  the broker removes its cgroups when stopped
 #
 # Every run is printed as it ends; a summary table follows. Results (at most
-# 10 files) go to --out: console.log, runs.csv, summary.txt, machine.txt,
-# launch.txt, tests.txt, broker.log, timelines.txt, cells.txt, tcm.txt. Exit status 0 unless something broke:
+# 11 files) go to --out: console.log, runs.csv, summary.txt, machine.txt,
+# launch.txt, tests.txt, broker.log, timelines.txt, cells.txt, tcm.txt,
+# noise.txt. Exit status 0 unless something broke:
 # a program died or gave a wrong answer, an allot or split run hit its time
 # limit, a step failed, a test failed, or cgroups were left behind. A
 # baseline (one, dynamic, passive, seq) hitting its limit is a result (shown
@@ -402,7 +405,7 @@ collect_broker_logs() {
 setup() {
   mkdir -p "$OUT"
   OUT=$(cd "$OUT" && pwd)
-  rm -f "$OUT"/{console.log,runs.csv,summary.txt,machine.txt,launch.txt,tests.txt,broker.log,timelines.txt,cells.txt,tcm.txt}
+  rm -f "$OUT"/{console.log,runs.csv,summary.txt,machine.txt,launch.txt,tests.txt,broker.log,timelines.txt,cells.txt,tcm.txt,noise.txt}
   work=$(mktemp -d /tmp/allot-b16.XXXXXX)
   chmod 700 "$work"
   mkdir -p "$work"/{bin,batch,tmp,xdg,auto}
@@ -621,6 +624,7 @@ main() {
   step_bind
   step_tcm
   step_cells
+  step_noise
   step_numpy
   step_unequal
   step_arrival

@@ -175,6 +175,45 @@ print("  %s CPUs: activation first %.1f / all %.1f us (p99 %.1f), suspension %.1
   done
 }
 
+# OS noise on a partition CPU against a shared one (scripts/bench-noise.sh's
+# experiment), beside C-2 CPU hogs in best-effort cells: a thread spinning
+# on the clock counts the gaps in its readings (`allot bench noise`), once
+# in a one-CPU partition (`allot run --partition 1`: on cgroup v2 a cpuset
+# partition, `cpuset.cpus.partition`, where the kernel has it) and once in
+# an ordinary cell; noise.txt has each run's JSON.
+step_noise() {
+  local secs=5 i kind opts line
+  ((QUICK)) && secs=1
+  say "== noise: a spinning thread's detours over $secs s, in a partition and shared, beside $((NCPU - 2)) hogs"
+  if ! fits $((2 * secs + 10)); then
+    skipped_for_time=$((skipped_for_time + 1))
+    say "skipped (time budget)"
+    return
+  fi
+  for ((i = 0; i < NCPU - 2; i++)); do
+    setsid env "ALLOT_SOCKET=$daemon_sock" "$ALLOT" run --no-start --name "hog-$i" -- \
+      sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 &
+    PIDS+=($!)
+  done
+  sleep 1
+  : >"$OUT/noise.txt"
+  for kind in partition shared; do
+    opts=()
+    [[ $kind == partition ]] && opts=(--partition 1)
+    if ! line=$(timeout -k 5 $((secs + 20)) env "ALLOT_SOCKET=$daemon_sock" "$ALLOT" run --no-start \
+      --name "noise-$kind" "${opts[@]}" -- "$ALLOT" bench noise --seconds "$secs" 2>>"$OUT/noise.txt"); then
+      fail "the $kind noise run failed (see noise.txt)"
+      continue
+    fi
+    printf '%s %s\n' "$kind" "$line" >>"$OUT/noise.txt"
+    say "$(printf '%s' "$line" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+print("  %-9s %8d detours, %6.2f %% lost, longest %.1f us, p99.9 %.1f us, p99 %.1f us" % (sys.argv[1], r["detours"], 100 * r["lost"], r["max_us"], r["p999_us"], r["p99_us"]))' "$kind")"
+  done
+  kill_batch
+}
+
 step_numpy() {
   local k=4 rep out per mode lim i
   say "== numpy: $k programs multiplying ${BLAS_SIZE}x${BLAS_SIZE} matrices"
