@@ -2,6 +2,8 @@
 //! a C program would, and read their error details.
 #![allow(dead_code)]
 
+pub mod broker;
+
 use allot_capi::abi::cell::*;
 use allot_capi::abi::pool::*;
 use allot_capi::abi::status::Status;
