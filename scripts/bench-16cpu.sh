@@ -47,17 +47,22 @@
 #   cells    activation and suspension of time-triggered cells of 1, 2, C/2
 #            and C-1 CPUs (Tessellation's Table 1): cells.txt
 #   noise    OS noise on a one-CPU partition against a shared CPU, beside
-#            C-2 hogs (scripts/bench-noise.sh's experiment): noise.txt
+#            C-2 hogs (scripts/bench-noise.sh's experiment), and what the
+#            kernel made of each cell's cpuset: noise.txt
+#   memory   a cell's memory guarantee and limit in its own cgroup, and a
+#            program past its limit killed inside its cell: memory.txt
 #   launch   `allot bench launch --runs 100 --burst 8`, then spaced apart
 #            (`--runs 30 --gap 300`), on cgroup2 and affinity where cgroup2
 #            has a cpuset controller (else every backend available)
 #   tests    the cgroup v2 live tests, from pre-built test binaries (--tests)
 #   cleanup  the broker removes its cgroups when stopped
 #
-# Every run is printed as it ends; a summary table follows. Results (at most
-# 11 files) go to --out: console.log, runs.csv, summary.txt, machine.txt,
-# launch.txt, tests.txt, broker.log, timelines.txt, cells.txt, tcm.txt,
-# noise.txt. Exit status 0 unless something broke:
+# Every run is printed as it ends; a summary table follows. Results go to
+# --out: console.log, runs.csv, summary.txt, machine.txt, launch.txt,
+# tests.txt, broker.log, timelines.txt, cells.txt, tcm.txt, noise.txt,
+# memory.txt, stuck.txt (what programs of allot's that still ran just
+# before their time limit were doing; machine.txt also says whether the
+# machine has resctrl). Exit status 0 unless something broke:
 # a program died or gave a wrong answer, an allot or split run hit its time
 # limit, a step failed, a test failed, or cgroups were left behind. A
 # baseline (one, dynamic, passive, seq) hitting its limit is a result (shown
@@ -87,6 +92,9 @@
 #                        Intel OpenMP, Intel's TCM and the TCM workloads into DIR
 #                        (about 10 MiB) and exit
 #   --tcm DIR            run the tcm step with the kit in DIR
+#   --only LIST          run only these steps (comma-separated: launch,
+#                        timeline, tests, bind, tcm, cells, noise, memory,
+#                        numpy, unequal, arrival, sweep)
 set -euo pipefail
 export LC_ALL=C
 
@@ -106,6 +114,7 @@ BACKEND=auto
 BUILD_TESTS=""
 BUILD_TCM=""
 TCM_KIT=""
+ONLY=""
 LIMIT_EXTRA=0 # seconds added to every batch's time limit
 
 usage() {
@@ -132,6 +141,7 @@ parse_args() {
       --build-tests) BUILD_TESTS=${2:?--build-tests needs a directory}; shift 2 ;;
       --build-tcm) BUILD_TCM=${2:?--build-tcm needs a directory}; shift 2 ;;
       --tcm) TCM_KIT=${2:?--tcm needs a directory}; shift 2 ;;
+      --only) ONLY=",${2:?--only needs a list of steps},"; shift 2 ;;
       -h|--help) usage; exit 0 ;;
       *) die "unknown argument '$1' (see --help)" ;;
     esac
@@ -405,7 +415,7 @@ collect_broker_logs() {
 setup() {
   mkdir -p "$OUT"
   OUT=$(cd "$OUT" && pwd)
-  rm -f "$OUT"/{console.log,runs.csv,summary.txt,machine.txt,launch.txt,tests.txt,broker.log,timelines.txt,cells.txt,tcm.txt,noise.txt}
+  rm -f "$OUT"/{console.log,runs.csv,summary.txt,machine.txt,launch.txt,tests.txt,broker.log,timelines.txt,cells.txt,tcm.txt,noise.txt,memory.txt,stuck.txt}
   work=$(mktemp -d /tmp/allot-b16.XXXXXX)
   chmod 700 "$work"
   mkdir -p "$work"/{bin,batch,tmp,xdg,auto}
@@ -500,6 +510,13 @@ describe_machine() {
       echo "cgroup2 root $root: controllers: $(cat "$root/cgroup.controllers" 2>/dev/null)"
       echo "  subtree_control: $(cat "$root/cgroup.subtree_control" 2>/dev/null)"
     fi
+    echo "== resctrl (cache and memory bandwidth allocation; read, never mounted)"
+    echo "in /proc/filesystems: $(grep -qw resctrl /proc/filesystems 2>/dev/null && echo yes || echo no)"
+    echo "CPU flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(rdt_a|cat_l3|cat_l2|cdp_l3|mba|cqm_llc|cqm_occup_llc|cqm_mbm_total|cqm_mbm_local)$' | tr '\n' ' ')"
+    grep resctrl /proc/mounts || echo "not mounted"
+    if [[ -d /sys/fs/resctrl/info ]]; then
+      (cd /sys/fs/resctrl/info && grep -r . . 2>/dev/null | head -n 40)
+    fi
     echo "== allot topology"
     timeout 10 "$ALLOT" topology 2>&1 || true
     echo "== compilers and runtimes"
@@ -536,7 +553,14 @@ start_daemon() {
   mkdir -p "$work/daemon"
   chmod 700 "$work/daemon"
   [[ $BACKEND != auto ]] && backend=(--backend "$BACKEND")
+  # Exclusive cells become kernel cpuset partitions where the backend
+  # makes them (cgroup v2); the interrupt and workqueue mover that
+  # `isolate` also turns on works on an empty private tree, so that
+  # nothing of the machine's own changes.
+  mkdir -p "$work/no-irq"
+  printf 'isolate = true\nisolate_root = "%s"\n' "$work/no-irq" >"$work/broker.toml"
   setsid "$ALLOT" daemon --socket "$daemon_sock" --cgroup-name "$tag-d" "${backend[@]}" \
+    --config "$work/broker.toml" \
     </dev/null >>"$work/daemon.log" 2>&1 &
   daemon_pid=$!
   for ((i = 0; i < 200; i++)); do
@@ -618,17 +642,12 @@ main() {
   compile_workload
   start_daemon
   calibrate
-  step_launch
-  step_timeline
-  step_tests
-  step_bind
-  step_tcm
-  step_cells
-  step_noise
-  step_numpy
-  step_unequal
-  step_arrival
-  step_sweep
+  local step
+  for step in launch timeline tests bind tcm cells noise memory numpy unequal arrival sweep; do
+    if [[ -z $ONLY || $ONLY == *",$step,"* ]]; then
+      "step_$step"
+    fi
+  done
   step_stop_broker
   summarize
   say "results in $OUT ($(elapsed) s)"

@@ -43,7 +43,7 @@ build_cmd() {
     allot)
       CMD=(env "ALLOT_SOCKET=$daemon_sock" "$ALLOT" run --no-start --name "p$i" -- "${prog[@]}") ;;
     allot-bind)
-      CMD=(env OMP_PROC_BIND=true "ALLOT_SOCKET=$daemon_sock" "$ALLOT" run --no-start
+      CMD=(env OMP_PROC_BIND=true ALLOT_SHIM_DEBUG=1 "ALLOT_SOCKET=$daemon_sock" "$ALLOT" run --no-start
         --name "bound$i" -- "${prog[@]}") ;;
     auto)
       CMD=(env "ALLOT_SOCKET=$AUTO_SOCK" "ALLOT_CGROUP_NAME=$tag-a$AUTO_N")
@@ -74,6 +74,48 @@ record() { # section k mode rep makespan status load limit jobs note
 # each) in MODE, together, one after the other (seq) or 1 s apart
 # (arrival); checks their exits and answers; records and prints the
 # makespan. PATTERN defaults to together.
+# Describes the processes below the `timeout` pids given (after the
+# batch's label) that still run: per thread its state, wait channel, CPU
+# and allowed CPUs, its kernel stack where readable; per process its
+# cgroup's cpuset and freeze state. Appends to stuck.txt.
+describe_stuck() {
+  local label=$1 top p t g
+  shift
+  {
+    for top in "$@"; do
+      for p in $(descendants "$top"); do
+        [[ -r /proc/$p/status ]] || continue
+        echo "== $label: pid $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-160)"
+        g=/sys/fs/cgroup$(sed -n 's/^0:://p' "/proc/$p/cgroup" 2>/dev/null)
+        for f in cpuset.cpus.effective cgroup.freeze cgroup.events cpu.max; do
+          [[ -r $g/$f ]] && echo "  $g/$f: $(tr '\n' ' ' <"$g/$f")"
+        done
+        for t in /proc/"$p"/task/*; do
+          echo "  tid ${t##*/}: $(awk '{ print "state", $3, "cpu", $39 }' "$t/stat" 2>/dev/null)" \
+            "wchan $(cat "$t/wchan" 2>/dev/null)" \
+            "allowed $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "$t/status" 2>/dev/null)" \
+            "ctxsw $(sed -n 's/^voluntary_ctxt_switches:[[:space:]]*//p' "$t/status" 2>/dev/null)" \
+            "syscall $(cat "$t/syscall" 2>/dev/null)"
+          if [[ -r $t/stack ]]; then
+            sed 's/^/      /' "$t/stack" 2>/dev/null | head -n 6
+          fi
+        done
+      done
+    done
+    echo "== $label: the broker's view"
+    timeout 3 "$ALLOT" status --socket "$daemon_sock" 2>&1
+  } >>"$OUT/stuck.txt" 2>&1
+}
+
+# The pid $1 and every process below it.
+descendants() {
+  local c
+  echo "$1"
+  for c in $(cat /proc/"$1"/task/*/children 2>/dev/null); do
+    descendants "$c"
+  done
+}
+
 run_batch() {
   local section=$1 mode=$2 k=$3 rep=$4 limit=$5 pattern=${6:-together}
   local key="$section:$mode:$k" dir i t0 t1 rc line ans sec status note="" jobs=""
@@ -134,6 +176,17 @@ run_batch() {
       forget_pid "${pid_of[i]}"
     fi
   done
+  # A program still running a moment before the limit is described (its
+  # threads' states, wait channels and CPUs, its cell's cgroup) into
+  # stuck.txt, so that a hang says where it hangs.
+  local watcher=""
+  if uses_allot "$mode" && [[ $pattern != seq ]]; then
+    (
+      sleep "$(calc "$limit - 1.5")"
+      describe_stuck "$section $mode k=$k rep $rep" "${pid_of[@]}"
+    ) &
+    watcher=$!
+  fi
   for ((i = 0; i < k; i++)); do
     if [[ -z ${rcs[i]:-} ]]; then
       rc=0
@@ -144,6 +197,10 @@ run_batch() {
   done
   t1=${EPOCHREALTIME/./}
   PIDS=()
+  if [[ -n $watcher ]]; then
+    kill "$watcher" 2>/dev/null || true
+    wait "$watcher" 2>/dev/null || true
+  fi
   if [[ $mode == auto ]]; then
     [[ -z $AUTO_BACKEND ]] && AUTO_BACKEND=$(broker_field "$AUTO_SOCK" backend)
     stop_auto_broker "$AUTO_SOCK"
@@ -177,10 +234,18 @@ run_batch() {
     if uses_allot "$mode" && grep -q 'unconfined' "$dir/err.$i"; then
       died=$((died + 1))
       note+="p$i ran unconfined: $(grep -m1 unconfined "$dir/err.$i") "
-    elif uses_allot "$mode" && grep -q '^allot' "$dir/err.$i"; then
-      note+="p$i: $(grep -m1 '^allot' "$dir/err.$i") "
+    elif uses_allot "$mode" && grep -v ': active: cell' "$dir/err.$i" | grep -q '^allot'; then
+      note+="p$i: $(grep -v ': active: cell' "$dir/err.$i" | grep -m1 '^allot') "
     fi
   done
+  if ((timed)) && uses_allot "$mode"; then
+    for ((i = 0; i < k; i++)); do
+      if ((rcs[i] == 124 || rcs[i] == 137)); then
+        echo "== $label: program $i's last words"
+        tail -n 15 "$dir/err.$i"
+      fi
+    done >>"$OUT/stuck.txt" 2>&1
+  fi
   if ((died || wrong)); then
     status=FAIL
   elif ((timed)); then

@@ -14,23 +14,32 @@
  * ("Thread creation failed: Invalid argument").
  *
  * Rule: a binding the kernel accepts is never touched. Only when it is
- * refused with EINVAL, inside a cell, is it retried with the binding
- * carried into the grant (bind_into), in this order:
+ * refused with EINVAL, inside a cell, is it retried, in this order:
  *
- *   1. onto the grant on the page (the CPUs the broker published);
- *   2. onto the CPUs the calling thread (or the target thread) may use
- *      now: the page is published after the cgroup is written, so for a
- *      moment the page may still name CPUs the kernel already took away,
- *      while a thread's own mask is always inside its cpuset;
- *   3. (thread creation only) unbound: a mask of every CPU, which the
- *      kernel narrows to the cell's.
+ *   1. narrowed to the CPUs of the request on the page's grant (the CPUs
+ *      the broker published);
+ *   2. narrowed to the CPUs of the request the calling thread (or the
+ *      target thread) may use now: the page is published after the cgroup
+ *      is written, so for a moment the page may still name CPUs the kernel
+ *      already took away, while a thread's own mask is always inside its
+ *      cpuset;
+ *   3. unbound: a mask of every CPU, which the kernel narrows to the
+ *      cell's. The thread floats over the cell's CPUs, and the kernel's
+ *      load balancer puts it where no other thread runs.
+ *
+ * Why a binding with no CPU in the grant floats rather than being pinned
+ * to some CPU of the grant: the shim cannot know which of the grant's
+ * CPUs the team's other threads are bound to (those whose bindings the
+ * kernel accepted), so any fixed choice can put two spinning team threads
+ * on one CPU while another stays idle, and a carried binding would outlive
+ * the grant it was chosen for (on 16 CPUs, teams so pinned did not finish
+ * in 14 s where their neighbours took 1.2 s). A floating thread's requested mask is every CPU, so
+ * the kernel widens it with the cell when the grant grows again, just as
+ * it does for a binding it accepted and later had to override.
  *
  * bind_into is the one mapping: the CPUs of the request that are still
- * allowed if there are any, otherwise each requested CPU c goes to the
- * (c mod n)-th of the n allowed CPUs, so threads bound to distinct CPUs
- * outside the grant land on distinct CPUs inside it while there are
- * enough, as a bound team expects. Bound programs thus stay bound, inside
- * their grant, and keep running when their cell shrinks or moves.
+ * allowed, or nothing. Bound programs thus keep running when their cell
+ * shrinks or moves, bound where their places are still theirs.
  *
  * Invariants: the fast path (the call succeeds) costs nothing but the
  * forwarding; the caller's attributes are restored before
@@ -91,29 +100,17 @@ static void mask_from(struct mask *m, const void *set, size_t size)
 }
 
 /*
- * The binding `want` carried into `allowed` (the rule above). Returns 0
- * when `want` is empty or `allowed` is empty (nothing to carry), else 1.
+ * The binding `want` carried into `allowed` (the rule above): the CPUs of
+ * `want` in `allowed`. Returns 0 when there are none, else 1.
  */
 static int bind_into(const struct mask *want, const struct mask *allowed, struct mask *out)
 {
-    int n = mask_count(allowed);
-    if (n == 0 || mask_count(want) == 0)
-        return 0;
     int any = 0;
     for (int i = 0; i < MASK_WORDS; i++) {
         out->w[i] = want->w[i] & allowed->w[i];
         any |= out->w[i] != 0;
     }
-    if (any)
-        return 1;
-    memset(out, 0, sizeof *out);
-    for (int i = 0; i < MASK_WORDS; i++)
-        for (unsigned long w = want->w[i]; w != 0; w &= w - 1) {
-            int c = i * (int)WORD_BITS + __builtin_ctzl(w);
-            int to = mask_nth(allowed, c % n);
-            out->w[to / WORD_BITS] |= 1UL << (to % WORD_BITS);
-        }
-    return 1;
+    return any;
 }
 
 /* The grant's CPUs from the page (seqlock read), 0 if none could be read. */
@@ -147,10 +144,13 @@ static void told(const struct mask *want, const struct mask *got, const char *ho
     static int said;
     if (!g_debug || __atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
         return;
-    say("a binding to CPU %d (%d CPUs) lies outside the grant; %s to CPU %d (%d CPUs) "
-        "(told once)",
-        mask_nth(want, 0), mask_count(want), how, got ? mask_nth(got, 0) : -1,
-        got ? mask_count(got) : 0);
+    if (got != NULL)
+        say("a binding to CPU %d (%d CPUs) lies partly outside the cell; %s to CPU %d "
+            "(%d CPUs) (told once)",
+            mask_nth(want, 0), mask_count(want), how, mask_nth(got, 0), mask_count(got));
+    else
+        say("a binding to CPU %d (%d CPUs) lies outside the cell; %s (told once)",
+            mask_nth(want, 0), mask_count(want), how);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -211,10 +211,10 @@ struct binder {
 };
 
 /*
- * After `want` was refused with EINVAL: steps 1 and 2 of the rule above.
- * Returns 0 once a carried binding was set, else the last attempt's error
- * (EINVAL when nothing could be tried). Only an EINVAL goes on to the next
- * step: any other error is not the binding's.
+ * After `want` was refused with EINVAL: the steps of the rule above.
+ * Returns 0 once a carried binding was set, else the last attempt's error.
+ * Only an EINVAL goes on to the next step: any other error is not the
+ * binding's.
  */
 static int carry(struct binder *b, const struct mask *want)
 {
@@ -229,8 +229,17 @@ static int carry(struct binder *b, const struct mask *want)
     }
     if (rc == EINVAL && b->own(b, &allowed) == 0 && bind_into(want, &allowed, &to)) {
         rc = b->apply(b, &to);
-        if (rc == 0)
+        if (rc == 0) {
             told(want, &to, "it was bound (the CPUs it may use now)");
+            return 0;
+        }
+    }
+    if (rc == EINVAL) {
+        /* Every CPU: the kernel leaves the cell's. */
+        memset(&to, 0xff, sizeof to);
+        rc = b->apply(b, &to);
+        if (rc == 0)
+            told(want, NULL, "it floats over the cell's CPUs");
     }
     return rc;
 }
@@ -265,7 +274,7 @@ static int create_own(struct binder *b, struct mask *m)
 /*
  * Called by pthread_create (threads.c) after `create` failed with EINVAL:
  * retries with the attributes' binding carried into the grant, then
- * unbound (step 3). Returns the last attempt's result (EINVAL again when
+ * unbound. Returns the last attempt's result (EINVAL again when
  * the failure was not the binding's).
  */
 int bind_retry_create(int (*create)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *),
@@ -285,14 +294,6 @@ int bind_retry_create(int (*create)(pthread_t *, const pthread_attr_t *, void *(
 
     struct create_binder c = {{create_apply, create_own}, create, thread, a, start, arg};
     int rc = carry(&c.b, &want);
-    if (rc == EINVAL) {
-        /* Every CPU: the kernel leaves the cell's. */
-        struct mask every;
-        memset(&every, 0xff, sizeof every);
-        rc = create_apply(&c.b, &every);
-        if (rc == 0)
-            told(&want, NULL, "the thread was started unbound");
-    }
     pthread_attr_setaffinity_np(a, MASK_BYTES, (cpu_set_t *)want.w);
     return rc;
 }

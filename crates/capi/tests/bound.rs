@@ -252,6 +252,38 @@ fn bound_threads_stay_inside_a_cell_that_shrinks_and_moves() {
     }
 }
 
+/// A binding to a CPU the cell does not have floats over the cell's CPUs
+/// (its requested mask is every CPU), so that when the cell grows the
+/// thread widens with it, as the kernel does for a binding it accepted
+/// and later had to override: it is not left pinned to a CPU of the small
+/// cell, beside the threads bound there (a team so pinned shared CPUs for
+/// its whole run, with idle CPUs beside it).
+#[test]
+fn a_binding_outside_a_small_cell_floats_and_widens_when_the_cell_grows() {
+    if !live() {
+        return;
+    }
+    let (_guard, dir) = group("bind-widen");
+    set_cpus(&dir, "1");
+    let mut page = Page::new(1);
+    page.publish_on(1, allot_topo::CpuSet::parse_list("1").unwrap());
+    let mut p = Bound::start(Toolchain::Gcc, GOMP_PLACES, &dir, Some(&page));
+    assert_eq!(p.step("bind 0").unwrap(), ["bind 0 cpus 1"]);
+
+    set_cpus(&dir, "0-1");
+    page.publish_on(2, allot_topo::CpuSet::first_n(2));
+    assert_eq!(
+        p.step("procs").unwrap()[1],
+        "mask 0 1",
+        "the thread bound to CPU 0 while the cell was {{1}} should float over {{0,1}} now"
+    );
+    // A binding the kernel accepts is the program's own, and kept.
+    assert_eq!(p.step("bind 1").unwrap(), ["bind 0 cpus 1"]);
+    set_cpus(&dir, "0");
+    set_cpus(&dir, "0-1");
+    assert_eq!(p.step("procs").unwrap()[1], "mask 1");
+}
+
 /// libgomp counts its CPUs once, at start; a program started on a grant
 /// of one CPU would be throttled (barrier waits sleep) for its whole run
 /// once the grant grows. Under the shim, libgomp's count is the CPUs the
