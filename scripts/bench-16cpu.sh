@@ -553,14 +553,10 @@ start_daemon() {
   mkdir -p "$work/daemon"
   chmod 700 "$work/daemon"
   [[ $BACKEND != auto ]] && backend=(--backend "$BACKEND")
-  # Exclusive cells become kernel cpuset partitions where the backend
-  # makes them (cgroup v2); the interrupt and workqueue mover that
-  # `isolate` also turns on works on an empty private tree, so that
-  # nothing of the machine's own changes.
-  mkdir -p "$work/no-irq"
-  printf 'isolate = true\nisolate_root = "%s"\n' "$work/no-irq" >"$work/broker.toml"
+  # Exclusive cells are kernel cpuset partitions where the backend makes
+  # them (cgroup v2; the broker's default). The interrupt mover
+  # (`isolate`) stays off: it would change the machine's own settings.
   setsid "$ALLOT" daemon --socket "$daemon_sock" --cgroup-name "$tag-d" "${backend[@]}" \
-    --config "$work/broker.toml" \
     </dev/null >>"$work/daemon.log" 2>&1 &
   daemon_pid=$!
   for ((i = 0; i < 200; i++)); do

@@ -16,6 +16,7 @@
 //! state_dir = "/run/allot"  # journal location (default: next to the socket)
 //! show_other_users = false  # status (and metrics) show other users' cell names
 //! metrics = "127.0.0.1:9464"  # serve Prometheus metrics at http://ADDR/metrics (default: off)
+//! partitions = true         # exclusive cells are kernel cpuset partitions (cgroup v2, kernel 6.7+)
 //! isolate = false           # keep interrupts and unbound workqueues off exclusive cells' CPUs
 //! isolate_root = "/"        # where /proc/irq and /sys are (a test's fixture tree)
 //! confine_unmanaged = false # run processes outside any cell on the reserve (needs reserve >= 1)
@@ -158,6 +159,10 @@ pub struct Config {
     pub metrics: Option<std::net::SocketAddr>,
     /// Who besides their creators may open named channels.
     pub channel_acl: Vec<ChannelAcl>,
+    /// Make each exclusive cell a cpuset partition the kernel isolates
+    /// where the backend can (cgroup v2; `Enforcer::set_partition`). On by
+    /// default: it changes only allot's own cgroups.
+    pub partitions: bool,
     /// Keep movable interrupts and unbound workqueues off the CPUs of
     /// exclusive cells (partitions); restored when none is left and on exit.
     pub isolate: bool,
@@ -196,6 +201,7 @@ impl Config {
             show_other_users: false,
             metrics: None,
             channel_acl: Vec::new(),
+            partitions: true,
             isolate: false,
             isolate_root: PathBuf::from("/"),
             confine_unmanaged: false,
@@ -268,6 +274,7 @@ impl Config {
             metrics: Option<String>,
             limits: Option<Limits>,
             channel_acl: Option<Vec<ChannelAcl>>,
+            partitions: Option<bool>,
             isolate: Option<bool>,
             isolate_root: Option<PathBuf>,
             confine_unmanaged: Option<bool>,
@@ -331,6 +338,9 @@ impl Config {
         }
         if let Some(m) = f.metrics {
             self.metrics = Some(parse_metrics_addr(&m)?);
+        }
+        if let Some(p) = f.partitions {
+            self.partitions = p;
         }
         if let Some(i) = f.isolate {
             self.isolate = i;

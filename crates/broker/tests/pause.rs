@@ -292,3 +292,31 @@ fn isolation_makes_exclusive_cells_partitions_over_their_grants() {
     let _ = w.core.tick(std::time::Instant::now());
     assert_eq!(partitions(&w).len(), n);
 }
+
+/// Partitions need no `isolate` (they change only allot's own cgroups):
+/// by default an exclusive cell is made one with the mover off, and
+/// `partitions = false` makes none.
+#[test]
+fn exclusive_cells_are_partitions_by_default_and_not_when_turned_off() {
+    use allot_enforce::Call;
+    let exclusive = CellSpec {
+        min: 2,
+        exclusive: true,
+        ..Default::default()
+    };
+    let asked = |partitions: bool| -> usize {
+        let mut w = world_configured(4, |c| {
+            assert!(!c.isolate, "the mover is off by default");
+            c.partitions = partitions;
+        });
+        proc_of(&w, 100, 0);
+        let _ = page(register(&mut w, ROOT, "ex", exclusive, vec![100], false));
+        w.dry
+            .calls()
+            .into_iter()
+            .filter(|c| matches!(c, Call::Partition(_, Some(_))))
+            .count()
+    };
+    assert!(asked(true) >= 1, "the default makes a partition");
+    assert_eq!(asked(false), 0, "partitions = false makes none");
+}

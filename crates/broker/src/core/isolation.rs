@@ -5,10 +5,12 @@
 //! the whole machine, so tests and shared machines never see it unless
 //! asked.
 //!
-//! On cgroup v2 each exclusive cell is also made a cpuset partition the
-//! kernel isolates (`Enforcer::set_partition`, `allot_enforce::partition`:
-//! no load balancing across its CPUs), where the kernel and the layout
-//! allow; the mover below keeps running for every exclusive CPU (the
+//! Apart from that setting (`partitions = true`, the default: it changes
+//! only allot's own cgroups), each exclusive cell on cgroup v2 is made a
+//! cpuset partition the kernel isolates (`Enforcer::set_partition`,
+//! `allot_enforce::partition`: no load balancing across its CPUs, and no
+//! process outside the cell runs there), where the kernel and the layout
+//! allow; the mover keeps running for every exclusive CPU when on (the
 //! kernel's partitions leave interrupts where they are), and is all there
 //! is where no partition could be made.
 //!
@@ -31,7 +33,10 @@ use std::path::PathBuf;
 /// The broker's isolation state.
 #[derive(Debug)]
 pub(crate) struct Isolation {
+    /// The interrupt and workqueue mover (`isolate`).
     on: bool,
+    /// Exclusive cells made kernel partitions (`partitions`).
+    partitions: bool,
     files: SysFiles,
     path: PathBuf,
     saved: Saved,
@@ -44,11 +49,19 @@ pub(crate) struct Isolation {
 }
 
 impl Isolation {
+    /// Whether exclusive cells are made kernel partitions (on by default
+    /// with the mover; `partitions` in the configuration).
+    pub(crate) fn with_partitions(mut self, partitions: bool) -> Isolation {
+        self.partitions = partitions;
+        self
+    }
+
     /// Isolation under `root` (`/` on the machine), its saved values in
     /// `state_dir`; restores what a previous run left saved.
     pub(crate) fn new(on: bool, root: PathBuf, state_dir: &std::path::Path) -> Isolation {
         let mut i = Isolation {
             on,
+            partitions: on,
             files: SysFiles::new(root),
             path: isolate::saved_path(state_dir),
             saved: Saved::default(),
@@ -148,7 +161,7 @@ impl Engine {
             .filter(|(id, _)| self.cells.get(&id.0).is_some_and(|c| c.spec.exclusive))
             .map(|(id, g)| (id.0, g.cpus))
             .collect();
-        if self.isolation.on {
+        if self.isolation.partitions {
             self.follow_partitions(&exclusive);
         }
         let clear = exclusive

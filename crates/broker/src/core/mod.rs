@@ -233,7 +233,8 @@ impl Engine {
                 cfg.isolate,
                 cfg.isolate_root.clone(),
                 &cfg.state_dir,
-            ),
+            )
+            .with_partitions(cfg.partitions),
             show_other_users: cfg.show_other_users,
             removals: Vec::new(),
             counters: Counters::default(),

@@ -142,6 +142,8 @@ fn check(c: &Config) -> Result<String, String> {
          show_other_users  {}\n\
          metrics           {}\n\
          confine_unmanaged {}\n\
+         partitions        {}\n\
+         isolate           {}\n\
          limits            connections {} cells {} queued {} members {} kinds {} devices {} \
          holdings {} cells_total {} kinds_total {}",
         c.socket.display(),
@@ -167,6 +169,12 @@ fn check(c: &Config) -> Result<String, String> {
                         .display()
                         .to_string())
             )
+        } else {
+            "off".to_string()
+        },
+        if c.partitions { "on" } else { "off" },
+        if c.isolate {
+            format!("on, under {}", c.isolate_root.display())
         } else {
             "off".to_string()
         },
