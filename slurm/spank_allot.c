@@ -22,6 +22,14 @@
  *       unless the user set TCM_ENABLE). A step
  *       without a cell gets allot's variables removed instead, so that
  *       none inherited from the submitting shell points at a stale cell.
+ *   slurm_spank_task_post_fork (root, in slurmstepd, after each task's
+ *                               fork, once Slurm tracks it)
+ *       Under Slurm's cgroup/v2 plugins (task/cgroup, proctrack/cgroup),
+ *       which keep the step's processes in cgroups of Slurm's: the job's
+ *       cell includes the step's `user` group, where the task is
+ *       (allot_cell_include_group_at), instead of anyone moving a task;
+ *       slurmstepd itself was registered or attached in place
+ *       (allot_cell_register_in_place_at, allot_cell_attach_in_place_at).
  *   slurm_spank_job_epilog     (root, once per job and node, at its end)
  *       Removes the job's ticket.
  *
@@ -83,6 +91,12 @@ static struct {
 
 static int user_off;        /* --allot=off */
 static allot_cell_t cell;   /* the step's cell; id 0: none */
+
+/* Slurm's cgroup/v2 plugins own this step's cgroups (step_spec.h): the
+ * cell includes the step's `user` group; nothing is moved. */
+static int slurm_cgroups;
+static char kept_ticket[ALLOT_TICKET_MAX]; /* the cell's, for including groups */
+static char included[8192];                /* the last group included */
 
 static int opt_allot(int val, const char *arg, int remote)
 {
@@ -268,6 +282,50 @@ static void keep_ticket(int dir, const char *file, const char *what)
     unlinkat(dir, tmp, 0);
 }
 
+/* The cgroup v2 path of process `pid` (0: this one) below the
+ * hierarchy's mount, from the one "0::" line of a pure v2 hierarchy;
+ * 0 when the process is not on a pure v2 hierarchy or it cannot be read. */
+static int v2_path_of(pid_t pid, char *out, size_t n)
+{
+    char file[64], line[4096];
+    if (pid)
+        snprintf(file, sizeof file, "/proc/%d/cgroup", (int)pid);
+    else
+        snprintf(file, sizeof file, "/proc/self/cgroup");
+    FILE *f = fopen(file, "re");
+    if (!f)
+        return 0;
+    int lines = 0, found = 0;
+    while (fgets(line, sizeof line, f)) {
+        lines++;
+        if (strncmp(line, "0::", 3) == 0 && strlen(line + 3) < n) {
+            strcpy(out, line + 3);
+            out[strcspn(out, "\n")] = '\0';
+            found = 1;
+        }
+    }
+    fclose(f);
+    return found && lines == 1;
+}
+
+/* Where the cgroup v2 hierarchy is mounted (usually /sys/fs/cgroup). */
+static int v2_mount(char *out, size_t n)
+{
+    char dev[256], dir[4096], type[64];
+    FILE *f = fopen("/proc/self/mounts", "re");
+    if (!f)
+        return 0;
+    int found = 0;
+    while (fscanf(f, "%255s %4095s %63s %*[^\n]", dev, dir, type) == 3)
+        if (strcmp(type, "cgroup2") == 0 && strlen(dir) < n) {
+            strcpy(out, dir);
+            found = 1;
+            break;
+        }
+    fclose(f);
+    return found;
+}
+
 int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 {
     (void)ac;
@@ -291,16 +349,22 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
     }
     snprintf(name, sizeof name, "slurm-%u", job);
     snprintf(file, sizeof file, "job-%u", job);
+    char own[4096];
+    slurm_cgroups = v2_path_of(0, own, sizeof own) && allot_slurm_owns_cgroups(own);
+    const char *where = slurm_cgroups ? ", through Slurm's cgroups" : "";
     int dir = open_state();
     int stale = 0;
 
     /* A later step of the job: the job's cell. */
     if (dir >= 0 && read_ticket(dir, file, ticket, sizeof ticket) == 0) {
-        if (allot_cell_attach_at(conf.socket, ticket, &cell) == ALLOT_OK) {
+        int rc = slurm_cgroups ? allot_cell_attach_in_place_at(conf.socket, ticket, &cell)
+                               : allot_cell_attach_at(conf.socket, ticket, &cell);
+        if (rc == ALLOT_OK) {
             uint64_t id = 0;
             allot_cell_broker_id(cell, &id);
-            slurm_info("allot: %s runs in its job's cell %llu (%s)", what,
-                       (unsigned long long)id, name);
+            snprintf(kept_ticket, sizeof kept_ticket, "%s", ticket);
+            slurm_info("allot: %s runs in its job's cell %llu (%s%s)", what,
+                       (unsigned long long)id, name, where);
             close(dir);
             return 0;
         }
@@ -321,12 +385,14 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
     struct allot_slurm_step facts = {ncpus, job_facts(job, &mem_mb, &per_cpu), conf.borrow};
     allot_spec_t spec = allot_slurm_step_spec(facts);
     uint64_t memory = allot_slurm_step_memory(mem_mb, per_cpu, ncpus);
-    int rc = allot_cell_register_at(conf.socket, name, &spec, 0, &cell);
+    int (*reg)(const char *, const char *, const allot_spec_t *, int, allot_cell_t *) =
+        slurm_cgroups ? allot_cell_register_in_place_at : allot_cell_register_at;
+    int rc = reg(conf.socket, name, &spec, 0, &cell);
     if (rc == ALLOT_ERR_REFUSED || rc == ALLOT_ERR_NEVER) {
         slurm_info("allot: %s: %s; asking for a best-effort cell instead",
                    what, allot_last_error());
         spec = allot_slurm_best_effort(spec);
-        rc = allot_cell_register_at(conf.socket, name, &spec, 0, &cell);
+        rc = reg(conf.socket, name, &spec, 0, &cell);
     }
     if (rc != ALLOT_OK) {
         slurm_error("allot: %s: %s; the step runs without allot", what,
@@ -343,9 +409,11 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
                    "limits still hold", what, allot_last_error());
     uint64_t id = 0;
     allot_cell_broker_id(cell, &id);
-    slurm_info("allot: %s runs in cell %llu (%s: min %u, max %u, weight %u%s)",
+    if (allot_cell_ticket(cell, kept_ticket, sizeof kept_ticket) != ALLOT_OK)
+        kept_ticket[0] = '\0';
+    slurm_info("allot: %s runs in cell %llu (%s: min %u, max %u, weight %u%s%s)",
                what, (unsigned long long)id, name, spec.min, spec.max,
-               spec.weight, spec.exclusive ? ", exclusive" : "");
+               spec.weight, spec.exclusive ? ", exclusive" : "", where);
     if (dir >= 0) {
         if (stale)
             unlinkat(dir, file, 0);
@@ -420,6 +488,41 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av)
                     "its runtimes size themselves as without allot",
                     allot_last_error());
     give_tcm(sp);
+    return 0;
+}
+
+/* Under Slurm's cgroup/v2 plugins: the job's cell includes the step's
+ * `user` group, where Slurm has just put the task (proctrack adds it
+ * before this hook runs). Every task of a step is in the same group, so
+ * it is asked for once per step; an allot failure leaves the task under
+ * Slurm's CPUs alone, logged once. */
+int slurm_spank_task_post_fork(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    if (!slurm_cgroups || cell.id == 0 || !kept_ticket[0])
+        return 0;
+    pid_t pid = 0;
+    char path[4096], rel[4096], mount[4096], group[8192];
+    if (spank_get_item(sp, S_TASK_PID, &pid) != ESPANK_SUCCESS || pid <= 0 ||
+        !v2_path_of(pid, path, sizeof path))
+        return 0;
+    if (!allot_slurm_user_group(path, rel, sizeof rel) || !v2_mount(mount, sizeof mount)) {
+        if (!included[0])
+            slurm_info("allot: task %d is in %s, not in a step's user group of Slurm's; "
+                       "its CPUs stay Slurm's", (int)pid, path);
+        snprintf(included, sizeof included, "-");
+        return 0;
+    }
+    snprintf(group, sizeof group, "%s%s", mount, rel);
+    if (strcmp(group, included) == 0)
+        return 0;
+    snprintf(included, sizeof included, "%s", group);
+    if (allot_cell_include_group_at(conf.socket, kept_ticket, group) != ALLOT_OK)
+        slurm_error("allot: the cell cannot include Slurm's cgroup %s (%s); the step's "
+                    "tasks keep Slurm's CPUs", group, allot_last_error());
+    else
+        slurm_info("allot: the cell includes Slurm's cgroup %s", group);
     return 0;
 }
 

@@ -31,6 +31,7 @@
 
 #include <allot.h>
 #include <stdint.h>
+#include <string.h>
 
 /* How the job shares its node, from Slurm's job record. */
 enum allot_slurm_sharing {
@@ -90,6 +91,49 @@ static inline allot_spec_t allot_slurm_best_effort(allot_spec_t spec)
     spec.min = 0;
     spec.exclusive = 0;
     return spec;
+}
+
+/* Slurm's cgroup/v2 plugins keep a step's processes in cgroups of their
+ * own: slurmstepd in .../job_J/step_S/slurm, the tasks in
+ * .../job_J/step_S/user/task_T (the path below the hierarchy's mount,
+ * as /proc/PID/cgroup's "0::" line gives it). The cell includes the
+ * step's `user` group instead of moving the tasks (docs/slurm.md).
+ *
+ * allot_slurm_user_group: copies into `out` the prefix of `path` that
+ * ends at the first component "user" right below a component "step_...",
+ * and returns 1; returns 0 (out unchanged) when there is none or it does
+ * not fit `n` bytes with its NUL. */
+static inline int allot_slurm_user_group(const char *path, char *out, size_t n)
+{
+    const char *p = path, *prev = NULL;
+    size_t prev_len = 0;
+    while (*p == '/') {
+        const char *c = p + 1;
+        size_t len = strcspn(c, "/\n");
+        if (len == 4 && strncmp(c, "user", 4) == 0 && prev && prev_len > 5 &&
+            strncmp(prev, "step_", 5) == 0) {
+            size_t keep = (size_t)(c + len - path);
+            if (keep + 1 > n)
+                return 0;
+            memcpy(out, path, keep);
+            out[keep] = '\0';
+            return 1;
+        }
+        prev = c;
+        prev_len = len;
+        p = c + len;
+    }
+    return 0;
+}
+
+/* allot_slurm_owns_cgroups: whether a slurmstepd in cgroup `path` (same
+ * form) runs under Slurm's cgroup/v2 plugin: its path names slurmstepd's
+ * scope or a job's cgroup ("/job_J/"). Under task/none with
+ * proctrack/linuxproc slurmstepd stays in slurmd's cgroup, and allot
+ * moves it into the cell as on cgroup v1. */
+static inline int allot_slurm_owns_cgroups(const char *path)
+{
+    return strstr(path, "/slurmstepd.scope") != NULL || strstr(path, "/job_") != NULL;
 }
 
 #endif

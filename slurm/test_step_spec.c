@@ -2,6 +2,7 @@
  * run by scripts/test-slurm.sh; exits nonzero on the first mismatch. */
 #include "step_spec.h"
 #include <stdio.h>
+#include <string.h>
 
 static int failures;
 
@@ -46,7 +47,37 @@ int main(void)
         fprintf(stderr, "memory: --mem and --mem-per-cpu map wrongly\n");
         failures++;
     }
+    char group[64];
+    const char *task = "/system.slice/slurmstepd.scope/job_42/step_0/user/task_1";
+    if (!allot_slurm_user_group(task, group, sizeof group) ||
+        strcmp(group, "/system.slice/slurmstepd.scope/job_42/step_0/user") != 0) {
+        fprintf(stderr, "user group: %s gave %s\n", task, group);
+        failures++;
+    }
+    if (!allot_slurm_user_group("/slurm/job_7/step_batch/user\n", group, sizeof group) ||
+        strcmp(group, "/slurm/job_7/step_batch/user") != 0) {
+        fprintf(stderr, "user group: a batch step's own user group gave %s\n", group);
+        failures++;
+    }
+    const char *none[] = {"/system.slice/slurmstepd.scope/job_42/step_0/slurm",
+                          "/user/task_1", "/job_42/user/task_1", "/", ""};
+    for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
+        if (allot_slurm_user_group(none[i], group, sizeof group)) {
+            fprintf(stderr, "user group: %s is none, got %s\n", none[i], group);
+            failures++;
+        }
+    if (allot_slurm_user_group(task, group, 10)) {
+        fprintf(stderr, "user group: a group longer than the buffer was copied\n");
+        failures++;
+    }
+    if (!allot_slurm_owns_cgroups("/system.slice/slurmstepd.scope/system") ||
+        !allot_slurm_owns_cgroups("/slurm/job_7/step_0/slurm") ||
+        allot_slurm_owns_cgroups("/system.slice/slurmd.service") ||
+        allot_slurm_owns_cgroups("/")) {
+        fprintf(stderr, "owns cgroups: Slurm's cgroup/v2 layout misread\n");
+        failures++;
+    }
     if (failures == 0)
-        printf("step_spec: 8 cases passed\n");
+        printf("step_spec: 12 cases passed\n");
     return failures != 0;
 }

@@ -376,6 +376,42 @@ int allot_cell_ticket(allot_cell_t cell, char *buf, size_t len);
 int allot_cell_attach_at(const char *socket, const char *ticket,
                          allot_cell_t *out);
 
+/* For launchers whose processes live in cgroups of their own (Slurm's
+ * task/cgroup on cgroup v2, which tracks a step by its cgroups): the cell
+ * reaches those processes through the launcher's cgroups, never by moving
+ * them.
+ *
+ * allot_cell_register_in_place_at is allot_cell_register_at for a process
+ * that stays in the cgroup it is in: on the cgroup2 backend the broker
+ * watches it (the cell lives while it does) without moving it; other
+ * backends move it as allot_cell_register_at does.
+ * allot_cell_attach_in_place_at is allot_cell_attach_at without making
+ * this process a member: it gets a handle that reads the cell's grant.
+ * allot_cell_include_group_at makes the cell also confine `dir`, an
+ * existing cgroup v2 directory the launcher made for its processes (for
+ * Slurm, a step's `.../job_J/step_S/user`): the broker writes the cell's
+ * CPUs and weight to it at every grant, moves no process, counts its
+ * processes (and those below it) as the cell's, and when the cell ends
+ * gives it its parent's CPUs again and leaves it to the launcher. Only
+ * root may include a group, with the cell's ticket; including one twice
+ * is done once.
+ *
+ * Contexts: any thread. Block for a round trip or two to the broker.
+ * Errors: as allot_cell_register_at and allot_cell_attach_at; for
+ *   allot_cell_include_group_at also ALLOT_ERR_PERMISSION (not root, or a
+ *   wrong token) and ALLOT_ERR_INVALID with the reason (dir is not an
+ *   absolute path of a cgroup in the broker's cgroup v2 hierarchy, is
+ *   allot's own or holds it, has no cpuset controller, or the broker's
+ *   backend is not cgroup2); nothing changes then.
+ * Undefined behaviour: strings not NUL-terminated. */
+int allot_cell_register_in_place_at(const char *socket, const char *name,
+                                    const allot_spec_t *spec, int wait,
+                                    allot_cell_t *out);
+int allot_cell_attach_in_place_at(const char *socket, const char *ticket,
+                                  allot_cell_t *out);
+int allot_cell_include_group_at(const char *socket, const char *ticket,
+                                const char *dir);
+
 /* Frees the handle. A registered cell is released at the broker once no
  * pool uses it either (pools built on the cell keep it until they are
  * freed). Calls in progress on the cell in other threads complete.

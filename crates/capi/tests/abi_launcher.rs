@@ -272,3 +272,85 @@ fn a_ticket_lets_another_process_join_the_cell_and_nothing_else_does() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// A launcher whose processes live in cgroups of its own (Slurm's
+/// cgroup/v2 plugins): it registers in place, attaches in place (getting
+/// the grant without becoming a member), and has the cell include its
+/// cgroup with the ticket; bad input gets a clear error.
+#[test]
+fn a_launcher_with_cgroups_of_its_own_registers_and_attaches_in_place() {
+    use allot_capi::abi::launcher::{
+        allot_cell_attach_in_place_at, allot_cell_include_group_at, allot_cell_register_in_place_at,
+    };
+    let b = TestBroker::start();
+    let name = CString::new("capi-in-place").unwrap();
+    let mut mine = CellHandle::default();
+    // SAFETY: valid strings, spec and out-pointer.
+    ok(unsafe {
+        allot_cell_register_in_place_at(
+            b.socket.as_ptr(),
+            name.as_ptr(),
+            &Spec::default(),
+            0,
+            &mut mine,
+        )
+    });
+    let mut buf = [0 as c_char; allot_capi::abi::launcher::TICKET_MAX];
+    // SAFETY: a buffer of ALLOT_TICKET_MAX bytes.
+    ok(unsafe { allot_capi::abi::launcher::allot_cell_ticket(mine, buf.as_mut_ptr(), buf.len()) });
+    // SAFETY: the library wrote a NUL-terminated string.
+    let ticket = unsafe { CStr::from_ptr(buf.as_ptr()) }.to_owned();
+    let include = |ticket: &CStr, dir: Option<&str>| {
+        let dir = dir.map(|d| CString::new(d).unwrap());
+        // SAFETY: valid strings (or NULL for the dir).
+        status(unsafe {
+            allot_cell_include_group_at(
+                b.socket.as_ptr(),
+                ticket.as_ptr(),
+                dir.as_ref().map_or(std::ptr::null(), |d| d.as_ptr()),
+            )
+        })
+    };
+    let group = "/sys/fs/cgroup/system.slice/slurmstepd.scope/job_42/step_0/user";
+    let root = rustix::process::geteuid().is_root();
+    assert_eq!(
+        include(&ticket, Some(group)),
+        if root { Status::Ok } else { Status::Permission },
+        "{}",
+        last_error()
+    );
+    assert_eq!(include(&ticket, None), Status::Invalid);
+    assert_eq!(include(c"not a ticket", Some(group)), Status::Invalid);
+    let id: u64 = ticket
+        .to_str()
+        .unwrap()
+        .split(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let wrong = CString::new(format!("{id}:1")).unwrap();
+    assert_eq!(include(&wrong, Some(group)), Status::Permission);
+    ok(allot_cell_free(mine));
+
+    // Attaching in place to another process's cell: the grant, not a
+    // membership.
+    let other = b.register_other(CellSpec::default());
+    let t = CString::new(format!("{}:{}", other.cell, other.token)).unwrap();
+    let mut joined = CellHandle::default();
+    // SAFETY: valid strings and out-pointer.
+    let rc = unsafe { allot_cell_attach_in_place_at(b.socket.as_ptr(), t.as_ptr(), &mut joined) };
+    assert_eq!(status(rc), Status::Ok, "{}", last_error());
+    assert!(grant(joined).unwrap().ncpus >= 1);
+    let members = Client::connect(&b.path)
+        .unwrap()
+        .status()
+        .unwrap()
+        .cells
+        .into_iter()
+        .find(|c| c.id == other.cell)
+        .unwrap()
+        .pids;
+    assert!(!members.contains(&std::process::id()), "{members:?}");
+    ok(allot_cell_free(joined));
+}

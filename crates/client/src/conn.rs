@@ -357,6 +357,16 @@ impl Client {
         self.ok(&Request::SetCache { cell, cache })
     }
 
+    /// Makes `cell` also confine `dir`, a launcher's cgroup v2 directory
+    /// (`IncludeGroup`; root only, with the cell's `token`).
+    pub fn include_group(&mut self, cell: u64, token: u64, dir: &str) -> Result<(), ClientError> {
+        self.ok(&Request::IncludeGroup {
+            cell,
+            token,
+            dir: dir.into(),
+        })
+    }
+
     /// Ends `cell`.
     pub fn release(&mut self, cell: u64) -> Result<(), ClientError> {
         self.ok(&Request::Release { cell })

@@ -24,6 +24,8 @@ pub use allot_spec::{
     Cache, CellSpec, Goal, GoalError, Memory, Placement, SpecError, Term, TermsError, TimeContract,
     TimeTerms, parse_size,
 };
-pub use cell::{Cell, GrantWriter, Mode, Options, Ticket, Wait, broker_alive, page_from_raw_fd};
+pub use cell::{
+    Cell, GrantWriter, Mode, Options, Ticket, Wait, broker_alive, include_group, page_from_raw_fd,
+};
 pub use conn::{ChannelEnd, Client, ClientError, Registration, Welcome};
 pub use keeper::ChannelKeeper;

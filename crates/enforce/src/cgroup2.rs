@@ -14,7 +14,9 @@
 //! (BFQ's, per device) or, without BFQ, `io.weight` (the io.cost
 //! controller's). Likewise the `memory` controller: a cell's memory
 //! guarantee and limit go to its `memory.min` and `memory.max`
-//! ([`crate::memory`]).
+//! ([`crate::memory`]). A cell may also include cgroups a launcher made
+//! for its processes ([`crate::launcher`]): its CPUs and weight go there
+//! too, and its processes and CPU time count theirs.
 
 use crate::cgroupfs::{CgroupFs, ControlFile};
 use crate::gate::{CgroupGate, Gate, UsageFile};
@@ -45,6 +47,44 @@ struct Cell {
     weight: Box<dyn ControlFile>,
     last: Option<Applied>,
     io: crate::IoWeights,
+    /// Launcher groups the cell includes ([`crate::launcher`]).
+    groups: Vec<crate::launcher::Group>,
+}
+
+/// At most this many processes of one launcher group are read.
+const GROUP_PROCS_MAX: usize = 4096;
+
+/// Writes a grant to launcher groups (its CPUs, its weight, or both),
+/// dropping those that vanished ([`crate::launcher`], invariant 2).
+fn write_groups(
+    groups: &mut Vec<crate::launcher::Group>,
+    a: &Applied,
+    cpus: bool,
+    weight: bool,
+) -> std::io::Result<()> {
+    let mut failed = None;
+    groups.retain_mut(|g| {
+        let mut r = if cpus {
+            g.cpus.set(&a.cpus.to_string())
+        } else {
+            Ok(())
+        };
+        if r.is_ok()
+            && weight
+            && let Some(w) = g.weight.as_mut()
+        {
+            r = w.set(&v2_weight(a.weight).to_string());
+        }
+        match r {
+            Ok(()) => true,
+            Err(e) if crate::launcher::vanished(&e) => false,
+            Err(e) => {
+                failed.get_or_insert(e);
+                true
+            }
+        }
+    });
+    failed.map_or(Ok(()), Err)
 }
 
 /// `cpu.weight` for an allot weight (v2 default 100 = allot weight 1).
@@ -170,6 +210,7 @@ impl Cgroup2 {
                     weight,
                     last: None,
                     io: Default::default(),
+                    groups: Vec::new(),
                 },
             );
         }
@@ -250,6 +291,14 @@ impl Enforcer for Cgroup2 {
                 .set(&v2_weight(a.weight).to_string())
                 .map_err(err(format!("set weight of cell {cell}")))?;
         }
+        let (cpus_moved, weight_moved) = (
+            last.map(|l| l.cpus) != Some(a.cpus),
+            last.map(|l| l.weight) != Some(a.weight),
+        );
+        if cpus_moved || weight_moved {
+            write_groups(&mut c.groups, a, cpus_moved, weight_moved)
+                .map_err(err(format!("set CPUs of cell {cell}'s launcher groups")))?;
+        }
         if last.map(|l| l.bandwidth) != Some(a.bandwidth)
             && (a.bandwidth.is_some() || last.is_some_and(|l| l.bandwidth.is_some()))
         {
@@ -287,7 +336,13 @@ impl Enforcer for Cgroup2 {
             self.partitions
                 .unmake(self.fs.as_ref(), &self.root, cell, &dir);
         }
-        self.cells.remove(&cell);
+        if let Some(c) = self.cells.remove(&cell) {
+            // The launcher's CPUs again (an empty list: its parent's); the
+            // directory and its processes are the launcher's.
+            for mut g in c.groups {
+                let _ = g.cpus.set("");
+            }
+        }
         self.thaw(cell);
         // allot's root has controllers enabled for its children, so (by the
         // v2 no-internal-process rule) leftovers go to the root's parent.
@@ -339,7 +394,16 @@ impl Enforcer for Cgroup2 {
     }
 
     fn usage_ns(&mut self, cell: u64) -> Option<u64> {
-        UsageFile::CpuStat(self.root.join(format!("cell-{cell}/cpu.stat"))).read(self.fs.as_ref())
+        let own = UsageFile::CpuStat(self.root.join(format!("cell-{cell}/cpu.stat")))
+            .read(self.fs.as_ref())?;
+        // A v2 cpu.stat counts the whole subtree: each group once.
+        let groups: u64 = self.cells.get(&cell).map_or(0, |c| {
+            c.groups
+                .iter()
+                .filter_map(|g| UsageFile::CpuStat(g.dir.join("cpu.stat")).read(self.fs.as_ref()))
+                .sum()
+        });
+        Some(own + groups)
     }
 
     fn cpu_pressure_us(&mut self, cell: u64) -> Option<u64> {
@@ -355,13 +419,43 @@ impl Enforcer for Cgroup2 {
             .fs
             .read(&self.root.join(format!("cell-{cell}/cgroup.procs")))
             .unwrap_or_default();
-        text.split_whitespace()
+        let mut pids: Vec<u32> = text
+            .split_whitespace()
             .filter_map(|p| p.parse().ok())
-            .collect()
+            .collect();
+        if let Some(c) = self.cells.get(&cell) {
+            for g in &c.groups {
+                pids.extend(crate::launcher::procs_below(
+                    self.fs.as_ref(),
+                    &g.dir,
+                    GROUP_PROCS_MAX,
+                ));
+            }
+        }
+        pids
     }
 
     fn existing(&mut self) -> Vec<u64> {
         crate::cell_dirs(self.fs.as_ref(), &self.root)
+    }
+
+    fn include_group(&mut self, cell: u64, dir: &Path) -> Result<bool> {
+        let what = || format!("include {} in cell {cell}", dir.display());
+        if let Some(why) = crate::launcher::check(self.fs.as_ref(), &self.root, dir) {
+            return Err(EnforceError::new(what(), std::io::Error::other(why)));
+        }
+        let fs = self.fs.clone();
+        let c = self.open_cell(cell)?;
+        if c.groups.iter().any(|g| g.dir == dir) {
+            return Ok(true);
+        }
+        let g = crate::launcher::Group::open(fs.as_ref(), dir).map_err(err(what()))?;
+        let mut one = vec![g];
+        if let Some(a) = c.last {
+            write_groups(&mut one, &a, true, true).map_err(err(what()))?;
+        }
+        c.groups.append(&mut one);
+        Ok(true)
     }
 
     fn set_partition(&mut self, cell: u64, cpus: Option<CpuSet>) -> Result<bool> {

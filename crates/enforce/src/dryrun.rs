@@ -28,6 +28,8 @@ pub enum Call {
     JoinFiles(u64),
     /// `set_partition`: made a partition over these CPUs, or plain again.
     Partition(u64, Option<CpuSet>),
+    /// `include_group(cell, dir)`.
+    IncludeGroup(u64, std::path::PathBuf),
     /// A gate's `open` or `close` ([`DryRun::gate_calls`] lists these
     /// alone), in order with the other calls.
     Gate(GateCall),
@@ -230,6 +232,11 @@ impl Enforcer for DryRun {
     }
     fn can_pause(&self) -> bool {
         !self.no_gates
+    }
+
+    fn include_group(&mut self, cell: u64, dir: &std::path::Path) -> Result<bool> {
+        self.record(Call::IncludeGroup(cell, dir.to_path_buf()));
+        Ok(true)
     }
 
     fn set_partition(&mut self, cell: u64, cpus: Option<CpuSet>) -> Result<bool> {

@@ -32,6 +32,7 @@ pub mod detect;
 pub mod dryrun;
 pub mod gate;
 pub mod isolate;
+pub mod launcher;
 pub mod memory;
 pub mod os;
 pub mod partition;
@@ -227,6 +228,17 @@ pub trait Enforcer: Send + fmt::Debug {
     fn gate(&mut self, cell: u64) -> Result<Option<Box<dyn Gate>>> {
         let _ = cell;
         Ok(None)
+    }
+    /// Makes cell `cell` also confine `dir`, a cgroup a launcher made for
+    /// its own processes (Slurm's step `user` group on cgroup v2;
+    /// [`launcher`]): the cell's CPUs and weight are written there from
+    /// now on, no process is moved, and the directory is left to the
+    /// launcher when the cell ends. `Ok(false)`: this backend keeps cells
+    /// in no cgroup of the kind (nothing is done); `Err`: `dir` cannot be
+    /// one (why), and nothing changed.
+    fn include_group(&mut self, cell: u64, dir: &std::path::Path) -> Result<bool> {
+        let _ = (cell, dir);
+        Ok(false)
     }
     /// Makes cell `cell` a partition the kernel itself keeps apart over
     /// `cpus` (its grant; `None`: a plain cell again): no load balancing

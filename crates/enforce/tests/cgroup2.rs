@@ -521,3 +521,89 @@ fn fixture_memory_goes_to_the_cells_memory_files_and_reads_back() {
     b.remove(2).unwrap();
     b.cleanup().unwrap();
 }
+
+/// A launcher's cgroup (Slurm's step `user` group, its tasks in
+/// `task_T` below it): the cell's CPUs and weight go there too, from the
+/// grant of the moment on; no process moves; its processes and those
+/// below it count as the cell's; when the cell ends the group gets its
+/// parent's CPUs back (an empty list) and stays the launcher's.
+#[test]
+fn a_launcher_group_follows_the_cell_and_stays_the_launchers() {
+    let (dir, fs) = fixture();
+    let root = dir.path().join("allot");
+    let mut b = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(8)).unwrap();
+    let mut task = dir.path().to_path_buf();
+    for d in [
+        "system.slice",
+        "slurmstepd.scope",
+        "job_42",
+        "step_0",
+        "user",
+        "task_0",
+    ] {
+        task.push(d);
+        fs.mkdir(&task).unwrap();
+    }
+    let user = task.parent().unwrap().to_path_buf();
+    fs.write(&task.join("cgroup.procs"), "5151\n").unwrap();
+    let grant = |cpus: &str| Applied {
+        cpus: CpuSet::parse_list(cpus).unwrap(),
+        weight: 2,
+        bandwidth: None,
+    };
+    b.create(3).unwrap();
+    b.apply(3, &grant("2-5")).unwrap();
+    assert!(b.include_group(3, &user).unwrap());
+    assert_eq!(fs.read(&user.join("cpuset.cpus")).unwrap(), "2-5");
+    assert_eq!(fs.read(&user.join("cpu.weight")).unwrap(), "200");
+    assert_eq!(
+        b.pids(3),
+        vec![5151],
+        "the task below the group is the cell's"
+    );
+    b.apply(3, &grant("6-7")).unwrap();
+    assert_eq!(fs.read(&user.join("cpuset.cpus")).unwrap(), "6-7");
+    assert!(b.include_group(3, &user).unwrap(), "twice is once");
+    assert_eq!(b.pids(3), vec![5151]);
+    assert_eq!(
+        fs.read(&task.join("cgroup.procs")).unwrap().trim(),
+        "5151",
+        "the task was not moved"
+    );
+
+    // What cannot be a launcher group, each refused with its reason.
+    let nocpu = user.parent().unwrap().join("nocpu");
+    fs.mkdir(&nocpu).unwrap();
+    std::fs::remove_file(nocpu.join("cpuset.cpus")).unwrap();
+    let other = tempfile::tempdir().unwrap();
+    for (bad, says) in [
+        (root.join("cell-3"), "allot's own cgroup"),
+        (dir.path().to_path_buf(), "holds allot's own cgroup"),
+        (Path::new("user").to_path_buf(), "not an absolute path"),
+        (user.join(".."), "'.' or '..'"),
+        (
+            other.path().to_path_buf(),
+            "not in allot's cgroup v2 hierarchy",
+        ),
+        (user.join("task_9"), "not a cgroup"),
+        (nocpu, "cpuset controller is not enabled"),
+    ] {
+        let e = b.include_group(3, &bad).unwrap_err().to_string();
+        assert!(e.contains(says), "{}: {e}", bad.display());
+    }
+    assert_eq!(
+        fs.read(&user.join("cpuset.cpus")).unwrap(),
+        "6-7",
+        "a refusal changes nothing"
+    );
+
+    b.remove(3).unwrap();
+    assert_eq!(
+        fs.read(&user.join("cpuset.cpus")).unwrap(),
+        "",
+        "the launcher's CPUs again"
+    );
+    assert!(fs.exists(&user), "the group stays the launcher's");
+    assert_eq!(fs.read(&task.join("cgroup.procs")).unwrap().trim(), "5151");
+    b.cleanup().unwrap();
+}

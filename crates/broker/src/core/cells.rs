@@ -49,6 +49,8 @@ pub(crate) struct Cell {
     pub(crate) hw: allot_enforce::counters::ThreadCounts,
     /// What the broker did for it and when (`crate::timeline`).
     pub(crate) timeline: Timeline,
+    /// Launcher cgroups it confines too (`core::groups`), as journaled.
+    pub(crate) groups: Vec<String>,
 }
 
 impl Cell {
@@ -77,6 +79,7 @@ impl Cell {
             perf: Default::default(),
             hw: Default::default(),
             timeline,
+            groups: Vec::new(),
         }
     }
 

@@ -63,6 +63,7 @@ mod arrival;
 mod cells;
 pub(crate) use cells::{Cell, Queued};
 pub(crate) mod effect;
+mod groups;
 mod isolation;
 mod keep_off;
 mod memory;

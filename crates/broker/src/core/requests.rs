@@ -136,6 +136,9 @@ impl Engine {
                     .map(|c| allot_plan::CellSpec { cache, ..c.spec });
                 self.set_part(session, peer, cell, spec, 0x15)
             }
+            Request::IncludeGroup { cell, token, dir } => {
+                reply(self.include_group(peer, cell, token, &dir))
+            }
             Request::UpdateSpec { cell, spec } => match self.update_spec(peer, cell, spec) {
                 Ok(()) => {
                     let mut e = self.admit_queued();

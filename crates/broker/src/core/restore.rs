@@ -48,6 +48,12 @@ impl Engine {
             let adopted = self
                 .enforcer
                 .adopt(id, &live.iter().map(|m| m.pid).collect::<Vec<_>>());
+            // Its launchers' cgroups first: their processes keep it alive.
+            let groups = if adopted.is_ok() {
+                self.restore_groups(id, &rec.groups)
+            } else {
+                Vec::new()
+            };
             if live.is_empty() {
                 // Processes that joined through the cgroup (children) keep it alive.
                 live = self.live_backend_members(id, 0);
@@ -100,6 +106,7 @@ impl Engine {
             cell.generation = generation;
             cell.published = grant;
             cell.est = est;
+            cell.groups = groups;
             effects.extend(self.install(id, cell, live));
         }
         effects.extend(self.recover_unjournaled(&state.cells));

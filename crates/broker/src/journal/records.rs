@@ -17,8 +17,8 @@ use std::collections::BTreeMap;
 /// 3 — [`SpecRec::time`] (absent in older journals: a space cell);
 /// 4 — [`SpecRec::goal`] (absent in older journals: no goal);
 /// 5 — [`SpecRec::memory`] and [`SpecRec::cache`] (absent in older
-/// journals: none).
-pub const JOURNAL_VERSION: u32 = 5;
+/// journals: none); 6 — [`Record::Group`].
+pub const JOURNAL_VERSION: u32 = 6;
 
 /// A process belonging to a cell, with its start time to detect pid reuse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -224,6 +224,13 @@ pub enum Record {
         /// The secret.
         token: u64,
     },
+    /// A cell includes a launcher's cgroup (`core::groups`).
+    Group {
+        /// Cell.
+        id: u64,
+        /// The cgroup's directory.
+        dir: String,
+    },
     /// A cell's grant changed.
     Grant {
         /// Cell.
@@ -266,6 +273,8 @@ pub struct CellRec {
     pub members: Vec<MemberRec>,
     /// Last grant.
     pub grant: Option<GrantRec>,
+    /// Launcher cgroups it includes.
+    pub groups: Vec<String>,
 }
 
 /// The state replay rebuilds.
@@ -302,6 +311,7 @@ impl Replayed {
                         token,
                         members: vec![],
                         grant: None,
+                        groups: vec![],
                     },
                 );
                 self.next_id = self.next_id.max(id.saturating_add(1));
@@ -330,6 +340,13 @@ impl Replayed {
             Record::Grant { id, grant } => {
                 if let Some(c) = self.cells.get_mut(&id) {
                     c.grant = Some(grant);
+                }
+            }
+            Record::Group { id, dir } => {
+                if let Some(c) = self.cells.get_mut(&id)
+                    && !c.groups.contains(&dir)
+                {
+                    c.groups.push(dir);
                 }
             }
             Record::Shared { pool, reserve } => {
@@ -365,6 +382,12 @@ impl Replayed {
             });
             for &m in &c.members {
                 out.push(Record::Member { id, member: m });
+            }
+            for dir in &c.groups {
+                out.push(Record::Group {
+                    id,
+                    dir: dir.clone(),
+                });
             }
             if let Some(g) = &c.grant {
                 out.push(Record::Grant {

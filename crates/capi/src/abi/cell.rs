@@ -221,7 +221,7 @@ unsafe fn register(
         // SAFETY: per the contract.
         let spec = spec_from_c(unsafe { read_spec(spec) }?, TimeContract::Space)?;
         // SAFETY: per the contract.
-        unsafe { register_spec(socket, name, spec, wait, out) }
+        unsafe { register_spec(socket, name, spec, wait, false, out) }
     })
 }
 
@@ -250,6 +250,7 @@ pub(crate) unsafe fn register_spec(
     name: *const c_char,
     spec: CellSpec,
     wait: c_int,
+    stays_put: bool,
     out: *mut CellHandle,
 ) -> Result<()> {
     ensure_live()?;
@@ -269,6 +270,7 @@ pub(crate) unsafe fn register_spec(
         wait: wait != 0,
         fallback: false,
         joins_itself: false,
+        stays_put,
     };
     let cell = Cell::register(&opts).map_err(client_error)?;
     insert(cell, out)

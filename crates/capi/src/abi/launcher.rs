@@ -242,16 +242,104 @@ pub unsafe extern "C" fn allot_cell_attach_at(
         ensure_live()?;
         need_out(out, "out")?;
         // SAFETY: per the contract.
-        let ticket: Ticket = unsafe { c_str(ticket, "ticket") }?
-            .parse()
-            .map_err(Error::invalid)?;
-        let socket = if socket.is_null() {
-            allot_proto::default_socket_path()
-        } else {
-            // SAFETY: per the contract.
-            PathBuf::from(unsafe { c_str(socket, "socket") }?)
-        };
-        let cell = Cell::attach(Path::new(&socket), ticket).map_err(client_error)?;
+        let (socket, ticket) = unsafe { (socket_or_default(socket)?, read_ticket(ticket)?) };
+        let cell = Cell::attach(&socket, ticket).map_err(client_error)?;
         insert(cell, out)
+    })
+}
+
+/// The broker socket a launcher names (null: the default one).
+///
+/// # Safety
+/// `socket` is null or a NUL-terminated string.
+unsafe fn socket_or_default(socket: *const c_char) -> Result<PathBuf> {
+    if socket.is_null() {
+        return Ok(allot_proto::default_socket_path());
+    }
+    // SAFETY: per the contract.
+    Ok(PathBuf::from(unsafe { c_str(socket, "socket") }?))
+}
+
+/// The ticket a launcher passes.
+///
+/// # Safety
+/// `ticket` is null or a NUL-terminated string.
+unsafe fn read_ticket(ticket: *const c_char) -> Result<Ticket> {
+    // SAFETY: per the contract.
+    unsafe { c_str(ticket, "ticket") }?
+        .parse()
+        .map_err(Error::invalid)
+}
+
+/// `int allot_cell_register_in_place_at(const char *socket, const char
+/// *name, const allot_spec_t *spec, int wait, allot_cell_t *out)`.
+///
+/// # Safety
+/// As `allot_cell_register_at`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn allot_cell_register_in_place_at(
+    socket: *const c_char,
+    name: *const c_char,
+    spec: *const super::Spec,
+    wait: c_int,
+    out: *mut CellHandle,
+) -> c_int {
+    entry("allot_cell_register_in_place_at", || {
+        ensure_live()?;
+        need_out(out, "out")?;
+        // SAFETY: per the contract.
+        let spec = super::cell::spec_from_c(
+            unsafe { super::cell::read_spec(spec) }?,
+            allot_client::TimeContract::Space,
+        )?;
+        // SAFETY: per the contract.
+        unsafe { super::cell::register_spec(socket, name, spec, wait, true, out) }
+    })
+}
+
+/// `int allot_cell_attach_in_place_at(const char *socket, const char
+/// *ticket, allot_cell_t *out)`.
+///
+/// # Safety
+/// As `allot_cell_attach_at`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn allot_cell_attach_in_place_at(
+    socket: *const c_char,
+    ticket: *const c_char,
+    out: *mut CellHandle,
+) -> c_int {
+    entry("allot_cell_attach_in_place_at", || {
+        ensure_live()?;
+        need_out(out, "out")?;
+        // SAFETY: per the contract.
+        let (socket, ticket) = unsafe { (socket_or_default(socket)?, read_ticket(ticket)?) };
+        let cell = Cell::attach_in_place(&socket, ticket).map_err(client_error)?;
+        insert(cell, out)
+    })
+}
+
+/// `int allot_cell_include_group_at(const char *socket, const char
+/// *ticket, const char *dir)`.
+///
+/// # Safety
+/// `socket` is null or a NUL-terminated string; `ticket` and `dir` are
+/// null or NUL-terminated strings.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn allot_cell_include_group_at(
+    socket: *const c_char,
+    ticket: *const c_char,
+    dir: *const c_char,
+) -> c_int {
+    entry("allot_cell_include_group_at", || {
+        ensure_live()?;
+        // SAFETY: per the contract.
+        let (socket, ticket, dir) = unsafe {
+            (
+                socket_or_default(socket)?,
+                read_ticket(ticket)?,
+                c_str(dir, "dir")?,
+            )
+        };
+        allot_client::include_group(&socket, ticket, Path::new(dir)).map_err(client_error)
     })
 }

@@ -164,7 +164,7 @@ pub unsafe extern "C" fn allot_cell_register_timed(
         };
         let spec = spec_with_time(spec, &time)?;
         // SAFETY: per the contract.
-        unsafe { register_spec(socket, name, spec, wait, out) }
+        unsafe { register_spec(socket, name, spec, wait, false, out) }
     })
 }
 

@@ -73,6 +73,7 @@ impl TestBroker {
             child,
             client,
             cell: reg.cell,
+            token: reg.token,
         }
     }
 
@@ -95,6 +96,8 @@ pub struct Other {
     child: Child,
     pub client: Client,
     pub cell: u64,
+    /// The cell's token (its ticket's secret).
+    pub token: u64,
 }
 
 impl Drop for Other {

@@ -38,7 +38,7 @@ mod manual;
 mod ticket;
 mod watch;
 pub use manual::GrantWriter;
-pub use ticket::Ticket;
+pub use ticket::{Ticket, include_group};
 
 use watch::{WATCH_PERIOD, Watcher};
 
@@ -79,6 +79,12 @@ pub struct Options {
     /// peer it does not trust with them) it moves the process itself, as
     /// without this option.
     pub joins_itself: bool,
+    /// This process stays in the cgroup it is in: the broker watches it
+    /// without moving it (on the cgroup2 backend; others move it as
+    /// usual). For a launcher whose processes live in cgroups of its own
+    /// (Slurm's `task/cgroup` on cgroup v2), which then gives the cell
+    /// those cgroups with [`crate::include_group`].
+    pub stays_put: bool,
 }
 
 impl Options {
@@ -91,6 +97,7 @@ impl Options {
             wait: false,
             fallback: true,
             joins_itself: false,
+            stays_put: false,
         }
     }
 }
@@ -293,16 +300,28 @@ impl Cell {
         mut on_wait: impl FnMut(Wait<'_>),
     ) -> Result<Cell, ClientError> {
         let socket = client.socket().to_path_buf();
+        // Staying put is joining itself without joining: the broker (v2)
+        // sends the cell's directory and moves nothing.
         let reg = client.register(
             &opts.name,
             opts.spec,
             &[],
             opts.wait,
-            opts.joins_itself,
+            opts.joins_itself || opts.stays_put,
             |position, reason| on_wait(Wait::Queued { position, reason }),
         )?;
-        let (dirs, files): (Vec<OwnedFd>, Vec<OwnedFd>) =
-            reg.join_files.into_iter().partition(is_directory);
+        let (dirs, files): (Vec<OwnedFd>, Vec<OwnedFd>) = if opts.stays_put {
+            let (d, f): (Vec<OwnedFd>, Vec<OwnedFd>) =
+                reg.join_files.into_iter().partition(is_directory);
+            if !f.is_empty() {
+                // A v1 broker hands over its tasks files: it moves
+                // nothing there either, so the process is moved as usual.
+                client.add_member(reg.cell, std::process::id())?;
+            }
+            (d, Vec::new())
+        } else {
+            reg.join_files.into_iter().partition(is_directory)
+        };
         // Told before this process joins: a paused cell stops it there,
         // and a broker that adopts the cell after a restart thaws it.
         if reg.page.page().read().cpus.is_empty() {

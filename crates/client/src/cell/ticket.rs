@@ -75,9 +75,23 @@ impl Cell {
     /// token or another user's cell, `Invalid` when this process already
     /// is in a cell), or the connection's.
     pub fn attach(socket: &Path, ticket: Ticket) -> Result<Cell, ClientError> {
+        Cell::attach_with(socket, ticket, true)
+    }
+
+    /// [`Cell::attach`] for a process that stays in the cgroup it is in
+    /// (see `Options::stays_put`): it gets the cell's grant page and is
+    /// not made a member; the cell reaches its launcher's processes
+    /// through the cgroups given with [`include_group`].
+    pub fn attach_in_place(socket: &Path, ticket: Ticket) -> Result<Cell, ClientError> {
+        Cell::attach_with(socket, ticket, false)
+    }
+
+    fn attach_with(socket: &Path, ticket: Ticket, member: bool) -> Result<Cell, ClientError> {
         let mut client = Client::connect(socket)?;
         let page = client.rejoin(ticket.cell, ticket.token, None)?;
-        client.add_member(ticket.cell, std::process::id())?;
+        if member {
+            client.add_member(ticket.cell, std::process::id())?;
+        }
         Ok(Cell::from_parts(
             Mode::Joined,
             Arc::new(page),
@@ -90,6 +104,18 @@ impl Cell {
             None,
         ))
     }
+}
+
+/// Makes the cell `ticket` names at the broker on `socket` also confine
+/// `dir`, a cgroup v2 directory a launcher made for its processes (Slurm's
+/// step `user` group): the broker writes the cell's CPUs there and moves
+/// no process. Root only; errors say why the directory cannot be one
+/// (not a cgroup, allot's own, another hierarchy, no cpuset controller,
+/// a backend without cgroup v2).
+pub fn include_group(socket: &Path, ticket: Ticket, dir: &Path) -> Result<(), ClientError> {
+    // cgroup names are UTF-8 in practice; a path that is not cannot name
+    // a cgroup once converted, and the broker says so.
+    Client::connect(socket)?.include_group(ticket.cell, ticket.token, &dir.to_string_lossy())
 }
 
 #[cfg(test)]

@@ -186,6 +186,9 @@ impl Request {
             Request::SetCache { cell, cache } => {
                 w.u64(*cell).u32(cache.ways).u32(cache.bandwidth);
             }
+            Request::IncludeGroup { cell, token, dir } => {
+                w.u64(*cell).u64(*token).str(dir);
+            }
             Request::SetGoal { cell, goal } => {
                 let (kind, value) = spec::goal_fields(*goal);
                 w.u64(*cell).u8(kind).u64(value);
@@ -243,7 +246,7 @@ impl Request {
     /// Decodes one datagram. Never panics, whatever the bytes.
     pub fn decode(buf: &[u8]) -> Result<Request, FrameError> {
         let (kind, body) = unframe(buf)?;
-        if !(0x01..=0x15).contains(&kind) {
+        if !(0x01..=0x16).contains(&kind) {
             return Err(FrameError::Kind(kind));
         }
         let mut r = Reader::new(body);
@@ -332,6 +335,11 @@ impl Request {
             0x13 => Request::ChannelRejoin {
                 name: r.str("name")?,
                 send: r.bool("send")?,
+            },
+            0x16 => Request::IncludeGroup {
+                cell: r.u64("cell")?,
+                token: r.u64("token")?,
+                dir: r.str("dir")?,
             },
             0x15 => Request::SetCache {
                 cell: r.u64("cell")?,

@@ -4,7 +4,7 @@
 
 use super::*;
 
-/// A request of every kind (0x01 to 0x15).
+/// A request of every kind (0x01 to 0x16).
 pub fn example_requests() -> Vec<Request> {
     vec![
         Request::Hello {
@@ -91,6 +91,11 @@ pub fn example_requests() -> Vec<Request> {
                 ways: 4,
                 bandwidth: 30,
             },
+        },
+        Request::IncludeGroup {
+            cell: 9,
+            token: 77,
+            dir: "/sys/fs/cgroup/system.slice/slurmstepd.scope/job_42/step_0/user".into(),
         },
         Request::Status,
         Request::Shutdown,

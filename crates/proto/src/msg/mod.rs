@@ -53,8 +53,9 @@ pub mod spec;
 /// 9 — the spec carries a memory guarantee and limit
 /// ([`allot_spec::Memory`]: two `u64`, bytes) and a share of the cache
 /// and memory bandwidth ([`allot_spec::Cache`]: two `u32`), and
-/// `SetMemory` (0x14) changes the memory, `SetCache` (0x15) the cache.
-pub const PROTOCOL_VERSION: u16 = 9;
+/// `SetMemory` (0x14) changes the memory, `SetCache` (0x15) the cache;
+/// 10 — `IncludeGroup` (0x16): a cell also confines a launcher's cgroup.
+pub const PROTOCOL_VERSION: u16 = 10;
 
 /// The header's first two bytes, little-endian; other values are not the allot protocol.
 pub const MAGIC: u16 = 0xA110;
@@ -253,6 +254,21 @@ pub enum Request {
         /// The new ways and ceiling.
         cache: allot_spec::Cache,
     },
+    /// `0x16` — `cell: u64, token: u64, dir: str`. The cell also confines
+    /// `dir`, a cgroup v2 directory a launcher made for its own processes
+    /// (Slurm's step `user` group): the broker writes the cell's CPUs and
+    /// weight there and moves no process. Root only, with the cell's
+    /// token (from a ticket), so a launcher's tasks can ask from any
+    /// process. Answered `Ok`, or an error saying why the directory
+    /// cannot be one (nothing changed then).
+    IncludeGroup {
+        /// The cell's id.
+        cell: u64,
+        /// The cell's token (the secret of its ticket).
+        token: u64,
+        /// The launcher's cgroup, an absolute path.
+        dir: String,
+    },
     /// `0x06` — `cell: u64, spec`. Changes a cell's request.
     UpdateSpec {
         /// The cell's id, from `Registered` or `Queued`.
@@ -447,6 +463,7 @@ impl Request {
             Request::ChannelRejoin { .. } => 0x13,
             Request::SetMemory { .. } => 0x14,
             Request::SetCache { .. } => 0x15,
+            Request::IncludeGroup { .. } => 0x16,
         }
     }
 
