@@ -42,18 +42,24 @@ fn error_code(r: &Reply) -> Option<ErrorCode> {
     }
 }
 
-#[test]
-fn only_root_with_the_cells_token_may_include_a_launchers_cgroup() {
-    let mut w = world(4);
-    proc_of(&w, 100, 0);
-    let (id, token, _p) = page(register(
-        &mut w,
+/// Root's cell for process 100, as the Slurm plugin registers a job's:
+/// its id, token and page.
+fn job_cell(w: &mut World) -> (u64, u64, allot_proto::PageMap) {
+    page(register(
+        w,
         ROOT,
         "slurm-42",
         CellSpec::default(),
         vec![100],
         false,
-    ));
+    ))
+}
+
+#[test]
+fn only_root_with_the_cells_token_may_include_a_launchers_cgroup() {
+    let mut w = world(4);
+    proc_of(&w, 100, 0);
+    let (id, token, _p) = job_cell(&mut w);
     assert_eq!(
         error_code(&include(&mut w, ALICE, id, token)),
         Some(ErrorCode::PermissionDenied),
@@ -88,14 +94,7 @@ fn a_restarted_broker_includes_the_journaled_groups_again() {
     os.spawn(100, 0, 1, &CpuSet::first_n(4));
     let dry = allot_enforce::DryRun::new();
     let (mut w, _) = world_with_backend(4, dir, os.clone(), dry.clone());
-    let (id, token, _p) = page(register(
-        &mut w,
-        ROOT,
-        "slurm-42",
-        CellSpec::default(),
-        vec![100],
-        false,
-    ));
+    let (id, token, _p) = job_cell(&mut w);
     assert_eq!(include(&mut w, ROOT, id, token), Reply::Ok);
     // Twice is once in the journal.
     assert_eq!(include(&mut w, ROOT, id, token), Reply::Ok);
@@ -109,4 +108,35 @@ fn a_restarted_broker_includes_the_journaled_groups_again() {
         "the restarted broker asked the backend for the group once"
     );
     assert_eq!(w2.core.status(ROOT).cells.len(), 1);
+}
+
+/// A paused cell (guarantees take every CPU) that includes a launcher's
+/// group takes its gate again and closes it, so the group's tasks stop
+/// with the cell; they go on with it when it resumes.
+#[test]
+fn a_group_included_while_its_cell_is_paused_is_paused_too() {
+    use allot_enforce::gate::GateCall;
+    let mut w = world(2);
+    for pid in [100, 200] {
+        proc_of(&w, pid, 0);
+    }
+    let _big = page(register(
+        &mut w,
+        ROOT,
+        "big",
+        exclusive(2),
+        vec![200],
+        false,
+    ));
+    let (id, token, _p) = job_cell(&mut w);
+    assert_eq!(w.dry.gate_calls(), [GateCall::Close(id)], "paused at once");
+    assert_eq!(include(&mut w, ROOT, id, token), Reply::Ok);
+    assert_eq!(
+        w.dry.gate_calls(),
+        [GateCall::Close(id), GateCall::Close(id)],
+        "the new gate, over the group too, is closed"
+    );
+    w.os.exit(200);
+    let _ = w.core.exited(200);
+    assert_eq!(w.dry.gate_calls().last(), Some(&GateCall::Open(id)));
 }

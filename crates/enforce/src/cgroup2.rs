@@ -337,10 +337,15 @@ impl Enforcer for Cgroup2 {
                 .unmake(self.fs.as_ref(), &self.root, cell, &dir);
         }
         if let Some(c) = self.cells.remove(&cell) {
-            // The launcher's CPUs again (an empty list: its parent's); the
-            // directory and its processes are the launcher's.
+            // The launcher's CPUs again (an empty list: its parent's), and
+            // thawed if the cell was paused; the directory and its
+            // processes are the launcher's.
             for mut g in c.groups {
                 let _ = g.cpus.set("");
+                let freeze = g.dir.join("cgroup.freeze");
+                if self.fs.exists(&freeze) {
+                    let _ = self.fs.write(&freeze, crate::gate::V2_FREEZE.open);
+                }
             }
         }
         self.thaw(cell);
@@ -494,7 +499,19 @@ impl Enforcer for Cgroup2 {
         }
         let gate = CgroupGate::v2(self.fs.clone(), &dir)
             .map_err(err(format!("open cgroup.freeze of cell {cell}")))?;
-        Ok(Some(Box::new(gate)))
+        let groups = self.cells.get(&cell).map_or(&[][..], |c| &c.groups[..]);
+        if groups.is_empty() {
+            return Ok(Some(Box::new(gate)));
+        }
+        // The launcher's groups hold the cell's processes: they stop and
+        // go on with it.
+        let mut all: Vec<Box<dyn Gate>> = vec![Box::new(gate)];
+        for g in groups {
+            let one = CgroupGate::v2(self.fs.clone(), &g.dir)
+                .map_err(err(format!("open cgroup.freeze of {}", g.dir.display())))?;
+            all.push(Box::new(one));
+        }
+        Ok(Some(Box::new(crate::gate::Gates(all))))
     }
 
     fn cleanup(&mut self) -> Result<()> {

@@ -193,6 +193,54 @@ impl Gate for CgroupGate {
     }
 }
 
+/// One gate over several cgroups, each with its own freezer: a cell's
+/// own directory and the launcher groups it includes
+/// ([`crate::launcher`]). Opening and closing reach every one (the first
+/// error is returned once all were tried), the usage is their sum, and
+/// the cell has stopped once every one has.
+#[derive(Debug)]
+pub struct Gates(pub Vec<Box<dyn Gate>>);
+
+impl Gates {
+    /// Calls `f` on every gate, all of them even after a failure; the
+    /// first error.
+    fn each(&mut self, mut f: impl FnMut(&mut Box<dyn Gate>) -> io::Result<()>) -> io::Result<()> {
+        let mut first = Ok(());
+        for g in &mut self.0 {
+            let r = f(g);
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+}
+
+impl Gate for Gates {
+    fn open(&mut self) -> io::Result<()> {
+        self.each(|g| g.open())
+    }
+    fn close(&mut self) -> io::Result<()> {
+        self.each(|g| g.close())
+    }
+    fn usage_ns(&mut self) -> Option<u64> {
+        self.0
+            .iter_mut()
+            .filter_map(|g| g.usage_ns())
+            .reduce(|a, b| a + b)
+    }
+    fn stopped(&mut self) -> Option<bool> {
+        let all: Vec<Option<bool>> = self.0.iter_mut().map(|g| g.stopped()).collect();
+        if all.contains(&Some(false)) {
+            Some(false)
+        } else if all.iter().all(|s| *s == Some(true)) {
+            Some(true)
+        } else {
+            None
+        }
+    }
+}
+
 /// What the dry-run backend's gate was asked to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GateCall {
@@ -200,4 +248,78 @@ pub enum GateCall {
     Open(u64),
     /// `close` on the cell.
     Close(u64),
+}
+
+#[cfg(test)]
+mod gates_tests {
+    use super::*;
+
+    /// A gate that says what it is told to.
+    #[derive(Debug)]
+    struct Said {
+        usage: Option<u64>,
+        stopped: Option<bool>,
+        fails: bool,
+        closed: bool,
+    }
+
+    impl Gate for Said {
+        fn open(&mut self) -> io::Result<()> {
+            self.closed = false;
+            if self.fails {
+                Err(io::Error::other("refused"))
+            } else {
+                Ok(())
+            }
+        }
+        fn close(&mut self) -> io::Result<()> {
+            self.closed = true;
+            if self.fails {
+                Err(io::Error::other("refused"))
+            } else {
+                Ok(())
+            }
+        }
+        fn usage_ns(&mut self) -> Option<u64> {
+            self.usage
+        }
+        fn stopped(&mut self) -> Option<bool> {
+            self.stopped
+        }
+    }
+
+    fn said(usage: Option<u64>, stopped: Option<bool>, fails: bool) -> Box<dyn Gate> {
+        Box::new(Said {
+            usage,
+            stopped,
+            fails,
+            closed: false,
+        })
+    }
+
+    #[test]
+    fn gates_reach_every_cgroup_and_sum_what_they_read() {
+        let mut g = Gates(vec![
+            said(Some(5), Some(true), false),
+            said(None, Some(true), true),
+            said(Some(7), Some(true), false),
+        ]);
+        // A refusal in the middle still reaches the last, and is returned.
+        assert!(g.close().is_err());
+        assert!(
+            format!("{g:?}").matches("closed: true").count() == 3,
+            "{g:?}"
+        );
+        assert_eq!(g.usage_ns(), Some(12));
+        assert_eq!(g.stopped(), Some(true));
+        let mut g = Gates(vec![said(None, Some(true), false), said(None, None, false)]);
+        assert_eq!(g.usage_ns(), None);
+        assert_eq!(g.stopped(), None, "one cannot tell");
+        let mut g = Gates(vec![
+            said(None, None, false),
+            said(None, Some(false), false),
+        ]);
+        assert_eq!(g.stopped(), Some(false), "one still runs");
+        assert!(g.open().is_ok());
+    }
 }

@@ -26,10 +26,13 @@
 //!    removed it at the end of its step) is dropped without error.
 //! 3. When the cell ends, each group still there gets an empty
 //!    `cpuset.cpus` (the kernel then gives it its parent's CPUs: what the
-//!    launcher set up) and keeps its directory and processes: it is the
-//!    launcher's to remove.
+//!    launcher set up) and is thawed, and keeps its directory and
+//!    processes: it is the launcher's to remove.
 //! 4. The processes of a cell are those of its own directory and of every
-//!    group it includes, with their descendants ([`procs_below`]).
+//!    group it includes, with their descendants ([`procs_below`]); its
+//!    gate (pausing, time windows) freezes and thaws them all
+//!    ([`crate::gate::Gates`]), so a gate taken before a group was
+//!    included must be taken again.
 
 use crate::cgroupfs::{CgroupFs, ControlFile};
 use std::io;

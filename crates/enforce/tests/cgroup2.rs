@@ -597,7 +597,27 @@ fn a_launcher_group_follows_the_cell_and_stays_the_launchers() {
         "a refusal changes nothing"
     );
 
+    // Pausing (and time windows) reach the group: its tasks stop with the cell.
+    let mut gate = b.gate(3).unwrap().expect("the fixture has a freezer");
+    gate.close().unwrap();
+    for d in [root.join("cell-3"), user.clone()] {
+        assert_eq!(
+            fs.read(&d.join("cgroup.freeze")).unwrap(),
+            "1",
+            "{}",
+            d.display()
+        );
+    }
+    gate.open().unwrap();
+    assert_eq!(fs.read(&user.join("cgroup.freeze")).unwrap(), "0");
+    gate.close().unwrap();
+
     b.remove(3).unwrap();
+    assert_eq!(
+        fs.read(&user.join("cgroup.freeze")).unwrap(),
+        "0",
+        "thawed when the cell ends"
+    );
     assert_eq!(
         fs.read(&user.join("cpuset.cpus")).unwrap(),
         "",

@@ -5,6 +5,9 @@
 //! includes each step's `user` group, so Slurm keeps tracking and
 //! removing them while the cell's grant reaches the tasks.
 //!
+//! A paused cell and a time cell take their gate again when a group is
+//! included, so the group stops and goes on with the cell.
+//!
 //! Rules: only root may ask (the broker writes a cgroup it did not make),
 //! and only with the cell's token (the secret of its ticket: the task
 //! processes that ask are not the cell's registrant). A group is
@@ -13,9 +16,9 @@
 //! empty lives on its groups' processes).
 
 use super::{Engine, Peer, err};
-use crate::info;
 use crate::journal::Record;
 use crate::names::shown;
+use crate::{info, warn};
 use allot_proto::msg::{ErrorCode, Reply};
 use std::path::Path;
 
@@ -73,8 +76,40 @@ impl Engine {
                 id: cell,
                 dir: dir.to_string(),
             }]);
+            self.regate(cell);
         }
         Reply::Ok
+    }
+
+    /// Takes cell `id`'s gate again where one is held (a paused cell, a
+    /// time cell's windows): the new one reaches the group just included,
+    /// and a paused cell's new gate is closed at once.
+    fn regate(&mut self, id: u64) {
+        if self.paused.contains_key(&id) {
+            match self.enforcer.gate(id) {
+                Ok(Some(mut g)) => {
+                    if let Err(e) = g.close() {
+                        warn!("cell {id}: cannot pause its new group: {e}");
+                    }
+                    if let Some(p) = self.paused.get_mut(&id) {
+                        p.gate = g;
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => warn!("cell {id}: cannot pause its new group: {e}"),
+            }
+        }
+        if let Some(window) = self.windows.window(id) {
+            let cpus = self.cells[&id].spec.time_cpus();
+            match self.enforcer.gate(id) {
+                Ok(Some(g)) => {
+                    self.windows.remove(id);
+                    self.windows.add(id, window, cpus, g);
+                }
+                Ok(None) => {}
+                Err(e) => warn!("cell {id}: its windows do not reach its new group: {e}"),
+            }
+        }
     }
 
     /// Includes again, after a restart, the groups the journal holds for

@@ -49,7 +49,7 @@ pub const WHY: &str = "every CPU is guaranteed to other cells; it runs again whe
 /// A paused cell.
 #[derive(Debug)]
 pub(crate) struct Paused {
-    gate: Box<dyn Gate>,
+    pub(super) gate: Box<dyn Gate>,
     pub(crate) since: Instant,
     /// How often the freeze was sent again to threads that ran on.
     resent: u32,
