@@ -619,6 +619,8 @@ source "$here_16/bench-16cpu/steps.sh"
 source "$here_16/bench-16cpu/summary.sh"
 # shellcheck source=bench-16cpu/tcm.sh
 source "$here_16/bench-16cpu/tcm.sh"
+# shellcheck source=lib/tcm-ways.sh
+source "$here_16/lib/tcm-ways.sh"
 
 main() {
   parse_args "$@"

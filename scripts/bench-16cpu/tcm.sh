@@ -45,7 +45,7 @@ tcm_time() { # command
 }
 
 step_tcm() {
-  local k b n reps r half rounds nested_rounds
+  local k b n reps r rounds nested_rounds
   [[ -n $TCM_KIT ]] || return 0
   say "== tcm: oneTBB and Intel OpenMP, plain, split, the shim, allot's TCM, Intel's TCM"
   if ! fits 150; then
@@ -55,7 +55,6 @@ step_tcm() {
   fi
   b=$TCM_KIT/bin
   n=$NCPU
-  half=$((n / 2))
   # About 1 s for each program alone on all CPUs (64 tasks of ~1 ms per
   # loop; 128 ms of work per nested loop); a tenth with --quick.
   rounds=$((16 * n))
@@ -64,56 +63,18 @@ step_tcm() {
     rounds=$((rounds / 10 + 1))
     nested_rounds=$((nested_rounds / 10 + 1))
   fi
-  local beside="$b/tbb_work $rounds & $b/omp_work $rounds & wait"
-  local run="env ALLOT_SOCKET=$daemon_sock $ALLOT run --no-start"
-  local itcm="env TCM_ENABLE=1 LD_LIBRARY_PATH=$TCM_KIT/intel-tcm"
-  declare -A how=(
-    [beside/plain]="sh -c '$beside'"
-    [beside/split]="sh -c 'taskset -c 0-$((half - 1)) $b/tbb_work $rounds & OMP_NUM_THREADS=$((n - half)) taskset -c $half-$((n - 1)) $b/omp_work $rounds & wait'"
-    [beside/sequential]="sh -c '$b/tbb_work $rounds; $b/omp_work $rounds'"
-    [beside/omp-dynamic]="OMP_DYNAMIC=true sh -c '$beside'"
-    [beside/allot-shim]="$run --no-tcm -- sh -c '$beside'"
-    [beside/allot-tcm]="$run -- sh -c '$beside'"
-    [beside/intel-tcm]="$itcm sh -c '$beside'"
-    [nested/plain]="$b/nested $nested_rounds"
-    [nested/omp-1-inside]="OMP_NUM_THREADS=1 $b/nested $nested_rounds"
-    [nested/omp-dynamic]="OMP_DYNAMIC=true $b/nested $nested_rounds"
-    [nested/allot-shim]="$run --no-tcm -- $b/nested $nested_rounds"
-    [nested/allot-tcm]="$run -- $b/nested $nested_rounds"
-    [nested/intel-tcm]="$itcm $b/nested $nested_rounds"
-  )
-  local order=(beside/plain beside/split beside/sequential beside/omp-dynamic beside/allot-shim
-    beside/allot-tcm beside/intel-tcm nested/plain nested/omp-1-inside nested/omp-dynamic
-    nested/allot-shim nested/allot-tcm nested/intel-tcm)
+  tcm_ways "$b" "$rounds" "$nested_rounds" "$n" \
+    "env ALLOT_SOCKET=$daemon_sock $ALLOT run --no-start" \
+    "env TCM_ENABLE=1 LD_LIBRARY_PATH=$TCM_KIT/intel-tcm"
   reps=$((REPEATS < 3 ? REPEATS : 3))
   : >"$OUT/tcm.txt"
   for ((r = 1; r <= reps; r++)); do
-    for k in "${order[@]}"; do
+    for k in "${TCM_ORDER[@]}"; do
       fits 20 || break 2
-      printf '%s %s\n' "$k" "$(tcm_time "${how[$k]}")" >>"$OUT/tcm.txt"
+      printf '%s %s\n' "$k" "$(tcm_time "${TCM_HOW[$k]}")" >>"$OUT/tcm.txt"
     done
   done
   [[ -s $work/tcm.err ]] && say "  (errors in tcm.txt)" && { echo "-- errors"; cat "$work/tcm.err"; } >>"$OUT/tcm.txt"
   grep -q ' fail$' "$OUT/tcm.txt" && fail "a TCM configuration failed (see tcm.txt)"
-  say "$(python3 - "$OUT/tcm.txt" <<'PY'
-import statistics, sys
-times = {}
-for line in open(sys.argv[1]):
-    parts = line.split()
-    if len(parts) != 2 or parts[1] == "fail" or "/" not in parts[0]:
-        continue
-    times.setdefault(parts[0], []).append(float(parts[1]))
-without = {"beside": ["plain", "split", "sequential", "omp-dynamic"],
-           "nested": ["plain", "omp-1-inside", "omp-dynamic"]}
-for exp in ("beside", "nested"):
-    med = {k.split("/")[1]: statistics.median(v) for k, v in times.items() if k.startswith(exp + "/")}
-    base = [n for n in without[exp] if n in med]
-    if not base:
-        continue
-    best = min(base, key=lambda n: med[n])
-    print(f"  {exp}: makespan medians, ratio to the best without allot ({best})")
-    for name, m in med.items():
-        print(f"    {name:14s} {m:7.2f} s  {m / med[best]:5.2f}x")
-PY
-)"
+  say "$(tcm_summary "$OUT/tcm.txt")"
 }

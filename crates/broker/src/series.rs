@@ -85,7 +85,6 @@ impl Totals {
 /// One tick's reading of a cell.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
-    /// When.
     pub at: Instant,
     /// CPUs the cell held until now: its grant's, or for a cell on the
     /// stacked pool its share of the pool.
@@ -342,7 +341,6 @@ impl Perf {
 /// One tick's reading of the machine.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LoadSample {
-    /// When.
     pub at: Instant,
     /// The machine's counters.
     pub system: SystemCpu,

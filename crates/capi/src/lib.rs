@@ -18,6 +18,7 @@
 
 pub mod abi;
 pub mod environ;
+mod pathlist;
 pub mod shim;
 pub mod tcm;
 

@@ -11,7 +11,6 @@
 use allot_proto::dirs::TrustedDir;
 use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 pub use allot_proto::ENV_GRANT_FD;
@@ -42,12 +41,7 @@ pub fn install_shim(dir: &TrustedDir) -> io::Result<PathBuf> {
 /// The `LD_PRELOAD` value that loads `shim` first, keeping whatever the
 /// environment already preloads (`existing`) after it.
 pub fn preload_with_shim(shim: &Path, existing: Option<&OsStr>) -> OsString {
-    let mut v = OsString::from(shim);
-    if let Some(rest) = existing.filter(|e| !e.as_bytes().iter().all(u8::is_ascii_whitespace)) {
-        v.push(":");
-        v.push(rest);
-    }
-    v
+    crate::pathlist::put_first(shim, existing)
 }
 
 #[cfg(test)]

@@ -87,12 +87,7 @@ pub fn library_path_with(
     dir: &std::path::Path,
     existing: Option<&std::ffi::OsStr>,
 ) -> std::ffi::OsString {
-    let mut v = std::ffi::OsString::from(dir);
-    if let Some(rest) = existing.filter(|e| !e.is_empty()) {
-        v.push(":");
-        v.push(rest);
-    }
-    v
+    crate::pathlist::put_first(dir, existing)
 }
 
 #[cfg(test)]

@@ -75,7 +75,6 @@ pub struct Cgroup1 {
 struct MemoryGroups {
     /// `<mount><base>/<name>`: holds the cells' memory groups.
     dir: PathBuf,
-    /// The mount.
     mount: PathBuf,
     /// The broker's group, `/proc/PID/cgroup` style.
     base: String,

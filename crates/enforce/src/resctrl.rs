@@ -171,7 +171,6 @@ fn first_value(schemata: &str, res: &str, radix: u32) -> Option<u64> {
 /// ceiling, percent (0: none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ask {
-    /// The cell.
     pub cell: u64,
     /// Ways of every cache domain it alone may fill.
     pub ways: u32,
@@ -182,7 +181,6 @@ pub struct Ask {
 /// A cell's class of service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Class {
-    /// The cell.
     pub cell: u64,
     /// Its capacity bitmask (the default group's when it asked for no
     /// ways of its own).

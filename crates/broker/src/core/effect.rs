@@ -13,9 +13,7 @@ pub type SessionId = u64;
 pub struct Peer {
     /// Process id at connect time.
     pub pid: u32,
-    /// User id.
     pub uid: u32,
-    /// Group id.
     pub gid: u32,
 }
 
@@ -31,9 +29,7 @@ impl Peer {
 pub enum Effect {
     /// Send `reply` (with `fds` attached) on `session`.
     Reply {
-        /// The session.
         session: SessionId,
-        /// The reply.
         reply: Reply,
         /// File descriptors to pass (at most `transport::MAX_FDS`).
         fds: Vec<rustix::fd::OwnedFd>,

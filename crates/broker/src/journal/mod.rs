@@ -106,7 +106,6 @@ fn write_lines(w: &mut impl Write, recs: &[Record]) -> std::io::Result<()> {
 /// What [`replay`] rebuilt from a journal's bytes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Replay {
-    /// The state.
     pub state: Replayed,
     /// Records folded in.
     pub records: usize,
@@ -211,7 +210,7 @@ impl Journal {
         &self.state
     }
 
-    /// The file.
+    /// Where the journal is kept.
     pub fn path(&self) -> &Path {
         &self.path
     }

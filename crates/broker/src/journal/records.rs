@@ -23,29 +23,26 @@ pub const JOURNAL_VERSION: u32 = 6;
 /// A process belonging to a cell, with its start time to detect pid reuse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemberRec {
-    /// Process id.
     pub pid: u32,
     /// Start time in clock ticks after boot (`/proc/PID/stat` field 22).
     pub start: u64,
 }
 
-/// What a cell asked for, as journaled.
+/// What a cell asked for, as journaled: the fields of
+/// `allot_spec::CellSpec`, in a format of the journal's own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SpecRec {
     /// Guaranteed CPUs.
     pub min: u32,
     /// Most CPUs (0: the machine).
     pub max: u32,
-    /// Weight.
     pub weight: u32,
-    /// Exclusive.
     pub exclusive: bool,
     /// `any`, `llc` or `numa`.
     pub placement: PlacementRec,
     /// The time contract.
     #[serde(default)]
     pub time: TimeRec,
-    /// The goal.
     #[serde(default)]
     pub goal: GoalRec,
     /// The memory guarantee and limit, bytes (absent: none).
@@ -73,13 +70,12 @@ impl CacheRec {
     }
 }
 
-/// A memory guarantee and limit, as journaled (bytes, 0: none).
+/// A memory guarantee (`min`) and limit (`max`), as journaled (bytes,
+/// 0: none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct MemoryRec {
-    /// Bytes guaranteed.
     #[serde(default)]
     pub min: u64,
-    /// Most bytes.
     #[serde(default)]
     pub max: u64,
 }
@@ -141,7 +137,6 @@ pub enum TimeRec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PlacementRec {
-    /// Anywhere.
     Any,
     /// One last-level cache.
     Llc,
@@ -149,31 +144,24 @@ pub enum PlacementRec {
     Numa,
 }
 
-/// What a cell holds, as journaled.
+/// What a cell holds, as journaled: the fields of `allot_plan::Grant`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GrantRec {
-    /// Grant generation.
     pub generation: u64,
-    /// CPUs.
     pub cpus: CpuSet,
-    /// Lent part.
     pub lent: CpuSet,
-    /// Entitlement.
     pub entitled: CpuSet,
-    /// Threads.
     pub threads: u32,
-    /// Stacked.
     pub stacked: bool,
     /// Position in the stacked pool (absent in older journals).
     #[serde(default)]
     pub home: u32,
-    /// Share.
     pub share: f64,
     /// Demand estimate at the time.
     pub demand: Option<u32>,
 }
 
-/// One journal line.
+/// One journal line. In the records about one cell, `id` is the cell's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
 pub enum Record {
@@ -184,94 +172,48 @@ pub enum Record {
     },
     /// A cell was admitted.
     Cell {
-        /// Id.
         id: u64,
-        /// Name.
         name: String,
-        /// Owner.
         uid: u32,
-        /// Spec.
         spec: SpecRec,
         /// Rejoin secret; 0 for a cell recovered from its cgroup, whose
         /// first member to rejoin sets it.
         token: u64,
     },
     /// A process joined a cell.
-    Member {
-        /// Cell.
-        id: u64,
-        /// The process.
-        member: MemberRec,
-    },
+    Member { id: u64, member: MemberRec },
     /// A process left a cell.
-    Gone {
-        /// Cell.
-        id: u64,
-        /// Process id.
-        pid: u32,
-    },
+    Gone { id: u64, pid: u32 },
     /// A cell's spec changed.
-    Spec {
-        /// Cell.
-        id: u64,
-        /// New spec.
-        spec: SpecRec,
-    },
+    Spec { id: u64, spec: SpecRec },
     /// A recovered cell was claimed by a member: its rejoin secret.
-    Token {
-        /// Cell.
-        id: u64,
-        /// The secret.
-        token: u64,
-    },
+    Token { id: u64, token: u64 },
     /// A cell includes a launcher's cgroup (`core::groups`).
     Group {
-        /// Cell.
         id: u64,
         /// The cgroup's directory.
         dir: String,
     },
     /// A cell's grant changed.
-    Grant {
-        /// Cell.
-        id: u64,
-        /// The grant.
-        grant: GrantRec,
-    },
+    Grant { id: u64, grant: GrantRec },
     /// The pool or reserve changed.
-    Shared {
-        /// Stacked pool.
-        pool: CpuSet,
-        /// Reserve.
-        reserve: CpuSet,
-    },
+    Shared { pool: CpuSet, reserve: CpuSet },
     /// A cell ended.
-    End {
-        /// Cell.
-        id: u64,
-    },
+    End { id: u64 },
     /// Next cell id to allocate (written before each allocation and in
     /// snapshots).
-    NextId {
-        /// The id.
-        next: u64,
-    },
+    NextId { next: u64 },
 }
 
 /// A cell rebuilt from the journal.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CellRec {
-    /// Name.
     pub name: String,
-    /// Owner.
     pub uid: u32,
-    /// Spec.
     pub spec: SpecRec,
     /// Rejoin secret (0: recovered, not yet claimed).
     pub token: u64,
-    /// Members.
     pub members: Vec<MemberRec>,
-    /// Last grant.
     pub grant: Option<GrantRec>,
     /// Launcher cgroups it includes.
     pub groups: Vec<String>,
@@ -280,13 +222,9 @@ pub struct CellRec {
 /// The state replay rebuilds.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Replayed {
-    /// Live cells by id.
     pub cells: BTreeMap<u64, CellRec>,
-    /// Pool.
     pub pool: CpuSet,
-    /// Reserve.
     pub reserve: CpuSet,
-    /// Next id.
     pub next_id: u64,
 }
 

@@ -59,7 +59,6 @@ pub enum LedgerError {
 }
 
 impl LedgerError {
-    /// The message.
     pub fn message(&self) -> &str {
         match self {
             LedgerError::Invalid(m)
@@ -117,7 +116,8 @@ struct Holder {
     items: Vec<LedgerItem>,
 }
 
-/// The ledger.
+/// The kinds, what each process holds of them, and which processes wait
+/// (see the module notes).
 #[derive(Debug, Clone, Default)]
 pub struct Ledger {
     kinds: BTreeMap<String, Kind>,

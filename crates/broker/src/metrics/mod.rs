@@ -98,7 +98,6 @@ pub struct Counters {
 /// One cell's gauges.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CellGauges {
-    /// Cell id.
     pub id: u64,
     /// Owner.
     pub uid: u32,
@@ -140,7 +139,6 @@ pub struct Snapshot {
     pub queue: u32,
     /// Admitted cells.
     pub cells: Vec<CellGauges>,
-    /// The counters.
     pub counters: Counters,
     /// The broker's own process (`None`: `/proc/self` unreadable).
     pub process: Option<ProcessGauges>,
