@@ -320,3 +320,56 @@ fn exclusive_cells_are_partitions_by_default_and_not_when_turned_off() {
     assert!(asked(true) >= 1, "the default makes a partition");
     assert_eq!(asked(false), 0, "partitions = false makes none");
 }
+
+/// A broker killed while a best-effort cell is paused: the next one adopts
+/// the cell still frozen and keeps it paused (its journaled grant had no
+/// CPU), so it never runs on the exclusive cell's CPUs in between; a cell
+/// that was not paused is thawed (a broker killed mid-window left it
+/// frozen).
+#[test]
+fn a_restarted_broker_keeps_a_paused_cell_frozen_and_thaws_the_others() {
+    use allot_enforce::os::FakeOs;
+    use allot_topo::CpuSet;
+    let dir = tempfile::tempdir().unwrap();
+    let os = FakeOs::new();
+    for pid in [1, 100, 200] {
+        os.spawn(pid, 0, 1, &CpuSet::first_n(2));
+    }
+    os.set_uid(1, 0);
+    let dry = DryRun::new();
+    let (mut w, _) = world_with_backend(2, dir, os.clone(), dry.clone());
+    let (big, _, _pb) = page(register(
+        &mut w,
+        ROOT,
+        "big",
+        exclusive(2),
+        vec![100],
+        false,
+    ));
+    let (make, _, _pm) = page(register(
+        &mut w,
+        ROOT,
+        "make",
+        CellSpec::default(),
+        vec![200],
+        false,
+    ));
+    assert_eq!(dry.gate_calls(), [GateCall::Close(make)]);
+    // Killed: nothing of its own clean-up runs.
+    let World { core, _dir, .. } = w;
+    std::mem::forget(core);
+    let before = dry.gate_calls().len();
+    let (w2, _) = world_with_backend(2, _dir, os, dry.clone());
+    let after: Vec<GateCall> = dry.gate_calls()[before..].to_vec();
+    assert!(
+        !after.contains(&GateCall::Open(make)),
+        "the paused cell was never thawed: {after:?}"
+    );
+    assert!(
+        after.contains(&GateCall::Open(big)),
+        "the other was: {after:?}"
+    );
+    let st = w2.core.status(ROOT);
+    let shown = st.cells.iter().find(|c| c.id == make).unwrap();
+    assert!(shown.paused.is_some(), "still shown paused: {shown:?}");
+}

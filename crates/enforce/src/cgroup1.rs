@@ -14,8 +14,10 @@
 //! Per cell: `cpuset.cpus` (cpuset) and `cpu.shares` (cpu, 1024 per unit of
 //! weight) are opened once and rewritten in place; usage is
 //! `cpuacct.usage`; a process joins by writing its pid to `cgroup.procs` of
-//! each hierarchy, once. A cell's gate is its `freezer.state`; `adopt` and
-//! `remove` thaw the cell first (a broker that died mid-window).
+//! each hierarchy, once. A cell's gate is its `freezer.state`; `remove`
+//! thaws the cell first (a broker that died mid-window). `adopt` leaves
+//! the freezer as it finds it: the broker thaws each adopted cell it does
+//! not keep paused.
 //!
 //! The v1 freezer switches a kernel static key on when the first cgroup
 //! of the machine freezes and off when the last one thaws; each switch
@@ -326,7 +328,6 @@ impl Enforcer for Cgroup1 {
                 .mkdir(&d)
                 .map_err(err(format!("adopt cell {cell}")))?;
         }
-        self.thaw(cell);
         self.open_cell(cell)?;
         Ok(now)
     }

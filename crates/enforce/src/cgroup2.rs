@@ -8,8 +8,9 @@
 //! Per cell, `cpuset.cpus` and `cpu.weight` are opened once and rewritten in
 //! place on every grant change. Usage comes from `cpu.stat` (`usage_usec`),
 //! membership from `cgroup.procs`. A cell's gate is its `cgroup.freeze`;
-//! `adopt` and `remove` thaw the cell first (a broker that died
-//! mid-window). Where the `io` controller is available it is enabled too
+//! `remove` thaws the cell first (a broker that died mid-window); `adopt`
+//! leaves the freezer as it finds it (the broker thaws each adopted cell
+//! it does not keep paused). Where the `io` controller is available it is enabled too
 //! (best effort), and a cell's I/O weights go to its `io.bfq.weight`
 //! (BFQ's, per device) or, without BFQ, `io.weight` (the io.cost
 //! controller's). Likewise the `memory` controller: a cell's memory
@@ -234,7 +235,6 @@ impl Enforcer for Cgroup2 {
     fn adopt(&mut self, cell: u64, _members: &[u32]) -> Result<Option<CpuSet>> {
         let dir = self.root.join(format!("cell-{cell}"));
         let now = crate::adoptable(&*self.fs, &dir, cell)?;
-        self.thaw(cell);
         // A partition an earlier broker made: plain again, until this
         // broker decides (it partitions exclusive cells again when asked).
         if self

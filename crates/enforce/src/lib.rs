@@ -171,8 +171,10 @@ pub trait Enforcer: Send + fmt::Debug {
     /// Prepares a new cell (creates its cgroups).
     fn create(&mut self, cell: u64) -> Result<()>;
     /// Re-attaches to a cell that existed before a broker restart, with its
-    /// known member processes, without changing what it runs on. Returns the
-    /// CPUs it is confined to now, if the backend can tell.
+    /// known member processes, without changing what it runs on, and
+    /// without thawing it (a cell the last broker paused stays frozen
+    /// until the new one decides). Returns the CPUs it is confined to now,
+    /// if the backend can tell.
     fn adopt(&mut self, cell: u64, members: &[u32]) -> Result<Option<CpuSet>>;
     /// Puts process `pid` (and, for the affinity backend, its future
     /// descendants) into the cell. Called once per process.

@@ -171,11 +171,11 @@ fn fixture_gate_freezes_and_thaws_the_cell_and_remove_thaws_it() {
     assert_eq!(std::fs::read_to_string(&state).unwrap(), "THAWED");
     std::fs::write(dir.path().join("cpu/allot/cell-3/cpuacct.usage"), "1234\n").unwrap();
     assert_eq!(gate.usage_ns(), Some(1234));
-    // A broker that dies mid-window leaves the cell frozen: adopting it
-    // (after a restart) thaws it, and so does removing it.
+    // A broker that dies leaves the cell frozen: adopting it (after a
+    // restart) leaves it so, for the broker to decide; removing it thaws.
     gate.close().unwrap();
     b.adopt(3, &[]).unwrap();
-    assert_eq!(std::fs::read_to_string(&state).unwrap(), "THAWED");
+    assert_eq!(std::fs::read_to_string(&state).unwrap(), "FROZEN");
     gate.close().unwrap();
     b.remove(3).unwrap();
     assert!(!state.exists(), "the freezer directory goes with the cell");

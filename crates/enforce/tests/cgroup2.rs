@@ -251,7 +251,11 @@ fn fixture_gate_writes_cgroup_freeze_and_remove_thaws() {
     assert_eq!(gate.stopped(), Some(true));
     gate.close().unwrap();
     b.adopt(5, &[]).unwrap();
-    assert_eq!(fs.read(&freeze).unwrap(), "0", "adopting thaws");
+    assert_eq!(
+        fs.read(&freeze).unwrap(),
+        "1",
+        "adopting leaves a paused cell frozen: the broker decides"
+    );
     gate.close().unwrap();
     b.remove(5).unwrap();
     b.cleanup().unwrap();
@@ -625,5 +629,97 @@ fn a_launcher_group_follows_the_cell_and_stays_the_launchers() {
     );
     assert!(fs.exists(&user), "the group stays the launcher's");
     assert_eq!(fs.read(&task.join("cgroup.procs")).unwrap().trim(), "5151");
+    b.cleanup().unwrap();
+}
+
+/// On a pure cgroup v2 machine (the hierarchy's root enables cpuset: the
+/// 16-CPU machine's `scripts/bench-16cpu.sh --tests`): a process a
+/// "launcher" keeps in a group of its own runs on the cell's CPUs once the
+/// cell includes the group, without moving, and gets the launcher's CPUs
+/// back when the cell ends. Elsewhere (a hybrid hierarchy, as on a v1
+/// machine) cpuset is not there to write, and the fixture test above is
+/// what runs.
+#[test]
+fn live_a_launcher_group_confines_a_process_that_stays_where_it_is() {
+    let mounts = allot_enforce::detect::Mounts::read();
+    if !allot_testkit::prerequisite(mounts.cgroup2.is_some(), "a cgroup2 mount")
+        || !allot_testkit::prerequisite(allot_testkit::is_root(), "root, to write cgroup2")
+    {
+        return;
+    }
+    let unified = mounts.cgroup2.expect("checked");
+    let enabled = KernelFs
+        .read(&unified.join("cgroup.subtree_control"))
+        .unwrap_or_default();
+    let usable = KernelFs
+        .read(&unified.join("cpuset.cpus.effective"))
+        .ok()
+        .and_then(|t| CpuSet::parse_list(t.trim()).ok());
+    let (true, Some(usable)) = (enabled.split_whitespace().any(|c| c == "cpuset"), usable) else {
+        eprintln!(
+            "not a pure cgroup v2 machine (no cpuset at its root): the fixture test covers it"
+        );
+        return;
+    };
+    if usable.len() < 2 {
+        eprintln!("one CPU: nothing to confine to");
+        return;
+    }
+    let launcher = unified.join(common::unique("launcher"));
+    let root = unified.join(common::unique("allot-groups"));
+    let _guard = common::CgroupDirs(vec![launcher.clone(), root.clone()]);
+    std::fs::create_dir(&launcher).unwrap();
+    KernelFs
+        .write(&launcher.join("cgroup.subtree_control"), "+cpuset")
+        .unwrap();
+    let _ = KernelFs.write(&launcher.join("cgroup.subtree_control"), "+cpu");
+    let user = launcher.join("user");
+    std::fs::create_dir(&user).unwrap();
+    let mut task = common::sleeper();
+    let pid = task.pid();
+    KernelFs
+        .write(&user.join("cgroup.procs"), &pid.to_string())
+        .unwrap();
+    let allowed = || {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let list = s
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .unwrap()
+            .trim()
+            .to_string();
+        CpuSet::parse_list(&list).unwrap()
+    };
+    assert_eq!(allowed(), usable);
+
+    let mut b = Cgroup2::new(Arc::new(KernelFs), root.clone(), usable).unwrap();
+    b.create(1).unwrap();
+    let first = CpuSet::parse_list(&usable.iter().next().unwrap().to_string()).unwrap();
+    b.apply(
+        1,
+        &Applied {
+            cpus: first,
+            weight: 1,
+            bandwidth: None,
+        },
+    )
+    .unwrap();
+    assert!(b.include_group(1, &user).unwrap());
+    assert!(
+        common::eventually(std::time::Duration::from_secs(2), || allowed() == first),
+        "the task runs on the cell's CPU {first}: {}",
+        allowed()
+    );
+    let at = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    assert!(at.trim_end().ends_with("/user"), "not moved: {at}");
+    assert!(b.pids(1).contains(&pid));
+
+    b.remove(1).unwrap();
+    assert!(
+        common::eventually(std::time::Duration::from_secs(2), || allowed() == usable),
+        "the launcher's CPUs again: {}",
+        allowed()
+    );
+    task.kill9();
     b.cleanup().unwrap();
 }

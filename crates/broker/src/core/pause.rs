@@ -65,6 +65,19 @@ impl Paused {
     }
 }
 
+impl Paused {
+    /// A cell adopted frozen after a restart, whose journaled grant was
+    /// empty: still paused, with its new gate closed.
+    pub(super) fn adopted(mut gate: Box<dyn Gate>) -> Paused {
+        let _ = gate.close();
+        Paused {
+            gate,
+            since: Instant::now(),
+            resent: 0,
+        }
+    }
+}
+
 impl Engine {
     /// Before any cell grows into the CPUs of plan `next` (the shrink
     /// phase): lets go of the paused cells no longer planned, freezes the

@@ -108,6 +108,12 @@ impl Engine {
             cell.est = est;
             cell.groups = groups;
             effects.extend(self.install(id, cell, live));
+            // Paused when the last broker stopped (its journaled grant had
+            // no CPU): it stays frozen, for the first plan to resume or
+            // keep paused; any other cell runs again now (a broker killed
+            // mid-window left it frozen).
+            let was_paused = rec.grant.as_ref().is_some_and(|g| g.cpus.is_empty());
+            self.after_adopting(id, was_paused);
         }
         effects.extend(self.recover_unjournaled(&state.cells));
         self.journal(&[Record::NextId {
@@ -173,6 +179,7 @@ impl Engine {
                  (the journal was lost or could not be written); recovered as best-effort cell {name}",
                 live.len()
             );
+            self.after_adopting(id, false);
             let spec = CellSpec::default();
             self.journal(&[Record::Cell {
                 id,
@@ -237,4 +244,29 @@ fn adopted_timeline() -> crate::timeline::Timeline {
     let mut t = crate::timeline::Timeline::start();
     t.note("adopted", "taken over by a restarted broker", None);
     t
+}
+
+impl Engine {
+    /// Thaws adopted cell `id` (`Enforcer::adopt` leaves the freezer as
+    /// it was), or keeps it frozen and paused when it `was_paused`, so that
+    /// a cell paused off an exclusive cell's CPUs never runs there between
+    /// the adoption and the first plan.
+    fn after_adopting(&mut self, id: u64, was_paused: bool) {
+        let gate = match self.enforcer.gate(id) {
+            Ok(Some(g)) => g,
+            Ok(None) => return,
+            Err(e) => {
+                warn!("cell {id}: cannot reach its freezer after the restart: {e}");
+                return;
+            }
+        };
+        if was_paused {
+            self.paused.insert(id, super::pause::Paused::adopted(gate));
+        } else {
+            let mut gate = gate;
+            if let Err(e) = gate.open() {
+                warn!("cell {id}: cannot thaw it after the restart: {e}");
+            }
+        }
+    }
 }
