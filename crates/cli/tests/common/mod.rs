@@ -191,7 +191,13 @@ pub fn now_mono() -> f64 {
 /// for a second) under `allot run` against `d`, to completion; returns the
 /// CLOCK_MONOTONIC seconds at which it started and ended.
 pub fn busy_neighbour_for_a_second(d: &Daemon) -> (f64, f64) {
+    busy_neighbour_for(d, 1.0)
+}
+
+/// [`busy_neighbour_for_a_second`] for `secs` seconds.
+pub fn busy_neighbour_for(d: &Daemon, secs: f64) -> (f64, f64) {
     let t_in = now_mono();
+    let script = format!("import time\nt=time.time()\nwhile time.time()-t<{secs}: pass");
     let o = run_out(allot_run(
         d,
         &[
@@ -200,7 +206,7 @@ pub fn busy_neighbour_for_a_second(d: &Daemon) -> (f64, f64) {
             "--",
             allot_testkit::PYTHON,
             "-c",
-            "import time\nt=time.time()\nwhile time.time()-t<1.0: pass",
+            &script,
         ],
     ));
     let t_out = now_mono();
