@@ -474,13 +474,7 @@ impl Enforcer for Cgroup1 {
     }
 
     fn pids(&mut self, cell: u64) -> Vec<u32> {
-        let text = self
-            .fs
-            .read(&self.cpuset.join(format!("cell-{cell}/cgroup.procs")))
-            .unwrap_or_default();
-        text.split_whitespace()
-            .filter_map(|p| p.parse().ok())
-            .collect()
+        crate::cgroupfs::procs(self.fs.as_ref(), &self.cpuset.join(format!("cell-{cell}")))
     }
 
     fn existing(&mut self) -> Vec<u64> {

@@ -420,14 +420,8 @@ impl Enforcer for Cgroup2 {
     }
 
     fn pids(&mut self, cell: u64) -> Vec<u32> {
-        let text = self
-            .fs
-            .read(&self.root.join(format!("cell-{cell}/cgroup.procs")))
-            .unwrap_or_default();
-        let mut pids: Vec<u32> = text
-            .split_whitespace()
-            .filter_map(|p| p.parse().ok())
-            .collect();
+        let mut pids =
+            crate::cgroupfs::procs(self.fs.as_ref(), &self.root.join(format!("cell-{cell}")));
         if let Some(c) = self.cells.get(&cell) {
             for g in &c.groups {
                 pids.extend(crate::launcher::procs_below(

@@ -49,6 +49,16 @@ pub trait CgroupFs: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// The processes in cgroup `dir` (its `cgroup.procs`); none when it is
+/// gone or unreadable.
+pub fn procs(fs: &dyn CgroupFs, dir: &Path) -> Vec<u32> {
+    fs.read(&dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
 /// Removes cgroup `dir`; if processes remain in it, first moves them to
 /// `out` (so they leave the cell's confinement), retrying a few times for
 /// processes forked during the move.

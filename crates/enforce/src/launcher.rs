@@ -122,12 +122,7 @@ pub(crate) fn procs_below(fs: &dyn CgroupFs, dir: &Path, limit: usize) -> Vec<u3
         if out.len() >= limit {
             break;
         }
-        if let Ok(text) = fs.read(&d.join("cgroup.procs")) {
-            out.extend(
-                text.split_whitespace()
-                    .filter_map(|p| p.parse::<u32>().ok()),
-            );
-        }
+        out.extend(crate::cgroupfs::procs(fs, &d));
         for c in fs.children(&d).unwrap_or_default() {
             todo.push(d.join(c));
         }

@@ -37,14 +37,6 @@ pub struct Unmanaged {
     cpus: Option<CpuSet>,
 }
 
-fn pids(fs: &dyn CgroupFs, dir: &Path) -> Vec<u32> {
-    fs.read(&dir.join("cgroup.procs"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .collect()
-}
-
 impl Unmanaged {
     /// Confinement from `source` into `<allot_dir>/system` (not created
     /// until the first sweep).
@@ -88,7 +80,7 @@ impl Unmanaged {
         }
         let procs = self.group.join("cgroup.procs");
         let mut moved = 0;
-        for pid in pids(self.fs.as_ref(), &self.source) {
+        for pid in crate::cgroupfs::procs(self.fs.as_ref(), &self.source) {
             if !exempt.contains(&pid) && self.fs.write(&procs, &pid.to_string()).is_ok() {
                 moved += 1;
             }
@@ -99,7 +91,7 @@ impl Unmanaged {
     /// Process `pid` holds resources of its own: back to the source (if it
     /// is in the group; errors ignored, it may have exited).
     pub fn release(&self, pid: u32) {
-        if pids(self.fs.as_ref(), &self.group).contains(&pid) {
+        if crate::cgroupfs::procs(self.fs.as_ref(), &self.group).contains(&pid) {
             let _ = self
                 .fs
                 .write(&self.source.join("cgroup.procs"), &pid.to_string());

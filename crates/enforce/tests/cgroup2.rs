@@ -680,21 +680,13 @@ fn live_a_launcher_group_confines_a_process_that_stays_where_it_is() {
     KernelFs
         .write(&user.join("cgroup.procs"), &pid.to_string())
         .unwrap();
-    let allowed = || {
-        let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        let list = s
-            .lines()
-            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-            .unwrap()
-            .trim()
-            .to_string();
-        CpuSet::parse_list(&list).unwrap()
-    };
+    // `sleep` has one thread: its mask is the process's.
+    let allowed = || CpuSet::parse_list(&common::thread_masks(pid)[0].1).unwrap();
     assert_eq!(allowed(), usable);
 
     let mut b = Cgroup2::new(Arc::new(KernelFs), root.clone(), usable).unwrap();
     b.create(1).unwrap();
-    let first = CpuSet::parse_list(&usable.iter().next().unwrap().to_string()).unwrap();
+    let first = usable.take_first(1);
     b.apply(
         1,
         &Applied {
