@@ -137,7 +137,7 @@ fn the_goals_policy_gives_a_latency_goal_its_cpu_and_fair_share_misses_it() {
     }
     // Instructions per cycle exactly where this machine counts cycles (a
     // virtual machine often has no PMU; the status then says why).
-    use allot_enforce::counters::{Counters, Events, RealCounters};
+    use allot_enforce::counters::{Events, PerfCounters, RealCounters};
     let hw = RealCounters.check(Events::CyclesInstructions);
     if perf.goal_met == Some(true) {
         assert_eq!(perf.ipc.is_some(), hw.is_ok(), "{perf:?} {hw:?}");

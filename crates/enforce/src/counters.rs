@@ -101,7 +101,7 @@ pub trait ThreadCounter: Send + fmt::Debug {
 }
 
 /// Opening counter groups on threads.
-pub trait Counters: Send + Sync + fmt::Debug {
+pub trait PerfCounters: Send + Sync + fmt::Debug {
     /// Whether this machine counts `events` for this process's user;
     /// `Err` says why not (to show to the operator).
     fn check(&self, events: Events) -> Result<(), String>;
@@ -223,7 +223,7 @@ fn bytemuck_u64(buf: &mut [u64; 5]) -> &mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), 40) }
 }
 
-impl Counters for RealCounters {
+impl PerfCounters for RealCounters {
     fn check(&self, events: Events) -> Result<(), String> {
         // This thread, briefly: what the kernel says is what every later
         // open would meet.
@@ -329,7 +329,7 @@ impl ThreadCounter for FakeGroup {
     }
 }
 
-impl Counters for FakeCounters {
+impl PerfCounters for FakeCounters {
     fn check(&self, _events: Events) -> Result<(), String> {
         match &self.lock().unavailable {
             Some(r) => Err(r.clone()),
@@ -389,7 +389,7 @@ impl ThreadCounts {
     /// allowed, is skipped), and reads every group. Returns the total.
     pub fn refresh(
         &mut self,
-        counters: &dyn Counters,
+        counters: &dyn PerfCounters,
         events: Events,
         tids: &[u32],
         max: usize,

@@ -5,14 +5,16 @@
 //! whether the hardware ones exist is checked against the PMU's entry in
 //! sysfs.
 
-use allot_enforce::counters::{Count, Counters, Events, FakeCounters, RealCounters, ThreadCounts};
+use allot_enforce::counters::{
+    Count, Events, FakeCounters, PerfCounters, RealCounters, ThreadCounts,
+};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// What each side must show, given a way to run "the busy thread works
 /// for a while" and "the busy thread exits".
 fn contract(
-    c: &dyn Counters,
+    c: &dyn PerfCounters,
     busy: u32,
     idle: u32,
     work: &mut dyn FnMut(),

@@ -87,7 +87,7 @@ impl Sizes {
 
 /// What a configuration measured on one benchmark.
 #[derive(Debug, Clone, Default)]
-pub struct Outcome {
+pub struct Measured {
     /// Wall time of each timed run, in ns.
     pub times: Vec<f64>,
     /// Nodes expanded in each timed run (knapsack; 0 otherwise).
@@ -187,7 +187,7 @@ fn measure(b: Bench, sizes: &Sizes, workers: usize, omp: Option<&Path>) -> Vec<r
     for (name, exec) in &configs {
         check(name, once(b, sizes, exec).answer);
     }
-    let mut outcomes: Vec<Outcome> = configs.iter().map(|_| Outcome::default()).collect();
+    let mut outcomes: Vec<Measured> = configs.iter().map(|_| Measured::default()).collect();
     for _ in 0..sizes.runs {
         for ((name, exec), o) in configs.iter().zip(&mut outcomes) {
             let run = once(b, sizes, exec);

@@ -11,7 +11,7 @@
 
 use crate::policy::{Here, Hint, Place, PoolInfo, ThreadPolicy, Wake};
 use crate::sleep::Sleep;
-use crate::stats::Counters;
+use crate::stats::WorkerCounters;
 use crate::task::Task;
 use crate::timer::Timers;
 use crate::vp::VpPolicy;
@@ -51,7 +51,7 @@ pub(crate) struct Registry {
     pub(crate) sleep: Sleep,
     pub(crate) slots: Box<[CachePadded<Slot>]>,
     /// Worker `i`'s statistics, on a line of their own (`stats`).
-    pub(crate) stats: Box<[CachePadded<Counters>]>,
+    pub(crate) stats: Box<[CachePadded<WorkerCounters>]>,
     pub(crate) terminate: AtomicBool,
     pub(crate) spin: Duration,
     pub(crate) name: String,

@@ -3,7 +3,7 @@
 //!
 //! # Invariants
 //!
-//! - **One writer per line.** Each worker's [`Counters`] sit on their own
+//! - **One writer per line.** Each worker's [`WorkerCounters`] sit on their own
 //!   cache line (`CachePadded` in the registry) and only that worker's
 //!   thread writes them, with a relaxed load and store (no read-modify-
 //!   write instruction, no line shared with another writer). Readers
@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 /// One worker's counters (written by that worker only).
 #[derive(Debug)]
-pub(crate) struct Counters {
+pub(crate) struct WorkerCounters {
     pub(crate) run: AtomicU64,
     pub(crate) created: AtomicU64,
     pub(crate) stolen: AtomicU64,
@@ -52,9 +52,9 @@ pub(crate) struct Counters {
     started: Instant,
 }
 
-impl Default for Counters {
+impl Default for WorkerCounters {
     fn default() -> Self {
-        Counters {
+        WorkerCounters {
             run: AtomicU64::new(0),
             created: AtomicU64::new(0),
             stolen: AtomicU64::new(0),
@@ -87,7 +87,7 @@ pub(crate) fn bump(c: &AtomicU64) -> u64 {
     v
 }
 
-impl Counters {
+impl WorkerCounters {
     /// Records that the queue holds `len` tasks now.
     #[inline]
     pub(crate) fn queue_len(&self, len: usize) {
@@ -251,7 +251,7 @@ mod tests {
 
     #[test]
     fn counters_count_and_sleep_is_timed() {
-        let c = Counters::default();
+        let c = WorkerCounters::default();
         bump(&c.run);
         bump(&c.run);
         c.queue_len(3);

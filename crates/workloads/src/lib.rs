@@ -59,7 +59,7 @@ pub fn valid_scale(scale: f64) -> bool {
 
 /// What one kernel run reported.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Outcome {
+pub struct KernelRun {
     /// Wall-clock time of the kernel itself (set-up included, process
     /// start excluded).
     pub seconds: f64,
@@ -102,10 +102,10 @@ pub struct Line {
     /// The build that ran it.
     pub variant: Variant,
     /// What it reported.
-    pub outcome: Outcome,
+    pub outcome: KernelRun,
 }
 
-impl Outcome {
+impl KernelRun {
     /// The result line both variants print:
     /// `workload=<k> variant=<v> threads=<n> seconds=<s> answer=<16 hex> regions=<n>`.
     pub fn line(&self, kernel: Kernel, variant: Variant) -> String {
@@ -128,7 +128,7 @@ impl fmt::Display for BadLine {
 
 impl std::error::Error for BadLine {}
 
-/// Parses a result line ([`Outcome::line`]'s format). `regions` may be
+/// Parses a result line ([`KernelRun::line`]'s format). `regions` may be
 /// missing (0); unknown `key=value` fields are ignored.
 pub fn parse_line(line: &str) -> Result<Line, BadLine> {
     let mut kernel = None;
@@ -176,7 +176,7 @@ pub fn parse_line(line: &str) -> Result<Line, BadLine> {
     Ok(Line {
         kernel: kernel.ok_or_else(|| missing("workload"))?,
         variant: variant.ok_or_else(|| missing("variant"))?,
-        outcome: Outcome {
+        outcome: KernelRun {
             seconds: seconds.ok_or_else(|| missing("seconds"))?,
             answer: answer.ok_or_else(|| missing("answer"))?,
             workers: workers.ok_or_else(|| missing("threads"))?,
@@ -190,7 +190,7 @@ pub fn parse_line(line: &str) -> Result<Line, BadLine> {
 /// `pool` and returns the outcome: the kernel
 /// runs as one task on a worker, which takes part in every parallel region
 /// (fork/join over the region's chunks); if that worker's CPU is revoked,
-/// later regions run on the other workers (see [`Outcome::handed_off`]).
+/// later regions run on the other workers (see [`KernelRun::handed_off`]).
 /// One run at a time per process: a concurrent call waits for the run in
 /// progress.
 ///
@@ -202,7 +202,7 @@ pub fn parse_line(line: &str) -> Result<Line, BadLine> {
 /// # Panics
 /// If `scale` is not [`valid_scale`], or the kernel fails (out of memory,
 /// or a failed self-check, which would be a bug).
-pub fn run_allot(kernels: &KernelLib, kernel: Kernel, scale: f64, pool: &Pool) -> Outcome {
+pub fn run_allot(kernels: &KernelLib, kernel: Kernel, scale: f64, pool: &Pool) -> KernelRun {
     assert!(
         valid_scale(scale),
         "workload scale {scale} is outside (0, {MAX_SCALE}]"
@@ -223,7 +223,7 @@ pub fn run_allot(kernels: &KernelLib, kernel: Kernel, scale: f64, pool: &Pool) -
         "workload kernel {kernel} failed: {}",
         kernel::status_message(rc)
     );
-    Outcome {
+    KernelRun {
         seconds,
         answer,
         workers,
@@ -238,7 +238,7 @@ mod tests {
 
     #[test]
     fn lines_round_trip() {
-        let o = Outcome {
+        let o = KernelRun {
             seconds: 2.5,
             answer: 0x0123_4567_89ab_cdef,
             workers: 2,

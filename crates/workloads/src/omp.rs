@@ -2,7 +2,7 @@
 //! and running it.
 
 use crate::compile::{self, Product};
-use crate::{Kernel, Outcome, parse_line};
+use crate::{Kernel, KernelRun, parse_line};
 use allot_proto::dirs::TrustedDir;
 use std::ffi::OsStr;
 use std::io;
@@ -39,7 +39,7 @@ pub fn omp_args(kernel: Kernel, scale: f64) -> [String; 2] {
 /// # Errors
 /// If the program cannot be started, exits unsuccessfully (the error
 /// carries its stderr), or prints no valid result line for `kernel`.
-pub fn run_omp<I, K, V>(kernel: Kernel, scale: f64, binary: &Path, envs: I) -> io::Result<Outcome>
+pub fn run_omp<I, K, V>(kernel: Kernel, scale: f64, binary: &Path, envs: I) -> io::Result<KernelRun>
 where
     I: IntoIterator<Item = (K, V)>,
     K: AsRef<OsStr>,

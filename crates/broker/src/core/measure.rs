@@ -16,7 +16,7 @@
 
 use super::{Cell, Engine};
 use crate::series::{Load, LoadSample, RATE_SPAN, Sample};
-use allot_enforce::counters::{Counters, Events};
+use allot_enforce::counters::{Events, PerfCounters};
 use allot_plan::GlobalPolicy;
 use allot_plan::tracking::{Observation, PerfHint};
 use std::sync::Arc;
@@ -64,7 +64,7 @@ pub(crate) struct Measure {
 
 impl Measure {
     /// Nothing measured yet; goal cells counted with `counters`.
-    pub(crate) fn new(counters: Arc<dyn Counters>) -> Measure {
+    pub(crate) fn new(counters: Arc<dyn PerfCounters>) -> Measure {
         Measure {
             load: Load::default(),
             cells_used_ns: 0,
@@ -78,7 +78,7 @@ impl Measure {
 /// The hardware counters, and whether this machine has them.
 #[derive(Debug)]
 pub(crate) struct Pmu {
-    counters: Arc<dyn Counters>,
+    counters: Arc<dyn PerfCounters>,
     /// Why cycles and instructions are not counted (`None`: they are).
     pub(crate) unavailable: Option<String>,
     /// Groups open over all cells (recounted every tick).
@@ -87,7 +87,7 @@ pub(crate) struct Pmu {
 
 impl Pmu {
     /// Checks once whether `counters` count cycles and instructions.
-    pub(crate) fn new(counters: Arc<dyn Counters>) -> Pmu {
+    pub(crate) fn new(counters: Arc<dyn PerfCounters>) -> Pmu {
         let unavailable = counters.check(Events::CyclesInstructions).err();
         Pmu {
             counters,

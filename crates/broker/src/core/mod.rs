@@ -275,7 +275,7 @@ impl Engine {
 
     /// Reads hardware counters through `counters` instead of the kernel
     /// (tests).
-    pub fn set_counters(&mut self, counters: Arc<dyn allot_enforce::counters::Counters>) {
+    pub fn set_counters(&mut self, counters: Arc<dyn allot_enforce::counters::PerfCounters>) {
         self.measure.pmu = measure::Pmu::new(counters);
     }
 

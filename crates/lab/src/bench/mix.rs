@@ -85,7 +85,7 @@ pub type MixRuns = (String, BTreeMap<Mode, Vec<f64>>);
 
 /// Per mix and mode: median makespan and the runs behind it.
 #[derive(Debug, Clone, Default)]
-pub struct Outcome {
+pub struct MixResults {
     /// (level, mix index) → labels and makespans per mode.
     pub makespans: BTreeMap<(usize, usize), MixRuns>,
     /// Alone time of each distinct work (plain, defaults).
@@ -127,7 +127,7 @@ fn mode_run(
 }
 
 /// Runs the experiment, printing progress to stderr.
-pub fn run(plan: &Plan, tools_base: (&Path, &Path, &Path)) -> Result<Outcome, String> {
+pub fn run(plan: &Plan, tools_base: (&Path, &Path, &Path)) -> Result<MixResults, String> {
     std::fs::create_dir_all(&plan.out)
         .map_err(|e| format!("cannot create {}: {e}", plan.out.display()))?;
     let mut broker = if plan.modes.iter().any(|m| m.uses_broker()) {
@@ -161,7 +161,7 @@ pub fn run(plan: &Plan, tools_base: (&Path, &Path, &Path)) -> Result<Outcome, St
     let _ = writeln!(runs, "level,mix,jobs,repeat,mode,makespan_s,job_seconds,ok");
 
     // Warm-up and reference answers: every distinct work alone, plain.
-    let mut out = Outcome::default();
+    let mut out = MixResults::default();
     let mut reference: BTreeMap<String, Option<String>> = BTreeMap::new();
     let mut distinct: Vec<Work> = Vec::new();
     for (_, mix) in &plan.mixes {
@@ -277,7 +277,7 @@ pub fn speedup(modes: &BTreeMap<Mode, Vec<f64>>, base: Mode, mode: Mode) -> Opti
 
 /// Per level and mode: (mean, min, max) speed-up over `base` across mixes.
 pub fn levels(
-    out: &Outcome,
+    out: &MixResults,
     base: Mode,
     modes: &[Mode],
 ) -> BTreeMap<usize, BTreeMap<Mode, (f64, f64, f64)>> {
@@ -339,7 +339,7 @@ mod tests {
             answer_of("workload=x answer=00ff seconds=1"),
             Some("00ff".into())
         );
-        let mut out = Outcome::default();
+        let mut out = MixResults::default();
         let mut m = BTreeMap::new();
         m.insert(Mode::Plain, vec![10.0]);
         m.insert(Mode::Run, vec![5.0]);

@@ -1,7 +1,7 @@
 //! Tables, CSV files and the plot of an experiment.
 
 use super::jobs::Mode;
-use super::mix::{self, Outcome, Plan};
+use super::mix::{self, MixResults, Plan};
 use std::fmt::Write as _;
 use std::io::Write as _;
 
@@ -53,7 +53,7 @@ pub fn machine() -> String {
 }
 
 /// The summary table printed at the end.
-pub fn table(plan: &Plan, out: &Outcome) -> String {
+pub fn table(plan: &Plan, out: &MixResults) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "\n{}", machine());
     let _ = writeln!(
@@ -133,7 +133,7 @@ pub fn best_over_run(modes: &std::collections::BTreeMap<Mode, Vec<f64>>) -> Opti
 }
 
 /// Writes mixes.csv, levels.csv, alone.csv, machine.txt and speedup.png/.svg.
-pub fn write(plan: &Plan, out: &Outcome) -> std::io::Result<()> {
+pub fn write(plan: &Plan, out: &MixResults) -> std::io::Result<()> {
     let mut f = std::fs::File::create(plan.out.join("mixes.csv"))?;
     writeln!(
         f,
@@ -181,7 +181,7 @@ pub fn write(plan: &Plan, out: &Outcome) -> std::io::Result<()> {
     plot(plan, out)
 }
 
-fn plot(plan: &Plan, out: &Outcome) -> std::io::Result<()> {
+fn plot(plan: &Plan, out: &MixResults) -> std::io::Result<()> {
     use allot_plot::{Chart, Series};
     if !plan.modes.contains(&Mode::Plain) {
         return Ok(());

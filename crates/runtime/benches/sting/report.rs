@@ -2,7 +2,7 @@
 //! allot policy against rayon and OpenMP, and the per-worker figures of
 //! Sting's per-VP tables.
 
-use super::{Bench, Outcome, Sizes};
+use super::{Bench, Measured, Sizes};
 use allot_runtime::WorkerStats;
 use std::fmt::Write;
 
@@ -13,7 +13,7 @@ type Field = (&'static str, fn(&WorkerStats) -> String);
 pub struct Row {
     pub bench: Bench,
     pub variant: String,
-    pub outcome: Outcome,
+    pub outcome: Measured,
 }
 
 /// The median of `v` (0 if empty).
@@ -62,7 +62,7 @@ fn best_allot(rows: &[Row], b: Bench) -> Option<&Row> {
         .min_by(|x, y| median(&x.outcome.times).total_cmp(&median(&y.outcome.times)))
 }
 
-fn nodes_median(o: &Outcome) -> u64 {
+fn nodes_median(o: &Measured) -> u64 {
     let mut n = o.nodes.clone();
     n.sort_unstable();
     n.get(n.len() / 2).copied().unwrap_or(0)

@@ -86,7 +86,7 @@ use search::Found;
 use crate::affinity;
 use crate::policy::{Here, Hint, Place};
 use crate::registry::Registry;
-use crate::stats::{Counters, bump};
+use crate::stats::{WorkerCounters, bump};
 use crate::sync::CoreLatch;
 use crate::task::{JobResult, Priority, StackJob, Task};
 use std::cell::Cell;
@@ -153,7 +153,7 @@ pub(crate) struct WorkerThread {
     /// This worker's counters in `registry.stats` (kept alive by
     /// `registry`), so that counting a task is one store, not a walk
     /// from the registry.
-    counters: NonNull<Counters>,
+    counters: NonNull<WorkerCounters>,
 }
 
 /// The task a worker runs: its priority (inherited by what it forks) and
@@ -355,7 +355,7 @@ impl WorkerThread {
 
     /// This worker's statistics (written only here).
     #[inline]
-    pub(crate) fn stats(&self) -> &Counters {
+    pub(crate) fn stats(&self) -> &WorkerCounters {
         // SAFETY: `counters` points into `self.registry`, which this
         // worker keeps alive, and is only read through here.
         unsafe { self.counters.as_ref() }

@@ -248,7 +248,7 @@ impl Builder {
                 .map(|_| CachePadded::new(Slot::default()))
                 .collect(),
             stats: (0..slots)
-                .map(|_| CachePadded::new(crate::stats::Counters::default()))
+                .map(|_| CachePadded::new(crate::stats::WorkerCounters::default()))
                 .collect(),
             terminate: AtomicBool::new(false),
             spin: self.spin,
