@@ -1,6 +1,6 @@
 //! A cell's timeline: what the broker did for the cell and when, from the
-//! arrival of its registration on — the admission verdict, the journal
-//! append, the cgroup made, every CPU-set write and what the kernel took
+//! arrival of its registration on — the admission verdict, the cgroup
+//! made, the journal append, every CPU-set write and what the kernel took
 //! for it, every grant published (its CPUs and advised thread count, the
 //! team the OpenMP shim sizes its next region to), every process joining
 //! and exiting. `allot status --json` shows it per cell and `allot run

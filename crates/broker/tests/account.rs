@@ -27,8 +27,7 @@ fn acquire(w: &mut World, pid: u32, items: Vec<LedgerItem>) -> Vec<allot_broker:
         uid: 1000,
         gid: 1000,
     };
-    w.core
-        .handle(20, peer, Request::KindAcquire { items }, None)
+    w.handle(20, peer, Request::KindAcquire { items }, None)
 }
 
 fn release(w: &mut World, pid: u32, items: Vec<LedgerItem>) {
@@ -37,9 +36,7 @@ fn release(w: &mut World, pid: u32, items: Vec<LedgerItem>) {
         uid: 1000,
         gid: 1000,
     };
-    let e = w
-        .core
-        .handle(20, peer, Request::KindRelease { items }, None);
+    let e = w.handle(20, peer, Request::KindRelease { items }, None);
     assert!(
         e.iter().all(|e| !matches!(
             e,
@@ -91,7 +88,7 @@ fn a_cpu_held_outside_every_cell_leaves_every_cell_until_given_back() {
     assert_eq!(grant(&a).generation, generation);
     release(&mut w, 50, vec![cpu(2, false)]);
     assert_eq!(cpus(&a), set("0-1,3"), "given back, it lingers a while");
-    w.core.tick(Instant::now() + Duration::from_millis(200));
+    w.tick(Instant::now() + Duration::from_millis(200));
     assert_eq!(cpus(&a), set("0-3"), "then the cell has it again");
     assert_eq!(w.core.status(ROOT).machine.held_outside, "");
 }
@@ -133,8 +130,8 @@ fn a_cpu_held_in_a_cell_stays_its_own_when_others_arrive() {
     }
     // The holder exits: the CPU goes back to the plan.
     w.os.exit(12);
-    w.core.exited(12);
-    w.core.tick(Instant::now() + Duration::from_millis(200));
+    w.exited(12);
+    w.tick(Instant::now() + Duration::from_millis(200));
     assert_eq!(w.core.status(ROOT).cells[0].held, "");
 }
 
@@ -154,7 +151,7 @@ fn a_guarantee_cannot_take_a_held_cpu_and_a_hold_cannot_break_one() {
     let e = register(&mut w, ALICE, "all", full, vec![10], false);
     assert_eq!(code(&e), Some(ErrorCode::Refused), "{}", message(&e));
     release(&mut w, 50, vec![cpu(1, false)]);
-    w.core.tick(Instant::now() + Duration::from_millis(200));
+    w.tick(Instant::now() + Duration::from_millis(200));
     let all = page(register(&mut w, ALICE, "all", full, vec![10], false)).2;
     assert_eq!(cpus(&all), set("0-1"));
     // Now a hold outside every cell would break that guarantee: it waits.
@@ -223,7 +220,7 @@ fn one_cpu_has_one_holder() {
 
 /// The ledger's `io` devices, by index (from `KindList`).
 fn io_devices(w: &mut World) -> Vec<String> {
-    let e = w.core.handle(20, ROOT, Request::KindList, None);
+    let e = w.handle(20, ROOT, Request::KindList, None);
     let json: String = e
         .iter()
         .filter_map(|e| match e {
@@ -332,12 +329,12 @@ fn the_cells_other_processes_keep_off_a_cpu_one_of_them_holds() {
         use allot_enforce::os::Os;
         w.os.set_affinity(20, &set("2")).unwrap();
     }
-    w.core.tick(Instant::now());
+    w.tick(Instant::now());
     assert_eq!(mask(&w, 20), set("2"));
     assert_eq!(mask(&w, 10), set("0-1,3"));
     // Given back (and past the linger), the other process has it again.
     release(&mut w, 20, vec![cpu(2, false)]);
-    w.core.tick(Instant::now() + Duration::from_millis(200));
+    w.tick(Instant::now() + Duration::from_millis(200));
     for tid in [10, 11] {
         assert_eq!(mask(&w, tid), set("0-3"), "thread {tid}");
     }
@@ -361,7 +358,7 @@ fn a_cell_that_holds_cpus_and_changes_its_spec_is_admitted_at_the_new_one() {
         min: 3,
         ..Default::default()
     };
-    let e = w.core.handle(
+    let e = w.handle(
         7,
         ALICE,
         Request::UpdateSpec {

@@ -62,7 +62,7 @@ fn a_burst_of_registrations_is_planned_once_and_each_cell_written_once() {
         "nobody joined before the grants were written"
     );
 
-    let effects = w.core.settle();
+    let effects = w.settle();
     let (applies, attaches) = writes(&w);
     assert_eq!(
         applies.iter().map(|(_, n)| *n).collect::<Vec<_>>(),
@@ -87,7 +87,7 @@ fn a_burst_of_registrations_is_planned_once_and_each_cell_written_once() {
     }
     assert_eq!(registered, 4);
     // Nothing left to settle.
-    assert!(w.core.settle().is_empty());
+    assert!(w.settle().is_empty());
 }
 
 #[test]
@@ -115,7 +115,7 @@ fn a_newcomer_whose_process_died_before_the_turn_ended_is_refused() {
     proc_of(&w, 200, 0);
     assert!(register(&mut w, ROOT, "gone", CellSpec::default(), vec![200], false).is_empty());
     w.os.exit(200);
-    let effects = w.core.settle();
+    let effects = w.settle();
     assert!(
         message(&effects).contains("exited before they could join"),
         "{}",
@@ -145,7 +145,7 @@ fn register_joining(
     w: &mut World,
     peer: allot_broker::core::Peer,
 ) -> Vec<allot_broker::core::Effect> {
-    w.core.handle(
+    w.handle(
         7,
         peer,
         allot_proto::msg::Request::Register {
@@ -268,14 +268,14 @@ fn a_newcomer_released_before_the_turn_ends_is_answered_not_joined() {
     w.core.batch_arrivals(true);
     proc_of(&w, 300, 0);
     assert!(register(&mut w, ROOT, "brief", CellSpec::default(), vec![300], false).is_empty());
-    let released = w.core.handle(
+    let released = w.handle(
         7,
         ROOT,
         allot_proto::msg::Request::Release { cell: 1 },
         None,
     );
     assert!(matches!(reply(&released), Reply::Ok), "{released:?}");
-    let effects = w.core.settle();
+    let effects = w.settle();
     assert!(
         message(&effects).contains("released before its processes joined"),
         "{}",
@@ -285,5 +285,5 @@ fn a_newcomer_released_before_the_turn_ends_is_answered_not_joined() {
     // The next registration goes through.
     proc_of(&w, 301, 0);
     assert!(register(&mut w, ROOT, "next", CellSpec::default(), vec![301], false).is_empty());
-    assert!(matches!(reply(&w.core.settle()), Reply::Registered { .. }));
+    assert!(matches!(reply(&w.settle()), Reply::Registered { .. }));
 }

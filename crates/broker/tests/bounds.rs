@@ -51,7 +51,7 @@ fn a_waiting_request_does_not_turn_away_cells_that_cannot_delay_it() {
     assert!(message(&e).contains("could delay cell"), "{}", message(&e));
     // When the holder leaves, the waiting cell gets its CPUs.
     w.os.exit(100);
-    let (_, _, big) = page(w.core.exited(100));
+    let (_, _, big) = page(w.exited(100));
     assert_eq!(grant(&big).cpus.len(), 3);
 }
 
@@ -102,7 +102,7 @@ fn queued_cells_behind_the_head_are_admitted_when_they_cannot_delay_it() {
     // b leaves: "one" goes ahead of the head (with a gone, head and one fit);
     // "two" would delay the head and stays.
     w.os.exit(101);
-    let (_, _, one) = page(w.core.exited(101));
+    let (_, _, one) = page(w.exited(101));
     assert!(!grant(&one).cpus.is_empty());
     let waiting: Vec<String> = w
         .core
@@ -114,7 +114,7 @@ fn queued_cells_behind_the_head_are_admitted_when_they_cannot_delay_it() {
     assert_eq!(waiting, ["head", "two"]);
     // a leaves: the head gets its three CPUs beside "one"; "two" waits.
     w.os.exit(100);
-    let (_, _, head) = page(w.core.exited(100));
+    let (_, _, head) = page(w.exited(100));
     assert_eq!(grant(&head).cpus.len(), 3);
     assert_eq!(w.core.status(ROOT).queue.len(), 1);
 }
@@ -152,14 +152,10 @@ fn members_are_deduplicated_and_bounded() {
     assert_eq!(code(&e), Some(ErrorCode::Limit));
     assert!(message(&e).contains("limits.members"), "{}", message(&e));
     for pid in [101, 102] {
-        let e = w
-            .core
-            .handle(7, ALICE, Request::AddMember { cell, pid }, None);
+        let e = w.handle(7, ALICE, Request::AddMember { cell, pid }, None);
         assert!(matches!(reply(&e), Reply::Ok));
     }
-    let e = w
-        .core
-        .handle(7, ALICE, Request::AddMember { cell, pid: 103 }, None);
+    let e = w.handle(7, ALICE, Request::AddMember { cell, pid: 103 }, None);
     assert_eq!(code(&e), Some(ErrorCode::Limit));
 }
 
@@ -306,12 +302,10 @@ fn the_ledger_answers_invalid_requests_as_invalid() {
         (vec![item("cpu", 0, -1.0)], "negative amount"),
         (vec![item("cpu", 99, 1.0)], "no such device"),
     ] {
-        let e = w
-            .core
-            .handle(7, ALICE, Request::KindAcquire { items }, None);
+        let e = w.handle(7, ALICE, Request::KindAcquire { items }, None);
         assert_eq!(code(&e), Some(ErrorCode::Invalid), "{why}: {}", message(&e));
     }
-    let e = w.core.handle(
+    let e = w.handle(
         7,
         ALICE,
         Request::KindAcquire {
@@ -320,7 +314,7 @@ fn the_ledger_answers_invalid_requests_as_invalid() {
         None,
     );
     assert!(matches!(reply(&e), Reply::Ok));
-    let e = w.core.handle(
+    let e = w.handle(
         8,
         BOB,
         Request::KindAcquire {
@@ -349,7 +343,7 @@ fn kind_definitions_are_bounded_per_user() {
                 max: 1.0,
             })
             .collect();
-        w.core.handle(
+        w.handle(
             7,
             who,
             Request::KindDefine {
@@ -377,8 +371,8 @@ fn kind_definitions_are_bounded_per_user() {
     assert!(matches!(reply(&define(&mut w, BOB, "k3", 1)), Reply::Ok));
     // The definer dies: its kinds go, and its quota is free again.
     w.os.exit(2);
-    w.core.exited(2);
-    let list = w.core.handle(7, ROOT, Request::KindList, None);
+    w.exited(2);
+    let list = w.handle(7, ROOT, Request::KindList, None);
     let json: String = list
         .iter()
         .filter_map(|e| match e {
@@ -399,7 +393,7 @@ fn kind_definitions_are_bounded_per_user() {
 fn one_watch_per_session() {
     let mut w = world(1);
     for _ in 0..100 {
-        let e = w.core.handle(
+        let e = w.handle(
             7,
             ALICE,
             Request::KindWatch {
@@ -417,7 +411,7 @@ fn one_watch_per_session() {
         amount: 1.0,
         shared: false,
     };
-    w.core.handle(
+    w.handle(
         8,
         BOB,
         Request::KindAcquire {
@@ -425,9 +419,7 @@ fn one_watch_per_session() {
         },
         None,
     );
-    let e = w
-        .core
-        .handle(8, BOB, Request::KindRelease { items: vec![take] }, None);
+    let e = w.handle(8, BOB, Request::KindRelease { items: vec![take] }, None);
     let answers = e
         .iter()
         .filter(|e| matches!(e, Effect::Reply { session: 7, .. }))
@@ -439,7 +431,7 @@ fn one_watch_per_session() {
 fn one_way_requests_are_never_answered() {
     let mut w = world(1);
     // A report on a cell that does not exist, and a release of nothing.
-    let e = w.core.handle(
+    let e = w.handle(
         7,
         ALICE,
         Request::Report {
@@ -451,7 +443,7 @@ fn one_way_requests_are_never_answered() {
         None,
     );
     assert!(e.is_empty(), "{e:?}");
-    let e = w.core.handle(
+    let e = w.handle(
         7,
         ALICE,
         Request::KindRelease {

@@ -52,7 +52,7 @@ fn two_cells_split_and_the_survivor_gets_everything() {
 
     let gen_before = gb.generation;
     w.os.exit(100);
-    let effects = w.core.exited(100);
+    let effects = w.exited(100);
     assert!(effects.iter().any(|e| matches!(e, Effect::Unwatch(100))));
     let gb = grant(&pb);
     assert_eq!(gb.cpus.to_string(), "0-1");
@@ -92,7 +92,7 @@ fn admission_refuses_queues_and_admits_in_order() {
     let e = register(&mut w, ROOT, "patient", one, vec![300], true);
     assert!(matches!(reply(&e), Reply::Queued { position: 1, .. }));
     w.os.exit(100);
-    let effects = w.core.exited(100);
+    let effects = w.exited(100);
     let (_, _, p) = page(effects);
     assert_eq!(grant(&p).cpus.to_string(), "0-1");
     // Never: more than the machine.
@@ -133,7 +133,7 @@ fn a_queued_cell_whose_client_leaves_is_dropped() {
     };
     let e = register(&mut w, ROOT, "q", one, vec![200], true);
     assert!(matches!(reply(&e), Reply::Queued { .. }));
-    w.core.session_closed(7);
+    w.session_closed(7);
     assert!(w.core.status(ROOT).queue.is_empty());
 }
 
@@ -172,7 +172,7 @@ fn users_cannot_touch_each_others_cells_or_processes() {
         },
         Request::Rejoin { cell, token },
     ] {
-        let e = w.core.handle(9, BOB, req.clone(), None);
+        let e = w.handle(9, BOB, req.clone(), None);
         assert!(
             matches!(
                 reply(&e),
@@ -185,10 +185,10 @@ fn users_cannot_touch_each_others_cells_or_processes() {
         );
     }
     // Root may.
-    let e = w.core.handle(9, ROOT, Request::Release { cell }, None);
+    let e = w.handle(9, ROOT, Request::Release { cell }, None);
     assert!(matches!(reply(&e), Reply::Ok));
     // Bob may not stop a root broker either.
-    let e = w.core.handle(9, BOB, Request::Shutdown, None);
+    let e = w.handle(9, BOB, Request::Shutdown, None);
     assert!(matches!(
         reply(&e),
         Reply::Error {
@@ -237,7 +237,7 @@ fn bad_requests_get_clear_errors() {
         } => assert!(message.contains("does not exist")),
         other => panic!("{other:?}"),
     }
-    let e = w.core.handle(7, ROOT, Request::Release { cell: 99 }, None);
+    let e = w.handle(7, ROOT, Request::Release { cell: 99 }, None);
     assert!(matches!(
         reply(&e),
         Reply::Error {
@@ -284,7 +284,7 @@ fn idle_cells_lend_and_get_their_cpus_back() {
     assert_eq!(grant(&pa).cpus.len(), 4);
     // b reports it can use 8; a reports 1.
     let a_cell = grant(&pa).cell;
-    w.core.handle(
+    w.handle(
         7,
         ROOT,
         Request::Report {
@@ -295,7 +295,7 @@ fn idle_cells_lend_and_get_their_cpus_back() {
         },
         None,
     );
-    w.core.handle(
+    w.handle(
         7,
         ROOT,
         Request::Report {
@@ -311,7 +311,7 @@ fn idle_cells_lend_and_get_their_cpus_back() {
     assert_eq!(gb.cpus.len(), 7);
     assert_eq!(gb.lent.len(), 3, "borrowed CPUs are marked lent");
     // a wants its share again.
-    w.core.handle(
+    w.handle(
         7,
         ROOT,
         Request::Report {
@@ -351,7 +351,7 @@ fn demand_follows_measured_usage() {
     // nothing is lent, whatever the ticks.
     let t = Instant::now();
     for i in 1..10 {
-        w.core.tick(t + Duration::from_millis(100 * i));
+        w.tick(t + Duration::from_millis(100 * i));
     }
     assert_eq!(grant(&pa).cpus.len(), 4);
     assert_eq!(grant(&pb).cpus.len(), 4);
@@ -424,7 +424,7 @@ fn restart_adopts_live_cells_without_moving_them() {
     }
     // The client hands its page back and keeps reading the same page.
     let dup = rustix::io::fcntl_dupfd_cloexec(pa.fd(), 0).unwrap();
-    let e = w2.core.handle(
+    let e = w2.handle(
         8,
         ROOT,
         Request::Rejoin {
@@ -438,7 +438,7 @@ fn restart_adopts_live_cells_without_moving_them() {
     assert_eq!(g.cell, a);
     assert!(g.generation >= before[0].generation);
     // Wrong token: refused.
-    let e = w2.core.handle(
+    let e = w2.handle(
         8,
         ROOT,
         Request::Rejoin {
@@ -456,7 +456,7 @@ fn restart_adopts_live_cells_without_moving_them() {
     ));
     // Reclaim keeps working for adopted members.
     os.exit(100);
-    w2.core.exited(100);
+    w2.exited(100);
     assert!(grant(&pa).released());
     let _ = os.alive(1);
 }

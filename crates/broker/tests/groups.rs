@@ -15,7 +15,7 @@ use std::path::PathBuf;
 const GROUP: &str = "/sys/fs/cgroup/system.slice/slurmstepd.scope/job_42/step_0/user";
 
 fn include(w: &mut World, peer: allot_broker::core::Peer, cell: u64, token: u64) -> Reply {
-    let effects = w.core.handle(
+    let effects = w.handle(
         7,
         peer,
         Request::IncludeGroup {
@@ -137,6 +137,6 @@ fn a_group_included_while_its_cell_is_paused_is_paused_too() {
         "the new gate, over the group too, is closed"
     );
     w.os.exit(200);
-    let _ = w.core.exited(200);
+    let _ = w.exited(200);
     assert_eq!(w.dry.gate_calls().last(), Some(&GateCall::Open(id)));
 }

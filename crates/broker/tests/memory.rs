@@ -38,7 +38,7 @@ fn memory(min: u64, max: u64) -> CellSpec {
 }
 
 fn set_memory(w: &mut World, cell: u64, min: u64, max: u64) -> Vec<allot_broker::core::Effect> {
-    w.core.handle(
+    w.handle(
         7,
         ROOT,
         Request::SetMemory {
@@ -130,7 +130,7 @@ fn a_queued_guarantee_is_admitted_when_memory_frees() {
     let e = register(&mut w, ROOT, "b", memory(8 * G, 0), vec![200], true);
     assert!(matches!(reply(&e), Reply::Queued { .. }), "{}", message(&e));
     w.os.exit(100);
-    let e = w.core.exited(100);
+    let e = w.exited(100);
     assert!(
         e.iter().any(|e| matches!(
             e,
@@ -197,7 +197,7 @@ fn a_running_cells_limit_changes_or_is_refused_leaving_it_as_it_was() {
             ..Default::default()
         },
     );
-    w.core.tick(std::time::Instant::now());
+    w.tick(std::time::Instant::now());
     // Below what it uses now: refused, nothing written, spec unchanged.
     let e = set_memory(&mut w, a, 0, 512 * M);
     assert_eq!(code(&e), Some(ErrorCode::Invalid), "{}", message(&e));
@@ -252,8 +252,8 @@ fn an_oom_kill_in_a_cell_is_reported_once() {
         pressure: None,
     };
     w.dry.set_memory_use(a, killed);
-    w.core.tick(std::time::Instant::now());
-    w.core.tick(std::time::Instant::now());
+    w.tick(std::time::Instant::now());
+    w.tick(std::time::Instant::now());
     let st = w.core.status(ROOT);
     let c = &st.cells[0];
     let m = c.memory.expect("memory shown");
@@ -328,7 +328,7 @@ fn cache_ways_are_classes_admitted_like_guarantees_and_given_back() {
     assert_eq!(code(&e), Some(ErrorCode::Never), "{}", message(&e));
     // a ends: its class goes, the default group has every way again.
     w.os.exit(100);
-    let _ = w.core.exited(100);
+    let _ = w.exited(100);
     assert!(!group.exists());
     assert_eq!(read(&mount.path().join("schemata")), "L3:0=fff\nMB:0=100\n");
     let e = register(&mut w, ROOT, "b", cache(8, 0), vec![200], false);

@@ -52,7 +52,7 @@ fn a_best_effort_cell_is_paused_while_guarantees_take_every_cpu_and_resumes() {
     assert!(matches!(reply(&e), Reply::Queued { .. }), "{}", message(&e));
     // "big" ends: "one" gets its CPU, "make" the other, and is thawed.
     w.os.exit(100);
-    let _ = w.core.exited(100);
+    let _ = w.exited(100);
     let g = grant(&pm);
     assert_eq!(g.cpus.len(), 1, "{}", g.cpus);
     assert_eq!(
@@ -104,7 +104,7 @@ fn a_guarantee_takes_the_last_cpu_from_best_effort_cells_which_pause() {
     // Ended while paused: nothing is thawed by the broker (the backend's
     // removal does), and the pause is forgotten.
     w.os.exit(100);
-    let _ = w.core.exited(100);
+    let _ = w.exited(100);
     assert_eq!(w.dry.gate_calls(), [GateCall::Close(make)]);
     assert!(w.core.status(ROOT).cells.iter().all(|c| c.paused.is_none()));
 }
@@ -183,11 +183,11 @@ fn a_freeze_that_left_threads_running_is_sent_again_until_they_stop() {
     let after_register = closes(&w);
     assert!(after_register >= 2, "{:?}", w.dry.gate_calls());
     // Every tick sends it again while threads run ...
-    w.core.tick(std::time::Instant::now());
+    w.tick(std::time::Instant::now());
     assert_eq!(closes(&w), after_register + 1, "{:?}", w.dry.gate_calls());
     // ... and not once they all stopped.
     w.dry.set_gate_stopped(Some(true));
-    w.core.tick(std::time::Instant::now());
+    w.tick(std::time::Instant::now());
     assert_eq!(closes(&w), after_register + 1, "{:?}", w.dry.gate_calls());
 }
 
@@ -233,7 +233,7 @@ fn a_broker_that_exits_thaws_its_paused_cells() {
         vec![200],
         false,
     ));
-    w.core.shutdown();
+    w.shutdown();
     assert_eq!(
         w.dry.gate_calls(),
         [GateCall::Close(make), GateCall::Open(make)]
@@ -289,7 +289,7 @@ fn isolation_makes_exclusive_cells_partitions_over_their_grants() {
     );
     // Nothing changes: nothing is asked again.
     let n = made.len();
-    let _ = w.core.tick(std::time::Instant::now());
+    let _ = w.tick(std::time::Instant::now());
     assert_eq!(partitions(&w).len(), n);
 }
 

@@ -31,7 +31,7 @@ fn heartbeats_and_latencies_on_the_report_page_reach_the_status_with_the_goal() 
             reports.record_latency(Duration::from_millis(2));
         }
         w.os.wait(50, 30_000_000); // 0.3 threads waiting on average
-        w.core.tick(t0 + TICK * k);
+        w.tick(t0 + TICK * k);
     }
     let st = w.core.status(ALICE);
     let p = st.cells[0].perf.as_ref().expect("measured");
@@ -44,7 +44,7 @@ fn heartbeats_and_latencies_on_the_report_page_reach_the_status_with_the_goal() 
     assert_eq!(p.cpu_used, None, "the dry-run backend cannot measure use");
 
     // The same cell with a latency goal it misses.
-    w.core.handle(
+    w.handle(
         7,
         ALICE,
         allot_proto::msg::Request::UpdateSpec {
@@ -56,7 +56,7 @@ fn heartbeats_and_latencies_on_the_report_page_reach_the_status_with_the_goal() 
         },
         None,
     );
-    w.core.tick(t0 + TICK * 20);
+    w.tick(t0 + TICK * 20);
     let p = w.core.status(ALICE).cells[0].perf.clone().unwrap();
     assert_eq!(p.goal_met, Some(false), "2 ms is over 1 ms: {p:?}");
 }
@@ -72,7 +72,7 @@ fn a_goal_without_reports_says_what_is_missing() {
     register(&mut w, ALICE, "quiet", spec, vec![50], false);
     let t0 = Instant::now();
     for k in 0..3u32 {
-        w.core.tick(t0 + TICK * k);
+        w.tick(t0 + TICK * k);
     }
     let p = w.core.status(ALICE).cells[0].perf.clone().unwrap();
     assert_eq!((p.goal_met, p.rate_per_s, p.p99_us), (None, None, None));
@@ -91,7 +91,7 @@ fn the_machine_load_outside_the_cells_is_shown() {
             running: 2,
             pressure_some_us: Some(k * 10_000),
         });
-        w.core.tick(t0 + TICK * k as u32);
+        w.tick(t0 + TICK * k as u32);
     }
     let l = w.core.status(ROOT).load.expect("two readings or more");
     assert!((l.busy - 1.5).abs() < 1e-9, "{l:?}");
@@ -131,7 +131,7 @@ fn under_the_goals_policy_a_rate_goal_is_sized_from_the_heartbeats() {
         let whole = owed.floor();
         a.reports().unwrap().heartbeat(whole as u64);
         owed -= whole;
-        w.core.tick(t0 + TICK * k);
+        w.tick(t0 + TICK * k);
     }
     let st = w.core.status(ALICE);
     let p = st.cells[0].perf.clone().unwrap();
@@ -153,7 +153,7 @@ fn a_goal_under_another_policy_says_it_is_not_acted_on() {
     let t0 = Instant::now();
     for k in 0..20u32 {
         a.reports().unwrap().heartbeat(10);
-        w.core.tick(t0 + TICK * k);
+        w.tick(t0 + TICK * k);
     }
     let p = w.core.status(ALICE).cells[0].perf.clone().unwrap();
     assert!(p.goal_note.contains("--policy goals"), "{p:?}");
@@ -171,7 +171,7 @@ fn set_goal_changes_the_goal_alone_and_refuses_time_cells() {
     };
     let (cell, _, _) = page(register(&mut w, ALICE, "a", spec, vec![50], false));
     let set = |w: &mut World, peer, cell, goal: Goal| {
-        reply(&w.core.handle(
+        reply(&w.handle(
             7,
             peer,
             allot_proto::msg::Request::SetGoal { cell, goal },
@@ -232,7 +232,7 @@ fn a_goal_cells_threads_are_counted_and_the_status_says_when_they_cannot_be() {
     };
     for k in 0..12u32 {
         w.os.set_system(system(u64::from(k)));
-        w.core.tick(t0 + TICK * k);
+        w.tick(t0 + TICK * k);
     }
     let st = w.core.status(ALICE);
     assert_eq!(
@@ -271,7 +271,7 @@ fn a_goal_cells_threads_are_counted_and_the_status_says_when_they_cannot_be() {
             },
         );
         w.os.set_system(system(20 + k));
-        w.core.tick(t1 + TICK * k as u32);
+        w.tick(t1 + TICK * k as u32);
     }
     let st = w.core.status(ALICE);
     assert_eq!(st.load.as_ref().unwrap().counters, None, "{:?}", st.load);

@@ -64,7 +64,7 @@ fn cells_shrink_before_others_grow() {
             .wrapping_add(1442695040888963407);
         let cell = ids[(x >> 33) as usize % ids.len()];
         let wanted = 1 + (x >> 40) as u32 % 8;
-        w.core.handle(
+        w.handle(
             7,
             ROOT,
             Request::Report {
@@ -140,9 +140,7 @@ fn a_cell_the_journal_lost_is_recovered_and_its_id_never_reused() {
     assert_eq!(id, 7);
     // Its process rejoins with the secret it had: the first member to come
     // back claims the cell; others cannot.
-    let e = w
-        .core
-        .handle(9, BOB, Request::Rejoin { cell: 5, token: 99 }, None);
+    let e = w.handle(9, BOB, Request::Rejoin { cell: 5, token: 99 }, None);
     assert!(matches!(
         reply(&e),
         Reply::Error {
@@ -155,9 +153,7 @@ fn a_cell_the_journal_lost_is_recovered_and_its_id_never_reused() {
         uid: 1000,
         gid: 1000,
     };
-    let e = w
-        .core
-        .handle(9, member, Request::Rejoin { cell: 5, token: 77 }, None);
+    let e = w.handle(9, member, Request::Rejoin { cell: 5, token: 77 }, None);
     assert!(
         matches!(
             reply(&e),
@@ -170,9 +166,7 @@ fn a_cell_the_journal_lost_is_recovered_and_its_id_never_reused() {
         "{:?}",
         reply(&e)
     );
-    let e = w
-        .core
-        .handle(9, ALICE, Request::Rejoin { cell: 5, token: 78 }, None);
+    let e = w.handle(9, ALICE, Request::Rejoin { cell: 5, token: 78 }, None);
     assert!(matches!(
         reply(&e),
         Reply::Error {
@@ -197,13 +191,13 @@ fn a_busy_cgroup_is_removed_on_a_later_tick() {
     // The kernel refuses the removal twice (its last task is still exiting).
     w.dry.fail_removals(2);
     w.os.exit(100);
-    w.core.exited(100);
+    w.exited(100);
     assert_eq!(w.core.pending_removals(), vec![id]);
     assert!(w.dry.held().contains(&id));
     let t = Instant::now();
-    w.core.tick(t + Duration::from_millis(100));
+    w.tick(t + Duration::from_millis(100));
     assert_eq!(w.core.pending_removals(), vec![id], "refused again");
-    w.core.tick(t + Duration::from_millis(200));
+    w.tick(t + Duration::from_millis(200));
     assert!(w.core.pending_removals().is_empty());
     assert!(!w.dry.held().contains(&id), "removed");
 }
@@ -222,12 +216,11 @@ fn a_removal_the_kernel_keeps_refusing_is_given_up_after_a_while() {
     ));
     w.dry.fail_removals(u32::MAX);
     w.os.exit(100);
-    w.core.exited(100);
+    w.exited(100);
     let t = Instant::now();
-    w.core.tick(t + Duration::from_secs(1));
+    w.tick(t + Duration::from_secs(1));
     assert_eq!(w.core.pending_removals(), vec![id]);
-    w.core
-        .tick(t + allot_broker::core::REMOVE_RETRY_FOR + Duration::from_secs(1));
+    w.tick(t + allot_broker::core::REMOVE_RETRY_FOR + Duration::from_secs(1));
     assert!(w.core.pending_removals().is_empty(), "not retried forever");
 }
 
@@ -265,9 +258,7 @@ fn generations_keep_growing_across_a_restart_when_only_shares_changed() {
     drop(core);
     let (mut w2, _) = world_with(2, _dir, os);
     let dup = rustix::io::fcntl_dupfd_cloexec(pa.fd(), 0).unwrap();
-    let e = w2
-        .core
-        .handle(8, ROOT, Request::Rejoin { cell: a, token }, Some(dup));
+    let e = w2.handle(8, ROOT, Request::Rejoin { cell: a, token }, Some(dup));
     match reply(&e) {
         Reply::Registered { generation, .. } => {
             assert!(*generation > seen, "{generation} after {seen}")

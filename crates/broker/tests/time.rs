@@ -119,7 +119,7 @@ fn admission_over_time_refuses_overcommit_queues_and_admits_when_room_appears() 
     let e = register(&mut w, ROOT, "c", fraction(3, 0.5), vec![300], true);
     assert!(matches!(reply(&e), Reply::Queued { .. }), "{:?}", reply(&e));
     w.os.exit(100);
-    let effects = w.core.exited(100);
+    let effects = w.exited(100);
     let (c, _, pc) = page(effects);
     assert_ne!(c, a);
     assert_eq!(grant(&pc).cpus.len(), 3);
@@ -237,7 +237,7 @@ fn a_changed_contract_reaches_the_kernel_even_when_the_cpus_stay() {
     // every 16 ms.
     let win = grant(&p).window;
     assert_eq!((win.period_us, win.budget_us), (16_000, 4_000));
-    let e = w.core.handle(
+    let e = w.handle(
         7,
         ROOT,
         Request::UpdateSpec {
@@ -375,7 +375,7 @@ fn a_time_triggered_cell_gets_windows_its_page_shows_and_its_gate_follows() {
         .expect("a windowed cell reports its delivery");
     assert_eq!(d.budget_us, 3_000);
     // Ending the cell opens its gate last: allot never leaves it frozen.
-    w.core.handle(9, ROOT, Request::Release { cell: id }, None);
+    w.handle(9, ROOT, Request::Release { cell: id }, None);
     let calls = w.dry.gate_calls();
     assert_eq!(calls.last(), Some(&GateCall::Open(id)), "{calls:?}");
 }
@@ -407,7 +407,7 @@ fn a_contract_change_stops_the_windows_opens_the_gate_and_tells_the_page() {
     proc_of(&w, 200, 0);
     let (id, p) = loop_cell(&mut w);
     assert!(grant(&p).window.is_set());
-    let e = w.core.handle(
+    let e = w.handle(
         7,
         ROOT,
         Request::UpdateSpec {
@@ -429,7 +429,7 @@ fn a_contract_change_stops_the_windows_opens_the_gate_and_tells_the_page() {
     );
     assert_eq!(last_applied(&w, id).bandwidth, None);
     // And back: windows again, with a new schedule on the page.
-    let e = w.core.handle(
+    let e = w.handle(
         8,
         ROOT,
         Request::UpdateSpec {
@@ -450,7 +450,7 @@ fn a_broker_that_stops_opens_every_gate() {
     let mut w = world(2);
     proc_of(&w, 200, 0);
     let (id, _p) = loop_cell(&mut w);
-    w.core.shutdown();
+    w.shutdown();
     assert_eq!(w.dry.gate_calls().last(), Some(&GateCall::Open(id)));
 }
 
@@ -492,7 +492,7 @@ fn a_message_triggered_cell_sleeps_without_messages_and_wakes_on_one() {
         gid: 0,
     };
     let open = |w: &mut World, session, peer, send| {
-        let e = w.core.handle(
+        let e = w.handle(
             session,
             peer,
             Request::ChannelOpen {
@@ -515,8 +515,8 @@ fn a_message_triggered_cell_sleeps_without_messages_and_wakes_on_one() {
     let tx = open(&mut w, 21, ROOT, true).managed_sender();
     // Quiet for its idle time: idle, frozen, a doorbell to watch.
     let t0 = Instant::now();
-    w.core.tick(t0);
-    let e = w.core.tick(t0 + Duration::from_millis(150));
+    w.tick(t0);
+    let e = w.tick(t0 + Duration::from_millis(150));
     let bell = e
         .iter()
         .find_map(|e| match e {
@@ -548,7 +548,7 @@ fn a_message_triggered_cell_sleeps_without_messages_and_wakes_on_one() {
         1,
         "the doorbell rang"
     );
-    let e = w.core.doorbell(id);
+    let e = w.doorbell(id);
     assert!(
         e.iter()
             .any(|e| matches!(e, Effect::ForgetDoorbell(c) if *c == id))
@@ -559,17 +559,17 @@ fn a_message_triggered_cell_sleeps_without_messages_and_wakes_on_one() {
         "planned again"
     );
     // A second ring while active changes nothing.
-    assert!(w.core.doorbell(id).is_empty());
+    assert!(w.doorbell(id).is_empty());
     // The message is read; quiet again, idle again; a message that the
     // server's poll missed is seen by the next tick.
     let mut rx = _rx.managed_receiver();
     rx.try_recv(&mut Vec::new()).unwrap();
     let t1 = Instant::now();
-    w.core.tick(t1);
-    w.core.tick(t1 + Duration::from_millis(150));
+    w.tick(t1);
+    w.tick(t1 + Duration::from_millis(150));
     assert!(!w.core.plan().cells.contains_key(&allot_plan::CellId(id)));
     tx.send(b"more", Full::Fail).unwrap();
-    w.core.tick(t1 + Duration::from_millis(200));
+    w.tick(t1 + Duration::from_millis(200));
     assert!(w.core.plan().cells.contains_key(&allot_plan::CellId(id)));
 }
 
@@ -608,7 +608,7 @@ fn without_a_freezer_a_message_triggered_cell_stays_active() {
         uid: 0,
         gid: 0,
     };
-    let e = w.core.handle(
+    let e = w.handle(
         20,
         peer,
         allot_proto::msg::Request::ChannelOpen {
@@ -624,8 +624,8 @@ fn without_a_freezer_a_message_triggered_cell_stays_active() {
         Some(allot_broker::core::Effect::Reply { fds, .. }) if fds.len() == 3
     ));
     let t0 = Instant::now();
-    w.core.tick(t0);
-    let e = w.core.tick(t0 + Duration::from_millis(100));
+    w.tick(t0);
+    let e = w.tick(t0 + Duration::from_millis(100));
     assert!(
         !e.iter()
             .any(|e| matches!(e, allot_broker::core::Effect::WatchDoorbell { .. }))

@@ -57,10 +57,8 @@ impl Engine {
         self.arriving.iter().any(|a| a.id == id)
     }
 
-    /// Plans once for every cell admitted since the last call, makes the
-    /// kernel follow, then joins their processes and answers them. The
-    /// event loop calls it at the end of every turn.
-    pub fn settle(&mut self) -> Vec<Effect> {
+    /// The step of [`Engine::settle`].
+    pub(super) fn settle_arrivals(&mut self) -> Vec<Effect> {
         if self.arriving.is_empty() {
             return vec![];
         }

@@ -1,8 +1,9 @@
 //! What the state machine tells the event loop, and who it talks to: the
-//! [`Effect`]s every entry point of `Engine` returns (replies, with the
-//! descriptors they carry; processes and doorbells to watch), sessions and
-//! their peers' credentials.
+//! [`Effect`]s every entry point of `Engine` returns (records for the
+//! journal; replies, with the descriptors they carry; processes and
+//! doorbells to watch), sessions and their peers' credentials.
 
+use crate::journal::Record;
 use allot_proto::msg::{ErrorCode, Reply};
 
 /// Identifies a client connection.
@@ -27,6 +28,10 @@ impl Peer {
 /// Something the event loop must do.
 #[derive(Debug)]
 pub enum Effect {
+    /// Append these records to the journal, before any later effect of
+    /// the same step, then tell the engine whether it is behind
+    /// (`Engine::journaled`). Always an entry point's first effect.
+    Journal(Vec<Record>),
     /// Send `reply` (with `fds` attached) on `session`.
     Reply {
         session: SessionId,

@@ -175,8 +175,8 @@ impl Engine {
         (effects, changed)
     }
 
-    /// A doorbell of cell `cell` rang: activates it if it is idle.
-    pub fn doorbell(&mut self, cell: u64) -> Vec<Effect> {
+    /// The step of [`Engine::doorbell`].
+    pub(super) fn doorbell_rang(&mut self, cell: u64) -> Vec<Effect> {
         let now = Instant::now();
         if self.messages.get(&cell).is_none_or(|m| m.active) {
             return vec![];

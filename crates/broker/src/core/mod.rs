@@ -1,22 +1,22 @@
 //! The broker's state machine (`Engine`): cells, the admission queue, the plan, and
 //! what has been enforced and published.
 //!
-//! `Engine` does no socket or epoll work. Each entry point (a request, a
-//! process exit, a monitor tick, a closed session) updates the state,
-//! re-plans if needed, drives the enforcer and the grant pages, appends to
-//! the journal, and returns [`Effect`]s for the event loop: replies to send,
+//! `Engine` does no socket, epoll or file work. Each entry point (a
+//! request, a process exit, a monitor tick, a closed session; all in
+//! `entry`) updates the state, re-plans if needed, drives the enforcer and
+//! the grant pages, and returns [`Effect`]s for the event loop: first the
+//! records the step asks the journal to keep, then replies to send and
 //! processes to start or stop watching.
 //!
-//! The writes whose result decides the next step are calls, not effects:
-//! a registration is answered only after the journal recorded the cell, and
-//! a grant reaches the kernel (every shrink before any growth) before a
-//! process is attached to it, so the core must see each write succeed or
-//! fail where it makes it. They go through the OS boundary instead: the
-//! backend ([`Enforcer`]), the process table ([`Os`]) and an optional
-//! journal. The state-machine tests (`crates/broker/tests/`) run the core
-//! on the dry-run backend and a fake process table, writing nothing to the
-//! kernel. Publishing a grant writes the cell's page, memory the broker
-//! maps.
+//! The kernel writes stay calls, not effects: a grant reaches the kernel
+//! (every shrink before any growth) before a process is attached to it,
+//! so the engine must see each write succeed or fail where it makes it.
+//! They go through the OS boundary instead: the backend ([`Enforcer`]) and
+//! the process table ([`Os`]). The state-machine tests
+//! (`crates/broker/tests/`) run the engine on the dry-run backend and a
+//! fake process table, writing nothing to the kernel, and read what it
+//! asked to journal from its effects. Publishing a grant writes the
+//! cell's page, memory the broker maps and the clients only read.
 //!
 //! - this file: the state, process exits, ticks, shutdown, ended cells'
 //!   backend removal;
@@ -29,8 +29,12 @@
 //!   newcomers together (`Engine::settle`);
 //! - `requests`: dispatching requests, one handler each;
 //! - `time`: what the kernel enforces for a time cell, and its windows;
+//! - `entry`: the entry points, each returning its step's effects with
+//!   the journal's records first;
 //! - `effect`: what entry points return to the event loop ([`Effect`]),
 //!   sessions and peers;
+//! - `journaling`: the records a step asks for, and admission held while
+//!   the journal is behind;
 //! - `message`: message-triggered cells asleep and awake; `isolation`:
 //!   partition CPUs kept clear of interrupts and workqueues;
 //! - `measure`: each tick's reading of every cell and of the machine
@@ -53,8 +57,8 @@
 //!   notices it, and its CPUs are re-planned at once. Its backend state is
 //!   removed then, or retried on every tick for [`REMOVE_RETRY_FOR`] if the
 //!   kernel is still busy with its last task.
-//! - No cell is admitted that the journal could not record, and no id is
-//!   given out that the backend still holds (see `restore`).
+//! - No cell is admitted while the journal is behind (`journaling`), and
+//!   no id is given out that the backend still holds (see `restore`).
 //! - What one user can make the broker keep is bounded by
 //!   [`crate::config::Limits`]; root is exempt from the per-user bounds.
 
@@ -63,8 +67,10 @@ mod arrival;
 mod cells;
 pub(crate) use cells::{Cell, Queued};
 pub(crate) mod effect;
+mod entry;
 mod groups;
 mod isolation;
+mod journaling;
 mod keep_off;
 mod memory;
 mod message;
@@ -125,7 +131,9 @@ pub struct Engine {
     batch_arrivals: bool,
     enforcer: Box<dyn Enforcer>,
     os: Arc<dyn Os>,
-    journal: Option<Journal>,
+    /// What the step asks the journal to record, and the journal's
+    /// health (`journaling`).
+    journaling: journaling::Journaling,
     pub(crate) instance: u64,
     pub(crate) started: Instant,
     pub(crate) backend_notes: Vec<String>,
@@ -183,7 +191,7 @@ impl Engine {
         machine: Machine,
         mut enforcer: Box<dyn Enforcer>,
         os: Arc<dyn Os>,
-        journal: Option<Journal>,
+        journal: Option<&Journal>,
     ) -> (Engine, Vec<Effect>) {
         let machine: &'static Machine = Box::leak(Box::new(machine));
         let planner = Planner::new(
@@ -218,7 +226,7 @@ impl Engine {
             batch_arrivals: false,
             enforcer,
             os,
-            journal,
+            journaling: journaling::Journaling::of(journal),
             instance: random_u64(),
             started: Instant::now(),
             backend_notes: Vec::new(),
@@ -243,11 +251,12 @@ impl Engine {
             measure: measure::Measure::new(Arc::new(allot_enforce::counters::RealCounters)),
             memory,
         };
-        let effects = core.restore();
+        let effects = core.restore(journal);
         // Classes of service: the adopted cells' kept, the rest removed.
         core.apply_classes();
         core.keep_reserve();
         core.open_minimum(cfg);
+        let effects = core.with_records(effects);
         (core, effects)
     }
 
@@ -297,58 +306,6 @@ impl Engine {
     /// The current plan.
     pub fn plan(&self) -> &Plan {
         &self.plan
-    }
-
-    /// Why the journal is behind, if it is.
-    pub fn journal_problem(&self) -> Option<&str> {
-        self.journal.as_ref().and_then(Journal::problem)
-    }
-
-    /// Appends to the journal; a failure is logged when the journal falls
-    /// behind (once, not per record) and when it catches up.
-    fn journal(&mut self, recs: &[Record]) {
-        let _ = self.try_journal(recs);
-    }
-
-    /// Appends to the journal, saying why it could not.
-    fn try_journal(&mut self, recs: &[Record]) -> Result<(), String> {
-        let Some(j) = self.journal.as_mut() else {
-            return Ok(());
-        };
-        let behind = j.problem().is_some();
-        let result = j.append(recs);
-        match (&result, behind) {
-            (Err(e), false) => warn!(
-                "cannot write the journal {} ({e}): a restart would lose recent changes; \
-                 no new cells are admitted until it can be written (free space on its filesystem)",
-                j.path().display()
-            ),
-            (Ok(()), true) => info!("the journal {} is written again", j.path().display()),
-            _ => {}
-        }
-        result.map_err(|e| e.to_string())
-    }
-
-    /// Whether the journal can record a new cell now (catching up first if
-    /// it was behind); the refusal to send when not.
-    fn journal_ready(&mut self, kind: u16) -> Result<(), Reply> {
-        let Some(j) = self.journal.as_mut() else {
-            return Ok(());
-        };
-        if j.writable() {
-            return Ok(());
-        }
-        Err(err(
-            ErrorCode::Internal,
-            kind,
-            format!(
-                "the broker cannot write its journal {} ({}), so it admits no new cell \
-                 (one it could not record would be lost if it restarted); free space on that \
-                 filesystem and retry",
-                j.path().display(),
-                j.problem().unwrap_or("unknown error")
-            ),
-        ))
     }
 
     /// Ends a cell: enforcement torn down (remaining processes leave
@@ -431,8 +388,8 @@ impl Engine {
         }
     }
 
-    /// A watched process exited.
-    pub fn exited(&mut self, pid: u32) -> Vec<Effect> {
+    /// The step of [`Engine::exited`].
+    pub(super) fn process_exited(&mut self, pid: u32) -> Vec<Effect> {
         let seen = Instant::now();
         let mut effects = Vec::new();
         self.account.forget(pid);
@@ -494,10 +451,8 @@ impl Engine {
             .collect()
     }
 
-    /// A session closed: its queued cells, its ledger watch and its
-    /// channel ends are dropped (the other ends see them gone).
-    /// Its admitted cells live on while their processes do.
-    pub fn session_closed(&mut self, session: SessionId) -> Vec<Effect> {
+    /// The step of [`Engine::session_closed`].
+    pub(super) fn close_session(&mut self, session: SessionId) -> Vec<Effect> {
         if let Some((pid, _)) = self.account.watchers.remove(&session) {
             self.account.ledger.set_waiting(pid, 0);
         }
@@ -514,9 +469,8 @@ impl Engine {
         self.admit_queued()
     }
 
-    /// A monitor tick: removals retried, usage → demand → re-plan if any
-    /// demand changed.
-    pub fn tick(&mut self, now: Instant) -> Vec<Effect> {
+    /// The step of [`Engine::tick`].
+    pub(super) fn monitor_tick(&mut self, now: Instant) -> Vec<Effect> {
         if !self.removals.is_empty() {
             self.retry_removals(now);
         }
@@ -566,10 +520,8 @@ impl Engine {
         self.removals.iter().map(|r| r.id).collect()
     }
 
-    /// Releases what the broker created, if no cell is left (broker exit).
-    /// Cells that still run keep their confinement and journal entries, so
-    /// a restarted broker adopts them.
-    pub fn shutdown(&mut self) {
+    /// The step of [`Engine::shutdown`].
+    pub(super) fn wind_down(&mut self) {
         // Cells that keep running do so without windows until a broker
         // adopts them: never frozen by a broker that is gone.
         self.windows.stop();

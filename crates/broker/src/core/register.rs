@@ -245,26 +245,14 @@ impl Engine {
             joins_itself,
         } = new;
         let fail = |code, msg: String| vec![answer(session, err(code, REGISTER, msg))];
-        // Recorded first: a cell the journal does not know must not exist.
-        let (journaled, took) = timed(|| {
-            self.try_journal(&[Record::Cell {
-                id,
-                name: name.clone(),
-                uid,
-                spec: SpecRec::of(&spec),
-                token,
-            }])
-        });
-        timeline.note("journal", format!("cell {id}"), Some(took));
-        if let Err(e) = journaled {
-            return fail(
-                ErrorCode::Internal,
-                format!(
-                    "the broker cannot record the cell in its journal ({e}); free space on its \
-                     filesystem and retry"
-                ),
-            );
-        }
+        // Recorded in this step, before its reply (`journaling`).
+        self.journal(&[Record::Cell {
+            id,
+            name: name.clone(),
+            uid,
+            spec: SpecRec::of(&spec),
+            token,
+        }]);
         let page = match PageMap::create(id, self.instance) {
             Ok(p) => p,
             Err(e) => {

@@ -12,9 +12,8 @@ use rustix::fd::OwnedFd;
 use std::time::Instant;
 
 impl Engine {
-    /// `ChannelRejoin` with the descriptors that came with it: an end
-    /// open before a broker restart comes back (`Channels::adopt`).
-    pub fn channel_rejoin(
+    /// The step of [`Engine::channel_rejoin`].
+    pub(super) fn rejoin_channel(
         &mut self,
         session: SessionId,
         peer: Peer,
@@ -65,8 +64,8 @@ impl Engine {
         }
     }
 
-    /// Handles one request from `session`.
-    pub fn handle(
+    /// The step of [`Engine::handle`]: one handler per request.
+    pub(super) fn handle_request(
         &mut self,
         session: SessionId,
         peer: Peer,
@@ -213,7 +212,7 @@ impl Engine {
                 }
             }
             Request::ChannelRejoin { name, send } => {
-                self.channel_rejoin(session, peer, &name, send, vec![])
+                self.rejoin_channel(session, peer, &name, send, vec![])
             }
             Request::ChannelClose { name, send } => {
                 if !self.channels.close(session, &name, send) {

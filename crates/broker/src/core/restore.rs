@@ -20,7 +20,7 @@
 
 use super::{Cell, Effect, Engine};
 use crate::demand::Estimator;
-use crate::journal::{GrantRec, MemberRec, Record, SpecRec};
+use crate::journal::{GrantRec, Journal, MemberRec, Record, SpecRec};
 use crate::names::shown;
 use crate::{info, warn};
 use allot_plan::{CellId, CellSpec, Grant, Plan};
@@ -29,12 +29,8 @@ use allot_topo::CpuSet;
 use std::collections::BTreeMap;
 
 impl Engine {
-    pub(super) fn restore(&mut self) -> Vec<Effect> {
-        let state = self
-            .journal
-            .as_ref()
-            .map(|j| j.state().clone())
-            .unwrap_or_default();
+    pub(super) fn restore(&mut self, journal: Option<&Journal>) -> Vec<Effect> {
+        let state = journal.map(|j| j.state().clone()).unwrap_or_default();
         self.cells.ids_above(state.next_id.saturating_sub(1));
         let mut effects = Vec::new();
         let mut grants = BTreeMap::new();

@@ -25,8 +25,10 @@
 //! rewriting the whole snapshot: a failed append may have left a partial
 //! line, and appending after it would hide every later record from replay.
 //! While the journal cannot be written, the broker admits no new cell
-//! ([`Journal::writable`]): a cell it could not record would be lost on
-//! restart, its cgroup leaked and its id reused.
+//! (the engine is told after every append, and [`Journal::writable`]
+//! tries to catch up before each request and on each tick): a cell
+//! admitted then would survive a restart only as an unnamed cell recovered
+//! from the backend, without its spec or token.
 //!
 //! # Reading
 //!

@@ -115,6 +115,8 @@ struct Paused {
 #[derive(Debug)]
 pub struct Broker {
     core: Engine,
+    /// The journal the engine's records are appended to (`Effect::Journal`).
+    journal: Journal,
     cfg: Config,
     epoll: OwnedFd,
     listener: OwnedFd,
@@ -254,7 +256,7 @@ impl Broker {
         let journal = opened.journal;
         raise_fd_limit();
         let os: Arc<dyn Os> = Arc::new(RealOs);
-        let (mut core, effects) = Engine::new(&cfg, machine, enforcer, os, Some(journal));
+        let (mut core, effects) = Engine::new(&cfg, machine, enforcer, os, Some(&journal));
         core.set_backend_notes(notes);
         core.batch_arrivals(true);
 
@@ -326,6 +328,7 @@ impl Broker {
 
         let mut b = Broker {
             core,
+            journal,
             cfg,
             epoll,
             listener,
@@ -467,7 +470,8 @@ impl Broker {
         for id in ids {
             self.flush(id);
         }
-        self.core.shutdown();
+        let effects = self.core.shutdown();
+        self.apply(effects);
         // Remove the socket only if it is still ours.
         let ours = std::fs::metadata(&self.cfg.socket)
             .map(|m| Some(std::os::unix::fs::MetadataExt::ino(&m)) == self.socket_ino)
@@ -479,6 +483,7 @@ impl Broker {
     }
 
     fn on_tick(&mut self) {
+        self.catch_up_journal();
         self.notifier.tick(Instant::now());
         self.resume_listener(Instant::now());
         // Exit polling for processes without a pidfd.
@@ -495,6 +500,47 @@ impl Broker {
         }
         let effects = self.core.tick(Instant::now());
         self.apply(effects);
+    }
+
+    /// Appends a step's records (`Effect::Journal`); a failure is logged
+    /// when the journal falls behind (once, not per record) and when it
+    /// catches up, and the engine is told either way.
+    pub(super) fn record(&mut self, recs: &[crate::journal::Record]) {
+        let behind = self.journal.problem().is_some();
+        let started = Instant::now();
+        let appended = self.journal.append(recs);
+        let took = started.elapsed();
+        match (appended, behind) {
+            (Err(e), false) => warn!(
+                "cannot write the journal {} ({e}): a restart would lose recent changes; \
+                 no new cells are admitted until it can be written (free space on its filesystem)",
+                self.journal.path().display()
+            ),
+            (Ok(()), true) => info!(
+                "the journal {} is written again",
+                self.journal.path().display()
+            ),
+            _ => {}
+        }
+        let behind = self.journal.problem().map(str::to_string);
+        self.core.journaled(recs, took, behind);
+    }
+
+    /// A journal that is behind tries to catch up (a rewrite of its whole
+    /// state), before a request is handled and on every tick: admission
+    /// waits for it.
+    pub(super) fn catch_up_journal(&mut self) {
+        if self.journal.problem().is_none() {
+            return;
+        }
+        if self.journal.writable() {
+            info!(
+                "the journal {} is written again",
+                self.journal.path().display()
+            );
+        }
+        let behind = self.journal.problem().map(str::to_string);
+        self.core.journaled(&[], Duration::ZERO, behind);
     }
 
     /// Polls `fds` for cell `cell` (level-triggered; never read here).

@@ -101,6 +101,7 @@ impl Broker {
                         } else {
                             None
                         };
+                        self.catch_up_journal();
                         self.core.handle(id, peer, req, fd)
                     }
                     Err(e) => {
@@ -142,6 +143,7 @@ impl Broker {
     pub(super) fn apply(&mut self, effects: Vec<Effect>) {
         for e in effects {
             match e {
+                Effect::Journal(recs) => self.record(&recs),
                 Effect::Reply {
                     session,
                     reply,

@@ -3,15 +3,17 @@
 #![allow(dead_code)]
 
 use allot_broker::Config;
-use allot_broker::core::{Effect, Engine, Peer};
-use allot_broker::journal::Journal;
+use allot_broker::core::{Effect, Engine, Peer, SessionId};
+use allot_broker::journal::{Journal, Record};
 use allot_enforce::DryRun;
 use allot_enforce::os::FakeOs;
 use allot_plan::CellSpec;
 use allot_proto::msg::{Reply, Request};
 use allot_proto::{Grant, PageMap};
 use allot_topo::{CpuSet, Machine};
+use rustix::fd::OwnedFd;
 use std::sync::Arc;
+use std::time::Instant;
 
 pub const ROOT: Peer = Peer {
     pid: 1,
@@ -33,7 +35,74 @@ pub struct World {
     pub core: Engine,
     pub os: FakeOs,
     pub dry: DryRun,
+    /// The journal the core's records are appended to, as the event loop
+    /// appends them.
+    pub journal: Journal,
+    /// Every record the core asked for, in order.
+    pub records: Vec<Record>,
     pub _dir: tempfile::TempDir,
+}
+
+impl World {
+    /// Appends the records among `effects` to the journal, as the event
+    /// loop does, and returns the other effects.
+    pub fn record(&mut self, effects: Vec<Effect>) -> Vec<Effect> {
+        let mut rest = Vec::new();
+        for e in effects {
+            match e {
+                Effect::Journal(recs) => {
+                    let _ = self.journal.append(&recs);
+                    let behind = self.journal.problem().map(str::to_string);
+                    self.core
+                        .journaled(&recs, std::time::Duration::ZERO, behind);
+                    self.records.extend(recs);
+                }
+                other => rest.push(other),
+            }
+        }
+        rest
+    }
+
+    pub fn handle(
+        &mut self,
+        session: SessionId,
+        peer: Peer,
+        req: Request,
+        fd: Option<OwnedFd>,
+    ) -> Vec<Effect> {
+        let e = self.core.handle(session, peer, req, fd);
+        self.record(e)
+    }
+
+    pub fn exited(&mut self, pid: u32) -> Vec<Effect> {
+        let e = self.core.exited(pid);
+        self.record(e)
+    }
+
+    pub fn session_closed(&mut self, session: SessionId) -> Vec<Effect> {
+        let e = self.core.session_closed(session);
+        self.record(e)
+    }
+
+    pub fn tick(&mut self, now: Instant) -> Vec<Effect> {
+        let e = self.core.tick(now);
+        self.record(e)
+    }
+
+    pub fn settle(&mut self) -> Vec<Effect> {
+        let e = self.core.settle();
+        self.record(e)
+    }
+
+    pub fn doorbell(&mut self, cell: u64) -> Vec<Effect> {
+        let e = self.core.doorbell(cell);
+        self.record(e)
+    }
+
+    pub fn shutdown(&mut self) {
+        let e = self.core.shutdown();
+        self.record(e);
+    }
 }
 
 pub fn world_with(cpus: usize, dir: tempfile::TempDir, os: FakeOs) -> (World, Vec<Effect>) {
@@ -66,17 +135,18 @@ pub fn world_from(
         Machine::uniform(cpus),
         Box::new(dry.clone()),
         Arc::new(os.clone()),
-        Some(journal),
+        Some(&journal),
     );
-    (
-        World {
-            core,
-            os,
-            dry,
-            _dir: dir,
-        },
-        effects,
-    )
+    let mut w = World {
+        core,
+        os,
+        dry,
+        journal,
+        records: Vec::new(),
+        _dir: dir,
+    };
+    let effects = w.record(effects);
+    (w, effects)
 }
 
 pub fn world(cpus: usize) -> World {
@@ -119,7 +189,7 @@ pub fn register(
     members: Vec<u32>,
     wait: bool,
 ) -> Vec<Effect> {
-    w.core.handle(
+    w.handle(
         7,
         peer,
         Request::Register {

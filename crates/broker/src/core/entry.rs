@@ -1,0 +1,83 @@
+//! The engine's entry points: the only calls from outside that change its
+//! state. Each runs one step and returns what the event loop must do,
+//! the records the step asks the journal to keep first
+//! ([`Effect::Journal`], see `journaling`), then replies and watches in
+//! the order the step made them.
+
+use super::Engine;
+use super::effect::{Effect, Peer, SessionId};
+use allot_proto::msg::Request;
+use rustix::fd::OwnedFd;
+use std::time::Instant;
+
+impl Engine {
+    /// Handles one request from `session` (`fd`: the descriptor that came
+    /// with it, if any).
+    pub fn handle(
+        &mut self,
+        session: SessionId,
+        peer: Peer,
+        req: Request,
+        fd: Option<OwnedFd>,
+    ) -> Vec<Effect> {
+        let effects = self.handle_request(session, peer, req, fd);
+        self.with_records(effects)
+    }
+
+    /// `ChannelRejoin` with the descriptors that came with it: an end
+    /// open before a broker restart comes back (`Channels::adopt`).
+    pub fn channel_rejoin(
+        &mut self,
+        session: SessionId,
+        peer: Peer,
+        name: &str,
+        send: bool,
+        fds: Vec<OwnedFd>,
+    ) -> Vec<Effect> {
+        let effects = self.rejoin_channel(session, peer, name, send, fds);
+        self.with_records(effects)
+    }
+
+    /// A watched process exited.
+    pub fn exited(&mut self, pid: u32) -> Vec<Effect> {
+        let effects = self.process_exited(pid);
+        self.with_records(effects)
+    }
+
+    /// A session closed: its queued cells, its ledger watch and its
+    /// channel ends are dropped (the other ends see them gone). Its
+    /// admitted cells live on while their processes do.
+    pub fn session_closed(&mut self, session: SessionId) -> Vec<Effect> {
+        let effects = self.close_session(session);
+        self.with_records(effects)
+    }
+
+    /// A monitor tick: removals retried, usage → demand → re-plan if any
+    /// demand changed; the queue tried again.
+    pub fn tick(&mut self, now: Instant) -> Vec<Effect> {
+        let effects = self.monitor_tick(now);
+        self.with_records(effects)
+    }
+
+    /// Plans once for every cell admitted since the last call, makes the
+    /// kernel follow, then joins their processes and answers them. The
+    /// event loop calls it at the end of every turn.
+    pub fn settle(&mut self) -> Vec<Effect> {
+        let effects = self.settle_arrivals();
+        self.with_records(effects)
+    }
+
+    /// A doorbell of cell `cell` rang: activates it if it is idle.
+    pub fn doorbell(&mut self, cell: u64) -> Vec<Effect> {
+        let effects = self.doorbell_rang(cell);
+        self.with_records(effects)
+    }
+
+    /// Releases what the broker created, if no cell is left (broker exit).
+    /// Cells that still run keep their confinement and journal entries, so
+    /// a restarted broker adopts them.
+    pub fn shutdown(&mut self) -> Vec<Effect> {
+        self.wind_down();
+        self.with_records(vec![])
+    }
+}
