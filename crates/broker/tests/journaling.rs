@@ -147,7 +147,7 @@ fn no_cell_is_admitted_while_the_journal_is_behind_and_the_queue_moves_when_it_c
 }
 
 #[test]
-fn records_made_by_a_step_reach_the_journal_and_a_restart_replays_them() {
+fn records_made_by_a_step_reach_the_journal() {
     let mut w = world(2);
     proc_of(&w, 100, 0);
     let (a, _, _pa) = page(register(
@@ -188,4 +188,68 @@ fn records_made_by_a_step_reach_the_journal_and_a_restart_replays_them() {
             .any(|r| matches!(r, Record::End { id } if *id == a))
     );
     assert!(!w.journal.state().cells.contains_key(&a));
+}
+
+#[test]
+fn a_newcomer_whose_record_could_not_be_written_is_ended_and_refused() {
+    let mut w = world(2);
+    w.core.batch_arrivals(true);
+    proc_of(&w, 100, 0);
+    proc_of(&w, 200, 0);
+    // As under the event loop: admitted, its answer waits for the turn's end.
+    let effects = register_raw(&mut w, "lost", CellSpec::default(), 100, false);
+    let [Effect::Journal(recs)] = &effects[..] else {
+        panic!("only records before the turn ends: {effects:?}")
+    };
+    let id = recs
+        .iter()
+        .find_map(|r| match r {
+            Record::Cell { id, .. } => Some(*id),
+            _ => None,
+        })
+        .expect("the cell's record");
+    // The loop's append failed.
+    let effects = w
+        .core
+        .journaled(recs, Duration::ZERO, Some("No space left on device".into()));
+    assert_eq!(code(&effects), Some(ErrorCode::Internal), "{effects:?}");
+    let why = message(&effects);
+    assert!(
+        why.contains("journal") && why.contains("free space"),
+        "{why}"
+    );
+    // Ended, recorded so (the rewrite that catches up drops it), and
+    // nothing left to join at the turn's end.
+    assert!(
+        records(&effects)
+            .iter()
+            .any(|r| matches!(r, Record::End { id: e } if *e == id)),
+        "{effects:?}"
+    );
+    assert!(w.core.status(ROOT).cells.is_empty());
+    assert!(w.core.settle().is_empty());
+    assert!(
+        w.dry
+            .calls()
+            .iter()
+            .any(|c| matches!(c, allot_enforce::Call::Remove(c) if *c == id)),
+        "{:?}",
+        w.dry.calls()
+    );
+
+    // Once it is written again, the next one is admitted and answered at
+    // the turn's end, its timeline showing the append.
+    let effects = register_raw(&mut w, "kept", CellSpec::default(), 200, false);
+    assert_eq!(code(&effects), Some(ErrorCode::Internal), "still behind");
+    w.core.journaled(&[], Duration::ZERO, None);
+    let effects = register_raw(&mut w, "kept", CellSpec::default(), 200, false);
+    let [Effect::Journal(recs)] = &effects[..] else {
+        panic!("{effects:?}")
+    };
+    assert!(w.core.journaled(recs, Duration::ZERO, None).is_empty());
+    let effects = w.core.settle();
+    assert!(
+        matches!(reply(&effects), Reply::Registered { .. }),
+        "{effects:?}"
+    );
 }

@@ -57,6 +57,13 @@ impl Engine {
         self.arriving.iter().any(|a| a.id == id)
     }
 
+    /// Takes cell `id` out of this turn's newcomers, before its processes
+    /// join; the session to answer. `None`: not a newcomer waiting.
+    pub(super) fn take_arriving(&mut self, id: u64) -> Option<SessionId> {
+        let at = self.arriving.iter().position(|a| a.id == id)?;
+        Some(self.arriving.remove(at).session)
+    }
+
     /// The step of [`Engine::settle`].
     pub(super) fn settle_arrivals(&mut self) -> Vec<Effect> {
         if self.arriving.is_empty() {

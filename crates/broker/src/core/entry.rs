@@ -1,5 +1,6 @@
-//! The engine's entry points: the only calls from outside that change its
-//! state. Each runs one step and returns what the event loop must do,
+//! The engine's entry points: the events from outside that run a step
+//! (set-up calls such as `set_counters` and `batch_arrivals`, and the event
+//! loop's word on its journal, `Engine::journaled`, aside). Each runs one step and returns what the event loop must do,
 //! the records the step asks the journal to keep first
 //! ([`Effect::Journal`], see `journaling`), then replies and watches in
 //! the order the step made them.

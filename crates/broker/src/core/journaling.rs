@@ -1,9 +1,8 @@
 //! What the engine asks its journal to record, and what it knows of the
-//! journal's health. The engine writes no file: the records of a step
+//! journal's health. The engine writes no journal: the records of a step
 //! leave it as the first effect of that step ([`Effect::Journal`]), and the
 //! event loop appends them before it sends any reply of the step
-//! (`server`), then says whether the journal is behind
-//! ([`Engine::journaled`]).
+//! (`server`), then says how the append went ([`Engine::journaled`]).
 //!
 //! Invariants:
 //!
@@ -11,19 +10,25 @@
 //!   hands out all the records waiting (`Engine::with_records`), and one
 //!   not handed out by an entry point leaves with the next one's.
 //! - While the journal is behind (its last write failed and no rewrite has
-//!   caught up since), no cell is admitted or taken from the queue. A cell
-//!   admitted just before a write failed is in the journal's state and is
-//!   written by the rewrite that catches up; if the broker is killed first,
-//!   the restart finds it in the backend (`restore`, step 2).
+//!   caught up since), no cell is admitted or taken from the queue.
+//! - No cell is answered that the journal could not record. Under the
+//!   event loop a newcomer's answer waits for the end of the turn
+//!   (`arrival`), after its record was appended; if that append failed,
+//!   [`Engine::journaled`] ends the cell and refuses it instead. (A caller
+//!   that does not batch arrivals gets the answer in the admitting step,
+//!   before any append: tests, whose journal has room.)
 //! - Without a journal (a broker that keeps none) nothing is recorded and
 //!   nothing is refused for it.
 
 use super::Engine;
-use super::effect::{Effect, err};
+use super::effect::{Effect, answer, err};
 use crate::journal::{Journal, Record};
 use allot_proto::msg::{ErrorCode, Reply};
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// The request kind of a registration.
+const REGISTER: u16 = 0x02;
 
 /// The engine's side of the journal.
 #[derive(Debug)]
@@ -85,18 +90,47 @@ impl Engine {
     }
 
     /// The event loop's word after it appended `recs` (taking `took`), or
-    /// caught up (no records): why the journal is behind, or `None` when
-    /// it holds everything. The queue moves again at the next tick after
-    /// it caught up. Each newly recorded cell's timeline shows the append.
-    pub fn journaled(&mut self, recs: &[Record], took: Duration, behind: Option<String>) {
-        self.journaling.behind = behind;
+    /// tried to catch up (no records): why the journal is behind, or
+    /// `None` when it holds everything. A newcomer whose record was in a
+    /// failed append and that has not been answered yet is ended and
+    /// refused; the effects say so. Each recorded newcomer's timeline
+    /// shows the append that carried its record. The queue moves again at
+    /// the next step that tries it (a tick, an exit) once the journal
+    /// caught up.
+    pub fn journaled(
+        &mut self,
+        recs: &[Record],
+        took: Duration,
+        behind: Option<String>,
+    ) -> Vec<Effect> {
+        let failed = !recs.is_empty() && behind.is_some();
+        let mut effects = Vec::new();
         for r in recs {
-            if let Record::Cell { id, .. } = r
-                && let Some(c) = self.cells.get_mut(id)
-            {
-                c.timeline.note("journal", format!("cell {id}"), Some(took));
+            let &Record::Cell { id, .. } = r else {
+                continue;
+            };
+            if !failed {
+                if let Some(c) = self.cells.get_mut(&id) {
+                    c.timeline.note("journal", format!("cell {id}"), Some(took));
+                }
+            } else if let Some(session) = self.take_arriving(id) {
+                let why = behind.as_deref().unwrap_or_default();
+                effects.extend(self.end_cell(id, "the journal could not record it"));
+                effects.push(answer(
+                    session,
+                    err(
+                        ErrorCode::Internal,
+                        REGISTER,
+                        format!(
+                            "the broker cannot record the cell in its journal ({why}); free \
+                             space on its filesystem and retry"
+                        ),
+                    ),
+                ));
             }
         }
+        self.journaling.behind = behind;
+        self.with_records(effects)
     }
 
     /// Asks the journal to record `recs` (with the step's other records).

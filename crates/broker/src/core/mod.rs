@@ -1,7 +1,7 @@
 //! The broker's state machine (`Engine`): cells, the admission queue, the plan, and
 //! what has been enforced and published.
 //!
-//! `Engine` does no socket, epoll or file work. Each entry point (a
+//! `Engine` does no socket or epoll work and writes no journal. Each entry point (a
 //! request, a process exit, a monitor tick, a closed session; all in
 //! `entry`) updates the state, re-plans if needed, drives the enforcer and
 //! the grant pages, and returns [`Effect`]s for the event loop: first the
@@ -57,8 +57,9 @@
 //!   notices it, and its CPUs are re-planned at once. Its backend state is
 //!   removed then, or retried on every tick for [`REMOVE_RETRY_FOR`] if the
 //!   kernel is still busy with its last task.
-//! - No cell is admitted while the journal is behind (`journaling`), and
-//!   no id is given out that the backend still holds (see `restore`).
+//! - No cell is admitted while the journal is behind, nor answered that
+//!   the journal could not record (`journaling`), and no id is given out
+//!   that the backend still holds (see `restore`).
 //! - What one user can make the broker keep is bounded by
 //!   [`crate::config::Limits`]; root is exempt from the per-user bounds.
 
@@ -185,7 +186,8 @@ impl Engine {
     /// Builds the core, restoring cells from the journal and the backend:
     /// cells whose processes still run are adopted with the grants they
     /// had, the others are cleaned up (see `restore`). Returns the
-    /// effects (pids to watch).
+    /// effects: what the restore asks the journal to record (first), then
+    /// pids to watch.
     pub fn new(
         cfg: &Config,
         machine: Machine,

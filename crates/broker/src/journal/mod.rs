@@ -26,9 +26,10 @@
 //! line, and appending after it would hide every later record from replay.
 //! While the journal cannot be written, the broker admits no new cell
 //! (the engine is told after every append, and [`Journal::writable`]
-//! tries to catch up before each request and on each tick): a cell
-//! admitted then would survive a restart only as an unnamed cell recovered
-//! from the backend, without its spec or token.
+//! tries to catch up before each registration and on each tick), and a
+//! newcomer whose own record failed is refused: a cell it could not record
+//! would be lost on restart (with the affinity backend, which keeps no list
+//! of cells) or come back without its spec and token.
 //!
 //! # Reading
 //!

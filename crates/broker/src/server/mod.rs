@@ -63,7 +63,7 @@ use accept::open_spare;
 pub use session::{EXPENSIVE, MAX_QUEUED_BYTES, USER_TURN};
 
 use crate::config::Config;
-use crate::core::{Engine, Peer, SessionId};
+use crate::core::{Effect, Engine, Peer, SessionId};
 use crate::journal::Journal;
 use crate::log::Throttle;
 use crate::metrics::Exporter;
@@ -253,10 +253,30 @@ impl Broker {
                 }
             );
         }
-        let journal = opened.journal;
+        let mut journal = opened.journal;
         raise_fd_limit();
         let os: Arc<dyn Os> = Arc::new(RealOs);
         let (mut core, effects) = Engine::new(&cfg, machine, enforcer, os, Some(&journal));
+        // What the restore decided is written now, before anything below
+        // can fail: the rest (pids to watch) waits for the event loop.
+        let effects: Vec<Effect> = effects
+            .into_iter()
+            .filter(|e| match e {
+                Effect::Journal(recs) => {
+                    if let Err(e) = journal.append(recs) {
+                        warn!(
+                            "cannot write the journal {} ({e}): no new cells are admitted until \
+                             it can be written (free space on its filesystem)",
+                            journal.path().display()
+                        );
+                    }
+                    false
+                }
+                _ => true,
+            })
+            .collect();
+        let restored = core.journaled(&[], Duration::ZERO, journal.problem().map(str::to_string));
+        debug_assert!(restored.is_empty());
         core.set_backend_notes(notes);
         core.batch_arrivals(true);
 
@@ -523,12 +543,14 @@ impl Broker {
             _ => {}
         }
         let behind = self.journal.problem().map(str::to_string);
-        self.core.journaled(recs, took, behind);
+        // A newcomer whose record did not reach the file is refused.
+        let effects = self.core.journaled(recs, took, behind);
+        self.apply(effects);
     }
 
     /// A journal that is behind tries to catch up (a rewrite of its whole
-    /// state), before a request is handled and on every tick: admission
-    /// waits for it.
+    /// state), before a registration is handled and on every tick:
+    /// admission waits for it.
     pub(super) fn catch_up_journal(&mut self) {
         if self.journal.problem().is_none() {
             return;
@@ -540,7 +562,8 @@ impl Broker {
             );
         }
         let behind = self.journal.problem().map(str::to_string);
-        self.core.journaled(&[], Duration::ZERO, behind);
+        let effects = self.core.journaled(&[], Duration::ZERO, behind);
+        self.apply(effects);
     }
 
     /// Polls `fds` for cell `cell` (level-triggered; never read here).

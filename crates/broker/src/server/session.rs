@@ -101,7 +101,9 @@ impl Broker {
                         } else {
                             None
                         };
-                        self.catch_up_journal();
+                        if matches!(req, Request::Register { .. }) {
+                            self.catch_up_journal();
+                        }
                         self.core.handle(id, peer, req, fd)
                     }
                     Err(e) => {

@@ -53,9 +53,11 @@ impl World {
                 Effect::Journal(recs) => {
                     let _ = self.journal.append(&recs);
                     let behind = self.journal.problem().map(str::to_string);
-                    self.core
+                    let more = self
+                        .core
                         .journaled(&recs, std::time::Duration::ZERO, behind);
                     self.records.extend(recs);
+                    rest.extend(self.record(more));
                 }
                 other => rest.push(other),
             }
