@@ -185,8 +185,10 @@ impl Cgroup2 {
 
     /// Thaws cell `cell` (errors ignored: a kernel without the v2 freezer,
     /// or a cell already gone, has nothing to thaw).
-    fn thaw(&self, cell: u64) {
-        let f = self.root.join(format!("cell-{cell}/cgroup.freeze"));
+    /// Thaws cgroup `dir` (a cell's, or a launcher group it held), if it
+    /// has a freezer.
+    fn thaw(&self, dir: &Path) {
+        let f = dir.join("cgroup.freeze");
         if self.fs.exists(&f) {
             let _ = self.fs.write(&f, crate::gate::V2_FREEZE.open);
         }
@@ -342,13 +344,10 @@ impl Enforcer for Cgroup2 {
             // processes are the launcher's.
             for mut g in c.groups {
                 let _ = g.cpus.set("");
-                let freeze = g.dir.join("cgroup.freeze");
-                if self.fs.exists(&freeze) {
-                    let _ = self.fs.write(&freeze, crate::gate::V2_FREEZE.open);
-                }
+                self.thaw(&g.dir);
             }
         }
-        self.thaw(cell);
+        self.thaw(&dir);
         // allot's root has controllers enabled for its children, so (by the
         // v2 no-internal-process rule) leftovers go to the root's parent.
         let out = self
