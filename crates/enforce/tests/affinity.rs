@@ -4,7 +4,7 @@
 mod common;
 
 use allot_enforce::os::{FakeOs, RealOs};
-use allot_enforce::{Affinity, Applied, Enforcer};
+use allot_enforce::{Affinity, Enforcer};
 use allot_topo::CpuSet;
 use common::*;
 use std::sync::Arc;
@@ -18,15 +18,7 @@ fn confines_threads_and_later_threads() {
     let mut b = Affinity::new(Arc::new(RealOs));
     b.create(1).unwrap();
     let first = all.take_first(1);
-    b.apply(
-        1,
-        &Applied {
-            cpus: first,
-            weight: 1,
-            bandwidth: None,
-        },
-    )
-    .unwrap();
+    b.apply(1, &on_cpus(first)).unwrap();
     b.attach(1, pid).unwrap();
     assert!(eventually(Duration::from_secs(5), || thread_masks(pid)
         .len()
@@ -43,15 +35,7 @@ fn confines_threads_and_later_threads() {
     }
     if all.len() >= 2 {
         let second: CpuSet = all.iter().skip(1).take(1).collect();
-        b.apply(
-            1,
-            &Applied {
-                cpus: second,
-                weight: 1,
-                bandwidth: None,
-            },
-        )
-        .unwrap();
+        b.apply(1, &on_cpus(second)).unwrap();
         for (tid, mask) in thread_masks(pid) {
             assert_eq!(mask, second.to_string(), "thread {tid} after the change");
         }
@@ -79,15 +63,7 @@ fn confines_children_of_members() {
     b.create(2).unwrap();
     b.attach(2, pid).unwrap();
     let one = all.take_first(1);
-    b.apply(
-        2,
-        &Applied {
-            cpus: one,
-            weight: 1,
-            bandwidth: None,
-        },
-    )
-    .unwrap();
+    b.apply(2, &on_cpus(one)).unwrap();
     let tree = b.pids(2);
     assert_eq!(tree.len(), 4);
     for p in tree {
@@ -107,15 +83,7 @@ fn fake_tree_is_confined_whole() {
     b.create(1).unwrap();
     b.attach(1, 10).unwrap();
     let two = CpuSet::parse_list("2-3").unwrap();
-    b.apply(
-        1,
-        &Applied {
-            cpus: two,
-            weight: 1,
-            bandwidth: None,
-        },
-    )
-    .unwrap();
+    b.apply(1, &on_cpus(two)).unwrap();
     use allot_enforce::os::Os;
     for t in [10, 11, 20, 21, 22] {
         assert_eq!(os.affinity(t).unwrap(), two);

@@ -31,15 +31,8 @@ fn fixture_tree() {
         std::fs::read_to_string(leaf.join("cpuset.mems")).unwrap(),
         "0"
     );
-    b.apply(
-        1,
-        &Applied {
-            cpus: CpuSet::parse_list("1,3").unwrap(),
-            weight: 1,
-            bandwidth: None,
-        },
-    )
-    .unwrap();
+    b.apply(1, &on_cpus(CpuSet::parse_list("1,3").unwrap()))
+        .unwrap();
     assert_eq!(
         std::fs::read_to_string(leaf.join("cpuset.cpus")).unwrap(),
         "1,3"
@@ -214,15 +207,7 @@ fn live_cells_confine_every_thread_and_follow_grant_changes() {
     let mut b = Cgroup1::new(Arc::new(KernelFs), &mounts, &name, all).unwrap();
     b.create(7).unwrap();
     let first = all.take_first(1);
-    b.apply(
-        7,
-        &Applied {
-            cpus: first,
-            weight: 1,
-            bandwidth: None,
-        },
-    )
-    .unwrap();
+    b.apply(7, &on_cpus(first)).unwrap();
     b.attach(7, pid).unwrap();
     assert_eq!(b.pids(7), vec![pid]);
     // Every thread, including the two started after the move, runs on `first`.
@@ -335,15 +320,7 @@ fn live_gate_freezes_every_thread_and_thaws_them() {
     let all = allot_topo::allowed_cpus().unwrap();
     let mut b = Cgroup1::new(Arc::new(KernelFs), &mounts, &name, all).unwrap();
     b.create(9).unwrap();
-    b.apply(
-        9,
-        &Applied {
-            cpus: all,
-            weight: 1,
-            bandwidth: None,
-        },
-    )
-    .unwrap();
+    b.apply(9, &on_cpus(all)).unwrap();
     b.attach(9, pid).unwrap();
     let mut gate = b
         .gate(9)

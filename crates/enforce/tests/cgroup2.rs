@@ -114,15 +114,8 @@ fn adopts_existing_cells_after_restart() {
     {
         let mut b = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(4)).unwrap();
         b.create(9).unwrap();
-        b.apply(
-            9,
-            &Applied {
-                cpus: CpuSet::parse_list("1-2").unwrap(),
-                weight: 1,
-                bandwidth: None,
-            },
-        )
-        .unwrap();
+        b.apply(9, &common::on_cpus(CpuSet::parse_list("1-2").unwrap()))
+            .unwrap();
     }
     let mut b = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(4)).unwrap();
     assert_eq!(
@@ -436,12 +429,7 @@ fn fixture_partitions_follow_the_cell_and_are_undone_before_a_change() {
     let mut b = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(4)).unwrap();
     b.create(1).unwrap();
     let two = CpuSet::parse_list("2-3").unwrap();
-    let applied = |cpus| Applied {
-        cpus,
-        weight: 1,
-        bandwidth: None,
-    };
-    b.apply(1, &applied(two)).unwrap();
+    b.apply(1, &common::on_cpus(two)).unwrap();
     assert!(b.set_partition(1, Some(two)).unwrap());
     let cell = root.join("cell-1");
     assert_eq!(
@@ -450,7 +438,7 @@ fn fixture_partitions_follow_the_cell_and_are_undone_before_a_change() {
     );
     assert_eq!(fs.read(&root.join("cpuset.cpus.exclusive")).unwrap(), "2-3");
     // New CPUs: a plain cell first.
-    b.apply(1, &applied(CpuSet::parse_list("3").unwrap()))
+    b.apply(1, &common::on_cpus(CpuSet::parse_list("3").unwrap()))
         .unwrap();
     assert_eq!(
         fs.read(&cell.join("cpuset.cpus.partition")).unwrap(),
@@ -687,15 +675,7 @@ fn live_a_launcher_group_confines_a_process_that_stays_where_it_is() {
     let mut b = Cgroup2::new(Arc::new(KernelFs), root.clone(), usable).unwrap();
     b.create(1).unwrap();
     let first = usable.take_first(1);
-    b.apply(
-        1,
-        &Applied {
-            cpus: first,
-            weight: 1,
-            bandwidth: None,
-        },
-    )
-    .unwrap();
+    b.apply(1, &common::on_cpus(first)).unwrap();
     assert!(b.include_group(1, &user).unwrap());
     assert!(
         common::eventually(std::time::Duration::from_secs(2), || allowed() == first),

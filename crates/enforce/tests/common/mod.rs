@@ -6,6 +6,15 @@ pub use allot_testkit::{
     CgroupDirs, Proc, eventually, forking, sleeper, thread_masks, threaded, unique,
 };
 
+/// A grant of `cpus` alone: weight 1, no cap on CPU time.
+pub fn on_cpus(cpus: allot_topo::CpuSet) -> allot_enforce::Applied {
+    allot_enforce::Applied {
+        cpus,
+        weight: 1,
+        bandwidth: None,
+    }
+}
+
 /// Whether we may write the v1 cpuset hierarchy where this machine mounts it.
 pub fn v1_writable() -> bool {
     let m = allot_enforce::detect::Mounts::read();
