@@ -182,6 +182,7 @@ pub unsafe extern "C" fn allot_cell_register(
             name,
             spec,
             wait,
+            false,
             out,
         )
     }
@@ -202,17 +203,31 @@ pub unsafe extern "C" fn allot_cell_register_at(
     out: *mut CellHandle,
 ) -> c_int {
     // SAFETY: same contract.
-    unsafe { register("allot_cell_register_at", socket, name, spec, wait, out) }
+    unsafe {
+        register(
+            "allot_cell_register_at",
+            socket,
+            name,
+            spec,
+            wait,
+            false,
+            out,
+        )
+    }
 }
 
+/// A registration from C: `stays_put`, the registering process stays in
+/// the cgroup it is in (`Options::stays_put`).
+///
 /// # Safety
 /// As [`allot_cell_register_at`].
-unsafe fn register(
+pub(crate) unsafe fn register(
     function: &'static str,
     socket: *const c_char,
     name: *const c_char,
     spec: *const Spec,
     wait: c_int,
+    stays_put: bool,
     out: *mut CellHandle,
 ) -> c_int {
     entry(function, || {
@@ -221,7 +236,7 @@ unsafe fn register(
         // SAFETY: per the contract.
         let spec = spec_from_c(unsafe { read_spec(spec) }?, TimeContract::Space)?;
         // SAFETY: per the contract.
-        unsafe { register_spec(socket, name, spec, wait, false, out) }
+        unsafe { register_spec(socket, name, spec, wait, stays_put, out) }
     })
 }
 

@@ -284,17 +284,18 @@ pub unsafe extern "C" fn allot_cell_register_in_place_at(
     wait: c_int,
     out: *mut CellHandle,
 ) -> c_int {
-    entry("allot_cell_register_in_place_at", || {
-        ensure_live()?;
-        need_out(out, "out")?;
-        // SAFETY: per the contract.
-        let spec = super::cell::spec_from_c(
-            unsafe { super::cell::read_spec(spec) }?,
-            allot_client::TimeContract::Space,
-        )?;
-        // SAFETY: per the contract.
-        unsafe { super::cell::register_spec(socket, name, spec, wait, true, out) }
-    })
+    // SAFETY: same contract.
+    unsafe {
+        super::cell::register(
+            "allot_cell_register_in_place_at",
+            socket,
+            name,
+            spec,
+            wait,
+            true,
+            out,
+        )
+    }
 }
 
 /// `int allot_cell_attach_in_place_at(const char *socket, const char
