@@ -33,9 +33,10 @@
  * kernel accepted), so any fixed choice can put two spinning team threads
  * on one CPU while another stays idle, and a carried binding would outlive
  * the grant it was chosen for (on 16 CPUs, teams so pinned did not finish
- * in 14 s where their neighbours took 1.2 s). A floating thread's requested mask is every CPU, so
- * the kernel widens it with the cell when the grant grows again, just as
- * it does for a binding it accepted and later had to override.
+ * in 14 s where their neighbours took 1.2 s). A floating thread's
+ * requested mask is every CPU, so the kernel widens it with the cell when
+ * the grant grows again, just as it does for a binding it accepted and
+ * later had to override.
  *
  * bind_into is the one mapping: the CPUs of the request that are still
  * allowed, or nothing. Bound programs thus keep running when their cell
