@@ -256,25 +256,16 @@ impl Broker {
         let mut journal = opened.journal;
         raise_fd_limit();
         let os: Arc<dyn Os> = Arc::new(RealOs);
-        let (mut core, effects) = Engine::new(&cfg, machine, enforcer, os, Some(&journal));
+        let (mut core, mut effects) = Engine::new(&cfg, machine, enforcer, os, Some(&journal));
         // What the restore decided is written now, before anything below
         // can fail: the rest (pids to watch) waits for the event loop.
-        let effects: Vec<Effect> = effects
-            .into_iter()
-            .filter(|e| match e {
-                Effect::Journal(recs) => {
-                    if let Err(e) = journal.append(recs) {
-                        warn!(
-                            "cannot write the journal {} ({e}): no new cells are admitted until \
-                             it can be written (free space on its filesystem)",
-                            journal.path().display()
-                        );
-                    }
-                    false
-                }
-                _ => true,
-            })
-            .collect();
+        effects.retain(|e| match e {
+            Effect::Journal(recs) => {
+                append_logged(&mut journal, recs);
+                false
+            }
+            _ => true,
+        });
         let restored = core.journaled(&[], Duration::ZERO, journal.problem().map(str::to_string));
         debug_assert!(restored.is_empty());
         core.set_backend_notes(notes);
@@ -522,26 +513,12 @@ impl Broker {
         self.apply(effects);
     }
 
-    /// Appends a step's records (`Effect::Journal`); a failure is logged
-    /// when the journal falls behind (once, not per record) and when it
-    /// catches up, and the engine is told either way.
+    /// Appends a step's records (`Effect::Journal`, [`append_logged`]) and
+    /// tells the engine how it went.
     pub(super) fn record(&mut self, recs: &[crate::journal::Record]) {
-        let behind = self.journal.problem().is_some();
         let started = Instant::now();
-        let appended = self.journal.append(recs);
+        append_logged(&mut self.journal, recs);
         let took = started.elapsed();
-        match (appended, behind) {
-            (Err(e), false) => warn!(
-                "cannot write the journal {} ({e}): a restart would lose recent changes; \
-                 no new cells are admitted until it can be written (free space on its filesystem)",
-                self.journal.path().display()
-            ),
-            (Ok(()), true) => info!(
-                "the journal {} is written again",
-                self.journal.path().display()
-            ),
-            _ => {}
-        }
         let behind = self.journal.problem().map(str::to_string);
         // A newcomer whose record did not reach the file is refused.
         let effects = self.core.journaled(recs, took, behind);
@@ -624,6 +601,21 @@ impl Broker {
     /// The tick period.
     pub fn tick(&self) -> Duration {
         self.cfg.tick
+    }
+}
+
+/// Appends `recs` to `journal`; a failure is logged when the journal
+/// falls behind (once, not per record), and so is its catching up.
+fn append_logged(journal: &mut Journal, recs: &[crate::journal::Record]) {
+    let behind = journal.problem().is_some();
+    match (journal.append(recs), behind) {
+        (Err(e), false) => warn!(
+            "cannot write the journal {} ({e}): a restart would lose recent changes; \
+             no new cells are admitted until it can be written (free space on its filesystem)",
+            journal.path().display()
+        ),
+        (Ok(()), true) => info!("the journal {} is written again", journal.path().display()),
+        _ => {}
     }
 }
 
