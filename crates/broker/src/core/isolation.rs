@@ -49,8 +49,8 @@ pub(crate) struct Isolation {
 }
 
 impl Isolation {
-    /// Whether exclusive cells are made kernel partitions (on by default
-    /// with the mover; `partitions` in the configuration).
+    /// Whether exclusive cells are made kernel partitions (`partitions`
+    /// in the configuration, on by default whether or not the mover is).
     pub(crate) fn with_partitions(mut self, partitions: bool) -> Isolation {
         self.partitions = partitions;
         self
