@@ -18,8 +18,9 @@
  *    liballot is not loaded. Those forward at once.
  *  - SYNC: semaphores; futex waits (syscall(SYS_futex, ..., FUTEX_WAIT or
  *    FUTEX_WAIT_BITSET, ...), what programs with their own locks and Rust's
- *    std do) through rq_try_block, which never waits for liballot's own
- *    lock (liballot's locks are futexes too); pthread_mutex_lock only when
+ *    std do) through rq_try_block, which gives nothing back for a wait
+ *    made inside liballot (its locks are futexes too) and says whether it
+ *    gave back; pthread_mutex_lock only when
  *    the mutex is taken (a trylock first). glibc's condition variables
  *    are threads.c's; its internal locks make their futex calls inline and
  *    are not seen, nor are inline-assembly futex calls.

@@ -213,10 +213,11 @@ pub extern "C" fn allot_rq_holds() -> c_int {
     c_int::from(allot_require::blocks::may_hold_current() && !busy())
 }
 
-/// `int allot_rq_try_block(void)`: like `allot_rq_block` but never waits
-/// for the runtime's lock (for futex waits, which the runtime's own locks
-/// make); 1 if the thread is now blocked and must call `allot_rq_unblock`
-/// after its wait, 0 if not.
+/// `int allot_rq_try_block(void)`: `allot_rq_block` for futex waits, which
+/// the runtime's own locks make too: 1 if the thread is now blocked and
+/// must call `allot_rq_unblock` after its wait, 0 if it gave nothing back
+/// (it holds nothing, or the wait is liballot's own: [`busy`], or inside
+/// the runtime's lock).
 #[unsafe(no_mangle)]
 pub extern "C" fn allot_rq_try_block() -> c_int {
     match runtime() {

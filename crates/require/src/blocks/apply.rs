@@ -10,7 +10,7 @@ use super::*;
 impl Blocks {
     /// Applies `tid`'s holdings to the OS when it is the calling thread and
     /// they changed.
-    pub(super) fn apply(&self, st: &mut MutexGuard<'_, State>, tid: Tid) {
+    pub(super) fn apply(&self, st: &mut Locked<'_>, tid: Tid) {
         if !self.apply_os || tid != current_tid() {
             return;
         }

@@ -204,22 +204,24 @@ pub(super) fn mark_may_hold() {
 }
 
 impl Blocks {
-    /// [`Blocks::block_current`] for waits the runtime's own code may be
-    /// in (a futex wait: std's locks are futexes): never waits for the
-    /// runtime's lock. Returns whether the thread is now blocked, so the
-    /// caller calls [`Blocks::unblock_current`] after its wait only then;
-    /// false when it holds nothing or the lock is taken (perhaps by this
-    /// very thread, waiting on another lock inside the runtime).
+    /// [`Blocks::block_current`], saying whether the thread is now blocked
+    /// (so the caller calls [`Blocks::unblock_current`] after its wait only
+    /// then): not when it holds nothing, nor when the wait is made inside
+    /// the runtime's lock (`locked.rs`) — std's locks are futexes, so the
+    /// shim's futex wrapper is reached from there, and so is a kind's
+    /// callback that waits for a lock of the program's; taking the lock
+    /// again would wait for ever.
+    ///
+    /// Any other wait gives back, waiting for the state lock if another
+    /// thread holds it: a wait that gave nothing back because the lock
+    /// was busy for a moment could keep a CPU that the thread it waits
+    /// for needs, and then neither would ever run.
     pub fn try_block_current(&self) -> bool {
-        if !may_hold_current() {
+        if !may_hold_current() || locked::in_state() {
             return false;
         }
         let tid = current_tid();
-        let mut st = match self.state.try_lock() {
-            Ok(st) => st,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return false,
-        };
+        let mut st = self.lock();
         if !st.trees.holds_any(tid) {
             return false;
         }
@@ -255,26 +257,13 @@ impl Blocks {
     /// back what no other running thread uses, whatever [`release_on`]
     /// says.
     pub fn block_current(&self) {
-        if !may_hold_current() {
-            return;
-        }
-        let tid = current_tid();
-        let mut st = self.lock();
-        if !st.trees.holds_any(tid) {
-            return;
-        }
-        st.trees.block(tid);
-        count_given_back();
-        st.epoch += 1;
-        if st.sleepers > 0 {
-            self.cond.notify_all();
-        }
+        self.try_block_current();
     }
 
     /// The calling thread continues after blocking: it retakes its
     /// allocations, waiting until it can.
     pub fn unblock_current(&self) {
-        if !may_hold_current() {
+        if !may_hold_current() || locked::in_state() {
             return;
         }
         let tid = current_tid();
@@ -302,7 +291,7 @@ impl Blocks {
     /// allocations come back (a condition wait's mutex): they drop the
     /// lock, call `unblock_current`, and lock again.
     pub fn try_unblock_current(&self) -> bool {
-        if !may_hold_current() {
+        if !may_hold_current() || locked::in_state() {
             return true;
         }
         let tid = current_tid();
@@ -338,6 +327,45 @@ mod tests {
     fn the_paper_gives_back_on_every_wait_but_io() {
         assert!(Waits::PAPER.contains(Wait::Sync) && Waits::PAPER.contains(Wait::Sleep));
         assert!(!Waits::PAPER.contains(Wait::Io));
+    }
+
+    /// A futex wait gives back even while another thread holds the state
+    /// lock (it waits for the lock: giving nothing back could keep a CPU
+    /// the awaited thread needs), and never from inside the lock, where
+    /// the wait is the runtime's own.
+    #[test]
+    fn a_futex_wait_gives_back_past_a_busy_lock_but_not_from_inside_it() {
+        let rt = Blocks::new(allot_topo::Machine::uniform(2), false).into_static();
+        std::thread::spawn(move || {
+            let scope = rt.enter(vec![Request::device("cpu", 0, 1.0)]).unwrap();
+            let (held, holding) = std::sync::mpsc::channel();
+            let holder = std::thread::spawn(move || {
+                let st = rt.lock();
+                held.send(()).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                drop(st);
+            });
+            holding.recv().unwrap();
+            let before = given_back();
+            assert!(
+                rt.try_block_current(),
+                "it waited for the lock and gave back"
+            );
+            assert_eq!(given_back(), before + 1);
+            rt.unblock_current();
+            holder.join().unwrap();
+            {
+                let _st = rt.lock();
+                assert!(locked::in_state());
+                assert!(!rt.try_block_current(), "the runtime's own wait keeps");
+                rt.unblock_current(); // returns at once: no second lock
+            }
+            assert!(!locked::in_state());
+            assert_eq!(given_back(), before + 1);
+            drop(scope);
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

@@ -11,7 +11,7 @@ impl Blocks {
     /// broker can never grant as asked is an error naming a device of it.
     pub(super) fn grow_from_broker(
         &self,
-        st: &mut MutexGuard<'_, State>,
+        st: &mut Locked<'_>,
         short: &[(Dev, f64, bool)],
     ) -> Result<bool, (Dev, String)> {
         let items: Vec<(Dev, LedgerItem)> = short
@@ -59,7 +59,7 @@ impl Blocks {
 
     /// Starts the watcher thread (if not running) that turns ledger changes
     /// into wake-ups of this process's waiting threads.
-    pub(super) fn watch_ledger(&self, st: &mut MutexGuard<'_, State>) {
+    pub(super) fn watch_ledger(&self, st: &mut Locked<'_>) {
         if st.watching {
             return;
         }

@@ -30,6 +30,7 @@
 mod apply;
 mod block;
 mod broker;
+mod locked;
 mod place;
 mod request;
 mod resolve;
@@ -49,12 +50,13 @@ use super::policy::{DevView, Outcome, Policy, View};
 use super::tree::{Ask, Dev, IntMap, KindId, NodeId, Ownership, Refusal, Tid, Trees};
 use allot_proto::{DeviceDef, LedgerItem};
 use allot_topo::Machine;
+use locked::Locked;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::panic::Location;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 /// Asks resolved from requests, and what a policy reported.
 type Resolved = (Vec<Ask>, Option<Box<Outcome>>);
@@ -296,10 +298,6 @@ impl Blocks {
         let r: &'static Blocks = Box::leak(Box::new(self));
         let _ = r.this.set(r);
         r
-    }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The machine the runtime was built for, whose usable CPUs its `cpu` kind holds.
@@ -550,16 +548,13 @@ impl Blocks {
     #[allow(clippy::type_complexity)]
     fn acquire<'s>(
         &'s self,
-        mut st: MutexGuard<'s, State>,
+        mut st: Locked<'s>,
         tid: Tid,
         reqs: &[Request],
         devs: Option<&[Option<Dev>]>,
         block: bool,
         site: &'static Location<'static>,
-    ) -> (
-        MutexGuard<'s, State>,
-        Result<Option<Acquired>, RequireError>,
-    ) {
+    ) -> (Locked<'s>, Result<Option<Acquired>, RequireError>) {
         if reqs.is_empty() {
             return (st, Ok(Some((Vec::new(), None))));
         }

@@ -88,10 +88,10 @@ impl Blocks {
     /// point has no one to report them to.
     pub(super) fn run_spawn_timed<'s>(
         &'s self,
-        mut st: MutexGuard<'s, State>,
+        mut st: Locked<'s>,
         tid: Tid,
         after: bool,
-    ) -> MutexGuard<'s, State> {
+    ) -> Locked<'s> {
         let ids: Vec<u64> = match st.threads.get(&tid) {
             Some(t) if !t.scopes.is_empty() => {
                 let mut first = t.scopes.len() - 1;

@@ -83,27 +83,15 @@ impl Blocks {
     /// Sleeps on the condition variable (at most `timeout`, `None`: until
     /// woken), counted in `sleepers` meanwhile. Takes and returns the lock
     /// guard; may return early (callers look again).
-    fn sleep<'s>(
-        &'s self,
-        mut st: MutexGuard<'s, State>,
-        timeout: Option<std::time::Duration>,
-    ) -> MutexGuard<'s, State> {
+    fn sleep<'s>(&'s self, mut st: Locked<'s>, timeout: Option<std::time::Duration>) -> Locked<'s> {
         st.sleepers += 1;
-        st = match timeout {
-            Some(t) => {
-                self.cond
-                    .wait_timeout(st, t)
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0
-            }
-            None => self.cond.wait(st).unwrap_or_else(|p| p.into_inner()),
-        };
+        st.wait_on(&self.cond, timeout);
         st.sleepers -= 1;
         st
     }
 
     /// Sleeps until the epoch moves (an allocation given back).
-    fn until_epoch_moves<'s>(&'s self, mut st: MutexGuard<'s, State>) -> MutexGuard<'s, State> {
+    fn until_epoch_moves<'s>(&'s self, mut st: Locked<'s>) -> Locked<'s> {
         let seen = st.epoch;
         while st.epoch == seen {
             st = self.sleep(st, None);
@@ -117,11 +105,7 @@ impl Blocks {
     /// policy runs. A request arriving in a quiet spell ([`QUIET_WINDOWS`]
     /// without one) opens no batch and goes on at once. Takes and returns
     /// the lock guard.
-    pub(super) fn gather<'s>(
-        &'s self,
-        mut st: MutexGuard<'s, State>,
-        tid: Tid,
-    ) -> MutexGuard<'s, State> {
+    pub(super) fn gather<'s>(&'s self, mut st: Locked<'s>, tid: Tid) -> Locked<'s> {
         let now = std::time::Instant::now();
         let waits = waits_for_batch(
             !st.gathering.is_empty(),
@@ -153,12 +137,7 @@ impl Blocks {
     }
 
     /// Gives back what `tid` holds, waits for a release, retakes.
-    pub(super) fn wait<'s>(
-        &'s self,
-        mut st: MutexGuard<'s, State>,
-        tid: Tid,
-        devs: &[Dev],
-    ) -> MutexGuard<'s, State> {
+    pub(super) fn wait<'s>(&'s self, mut st: Locked<'s>, tid: Tid, devs: &[Dev]) -> Locked<'s> {
         for d in devs {
             *st.waiting.entry(*d).or_default() += 1;
         }
@@ -191,11 +170,7 @@ impl Blocks {
     }
 
     /// Retakes `tid`'s allocations after it was blocked, waiting as needed.
-    pub(super) fn retake<'s>(
-        &'s self,
-        mut st: MutexGuard<'s, State>,
-        tid: Tid,
-    ) -> MutexGuard<'s, State> {
+    pub(super) fn retake<'s>(&'s self, mut st: Locked<'s>, tid: Tid) -> Locked<'s> {
         loop {
             match st.trees.unblock(tid) {
                 Ok(()) => return st,
