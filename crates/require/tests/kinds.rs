@@ -10,7 +10,7 @@ use allot_require::policy::{self, View};
 use allot_require::{Blocks, Request, RequireError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Default)]
 struct Counter {
@@ -96,18 +96,29 @@ fn policies_see_the_rate_the_probe_measures_and_requests_use_the_devices() {
         })
     };
     // First look: a sample, no rate yet; the device without a probe never
-    // has one.
+    // has one. Each look is bracketed by clock reads: its probe ran
+    // somewhere between them.
+    let a = Instant::now();
     drop(rt.enter(vec![Request::policy(peek.clone())]).unwrap());
+    let b = Instant::now();
     // 5 MB over about 100 ms.
     ops.bytes.fetch_add(5_000_000, Ordering::Relaxed);
     std::thread::sleep(Duration::from_millis(100));
+    let c = Instant::now();
     drop(rt.enter(vec![Request::policy(peek.clone())]).unwrap());
+    let d = Instant::now();
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen[0], (None, None));
     let rate = seen[1].0.expect("a rate on the second look");
+    // 5 MB over the time between the probes, which lies between c - b and
+    // d - a, however long the machine kept the thread waiting.
+    let (least, most) = (
+        5e6 / (d - a).as_secs_f64() * 0.999,
+        5e6 / (c - b).as_secs_f64() * 1.001,
+    );
     assert!(
-        (10e6..=55e6).contains(&rate),
-        "5 MB in ~0.1 s read as {rate} B/s"
+        (least..=most).contains(&rate),
+        "5 MB between the looks read as {rate} B/s, not in {least}..{most}"
     );
     assert_eq!(seen[1].1, None);
 

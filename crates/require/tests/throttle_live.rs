@@ -100,35 +100,55 @@ fn a_thread_limited_by_quota_runs_at_its_fraction_and_comes_back() {
         [t.to_string()]
     );
 
-    // Over a second the kernel holds it near 20% of a CPU: not more (the
-    // limit works) and not much less (it still runs: a frozen or
-    // descheduled thread would pass an upper bound alone).
+    // Over a second the kernel holds it to 20% of a CPU: not more (the
+    // limit works, whatever else runs), throttled by the quota (the
+    // group's own count, so not merely a busy machine), and it still runs
+    // (a frozen or descheduled thread would pass an upper bound alone).
+    let throttled_before = nr_throttled(&child);
     let share = share_over(t, Duration::from_millis(1000));
+    let throttled = nr_throttled(&child) - throttled_before;
     assert!(share < 0.3, "throttled thread used {share:.2} of a CPU");
     assert!(
-        share > 0.1,
-        "throttled thread used only {share:.2} of a CPU; it should run at 0.2 (unthrottled: {free:.2})"
+        throttled > 0,
+        "the kernel never throttled the group (it used {share:.2} of a CPU)"
     );
-    assert!(
-        free > share * 2.0,
-        "unthrottled {free:.2}, throttled {share:.2}"
-    );
+    assert!(share > 0.0, "the throttled thread did not run at all");
 
     q.lift(t).unwrap();
     assert!(!child.exists(), "the child cgroup is removed");
     let back = std::fs::read_to_string(base.dir.join("tasks")).unwrap();
     assert!(back.split_whitespace().any(|x| x == t.to_string()));
-    // And it comes back to what it had.
     let after = share_over(t, Duration::from_millis(500));
-    assert!(
-        after > share * 2.0,
-        "after the limit is lifted it used {after:.2} (throttled {share:.2}, before {free:.2})"
-    );
+    // Shares against the free one mean something only where the machine
+    // let the thread run nearly freely; elsewhere the kernel's own count
+    // above is the evidence.
+    if free >= 0.6 {
+        assert!(
+            share > 0.1,
+            "throttled thread used only {share:.2} of a CPU; it should run at 0.2 (unthrottled: {free:.2})"
+        );
+        assert!(
+            after > share * 2.0,
+            "after the limit is lifted it used {after:.2} (throttled {share:.2}, before {free:.2})"
+        );
+    } else {
+        eprintln!("the machine is busy (free share {free:.2}): shares not compared");
+    }
 
     drop(spinner);
     eprintln!(
         "shares of a CPU: free {free:.3}, throttled {share:.3} (limit 0.2), lifted {after:.3}"
     );
+}
+
+/// How many periods the kernel throttled the cgroup at `dir` in (its
+/// `cpu.stat`).
+fn nr_throttled(dir: &Path) -> u64 {
+    let stat = std::fs::read_to_string(dir.join("cpu.stat")).unwrap();
+    stat.lines()
+        .find_map(|l| l.strip_prefix("nr_throttled "))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("cpu.stat has nr_throttled")
 }
 
 /// The calling thread's cgroup in the v1 cpu hierarchy.

@@ -38,6 +38,14 @@ static void sleep_ms(int ms)
     }
 }
 
+/* CLOCK_MONOTONIC in seconds. */
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 static int g_cpus[CPU_SETSIZE];
 static int g_ncpus;
 
@@ -640,15 +648,23 @@ static void user_kind(void)
     allot_kind_dev_t bad[1] = {{"x", 0.0, -1.0}};
     CHECK(allot_kind_register("Bad", bad, 1, &ops) == ALLOT_ERR_INVALID);
     CHECK(allot_kind_register("NoOps", devs, 2, NULL) == ALLOT_ERR_INVALID);
+    /* Each look bracketed by clock reads: its probe ran between them. */
+    double a = now_s();
     allot_require(allot_policy("peek", link_peek, NULL)) {
     }
+    double b = now_s();
     __atomic_fetch_add(&g_link_bytes, 5000000, __ATOMIC_RELAXED); /* 5 MB */
     sleep_ms(100);
+    double c = now_s();
     allot_require(allot_policy("peek", link_peek, NULL)) {
     }
+    double d = now_s();
     CHECK(g_link_looks == 2);
     CHECK(g_link_rates[0][0] == -1.0 && g_link_rates[0][1] == -1.0);
-    CHECK(g_link_rates[1][0] > 1e7 && g_link_rates[1][0] <= 5.5e7);
+    /* 5 MB over the time between the probes: between c - b and d - a,
+     * however long the machine kept this thread waiting. */
+    CHECK(g_link_rates[1][0] >= 5e6 / (d - a) * 0.999 &&
+          g_link_rates[1][0] <= 5e6 / (c - b) * 1.001);
     CHECK(g_link_rates[1][1] == -1.0);
     double in_a = 0.0, in_b = 0.0;
     allot_require(allot_kind_dev("Link", "a", 1.0)) {
