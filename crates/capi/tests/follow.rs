@@ -39,7 +39,8 @@ type Trace = Vec<Sample>;
 
 /// Runs `cmd` under the shim with a page of 2 threads, changes it to 1 and
 /// back to 2 at PHASE intervals, and returns the probe's trace with the
-/// changes' times.
+/// changes' times. The probe runs until the last phase has as many
+/// samples as a phase (`STOP_FILE`); its duration argument is only a cap.
 fn run_phases(cmd: &mut Command) -> (Trace, Vec<Change>, String) {
     run_phases_after(cmd, PHASE)
 }
@@ -49,14 +50,17 @@ fn run_phases_after(cmd: &mut Command, lead: Duration) -> (Trace, Vec<Change>, S
     let mut page = Page::new(2);
     with_shim(cmd, 2);
     inherit_page(cmd, page.fd());
+    let dir = tempfile::tempdir().unwrap();
+    let stop = dir.path().join("stop");
     cmd.env("ALLOT_SHIM_DEBUG", "1")
+        .env("STOP_FILE", &stop)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("the probe starts");
     let stdout = child.stdout.take().unwrap();
-    let (first, started) = std::sync::mpsc::channel::<()>();
+    let trace = std::sync::Arc::new(std::sync::Mutex::new(Trace::new()));
+    let sink = trace.clone();
     let reader = std::thread::spawn(move || {
-        let mut trace = Vec::new();
         for line in BufReader::new(stdout).lines() {
             let line = line.unwrap();
             let f: Vec<i64> = match line.strip_prefix("t ") {
@@ -66,32 +70,43 @@ fn run_phases_after(cmd: &mut Command, lead: Duration) -> (Trace, Vec<Change>, S
                     .collect(),
                 None => continue,
             };
-            trace.push(Sample {
+            sink.lock().unwrap().push(Sample {
                 t: f[0],
                 value: f[1],
                 others: f.get(2).copied(),
                 icv: f.get(3).copied(),
             });
-            let _ = first.send(());
         }
-        trace
     });
+    let samples_since = |from: i64| trace.lock().unwrap().iter().filter(|s| s.t >= from).count();
     // The phases count from the probe's first sample: on a busy machine
     // its start (loading the library, starting its threads) can take most
     // of a phase, which would leave the first one too short to judge.
-    let _ = started.recv_timeout(Duration::from_secs(20));
+    let _ = allot_testkit::eventually(Duration::from_secs(20), || samples_since(0) > 0);
     let start = Instant::now();
     let mut changes = vec![];
     for (k, threads) in [1u32, 2].into_iter().enumerate() {
         std::thread::sleep((lead + PHASE * k as u32).saturating_sub(start.elapsed()));
         changes.push(change(&mut page, threads));
     }
+    // The last phase as long as the others, with samples enough to judge.
+    let last = changes[1].end;
+    let _ = allot_testkit::eventually(Duration::from_secs(20), || {
+        now_ns() >= last + PHASE.as_nanos() as i64
+            && samples_since(last + SETTLE.as_nanos() as i64) >= LAST_PHASE_SAMPLES
+    });
+    std::fs::write(&stop, "").unwrap();
     let status = wait_within(&mut child, Duration::from_secs(30));
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
     assert!(status.success(), "the probe failed: {stderr}");
-    (reader.join().unwrap(), changes, stderr)
+    reader.join().unwrap();
+    let trace = std::mem::take(&mut *trace.lock().unwrap());
+    (trace, changes, stderr)
 }
+
+/// Samples the last phase waits for (the most any test asks of a phase).
+const LAST_PHASE_SAMPLES: usize = 5;
 
 fn wait_within(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
     let t = Instant::now();
@@ -161,8 +176,7 @@ fn openblas_loaded_late_follows_the_grant() {
         return;
     }
     let mut cmd = Command::new(probe());
-    cmd.arg(lib)
-        .args(["openblas_get_num_threads", "int", "2.4"]);
+    cmd.arg(lib).args(["openblas_get_num_threads", "int", "30"]);
     // The count it would keep without the follower.
     cmd.env("OPENBLAS_NUM_THREADS", "2");
     let (trace, changes, stderr) = run_phases(&mut cmd);
@@ -182,8 +196,7 @@ fn an_openmp_openblas_follows_without_losing_its_team() {
         return;
     }
     let mut cmd = Command::new(probe());
-    cmd.arg(lib)
-        .args(["openblas_get_num_threads", "int", "2.4"]);
+    cmd.arg(lib).args(["openblas_get_num_threads", "int", "30"]);
     let (trace, changes, stderr) = run_phases(&mut cmd);
     assert!(
         stderr.contains("follow: openblas is an OpenMP build") && stderr.contains("left whole"),
@@ -228,7 +241,7 @@ fn blis_follows_the_grant() {
     }
     let mut cmd = Command::new(probe());
     cmd.arg(lib)
-        .args(["bli_thread_get_num_threads", "i64", "2.4"]);
+        .args(["bli_thread_get_num_threads", "i64", "30"]);
     let (trace, changes, stderr) = run_phases(&mut cmd);
     assert!(stderr.contains("follow: blis"), "{stderr}");
     assert_follows(&trace, &changes, "BLIS", &stderr);
@@ -248,7 +261,7 @@ fn mkl_s_setting_follows_the_grant() {
     // Like MKL's own pool, the stand-in starts a thread as it loads: that
     // is when the shim looks for it.
     let mut cmd = Command::new(probe());
-    cmd.arg(&fake).args(["MKL_Get_Max_Threads", "int", "2.4"]);
+    cmd.arg(&fake).args(["MKL_Get_Max_Threads", "int", "30"]);
     let (trace, changes, stderr) = run_phases(&mut cmd);
     assert!(stderr.contains("follow: mkl"), "{stderr}");
     assert_follows(&trace, &changes, "MKL stand-in", &stderr);
@@ -266,7 +279,7 @@ fn onetbb_runs_no_more_threads_than_the_grant() {
         return;
     }
     let mut cmd = Command::new(tbb.unwrap());
-    cmd.arg("2.4");
+    cmd.arg("30");
     let (trace, changes, stderr) = run_phases(&mut cmd);
     assert!(stderr.contains("follow: onetbb"), "{stderr}");
     for (want, seen) in phases(&trace, &changes) {
@@ -304,7 +317,7 @@ fn a_library_loaded_while_the_follower_runs_is_found_without_deadlock() {
     .unwrap();
     let mut cmd = Command::new(probe());
     cmd.arg(&slow)
-        .args(["bli_thread_get_num_threads", "i64", "2.4"])
+        .args(["bli_thread_get_num_threads", "i64", "30"])
         .env("PROBE_FIRST", lib);
     let (trace, changes, stderr) = run_phases_after(&mut cmd, Duration::from_millis(1300));
     assert!(stderr.contains("follow: openblas"), "{stderr}");

@@ -48,6 +48,11 @@ fn child(d: &Daemon, hold_ms: u64) -> Proc {
 /// The first "entered"/"leaving" timestamps a child printed.
 fn stamps(p: &mut Proc) -> (f64, f64) {
     let out = BufReader::new(p.0.stdout.take().unwrap());
+    stamps_in(out.lines().map_while(Result::ok))
+}
+
+/// The "entered"/"leaving" timestamps in a child's lines.
+fn stamps_in(lines: impl IntoIterator<Item = String>) -> (f64, f64) {
     let (mut e, mut l) = (f64::NAN, f64::NAN);
     // libtest may print its own "test child_role ... " on the same line.
     let after = |line: &str, key: &str| {
@@ -59,7 +64,7 @@ fn stamps(p: &mut Proc) -> (f64, f64) {
                 .ok()
         })
     };
-    for line in out.lines().map_while(Result::ok) {
+    for line in lines {
         if let Some(t) = after(&line, "entered ") {
             e = t;
         }
@@ -94,9 +99,21 @@ fn a_policy_enters_in_a_process_coordinated_by_the_broker() {
 fn two_processes_never_hold_the_same_cpu_at_once() {
     let d = Daemon::start("dry-run", &[]);
     let mut a = child(&d, 400);
-    std::thread::sleep(Duration::from_millis(150));
+    // b starts once a holds the CPU (a's "entered" line).
+    let mut a_out = BufReader::new(a.0.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok);
+    let mut a_lines = Vec::new();
+    for line in a_out.by_ref() {
+        let entered = line.contains("entered ");
+        a_lines.push(line);
+        if entered {
+            break;
+        }
+    }
     let mut b = child(&d, 100);
-    let (ea, la) = stamps(&mut a);
+    a_lines.extend(a_out);
+    let (ea, la) = stamps_in(a_lines);
     let (eb, lb) = stamps(&mut b);
     assert!(a.0.wait().unwrap().success() && b.0.wait().unwrap().success());
     assert!(ea < la && eb < lb, "{ea} {la} {eb} {lb}");

@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[test]
 fn unknown_commands_fail_like_env() {
@@ -41,25 +41,30 @@ fn exit_status_and_signals_pass_through() {
         Some(15),
         "allot run dies of the program's signal"
     );
-    // SIGTERM to allot run reaches the program.
+    // SIGTERM to allot run reaches the program (sent once the program has
+    // set its trap: it says so).
     let mut c = allot_run(
         &d,
         &[
             "--",
             "sh",
             "-c",
-            "trap 'echo got-term; exit 3' TERM; while :; do sleep 0.05; done",
+            "trap 'echo got-term; exit 3' TERM; echo ready; while :; do sleep 0.05; done",
         ],
     );
-    let child = c.stdout(Stdio::piped()).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    let mut child = c.stdout(Stdio::piped()).spawn().unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line, "ready\n");
     let _ = rustix::process::kill_process(
         rustix::process::Pid::from_raw(child.id() as i32).unwrap(),
         rustix::process::Signal::TERM,
     );
-    let o = child.wait_with_output().unwrap();
-    assert_eq!(o.status.code(), Some(3));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("got-term"));
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(3));
+    assert!(rest.contains("got-term"), "{rest}");
     // The cell was released.
     assert!(eventually(Duration::from_secs(3), || d
         .status()
@@ -166,21 +171,34 @@ fn every_thread_follows_the_grant() {
 
 #[test]
 fn program_runs_on_when_the_broker_dies() {
+    use std::io::{BufRead, Read};
     let mut d = Daemon::start(backend(), &[]);
-    let mut c = allot_run(&d, &["--", "sh", "-c", "sleep 1; echo finished"]);
-    let child = c
+    // The program runs until the test has seen the wrapper lose the broker
+    // (the file appears; 30 s at most).
+    let dir = tempfile::tempdir().unwrap();
+    let lost = dir.path().join("lost");
+    let script = format!(
+        "i=0; while [ ! -e {} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; echo finished",
+        lost.display()
+    );
+    let mut child = allot_run(&d, &["--", "sh", "-c", &script])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(eventually(PATIENCE, || d.status().cells.len() == 1));
     d.kill9();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("lost the broker") && err.read_line(&mut seen).unwrap() > 0 {}
+    std::fs::write(&lost, "").unwrap();
+    err.read_to_string(&mut seen).unwrap();
     let o = child.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(0));
     assert_eq!(String::from_utf8_lossy(&o.stdout), "finished\n");
     // The wrapper says once that it lost the broker, and what to do;
     // its reconnect attempts are not logged one by one.
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = seen;
     assert_eq!(err.matches("lost the broker").count(), 1, "{err}");
     assert!(err.contains("allot daemon"), "{err}");
     assert!(
@@ -236,32 +254,40 @@ fn no_broker_possible_means_unconfined_with_a_warning() {
 
 #[test]
 fn queued_with_wait_then_admitted() {
+    use std::io::BufRead;
     let d = Daemon::start("dry-run", &[]);
     let cpus = allot_topo::allowed_cpus().unwrap().len().to_string();
-    let started = Instant::now();
+    // The holder (cat) keeps every CPU until its stdin closes.
     let mut holder = Proc(
-        allot_run(&d, &["--min", &cpus, "--exclusive", "--", "sleep", "1"])
+        allot_run(&d, &["--min", &cpus, "--exclusive", "--", "cat"])
+            .stdin(Stdio::piped())
             .spawn()
             .unwrap(),
     );
-    assert!(eventually(Duration::from_secs(5), || d
-        .status()
-        .cells
-        .len()
-        == 1));
+    assert!(eventually(PATIENCE, || d.status().cells.len() == 1));
     // (A guarantee: a best-effort run would start paused instead,
     // `pause_live.rs`.)
     let o = run_out(allot_run(&d, &["--min", "1", "--", "true"]));
     assert_eq!(o.status.code(), Some(125), "refused without --wait");
     assert!(String::from_utf8_lossy(&o.stderr).contains("--wait"));
-    let o = run_out(allot_run(&d, &["--min", "1", "--wait", "--", "true"]));
-    assert!(o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("waiting for CPUs"));
-    assert!(
-        started.elapsed() >= Duration::from_millis(900),
-        "it waited for the holder"
+    let mut waiter = Proc(
+        allot_run(&d, &["--min", "1", "--wait", "--", "true"])
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
     );
-    let _ = holder.0.wait();
+    let mut err = std::io::BufReader::new(waiter.0.stderr.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("waiting for CPUs") && err.read_line(&mut seen).unwrap() > 0 {}
+    assert!(seen.contains("waiting for CPUs"), "{seen}");
+    assert!(
+        waiter.0.try_wait().unwrap().is_none(),
+        "it waits while the holder holds every CPU"
+    );
+    drop(holder.0.stdin.take());
+    assert!(holder.0.wait().unwrap().success());
+    assert!(waiter.0.wait().unwrap().success(), "admitted once freed");
 }
 
 /// An unmodified OpenMP program under `allot run`: its teams follow the
@@ -291,7 +317,7 @@ fn openmp_teams_follow_the_grant_under_allot_run() {
     let d = Daemon::start(backend(), &[]);
     // Exclusive: the program keeps its CPUs even when mostly idle, and a
     // newcomer takes half by fair share.
-    let omp = allot_run(
+    let mut omp = Watched::spawn(allot_run(
         &d,
         &[
             "--exclusive",
@@ -300,34 +326,33 @@ fn openmp_teams_follow_the_grant_under_allot_run() {
             "--",
             exe.to_str().unwrap(),
             "parallel",
-            "3000",
+            "120000",
             "2000",
         ],
-    )
-    .stdout(Stdio::piped())
-    .spawn()
-    .unwrap();
-    std::thread::sleep(Duration::from_millis(800));
-    let (t_in, t_out) = busy_neighbour_for_a_second(&d);
-    let out = omp.wait_with_output().unwrap();
-    assert!(out.status.success());
-    let text = String::from_utf8_lossy(&out.stdout);
+    ));
+    // Regions as (start, team, complete), stamped by the program.
+    let regions = |lines: &[String]| -> Vec<(f64, usize, bool)> {
+        lines
+            .iter()
+            .filter(|l| l.starts_with("r "))
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (
+                    f[2].parse::<f64>().unwrap() / 1e9,
+                    f[4].parse().unwrap(),
+                    f[5] == "1",
+                )
+            })
+            .collect()
+    };
+    omp.wait_for("the first region", |lines| !regions(lines).is_empty());
+    let starts = |lines: &[String]| regions(lines).iter().map(|r| r.0).collect();
+    let (lines, visit) = with_a_neighbour(&d, omp, starts, Duration::from_millis(800), 1.0, 1.0);
     assert!(
-        text.lines().next().unwrap().starts_with("max 2"),
-        "OMP_NUM_THREADS is the cell maximum: {text}"
+        lines[0].starts_with("max 2"),
+        "OMP_NUM_THREADS is the cell maximum: {lines:?}"
     );
-    let regions: Vec<(f64, usize, bool)> = text
-        .lines()
-        .filter(|l| l.starts_with("r "))
-        .map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (
-                f[2].parse::<f64>().unwrap() / 1e9,
-                f[4].parse().unwrap(),
-                f[5] == "1",
-            )
-        })
-        .collect();
+    let regions = regions(&lines);
     assert!(
         regions.iter().all(|r| r.2),
         "every region completed its work"
@@ -339,15 +364,26 @@ fn openmp_teams_follow_the_grant_under_allot_run() {
             .map(|r| r.1)
             .collect()
     };
-    let before = teams(0.0, t_in);
-    let during = teams(t_in + 0.3, t_out - 0.05);
-    let after = teams(t_out + 0.3, f64::MAX);
-    assert!(before.contains(&2), "alone: teams of 2: {before:?}");
+    let before = teams(0.0, visit.launched);
+    let during = teams(visit.started + 0.3, visit.ended - 0.05);
+    let after = teams(visit.ended + 0.3, f64::MAX);
+    // On failure: every region, the neighbour's span, the broker's log.
+    let all = || format!("neighbour {visit:?}; regions {regions:?}\n{}", d.log());
     assert!(
-        !during.is_empty() && during.iter().all(|&t| t == 1),
-        "sharing: teams of 1: {during:?}"
+        before.contains(&2),
+        "alone: teams of 2: {before:?}; {}",
+        all()
     );
-    assert!(after.contains(&2), "alone again: teams of 2: {after:?}");
+    assert!(
+        settles_at(&during, 1),
+        "sharing: teams of 1: {during:?}; {}",
+        all()
+    );
+    assert!(
+        settles_at(&after, 2),
+        "alone again: teams of 2: {after:?}; {}",
+        all()
+    );
 }
 
 /// `allot bench launch`, briefly: a row per backend asked for, with the
@@ -495,12 +531,27 @@ fn a_program_started_on_one_cpu_may_still_grow_its_openmp_teams() {
 #[test]
 fn the_timeline_shows_each_step_of_start_and_exit() {
     let d = Daemon::start("dry-run", &[]);
-    // The program lives long enough for the broker to watch it (one that
-    // exits before the broker reads the request is never a member).
-    let o = run_out(allot_run(
-        &d,
-        &["--timeline", "--", "sh", "-c", "sleep 0.3; exit 4"],
-    ));
+    // The program lives until the broker has watched it join (one that
+    // exits before the broker reads the request is never a member): the
+    // live cell's timeline in the status document shows it, and
+    // `allot run` itself, joined.
+    let mut child = allot_run(&d, &["--timeline", "--", "sh", "-c", "read _; exit 4"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually(PATIENCE, || {
+        d.status().cells.iter().any(|c| {
+            c.timeline.as_ref().is_some_and(|t| {
+                t.origin_ns > 0
+                    && t.steps.iter().any(|s| s.step == "admission")
+                    && t.steps.iter().filter(|s| s.step == "joined").count() == 2
+            })
+        })
+    }));
+    drop(child.stdin.take());
+    let o = child.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(4), "the exit status still passes");
     let err = String::from_utf8_lossy(&o.stderr);
     let order = [
@@ -544,20 +595,6 @@ fn the_timeline_shows_each_step_of_start_and_exit() {
             .any(|l| l.contains("[broker] cpuset") && l.ends_with(" ms)")),
         "{err}"
     );
-
-    // A live cell's timeline in the status document.
-    let mut c = allot_run(&d, &["--", "sleep", "1"]);
-    let mut child = c.spawn().unwrap();
-    assert!(eventually(Duration::from_secs(3), || {
-        d.status().cells.iter().any(|c| {
-            c.timeline.as_ref().is_some_and(|t| {
-                t.origin_ns > 0
-                    && t.steps.iter().any(|s| s.step == "admission")
-                    && t.steps.iter().filter(|s| s.step == "joined").count() == 2
-            })
-        })
-    }));
-    assert!(child.wait().unwrap().success());
 }
 
 /// On cgroup v1 `allot run` moves itself into its cell (writing `0` to the

@@ -7,7 +7,7 @@ mod common;
 use allot_proto::status::Follows;
 use common::*;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 /// Which runtimes the broker reports for the cell named `name` (none
@@ -24,60 +24,18 @@ fn runtimes_of(d: &Daemon, name: &str) -> Vec<(String, Follows)> {
     .unwrap_or_default()
 }
 
-/// `program` (already started, stdout piped) alone for `lead`, then next to
-/// a CPU-bound neighbour for a second, then alone again until it ends.
-/// Returns its `t NS VALUE` lines as (seconds, value) and the times the
-/// neighbour came and went.
-fn with_a_neighbour(d: &Daemon, program: Child, lead: Duration) -> (Vec<(f64, u32)>, f64, f64) {
-    with_a_neighbour_for(d, program, lead, 1.0)
-}
-
-/// [`with_a_neighbour`] with the neighbour busy for `secs` seconds.
-fn with_a_neighbour_for(
-    d: &Daemon,
-    program: Child,
-    lead: Duration,
-    secs: f64,
-) -> (Vec<(f64, u32)>, f64, f64) {
-    std::thread::sleep(lead);
-    let (t_in, t_out) = busy_neighbour_for(d, secs);
-    let out = program.wait_with_output().unwrap();
-    assert!(out.status.success(), "the program failed");
-    let samples = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.strip_prefix("t "))
-        .map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f[0].parse::<f64>().unwrap() / 1e9, f[1].parse().unwrap())
-        })
-        .collect();
-    (samples, t_in, t_out)
-}
-
 /// The values before the neighbour came, while it ran, and after it left,
 /// each from `settle` after the change (and before the next).
-fn phases(samples: &[(f64, u32)], t_in: f64, t_out: f64, settle: f64) -> [Vec<u32>; 3] {
+fn phases(samples: &[(f64, u32)], visit: Visit, settle: f64) -> [Vec<u32>; 3] {
     let within = |from: f64, to: f64| -> Vec<u32> {
         let seen = samples.iter().filter(|s| s.0 > from && s.0 < to);
         seen.map(|s| s.1).collect()
     };
     [
-        within(t_in - 0.4, t_in),
-        within(t_in + settle, t_out - 0.05),
-        within(t_out + settle, f64::MAX),
+        within(visit.launched - 0.4, visit.launched),
+        within(visit.started + settle, visit.ended - 0.05),
+        within(visit.ended + settle, f64::MAX),
     ]
-}
-
-/// Whether a phase's samples follow the grant to `want` and stay there:
-/// some samples, the last at `want`, and once at `want` never off it (on a
-/// busy machine the follower may be late, so the first samples after a
-/// change may still show the old count; going back would be wrong).
-fn settles_at(samples: &[u32], want: u32) -> bool {
-    samples.last() == Some(&want)
-        && samples
-            .iter()
-            .skip_while(|&&t| t != want)
-            .all(|&t| t == want)
 }
 
 fn two_cpus() -> bool {
@@ -105,16 +63,18 @@ fn numpy_follows_the_grant_under_allot_run() {
     ) {
         return;
     }
-    // Prints `t NS THREADS` every 10 ms for argv[1] seconds, THREADS being
-    // what numpy's OpenBLAS says it uses, while multiplying matrices.
+    // Prints `t NS THREADS` every 10 ms, THREADS being what numpy's
+    // OpenBLAS says it uses, while multiplying matrices, until $STOP_FILE
+    // exists (or for argv[1] seconds at most).
     const PROGRAM: &str = r#"
-import ctypes, sys, time
+import ctypes, os, sys, time
 import numpy as np
 lib = next(l.split()[-1] for l in open('/proc/self/maps') if 'libopenblas' in l)
 blas = ctypes.CDLL(lib)
 a = np.random.default_rng(1).random((128, 128))
 end, next_print = time.monotonic() + float(sys.argv[1]), 0.0
-while time.monotonic() < end:
+stop = os.environ.get('STOP_FILE')
+while time.monotonic() < end and not (stop and os.path.exists(stop)):
     a = a @ a
     a /= np.abs(a).max()
     now = time.monotonic()
@@ -126,8 +86,10 @@ while time.monotonic() < end:
     // A neighbour first, so that numpy starts sharing the machine: its
     // launch count is 1 and OpenBLAS starts a pool of one thread, which the
     // shim must find (it creates no thread) and grow when the neighbour
-    // leaves.
-    let first = allot_run(
+    // leaves. The neighbour spins until told to stop, then prints when it
+    // ended (CLOCK_MONOTONIC ns): numpy's cell shares the machine at least
+    // until then.
+    let first = Watched::spawn(allot_run(
         &d,
         &[
             "--name",
@@ -135,20 +97,17 @@ while time.monotonic() < end:
             "--",
             allot_testkit::PYTHON,
             "-c",
-            // Prints when it ends (CLOCK_MONOTONIC ns): numpy's cell
-            // shares the machine at least until then.
-            "import time\nt=time.time()\nwhile time.time()-t<1.5: pass\nprint(time.clock_gettime_ns(time.CLOCK_MONOTONIC), flush=True)",
+            "import os, time\n\
+             while not os.path.exists(os.environ['STOP_FILE']): pass\n\
+             print(time.clock_gettime_ns(time.CLOCK_MONOTONIC), flush=True)",
         ],
-    )
-    .stdout(Stdio::piped())
-    .spawn()
-    .unwrap();
-    assert!(eventually(Duration::from_secs(5), || d
+    ));
+    assert!(eventually(PATIENCE, || d
         .status()
         .cells
         .iter()
         .any(|c| c.name == "first")));
-    let np = allot_run(
+    let mut np = Watched::spawn(allot_run(
         &d,
         &[
             "--exclusive",
@@ -158,52 +117,45 @@ while time.monotonic() < end:
             allot_testkit::PYTHON,
             "-c",
             PROGRAM,
-            // Long enough for every phase on a loaded machine: a CI run
-            // with 4.5 s had no sample left after the neighbour.
-            "6.5",
+            "120",
         ],
-    )
-    .stdout(Stdio::piped())
-    .spawn()
-    .unwrap();
-    // numpy is imported (and OpenBLAS loaded) well within the first phase.
+    ));
+    // numpy has run while sharing before the neighbour may end.
+    np.wait_for("numpy's first sample", |lines| !stamped(lines).is_empty());
     assert!(
-        eventually(Duration::from_secs(5), || runtimes_of(&d, "numpy")
+        eventually(PATIENCE, || runtimes_of(&d, "numpy")
             .contains(&("openblas".into(), Follows::RunTime))),
         "status names OpenBLAS, following at run time: {:?}",
         runtimes_of(&d, "numpy")
     );
-    let first_out = first.wait_with_output().unwrap();
-    assert!(first_out.status.success());
+    let first_out = first.stop();
     let t_alone = now_mono();
-    // The neighbour's own end, not when this thread saw it exit (on a
-    // loaded machine that can come well after the broker's reclaim).
-    let t_shared_until = String::from_utf8_lossy(&first_out.stdout)
-        .trim()
-        .parse::<f64>()
-        .map(|ns| ns / 1e9)
-        .unwrap_or(t_alone);
-    let (samples, t_in, t_out) = with_a_neighbour(&d, np, Duration::from_millis(1000));
-    let started = samples.first().map_or(0.0, |s| s.0);
+    let t_shared_until = first_out
+        .first()
+        .and_then(|l| l.parse::<f64>().ok())
+        .expect("the first neighbour's end")
+        / 1e9;
+    let (lines, visit) = with_a_neighbour(&d, np, t_times, Duration::from_millis(1000), 1.0, 1.0);
+    let samples = stamped(&lines);
     let sharing_at_start: Vec<u32> = samples
         .iter()
-        .filter(|s| s.0 < t_shared_until - 0.05)
+        .filter(|s| s.0 < t_shared_until)
         .map(|s| s.1)
         .collect();
     assert!(
-        started < t_shared_until - 0.2 && sharing_at_start.iter().all(|&t| t == 1),
+        !sharing_at_start.is_empty() && sharing_at_start.iter().all(|&t| t == 1),
         "started sharing: 1 thread: {sharing_at_start:?}"
     );
     let alone: Vec<u32> = samples
         .iter()
-        .filter(|s| s.0 > t_alone + 0.4 && s.0 < t_in)
+        .filter(|s| s.0 > t_alone + 0.4 && s.0 < visit.launched)
         .map(|s| s.1)
         .collect();
     assert!(
         settles_at(&alone, 2),
         "alone: the pool grew to 2 threads: {alone:?}"
     );
-    let [_, during, after] = phases(&samples, t_in, t_out, 0.4);
+    let [_, during, after] = phases(&samples, visit, 0.4);
     assert!(settles_at(&during, 1), "sharing: 1 thread: {during:?}");
     assert!(settles_at(&after, 2), "alone again: 2 threads: {after:?}");
 }
@@ -258,7 +210,7 @@ fn a_go_program_follows_its_cpu_set_under_allot_run() {
         String::from_utf8_lossy(&built.stderr)
     );
     let d = Daemon::start(backend(), &[]);
-    let program = allot_run(
+    let mut program = Watched::spawn(allot_run(
         &d,
         &[
             "--exclusive",
@@ -266,26 +218,23 @@ fn a_go_program_follows_its_cpu_set_under_allot_run() {
             "gomax",
             "--",
             exe.to_str().unwrap(),
-            "6",
+            "120",
         ],
-    )
-    .stdout(Stdio::piped())
-    .spawn()
-    .unwrap();
+    ));
+    program.wait_for("the first sample", |lines| !stamped(lines).is_empty());
     assert!(
-        eventually(Duration::from_secs(5), || runtimes_of(&d, "gomax")
+        eventually(PATIENCE, || runtimes_of(&d, "gomax")
             .iter()
             .any(|(n, f)| n.starts_with("go1.") && *f == Follows::RunTime)),
         "status names the Go runtime, following at run time: {:?}",
         runtimes_of(&d, "gomax")
     );
     // Go looks at its CPU set about once a second; the neighbour stays two,
-    // so that a second of samples follows Go's look even when the tests
-    // beside this one (brokers of their own on the same CPUs) hold the
-    // program up for a while.
-    let (samples, t_in, t_out) =
-        with_a_neighbour_for(&d, program, Duration::from_millis(1500), 2.0);
-    let [before, during, after] = phases(&samples, t_in, t_out, 0.8);
+    // so that a second of samples follows Go's look, and the program runs
+    // on for two after it.
+    let (lines, visit) =
+        with_a_neighbour(&d, program, t_times, Duration::from_millis(1500), 2.0, 2.0);
+    let [before, during, after] = phases(&stamped(&lines), visit, 0.8);
     assert!(
         !before.is_empty() && before.iter().all(|&t| t == 2),
         "alone: GOMAXPROCS 2: {before:?}"
@@ -334,7 +283,7 @@ fn intel_openmp_teams_follow_the_grant_through_allot_s_tcm() {
         .status();
     assert!(cc.is_ok_and(|s| s.success()), "gcc builds tcm_omp.c");
     let d = Daemon::start(backend(), &[]);
-    let omp = allot_run(
+    let mut omp = Watched::spawn(allot_run(
         &d,
         &[
             "--exclusive",
@@ -343,21 +292,38 @@ fn intel_openmp_teams_follow_the_grant_through_allot_s_tcm() {
             "iomp",
             "--",
             exe.to_str().unwrap(),
-            "4.5",
+            "120",
         ],
-    )
-    .stdout(Stdio::piped())
-    .spawn()
-    .unwrap();
+    ));
+    omp.wait_for("the first team", |lines| !stamped(lines).is_empty());
     assert!(
-        eventually(Duration::from_secs(5), || runtimes_of(&d, "iomp")
+        eventually(PATIENCE, || runtimes_of(&d, "iomp")
             .contains(&("tcm".into(), Follows::RunTime))),
         "status names allot's TCM: {:?}",
         runtimes_of(&d, "iomp")
     );
-    let (samples, t_in, t_out) = with_a_neighbour(&d, omp, Duration::from_millis(1200));
-    let [before, during, after] = phases(&samples, t_in, t_out, 0.4);
-    assert!(settles_at(&before, 2), "alone: teams of 2: {before:?}");
-    assert!(settles_at(&during, 1), "sharing: teams of 1: {during:?}");
-    assert!(settles_at(&after, 2), "alone again: teams of 2: {after:?}");
+    let (lines, visit) = with_a_neighbour(&d, omp, t_times, Duration::from_millis(1200), 1.0, 1.0);
+    let samples = stamped(&lines);
+    let [before, during, after] = phases(&samples, visit, 0.4);
+    // On failure: every sample around the visit, and the broker's log.
+    let all = || {
+        let near = samples.iter().filter(|s| s.0 > visit.launched - 0.5);
+        let near: Vec<_> = near.collect();
+        format!("{visit:?}; samples {near:?}\n{}", d.log())
+    };
+    assert!(
+        settles_at(&before, 2),
+        "alone: teams of 2: {before:?}; {}",
+        all()
+    );
+    assert!(
+        settles_at(&during, 1),
+        "sharing: teams of 1: {during:?}; {}",
+        all()
+    );
+    assert!(
+        settles_at(&after, 2),
+        "alone again: teams of 2: {after:?}; {}",
+        all()
+    );
 }

@@ -86,10 +86,11 @@ fn metrics_are_served_while_cells_run() {
         "{started} vs {now}"
     );
 
-    // A program that ends by itself (killing `allot run` would leave it
-    // running in its cell).
-    let mut job = allot_run(&d, &["--no-start", "--", "sleep", "2"])
-        .stdin(Stdio::null())
+    // A program that ends when told, its stdin closed (killing
+    // `allot run` would leave it running in its cell).
+    let mut job = allot_run(&d, &["--no-start", "--", "cat"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
         .spawn()
         .unwrap();
     let mut body = String::new();
@@ -113,6 +114,7 @@ fn metrics_are_served_while_cells_run() {
     );
 
     // The program ends: the cell ends and its reclaim is timed.
+    drop(job.stdin.take());
     assert!(job.wait().unwrap().success());
     assert!(
         eventually(Duration::from_secs(10), || {

@@ -74,15 +74,18 @@ fn top_shows_cells_live_and_quits_on_q() {
     );
     assert!(pane.contains("dry-run backend"), "{pane}");
 
-    // Ends by itself (killing `allot run` would leave it in its cell).
-    let mut job = allot_run(&d, &["--no-start", "--name", "watched", "--", "sleep", "2"])
-        .stdin(Stdio::null())
+    // Ends when its stdin closes (killing `allot run` would leave it in
+    // its cell).
+    let mut job = allot_run(&d, &["--no-start", "--name", "watched", "--", "cat"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
         .spawn()
         .unwrap();
     let seen = eventually(Duration::from_secs(10), || {
         pane = tmux.pane();
         pane.contains("watched")
     });
+    drop(job.stdin.take());
     let _ = job.wait();
     assert!(seen, "the cell never showed: {pane}");
     assert!(

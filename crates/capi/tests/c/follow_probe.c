@@ -10,7 +10,8 @@
  * calls a small dgemm_ when the library has one, so that the library is in
  * use while its count changes. (128 × 128: OpenBLAS's kernels for AVX-512
  * CPUs (SkylakeX, Cooperlake) run products under about 10^6 multiply-adds
- * on the calling thread alone, without a parallel region.) Ends with `done ANSWER` (a checksum).
+ * on the calling thread alone, without a parallel region.) Ends with `done ANSWER` (a checksum),
+ * after SECONDS or once the file named by $STOP_FILE exists.
  * With PROBE_FIRST set, that library is loaded first, and kept. */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -96,6 +97,7 @@ int main(int argc, char **argv)
     double answer = 0.0;
     long long end = now_ns() + (long long)(atof(argv[4]) * 1e9);
     long long next = 0;
+    const char *stop = getenv("STOP_FILE");
     while (now_ns() < end) {
         if (dgemm != NULL) {
             dgemm("N", "N", &n, &n, &n, &one, a, &n, b, &n, &zero, c, &n);
@@ -108,6 +110,8 @@ int main(int argc, char **argv)
             printf("t %lld %lld %lld %d\n", t, threads, others_ns(), icv ? icv() : -1);
             fflush(stdout);
             next = t + 5000000LL;
+            if (stop != NULL && access(stop, F_OK) == 0)
+                break;
         }
     }
     printf("done %.3f\n", answer);

@@ -3,7 +3,8 @@
 // Rounds of a parallel_for whose body spins for 200 us; each round prints
 // `t NS PEAK`, PEAK being the most bodies that ran at the same moment (the
 // parallelism oneTBB actually used, which a global_control on
-// max_allowed_parallelism limits). Ends with `done`.
+// max_allowed_parallelism limits). Ends with `done`, after SECONDS or once
+// the file named by $STOP_FILE exists.
 #include <oneapi/tbb/parallel_for.h>
 
 #include <atomic>
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <unistd.h>
 
 static long long now_ns()
 {
@@ -26,8 +28,9 @@ int main(int argc, char **argv)
         return 2;
     }
     long long end = now_ns() + (long long)(std::atof(argv[1]) * 1e9);
+    const char *stop = std::getenv("STOP_FILE");
     std::atomic<int> inside{0}, peak{0};
-    while (now_ns() < end) {
+    while (now_ns() < end && !(stop != nullptr && access(stop, F_OK) == 0)) {
         long long t0 = now_ns();
         peak = 0;
         tbb::parallel_for(0, 32, [&](int) {

@@ -1,11 +1,13 @@
 /* An OpenMP program for the TCM tests (built against Intel's libiomp5):
  * parallel regions in which every thread works about 2 ms; after each it
  * prints "t NS TEAM": the monotonic time and the team's size. Runs until
- * killed, or for argv[1] seconds. */
+ * killed, for argv[1] seconds, or until the file named by $STOP_FILE
+ * exists. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 static long long now_ns(void)
 {
@@ -18,7 +20,8 @@ int main(int argc, char **argv)
 {
     double seconds = argc > 1 ? atof(argv[1]) : 1e9;
     long long stop = now_ns() + (long long)(seconds * 1e9);
-    while (now_ns() < stop) {
+    const char *stop_file = getenv("STOP_FILE");
+    while (now_ns() < stop && !(stop_file && access(stop_file, F_OK) == 0)) {
         int team = 0;
 #pragma omp parallel
         {

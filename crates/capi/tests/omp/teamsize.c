@@ -4,7 +4,8 @@
  *
  *     teamsize MODE DURATION_MS PERIOD_US
  *
- * Runs regions for DURATION_MS, sleeping PERIOD_US between them. MODE:
+ * Runs regions for DURATION_MS, sleeping PERIOD_US between them, or until
+ * the file named by $STOP_FILE exists (looked for after each region). MODE:
  *   parallel   #pragma omp parallel
  *   ntN        #pragma omp parallel num_threads(N)
  *   all        cycles through every construct below (and, when built with
@@ -29,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define N 1000L
 
@@ -321,7 +323,8 @@ int main(int argc, char **argv)
     long long end = now_ns() + duration;
     long regions = 0;
     struct timespec pause = {period_us / 1000000, (period_us % 1000000) * 1000};
-    while (now_ns() < end) {
+    const char *stop = getenv("STOP_FILE");
+    while (now_ns() < end && !(stop && access(stop, F_OK) == 0)) {
         run_one(fixed ? fixed : &all[regions % (long)NALL]);
         regions++;
         nanosleep(&pause, NULL);

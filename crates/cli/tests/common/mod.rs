@@ -9,6 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
+mod watched;
+#[allow(unused_imports)]
+pub use watched::*;
+
 pub const ALLOT: &str = env!("CARGO_BIN_EXE_allot");
 /// The lab binary built beside it (`allot demo` and `allot bench` hand
 /// over to it).
@@ -185,33 +189,6 @@ pub fn backend() -> &'static str {
 pub fn now_mono() -> f64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
-}
-
-/// Runs a neighbour cell named `other` (a Python loop keeping one CPU busy
-/// for a second) under `allot run` against `d`, to completion; returns the
-/// CLOCK_MONOTONIC seconds at which it started and ended.
-pub fn busy_neighbour_for_a_second(d: &Daemon) -> (f64, f64) {
-    busy_neighbour_for(d, 1.0)
-}
-
-/// [`busy_neighbour_for_a_second`] for `secs` seconds.
-pub fn busy_neighbour_for(d: &Daemon, secs: f64) -> (f64, f64) {
-    let t_in = now_mono();
-    let script = format!("import time\nt=time.time()\nwhile time.time()-t<{secs}: pass");
-    let o = run_out(allot_run(
-        d,
-        &[
-            "--name",
-            "other",
-            "--",
-            allot_testkit::PYTHON,
-            "-c",
-            &script,
-        ],
-    ));
-    let t_out = now_mono();
-    assert!(o.status.success(), "the neighbour failed");
-    (t_in, t_out)
 }
 
 /// `allot run --name NAME ARGS -- timeout 10 sh -c SCRIPT`, in the

@@ -2,7 +2,8 @@
 //
 // Prints `env GOMAXPROCS=VALUE` (the variable as the program got it), then
 // `t NS PROCS` every 50 ms for SECONDS, NS being CLOCK_MONOTONIC and PROCS
-// runtime.GOMAXPROCS(0).
+// runtime.GOMAXPROCS(0). Ends early once the file named by $STOP_FILE
+// exists.
 package main
 
 import (
@@ -30,7 +31,13 @@ func main() {
 	}
 	fmt.Printf("env GOMAXPROCS=%s\n", os.Getenv("GOMAXPROCS"))
 	end := time.Now().Add(time.Duration(secs * float64(time.Second)))
+	stop := os.Getenv("STOP_FILE")
 	for time.Now().Before(end) {
+		if stop != "" {
+			if _, err := os.Stat(stop); err == nil {
+				break
+			}
+		}
 		fmt.Printf("t %d %d\n", monotonicNs(), runtime.GOMAXPROCS(0))
 		time.Sleep(50 * time.Millisecond)
 	}
