@@ -42,29 +42,26 @@ fn exit_status_and_signals_pass_through() {
         "allot run dies of the program's signal"
     );
     // SIGTERM to allot run reaches the program (sent once the program has
-    // set its trap: it says so).
+    // set its trap: it says so; 30 s at most).
     let mut c = allot_run(
         &d,
         &[
             "--",
             "sh",
             "-c",
-            "trap 'echo got-term; exit 3' TERM; echo ready; while :; do sleep 0.05; done",
+            "trap 'echo got-term; exit 3' TERM; echo ready; \
+             i=0; while [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done",
         ],
     );
-    let mut child = c.stdout(Stdio::piped()).spawn().unwrap();
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
-    assert_eq!(line, "ready\n");
+    let mut child = Proc(c.stdout(Stdio::piped()).spawn().unwrap());
+    let out = Stream::read(child.0.stdout.take().unwrap());
+    out.wait_for("ready\n");
     let _ = rustix::process::kill_process(
-        rustix::process::Pid::from_raw(child.id() as i32).unwrap(),
+        rustix::process::Pid::from_raw(child.pid() as i32).unwrap(),
         rustix::process::Signal::TERM,
     );
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
-    assert_eq!(child.wait().unwrap().code(), Some(3));
-    assert!(rest.contains("got-term"), "{rest}");
+    out.wait_for("got-term");
+    assert_eq!(child.0.wait().unwrap().code(), Some(3));
     // The cell was released.
     assert!(eventually(Duration::from_secs(3), || d
         .status()
@@ -171,34 +168,35 @@ fn every_thread_follows_the_grant() {
 
 #[test]
 fn program_runs_on_when_the_broker_dies() {
-    use std::io::{BufRead, Read};
     let mut d = Daemon::start(backend(), &[]);
     // The program runs until the test has seen the wrapper lose the broker
-    // (the file appears; 30 s at most).
+    // (the file appears; 30 s at most), and a second more, while the
+    // wrapper tries to reconnect.
     let dir = tempfile::tempdir().unwrap();
     let lost = dir.path().join("lost");
     let script = format!(
-        "i=0; while [ ! -e {} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; echo finished",
+        "i=0; while [ ! -e {} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; \
+         sleep 1; echo finished",
         lost.display()
     );
-    let mut child = allot_run(&d, &["--", "sh", "-c", &script])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = Proc(
+        allot_run(&d, &["--", "sh", "-c", &script])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let out = Stream::read(child.0.stdout.take().unwrap());
+    let err = Stream::read(child.0.stderr.take().unwrap());
     assert!(eventually(PATIENCE, || d.status().cells.len() == 1));
     d.kill9();
-    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
-    let mut seen = String::new();
-    while !seen.contains("lost the broker") && err.read_line(&mut seen).unwrap() > 0 {}
+    err.wait_for("lost the broker");
     std::fs::write(&lost, "").unwrap();
-    err.read_to_string(&mut seen).unwrap();
-    let o = child.wait_with_output().unwrap();
-    assert_eq!(o.status.code(), Some(0));
-    assert_eq!(String::from_utf8_lossy(&o.stdout), "finished\n");
+    assert_eq!(child.0.wait().unwrap().code(), Some(0));
+    assert_eq!(out.rest(), "finished\n");
     // The wrapper says once that it lost the broker, and what to do;
     // its reconnect attempts are not logged one by one.
-    let err = seen;
+    let err = err.rest();
     assert_eq!(err.matches("lost the broker").count(), 1, "{err}");
     assert!(err.contains("allot daemon"), "{err}");
     assert!(
@@ -254,7 +252,6 @@ fn no_broker_possible_means_unconfined_with_a_warning() {
 
 #[test]
 fn queued_with_wait_then_admitted() {
-    use std::io::BufRead;
     let d = Daemon::start("dry-run", &[]);
     let cpus = allot_topo::allowed_cpus().unwrap().len().to_string();
     // The holder (cat) keeps every CPU until its stdin closes.
@@ -277,10 +274,7 @@ fn queued_with_wait_then_admitted() {
             .spawn()
             .unwrap(),
     );
-    let mut err = std::io::BufReader::new(waiter.0.stderr.take().unwrap());
-    let mut seen = String::new();
-    while !seen.contains("waiting for CPUs") && err.read_line(&mut seen).unwrap() > 0 {}
-    assert!(seen.contains("waiting for CPUs"), "{seen}");
+    Stream::read(waiter.0.stderr.take().unwrap()).wait_for("waiting for CPUs");
     assert!(
         waiter.0.try_wait().unwrap().is_none(),
         "it waits while the holder holds every CPU"

@@ -98,7 +98,8 @@ while time.monotonic() < end and not (stop and os.path.exists(stop)):
             allot_testkit::PYTHON,
             "-c",
             "import os, time\n\
-             while not os.path.exists(os.environ['STOP_FILE']): pass\n\
+             stop, end = os.environ['STOP_FILE'], time.monotonic() + 120\n\
+             while not os.path.exists(stop) and time.monotonic() < end: pass\n\
              print(time.clock_gettime_ns(time.CLOCK_MONOTONIC), flush=True)",
         ],
     ));

@@ -108,9 +108,11 @@ fn a_thread_limited_by_quota_runs_at_its_fraction_and_comes_back() {
     let share = share_over(t, Duration::from_millis(1000));
     let throttled = nr_throttled(&child) - throttled_before;
     assert!(share < 0.3, "throttled thread used {share:.2} of a CPU");
+    // (A thread the machine let run less than the quota even unthrottled
+    // is never throttled: then the upper bound is all there is to see.)
     assert!(
-        throttled > 0,
-        "the kernel never throttled the group (it used {share:.2} of a CPU)"
+        throttled > 0 || free < 0.25,
+        "the kernel never throttled the group (it used {share:.2} of a CPU, {free:.2} free)"
     );
     assert!(share > 0.0, "the throttled thread did not run at all");
 

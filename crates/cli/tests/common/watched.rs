@@ -91,7 +91,16 @@ impl Watched {
     /// printed; fails the test if it did not succeed.
     pub fn stop(mut self) -> Vec<String> {
         std::fs::write(&self.stop, "").unwrap();
-        let status = self.child.take().unwrap().wait().unwrap();
+        let mut status = None;
+        let child = self.child.as_mut().unwrap();
+        eventually(PATIENCE, || {
+            status = child.try_wait().unwrap();
+            status.is_some()
+        });
+        // (Dropping `self` on this failure kills it.)
+        let status =
+            status.unwrap_or_else(|| panic!("the program did not stop: {:?}", self.lines()));
+        self.child = None;
         self.reader.take().unwrap().join().unwrap();
         assert!(status.success(), "the program failed: {status}");
         self.lines()
@@ -140,20 +149,22 @@ pub struct Visit {
 /// A neighbour for [`with_a_neighbour`]: prints its first instant, keeps a
 /// CPU busy until told to stop, prints its last instant (CLOCK_MONOTONIC
 /// ns).
+/// (Two minutes at most, should the test die without telling it.)
 const NEIGHBOUR: &str = "import os, time\n\
     print(time.clock_gettime_ns(time.CLOCK_MONOTONIC), flush=True)\n\
-    stop = os.environ['STOP_FILE']\n\
-    while not os.path.exists(stop): pass\n\
+    stop, end = os.environ['STOP_FILE'], time.monotonic() + 120\n\
+    while not os.path.exists(stop) and time.monotonic() < end: pass\n\
     print(time.clock_gettime_ns(time.CLOCK_MONOTONIC), flush=True)";
 
-/// The program (already printing) alone for `lead`, then next to a
-/// CPU-bound neighbour cell named `other`, then alone again. The
-/// neighbour stays until the program has printed five samples stamped
-/// `secs` or more after the neighbour started (`times` reads a sample's
-/// stamps from the program's lines); the program runs on until it has
-/// printed one stamped `after` seconds past the neighbour's end. So every
-/// phase has samples however slowly a loaded machine runs the program.
-/// Stops the program; returns its lines and the neighbour's visit.
+/// The program (already printing) alone for `lead` at least, then next to
+/// a CPU-bound neighbour cell named `other`, then alone again (`times`
+/// reads the samples' stamps from the program's lines). The neighbour
+/// comes once the program has printed three samples in the last 0.35 s,
+/// stays until it has printed five stamped `secs` or more after the
+/// neighbour started, and the program runs on until it has printed one
+/// stamped `after` seconds past the neighbour's end. So every phase has
+/// samples however slowly a loaded machine runs the program. Stops the
+/// program; returns its lines and the neighbour's visit.
 pub fn with_a_neighbour(
     d: &Daemon,
     mut program: Watched,
@@ -167,7 +178,11 @@ pub fn with_a_neighbour(
             .map(|ns| ns / 1e9)
             .expect("the neighbour prints its instants")
     };
-    std::thread::sleep(lead);
+    let alone_until = super::now_mono() + lead.as_secs_f64();
+    program.wait_for("samples before the neighbour", |lines| {
+        let now = super::now_mono();
+        now >= alone_until && times(lines).iter().filter(|&&t| t > now - 0.35).count() >= 3
+    });
     let launched = super::now_mono();
     let mut other = Watched::spawn(allot_run(
         d,
@@ -212,4 +227,47 @@ pub fn settles_at<T: PartialEq>(samples: &[T], want: T) -> bool {
             .iter()
             .skip_while(|&t| *t != want)
             .all(|t| *t == want)
+}
+
+/// A child's stream (stdout or stderr) read by a thread as it comes, so a
+/// test can wait for a line with a bound instead of blocking on a read.
+pub struct Stream {
+    text: Arc<Mutex<String>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl Stream {
+    /// Starts reading `r`.
+    pub fn read(r: impl std::io::Read + Send + 'static) -> Stream {
+        let text = Arc::new(Mutex::new(String::new()));
+        let sink = text.clone();
+        let reader = std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(r).lines().map_while(Result::ok) {
+                let mut t = sink.lock().unwrap();
+                t.push_str(&line);
+                t.push('\n');
+            }
+        });
+        Stream { text, reader }
+    }
+
+    /// What was read so far.
+    pub fn text(&self) -> String {
+        self.text.lock().unwrap().clone()
+    }
+
+    /// Waits (at most [`PATIENCE`]) until `needle` was read; fails the
+    /// test otherwise.
+    pub fn wait_for(&self, needle: &str) {
+        let seen = eventually(PATIENCE, || self.text.lock().unwrap().contains(needle));
+        assert!(seen, "waited {PATIENCE:?} for {needle:?}: {}", self.text());
+    }
+
+    /// Everything the stream carried, once it has ended (its writer
+    /// exited).
+    pub fn rest(self) -> String {
+        self.reader.join().unwrap();
+        self.text.lock().unwrap().clone()
+    }
 }
