@@ -358,26 +358,14 @@ fn openmp_teams_follow_the_grant_under_allot_run() {
             .map(|r| r.1)
             .collect()
     };
-    let before = teams(0.0, visit.launched);
-    let during = teams(visit.started + 0.3, visit.ended - 0.05);
-    let after = teams(visit.ended + 0.3, f64::MAX);
-    // On failure: every region, the neighbour's span, the broker's log.
-    let all = || format!("neighbour {visit:?}; regions {regions:?}\n{}", d.log());
-    assert!(
-        before.contains(&2),
-        "alone: teams of 2: {before:?}; {}",
-        all()
-    );
-    assert!(
-        settles_at(&during, 1),
-        "sharing: teams of 1: {during:?}; {}",
-        all()
-    );
-    assert!(
-        settles_at(&after, 2),
-        "alone again: teams of 2: {after:?}; {}",
-        all()
-    );
+    let phases = [
+        teams(0.0, visit.launched),
+        teams(visit.started + 0.3, visit.ended - 0.05),
+        teams(visit.ended + 0.3, f64::MAX),
+    ];
+    assert_phases(&phases, (2, 1), "teams", || {
+        format!("neighbour {visit:?}; regions {regions:?}\n{}", d.log())
+    });
 }
 
 /// `allot bench launch`, briefly: a row per backend asked for, with the

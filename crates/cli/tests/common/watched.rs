@@ -217,6 +217,29 @@ pub fn t_times(lines: &[String]) -> Vec<f64> {
     stamped(lines).iter().map(|s| s.0).collect()
 }
 
+/// Fails the test unless a program's counts in the three phases of a
+/// neighbour's visit ([`with_a_neighbour`]) settle at `alone`, `shared`,
+/// and `alone` again ([`settles_at`]); `what` names the counts, `context`
+/// says the rest on failure (every sample, the broker's log).
+pub fn assert_phases<T: PartialEq + Copy + std::fmt::Debug>(
+    [before, during, after]: &[Vec<T>; 3],
+    (alone, shared): (T, T),
+    what: &str,
+    context: impl Fn() -> String,
+) {
+    for (phase, samples, want) in [
+        ("alone", before, alone),
+        ("sharing", during, shared),
+        ("alone again", after, alone),
+    ] {
+        assert!(
+            settles_at(samples, want),
+            "{phase}: {what} of {want:?}: {samples:?}; {}",
+            context()
+        );
+    }
+}
+
 /// Whether a phase's samples follow the grant to `want` and stay there:
 /// some samples, the last at `want`, and once at `want` never off it (on a
 /// busy machine the follower may be late, so the first samples after a
