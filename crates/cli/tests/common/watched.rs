@@ -147,9 +147,8 @@ pub struct Visit {
 }
 
 /// A neighbour for [`with_a_neighbour`]: prints its first instant, keeps a
-/// CPU busy until told to stop, prints its last instant (CLOCK_MONOTONIC
-/// ns).
-/// (Two minutes at most, should the test die without telling it.)
+/// CPU busy until told to stop (two minutes at most, should the test die
+/// without telling it), prints its last instant (CLOCK_MONOTONIC ns).
 const NEIGHBOUR: &str = "import os, time\n\
     print(time.clock_gettime_ns(time.CLOCK_MONOTONIC), flush=True)\n\
     stop, end = os.environ['STOP_FILE'], time.monotonic() + 120\n\

@@ -55,8 +55,8 @@ pub(super) struct Locked<'s> {
 }
 
 impl Blocks {
-    /// Takes the state lock (a poisoned one too: the state is kept
-    /// consistent at every await point, panics included).
+    /// Takes the state lock (a poisoned one too), marking the thread
+    /// before it asks.
     pub(super) fn lock(&self) -> Locked<'_> {
         let mark = Mark::new();
         let guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
