@@ -10,8 +10,8 @@
 
 mod common;
 
+use allot_testkit::Stream;
 use common::*;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -57,28 +57,14 @@ fn run_phases_after(cmd: &mut Command, lead: Duration) -> (Trace, Vec<Change>, S
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("the probe starts");
-    let stdout = child.stdout.take().unwrap();
-    let trace = std::sync::Arc::new(std::sync::Mutex::new(Trace::new()));
-    let sink = trace.clone();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let line = line.unwrap();
-            let f: Vec<i64> = match line.strip_prefix("t ") {
-                Some(rest) => rest
-                    .split_whitespace()
-                    .map(|x| x.parse().unwrap())
-                    .collect(),
-                None => continue,
-            };
-            sink.lock().unwrap().push(Sample {
-                t: f[0],
-                value: f[1],
-                others: f.get(2).copied(),
-                icv: f.get(3).copied(),
-            });
-        }
-    });
-    let samples_since = |from: i64| trace.lock().unwrap().iter().filter(|s| s.t >= from).count();
+    let out = Stream::read(child.stdout.take().unwrap());
+    let err = Stream::read(child.stderr.take().unwrap());
+    let samples_since = |from: i64| {
+        trace_of(&out.lines())
+            .iter()
+            .filter(|s| s.t >= from)
+            .count()
+    };
     // The phases count from the probe's first sample: on a busy machine
     // its start (loading the library, starting its threads) can take most
     // of a phase, which would leave the first one too short to judge.
@@ -97,12 +83,29 @@ fn run_phases_after(cmd: &mut Command, lead: Duration) -> (Trace, Vec<Change>, S
     });
     std::fs::write(&stop, "").unwrap();
     let status = wait_within(&mut child, Duration::from_secs(30));
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    let stderr = err.rest();
     assert!(status.success(), "the probe failed: {stderr}");
-    reader.join().unwrap();
-    let trace = std::mem::take(&mut *trace.lock().unwrap());
-    (trace, changes, stderr)
+    (trace_of(&out.all_lines()), changes, stderr)
+}
+
+/// The probe's `t NS VALUE [OTHERS ICV]` lines.
+fn trace_of(lines: &[String]) -> Trace {
+    lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("t "))
+        .map(|rest| {
+            let f: Vec<i64> = rest
+                .split_whitespace()
+                .map(|x| x.parse().unwrap())
+                .collect();
+            Sample {
+                t: f[0],
+                value: f[1],
+                others: f.get(2).copied(),
+                icv: f.get(3).copied(),
+            }
+        })
+        .collect()
 }
 
 /// Samples the last phase waits for (the most any test asks of a phase).

@@ -5,7 +5,9 @@
 //! cgroup directories it made are emptied into their hierarchy's root and
 //! removed ([`CgroupDirs`]), a broker of the test's own is stopped
 //! ([`broker::BrokerProcess`]; the lab's experiments use it too). Nothing
-//! here touches a process or cgroup the test did not create.
+//! here touches a process or cgroup the test did not create. A child's
+//! output is read as it comes ([`Stream`]), so a test waits for a line
+//! with a bound instead of sleeping.
 //!
 //! # Prerequisites
 //!
@@ -21,10 +23,12 @@ pub mod broker;
 mod cgroup;
 pub mod loopdev;
 mod proc;
+mod stream;
 pub mod user;
 
 pub use cgroup::{CgroupDirs, move_to_root, unique, v1_cpuset_writable};
 pub use proc::{PYTHON, Proc, forking, output_within, sleeper, spinner, thread_masks, threaded};
+pub use stream::{PATIENCE, Stream};
 
 use std::time::{Duration, Instant};
 

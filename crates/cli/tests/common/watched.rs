@@ -10,23 +10,18 @@
 //! once that file exists (its duration argument is only a cap).
 
 use super::{Daemon, allot_run, eventually};
+pub use allot_testkit::{PATIENCE, Stream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// How long a test waits for a program to print what it waits for: far
-/// more than a loaded machine needs; reached only when the program is
-/// wrong.
-pub const PATIENCE: Duration = Duration::from_secs(30);
-
 /// A program started with stdout piped and `STOP_FILE` set; its lines are
-/// collected by a reader thread. Dropping it asks the program to stop and
-/// reaps it.
+/// read as they come ([`Stream`]). Dropping it asks the program to stop
+/// and reaps it.
 pub struct Watched {
     child: Option<Child>,
-    lines: Arc<Mutex<Vec<String>>>,
-    reader: Option<std::thread::JoinHandle<()>>,
+    /// `None` once [`Watched::stop`] has read it to the end.
+    out: Option<Stream>,
     stop: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -42,19 +37,10 @@ impl Watched {
             .stdout(Stdio::piped())
             .spawn()
             .expect("the program starts");
-        let out = child.stdout.take().unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = lines.clone();
-        let reader = std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
-            }
-        });
+        let out = Stream::read(child.stdout.take().unwrap());
         Watched {
             child: Some(child),
-            lines,
-            reader: Some(reader),
+            out: Some(out),
             stop,
             _dir: dir,
         }
@@ -62,7 +48,13 @@ impl Watched {
 
     /// The lines printed so far.
     pub fn lines(&self) -> Vec<String> {
-        self.lines.lock().unwrap().clone()
+        self.out().lines()
+    }
+
+    fn out(&self) -> &Stream {
+        self.out
+            .as_ref()
+            .expect("the program's output is still read")
     }
 
     /// Waits until `seen` holds for the lines printed so far; fails the
@@ -72,9 +64,9 @@ impl Watched {
         let ok = eventually(PATIENCE, || {
             // Every line is in once the program has exited and the reader
             // has read to the end: then a wait could never be met.
-            let ended = self.child.as_mut().unwrap().try_wait().unwrap().is_some()
-                && self.reader.as_ref().unwrap().is_finished();
-            if seen(&self.lines.lock().unwrap()) {
+            let ended =
+                self.child.as_mut().unwrap().try_wait().unwrap().is_some() && self.out().ended();
+            if self.out().holds(&mut seen) {
                 return true;
             }
             assert!(
@@ -101,9 +93,9 @@ impl Watched {
         let status =
             status.unwrap_or_else(|| panic!("the program did not stop: {:?}", self.lines()));
         self.child = None;
-        self.reader.take().unwrap().join().unwrap();
+        let lines = self.out.take().unwrap().all_lines();
         assert!(status.success(), "the program failed: {status}");
-        self.lines()
+        lines
     }
 }
 
@@ -249,47 +241,4 @@ pub fn settles_at<T: PartialEq>(samples: &[T], want: T) -> bool {
             .iter()
             .skip_while(|&t| *t != want)
             .all(|t| *t == want)
-}
-
-/// A child's stream (stdout or stderr) read by a thread as it comes, so a
-/// test can wait for a line with a bound instead of blocking on a read.
-pub struct Stream {
-    text: Arc<Mutex<String>>,
-    reader: std::thread::JoinHandle<()>,
-}
-
-impl Stream {
-    /// Starts reading `r`.
-    pub fn read(r: impl std::io::Read + Send + 'static) -> Stream {
-        let text = Arc::new(Mutex::new(String::new()));
-        let sink = text.clone();
-        let reader = std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(r).lines().map_while(Result::ok) {
-                let mut t = sink.lock().unwrap();
-                t.push_str(&line);
-                t.push('\n');
-            }
-        });
-        Stream { text, reader }
-    }
-
-    /// What was read so far.
-    pub fn text(&self) -> String {
-        self.text.lock().unwrap().clone()
-    }
-
-    /// Waits (at most [`PATIENCE`]) until `needle` was read; fails the
-    /// test otherwise.
-    pub fn wait_for(&self, needle: &str) {
-        let seen = eventually(PATIENCE, || self.text.lock().unwrap().contains(needle));
-        assert!(seen, "waited {PATIENCE:?} for {needle:?}: {}", self.text());
-    }
-
-    /// Everything the stream carried, once it has ended (its writer
-    /// exited).
-    pub fn rest(self) -> String {
-        self.reader.join().unwrap();
-        self.text.lock().unwrap().clone()
-    }
 }
