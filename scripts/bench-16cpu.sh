@@ -36,8 +36,14 @@
 #              dynamic  OMP_DYNAMIC=true
 #              passive  OMP_WAIT_POLICY=passive
 #              seq      one after the other, libgomp defaults
-#   unequal  min(4, C) programs, one 4x longer: split vs allot
+#   unequal  min(4, C) programs, one 4x longer: split, allot, one, dynamic,
+#            passive, seq
 #   arrival  min(4, C) programs started 1 s apart: split vs allot
+#   outside  beside B processes outside any cell that each keep a CPU busy
+#            (B = C/4 and C/2; on 2 CPUs 0, 1 and 2; --outside), k = 4, 8, 16
+#            identical stencils and the unequal mix, in the unequal step's
+#            ways; the busy processes and the ways without allot run in a
+#            cgroup of the script's own weighing B threads (see steps.sh)
 #   numpy    4 numpy programs multiplying 128x128 matrices: allot run vs
 #            OPENBLAS_NUM_THREADS=1 each (skipped without numpy)
 #   bind     4 programs with OMP_PROC_BIND=true under allot run: any deaths
@@ -92,9 +98,12 @@
 #                        Intel OpenMP, Intel's TCM and the TCM workloads into DIR
 #                        (about 10 MiB) and exit
 #   --tcm DIR            run the tcm step with the kit in DIR
+#   --outside LIST       busy outside processes for the outside step
+#                        (comma-separated counts, 0 for none) [default: C/4,C/2;
+#                        0,1,2 on 2 CPUs]
 #   --only LIST          run only these steps (comma-separated: launch,
 #                        timeline, tests, bind, tcm, cells, noise, memory,
-#                        numpy, unequal, arrival, sweep)
+#                        numpy, unequal, arrival, sweep, outside)
 set -euo pipefail
 export LC_ALL=C
 
@@ -115,6 +124,7 @@ BUILD_TESTS=""
 BUILD_TCM=""
 TCM_KIT=""
 ONLY=""
+OUTSIDE=""
 LIMIT_EXTRA=0 # seconds added to every batch's time limit
 
 usage() {
@@ -142,6 +152,7 @@ parse_args() {
       --build-tcm) BUILD_TCM=${2:?--build-tcm needs a directory}; shift 2 ;;
       --tcm) TCM_KIT=${2:?--tcm needs a directory}; shift 2 ;;
       --only) ONLY=",${2:?--only needs a list of steps},"; shift 2 ;;
+      --outside) OUTSIDE=${2:?--outside needs a list of counts}; shift 2 ;;
       -h|--help) usage; exit 0 ;;
       *) die "unknown argument '$1' (see --help)" ;;
     esac
@@ -159,6 +170,8 @@ parse_args() {
   [[ -x $(dirname "$ALLOT")/allot-lab ]] ||
     die "allot-lab must sit beside $ALLOT (strip -o $(dirname "$ALLOT")/allot-lab target/release/allot-lab)"
   [[ $REPEATS =~ ^[1-9][0-9]*$ ]] || die "--repeats: want a positive integer"
+  [[ -z $OUTSIDE || $OUTSIDE =~ ^[0-9]+(,[0-9]+)*$ ]] ||
+    die "--outside: want comma-separated counts, like 0,1,2 (0: none, quiet)"
   ALLOT=$(cd "$(dirname "$ALLOT")" && pwd)/$(basename "$ALLOT")
   if [[ -n $TESTS ]]; then
     [[ -d $TESTS ]] || die "--tests: $TESTS is not a directory"
@@ -356,6 +369,7 @@ cleanup() {
     say "bench-16cpu: stopped by an unexpected error (exit $rc) in: $1"
   fi
   kill_batch
+  stop_outside
   for s in "${AUTO_SOCKS[@]}"; do
     stop_auto_broker "$s"
   done
@@ -485,6 +499,13 @@ v2_has_cpuset() {
   local root
   root=$(cgroup2_root)
   [[ -n $root ]] && grep -qw cpuset "$root/cgroup.controllers" 2>/dev/null
+}
+
+# Whether the cgroup2 root hands the cpu controller to its children.
+v2_has_cpu() {
+  local root
+  root=$(cgroup2_root)
+  [[ -n $root ]] && grep -qw cpu "$root/cgroup.subtree_control" 2>/dev/null
 }
 
 describe_machine() {
@@ -641,7 +662,7 @@ main() {
   start_daemon
   calibrate
   local step
-  for step in launch timeline tests bind tcm cells noise memory numpy unequal arrival sweep; do
+  for step in launch timeline tests bind tcm cells noise memory numpy unequal arrival sweep outside; do
     if [[ -z $ONLY || $ONLY == *",$step,"* ]]; then
       "step_$step"
     fi

@@ -56,6 +56,12 @@ build_cmd() {
     plain|seq) CMD=("${prog[@]}") ;;
     *) die "unknown mode $mode" ;;
   esac
+  # Beside outside work, a program without allot runs in the outside
+  # work's cgroup, where the kernel weighs every thread alike.
+  if [[ -n $OUTSIDE_CG ]] && ! uses_allot "$mode"; then
+    # shellcheck disable=SC2016 # expanded by the inner shell
+    CMD=(sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$OUTSIDE_CG" "${CMD[@]}")
+  fi
 }
 
 uses_daemon() { [[ $1 == allot || $1 == allot-bind ]]; }

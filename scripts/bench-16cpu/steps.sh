@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Part of scripts/bench-16cpu.sh (sourced by it; not run alone): the measured steps (launch, timeline, tests, bind, numpy, unequal, arrival, sweep, stop).
+# Part of scripts/bench-16cpu.sh (sourced by it; not run alone): the measured steps (launch, timeline, tests, bind, numpy, unequal, arrival, sweep, outside, stop).
 # Uses the globals and helpers the main script defines.
 
 # A batch's time limit, seconds: a*T + b (+ LIMIT_EXTRA), rounded up.
@@ -260,45 +260,56 @@ step_memory() {
   fi
 }
 
-step_numpy() {
-  local k=4 rep out per mode lim i
-  say "== numpy: $k programs multiplying ${BLAS_SIZE}x${BLAS_SIZE} matrices"
-  if [[ -z $PY ]]; then
-    say "no python3 with numpy here: skipped"
-    record numpy "$k" - - "" skip "" "" "" "no numpy"
-    return
-  fi
+# Sets BLAS_N, the products one numpy program does (about 3/4 of the
+# target's time on one thread), once; returns 1 without numpy or when
+# the workload does not run.
+calibrate_blas() {
+  local out per
+  [[ -n $PY ]] || return 1
+  [[ -n $BLAS_N ]] && return 0
   out=$(OPENBLAS_NUM_THREADS=1 timeout 60 "$PY" "$repo/scripts/workloads/blas.py" "$BLAS_SIZE" 200) ||
-    { fail "scripts/workloads/blas.py does not run"; return; }
+    { fail "scripts/workloads/blas.py does not run"; return 1; }
   [[ $out =~ seconds=([^[:space:]]+) ]] && per=${BASH_REMATCH[1]}
   BLAS_N=$(awk "BEGIN { n = int(($TARGET * 0.75) / ($per / 200)); print (n < 10) ? 10 : n }")
   say "numpy: 200 products took $per s on one thread; each program does $BLAS_N"
-  lim=$(ceil "$TARGET * 3 * ($k > $NCPU ? $k / $NCPU : 1) + 5 + $LIMIT_EXTRA")
+}
+
+# k numpy programs in section $1 (modes alternating each repeat), with
+# the time limit for numpy batches scaled by $2.
+run_numpy() {
+  local section=$1 slow=$2 k=4 rep mode lim i
+  lim=$(ceil "$slow * $TARGET * 3 * ($k > $NCPU ? $k / $NCPU : 1) + 5 + $LIMIT_EXTRA")
   WL=blas
   SCALES=()
   for ((i = 0; i < k; i++)); do SCALES+=("$BLAS_N"); done
   for ((rep = 1; rep <= REPEATS; rep++)); do
     for mode in $( ((rep % 2)) && echo "blas1 allot" || echo "allot blas1"); do
-      run_batch numpy "$mode" "$k" "$rep" "$lim"
+      run_batch "$section" "$mode" "$k" "$rep" "$lim"
     done
   done
   WL=stencil
 }
 
+step_numpy() {
+  say "== numpy: 4 programs multiplying ${BLAS_SIZE}x${BLAS_SIZE} matrices"
+  if [[ -z $PY ]]; then
+    say "no python3 with numpy here: skipped"
+    record numpy 4 - - "" skip "" "" "" "no numpy"
+    return
+  fi
+  calibrate_blas || return
+  run_numpy numpy 1
+}
+
 step_unequal() {
-  local k rep mode lim short i
+  local k short i
   k=$((NCPU < 4 ? NCPU : 4))
   ((k >= 2)) || { say "unequal: needs 2 CPUs, skipped"; return; }
   short=$(calc "$S / ($k + 3)")
   say "== unequal: $k programs, one 4x longer (stencil $(calc "4 * $short") and $((k - 1)) x $short)"
   SCALES=("$(calc "4 * $short")")
   for ((i = 1; i < k; i++)); do SCALES+=("$short"); done
-  lim=$(limit_of 5 3)
-  for ((rep = 1; rep <= REPEATS; rep++)); do
-    for mode in $( ((rep % 2)) && echo "split allot" || echo "allot split"); do
-      run_batch unequal "$mode" "$k" "$rep" "$lim"
-    done
-  done
+  run_modes unequal "$k" 1 "${OUTSIDE_MODES[@]}"
 }
 
 step_arrival() {
@@ -317,9 +328,37 @@ step_arrival() {
 }
 
 SWEEP_MODES=(split allot auto one dynamic passive seq)
+# The ways compared beside work outside allot (the sweep's, but `auto`,
+# which differs from `allot` only in who starts the broker).
+OUTSIDE_MODES=(split allot one dynamic passive seq)
+
+# Runs every mode of $@ (after the section, k and pattern) for each repeat,
+# interleaved and starting one further each repeat, with the time limit
+# each kind of mode needs.
+run_modes() {
+  local section=$1 k=$2 slow=$3 rep j m mode lim
+  shift 3
+  local modes=("$@")
+  for ((rep = 1; rep <= REPEATS; rep++)); do
+    for ((j = 0; j < ${#modes[@]}; j++)); do
+      m=$(((j + rep - 1) % ${#modes[@]}))
+      mode=${modes[m]}
+      case "$mode" in
+        one) lim=$(ceil "$slow * 1.5 * $T_ALONE * $NCPU / $k + 3 + $LIMIT_EXTRA") ;;
+        seq) lim=$(ceil "$slow * 3 * $T_ALONE + $k * 0.2 + 3 + $LIMIT_EXTRA") ;;
+        *) lim=$(ceil "$slow * 5 * $T_ALONE + 3 + $LIMIT_EXTRA") ;;
+      esac
+      if [[ $mode == seq ]]; then
+        run_batch "$section" "$mode" "$k" "$rep" "$lim" seq
+      else
+        run_batch "$section" "$mode" "$k" "$rep" "$lim"
+      fi
+    done
+  done
+}
 
 step_sweep() {
-  local ks=() k rep m j mode lim i
+  local ks=() k i
   for k in 2 4 8 16; do
     if ((k <= NCPU)); then
       ks+=("$k")
@@ -333,23 +372,108 @@ step_sweep() {
   for k in "${ks[@]}"; do
     SCALES=()
     for ((i = 0; i < k; i++)); do SCALES+=("$(calc "$S / $k")"); done
-    for ((rep = 1; rep <= REPEATS; rep++)); do
-      # Modes interleaved, starting one further each repeat.
-      for ((j = 0; j < ${#SWEEP_MODES[@]}; j++)); do
-        m=$(((j + rep - 1) % ${#SWEEP_MODES[@]}))
-        mode=${SWEEP_MODES[m]}
-        case "$mode" in
-          one) lim=$(ceil "1.5 * $T_ALONE * $NCPU / $k + 3 + $LIMIT_EXTRA") ;;
-          seq) lim=$(limit_of 3 "$k * 0.2 + 3") ;;
-          *) lim=$(limit_of 5 3) ;;
-        esac
-        if [[ $mode == seq ]]; then
-          run_batch sweep "$mode" "$k" "$rep" "$lim" seq
-        else
-          run_batch sweep "$mode" "$k" "$rep" "$lim"
-        fi
-      done
+    run_modes sweep "$k" 1 "${SWEEP_MODES[@]}"
+  done
+}
+
+# Work outside allot: $1 processes that each keep a CPU busy (`while :;
+# do :; done`, as a browser tab or another user's job would), started by
+# this script in no cell (OUTSIDE_PIDS, each in a process group of its own).
+#
+# They run in a cgroup of this script's own (OUTSIDE_CG, in the cpu
+# hierarchy beside allot's directory) weighing $1 threads, and so do the
+# programs of every way without allot while they run: there the kernel
+# weighs every thread alike, as the comparison means (outside any cgroup,
+# a kernel with autogroup on would weigh each terminal session's
+# processes together as one). Without a cpu controller to make it in,
+# they run where this script runs (noted).
+declare -a OUTSIDE_PIDS=()
+OUTSIDE_CG=""
+start_outside() {
+  local i mnt=""
+  OUTSIDE_CG=""
+  ((${1} > 0)) || return 0
+  mnt=$(awk '$3 == "cgroup" && $4 ~ /(^|,)cpu(,|$)/ { print $2; exit }' /proc/mounts)
+  if [[ -n $mnt ]] && mkdir "$mnt/$tag-outside" 2>/dev/null; then
+    OUTSIDE_CG=$mnt/$tag-outside
+    echo $(($1 * 1024)) >"$OUTSIDE_CG/cpu.shares"
+  elif v2_has_cpu && mkdir "$(cgroup2_root)/$tag-outside" 2>/dev/null; then
+    OUTSIDE_CG=$(cgroup2_root)/$tag-outside
+    echo $(($1 * 100 > 10000 ? 10000 : $1 * 100)) >"$OUTSIDE_CG/cpu.weight"
+  else
+    NOTES+=("outside: no cpu cgroup for the busy processes; they and the ways without allot ran where the script runs")
+  fi
+  for ((i = 0; i < $1; i++)); do
+    if [[ -n $OUTSIDE_CG ]]; then
+      # shellcheck disable=SC2016 # expanded by the inner shell
+      setsid sh -c 'echo $$ >"$1/cgroup.procs" && while :; do :; done' sh "$OUTSIDE_CG" \
+        </dev/null >/dev/null 2>&1 &
+    else
+      setsid sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 &
+    fi
+    OUTSIDE_PIDS+=($!)
+  done
+}
+
+stop_outside() {
+  local p
+  for p in "${OUTSIDE_PIDS[@]}"; do
+    kill -KILL -- "-$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+  done
+  OUTSIDE_PIDS=()
+  if [[ -n $OUTSIDE_CG ]]; then
+    rmdir "$OUTSIDE_CG" 2>/dev/null || true
+    OUTSIDE_CG=""
+  fi
+}
+
+# The counts of busy outside processes the outside step runs beside
+# (--outside, else C/4 and C/2; on 2 CPUs none, one and two: the sweep
+# has no k = 4 there, so the quiet comparison comes with them).
+outside_counts() {
+  if [[ -n $OUTSIDE ]]; then
+    tr ',' '\n' <<<"$OUTSIDE"
+  elif ((NCPU <= 2)); then
+    printf '0\n1\n2\n'
+  else
+    printf '%s\n' $((NCPU / 4)) $((NCPU / 2)) | awk '$1 >= 1' | sort -nu
+  fi
+}
+
+# A machine is never allot's alone: k identical stencils (k = 4, 8, 16 of
+# those <= C, and 4 on a machine of fewer CPUs), then min(4, C) programs
+# of which one is 4x longer, each in every way of OUTSIDE_MODES, then
+# four numpy programs (allot run against OPENBLAS_NUM_THREADS=1; where
+# python3 has numpy), all beside B busy processes outside any cell.
+# Sections busyB, unequal-busyB and numpy-busyB.
+step_outside() {
+  local ks=() k b i short
+  for k in 4 8 16; do
+    if ((k <= NCPU || k == 4)); then
+      ks+=("$k")
+    fi
+  done
+  for b in $(outside_counts); do
+    say "== outside: beside $b busy process(es) outside any cell: k = ${ks[*]} identical stencils," \
+      "then one 4x longer than the others"
+    start_outside "$b"
+    sleep 0.5
+    for k in "${ks[@]}"; do
+      SCALES=()
+      for ((i = 0; i < k; i++)); do SCALES+=("$(calc "$S / $k")"); done
+      run_modes "busy$b" "$k" "$(calc "1 + $b / $NCPU")" "${OUTSIDE_MODES[@]}"
     done
+    k=$((NCPU < 4 ? NCPU : 4))
+    ((k < 2)) && k=2
+    short=$(calc "$S / ($k + 3)")
+    SCALES=("$(calc "4 * $short")")
+    for ((i = 1; i < k; i++)); do SCALES+=("$short"); done
+    run_modes "unequal-busy$b" "$k" "$(calc "1 + $b / $NCPU")" "${OUTSIDE_MODES[@]}"
+    if calibrate_blas; then
+      run_numpy "numpy-busy$b" "$(calc "1 + $b / $NCPU")"
+    fi
+    stop_outside
   done
 }
 

@@ -5,7 +5,7 @@
 # ------------------------------------------------------------------ summary
 
 summarize() {
-  local sweep_modes=${SWEEP_MODES[*]}
+  local sweep_modes=${SWEEP_MODES[*]} outside_modes=${OUTSIDE_MODES[*]}
   {
     echo
     echo "== summary ($(elapsed) s; $NCPU CPUs; broker backend: $DAEMON_BACKEND," \
@@ -13,7 +13,7 @@ summarize() {
     echo "makespans in seconds, median of the repeats [n]; '>=': a repeat hit the time limit"
     echo "(a ratio marked '<=' or '>=' is a bound, '~' has both sides bounded)"
     echo "ratio: median / median of allot (above 1: allot was faster)"
-    awk -F, -v sweep="$sweep_modes" '
+    awk -F, -v sweep="$sweep_modes" -v outside="$outside_modes" '
       function median(list,   v, n, i, j, x) {
         n = split(list, v, " ")
         for (i = 2; i <= n; i++) {
@@ -71,10 +71,15 @@ summarize() {
       $6 == "FAIL" { bad[$1] = bad[$1] + 1 }
       END {
         table("sweep", sweep, "sweep: k identical fine-grained OpenMP programs started together (medians | ratios to allot)")
-        table("unequal", "split allot", "unequal: one program 4x longer than the others")
+        table("unequal", outside, "unequal: one program 4x longer than the others")
         table("arrival", "split allot", "arrival: programs started 1 s apart")
         table("numpy", "blas1 allot", "numpy: 128x128 products; blas1 = OPENBLAS_NUM_THREADS=1 each")
         table("bind", "allot-bind", "bind: OMP_PROC_BIND=true under allot run")
+        for (b = 0; b <= 1024; b++) {
+          table("busy" b, outside, "outside: k identical programs beside " b " busy process(es) outside any cell")
+          table("unequal-busy" b, outside, "outside: one program 4x longer, beside " b " busy process(es) outside any cell")
+          table("numpy-busy" b, "blas1 allot", "outside: numpy programs (blas1 = OPENBLAS_NUM_THREADS=1 each), beside " b " busy process(es)")
+        }
         print ""
         for (s in bad) print "failed runs in " s ": " bad[s]
       }' "$OUT/runs.csv"

@@ -3,7 +3,9 @@
 //! ```toml
 //! # /etc/allot/allotd.toml (every key optional)
 //! backend = "auto"          # auto | cgroup2 | cgroup1 | affinity | dry-run
-//! policy = "fair-share"     # fair-share | priority
+//! policy = "fair-share"     # fair-share | priority | goals
+//! weigh = "threads"         # against work outside the cells, they weigh as their programs'
+//!                           #   threads would (threads) or all together as one process (group)
 //! reserve = 0               # CPUs kept for processes outside any cell
 //! memory_reserve = "2G"     # memory never guaranteed to cells (default: 1/20 of it)
 //! time_reserve = 0.05       # share of every CPU never promised to time cells
@@ -46,7 +48,7 @@
 //! `ErrorCode::Limit` and a message naming the limit and its key here.
 
 use allot_enforce::BackendKind;
-use allot_plan::GlobalPolicy;
+use allot_plan::{GlobalPolicy, Weighing};
 use allot_topo::CpuSet;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -127,6 +129,9 @@ pub struct Config {
     pub backend: BackendKind,
     /// Global policy.
     pub policy: GlobalPolicy,
+    /// How the cells weigh in the kernel's scheduler against work outside
+    /// them (`allot_plan::weight`).
+    pub weigh: Weighing,
     /// CPUs kept for processes outside any cell.
     pub reserve: u32,
     /// Bytes of memory never guaranteed to cells (`None`: a twentieth of
@@ -186,6 +191,7 @@ impl Config {
             state_dir,
             backend: BackendKind::Auto,
             policy: GlobalPolicy::FairShare,
+            weigh: Weighing::Threads,
             reserve: 0,
             memory_reserve: None,
             resctrl_root: PathBuf::from(allot_enforce::resctrl::MOUNT),
@@ -259,6 +265,7 @@ impl Config {
         struct File {
             backend: Option<String>,
             policy: Option<String>,
+            weigh: Option<String>,
             reserve: Option<u32>,
             memory_reserve: Option<String>,
             time_reserve: Option<f64>,
@@ -286,6 +293,9 @@ impl Config {
         }
         if let Some(p) = f.policy {
             self.policy = p.parse()?;
+        }
+        if let Some(w) = f.weigh {
+            self.weigh = w.parse().map_err(|e| format!("weigh: {e}"))?;
         }
         if let Some(r) = f.reserve {
             self.reserve = r;
@@ -406,6 +416,17 @@ mod tests {
         assert_eq!(c.cpus.unwrap().to_string(), "0-3");
         assert_eq!(c.tick, Duration::from_millis(50));
         assert_eq!(c.idle_exit, Some(Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn weigh_defaults_to_threads_and_takes_group() {
+        let mut c = Config::new("/tmp/s".into());
+        assert_eq!(c.weigh, Weighing::Threads);
+        c.apply_toml("weigh = \"group\"").unwrap();
+        assert_eq!(c.weigh, Weighing::Group);
+        let e = c.apply_toml("weigh = \"heavy\"").unwrap_err();
+        assert!(e.contains("weigh") && e.contains("threads"), "{e}");
+        assert_eq!(c.weigh, Weighing::Group, "a refused value changes nothing");
     }
 
     #[test]

@@ -339,7 +339,7 @@ impl Perf {
 }
 
 /// One tick's reading of the machine.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LoadSample {
     pub at: Instant,
     /// The machine's counters.
@@ -556,6 +556,7 @@ mod tests {
                 at: t0 + Duration::from_millis(100 * k),
                 system: SystemCpu {
                     busy_ns: k * 150_000_000,
+                    per_cpu_busy_ns: Vec::new(),
                     total_ns: k * 200_000_000,
                     running: 3,
                     pressure_some_us: Some(k * 20_000),

@@ -6,8 +6,8 @@ use crate::metrics::{CellGauges, Snapshot};
 use allot_enforce::os::{Os, process_tree};
 use allot_enforce::runtimes::{self, Runtime};
 use allot_proto::status::{
-    BrokerStatus, CellStatus, Follows, LoadStatus, MachineMemory, MachineStatus, PausedStatus,
-    PerfStatus, QueuedStatus, RuntimeStatus, STATUS_VERSION, SpecStatus, Status,
+    BrokerStatus, CellStatus, Follows, LoadStatus, MachineMemory, MachineStatus, OutsideStatus,
+    PausedStatus, PerfStatus, QueuedStatus, RuntimeStatus, STATUS_VERSION, SpecStatus, Status,
 };
 use allot_proto::wire::MAX_STR;
 use allot_topo::CpuSet;
@@ -97,6 +97,13 @@ impl Engine {
                     memory: self.memory.used.get(&id).copied(),
                     cache: self.cache_status(id),
                     timeline: (!private).then(|| c.timeline.doc()),
+                    outside: g
+                        .and_then(|g| self.outside.group_of(id, g.stacked))
+                        .map(|o| OutsideStatus {
+                            used: round(o.last.outside, 2),
+                            waiting: o.last.waiting.map(|w| round(w, 2)),
+                            taken: o.leaves(),
+                        }),
                 }
             })
             .collect();
@@ -137,6 +144,9 @@ impl Engine {
                 uptime_s: round(self.started.elapsed().as_secs_f64(), 1),
                 notes: self.backend_notes.clone(),
                 journal_problem: self.journal_problem().map(str::to_string),
+                weigh: self.outside.weighing.to_string(),
+                together_weight: self.together_weight(),
+                weight_wanted: self.outside.weights.together,
             },
             machine: MachineStatus {
                 name: self.machine.name().to_string(),
@@ -351,9 +361,21 @@ impl Engine {
                         cpu_seconds: c.perf.used_ns().map(|ns| ns as f64 / 1e9),
                         cpu_pressure_seconds: pressure.get(&id).map(|&us| us as f64 / 1e6),
                         memory: self.memory.used.get(&id).copied(),
+                        outside: g
+                            .and_then(|g| self.outside.group_of(id, g.stacked))
+                            .map(|o| (round(o.last.outside, 3), o.leaves())),
                     }
                 })
                 .collect(),
+            outside_cpus: self
+                .measure
+                .load
+                .over(crate::series::RATE_SPAN)
+                .and_then(|w| w.unmanaged)
+                .map(|u| round(u, 3)),
+            together_threads: self
+                .together_weight()
+                .map(|w| f64::from(w) / f64::from(allot_plan::weight::THREAD)),
             counters: self.counters.clone(),
             process: crate::metrics::ProcessGauges::read(),
         }

@@ -87,6 +87,7 @@ fn the_machine_load_outside_the_cells_is_shown() {
         // 1.5 CPUs busy, some thread waiting a tenth of the time.
         w.os.set_system(SystemCpu {
             busy_ns: k * 150_000_000,
+            per_cpu_busy_ns: Vec::new(),
             total_ns: k * 200_000_000,
             running: 2,
             pressure_some_us: Some(k * 10_000),
@@ -226,6 +227,7 @@ fn a_goal_cells_threads_are_counted_and_the_status_says_when_they_cannot_be() {
     let t0 = Instant::now();
     let system = |k: u64| SystemCpu {
         busy_ns: k * 100_000_000,
+        per_cpu_busy_ns: Vec::new(),
         total_ns: k * 400_000_000,
         running: 1,
         pressure_some_us: None,

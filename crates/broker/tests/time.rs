@@ -354,7 +354,11 @@ fn a_time_triggered_cell_gets_windows_its_page_shows_and_its_gate_follows() {
     );
     // The freezer caps it: the largest weight and no CFS bandwidth.
     let a = last_applied(&w, id);
-    assert_eq!(a.weight, allot_plan::MAX_WEIGHT);
+    assert_eq!(
+        a.weight,
+        allot_enforce::Enforcer::max_weight(&allot_enforce::DryRun::new()),
+        "the backend's largest"
+    );
     assert_eq!(a.bandwidth, None);
     // The driver thread opens and closes its gate.
     assert!(

@@ -11,8 +11,10 @@
 //! cpuset directory gets the managed CPUs and the parent's memory nodes, and
 //! `cgroup.clone_children` so new cells inherit the memory nodes.
 //!
-//! Per cell: `cpuset.cpus` (cpuset) and `cpu.shares` (cpu, 1024 per unit of
-//! weight) are opened once and rewritten in place; usage is
+//! Per cell: `cpuset.cpus` (cpuset) and `cpu.shares` (cpu, 1024 per
+//! ordinary thread's worth of weight) are opened once and rewritten in
+//! place; `<name>`'s own `cpu.shares` is the cells' weight together
+//! against what sits beside it ([`Enforcer::set_together_weight`]); usage is
 //! `cpuacct.usage`; a process joins by writing its pid to `cgroup.procs` of
 //! each hierarchy, once. A cell's gate is its `freezer.state`; `remove`
 //! thaws the cell first (a broker that died mid-window). `adopt` leaves
@@ -95,9 +97,13 @@ struct Cell {
     io: crate::IoWeights,
 }
 
-/// `cpu.shares` for an allot weight.
+/// The largest `cpu.shares` the kernel takes.
+const MAX_SHARES: u64 = 262_144;
+
+/// `cpu.shares` for a weight in hundredths of a thread ([`crate::THREAD`]:
+/// 1024 shares each), within the kernel's 2..=262 144.
 pub fn v1_shares(w: u32) -> u32 {
-    (w.max(1) * 1024).clamp(2, 262_144)
+    (u64::from(w) * 1024 / u64::from(crate::THREAD)).clamp(2, MAX_SHARES) as u32
 }
 
 impl Cgroup1 {
@@ -407,6 +413,20 @@ impl Enforcer for Cgroup1 {
         let c = self.cells.get_mut(&cell).expect("opened above");
         c.last = Some(*a);
         Ok(())
+    }
+
+    fn max_weight(&self) -> u32 {
+        (MAX_SHARES * u64::from(crate::THREAD) / 1024) as u32
+    }
+
+    fn set_together_weight(&mut self, weight: u32) -> Result<bool> {
+        let Some(cpu) = &self.cpu else {
+            return Ok(false);
+        };
+        self.fs
+            .write(&cpu.join("cpu.shares"), &v1_shares(weight).to_string())
+            .map(|()| true)
+            .map_err(err(format!("set the weight of {}", cpu.display())))
     }
 
     fn set_io_weights(&mut self, cell: u64, weights: &crate::IoWeights) -> Result<bool> {

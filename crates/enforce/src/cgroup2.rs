@@ -6,7 +6,9 @@
 //! root itself holds no process (the v2 "no internal processes" rule).
 //!
 //! Per cell, `cpuset.cpus` and `cpu.weight` are opened once and rewritten in
-//! place on every grant change. Usage comes from `cpu.stat` (`usage_usec`),
+//! place on every grant change. The root's own `cpu.weight` is the cells'
+//! weight together against what sits beside it, written only where the
+//! root is allot's own directory ([`Cgroup2::weighs_root`]). Usage comes from `cpu.stat` (`usage_usec`),
 //! membership from `cgroup.procs`. A cell's gate is its `cgroup.freeze`;
 //! `remove` thaws the cell first (a broker that died mid-window); `adopt`
 //! leaves the freezer as it finds it (the broker thaws each adopted cell
@@ -39,6 +41,9 @@ pub struct Cgroup2 {
     remove_root: bool,
     /// Cells the kernel isolates as partitions ([`crate::partition`]).
     partitions: crate::partition::Partitions,
+    /// The root's own `cpu.weight` is allot's to set (its own directory,
+    /// not a subtree systemd or an operator delegated).
+    weighs_root: bool,
 }
 
 #[derive(Debug)]
@@ -88,9 +93,14 @@ fn write_groups(
     failed.map_or(Ok(()), Err)
 }
 
-/// `cpu.weight` for an allot weight (v2 default 100 = allot weight 1).
+/// The largest `cpu.weight` the kernel takes.
+const MAX_WEIGHT: u32 = 10_000;
+
+/// `cpu.weight` for a weight in hundredths of a thread: the same scale
+/// ([`crate::THREAD`] is v2's default, 100), within the kernel's
+/// 1..=10 000.
 pub fn v2_weight(w: u32) -> u32 {
-    (w.max(1) * 100).clamp(1, 10_000)
+    w.clamp(1, MAX_WEIGHT)
 }
 
 impl Cgroup2 {
@@ -168,7 +178,18 @@ impl Cgroup2 {
             cells: HashMap::new(),
             remove_root: created_root,
             partitions: Default::default(),
+            weighs_root: false,
         })
+    }
+
+    /// Whether the root's own `cpu.weight`, the cells' weight together
+    /// against what sits beside the root, is allot's to set: true for
+    /// allot's own directory (`<mount>/<cgroup_name>`), false (the
+    /// default) for a subtree systemd or an operator delegated, whose
+    /// weight is theirs ([`Enforcer::set_together_weight`]).
+    pub fn weighs_root(mut self, weighs: bool) -> Cgroup2 {
+        self.weighs_root = weighs;
+        self
     }
 
     /// Whether the root is allot's own directory, removed at a clean stop
@@ -315,6 +336,23 @@ impl Enforcer for Cgroup2 {
         let c = self.cells.get_mut(&cell).expect("opened above");
         c.last = Some(*a);
         Ok(())
+    }
+
+    fn max_weight(&self) -> u32 {
+        MAX_WEIGHT
+    }
+
+    fn set_together_weight(&mut self, weight: u32) -> Result<bool> {
+        if !self.weighs_root {
+            return Ok(false);
+        }
+        self.fs
+            .write(
+                &self.root.join("cpu.weight"),
+                &v2_weight(weight).to_string(),
+            )
+            .map(|()| true)
+            .map_err(err(format!("set the weight of {}", self.root.display())))
     }
 
     fn set_io_weights(&mut self, cell: u64, weights: &crate::IoWeights) -> Result<bool> {

@@ -35,6 +35,8 @@ pub enum Call {
     Gate(GateCall),
     /// `set_memory`.
     Memory(u64, allot_spec::Memory),
+    /// `set_together_weight`.
+    Together(u32),
 }
 
 /// The dry-run backend. Clones share the log, the cells it holds and the
@@ -70,6 +72,8 @@ struct State {
     /// How many `remove` calls fail (as a cgroup whose last task is still
     /// exiting does) before they succeed again.
     failing_removals: u32,
+    /// CPU time per cell, as a test sets it (none: not measurable).
+    usage: HashMap<u64, u64>,
 }
 
 impl DryRun {
@@ -150,6 +154,11 @@ impl DryRun {
             })
             .collect()
     }
+    /// The CPU time cell `cell` has used, as `usage_ns` reports it from
+    /// now on (by default a cell's use cannot be measured: `None`).
+    pub fn set_usage(&self, cell: u64, ns: u64) {
+        self.state().usage.insert(cell, ns);
+    }
     /// The CPU time every gate reports from now on.
     pub fn set_gate_usage(&self, ns: Option<u64>) {
         *self.gate_usage.lock().unwrap_or_else(|p| p.into_inner()) = ns;
@@ -204,6 +213,10 @@ impl Enforcer for DryRun {
         self.record(Call::IoWeights(cell, weights.clone()));
         Ok(true)
     }
+    fn set_together_weight(&mut self, weight: u32) -> Result<bool> {
+        self.record(Call::Together(weight));
+        Ok(true)
+    }
     fn remove(&mut self, cell: u64) -> Result<()> {
         self.record(Call::Remove(cell));
         let mut st = self.state();
@@ -218,8 +231,8 @@ impl Enforcer for DryRun {
         st.held.remove(&cell);
         Ok(())
     }
-    fn usage_ns(&mut self, _cell: u64) -> Option<u64> {
-        None
+    fn usage_ns(&mut self, cell: u64) -> Option<u64> {
+        self.state().usage.get(&cell).copied()
     }
     fn pids(&mut self, cell: u64) -> Vec<u32> {
         self.state().members.get(&cell).cloned().unwrap_or_default()

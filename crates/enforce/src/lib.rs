@@ -46,6 +46,11 @@ pub use cgroup2::Cgroup2;
 pub use dryrun::{Call, DryRun};
 pub use gate::{Gate, GateCall};
 
+/// What one ordinary thread (nice 0) weighs in [`Applied::weight`]: 100,
+/// cgroup v2's default `cpu.weight` (`allot_plan::weight::THREAD`, the
+/// planner's unit; the broker checks at compile time that they agree).
+pub const THREAD: u32 = 100;
+
 use allot_topo::CpuSet;
 use std::fmt;
 use std::str::FromStr;
@@ -55,7 +60,10 @@ use std::str::FromStr;
 pub struct Applied {
     /// CPUs its threads may run on.
     pub cpus: CpuSet,
-    /// Relative CPU weight (allot's 1..=10000 scale; backends map it).
+    /// CPU weight, in hundredths of what one ordinary thread weighs
+    /// ([`THREAD`]: cgroup v2's `cpu.weight` scale; cgroup v1's
+    /// `cpu.shares` is 1024 per thread). A backend writes at most its
+    /// [`Enforcer::max_weight`].
     pub weight: u32,
     /// A cap on CPU time (CFS bandwidth control), or none.
     pub bandwidth: Option<Bandwidth>,
@@ -191,6 +199,21 @@ pub trait Enforcer: Send + fmt::Debug {
     }
     /// Applies a grant. Hot path: must not move processes.
     fn apply(&mut self, cell: u64, applied: &Applied) -> Result<()>;
+    /// The largest weight this backend can give a cell or the cells
+    /// together, in [`Applied::weight`]'s unit.
+    fn max_weight(&self) -> u32 {
+        10_000
+    }
+    /// Sets the weight of the directory holding the cells against what
+    /// sits beside it there (processes outside every cell, other
+    /// software's cgroups), in [`Applied::weight`]'s unit
+    /// (`allot_plan::weight`). `Ok(false)`: this backend has no such
+    /// directory, or the directory is not allot's to weigh (a subtree an
+    /// operator or systemd delegated: its weight is theirs), and nothing
+    /// is done.
+    fn set_together_weight(&mut self, _weight: u32) -> Result<bool> {
+        Ok(false)
+    }
     /// Sets cell `cell`'s I/O weights ([`IoWeights`]): each block device
     /// listed gets its weight, each one listed last time and not now goes
     /// back to the default. Returns false when the backend has no I/O
@@ -443,6 +466,9 @@ pub fn open(kind: BackendKind, opts: &OpenOptions) -> Result<(Box<dyn Enforcer>,
             }
             None => (cgroup2_layout(&mounts, &opts.cgroup_name)?, true),
         };
+        // The root's weight is allot's only in its own directory; a
+        // delegated subtree's (a systemd unit's CPUWeight=) is not.
+        let own_dir = matches!(layout, delegation::Layout::Plain(_)) && owned;
         delegation::settle(fs.as_ref(), &layout, std::process::id()).map_err(|e| {
             EnforceError::new(
                 format!("cgroup2 in {}", layout.cells().display()),
@@ -452,7 +478,9 @@ pub fn open(kind: BackendKind, opts: &OpenOptions) -> Result<(Box<dyn Enforcer>,
             )
         })?;
         Ok(Box::new(
-            Cgroup2::new(fs, layout.cells().to_path_buf(), opts.usable)?.owns_root(owned),
+            Cgroup2::new(fs, layout.cells().to_path_buf(), opts.usable)?
+                .owns_root(owned)
+                .weighs_root(own_dir),
         ))
     };
     let try_v1 = || -> Result<Box<dyn Enforcer>> {

@@ -55,11 +55,16 @@ pub trait Os: Send + Sync + std::fmt::Debug {
 
 /// The machine's CPU counters at one moment; the differences between two
 /// readings say what happened in between.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SystemCpu {
     /// CPU time spent busy (neither idle nor waiting for I/O), summed
     /// over every CPU, ns (`/proc/stat`).
     pub busy_ns: u64,
+    /// The same per CPU, indexed by CPU number (`/proc/stat`'s `cpuN`
+    /// lines; 0 for a CPU it does not list). Its resolution is the
+    /// kernel's accounting tick, and `/proc/stat` reports it in
+    /// hundredths of a second.
+    pub per_cpu_busy_ns: Vec<u64>,
     /// CPU time in total, summed over every CPU, ns.
     pub total_ns: u64,
     /// Threads runnable or running now (`procs_running`).
@@ -70,12 +75,10 @@ pub struct SystemCpu {
     pub pressure_some_us: Option<u64>,
 }
 
-/// Parses `/proc/stat`'s aggregate `cpu` line and `procs_running`.
-fn parse_proc_stat(text: &str, tick_ns: u64) -> Option<(u64, u64, u32)> {
-    let cpu = text.lines().find(|l| l.starts_with("cpu "))?;
-    let v: Vec<u64> = cpu
+/// One `/proc/stat` CPU line's busy and total time, in its ticks.
+fn busy_and_total(fields: &str) -> (u64, u64) {
+    let v: Vec<u64> = fields
         .split_whitespace()
-        .skip(1)
         .filter_map(|x| x.parse().ok())
         .collect();
     // user nice system idle iowait irq softirq steal [guest guest_nice]:
@@ -86,15 +89,42 @@ fn parse_proc_stat(text: &str, tick_ns: u64) -> Option<(u64, u64, u32)> {
         .copied()
         .unwrap_or(0)
         .saturating_add(v.get(4).copied().unwrap_or(0));
+    (total.saturating_sub(idle), total)
+}
+
+/// Parses `/proc/stat`'s aggregate `cpu` line, its per-CPU lines and
+/// `procs_running`: the busy and total time in ns, the runnable threads
+/// and each CPU's busy time in ns.
+fn parse_proc_stat(text: &str, tick_ns: u64) -> Option<(u64, u64, u32, Vec<u64>)> {
+    let cpu = text.lines().find_map(|l| l.strip_prefix("cpu "))?;
+    let (busy, total) = busy_and_total(cpu);
+    let mut per_cpu: Vec<u64> = Vec::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("cpu") else {
+            continue;
+        };
+        let Some((n, fields)) = rest.split_once(' ') else {
+            continue;
+        };
+        let Ok(n) = n.parse::<usize>() else { continue };
+        if n >= 1 << 16 {
+            continue;
+        }
+        if per_cpu.len() <= n {
+            per_cpu.resize(n + 1, 0);
+        }
+        per_cpu[n] = busy_and_total(fields).0.saturating_mul(tick_ns);
+    }
     let running = text
         .lines()
         .find_map(|l| l.strip_prefix("procs_running "))
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or(0);
     Some((
-        total.saturating_sub(idle).saturating_mul(tick_ns),
+        busy.saturating_mul(tick_ns),
         total.saturating_mul(tick_ns),
         running,
+        per_cpu,
     ))
 }
 
@@ -212,12 +242,14 @@ impl Os for RealOs {
 
     fn system_cpu(&self) -> Option<SystemCpu> {
         let stat = std::fs::read_to_string("/proc/stat").ok()?;
-        let (busy_ns, total_ns, running) = parse_proc_stat(&stat, 1_000_000_000 / clock_ticks())?;
+        let (busy_ns, total_ns, running, per_cpu_busy_ns) =
+            parse_proc_stat(&stat, 1_000_000_000 / clock_ticks())?;
         let pressure_some_us = std::fs::read_to_string("/proc/pressure/cpu")
             .ok()
             .and_then(|t| parse_pressure(&t));
         Some(SystemCpu {
             busy_ns,
+            per_cpu_busy_ns,
             total_ns,
             running,
             pressure_some_us,
@@ -468,7 +500,7 @@ impl Os for FakeOs {
             .then(|| s.rss.get(&pid).copied().unwrap_or(0))
     }
     fn system_cpu(&self) -> Option<SystemCpu> {
-        self.lock().system
+        self.lock().system.clone()
     }
 }
 
@@ -545,9 +577,13 @@ mod tests {
     #[test]
     fn proc_stat_and_pressure_parse() {
         let stat = "cpu  100 5 50 800 20 1 2 3 7 0\ncpu0 50 2 25 400 10 0 1 1 0 0\n\
-                    intr 1\nprocs_running 3\nprocs_blocked 0\n";
-        // busy = user+nice+system+irq+softirq+steal = 161 ticks of 981.
-        assert_eq!(parse_proc_stat(stat, 10), Some((1610, 9810, 3)));
+                    cpu2 50 3 25 400 10 1 1 2 7 0\nintr 1\nprocs_running 3\nprocs_blocked 0\n";
+        // busy = user+nice+system+irq+softirq+steal = 161 ticks of 981;
+        // per CPU 79 and 82 (CPU 1 is not listed: offline).
+        assert_eq!(
+            parse_proc_stat(stat, 10),
+            Some((1610, 9810, 3, vec![790, 0, 820]))
+        );
         let psi = "some avg10=0.41 avg60=3.14 avg300=27.28 total=1134095342\n\
                    full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
         assert_eq!(parse_pressure(psi), Some(1_134_095_342));

@@ -223,7 +223,7 @@ fn live_cells_confine_every_thread_and_follow_grant_changes() {
         7,
         &Applied {
             cpus: second,
-            weight: 2,
+            weight: 200,
             bandwidth: None,
         },
     )
@@ -255,7 +255,7 @@ fn live_cells_confine_every_thread_and_follow_grant_changes() {
                 7,
                 &Applied {
                     cpus: second,
-                    weight: 2,
+                    weight: 200,
                     bandwidth: Some(allot_enforce::Bandwidth {
                         quota_us,
                         period_us,
@@ -270,7 +270,7 @@ fn live_cells_confine_every_thread_and_follow_grant_changes() {
             7,
             &Applied {
                 cpus: second,
-                weight: 2,
+                weight: 200,
                 bandwidth: None,
             },
         )
@@ -401,6 +401,46 @@ fn fixture_io_weights_go_to_the_cells_blkio_group() {
     b.remove(2).unwrap();
     b.cleanup().unwrap();
     assert!(!dir.path().join("blkio/allot").exists());
+}
+
+#[test]
+fn fixture_the_cells_weigh_together_in_allots_cpu_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fs, mounts) = fixture_v1(dir.path(), &["cpuset", "cpu"]);
+    let mut b = Cgroup1::new(Arc::new(fs), &mounts, "allot", CpuSet::first_n(4)).unwrap();
+    let shares = |p: &str| {
+        std::fs::read_to_string(dir.path().join("cpu/allot").join(p))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    // Eight threads' worth: 1024 shares each.
+    assert!(b.set_together_weight(800).unwrap());
+    assert_eq!(shares("cpu.shares"), "8192");
+    // A cell's weight in the same unit; the kernel's range bounds both.
+    b.create(1).unwrap();
+    b.apply(
+        1,
+        &Applied {
+            cpus: CpuSet::first_n(4),
+            weight: 400,
+            bandwidth: None,
+        },
+    )
+    .unwrap();
+    assert_eq!(shares("cell-1/cpu.shares"), "4096");
+    assert_eq!(b.max_weight(), 25_600, "262144 shares");
+    assert!(b.set_together_weight(1_000_000).unwrap());
+    assert_eq!(shares("cpu.shares"), "262144");
+    assert!(b.set_together_weight(0).unwrap());
+    assert_eq!(shares("cpu.shares"), "2");
+    b.remove(1).unwrap();
+    b.cleanup().unwrap();
+    // Without the cpu hierarchy there is nothing to weigh.
+    let dir = tempfile::tempdir().unwrap();
+    let (fs, mounts) = fixture_v1(dir.path(), &["cpuset"]);
+    let mut b = Cgroup1::new(Arc::new(fs), &mounts, "allot", CpuSet::first_n(4)).unwrap();
+    assert!(!b.set_together_weight(800).unwrap());
 }
 
 /// A cell's I/O weight on a loop device scheduled by BFQ, in the kernel's

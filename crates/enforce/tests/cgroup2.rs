@@ -17,6 +17,30 @@ fn fixture() -> (tempfile::TempDir, Arc<FixtureFs>) {
 }
 
 #[test]
+fn the_cells_weigh_together_only_in_allots_own_directory() {
+    let (dir, fs) = fixture();
+    let root = dir.path().join("allot");
+    let weight = || {
+        fs.read(&root.join("cpu.weight"))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    // A delegated subtree (the default): its weight is its owner's.
+    let mut b = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(8)).unwrap();
+    assert!(!b.set_together_weight(800).unwrap());
+    assert_eq!(weight(), "100", "left as the kernel made it");
+    // allot's own directory: written, within the kernel's range.
+    let mut b = b.weighs_root(true);
+    assert!(b.set_together_weight(800).unwrap());
+    assert_eq!(weight(), "800");
+    assert_eq!(b.max_weight(), 10_000);
+    assert!(b.set_together_weight(25_600).unwrap());
+    assert_eq!(weight(), "10000");
+    b.cleanup().unwrap();
+}
+
+#[test]
 fn manages_cells_in_a_fixture_tree() {
     let (dir, fs) = fixture();
     let root = dir.path().join("allot");
@@ -34,7 +58,7 @@ fn manages_cells_in_a_fixture_tree() {
         3,
         &Applied {
             cpus: CpuSet::parse_list("2-5").unwrap(),
-            weight: 2,
+            weight: 200,
             bandwidth: None,
         },
     )
@@ -45,7 +69,7 @@ fn manages_cells_in_a_fixture_tree() {
         3,
         &Applied {
             cpus: CpuSet::parse_list("2").unwrap(),
-            weight: 2,
+            weight: 200,
             bandwidth: None,
         },
     )
@@ -59,7 +83,7 @@ fn manages_cells_in_a_fixture_tree() {
         3,
         &Applied {
             cpus: CpuSet::parse_list("2").unwrap(),
-            weight: 2,
+            weight: 200,
             bandwidth: Some(allot_enforce::Bandwidth {
                 quota_us: 2_000,
                 period_us: 8_000,
@@ -72,7 +96,7 @@ fn manages_cells_in_a_fixture_tree() {
         3,
         &Applied {
             cpus: CpuSet::parse_list("2").unwrap(),
-            weight: 2,
+            weight: 200,
             bandwidth: None,
         },
     )
@@ -540,7 +564,7 @@ fn a_launcher_group_follows_the_cell_and_stays_the_launchers() {
     fs.write(&task.join("cgroup.procs"), "5151\n").unwrap();
     let grant = |cpus: &str| Applied {
         cpus: CpuSet::parse_list(cpus).unwrap(),
-        weight: 2,
+        weight: 200,
         bandwidth: None,
     };
     b.create(3).unwrap();

@@ -73,6 +73,21 @@ fn system_contract(os: &dyn Os, mut advance: impl FnMut()) {
         "{a:?} then {b:?}"
     );
     assert!(b.running >= 1, "the caller itself runs: {b:?}");
+    // Per CPU: each CPU's busy time never goes back, and the CPUs' sum
+    // moves with the machine's (the kernel sums the same counters, but
+    // rounds each line to its clock ticks apart: a tick per field and
+    // line).
+    assert!(!b.per_cpu_busy_ns.is_empty());
+    assert_eq!(a.per_cpu_busy_ns.len(), b.per_cpu_busy_ns.len());
+    for (x, y) in a.per_cpu_busy_ns.iter().zip(&b.per_cpu_busy_ns) {
+        assert!(y >= x, "{a:?} then {b:?}");
+    }
+    let sum = |s: &allot_enforce::os::SystemCpu| s.per_cpu_busy_ns.iter().sum::<u64>();
+    let slack = 8 * 10_000_000 * (a.per_cpu_busy_ns.len() as u64 + 1);
+    assert!(
+        (sum(&b) - sum(&a)).abs_diff(b.busy_ns - a.busy_ns) <= slack,
+        "{a:?} then {b:?}"
+    );
 }
 
 #[test]
@@ -130,15 +145,17 @@ fn fake_os_meets_the_contract() {
     assert!(!os.alive(200));
     let mut now = SystemCpu {
         busy_ns: 10,
+        per_cpu_busy_ns: vec![4, 6],
         total_ns: 40,
         running: 1,
         pressure_some_us: Some(5),
     };
-    os.set_system(now);
+    os.set_system(now.clone());
     system_contract(&os, || {
         now.busy_ns += 20;
+        now.per_cpu_busy_ns[1] += 20;
         now.total_ns += 40;
-        os.set_system(now);
+        os.set_system(now.clone());
     });
     os.wait(100, 7);
     assert_eq!(os.run_delay_ns(100, 64), Some(7));

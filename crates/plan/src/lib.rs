@@ -23,6 +23,11 @@
 //! own tests and benchmarks only) drives the plan over time with synthetic
 //! cells.
 //!
+//! After them, two steps look outside the cells: [`outside::teams`] lowers
+//! best-effort cells' teams where work outside every cell holds some of
+//! their CPUs, and [`weight::weigh`] gives every cell, and the cells
+//! together, their weight in the kernel's scheduler.
+//!
 //! [`admit`] decides whether a new cell's guarantee fits beside the others.
 //! [`Plan::check`] verifies the plan invariants listed in [`plan`].
 //!
@@ -38,6 +43,7 @@
 pub mod admission;
 pub mod lend;
 pub mod mapping;
+pub mod outside;
 pub mod plan;
 pub mod policy;
 pub mod share;
@@ -45,6 +51,7 @@ pub mod share;
 pub mod sim;
 pub mod time;
 pub mod tracking;
+pub mod weight;
 
 pub use admission::{Admission, Admitted, admit, delays};
 /// The vocabulary of what a cell asks for (the `allot-spec` crate).
@@ -57,6 +64,7 @@ pub use allot_spec::{
 pub use mapping::{MapCell, PoolSize, Topo};
 pub use plan::{Changes, Grant, Plan, Violation};
 pub use policy::{GlobalPolicy, PolicyCell};
+pub use weight::{Weighing, Weights};
 
 use allot_topo::{CpuSet, Machine};
 use std::borrow::Cow;

@@ -434,6 +434,21 @@ impl Grant {
             held: CpuSet::new(),
         }
     }
+
+    /// A grant on `cpus` (a cpulist) with a team of `threads`, on the
+    /// stacked pool or entitled to them, with fair share `share` (tests).
+    #[cfg(test)]
+    pub(crate) fn of(cpus: &str, threads: u32, stacked: bool, share: f64) -> Grant {
+        let cpus = CpuSet::parse_list(cpus).expect("a cpulist");
+        Grant {
+            cpus,
+            entitled: if stacked { CpuSet::new() } else { cpus },
+            threads,
+            stacked,
+            share,
+            ..Grant::none()
+        }
+    }
 }
 
 #[cfg(test)]

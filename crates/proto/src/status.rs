@@ -84,6 +84,22 @@ pub struct BrokerStatus {
     /// refused meanwhile); `None` when it is healthy.
     #[serde(default)]
     pub journal_problem: Option<String>,
+    /// How the cells weigh against work outside them: `threads` (as their
+    /// programs' threads would) or `group` (together as one process);
+    /// empty from older brokers.
+    #[serde(default)]
+    pub weigh: String,
+    /// The weight the cells together have against work outside them, in
+    /// hundredths of an ordinary thread (`None`: not allot's to set, as in
+    /// a subtree systemd or an operator delegated, whose weight is
+    /// theirs; or a backend without weights).
+    #[serde(default)]
+    pub together_weight: Option<u32>,
+    /// What the cells together weigh as `weigh` says, in the same unit,
+    /// whether or not allot may write it (where it may not, what the
+    /// directory's owner would set to match; 0 from older brokers).
+    #[serde(default)]
+    pub weight_wanted: u32,
 }
 
 /// The machine's CPUs and how the broker divides them now (CPU lists such as `0-3,8`).
@@ -339,6 +355,25 @@ pub struct CellStatus {
     /// brokers, and for another user's private cell).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeline: Option<Timeline>,
+    /// Work outside every cell on the cell's CPUs (absent from older
+    /// brokers, and until two ticks have passed on its CPUs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outside: Option<OutsideStatus>,
+}
+
+/// Work outside every cell on one cell's CPUs (the stacked pool's, for a
+/// stacked cell), at the last tick.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct OutsideStatus {
+    /// CPUs' worth it used there.
+    pub used: f64,
+    /// CPUs' worth the cell's threads there waited to run (`None`: not
+    /// read, as where no outside work was seen).
+    pub waiting: Option<f64>,
+    /// CPUs the broker counts as outside work's: a best-effort cell's
+    /// team (`threads`) is that much smaller, so that no barrier waits
+    /// for a thread the kernel gave to that work.
+    pub taken: u32,
 }
 
 /// A cell's memory as the kernel counts it: use, limit, pressure, OOM

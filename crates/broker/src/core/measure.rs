@@ -243,18 +243,21 @@ impl Engine {
     }
 
     /// Adds this tick's sample to the machine's series (after every
-    /// cell's [`Engine::observe`]).
-    pub(super) fn observe_machine(&mut self, now: Instant) {
+    /// cell's [`Engine::observe`]); returns the machine's busy time per
+    /// CPU (kept out of the series: only the outside reading, which
+    /// keeps its own last one, needs it).
+    pub(super) fn observe_machine(&mut self, now: Instant) -> Option<Vec<u64>> {
         self.measure.pmu.open = self.cells.values().map(|c| c.hw.open()).sum();
         let cells_ns = (!std::mem::take(&mut self.measure.cells_unmeasured))
             .then_some(self.measure.cells_used_ns);
-        if let Some(system) = self.os.system_cpu() {
-            self.measure.load.record(LoadSample {
-                at: now,
-                system,
-                cells_ns,
-            });
-        }
+        let mut system = self.os.system_cpu()?;
+        let per_cpu = std::mem::take(&mut system.per_cpu_busy_ns);
+        self.measure.load.record(LoadSample {
+            at: now,
+            system,
+            cells_ns,
+        });
+        Some(per_cpu)
     }
 }
 

@@ -40,6 +40,9 @@
 //! - `measure`: each tick's reading of every cell and of the machine
 //!   (kept in `crate::series`), and the goal trackers' evaluation; its
 //!   machine-wide state is one subsystem, `measure::Measure`;
+//! - `outside`: work outside every cell: what it takes of each cell's
+//!   CPUs, the teams that leave them to it, the cells' kernel weights
+//!   (`outside::Outside`);
 //! - `account`, `keep_off`, `minimum`, `pause`: the ledger's CPU holdings
 //!   as the plan sees them, holders' CPUs kept off their cell's other
 //!   processes, the system minimum, paused best-effort cells.
@@ -79,6 +82,7 @@ mod minimum;
 mod pause;
 pub use pause::WHY as PAUSED_WHY;
 mod measure;
+mod outside;
 mod reconcile;
 mod register;
 mod requests;
@@ -165,6 +169,9 @@ pub struct Engine {
     unmanaged: Option<allot_enforce::unmanaged::Unmanaged>,
     /// Memory capacity, the reserve, and the cells' use (`memory`).
     pub(crate) memory: memory::MemoryControl,
+    /// Work outside the cells: what it takes of their CPUs, and the
+    /// cells' weights against it (`outside`).
+    pub(crate) outside: outside::Outside,
 }
 
 fn random_u64() -> u64 {
@@ -252,6 +259,7 @@ impl Engine {
             windows: Windows::new(),
             measure: measure::Measure::new(Arc::new(allot_enforce::counters::RealCounters)),
             memory,
+            outside: outside::Outside::new(cfg.weigh),
         };
         let effects = core.restore(journal);
         // Classes of service: the adopted cells' kept, the rest removed.
@@ -480,8 +488,10 @@ impl Engine {
         self.watch_memory();
         let mut changed = false;
         let ids: Vec<u64> = self.cells.keys().copied().collect();
+        let mut usages = BTreeMap::new();
         for id in ids {
             let usage = self.enforcer.usage_ns(id);
+            usages.insert(id, usage);
             let c = self.cells.get_mut(&id).expect("listed above");
             let granted = c.published.as_ref().map_or(1, |g| g.cpus.len() as u32);
             let before = c.est.demand();
@@ -494,7 +504,11 @@ impl Engine {
             };
             self.observe(id, now, usage, held);
         }
-        self.observe_machine(now);
+        if let Some(per_cpu) = self.observe_machine(now)
+            && self.observe_outside(now, &per_cpu, &usages)
+        {
+            changed = true;
+        }
         if self.evaluate(now) {
             changed = true;
         }

@@ -1,8 +1,11 @@
 //! Re-planning: the pipeline every entry point of the core runs before it
 //! returns (see the module notes of `core`): plan from the cells (and
-//! what `require` holds in them, `account`), make the windows follow the
-//! plan's phases, shrink every changed cell to what it keeps and then grow
-//! it, publish every changed page, journal the changed CPU sets.
+//! what `require` holds in them, `account`), fit best-effort teams to
+//! what work outside the cells leaves them and weigh the cells
+//! (`outside`), make the windows follow the plan's phases, shrink every
+//! changed cell to what it keeps and then grow it, give every other cell
+//! whose weight moved its new weight, publish every changed page, journal
+//! the changed CPU sets.
 
 use super::{Engine, account};
 use crate::journal::Record;
@@ -57,7 +60,7 @@ impl Engine {
                 held: self.account.outside,
             }))
             .collect();
-        let next = self
+        let mut next = self
             .planner
             .plan_loaded(&inputs, &self.plan, self.unmanaged_cpus());
         debug_assert_eq!(
@@ -67,6 +70,13 @@ impl Engine {
             ),
             Ok(())
         );
+        // Teams leave outside work the CPUs it holds; then every cell's
+        // weight follows its team (`outside`).
+        let specs: std::collections::BTreeMap<CellId, allot_plan::CellSpec> =
+            inputs.iter().map(|c| (c.id, c.spec)).collect();
+        self.fit_teams(&mut next, &specs);
+        let weights = self.weigh(&next, &specs);
+        let before = std::mem::replace(&mut self.outside.weights, weights);
         // Windows follow the plan's phases before any CPU set is applied:
         // a driven cell gets no CFS cap (`applied`).
         let rewindowed: Vec<u64> = inputs
@@ -116,6 +126,25 @@ impl Engine {
             }
         }
         self.resume_granted(&next);
+        // Cells whose CPUs stayed but whose weight moved.
+        let reweighed: Vec<(u64, allot_topo::CpuSet)> = next
+            .cells
+            .iter()
+            .filter(|(id, g)| {
+                !g.cpus.is_empty()
+                    && self.cells.contains_key(&id.0)
+                    && !changed.iter().any(|(c, _)| *c == id.0)
+                    && before.cells.get(id) != self.outside.weights.cells.get(id)
+            })
+            .map(|(id, g)| (id.0, g.cpus))
+            .collect();
+        for (id, cpus) in reweighed {
+            let applied = self.applied(id, cpus);
+            if let Err(e) = self.enforcer.apply(id, &applied) {
+                warn!("cell {id}: {e}");
+            }
+        }
+        self.write_together();
         // Publish every grant that changed in any field; journal those whose
         // CPU sets changed: the planner's stability reads only those from
         // the previous plan, and a restart's re-plan recomputes the rest.

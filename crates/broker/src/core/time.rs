@@ -12,24 +12,24 @@ use allot_plan::CellSpec;
 use allot_proto::Window;
 
 impl Engine {
-    /// What the kernel should enforce for cell `id` on `cpus`: its weight,
-    /// or for a time cell the largest weight and either its windows (a
-    /// time-triggered cell whose gate the window driver holds: the freezer
-    /// caps it) or the CPU-time cap that keeps it to its contract
-    /// ([`allot_plan::time::bandwidth`]).
+    /// What the kernel should enforce for cell `id` on `cpus`: its weight
+    /// (`outside`), or for a time cell the largest weight and either its
+    /// windows (a time-triggered cell whose gate the window driver holds:
+    /// the freezer caps it) or the CPU-time cap that keeps it to its
+    /// contract ([`allot_plan::time::bandwidth`]).
     pub(super) fn applied(&self, id: u64, cpus: allot_topo::CpuSet) -> Applied {
         let spec = &self.cells[&id].spec;
         if self.windows.holds(id) {
             return Applied {
                 cpus,
-                weight: allot_plan::MAX_WEIGHT,
+                weight: self.enforcer.max_weight(),
                 bandwidth: None,
             };
         }
         match allot_plan::time::bandwidth(&spec.time, spec.time_cpus()) {
             Some((quota_us, period_us)) => Applied {
                 cpus,
-                weight: allot_plan::MAX_WEIGHT,
+                weight: self.enforcer.max_weight(),
                 bandwidth: Some(allot_enforce::Bandwidth {
                     quota_us,
                     period_us,
@@ -37,7 +37,7 @@ impl Engine {
             },
             None => Applied {
                 cpus,
-                weight: spec.weight,
+                weight: self.weight_of(id, spec),
                 bandwidth: None,
             },
         }

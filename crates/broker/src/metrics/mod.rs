@@ -124,6 +124,10 @@ pub struct CellGauges {
     pub cpu_pressure_seconds: Option<f64>,
     /// Its memory as the kernel counts it (`None`: no memory control).
     pub memory: Option<allot_enforce::memory::MemoryUse>,
+    /// CPUs' worth of work outside every cell on its CPUs at the last
+    /// tick, and the CPUs its team leaves to that work (`None`: not
+    /// read yet).
+    pub outside: Option<(f64, u32)>,
 }
 
 /// Everything one scrape shows.
@@ -137,6 +141,12 @@ pub struct Snapshot {
     pub idle: u32,
     /// Cells waiting for admission.
     pub queue: u32,
+    /// CPUs' worth used outside every cell over the last second (`None`:
+    /// not measurable).
+    pub outside_cpus: Option<f64>,
+    /// The cells' weight together against work outside them, in
+    /// ordinary threads (`None`: not allot's to set).
+    pub together_threads: Option<f64>,
     /// Admitted cells.
     pub cells: Vec<CellGauges>,
     pub counters: Counters,

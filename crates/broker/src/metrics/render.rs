@@ -138,6 +138,22 @@ pub fn render(s: &Snapshot) -> String {
         "Admitted cells.",
         s.cells.len() as f64,
     );
+    if let Some(v) = s.outside_cpus {
+        gauge(
+            &mut out,
+            "allot_machine_outside_cpus",
+            "CPUs' worth used outside every cell over the last second.",
+            v,
+        );
+    }
+    if let Some(v) = s.together_threads {
+        gauge(
+            &mut out,
+            "allot_cells_weight_threads",
+            "What the cells together weigh in the kernel's scheduler against work outside them, in ordinary threads.",
+            v,
+        );
+    }
     gauge(
         &mut out,
         "allot_queue_length",
@@ -186,7 +202,7 @@ pub fn render(s: &Snapshot) -> String {
         &c.turn,
     );
     type Field = fn(&CellGauges) -> Option<f64>;
-    let per_cell: [(&str, &str, &str, Field); 12] = [
+    let per_cell: [(&str, &str, &str, Field); 14] = [
         (
             "allot_cell_cpus",
             "gauge",
@@ -258,6 +274,18 @@ pub fn render(s: &Snapshot) -> String {
             "gauge",
             "Share of the last 10 s some thread of the cell waited for memory (cgroup v2 pressure).",
             |c| c.memory.and_then(|m| m.pressure).map(|p| p / 100.0),
+        ),
+        (
+            "allot_cell_outside_cpus",
+            "gauge",
+            "CPUs' worth of work outside every cell on the cell's CPUs (the stacked pool's for a stacked cell), last tick.",
+            |c| c.outside.map(|(used, _)| used),
+        ),
+        (
+            "allot_cell_outside_taken_cpus",
+            "gauge",
+            "CPUs of the cell's the broker counts as outside work's: its team is that much smaller.",
+            |c| c.outside.map(|(_, taken)| taken.into()),
         ),
     ];
     for (name, kind, help, field) in per_cell {

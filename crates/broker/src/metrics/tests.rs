@@ -23,6 +23,8 @@ fn sample() -> Snapshot {
         capacity: 8,
         idle: 2,
         queue: 1,
+        outside_cpus: Some(0.75),
+        together_threads: Some(6.0),
         cells: vec![
             CellGauges {
                 id: 1,
@@ -43,6 +45,7 @@ fn sample() -> Snapshot {
                     oom_kills: 1,
                     pressure: Some(12.5),
                 }),
+                outside: Some((1.25, 1)),
             },
             CellGauges {
                 id: 2,
@@ -57,6 +60,7 @@ fn sample() -> Snapshot {
                 cpu_seconds: Some(3.0),
                 cpu_pressure_seconds: None,
                 memory: None,
+                outside: None,
             },
         ],
         counters: c,
@@ -191,6 +195,12 @@ fn build_process_and_per_cell_cpu_metrics_follow_the_conventions() {
     assert_eq!(samples[&named("allot_cell_memory_oom_kills_total")], 1.0);
     assert_eq!(samples[&named("allot_cell_memory_pressure_ratio")], 0.125);
     assert!(!samples.contains_key("allot_cell_memory_bytes{cell=\"2\",uid=\"0\"}"));
+    // Work outside the cells, and what the cells weigh against it.
+    assert_eq!(samples["allot_machine_outside_cpus"], 0.75);
+    assert_eq!(samples["allot_cells_weight_threads"], 6.0);
+    assert_eq!(samples[&named("allot_cell_outside_cpus")], 1.25);
+    assert_eq!(samples[&named("allot_cell_outside_taken_cpus")], 1.0);
+    assert!(!samples.contains_key("allot_cell_outside_cpus{cell=\"2\",uid=\"0\"}"));
     // Without /proc, the process families are left out, not zero.
     let quiet = check_format(&render(&Snapshot {
         process: None,

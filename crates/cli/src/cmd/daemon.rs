@@ -2,7 +2,7 @@
 
 use allot_broker::{Broker, Config, StartError};
 use allot_enforce::BackendKind;
-use allot_plan::GlobalPolicy;
+use allot_plan::{GlobalPolicy, Weighing};
 use allot_topo::CpuSet;
 use std::path::PathBuf;
 
@@ -22,6 +22,11 @@ pub struct Args {
     /// How CPUs are divided among cells.
     #[arg(long, value_name = "fair-share|priority|goals")]
     policy: Option<GlobalPolicy>,
+    /// How the cells weigh against work outside them: as the threads
+    /// their programs would run (threads, the default), or all together
+    /// as one process (group).
+    #[arg(long, value_name = "threads|group")]
+    weigh: Option<Weighing>,
     /// CPUs kept for processes outside any cell.
     #[arg(long, value_name = "N")]
     reserve: Option<u32>,
@@ -80,6 +85,9 @@ fn config(a: &Args) -> Result<Config, String> {
     if let Some(p) = a.policy {
         c.policy = p;
     }
+    if let Some(w) = a.weigh {
+        c.weigh = w;
+    }
     if let Some(m) = a.memory_reserve {
         c.memory_reserve = Some(m);
     }
@@ -133,6 +141,7 @@ fn check(c: &Config) -> Result<String, String> {
          state_dir         {}\n\
          backend           {}\n\
          policy            {}\n\
+         weigh             {}\n\
          cpus              {} ({})\n\
          reserve           {}\n\
          lend              {}\n\
@@ -150,6 +159,7 @@ fn check(c: &Config) -> Result<String, String> {
         c.state_dir.display(),
         c.backend,
         c.policy,
+        c.weigh,
         machine.usable(),
         machine.summary(),
         c.reserve,

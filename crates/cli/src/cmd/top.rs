@@ -116,6 +116,16 @@ fn memory_text(c: &allot_proto::status::CellStatus) -> String {
     t
 }
 
+/// Work outside the cells on a cell's CPUs for the table: CPUs' worth it
+/// used at the last tick, then `-N` when N of them are left to it.
+fn outside_text(c: &allot_proto::status::CellStatus) -> String {
+    match c.outside {
+        None => "-".into(),
+        Some(o) if o.taken > 0 => format!("{:.2} -{}", o.used, o.taken),
+        Some(o) => format!("{:.2}", o.used),
+    }
+}
+
 fn busy_bar(busy: f64, cpus: usize, width: usize) -> String {
     let frac = if cpus == 0 {
         0.0
@@ -173,6 +183,13 @@ pub fn draw(f: &mut Frame, v: &View) {
         cell_text(&m.pool),
         cell_text(&m.idle)
     ))];
+    if let Some(l) = &s.load {
+        let mut t = format!(" · load {:.2}", l.busy);
+        if let (Some(c), Some(u)) = (l.cells, l.unmanaged) {
+            t.push_str(&format!(": cells {c:.2}, outside {u:.2}"));
+        }
+        second.push(Span::raw(t));
+    }
     if let Some(p) = &b.journal_problem {
         second.push(Span::styled(
             format!("  JOURNAL: {}", cell_text(p)),
@@ -186,7 +203,7 @@ pub fn draw(f: &mut Frame, v: &View) {
     f.render_widget(Paragraph::new(cpu_map(s)), map);
 
     let header = Row::new([
-        "ID", "NAME", "CPUS", "LENT", "THR", "SHARE", "BUSY", "", "MIN-MAX", "MEM", "GEN",
+        "ID", "NAME", "CPUS", "LENT", "THR", "SHARE", "BUSY", "", "OUT", "MIN-MAX", "MEM", "GEN",
         "RUNTIMES",
     ])
     .style(Style::default().add_modifier(Modifier::REVERSED));
@@ -201,6 +218,7 @@ pub fn draw(f: &mut Frame, v: &View) {
             Cell::from(format!("{:.2}", c.share)),
             Cell::from(format!("{:.2}", c.busy)),
             Cell::from(busy_bar(c.busy, cpus, 10)),
+            Cell::from(outside_text(c)),
             Cell::from(format!(
                 "{}-{}{}",
                 c.spec.min,
@@ -225,6 +243,7 @@ pub fn draw(f: &mut Frame, v: &View) {
         Constraint::Length(6),
         Constraint::Length(5),
         Constraint::Length(10),
+        Constraint::Length(8),
         Constraint::Length(9),
         Constraint::Length(12),
         Constraint::Length(5),
@@ -266,7 +285,10 @@ pub fn draw(f: &mut Frame, v: &View) {
     f.render_widget(
         Paragraph::new(Line::from(vec![
             Span::styled("q", Style::default().add_modifier(Modifier::BOLD)),
-            Span::raw(" quit · busy = CPUs kept busy, smoothed · GEN = grant changes"),
+            Span::raw(
+                " quit · busy = CPUs kept busy, smoothed · OUT = CPUs' worth of work outside \
+                 the cells on its CPUs (-N: N left to it) · GEN = grant changes",
+            ),
         ])),
         foot,
     );
@@ -389,6 +411,7 @@ mod tests {
             memory: None,
             cache: None,
             timeline: None,
+            outside: None,
         };
         Status {
             version: STATUS_VERSION,
@@ -401,6 +424,9 @@ mod tests {
                 uptime_s: 12.0,
                 notes: vec![],
                 journal_problem: None,
+                weigh: "threads".into(),
+                together_weight: Some(200),
+                weight_wanted: 200,
             },
             machine: MachineStatus {
                 name: "test".into(),
@@ -488,6 +514,33 @@ mod tests {
             s.contains("broker at /s") && s.contains("cannot reach"),
             "{s}"
         );
+    }
+
+    #[test]
+    fn work_outside_the_cells_shows_in_the_head_and_per_cell() {
+        let mut st = status();
+        st.load = Some(allot_proto::status::LoadStatus {
+            window_s: 1.0,
+            busy: 1.9,
+            cells: Some(1.0),
+            unmanaged: Some(0.9),
+            pressure: None,
+            running: 3,
+            counters: None,
+        });
+        st.cells[0].outside = Some(allot_proto::status::OutsideStatus {
+            used: 0.5,
+            waiting: Some(0.45),
+            taken: 1,
+        });
+        let v = View {
+            socket: "/s".into(),
+            status: Some(st),
+            error: None,
+        };
+        let s = screen(&v, 160, 16);
+        assert!(s.contains("load 1.90: cells 1.00, outside 0.90"), "{s}");
+        assert!(s.contains("OUT") && s.contains("0.50 -1"), "{s}");
     }
 
     #[test]

@@ -6,11 +6,11 @@ pub use allot_testkit::{
     CgroupDirs, Proc, eventually, forking, sleeper, thread_masks, threaded, unique,
 };
 
-/// A grant of `cpus` alone: weight 1, no cap on CPU time.
+/// A grant of `cpus` alone: one thread's weight, no cap on CPU time.
 pub fn on_cpus(cpus: allot_topo::CpuSet) -> allot_enforce::Applied {
     allot_enforce::Applied {
         cpus,
-        weight: 1,
+        weight: allot_enforce::THREAD,
         bandwidth: None,
     }
 }

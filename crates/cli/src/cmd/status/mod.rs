@@ -150,6 +150,65 @@ fn held_line(v: &Status) -> Option<String> {
     (!each.is_empty()).then(|| format!("held through require: {}", each.join("; ")))
 }
 
+/// What the cells weigh together against work outside them, and why.
+fn weight_line(b: &allot_proto::status::BrokerStatus) -> Option<String> {
+    let how = match b.weigh.as_str() {
+        "" => return None,
+        "threads" => "as their programs' threads would",
+        "group" => "together as one process",
+        other => other,
+    };
+    Some(match b.together_weight {
+        Some(w) => format!(
+            "weight against work outside the cells: {} ordinary threads' worth (weigh = {}: {how})",
+            f64::from(w) / 100.0,
+            cell_text(&b.weigh)
+        ),
+        None if b.backend == "affinity" => {
+            "weight against work outside the cells: none (the affinity backend sets no weights)"
+                .to_string()
+        }
+        None => format!(
+            "weight against work outside the cells: not allot's to set (a delegated subtree: \
+             its owner's, as a systemd unit's CPUWeight=; docs/operations.md); weigh = {} \
+             would make it {} ordinary threads' worth",
+            cell_text(&b.weigh),
+            f64::from(b.weight_wanted) / 100.0
+        ),
+    })
+}
+
+/// One line on the work outside every cell that ran on a cell's CPUs,
+/// where there was any or its team is smaller for it.
+fn outside_line(c: &CellStatus) -> Option<String> {
+    let o = c.outside?;
+    if o.used < 0.05 && o.taken == 0 {
+        return None;
+    }
+    let granted = if c.stacked {
+        format!("the stacked pool {}", cell_text(&c.cpus))
+    } else {
+        format!("CPUs {}", cell_text(&c.cpus))
+    };
+    let mut line = format!(
+        "{} {}: {granted}; it used {} CPUs (last second), outside work {:.2}",
+        c.id,
+        name_of(c),
+        num(c.perf.as_ref().and_then(|p| p.cpu_used)),
+        o.used
+    );
+    if let Some(w) = o.waiting {
+        line.push_str(&format!(", its threads waited {w:.2}"));
+    }
+    if o.taken > 0 {
+        line.push_str(&format!(
+            "; {} CPU(s) left to that work: a team of {}",
+            o.taken, c.threads
+        ));
+    }
+    Some(line)
+}
+
 fn num(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.2}"))
 }
@@ -396,6 +455,9 @@ pub fn render(v: &Status) -> String {
             let _ = writeln!(out, "hardware counters: not counted ({})", cell_text(why));
         }
     }
+    if let Some(l) = weight_line(b) {
+        let _ = writeln!(out, "{l}");
+    }
     if v.cells.is_empty() {
         let _ = writeln!(out, "no cells");
     } else {
@@ -456,6 +518,13 @@ pub fn render(v: &Status) -> String {
         }
         if let Some(l) = held_line(v) {
             let _ = writeln!(out, "{l}");
+        }
+        let outside: Vec<String> = v.cells.iter().filter_map(outside_line).collect();
+        if !outside.is_empty() {
+            let _ = writeln!(out, "work outside the cells on their CPUs (last tick):");
+            for l in outside {
+                let _ = writeln!(out, "  {l}");
+            }
         }
         let goals: Vec<String> = v.cells.iter().filter_map(goal_line).collect();
         if !goals.is_empty() {

@@ -50,6 +50,7 @@ fn doc(names: &[&str]) -> Status {
         memory: None,
         cache: None,
         timeline: None,
+        outside: None,
     };
     Status {
         version: allot_proto::status::STATUS_VERSION,
@@ -62,6 +63,9 @@ fn doc(names: &[&str]) -> Status {
             uptime_s: 1.0,
             notes: vec![],
             journal_problem: None,
+            weigh: String::new(),
+            together_weight: None,
+            weight_wanted: 0,
         },
         machine: MachineStatus {
             name: "m".into(),
@@ -276,4 +280,67 @@ fn columns_line_up_whatever_the_name_lengths() {
     assert_eq!(col(table[1]), col(table[2]), "{text}");
     assert_eq!(table[0].find("CPUS").unwrap(), col(table[1]), "{text}");
     assert!(table[1].ends_with("openblas:run-time"), "{text}");
+}
+
+#[test]
+fn the_cells_weight_and_outside_work_on_their_cpus_get_lines() {
+    use allot_proto::status::{OutsideStatus, PerfStatus};
+    let mut v = doc(&["team", "calm", "unread"]);
+    v.broker.weigh = "threads".into();
+    v.broker.together_weight = Some(200);
+    v.cells[0].threads = 1;
+    v.cells[0].outside = Some(OutsideStatus {
+        used: 0.55,
+        waiting: Some(0.6),
+        taken: 1,
+    });
+    v.cells[0].perf = Some(PerfStatus {
+        window_s: 1.0,
+        cpus: 2.0,
+        cpu_used: Some(1.45),
+        waiting: None,
+        rate_per_s: None,
+        latencies: 0,
+        latency_window_s: 1.0,
+        p99_us: None,
+        ipc: None,
+        goal_met: None,
+        goal_note: String::new(),
+    });
+    v.cells[1].outside = Some(OutsideStatus {
+        used: 0.01,
+        waiting: None,
+        taken: 0,
+    });
+    let text = render(&v);
+    assert!(
+        text.contains(
+            "weight against work outside the cells: 2 ordinary threads' worth (weigh = threads: \
+             as their programs' threads would)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "1 team: CPUs 0-1; it used 1.45 CPUs (last second), outside work 0.55, its threads \
+             waited 0.60; 1 CPU(s) left to that work: a team of 1"
+        ),
+        "{text}"
+    );
+    // A few hundredths (the kernel's own work) and no reading: no line.
+    assert!(!text.contains("2 calm:"), "{text}");
+    assert!(!text.contains("3 unread:"), "{text}");
+    // Where the weight is not allot's, what would match.
+    v.broker.together_weight = None;
+    v.broker.weight_wanted = 1_600;
+    let text = render(&v);
+    assert!(
+        text.contains("not allot's to set") && text.contains("16 ordinary threads' worth"),
+        "{text}"
+    );
+    v.broker.backend = "affinity".into();
+    assert!(render(&v).contains("none (the affinity backend sets no weights)"));
+    // An older broker says nothing of it.
+    v.broker.weigh = String::new();
+    assert!(!render(&v).contains("weight against"));
 }
