@@ -34,6 +34,13 @@
 //! - **group**: allot's directory weighs as one ordinary process and each
 //!   cell as its spec weight, as the kernel would have it.
 //!
+//! A stacked cell's weight is its share rounded to a grid of quarter
+//! powers of two ([`on_grid`], within 9 % of it): every newcomer moves
+//! every stacked cell's share, and thousands of stacked cells arriving
+//! one by one would otherwise have every one's weight rewritten at every
+//! arrival; on the grid each is rewritten when their number has grown by
+//! about a fifth, and equal cells always weigh alike.
+//!
 //! Invariants ([`weigh`]): every cell's weight lies in `1..=max`; a time
 //! cell weighs `max` (its windows must win its CPUs); the other cells'
 //! weights keep their proportions (all scaled by one factor when the
@@ -101,6 +108,16 @@ pub struct Weights {
     pub together: u32,
 }
 
+/// `x` rounded to the nearest quarter power of two (1, 1.19, 1.41, 1.68,
+/// 2, …; within 9 %), as a whole number at least 1.
+pub fn on_grid(x: f64) -> u64 {
+    if !x.is_finite() || x <= 1.0 {
+        return 1;
+    }
+    let step = (x.log2() * 4.0).round() / 4.0;
+    (step.exp2().round() as u64).max(1)
+}
+
 /// One cell as [`weigh`] sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct Weighed<'a> {
@@ -118,9 +135,7 @@ pub fn weigh(how: Weighing, cells: &[Weighed<'_>], max: u32) -> Weights {
     let max = max.max(THREAD);
     let own = |c: &Weighed<'_>| -> u64 {
         match how {
-            Weighing::Threads if c.grant.stacked => {
-                (c.grant.share.max(0.0) * f64::from(THREAD)).round() as u64
-            }
+            Weighing::Threads if c.grant.stacked => on_grid(c.grant.share * f64::from(THREAD)),
             Weighing::Threads => u64::from(c.grant.threads.max(1)) * u64::from(THREAD),
             Weighing::Group => u64::from(c.spec.weight.max(1)) * u64::from(THREAD),
         }
@@ -208,7 +223,10 @@ mod tests {
             .collect();
         let w = weigh(Weighing::Threads, &weighed(&cells), 10_000);
         assert_eq!(w.together, 800);
-        assert!(w.cells.values().all(|&x| x == 50), "{w:?}");
+        assert!(
+            w.cells.values().all(|&x| u64::from(x) == on_grid(50.0)),
+            "{w:?}"
+        );
         let g = weigh(Weighing::Group, &weighed(&cells), 10_000);
         assert_eq!(g.together, THREAD);
         assert!(g.cells.values().all(|&x| x == 100), "{g:?}");
@@ -227,7 +245,7 @@ mod tests {
         let w = weigh(Weighing::Threads, &weighed(&cells), 10_000);
         assert_eq!(
             w.cells.values().copied().collect::<Vec<_>>(),
-            vec![400, 100, 200, 25, 75]
+            vec![400, 100, 200, on_grid(25.0) as u32, on_grid(75.0) as u32]
         );
         assert_eq!(w.together, 900);
         // Group: the spec weight alone.
@@ -274,6 +292,26 @@ mod tests {
         assert_eq!(weigh(Weighing::Threads, &[], 10_000).together, THREAD);
     }
 
+    #[test]
+    fn the_grid_keeps_within_nine_percent_and_changes_rarely() {
+        assert_eq!(on_grid(0.0), 1);
+        assert_eq!(on_grid(f64::NAN), 1);
+        assert_eq!((on_grid(2.0), on_grid(16.0), on_grid(50.0)), (2, 16, 54));
+        for x in [1.5, 3.0, 7.0, 50.0, 100.0, 333.0, 10_000.0] {
+            let g = on_grid(x) as f64;
+            assert!(
+                (g - x).abs() / x <= 0.095 || (g - x).abs() <= 0.5,
+                "{x} -> {g}"
+            );
+        }
+        // Shares of 200 hundredths among n = 3..=1000 stacked cells take
+        // few distinct values: a cell's weight changes about once each
+        // time their number grows by a fifth.
+        let mut seen: Vec<u64> = (3..=1000).map(|n| on_grid(200.0 / f64::from(n))).collect();
+        seen.dedup();
+        assert!(seen.len() <= 30, "{seen:?}");
+    }
+
     proptest! {
         #[test]
         fn weights_stay_in_range_and_in_proportion(
@@ -297,7 +335,7 @@ mod tests {
                 // What each cell should weigh, before the kernel's range.
                 let meant = |s: &CellSpec, g: &Grant| -> f64 {
                     match how {
-                        Weighing::Threads if g.stacked => g.share,
+                        Weighing::Threads if g.stacked => on_grid(g.share * 100.0) as f64 / 100.0,
                         Weighing::Threads => f64::from(g.threads),
                         Weighing::Group => f64::from(s.weight),
                     }

@@ -76,7 +76,6 @@ impl Engine {
             inputs.iter().map(|c| (c.id, c.spec)).collect();
         self.fit_teams(&mut next, &specs);
         let weights = self.weigh(&next, &specs);
-        let before = std::mem::replace(&mut self.outside.weights, weights);
         // Windows follow the plan's phases before any CPU set is applied:
         // a driven cell gets no CFS cap (`applied`).
         let rewindowed: Vec<u64> = inputs
@@ -103,6 +102,10 @@ impl Engine {
             })
             .map(|(id, g)| (id.0, g.clone()))
             .collect();
+        // Every cell whose CPUs change gets its new weight with them; the
+        // others whose weight moved, after the growth below.
+        let moved: std::collections::BTreeSet<u64> = changed.iter().map(|(id, _)| *id).collect();
+        let before = std::mem::replace(&mut self.outside.weights, weights);
         for (id, g) in &changed {
             let Some(old) = self
                 .cells
@@ -133,7 +136,7 @@ impl Engine {
             .filter(|(id, g)| {
                 !g.cpus.is_empty()
                     && self.cells.contains_key(&id.0)
-                    && !changed.iter().any(|(c, _)| *c == id.0)
+                    && !moved.contains(&id.0)
                     && before.cells.get(id) != self.outside.weights.cells.get(id)
             })
             .map(|(id, g)| (id.0, g.cpus))
