@@ -332,19 +332,24 @@ SWEEP_MODES=(split allot auto one dynamic passive seq)
 # which differs from `allot` only in who starts the broker).
 OUTSIDE_MODES=(split allot one dynamic passive seq)
 
-# Runs every mode of $@ (after the section, k and pattern) for each repeat,
-# interleaved and starting one further each repeat, with the time limit
-# each kind of mode needs.
+# Runs every mode of $@ (after the section, k and how much slower than
+# quiet the batch may be) for each repeat, interleaved and starting one
+# further each repeat, with the time limit each kind of mode needs: one
+# thread each runs the largest program (SCALES) on one CPU, or on
+# C/k of one when there are more programs than CPUs.
 run_modes() {
-  local section=$1 k=$2 slow=$3 rep j m mode lim
+  local section=$1 k=$2 slow=$3 rep j m mode lim x largest=0
   shift 3
   local modes=("$@")
+  for x in "${SCALES[@]}"; do
+    largest=$(calc "($x > $largest ? $x : $largest)")
+  done
   for ((rep = 1; rep <= REPEATS; rep++)); do
     for ((j = 0; j < ${#modes[@]}; j++)); do
       m=$(((j + rep - 1) % ${#modes[@]}))
       mode=${modes[m]}
       case "$mode" in
-        one) lim=$(ceil "$slow * 1.5 * $T_ALONE * $NCPU / $k + 3 + $LIMIT_EXTRA") ;;
+        one) lim=$(ceil "$slow * 1.5 * $T_ALONE * $NCPU * $largest / $S * ($k > $NCPU ? $k / $NCPU : 1) + 3 + $LIMIT_EXTRA") ;;
         seq) lim=$(ceil "$slow * 3 * $T_ALONE + $k * 0.2 + 3 + $LIMIT_EXTRA") ;;
         *) lim=$(ceil "$slow * 5 * $T_ALONE + 3 + $LIMIT_EXTRA") ;;
       esac
@@ -390,18 +395,18 @@ step_sweep() {
 declare -a OUTSIDE_PIDS=()
 OUTSIDE_CG=""
 start_outside() {
-  local i mnt=""
+  local i mnt="" name=$tag-outside-$1 joined
   OUTSIDE_CG=""
-  ((${1} > 0)) || return 0
+  (($1 > 0)) || return 0
   mnt=$(awk '$3 == "cgroup" && $4 ~ /(^|,)cpu(,|$)/ { print $2; exit }' /proc/mounts)
-  if [[ -n $mnt ]] && mkdir "$mnt/$tag-outside" 2>/dev/null; then
-    OUTSIDE_CG=$mnt/$tag-outside
+  if [[ -n $mnt ]] && mkdir "$mnt/$name" 2>/dev/null; then
+    OUTSIDE_CG=$mnt/$name
     echo $(($1 * 1024)) >"$OUTSIDE_CG/cpu.shares"
-  elif v2_has_cpu && mkdir "$(cgroup2_root)/$tag-outside" 2>/dev/null; then
-    OUTSIDE_CG=$(cgroup2_root)/$tag-outside
+  elif v2_has_cpu && mkdir "$(cgroup2_root)/$name" 2>/dev/null; then
+    OUTSIDE_CG=$(cgroup2_root)/$name
     echo $(($1 * 100 > 10000 ? 10000 : $1 * 100)) >"$OUTSIDE_CG/cpu.weight"
   else
-    NOTES+=("outside: no cpu cgroup for the busy processes; they and the ways without allot ran where the script runs")
+    NOTES+=("outside $1: no cpu cgroup for the busy processes; they and the ways without allot ran where the script runs")
   fi
   for ((i = 0; i < $1; i++)); do
     if [[ -n $OUTSIDE_CG ]]; then
@@ -413,17 +418,29 @@ start_outside() {
     fi
     OUTSIDE_PIDS+=($!)
   done
+  sleep 0.5
+  if [[ -n $OUTSIDE_CG ]]; then
+    joined=$(wc -l <"$OUTSIDE_CG/cgroup.procs")
+    if ((joined != $1)); then
+      fail "outside $1: $joined of $1 busy processes run in $OUTSIDE_CG"
+    fi
+  fi
 }
 
 stop_outside() {
-  local p
+  local p i
   for p in "${OUTSIDE_PIDS[@]}"; do
     kill -KILL -- "-$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null || true
     wait "$p" 2>/dev/null || true
   done
   OUTSIDE_PIDS=()
   if [[ -n $OUTSIDE_CG ]]; then
-    rmdir "$OUTSIDE_CG" 2>/dev/null || true
+    # A process killed a moment ago may still be leaving it.
+    for ((i = 0; i < 50; i++)); do
+      rmdir "$OUTSIDE_CG" 2>/dev/null && break
+      sleep 0.1
+    done
+    [[ -d $OUTSIDE_CG ]] && NOTES+=("could not remove $OUTSIDE_CG yet; the clean-up tries again")
     OUTSIDE_CG=""
   fi
 }
@@ -458,7 +475,6 @@ step_outside() {
     say "== outside: beside $b busy process(es) outside any cell: k = ${ks[*]} identical stencils," \
       "then one 4x longer than the others"
     start_outside "$b"
-    sleep 0.5
     for k in "${ks[@]}"; do
       SCALES=()
       for ((i = 0; i < k; i++)); do SCALES+=("$(calc "$S / $k")"); done

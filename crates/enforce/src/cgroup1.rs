@@ -415,6 +415,10 @@ impl Enforcer for Cgroup1 {
         Ok(())
     }
 
+    fn has_weights(&self) -> bool {
+        self.cpu.is_some()
+    }
+
     fn max_weight(&self) -> u32 {
         (MAX_SHARES * u64::from(crate::THREAD) / 1024) as u32
     }

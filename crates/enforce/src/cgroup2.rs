@@ -338,6 +338,10 @@ impl Enforcer for Cgroup2 {
         Ok(())
     }
 
+    fn has_weights(&self) -> bool {
+        true
+    }
+
     fn max_weight(&self) -> u32 {
         MAX_WEIGHT
     }

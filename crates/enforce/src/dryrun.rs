@@ -213,6 +213,9 @@ impl Enforcer for DryRun {
         self.record(Call::IoWeights(cell, weights.clone()));
         Ok(true)
     }
+    fn has_weights(&self) -> bool {
+        true
+    }
     fn set_together_weight(&mut self, weight: u32) -> Result<bool> {
         self.record(Call::Together(weight));
         Ok(true)

@@ -199,6 +199,11 @@ pub trait Enforcer: Send + fmt::Debug {
     }
     /// Applies a grant. Hot path: must not move processes.
     fn apply(&mut self, cell: u64, applied: &Applied) -> Result<()>;
+    /// Whether [`Applied::weight`] reaches the kernel (a cgroup `cpu`
+    /// controller); without it a weight alone is not worth an `apply`.
+    fn has_weights(&self) -> bool {
+        false
+    }
     /// The largest weight this backend can give a cell or the cells
     /// together, in [`Applied::weight`]'s unit.
     fn max_weight(&self) -> u32 {

@@ -39,9 +39,10 @@
 //!   barriers wait.
 //!
 //! [`teams`] then lowers the team (the grant's `threads`) of each
-//! best-effort cell by what outside work holds of its CPUs, never below
-//! one thread; guaranteed, exclusive and time cells keep theirs (their
-//! CPUs are promised; partitions keep outside work off). Only the team
+//! best-effort cell by what outside work holds of its CPUs (the stacked
+//! cells' teams together by what it holds of the pool), never below one
+//! thread; guaranteed, exclusive and time cells keep theirs (their CPUs
+//! are promised; partitions keep outside work off). Only the team
 //! moves: the cell's CPUs, and so what it may use should the outside work
 //! stop between ticks, stay as planned.
 
@@ -53,7 +54,8 @@ use std::collections::BTreeMap;
 /// A CPU counts as outside work's once it used this much of it in a
 /// reading (so that a CPU shared half and half with one of the team's
 /// threads counts, and the broker's own and the kernel's housekeeping,
-/// a few hundredths, never do).
+/// a few hundredths, do not; a reading over many CPUs may be off by a
+/// few tenths, which is why a count rises only where the team waited).
 pub const COUNTS_FROM: f64 = 0.4;
 
 /// Readings in a row in which the team waited for outside work before
@@ -138,7 +140,10 @@ impl Contention {
             };
             self.streak += 1;
             if self.streak >= RISE_AFTER {
-                self.held = (self.held + self.least).min(cpus);
+                // Never above what this reading counts: a team that waits
+                // on (its program ignores its size) must not make the
+                // count climb past the outside work there and fall back.
+                self.held = (self.held + self.least).min(counted(r.outside)).min(cpus);
                 self.streak = 0;
             }
         } else {
@@ -167,9 +172,11 @@ pub fn seed<'a>(cpus: &CpuSet, before: impl IntoIterator<Item = (&'a CpuSet, u32
 }
 
 /// Lowers the teams of `plan`'s best-effort cells (`specs`, by cell) by
-/// the CPUs outside work holds of theirs: `taken[id]` for a cell of whole
-/// CPUs, `pool` for the stacked pool (every stacked cell's team shrinks
-/// in proportion). Never below one thread; other cells are left as they
+/// the CPUs outside work holds of theirs: a whole-CPU cell's by
+/// `taken[id]`; the stacked cells' together by `pool` (what outside work
+/// holds of the pool), the largest teams first, until they fit what is
+/// left of the pool, and then their starting places on it (`home`) are
+/// laid out again. Never below one thread; other cells are left as they
 /// are.
 pub fn teams(
     plan: &mut Plan,
@@ -177,29 +184,45 @@ pub fn teams(
     taken: &BTreeMap<CellId, u32>,
     pool: u32,
 ) {
-    let pool_len = plan.pool.len() as u32;
+    let shrinks = |id: &CellId, g: &Grant| {
+        specs
+            .get(id)
+            .is_some_and(|s| !s.is_guaranteed() && !s.time.is_time() && !g.cpus.is_empty())
+    };
     for (id, g) in plan.cells.iter_mut() {
-        let Some(spec) = specs.get(id) else { continue };
-        if spec.is_guaranteed() || spec.time.is_time() || g.cpus.is_empty() {
-            continue;
-        }
-        g.threads = if g.stacked {
-            shrunk_in_pool(g, pool_len, pool)
-        } else {
+        if !g.stacked && shrinks(id, g) {
             let k = taken.get(id).copied().unwrap_or(0);
-            g.threads.saturating_sub(k).max(1)
+            g.threads = g.threads.saturating_sub(k).max(1);
+        }
+    }
+    let pool_len = plan.pool.len() as u32;
+    if pool == 0 || pool_len == 0 {
+        return;
+    }
+    let mut stacked: Vec<&mut Grant> = plan
+        .cells
+        .iter_mut()
+        .filter(|(id, g)| g.stacked && shrinks(id, g))
+        .map(|(_, g)| g)
+        .collect();
+    let fit = pool_len.saturating_sub(pool);
+    let mut total: u32 = stacked.iter().map(|g| g.threads).sum();
+    while total > fit {
+        let Some(g) = stacked
+            .iter_mut()
+            .filter(|g| g.threads > 1)
+            .max_by_key(|g| g.threads)
+        else {
+            break;
         };
+        g.threads -= 1;
+        total -= 1;
     }
-}
-
-/// A stacked cell's team when outside work holds `k` of the pool's `n`
-/// CPUs: its share of what is left.
-fn shrunk_in_pool(g: &Grant, n: u32, k: u32) -> u32 {
-    if n == 0 || k == 0 {
-        return g.threads;
+    let mut home = 0u32;
+    for g in plan.cells.values_mut().filter(|g| g.stacked) {
+        g.home = home % pool_len;
+        home = home.wrapping_add(g.threads);
     }
-    let left = u64::from(n.saturating_sub(k));
-    ((u64::from(g.threads) * left / u64::from(n)) as u32).max(1)
 }
 
 #[cfg(test)]
@@ -312,6 +335,48 @@ mod tests {
     }
 
     #[test]
+    fn a_team_that_waits_on_does_not_make_the_count_climb_past_the_work() {
+        // The program ignores its size: after the team shrinks its
+        // threads still wait for the busy process's half CPU.
+        let mut c = Contention::default();
+        for _ in 0..20 {
+            c.observe(read(0.5, 0.5), 4);
+            assert!(c.held() <= 1, "{c:?}");
+        }
+        assert_eq!(c.taken(4), 1);
+    }
+
+    #[test]
+    fn stacked_teams_of_one_stay_and_larger_ones_shrink_only_as_far_as_needed() {
+        let mut plan = Plan {
+            pool: CpuSet::parse_list("0-3").unwrap(),
+            ..Default::default()
+        };
+        for id in 1..=6 {
+            plan.cells.insert(CellId(id), grant("0-3", 1, true));
+        }
+        let specs: BTreeMap<CellId, CellSpec> = (1..=6)
+            .map(|id| (CellId(id), CellSpec::default()))
+            .collect();
+        teams(&mut plan, &specs, &BTreeMap::new(), 2);
+        assert!(plan.cells.values().all(|g| g.threads == 1));
+        // Two cells of two threads on a pool of four, one CPU taken:
+        // one thread in all is given up.
+        let mut plan = Plan {
+            pool: CpuSet::parse_list("0-3").unwrap(),
+            ..Default::default()
+        };
+        plan.cells.insert(CellId(1), grant("0-3", 2, true));
+        plan.cells.insert(CellId(2), grant("0-3", 2, true));
+        let specs: BTreeMap<CellId, CellSpec> = (1..=2)
+            .map(|id| (CellId(id), CellSpec::default()))
+            .collect();
+        teams(&mut plan, &specs, &BTreeMap::new(), 1);
+        let threads: Vec<u32> = plan.cells.values().map(|g| g.threads).collect();
+        assert_eq!(threads.iter().sum::<u32>(), 3, "{threads:?}");
+    }
+
+    #[test]
     fn a_one_cpu_group_counts_what_it_cannot_leave_and_a_grown_group_inherits_it() {
         let mut c = Contention::default();
         for _ in 0..2 {
@@ -363,8 +428,11 @@ mod tests {
         teams(&mut plan, &specs, &taken, 4);
         let threads: Vec<u32> = plan.cells.values().map(|g| g.threads).collect();
         // The best-effort cell loses one; the guaranteed one keeps its
-        // four; the stacked ones keep half of theirs (4 of 8 pool CPUs).
-        assert_eq!(threads, vec![3, 4, 2, 1]);
+        // four; the stacked ones fit the pool's 4 CPUs left, the larger
+        // team losing first; their places are laid out again.
+        assert_eq!(threads, vec![3, 4, 2, 2]);
+        let homes: Vec<u32> = plan.cells.values().map(|g| g.home).collect();
+        assert_eq!(&homes[2..], &[0, 2]);
         // Never below one.
         let taken = BTreeMap::from([(CellId(1), 9)]);
         teams(&mut plan, &specs, &taken, 8);

@@ -35,7 +35,7 @@
 //!   cell as its spec weight, as the kernel would have it.
 //!
 //! A stacked cell's weight is its share rounded to a grid of quarter
-//! powers of two ([`on_grid`], within 9 % of it): every newcomer moves
+//! powers of two ([`on_grid`], within a tenth of it): every newcomer moves
 //! every stacked cell's share, and thousands of stacked cells arriving
 //! one by one would otherwise have every one's weight rewritten at every
 //! arrival; on the grid each is rewritten when their number has grown by
@@ -109,7 +109,7 @@ pub struct Weights {
 }
 
 /// `x` rounded to the nearest quarter power of two (1, 1.19, 1.41, 1.68,
-/// 2, …; within 9 %), as a whole number at least 1.
+/// 2, …; within a tenth), as a whole number at least 1.
 pub fn on_grid(x: f64) -> u64 {
     if !x.is_finite() || x <= 1.0 {
         return 1;
@@ -293,7 +293,7 @@ mod tests {
     }
 
     #[test]
-    fn the_grid_keeps_within_nine_percent_and_changes_rarely() {
+    fn the_grid_keeps_within_a_tenth_and_changes_rarely() {
         assert_eq!(on_grid(0.0), 1);
         assert_eq!(on_grid(f64::NAN), 1);
         assert_eq!((on_grid(2.0), on_grid(16.0), on_grid(50.0)), (2, 16, 54));

@@ -90,9 +90,10 @@ pub struct BrokerStatus {
     #[serde(default)]
     pub weigh: String,
     /// The weight the cells together have against work outside them, in
-    /// hundredths of an ordinary thread (`None`: not allot's to set, as in
-    /// a subtree systemd or an operator delegated, whose weight is
-    /// theirs; or a backend without weights).
+    /// hundredths of an ordinary thread (`None`: not set by allot: a
+    /// subtree systemd or an operator delegated, whose weight is theirs;
+    /// a backend without weights; or the kernel refused every value so
+    /// far, as the broker's log says).
     #[serde(default)]
     pub together_weight: Option<u32>,
     /// What the cells together weigh as `weigh` says, in the same unit,
@@ -370,9 +371,11 @@ pub struct OutsideStatus {
     /// CPUs' worth the cell's threads there waited to run (`None`: not
     /// read, as where no outside work was seen).
     pub waiting: Option<f64>,
-    /// CPUs the broker counts as outside work's: a best-effort cell's
-    /// team (`threads`) is that much smaller, so that no barrier waits
-    /// for a thread the kernel gave to that work.
+    /// CPUs there the cell's team leaves to that work, so that no
+    /// barrier waits for a thread the kernel gave to it: a whole-CPU
+    /// cell's team (`threads`) is that much smaller; for a stacked cell,
+    /// the stacked cells' teams together are (0 for a guaranteed cell,
+    /// whose team stays).
     pub taken: u32,
 }
 

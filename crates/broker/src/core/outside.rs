@@ -101,6 +101,8 @@ pub(crate) struct Outside {
     pub(crate) weights: Weights,
     /// The directory's weight as last written.
     together: Option<u32>,
+    /// A weight the kernel refused (not tried again until it changes).
+    together_refused: Option<u32>,
     /// The backend said the directory's weight is not allot's.
     together_not_ours: bool,
     /// The machine's per-CPU busy time at the last tick.
@@ -179,17 +181,25 @@ impl Engine {
         for (key, (cpus, ids, shrinks)) in self.alone() {
             let was = old.get(&key).map_or(0, Group::leaves);
             // A group whose CPUs changed starts from what outside work
-            // held of them where they were read before.
+            // held of them where they were read before, and takes no
+            // reading this tick: the time since the last one was spent
+            // on the old CPUs, by other cells too.
             let mut g = match old.get(&key) {
                 Some(g) if g.cpus == cpus => g.clone(),
-                _ => Group {
-                    contention: Contention::seeded(seed(
-                        &cpus,
-                        old.values().map(|g| (&g.cpus, g.contention.held())),
-                    )),
-                    cpus,
-                    ..Default::default()
-                },
+                _ => {
+                    let g = Group {
+                        contention: Contention::seeded(seed(
+                            &cpus,
+                            old.values().map(|g| (&g.cpus, g.contention.held())),
+                        )),
+                        cpus,
+                        shrinks,
+                        ..Default::default()
+                    };
+                    changed |= g.leaves() != was;
+                    groups.insert(key, g);
+                    continue;
+                }
             };
             g.shrinks = shrinks;
             if let Some(used) = used_by(&ids) {
@@ -331,7 +341,7 @@ impl Engine {
     }
 
     /// The cells' weight together as the kernel has it (`None`: not
-    /// allot's to set, or not written yet).
+    /// allot's to set, or never written).
     pub(crate) fn together_weight(&self) -> Option<u32> {
         (!self.outside.together_not_ours)
             .then_some(self.outside.together)
@@ -339,17 +349,23 @@ impl Engine {
     }
 
     /// Writes the cells' weight together, if it changed and is allot's.
+    /// A write the kernel refused is tried again when the weight changes
+    /// (once per value, so a broken directory costs one warning each).
     pub(super) fn write_together(&mut self) {
         let w = self.outside.weights.together;
-        if self.outside.together_not_ours || self.outside.together == Some(w) {
+        let o = &self.outside;
+        if o.together_not_ours || o.together == Some(w) || o.together_refused == Some(w) {
             return;
         }
         match self.enforcer.set_together_weight(w) {
-            Ok(true) => self.outside.together = Some(w),
+            Ok(true) => {
+                self.outside.together = Some(w);
+                self.outside.together_refused = None;
+            }
             Ok(false) => self.outside.together_not_ours = true,
             Err(e) => {
                 warn!("the cells' weight against work outside them: {e}");
-                self.outside.together = Some(w);
+                self.outside.together_refused = Some(w);
             }
         }
     }

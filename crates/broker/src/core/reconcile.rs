@@ -70,8 +70,8 @@ impl Engine {
             ),
             Ok(())
         );
-        // Teams leave outside work the CPUs it holds; then every cell's
-        // weight follows its team (`outside`).
+        // Teams leave outside work the CPUs it holds; then every cell is
+        // weighed, by its team or its share of the pool (`outside`).
         let specs: std::collections::BTreeMap<CellId, allot_plan::CellSpec> =
             inputs.iter().map(|c| (c.id, c.spec)).collect();
         self.fit_teams(&mut next, &specs);
@@ -129,12 +129,15 @@ impl Engine {
             }
         }
         self.resume_granted(&next);
-        // Cells whose CPUs stayed but whose weight moved.
+        // Cells whose CPUs stayed but whose weight moved (on a backend
+        // with weights: the affinity backend's apply sets affinities
+        // again). A write the kernel refused is tried at the next plan.
         let reweighed: Vec<(u64, allot_topo::CpuSet)> = next
             .cells
             .iter()
             .filter(|(id, g)| {
-                !g.cpus.is_empty()
+                self.enforcer.has_weights()
+                    && !g.cpus.is_empty()
                     && self.cells.contains_key(&id.0)
                     && !moved.contains(&id.0)
                     && before.cells.get(id) != self.outside.weights.cells.get(id)
@@ -145,6 +148,7 @@ impl Engine {
             let applied = self.applied(id, cpus);
             if let Err(e) = self.enforcer.apply(id, &applied) {
                 warn!("cell {id}: {e}");
+                self.outside.weights.cells.remove(&CellId(id));
             }
         }
         self.write_together();

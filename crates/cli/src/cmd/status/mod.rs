@@ -169,9 +169,9 @@ fn weight_line(b: &allot_proto::status::BrokerStatus) -> Option<String> {
                 .to_string()
         }
         None => format!(
-            "weight against work outside the cells: not allot's to set (a delegated subtree: \
-             its owner's, as a systemd unit's CPUWeight=; docs/operations.md); weigh = {} \
-             would make it {} ordinary threads' worth",
+            "weight against work outside the cells: not set by allot (a delegated subtree's \
+             is its owner's, as a systemd unit's CPUWeight=; without a cpu controller there \
+             is none; docs/operations.md); weigh = {} would make it {} ordinary threads' worth",
             cell_text(&b.weigh),
             f64::from(b.weight_wanted) / 100.0
         ),
@@ -201,8 +201,9 @@ fn outside_line(c: &CellStatus) -> Option<String> {
         line.push_str(&format!(", its threads waited {w:.2}"));
     }
     if o.taken > 0 {
+        let of = if c.stacked { " of the pool" } else { "" };
         line.push_str(&format!(
-            "; {} CPU(s) left to that work: a team of {}",
+            "; {} CPU(s){of} left to that work: a team of {}",
             o.taken, c.threads
         ));
     }

@@ -335,7 +335,7 @@ fn the_cells_weight_and_outside_work_on_their_cpus_get_lines() {
     v.broker.weight_wanted = 1_600;
     let text = render(&v);
     assert!(
-        text.contains("not allot's to set") && text.contains("16 ordinary threads' worth"),
+        text.contains("not set by allot") && text.contains("16 ordinary threads' worth"),
         "{text}"
     );
     v.broker.backend = "affinity".into();
