@@ -22,17 +22,39 @@ const HOGS: usize = 5;
 /// close to what one CPU gives would be judged missed on noise.
 const GOAL_US: f64 = 60_000.0;
 
+/// One look at the broker while the server runs: seconds since it was
+/// started, the server's cell (if registered) and the machine's load.
+struct Sample {
+    at: f64,
+    cell: Option<allot_proto::status::CellStatus>,
+    load: Option<allot_proto::status::LoadStatus>,
+}
+
+impl std::fmt::Debug for Sample {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:5.1}s ", self.at)?;
+        match self
+            .cell
+            .as_ref()
+            .and_then(|c| c.perf.as_ref().map(|p| (c, p)))
+        {
+            Some((c, p)) => write!(
+                f,
+                "cpus {} ({:.2}) used {:?} p99 {:?} met {:?} {:?}",
+                c.cpus, p.cpus, p.cpu_used, p.p99_us, p.goal_met, p.goal_note
+            )?,
+            None => write!(f, "no server cell measured yet")?,
+        }
+        let outside = self.load.as_ref().and_then(|l| l.unmanaged);
+        write!(f, "; outside the cells {outside:?}")
+    }
+}
+
 /// Runs the server (300 requests a second of 2 ms each: 0.6 CPU of work)
 /// with `--goal p99=60ms` beside five hogs under a broker started with
 /// `daemon`; returns its report over the second half of 16 s, and the
-/// server cell's status and the machine's load near the end.
-fn serve(
-    daemon: &[&str],
-) -> (
-    serde_json::Value,
-    allot_proto::status::CellStatus,
-    allot_proto::status::LoadStatus,
-) {
+/// broker's view every quarter second until 14 s (printed as it comes).
+fn serve(daemon: &[&str]) -> (serde_json::Value, Vec<Sample>) {
     let d = Daemon::start("cgroup1", daemon);
     let kids = Killed(
         &d,
@@ -48,6 +70,7 @@ fn serve(
         .count()
         == HOGS));
     let server = std::thread::scope(|s| {
+        let start = std::time::Instant::now();
         let run = s.spawn(|| {
             run_out(allot_run(
                 &d,
@@ -73,10 +96,18 @@ fn serve(
                 ],
             ))
         });
-        std::thread::sleep(Duration::from_secs(14));
-        let st = d.status();
-        let srv = st.cells.iter().find(|c| c.name == "server").cloned();
-        let load = st.load.clone().expect("the machine's load");
+        let mut samples = Vec::new();
+        while start.elapsed() < Duration::from_secs(14) {
+            std::thread::sleep(Duration::from_millis(250));
+            let st = d.status();
+            let sample = Sample {
+                at: start.elapsed().as_secs_f64(),
+                cell: st.cells.iter().find(|c| c.name == "server").cloned(),
+                load: st.load.clone(),
+            };
+            eprintln!("{sample:?}");
+            samples.push(sample);
+        }
         let o = run.join().unwrap();
         let out = String::from_utf8_lossy(&o.stdout).to_string();
         assert!(
@@ -86,10 +117,18 @@ fn serve(
         );
         let report: serde_json::Value =
             serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
-        (report, srv.expect("the server's cell"), load)
+        (report, samples)
     });
     drop(kids);
     server
+}
+
+/// Whether the server holds one CPU of its own in `s`.
+fn own_cpu(s: &Sample) -> bool {
+    s.cell
+        .as_ref()
+        .and_then(|c| c.perf.as_ref())
+        .is_some_and(|p| (0.95..=1.05).contains(&p.cpus))
 }
 
 /// CPUs' worth of work outside every cell above which the machine is
@@ -98,42 +137,73 @@ fn serve(
 /// was, not what the policy decided.
 const BUSY_OUTSIDE: f64 = 0.2;
 
+/// The server's last measured window and the load at that look.
+fn last(
+    samples: &[Sample],
+) -> (
+    allot_proto::status::PerfStatus,
+    allot_proto::status::LoadStatus,
+) {
+    samples
+        .iter()
+        .rev()
+        .find_map(|s| Some((s.cell.as_ref()?.perf.clone()?, s.load.clone()?)))
+        .unwrap_or_else(|| panic!("the server never measured: {samples:#?}"))
+}
+
+fn note(s: &Sample) -> &str {
+    s.cell
+        .as_ref()
+        .and_then(|c| c.perf.as_ref())
+        .map_or("", |p| p.goal_note.as_str())
+}
+
 #[test]
 fn the_goals_policy_gives_a_latency_goal_its_cpu_and_fair_share_misses_it() {
     if !cgroup1_here() {
         return;
     }
-    let (report, cell, load) = serve(&["--policy", "goals"]);
-    eprintln!("goals: {report} {:?} {load:?}", cell.perf);
-    let perf = cell.perf.expect("measured");
-    let quiet = load.unmanaged.is_some_and(|u| u <= BUSY_OUTSIDE);
+    let (goals, samples) = serve(&["--policy", "goals"]);
+    eprintln!("goals: {goals}");
+    let (perf, load) = last(&samples);
+    let quiet = samples
+        .iter()
+        .filter_map(|s| s.load.as_ref()?.unmanaged)
+        .all(|u| u <= BUSY_OUTSIDE);
+    // What the policy decided: the server has a CPU of its own by the end
+    // of its warm-up and keeps it, unless (something outside the cells
+    // taking CPU time) the policy measured that no allocation meets the
+    // goal, said so and treated it as best effort. Either way it acted on
+    // the goal, which fair share (below) does not.
+    let first = samples
+        .iter()
+        .position(own_cpu)
+        .unwrap_or_else(|| panic!("never a CPU of its own: {samples:#?}"));
+    assert!(
+        samples[first].at <= 8.0,
+        "a CPU of its own only after the warm-up: {samples:#?}"
+    );
+    for s in &samples[first..] {
+        let infeasible = !quiet && note(s).contains("cannot be met");
+        assert!(own_cpu(s) || infeasible, "{s:?} in {samples:#?}");
+    }
     if quiet {
-        // What the policy decided, and what that bought.
+        // What that bought, as the broker judged it: once its queue had
+        // drained, a window met the goal on its CPU of its own. The
+        // server's own p99 over eight seconds is printed, not judged: one
+        // stall of the virtual machine (a CI run saw 105 ms of them, with
+        // the broker's window at 33 ms) moves it past the goal while the
+        // policy did exactly what it should.
         assert!(
-            (0.95..=1.05).contains(&perf.cpus),
-            "one CPU of its own beside the hogs: {perf:?}"
+            samples[first..]
+                .iter()
+                .any(|s| own_cpu(s) && note(s).contains("met with 1 CPU(s) of its own")),
+            "the goal never met on its own CPU: {samples:#?}"
         );
-        assert_eq!(perf.goal_met, Some(true), "{perf:?}");
-        assert!(perf.goal_note.contains("of its own"), "{perf:?}");
-        // What that bought, as the server saw it: its median request is
-        // served well inside the goal (under fair share its queue grows to
-        // seconds). Its own p99 over eight seconds is printed, not judged:
-        // one stall of the virtual machine (a CI run saw 105 ms of them,
-        // with the broker's window at 33 ms) moves it past the goal while
-        // the policy did exactly what it should.
-        let p50 = report["p50_us"].as_f64().unwrap();
-        assert!(p50 <= GOAL_US / 4.0, "median {p50} µs: {report}");
     } else {
-        // Something outside the cells took CPU time: the policy either
-        // gave the server its CPU or, measuring that no allocation meets
-        // the goal, said so and treated it as best effort. Either way it
-        // acted on the goal, which fair share (below) does not.
         eprintln!(
-            "the machine was busy outside the cells ({load:?}): the policy's decision is judged, not the server's p99"
+            "the machine was busy outside the cells: the policy's decision is judged, not the server's p99"
         );
-        let own = (0.95..=1.05).contains(&perf.cpus) && perf.goal_note.contains("of its own");
-        let infeasible = perf.goal_met == Some(false) && perf.goal_note.contains("cannot be met");
-        assert!(own || infeasible, "{perf:?}");
     }
     // Instructions per cycle exactly where this machine counts cycles (a
     // virtual machine often has no PMU; the status then says why).
@@ -146,16 +216,27 @@ fn the_goals_policy_gives_a_latency_goal_its_cpu_and_fair_share_misses_it() {
     // The same server under fair share is one cell of six on two CPUs:
     // a third of a CPU for 0.6 CPU of work, its queue grows (more so on a
     // busy machine).
-    let (report, cell, _) = serve(&[]);
-    eprintln!("fair share: {report} {:?}", cell.perf);
-    let perf = cell.perf.expect("measured");
+    let (fair, samples) = serve(&[]);
+    eprintln!("fair share: {fair}");
+    let (perf, _) = last(&samples);
     assert!(perf.cpus < 0.5, "a share beside the hogs: {perf:?}");
     assert_eq!(perf.goal_met, Some(false), "{perf:?}");
     assert!(perf.goal_note.contains("--policy goals"), "{perf:?}");
-    let p99 = report["p99_us"].as_f64().unwrap();
-    let served = report["requests"].as_f64().unwrap_or(0.0);
+    let p99 = fair["p99_us"].as_f64().unwrap();
+    let served = fair["requests"].as_f64().unwrap_or(0.0);
     assert!(
         p99 > GOAL_US || served == 0.0,
-        "fair share met the goal too: {report}"
+        "fair share met the goal too: {fair}"
     );
+    // What the goal's CPU bought, as the server saw it, against fair share
+    // in the same run: its median request waits a fraction as long (a
+    // CPU of its own from early in the warm-up serves the second half's
+    // requests in milliseconds; a third of a CPU queues them for seconds).
+    let median = |r: &serde_json::Value| r["p50_us"].as_f64().unwrap_or(f64::INFINITY);
+    if quiet && served > 0.0 {
+        assert!(
+            median(&goals) * 4.0 <= median(&fair),
+            "goals {goals} against fair share {fair}"
+        );
+    }
 }
