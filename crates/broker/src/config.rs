@@ -12,7 +12,8 @@
 //! lend = true               # lend idle CPUs (work conservation)
 //! cpus = "0-15"             # manage only these CPUs (default: all allowed)
 //! tick_ms = 100             # monitor period: usage sampling, demand
-//! cgroup_name = "allot"     # allot's directory in each cgroup hierarchy
+//! cgroup_name = "allot"     # allot's directory in each cgroup hierarchy (default: "allot"
+//!                           #   for state_dir /run/allot, else one named after state_dir)
 //! cgroup2_root = "/sys/fs/cgroup/allot"  # explicit (delegated) v2 subtree
 //! idle_exit_s = 0           # exit after this long with no cell and no client (0: never)
 //! state_dir = "/run/allot"  # journal location (default: next to the socket)
@@ -147,8 +148,9 @@ pub struct Config {
     pub cpus: Option<CpuSet>,
     /// Monitor period.
     pub tick: Duration,
-    /// cgroup directory name.
-    pub cgroup_name: String,
+    /// allot's directory name in each cgroup hierarchy, as set; `None`
+    /// for one tied to the state directory ([`Config::cgroup_name`]).
+    pub cgroup_name_set: Option<String>,
     /// Explicit cgroup v2 subtree.
     pub cgroup2_root: Option<PathBuf>,
     /// Exit when idle this long.
@@ -182,6 +184,52 @@ pub struct Config {
     pub unmanaged_from: Option<PathBuf>,
 }
 
+/// The state directory of the system's broker (root's, and the service's),
+/// whose cgroup directory is plainly `allot`.
+pub const SYSTEM_STATE_DIR: &str = "/run/allot";
+
+/// The cgroup directory name of a broker whose state directory is
+/// `state_dir` and which was given none: `allot` for the system's broker
+/// ([`SYSTEM_STATE_DIR`]); for any other, `allot-` with the directory's
+/// last name (up to 24 characters of `[A-Za-z0-9_-]`) and eight hex
+/// digits of a hash of its whole path. A pure function of the path: the
+/// same broker restarted finds its cells again.
+pub fn default_cgroup_name(state_dir: &Path) -> String {
+    if state_dir == Path::new(SYSTEM_STATE_DIR) {
+        return "allot".into();
+    }
+    let last: String = state_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+        .take(24)
+        .collect();
+    // FNV-1a, 64 bits: stable across builds and releases.
+    let hash = state_dir
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    let tag = format!("{:08x}", hash as u32);
+    if last.is_empty() {
+        format!("allot-{tag}")
+    } else {
+        format!("allot-{last}-{tag}")
+    }
+}
+
+/// Refuses a cgroup directory name that is not a plain name.
+pub fn check_cgroup_name(n: &str) -> Result<(), String> {
+    if n.is_empty() || n.contains('/') || n.starts_with('.') {
+        return Err(format!("cgroup_name {n:?} must be a plain directory name"));
+    }
+    Ok(())
+}
+
 impl Config {
     /// Defaults for a socket path: journal beside it, auto backend.
     pub fn new(socket: PathBuf) -> Config {
@@ -199,7 +247,7 @@ impl Config {
             lend: true,
             cpus: None,
             tick: DEFAULT_TICK,
-            cgroup_name: "allot".to_string(),
+            cgroup_name_set: None,
             cgroup2_root: None,
             idle_exit: None,
             sysfs: None,
@@ -227,7 +275,20 @@ impl Config {
         }
         .map_err(|e| format!("cannot read the machine's topology: {e}"))?;
         match &self.cpus {
-            Some(c) => machine.restrict(c).map_err(|e| format!("cpus = {c}: {e}")),
+            Some(c) => {
+                // A CPU the machine lacks (or does not allow the broker) is
+                // a mistake to name, not one to drop silently.
+                let missing = c.difference(machine.usable());
+                if !missing.is_empty() {
+                    return Err(format!(
+                        "cpus = {c}: CPU(s) {missing} are not on {} or not allowed to the \
+                         broker (it may use {}); name CPUs among those",
+                        machine.name(),
+                        machine.usable()
+                    ));
+                }
+                machine.restrict(c).map_err(|e| format!("cpus = {c}: {e}"))
+            }
             None => Ok(machine),
         }
     }
@@ -243,6 +304,16 @@ impl Config {
             );
         }
         Ok(())
+    }
+
+    /// allot's directory in each cgroup hierarchy: as set, else one tied
+    /// to the state directory ([`default_cgroup_name`]), so that brokers
+    /// with different state directories never share one.
+    pub fn cgroup_name(&self) -> String {
+        self.cgroup_name_set.clone().unwrap_or_else(|| {
+            let dir = std::path::absolute(&self.state_dir).unwrap_or(self.state_dir.clone());
+            default_cgroup_name(&dir)
+        })
     }
 
     /// The journal file.
@@ -326,10 +397,8 @@ impl Config {
             self.tick = Duration::from_millis(t);
         }
         if let Some(n) = f.cgroup_name {
-            if n.is_empty() || n.contains('/') || n.starts_with('.') {
-                return Err(format!("cgroup_name {n:?} must be a plain directory name"));
-            }
-            self.cgroup_name = n;
+            check_cgroup_name(&n)?;
+            self.cgroup_name_set = Some(n);
         }
         if let Some(r) = f.cgroup2_root {
             self.cgroup2_root = Some(r);
@@ -396,6 +465,33 @@ pub fn parse_metrics_addr(s: &str) -> Result<std::net::SocketAddr, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_state_directory_has_a_cgroup_directory_of_its_own() {
+        assert_eq!(default_cgroup_name(Path::new("/run/allot")), "allot");
+        let a = default_cgroup_name(Path::new("/home/ann/b"));
+        let b = default_cgroup_name(Path::new("/home/bob/b"));
+        assert!(
+            a.starts_with("allot-b-") && b.starts_with("allot-b-"),
+            "{a} {b}"
+        );
+        assert_ne!(a, b);
+        assert_eq!(a, default_cgroup_name(Path::new("/home/ann/b")));
+        assert_eq!(a.len(), "allot-b-".len() + 8);
+        let odd = default_cgroup_name(Path::new("/tmp/a b/..x/.hidden ünï"));
+        assert!(
+            odd.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
+            "{odd}"
+        );
+        // Set, it is kept; unset, it follows the state directory.
+        let mut c = Config::new(PathBuf::from("/tmp/x/sock"));
+        assert_eq!(c.cgroup_name(), default_cgroup_name(Path::new("/tmp/x")));
+        c.state_dir = PathBuf::from("/run/allot");
+        assert_eq!(c.cgroup_name(), "allot");
+        c.apply_toml("cgroup_name = \"mine\"").unwrap();
+        assert_eq!(c.cgroup_name(), "mine");
+    }
 
     #[test]
     fn file_overrides_defaults() {

@@ -69,9 +69,14 @@ pub struct Cgroup1 {
     memory: Option<MemoryGroups>,
     /// Where processes' cgroup memberships are read (`/proc`).
     proc: PathBuf,
+    /// The CPUs allot manages (`<cpuset>/<name>/cpuset.cpus`).
+    usable: CpuSet,
     /// Whether `<freezer>/hold` is frozen (see the module docs).
     holding: bool,
     cells: HashMap<u64, Cell>,
+    /// The flock on `<cpuset>/<name>` that keeps other brokers out of it
+    /// ([`crate::cgroupfs::claim_own`]); held for the backend's lifetime.
+    _claim: rustix::fd::OwnedFd,
 }
 
 /// allot's memory groups: `<mount><base>/<name>`, below the broker's own.
@@ -116,62 +121,81 @@ impl Cgroup1 {
         usable: CpuSet,
     ) -> Result<Cgroup1> {
         let cpuset = mounts.cpuset.join(name);
-        let mems = fs
-            .read(&mounts.cpuset.join("cpuset.mems"))
+        fs.read(&mounts.cpuset.join("cpuset.mems"))
             .map_err(err(format!(
                 "cgroup1 cpuset at {}",
                 mounts.cpuset.display()
             )))?;
         fs.mkdir(&cpuset)
             .map_err(err(format!("create {}", cpuset.display())))?;
-        fs.write(&cpuset.join("cpuset.cpus"), &usable.to_string())
-            .map_err(err(format!("set CPUs of {}", cpuset.display())))?;
-        fs.write(&cpuset.join("cpuset.mems"), mems.trim())
-            .map_err(err(format!("set memory nodes of {}", cpuset.display())))?;
-        fs.write(&cpuset.join("cgroup.clone_children"), "1")
-            .map_err(err(format!("set clone_children in {}", cpuset.display())))?;
-        let sub = |mount: &Option<PathBuf>| -> Result<Option<PathBuf>> {
-            let Some(m) = mount else { return Ok(None) };
-            let dir = m.join(name);
-            fs.mkdir(&dir)
-                .map_err(err(format!("create {}", dir.display())))?;
-            Ok(Some(dir))
-        };
-        let cpu = sub(&mounts.cpu)?;
+        // Another broker's directory is left as it is: claimed before
+        // anything in it is written.
+        let claim = crate::cgroupfs::claim_own(fs.as_ref(), &cpuset)?;
+        let sub = |mount: &Option<PathBuf>| mount.as_ref().map(|m| m.join(name));
+        let cpu = sub(&mounts.cpu);
         let cpuacct = if mounts.cpuacct == mounts.cpu {
             cpu.clone()
         } else {
-            sub(&mounts.cpuacct)?
+            sub(&mounts.cpuacct)
         };
-        let freezer = sub(&mounts.freezer)?;
-        let blkio = sub(&mounts.blkio)?;
-        let memory = match &mounts.memory {
-            Some((mount, base)) => {
-                let allot = format!("{}/{name}", base.trim_end_matches('/'));
-                let dir = mount.join(allot.trim_start_matches('/'));
-                fs.mkdir(&dir)
-                    .map_err(err(format!("create {}", dir.display())))?;
-                Some(MemoryGroups {
-                    dir,
-                    mount: mount.clone(),
-                    base: base.clone(),
-                    allot,
-                })
+        let memory = mounts.memory.as_ref().map(|(mount, base)| {
+            let allot = format!("{}/{name}", base.trim_end_matches('/'));
+            MemoryGroups {
+                dir: mount.join(allot.trim_start_matches('/')),
+                mount: mount.clone(),
+                base: base.clone(),
+                allot,
             }
-            None => None,
-        };
-        Ok(Cgroup1 {
+        });
+        let backend = Cgroup1 {
             fs,
             cpuset,
             cpu,
             cpuacct,
-            freezer,
-            blkio,
+            freezer: sub(&mounts.freezer),
+            blkio: sub(&mounts.blkio),
             memory,
+            usable,
             proc: PathBuf::from("/proc"),
             holding: false,
             cells: HashMap::new(),
-        })
+            _claim: claim,
+        };
+        backend.make_base()?;
+        Ok(backend)
+    }
+
+    /// Creates (or finds) allot's directories and sets the cpuset one up:
+    /// the managed CPUs, the parent's memory nodes and
+    /// `cgroup.clone_children`. Run at start and again when a cell cannot
+    /// be created because they are gone (someone removed them).
+    fn make_base(&self) -> Result<()> {
+        let cpuset = &self.cpuset;
+        let parent = cpuset.parent().unwrap_or(cpuset);
+        let mems = self
+            .fs
+            .read(&parent.join("cpuset.mems"))
+            .map_err(err(format!("cgroup1 cpuset at {}", parent.display())))?;
+        self.fs
+            .mkdir(cpuset)
+            .map_err(err(format!("create {}", cpuset.display())))?;
+        self.fs
+            .write(&cpuset.join("cpuset.cpus"), &self.usable.to_string())
+            .map_err(err(format!("set CPUs of {}", cpuset.display())))?;
+        self.fs
+            .write(&cpuset.join("cpuset.mems"), mems.trim())
+            .map_err(err(format!("set memory nodes of {}", cpuset.display())))?;
+        self.fs
+            .write(&cpuset.join("cgroup.clone_children"), "1")
+            .map_err(err(format!("set clone_children in {}", cpuset.display())))?;
+        let others = [&self.cpu, &self.cpuacct, &self.freezer, &self.blkio];
+        let memory = self.memory.as_ref().map(|m| m.dir.clone());
+        for dir in others.into_iter().flatten().chain(memory.as_ref()) {
+            self.fs
+                .mkdir(dir)
+                .map_err(err(format!("create {}", dir.display())))?;
+        }
+        Ok(())
     }
 
     /// Reads processes' cgroup memberships under `proc` instead of
@@ -286,9 +310,17 @@ impl Enforcer for Cgroup1 {
 
     fn create(&mut self, cell: u64) -> Result<()> {
         for d in self.dirs(cell) {
-            self.fs
-                .mkdir(&d)
-                .map_err(err(format!("create cell {cell}")))?;
+            match self.fs.mkdir(&d) {
+                // allot's own directory is gone (removed by someone): made
+                // again, and the cell in it.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    self.make_base()?;
+                    self.fs
+                        .mkdir(&d)
+                        .map_err(err(format!("create cell {cell}")))?;
+                }
+                other => other.map_err(err(format!("create cell {cell}")))?,
+            }
         }
         let mems = self
             .fs

@@ -44,6 +44,11 @@ pub struct Cgroup2 {
     /// The root's own `cpu.weight` is allot's to set (its own directory,
     /// not a subtree systemd or an operator delegated).
     weighs_root: bool,
+    /// The CPUs allot manages (the root's `cpuset.cpus`).
+    usable: CpuSet,
+    /// The flock on the root that keeps other brokers out of it
+    /// ([`crate::cgroupfs::claim_own`]); held for the backend's lifetime.
+    _claim: rustix::fd::OwnedFd,
 }
 
 #[derive(Debug)]
@@ -170,6 +175,7 @@ impl Cgroup2 {
         let created_root = !fs.exists(&root);
         fs.mkdir(&root)
             .map_err(err(format!("create {}", root.display())))?;
+        let claim = crate::cgroupfs::claim_own(fs.as_ref(), &root)?;
         let _ = fs.write(&root.join("cpuset.cpus"), &usable.to_string());
         enable(&root).map_err(err(format!("enable cpuset and cpu in {}", root.display())))?;
         Ok(Cgroup2 {
@@ -179,6 +185,8 @@ impl Cgroup2 {
             remove_root: created_root,
             partitions: Default::default(),
             weighs_root: false,
+            usable,
+            _claim: claim,
         })
     }
 
@@ -249,9 +257,30 @@ impl Enforcer for Cgroup2 {
 
     fn create(&mut self, cell: u64) -> Result<()> {
         let dir = self.root.join(format!("cell-{cell}"));
-        self.fs
-            .mkdir(&dir)
-            .map_err(err(format!("create cell {cell}")))?;
+        match self.fs.mkdir(&dir) {
+            // The root is gone (removed by someone): made again, with the
+            // managed CPUs and the controllers its cells need.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let root = &self.root;
+                self.fs
+                    .mkdir(root)
+                    .map_err(err(format!("create {}", root.display())))?;
+                let _ = self
+                    .fs
+                    .write(&root.join("cpuset.cpus"), &self.usable.to_string());
+                let control = root.join("cgroup.subtree_control");
+                self.fs
+                    .write(&control, "+cpuset +cpu")
+                    .map_err(err(format!("enable cpuset and cpu in {}", root.display())))?;
+                for x in ["+io", "+memory"] {
+                    let _ = self.fs.write(&control, x);
+                }
+                self.fs
+                    .mkdir(&dir)
+                    .map_err(err(format!("create cell {cell}")))?;
+            }
+            other => other.map_err(err(format!("create cell {cell}")))?,
+        }
         self.open_cell(cell).map(|_| ())
     }
 

@@ -37,6 +37,20 @@ pub trait CgroupFs: Send + Sync + std::fmt::Debug {
     fn exists(&self, path: &Path) -> bool {
         path.exists()
     }
+    /// Claims directory `dir` for this process: an exclusive `flock` on
+    /// it, held while the returned descriptor is open (the kernel's
+    /// cgroup files take flocks like any directory). Fails with
+    /// `WouldBlock` while another process holds it.
+    fn claim(&self, dir: &Path) -> io::Result<rustix::fd::OwnedFd> {
+        use rustix::fs::{FlockOperation, Mode, OFlags};
+        let fd = rustix::fs::open(
+            dir,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        )?;
+        rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive)?;
+        Ok(fd)
+    }
     /// Child cgroup directory names of `path`.
     fn children(&self, path: &Path) -> io::Result<Vec<String>> {
         let mut out: Vec<String> = std::fs::read_dir(path)?
@@ -47,6 +61,27 @@ pub trait CgroupFs: Send + Sync + std::fmt::Debug {
         out.sort();
         Ok(out)
     }
+}
+
+/// [`CgroupFs::claim`] for a broker's own directory `dir`: the error
+/// says that another broker manages it and how to give this one its own.
+/// One broker per directory: two would adopt each other's cells and
+/// remove the directory under each other.
+pub fn claim_own(fs: &dyn CgroupFs, dir: &Path) -> crate::Result<rustix::fd::OwnedFd> {
+    fs.claim(dir).map_err(|e| {
+        let what = format!("claim {}", dir.display());
+        if e.kind() == io::ErrorKind::WouldBlock {
+            crate::EnforceError::new(
+                what,
+                io::Error::other(
+                    "another broker manages this cgroup directory; give this broker one of \
+                     its own (--cgroup-name NAME, or cgroup_name = in its configuration)",
+                ),
+            )
+        } else {
+            crate::EnforceError::new(what, e)
+        }
+    })
 }
 
 /// The processes in cgroup `dir` (its `cgroup.procs`); none when it is

@@ -490,3 +490,77 @@ fn live_io_weights_reach_the_kernel() {
     b.remove(5).unwrap();
     b.cleanup().unwrap();
 }
+
+/// A fixture cpuset hierarchy with one memory node.
+fn cpuset_fixture(dir: &std::path::Path) -> (FixtureFs, V1Mounts) {
+    let cpuset = FixtureFs::new(FixtureLayout::V1Cpuset);
+    cpuset.populate(&dir.join("cpuset")).unwrap();
+    std::fs::write(dir.join("cpuset/cpuset.mems"), "0\n").unwrap();
+    let mounts = V1Mounts {
+        cpuset: dir.join("cpuset"),
+        cpu: None,
+        cpuacct: None,
+        freezer: None,
+        blkio: None,
+        memory: None,
+    };
+    (cpuset, mounts)
+}
+
+#[test]
+fn fixture_a_second_backend_is_refused_the_directory_the_first_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fs, mounts) = cpuset_fixture(dir.path());
+    let fs = Arc::new(fs);
+    let mut first = Cgroup1::new(fs.clone(), &mounts, "allot", CpuSet::first_n(4)).unwrap();
+    first.create(1).unwrap();
+    first
+        .apply(1, &on_cpus(CpuSet::parse_list("1").unwrap()))
+        .unwrap();
+    // A second broker on the same name is refused before it writes
+    // anything: the first one's directory keeps its CPUs and its cell.
+    let e = Cgroup1::new(fs.clone(), &mounts, "allot", CpuSet::first_n(2)).unwrap_err();
+    assert!(
+        e.to_string().contains("another broker manages") && e.to_string().contains("--cgroup-name"),
+        "{e}"
+    );
+    let allot = dir.path().join("cpuset/allot");
+    assert_eq!(
+        std::fs::read_to_string(allot.join("cpuset.cpus")).unwrap(),
+        "0-3"
+    );
+    assert!(allot.join("cell-1").is_dir());
+    // Another name is its own; the first's name is free once it is gone.
+    Cgroup1::new(fs.clone(), &mounts, "allot-b", CpuSet::first_n(2)).unwrap();
+    first.remove(1).unwrap();
+    drop(first);
+    Cgroup1::new(fs, &mounts, "allot", CpuSet::first_n(2)).unwrap();
+}
+
+#[test]
+fn fixture_a_removed_directory_is_made_again_for_the_next_cell() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fs, mounts) = cpuset_fixture(dir.path());
+    let mut b = Cgroup1::new(Arc::new(fs), &mounts, "allot", CpuSet::first_n(4)).unwrap();
+    let allot = dir.path().join("cpuset/allot");
+    std::fs::remove_dir_all(&allot).unwrap();
+    b.create(2).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(allot.join("cpuset.cpus")).unwrap(),
+        "0-3"
+    );
+    assert_eq!(
+        std::fs::read_to_string(allot.join("cpuset.mems")).unwrap(),
+        "0"
+    );
+    assert_eq!(
+        std::fs::read_to_string(allot.join("cgroup.clone_children")).unwrap(),
+        "1"
+    );
+    b.apply(2, &on_cpus(CpuSet::parse_list("2").unwrap()))
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(allot.join("cell-2/cpuset.cpus")).unwrap(),
+        "2"
+    );
+}

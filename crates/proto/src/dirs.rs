@@ -152,6 +152,51 @@ pub fn default_state_dir() -> PathBuf {
     }
 }
 
+/// Checks what sits at `socket` before a broker listens there: nothing,
+/// or a socket of this user's (a stopped broker's, which the broker then
+/// replaces if nobody answers on it). Anything else — a regular file, a
+/// directory, a link, another user's socket — is not allot's to remove:
+/// the error says what is there and what to do, and nothing is touched.
+/// Returns whether a socket of the user's is there.
+pub fn check_socket_path(socket: &Path) -> Result<bool, String> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let m = match std::fs::symlink_metadata(socket) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(format!("cannot look at {}: {e}", socket.display())),
+    };
+    let t = m.file_type();
+    let what = if t.is_socket() {
+        None
+    } else if t.is_file() {
+        Some("a regular file")
+    } else if t.is_dir() {
+        Some("a directory")
+    } else if t.is_symlink() {
+        Some("a symbolic link")
+    } else {
+        Some("not a socket")
+    };
+    if let Some(what) = what {
+        return Err(format!(
+            "{} is {what}, not a broker's socket: allot will not replace it; name a path \
+             that does not exist yet (for example {}) or remove it yourself",
+            socket.display(),
+            default_socket_path().display()
+        ));
+    }
+    let me = rustix::process::geteuid().as_raw();
+    if m.uid() != me {
+        return Err(format!(
+            "{} is a socket of user {}, not of this user ({me}): allot will not replace \
+             it; name a socket path of your own",
+            socket.display(),
+            m.uid()
+        ));
+    }
+    Ok(true)
+}
+
 /// The directory a socket path names (`.` for a bare file name).
 pub fn socket_parent(socket: &Path) -> &Path {
     match socket.parent() {
@@ -406,6 +451,29 @@ mod tests {
 
     fn chmod(p: &Path, mode: u32) {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    #[test]
+    fn only_a_free_path_or_a_socket_of_ours_may_become_a_socket() {
+        let t = tempfile::tempdir().unwrap();
+        assert_eq!(check_socket_path(&t.path().join("none")), Ok(false));
+        let file = t.path().join("notes.txt");
+        std::fs::write(&file, "important data\n").unwrap();
+        let e = check_socket_path(&file).unwrap_err();
+        assert!(
+            e.contains("is a regular file") && e.contains("will not replace"),
+            "{e}"
+        );
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "important data\n");
+        let e = check_socket_path(t.path()).unwrap_err();
+        assert!(e.contains("is a directory"), "{e}");
+        let link = t.path().join("link");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        let e = check_socket_path(&link).unwrap_err();
+        assert!(e.contains("symbolic link"), "{e}");
+        let sock = t.path().join("s.sock");
+        let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        assert_eq!(check_socket_path(&sock), Ok(true));
     }
 
     #[test]

@@ -36,7 +36,7 @@ fn paths(cfg: &Config, kind: BackendKind) -> Option<(PathBuf, PathBuf)> {
     let (root, allot) = match kind {
         BackendKind::Cgroup1 => {
             let cpuset = mounts.v1_for("cpuset")?.to_path_buf();
-            let allot = cpuset.join(&cfg.cgroup_name);
+            let allot = cpuset.join(cfg.cgroup_name());
             (cpuset, allot)
         }
         BackendKind::Cgroup2 => {
@@ -44,7 +44,7 @@ fn paths(cfg: &Config, kind: BackendKind) -> Option<(PathBuf, PathBuf)> {
                 Some(r) => r.clone(),
                 // The backend's own directory (inside systemd's delegated
                 // subtree where PID 1 is systemd).
-                None => allot_enforce::cgroup2_layout(&mounts, &cfg.cgroup_name)
+                None => allot_enforce::cgroup2_layout(&mounts, &cfg.cgroup_name())
                     .ok()?
                     .cells()
                     .to_path_buf(),

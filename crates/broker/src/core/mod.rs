@@ -220,7 +220,7 @@ impl Engine {
             allot_enforce::resctrl::Resctrl::open(
                 Arc::new(allot_enforce::cgroupfs::KernelFs),
                 &cfg.resctrl_root,
-                &cfg.cgroup_name,
+                &cfg.cgroup_name(),
             )
             .map_err(|a| a.to_string())
         };

@@ -173,6 +173,18 @@ pub enum StartError {
     /// Another broker serves the socket.
     #[error("another broker is already serving {0}")]
     AlreadyRunning(PathBuf),
+    /// Another broker holds the state directory, serving another socket.
+    #[error(
+        "another broker already keeps its journal in {dir} and serves {serving}: talk to it \
+         (ALLOT_SOCKET={serving}), or give this broker a state directory of its own \
+         (--state-dir)"
+    )]
+    StateDirTaken {
+        /// The state directory.
+        dir: PathBuf,
+        /// The socket the other broker serves, as its lock file says.
+        serving: String,
+    },
     /// Anything else, with what to do about it.
     #[error("{0}")]
     Other(String),
@@ -180,6 +192,37 @@ pub enum StartError {
 
 fn other(what: impl std::fmt::Display) -> StartError {
     StartError::Other(what.to_string())
+}
+
+/// Takes the state directory's lock (`broker.lock`, an flock held for
+/// the broker's lifetime: one broker per state directory) and writes the
+/// socket it serves into it, so that a broker refused the lock can say
+/// which one holds it.
+fn lock_state_dir(cfg: &Config) -> Result<OwnedFd, StartError> {
+    use rustix::fs::{FlockOperation, Mode, OFlags};
+    let lock_path = cfg.state_dir.join("broker.lock");
+    let lock = rustix::fs::open(
+        &lock_path,
+        OFlags::CREATE | OFlags::RDWR | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::from_raw_mode(0o600),
+    )
+    .map_err(|e| other(format!("cannot open {}: {e}", lock_path.display())))?;
+    if rustix::fs::flock(&lock, FlockOperation::NonBlockingLockExclusive).is_err() {
+        let serving = std::fs::read_to_string(&lock_path).unwrap_or_default();
+        let serving = serving.trim();
+        let same = serving.is_empty() || Path::new(serving) == cfg.socket;
+        return Err(if same {
+            StartError::AlreadyRunning(cfg.socket.clone())
+        } else {
+            StartError::StateDirTaken {
+                dir: cfg.state_dir.clone(),
+                serving: serving.to_string(),
+            }
+        });
+    }
+    let _ = rustix::fs::ftruncate(&lock, 0);
+    let _ = rustix::io::pwrite(&lock, cfg.socket.as_os_str().as_encoded_bytes(), 0);
+    Ok(lock)
 }
 
 fn add(ep: &OwnedFd, fd: impl AsFd, token: u64, flags: EventFlags) -> std::io::Result<()> {
@@ -191,6 +234,14 @@ impl Broker {
     /// Sets everything up: topology, backend, journal (adopting surviving
     /// cells), the socket. Fails if another broker serves the socket.
     pub fn start(cfg: Config) -> Result<Broker, StartError> {
+        // A socket passed by systemd is served as it is (it is not ours to
+        // remove or re-mode). Otherwise the path must be free or hold a
+        // socket of ours: a file a user named by mistake is refused before
+        // anything is created beside it.
+        let activated = activation::inherited(&cfg.socket).map_err(other)?;
+        if activated.is_none() {
+            allot_proto::dirs::check_socket_path(&cfg.socket).map_err(other)?;
+        }
         let dir = allot_proto::dirs::socket_parent(&cfg.socket).to_path_buf();
         let private = !rustix::process::geteuid().is_root();
         // The socket's and the journal's directories must be the broker's
@@ -200,21 +251,12 @@ impl Broker {
             .map_err(|e| other(format!("refusing the socket directory: {e}")))?;
         TrustedDir::create(&cfg.state_dir, 0o700)
             .map_err(|e| other(format!("refusing the state directory: {e}")))?;
-        // One broker per state directory: an flock held for our lifetime.
-        let lock_path = cfg.state_dir.join("broker.lock");
-        let lock = rustix::fs::open(
-            &lock_path,
-            rustix::fs::OFlags::CREATE | rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
-            rustix::fs::Mode::from_raw_mode(0o600),
-        )
-        .map_err(|e| other(format!("cannot open {}: {e}", lock_path.display())))?;
-        if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
-            return Err(StartError::AlreadyRunning(cfg.socket.clone()));
-        }
-        // A socket passed by systemd is served as it is (it is not ours to
-        // remove or re-mode); otherwise a stale socket file is replaced.
-        let activated = activation::inherited(&cfg.socket).map_err(other)?;
-        if activated.is_none() && cfg.socket.exists() {
+        let lock = lock_state_dir(&cfg)?;
+        // A stale socket of ours (a broker that died) is replaced; one that
+        // answers is another broker's.
+        if activated.is_none()
+            && allot_proto::dirs::check_socket_path(&cfg.socket).map_err(other)?
+        {
             if allot_proto::Conn::connect(&cfg.socket).is_ok() {
                 return Err(StartError::AlreadyRunning(cfg.socket.clone()));
             }
@@ -225,7 +267,7 @@ impl Broker {
         let (enforcer, notes) = allot_enforce::open(
             cfg.backend,
             &allot_enforce::OpenOptions {
-                cgroup_name: cfg.cgroup_name.clone(),
+                cgroup_name: cfg.cgroup_name(),
                 cgroup2_root: cfg.cgroup2_root.clone(),
                 usable: *machine.usable(),
             },

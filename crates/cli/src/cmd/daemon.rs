@@ -49,7 +49,10 @@ pub struct Args {
     /// Directory for the journal [default: the socket's directory].
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
-    /// Name of allot's directory in each cgroup hierarchy.
+    /// Name of allot's directory in each cgroup hierarchy [default: allot
+    /// for the state directory /run/allot, else allot-<its name>-<hash of
+    /// its path>]. Two running brokers never share one: the second is
+    /// refused.
     #[arg(long, value_name = "NAME")]
     cgroup_name: Option<String>,
     /// Serve Prometheus metrics at http://ADDR/metrics (IP:PORT, e.g.
@@ -113,7 +116,8 @@ fn config(a: &Args) -> Result<Config, String> {
         c.state_dir = d;
     }
     if let Some(n) = a.cgroup_name.clone() {
-        c.cgroup_name = n;
+        allot_broker::config::check_cgroup_name(&n).map_err(|e| format!("--cgroup-name: {e}"))?;
+        c.cgroup_name_set = Some(n);
     }
     if let Some(m) = a.metrics {
         c.metrics = Some(m);
@@ -166,7 +170,7 @@ fn check(c: &Config) -> Result<String, String> {
         c.lend,
         c.tick.as_millis(),
         c.idle_exit.map_or(0, |d| d.as_secs()),
-        c.cgroup_name,
+        c.cgroup_name(),
         c.show_other_users,
         c.metrics
             .map_or("off".to_string(), |m| format!("http://{m}/metrics")),
@@ -200,6 +204,10 @@ fn check(c: &Config) -> Result<String, String> {
     ))
 }
 
+/// `allot daemon`'s exit status when another broker serves its socket
+/// (`allot run`'s auto-start then waits for that broker's socket).
+pub const EXIT_ALREADY_SERVED: i32 = 3;
+
 /// Runs `allot daemon`.
 pub fn run(a: Args) -> i32 {
     let cfg = match config(&a) {
@@ -226,7 +234,11 @@ pub fn run(a: Args) -> i32 {
         Ok(b) => b,
         Err(e @ StartError::AlreadyRunning(_)) => {
             eprintln!("allot: {e}; stop it first (allot status shows it)");
-            return 3;
+            return EXIT_ALREADY_SERVED;
+        }
+        Err(e @ StartError::StateDirTaken { .. }) => {
+            eprintln!("allot: {e}");
+            return 4;
         }
         Err(e) => {
             eprintln!("allot: {e}");

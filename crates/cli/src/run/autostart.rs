@@ -27,6 +27,9 @@ pub enum NoBroker {
     /// The socket's directory could be controlled by another user: nothing
     /// in it may be trusted, and `allot run` refuses to go on.
     Untrusted(DirError),
+    /// Something that is not a broker's socket sits at the socket path:
+    /// `allot run` refuses (the user named the wrong path).
+    NotASocket(String),
     /// Anything else: the program may run unconfined.
     Failed(String),
 }
@@ -35,6 +38,7 @@ impl std::fmt::Display for NoBroker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             NoBroker::Untrusted(e) => write!(f, "{e}"),
+            NoBroker::NotASocket(e) => f.write_str(e),
             NoBroker::Failed(e) => f.write_str(e),
         }
     }
@@ -46,6 +50,13 @@ fn checked(e: DirError) -> NoBroker {
     } else {
         NoBroker::Failed(e.to_string())
     }
+}
+
+/// The last line the broker wrote to its log (its reason for exiting).
+fn last_error(log: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(log).ok()?;
+    let line = text.lines().rev().find(|l| !l.trim().is_empty())?;
+    Some(line.trim().trim_start_matches("allot: ").to_string())
 }
 
 /// A connection to the broker on `socket`, starting one if none answers
@@ -70,7 +81,9 @@ pub fn ensure_broker(socket: &Path, start: bool) -> Result<Client, NoBroker> {
             socket.display()
         )));
     }
-    // Starting one: the directory must be the user's own.
+    // Starting one: the socket path must be free or a stale socket of the
+    // user's, and the directory the user's own.
+    allot_proto::dirs::check_socket_path(socket).map_err(NoBroker::NotASocket)?;
     let dir = TrustedDir::create(dir_path, 0o700).map_err(checked)?;
     let exe = std::env::current_exe()
         .map_err(|e| NoBroker::Failed(format!("cannot find the allot binary: {e}")))?;
@@ -118,11 +131,13 @@ pub fn ensure_broker(socket: &Path, start: bool) -> Result<Client, NoBroker> {
             return Ok(c);
         }
         if let Ok(Some(st)) = child.try_wait() {
-            // Exit 3: another broker won the race; wait for its socket.
-            if st.code() != Some(3) {
+            // Another broker won the race for this socket: wait for it.
+            if st.code() != Some(crate::cmd::daemon::EXIT_ALREADY_SERVED) {
+                let log = dir.join("broker.log");
                 return Err(NoBroker::Failed(format!(
-                    "the broker it started exited ({st}); see {}",
-                    dir.join("broker.log").display()
+                    "the broker it started exited ({st}): {} (from {})",
+                    last_error(&log).unwrap_or_else(|| "it said nothing".into()),
+                    log.display()
                 )));
             }
         }

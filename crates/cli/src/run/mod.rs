@@ -296,6 +296,10 @@ pub fn run(a: Args) -> i32 {
             eprintln!("allot: refusing to use the broker's directory: {e}");
             return EXIT_ALLOT;
         }
+        Err(autostart::NoBroker::NotASocket(e)) => {
+            eprintln!("allot: {e}");
+            return EXIT_ALLOT;
+        }
         Err(e) => {
             warn(format!("{e}; running {} unconfined", cmd.to_string_lossy()));
             None
