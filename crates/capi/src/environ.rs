@@ -93,6 +93,11 @@ pub struct CellEnv {
     pub cell: Option<(std::path::PathBuf, u64, i32)>,
     /// The jobserver's MAKEFLAGS fragment.
     pub jobserver: Option<String>,
+    /// Whether `MAKEFLAGS` names the jobserver too: only where the user
+    /// asked make for parallel jobs (a GNU make that finds a jobserver in
+    /// `MAKEFLAGS` runs in parallel, and a build that was serial must stay
+    /// so). `CARGO_MAKEFLAGS` always does (cargo is parallel by default).
+    pub make_jobs: bool,
     /// Path of the shim to preload (`None`: no shim).
     pub shim: Option<std::path::PathBuf>,
     /// allot's Thread Composability Manager: the directory holding
@@ -129,7 +134,12 @@ pub fn variables(
         out.push((allot_proto::ENV_GRANT_FD.into(), fd.to_string().into()));
     }
     if let Some(js) = &c.jobserver {
-        for var in ["MAKEFLAGS", "CARGO_MAKEFLAGS"] {
+        let vars: &[&str] = if c.make_jobs {
+            &["MAKEFLAGS", "CARGO_MAKEFLAGS"]
+        } else {
+            &["CARGO_MAKEFLAGS"]
+        };
+        for &var in vars {
             // Keep the user's other flags; drop any earlier jobserver.
             let mut kept: Vec<String> = current(var)
                 .map(|v| v.to_string_lossy().into_owned())
@@ -208,6 +218,7 @@ mod tests {
             go_follows: false,
             cell: Some(("/s".into(), 4, 7)),
             jobserver: Some("-j2 --jobserver-auth=3,4".into()),
+            make_jobs: true,
             shim: Some("/x/shim.so".into()),
             tcm: Some(("/x/tcm-1".into(), 9)),
         };
@@ -229,6 +240,17 @@ mod tests {
             get(&vars, "MAKEFLAGS").unwrap(),
             "-k -j2 --jobserver-auth=3,4"
         );
+        // Where no one asked make for parallel jobs, MAKEFLAGS is left as
+        // it is (a make that finds a jobserver runs in parallel); cargo
+        // still gets it.
+        let serial = CellEnv {
+            make_jobs: false,
+            ..c.clone()
+        };
+        let vars = variables(&serial, &cur);
+        assert_eq!(get(&vars, "MAKEFLAGS"), None);
+        assert!(get(&vars, "CARGO_MAKEFLAGS").is_some());
+        let vars = variables(&c, &cur);
         assert_eq!(get(&vars, "LD_PRELOAD").unwrap(), "/x/shim.so:/other.so");
         assert_eq!(get(&vars, TCM_ENABLE).unwrap(), "1");
         assert_eq!(get(&vars, "ALLOT_TCM_FD").unwrap(), "9");
@@ -241,6 +263,7 @@ mod tests {
             tcm: None,
             cell: None,
             jobserver: None,
+            make_jobs: false,
             go_follows: true,
             ..c
         };

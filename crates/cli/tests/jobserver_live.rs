@@ -224,6 +224,59 @@ fn two_builds_share_the_cpus_and_the_survivor_speeds_up() {
     );
 }
 
+/// A make the user did not ask for parallel jobs stays serial in a cell
+/// of two CPUs, as under `taskset`: run as the program, and under a shell;
+/// a `MAKEFLAGS=-j2` of the user's is kept, not replaced by the grant.
+#[test]
+fn a_serial_make_stays_serial_and_the_users_makeflags_count() {
+    if !prerequisite(
+        allot_topo::allowed_cpus().unwrap().len() >= 2,
+        "needs two CPUs",
+    ) {
+        return;
+    }
+    let d = Daemon::start(backend(), &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let plain = makefile(dir.path(), "plain", 4, 0.2);
+    let o = run_out(allot_run(
+        &d,
+        &["--", "make", "-f", plain.to_str().unwrap()],
+    ));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let iv = intervals(&dir.path().join("plain.log"));
+    assert_eq!(iv.len(), 4, "{iv:?}");
+    assert_eq!(
+        max_concurrency(&iv, 0.0, f64::MAX),
+        1,
+        "make without -j: {iv:?}"
+    );
+    let shell = makefile(dir.path(), "shell", 4, 0.2);
+    let script = format!("echo \"[$MAKEFLAGS]\"; make -f {}", shell.display());
+    let mut c = allot_run(&d, &["--", "sh", "-c", &script]);
+    c.env_remove("MAKEFLAGS");
+    let o = run_out(c);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.starts_with("[]"),
+        "MAKEFLAGS given to a serial build: {out}"
+    );
+    let iv = intervals(&dir.path().join("shell.log"));
+    assert_eq!(
+        max_concurrency(&iv, 0.0, f64::MAX),
+        1,
+        "make under sh: {iv:?}"
+    );
+    // The user's own -j2: kept as the cap of the cell's jobserver.
+    let mut c = allot_run(&d, &["--", "sh", "-c", "echo \"$MAKEFLAGS\""]);
+    c.env("MAKEFLAGS", "-k -j2");
+    let o = run_out(c);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("-k") && out.contains("-j2 --jobserver-auth="),
+        "{out}"
+    );
+}
+
 const LEAK_PY: &str = r#"
 import os, re, signal
 flags = os.environ.get('MAKEFLAGS', '')
@@ -250,7 +303,11 @@ fn tokens_lost_with_a_crashed_client_are_restored() {
         leak.display(),
         mf.display()
     );
-    let o = run_out(allot_run(&d, &["--max", "2", "--", "sh", "-c", &script]));
+    // The user asks make for parallel jobs through MAKEFLAGS (a make
+    // under a shell gets the jobserver only then).
+    let mut c = allot_run(&d, &["--max", "2", "--", "sh", "-c", &script]);
+    c.env("MAKEFLAGS", "-j");
+    let o = run_out(c);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     assert!(

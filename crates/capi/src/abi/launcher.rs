@@ -158,6 +158,7 @@ fn cell_variables(
         go_follows: false,
         cell: page,
         jobserver: None,
+        make_jobs: false,
         shim,
         // A launcher asks for the manager apart
         // (`allot_cell_tcm_environment`).

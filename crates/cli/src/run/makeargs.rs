@@ -32,6 +32,29 @@ pub enum Jobs {
     Max(usize),
 }
 
+/// The job count a `MAKEFLAGS` value asks for: `-jN` / `--jobs=N`, `-j` /
+/// `--jobs` alone (unlimited), or none (`Absent`: make runs serially).
+/// A `--jobserver-auth` alone says nothing of the user's wish (an outer
+/// make's, or an earlier allot's).
+pub fn makeflags_jobs(flags: &str) -> Jobs {
+    let mut jobs = Jobs::Absent;
+    for f in flags.split_whitespace() {
+        let n = if let Some(n) = f.strip_prefix("--jobs") {
+            n.strip_prefix('=').unwrap_or(n)
+        } else if let Some(n) = f.strip_prefix("-j") {
+            n
+        } else {
+            continue;
+        };
+        jobs = match n.parse() {
+            Ok(n) => Jobs::Max(n),
+            Err(_) if n.is_empty() => Jobs::Unlimited,
+            Err(_) => jobs,
+        };
+    }
+    jobs
+}
+
 /// The short flags of each program that take an argument: a group with
 /// one of them before `j` (`-C dir`, make's `-f file`, ninja's `-k N`) is
 /// that flag's argument, not a `-j`.
@@ -159,6 +182,18 @@ mod tests {
 
     fn v(a: &[&str]) -> Vec<OsString> {
         a.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn makeflags_say_how_many_jobs_the_user_asked_for() {
+        assert_eq!(makeflags_jobs(""), Jobs::Absent);
+        assert_eq!(makeflags_jobs("-k"), Jobs::Absent);
+        assert_eq!(makeflags_jobs("--jobserver-auth=3,4"), Jobs::Absent);
+        assert_eq!(makeflags_jobs("-j3"), Jobs::Max(3));
+        assert_eq!(makeflags_jobs("k -j3 --jobserver-auth=3,4"), Jobs::Max(3));
+        assert_eq!(makeflags_jobs("-j"), Jobs::Unlimited);
+        assert_eq!(makeflags_jobs("--jobs=5"), Jobs::Max(5));
+        assert_eq!(makeflags_jobs("--jobs"), Jobs::Unlimited);
     }
 
     #[test]

@@ -200,6 +200,7 @@ pub fn run(a: Args) -> i32 {
     };
     let mut args: Vec<OsString> = a.command[1..].to_vec();
     let mut cap = None;
+    let make_jobs;
     let jobserver_on = a.jobserver.as_deref() != Some("off");
     let ninja = makeargs::is_ninja(&program);
     if jobserver_on && (ninja || makeargs::is_make(&program)) {
@@ -208,14 +209,29 @@ pub fn run(a: Args) -> i32 {
         } else {
             makeargs::MAKE_ARG_FLAGS
         };
-        let (stripped, jobs) = makeargs::strip_jobs(&args, flags);
+        let (stripped, mut jobs) = makeargs::strip_jobs(&args, flags);
         args = stripped;
+        // make's own -j wins; without one, the user's MAKEFLAGS says how
+        // many jobs they want (its -j would otherwise be replaced).
+        if jobs == makeargs::Jobs::Absent && !ninja {
+            jobs = makeflags_asked();
+        }
+        make_jobs = ninja || jobs != makeargs::Jobs::Absent;
         cap = match jobs {
             // ninja's -j0: no limit.
             makeargs::Jobs::Max(0) if ninja => None,
             makeargs::Jobs::Max(n) => Some(n.max(1)),
             _ => None,
         };
+    } else {
+        // Another program (a shell running make, cargo): a make below it
+        // gets the jobserver only where the user's MAKEFLAGS asked for
+        // parallel jobs, capped as they asked.
+        let jobs = makeflags_asked();
+        make_jobs = jobs != makeargs::Jobs::Absent;
+        if let makeargs::Jobs::Max(n) = jobs {
+            cap = Some(n.max(1));
+        }
     }
     let style = match a.jobserver.as_deref() {
         Some("off") => None,
@@ -420,6 +436,7 @@ pub fn run(a: Args) -> i32 {
             (socket.clone(), c.id(), fd.as_raw_fd())
         }),
         jobserver: js_flags,
+        make_jobs,
         shim,
         tcm: tcm.as_ref().map(|(dir, fd)| {
             use rustix::fd::AsRawFd;
@@ -612,6 +629,11 @@ fn shim_dir(socket: &std::path::Path) -> Result<TrustedDir, DirError> {
         Some(d) => TrustedDir::create(&d.join("shim"), 0o700),
         None => TrustedDir::create(&allot_proto::default_state_dir().join("shim"), 0o700),
     }
+}
+
+/// The jobs the user's `MAKEFLAGS` asks for ([`makeargs::makeflags_jobs`]).
+fn makeflags_asked() -> makeargs::Jobs {
+    std::env::var("MAKEFLAGS").map_or(makeargs::Jobs::Absent, |f| makeargs::makeflags_jobs(&f))
 }
 
 /// Keeps the jobserver in step with the grant until `done`.
