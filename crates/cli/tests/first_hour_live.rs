@@ -232,3 +232,60 @@ fn a_second_socket_in_a_taken_state_directory_is_named_not_waited_for() {
         "{err}"
     );
 }
+
+/// The cpuset line of a `/proc/PID/cgroup` text.
+fn cpuset_line(text: &str) -> Option<&str> {
+    text.lines().find(|l| {
+        l.split(':')
+            .nth(1)
+            .is_some_and(|c| c.split(',').any(|c| c == "cpuset"))
+    })
+}
+
+#[test]
+fn an_allot_run_inside_a_cell_runs_in_it_and_cannot_escape_its_max() {
+    if !cgroup1_here() {
+        return;
+    }
+    let d = Daemon::start("cgroup1", &[]);
+    // The outer cell holds one CPU; the inner allot run (under a shell,
+    // as in a job script) prints its program's cgroup and CPUs, then the
+    // outer program's own.
+    let script = format!(
+        "{ALLOT} run -- sh -c 'cat /proc/self/cgroup; grep Cpus_allowed_list /proc/self/status'; \
+         echo ---; cat /proc/self/cgroup; grep Cpus_allowed_list /proc/self/status; \
+         {ALLOT} run --max 2 -- true"
+    );
+    let out = run_out(allot_run(&d, &["--max", "1", "--", "sh", "-c", &script]));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let (inner, outer) = stdout.split_once("---").expect("both parts");
+    let cell = cpuset_line(outer).expect("outer cpuset");
+    assert!(cell.contains("/cell-"), "{outer}");
+    assert_eq!(
+        cpuset_line(inner),
+        Some(cell),
+        "inner ran elsewhere:\n{stdout}"
+    );
+    let cpus = |t: &str| {
+        t.lines()
+            .find(|l| l.starts_with("Cpus_allowed_list"))
+            .map(|l| l.to_string())
+    };
+    assert_eq!(cpus(inner), cpus(outer), "{stdout}");
+    assert!(
+        !cpus(inner).unwrap_or_default().contains(['-', ',']),
+        "one CPU: {stdout}"
+    );
+    // One cell only, and the options that would shape a cell of its own
+    // are named as not applied.
+    assert!(
+        stderr.contains("inside cell") && stderr.contains("not applied"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("inside cell").count(),
+        1,
+        "a plain nested run says nothing: {stderr}"
+    );
+}

@@ -246,3 +246,46 @@ fn cache_ways_where_nothing_can_keep_them_are_refused_and_nothing_starts() {
     assert!(err.contains("partitions no cache or bandwidth"), "{err}");
     assert!(!ran.exists(), "the program ran");
 }
+
+#[test]
+fn a_program_killed_at_its_memory_limit_is_told_so() {
+    if !memory_here() {
+        return;
+    }
+    let d = Daemon::start("cgroup1", &[]);
+    // 256M of data under a 64M limit (swap aside, the kernel kills it).
+    let out = run_out(allot_run(
+        &d,
+        &[
+            "--memory-max",
+            "64M",
+            "--",
+            "timeout",
+            "60",
+            "python3",
+            "-c",
+            "b = [bytearray(1 << 20) for _ in range(256)]",
+        ],
+    ));
+    let err = String::from_utf8_lossy(&out.stderr);
+    use std::os::unix::process::ExitStatusExt;
+    if out.status.signal() != Some(9) && out.status.code() != Some(137) {
+        // This machine swapped instead, or the limit did not apply.
+        assert!(!err.contains("out of memory"), "{err}");
+        eprintln!("not killed ({:?}): {err}", out.status);
+        return;
+    }
+    assert!(
+        err.contains("killed: out of memory at its 64M limit"),
+        "{:?}: {err}",
+        out.status
+    );
+    // A SIGKILL from elsewhere is not called a memory kill.
+    let out = run_out(allot_run(
+        &d,
+        &["--memory-max", "64M", "--", "sh", "-c", "kill -9 $$"],
+    ));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.signal(), Some(9));
+    assert!(!err.contains("out of memory"), "{err}");
+}

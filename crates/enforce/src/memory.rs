@@ -101,6 +101,37 @@ pub fn read(fs: &dyn CgroupFs, version: Version, dir: &Path) -> Option<MemoryUse
     }
 }
 
+/// The memory group a process is in, given its `/proc/PID/cgroup` text:
+/// its v1 memory hierarchy's group where that is mounted (`v1_memory`),
+/// else its cgroup v2 group under `cgroup2`.
+pub fn group_of(
+    proc_cgroup: &str,
+    v1_memory: Option<&Path>,
+    cgroup2: Option<&Path>,
+) -> Option<(Version, std::path::PathBuf)> {
+    if let Some(mount) = v1_memory {
+        let g = v1_group(proc_cgroup)?;
+        return Some((Version::V1, mount.join(g.trim_start_matches('/'))));
+    }
+    let g = proc_cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
+    Some((Version::V2, cgroup2?.join(g.trim().trim_start_matches('/'))))
+}
+
+/// The kernel's count of OOM kills in the cell memory group
+/// (`cell-<id>`) this process is in (`None`: it is in none). `allot run`
+/// compares it before and after its program to say that a program killed
+/// by SIGKILL was killed for its cell's memory limit.
+pub fn own_cell_oom_kills() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let mounts = crate::detect::Mounts::read();
+    let (version, dir) = group_of(&text, mounts.v1_for("memory"), mounts.cgroup2.as_deref())?;
+    let in_cell = dir
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with("cell-"));
+    in_cell.then_some(())?;
+    Some(read(&crate::cgroupfs::KernelFs, version, &dir)?.oom_kills)
+}
+
 /// v1 reports "no limit" as a huge page-rounded number.
 const UNLIMITED_V1: u64 = 1 << 62;
 
@@ -230,6 +261,24 @@ pub fn machine_total() -> u64 {
 mod tests {
     use super::*;
     use crate::cgroupfs::{FixtureFs, FixtureLayout};
+
+    #[test]
+    fn a_process_memory_group_is_found_in_either_version() {
+        let v1 = "12:memory:/user.slice/allot/cell-3\n3:cpuset:/allot/cell-3\n";
+        assert_eq!(
+            group_of(v1, Some(Path::new("/sys/fs/cgroup/memory")), None),
+            Some((
+                Version::V1,
+                "/sys/fs/cgroup/memory/user.slice/allot/cell-3".into()
+            ))
+        );
+        let v2 = "0::/allot/cell-4\n";
+        assert_eq!(
+            group_of(v2, None, Some(Path::new("/sys/fs/cgroup"))),
+            Some((Version::V2, "/sys/fs/cgroup/allot/cell-4".into()))
+        );
+        assert_eq!(group_of(v2, None, None), None);
+    }
 
     #[test]
     fn keyed_files_and_pressure_parse() {

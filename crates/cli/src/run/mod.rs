@@ -25,6 +25,7 @@ mod contract;
 pub mod env;
 pub mod jobserver;
 pub mod makeargs;
+mod nested;
 pub mod resolve;
 mod spawn;
 mod timeline;
@@ -298,6 +299,26 @@ pub fn run(a: Args) -> i32 {
         .clone()
         .unwrap_or_else(allot_proto::default_socket_path);
 
+    // Inside a cell already (an allot run below another's program): the
+    // program runs in that cell, unchanged, as taskset inside taskset.
+    if let Some(outer) = nested::enclosing(&socket) {
+        if spec != CellSpec::default() || a.wait || a.partition.is_some() {
+            warn(format!(
+                "this allot run is inside cell {outer} (an outer allot run's): {} runs in that \
+                 cell, and the options that ask for a cell of its own are not applied; give \
+                 them to the outer allot run (or run with ALLOT_CELL unset for a cell of its \
+                 own)",
+                cmd.to_string_lossy()
+            ));
+        }
+        let e = std::process::Command::new(&program)
+            .arg0(cmd)
+            .args(&a.command[1..])
+            .exec();
+        eprintln!("allot: cannot run '{}': {e}", cmd.to_string_lossy());
+        return 126;
+    }
+
     // The CPUs this process may use before the broker confines it to its
     // first grant: the most the program could ever be given, so the
     // ceiling of its OpenMP teams (the grant of the moment may be smaller).
@@ -427,6 +448,10 @@ pub fn run(a: Args) -> i32 {
         .ok()
         .and_then(|mut f| allot_enforce::runtimes::go_release(&mut f))
         .is_some_and(|r| r.follows_cpu_set());
+    // OOM kills in the cell's memory group so far (this process is in it
+    // already), to tell afterwards whether a SIGKILL came from its limit.
+    let memory_max = a.memory_max.filter(|_| cell.is_some());
+    let oom_before = memory_max.and_then(|_| allot_enforce::memory::own_cell_oom_kills());
     let cell_env = CellEnv {
         launch,
         max,
@@ -584,6 +609,17 @@ pub fn run(a: Args) -> i32 {
             Some(c) => timeline::report(&socket, c.id(), pid, &marks),
             None => eprintln!("allot: no timeline: the program ran outside any cell"),
         }
+    }
+    if status.signal() == Some(libc::SIGKILL)
+        && let (Some(max), Some(before)) = (memory_max, oom_before)
+        && allot_enforce::memory::own_cell_oom_kills().is_some_and(|now| now > before)
+    {
+        eprintln!(
+            "allot: {}: killed: out of memory at its {} limit (--memory-max); give it more \
+             or make it use less",
+            cmd.to_string_lossy(),
+            size_text(max)
+        );
     }
     // No release: this process and the program are the cell's members, and
     // the broker ends the cell the moment the last of them exits.
@@ -745,6 +781,16 @@ impl Program {
             Program::Raw(pid) => spawn::wait(*pid),
         }
     }
+}
+
+/// A size as a user writes it: `64M` where it is a whole number of MiB.
+fn size_text(bytes: u64) -> String {
+    for (unit, shift) in [("T", 40), ("G", 30), ("M", 20), ("K", 10)] {
+        if bytes >= 1 << shift && bytes % (1 << shift) == 0 {
+            return format!("{}{unit}", bytes >> shift);
+        }
+    }
+    format!("{bytes} bytes")
 }
 
 /// Exits like the program did: same code, or death by the same signal.
