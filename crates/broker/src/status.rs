@@ -156,8 +156,10 @@ impl Engine {
                 reserve: self.plan.reserve.to_string(),
                 pool: self.plan.pool.to_string(),
                 time: self.plan.time.to_string(),
-                time_reserve: 1.0
-                    - f64::from(self.planner.time_limit()) / f64::from(allot_plan::PPM),
+                // Whole parts per million, then a fraction: 0.05, not
+                // 1 - 0.95 = 0.050000000000000044.
+                time_reserve: f64::from(allot_plan::PPM.saturating_sub(self.planner.time_limit()))
+                    / f64::from(allot_plan::PPM),
                 idle: idle.to_string(),
                 held_outside: self.account.outside.to_string(),
                 memory: self.memory.capacity.map(|capacity| MachineMemory {

@@ -68,6 +68,9 @@ fn a_time_cell_shares_its_cpu_with_best_effort_cells_and_shows_its_contract() {
     assert!(g_tt.cpus.is_subset(&g_be.lent), "{g_be:?}");
     let st = w.core.status(ROOT);
     assert_eq!(st.machine.time, g_tt.cpus.to_string());
+    // The default reserve, as written in the configuration (no float
+    // residue in the JSON).
+    assert_eq!(st.machine.time_reserve, 0.05);
     let c = st.cells.iter().find(|c| c.id == tt).unwrap();
     assert_eq!(c.spec.contract, "time-triggered");
     assert_eq!(

@@ -187,7 +187,7 @@ fn admit_time(
     let region = match time.region(admitted, Some(new)) {
         Ok(r) => r,
         Err(why) => {
-            return Admission::NotNow(format!("{why}; retry later or pass --wait to queue"));
+            return Admission::NotNow(format!("{why}; {RETRY}"));
         }
     };
     let (held, best_effort) = space_need(admitted, new, pause);
@@ -197,13 +197,32 @@ fn admit_time(
     }
     Admission::NotNow(format!(
         "time cells would then need {region} CPUs, leaving {space} of {capacity} to space cells, \
-         but their guarantees hold {held}{}; retry later or pass --wait to queue",
+         but their guarantees hold {held}{}; {RETRY}",
         if best_effort {
             " and one stays with the best-effort cells"
         } else {
             ""
         }
     ))
+}
+
+/// The advice that ends a refusal for now: what a request that did not
+/// ask to wait can do.
+pub const RETRY: &str = "retry later or pass --wait to queue";
+
+/// A refusal's reason as a request already waiting in the queue is told
+/// it: without the advice to retry or to wait ([`RETRY`]).
+pub fn waiting_reason(reason: &str) -> String {
+    reason.replace(&format!("; {RETRY}"), "")
+}
+
+/// `n` of `what`, with its plural: "1 guaranteed CPU", "2 guaranteed CPUs".
+fn cpus(n: u32, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
 }
 
 fn admit_space(
@@ -219,8 +238,9 @@ fn admit_space(
     let want = new.guaranteed();
     if want > capacity {
         return Admission::Never(format!(
-            "asks for at least {want} CPUs but only {capacity} are available to cells on this machine \
-             ({usable} usable, {reserve} reserved for other processes)"
+            "asks for at least {} but only {capacity} are available to cells on this machine \
+             ({usable} usable, {reserve} reserved for other processes)",
+            cpus(want, "CPU")
         ));
     }
     let (domain, largest) = match new.placement {
@@ -256,8 +276,9 @@ fn admit_space(
     };
     Admission::NotNow(if new.is_guaranteed() {
         format!(
-            "asks for {want} guaranteed CPUs but only {} of {capacity} are unguaranteed now \
-             (guarantees held by: {holders}{}{timed}); retry later or pass --wait to queue",
+            "asks for {} but only {} of {capacity} are unguaranteed now (guarantees held by: \
+             {holders}{}{timed}); {RETRY}",
+            cpus(want, "guaranteed CPU"),
             capacity.saturating_sub(
                 region
                     + held
@@ -272,8 +293,7 @@ fn admit_space(
     } else {
         format!(
             "all {capacity} CPUs are guaranteed to other cells (guarantees held by: \
-             {holders}{timed}); a best-effort cell needs one unguaranteed CPU; retry later or \
-             pass --wait to queue"
+             {holders}{timed}); a best-effort cell needs one unguaranteed CPU; {RETRY}"
         )
     })
 }

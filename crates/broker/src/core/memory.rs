@@ -72,8 +72,11 @@ pub fn admit(capacity: Option<u64>, reserve: u64, guaranteed: u64, asked: &Memor
     let Some(capacity) = capacity else {
         return Verdict::Never(
             "the broker's backend has no memory control (it needs cgroup v2 with the memory \
-             controller, or the cgroup v1 memory hierarchy); ask for no memory, or start the \
-             broker with such a backend"
+             controller, or the cgroup v1 memory hierarchy). Without root: run it in a systemd \
+             user scope that limits its memory (systemd-run --user --scope -p MemoryMax=SIZE \
+             -- allot run …), or start your own broker on a cgroup v2 subtree delegated to you \
+             (cgroup2_root, see docs/operations.md); as root: start the broker with such a \
+             backend. Or ask for no memory"
                 .to_string(),
         );
     };

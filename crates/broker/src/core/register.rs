@@ -189,6 +189,7 @@ impl Engine {
                 )
             }
             Admission::NotNow(reason) if wait => {
+                let reason = allot_plan::admission::waiting_reason(&reason);
                 let Some(id) = self.allocate_id() else {
                     return one(ids_exhausted());
                 };
@@ -361,7 +362,7 @@ impl Engine {
                     }
                 }
                 Admission::NotNow(r) => {
-                    self.cells.queue[i].reason = r;
+                    self.cells.queue[i].reason = allot_plan::admission::waiting_reason(&r);
                     i += 1;
                 }
                 Admission::Never(r) => {

@@ -452,7 +452,12 @@ pub fn render(v: &Status) -> String {
             ));
         }
         let _ = writeln!(out, "{line}; {} runnable now", l.running);
-        if let Some(why) = &l.counters {
+        // Counters matter for goal cells only: said where one runs.
+        let goals = v
+            .cells
+            .iter()
+            .any(|c| c.spec.goal != allot_proto::status::GoalStatus::None);
+        if let Some(why) = l.counters.as_ref().filter(|_| goals) {
             let _ = writeln!(out, "hardware counters: not counted ({})", cell_text(why));
         }
     }

@@ -170,6 +170,10 @@ fn goals_and_the_load_get_lines_and_cells_without_either_none() {
     );
     assert!(text.contains("2 batch: no goal, 150.0/s;"), "{text}");
     assert!(!text.contains("3 quiet:"), "{text}");
+    // Without a goal cell the counters matter to nothing shown: no line.
+    v.cells[0].spec.goal = GoalStatus::None;
+    let text = render(&v);
+    assert!(!text.contains("hardware counters"), "{text}");
 }
 
 #[test]
