@@ -50,9 +50,10 @@ done
 if [ ! -e "$root/etc/allot/allotd.toml" ]; then
   install -d -m 755 "$root/etc/allot"
   cat > "$root/etc/allot/allotd.toml" <<'TOML'
-# allot broker configuration. Every key is optional; the keys and their
-# defaults are in docs/operations.md ("Configuration"). To see the settings
-# in effect and check them against this machine:
+# allot broker configuration. Every key is optional; the keys, their
+# defaults and meanings: man 5 allotd.toml (and operations.md among the
+# documents in /usr/share/doc/allot or PREFIX/share/doc/allot). To see the
+# settings in effect and check them against this machine:
 #   allot daemon --check-config --config /etc/allot/allotd.toml
 TOML
 fi
@@ -60,8 +61,13 @@ fi
 "$bin" completions zsh | install -D -m 644 /dev/stdin "$root/usr/share/zsh/vendor-completions/_allot"
 "$bin" completions fish | install -D -m 644 /dev/stdin "$root/usr/share/fish/vendor_completions.d/allot.fish"
 "$bin" man --out "$root$prefix/share/man/man1" > /dev/null
+install -d -m 755 "$root$prefix/share/man/man5"
+mv "$root$prefix/share/man/man1/allotd.toml.5" "$root$prefix/share/man/man5/"
+# The documents the pages and the configuration file point to.
+install -d -m 755 "$root$prefix/share/doc/allot"
+install -m 644 "$here/README.md" "$here"/docs/*.md "$root$prefix/share/doc/allot/"
 
-echo "installed under ${root:-/}: $prefix/bin/allot$installed_lab, /etc/systemd/system/allotd.{socket,service}, /etc/allot/allotd.toml, completions, man pages"
+echo "installed under ${root:-/}: $prefix/bin/allot$installed_lab, /etc/systemd/system/allotd.{socket,service}, /etc/allot/allotd.toml, completions, man pages, documents"
 if [ "$enable" = 1 ] && [ -d /run/systemd/system ]; then
   systemctl daemon-reload
   systemctl enable --now allotd.socket

@@ -4,7 +4,8 @@
 #   /usr/bin/allot, /usr/bin/allot-lab          (stripped)
 #   /usr/lib/systemd/system/allotd.{socket,service}
 #   /etc/allot/allotd.toml                      (a conffile, kept on upgrade)
-#   /usr/share/man/man1/allot*.1.gz, bash/zsh/fish completions
+#   /usr/share/man/man1/allot*.1.gz, man5/allotd.toml.5.gz,
+#   /usr/share/doc/allot/ (README.md and docs/*.md), bash/zsh/fish completions
 #   /usr/lib/liballot.so.VERSION (soname liballot.so.0), liballot.so.0,
 #   liballot.so, liballot.a, /usr/include/allot.h and allot/*.h,
 #   /usr/lib/pkgconfig/allot.pc
@@ -79,7 +80,7 @@ bash "$here/scripts/install-service.sh" --root "$stage" --prefix /usr --bin "$wo
 mkdir -p "$stage/usr/lib/systemd/system"
 mv "$stage/etc/systemd/system/"allotd.* "$stage/usr/lib/systemd/system/"
 rmdir -p "$stage/etc/systemd/system" 2>/dev/null || true
-gzip -9n "$stage/usr/share/man/man1/"*.1
+gzip -9n "$stage/usr/share/man/man1/"*.1 "$stage/usr/share/man/man5/"*.5
 bash "$here/scripts/install-liballot.sh" --from "$from" --destdir "$stage" /usr 2>/dev/null
 strip --strip-debug "$stage/usr/lib/liballot.so.$version" "$stage/usr/lib/liballot.a"
 

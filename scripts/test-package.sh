@@ -83,6 +83,7 @@ if [ "${#slurm[@]}" = 1 ]; then
 fi
 for p in /usr/bin/allot /usr/bin/allot-lab /usr/lib/systemd/system/allotd.service \
   /usr/lib/systemd/system/allotd.socket /etc/allot/allotd.toml /usr/share/man/man1/allot.1.gz \
+  /usr/share/man/man5/allotd.toml.5.gz /usr/share/doc/allot/operations.md \
   /usr/share/bash-completion/completions/allot /usr/include/allot.h /usr/include/allot/require.h \
   /usr/lib/pkgconfig/allot.pc /usr/lib/liballot.so /usr/lib/liballot.so.0 /usr/lib/liballot.a; do
   grep -qx "$p" "$work/files" || fail "the package lacks $p"

@@ -1,47 +1,7 @@
 //! Broker configuration: command-line settings over an optional TOML file.
 //!
-//! ```toml
-//! # /etc/allot/allotd.toml (every key optional)
-//! backend = "auto"          # auto | cgroup2 | cgroup1 | affinity | dry-run
-//! policy = "fair-share"     # fair-share | priority | goals
-//! weigh = "threads"         # against work outside the cells, they weigh as their programs'
-//!                           #   threads would (threads) or all together as one process (group)
-//! reserve = 0               # CPUs kept for processes outside any cell
-//! memory_reserve = "2G"     # memory never guaranteed to cells (default: 1/20 of it)
-//! time_reserve = 0.05       # share of every CPU never promised to time cells
-//! lend = true               # lend idle CPUs (work conservation)
-//! cpus = "0-15"             # manage only these CPUs (default: all allowed)
-//! tick_ms = 100             # monitor period: usage sampling, demand
-//! cgroup_name = "allot"     # allot's directory in each cgroup hierarchy (default: "allot"
-//!                           #   for state_dir /run/allot, else one named after state_dir)
-//! cgroup2_root = "/sys/fs/cgroup/allot"  # explicit (delegated) v2 subtree
-//! idle_exit_s = 0           # exit after this long with no cell and no client (0: never)
-//! state_dir = "/run/allot"  # journal location (default: next to the socket)
-//! show_other_users = false  # status (and metrics) show other users' cell names
-//! metrics = "127.0.0.1:9464"  # serve Prometheus metrics at http://ADDR/metrics (default: off)
-//! partitions = true         # exclusive cells are kernel cpuset partitions (cgroup v2, kernel 6.7+)
-//! isolate = false           # keep interrupts and unbound workqueues off exclusive cells' CPUs
-//! isolate_root = "/"        # where /proc/irq and /sys are (a test's fixture tree)
-//! confine_unmanaged = false # run processes outside any cell on the reserve (needs reserve >= 1)
-//! unmanaged_from = "/sys/fs/cgroup/cpuset"  # the cgroup whose processes count as unmanaged
-//!
-//! [limits]                  # what one user may make the broker keep; root is exempt
-//! connections = 64          # open connections
-//! cells = 64                # admitted cells
-//! queued = 4                # cells waiting for admission
-//! members = 256             # processes per cell
-//! kinds = 16                # resource kinds defined
-//! devices = 256             # devices per kind
-//! holdings = 1024           # ledger items held per process
-//! cells_total = 4096        # admitted cells, all users together
-//! kinds_total = 256         # kinds, all users together
-//! channels = 64             # named channels created
-//! channel_mib = 256         # MiB of channel memory created
-//!
-//! [[channel_acl]]           # who else may open a named channel (its creator always may)
-//! name = "frames.in"        # the channel's name
-//! uids = [1001, 1002]       # users allowed to open either end
-//! ```
+//! Every key, with its default and meaning, is [`EXAMPLE`] (also the
+//! `allotd.toml(5)` man page).
 //!
 //! The limits bound the broker's memory and time whatever its clients send
 //! (a `Register` listing 4096 members, thousands of kind definitions, idle
@@ -54,6 +14,50 @@ use allot_topo::CpuSet;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// The configuration file, every key with its default and meaning: the
+/// reference `allot man` renders as `allotd.toml(5)`.
+pub const EXAMPLE: &str = r#"# /etc/allot/allotd.toml (every key optional)
+backend = "auto"          # auto | cgroup2 | cgroup1 | affinity | dry-run
+policy = "fair-share"     # fair-share | priority | goals
+weigh = "threads"         # against work outside the cells, they weigh as their programs'
+                          #   threads would (threads) or all together as one process (group)
+reserve = 0               # CPUs kept for processes outside any cell
+memory_reserve = "2G"     # memory never guaranteed to cells (default: 1/20 of it)
+time_reserve = 0.05       # share of every CPU never promised to time cells
+lend = true               # lend idle CPUs (work conservation)
+cpus = "0-15"             # manage only these CPUs (default: all allowed)
+tick_ms = 100             # monitor period: usage sampling, demand
+cgroup_name = "allot"     # allot's directory in each cgroup hierarchy (default: "allot"
+                          #   for state_dir /run/allot, else one named after state_dir)
+cgroup2_root = "/sys/fs/cgroup/allot"  # explicit (delegated) v2 subtree
+idle_exit_s = 0           # exit after this long with no cell and no client (0: never)
+state_dir = "/run/allot"  # journal location (default: next to the socket)
+show_other_users = false  # status (and metrics) show other users' cell names
+metrics = "127.0.0.1:9464"  # serve Prometheus metrics at http://ADDR/metrics (default: off)
+partitions = true         # exclusive cells are kernel cpuset partitions (cgroup v2, kernel 6.7+)
+isolate = false           # keep interrupts and unbound workqueues off exclusive cells' CPUs
+isolate_root = "/"        # where /proc/irq and /sys are (a test's fixture tree)
+confine_unmanaged = false # run processes outside any cell on the reserve (needs reserve >= 1)
+unmanaged_from = "/sys/fs/cgroup/cpuset"  # the cgroup whose processes count as unmanaged
+
+[limits]                  # what one user may make the broker keep; root is exempt
+connections = 64          # open connections
+cells = 64                # admitted cells
+queued = 4                # cells waiting for admission
+members = 256             # processes per cell
+kinds = 16                # resource kinds defined
+devices = 256             # devices per kind
+holdings = 1024           # ledger items held per process
+cells_total = 4096        # admitted cells, all users together
+kinds_total = 256         # kinds, all users together
+channels = 64             # named channels created
+channel_mib = 256         # MiB of channel memory created
+
+[[channel_acl]]           # who else may open a named channel (its creator always may)
+name = "frames.in"        # the channel's name
+uids = [1001, 1002]       # users allowed to open either end
+"#;
 
 /// Share of every CPU kept from time cells by default (5 %): the broker,
 /// the kernel's own threads and unmanaged processes run in it.
@@ -465,6 +469,14 @@ pub fn parse_metrics_addr(s: &str) -> Result<std::net::SocketAddr, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_reference_file_is_a_valid_configuration() {
+        let mut c = Config::new(PathBuf::from("/tmp/x/sock"));
+        c.apply_toml(EXAMPLE).unwrap();
+        assert_eq!(c.cgroup_name(), "allot");
+        assert_eq!(c.limits.connections, 64);
+    }
 
     #[test]
     fn each_state_directory_has_a_cgroup_directory_of_its_own() {

@@ -36,7 +36,10 @@ fn a_waiting_request_does_not_turn_away_cells_that_cannot_delay_it() {
     let Reply::Queued { reason, .. } = reply(&e) else {
         unreachable!()
     };
-    assert!(reason.contains("guaranteed CPUs") && !reason.contains("--wait"), "{reason}");
+    assert!(
+        reason.contains("guaranteed CPUs") && !reason.contains("--wait"),
+        "{reason}"
+    );
     // A best-effort cell fits now and beside "big" once "held" leaves:
     // admitted at once (it used to be refused: "cells are already waiting").
     let (_, _, _be) = page(register(

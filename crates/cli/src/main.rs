@@ -11,7 +11,13 @@ use clap::{CommandFactory, Parser, Subcommand};
 /// Share one machine's CPUs between parallel programs without
 /// oversubscribing it.
 #[derive(Debug, Parser)]
-#[command(name = "allot", version, long_about = None, propagate_version = true)]
+#[command(
+    name = "allot",
+    version,
+    long_about = None,
+    propagate_version = true,
+    after_help = cmd::manual::TOP_EXAMPLES
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -21,8 +27,10 @@ struct Cli {
 enum Command {
     /// Run a program in a cell: confined to the CPUs the broker grants it,
     /// with thread-count variables, a jobserver and the OpenMP shim.
+    #[command(after_help = cmd::manual::RUN_EXAMPLES)]
     Run(run::Args),
     /// Run the broker (allotd) in the foreground.
+    #[command(after_help = cmd::manual::DAEMON_EXAMPLES)]
     Daemon(cmd::daemon::Args),
     /// Show the broker's cells and grants.
     Status(cmd::status::Args),

@@ -162,6 +162,19 @@ fn bench_mix_rejects_bad_arguments_clearly() {
     }
 }
 
+/// `allot demo --help` and `allot bench --help` name the command the user
+/// typed, not the lab binary they hand over to.
+#[test]
+fn demo_and_bench_help_name_allot() {
+    for sub in ["demo", "bench"] {
+        let out = Command::new(ALLOT).args([sub, "--help"]).output().unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{help}");
+        assert!(help.contains(&format!("Usage: allot {sub}")), "{help}");
+        assert!(!help.contains("allot-lab"), "{help}");
+    }
+}
+
 /// The workloads are not part of the `allot` binary: `allot-lab workload`
 /// builds them on first use, says what to install when gcc is missing,
 /// builds the runtime's kernels with a gcc that has no OpenMP, and says so

@@ -487,6 +487,16 @@ fn the_install_script_stages_units_completions_and_man_pages() {
         bash.contains("complete") && bash.contains("--launch-threads"),
         "bash completion lacks run's options"
     );
+    // Options with a fixed set of values complete to those values, not
+    // to file names.
+    for values in [
+        "\"any llc numa\"",
+        "\"pipe fifo off\"",
+        "\"auto cgroup2 cgroup1 affinity dry-run\"",
+        "\"fair-share priority goals\"",
+    ] {
+        assert!(bash.contains(values), "no completion to {values}");
+    }
     assert!(r.join("usr/share/zsh/vendor-completions/_allot").exists());
     assert!(
         r.join("usr/share/fish/vendor_completions.d/allot.fish")
@@ -501,4 +511,22 @@ fn the_install_script_stages_units_completions_and_man_pages() {
         !r.join("opt/allot/share/man/man1/allot-help.1").exists(),
         "a page for clap's help command"
     );
+    // What the pages cite exists: no allot-help(1); allotd.toml(5) and
+    // the documents are installed; run's page says how it exits.
+    let top = std::fs::read_to_string(r.join("opt/allot/share/man/man1/allot.1")).unwrap();
+    assert!(!top.contains("allot\\-help"), "{top}");
+    for section in ["EXIT STATUS", "ENVIRONMENT", "EXAMPLES"] {
+        assert!(
+            man.contains(&format!(".SH \"{section}\"")),
+            "no {section}: {man}"
+        );
+    }
+    let toml = std::fs::read_to_string(r.join("opt/allot/share/man/man5/allotd.toml.5")).unwrap();
+    assert!(
+        toml.contains(".TH allotd.toml 5") && toml.contains("cgroup_name"),
+        "{toml}"
+    );
+    assert!(r.join("opt/allot/share/doc/allot/operations.md").exists());
+    let config = std::fs::read_to_string(r.join("etc/allot/allotd.toml")).unwrap();
+    assert!(config.contains("man 5 allotd.toml"), "{config}");
 }

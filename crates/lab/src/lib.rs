@@ -48,7 +48,16 @@ enum Command {
 
 /// Runs `allot-lab` with the process's arguments; returns the exit code.
 pub fn main() -> i32 {
-    match Cli::parse().command {
+    use clap::{CommandFactory, FromArgMatches};
+    let mut cmd = Cli::command();
+    // Handed over from `allot demo` or `allot bench` (which name
+    // themselves in ALLOT_BIN): usage and help say `allot`, what the user
+    // typed.
+    if std::env::var_os(allot_proto::env::BIN).is_some() {
+        cmd = cmd.name("allot").bin_name("allot");
+    }
+    let cli = Cli::from_arg_matches(&cmd.get_matches()).unwrap_or_else(|e| e.exit());
+    match cli.command {
         Command::Demo(a) => demo::run(a),
         Command::Bench(b) => bench::run(b),
         Command::Workload(a) => workload::run(a),

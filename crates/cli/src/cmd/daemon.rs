@@ -14,18 +14,18 @@ pub struct Args {
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
     /// How to enforce grants: auto picks cgroup2, then cgroup1, then affinity.
-    #[arg(long, value_name = "auto|cgroup2|cgroup1|affinity|dry-run")]
+    #[arg(long, value_name = "auto|cgroup2|cgroup1|affinity|dry-run", value_parser = super::choice::<BackendKind>(&["auto", "cgroup2", "cgroup1", "affinity", "dry-run"]))]
     backend: Option<BackendKind>,
     /// TOML configuration file (see docs/operations.md).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// How CPUs are divided among cells.
-    #[arg(long, value_name = "fair-share|priority|goals")]
+    #[arg(long, value_name = "fair-share|priority|goals", value_parser = super::choice::<GlobalPolicy>(&["fair-share", "priority", "goals"]))]
     policy: Option<GlobalPolicy>,
     /// How the cells weigh against work outside them: as the threads
     /// their programs would run (threads, the default), or all together
     /// as one process (group).
-    #[arg(long, value_name = "threads|group")]
+    #[arg(long, value_name = "threads|group", value_parser = super::choice::<Weighing>(&["threads", "group"]))]
     weigh: Option<Weighing>,
     /// CPUs kept for processes outside any cell.
     #[arg(long, value_name = "N")]

@@ -16,10 +16,17 @@ pub struct CompletionsArgs {
 /// Arguments of `allot man`.
 #[derive(Debug, clap::Args)]
 pub struct ManArgs {
-    /// Directory to write the pages into (allot.1, allot-run.1, …); created
-    /// if missing.
+    /// Directory to write the pages into (allot.1, allot-run.1, …, and
+    /// allotd.toml.5); created if missing.
+    #[arg(
+        value_name = "DIR",
+        required_unless_present = "out",
+        conflicts_with = "out"
+    )]
+    dir: Option<PathBuf>,
+    /// The same directory, as an option.
     #[arg(long, value_name = "DIR")]
-    out: PathBuf,
+    out: Option<PathBuf>,
 }
 
 /// Arguments of `allot shim`.
@@ -110,23 +117,34 @@ fn pages(cmd: &clap::Command, prefix: &str, out: &mut Vec<(String, clap::Command
     }
 }
 
-/// Writes one man page per visible command into `a.out`.
+/// Writes one man page per visible command into the directory, with the
+/// sections [`super::manual`] adds, and `allotd.toml.5`.
 pub fn man(a: ManArgs, cli: clap::Command) -> i32 {
-    if let Err(e) = std::fs::create_dir_all(&a.out) {
-        eprintln!("allot: cannot create {}: {e}", a.out.display());
+    let Some(out) = a.dir.or(a.out) else {
+        eprintln!("allot: man: name the directory to write the pages into");
+        return 2;
+    };
+    if let Err(e) = std::fs::create_dir_all(&out) {
+        eprintln!("allot: cannot create {}: {e}", out.display());
         return 1;
     }
     let mut all = Vec::new();
-    let mut cli = cli;
+    // clap's `help` subcommand has no page to cite.
+    let mut cli = cli.disable_help_subcommand(true);
     cli.build();
     pages(&cli, "", &mut all);
+    let mut written = Vec::new();
     for (name, cmd) in all {
-        let path = a.out.join(format!("{name}.1"));
         let mut text = Vec::new();
-        if let Err(e) = clap_mangen::Man::new(cmd).render(&mut text) {
+        if let Err(e) = render(&name, cmd, &mut text) {
             eprintln!("allot: cannot render {name}: {e}");
             return 1;
         }
+        written.push((format!("{name}.1"), text));
+    }
+    written.push(("allotd.toml.5".into(), config_page().into_bytes()));
+    for (file, text) in written {
+        let path = out.join(file);
         if let Err(e) = std::fs::write(&path, text) {
             eprintln!("allot: cannot write {}: {e}", path.display());
             return 1;
@@ -135,4 +153,43 @@ pub fn man(a: ManArgs, cli: clap::Command) -> i32 {
         let _ = writeln!(std::io::stdout(), "{}", path.display());
     }
     0
+}
+
+/// One command's page: clap's sections (its after-help examples left to
+/// the EXAMPLES section), then [`super::manual::sections`].
+fn render(name: &str, cmd: clap::Command, w: &mut Vec<u8>) -> std::io::Result<()> {
+    let cmd = cmd.after_help("").after_long_help("");
+    let man = clap_mangen::Man::new(cmd.clone());
+    man.render_title(w)?;
+    man.render_name_section(w)?;
+    man.render_synopsis_section(w)?;
+    man.render_description_section(w)?;
+    if cmd.get_arguments().any(|a| !a.is_hide_set()) {
+        man.render_options_section(w)?;
+    }
+    if cmd.get_subcommands().any(|s| !s.is_hide_set()) {
+        man.render_subcommands_section(w)?;
+    }
+    for (title, text) in super::manual::sections(name) {
+        writeln!(w, ".SH \"{title}\"")?;
+        let text = text.strip_prefix("Examples:\n").unwrap_or(text);
+        w.write_all(super::manual::roff_verbatim(text).as_bytes())?;
+    }
+    man.render_version_section(w)?;
+    Ok(())
+}
+
+/// `allotd.toml(5)`.
+fn config_page() -> String {
+    let version = env!("CARGO_PKG_VERSION");
+    let mut p = format!(".TH allotd.toml 5 \"allotd.toml {version}\"\n");
+    p.push_str(".SH NAME\nallotd.toml \\- configuration of the allot broker\n");
+    p.push_str(".SH DESCRIPTION\n");
+    let text = super::manual::config_page_text();
+    let (intro, file) = text.split_once("\n\n").unwrap_or((&text, ""));
+    p.push_str(&intro.replace('-', "\\-"));
+    p.push_str("\n.SH KEYS\n");
+    p.push_str(&super::manual::roff_verbatim(file));
+    p.push_str(".SH SEE ALSO\nallot\\-daemon(1), allot(1)\n");
+    p
 }

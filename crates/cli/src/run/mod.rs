@@ -69,7 +69,7 @@ pub struct Args {
     #[arg(long, value_name = "N", conflicts_with_all = ["min", "max", "exclusive", "fraction", "period", "message_idle"])]
     partition: Option<u32>,
     /// Keep the CPUs within one last-level cache or NUMA node when they fit.
-    #[arg(long, default_value = "any", value_name = "any|llc|numa")]
+    #[arg(long, default_value = "any", value_name = "any|llc|numa", value_parser = crate::cmd::choice::<Placement>(&["any", "llc", "numa"]))]
     place: Placement,
     /// Time-triggered: the program gets --budget every PERIOD on each of
     /// its --cpus, all of its threads in the same window (e.g. 10ms).
@@ -137,12 +137,12 @@ pub struct Args {
     /// Jobserver style for make, ninja, cargo and gcc -flto: pipe (make
     /// 4.3+), fifo (make 4.4+, ninja 1.13+), or off. Default: fifo for
     /// ninja unless a make older than 4.4 is on PATH, else pipe.
-    #[arg(long, value_name = "pipe|fifo|off")]
+    #[arg(long, value_name = "pipe|fifo|off", value_parser = crate::cmd::choice::<String>(&["pipe", "fifo", "off"]))]
     jobserver: Option<String>,
     /// How thread-count variables read once at start are sized: the cell's
     /// fair share (share), the grant at the instant of launch (grant), or
     /// the cell's maximum (max). See docs/run.md.
-    #[arg(long, default_value = "share", value_name = "share|grant|max")]
+    #[arg(long, default_value = "share", value_name = "share|grant|max", value_parser = crate::cmd::choice::<LaunchRule>(&["share", "grant", "max"]))]
     launch_threads: LaunchRule,
     /// Before starting the program, wait until the cell's grant has not
     /// changed for MS milliseconds (at most ten times that), so that
