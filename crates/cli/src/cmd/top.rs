@@ -11,7 +11,7 @@
 //! view recovers when it comes back.
 
 use super::status::{cell_text, fetch, name_of, runtimes_text};
-use allot_proto::status::Status;
+use allot_proto::status::{CellStatus, Status};
 use allot_topo::CpuSet;
 use ratatui::Frame;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
@@ -137,9 +137,144 @@ fn busy_bar(busy: f64, cpus: usize, width: usize) -> String {
 }
 
 /// Renders `v` into the frame.
+/// A column of the cells' table: its header, its width, how much it
+/// matters (0 always shown; higher ones leave first on a narrow
+/// terminal), and its cell for a cell.
+struct Column {
+    header: &'static str,
+    width: Constraint,
+    rank: u8,
+    cell: fn(&CellStatus) -> Cell<'static>,
+}
+
+/// Every column, in display order.
+fn all_columns() -> Vec<Column> {
+    fn cpus(c: &CellStatus) -> usize {
+        CpuSet::parse_list(&c.cpus).map_or(0, |s| s.len())
+    }
+    vec![
+        Column {
+            header: "ID",
+            width: Constraint::Length(4),
+            rank: 0,
+            cell: |c| Cell::from(c.id.to_string()).style(Style::default().fg(colour(c.id))),
+        },
+        Column {
+            header: "NAME",
+            width: Constraint::Min(8),
+            rank: 0,
+            cell: |c| Cell::from(name_of(c)),
+        },
+        Column {
+            header: "CPUS",
+            width: Constraint::Length(8),
+            rank: 0,
+            cell: |c| Cell::from(cell_text(&c.cpus)),
+        },
+        Column {
+            header: "LENT",
+            width: Constraint::Length(6),
+            rank: 3,
+            cell: |c| Cell::from(cell_text(&c.lent)),
+        },
+        Column {
+            header: "THR",
+            width: Constraint::Length(4),
+            rank: 0,
+            cell: |c| Cell::from(c.threads.to_string()),
+        },
+        Column {
+            header: "SHARE",
+            width: Constraint::Length(6),
+            rank: 2,
+            cell: |c| Cell::from(format!("{:.2}", c.share)),
+        },
+        Column {
+            header: "BUSY",
+            width: Constraint::Length(5),
+            rank: 1,
+            cell: |c| Cell::from(format!("{:.2}", c.busy)),
+        },
+        Column {
+            header: "",
+            width: Constraint::Length(10),
+            rank: 8,
+            cell: |c| Cell::from(busy_bar(c.busy, cpus(c), 10)),
+        },
+        Column {
+            header: "OUT",
+            width: Constraint::Length(8),
+            rank: 5,
+            cell: |c| Cell::from(outside_text(c)),
+        },
+        Column {
+            header: "MIN-MAX",
+            width: Constraint::Length(9),
+            rank: 4,
+            cell: |c| {
+                Cell::from(format!(
+                    "{}-{}{}",
+                    c.spec.min,
+                    if c.spec.max == 0 {
+                        "all".to_string()
+                    } else {
+                        c.spec.max.to_string()
+                    },
+                    if c.spec.exclusive { " excl" } else { "" }
+                ))
+            },
+        },
+        Column {
+            header: "MEM",
+            width: Constraint::Length(12),
+            rank: 7,
+            cell: |c| Cell::from(memory_text(c)),
+        },
+        Column {
+            header: "GEN",
+            width: Constraint::Length(5),
+            rank: 9,
+            cell: |c| Cell::from(c.generation.to_string()),
+        },
+        Column {
+            header: "RUNTIMES",
+            width: Constraint::Min(10),
+            rank: 6,
+            cell: |c| Cell::from(runtimes_text(c)),
+        },
+    ]
+}
+
+/// The columns that fit `width` characters (a column takes its width and
+/// one space): the most important first, shown in display order. Pure.
+fn columns_for(width: u16) -> Vec<Column> {
+    let all = all_columns();
+    let size = |c: &Column| match c.width {
+        Constraint::Length(n) | Constraint::Min(n) => n + 1,
+        _ => 1,
+    };
+    let mut by_rank: Vec<usize> = (0..all.len()).collect();
+    by_rank.sort_by_key(|&i| all[i].rank);
+    let mut used = 0u16;
+    let mut keep = vec![false; all.len()];
+    for i in by_rank {
+        if all[i].rank == 0 || used + size(&all[i]) <= width {
+            used += size(&all[i]);
+            keep[i] = true;
+        }
+    }
+    all.into_iter()
+        .zip(keep)
+        .filter_map(|(c, k)| k.then_some(c))
+        .collect()
+}
+
 pub fn draw(f: &mut Frame, v: &View) {
+    // A stale picture says why on a line of its own (not cut off the end
+    // of the first at 80 columns).
+    let stale = u16::from(v.status.is_some() && v.error.is_some());
     let [head, map, cells, queue, foot] = Layout::vertical([
-        Constraint::Length(2),
+        Constraint::Length(2 + stale),
         Constraint::Length(1),
         Constraint::Min(4),
         Constraint::Length(v.status.as_ref().map_or(0, |s| {
@@ -162,19 +297,19 @@ pub fn draw(f: &mut Frame, v: &View) {
         return;
     };
     let (b, m) = (&s.broker, &s.machine);
-    let mut first = vec![Span::styled(
+    let first = vec![Span::styled(
         format!(
             "broker pid {} · {} backend · {} policy · up {:.0} s · {}",
             b.pid, b.backend, b.policy, b.uptime_s, m.summary
         ),
         Style::default().add_modifier(Modifier::BOLD),
     )];
-    if let Some(e) = &v.error {
-        first.push(Span::styled(
-            format!("  STALE: {e}"),
+    let stale_line = v.error.as_ref().map(|e| {
+        Line::from(Span::styled(
+            format!("STALE: {}", cell_text(e)),
             Style::default().fg(Color::Red),
-        ));
-    }
+        ))
+    });
     let mut second = vec![Span::raw(format!(
         "{} cells · {} waiting · CPUs for cells {} · stacked pool {} · idle {}",
         s.cells.len(),
@@ -196,59 +331,20 @@ pub fn draw(f: &mut Frame, v: &View) {
             Style::default().fg(Color::Red),
         ));
     }
-    f.render_widget(
-        Paragraph::new(vec![Line::from(first), Line::from(second)]),
-        head,
-    );
+    let mut lines = vec![Line::from(first)];
+    lines.extend(stale_line);
+    lines.push(Line::from(second));
+    f.render_widget(Paragraph::new(lines), head);
     f.render_widget(Paragraph::new(cpu_map(s)), map);
 
-    let header = Row::new([
-        "ID", "NAME", "CPUS", "LENT", "THR", "SHARE", "BUSY", "", "OUT", "MIN-MAX", "MEM", "GEN",
-        "RUNTIMES",
-    ])
-    .style(Style::default().add_modifier(Modifier::REVERSED));
-    let rows = s.cells.iter().map(|c| {
-        let cpus = CpuSet::parse_list(&c.cpus).map_or(0, |s| s.len());
-        Row::new([
-            Cell::from(c.id.to_string()).style(Style::default().fg(colour(c.id))),
-            Cell::from(name_of(c)),
-            Cell::from(cell_text(&c.cpus)),
-            Cell::from(cell_text(&c.lent)),
-            Cell::from(c.threads.to_string()),
-            Cell::from(format!("{:.2}", c.share)),
-            Cell::from(format!("{:.2}", c.busy)),
-            Cell::from(busy_bar(c.busy, cpus, 10)),
-            Cell::from(outside_text(c)),
-            Cell::from(format!(
-                "{}-{}{}",
-                c.spec.min,
-                if c.spec.max == 0 {
-                    "all".to_string()
-                } else {
-                    c.spec.max.to_string()
-                },
-                if c.spec.exclusive { " excl" } else { "" }
-            )),
-            Cell::from(memory_text(c)),
-            Cell::from(c.generation.to_string()),
-            Cell::from(runtimes_text(c)),
-        ])
-    });
-    let widths = [
-        Constraint::Length(4),
-        Constraint::Min(8),
-        Constraint::Length(8),
-        Constraint::Length(6),
-        Constraint::Length(4),
-        Constraint::Length(6),
-        Constraint::Length(5),
-        Constraint::Length(10),
-        Constraint::Length(8),
-        Constraint::Length(9),
-        Constraint::Length(12),
-        Constraint::Length(5),
-        Constraint::Min(10),
-    ];
+    let shown = columns_for(cells.width.saturating_sub(2));
+    let header = Row::new(shown.iter().map(|c| c.header))
+        .style(Style::default().add_modifier(Modifier::REVERSED));
+    let rows = s
+        .cells
+        .iter()
+        .map(|c| Row::new(shown.iter().map(|col| (col.cell)(c))));
+    let widths: Vec<Constraint> = shown.iter().map(|c| c.width).collect();
     let title = if s.cells.is_empty() {
         " no cells "
     } else {
@@ -286,8 +382,8 @@ pub fn draw(f: &mut Frame, v: &View) {
         Paragraph::new(Line::from(vec![
             Span::styled("q", Style::default().add_modifier(Modifier::BOLD)),
             Span::raw(
-                " quit · busy = CPUs kept busy, smoothed · OUT = CPUs' worth of work outside \
-                 the cells on its CPUs (-N: N left to it) · GEN = grant changes",
+                " quit · BUSY: CPUs kept busy · OUT: outside work on its CPUs (-N: N left to \
+                 it) · GEN: grant changes",
             ),
         ])),
         foot,
@@ -541,6 +637,41 @@ mod tests {
         let s = screen(&v, 160, 16);
         assert!(s.contains("load 1.90: cells 1.00, outside 0.90"), "{s}");
         assert!(s.contains("OUT") && s.contains("0.50 -1"), "{s}");
+    }
+
+    #[test]
+    fn an_80_column_terminal_keeps_whole_columns_and_the_stale_reason() {
+        let mut st = status();
+        st.cells[0].runtimes = vec![];
+        let v = View {
+            socket: "/s".into(),
+            status: Some(st),
+            error: Some("cannot reach a broker at /s: connection refused".into()),
+        };
+        let s = screen(&v, 80, 24);
+        assert!(
+            s.contains("STALE: cannot reach a broker at /s: connection refused"),
+            "{s}"
+        );
+        // Every header shown is whole, and the ones that always matter are
+        // there; the bar and the grant generation leave first.
+        let header = s.lines().find(|l| l.contains("NAME")).unwrap();
+        for h in ["ID", "NAME", "CPUS", "THR", "BUSY", "SHARE"] {
+            assert!(header.contains(h), "{header}");
+        }
+        assert!(!header.contains("GEN"), "{header}");
+        let names: Vec<&str> = columns_for(78).iter().map(|c| c.header).collect();
+        let widths: u16 = columns_for(78)
+            .iter()
+            .map(|c| match c.width {
+                Constraint::Length(n) | Constraint::Min(n) => n + 1,
+                _ => 1,
+            })
+            .sum();
+        assert!(widths <= 78, "{names:?}");
+        assert_eq!(columns_for(200).len(), all_columns().len());
+        assert!(s.contains("build"), "{s}");
+        assert!(s.contains("q quit"), "{s}");
     }
 
     #[test]
