@@ -63,6 +63,51 @@ fn a_waiting_request_does_not_turn_away_cells_that_cannot_delay_it() {
     assert_eq!(grant(&big).cpus.len(), 3);
 }
 
+/// A queued cell's member that exits while it waits, its pid reused by
+/// another user's (root's) process, does not bring that process into the
+/// cell when it is admitted: members are processes, not numbers.
+#[test]
+fn a_pid_reused_while_its_cell_waits_is_not_captured() {
+    let mut w = world(4);
+    let user = Peer {
+        pid: 1,
+        uid: 1000,
+        gid: 1000,
+    };
+    proc_of(&w, 100, 1000);
+    proc_of(&w, 101, 1000);
+    proc_of(&w, 102, 1000);
+    let _held = page(register(
+        &mut w,
+        user,
+        "held",
+        exclusive(4),
+        vec![100],
+        false,
+    ));
+    let e = register(&mut w, user, "trap", exclusive(1), vec![101, 102], true);
+    assert!(matches!(reply(&e), Reply::Queued { .. }), "{e:?}");
+    // 101 exits; a root process starts later under the same pid.
+    w.os.exit(101);
+    w.os.spawn(101, 0, 1, &allot_topo::CpuSet::first_n(64));
+    w.os.set_uid(101, 0);
+    w.os.set_start(101, 1_000_000);
+    w.os.exit(100);
+    let _ = w.exited(100);
+    let st = w.core.status(ROOT);
+    let trap = st
+        .cells
+        .iter()
+        .find(|c| c.name == "trap")
+        .expect("admitted");
+    assert_eq!(trap.pids, vec![102], "only the process that asked");
+    assert!(
+        st.cells.iter().all(|c| !c.pids.contains(&101)),
+        "root's process was captured: {:?}",
+        st.cells
+    );
+}
+
 #[test]
 fn queued_cells_behind_the_head_are_admitted_when_they_cannot_delay_it() {
     let mut w = world(4);

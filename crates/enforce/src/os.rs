@@ -416,6 +416,14 @@ impl FakeOs {
         }
     }
 
+    /// Sets the start time `pid` reports (a pid reused by a later
+    /// process starts later).
+    pub fn set_start(&self, pid: u32, start: u64) {
+        if let Some(p) = self.lock().procs.get_mut(&pid) {
+            p.start = start;
+        }
+    }
+
     /// Sets what `pid` has mapped and the Go release of its program.
     pub fn set_objects(&self, pid: u32, objects: &[&str], go: Option<GoRelease>) {
         if let Some(p) = self.lock().procs.get_mut(&pid) {

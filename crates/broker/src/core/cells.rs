@@ -103,7 +103,10 @@ pub(crate) struct Queued {
     pub(crate) name: String,
     pub(crate) uid: u32,
     pub(crate) spec: CellSpec,
-    pub(super) members: Vec<u32>,
+    /// Each member pid with its start time when it asked (`None` where it
+    /// could not be read): a pid whose process ended and was reused by
+    /// another process while the cell waited is no longer this member.
+    pub(super) members: Vec<(u32, Option<u64>)>,
     pub(super) session: SessionId,
     pub(super) token: u64,
     pub(crate) reason: String,

@@ -195,6 +195,12 @@ impl Engine {
                 };
                 info!("cell {id} ({}) queued: {reason}", shown(&name));
                 timeline.note("queued", reason.clone(), None);
+                // Each member pinned by its start time: the pid alone may
+                // name another process by the time the cell is admitted.
+                let members = members
+                    .into_iter()
+                    .map(|p| (p, self.os.start_time(p)))
+                    .collect();
                 self.cells.queue.push_back(Queued {
                     id,
                     name,
@@ -337,11 +343,18 @@ impl Engine {
                         continue;
                     }
                     let q = self.cells.queue.remove(i).expect("index in range");
+                    // Only the processes that asked: the same start time
+                    // (not a reused pid), still the owner's, in no cell.
                     let alive: Vec<u32> = q
                         .members
                         .iter()
-                        .copied()
-                        .filter(|&p| self.os.alive(p) && self.cells.cell_of(p).is_none())
+                        .filter(|&&(p, start)| {
+                            start.is_some()
+                                && self.os.start_time(p) == start
+                                && (q.uid == 0 || self.os.uid(p) == Some(q.uid))
+                                && self.cells.cell_of(p).is_none()
+                        })
+                        .map(|&(p, _)| p)
                         .collect();
                     if !alive.is_empty() {
                         let mut timeline = q.timeline;
