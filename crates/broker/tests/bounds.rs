@@ -108,6 +108,50 @@ fn a_pid_reused_while_its_cell_waits_is_not_captured() {
     );
 }
 
+/// A refusal names the cells holding the guarantees only where its reader
+/// may see them: another user's cell stays unnamed (show_other_users is
+/// off by default), root sees the name.
+#[test]
+fn a_refusal_does_not_name_another_users_cells() {
+    let mut w = world(4);
+    let (a, b) = (
+        Peer {
+            pid: 1,
+            uid: 1000,
+            gid: 1000,
+        },
+        Peer {
+            pid: 2,
+            uid: 1001,
+            gid: 1001,
+        },
+    );
+    proc_of(&w, 100, 1000);
+    proc_of(&w, 101, 1001);
+    proc_of(&w, 102, 0);
+    let _held = page(register(
+        &mut w,
+        a,
+        "payroll-2025-secret",
+        exclusive(4),
+        vec![100],
+        false,
+    ));
+    let e = register(&mut w, b, "mine", exclusive(1), vec![101], false);
+    assert_eq!(code(&e), Some(ErrorCode::Refused), "{}", message(&e));
+    assert!(
+        !message(&e).contains("payroll") && message(&e).contains("another user's cell"),
+        "{}",
+        message(&e)
+    );
+    let e = register(&mut w, ROOT, "root's", exclusive(1), vec![102], false);
+    assert!(
+        message(&e).contains("payroll-2025-secret"),
+        "{}",
+        message(&e)
+    );
+}
+
 #[test]
 fn queued_cells_behind_the_head_are_admitted_when_they_cannot_delay_it() {
     let mut w = world(4);

@@ -33,9 +33,29 @@ use rustix::fd::OwnedFd;
 
 const REGISTER: u16 = 0x02;
 
+/// What a refusal calls a cell of another user's that its reader may not
+/// see named.
+const OTHERS: &str = "another user's cell";
+
 impl Engine {
     pub(super) fn admitted(&self) -> Vec<Admitted<'_>> {
         self.admitted_except(None)
+    }
+
+    /// [`Engine::admitted`] as `peer` may see it in a refusal: another
+    /// user's cell is not named unless `peer` sees everything
+    /// (`show_other_users`, root, the broker's own user).
+    fn admitted_for(&self, peer: Peer) -> Vec<Admitted<'_>> {
+        let all = self.sees_everything(peer);
+        self.admitted()
+            .into_iter()
+            .map(|mut a| {
+                if !all && self.cells.get(&a.id.0).is_some_and(|c| c.uid != peer.uid) {
+                    a.name = OTHERS;
+                }
+                a
+            })
+            .collect()
     }
 
     /// The first of `waiting` (queued cells, in order) that admitting
@@ -144,14 +164,20 @@ impl Engine {
             return one(err(ErrorCode::Invalid, REGISTER, why));
         }
         let (verdict, took) = timed(|| {
-            let cpus = self.planner.admit(&self.admitted(), &spec, &self.plan);
+            let cpus = self
+                .planner
+                .admit(&self.admitted_for(peer), &spec, &self.plan);
             match self.with_memory(cpus, &spec, None) {
                 Admission::Admit => match self.delayed_by(self.cells.queue.iter(), &spec) {
                     None => Admission::Admit,
                     Some(q) => Admission::NotNow(format!(
                         "admitting it now could delay cell {} ({}), waiting for {} guaranteed CPUs",
                         q.id,
-                        shown(&q.name),
+                        if q.uid == peer.uid || self.sees_everything(peer) {
+                            shown(&q.name)
+                        } else {
+                            OTHERS.into()
+                        },
                         q.spec.guaranteed()
                     )),
                 },
@@ -330,7 +356,11 @@ impl Engine {
                     Some(ahead) => Admission::NotNow(format!(
                         "waits behind cell {} ({})",
                         ahead.id,
-                        shown(&ahead.name)
+                        if ahead.uid == q.uid || self.show_other_users || q.uid == 0 {
+                            shown(&ahead.name)
+                        } else {
+                            OTHERS.into()
+                        }
                     )),
                 },
                 other => other,
