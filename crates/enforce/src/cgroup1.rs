@@ -308,6 +308,25 @@ impl Enforcer for Cgroup1 {
         BackendKind::Cgroup1
     }
 
+    fn confined_elsewhere(&self, pid: u32, uid: u32) -> Option<String> {
+        let text = self
+            .fs
+            .read(&self.proc.join(format!("{pid}/cgroup")))
+            .ok()?;
+        let group = crate::cgroupfs::group_in(&text, Some("cpuset"))?;
+        let mount = self.cpuset.parent()?;
+        let own = format!("/{}", self.cpuset.file_name()?.to_string_lossy());
+        crate::cgroupfs::confined_elsewhere(
+            self.fs.as_ref(),
+            mount,
+            &own,
+            &group,
+            &self.usable,
+            uid,
+        )
+        .map(|why| format!("process {pid}: {why}"))
+    }
+
     fn create(&mut self, cell: u64) -> Result<()> {
         for d in self.dirs(cell) {
             match self.fs.mkdir(&d) {

@@ -46,6 +46,11 @@ pub struct Cgroup2 {
     weighs_root: bool,
     /// The CPUs allot manages (the root's `cpuset.cpus`).
     usable: CpuSet,
+    /// The hierarchy's mount: the topmost directory above the root with a
+    /// `cgroup.controllers` (what `/proc/PID/cgroup` paths start from).
+    mount: PathBuf,
+    /// Where processes' cgroup memberships are read (`/proc`).
+    proc: PathBuf,
     /// The flock on the root that keeps other brokers out of it
     /// ([`crate::cgroupfs::claim_own`]); held for the backend's lifetime.
     _claim: rustix::fd::OwnedFd,
@@ -60,6 +65,20 @@ struct Cell {
     io: crate::IoWeights,
     /// Launcher groups the cell includes ([`crate::launcher`]).
     groups: Vec<crate::launcher::Group>,
+}
+
+/// The hierarchy's mount above `dir`: its topmost ancestor (or itself)
+/// with a `cgroup.controllers`.
+fn mount_of(fs: &dyn CgroupFs, dir: &Path) -> PathBuf {
+    let mut top = dir.to_path_buf();
+    for up in dir.ancestors().skip(1) {
+        if fs.exists(&up.join("cgroup.controllers")) {
+            top = up.to_path_buf();
+        } else {
+            break;
+        }
+    }
+    top
 }
 
 /// At most this many processes of one launcher group are read.
@@ -176,6 +195,7 @@ impl Cgroup2 {
         fs.mkdir(&root)
             .map_err(err(format!("create {}", root.display())))?;
         let claim = crate::cgroupfs::claim_own(fs.as_ref(), &root)?;
+        let mount = mount_of(fs.as_ref(), &root);
         let _ = fs.write(&root.join("cpuset.cpus"), &usable.to_string());
         enable(&root).map_err(err(format!("enable cpuset and cpu in {}", root.display())))?;
         Ok(Cgroup2 {
@@ -186,8 +206,17 @@ impl Cgroup2 {
             partitions: Default::default(),
             weighs_root: false,
             usable,
+            mount,
+            proc: PathBuf::from("/proc"),
             _claim: claim,
         })
+    }
+
+    /// Reads processes' cgroup memberships under `proc` instead of
+    /// `/proc` (tests).
+    pub fn with_proc_root(mut self, proc: PathBuf) -> Cgroup2 {
+        self.proc = proc;
+        self
     }
 
     /// Whether the root's own `cpu.weight`, the cells' weight together
@@ -253,6 +282,24 @@ impl Cgroup2 {
 impl Enforcer for Cgroup2 {
     fn kind(&self) -> BackendKind {
         BackendKind::Cgroup2
+    }
+
+    fn confined_elsewhere(&self, pid: u32, uid: u32) -> Option<String> {
+        let text = self
+            .fs
+            .read(&self.proc.join(format!("{pid}/cgroup")))
+            .ok()?;
+        let group = crate::cgroupfs::group_in(&text, None)?;
+        let own = format!("/{}", self.root.strip_prefix(&self.mount).ok()?.display());
+        crate::cgroupfs::confined_elsewhere(
+            self.fs.as_ref(),
+            &self.mount,
+            &own,
+            &group,
+            &self.usable,
+            uid,
+        )
+        .map(|why| format!("process {pid}: {why}"))
     }
 
     fn create(&mut self, cell: u64) -> Result<()> {

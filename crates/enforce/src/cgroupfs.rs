@@ -84,6 +84,61 @@ pub fn claim_own(fs: &dyn CgroupFs, dir: &Path) -> crate::Result<rustix::fd::Own
     })
 }
 
+/// Why a process in cgroup `group` (a `/proc/PID/cgroup` path, below
+/// `mount`) may not be moved into one of allot's cells (below `own`, a
+/// path of the same form) for user `uid`, if it may not: `group` is
+/// outside allot's tree, its effective CPUs are fewer than
+/// `managed`, and `uid` may not write its `cgroup.procs` (the kernel's own
+/// test for moving a process out of it). See
+/// [`crate::Enforcer::confined_elsewhere`].
+pub fn confined_elsewhere(
+    fs: &dyn CgroupFs,
+    mount: &Path,
+    own: &str,
+    group: &str,
+    managed: &allot_topo::CpuSet,
+    uid: u32,
+) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let own = own.trim_end_matches('/');
+    if uid == 0 || group == "/" || group == own || group.starts_with(&format!("{own}/")) {
+        return None;
+    }
+    let dir = mount.join(group.trim_start_matches('/'));
+    // v2 names it cpuset.cpus.effective, v1 cpuset.effective_cpus.
+    let cpus = fs
+        .read(&dir.join("cpuset.cpus.effective"))
+        .or_else(|_| fs.read(&dir.join("cpuset.effective_cpus")))
+        .ok()?;
+    let cpus = allot_topo::CpuSet::parse_list(cpus.trim()).ok()?;
+    if managed.is_subset(&cpus) {
+        return None;
+    }
+    let writable = std::fs::metadata(dir.join("cgroup.procs"))
+        .is_ok_and(|m| m.uid() == uid && m.mode() & 0o200 != 0);
+    if writable {
+        return None;
+    }
+    Some(format!(
+        "it is confined to CPUs {cpus} by the cgroup {group}, which uid {uid} may not move it \
+         out of; run it where it may use every managed CPU, or ask that cgroup's owner"
+    ))
+}
+
+/// The path of a process's group in a v1 hierarchy with `controller`, or
+/// its v2 group (`0::`), from its `/proc/PID/cgroup` text.
+pub fn group_in(proc_cgroup: &str, controller: Option<&str>) -> Option<String> {
+    proc_cgroup.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (id, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let hit = match controller {
+            Some(c) => ctrls.split(',').any(|x| x == c),
+            None => id == "0" && ctrls.is_empty(),
+        };
+        hit.then(|| path.trim().to_string())
+    })
+}
+
 /// The processes in cgroup `dir` (its `cgroup.procs`); none when it is
 /// gone or unreadable.
 pub fn procs(fs: &dyn CgroupFs, dir: &Path) -> Vec<u32> {

@@ -219,6 +219,16 @@ pub trait Enforcer: Send + fmt::Debug {
     fn set_together_weight(&mut self, _weight: u32) -> Result<bool> {
         Ok(false)
     }
+    /// Why process `pid` may not be moved into a cell for a requester of
+    /// uid `uid`, if it may not: it is confined to fewer CPUs than the
+    /// managed ones by a cgroup outside allot's own (a job's or a
+    /// service's cpuset) whose `cgroup.procs` that user cannot write, so
+    /// moving it would undo a confinement the user could not undo
+    /// themselves. Root may (`uid` 0). `None` where moving is what the
+    /// user could do (the default: no cgroups).
+    fn confined_elsewhere(&self, _pid: u32, _uid: u32) -> Option<String> {
+        None
+    }
     /// Sets cell `cell`'s I/O weights ([`IoWeights`]): each block device
     /// listed gets its weight, each one listed last time and not now goes
     /// back to the default. Returns false when the backend has no I/O

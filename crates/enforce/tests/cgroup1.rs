@@ -564,3 +564,51 @@ fn fixture_a_removed_directory_is_made_again_for_the_next_cell() {
         "2"
     );
 }
+
+/// A process another cgroup confines to fewer CPUs than allot manages
+/// stays there for a user who could not move it out themselves: the
+/// requester may move only what it could (root, a cgroup whose
+/// cgroup.procs it may write, or a process at the root or in allot's own
+/// tree).
+#[test]
+fn fixture_a_process_confined_elsewhere_is_not_taken_out_for_a_user() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (fs, mounts) = cpuset_fixture(dir.path());
+    let jail = dir.path().join("cpuset/jail");
+    fs.populate(&jail).unwrap();
+    std::fs::write(jail.join("cpuset.effective_cpus"), "1\n").unwrap();
+    let wide = dir.path().join("cpuset/wide");
+    fs.populate(&wide).unwrap();
+    std::fs::write(wide.join("cpuset.effective_cpus"), "0-3\n").unwrap();
+    let proc = dir.path().join("proc");
+    for (pid, group) in [
+        (10, "/jail"),
+        (11, "/wide"),
+        (12, "/"),
+        (13, "/allot/cell-1"),
+    ] {
+        std::fs::create_dir_all(proc.join(pid.to_string())).unwrap();
+        std::fs::write(
+            proc.join(format!("{pid}/cgroup")),
+            format!("4:memory:/x\n3:cpuset:{group}\n"),
+        )
+        .unwrap();
+    }
+    let b = Cgroup1::new(Arc::new(fs), &mounts, "allot", CpuSet::first_n(4))
+        .unwrap()
+        .with_proc_root(proc);
+    let why = b.confined_elsewhere(10, 1000).expect("refused");
+    assert!(why.contains("CPUs 1") && why.contains("/jail"), "{why}");
+    assert_eq!(b.confined_elsewhere(10, 0), None, "root may");
+    assert_eq!(b.confined_elsewhere(11, 1000), None, "not narrower");
+    assert_eq!(b.confined_elsewhere(12, 1000), None, "at the root");
+    assert_eq!(b.confined_elsewhere(13, 1000), None, "in allot's tree");
+    // A cgroup the user may write is one they could leave themselves.
+    // (Giving the file to uid 1000 needs root.)
+    let procs = jail.join("cgroup.procs");
+    if std::os::unix::fs::chown(&procs, Some(1000), None).is_ok() {
+        std::fs::set_permissions(&procs, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(b.confined_elsewhere(10, 1000), None);
+    }
+}

@@ -719,3 +719,38 @@ fn live_a_launcher_group_confines_a_process_that_stays_where_it_is() {
     task.kill9();
     b.cleanup().unwrap();
 }
+
+/// As on v1: a process another cgroup confines to fewer CPUs than allot
+/// manages is not moved into a cell for a user who could not move it out
+/// themselves; the paths are read against the hierarchy's mount.
+#[test]
+fn fixture_a_process_confined_elsewhere_is_not_taken_out_for_a_user() {
+    let (dir, fs) = fixture();
+    let job = dir.path().join("slurm/job_7/step_0");
+    std::fs::create_dir_all(dir.path().join("slurm/job_7")).unwrap();
+    fs.populate(&dir.path().join("slurm")).unwrap();
+    fs.populate(&dir.path().join("slurm/job_7")).unwrap();
+    fs.populate(&job).unwrap();
+    std::fs::write(job.join("cpuset.cpus.effective"), "2-3\n").unwrap();
+    let proc = tempfile::tempdir().unwrap();
+    for (pid, group) in [
+        (20, "/slurm/job_7/step_0"),
+        (21, "/allot/cell-4"),
+        (22, "/"),
+    ] {
+        std::fs::create_dir_all(proc.path().join(pid.to_string())).unwrap();
+        std::fs::write(
+            proc.path().join(format!("{pid}/cgroup")),
+            format!("0::{group}\n"),
+        )
+        .unwrap();
+    }
+    let b = Cgroup2::new(fs.clone(), dir.path().join("allot"), CpuSet::first_n(4))
+        .unwrap()
+        .with_proc_root(proc.path().to_path_buf());
+    let why = b.confined_elsewhere(20, 1000).expect("refused");
+    assert!(why.contains("/slurm/job_7/step_0"), "{why}");
+    assert_eq!(b.confined_elsewhere(20, 0), None);
+    assert_eq!(b.confined_elsewhere(21, 1000), None);
+    assert_eq!(b.confined_elsewhere(22, 1000), None);
+}

@@ -626,6 +626,11 @@ impl Engine {
                 ),
             ));
         }
+        // Only what the requester could do itself: not out of another
+        // cgroup's CPU confinement they may not undo.
+        if let Some(why) = self.enforcer.confined_elsewhere(pid, peer.uid) {
+            return Err(err(ErrorCode::PermissionDenied, kind, why));
+        }
         if let Some(c) = self.cells.cell_of(pid) {
             return Err(err(
                 ErrorCode::Invalid,

@@ -382,6 +382,7 @@ impl Engine {
                             start.is_some()
                                 && self.os.start_time(p) == start
                                 && (q.uid == 0 || self.os.uid(p) == Some(q.uid))
+                                && self.enforcer.confined_elsewhere(p, q.uid).is_none()
                                 && self.cells.cell_of(p).is_none()
                         })
                         .map(|&(p, _)| p)
