@@ -53,6 +53,10 @@ cells_total = 4096        # admitted cells, all users together
 kinds_total = 256         # kinds, all users together
 channels = 64             # named channels created
 channel_mib = 256         # MiB of channel memory created
+guaranteed_cpus = 0       # guaranteed CPUs one user's cells hold and wait for together
+                          #   (0: all but one of the CPUs for cells)
+guaranteed_memory_mib = 0 # MiB of memory one user's cells are guaranteed together
+                          #   (0: three quarters of what cells may be guaranteed)
 
 [[channel_acl]]           # who else may open a named channel (its creator always may)
 name = "frames.in"        # the channel's name
@@ -93,6 +97,13 @@ pub struct Limits {
     pub channels: u32,
     /// MiB of channel memory created per user.
     pub channel_mib: u32,
+    /// Guaranteed CPUs (`--min`, exclusive cells) one user's cells may
+    /// hold and wait for together; 0: all but one of the CPUs for cells,
+    /// so another user's best-effort program always has one.
+    pub guaranteed_cpus: u32,
+    /// MiB of memory (`--memory-min`) one user's cells may be guaranteed
+    /// together; 0: three quarters of what cells may be guaranteed.
+    pub guaranteed_memory_mib: u64,
 }
 
 /// Users besides its creator who may open a named channel.
@@ -119,6 +130,8 @@ impl Default for Limits {
             kinds_total: 256,
             channels: 64,
             channel_mib: 256,
+            guaranteed_cpus: 0,
+            guaranteed_memory_mib: 0,
         }
     }
 }

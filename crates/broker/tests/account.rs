@@ -137,7 +137,9 @@ fn a_cpu_held_in_a_cell_stays_its_own_when_others_arrive() {
 
 #[test]
 fn a_guarantee_cannot_take_a_held_cpu_and_a_hold_cannot_break_one() {
-    let mut w = world(2);
+    // (One user's guarantees may take every CPU here: what is judged is
+    // the holds against them.)
+    let mut w = world_configured(2, |c| c.limits.guaranteed_cpus = 2);
     proc_of(&w, 50, 1000);
     let e = acquire(&mut w, 50, vec![cpu(1, false)]);
     assert!(matches!(reply(&e), Reply::Ok), "{}", message(&e));
@@ -349,7 +351,7 @@ fn the_cells_other_processes_keep_off_a_cpu_one_of_them_holds() {
 fn a_cell_that_holds_cpus_and_changes_its_spec_is_admitted_at_the_new_one() {
     // Cell a holds CPU 0 (planned with a minimum of 1), then asks for a
     // minimum of 3: beside it an exclusive newcomer of 2 no longer fits 4.
-    let mut w = world(4);
+    let mut w = world_configured(4, |c| c.limits.guaranteed_cpus = 8);
     let _a = cell(&mut w, "a", CellSpec::default(), 10);
     let id = w.core.status(ROOT).cells[0].id;
     let e = acquire(&mut w, 10, vec![cpu(0, false)]);

@@ -68,7 +68,7 @@ fn a_waiting_request_does_not_turn_away_cells_that_cannot_delay_it() {
 /// cell when it is admitted: members are processes, not numbers.
 #[test]
 fn a_pid_reused_while_its_cell_waits_is_not_captured() {
-    let mut w = world(4);
+    let mut w = world_configured(4, |c| c.limits.guaranteed_cpus = 8);
     let user = Peer {
         pid: 1,
         uid: 1000,
@@ -113,7 +113,7 @@ fn a_pid_reused_while_its_cell_waits_is_not_captured() {
 /// off by default), root sees the name.
 #[test]
 fn a_refusal_does_not_name_another_users_cells() {
-    let mut w = world(4);
+    let mut w = world_configured(4, |c| c.limits.guaranteed_cpus = 8);
     let (a, b) = (
         Peer {
             pid: 1,
@@ -150,6 +150,65 @@ fn a_refusal_does_not_name_another_users_cells() {
         "{}",
         message(&e)
     );
+}
+
+/// One user may not hold (or wait for) every CPU as guarantees: by
+/// default all but one of the CPUs for cells, so another user's
+/// best-effort program keeps one; root is exempt, and the limit is the
+/// configuration's.
+#[test]
+fn one_user_cannot_take_every_cpu_as_guarantees() {
+    let mut w = world(4);
+    let user = Peer {
+        pid: 2,
+        uid: 1000,
+        gid: 1000,
+    };
+    for pid in 100..104 {
+        proc_of(&w, pid, 1000);
+    }
+    proc_of(&w, 104, 0);
+    let e = register(&mut w, user, "all", exclusive(4), vec![100], false);
+    assert_eq!(code(&e), Some(ErrorCode::Limit), "{}", message(&e));
+    assert!(
+        message(&e).contains("limits.guaranteed_cpus"),
+        "{}",
+        message(&e)
+    );
+    let _three = page(register(
+        &mut w,
+        user,
+        "three",
+        exclusive(3),
+        vec![101],
+        false,
+    ));
+    // Waiting for more counts too.
+    let e = register(&mut w, user, "more", exclusive(1), vec![102], true);
+    assert_eq!(code(&e), Some(ErrorCode::Limit), "{}", message(&e));
+    // A best-effort cell is not a guarantee.
+    let _be = page(register(
+        &mut w,
+        user,
+        "be",
+        CellSpec::default(),
+        vec![103],
+        false,
+    ));
+    // Root is exempt (here it waits for the CPUs the user holds).
+    let e = register(&mut w, ROOT, "root", exclusive(4), vec![104], true);
+    assert!(matches!(reply(&e), Reply::Queued { .. }), "{e:?}");
+    // The configuration may allow all of them.
+    let mut w = world_configured(4, |c| c.limits.guaranteed_cpus = 4);
+    proc_of(&w, 100, 1000);
+    let _all = page(register(
+        &mut w,
+        user,
+        "all",
+        exclusive(4),
+        vec![100],
+        false,
+    ));
 }
 
 #[test]
@@ -313,6 +372,8 @@ fn a_user_has_a_bounded_number_of_cells_and_places_in_the_queue() {
         2,
         Limits {
             queued: 1,
+            // (What is judged here is the queue's bound.)
+            guaranteed_cpus: 8,
             ..Limits::default()
         },
     );

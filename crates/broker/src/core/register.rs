@@ -71,6 +71,66 @@ impl Engine {
             .find(|q| self.planner.delays(&admitted, &q.spec, new))
     }
 
+    /// Checks what one user's cells may be guaranteed together: CPUs
+    /// (`limits.guaranteed_cpus`) and memory (`limits.guaranteed_memory_mib`),
+    /// counting the cells they hold and those they wait for, so that no
+    /// one user can take every CPU from the others and pause their
+    /// programs. Root and the broker's own user are exempt.
+    fn check_guarantees(&self, peer: Peer, spec: &CellSpec) -> Result<(), Reply> {
+        if !peer.limited() || peer.uid == self.uid {
+            return Ok(());
+        }
+        let limit = |msg: String| Err(err(ErrorCode::Limit, REGISTER, msg));
+        let specs = self
+            .cells
+            .values()
+            .filter(|c| c.uid == peer.uid)
+            .map(|c| &c.spec)
+            .chain(
+                self.cells
+                    .queue
+                    .iter()
+                    .filter(|q| q.uid == peer.uid)
+                    .map(|q| &q.spec),
+            )
+            .chain(std::iter::once(spec));
+        let (cpus, memory) = specs.fold((0u32, 0u64), |(c, m), s| {
+            (c + s.guaranteed(), m + s.memory.min)
+        });
+        let l = &self.limits;
+        let max_cpus = match l.guaranteed_cpus {
+            0 => self.planner.capacity().saturating_sub(1).max(1),
+            n => n,
+        };
+        if spec.guaranteed() > 0 && cpus > max_cpus {
+            return limit(format!(
+                "uid {} would hold or wait for {cpus} guaranteed CPUs, more than one user may \
+                 ({max_cpus}, limits.guaranteed_cpus; by default all but one of the CPUs for \
+                 cells, so that other users' programs keep one); ask for fewer",
+                peer.uid
+            ));
+        }
+        let promisable = self
+            .memory
+            .capacity
+            .map(|c| c.saturating_sub(self.memory.reserve));
+        let max_memory = match l.guaranteed_memory_mib {
+            0 => promisable.map(|p| p / 4 * 3),
+            n => Some(n << 20),
+        };
+        if let Some(max) = max_memory.filter(|&m| spec.memory.min > 0 && memory > m) {
+            return limit(format!(
+                "uid {} would be guaranteed {} of memory, more than one user may ({}, \
+                 limits.guaranteed_memory_mib; by default three quarters of what cells may be \
+                 guaranteed); ask for less",
+                peer.uid,
+                allot_plan::spec::Size(memory),
+                allot_plan::spec::Size(max)
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks the caller's per-user and the total cell limits.
     fn check_cell_limits(&self, peer: Peer, queueing: bool) -> Result<(), Reply> {
         let limit = |msg: String| Err(err(ErrorCode::Limit, REGISTER, msg));
@@ -186,7 +246,10 @@ impl Engine {
         });
         timeline.note("admission", verdict_word(&verdict), Some(took));
         let queueing = wait && matches!(verdict, Admission::NotNow(_));
-        if let Err(r) = self.check_cell_limits(peer, queueing) {
+        if let Err(r) = self
+            .check_cell_limits(peer, queueing)
+            .and_then(|()| self.check_guarantees(peer, &spec))
+        {
             return one(r);
         }
         if matches!(verdict, Admission::Admit | Admission::NotNow(_))
