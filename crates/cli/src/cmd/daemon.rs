@@ -158,7 +158,8 @@ fn check(c: &Config) -> Result<String, String> {
          partitions        {}\n\
          isolate           {}\n\
          limits            connections {} cells {} queued {} members {} kinds {} devices {} \
-         holdings {} cells_total {} kinds_total {}",
+         holdings {} cells_total {} kinds_total {} channels {} channel_mib {} guaranteed_cpus {} \
+         guaranteed_memory_mib {}",
         c.socket.display(),
         c.state_dir.display(),
         c.backend,
@@ -201,6 +202,23 @@ fn check(c: &Config) -> Result<String, String> {
         l.holdings,
         l.cells_total,
         l.kinds_total,
+        l.channels,
+        l.channel_mib,
+        match l.guaranteed_cpus {
+            0 => format!(
+                "{} (all but one)",
+                machine
+                    .usable()
+                    .len()
+                    .saturating_sub(c.reserve as usize + 1)
+                    .max(1)
+            ),
+            n => n.to_string(),
+        },
+        match l.guaranteed_memory_mib {
+            0 => "3/4 of what cells may be guaranteed".to_string(),
+            n => n.to_string(),
+        },
     ))
 }
 
