@@ -57,6 +57,7 @@ guaranteed_cpus = 0       # guaranteed CPUs one user's cells hold and wait for t
                           #   (0: all but one of the CPUs for cells)
 guaranteed_memory_mib = 0 # MiB of memory one user's cells are guaranteed together
                           #   (0: three quarters of what cells may be guaranteed)
+weight = 100              # the largest weight one of a user's cells may have
 
 [[channel_acl]]           # who else may open a named channel (its creator always may)
 name = "frames.in"        # the channel's name
@@ -104,6 +105,8 @@ pub struct Limits {
     /// MiB of memory (`--memory-min`) one user's cells may be guaranteed
     /// together; 0: three quarters of what cells may be guaranteed.
     pub guaranteed_memory_mib: u64,
+    /// The largest weight (`--weight`) one of a user's cells may have.
+    pub weight: u32,
 }
 
 /// Users besides its creator who may open a named channel.
@@ -132,6 +135,7 @@ impl Default for Limits {
             channel_mib: 256,
             guaranteed_cpus: 0,
             guaranteed_memory_mib: 0,
+            weight: 100,
         }
     }
 }

@@ -198,6 +198,17 @@ fn one_user_cannot_take_every_cpu_as_guarantees() {
     // Root is exempt (here it waits for the CPUs the user holds).
     let e = register(&mut w, ROOT, "root", exclusive(4), vec![104], true);
     assert!(matches!(reply(&e), Reply::Queued { .. }), "{e:?}");
+    // A weight past limits.weight is refused for a user, not for root.
+    let heavy = CellSpec {
+        weight: 10_000,
+        ..CellSpec::default()
+    };
+    proc_of(&w, 105, 1000);
+    let e = register(&mut w, user, "heavy", heavy, vec![105], false);
+    assert_eq!(code(&e), Some(ErrorCode::Limit), "{}", message(&e));
+    assert!(message(&e).contains("limits.weight"), "{}", message(&e));
+    proc_of(&w, 106, 0);
+    let _root = page(register(&mut w, ROOT, "heavy", heavy, vec![106], false));
     // The configuration may allow all of them.
     let mut w = world_configured(4, |c| c.limits.guaranteed_cpus = 4);
     proc_of(&w, 100, 1000);

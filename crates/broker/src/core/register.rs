@@ -81,6 +81,12 @@ impl Engine {
             return Ok(());
         }
         let limit = |msg: String| Err(err(ErrorCode::Limit, REGISTER, msg));
+        if spec.weight > self.limits.weight {
+            return limit(format!(
+                "weight {} is more than one user's cell may have ({}, limits.weight)",
+                spec.weight, self.limits.weight
+            ));
+        }
         let specs = self
             .cells
             .values()

@@ -159,7 +159,7 @@ fn check(c: &Config) -> Result<String, String> {
          isolate           {}\n\
          limits            connections {} cells {} queued {} members {} kinds {} devices {} \
          holdings {} cells_total {} kinds_total {} channels {} channel_mib {} guaranteed_cpus {} \
-         guaranteed_memory_mib {}",
+         guaranteed_memory_mib {} weight {}",
         c.socket.display(),
         c.state_dir.display(),
         c.backend,
@@ -219,6 +219,7 @@ fn check(c: &Config) -> Result<String, String> {
             0 => "3/4 of what cells may be guaranteed".to_string(),
             n => n.to_string(),
         },
+        l.weight,
     ))
 }
 
