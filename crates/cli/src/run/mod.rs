@@ -786,7 +786,7 @@ impl Program {
 /// A size as a user writes it: `64M` where it is a whole number of MiB.
 fn size_text(bytes: u64) -> String {
     for (unit, shift) in [("T", 40), ("G", 30), ("M", 20), ("K", 10)] {
-        if bytes >= 1 << shift && bytes % (1 << shift) == 0 {
+        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
             return format!("{}{unit}", bytes >> shift);
         }
     }
