@@ -76,6 +76,7 @@ mod groups;
 mod isolation;
 mod journaling;
 mod keep_off;
+mod limits;
 mod memory;
 mod message;
 mod minimum;

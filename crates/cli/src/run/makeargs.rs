@@ -55,6 +55,67 @@ pub fn makeflags_jobs(flags: &str) -> Jobs {
     jobs
 }
 
+/// What a run's program is given for parallel jobs ([`plan_jobs`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MakeJobs {
+    /// Its arguments, a top make's or ninja's `-j` taken out.
+    pub args: Vec<OsString>,
+    /// The most jobs the cell's jobserver hands out (`None`: the grant).
+    pub cap: Option<usize>,
+    /// Whether `MAKEFLAGS` names the jobserver: only where the user asked
+    /// make for parallel jobs, so that a serial build stays serial.
+    pub make_jobs: bool,
+}
+
+/// The jobs for `program` run with `args` (`jobserver_on`: not
+/// `--jobserver off`) under the user's `makeflags`. A top make's or
+/// ninja's `-jN` becomes the cap ([`strip_jobs`]); make without one takes
+/// the user's `MAKEFLAGS` `-jN` as its cap, and without either stays
+/// serial. ninja is parallel by default and always gets the jobserver.
+/// Any other program (a shell running make, cargo) passes the jobserver
+/// to a make below it only where `makeflags` asked for parallel jobs,
+/// capped as they asked. Pure.
+pub fn plan_jobs(
+    program: &Path,
+    args: Vec<OsString>,
+    jobserver_on: bool,
+    makeflags: Option<&str>,
+) -> MakeJobs {
+    let asked = makeflags.map_or(Jobs::Absent, makeflags_jobs);
+    let ninja = is_ninja(program);
+    if !(jobserver_on && (ninja || is_make(program))) {
+        return MakeJobs {
+            args,
+            cap: match asked {
+                Jobs::Max(n) => Some(n.max(1)),
+                _ => None,
+            },
+            make_jobs: asked != Jobs::Absent,
+        };
+    }
+    let flags = if ninja {
+        NINJA_ARG_FLAGS
+    } else {
+        MAKE_ARG_FLAGS
+    };
+    let (args, mut jobs) = strip_jobs(&args, flags);
+    // make's own -j wins; without one, the user's MAKEFLAGS says how many
+    // jobs they want (its -j would otherwise be replaced).
+    if jobs == Jobs::Absent && !ninja {
+        jobs = asked;
+    }
+    MakeJobs {
+        args,
+        cap: match jobs {
+            // ninja's -j0: no limit.
+            Jobs::Max(0) if ninja => None,
+            Jobs::Max(n) => Some(n.max(1)),
+            _ => None,
+        },
+        make_jobs: ninja || jobs != Jobs::Absent,
+    }
+}
+
 /// The short flags of each program that take an argument: a group with
 /// one of them before `j` (`-C dir`, make's `-f file`, ninja's `-k N`) is
 /// that flag's argument, not a `-j`.
@@ -182,6 +243,44 @@ mod tests {
 
     fn v(a: &[&str]) -> Vec<OsString> {
         a.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn a_serial_make_stays_serial_and_the_users_jobs_are_a_cap() {
+        let os = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
+        let make = Path::new("/usr/bin/make");
+        let plan = |args: &[&str], flags: Option<&str>| plan_jobs(make, os(args), true, flags);
+        let p = plan(&["-C", "src"], None);
+        assert_eq!((p.cap, p.make_jobs), (None, false), "serial");
+        assert_eq!(p.args, os(&["-C", "src"]));
+        let p = plan(&["-j8", "all"], None);
+        assert_eq!((p.cap, p.make_jobs), (Some(8), true));
+        assert_eq!(p.args, os(&["all"]));
+        let p = plan(&[], Some("-k -j3"));
+        assert_eq!(
+            (p.cap, p.make_jobs),
+            (Some(3), true),
+            "the user's MAKEFLAGS"
+        );
+        let p = plan(&["-j2"], Some("-j3"));
+        assert_eq!(p.cap, Some(2), "make's own -j wins");
+        let ninja = plan_jobs(Path::new("ninja"), vec![], true, None);
+        assert_eq!(
+            (ninja.cap, ninja.make_jobs),
+            (None, true),
+            "ninja is parallel"
+        );
+        let sh = plan_jobs(Path::new("/bin/sh"), os(&["-c", "make -j9"]), true, None);
+        assert_eq!((sh.cap, sh.make_jobs), (None, false));
+        assert_eq!(
+            sh.args,
+            os(&["-c", "make -j9"]),
+            "other programs' arguments are kept"
+        );
+        let sh = plan_jobs(Path::new("/bin/sh"), vec![], true, Some("-j"));
+        assert_eq!((sh.cap, sh.make_jobs), (None, true));
+        let off = plan_jobs(make, os(&["-j8"]), false, None);
+        assert_eq!(off.args, os(&["-j8"]), "--jobserver off changes nothing");
     }
 
     #[test]

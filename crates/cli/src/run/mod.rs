@@ -199,41 +199,19 @@ pub fn run(a: Args) -> i32 {
             return e.exit_code();
         }
     };
-    let mut args: Vec<OsString> = a.command[1..].to_vec();
-    let mut cap = None;
-    let make_jobs;
     let jobserver_on = a.jobserver.as_deref() != Some("off");
     let ninja = makeargs::is_ninja(&program);
-    if jobserver_on && (ninja || makeargs::is_make(&program)) {
-        let flags = if ninja {
-            makeargs::NINJA_ARG_FLAGS
-        } else {
-            makeargs::MAKE_ARG_FLAGS
-        };
-        let (stripped, mut jobs) = makeargs::strip_jobs(&args, flags);
-        args = stripped;
-        // make's own -j wins; without one, the user's MAKEFLAGS says how
-        // many jobs they want (its -j would otherwise be replaced).
-        if jobs == makeargs::Jobs::Absent && !ninja {
-            jobs = makeflags_asked();
-        }
-        make_jobs = ninja || jobs != makeargs::Jobs::Absent;
-        cap = match jobs {
-            // ninja's -j0: no limit.
-            makeargs::Jobs::Max(0) if ninja => None,
-            makeargs::Jobs::Max(n) => Some(n.max(1)),
-            _ => None,
-        };
-    } else {
-        // Another program (a shell running make, cargo): a make below it
-        // gets the jobserver only where the user's MAKEFLAGS asked for
-        // parallel jobs, capped as they asked.
-        let jobs = makeflags_asked();
-        make_jobs = jobs != makeargs::Jobs::Absent;
-        if let makeargs::Jobs::Max(n) = jobs {
-            cap = Some(n.max(1));
-        }
-    }
+    let makeflags = std::env::var("MAKEFLAGS").ok();
+    let makeargs::MakeJobs {
+        args,
+        cap,
+        make_jobs,
+    } = makeargs::plan_jobs(
+        &program,
+        a.command[1..].to_vec(),
+        jobserver_on,
+        makeflags.as_deref(),
+    );
     let style = match a.jobserver.as_deref() {
         Some("off") => None,
         Some(s) => match s.parse::<Style>() {
@@ -665,11 +643,6 @@ fn shim_dir(socket: &std::path::Path) -> Result<TrustedDir, DirError> {
         Some(d) => TrustedDir::create(&d.join("shim"), 0o700),
         None => TrustedDir::create(&allot_proto::default_state_dir().join("shim"), 0o700),
     }
-}
-
-/// The jobs the user's `MAKEFLAGS` asks for ([`makeargs::makeflags_jobs`]).
-fn makeflags_asked() -> makeargs::Jobs {
-    std::env::var("MAKEFLAGS").map_or(makeargs::Jobs::Absent, |f| makeargs::makeflags_jobs(&f))
 }
 
 /// Keeps the jobserver in step with the grant until `done`.

@@ -1,5 +1,6 @@
 //! The soak's checks of what the kernel and the broker say: exclusivity
-//! (in the status and in the kernel's cpusets, a frozen cell exempt), no
+//! (in the status and in the kernel's cpusets, a cell that ran nothing
+//! while they were read exempt), no
 //! leaked cgroup, and what was seen around the first overlap of two cells.
 
 use super::{LEAK_AFTER, Tally};
@@ -41,18 +42,24 @@ pub(super) fn check_exclusive(st: &Status, broker: &PrivateBroker, t: &mut Tally
     }
     let exclusive: BTreeSet<u64> = sets.iter().filter(|s| s.1).map(|s| s.0).collect();
     // A frozen cell (a paused best-effort one) runs nowhere: its cpuset,
-    // which cannot be empty, overlaps without running there.
+    // which cannot be empty, overlaps without running there. So does a
+    // cell with no process. A cell that was one or the other just before
+    // the cpusets were read and is one or the other just after ran nowhere
+    // in between (a new paused cell: made with every CPU, frozen, then
+    // joined by its process, may pass through all three states while they
+    // are read).
     let frozen_dir = Path::new("/sys/fs/cgroup/freezer").join(broker.cgroup());
-    let frozen_before = frozen_cells(&frozen_dir);
+    let quiet_before = quiet_cells(&dir, &frozen_dir);
     let first = kernel_cpusets(&dir);
     let second = kernel_cpusets(&dir);
-    let frozen = frozen_cells(&frozen_dir);
+    let quiet_after = quiet_cells(&dir, &frozen_dir);
+    let quiet = |id: &u64| quiet_before.is_quiet(*id) && quiet_after.is_quiet(*id);
     for (id, cpus) in &first {
         if !exclusive.contains(id) || second.get(id) != Some(cpus) {
             continue;
         }
         for (other, theirs) in &first {
-            if frozen_before.contains(other) && frozen.contains(other) {
+            if quiet(other) {
                 continue;
             }
             if other != id && cpus.intersects(theirs) && second.get(other) == Some(theirs) {
@@ -136,6 +143,39 @@ fn diagnose(st: &Status, broker: &PrivateBroker, dir: &Path, cells: &[u64]) -> S
 /// The `cell-N` cgroups under the freezer directory `dir` that run
 /// nowhere: frozen, or freezing with no thread runnable (a thread asleep
 /// when the freeze came stops before it returns to its program).
+/// The cells that run nothing at one moment: frozen, or holding no
+/// process (a cell not there at all holds none).
+struct Quiet {
+    frozen: BTreeSet<u64>,
+    populated: BTreeSet<u64>,
+}
+
+impl Quiet {
+    fn is_quiet(&self, id: u64) -> bool {
+        self.frozen.contains(&id) || !self.populated.contains(&id)
+    }
+}
+
+/// [`Quiet`] under the cpuset directory `cpusets` and the freezer
+/// directory `freezer`: the populated cells are read before the frozen
+/// ones, so a process that joins a cell as it freezes is not missed.
+fn quiet_cells(cpusets: &Path, freezer: &Path) -> Quiet {
+    let populated = std::fs::read_dir(cpusets)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let id = allot_enforce::cell_id(&e.file_name().to_string_lossy())?;
+            let procs = std::fs::read_to_string(e.path().join("cgroup.procs")).ok()?;
+            (!procs.trim().is_empty()).then_some(id)
+        })
+        .collect();
+    Quiet {
+        populated,
+        frozen: frozen_cells(freezer),
+    }
+}
+
 fn frozen_cells(dir: &Path) -> BTreeSet<u64> {
     std::fs::read_dir(dir)
         .into_iter()
