@@ -12,7 +12,8 @@ fuzz_target!(|data: &[u8]| {
     let mut c = Config::new("/nonexistent/allot.sock".into());
     if c.apply_toml(text).is_ok() {
         assert!((10..=10_000).contains(&(c.tick.as_millis() as u64)));
-        assert!(!c.cgroup_name.is_empty() && !c.cgroup_name.contains('/'));
+        let name = c.cgroup_name();
+        assert!(!name.is_empty() && !name.contains('/') && !name.starts_with('.'));
         assert!(c.limits.connections > 0 && c.limits.cells > 0 && c.limits.members > 0);
     }
 });
