@@ -122,6 +122,11 @@ struct Holder {
 pub struct Ledger {
     kinds: BTreeMap<String, Kind>,
     holdings: HashMap<u32, Holder>,
+    /// Every process the ledger has involved (defined a kind or held
+    /// something) and its user, until it is gone ([`Ledger::forget`]): the
+    /// broker watches each with a descriptor, so a user may have at most
+    /// [`Limits::processes`] of them.
+    watched: HashMap<u32, u32>,
     epoch: u64,
     waiting: HashMap<u32, u32>,
     limits: Limits,
@@ -317,6 +322,7 @@ impl Ledger {
             )));
         }
         let limits = self.limits;
+        self.may_watch(pid, uid)?;
         if devices.len() > limits.devices as usize {
             return Err(LedgerError::Limit(format!(
                 "kind {} has {} devices; the limit is {} (limits.devices)",
@@ -337,7 +343,9 @@ impl Ledger {
                         .zip(devices)
                         .all(|(a, b)| a.name == b.name && a.max == b.max && a.min == b.min);
                 if same {
-                    Ok(k.definers.insert(pid))
+                    let new = k.definers.insert(pid);
+                    self.watched.insert(pid, uid);
+                    Ok(new)
                 } else {
                     Err(invalid(format!(
                         "kind {} already exists with other devices",
@@ -380,6 +388,7 @@ impl Ledger {
                         definers: BTreeSet::from([pid]),
                     },
                 );
+                self.watched.insert(pid, uid);
                 Ok(true)
             }
         }
@@ -414,10 +423,28 @@ impl Ledger {
         })
     }
 
+    /// Whether process `pid` of user `uid` may become one more process the
+    /// broker watches for the ledger (root is exempt).
+    fn may_watch(&self, pid: u32, uid: u32) -> Result<(), LedgerError> {
+        if uid == 0 || self.watched.contains_key(&pid) {
+            return Ok(());
+        }
+        let mine = self.watched.values().filter(|&&u| u == uid).count();
+        if mine >= self.limits.processes as usize {
+            return Err(LedgerError::Limit(format!(
+                "uid {uid} has {mine} processes that defined kinds or hold items, each watched \
+                 by the broker; the limit is {} (limits.processes)",
+                self.limits.processes
+            )));
+        }
+        Ok(())
+    }
+
     /// Takes every item for process `pid` of user `uid`, or nothing (with
     /// the reason). Checks first, accumulating items on the same device,
     /// then applies.
     pub fn acquire(&mut self, pid: u32, uid: u32, items: &[LedgerItem]) -> Result<(), LedgerError> {
+        self.may_watch(pid, uid)?;
         let held = self.holdings.get(&pid).map_or(0, |h| h.items.len());
         if held + items.len() > self.limits.holdings as usize {
             return Err(LedgerError::Limit(format!(
@@ -481,6 +508,7 @@ impl Ledger {
         let h = self.holdings.entry(pid).or_default();
         h.uid = uid;
         h.items.extend(items.iter().cloned());
+        self.watched.insert(pid, uid);
         Ok(())
     }
 
@@ -525,6 +553,7 @@ impl Ledger {
     /// Returns whether it held anything.
     pub fn forget(&mut self, pid: u32) -> bool {
         self.waiting.remove(&pid);
+        self.watched.remove(&pid);
         let mut defined = false;
         for k in self.kinds.values_mut() {
             defined |= k.definers.remove(&pid);

@@ -194,3 +194,41 @@ fn holdings_per_process_are_bounded() {
     ));
     l.acquire(1, 0, &[item(1, 0.1, true)]).unwrap();
 }
+
+/// Each process that defines a kind or holds items is watched by the
+/// broker (a descriptor each): one user has at most `limits.processes` of
+/// them, another definer of the same kind included; a process that is
+/// gone frees its place; root is exempt.
+#[test]
+fn the_processes_one_user_has_watched_are_bounded() {
+    let limits = Limits {
+        processes: 2,
+        ..Limits::default()
+    };
+    let mut l = Ledger::new(&Machine::uniform(2), limits);
+    let user = 1000;
+    assert!(l.define(10, user, "gpu", &devs(1, 1)).unwrap());
+    assert!(
+        l.define(11, user, "gpu", &devs(1, 1)).unwrap(),
+        "a second definer"
+    );
+    let e = l.define(12, user, "gpu", &devs(1, 1)).unwrap_err();
+    assert!(
+        matches!(&e, LedgerError::Limit(m) if m.contains("limits.processes")),
+        "{e:?}"
+    );
+    assert!(matches!(
+        l.acquire(13, user, &[item(0, 0.1, true)]),
+        Err(LedgerError::Limit(_))
+    ));
+    // A watched process asks again: not one more.
+    l.acquire(10, user, &[item(0, 0.1, true)]).unwrap();
+    // Another user, and root, are not counted against this one.
+    l.acquire(20, 1001, &[item(1, 0.1, true)]).unwrap();
+    for pid in 30..40 {
+        l.acquire(pid, 0, &[item(1, 0.01, true)]).unwrap();
+    }
+    // One gone frees a place.
+    l.forget(11);
+    l.define(12, user, "gpu", &devs(1, 1)).unwrap();
+}
