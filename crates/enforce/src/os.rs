@@ -514,10 +514,20 @@ impl Os for FakeOs {
 
 /// A process and all its descendants, parents first.
 pub fn process_tree(os: &dyn Os, roots: &[u32]) -> Vec<u32> {
+    process_tree_at_most(os, roots, usize::MAX)
+}
+
+/// [`process_tree`], stopping once it found `max` processes (the walk
+/// reads each process's children: a tree of thousands costs as many
+/// reads).
+pub fn process_tree_at_most(os: &dyn Os, roots: &[u32], max: usize) -> Vec<u32> {
     let mut out = Vec::new();
     let mut stack: Vec<u32> = roots.iter().rev().copied().collect();
     let mut seen = std::collections::HashSet::new();
     while let Some(p) = stack.pop() {
+        if out.len() >= max {
+            break;
+        }
         if !seen.insert(p) || !os.alive(p) {
             continue;
         }
@@ -532,6 +542,18 @@ pub fn process_tree(os: &dyn Os, roots: &[u32]) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_tree_walk_stops_at_its_bound() {
+        let os = FakeOs::new();
+        let all = CpuSet::first_n(1);
+        os.spawn(1, 0, 1, &all);
+        for pid in 2..10 {
+            os.spawn(pid, 1, 1, &all);
+        }
+        assert_eq!(process_tree(&os, &[1]).len(), 9);
+        assert_eq!(process_tree_at_most(&os, &[1], 3), [1, 2, 3]);
+    }
 
     #[test]
     fn executable_mappings_of_a_maps_text() {

@@ -156,6 +156,9 @@ pub struct Engine {
     /// The windows of time-triggered cells and their time base
     /// (`crate::windows`).
     pub(crate) windows: Windows,
+    /// What the status read of each process's runtimes lately
+    /// (`crate::status::RuntimeCache`); the status is built from `&self`.
+    pub(crate) runtime_cache: std::sync::Mutex<crate::status::RuntimeCache>,
     /// The machine's load and the goal cells' counters (`measure`).
     pub(crate) measure: measure::Measure,
     /// Named channels, and who besides their creators may open them.
@@ -258,6 +261,7 @@ impl Engine {
             removals: Vec::new(),
             counters: Counters::default(),
             windows: Windows::new(),
+            runtime_cache: Default::default(),
             measure: measure::Measure::new(Arc::new(allot_enforce::counters::RealCounters)),
             memory,
             outside: outside::Outside::new(cfg.weigh),
