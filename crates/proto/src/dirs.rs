@@ -182,7 +182,7 @@ pub fn check_socket_path(socket: &Path) -> Result<bool, String> {
             "{} is {what}, not a broker's socket: allot will not replace it; name a path \
              that does not exist yet (for example {}) or remove it yourself",
             socket.display(),
-            default_socket_path().display()
+            default_state_dir().join("allot.sock").display()
         ));
     }
     let me = rustix::process::geteuid().as_raw();
