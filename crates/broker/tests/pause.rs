@@ -373,3 +373,46 @@ fn a_restarted_broker_keeps_a_paused_cell_frozen_and_thaws_the_others() {
     let shown = st.cells.iter().find(|c| c.id == make).unwrap();
     assert!(shown.paused.is_some(), "still shown paused: {shown:?}");
 }
+
+/// The order a paused newcomer's calls reach the backend: its cgroup is
+/// made, then frozen, and only then does its process join — so nothing of
+/// it runs, not for an instant, on the CPUs its (unavoidably non-empty)
+/// cpuset names, which an exclusive cell holds. Checked as the event loop
+/// drives it (arrivals joined at the end of the turn) and as a direct
+/// caller does.
+#[test]
+fn a_paused_newcomer_is_frozen_before_its_process_joins() {
+    use allot_enforce::dryrun::Call;
+    for batched in [false, true] {
+        let mut w = world(2);
+        w.core.batch_arrivals(batched);
+        for pid in [100, 200] {
+            proc_of(&w, pid, 0);
+        }
+        let mut e = register(&mut w, ROOT, "big", exclusive(2), vec![100], false);
+        if batched {
+            e.extend(w.core.settle());
+        }
+        let _big = page(e);
+        let mut e = register(&mut w, ROOT, "make", CellSpec::default(), vec![200], false);
+        if batched {
+            e.extend(w.core.settle());
+        }
+        let (make, _, pm) = page(e);
+        assert!(grant(&pm).cpus.is_empty());
+        let calls = w.dry.calls();
+        let at = |want: &dyn Fn(&Call) -> bool| {
+            calls
+                .iter()
+                .position(|c| want(c))
+                .unwrap_or_else(|| panic!("batched {batched}: not in {calls:?}"))
+        };
+        let made = at(&|c| matches!(c, Call::Create(id) if *id == make));
+        let frozen = at(&|c| matches!(c, Call::Gate(GateCall::Close(id)) if *id == make));
+        let joined = at(&|c| matches!(c, Call::Attach(id, 200) if *id == make));
+        assert!(
+            made < frozen && frozen < joined,
+            "batched {batched}: made {made}, frozen {frozen}, joined {joined}: {calls:?}"
+        );
+    }
+}
