@@ -404,7 +404,7 @@ fn a_paused_newcomer_is_frozen_before_its_process_joins() {
         let at = |want: &dyn Fn(&Call) -> bool| {
             calls
                 .iter()
-                .position(|c| want(c))
+                .position(want)
                 .unwrap_or_else(|| panic!("batched {batched}: not in {calls:?}"))
         };
         let made = at(&|c| matches!(c, Call::Create(id) if *id == make));
