@@ -69,11 +69,7 @@ fn a_waiting_request_does_not_turn_away_cells_that_cannot_delay_it() {
 #[test]
 fn a_pid_reused_while_its_cell_waits_is_not_captured() {
     let mut w = world_configured(4, |c| c.limits.guaranteed_cpus = 8);
-    let user = Peer {
-        pid: 1,
-        uid: 1000,
-        gid: 1000,
-    };
+    let user = ALICE;
     proc_of(&w, 100, 1000);
     proc_of(&w, 101, 1000);
     proc_of(&w, 102, 1000);
@@ -114,18 +110,7 @@ fn a_pid_reused_while_its_cell_waits_is_not_captured() {
 #[test]
 fn a_refusal_does_not_name_another_users_cells() {
     let mut w = world_configured(4, |c| c.limits.guaranteed_cpus = 8);
-    let (a, b) = (
-        Peer {
-            pid: 1,
-            uid: 1000,
-            gid: 1000,
-        },
-        Peer {
-            pid: 2,
-            uid: 1001,
-            gid: 1001,
-        },
-    );
+    let (a, b) = (ALICE, BOB);
     proc_of(&w, 100, 1000);
     proc_of(&w, 101, 1001);
     proc_of(&w, 102, 0);
@@ -159,11 +144,7 @@ fn a_refusal_does_not_name_another_users_cells() {
 #[test]
 fn one_user_cannot_take_every_cpu_as_guarantees() {
     let mut w = world(4);
-    let user = Peer {
-        pid: 2,
-        uid: 1000,
-        gid: 1000,
-    };
+    let user = ALICE;
     for pid in 100..104 {
         proc_of(&w, pid, 1000);
     }

@@ -13,17 +13,7 @@ use std::time::Duration;
 #[test]
 fn fixture_tree() {
     let dir = tempfile::tempdir().unwrap();
-    let cpuset = FixtureFs::new(FixtureLayout::V1Cpuset);
-    cpuset.populate(&dir.path().join("cpuset")).unwrap();
-    std::fs::write(dir.path().join("cpuset/cpuset.mems"), "0\n").unwrap();
-    let mounts = V1Mounts {
-        cpuset: dir.path().join("cpuset"),
-        cpu: None,
-        cpuacct: None,
-        freezer: None,
-        blkio: None,
-        memory: None,
-    };
+    let (cpuset, mounts) = cpuset_fixture(dir.path());
     let mut b = Cgroup1::new(Arc::new(cpuset), &mounts, "allot", CpuSet::first_n(4)).unwrap();
     b.create(1).unwrap();
     let leaf = dir.path().join("cpuset/allot/cell-1");

@@ -596,7 +596,7 @@ pub fn run(a: Args) -> i32 {
             "allot: {}: killed: out of memory at its {} limit (--memory-max); give it more \
              or make it use less",
             cmd.to_string_lossy(),
-            size_text(max)
+            allot_plan::spec::Size(max)
         );
     }
     // No release: this process and the program are the cell's members, and
@@ -754,16 +754,6 @@ impl Program {
             Program::Raw(pid) => spawn::wait(*pid),
         }
     }
-}
-
-/// A size as a user writes it: `64M` where it is a whole number of MiB.
-fn size_text(bytes: u64) -> String {
-    for (unit, shift) in [("T", 40), ("G", 30), ("M", 20), ("K", 10)] {
-        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
-            return format!("{}{unit}", bytes >> shift);
-        }
-    }
-    format!("{bytes} bytes")
 }
 
 /// Exits like the program did: same code, or death by the same signal.
