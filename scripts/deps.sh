@@ -17,6 +17,7 @@ packages=(
   tmux                                # the live test of allot top
   python3-venv python3-pytest python3-threadpoolctl  # the Python package's tests
   slurmctld slurmd slurm-client munge libslurm-dev   # the Slurm plugin and its live test (scripts/test-slurm.sh)
+  qemu-system-x86 busybox-static cpio # the guest lane (scripts/test-guest.sh: cgroup v2 kernels under QEMU)
 )
 
 missing=()

@@ -47,6 +47,17 @@ for unit in allotd.socket allotd.service; do
   sed "s|/usr/local/bin/allot|$prefix/bin/allot|g" "$here/dist/systemd/$unit" \
     | install -D -m 644 /dev/stdin "$root/etc/systemd/system/$unit"
 done
+# systemd starts a service's processes at the top of its cgroup, which may
+# hold none while cells below it have controllers (cgroup v2's rule): a
+# restart while cells live would fail. systemd 254 and later start them in
+# a subgroup instead (DelegateSubgroup=), the broker's own leaf; older ones
+# do not know the setting, so it is a drop-in written only where the
+# installing machine's systemd has it (docs/operations.md, "Restarts").
+systemd_version=$(systemctl --version 2>/dev/null | sed -n '1s/^systemd \([0-9]*\).*/\1/p')
+if [ -n "$systemd_version" ] && [ "$systemd_version" -ge 254 ]; then
+  printf '# allot scripts/install-service.sh: systemd %s starts the broker in its own leaf\n[Service]\nDelegateSubgroup=broker\n' "$systemd_version" \
+    | install -D -m 644 /dev/stdin "$root/etc/systemd/system/allotd.service.d/subgroup.conf"
+fi
 if [ ! -e "$root/etc/allot/allotd.toml" ]; then
   install -d -m 755 "$root/etc/allot"
   cat > "$root/etc/allot/allotd.toml" <<'TOML'

@@ -35,6 +35,9 @@ fi
 step "cargo test"
 cargo test --workspace
 
+step "the guest lane: pure cgroup v2 kernels, NUMA and systemd as PID 1 in QEMU guests (scripts/test-guest.sh)"
+bash scripts/test-guest.sh
+
 step "C experiments compile (scripts/*.c)"
 for c in scripts/*.c; do
   gcc -O2 -Wall -Wextra -Werror -fsyntax-only "$c"

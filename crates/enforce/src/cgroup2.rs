@@ -461,7 +461,7 @@ impl Enforcer for Cgroup2 {
             // thawed if the cell was paused; the directory and its
             // processes are the launcher's.
             for mut g in c.groups {
-                let _ = g.cpus.set("");
+                crate::launcher::restore(self.fs.as_ref(), &mut g);
                 self.thaw(&g.dir);
             }
         }

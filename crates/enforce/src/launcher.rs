@@ -24,9 +24,10 @@
 //!    when the cell's grant changes, and once when it is included (the
 //!    grant of the moment). A group that has vanished (the launcher
 //!    removed it at the end of its step) is dropped without error.
-//! 3. When the cell ends, each group still there gets an empty
-//!    `cpuset.cpus` (the kernel then gives it its parent's CPUs: what the
-//!    launcher set up) and is thawed, and keeps its directory and
+//! 3. When the cell ends, each group still there gets the launcher's CPUs
+//!    back ([`restore`]: what its `cpuset.cpus` held when the cell included
+//!    it; where that was empty, an empty list again, so that the kernel
+//!    gives it its parent's CPUs) and is thawed, and keeps its directory and
 //!    processes: it is the launcher's to remove.
 //! 4. The processes of a cell are those of its own directory and of every
 //!    group it includes, with their descendants ([`procs_below`]); its
@@ -44,17 +45,41 @@ pub(crate) struct Group {
     pub(crate) dir: PathBuf,
     pub(crate) cpus: Box<dyn ControlFile>,
     pub(crate) weight: Option<Box<dyn ControlFile>>,
+    /// Its `cpuset.cpus` before the cell wrote it (the launcher's).
+    original: String,
 }
 
 impl Group {
     /// Opens `dir`'s files (after [`check`]).
     pub(crate) fn open(fs: &dyn CgroupFs, dir: &Path) -> io::Result<Group> {
+        let original = fs.read(&dir.join("cpuset.cpus"))?.trim().to_string();
         Ok(Group {
             dir: dir.to_path_buf(),
             cpus: fs.open(&dir.join("cpuset.cpus"))?,
             // The cpu controller may not be enabled for it: CPUs alone then.
             weight: fs.open(&dir.join("cpu.weight")).ok(),
+            original,
         })
+    }
+}
+
+/// Gives `g` its launcher's CPUs back (invariant 3). An empty list is
+/// written as a newline: a write of no bytes never reaches the kernel.
+/// Some kernels refuse an empty list for a group with processes (ENOSPC,
+/// as cgroup v1 does; Debian's 6.12 in the guest lane, scripts/test-guest.sh):
+/// there the group gets its parent's CPUs of the moment, the CPUs an empty
+/// list would give it.
+pub(crate) fn restore(fs: &dyn CgroupFs, g: &mut Group) {
+    if !g.original.is_empty() {
+        let _ = g.cpus.set(&g.original);
+        return;
+    }
+    if g.cpus.set("\n").is_ok() {
+        return;
+    }
+    let parent = g.dir.parent().map(|p| p.join("cpuset.cpus.effective"));
+    if let Some(cpus) = parent.and_then(|p| fs.read(&p).ok()) {
+        let _ = g.cpus.set(cpus.trim());
     }
 }
 

@@ -117,19 +117,25 @@ pub fn group_of(
     Some((Version::V2, cgroup2?.join(g.trim().trim_start_matches('/'))))
 }
 
-/// The kernel's count of OOM kills in the cell memory group
-/// (`cell-<id>`) this process is in (`None`: it is in none). `allot run`
-/// compares it before and after its program to say that a program killed
-/// by SIGKILL was killed for its cell's memory limit.
-pub fn own_cell_oom_kills() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+/// The cell memory group (`cell-<id>`) process `pid` is in (`None`: it is
+/// in none, or it is gone). On cgroup v1 `allot run` is in its program's
+/// cell itself; on cgroup v2 only the program is (cloned into the cell), so
+/// `allot run` asks for its program's.
+pub fn cell_group_of(pid: u32) -> Option<(Version, std::path::PathBuf)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
     let mounts = crate::detect::Mounts::read();
     let (version, dir) = group_of(&text, mounts.v1_for("memory"), mounts.cgroup2.as_deref())?;
     let in_cell = dir
         .file_name()
         .is_some_and(|n| n.to_string_lossy().starts_with("cell-"));
-    in_cell.then_some(())?;
-    Some(read(&crate::cgroupfs::KernelFs, version, &dir)?.oom_kills)
+    in_cell.then_some((version, dir))
+}
+
+/// The kernel's count of OOM kills in a memory group ([`cell_group_of`]).
+/// `allot run` compares it before and after its program to say that a
+/// program killed by SIGKILL was killed for its cell's memory limit.
+pub fn oom_kills(group: &(Version, std::path::PathBuf)) -> Option<u64> {
+    Some(read(&crate::cgroupfs::KernelFs, group.0, &group.1)?.oom_kills)
 }
 
 /// v1 reports "no limit" as a huge page-rounded number.

@@ -635,9 +635,9 @@ fn a_launcher_group_follows_the_cell_and_stays_the_launchers() {
         "thawed when the cell ends"
     );
     assert_eq!(
-        fs.read(&user.join("cpuset.cpus")).unwrap(),
+        fs.read(&user.join("cpuset.cpus")).unwrap().trim(),
         "",
-        "the launcher's CPUs again"
+        "the launcher's CPUs again (an empty list: its parent's)"
     );
     assert!(fs.exists(&user), "the group stays the launcher's");
     assert_eq!(fs.read(&task.join("cgroup.procs")).unwrap().trim(), "5151");

@@ -426,10 +426,7 @@ pub fn run(a: Args) -> i32 {
         .ok()
         .and_then(|mut f| allot_enforce::runtimes::go_release(&mut f))
         .is_some_and(|r| r.follows_cpu_set());
-    // OOM kills in the cell's memory group so far (this process is in it
-    // already), to tell afterwards whether a SIGKILL came from its limit.
     let memory_max = a.memory_max.filter(|_| cell.is_some());
-    let oom_before = memory_max.and_then(|_| allot_enforce::memory::own_cell_oom_kills());
     let cell_env = CellEnv {
         launch,
         max,
@@ -536,6 +533,13 @@ pub fn run(a: Args) -> i32 {
     drop(page_fd);
     let pid = child.id();
     marks.mark(format!("program started (process {pid})"));
+    // OOM kills in the program's cell memory group so far, to tell
+    // afterwards whether a SIGKILL came from its limit.
+    let oom_before = memory_max.and_then(|_| {
+        let group = allot_enforce::memory::cell_group_of(pid)?;
+        let kills = allot_enforce::memory::oom_kills(&group)?;
+        Some((group, kills))
+    });
     // The program is confined already (forked from this process, inside the
     // cell): adding it as a member only lets the broker watch it, so the
     // answer is not waited for. Should it fail, the broker still finds it
@@ -589,8 +593,8 @@ pub fn run(a: Args) -> i32 {
         }
     }
     if status.signal() == Some(libc::SIGKILL)
-        && let (Some(max), Some(before)) = (memory_max, oom_before)
-        && allot_enforce::memory::own_cell_oom_kills().is_some_and(|now| now > before)
+        && let (Some(max), Some((group, before))) = (memory_max, &oom_before)
+        && allot_enforce::memory::oom_kills(group).is_some_and(|now| now > *before)
     {
         eprintln!(
             "allot: {}: killed: out of memory at its {} limit (--memory-max); give it more \

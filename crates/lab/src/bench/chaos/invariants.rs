@@ -3,7 +3,7 @@
 //! while they were read exempt), no
 //! leaked cgroup, and what was seen around the first overlap of two cells.
 
-use super::{LEAK_AFTER, Tally};
+use super::Tally;
 use crate::bench::broker::PrivateBroker;
 use allot_proto::status::Status;
 use allot_topo::CpuSet;
@@ -255,9 +255,10 @@ pub(super) fn check_leaks(
     unlisted.retain(|id, _| present.contains(id) && !listed.contains(id));
     for id in present.difference(&listed) {
         let since = *unlisted.entry(*id).or_insert(now);
-        if now.duration_since(since) > LEAK_AFTER {
+        if now.duration_since(since) > t.bounds.leak_after {
             t.failures.push(format!(
-                "cgroup cell-{id} is left {LEAK_AFTER:?} after the broker stopped listing it"
+                "cgroup cell-{id} is left {:?} after the broker stopped listing it",
+                t.bounds.leak_after
             ));
             unlisted.insert(*id, now); // report once per period
         }

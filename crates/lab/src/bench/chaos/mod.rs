@@ -75,6 +75,39 @@ pub struct ChaosArgs {
     /// as root with a v1 cpuset hierarchy, else affinity].
     #[arg(long, value_name = "BACKEND")]
     backend: Option<String>,
+    /// Multiplies every time bound of the checks (adoption, rejoining,
+    /// leaked cgroups, hung jobs): for emulated machines only, such as the
+    /// guest lane's (scripts/test-guest.sh), whose speed says nothing.
+    #[arg(long, default_value_t = 1.0, value_name = "F")]
+    patience: f64,
+}
+
+/// The time bounds the checks allow, the constants above times
+/// `--patience` (only for emulated machines, such as the guest lane's:
+/// there the checks still judge that each thing happens, not how fast).
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    leak_after: Duration,
+    adopt_within: Duration,
+    rejoin_within: Duration,
+    job_limit: Duration,
+}
+
+impl Bounds {
+    fn scaled(patience: f64) -> Bounds {
+        Bounds {
+            leak_after: LEAK_AFTER.mul_f64(patience),
+            adopt_within: ADOPT_WITHIN.mul_f64(patience),
+            rejoin_within: REJOIN_WITHIN.mul_f64(patience),
+            job_limit: JOB_LIMIT.mul_f64(patience),
+        }
+    }
+}
+
+impl Default for Bounds {
+    fn default() -> Bounds {
+        Bounds::scaled(1.0)
+    }
 }
 
 /// A tiny deterministic generator (the schedule must be reproducible).
@@ -128,6 +161,7 @@ struct Tally {
     /// What was seen around the first kernel overlap of each pair of
     /// cells, printed after the failures.
     diagnoses: BTreeMap<(u64, u64), String>,
+    bounds: Bounds,
 }
 
 /// Runs `allot bench chaos`.
@@ -135,6 +169,12 @@ pub fn run(a: ChaosArgs) -> Result<i32, String> {
     super::interrupt::install();
     if a.seconds == 0 || a.jobs == 0 {
         return Err("--seconds and --jobs must be at least 1".into());
+    }
+    if !(1.0..=100.0).contains(&a.patience) {
+        return Err(format!(
+            "--patience {}: a factor from 1 to 100 on the checks' time bounds",
+            a.patience
+        ));
     }
     // Programs of killed wrappers become ours, so that we can stop them.
     rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
@@ -160,7 +200,10 @@ pub fn run(a: ChaosArgs) -> Result<i32, String> {
 
     let mut rng = Rng(a.seed.wrapping_mul(0x9E3779B97F4A7C15) | 1);
     let mut jobs: Vec<Job> = Vec::new();
-    let mut t = Tally::default();
+    let mut t = Tally {
+        bounds: Bounds::scaled(a.patience),
+        ..Tally::default()
+    };
     let mut unlisted: BTreeMap<u64, Instant> = BTreeMap::new();
     let end = Instant::now() + Duration::from_secs(a.seconds);
     // At least one restart, halfway at the latest: a busy machine takes
@@ -206,11 +249,12 @@ pub fn run(a: ChaosArgs) -> Result<i32, String> {
                 if j.program == Program::Make
                     && !j.wrapper_killed
                     && !j.program_killed
-                    && j.started.elapsed() > JOB_LIMIT
+                    && j.started.elapsed() > t.bounds.job_limit
                 {
                     t.failures.push(format!(
-                        "make under allot run (pid {}) still runs after {JOB_LIMIT:?}: a jobserver token was lost",
-                        j.wrapper.id()
+                        "make under allot run (pid {}) still runs after {:?}: a jobserver token was lost",
+                        j.wrapper.id(),
+                        t.bounds.job_limit
                     ));
                 }
             }
@@ -391,7 +435,7 @@ fn restart(broker: &mut PrivateBroker, jobs: &[Job], t: &mut Tally) -> Result<()
         .map(|c| c.id)
         .collect();
     let mut adopted_at = None;
-    while t0.elapsed() < ADOPT_WITHIN {
+    while t0.elapsed() < t.bounds.adopt_within {
         if let Some(st) = status(broker.socket()) {
             let listed: BTreeSet<u64> = st.cells.iter().map(|c| c.id).collect();
             let missing: Vec<u64> = surviving
@@ -409,8 +453,8 @@ fn restart(broker: &mut PrivateBroker, jobs: &[Job], t: &mut Tally) -> Result<()
     match adopted_at {
         Some(d) => t.adopt_ms.push(d.as_millis() as u64),
         None => t.failures.push(format!(
-            "after restart {}, cells {surviving:?} were not all listed within {ADOPT_WITHIN:?}",
-            t.restarts
+            "after restart {}, cells {surviving:?} were not all listed within {:?}",
+            t.restarts, t.bounds.adopt_within
         )),
     }
     // Every live allot run rejoins (the broker logs it).
@@ -420,7 +464,7 @@ fn restart(broker: &mut PrivateBroker, jobs: &[Job], t: &mut Tally) -> Result<()
         .count();
     let expected = surviving.len().min(wrappers);
     let mut rejoined_at = None;
-    while t0.elapsed() < REJOIN_WITHIN {
+    while t0.elapsed() < t.bounds.rejoin_within {
         let rejoins = broker
             .log()
             .get(log_len..)
@@ -447,8 +491,8 @@ fn restart(broker: &mut PrivateBroker, jobs: &[Job], t: &mut Tally) -> Result<()
                 .map_or(0, |l| l.matches("rejoined by pid").count());
             if rejoins < still {
                 t.failures.push(format!(
-                    "after restart {}, {rejoins} of {still} running allot run wrappers rejoined within {REJOIN_WITHIN:?}",
-                    t.restarts
+                    "after restart {}, {rejoins} of {still} running allot run wrappers rejoined within {:?}",
+                    t.restarts, t.bounds.rejoin_within
                 ));
             }
         }
@@ -566,13 +610,15 @@ fn summary(a: &ChaosArgs, backend: &str, t: &Tally) -> String {
     );
     let _ = writeln!(
         out,
-        "  broker restarts {}; survivors listed again: median {}, max {} (bound {ADOPT_WITHIN:?}); \
-         rejoined: median {}, max {} (bound {REJOIN_WITHIN:?})",
+        "  broker restarts {}; survivors listed again: median {}, max {} (bound {:?}); \
+         rejoined: median {}, max {} (bound {:?})",
         t.restarts,
         pct(&t.adopt_ms, 0.5),
         pct(&t.adopt_ms, 1.0),
+        t.bounds.adopt_within,
         pct(&t.rejoin_ms, 0.5),
-        pct(&t.rejoin_ms, 1.0)
+        pct(&t.rejoin_ms, 1.0),
+        t.bounds.rejoin_within
     );
     let _ = writeln!(
         out,
