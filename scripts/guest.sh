@@ -121,7 +121,7 @@ build_guest() {
   [[ $pkg != "$META" ]] ||
     die "cannot resolve $META to a kernel package (apt-cache depends $META; is the Debian mirror configured?)" 3
   # The cache is good for this kernel package and this initramfs script.
-  key="$pkg $(sha256sum "$repo/scripts/guest/init" | cut -c1-16)"
+  key="$pkg $(cat "$repo/scripts/guest/init" "$0" | sha256sum | cut -c1-16)"
   if [[ -f $cache/key && $(cat "$cache/key") == "$key" && -f $cache/initrd.gz ]]; then
     return
   fi
@@ -139,10 +139,11 @@ build_guest() {
   cp "$repo/scripts/guest/init" "$tmp/ir/init"
   chmod 755 "$tmp/ir/init"
   # The modules the boot needs, in load order (the package keeps them out of
-  # the image); compressed ones are unpacked for busybox's insmod.
+  # the image), and dummy (stage2's address); compressed ones are unpacked
+  # for busybox's insmod.
   : >"$tmp/ir/lib/modules/order"
   for m in virtio virtio_ring virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci \
-    netfs fscache 9pnet 9pnet_virtio 9p overlay; do
+    netfs fscache 9pnet 9pnet_virtio 9p overlay dummy; do
     local f
     f=$(find "$tmp/x/lib/modules/$ver/kernel" -name "$m.ko*" | head -n 1)
     [[ -n $f ]] || continue # built into this kernel

@@ -22,6 +22,10 @@
 #   systemd     kernel 6.12, systemd as PID 1: the packaged units installed,
 #               socket activation, sd_notify readiness, cells in the
 #               delegated subtree, restarts, journal priorities
+#   slurm       kernel 6.12, 4 CPUs: a one-node Slurm cluster with
+#               proctrack/cgroup, task/cgroup and cgroup/v2, allot's SPANK
+#               plugin: steps in Slurm's cgroups on their cells' CPUs, two
+#               jobs sharing the node, both ending clean
 #
 # Builds the test binaries first (cargo, debug profile: what `cargo test`
 # built already). Results and each guest's console log land in
@@ -36,7 +40,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 
-ALL_PARTS=(v2 kernel-6.1 numa systemd)
+ALL_PARTS=(v2 kernel-6.1 numa systemd slurm)
 parts=("$@")
 ((${#parts[@]})) || parts=("${ALL_PARTS[@]}")
 for p in "${parts[@]}"; do
@@ -68,6 +72,7 @@ trap 'rm -f "$json"' EXIT
   cargo test -q -p allot-enforce --lib --test cgroup2 --no-run --message-format=json
   cargo test -q -p allot-cli --bin allot --test v2_live --test numa_live --no-run --message-format=json
   cargo build -q -p allot-cli --bins --message-format=json
+  cargo build -q -p allot-capi --message-format=json # liballot, for the Slurm plugin
 } >"$json"
 python3 - "$json" "$bins" <<'PY'
 import json, sys
@@ -105,6 +110,7 @@ for p in "${parts[@]}"; do
     kernel-6.1) opts+=(--kernel 6.1 --cpus 4) ;;
     numa) opts+=(--kernel 6.12 --cpus 8 --numa 2 --mem 4096) ;;
     systemd) opts+=(--kernel 6.12 --cpus 4 --init systemd) ;;
+    slurm) opts+=(--kernel 6.12 --cpus 4) ;;
   esac
   echo
   echo "==> guest lane: $p (scripts/guest.sh ${opts[*]})"

@@ -22,6 +22,14 @@
 # exists (another Slurm's), and removes it at teardown. Memory is then a
 # consumable (CR_CPU_Memory), so a job's --mem becomes its limit.
 #
+# SLURM_TASK=cgroup2 is a pure cgroup v2 machine's setup (the guest lane,
+# scripts/guest/slurm-check): the broker on the cgroup2 backend, Slurm's
+# proctrack/cgroup and task/cgroup with cgroup/v2 (cgroup.conf
+# IgnoreSystemd=yes: no systemd to ask, slurmd makes its
+# system.slice/slurmstepd.scope itself), memory constrained by Slurm, cores
+# by allot through the steps' `user` groups, which the cells include. The
+# run refuses to start if that scope exists and removes it at teardown.
+#
 # Every daemon starts inside a cgroup of the unified hierarchy made for
 # this run (job steps inherit it: slurmd forks slurmstepd), so teardown
 # finds every process the cluster ran, also ones a failing test left, and
@@ -73,6 +81,19 @@ slurm_cluster_stop() {
       find "$t" -mindepth 1 -depth -type d -exec rmdir {} \; 2>/dev/null
       rmdir "$t" 2>/dev/null || echo "warning: cannot remove $t" >&2
     done
+    if [ -n "${slurm_made_slice:-}" ]; then
+      rmdir /sys/fs/cgroup/system.slice 2>/dev/null || echo "warning: cannot remove /sys/fs/cgroup/system.slice" >&2
+    fi
+  fi
+  # The broker's cgroup v2 directory (SLURM_TASK=cgroup2): what a failed
+  # run left in its cells is ours.
+  if [ -n "${slurm_cg:-}" ] && [ -f "/sys/fs/cgroup/$slurm_cg/cgroup.procs" ]; then
+    for c in /sys/fs/cgroup/"$slurm_cg"/cell-*; do
+      [ -d "$c" ] && echo 1 >"$c/cgroup.kill" 2>/dev/null
+    done
+    sleep 0.2
+    find "/sys/fs/cgroup/$slurm_cg" -mindepth 1 -depth -type d -exec rmdir {} \; 2>/dev/null
+    rmdir "/sys/fs/cgroup/$slurm_cg" 2>/dev/null || echo "warning: cannot remove /sys/fs/cgroup/$slurm_cg" >&2
   fi
   for h in cpuset cpu cpuacct freezer blkio; do
     if [ -n "${slurm_cg:-}" ] && [ -d "/sys/fs/cgroup/$h/$slurm_cg" ]; then
@@ -89,10 +110,19 @@ slurm_cluster_stop() {
   return 0
 }
 
-# Slurm's cgroup trees in the v1 hierarchies (task/cgroup names its tree
-# `slurm`, or `slurm_NODE` when built for several slurmds a host).
+# Slurm's cgroup trees: in the v1 hierarchies (task/cgroup names its tree
+# `slurm`, or `slurm_NODE` when built for several slurmds a host), or its
+# cgroup/v2 scope.
 slurm_trees() {
   local h n
+  if [ "${SLURM_TASK:-none}" = cgroup2 ]; then
+    # slurmstepd.scope, or NODE_slurmstepd.scope (builds for several
+    # slurmds a host, as Debian's).
+    for n in /sys/fs/cgroup/system.slice/*slurmstepd.scope; do
+      [ -d "$n" ] && echo "$n"
+    done
+    return 0
+  fi
   for h in /sys/fs/cgroup/*/; do
     for n in slurm "slurm_$(hostname -s)"; do
       [ -d "$h$n" ] && echo "$h$n"
@@ -108,9 +138,10 @@ slurm_spawn() {
 }
 
 slurm_wait_for() { # SECONDS DESCRIPTION COMMAND...: polls until COMMAND succeeds
-  local secs=$1 what=$2 i
+  local secs=$1 what=$2 until
   shift 2
-  for i in $(seq $((secs * 10))); do
+  until=$((SECONDS + secs))
+  while ((SECONDS < until)); do
     "$@" >/dev/null 2>&1 && return 0
     sleep 0.1
   done
@@ -137,11 +168,19 @@ slurm_cluster_start() {
     command -v "$b" >/dev/null || slurm_die "$b is missing: install slurmctld slurmd slurm-client munge libslurm-dev (scripts/deps.sh)"
   done
   [ -f /usr/include/slurm/spank.h ] || slurm_die "slurm/spank.h is missing: install libslurm-dev"
-  [ -d /sys/fs/cgroup/cpuset ] || slurm_die "no cgroup v1 cpuset hierarchy at /sys/fs/cgroup/cpuset"
+  local backend=cgroup1
+  if [ "${SLURM_TASK:-none}" = cgroup2 ]; then
+    backend=cgroup2
+    grep -qw cpuset /sys/fs/cgroup/cgroup.controllers 2>/dev/null ||
+      slurm_die "SLURM_TASK=cgroup2 needs a pure cgroup v2 machine with cpuset"
+  else
+    [ -d /sys/fs/cgroup/cpuset ] || slurm_die "no cgroup v1 cpuset hierarchy at /sys/fs/cgroup/cpuset"
+  fi
 
   local profile=${SLURM_ALLOT_PROFILE:-debug} flag=""
   [ "$profile" = release ] && flag=--release
-  cargo build $flag -q -p allot-cli -p allot-capi
+  # SLURM_ALLOT_BUILT=1: built already (the guest lane builds on the host).
+  [ -n "${SLURM_ALLOT_BUILT:-}" ] || cargo build $flag -q -p allot-cli -p allot-capi
   A=$PWD/target/$profile/allot
 
   cluster=$(mktemp -d /tmp/allot-slurm.XXXXXX)
@@ -158,7 +197,7 @@ slurm_cluster_start() {
   # The broker.
   mkdir -m 755 "$cluster/allot"
   export ALLOT_SOCKET=$cluster/allot/allot.sock
-  "$A" daemon --socket "$ALLOT_SOCKET" --backend cgroup1 --cgroup-name "$slurm_cg" "$@" \
+  "$A" daemon --socket "$ALLOT_SOCKET" --backend "$backend" --cgroup-name "$slurm_cg" "$@" \
     2>"$cluster/broker.log" &
   slurm_broker=$!
   slurm_wait_for 10 "the broker answering" "$A" status
@@ -171,9 +210,35 @@ slurm_cluster_start() {
     --seed-file="$cluster/munged.seed"
   slurm_wait_for 10 "munged answering" sh -c "munge -S '$cluster/munge.sock' -n | unmunge -S '$cluster/munge.sock'"
 
-  local task=task/none select=CR_CPU
+  local task=task/none select=CR_CPU proctrack=proctrack/linuxproc
   case "${SLURM_TASK:-none}" in
     none) ;;
+    cgroup2)
+      [ -z "$(slurm_trees)" ] || slurm_die "$(slurm_trees | head -1) exists (another Slurm's cgroups?); SLURM_TASK=cgroup2 would share it"
+      slurm_own_tree=1
+      # Without systemd, slurmd makes its scope in a system.slice that must
+      # exist; one this run makes goes with it.
+      if [ ! -d /sys/fs/cgroup/system.slice ]; then
+        mkdir /sys/fs/cgroup/system.slice
+        slurm_made_slice=1
+        # What systemd enables on a slice, which Slurm's scope needs.
+        for c in cpuset cpu memory pids; do
+          echo "+$c" >/sys/fs/cgroup/system.slice/cgroup.subtree_control ||
+            slurm_die "cannot enable $c for system.slice"
+        done
+      fi
+      task=task/cgroup
+      proctrack=proctrack/cgroup
+      select=CR_CPU_Memory
+      cat >"$cluster/cgroup.conf" <<EOF
+CgroupPlugin=cgroup/v2
+IgnoreSystemd=yes
+ConstrainCores=no
+ConstrainRAMSpace=yes
+ConstrainSwapSpace=no
+ConstrainDevices=no
+EOF
+      ;;
     cgroup1)
       [ -z "$(slurm_trees)" ] || slurm_die "$(slurm_trees | head -1) exists (another Slurm's cgroups?); SLURM_TASK=cgroup1 would share it"
       [ -d /sys/fs/cgroup/memory ] || slurm_die "SLURM_TASK=cgroup1 needs the cgroup v1 memory hierarchy"
@@ -188,7 +253,7 @@ ConstrainSwapSpace=no
 ConstrainDevices=no
 EOF
       ;;
-    *) slurm_die "SLURM_TASK must be none or cgroup1" ;;
+    *) slurm_die "SLURM_TASK must be none, cgroup1 or cgroup2" ;;
   esac
 
   node=$(hostname -s)
@@ -212,7 +277,7 @@ SlurmctldPidFile=$cluster/slurmctld.pid
 SlurmdPidFile=$cluster/slurmd.pid
 SlurmctldLogFile=$cluster/slurmctld.log
 SlurmdLogFile=$cluster/slurmd.log
-ProctrackType=proctrack/linuxproc
+ProctrackType=$proctrack
 TaskPlugin=$task
 SelectType=select/cons_tres
 SelectTypeParameters=$select
