@@ -180,6 +180,9 @@ struct KernelFile {
 
 impl ControlFile for KernelFile {
     fn set(&mut self, text: &str) -> io::Result<()> {
+        // A write of no bytes never reaches cgroupfs: an empty value (an
+        // empty CPU list, "inherit") is written as a lone newline.
+        let text = if text.is_empty() { "\n" } else { text };
         // cgroupfs takes each write as a whole value and ignores the offset.
         let n = self.file.write_at(text.as_bytes(), 0)?;
         if n != text.len() {

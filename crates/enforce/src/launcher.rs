@@ -63,9 +63,7 @@ impl Group {
     }
 }
 
-/// Gives `g` its launcher's CPUs back (invariant 3). An empty list is
-/// written as a newline: a write of no bytes never reaches the kernel.
-/// Some kernels refuse an empty list for a group with processes (ENOSPC,
+/// Gives `g` its launcher's CPUs back (invariant 3). Some kernels refuse an empty list for a group with processes (ENOSPC,
 /// as cgroup v1 does; Debian's 6.12 in the guest lane, scripts/test-guest.sh):
 /// there the group gets its parent's CPUs of the moment, the CPUs an empty
 /// list would give it.
@@ -74,7 +72,7 @@ pub(crate) fn restore(fs: &dyn CgroupFs, g: &mut Group) {
         let _ = g.cpus.set(&g.original);
         return;
     }
-    if g.cpus.set("\n").is_ok() {
+    if g.cpus.set("").is_ok() {
         return;
     }
     let parent = g.dir.parent().map(|p| p.join("cpuset.cpus.effective"));

@@ -181,6 +181,22 @@ fn fs_contract(fs: &dyn CgroupFs, parent: &Path, pid: u32) {
             "{p}"
         );
     }
+    // An empty CPU list is a value of its own ("its parent's"), and
+    // writing one reaches the kernel (a write of no bytes would not).
+    let first = fs
+        .read(&d.join("cpuset.cpus.effective"))
+        .ok()
+        .and_then(|t| CpuSet::parse_list(t.trim()).ok())
+        .and_then(|c| c.first());
+    if let Some(cpu) = first {
+        fs.write(&d.join("cpuset.cpus"), &cpu.to_string()).unwrap();
+        assert_eq!(
+            fs.read(&d.join("cpuset.cpus")).unwrap().trim(),
+            cpu.to_string()
+        );
+        fs.write(&d.join("cpuset.cpus"), "").unwrap();
+        assert_eq!(fs.read(&d.join("cpuset.cpus")).unwrap().trim(), "");
+    }
     fs.write(&d.join("cgroup.procs"), &pid.to_string()).unwrap();
     let listed: Vec<u32> = fs
         .read(&d.join("cgroup.procs"))
@@ -635,7 +651,7 @@ fn a_launcher_group_follows_the_cell_and_stays_the_launchers() {
         "thawed when the cell ends"
     );
     assert_eq!(
-        fs.read(&user.join("cpuset.cpus")).unwrap().trim(),
+        fs.read(&user.join("cpuset.cpus")).unwrap(),
         "",
         "the launcher's CPUs again (an empty list: its parent's)"
     );
