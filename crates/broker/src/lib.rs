@@ -25,6 +25,7 @@
 //! - [`windows`]: the timer thread that opens and closes time-triggered
 //!   cells' windows (gang activation through the freezer).
 
+mod cell_runtimes;
 pub mod channels;
 pub mod config;
 pub mod core;

@@ -376,26 +376,18 @@ fn gated(v2: &V2, dir: &Path) -> bool {
 fn time_cells_are_gated_with_cgroup_freeze() {
     let Some(mount) = v2_mount() else { return };
     let v2 = V2::start(&mount, &[]);
-    // Time-triggered: 50 ms every 200 ms.
-    let mut tt = start(
-        &v2.d,
-        "tt",
-        &["--period", "200ms", "--budget", "50ms"],
-        SPIN,
-    );
-    let dir = v2.cell_dir("tt");
-    assert!(gated(&v2, &dir), "the time-triggered cell is never gated");
-    tt.end();
-    // Time-fraction: a quarter of one CPU, gang-scheduled in slices.
-    let mut q = start(
-        &v2.d,
-        "quarter",
-        &["--fraction", "0.25", "--cpus", "1"],
-        SPIN,
-    );
-    let dir = v2.cell_dir("quarter");
-    assert!(gated(&v2, &dir), "the time-fraction cell is never gated");
-    q.end();
+    let kinds: [(&str, &[&str]); 2] = [
+        // Time-triggered: 50 ms every 200 ms.
+        ("tt", &["--period", "200ms", "--budget", "50ms"]),
+        // Time-fraction: a quarter of one CPU, gang-scheduled in slices.
+        ("quarter", &["--fraction", "0.25", "--cpus", "1"]),
+    ];
+    for (name, args) in kinds {
+        let mut c = start(&v2.d, name, args, SPIN);
+        let dir = v2.cell_dir(name);
+        assert!(gated(&v2, &dir), "cell {name} is never gated");
+        c.end();
+    }
 }
 
 #[test]

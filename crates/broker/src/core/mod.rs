@@ -157,8 +157,8 @@ pub struct Engine {
     /// (`crate::windows`).
     pub(crate) windows: Windows,
     /// What the status read of each process's runtimes lately
-    /// (`crate::status::RuntimeCache`); the status is built from `&self`.
-    pub(crate) runtime_cache: std::sync::Mutex<crate::status::RuntimeCache>,
+    /// (`crate::cell_runtimes::RuntimeCache`); the status is built from `&self`.
+    pub(crate) runtime_cache: std::sync::Mutex<crate::cell_runtimes::RuntimeCache>,
     /// The machine's load and the goal cells' counters (`measure`).
     pub(crate) measure: measure::Measure,
     /// Named channels, and who besides their creators may open them.
