@@ -5,7 +5,7 @@ use crate::core::{Engine, Peer};
 use crate::metrics::{CellGauges, Snapshot};
 use allot_proto::status::{
     BrokerStatus, CellStatus, LoadStatus, MachineMemory, MachineStatus, OutsideStatus,
-    PausedStatus, PerfStatus, QueuedStatus, STATUS_VERSION, SpecStatus, Status,
+    PartitionStatus, PausedStatus, PerfStatus, QueuedStatus, STATUS_VERSION, SpecStatus, Status,
 };
 use allot_proto::wire::MAX_STR;
 use allot_topo::CpuSet;
@@ -100,6 +100,15 @@ impl Engine {
                         reason: crate::core::PAUSED_WHY.to_string(),
                         for_s: round(since.elapsed().as_secs_f64(), 1),
                     }),
+                    partition: c
+                        .spec
+                        .exclusive
+                        .then(|| self.partition_of(id))
+                        .flatten()
+                        .map(|r| PartitionStatus {
+                            isolated: r.is_ok(),
+                            why_not: r.err().unwrap_or_default(),
+                        }),
                     memory: self.memory.used.get(&id).copied(),
                     cache: self.cache_status(id),
                     timeline: (!private).then(|| c.timeline.doc()),
@@ -333,6 +342,12 @@ impl Engine {
                         outside: g
                             .and_then(|g| self.outside.group_of(id, g.stacked))
                             .map(|o| (round(o.last.outside, 3), o.leaves())),
+                        partition: c
+                            .spec
+                            .exclusive
+                            .then(|| self.partition_of(id))
+                            .flatten()
+                            .map(|r| r.is_ok()),
                     }
                 })
                 .collect(),

@@ -304,21 +304,79 @@ fn exclusive_cells_are_partitions_by_default_and_not_when_turned_off() {
         exclusive: true,
         ..Default::default()
     };
-    let asked = |partitions: bool| -> usize {
+    // Partitions asked for, and whether the cell was made where a
+    // partition can be (`create_exclusive`: beside allot's directory
+    // before 6.7).
+    let asked = |partitions: bool| -> (usize, bool) {
         let mut w = world_configured(4, |c| {
             assert!(!c.isolate, "the mover is off by default");
             c.partitions = partitions;
         });
         proc_of(&w, 100, 0);
-        let _ = page(register(&mut w, ROOT, "ex", exclusive, vec![100], false));
-        w.dry
-            .calls()
-            .into_iter()
+        let (ex, _, _p) = page(register(&mut w, ROOT, "ex", exclusive, vec![100], false));
+        let calls = w.dry.calls();
+        let made_apart = calls.contains(&Call::CreateExclusive(ex));
+        assert_ne!(made_apart, calls.contains(&Call::Create(ex)), "{calls:?}");
+        let n = calls
+            .iter()
             .filter(|c| matches!(c, Call::Partition(_, Some(_))))
-            .count()
+            .count();
+        (n, made_apart)
     };
-    assert!(asked(true) >= 1, "the default makes a partition");
-    assert_eq!(asked(false), 0, "partitions = false makes none");
+    let (n, apart) = asked(true);
+    assert!(n >= 1 && apart, "the default makes a partition");
+    assert_eq!(asked(false), (0, false), "partitions = false makes none");
+}
+
+/// Never silent: an exclusive cell's status says whether the kernel made
+/// it a partition, and when it could not (a kernel before 6.7, here as
+/// the backend says it), why; a shared cell says nothing; with
+/// `partitions = false` the configuration is the reason.
+#[test]
+fn status_says_whether_an_exclusive_cell_is_a_partition_and_why_not() {
+    use allot_enforce::os::FakeOs;
+    let why = "this kernel has no cpuset.cpus.exclusive (before 6.7)";
+    let partition_of = |dry: DryRun, partitions: bool| {
+        let os = FakeOs::new();
+        for pid in [1, 100, 101] {
+            os.spawn(pid, 0, 1, &allot_topo::CpuSet::first_n(4));
+        }
+        os.set_uid(1, 0);
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = allot_broker::Config::new(dir.path().join("s.sock"));
+        cfg.partitions = partitions;
+        let (mut w, _) = world_from(4, dir, os, dry, cfg);
+        let (ex, _, _p) = page(register(&mut w, ROOT, "ex", exclusive(2), vec![100], false));
+        let (shared, _, _q) = page(register(
+            &mut w,
+            ROOT,
+            "shared",
+            CellSpec::default(),
+            vec![101],
+            false,
+        ));
+        let st = w.core.status(ROOT);
+        let of = |id: u64| {
+            st.cells
+                .iter()
+                .find(|c| c.id == id)
+                .unwrap()
+                .partition
+                .clone()
+        };
+        assert_eq!(of(shared), None, "a shared cell is no partition's business");
+        of(ex).expect("an exclusive cell says")
+    };
+    let made = partition_of(DryRun::new(), true);
+    assert!(made.isolated && made.why_not.is_empty(), "{made:?}");
+    let refused = partition_of(DryRun::new().without_partitions(why), true);
+    assert!(!refused.isolated, "{refused:?}");
+    assert_eq!(refused.why_not, why);
+    let off = partition_of(DryRun::new(), false);
+    assert!(
+        !off.isolated && off.why_not.contains("partitions = false"),
+        "{off:?}"
+    );
 }
 
 /// A broker killed while a best-effort cell is paused: the next one adopts

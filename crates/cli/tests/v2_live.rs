@@ -61,6 +61,17 @@ impl V2 {
         V2 { d, dir }
     }
 
+    /// Cell `id`'s directory: below the broker's, or beside it named
+    /// after it (an exclusive cell on a kernel before 6.7).
+    fn dir_of(&self, id: u64) -> PathBuf {
+        let apart = allot_enforce::partition::apart_dir(&self.dir, id);
+        if apart.exists() {
+            apart
+        } else {
+            self.dir.join(format!("cell-{id}"))
+        }
+    }
+
     /// The directory of the cell named `name`, once a process is in it.
     fn cell_dir(&self, name: &str) -> PathBuf {
         let mut dir = None;
@@ -72,7 +83,7 @@ impl V2 {
                     .cells
                     .into_iter()
                     .find(|c| c.name == name)
-                    .map(|c| self.dir.join(format!("cell-{}", c.id)));
+                    .map(|c| self.dir_of(c.id));
                 dir.as_ref().is_some_and(|d| {
                     std::fs::read_to_string(d.join("cgroup.procs")).is_ok_and(|p| !p.is_empty())
                 })
@@ -92,20 +103,30 @@ impl Drop for V2 {
         };
         let mount = self.dir.parent().unwrap().to_path_buf();
         let own = mount.join(own.trim().trim_start_matches("0::/"));
+        let prefix = format!("{}.cell-", self.d.cgroup);
         for _ in 0..100 {
-            if !self.dir.exists() {
+            // Cells beside the broker's directory (before 6.7) are its too.
+            let apart: Vec<PathBuf> = std::fs::read_dir(&mount)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                .map(|e| e.path())
+                .collect();
+            if !self.dir.exists() && apart.is_empty() {
                 return;
             }
             if let Ok(rd) = std::fs::read_dir(&self.dir) {
-                for e in rd.flatten().filter(|e| e.path().is_dir()) {
+                let below = rd.flatten().filter(|e| e.path().is_dir()).map(|e| e.path());
+                for e in below.chain(apart) {
                     // Only the test's programs are in the test broker's cells.
-                    let _ = std::fs::write(e.path().join("cgroup.kill"), "1");
-                    if let Ok(p) = std::fs::read_to_string(e.path().join("cgroup.procs")) {
+                    let _ = std::fs::write(e.join("cgroup.kill"), "1");
+                    if let Ok(p) = std::fs::read_to_string(e.join("cgroup.procs")) {
                         for pid in p.split_whitespace() {
                             let _ = std::fs::write(own.join("cgroup.procs"), pid);
                         }
                     }
-                    let _ = std::fs::remove_dir(e.path());
+                    let _ = std::fs::remove_dir(&e);
                 }
             }
             let _ = std::fs::remove_dir(&self.dir);
@@ -227,15 +248,40 @@ fn an_exclusive_cell_is_a_partition_and_others_keep_off_its_cpus() {
     let ex_cpus =
         allot_topo::CpuSet::parse_list(&read(&ex_dir.join("cpuset.cpus.effective"))).unwrap();
     assert_eq!(ex_cpus.len(), 1);
-    // Kernels from 6.7 make a partition below a plain member directory
-    // (remote partitions); before that a partition's parent must be one.
+    // A partition on every kernel with partitions: from 6.7 below the
+    // broker's plain member directory (a remote partition), before that
+    // beside it, below the hierarchy's root (a local one).
     let partition = read(&ex_dir.join("cpuset.cpus.partition"));
-    if kernel() >= (6, 7) {
-        assert!(
-            partition == "isolated" || partition == "root",
-            "{partition}\n{}",
-            v2.d.log()
-        );
+    let expected_dir = if kernel() >= (6, 7) {
+        v2.dir.clone()
+    } else {
+        mount.clone()
+    };
+    assert_eq!(
+        ex_dir.parent(),
+        Some(expected_dir.as_path()),
+        "{}",
+        v2.d.log()
+    );
+    assert_eq!(partition, "isolated", "{}", v2.d.log());
+    let said = |name: &str| {
+        v2.d.status()
+            .cells
+            .into_iter()
+            .find(|c| c.name == name)
+            .and_then(|c| c.partition)
+    };
+    assert!(
+        eventually(WAIT, || said("ex").is_some_and(|p| p.isolated)),
+        "status says {:?}\n{}",
+        said("ex"),
+        v2.d.log()
+    );
+    assert_eq!(said("other"), None, "a shared cell says nothing");
+    // Before 6.7 the broker's directory gives the partition's CPUs up.
+    let own = allot_topo::CpuSet::parse_list(&read(&v2.dir.join("cpuset.cpus"))).unwrap();
+    if kernel() < (6, 7) {
+        assert!(!own.intersects(&ex_cpus), "{own} holds {ex_cpus}");
     }
     // The other cell never sees the exclusive CPU in the kernel.
     assert!(
@@ -252,6 +298,22 @@ fn an_exclusive_cell_is_a_partition_and_others_keep_off_its_cpus() {
         v2.d.log()
     );
     ex.end();
+    // The partition is undone with its cell: its directory goes, and the
+    // broker's directory has every CPU again.
+    assert!(
+        eventually(WAIT, || !ex_dir.exists()),
+        "{} is left\n{}",
+        ex_dir.display(),
+        v2.d.log()
+    );
+    assert!(
+        eventually(WAIT, || {
+            allot_topo::CpuSet::parse_list(&read(&v2.dir.join("cpuset.cpus")))
+                .is_ok_and(|c| c.union(&ex_cpus) == c)
+        }),
+        "{}",
+        read(&v2.dir.join("cpuset.cpus"))
+    );
     other.end();
 }
 

@@ -23,9 +23,10 @@
 
 use crate::cgroupfs::{CgroupFs, ControlFile};
 use crate::gate::{CgroupGate, Gate, UsageFile};
+use crate::partition::Scheme;
 use crate::{Applied, BackendKind, EnforceError, Enforcer, Result, err};
 use allot_topo::CpuSet;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -41,6 +42,12 @@ pub struct Cgroup2 {
     remove_root: bool,
     /// Cells the kernel isolates as partitions ([`crate::partition`]).
     partitions: crate::partition::Partitions,
+    /// How this kernel makes partitions, or why it makes none here
+    /// (read once, at start).
+    scheme: std::result::Result<Scheme, String>,
+    /// Exclusive cells whose directory is beside the root, not in it
+    /// (the local scheme: [`crate::partition::apart_dir`]).
+    apart: BTreeSet<u64>,
     /// The root's own `cpu.weight` is allot's to set (its own directory,
     /// not a subtree systemd or an operator delegated).
     weighs_root: bool,
@@ -198,12 +205,18 @@ impl Cgroup2 {
         let mount = mount_of(fs.as_ref(), &root);
         let _ = fs.write(&root.join("cpuset.cpus"), &usable.to_string());
         enable(&root).map_err(err(format!("enable cpuset and cpu in {}", root.display())))?;
+        let scheme = crate::partition::scheme(fs.as_ref(), &root);
         Ok(Cgroup2 {
+            partitions: crate::partition::Partitions::new(
+                scheme.clone().unwrap_or_default(),
+                usable,
+            ),
+            scheme,
+            apart: BTreeSet::new(),
             fs,
             root,
             cells: HashMap::new(),
             remove_root: created_root,
-            partitions: Default::default(),
             weighs_root: false,
             usable,
             mount,
@@ -252,9 +265,33 @@ impl Cgroup2 {
         }
     }
 
+    /// Cell `cell`'s directory: `<root>/cell-N`, or beside the root for
+    /// an exclusive cell under the local partition scheme.
+    fn dir_of(&self, cell: u64) -> PathBuf {
+        if self.apart.contains(&cell) {
+            crate::partition::apart_dir(&self.root, cell)
+        } else {
+            self.root.join(format!("cell-{cell}"))
+        }
+    }
+
+    /// The cells whose directories are beside the root (left by an
+    /// earlier broker, or made by this one).
+    fn apart_dirs(&self) -> Vec<u64> {
+        let Some(parent) = self.root.parent() else {
+            return Vec::new();
+        };
+        self.fs
+            .children(parent)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|n| crate::partition::apart_id(&self.root, n))
+            .collect()
+    }
+
     fn open_cell(&mut self, cell: u64) -> Result<&mut Cell> {
         if !self.cells.contains_key(&cell) {
-            let dir = self.root.join(format!("cell-{cell}"));
+            let dir = self.dir_of(cell);
             let cpus = self
                 .fs
                 .open(&dir.join("cpuset.cpus"))
@@ -303,7 +340,7 @@ impl Enforcer for Cgroup2 {
     }
 
     fn create(&mut self, cell: u64) -> Result<()> {
-        let dir = self.root.join(format!("cell-{cell}"));
+        let dir = self.dir_of(cell);
         match self.fs.mkdir(&dir) {
             // The root is gone (removed by someone): made again, with the
             // managed CPUs and the controllers its cells need.
@@ -331,8 +368,29 @@ impl Enforcer for Cgroup2 {
         self.open_cell(cell).map(|_| ())
     }
 
+    fn create_exclusive(&mut self, cell: u64) -> Result<()> {
+        if self.scheme != Ok(Scheme::Local) {
+            return self.create(cell);
+        }
+        // Below the hierarchy's root, the only partition root its parent
+        // can be before 6.7 (the controllers are enabled there: the root
+        // needs them too).
+        let dir = crate::partition::apart_dir(&self.root, cell);
+        self.fs
+            .mkdir(&dir)
+            .map_err(err(format!("create cell {cell} at {}", dir.display())))?;
+        self.apart.insert(cell);
+        self.open_cell(cell).map(|_| ())
+    }
+
     fn adopt(&mut self, cell: u64, _members: &[u32]) -> Result<Option<CpuSet>> {
-        let dir = self.root.join(format!("cell-{cell}"));
+        if self
+            .fs
+            .exists(&crate::partition::apart_dir(&self.root, cell))
+        {
+            self.apart.insert(cell);
+        }
+        let dir = self.dir_of(cell);
         let now = crate::adoptable(&*self.fs, &dir, cell)?;
         // A partition an earlier broker made: plain again, until this
         // broker decides (it partitions exclusive cells again when asked).
@@ -375,7 +433,7 @@ impl Enforcer for Cgroup2 {
         // A partition's CPUs change only as a plain cell: the broker makes
         // it a partition again over its new grant.
         if last.map(|l| l.cpus) != Some(a.cpus) && self.partitions.holds(cell) {
-            let dir = self.root.join(format!("cell-{cell}"));
+            let dir = self.dir_of(cell);
             self.partitions
                 .unmake(self.fs.as_ref(), &self.root, cell, &dir);
         }
@@ -406,7 +464,7 @@ impl Enforcer for Cgroup2 {
                 None => "max".to_string(),
             };
             self.fs
-                .write(&self.root.join(format!("cell-{cell}/cpu.max")), &max)
+                .write(&self.dir_of(cell).join("cpu.max"), &max)
                 .map_err(err(format!("set the CPU bandwidth of cell {cell}")))?;
         }
         let c = self.cells.get_mut(&cell).expect("opened above");
@@ -451,7 +509,7 @@ impl Enforcer for Cgroup2 {
     }
 
     fn remove(&mut self, cell: u64) -> Result<()> {
-        let dir = self.root.join(format!("cell-{cell}"));
+        let dir = self.dir_of(cell);
         if self.partitions.holds(cell) {
             self.partitions
                 .unmake(self.fs.as_ref(), &self.root, cell, &dir);
@@ -473,8 +531,11 @@ impl Enforcer for Cgroup2 {
             .parent()
             .map(|p| p.to_path_buf())
             .unwrap_or_default();
-        crate::cgroupfs::evict_and_remove(self.fs.as_ref(), &dir, &out)
-            .map_err(err(format!("remove cell {cell}")))
+        let removed = crate::cgroupfs::evict_and_remove(self.fs.as_ref(), &dir, &out);
+        if removed.is_ok() {
+            self.apart.remove(&cell);
+        }
+        removed.map_err(err(format!("remove cell {cell}")))
     }
 
     fn set_memory(&mut self, cell: u64, m: &allot_spec::Memory) -> Result<bool> {
@@ -493,7 +554,7 @@ impl Enforcer for Cgroup2 {
     }
 
     fn memory_use(&mut self, cell: u64) -> Option<crate::memory::MemoryUse> {
-        let dir = self.root.join(format!("cell-{cell}"));
+        let dir = self.dir_of(cell);
         crate::memory::read(self.fs.as_ref(), crate::memory::Version::V2, &dir)
     }
 
@@ -516,8 +577,7 @@ impl Enforcer for Cgroup2 {
     }
 
     fn usage_ns(&mut self, cell: u64) -> Option<u64> {
-        let own = UsageFile::CpuStat(self.root.join(format!("cell-{cell}/cpu.stat")))
-            .read(self.fs.as_ref())?;
+        let own = UsageFile::CpuStat(self.dir_of(cell).join("cpu.stat")).read(self.fs.as_ref())?;
         // A v2 cpu.stat counts the whole subtree: each group once.
         let groups: u64 = self.cells.get(&cell).map_or(0, |c| {
             c.groups
@@ -529,16 +589,12 @@ impl Enforcer for Cgroup2 {
     }
 
     fn cpu_pressure_us(&mut self, cell: u64) -> Option<u64> {
-        let text = self
-            .fs
-            .read(&self.root.join(format!("cell-{cell}/cpu.pressure")))
-            .ok()?;
+        let text = self.fs.read(&self.dir_of(cell).join("cpu.pressure")).ok()?;
         crate::os::parse_pressure(&text)
     }
 
     fn pids(&mut self, cell: u64) -> Vec<u32> {
-        let mut pids =
-            crate::cgroupfs::procs(self.fs.as_ref(), &self.root.join(format!("cell-{cell}")));
+        let mut pids = crate::cgroupfs::procs(self.fs.as_ref(), &self.dir_of(cell));
         if let Some(c) = self.cells.get(&cell) {
             for g in &c.groups {
                 pids.extend(crate::launcher::procs_below(
@@ -552,7 +608,11 @@ impl Enforcer for Cgroup2 {
     }
 
     fn existing(&mut self) -> Vec<u64> {
-        crate::cell_dirs(self.fs.as_ref(), &self.root)
+        let mut ids = crate::cell_dirs(self.fs.as_ref(), &self.root);
+        ids.extend(self.apart_dirs());
+        ids.sort_unstable();
+        ids.dedup();
+        ids
     }
 
     fn include_group(&mut self, cell: u64, dir: &Path) -> Result<bool> {
@@ -574,21 +634,28 @@ impl Enforcer for Cgroup2 {
         Ok(true)
     }
 
-    fn set_partition(&mut self, cell: u64, cpus: Option<CpuSet>) -> Result<bool> {
+    fn set_partition(&mut self, cell: u64, cpus: Option<CpuSet>) -> Result<crate::Partitioning> {
+        use crate::Partitioning;
         let dir = self.open_cell(cell)?.dir.clone();
         let Some(cpus) = cpus else {
             if self.partitions.holds(cell) {
                 self.partitions
                     .unmake(self.fs.as_ref(), &self.root, cell, &dir);
             }
-            return Ok(false);
+            return Ok(Partitioning::Plain);
         };
-        if crate::partition::Partitions::unsupported(self.fs.as_ref(), &self.root).is_some() {
-            return Ok(false);
+        if let Err(why) = &self.scheme {
+            return Ok(Partitioning::Unavailable(why.clone()));
+        }
+        if self.scheme == Ok(Scheme::Local) && !self.apart.contains(&cell) {
+            return Ok(Partitioning::Unavailable(format!(
+                "on this kernel (before 6.7) a partition must be a child of the hierarchy's \
+                 root, and cell {cell} was not made there (it became exclusive after it was made)"
+            )));
         }
         self.partitions
             .make(self.fs.as_ref(), &self.root, cell, &dir, cpus)
-            .map(|()| true)
+            .map(|()| Partitioning::Isolated)
             .map_err(|why| {
                 EnforceError::new(
                     format!("make cell {cell} an isolated partition over CPUs {cpus}"),
@@ -603,7 +670,7 @@ impl Enforcer for Cgroup2 {
     }
 
     fn gate(&mut self, cell: u64) -> Result<Option<Box<dyn Gate>>> {
-        let dir = self.root.join(format!("cell-{cell}"));
+        let dir = self.dir_of(cell);
         if !self.fs.exists(&dir.join("cgroup.freeze")) {
             // Kernels before 5.2 have no cgroup v2 freezer.
             return Ok(None);
@@ -631,6 +698,12 @@ impl Enforcer for Cgroup2 {
             let _ = self.remove(c);
         }
         crate::remove_stray_cells(self.fs.as_ref(), &self.root);
+        for id in self.apart_dirs() {
+            let dir = crate::partition::apart_dir(&self.root, id);
+            if crate::cgroupfs::procs(self.fs.as_ref(), &dir).is_empty() {
+                let _ = self.fs.rmdir(&dir);
+            }
+        }
         if self.remove_root
             && self
                 .fs

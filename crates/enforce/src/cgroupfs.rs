@@ -101,7 +101,14 @@ pub fn confined_elsewhere(
 ) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let own = own.trim_end_matches('/');
-    if uid == 0 || group == "/" || group == own || group.starts_with(&format!("{own}/")) {
+    // A cell's group is below allot's own, or beside it named after it
+    // (an exclusive cell on a kernel before 6.7: `crate::partition`).
+    if uid == 0
+        || group == "/"
+        || group == own
+        || group.starts_with(&format!("{own}/"))
+        || group.starts_with(&format!("{own}.cell-"))
+    {
         return None;
     }
     let dir = mount.join(group.trim_start_matches('/'));
@@ -355,6 +362,8 @@ impl FixtureLayout {
 #[derive(Debug, Clone)]
 pub struct FixtureFs {
     layout: FixtureLayout,
+    /// Files of the layout this kernel lacks ([`FixtureFs::without`]).
+    omit: &'static [&'static str],
 }
 
 #[derive(Debug)]
@@ -371,7 +380,14 @@ impl ControlFile for FixtureFile {
 impl FixtureFs {
     /// A fixture filesystem creating `layout` files.
     pub fn new(layout: FixtureLayout) -> Self {
-        FixtureFs { layout }
+        FixtureFs { layout, omit: &[] }
+    }
+
+    /// The same, never creating the files `omit` (as an older kernel:
+    /// `cpuset.cpus.exclusive` before 6.7).
+    pub fn without(mut self, omit: &'static [&'static str]) -> Self {
+        self.omit = omit;
+        self
     }
 
     /// Creates a root directory with its interface files (the part the
@@ -379,6 +395,9 @@ impl FixtureFs {
     pub fn populate(&self, dir: &Path) -> io::Result<()> {
         std::fs::create_dir_all(dir)?;
         for (name, init) in self.layout.files() {
+            if self.omit.contains(name) {
+                continue;
+            }
             let p = dir.join(name);
             if !p.exists() {
                 std::fs::write(p, init)?;

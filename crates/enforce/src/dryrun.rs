@@ -14,6 +14,8 @@ use std::sync::{Arc, Mutex};
 pub enum Call {
     /// `create`.
     Create(u64),
+    /// `create_exclusive`.
+    CreateExclusive(u64),
     /// `adopt`.
     Adopt(u64),
     /// `attach`.
@@ -49,6 +51,8 @@ pub struct DryRun {
     gate_stopped: Arc<Mutex<Option<bool>>>,
     no_gates: bool,
     join_files: bool,
+    /// Why no partition can be made (`None`: every one asked is made).
+    no_partitions: Option<String>,
     memory: Arc<Mutex<MemoryState>>,
 }
 
@@ -138,6 +142,12 @@ impl DryRun {
         self.no_gates = true;
         self
     }
+    /// A dry run that makes no partitions, for this reason (as a kernel
+    /// before 6.7 would say).
+    pub fn without_partitions(mut self, why: &str) -> Self {
+        self.no_partitions = Some(why.to_string());
+        self
+    }
     /// Hands out a stand-in join file per cell (`Enforcer::join_files`),
     /// as cgroup v1 does, so a registering process may move itself in.
     pub fn with_join_files(mut self) -> Self {
@@ -176,6 +186,11 @@ impl Enforcer for DryRun {
     }
     fn create(&mut self, cell: u64) -> Result<()> {
         self.record(Call::Create(cell));
+        self.state().held.insert(cell);
+        Ok(())
+    }
+    fn create_exclusive(&mut self, cell: u64) -> Result<()> {
+        self.record(Call::CreateExclusive(cell));
         self.state().held.insert(cell);
         Ok(())
     }
@@ -255,9 +270,14 @@ impl Enforcer for DryRun {
         Ok(true)
     }
 
-    fn set_partition(&mut self, cell: u64, cpus: Option<CpuSet>) -> Result<bool> {
+    fn set_partition(&mut self, cell: u64, cpus: Option<CpuSet>) -> Result<crate::Partitioning> {
+        use crate::Partitioning;
         self.record(Call::Partition(cell, cpus));
-        Ok(cpus.is_some())
+        Ok(match (&self.no_partitions, cpus) {
+            (_, None) => Partitioning::Plain,
+            (Some(why), Some(_)) => Partitioning::Unavailable(why.clone()),
+            (None, Some(_)) => Partitioning::Isolated,
+        })
     }
 
     fn set_memory(&mut self, cell: u64, m: &allot_spec::Memory) -> Result<bool> {

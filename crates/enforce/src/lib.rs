@@ -46,6 +46,19 @@ pub use cgroup2::Cgroup2;
 pub use dryrun::{Call, DryRun};
 pub use gate::{Gate, GateCall};
 
+/// What [`Enforcer::set_partition`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Partitioning {
+    /// The kernel isolates the cell as a partition over the CPUs asked.
+    Isolated,
+    /// The cell is a plain cell (asked with no CPUs).
+    Plain,
+    /// No partition can be made here, and why: the backend, the kernel's
+    /// version or where allot's directory is. The cell stays exclusive by
+    /// its cpuset alone.
+    Unavailable(String),
+}
+
 /// What one ordinary thread (nice 0) weighs in [`Applied::weight`]: 100,
 /// cgroup v2's default `cpu.weight` (`allot_plan::weight::THREAD`, the
 /// planner's unit; the broker checks at compile time that they agree).
@@ -178,6 +191,12 @@ pub trait Enforcer: Send + fmt::Debug {
     fn kind(&self) -> BackendKind;
     /// Prepares a new cell (creates its cgroups).
     fn create(&mut self, cell: u64) -> Result<()>;
+    /// Creates the group for a cell that is exclusive from its start:
+    /// where the kernel can make it a partition only in another place
+    /// (cgroup v2 before 6.7, [`partition`]), it is made there.
+    fn create_exclusive(&mut self, cell: u64) -> Result<()> {
+        self.create(cell)
+    }
     /// Re-attaches to a cell that existed before a broker restart, with its
     /// known member processes, without changing what it runs on, and
     /// without thawing it (a cell the last broker paused stays frozen
@@ -283,12 +302,14 @@ pub trait Enforcer: Send + fmt::Debug {
     /// Makes cell `cell` a partition the kernel itself keeps apart over
     /// `cpus` (its grant; `None`: a plain cell again): no load balancing
     /// across those CPUs, no unbound work on them ([`partition`]).
-    /// `Ok(true)`: the kernel isolates it now; `Ok(false)`: this backend
-    /// makes no partitions (here); `Err`: the kernel refused, with its
-    /// reason, and nothing was left half-done.
-    fn set_partition(&mut self, cell: u64, cpus: Option<CpuSet>) -> Result<bool> {
+    /// `Err`: the kernel refused, with its reason, and nothing was left
+    /// half-done.
+    fn set_partition(&mut self, cell: u64, cpus: Option<CpuSet>) -> Result<Partitioning> {
         let _ = (cell, cpus);
-        Ok(false)
+        Ok(Partitioning::Unavailable(format!(
+            "the {} backend makes no cpuset partitions (cgroup v2 only)",
+            self.kind()
+        )))
     }
     /// Whether [`Enforcer::gate`] gives every cell a gate (the backend has a
     /// freezer): the broker then pauses best-effort cells while guarantees

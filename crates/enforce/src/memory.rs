@@ -117,7 +117,7 @@ pub fn group_of(
     Some((Version::V2, cgroup2?.join(g.trim().trim_start_matches('/'))))
 }
 
-/// The cell memory group (`cell-<id>`) process `pid` is in (`None`: it is
+/// The cell memory group (`cell-<id>`, or `<root>.cell-<id>`) process `pid` is in (`None`: it is
 /// in none, or it is gone). On cgroup v1 `allot run` is in its program's
 /// cell itself; on cgroup v2 only the program is (cloned into the cell), so
 /// `allot run` asks for its program's.
@@ -125,9 +125,12 @@ pub fn cell_group_of(pid: u32) -> Option<(Version, std::path::PathBuf)> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
     let mounts = crate::detect::Mounts::read();
     let (version, dir) = group_of(&text, mounts.v1_for("memory"), mounts.cgroup2.as_deref())?;
-    let in_cell = dir
-        .file_name()
-        .is_some_and(|n| n.to_string_lossy().starts_with("cell-"));
+    // `cell-N`, or `<allot's root>.cell-N` beside it (an exclusive cell
+    // on a kernel before 6.7, `crate::partition`).
+    let in_cell = dir.file_name().is_some_and(|n| {
+        let n = n.to_string_lossy();
+        n.starts_with("cell-") || n.contains(".cell-")
+    });
     in_cell.then_some((version, dir))
 }
 

@@ -462,15 +462,23 @@ fn the_broker_leaves_the_top_of_its_delegated_subtree_on_the_kernel() {
 /// removed; under a deeper root none is tried.
 #[test]
 fn fixture_partitions_follow_the_cell_and_are_undone_before_a_change() {
+    use allot_enforce::Partitioning::{self, Isolated};
     let (dir, fs) = fixture();
-    // The hierarchy's root has no cpuset.cpus.exclusive of its own.
-    std::fs::remove_file(dir.path().join("cpuset.cpus.exclusive")).unwrap();
+    // The hierarchy's root has no cpuset.cpus, .exclusive or .partition of
+    // its own.
+    for f in [
+        "cpuset.cpus",
+        "cpuset.cpus.exclusive",
+        "cpuset.cpus.partition",
+    ] {
+        std::fs::remove_file(dir.path().join(f)).unwrap();
+    }
     let root = dir.path().join("allot");
     let mut b = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(4)).unwrap();
     b.create(1).unwrap();
     let two = CpuSet::parse_list("2-3").unwrap();
     b.apply(1, &common::on_cpus(two)).unwrap();
-    assert!(b.set_partition(1, Some(two)).unwrap());
+    assert_eq!(b.set_partition(1, Some(two)).unwrap(), Isolated);
     let cell = root.join("cell-1");
     assert_eq!(
         fs.read(&cell.join("cpuset.cpus.partition")).unwrap(),
@@ -485,18 +493,20 @@ fn fixture_partitions_follow_the_cell_and_are_undone_before_a_change() {
         "member"
     );
     assert_eq!(fs.read(&root.join("cpuset.cpus.exclusive")).unwrap(), "");
-    assert!(
+    assert_eq!(
         b.set_partition(1, Some(CpuSet::parse_list("3").unwrap()))
-            .unwrap()
+            .unwrap(),
+        Isolated
     );
-    assert!(!b.set_partition(1, None).unwrap());
+    assert_eq!(b.set_partition(1, None).unwrap(), Partitioning::Plain);
     assert_eq!(
         fs.read(&cell.join("cpuset.cpus.partition")).unwrap(),
         "member"
     );
-    assert!(
+    assert_eq!(
         b.set_partition(1, Some(CpuSet::parse_list("3").unwrap()))
-            .unwrap()
+            .unwrap(),
+        Isolated
     );
     b.remove(1).unwrap();
     assert_eq!(fs.read(&root.join("cpuset.cpus.exclusive")).unwrap(), "");
@@ -505,7 +515,77 @@ fn fixture_partitions_follow_the_cell_and_are_undone_before_a_change() {
     fs.mkdir(&deeper).unwrap();
     let mut d = Cgroup2::new(fs.clone(), deeper.join("cells"), CpuSet::first_n(4)).unwrap();
     d.create(2).unwrap();
-    assert!(!d.set_partition(2, Some(two)).unwrap());
+    match d.set_partition(2, Some(two)).unwrap() {
+        Partitioning::Unavailable(why) => {
+            assert!(why.contains("not the hierarchy's root"), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Before 6.7 (no `cpuset.cpus.exclusive`): an exclusive cell is made
+/// beside allot's root and becomes a partition there once the root has
+/// given its CPUs up; a cell made plain cannot be one; a new backend (a
+/// restarted broker) finds the cell beside the root; removal hands the
+/// CPUs back and leaves nothing beside the root.
+#[test]
+fn fixture_before_6_7_an_exclusive_cell_is_a_partition_beside_the_root() {
+    use allot_enforce::Partitioning;
+    use allot_enforce::partition::apart_dir;
+    let dir = tempfile::tempdir().unwrap();
+    let fs = Arc::new(FixtureFs::new(FixtureLayout::V2).without(&["cpuset.cpus.exclusive"]));
+    fs.populate(dir.path()).unwrap();
+    for f in ["cpuset.cpus", "cpuset.cpus.partition"] {
+        std::fs::remove_file(dir.path().join(f)).unwrap();
+    }
+    let root = dir.path().join("allot");
+    let mut b = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(4)).unwrap();
+    b.create_exclusive(1).unwrap();
+    b.create(2).unwrap();
+    let apart = apart_dir(&root, 1);
+    assert!(apart.join("cpuset.cpus").exists(), "made beside the root");
+    assert!(!root.join("cell-1").exists());
+    let two = CpuSet::parse_list("2-3").unwrap();
+    b.apply(1, &common::on_cpus(two)).unwrap();
+    b.attach(1, 4242).unwrap();
+    assert_eq!(
+        b.set_partition(1, Some(two)).unwrap(),
+        Partitioning::Isolated
+    );
+    assert_eq!(
+        fs.read(&apart.join("cpuset.cpus.partition")).unwrap(),
+        "isolated"
+    );
+    assert_eq!(fs.read(&root.join("cpuset.cpus")).unwrap(), "0-1");
+    assert_eq!(b.pids(1), vec![4242]);
+    // A cell made plain (it became exclusive later) cannot be one here.
+    match b
+        .set_partition(2, Some(CpuSet::parse_list("1").unwrap()))
+        .unwrap()
+    {
+        Partitioning::Unavailable(why) => assert!(why.contains("before 6.7"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    // A broker killed and started again: the cell is found beside the
+    // root, made plain, and its CPUs are the root's again until the new
+    // broker partitions it.
+    drop(b); // no clean-up: a kill
+    let mut again = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(4)).unwrap();
+    assert_eq!(again.existing(), vec![1, 2]);
+    assert_eq!(again.adopt(1, &[4242]).unwrap(), Some(two));
+    assert_eq!(
+        fs.read(&apart.join("cpuset.cpus.partition")).unwrap(),
+        "member"
+    );
+    assert_eq!(fs.read(&root.join("cpuset.cpus")).unwrap(), "0-3");
+    assert_eq!(
+        again.set_partition(1, Some(two)).unwrap(),
+        Partitioning::Isolated
+    );
+    fs.write(&apart.join("cgroup.procs"), "").unwrap();
+    again.remove(1).unwrap();
+    assert!(!apart.exists(), "removed");
+    assert_eq!(fs.read(&root.join("cpuset.cpus")).unwrap(), "0-3");
 }
 
 #[test]

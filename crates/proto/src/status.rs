@@ -345,6 +345,11 @@ pub struct CellStatus {
     /// take every CPU; it runs again when one frees (absent when running).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<PausedStatus>,
+    /// For an exclusive cell: whether the kernel keeps its CPUs apart as
+    /// a cpuset partition, or why not (absent for other cells, from older
+    /// brokers, and until its first grant).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<PartitionStatus>,
     /// Its memory as the kernel counts it (absent when its backend has no
     /// memory control, or its processes are charged elsewhere).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -478,6 +483,20 @@ pub struct PausedStatus {
     pub reason: String,
     /// For how long, s.
     pub for_s: f64,
+}
+
+/// An exclusive cell's kernel partition: an isolated cpuset partition
+/// (no load balancing across its CPUs, nothing outside the cell runs
+/// there), or exclusive by its cpuset alone, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PartitionStatus {
+    /// The kernel isolates the cell's CPUs as a partition.
+    pub isolated: bool,
+    /// Why it is not one (empty when `isolated`): the backend, the
+    /// kernel's version, where allot's directory is, the configuration,
+    /// or the kernel's refusal.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub why_not: String,
 }
 
 /// The machine's recent load (ARS's system poller): what the cells used

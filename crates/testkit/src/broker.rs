@@ -14,8 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// How long a starting broker may take to accept connections.
-const COME_UP: Duration = Duration::from_secs(10);
+/// How long a starting broker may take to accept connections (unless
+/// [`BrokerProcess::come_up`] says otherwise).
+pub const COME_UP: Duration = Duration::from_secs(10);
 
 /// An `allot daemon` process and its private socket, directory and cgroup
 /// name. Not started by [`BrokerProcess::new`]: set it up, then
@@ -40,6 +41,9 @@ pub struct BrokerProcess {
     pub nofile: Option<u64>,
     /// Variables set in the broker's environment (beside the inherited).
     pub env: Vec<(String, String)>,
+    /// How long `spawn` waits for the broker to accept connections
+    /// ([`COME_UP`]; longer on an emulated machine).
+    pub come_up: Duration,
     /// The running broker, between `spawn` and `stop` or `kill9`.
     pub child: Option<Child>,
 }
@@ -61,6 +65,7 @@ impl BrokerProcess {
             args: Vec::new(),
             nofile: None,
             env: Vec::new(),
+            come_up: COME_UP,
             child: None,
         })
     }
@@ -116,7 +121,7 @@ impl BrokerProcess {
                 self.child = None;
                 return Err(format!("the broker exited ({st}): {}", self.log()));
             }
-            if t.elapsed() > COME_UP {
+            if t.elapsed() > self.come_up {
                 return Err(format!("the broker did not come up: {}", self.log()));
             }
             std::thread::sleep(Duration::from_millis(5));
@@ -184,7 +189,19 @@ pub fn remove_leftovers(cgroup: &str) -> bool {
         "cpuset", "cpu", "cpuacct", "freezer", "blkio", "unified", "",
     ]
     .map(|h| Path::new("/sys/fs/cgroup").join(h).join(cgroup));
-    for d in dirs.into_iter().chain(memory_dir(cgroup)) {
+    // Exclusive cells on a cgroup v2 kernel before 6.7 live beside the
+    // broker's directory, named after it (`<cgroup>.cell-N`).
+    let apart = ["unified", ""].into_iter().flat_map(|h| {
+        let top = Path::new("/sys/fs/cgroup").join(h);
+        let prefix = format!("{cgroup}.cell-");
+        std::fs::read_dir(&top)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(move |e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .map(|e| e.path())
+    });
+    for d in dirs.into_iter().chain(memory_dir(cgroup)).chain(apart) {
         if d.join("cgroup.procs").exists() {
             clean = false;
             if let Ok(rd) = std::fs::read_dir(&d) {

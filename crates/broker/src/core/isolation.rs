@@ -25,6 +25,7 @@
 
 use super::Engine;
 use crate::{info, warn};
+use allot_enforce::Partitioning;
 use allot_enforce::isolate::{self, Report, Saved, SysFiles};
 use allot_topo::CpuSet;
 use std::collections::BTreeMap;
@@ -43,9 +44,12 @@ pub(crate) struct Isolation {
     clear: CpuSet,
     /// Exclusive cells the kernel isolates as partitions, over these CPUs.
     partitioned: BTreeMap<u64, CpuSet>,
-    /// Partitions tried and not made (the kernel or the layout refused),
-    /// not tried again until the cell's CPUs change.
-    refused: BTreeMap<u64, CpuSet>,
+    /// Partitions tried and not made, with why (the backend, the kernel
+    /// or the layout), not tried again until the cell's CPUs change.
+    refused: BTreeMap<u64, (CpuSet, String)>,
+    /// Whether the operator was told that this machine makes no
+    /// partitions (said once, then per cell at `info`).
+    told_unavailable: bool,
 }
 
 impl Isolation {
@@ -68,6 +72,7 @@ impl Isolation {
             clear: CpuSet::default(),
             partitioned: BTreeMap::new(),
             refused: BTreeMap::new(),
+            told_unavailable: false,
         };
         match std::fs::read_to_string(&i.path) {
             Ok(text) => match serde_json::from_str::<Saved>(&text) {
@@ -119,6 +124,21 @@ impl Isolation {
         }
     }
 
+    /// What became of exclusive cell `id`'s partition: `Ok` when the
+    /// kernel isolates it, else why not (`None`: not asked yet; the
+    /// caller asks only for exclusive cells).
+    pub(crate) fn partition_of(&self, id: u64) -> Option<Result<(), String>> {
+        if !self.partitions {
+            return Some(Err(
+                "partitions = false in the broker's configuration".to_string()
+            ));
+        }
+        if self.partitioned.contains_key(&id) {
+            return Some(Ok(()));
+        }
+        self.refused.get(&id).map(|(_, why)| Err(why.clone()))
+    }
+
     /// Keeps `clear` (of a machine of CPUs `machine`) clear, if on.
     pub(crate) fn follow(&mut self, machine: &CpuSet, clear: CpuSet) {
         if !self.on || clear == self.clear {
@@ -151,6 +171,18 @@ impl Isolation {
 }
 
 impl Engine {
+    /// Whether exclusive cells are made kernel partitions
+    /// (`partitions` in the configuration).
+    pub(crate) fn partitions_on(&self) -> bool {
+        self.isolation.partitions
+    }
+
+    /// What became of exclusive cell `id`'s partition
+    /// ([`Isolation::partition_of`]).
+    pub(crate) fn partition_of(&self, id: u64) -> Option<Result<(), String>> {
+        self.isolation.partition_of(id)
+    }
+
     /// The exclusive cells' CPUs of the current plan kept clear (if on):
     /// partitions where the kernel makes them, the mover for all.
     pub(super) fn follow_isolation(&mut self) {
@@ -187,32 +219,45 @@ impl Engine {
                 let _ = self.enforcer.set_partition(id, None);
             }
         }
-        iso.refused.retain(|id, cpus| want.get(id) == Some(cpus));
+        iso.refused
+            .retain(|id, (cpus, _)| want.get(id) == Some(cpus));
         for (&id, &cpus) in want {
             if iso.partitioned.get(&id) == Some(&cpus) || iso.refused.contains_key(&id) {
                 continue;
             }
             iso.partitioned.remove(&id);
-            match self.enforcer.set_partition(id, Some(cpus)) {
-                Ok(true) => {
+            let why = match self.enforcer.set_partition(id, Some(cpus)) {
+                Ok(Partitioning::Isolated) => {
                     info!("cell {id}: CPUs {cpus} are an isolated cpuset partition");
                     if let Some(c) = self.cells.get_mut(&id) {
                         c.timeline
                             .note("partition", format!("isolated over CPUs {cpus}"), None);
                     }
                     iso.partitioned.insert(id, cpus);
+                    continue;
                 }
-                Ok(false) => {
-                    iso.refused.insert(id, cpus);
+                Ok(Partitioning::Plain) => "the backend left it a plain cell".to_string(),
+                Ok(Partitioning::Unavailable(why)) => {
+                    if !iso.told_unavailable {
+                        iso.told_unavailable = true;
+                        warn!(
+                            "exclusive cells are not cpuset partitions here: {why}; each stays \
+                             exclusive by its cpuset alone (allot status says so per cell)"
+                        );
+                    }
+                    why
                 }
                 Err(e) => {
-                    warn!(
-                        "cell {id}: {e}; its CPUs are kept clear by moving interrupts and \
-                         workqueues off them"
-                    );
-                    iso.refused.insert(id, cpus);
+                    warn!("cell {id}: the kernel refused a partition: {e}");
+                    e.to_string()
                 }
+            };
+            info!("cell {id}: exclusive on CPUs {cpus}, not a partition: {why}");
+            if let Some(c) = self.cells.get_mut(&id) {
+                c.timeline
+                    .note("partition", format!("not a partition: {why}"), None);
             }
+            iso.refused.insert(id, (cpus, why));
         }
     }
 }

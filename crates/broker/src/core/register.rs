@@ -264,7 +264,16 @@ impl Engine {
                 );
             }
         };
-        let (created, took) = timed(|| self.enforcer.create(id));
+        // An exclusive cell is made where the kernel can make it a
+        // partition (beside allot's directory on cgroup v2 before 6.7).
+        let apart = spec.exclusive && self.partitions_on();
+        let (created, took) = timed(|| {
+            if apart {
+                self.enforcer.create_exclusive(id)
+            } else {
+                self.enforcer.create(id)
+            }
+        });
         timeline.note("cgroup", format!("cell-{id} made"), Some(took));
         if let Err(e) = created {
             self.journal(&[Record::End { id }]);

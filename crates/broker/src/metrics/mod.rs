@@ -128,6 +128,9 @@ pub struct CellGauges {
     /// tick, and the CPUs its team leaves to that work (`None`: not
     /// read yet).
     pub outside: Option<(f64, u32)>,
+    /// For an exclusive cell, whether the kernel isolates it as a cpuset
+    /// partition (`None`: not exclusive, or not decided yet).
+    pub partition: Option<bool>,
 }
 
 /// Everything one scrape shows.

@@ -202,7 +202,7 @@ pub fn render(s: &Snapshot) -> String {
         &c.turn,
     );
     type Field = fn(&CellGauges) -> Option<f64>;
-    let per_cell: [(&str, &str, &str, Field); 14] = [
+    let per_cell: [(&str, &str, &str, Field); 15] = [
         (
             "allot_cell_cpus",
             "gauge",
@@ -286,6 +286,12 @@ pub fn render(s: &Snapshot) -> String {
             "gauge",
             "CPUs of the cell's the broker counts as outside work's: its team is that much smaller.",
             |c| c.outside.map(|(_, taken)| taken.into()),
+        ),
+        (
+            "allot_cell_partition",
+            "gauge",
+            "1 when the kernel isolates the exclusive cell as a cpuset partition, 0 when it is exclusive by its cpuset alone (allot status says why); absent for other cells.",
+            |c| c.partition.map(|p| if p { 1.0 } else { 0.0 }),
         ),
     ];
     for (name, kind, help, field) in per_cell {

@@ -46,6 +46,7 @@ fn sample() -> Snapshot {
                     pressure: Some(12.5),
                 }),
                 outside: Some((1.25, 1)),
+                partition: Some(false),
             },
             CellGauges {
                 id: 2,
@@ -61,6 +62,7 @@ fn sample() -> Snapshot {
                 cpu_pressure_seconds: None,
                 memory: None,
                 outside: None,
+                partition: None,
             },
         ],
         counters: c,
@@ -195,6 +197,9 @@ fn build_process_and_per_cell_cpu_metrics_follow_the_conventions() {
     assert_eq!(samples[&named("allot_cell_memory_oom_kills_total")], 1.0);
     assert_eq!(samples[&named("allot_cell_memory_pressure_ratio")], 0.125);
     assert!(!samples.contains_key("allot_cell_memory_bytes{cell=\"2\",uid=\"0\"}"));
+    // An exclusive cell that is not a partition reads 0; a shared one has none.
+    assert_eq!(samples[&named("allot_cell_partition")], 0.0);
+    assert!(!samples.contains_key("allot_cell_partition{cell=\"2\",uid=\"0\"}"));
     // Work outside the cells, and what the cells weigh against it.
     assert_eq!(samples["allot_machine_outside_cpus"], 0.75);
     assert_eq!(samples["allot_cells_weight_threads"], 6.0);

@@ -187,7 +187,7 @@ fn check(c: &Config) -> Result<String, String> {
         } else {
             "off".to_string()
         },
-        if c.partitions { "on" } else { "off" },
+        partitions_note(c),
         if c.isolate {
             format!("on, under {}", c.isolate_root.display())
         } else {
@@ -222,6 +222,82 @@ fn check(c: &Config) -> Result<String, String> {
         l.weight,
         l.processes,
     ))
+}
+
+/// `partitions` in `--check-config`: on or off, and whether this machine
+/// can make exclusive cells kernel partitions (the backend, the kernel's
+/// version, where allot's directory would be), read without starting.
+fn partitions_note(c: &Config) -> String {
+    if !c.partitions {
+        return "off".into();
+    }
+    let stay = "exclusive cells stay exclusive by their cpusets alone";
+    match c.backend {
+        BackendKind::Cgroup2 | BackendKind::Auto => {}
+        other => {
+            return format!(
+                "on, but the {other} backend makes no cpuset partitions (cgroup v2 only): {stay}"
+            );
+        }
+    }
+    let mounts = allot_enforce::detect::Mounts::read();
+    let v2_cpuset = mounts.cgroup2.as_ref().is_some_and(|m| {
+        std::fs::read_to_string(m.join("cgroup.controllers"))
+            .is_ok_and(|t| t.split_whitespace().any(|c| c == "cpuset"))
+    });
+    if c.backend == BackendKind::Auto && !v2_cpuset {
+        return format!(
+            "on, but auto picks cgroup1 or affinity here (no cgroup v2 cpuset controller), \
+             which make no cpuset partitions: {stay}"
+        );
+    }
+    let cells = match &c.cgroup2_root {
+        Some(r) => Ok(r.clone()),
+        None => allot_enforce::cgroup2_layout(&mounts, &c.cgroup_name())
+            .map(|l| l.cells().to_path_buf())
+            .map_err(|e| e.to_string()),
+    };
+    let auto = if c.backend == BackendKind::Auto {
+        " (if auto picks cgroup2)"
+    } else {
+        ""
+    };
+    match cells {
+        Err(e) => format!("on, but no cgroup v2 here ({e}): {stay}"),
+        Ok(dir) => {
+            use allot_enforce::partition::{Scheme, scheme};
+            match scheme(&allot_enforce::cgroupfs::KernelFs, &dir) {
+                Ok(Scheme::Remote) => format!(
+                    "on: exclusive cells become isolated cpuset partitions under {}{auto}",
+                    dir.display()
+                ),
+                Ok(Scheme::Local) => format!(
+                    "on: exclusive cells become isolated cpuset partitions beside {} \
+                     ({}.cell-N: a kernel before 6.7){auto}",
+                    dir.display(),
+                    dir.display()
+                ),
+                // A fresh machine: nothing to read the kernel's files from
+                // until the broker makes its directory.
+                Err(_) if v2_cpuset && !dir.exists() && !any_cpuset_child(dir.parent()) => format!(
+                    "on; whether this kernel makes them is read when the broker makes {} \
+                     (no cgroup with the cpuset controller yet): allot status says per cell{auto}",
+                    dir.display()
+                ),
+                Err(why) => format!("on, but none here{auto}: {why}; {stay}"),
+            }
+        }
+    }
+}
+
+/// Whether some cgroup below `dir` has the cpuset controller (files to
+/// read the kernel's partition support from).
+fn any_cpuset_child(dir: Option<&std::path::Path>) -> bool {
+    dir.and_then(|d| std::fs::read_dir(d).ok())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| e.path().join("cpuset.cpus").exists())
 }
 
 /// `allot daemon`'s exit status when another broker serves its socket

@@ -504,6 +504,7 @@ mod tests {
             perf: None,
             waiting_for_message: false,
             paused: None,
+            partition: None,
             memory: None,
             cache: None,
             timeline: None,

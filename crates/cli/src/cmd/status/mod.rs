@@ -275,6 +275,28 @@ fn paused_line(c: &CellStatus) -> Option<String> {
     ))
 }
 
+/// An exclusive cell: whether the kernel keeps its CPUs apart as a
+/// partition, or why not.
+fn partition_line(c: &CellStatus) -> Option<String> {
+    let p = c.partition.as_ref()?;
+    Some(if p.isolated {
+        format!(
+            "{} {}: CPUs {}, an isolated cpuset partition",
+            c.id,
+            name_of(c),
+            cell_text(&c.cpus)
+        )
+    } else {
+        format!(
+            "{} {}: CPUs {}, exclusive, not a partition: {}",
+            c.id,
+            name_of(c),
+            cell_text(&c.cpus),
+            cell_text(&p.why_not)
+        )
+    })
+}
+
 /// One line on the cell's memory, for a cell that asked for memory or
 /// met a limit.
 fn memory_line(c: &CellStatus) -> Option<String> {
@@ -505,6 +527,13 @@ pub fn render(v: &Status) -> String {
         if !paused.is_empty() {
             let _ = writeln!(out, "paused:");
             for l in paused {
+                let _ = writeln!(out, "  {l}");
+            }
+        }
+        let exclusive: Vec<String> = v.cells.iter().filter_map(partition_line).collect();
+        if !exclusive.is_empty() {
+            let _ = writeln!(out, "exclusive:");
+            for l in exclusive {
                 let _ = writeln!(out, "  {l}");
             }
         }

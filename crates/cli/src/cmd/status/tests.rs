@@ -47,6 +47,7 @@ fn doc(names: &[&str]) -> Status {
         perf: None,
         waiting_for_message: false,
         paused: None,
+        partition: None,
         memory: None,
         cache: None,
         timeline: None,
@@ -274,6 +275,38 @@ fn a_paused_cell_shows_paused_with_why_and_for_how_long() {
         text.contains("paused:\n  1 make: paused for 2.5 s: every CPU is guaranteed"),
         "{text}"
     );
+}
+
+#[test]
+fn an_exclusive_cell_says_whether_it_is_a_partition_and_why_not() {
+    use allot_proto::status::PartitionStatus;
+    let mut v = doc(&["server", "bench"]);
+    assert!(!render(&v).contains("exclusive:"));
+    v.cells[0].partition = Some(PartitionStatus {
+        isolated: true,
+        why_not: String::new(),
+    });
+    v.cells[1].partition = Some(PartitionStatus {
+        isolated: false,
+        why_not: "this kernel has no cpuset.cpus.exclusive (before 6.7)".into(),
+    });
+    let text = render(&v);
+    assert!(
+        text.contains(
+            "exclusive:\n  1 server: CPUs 0-1, an isolated cpuset partition\n  \
+             2 bench: CPUs 0-1, exclusive, not a partition: this kernel has no \
+             cpuset.cpus.exclusive (before 6.7)\n"
+        ),
+        "{text}"
+    );
+    // JSON keeps the reason; a partition's is left out.
+    let json = serde_json::to_string(&v.cells[1]).unwrap();
+    assert!(
+        json.contains(r#""partition":{"isolated":false,"why_not":"this kernel"#),
+        "{json}"
+    );
+    let json = serde_json::to_string(&v.cells[0]).unwrap();
+    assert!(json.contains(r#""partition":{"isolated":true}"#), "{json}");
 }
 
 #[test]
