@@ -432,6 +432,77 @@ fn a_restarted_broker_keeps_a_paused_cell_frozen_and_thaws_the_others() {
     assert!(shown.paused.is_some(), "still shown paused: {shown:?}");
 }
 
+/// The chaos soak's breach (issue: "paused best-effort cells run, thawed,
+/// on an exclusive cell's CPU"): a best-effort cell is paused to make room
+/// for an exclusive one, and its freeze does not take at once (the gate
+/// reads "still freezing", as a v1 freezer with a runnable thread does).
+/// Before the exclusive cell is given its CPU, the paused cell's cpuset
+/// leaves it for a CPU no exclusive cell holds; on the next plan a paused
+/// cell still freezing is moved off again if it overlaps. On earlier code
+/// the paused cell kept the exclusive CPU while it ran on.
+#[test]
+fn a_paused_cell_still_freezing_leaves_the_exclusive_cells_cpus_first() {
+    use allot_enforce::{Applied, Call};
+    use allot_topo::CpuSet;
+    let mut w = world(2);
+    proc_of(&w, 100, 0);
+    proc_of(&w, 101, 0);
+    proc_of(&w, 102, 0);
+    w.dry.set_gate_stopped(Some(false));
+    let guaranteed = CellSpec {
+        min: 1,
+        ..Default::default()
+    };
+    let (held, _, _ph) = page(register(&mut w, ROOT, "held", guaranteed, vec![100], false));
+    let (make, _, pm) = page(register(
+        &mut w,
+        ROOT,
+        "make",
+        CellSpec::default(),
+        vec![101],
+        false,
+    ));
+    let ran_on = grant(&pm).cpus;
+    assert!(!ran_on.is_empty(), "best effort runs beside one guarantee");
+    let start = w.dry.calls().len();
+    let (ex, _, pe) = page(register(&mut w, ROOT, "ex", exclusive(1), vec![102], false));
+    let ex_cpus = grant(&pe).cpus;
+    assert_eq!(ex_cpus.len(), 1);
+    let calls = w.dry.calls()[start..].to_vec();
+    let applied = |id: u64| -> Vec<(usize, CpuSet)> {
+        calls
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| match c {
+                Call::Apply(cid, Applied { cpus, .. }) if *cid == id => Some((i, *cpus)),
+                _ => None,
+            })
+            .collect()
+    };
+    let ex_given = applied(ex)
+        .into_iter()
+        .find(|(_, c)| c.intersects(&ex_cpus))
+        .map(|(i, _)| i)
+        .expect("the exclusive cell is given its CPU");
+    let frozen = calls
+        .iter()
+        .position(|c| *c == Call::Gate(GateCall::Close(make)))
+        .expect("the best-effort cell is paused");
+    let moved: Vec<(usize, CpuSet)> = applied(make);
+    let (at, to) = *moved.last().expect("the paused cell's cpuset is written");
+    assert!(
+        at < ex_given && at < frozen,
+        "moved ({at}) before the freeze ({frozen}) and before the exclusive cell grew ({ex_given}): {calls:?}"
+    );
+    assert!(
+        !to.intersects(&ex_cpus),
+        "moved to {to}, off {ex_cpus}: {calls:?}"
+    );
+    let st = w.core.status(ROOT);
+    assert!(st.cells.iter().any(|c| c.id == make && c.paused.is_some()));
+    assert!(st.cells.iter().any(|c| c.id == held));
+}
+
 /// The order a paused newcomer's calls reach the backend: its cgroup is
 /// made, then frozen, and only then does its process join — so nothing of
 /// it runs, not for an instant, on the CPUs its (unavoidably non-empty)

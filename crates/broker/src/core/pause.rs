@@ -7,8 +7,12 @@
 //! (`allot_plan::PlanConfig::pause_best_effort`). A cgroup cannot run on
 //! no CPU, so for such a cell the broker:
 //!
-//! 1. writes no CPU set: it keeps the CPUs it ran on, or, new, every CPU
-//!    cells may use (nothing of it runs there, see 2);
+//! 1. confines it to where it may wait while its freeze takes (a freeze
+//!    is asynchronous): the CPUs it ran on (new: every CPU cells may use)
+//!    less those exclusive cells hold in the next plan, or, if that leaves
+//!    none, any CPU no exclusive cell holds ([`Engine::refuge`]); only
+//!    where every CPU is exclusive does it stay, and then its freeze must
+//!    take before the exclusive cell's processes run there (2);
 //! 2. freezes it with its gate, in the shrink phase of the reconcile,
 //!    before any other cell grows into its CPUs, and before any of its
 //!    processes joins (a process moved into a frozen cgroup stops with
@@ -23,6 +27,11 @@
 //! - A cell is frozen by this module exactly while its planned grant is
 //!   empty (and its backend gave it a gate). A freeze that left threads
 //!   running is sent again on every tick until the gate reads stopped.
+//! - A paused cell's cpuset overlaps an exclusive cell's only while it is
+//!   frozen, or where every CPU is exclusive: a paused cell whose threads
+//!   have not all stopped is moved to a [`Engine::refuge`] before any
+//!   exclusive cell grows into its CPUs (`pause`, and again on every plan
+//!   for the paused cells still freezing).
 //! - Nothing stays frozen by a broker that is gone: the broker thaws every
 //!   paused cell when it exits (`Engine::shutdown`), and the backends thaw a
 //!   cell on `adopt` and `remove`. A broker that adopts a paused cell
@@ -51,6 +60,8 @@ pub const WHY: &str = "every CPU is guaranteed to other cells; it runs again whe
 pub(crate) struct Paused {
     pub(super) gate: Box<dyn Gate>,
     pub(crate) since: Instant,
+    /// The CPUs its cpuset confines it to while paused (empty: unknown).
+    on: allot_topo::CpuSet,
     /// How often the freeze was sent again to threads that ran on.
     resent: u32,
 }
@@ -67,12 +78,14 @@ impl Paused {
 
 impl Paused {
     /// A cell adopted frozen after a restart, whose journaled grant was
-    /// empty: still paused, with its new gate closed.
-    pub(super) fn adopted(mut gate: Box<dyn Gate>) -> Paused {
+    /// empty (or missing): still paused, with its new gate closed, its
+    /// cpuset confining it to `on` (the kernel's).
+    pub(super) fn adopted(mut gate: Box<dyn Gate>, on: allot_topo::CpuSet) -> Paused {
         let _ = gate.close();
         Paused {
             gate,
             since: Instant::now(),
+            on,
             resent: 0,
         }
     }
@@ -107,6 +120,25 @@ impl Engine {
             })
             .map(|(cid, _)| cid.0)
             .collect();
+        // Paused cells still freezing leave the CPUs exclusive cells are
+        // about to hold.
+        let exclusive = self.exclusive_in(next);
+        let freezing: Vec<u64> = self
+            .paused
+            .iter_mut()
+            .filter_map(|(id, p)| {
+                (p.on.intersects(&exclusive) && p.gate.stopped() != Some(true)).then_some(*id)
+            })
+            .collect();
+        for id in freezing {
+            let on = self.paused[&id].on;
+            if let Some(to) = self.refuge(next, on) {
+                self.apply_cpus(id, to, "paused, still freezing, moved to");
+                if let Some(p) = self.paused.get_mut(&id) {
+                    p.on = to;
+                }
+            }
+        }
         let mut closed = Vec::new();
         for id in emptied {
             if self.pause(id, next) {
@@ -114,6 +146,38 @@ impl Engine {
             }
         }
         self.wait_stopped(&closed);
+    }
+
+    /// The CPUs exclusive cells hold in plan `next`.
+    fn exclusive_in(&self, next: &Plan) -> allot_topo::CpuSet {
+        next.cells
+            .iter()
+            .filter(|(cid, _)| self.cells.get(&cid.0).is_some_and(|c| c.spec.exclusive))
+            .fold(allot_topo::CpuSet::default(), |acc, (_, g)| {
+                acc.union(&g.cpus)
+            })
+    }
+
+    /// Where a paused cell confined to `on` may wait while its freeze
+    /// takes, if not there: `on` less the CPUs exclusive cells hold in
+    /// `next`, or, if that leaves none, every CPU cells may use less
+    /// those. `None`: it may stay (nothing of `on` is exclusive), or every
+    /// CPU cells may use is exclusive (then only its freeze keeps it off).
+    pub(super) fn refuge(&self, next: &Plan, on: allot_topo::CpuSet) -> Option<allot_topo::CpuSet> {
+        let exclusive = self.exclusive_in(next);
+        if !on.intersects(&exclusive) {
+            return None;
+        }
+        let kept = on.difference(&exclusive);
+        if !kept.is_empty() {
+            return Some(kept);
+        }
+        let anywhere = self
+            .machine
+            .usable()
+            .difference(&next.reserve)
+            .difference(&exclusive);
+        (!anywhere.is_empty()).then_some(anywhere)
     }
 
     /// After the CPU sets of plan `next` were written: thaws the paused
@@ -170,14 +234,20 @@ impl Engine {
 
     /// Freezes cell `id`; returns whether its gate was closed.
     fn pause(&mut self, id: u64, next: &Plan) -> bool {
-        let never_applied = self.cells[&id]
+        let ran_on = self.cells[&id]
             .published
             .as_ref()
-            .is_none_or(|p| p.cpus.is_empty());
-        if never_applied {
-            // A cgroup needs CPUs before a process joins: any will do.
-            let anywhere = self.machine.usable().difference(&next.reserve);
-            self.apply_cpus(id, anywhere, "paused on");
+            .map(|p| p.cpus)
+            .filter(|c| !c.is_empty());
+        // A cgroup needs CPUs before a process joins: new, any will do;
+        // none an exclusive cell is about to hold, where there are others.
+        let anywhere = self.machine.usable().difference(&next.reserve);
+        let mut on = ran_on.unwrap_or(anywhere);
+        if let Some(to) = self.refuge(next, on) {
+            on = to;
+        }
+        if ran_on != Some(on) {
+            self.apply_cpus(id, on, "paused on");
         }
         let gate = match self.enforcer.gate(id) {
             Ok(Some(g)) => g,
@@ -193,6 +263,7 @@ impl Engine {
         let mut paused = Paused {
             gate,
             since: Instant::now(),
+            on,
             resent: 0,
         };
         if let Err(e) = paused.gate.close() {

@@ -108,8 +108,13 @@ impl Engine {
             // no CPU): it stays frozen, for the first plan to resume or
             // keep paused; any other cell runs again now (a broker killed
             // mid-window left it frozen).
-            let was_paused = rec.grant.as_ref().is_some_and(|g| g.cpus.is_empty());
-            self.after_adopting(id, was_paused);
+            // A cell with no journaled grant (a newcomer, paused or not,
+            // whose broker died before its first grant's line) is kept
+            // frozen too: thawed, a paused one would run where its
+            // cpuset says, which an exclusive cell may hold.
+            let was_paused = rec.grant.as_ref().is_none_or(|g| g.cpus.is_empty());
+            let on = adopted.as_ref().ok().copied().flatten().unwrap_or_default();
+            self.after_adopting(id, was_paused, on);
         }
         effects.extend(self.recover_unjournaled(&state.cells));
         self.journal(&[Record::NextId {
@@ -175,7 +180,7 @@ impl Engine {
                  (the journal was lost or could not be written); recovered as best-effort cell {name}",
                 live.len()
             );
-            self.after_adopting(id, false);
+            self.after_adopting(id, false, now.unwrap_or_default());
             let spec = CellSpec::default();
             self.journal(&[Record::Cell {
                 id,
@@ -244,10 +249,11 @@ fn adopted_timeline() -> crate::timeline::Timeline {
 
 impl Engine {
     /// Thaws adopted cell `id` (`Enforcer::adopt` leaves the freezer as
-    /// it was), or keeps it frozen and paused when it `was_paused`, so that
+    /// it was), or keeps it frozen and paused (confined to `on`) when it
+    /// `was_paused`, so that
     /// a cell paused off an exclusive cell's CPUs never runs there between
     /// the adoption and the first plan.
-    fn after_adopting(&mut self, id: u64, was_paused: bool) {
+    fn after_adopting(&mut self, id: u64, was_paused: bool, on: allot_topo::CpuSet) {
         let gate = match self.enforcer.gate(id) {
             Ok(Some(g)) => g,
             Ok(None) => return,
@@ -257,7 +263,8 @@ impl Engine {
             }
         };
         if was_paused {
-            self.paused.insert(id, super::pause::Paused::adopted(gate));
+            self.paused
+                .insert(id, super::pause::Paused::adopted(gate, on));
         } else {
             let mut gate = gate;
             if let Err(e) = gate.open() {

@@ -33,9 +33,27 @@ impl PrivateBroker {
         backend: &str,
         extra: &[&str],
     ) -> Result<PrivateBroker, String> {
+        Self::start_patient(allot, backend, extra, &[], 1.0)
+    }
+
+    /// As [`PrivateBroker::start_with`], with `env` in the broker's
+    /// environment, waiting `patience` times as long for every start (an
+    /// emulated machine's).
+    pub fn start_patient(
+        allot: &Path,
+        backend: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        patience: f64,
+    ) -> Result<PrivateBroker, String> {
         let cgroup = format!("allot-bench-{}", std::process::id());
         let mut process = BrokerProcess::new(allot, backend, cgroup)?;
         process.set_args(extra);
+        process.env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        process.come_up = allot_testkit::broker::COME_UP.mul_f64(patience);
         process.spawn()?;
         Ok(PrivateBroker { process })
     }

@@ -43,17 +43,18 @@ pub(super) fn check_exclusive(st: &Status, broker: &PrivateBroker, t: &mut Tally
     let exclusive: BTreeSet<u64> = sets.iter().filter(|s| s.1).map(|s| s.0).collect();
     // A frozen cell (a paused best-effort one) runs nowhere: its cpuset,
     // which cannot be empty, overlaps without running there. So does a
-    // cell with no process. A cell that was one or the other just before
-    // the cpusets were read and is one or the other just after ran nowhere
-    // in between (a new paused cell: made with every CPU, frozen, then
-    // joined by its process, may pass through all three states while they
-    // are read).
+    // cell with no process. An overlap is a breach when the cell ran
+    // while its cpuset overlapped: the cpusets are read, then which cells
+    // are quiet (frozen, or holding no process), then the cpusets again;
+    // an overlap both reads agree on, of a cell that was not quiet in
+    // between, is one. (A paused cell resumed onto other CPUs has its
+    // cpuset moved before it thaws; a cell frozen before another grows
+    // into its CPUs is quiet: neither ran where it overlapped.)
     let frozen_dir = Path::new("/sys/fs/cgroup/freezer").join(broker.cgroup());
-    let quiet_before = quiet_cells(&dir, &frozen_dir);
     let first = kernel_cpusets(&dir);
+    let quiet_between = quiet_cells(&dir, &frozen_dir);
     let second = kernel_cpusets(&dir);
-    let quiet_after = quiet_cells(&dir, &frozen_dir);
-    let quiet = |id: &u64| quiet_before.is_quiet(*id) && quiet_after.is_quiet(*id);
+    let quiet = |id: &u64| quiet_between.is_quiet(*id);
     for (id, cpus) in &first {
         if !exclusive.contains(id) || second.get(id) != Some(cpus) {
             continue;

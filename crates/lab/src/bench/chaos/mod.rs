@@ -10,11 +10,13 @@
 //!
 //! 1. **Exclusivity**: no CPU of an exclusive cell is in another cell's
 //!    grant (the broker's status) or in another populated cell's cpuset
-//!    (the kernel's, cgroup backends; read twice, so that a change between
-//!    two reads is not taken for an overlap). A frozen cell (a best-effort
-//!    cell paused while guarantees take every CPU) runs nowhere and is
-//!    exempt: its cpuset cannot be empty. So is one still freezing whose
-//!    threads are all asleep: none returns to its program unfrozen.
+//!    (the kernel's, cgroup v1; read before and after whether each cell
+//!    ran, so that a change between two reads is not taken for an
+//!    overlap). A frozen cell (a best-effort cell paused while guarantees
+//!    take every CPU) runs nowhere and is exempt: its cpuset cannot be
+//!    empty. So is one still freezing whose threads are all asleep: none
+//!    returns to its program unfrozen. One still freezing with a thread
+//!    runnable is not: the broker moves it off exclusive CPUs first.
 //! 2. **No leaked cgroup**: a `cell-N` directory the broker does not list
 //!    is gone within [`LEAK_AFTER`].
 //! 3. **Restarts**: every cell whose processes live when the broker is
@@ -69,14 +71,20 @@ pub struct ChaosArgs {
     #[arg(long, default_value_t = 3000, value_name = "MS")]
     restart_every_ms: u64,
     /// Seed of the random schedule.
-    #[arg(long, default_value_t = 1, value_name = "S")]
+    #[arg(long, default_value_t = 1, value_name = "S", conflicts_with = "seeds")]
     seed: u64,
+    /// Several soaks one after the other, each `--seconds` long on a fresh
+    /// broker, one per seed (`1-8`, `3,7,11`, `1-4,9`), and a summary of
+    /// them all at the end.
+    #[arg(long, value_name = "LIST")]
+    seeds: Option<String>,
     /// Enforcement backend of the soak's private broker [default: cgroup1
     /// as root with a v1 cpuset hierarchy, else affinity].
     #[arg(long, value_name = "BACKEND")]
     backend: Option<String>,
     /// Multiplies every time bound of the checks (adoption, rejoining,
-    /// leaked cgroups, hung jobs): for emulated machines only, such as the
+    /// leaked cgroups, hung jobs) and of the broker's start: for emulated
+    /// machines only, such as the
     /// guest lane's (scripts/test-guest.sh), whose speed says nothing.
     #[arg(long, default_value_t = 1.0, value_name = "F")]
     patience: f64,
@@ -162,9 +170,11 @@ struct Tally {
     /// cells, printed after the failures.
     diagnoses: BTreeMap<(u64, u64), String>,
     bounds: Bounds,
+    /// Where the brokers' whole log was kept (after a failure).
+    log: Option<std::path::PathBuf>,
 }
 
-/// Runs `allot bench chaos`.
+/// Runs `allot bench chaos`: one soak, or one per seed of `--seeds`.
 pub fn run(a: ChaosArgs) -> Result<i32, String> {
     super::interrupt::install();
     if a.seconds == 0 || a.jobs == 0 {
@@ -176,6 +186,10 @@ pub fn run(a: ChaosArgs) -> Result<i32, String> {
             a.patience
         ));
     }
+    let seeds = match &a.seeds {
+        Some(list) => parse_seeds(list).map_err(|e| format!("--seeds {list}: {e}"))?,
+        None => vec![a.seed],
+    };
     // Programs of killed wrappers become ours, so that we can stop them.
     rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
         .map_err(|e| format!("cannot become a child subreaper: {e}"))?;
@@ -189,16 +203,68 @@ pub fn run(a: ChaosArgs) -> Result<i32, String> {
             "affinity".into()
         }
     });
-    let mut broker = PrivateBroker::start_with(&allot, &backend, &["--tick-ms", "50"])?;
+    let mut runs = Vec::new();
+    for (i, &seed) in seeds.iter().enumerate() {
+        if seeds.len() > 1 {
+            eprintln!("soak {} of {}:", i + 1, seeds.len());
+        }
+        let t = soak(&a, seed, &allot, &backend)?;
+        print!("{}", summary(a.seconds, &backend, seed, &t));
+        runs.push((seed, t));
+    }
+    if runs.len() > 1 {
+        print!("{}", overall(a.seconds, &backend, &runs));
+    }
+    Ok(if runs.iter().all(|(_, t)| t.failures.is_empty()) {
+        0
+    } else {
+        1
+    })
+}
+
+/// The seeds of `--seeds`: numbers and ranges, comma-separated, in order.
+fn parse_seeds(list: &str) -> Result<Vec<u64>, String> {
+    let num = |x: &str| {
+        x.trim()
+            .parse::<u64>()
+            .map_err(|_| format!("{x:?} is not a seed (a whole number)"))
+    };
+    let mut out = Vec::new();
+    for part in list.split(',') {
+        match part.split_once('-') {
+            Some((lo, hi)) => {
+                let (lo, hi) = (num(lo)?, num(hi)?);
+                if hi < lo || hi - lo >= 10_000 {
+                    return Err(format!("{part:?} is not a range of at most 10000 seeds"));
+                }
+                out.extend(lo..=hi);
+            }
+            None => out.push(num(part)?),
+        }
+    }
+    Ok(out)
+}
+
+/// One soak with `seed` on a fresh broker: what it counted and found.
+fn soak(a: &ChaosArgs, seed: u64, allot: &Path, backend: &str) -> Result<Tally, String> {
+    // Every broker's log at debug level, kept when a check fails: the
+    // steps around a breach are what finds its cause.
+    let mut broker = PrivateBroker::start_patient(
+        allot,
+        backend,
+        &["--tick-ms", "50"],
+        &[("ALLOT_LOG", "debug")],
+        a.patience,
+    )?;
     let makefile = broker.dir().join("Makefile");
     std::fs::write(&makefile, MAKEFILE).map_err(|e| e.to_string())?;
-    let baseline_fds = broker.pid().map(open_fds).unwrap_or(0);
+    let baseline_fds = broker.pid().map(open_fds).unwrap_or_default();
     eprintln!(
         "chaos for {} s with the {} backend, up to {} jobs, a broker kill every ~{} ms (seed {})",
-        a.seconds, backend, a.jobs, a.restart_every_ms, a.seed
+        a.seconds, backend, a.jobs, a.restart_every_ms, seed
     );
 
-    let mut rng = Rng(a.seed.wrapping_mul(0x9E3779B97F4A7C15) | 1);
+    let mut rng = Rng(seed.wrapping_mul(0x9E3779B97F4A7C15) | 1);
     let mut jobs: Vec<Job> = Vec::new();
     let mut t = Tally {
         bounds: Bounds::scaled(a.patience),
@@ -220,7 +286,7 @@ pub fn run(a: ChaosArgs) -> Result<i32, String> {
         reap(&mut jobs, &mut t);
         // Actions.
         if jobs.iter().filter(|j| !j.wrapper_killed).count() < a.jobs && rng.chance(0.3) {
-            match start_job(&allot, broker.socket(), &makefile, &mut rng) {
+            match start_job(allot, broker.socket(), &makefile, &mut rng) {
                 Ok(j) => {
                     t.started += 1;
                     jobs.push(j);
@@ -290,16 +356,28 @@ pub fn run(a: ChaosArgs) -> Result<i32, String> {
     }
     if let Some(pid) = broker.pid() {
         // Pidfds of members close with them; pages of ended cells drop.
-        let settled =
-            allot_testkit::eventually(Duration::from_secs(5), || open_fds(pid) <= baseline_fds);
+        let settled = allot_testkit::eventually(Duration::from_secs(5), || {
+            open_fds(pid).len() <= baseline_fds.len()
+        });
         if !settled {
+            let now = open_fds(pid);
             t.failures.push(format!(
-                "the broker holds {} descriptors with no cell, against {baseline_fds} at start",
-                open_fds(pid)
+                "the broker holds {} descriptors with no cell, against {} at start; not there at start: {}",
+                now.len(),
+                baseline_fds.len(),
+                extra_fds(&baseline_fds, &now)
             ));
         }
     }
     let log = broker.log();
+    if !t.failures.is_empty() {
+        let kept =
+            std::env::temp_dir().join(format!("allot-chaos-seed{seed}-{}.log", std::process::id()));
+        match std::fs::write(&kept, &log) {
+            Ok(()) => t.log = Some(kept),
+            Err(e) => eprintln!("cannot keep the brokers' log in {}: {e}", kept.display()),
+        }
+    }
     let clean = broker.stop();
     if !clean {
         t.failures.push(format!(
@@ -307,8 +385,7 @@ pub fn run(a: ChaosArgs) -> Result<i32, String> {
             log.lines().rev().take(8).collect::<Vec<_>>().join("\n")
         ));
     }
-    print!("{}", summary(&a, &backend, &t));
-    Ok(if t.failures.is_empty() { 0 } else { 1 })
+    Ok(t)
 }
 
 const MAKEFILE: &str = "\
@@ -423,10 +500,19 @@ fn restart(broker: &mut PrivateBroker, jobs: &[Job], t: &mut Tally) -> Result<()
         return Ok(());
     };
     broker.kill9();
+    t.restarts += 1;
+    // Where one broker's lines end and the next one's begin (each counts
+    // its time from its own start).
+    {
+        use std::io::Write;
+        let _ = std::fs::OpenOptions::new()
+            .append(true)
+            .open(broker.dir().join("broker.log"))
+            .and_then(|mut f| writeln!(f, "=== chaos: broker killed, restart {}", t.restarts));
+    }
     let log_len = broker_log_len(broker);
     let t0 = Instant::now();
     broker.spawn()?;
-    t.restarts += 1;
     // Cells whose processes still run must come back.
     let surviving: BTreeSet<u64> = before
         .cells
@@ -571,8 +657,46 @@ fn alive(pid: u32) -> bool {
         .is_ok_and(|s| s.rfind(')').is_some_and(|i| !s[i + 2..].starts_with('Z')))
 }
 
-fn open_fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+/// The open descriptors of `pid`, by number, with what each refers to
+/// (a path, `socket`, `pipe`, `anon_inode:[pidfd]`...).
+fn open_fds(pid: u32) -> BTreeMap<u32, String> {
+    let dir = format!("/proc/{pid}/fd");
+    std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let fd = e.file_name().to_str()?.parse().ok()?;
+            let target = std::fs::read_link(e.path())
+                .map_or_else(|_| "?".into(), |t| t.display().to_string());
+            // A restarted broker's socket or pipe is another inode.
+            let kind = match target.split_once(":[") {
+                Some((k @ ("socket" | "pipe"), _)) => k.to_string(),
+                _ => target,
+            };
+            Some((fd, kind))
+        })
+        .collect()
+}
+
+/// The descriptors of `now` that `start` did not have (by what they refer
+/// to: a number may be reused), or "none" when only the count grew.
+fn extra_fds(start: &BTreeMap<u32, String>, now: &BTreeMap<u32, String>) -> String {
+    let mut seen: Vec<&String> = start.values().collect();
+    let mut extra = Vec::new();
+    for (fd, target) in now {
+        match seen.iter().position(|s| *s == target) {
+            Some(i) => {
+                seen.swap_remove(i);
+            }
+            None => extra.push(format!("{fd} -> {target}")),
+        }
+    }
+    if extra.is_empty() {
+        "none by what they refer to".into()
+    } else {
+        extra.join(", ")
+    }
 }
 
 fn status(socket: &Path) -> Option<Status> {
@@ -595,14 +719,10 @@ fn pct(v: &[u64], p: f64) -> String {
     format!("{} ms", s[i])
 }
 
-fn summary(a: &ChaosArgs, backend: &str, t: &Tally) -> String {
+fn summary(seconds: u64, backend: &str, seed: u64, t: &Tally) -> String {
     use std::fmt::Write;
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "chaos: {} s, {backend} backend, seed {}",
-        a.seconds, a.seed
-    );
+    let _ = writeln!(out, "chaos: {seconds} s, {backend} backend, seed {seed}");
     let _ = writeln!(
         out,
         "  jobs started {}, finished {}, refused {}; wrappers killed {}, programs killed {}",
@@ -632,6 +752,13 @@ fn summary(a: &ChaosArgs, backend: &str, t: &Tally) -> String {
         for f in t.failures.iter().take(30) {
             let _ = writeln!(out, "    {f}");
         }
+        if let Some(kept) = &t.log {
+            let _ = writeln!(
+                out,
+                "  the brokers' log (every restart, debug level): {}",
+                kept.display()
+            );
+        }
         for ((id, other), seen) in &t.diagnoses {
             let _ = writeln!(out, "  at the first overlap of cells {id} and {other}:");
             for l in seen.lines() {
@@ -640,4 +767,80 @@ fn summary(a: &ChaosArgs, backend: &str, t: &Tally) -> String {
         }
     }
     out
+}
+
+/// The summary of several soaks: their sums, and which seeds failed.
+fn overall(seconds: u64, backend: &str, runs: &[(u64, Tally)]) -> String {
+    use std::fmt::Write;
+    let sum = |f: fn(&Tally) -> u64| runs.iter().map(|(_, t)| f(t)).sum::<u64>();
+    let failed: Vec<String> = runs
+        .iter()
+        .filter(|(_, t)| !t.failures.is_empty())
+        .map(|(s, t)| format!("{s} ({} failures)", t.failures.len()))
+        .collect();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "chaos over {} seeds, {seconds} s each ({} s in all), {backend} backend:",
+        runs.len(),
+        seconds * runs.len() as u64
+    );
+    let _ = writeln!(
+        out,
+        "  invariant checks {}, breaches {}, broker restarts {}, jobs started {}, wrappers killed {}, programs killed {}",
+        sum(|t| t.checks.into()),
+        sum(|t| t.failures.len() as u64),
+        sum(|t| t.restarts.into()),
+        sum(|t| t.started.into()),
+        sum(|t| t.wrappers_killed.into()),
+        sum(|t| t.programs_killed.into()),
+    );
+    if failed.is_empty() {
+        let _ = writeln!(out, "  no failure");
+    } else {
+        let _ = writeln!(out, "  FAILED with seeds {}", failed.join(", "));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seeds_are_numbers_and_ranges_in_order() {
+        assert_eq!(parse_seeds("1-3,9").unwrap(), vec![1, 2, 3, 9]);
+        assert_eq!(parse_seeds("7").unwrap(), vec![7]);
+        assert!(parse_seeds("5-2").unwrap_err().contains("range"));
+        assert!(parse_seeds("1,x").unwrap_err().contains("\"x\""));
+        assert!(parse_seeds("0-20000").is_err());
+    }
+
+    #[test]
+    fn the_overall_summary_sums_and_names_the_failed_seeds() {
+        let ok = Tally {
+            checks: 10,
+            restarts: 2,
+            ..Tally::default()
+        };
+        let bad = Tally {
+            checks: 5,
+            restarts: 1,
+            failures: vec!["exclusive cell 3 overlaps".into()],
+            ..Tally::default()
+        };
+        let text = overall(60, "cgroup2", &[(1, ok), (2, bad)]);
+        assert!(text.contains("2 seeds, 60 s each (120 s in all)"), "{text}");
+        assert!(
+            text.contains("invariant checks 15, breaches 1, broker restarts 3"),
+            "{text}"
+        );
+        assert!(text.contains("FAILED with seeds 2 (1 failures)"), "{text}");
+        let text = overall(
+            60,
+            "cgroup2",
+            &[(1, Tally::default()), (2, Tally::default())],
+        );
+        assert!(text.contains("no failure"), "{text}");
+    }
 }
