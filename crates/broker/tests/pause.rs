@@ -503,6 +503,59 @@ fn a_paused_cell_still_freezing_leaves_the_exclusive_cells_cpus_first() {
     assert!(st.cells.iter().any(|c| c.id == held));
 }
 
+/// The same on a later plan: a cell paused while two guarantees took both
+/// CPUs, still freezing, is off the CPU an exclusive cell is given when
+/// one guarantee ends (its cpuset, as last written, never overlaps the
+/// exclusive cell's while the gate says it has not stopped).
+#[test]
+fn a_cell_paused_earlier_and_still_freezing_is_off_a_new_exclusive_cells_cpu() {
+    use allot_enforce::{Applied, Call};
+    let mut w = world(2);
+    for pid in [100, 101, 102, 103] {
+        proc_of(&w, pid, 0);
+    }
+    w.dry.set_gate_stopped(Some(false));
+    let one = CellSpec {
+        min: 1,
+        ..Default::default()
+    };
+    let (make, _, _pm) = page(register(
+        &mut w,
+        ROOT,
+        "make",
+        CellSpec::default(),
+        vec![101],
+        false,
+    ));
+    let _a = page(register(&mut w, ROOT, "a", one, vec![100], false));
+    let _b = page(register(&mut w, ROOT, "b", one, vec![102], false));
+    let st = w.core.status(ROOT);
+    assert!(st.cells.iter().any(|c| c.id == make && c.paused.is_some()));
+    let e = register(&mut w, ROOT, "ex", exclusive(1), vec![103], true);
+    assert!(matches!(reply(&e), Reply::Queued { .. }), "{}", message(&e));
+    w.os.exit(102);
+    let _ = w.exited(102);
+    let st = w.core.status(ROOT);
+    let ex = st.cells.iter().find(|c| c.name == "ex").expect("admitted");
+    let ex_cpus = allot_topo::CpuSet::parse_list(&ex.cpus).unwrap();
+    assert_eq!(ex_cpus.len(), 1, "{st:?}");
+    assert!(st.cells.iter().any(|c| c.id == make && c.paused.is_some()));
+    let last = w
+        .dry
+        .calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            Call::Apply(id, Applied { cpus, .. }) if id == make => Some(cpus),
+            _ => None,
+        })
+        .last()
+        .expect("written");
+    assert!(
+        !last.intersects(&ex_cpus),
+        "the paused cell, still freezing, is confined to {last}, the exclusive cell holds {ex_cpus}"
+    );
+}
+
 /// The order a paused newcomer's calls reach the backend: its cgroup is
 /// made, then frozen, and only then does its process join — so nothing of
 /// it runs, not for an instant, on the CPUs its (unavoidably non-empty)

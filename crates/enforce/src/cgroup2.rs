@@ -48,6 +48,9 @@ pub struct Cgroup2 {
     /// Exclusive cells whose directory is beside the root, not in it
     /// (the local scheme: [`crate::partition::apart_dir`]).
     apart: BTreeSet<u64>,
+    /// Exclusive cells that could not be made beside the root, and why
+    /// (made below it instead: exclusive by their cpusets alone).
+    not_apart: HashMap<u64, String>,
     /// The root's own `cpu.weight` is allot's to set (its own directory,
     /// not a subtree systemd or an operator delegated).
     weighs_root: bool,
@@ -206,13 +209,22 @@ impl Cgroup2 {
         let _ = fs.write(&root.join("cpuset.cpus"), &usable.to_string());
         enable(&root).map_err(err(format!("enable cpuset and cpu in {}", root.display())))?;
         let scheme = crate::partition::scheme(fs.as_ref(), &root);
+        // Cells an earlier broker made beside the root (before 6.7): found
+        // before anything asks for their directories.
+        let apart: BTreeSet<u64> = fs
+            .children(parent)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|n| crate::partition::apart_id(&root, n))
+            .collect();
         Ok(Cgroup2 {
             partitions: crate::partition::Partitions::new(
                 scheme.clone().unwrap_or_default(),
                 usable,
             ),
             scheme,
-            apart: BTreeSet::new(),
+            apart,
+            not_apart: HashMap::new(),
             fs,
             root,
             cells: HashMap::new(),
@@ -376,9 +388,18 @@ impl Enforcer for Cgroup2 {
         // can be before 6.7 (the controllers are enabled there: the root
         // needs them too).
         let dir = crate::partition::apart_dir(&self.root, cell);
-        self.fs
-            .mkdir(&dir)
-            .map_err(err(format!("create cell {cell} at {}", dir.display())))?;
+        if let Err(e) = self.fs.mkdir(&dir) {
+            // Exclusive by its cpuset alone, below the root as any cell.
+            self.not_apart.insert(
+                cell,
+                format!(
+                    "a partition must be a child of the hierarchy's root on this kernel \
+                     (before 6.7), and {} could not be made: {e}",
+                    dir.display()
+                ),
+            );
+            return self.create(cell);
+        }
         self.apart.insert(cell);
         self.open_cell(cell).map(|_| ())
     }
@@ -534,6 +555,7 @@ impl Enforcer for Cgroup2 {
         let removed = crate::cgroupfs::evict_and_remove(self.fs.as_ref(), &dir, &out);
         if removed.is_ok() {
             self.apart.remove(&cell);
+            self.not_apart.remove(&cell);
         }
         removed.map_err(err(format!("remove cell {cell}")))
     }
@@ -648,20 +670,39 @@ impl Enforcer for Cgroup2 {
             return Ok(Partitioning::Unavailable(why.clone()));
         }
         if self.scheme == Ok(Scheme::Local) && !self.apart.contains(&cell) {
+            return Ok(Partitioning::Unavailable(
+                self.not_apart.get(&cell).cloned().unwrap_or_else(|| {
+                    "a partition must be a child of the hierarchy's root on this kernel \
+                     (before 6.7), and the cell was not made there (it was not exclusive \
+                     when it was made)"
+                        .to_string()
+                }),
+            ));
+        }
+        if let Some(g) = self.cells.get(&cell).and_then(|c| c.groups.first()) {
+            // A partition's CPUs leave every other cgroup's effective set:
+            // the launcher's group would fall back to all of its parent's.
             return Ok(Partitioning::Unavailable(format!(
-                "on this kernel (before 6.7) a partition must be a child of the hierarchy's \
-                 root, and cell {cell} was not made there (it became exclusive after it was made)"
+                "it includes the launcher's cgroup {}, which a partition's CPUs cannot reach",
+                g.dir.display()
             )));
         }
-        self.partitions
-            .make(self.fs.as_ref(), &self.root, cell, &dir, cpus)
-            .map(|()| Partitioning::Isolated)
-            .map_err(|why| {
-                EnforceError::new(
-                    format!("make cell {cell} an isolated partition over CPUs {cpus}"),
-                    std::io::Error::other(why),
-                )
-            })
+        let made = self
+            .partitions
+            .make(self.fs.as_ref(), &self.root, cell, &dir, cpus);
+        if self.partitions.lacks_isolated() {
+            // Partitions, but not isolated ones (5.2 to 6.0): no more
+            // cells beside the root for nothing.
+            let why = "this kernel has no isolated partitions (before 6.1)".to_string();
+            self.scheme = Err(why.clone());
+            return Ok(Partitioning::Unavailable(why));
+        }
+        made.map(|()| Partitioning::Isolated).map_err(|why| {
+            EnforceError::new(
+                format!("make cell {cell} an isolated partition over CPUs {cpus}"),
+                std::io::Error::other(why),
+            )
+        })
     }
 
     fn can_pause(&self) -> bool {

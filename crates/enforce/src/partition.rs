@@ -59,6 +59,9 @@ pub fn read_state(text: &str) -> Result<(), String> {
     }
 }
 
+/// Why a kernel that refuses the word `isolated` makes no partition.
+const NO_ISOLATED: &str = "this kernel has no isolated partitions (before 6.1)";
+
 /// How this kernel lets allot make partitions (see the module's doc).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Scheme {
@@ -145,6 +148,8 @@ pub fn scheme(fs: &dyn CgroupFs, root: &Path) -> Result<Scheme, String> {
 pub struct Partitions {
     cells: BTreeMap<u64, CpuSet>,
     scheme: Scheme,
+    /// The kernel refused the word `isolated` (5.2 to 6.0).
+    no_isolated: bool,
     /// The CPUs allot manages (the root's `cpuset.cpus` with no
     /// partition, under the local scheme).
     usable: CpuSet,
@@ -156,8 +161,15 @@ impl Partitions {
         Partitions {
             cells: BTreeMap::new(),
             scheme,
+            no_isolated: false,
             usable,
         }
+    }
+
+    /// Whether the kernel refused to make any partition `isolated` (it
+    /// has partitions, but not that kind: before 6.1).
+    pub fn lacks_isolated(&self) -> bool {
+        self.no_isolated
     }
 
     /// Whether cell `cell` is a partition now.
@@ -227,20 +239,20 @@ impl Partitions {
             };
             write(&dir.join(own), &cpus.to_string())?;
             let file = dir.join("cpuset.cpus.partition");
-            fs.write(&file, "isolated").map_err(|e| {
+            if let Err(e) = fs.write(&file, "isolated") {
                 if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) {
-                    "this kernel has no isolated partitions (before 6.1)".to_string()
-                } else {
-                    format!("write \"isolated\" to {}: {e}", file.display())
+                    return Err(NO_ISOLATED.to_string());
                 }
-            })?;
+                return Err(format!("write \"isolated\" to {}: {e}", file.display()));
+            }
             let state = fs
                 .read(&dir.join("cpuset.cpus.partition"))
                 .map_err(|e| format!("read the partition back: {e}"))?;
             read_state(&state)
         };
         let result = steps();
-        if result.is_err() {
+        if let Err(why) = &result {
+            self.no_isolated |= why == NO_ISOLATED;
             self.unmake(fs, root, cell, dir);
         }
         result
@@ -410,6 +422,8 @@ mod tests {
         assert_eq!(read(&a.join("cpuset.cpus.exclusive")), "", "not written");
         p.make(&fs, &root, 2, &b, cpus("1")).unwrap();
         assert_eq!(read(&root.join("cpuset.cpus")), "0");
+        fs.write(&c.join("cpuset.cpus.partition"), "isolated")
+            .unwrap();
         let why = p.make(&fs, &root, 3, &c, cpus("0")).unwrap_err();
         assert!(why.contains("no CPU"), "{why}");
         assert!(!p.holds(3));

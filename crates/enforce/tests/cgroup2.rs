@@ -572,6 +572,9 @@ fn fixture_before_6_7_an_exclusive_cell_is_a_partition_beside_the_root() {
     drop(b); // no clean-up: a kill
     let mut again = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(4)).unwrap();
     assert_eq!(again.existing(), vec![1, 2]);
+    // Its processes are found before it is adopted (a broker whose journal
+    // lost the cell asks first).
+    assert_eq!(again.pids(1), vec![4242]);
     assert_eq!(again.adopt(1, &[4242]).unwrap(), Some(two));
     assert_eq!(
         fs.read(&apart.join("cpuset.cpus.partition")).unwrap(),

@@ -241,14 +241,15 @@ impl Engine {
                     if !iso.told_unavailable {
                         iso.told_unavailable = true;
                         warn!(
-                            "exclusive cells are not cpuset partitions here: {why}; each stays \
-                             exclusive by its cpuset alone (allot status says so per cell)"
+                            "exclusive cell {id} is not a cpuset partition: {why}; it stays \
+                             exclusive by its cpuset alone (said once here; allot status says \
+                             so for every cell)"
                         );
                     }
                     why
                 }
                 Err(e) => {
-                    warn!("cell {id}: the kernel refused a partition: {e}");
+                    warn!("cell {id}: no partition was made: {e}");
                     e.to_string()
                 }
             };

@@ -127,7 +127,9 @@ impl Engine {
             .paused
             .iter_mut()
             .filter_map(|(id, p)| {
-                (p.on.intersects(&exclusive) && p.gate.stopped() != Some(true)).then_some(*id)
+                let anywhere = p.on.is_empty();
+                ((anywhere || p.on.intersects(&exclusive)) && p.gate.stopped() != Some(true))
+                    .then_some(*id)
             })
             .collect();
         for id in freezing {
@@ -160,23 +162,27 @@ impl Engine {
 
     /// Where a paused cell confined to `on` may wait while its freeze
     /// takes, if not there: `on` less the CPUs exclusive cells hold in
-    /// `next`, or, if that leaves none, every CPU cells may use less
-    /// those. `None`: it may stay (nothing of `on` is exclusive), or every
-    /// CPU cells may use is exclusive (then only its freeze keeps it off).
+    /// `next` (and the reserve's), or, if that leaves none, every CPU
+    /// cells may use less those. `None`: it may stay (nothing of `on` is
+    /// exclusive or reserved), or every CPU cells may use is exclusive
+    /// (then only its freeze keeps it off).
     pub(super) fn refuge(&self, next: &Plan, on: allot_topo::CpuSet) -> Option<allot_topo::CpuSet> {
-        let exclusive = self.exclusive_in(next);
-        if !on.intersects(&exclusive) {
+        // (Unknown, as for a cell adopted whose cpuset could not be read:
+        // it may be anywhere.)
+        let on = if on.is_empty() {
+            *self.machine.usable()
+        } else {
+            on
+        };
+        let keep_off = self.exclusive_in(next).union(&next.reserve);
+        if !on.intersects(&keep_off) {
             return None;
         }
-        let kept = on.difference(&exclusive);
+        let kept = on.difference(&keep_off);
         if !kept.is_empty() {
             return Some(kept);
         }
-        let anywhere = self
-            .machine
-            .usable()
-            .difference(&next.reserve)
-            .difference(&exclusive);
+        let anywhere = self.machine.usable().difference(&keep_off);
         (!anywhere.is_empty()).then_some(anywhere)
     }
 
