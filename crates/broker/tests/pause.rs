@@ -548,7 +548,7 @@ fn a_cell_paused_earlier_and_still_freezing_is_off_a_new_exclusive_cells_cpu() {
             Call::Apply(id, Applied { cpus, .. }) if id == make => Some(cpus),
             _ => None,
         })
-        .last()
+        .next_back()
         .expect("written");
     assert!(
         !last.intersects(&ex_cpus),
