@@ -82,6 +82,10 @@ pub struct ChaosArgs {
     /// as root with a v1 cpuset hierarchy, else affinity].
     #[arg(long, value_name = "BACKEND")]
     backend: Option<String>,
+    /// The brokers' log level (`ALLOT_LOG`), whose log a failing soak
+    /// keeps: `debug` says most; `info` costs an emulated machine less.
+    #[arg(long, default_value = "debug", value_name = "LEVEL", value_parser = ["debug", "info", "warn"])]
+    broker_log: String,
     /// Multiplies every time bound of the checks (adoption, rejoining,
     /// leaked cgroups, hung jobs) and of the broker's start: for emulated
     /// machines only, such as the
@@ -247,17 +251,26 @@ fn parse_seeds(list: &str) -> Result<Vec<u64>, String> {
 
 /// One soak with `seed` on a fresh broker: what it counted and found.
 fn soak(a: &ChaosArgs, seed: u64, allot: &Path, backend: &str) -> Result<Tally, String> {
-    // Every broker's log at debug level, kept when a check fails: the
-    // steps around a breach are what finds its cause.
+    // Every broker's log (at debug level by default), kept when a check
+    // fails: the steps around a breach are what finds its cause.
     let mut broker = PrivateBroker::start_patient(
         allot,
         backend,
         &["--tick-ms", "50"],
-        &[("ALLOT_LOG", "debug")],
+        &[("ALLOT_LOG", a.broker_log.as_str())],
         a.patience,
     )?;
     let makefile = broker.dir().join("Makefile");
     std::fs::write(&makefile, MAKEFILE).map_err(|e| e.to_string())?;
+    // The baseline once the broker answers: a socket accepts connections
+    // before the broker's event loop (and the descriptor it keeps in
+    // reserve) exists.
+    let answered = allot_testkit::eventually(Bounds::scaled(a.patience).adopt_within, || {
+        status(broker.socket()).is_some()
+    });
+    if !answered {
+        return Err(format!("the broker did not answer: {}", broker.log()));
+    }
     let baseline_fds = broker.pid().map(open_fds).unwrap_or_default();
     eprintln!(
         "chaos for {} s with the {} backend, up to {} jobs, a broker kill every ~{} ms (seed {})",
@@ -755,7 +768,7 @@ fn summary(seconds: u64, backend: &str, seed: u64, t: &Tally) -> String {
         if let Some(kept) = &t.log {
             let _ = writeln!(
                 out,
-                "  the brokers' log (every restart, debug level): {}",
+                "  the brokers' log (every restart): {}",
                 kept.display()
             );
         }
