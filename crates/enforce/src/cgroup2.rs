@@ -531,7 +531,15 @@ impl Enforcer for Cgroup2 {
 
     fn remove(&mut self, cell: u64) -> Result<()> {
         let dir = self.dir_of(cell);
-        if self.partitions.holds(cell) {
+        // A partition this broker made, or one an earlier broker left (a
+        // cell that ended while no broker ran): plain first, so that the
+        // root takes its CPUs back.
+        let left = || {
+            self.fs
+                .read(&dir.join("cpuset.cpus.partition"))
+                .is_ok_and(|p| p.trim() != "member")
+        };
+        if self.partitions.holds(cell) || left() {
             self.partitions
                 .unmake(self.fs.as_ref(), &self.root, cell, &dir);
         }

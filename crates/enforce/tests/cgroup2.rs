@@ -591,6 +591,40 @@ fn fixture_before_6_7_an_exclusive_cell_is_a_partition_beside_the_root() {
     assert_eq!(fs.read(&root.join("cpuset.cpus")).unwrap(), "0-3");
 }
 
+/// Before 6.7: a partition beside the root left by a killed broker, whose
+/// cell ended while no broker ran, is made plain when the next broker
+/// removes it unadopted, and the root has every CPU again.
+#[test]
+fn fixture_before_6_7_a_partition_left_by_a_killed_broker_gives_its_cpus_back() {
+    use allot_enforce::Partitioning;
+    use allot_enforce::partition::apart_dir;
+    let dir = tempfile::tempdir().unwrap();
+    let fs = Arc::new(FixtureFs::new(FixtureLayout::V2).without(&["cpuset.cpus.exclusive"]));
+    fs.populate(dir.path()).unwrap();
+    for f in ["cpuset.cpus", "cpuset.cpus.partition"] {
+        std::fs::remove_file(dir.path().join(f)).unwrap();
+    }
+    let root = dir.path().join("allot");
+    let mut b = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(4)).unwrap();
+    b.create_exclusive(5).unwrap();
+    let one = CpuSet::parse_list("3").unwrap();
+    b.apply(5, &common::on_cpus(one)).unwrap();
+    assert_eq!(
+        b.set_partition(5, Some(one)).unwrap(),
+        Partitioning::Isolated
+    );
+    assert_eq!(fs.read(&root.join("cpuset.cpus")).unwrap(), "0-2");
+    drop(b); // killed
+    let mut again = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(4)).unwrap();
+    // The kernel refused the new backend's write of every CPU to the root
+    // while the partition stood (the fixture does not refuse: as if).
+    fs.write(&root.join("cpuset.cpus"), "0-2").unwrap();
+    assert_eq!(again.existing(), vec![5]);
+    again.remove(5).unwrap();
+    assert!(!apart_dir(&root, 5).exists());
+    assert_eq!(fs.read(&root.join("cpuset.cpus")).unwrap(), "0-3");
+}
+
 #[test]
 fn fixture_memory_goes_to_the_cells_memory_files_and_reads_back() {
     use allot_enforce::memory::MemoryUse;
