@@ -523,6 +523,18 @@ fn fixture_partitions_follow_the_cell_and_are_undone_before_a_change() {
     }
 }
 
+/// A fixture hierarchy of a kernel before 6.7: no `cpuset.cpus.exclusive`
+/// anywhere, and a root with no cpuset files of its own, as the kernel's.
+fn fixture_before_6_7() -> (tempfile::TempDir, Arc<FixtureFs>) {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = Arc::new(FixtureFs::new(FixtureLayout::V2).without(&["cpuset.cpus.exclusive"]));
+    fs.populate(dir.path()).unwrap();
+    for f in ["cpuset.cpus", "cpuset.cpus.partition"] {
+        std::fs::remove_file(dir.path().join(f)).unwrap();
+    }
+    (dir, fs)
+}
+
 /// Before 6.7 (no `cpuset.cpus.exclusive`): an exclusive cell is made
 /// beside allot's root and becomes a partition there once the root has
 /// given its CPUs up; a cell made plain cannot be one; a new backend (a
@@ -532,12 +544,7 @@ fn fixture_partitions_follow_the_cell_and_are_undone_before_a_change() {
 fn fixture_before_6_7_an_exclusive_cell_is_a_partition_beside_the_root() {
     use allot_enforce::Partitioning;
     use allot_enforce::partition::apart_dir;
-    let dir = tempfile::tempdir().unwrap();
-    let fs = Arc::new(FixtureFs::new(FixtureLayout::V2).without(&["cpuset.cpus.exclusive"]));
-    fs.populate(dir.path()).unwrap();
-    for f in ["cpuset.cpus", "cpuset.cpus.partition"] {
-        std::fs::remove_file(dir.path().join(f)).unwrap();
-    }
+    let (dir, fs) = fixture_before_6_7();
     let root = dir.path().join("allot");
     let mut b = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(4)).unwrap();
     b.create_exclusive(1).unwrap();
@@ -598,12 +605,7 @@ fn fixture_before_6_7_an_exclusive_cell_is_a_partition_beside_the_root() {
 fn fixture_before_6_7_a_partition_left_by_a_killed_broker_gives_its_cpus_back() {
     use allot_enforce::Partitioning;
     use allot_enforce::partition::apart_dir;
-    let dir = tempfile::tempdir().unwrap();
-    let fs = Arc::new(FixtureFs::new(FixtureLayout::V2).without(&["cpuset.cpus.exclusive"]));
-    fs.populate(dir.path()).unwrap();
-    for f in ["cpuset.cpus", "cpuset.cpus.partition"] {
-        std::fs::remove_file(dir.path().join(f)).unwrap();
-    }
+    let (dir, fs) = fixture_before_6_7();
     let root = dir.path().join("allot");
     let mut b = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(4)).unwrap();
     b.create_exclusive(5).unwrap();
