@@ -53,8 +53,9 @@ cells_total = 4096        # admitted cells, all users together
 kinds_total = 256         # kinds, all users together
 channels = 64             # named channels created
 channel_mib = 256         # MiB of channel memory created
-guaranteed_cpus = 0       # guaranteed CPUs one user's cells hold and wait for together
-                          #   (0: all but one of the CPUs for cells)
+guaranteed_cpus = 0       # guaranteed CPUs one user's cells hold and wait for together,
+                          #   with CPUs its processes outside cells hold exclusively
+                          #   through require (0: all but one of the CPUs for cells)
 guaranteed_memory_mib = 0 # MiB of memory one user's cells are guaranteed together
                           #   (0: three quarters of what cells may be guaranteed)
 weight = 100              # the largest weight one of a user's cells may have
@@ -100,8 +101,10 @@ pub struct Limits {
     /// MiB of channel memory created per user.
     pub channel_mib: u32,
     /// Guaranteed CPUs (`--min`, exclusive cells) one user's cells may
-    /// hold and wait for together; 0: all but one of the CPUs for cells,
-    /// so another user's best-effort program always has one.
+    /// hold and wait for together, counting the CPUs the user's processes
+    /// outside every cell hold exclusively through `require`; 0: all but
+    /// one of the CPUs for cells, so another user's best-effort program
+    /// always has one.
     pub guaranteed_cpus: u32,
     /// MiB of memory (`--memory-min`) one user's cells may be guaranteed
     /// together; 0: three quarters of what cells may be guaranteed.

@@ -37,6 +37,7 @@ impl Engine {
         let now = std::time::Instant::now();
         let mut cache = self.runtime_cache.lock().unwrap_or_else(|p| p.into_inner());
         cache.expire(now);
+        let until = now + crate::cell_runtimes::STATUS_WAIT;
         // A cell shows once its processes joined (`core::arrival`).
         let cells = self
             .cells
@@ -45,6 +46,10 @@ impl Engine {
             .map(|(&id, c)| {
                 let g = c.published.as_ref();
                 let private = hidden(c.uid);
+                let runtimes = (!private).then(|| {
+                    let pids: Vec<u32> = c.members().iter().map(|m| m.pid).collect();
+                    crate::cell_runtimes::runtimes_of(self.os(), &pids, &mut cache, now, until)
+                });
                 CellStatus {
                     id,
                     name: if private {
@@ -78,17 +83,8 @@ impl Engine {
                     busy_reported: c.busy_reported,
                     pool_stats: if private { None } else { c.pool_stats },
                     spec: SpecStatus::from(&c.spec),
-                    runtimes: if private {
-                        vec![]
-                    } else {
-                        let pids: Vec<u32> = c.members().iter().map(|m| m.pid).collect();
-                        crate::cell_runtimes::runtimes_of(
-                            self.os().as_ref(),
-                            &pids,
-                            &mut cache,
-                            now,
-                        )
-                    },
+                    runtimes_unread: runtimes.as_ref().map_or(0, |r| r.unread),
+                    runtimes: runtimes.map(|r| r.runtimes).unwrap_or_default(),
                     delivery: self.windows.delivery(id).map(|d| delivery_status(&d)),
                     perf: perf_status(
                         &c.spec.goal,

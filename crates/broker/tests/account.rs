@@ -24,6 +24,7 @@ fn cpu(n: u32, shared: bool) -> LedgerItem {
 fn acquire(w: &mut World, pid: u32, items: Vec<LedgerItem>) -> Vec<allot_broker::core::Effect> {
     let peer = allot_broker::core::Peer {
         pid,
+        start: Some(pid as u64),
         uid: 1000,
         gid: 1000,
     };
@@ -33,6 +34,7 @@ fn acquire(w: &mut World, pid: u32, items: Vec<LedgerItem>) -> Vec<allot_broker:
 fn release(w: &mut World, pid: u32, items: Vec<LedgerItem>) {
     let peer = allot_broker::core::Peer {
         pid,
+        start: Some(pid as u64),
         uid: 1000,
         gid: 1000,
     };
@@ -137,9 +139,9 @@ fn a_cpu_held_in_a_cell_stays_its_own_when_others_arrive() {
 
 #[test]
 fn a_guarantee_cannot_take_a_held_cpu_and_a_hold_cannot_break_one() {
-    // (One user's guarantees may take every CPU here: what is judged is
-    // the holds against them.)
-    let mut w = world_configured(2, |c| c.limits.guaranteed_cpus = 2);
+    // (One user's guarantees and holds together may take every CPU here,
+    // twice over: what is judged is the holds against the guarantees.)
+    let mut w = world_configured(2, |c| c.limits.guaranteed_cpus = 4);
     proc_of(&w, 50, 1000);
     let e = acquire(&mut w, 50, vec![cpu(1, false)]);
     assert!(matches!(reply(&e), Reply::Ok), "{}", message(&e));

@@ -104,6 +104,77 @@ fn a_pid_reused_while_its_cell_waits_is_not_captured() {
     );
 }
 
+/// A connection outlives the process that opened it when a child inherits
+/// it. Once that process has ended and a root process has started under
+/// its pid, the connection acts for nobody: the newcomer is not made a
+/// member, a holder or a definer through it, and what the newcomer holds
+/// is not given back through it.
+#[test]
+fn a_connection_whose_process_ended_acts_for_nobody() {
+    let mut w = world(4);
+    proc_of(&w, 300, 1000);
+    let old = Peer {
+        pid: 300,
+        start: Some(300),
+        uid: 1000,
+        gid: 1000,
+    };
+    w.os.exit(300);
+    proc_of(&w, 300, 0);
+    w.os.set_start(300, 1_000_000);
+    let newcomer = Peer {
+        pid: 300,
+        start: Some(1_000_000),
+        uid: 0,
+        gid: 0,
+    };
+    let cpu = |dev| {
+        vec![LedgerItem {
+            kind: "cpu".into(),
+            dev,
+            amount: 1.0,
+            shared: false,
+        }]
+    };
+    let e = w.handle(8, newcomer, Request::KindAcquire { items: cpu(3) }, None);
+    assert!(matches!(reply(&e), Reply::Ok), "{}", message(&e));
+    let ended =
+        |e: &[Effect]| code(e) == Some(ErrorCode::Invalid) && message(e).contains("has ended");
+    let e = register(&mut w, old, "trap", CellSpec::default(), vec![], false);
+    assert!(ended(&e), "{e:?}");
+    let e = w.handle(7, old, Request::KindAcquire { items: cpu(2) }, None);
+    assert!(ended(&e), "{e:?}");
+    let define = Request::KindDefine {
+        name: "gpu".into(),
+        devices: vec![DeviceDef {
+            name: "0".into(),
+            min: 0.0,
+            max: 1.0,
+        }],
+    };
+    let e = w.handle(7, old, define, None);
+    assert!(ended(&e), "{e:?}");
+    assert!(!e.iter().any(|e| matches!(e, Effect::Watch(_))), "{e:?}");
+    let open = Request::ChannelOpen {
+        name: "c".into(),
+        send: true,
+        slots: 4,
+        message_max: 64,
+    };
+    assert!(ended(&w.handle(7, old, open, None)));
+    // One-way: not answered, and the newcomer keeps what it holds.
+    let e = w.handle(7, old, Request::KindRelease { items: cpu(3) }, None);
+    assert!(e.is_empty(), "{e:?}");
+    let st = w.core.status(ROOT);
+    assert_eq!(st.machine.held_outside, "3");
+    assert!(st.cells.is_empty(), "{:?}", st.cells);
+    // Requests that name their cell or process keep working.
+    assert!(matches!(
+        reply(&w.handle(7, old, Request::Status, None)),
+        Reply::Status { .. }
+    ));
+}
+
 /// A refusal names the cells holding the guarantees only where its reader
 /// may see them: another user's cell stays unnamed (show_other_users is
 /// off by default), root sees the name.
@@ -201,6 +272,72 @@ fn one_user_cannot_take_every_cpu_as_guarantees() {
         vec![100],
         false,
     ));
+}
+
+/// CPUs held exclusively through `require` outside every cell count
+/// towards the same limit as cells' guarantees, both ways: one user's
+/// processes cannot hold every CPU (and pause everyone's best-effort
+/// cells), nor add cells past the limit beside their holds. Shared holds
+/// are not counted (root's exemption: `one_user_cannot_take_every_cpu_as_guarantees`).
+#[test]
+fn require_holds_outside_cells_count_as_guarantees() {
+    let mut w = world(4);
+    for pid in 100..106 {
+        proc_of(&w, pid, 1000);
+    }
+    let peer = |pid: u32, uid: u32| Peer {
+        pid,
+        start: Some(pid as u64),
+        uid,
+        gid: uid,
+    };
+    let cpu = |dev: u32, shared: bool| LedgerItem {
+        kind: "cpu".into(),
+        dev,
+        amount: 1.0,
+        shared,
+    };
+    let acquire = |w: &mut World, p: Peer, items: Vec<LedgerItem>| {
+        w.handle(9, p, Request::KindAcquire { items }, None)
+    };
+    // Two processes of one user hold three of the four CPUs.
+    let e = acquire(&mut w, peer(100, 1000), vec![cpu(0, false), cpu(1, false)]);
+    assert!(matches!(reply(&e), Reply::Ok), "{}", message(&e));
+    let e = acquire(&mut w, peer(101, 1000), vec![cpu(2, false)]);
+    assert!(matches!(reply(&e), Reply::Ok), "{}", message(&e));
+    // The last one is refused: others keep a CPU.
+    let e = acquire(&mut w, peer(102, 1000), vec![cpu(3, false)]);
+    assert_eq!(code(&e), Some(ErrorCode::Limit), "{}", message(&e));
+    assert!(
+        message(&e).contains("limits.guaranteed_cpus"),
+        "{}",
+        message(&e)
+    );
+    // Shared, it is a limit on the holder, not a guarantee.
+    let e = acquire(&mut w, peer(102, 1000), vec![cpu(3, true)]);
+    assert!(matches!(reply(&e), Reply::Ok), "{}", message(&e));
+    // Nor may the user add a guaranteed cell beside its holds…
+    let e = register(&mut w, ALICE, "more", exclusive(1), vec![103], true);
+    assert_eq!(code(&e), Some(ErrorCode::Limit), "{}", message(&e));
+    assert!(message(&e).contains("through require"), "{}", message(&e));
+    // …but a best-effort one, yes.
+    let _be = page(register(
+        &mut w,
+        ALICE,
+        "be",
+        CellSpec::default(),
+        vec![104],
+        false,
+    ));
+    // Given back, the user's room returns.
+    w.os.exit(100);
+    let _ = w.exited(100);
+    let e = register(&mut w, ALICE, "now", exclusive(1), vec![105], true);
+    assert!(
+        !matches!(code(&e), Some(ErrorCode::Limit)),
+        "{}",
+        message(&e)
+    );
 }
 
 #[test]

@@ -150,6 +150,7 @@ fn a_cell_the_journal_lost_is_recovered_and_its_id_never_reused() {
     ));
     let member = allot_broker::core::Peer {
         pid: 500,
+        start: Some(500),
         uid: 1000,
         gid: 1000,
     };

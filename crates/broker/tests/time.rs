@@ -495,6 +495,7 @@ fn a_message_triggered_cell_sleeps_without_messages_and_wakes_on_one() {
     // Its process opens the receiving end of a channel; another sends.
     let rx_peer = Peer {
         pid: 100,
+        start: Some(100),
         uid: 0,
         gid: 0,
     };
@@ -612,6 +613,7 @@ fn without_a_freezer_a_message_triggered_cell_stays_active() {
     let (id, _, _page) = page(e);
     let peer = allot_broker::core::Peer {
         pid: 100,
+        start: Some(100),
         uid: 0,
         gid: 0,
     };

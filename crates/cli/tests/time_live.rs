@@ -65,13 +65,18 @@ fn measure(args: &[&str], secs: f64) -> (f64, Machine, Option<DeliveryStatus>) {
     (r.share, m, r.delivery)
 }
 
-/// Checks that a time cell got `target` ± 0.03 of a CPU. The windows give
+/// Checks that a time cell got `target` ± 0.03 of a CPU ([`check_share_within`]).
+fn check_share(share: f64, target: f64, m: &Machine) {
+    check_share_within(share, target, 0.03, m)
+}
+
+/// Checks that a time cell got `target` ± `within` of a CPU. The windows give
 /// the cell its CPU only against the test's other cells: work outside
 /// every cell (another program keeping a CPU busy) competes for the same
 /// CPU by the kernel's own rules, and what it takes is the machine's
 /// decision, not allot's. With more than half a CPU of such work during
 /// the measurement, only a collapse is judged (under half the target).
-fn check_share(share: f64, target: f64, m: &Machine) {
+fn check_share_within(share: f64, target: f64, within: f64, m: &Machine) {
     let outside = m.outside;
     if !m.quiet() {
         eprintln!(
@@ -84,8 +89,8 @@ fn check_share(share: f64, target: f64, m: &Machine) {
         );
     } else {
         assert!(
-            (target - 0.03..=target + 0.03).contains(&share),
-            "time cell got {share:.3} of a CPU, not {target} ± 0.03"
+            (target - within..=target + within).contains(&share),
+            "time cell got {share:.3} of a CPU, not {target} ± {within}"
         );
     }
 }
@@ -239,8 +244,14 @@ fn two_time_triggered_cells_share_a_cpu_and_each_gets_its_budget() {
     let c = ["--period", "10ms", "--budget", "3ms"];
     let (got, m) = measure_cells(&[("first", &c), ("second", &c)], 3.0);
     assert_eq!(got[0].cpus, got[1].cpus, "both on the time CPU");
+    // What this test guards is that the two cells' windows never overlap
+    // (overlapping, each would get about 0.15); how exactly one window is
+    // delivered is judged by the single-cell tests at ± 0.03. Here the
+    // broker opens and closes two cells' windows on the one CPU they share,
+    // and a clean-clone CI run on a 2-vCPU VM saw the first cell get 0.270
+    // (0.15 CPUs of other work): ± 0.05 keeps the gap to a halving wide.
     for r in &got {
-        check_share(r.share, 0.30, &m);
+        check_share_within(r.share, 0.30, 0.05, &m);
         let d = r.delivery.as_ref().expect("windowed");
         assert!(d.periods >= 250 && d.missed * 100 <= d.periods, "{d:?}");
     }

@@ -33,7 +33,11 @@ pub trait Os: Send + Sync + std::fmt::Debug {
     /// Process start time (clock ticks after boot), to tell a process from a
     /// later one that reused its pid.
     fn start_time(&self, pid: u32) -> Option<u64>;
-    /// Real user id of process `pid`.
+    /// The user who owns process `pid`: its real user id when its
+    /// effective and saved user ids are the same. A process whose ids
+    /// differ (a set-user-id program, one that has changed its ids) is
+    /// root's (0) here: whoever started it does not hold all of its
+    /// identities, so only root may act on it.
     fn uid(&self, pid: u32) -> Option<u32>;
     /// Files process `pid` has mapped executable (its program, the shared
     /// objects it loaded), each once, in address order.
@@ -268,8 +272,7 @@ impl Os for RealOs {
 
     fn uid(&self, pid: u32) -> Option<u32> {
         let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        let line = text.lines().find(|l| l.starts_with("Uid:"))?;
-        line.split_whitespace().nth(1)?.parse().ok()
+        owner(text.lines().find(|l| l.starts_with("Uid:"))?)
     }
 
     fn mapped_objects(&self, pid: u32) -> io::Result<Vec<PathBuf>> {
@@ -283,6 +286,20 @@ impl Os for RealOs {
         let mut exe = std::fs::File::open(format!("/proc/{pid}/exe")).ok()?;
         crate::runtimes::go_release(&mut exe)
     }
+}
+
+/// The owner ([`Os::uid`]) from a `Uid:` line of `/proc/PID/status`
+/// (real, effective, saved and file-system user ids).
+fn owner(line: &str) -> Option<u32> {
+    let ids: Vec<u32> = line
+        .split_whitespace()
+        .skip(1)
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    let (&real, rest) = ids.split_first()?;
+    let same = rest.iter().take(2).all(|&id| id == real);
+    Some(if same { real } else { 0 })
 }
 
 /// The file-backed executable mappings in a `/proc/PID/maps` text, each
@@ -330,6 +347,8 @@ pub struct FakeProc {
 #[derive(Debug, Clone, Default)]
 pub struct FakeOs {
     inner: Arc<Mutex<FakeState>>,
+    /// Held by [`FakeOs::hold_reads`]: reads of mappings wait for it.
+    reads: Arc<Mutex<()>>,
 }
 
 #[derive(Debug, Default)]
@@ -348,6 +367,13 @@ impl FakeOs {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, FakeState> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes every read of mappings ([`Os::mapped_objects`], from any
+    /// thread) wait until the guard returned is dropped: a read that takes
+    /// as long as a test likes.
+    pub fn hold_reads(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.reads.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Sets the resident memory process `pid` reports.
@@ -489,6 +515,7 @@ impl Os for FakeOs {
         self.lock().procs.get(&pid).map(|p| p.uid)
     }
     fn mapped_objects(&self, pid: u32) -> io::Result<Vec<PathBuf>> {
+        drop(self.reads.lock().unwrap_or_else(|p| p.into_inner()));
         self.lock()
             .procs
             .get(&pid)
@@ -553,6 +580,21 @@ mod tests {
         }
         assert_eq!(process_tree(&os, &[1]).len(), 9);
         assert_eq!(process_tree_at_most(&os, &[1], 3), [1, 2, 3]);
+    }
+
+    #[test]
+    fn a_process_whose_user_ids_differ_is_roots() {
+        assert_eq!(owner("Uid:\t1000\t1000\t1000\t1000"), Some(1000));
+        // A set-user-id root program its user started: root's.
+        assert_eq!(owner("Uid:\t1000\t0\t0\t0"), Some(0));
+        // Effective user changed back, saved id still root's: root's.
+        assert_eq!(owner("Uid:\t1000\t1000\t0\t1000"), Some(0));
+        // Only the file-system id differs: the user's.
+        assert_eq!(owner("Uid:\t1000\t1000\t1000\t0"), Some(1000));
+        assert_eq!(owner("Uid:\tx"), None);
+        // Live: this process's ids agree.
+        let me = std::process::id();
+        assert_eq!(RealOs.uid(me), Some(rustix::process::getuid().as_raw()));
     }
 
     #[test]

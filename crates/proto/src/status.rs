@@ -329,6 +329,10 @@ pub struct CellStatus {
     /// from brokers that do not look).
     #[serde(default)]
     pub runtimes: Vec<RuntimeStatus>,
+    /// Processes of the cell whose mappings the broker has not read yet
+    /// (it reads them off its event loop; the next status has them).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub runtimes_unread: u32,
     /// What a time-triggered cell's windows delivered (absent for other
     /// cells, and for time-triggered cells on a backend without a freezer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -614,6 +618,11 @@ impl Status {
     pub fn from_json(text: &str) -> Result<Status, serde_json::Error> {
         serde_json::from_str(text)
     }
+}
+
+/// Whether `n` is zero (serde: a field left out of the JSON when zero).
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 #[cfg(test)]

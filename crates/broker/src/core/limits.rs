@@ -10,10 +10,19 @@
 //! all but one of the CPUs for cells) and `guaranteed_memory_mib` of
 //! guaranteed memory (by default three quarters of what cells may be
 //! guaranteed), and each weighs at most `limits.weight`.
+//!
+//! A CPU that a user's process outside every cell holds exclusively
+//! through `require` has the power of a guarantee (other cells leave it),
+//! so it counts towards the same `guaranteed_cpus`, checked both ways: a
+//! cell's registration counts the user's holds, an acquisition the user's
+//! cells. A hold inside a cell counts nothing more: it takes from that
+//! cell's grant.
 
 use super::{Engine, Peer, err};
+use crate::ledger::LedgerError;
 use allot_plan::CellSpec;
-use allot_proto::msg::{ErrorCode, Reply};
+use allot_proto::msg::{ErrorCode, LedgerItem, Reply};
+use std::collections::BTreeSet;
 
 use super::register::REGISTER;
 
@@ -34,32 +43,18 @@ impl Engine {
                 spec.weight, self.limits.weight
             ));
         }
-        let specs = self
-            .cells
-            .values()
-            .filter(|c| c.uid == peer.uid)
-            .map(|c| &c.spec)
-            .chain(
-                self.cells
-                    .queue
-                    .iter()
-                    .filter(|q| q.uid == peer.uid)
-                    .map(|q| &q.spec),
-            )
-            .chain(std::iter::once(spec));
-        let (cpus, memory) = specs.fold((0u32, 0u64), |(c, m), s| {
-            (c + s.guaranteed(), m + s.memory.min)
-        });
+        let (in_cells, memory) = self.cells_guarantee(peer.uid);
+        let held = self.held_outside_by(peer.uid).len() as u32;
+        let cpus = in_cells + held + spec.guaranteed();
+        let memory = memory + spec.memory.min;
         let l = &self.limits;
-        let max_cpus = match l.guaranteed_cpus {
-            0 => self.planner.capacity().saturating_sub(1).max(1),
-            n => n,
-        };
+        let max_cpus = self.max_guaranteed_cpus();
         if spec.guaranteed() > 0 && cpus > max_cpus {
             return limit(format!(
-                "uid {} would hold or wait for {cpus} guaranteed CPUs, more than one user may \
-                 ({max_cpus}, limits.guaranteed_cpus; by default all but one of the CPUs for \
-                 cells, so that other users' programs keep one); ask for fewer",
+                "uid {} would hold or wait for {cpus} guaranteed CPUs ({held} of them held \
+                 through require outside every cell), more than one user may ({max_cpus}, \
+                 limits.guaranteed_cpus; by default all but one of the CPUs for cells, so that \
+                 other users' programs keep one); ask for fewer",
                 peer.uid
             ));
         }
@@ -82,6 +77,82 @@ impl Engine {
             ));
         }
         Ok(())
+    }
+
+    /// Checks that an acquisition by `peer` outside every cell keeps its
+    /// user within `limits.guaranteed_cpus`: the CPUs its processes hold
+    /// exclusively outside cells, these `items` included, and its cells'
+    /// guarantees, admitted and waiting. Root and the broker's own user
+    /// are exempt; a process in a cell takes from its cell's grant and is
+    /// not counted again.
+    pub(super) fn check_held_guarantees(
+        &mut self,
+        peer: Peer,
+        items: &[LedgerItem],
+    ) -> Result<(), LedgerError> {
+        if !peer.limited() || peer.uid == self.uid || self.holder_of(peer.pid).is_some() {
+            return Ok(());
+        }
+        let before = self.held_outside_by(peer.uid);
+        let mut after = before.clone();
+        for it in items.iter().filter(|it| !it.shared) {
+            after.extend(self.account.ledger.cpu_of(it));
+        }
+        let (in_cells, _) = self.cells_guarantee(peer.uid);
+        let cpus = in_cells + after.len() as u32;
+        let max = self.max_guaranteed_cpus();
+        if after.len() > before.len() && cpus > max {
+            return Err(LedgerError::Limit(format!(
+                "uid {} would hold {} CPUs exclusively outside every cell beside {in_cells} \
+                 guaranteed to its cells, more than one user may ({max}, \
+                 limits.guaranteed_cpus); hold fewer, or share them",
+                peer.uid,
+                after.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The guaranteed CPUs and memory (bytes) of `uid`'s cells, admitted
+    /// and waiting.
+    fn cells_guarantee(&self, uid: u32) -> (u32, u64) {
+        let admitted = self
+            .cells
+            .values()
+            .filter(|c| c.uid == uid)
+            .map(|c| &c.spec);
+        let waiting = self
+            .cells
+            .queue
+            .iter()
+            .filter(|q| q.uid == uid)
+            .map(|q| &q.spec);
+        admitted
+            .chain(waiting)
+            .fold((0, 0), |(c, m), s| (c + s.guaranteed(), m + s.memory.min))
+    }
+
+    /// The CPUs `uid`'s processes outside every cell hold exclusively.
+    fn held_outside_by(&self, uid: u32) -> BTreeSet<usize> {
+        let ledger = &self.account.ledger;
+        ledger
+            .exclusive_cpus()
+            .into_iter()
+            .filter(|(_, pids)| {
+                pids.iter()
+                    .any(|&p| ledger.uid_of(p) == Some(uid) && self.holder_of_held(p).is_none())
+            })
+            .map(|(cpu, _)| cpu)
+            .collect()
+    }
+
+    /// `limits.guaranteed_cpus`, its default (0) made all but one of the
+    /// CPUs for cells.
+    fn max_guaranteed_cpus(&self) -> u32 {
+        match self.limits.guaranteed_cpus {
+            0 => self.planner.capacity().saturating_sub(1).max(1),
+            n => n,
+        }
     }
 
     /// Checks the caller's per-user and the total cell limits.

@@ -424,7 +424,7 @@ impl Engine {
         let grant = self.cells[&cell].published.clone();
         let generation = self.cells[&cell].generation;
         let pg = grant.as_ref().map(|g| self.page_grant(cell, generation, g));
-        let member_of_it = self.cells.cell_of(peer.pid) == Some(cell);
+        let member_of_it = self.caller_runs(peer) && self.cells.cell_of(peer.pid) == Some(cell);
         let c = self.cells.get_mut(&cell).expect("checked");
         if c.token == 0 && member_of_it && token != 0 {
             // A cell recovered from the backend: its first member to come

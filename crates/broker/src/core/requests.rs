@@ -21,6 +21,16 @@ impl Engine {
         send: bool,
         fds: Vec<OwnedFd>,
     ) -> Vec<Effect> {
+        if !self.caller_runs(peer) {
+            // The same refusal as `handle_request`'s, for the entry point
+            // that brings descriptors along.
+            let why = format!(
+                "the process that opened this connection (pid {}) has ended; connect again \
+                 from the process that asks",
+                peer.pid
+            );
+            return vec![answer(session, err(ErrorCode::Invalid, 0x13, why))];
+        }
         let cell = self.cells.cell_of(peer.pid);
         let r = self.channels.adopt(
             session,
@@ -74,6 +84,18 @@ impl Engine {
     ) -> Vec<Effect> {
         let kind = req.kind();
         let reply = |r: Reply| vec![answer(session, r)];
+        if acts_for_caller(&req) && !self.caller_runs(peer) {
+            let why = format!(
+                "the process that opened this connection (pid {}) has ended, and its pid may now \
+                 name another process; connect again from the process that asks",
+                peer.pid
+            );
+            if !req.expects_reply() {
+                debug!("session {session}: request {kind:#04x} ignored: {why}");
+                return vec![];
+            }
+            return reply(err(ErrorCode::Invalid, kind, why));
+        }
         match req {
             Request::Hello { client } => reply(self.hello(session, peer, &client)),
             Request::Register {
@@ -240,6 +262,12 @@ impl Engine {
         }
     }
 
+    /// Whether the process that opened `peer`'s connection still runs at
+    /// its pid (the pid's process started when the connection was made).
+    pub(super) fn caller_runs(&self, peer: Peer) -> bool {
+        peer.start.is_some() && self.os.start_time(peer.pid) == peer.start
+    }
+
     /// Whether `peer` sees other users' cell names and processes.
     pub(crate) fn sees_everything(&self, peer: Peer) -> bool {
         peer.uid == 0 || peer.uid == self.uid || self.show_other_users
@@ -295,9 +323,10 @@ impl Engine {
         items: &[LedgerItem],
     ) -> Vec<Effect> {
         let first = !self.account.ledger.involves(peer.pid);
-        let checked = self
-            .check_account(peer.pid, items)
-            .map_err(LedgerError::from);
+        let checked = self.check_held_guarantees(peer, items).and_then(|()| {
+            self.check_account(peer.pid, items)
+                .map_err(LedgerError::from)
+        });
         match checked.and_then(|()| self.account.ledger.acquire(peer.pid, peer.uid, items)) {
             Ok(()) => {
                 let mut e = Vec::new();
@@ -385,5 +414,44 @@ impl Engine {
                 vec![answer(session, r)]
             }
         }
+    }
+}
+
+/// Whether `req` acts for the process that opened its connection (by the
+/// connection's pid: the caller as a member, its cell, its holdings, its
+/// kinds) rather than only on a cell or a process it names. Such requests
+/// are served only while that process runs ([`Engine::caller_runs`]): a
+/// pid reused by another process must not make it the member, holder or
+/// definer. Every request is listed, so a new one must be placed here.
+fn acts_for_caller(req: &Request) -> bool {
+    match req {
+        Request::Register {
+            members,
+            joins_itself,
+            ..
+        } => members.is_empty() || *joins_itself,
+        Request::KindDefine { .. }
+        | Request::KindAcquire { .. }
+        | Request::KindRelease { .. }
+        | Request::KindWatch { .. }
+        | Request::ChannelOpen { .. }
+        | Request::ChannelRejoin { .. } => true,
+        // Its token names the cell; the caller's own membership counts
+        // only while the caller runs (`Engine::rejoin`).
+        Request::Hello { .. }
+        | Request::Rejoin { .. }
+        | Request::AddMember { .. }
+        | Request::Report { .. }
+        | Request::PoolStats { .. }
+        | Request::SetGoal { .. }
+        | Request::SetMemory { .. }
+        | Request::SetCache { .. }
+        | Request::IncludeGroup { .. }
+        | Request::UpdateSpec { .. }
+        | Request::Release { .. }
+        | Request::Status
+        | Request::Shutdown
+        | Request::KindList
+        | Request::ChannelClose { .. } => false,
     }
 }

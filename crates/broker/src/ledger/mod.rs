@@ -252,6 +252,11 @@ impl Ledger {
         out
     }
 
+    /// The user of holder `pid` (as it acquired), if it holds anything.
+    pub fn uid_of(&self, pid: u32) -> Option<u32> {
+        self.holdings.get(&pid).map(|h| h.uid)
+    }
+
     /// Every `io` weight held, exclusively or shared: (process, device
     /// name `MAJ:MIN`, weight).
     pub fn io_weights(&self) -> Vec<(u32, String, f64)> {

@@ -7,10 +7,12 @@ use super::{
 };
 use crate::core::Peer;
 use crate::{debug, warn};
+use allot_enforce::os::Os;
 use allot_proto::msg::{ErrorCode, Reply};
 use allot_proto::transport;
 use rustix::event::epoll::{self, EventFlags};
-use rustix::fd::{AsFd, OwnedFd};
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::collections::VecDeque;
 use std::time::Instant;
 
@@ -41,11 +43,15 @@ impl Broker {
                 }
             };
             let peer = match rustix::net::sockopt::socket_peercred(&sock) {
-                Ok(c) => Peer {
-                    pid: c.pid.as_raw_nonzero().get() as u32,
-                    uid: c.uid.as_raw(),
-                    gid: c.gid.as_raw(),
-                },
+                Ok(c) => {
+                    let pid = c.pid.as_raw_nonzero().get() as u32;
+                    Peer {
+                        pid,
+                        uid: c.uid.as_raw(),
+                        gid: c.gid.as_raw(),
+                        start: pinned_start(&sock, pid, self.core.os().as_ref()),
+                    }
+                }
                 Err(e) => {
                     debug!("cannot read peer credentials ({e}); closing the connection");
                     continue;
@@ -146,6 +152,48 @@ impl Broker {
     }
 }
 
+/// The start time of the process that connected `sock` (its pid `pid`
+/// from `SO_PEERCRED`), so that later requests can tell it from a process
+/// that reuses the pid ([`Peer::start`]).
+///
+/// Where the kernel hands a pidfd for the peer (`SO_PEERPIDFD`, Linux 6.5)
+/// the time read from `/proc` is proven the connecting process's: its
+/// pidfd not yet readable after the read means it had not exited, so the
+/// pid could not have been reused. On older kernels the time is read as
+/// the connection is accepted; a process that connects and ends before
+/// that (the connection waiting in the listen queue) could lend its pid to
+/// whichever process starts next at that number, a race this leaves open
+/// there. `None`: the connecting process has ended.
+fn pinned_start(sock: &OwnedFd, pid: u32, os: &dyn Os) -> Option<u64> {
+    let Some(pidfd) = peer_pidfd(sock) else {
+        return os.start_time(pid);
+    };
+    let start = os.start_time(pid)?;
+    let mut fds = [PollFd::new(&pidfd, PollFlags::IN)];
+    let ended = rustix::event::poll(&mut fds, Some(&Timespec::default())).map_or(true, |n| n > 0);
+    (!ended).then_some(start)
+}
+
+/// A pidfd for the process that connected `sock` (`SO_PEERPIDFD`); `None`
+/// where the kernel has no such option.
+fn peer_pidfd(sock: &OwnedFd) -> Option<OwnedFd> {
+    let mut fd: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `fd` and `len` are valid for writes of a c_int and its size,
+    // as getsockopt(2) requires; the descriptor it returns is new and ours.
+    let r = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERPIDFD,
+            (&raw mut fd).cast(),
+            &mut len,
+        )
+    };
+    // SAFETY: on success `fd` is a descriptor the kernel just opened for us.
+    (r == 0 && fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// " (N more held back)" for a throttled log line, or nothing.
 pub(super) fn held_back(n: u64) -> String {
     if n == 0 {
@@ -168,4 +216,36 @@ pub(super) fn open_spare() -> Option<OwnedFd> {
         rustix::fs::Mode::empty(),
     )
     .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use allot_enforce::os::RealOs;
+
+    /// Whether this kernel is at least `major.minor` (`uname -r`).
+    fn kernel_at_least(major: u32, minor: u32) -> bool {
+        let release = rustix::system::uname()
+            .release()
+            .to_string_lossy()
+            .into_owned();
+        let mut parts = release.split(|c: char| !c.is_ascii_digit());
+        let n = |p: Option<&str>| p.and_then(|s| s.parse::<u32>().ok()).unwrap_or(0);
+        (n(parts.next()), n(parts.next())) >= (major, minor)
+    }
+
+    /// Live: the peer of one end of a socket pair is this process; its
+    /// start time is pinned through the kernel's pidfd where it has one.
+    #[test]
+    fn the_connecting_process_is_pinned_by_its_start_time() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let sock: OwnedFd = a.into();
+        let me = std::process::id();
+        if kernel_at_least(6, 5) {
+            assert!(peer_pidfd(&sock).is_some(), "SO_PEERPIDFD from 6.5 on");
+        }
+        let start = pinned_start(&sock, me, &RealOs);
+        assert!(start.is_some());
+        assert_eq!(start, RealOs.start_time(me));
+    }
 }

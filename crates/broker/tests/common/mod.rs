@@ -17,16 +17,19 @@ use std::time::Instant;
 
 pub const ROOT: Peer = Peer {
     pid: 1,
+    start: Some(1),
     uid: 0,
     gid: 0,
 };
 pub const ALICE: Peer = Peer {
     pid: 2,
+    start: Some(2),
     uid: 1000,
     gid: 1000,
 };
 pub const BOB: Peer = Peer {
     pid: 3,
+    start: Some(3),
     uid: 1001,
     gid: 1001,
 };

@@ -500,6 +500,7 @@ mod tests {
             pool_stats: None,
             spec: spec(),
             runtimes: vec![],
+            runtimes_unread: 0,
             delivery: None,
             perf: None,
             waiting_for_message: false,

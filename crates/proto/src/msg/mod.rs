@@ -474,8 +474,8 @@ impl Request {
 }
 
 /// Whether the broker answers requests of wire kind `kind`: every kind but
-/// the one-way `Report` (0x05), `KindRelease` (0x0D) and `PoolStats`
-/// (0x0F).
+/// the one-way `Report` (0x05), `KindRelease` (0x0D), `PoolStats` (0x0F)
+/// and `ChannelClose` (0x12).
 pub fn kind_expects_reply(kind: u16) -> bool {
     !matches!(kind, 0x05 | 0x0D | 0x0F | 0x12)
 }

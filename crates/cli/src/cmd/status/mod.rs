@@ -95,13 +95,17 @@ pub(crate) fn name_of(c: &CellStatus) -> String {
     }
 }
 
-/// `name:how` for each runtime found in the cell (`-` for none).
+/// `name:how` for each runtime found in the cell (`-` for none), and how
+/// many of its processes the broker has not read yet.
 pub(crate) fn runtimes_text(c: &CellStatus) -> String {
-    let each: Vec<String> = c
+    let mut each: Vec<String> = c
         .runtimes
         .iter()
         .map(|r| format!("{}:{}", r.name, r.follows.as_str()))
         .collect();
+    if c.runtimes_unread > 0 {
+        each.push(format!("({} processes not read yet)", c.runtimes_unread));
+    }
     cell_text(&each.join(" "))
 }
 

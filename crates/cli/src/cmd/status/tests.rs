@@ -43,6 +43,7 @@ fn doc(names: &[&str]) -> Status {
             name: "openblas".into(),
             follows: Follows::RunTime,
         }],
+        runtimes_unread: 0,
         delivery: None,
         perf: None,
         waiting_for_message: false,
