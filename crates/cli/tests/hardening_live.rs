@@ -534,3 +534,36 @@ fn a_short_load_run_keeps_the_flood_bound() {
     }
     panic!("the flood bound broke in both runs:\n{}", texts.join("\n"));
 }
+
+/// Two users against one root broker (`allot bench users`): neither may end
+/// the other's cell, take the other's process into a cell, see the other's
+/// cell names, take every CPU as guarantees or through `require`, or take
+/// a process out of root's cpuset cgroup. Each check is one the broker
+/// decides, not a timing.
+#[test]
+fn two_users_cannot_act_on_each_other() {
+    if !prerequisite(
+        allot_testkit::is_root(),
+        "allot bench users acts as other users: root",
+    ) {
+        return;
+    }
+    for backend in ["dry-run", backend()] {
+        let out = allot_testkit::output_within(
+            std::process::Command::new(ALLOT).args(["bench", "users", "--backend", backend]),
+            Duration::from_secs(120),
+        );
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{backend}: {text}{err}");
+        assert!(!text.contains("FAIL"), "{backend}: {text}{err}");
+        let oks = text.lines().filter(|l| l.starts_with("ok ")).count();
+        assert!(oks >= 6, "{backend}: {text}{err}");
+        if backend.starts_with("cgroup") && v1_cpuset_writable() {
+            assert!(
+                text.contains("ok    A cannot take its process out of root's cpuset"),
+                "{text}"
+            );
+        }
+    }
+}

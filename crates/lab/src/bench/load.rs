@@ -96,7 +96,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// Switches the calling thread (only) to `uid`.
-fn become_user(uid: u32) -> Result<(), String> {
+pub(super) fn become_user(uid: u32) -> Result<(), String> {
     use rustix::process::{Gid, Uid};
     let g = Gid::from_raw(uid);
     rustix::thread::set_thread_groups(&[]).map_err(|e| format!("setgroups: {e}"))?;
@@ -106,7 +106,7 @@ fn become_user(uid: u32) -> Result<(), String> {
 }
 
 /// `sleep 3600`, started by the calling thread (so owned by its user).
-fn sleeper() -> Result<Child, String> {
+pub(super) fn sleeper() -> Result<Child, String> {
     Command::new("/bin/sleep")
         .arg("3600")
         .current_dir("/")
@@ -117,7 +117,7 @@ fn sleeper() -> Result<Child, String> {
         .map_err(|e| format!("cannot start sleep: {e}"))
 }
 
-fn kill_all(children: &mut [Child]) {
+pub(super) fn kill_all(children: &mut [Child]) {
     for c in children.iter_mut() {
         let _ = c.kill();
         let _ = c.wait();

@@ -12,6 +12,8 @@
 //!   programs started together all run in their cells (`burst.rs`).
 //! - `allot bench upload`: Poli-C's file-upload server case study on a
 //!   loop device (see `upload.rs`).
+//! - `allot bench users`: two users probe one broker for what they may do
+//!   to each other (see `users.rs`).
 //!
 //! Results go to `--out` (default `bench-out/mix-<unix time>`): `runs.csv`
 //! (every run), `mixes.csv` (medians per mix and mode), `levels.csv`
@@ -33,6 +35,7 @@ mod report;
 pub mod runner;
 pub mod serve;
 pub mod upload;
+pub mod users;
 
 use jobs::{Mode, Work};
 use std::path::PathBuf;
@@ -72,6 +75,10 @@ pub enum Bench {
     /// a loop device, plain and each in require(io(dev, 1000)) (needs
     /// root).
     Upload(upload::UploadArgs),
+    /// Two users probe one broker for what they may do to each other:
+    /// another's cells and processes, every CPU as guarantees, what status
+    /// shows (needs root).
+    Users(users::UsersArgs),
 }
 
 /// Arguments of `allot bench mix`.
@@ -160,6 +167,7 @@ pub fn run(b: Bench) -> i32 {
         Bench::Mix(a) => report_errors(mix_cmd(a)),
         Bench::Chaos(a) => report_errors(chaos::run(a)),
         Bench::Load(a) => report_errors(load::run(a)),
+        Bench::Users(a) => report_errors(users::run(a)),
         Bench::Launch(a) => report_errors(launch::run(a)),
         Bench::Probe(a) => report_errors(probe::run(a).map(|()| 0)),
         Bench::Serve(a) => report_errors(serve::run(a).map(|()| 0)),
