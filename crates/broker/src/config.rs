@@ -59,6 +59,7 @@ guaranteed_cpus = 0       # guaranteed CPUs one user's cells hold and wait for t
 guaranteed_memory_mib = 0 # MiB of memory one user's cells are guaranteed together
                           #   (0: three quarters of what cells may be guaranteed)
 weight = 100              # the largest weight one of a user's cells may have
+user_weight = 400         # the weights of one user's cells together, admitted and waiting
 processes = 256           # processes of one user watched for kinds and holdings
 
 [[channel_acl]]           # who else may open a named channel (its creator always may)
@@ -111,6 +112,10 @@ pub struct Limits {
     pub guaranteed_memory_mib: u64,
     /// The largest weight (`--weight`) one of a user's cells may have.
     pub weight: u32,
+    /// The weights of one user's cells together, admitted and waiting:
+    /// many cells of the largest weight outweigh another user's one no
+    /// more than this.
+    pub user_weight: u32,
     /// Processes of one user the broker watches for the ledger (each
     /// defined a kind or holds items outside a cell): each costs it a
     /// descriptor.
@@ -144,6 +149,7 @@ impl Default for Limits {
             guaranteed_cpus: 0,
             guaranteed_memory_mib: 0,
             weight: 100,
+            user_weight: 400,
             processes: 256,
         }
     }

@@ -340,6 +340,82 @@ fn require_holds_outside_cells_count_as_guarantees() {
     );
 }
 
+/// A change of request is held to the limits a registration is: a
+/// best-effort cell cannot be turned into one of every CPU, nor made to
+/// outweigh the user's total; the cell's own old request does not count
+/// against its new one.
+#[test]
+fn changing_a_request_is_held_to_the_same_limits() {
+    let mut w = world(4);
+    for pid in 100..106 {
+        proc_of(&w, pid, 1000);
+    }
+    let (cell, _, _) = page(register(
+        &mut w,
+        ALICE,
+        "small",
+        CellSpec::default(),
+        vec![100],
+        false,
+    ));
+    let e = w.handle(
+        7,
+        ALICE,
+        Request::UpdateSpec {
+            cell,
+            spec: exclusive(4),
+        },
+        None,
+    );
+    assert_eq!(code(&e), Some(ErrorCode::Limit), "{}", message(&e));
+    assert!(
+        message(&e).contains("limits.guaranteed_cpus"),
+        "{}",
+        message(&e)
+    );
+    // Three of four: within the limit, its old request not counted twice.
+    let e = w.handle(
+        7,
+        ALICE,
+        Request::UpdateSpec {
+            cell,
+            spec: exclusive(3),
+        },
+        None,
+    );
+    assert!(matches!(reply(&e), Reply::Ok), "{}", message(&e));
+    // Weights: four cells of the largest weight fill limits.user_weight.
+    let heavy = CellSpec {
+        weight: 100,
+        ..CellSpec::default()
+    };
+    let e = w.handle(7, ALICE, Request::UpdateSpec { cell, spec: heavy }, None);
+    assert!(matches!(reply(&e), Reply::Ok), "{}", message(&e));
+    for pid in 101..104 {
+        let _ = page(register(&mut w, ALICE, "heavy", heavy, vec![pid], false));
+    }
+    let e = register(
+        &mut w,
+        ALICE,
+        "one more",
+        CellSpec::default(),
+        vec![104],
+        false,
+    );
+    assert_eq!(code(&e), Some(ErrorCode::Limit), "{}", message(&e));
+    assert!(
+        message(&e).contains("limits.user_weight"),
+        "{}",
+        message(&e)
+    );
+    // Changing one of them within its own share is fine; another user is
+    // not affected.
+    let e = w.handle(7, ALICE, Request::UpdateSpec { cell, spec: heavy }, None);
+    assert!(matches!(reply(&e), Reply::Ok), "{}", message(&e));
+    proc_of(&w, 106, 1001);
+    let _ = page(register(&mut w, BOB, "bob's", heavy, vec![106], false));
+}
+
 #[test]
 fn queued_cells_behind_the_head_are_admitted_when_they_cannot_delay_it() {
     let mut w = world(4);

@@ -9,7 +9,10 @@
 //! waiting, may hold at most `guaranteed_cpus` guaranteed CPUs (by default
 //! all but one of the CPUs for cells) and `guaranteed_memory_mib` of
 //! guaranteed memory (by default three quarters of what cells may be
-//! guaranteed), and each weighs at most `limits.weight`.
+//! guaranteed), and each weighs at most `limits.weight`, all together at
+//! most `limits.user_weight`. The same checks judge a cell's registration
+//! and every change of its request (`UpdateSpec`, `SetMemory`, …), which
+//! counts the cell's new request in place of its old.
 //!
 //! A CPU that a user's process outside every cell holds exclusively
 //! through `require` has the power of a guarantee (other cells leave it),
@@ -32,18 +35,34 @@ impl Engine {
     /// counting the cells they hold and those they wait for, so that no
     /// one user can take every CPU from the others and pause their
     /// programs. Root and the broker's own user are exempt.
-    pub(super) fn check_guarantees(&self, peer: Peer, spec: &CellSpec) -> Result<(), Reply> {
+    /// `replacing`: the cell whose request `spec` would replace (a change
+    /// of request), left out of the sums; `kind`: the request's wire kind.
+    pub(super) fn check_guarantees(
+        &self,
+        peer: Peer,
+        spec: &CellSpec,
+        replacing: Option<u64>,
+        kind: u16,
+    ) -> Result<(), Reply> {
         if !peer.limited() || peer.uid == self.uid {
             return Ok(());
         }
-        let limit = |msg: String| Err(err(ErrorCode::Limit, REGISTER, msg));
+        let limit = |msg: String| Err(err(ErrorCode::Limit, kind, msg));
         if spec.weight > self.limits.weight {
             return limit(format!(
                 "weight {} is more than one user's cell may have ({}, limits.weight)",
                 spec.weight, self.limits.weight
             ));
         }
-        let (in_cells, memory) = self.cells_guarantee(peer.uid);
+        let (in_cells, memory, weight) = self.cells_guarantee(peer.uid, replacing);
+        let weight = weight.saturating_add(spec.weight);
+        if weight > self.limits.user_weight {
+            return limit(format!(
+                "uid {}'s cells would weigh {weight} together, more than one user's may ({}, \
+                 limits.user_weight); ask for a smaller weight, or end a cell",
+                peer.uid, self.limits.user_weight
+            ));
+        }
         let held = self.held_outside_by(peer.uid).len() as u32;
         let cpus = in_cells + held + spec.guaranteed();
         let memory = memory + spec.memory.min;
@@ -98,7 +117,7 @@ impl Engine {
         for it in items.iter().filter(|it| !it.shared) {
             after.extend(self.account.ledger.cpu_of(it));
         }
-        let (in_cells, _) = self.cells_guarantee(peer.uid);
+        let (in_cells, _, _) = self.cells_guarantee(peer.uid, None);
         let cpus = in_cells + after.len() as u32;
         let max = self.max_guaranteed_cpus();
         if after.len() > before.len() && cpus > max {
@@ -113,23 +132,27 @@ impl Engine {
         Ok(())
     }
 
-    /// The guaranteed CPUs and memory (bytes) of `uid`'s cells, admitted
-    /// and waiting.
-    fn cells_guarantee(&self, uid: u32) -> (u32, u64) {
+    /// The guaranteed CPUs, guaranteed memory (bytes) and weights of
+    /// `uid`'s cells, admitted and waiting, cell `except` left out.
+    fn cells_guarantee(&self, uid: u32, except: Option<u64>) -> (u32, u64, u32) {
         let admitted = self
             .cells
-            .values()
-            .filter(|c| c.uid == uid)
-            .map(|c| &c.spec);
+            .iter()
+            .filter(|(id, c)| c.uid == uid && Some(**id) != except)
+            .map(|(_, c)| &c.spec);
         let waiting = self
             .cells
             .queue
             .iter()
             .filter(|q| q.uid == uid)
             .map(|q| &q.spec);
-        admitted
-            .chain(waiting)
-            .fold((0, 0), |(c, m), s| (c + s.guaranteed(), m + s.memory.min))
+        admitted.chain(waiting).fold((0, 0, 0), |(c, m, w), s| {
+            (
+                c + s.guaranteed(),
+                m + s.memory.min,
+                w.saturating_add(s.weight),
+            )
+        })
     }
 
     /// The CPUs `uid`'s processes outside every cell hold exclusively.

@@ -153,7 +153,7 @@ impl Engine {
         let queueing = wait && matches!(verdict, Admission::NotNow(_));
         if let Err(r) = self
             .check_cell_limits(peer, queueing)
-            .and_then(|()| self.check_guarantees(peer, &spec))
+            .and_then(|()| self.check_guarantees(peer, &spec, None, REGISTER))
         {
             return one(r);
         }
@@ -560,6 +560,7 @@ impl Engine {
         self.owned(peer, cell, KIND)?;
         spec.validate()
             .map_err(|e| err(ErrorCode::Invalid, KIND, format!("invalid request: {e}")))?;
+        self.check_guarantees(peer, &spec, Some(cell), KIND)?;
         let planned = self.planned_spec(cell, spec);
         let others: Vec<Admitted<'_>> = self.admitted_except(Some(cell));
         let cpus = self.planner.admit(&others, &planned, &self.plan);

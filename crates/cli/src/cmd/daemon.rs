@@ -159,7 +159,7 @@ fn check(c: &Config) -> Result<String, String> {
          isolate           {}\n\
          limits            connections {} cells {} queued {} members {} kinds {} devices {} \
          holdings {} cells_total {} kinds_total {} channels {} channel_mib {} guaranteed_cpus {} \
-         guaranteed_memory_mib {} weight {} processes {}",
+         guaranteed_memory_mib {} weight {} user_weight {} processes {}",
         c.socket.display(),
         c.state_dir.display(),
         c.backend,
@@ -220,6 +220,7 @@ fn check(c: &Config) -> Result<String, String> {
             n => n.to_string(),
         },
         l.weight,
+        l.user_weight,
         l.processes,
     ))
 }
