@@ -224,7 +224,14 @@ fn one_cpu_has_one_holder() {
 
 /// The ledger's `io` devices, by index (from `KindList`).
 fn io_devices(w: &mut World) -> Vec<String> {
-    let e = w.handle(20, ROOT, Request::KindList, None);
+    let e = w.handle(
+        20,
+        ROOT,
+        Request::KindList {
+            kind: String::new(),
+        },
+        None,
+    );
     let json: String = e
         .iter()
         .filter_map(|e| match e {

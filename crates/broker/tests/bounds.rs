@@ -735,7 +735,14 @@ fn kind_definitions_are_bounded_per_user() {
     // The definer dies: its kinds go, and its quota is free again.
     w.os.exit(2);
     w.exited(2);
-    let list = w.handle(7, ROOT, Request::KindList, None);
+    let list = w.handle(
+        7,
+        ROOT,
+        Request::KindList {
+            kind: String::new(),
+        },
+        None,
+    );
     let json: String = list
         .iter()
         .filter_map(|e| match e {
@@ -750,6 +757,56 @@ fn kind_definitions_are_bounded_per_user() {
         !json.contains("\"k1\"") && json.contains("\"k3\""),
         "{json}"
     );
+}
+
+/// A listing of one kind carries that kind alone: one user's many wide
+/// kinds do not make another's listing of the kind it needs any larger.
+#[test]
+fn a_listing_of_one_kind_is_not_made_larger_by_others_kinds() {
+    let mut w = world(1);
+    let listing = |w: &mut World, kind: &str| -> String {
+        w.handle(7, BOB, Request::KindList { kind: kind.into() }, None)
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Reply {
+                    reply: Reply::Json { json, .. },
+                    ..
+                } => Some(json.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let before = listing(&mut w, "cpu").len();
+    for k in 0..16 {
+        let devices = (0..256)
+            .map(|i| DeviceDef {
+                name: format!("dev{i}"),
+                min: 0.0,
+                max: 1.0,
+            })
+            .collect();
+        let e = w.handle(
+            7,
+            ALICE,
+            Request::KindDefine {
+                name: format!("wide{k}"),
+                devices,
+            },
+            None,
+        );
+        assert!(matches!(reply(&e), Reply::Ok), "{}", message(&e));
+    }
+    let cpu = listing(&mut w, "cpu");
+    assert_eq!(cpu.len(), before, "{cpu}");
+    assert!(cpu.contains("\"cpu\"") && !cpu.contains("wide"), "{cpu}");
+    // Listing everything still shows them; a kind nobody has lists none.
+    let all = listing(&mut w, "");
+    assert!(
+        all.contains("wide15") && all.len() > 16 * 256 * 50,
+        "{}",
+        all.len()
+    );
+    assert!(!listing(&mut w, "nothing").contains("\"name\""));
 }
 
 #[test]

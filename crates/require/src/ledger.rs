@@ -60,19 +60,25 @@ impl Link {
 
     /// The broker's index of device `name` of `kind`; `None` when the
     /// broker does not list it (the device is this process's own). A kind
-    /// not seen before is listed afresh, once: a kind the broker does not
-    /// have is remembered as having no device.
+    /// not seen before is listed, once and alone (other users' kinds are
+    /// not sent): a kind the broker does not have is remembered as having
+    /// no device.
     pub fn device_index(&mut self, kind: &str, name: &str) -> Option<u32> {
         if !self.devices.contains_key(kind) {
-            self.devices = self.list().unwrap_or_default();
+            let listed = self.list(kind).unwrap_or_default();
+            self.devices.extend(listed);
             self.devices.entry(kind.to_string()).or_default();
         }
         self.devices.get(kind)?.get(name).copied()
     }
 
-    /// The broker's kinds and their devices' indices.
-    fn list(&mut self) -> Option<HashMap<String, HashMap<String, u32>>> {
-        self.conn.send(&Request::KindList).ok()?;
+    /// The broker's kind `kind` and its devices' indices.
+    fn list(&mut self, kind: &str) -> Option<HashMap<String, HashMap<String, u32>>> {
+        self.conn
+            .send(&Request::KindList {
+                kind: kind.to_string(),
+            })
+            .ok()?;
         let mut json = String::new();
         loop {
             match self.reply().ok()? {

@@ -192,9 +192,9 @@ impl Engine {
                     Err(e) => reply(ledger_error(kind, e)),
                 }
             }
-            Request::KindList => {
+            Request::KindList { kind } => {
                 let viewer = (!self.sees_everything(peer)).then_some(peer.uid);
-                let json = self.account.ledger.json(viewer);
+                let json = self.account.ledger.json(viewer, &kind);
                 chunked(session, &json, |more, json| Reply::Json { more, json })
             }
             Request::KindAcquire { items } => self.kind_acquire(session, peer, &items),
@@ -451,7 +451,7 @@ fn acts_for_caller(req: &Request) -> bool {
         | Request::Release { .. }
         | Request::Status
         | Request::Shutdown
-        | Request::KindList
+        | Request::KindList { .. }
         | Request::ChannelClose { .. } => false,
     }
 }

@@ -597,13 +597,14 @@ impl Ledger {
         self.kinds.values().filter(|k| k.owner.is_some()).count()
     }
 
-    /// The ledger as JSON: kinds, devices with availability, holders. With
-    /// `viewer` set, only that user's holders are listed (the others are
-    /// counted).
-    pub fn json(&self, viewer: Option<u32>) -> String {
+    /// The ledger as JSON: kinds (`kind` alone, or every kind when it is
+    /// empty), devices with availability, holders. With `viewer` set, only
+    /// that user's holders are listed (the others are counted).
+    pub fn json(&self, viewer: Option<u32>, kind: &str) -> String {
         let kinds: Vec<_> = self
             .kinds
             .iter()
+            .filter(|(name, _)| kind.is_empty() || name.as_str() == kind)
             .map(|(name, k)| {
                 json!({
                     "name": name,

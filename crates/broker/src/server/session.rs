@@ -20,7 +20,7 @@ pub const EXPENSIVE: u32 = 8;
 
 fn cost(req: &Request) -> u32 {
     match req {
-        Request::Status | Request::KindList => EXPENSIVE,
+        Request::Status | Request::KindList { .. } => EXPENSIVE,
         _ => 1,
     }
 }

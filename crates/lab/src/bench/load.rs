@@ -462,7 +462,10 @@ fn flood(
     r?;
     let msgs: Vec<Vec<u8>> = vec![
         Request::Status.encode(),
-        Request::KindList.encode(),
+        Request::KindList {
+            kind: String::new(),
+        }
+        .encode(),
         Request::Hello {
             client: "x".repeat(4000),
         }

@@ -196,7 +196,10 @@ impl Request {
             Request::Release { cell } => {
                 w.u64(*cell);
             }
-            Request::Status | Request::Shutdown | Request::KindList => {}
+            Request::Status | Request::Shutdown => {}
+            Request::KindList { kind } => {
+                w.str(kind);
+            }
             Request::KindDefine { name, devices } => {
                 w.str(name);
                 let n = devices.len().min(crate::wire::MAX_LIST);
@@ -311,7 +314,9 @@ impl Request {
                     .collect::<Result<_, DecodeError>>()?;
                 Request::KindDefine { name, devices }
             }
-            0x0B => Request::KindList,
+            0x0B => Request::KindList {
+                kind: r.str("kind")?,
+            },
             0x0C => Request::KindAcquire {
                 items: get_items(r)?,
             },

@@ -107,7 +107,12 @@ pub fn example_requests() -> Vec<Request> {
                 max: 2.0,
             }],
         },
-        Request::KindList,
+        Request::KindList {
+            kind: "StrongCore".into(),
+        },
+        Request::KindList {
+            kind: String::new(),
+        },
         Request::KindAcquire {
             items: vec![LedgerItem {
                 kind: "cpu".into(),

@@ -54,8 +54,10 @@ pub mod spec;
 /// ([`allot_spec::Memory`]: two `u64`, bytes) and a share of the cache
 /// and memory bandwidth ([`allot_spec::Cache`]: two `u32`), and
 /// `SetMemory` (0x14) changes the memory, `SetCache` (0x15) the cache;
-/// 10 — `IncludeGroup` (0x16): a cell also confines a launcher's cgroup.
-pub const PROTOCOL_VERSION: u16 = 10;
+/// 10 — `IncludeGroup` (0x16): a cell also confines a launcher's cgroup;
+/// 11 — `KindList` (0x0B) names the kind to list (empty: every kind), so a
+/// process that needs one kind's devices is not sent every user's kinds.
+pub const PROTOCOL_VERSION: u16 = 11;
 
 /// The header's first two bytes, little-endian; other values are not the allot protocol.
 pub const MAGIC: u16 = 0xA110;
@@ -293,8 +295,12 @@ pub enum Request {
         /// The kind's devices, in index order (`LedgerItem::dev` counts from 0).
         devices: Vec<DeviceDef>,
     },
-    /// `0x0B` — no fields. The ledger as JSON (`Json` chunks).
-    KindList,
+    /// `0x0B` — `kind: str`. The ledger as JSON (`Json` chunks): the kind
+    /// named, or every kind when `kind` is empty.
+    KindList {
+        /// The kind to list; empty: every kind.
+        kind: String,
+    },
     /// `0x0C` — `items: list<(kind: str, dev: u32, amount: f64, shared: bool)>`.
     /// Takes every item for the calling process, all or nothing.
     KindAcquire {
@@ -452,7 +458,7 @@ impl Request {
             Request::Status => 0x08,
             Request::Shutdown => 0x09,
             Request::KindDefine { .. } => 0x0A,
-            Request::KindList => 0x0B,
+            Request::KindList { .. } => 0x0B,
             Request::KindAcquire { .. } => 0x0C,
             Request::KindRelease { .. } => 0x0D,
             Request::KindWatch { .. } => 0x0E,
