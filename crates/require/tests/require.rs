@@ -724,3 +724,116 @@ fn when_members_end_the_team_spreads_again_over_the_cpus_they_left() {
     .join()
     .unwrap();
 }
+
+/// What a commanded team member is told to do.
+enum Do {
+    /// Wait (give back, as a blocking call does), then say its mask.
+    Block,
+    /// Continue (retake), then say its mask.
+    Unblock,
+}
+
+/// Poli-C §2.3: the threads of a block share its CPUs, also while one of
+/// them waits. A team of three on two CPUs: the thread alone on its CPU
+/// blocks, and one of the two threads on the other CPU moves onto the CPU
+/// it left for the wait; when the member continues it is placed again on
+/// one granted CPU. (A member whose wait would let nobody gain keeps its
+/// place: `place::rebalance` finds no move.) Judged on the placement the runtime made (each
+/// thread's mask), not on how long anything took.
+#[test]
+fn a_waiting_members_cpu_is_used_by_a_teammate_meanwhile() {
+    let cpus = allot_topo::allowed_cpus().unwrap();
+    if !allot_testkit::prerequisite(cpus.len() >= 2, "needs two CPUs") {
+        return;
+    }
+    let rt = live_runtime();
+    std::thread::spawn(move || {
+        let block = rt.enter(vec![Request::policy(policy::cores(2))]).unwrap();
+        let granted = affinity();
+        // Two members that block and continue on command.
+        let (said, hear) = std::sync::mpsc::channel::<(usize, u32, Vec<usize>)>();
+        let mut members = Vec::new();
+        for i in 0..2 {
+            let ctx = rt.spawn_prepare().unwrap();
+            let said = said.clone();
+            let (tell, told) = std::sync::mpsc::channel::<Do>();
+            let h = std::thread::spawn(move || {
+                let _g = rt.child_start(ctx);
+                let tid = rustix::thread::gettid().as_raw_nonzero().get() as u32;
+                said.send((i, tid, affinity())).unwrap();
+                for d in told {
+                    match d {
+                        Do::Block => rt.block_current(),
+                        Do::Unblock => rt.unblock_current(),
+                    }
+                    said.send((i, tid, affinity())).unwrap();
+                }
+            });
+            rt.spawn_done();
+            members.push((tell, h));
+        }
+        let mut seen: Vec<(usize, u32, Vec<usize>)> =
+            (0..2).map(|_| hear.recv().unwrap()).collect();
+        seen.sort();
+        let me = rustix::thread::gettid().as_raw_nonzero().get() as u32;
+        // (thread id, mask) of the three: the two members, then the leader.
+        let team: Vec<(u32, Vec<usize>)> = seen
+            .iter()
+            .map(|s| (s.1, s.2.clone()))
+            .chain([(me, affinity())])
+            .collect();
+        assert!(team.iter().all(|t| t.1.len() == 1), "{team:?}");
+        // The thread alone on its CPU (a member or the leader) waits.
+        let alone = (0..3)
+            .find(|&i| team.iter().filter(|t| t.1 == team[i].1).count() == 1)
+            .expect("three threads on two CPUs: one is alone");
+        let its_cpu = team[alone].1.clone();
+        if alone < 2 {
+            members[alone].0.send(Do::Block).unwrap();
+            let _ = hear.recv().unwrap();
+        } else {
+            rt.block_current();
+        }
+        // A teammate from the other CPU is on it now, and the two that run
+        // share no CPU.
+        let now: Vec<Vec<usize>> = (0..3)
+            .filter(|&i| i != alone)
+            .map(|i| {
+                if i == 2 {
+                    affinity()
+                } else {
+                    affinity_of(team[i].0)
+                }
+            })
+            .collect();
+        assert!(
+            now.contains(&its_cpu),
+            "nobody took CPU {its_cpu:?} while {} waited: {now:?}",
+            team[alone].0
+        );
+        assert!(
+            now.iter().all(|m| m.len() == 1 && granted.contains(&m[0])),
+            "{now:?}"
+        );
+        assert_ne!(now[0], now[1], "the two running share no CPU: {now:?}");
+        // It continues: placed again on one granted CPU.
+        let back = if alone < 2 {
+            members[alone].0.send(Do::Unblock).unwrap();
+            hear.recv().unwrap().2
+        } else {
+            rt.unblock_current();
+            affinity()
+        };
+        assert!(back.len() == 1 && granted.contains(&back[0]), "{back:?}");
+        rt.block_current();
+        for (tell, h) in members {
+            drop(tell);
+            h.join().unwrap();
+        }
+        rt.unblock_current();
+        assert_eq!(affinity(), granted, "the team ended: the whole block");
+        drop(block);
+    })
+    .join()
+    .unwrap();
+}

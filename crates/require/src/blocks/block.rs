@@ -226,6 +226,7 @@ impl Blocks {
             return false;
         }
         st.trees.block(tid);
+        self.lend_placement(&mut st, tid);
         count_given_back();
         st.epoch += 1;
         if st.sleepers > 0 {
@@ -274,14 +275,19 @@ impl Blocks {
             return;
         }
         let mut st = self.retake(st, tid);
-        // A placed thread whose team ended while it waited (a join) gets
-        // its whole allocation back.
-        if st
+        self.placed_again(&mut st, tid);
+    }
+
+    /// After `tid` retook its allocations: a thread that lent its
+    /// placement for the wait is placed again, and a placed thread whose
+    /// team ended while it waited (a join) gets its whole allocation back.
+    fn placed_again(&self, st: &mut Locked<'_>, tid: Tid) {
+        let due = st
             .threads
-            .get(&tid)
-            .is_some_and(|t| !t.placed.is_empty() && !t.in_team())
-        {
-            self.apply(&mut st, tid);
+            .get_mut(&tid)
+            .is_some_and(|t| std::mem::take(&mut t.lent) || (!t.placed.is_empty() && !t.in_team()));
+        if due {
+            self.apply(st, tid);
         }
     }
 
@@ -299,7 +305,11 @@ impl Blocks {
         if !st.trees.holds_any(tid) {
             return true;
         }
-        st.trees.unblock(tid).is_ok()
+        let retaken = st.trees.unblock(tid).is_ok();
+        if retaken {
+            self.placed_again(&mut st, tid);
+        }
+        retaken
     }
 }
 

@@ -93,6 +93,9 @@ struct ThreadRec {
     children: u32,
     /// The device it is placed on, per kind ([`place`]).
     placed: IntMap<KindId, usize>,
+    /// It let its placement go for a wait, for a teammate to use its
+    /// device ([`Blocks::lend_placement`]); placed again when it retakes.
+    lent: bool,
 }
 
 impl ThreadRec {

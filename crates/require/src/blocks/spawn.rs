@@ -221,6 +221,31 @@ pub struct SpawnCtx {
 }
 
 impl Blocks {
+    /// `tid`, placed in a team, begins a wait that gave its allocation
+    /// back: its device is its teammates' meanwhile (Poli-C §2.3, the
+    /// threads of a block share its CPUs). Where a teammate would move onto
+    /// it had `tid` ended ([`place::rebalance`]: a device two threads more
+    /// loaded), the placement is let go and the move made; `tid` is placed
+    /// again when it retakes ([`Blocks::unblock_current`]). Where nothing
+    /// would move, the placement stays, and the wait costs no system call.
+    pub(super) fn lend_placement(&self, st: &mut State, tid: Tid) {
+        let placed: Vec<(KindId, usize)> = match st.threads.get(&tid) {
+            Some(t) if t.in_team() => t.placed.iter().map(|(&k, &d)| (k, d)).collect(),
+            _ => return,
+        };
+        for (k, d) in placed {
+            place::set((&mut st.threads, &mut st.placed_on), tid, k, None);
+            if place::rebalance(&st.threads, &st.placed_on, k, d).is_some() {
+                self.rebalance(st, k, d);
+                if let Some(t) = st.threads.get_mut(&tid) {
+                    t.lent = true;
+                }
+            } else {
+                place::set((&mut st.threads, &mut st.placed_on), tid, k, Some(d));
+            }
+        }
+    }
+
     /// A placed thread left device `freed` of kind `k`: moves a teammate
     /// there if the spread is uneven now ([`place::rebalance`]). A move the
     /// OS refuses is not made (the counts stay true).
