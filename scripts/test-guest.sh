@@ -18,7 +18,7 @@
 #               tests and `allot run` on cgroup2 again
 #   numa        kernel 6.12, 8 CPUs in 2 NUMA nodes: topology from the
 #               kernel, the runtime's nearest-first stealing order, cells
-#               kept on one node or spanning both
+#               kept on one node or spanning both, require's fair_numa
 #   systemd     kernel 6.12, systemd as PID 1: the packaged units installed,
 #               socket activation, sd_notify readiness, cells in the
 #               delegated subtree, restarts, journal priorities

@@ -1,7 +1,8 @@
 //! NUMA, live: the machine model read from the kernel's sysfs on a machine
 //! with two nodes, the work-stealing runtime's `nearest` victim order over
-//! it, and the broker's placement of cells that fit one node (kept on one,
-//! and apart) and of a cell that cannot (spanning both).
+//! it, the broker's placement of cells that fit one node (kept on one,
+//! and apart) and of a cell that cannot (spanning both), and `require`'s
+//! `fair_numa` dividing the nodes among requests that arrive together.
 //!
 //! This VM has one node, so these run in the guest lane
 //! (`scripts/test-guest.sh numa` boots 8 CPUs in two nodes and sets
@@ -170,4 +171,55 @@ fn cells_that_fit_a_node_stay_on_one_and_a_larger_one_spans_both() {
     let c = placed(&d, "wide", &["--min", &wide, "--max", &wide]);
     assert_eq!(c.cpus.len(), per_node + 1, "{}", d.log());
     assert!(node_of(&m, &c.cpus).is_none(), "{}", c.cpus);
+}
+
+/// Poli-C's `fair_numa`, on the kernel's own nodes: as many requests as
+/// there are nodes, arriving together, each get one whole node, a
+/// different one each, and the runtime confines each thread to its node's
+/// CPUs (the affinity the thread reads back from the kernel).
+#[test]
+fn fair_numa_gives_requests_arriving_together_a_whole_node_each() {
+    use allot_require::{Blocks, Request, policy};
+    let Some(m) = numa_machine() else { return };
+    let nodes: Vec<CpuSet> = m
+        .nodes()
+        .iter()
+        .filter(|n| !n.cpus.is_empty())
+        .map(|n| n.cpus)
+        .collect();
+    let rt = Blocks::new(m.clone(), true).into_static();
+    // Long enough that a slow emulated machine starts every thread in it:
+    // what is judged is the division, not the time.
+    rt.set_gather_window(Duration::from_millis(1000));
+    let n = nodes.len();
+    let start = std::sync::Arc::new(std::sync::Barrier::new(n));
+    let all_in = std::sync::Arc::new(std::sync::Barrier::new(n));
+    let got: Vec<(CpuSet, Vec<u32>, CpuSet)> = (0..n)
+        .map(|_| {
+            let (start, all_in) = (start.clone(), all_in.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                let s = rt
+                    .enter(vec![Request::policy(policy::fair_numa())])
+                    .unwrap();
+                let o = s.outcome().clone();
+                let mask = rustix::thread::sched_getaffinity(None).unwrap();
+                let mask: CpuSet = (0..1024).filter(|&c| mask.is_set(c)).collect();
+                // Every one holds its node until all have entered.
+                all_in.wait();
+                (o.cpus, o.nodes, mask)
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .collect();
+    let mut seen = Vec::new();
+    for (cpus, ids, mask) in &got {
+        assert_eq!(ids.len(), 1, "one whole node each: {got:?}");
+        assert!(nodes.contains(cpus), "{cpus} is not a node's CPUs: {got:?}");
+        assert_eq!(mask, cpus, "the thread runs on its node's CPUs: {got:?}");
+        assert!(!seen.contains(&ids[0]), "node {} twice: {got:?}", ids[0]);
+        seen.push(ids[0]);
+    }
 }
