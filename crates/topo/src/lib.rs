@@ -7,9 +7,9 @@
 //! may use, so a broker started under `taskset` or inside a cpuset manages
 //! only what it was given.
 //!
-//! Fixture machines (sysfs trees of real machines) live in
-//! `crates/topo/fixtures/` and are loaded with [`fixture`]; the planner's
-//! tests and benchmarks run on them.
+//! Fixture machines (sysfs trees of real machines, each packed into one
+//! file `crates/topo/fixtures/<name>.sysfs`) are loaded with [`fixture`];
+//! the planner's tests and benchmarks run on them.
 
 mod cpuset;
 mod machine;
@@ -19,7 +19,7 @@ mod sysfs;
 pub use cpuset::{CPUSET_WORDS, CpuListError, CpuSet, Iter, MAX_CPUS};
 pub use machine::{Core, Cpu, Llc, Machine, MachineError, Node, RawCpu, RawNode};
 pub use report::TopologyReport;
-pub use sysfs::{DiscoverError, allowed_cpus, discover, discover_live};
+pub use sysfs::{DiscoverError, PACKED_MAGIC, allowed_cpus, discover, discover_live};
 
 use std::path::PathBuf;
 
@@ -40,14 +40,16 @@ pub const FIXTURES: [&str; 6] = [
 /// [`FIXTURES`].
 pub const LARGEST_FIXTURE: &str = FIXTURES[FIXTURES.len() - 1];
 
-/// Directory of the fixture machine `name` (a sysfs root).
-pub fn fixture_dir(name: &str) -> PathBuf {
+/// The packed sysfs tree of the fixture machine `name`
+/// (`crates/topo/fixtures/<name>.sysfs`), which [`discover`] reads as it
+/// reads a directory.
+pub fn fixture_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("fixtures")
-        .join(name)
+        .join(format!("{name}.sysfs"))
 }
 
 /// Loads the fixture machine `name` (see [`FIXTURES`]).
 pub fn fixture(name: &str) -> Result<Machine, DiscoverError> {
-    discover(&fixture_dir(name), name, None)
+    discover(&fixture_path(name), name, None)
 }

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 /// Arguments of `allot topology`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Read this sysfs tree instead of /sys (e.g. a fixture machine:
-    /// crates/topo/fixtures/xeonphi7250).
-    #[arg(long, value_name = "DIR")]
+    /// Read this sysfs tree instead of /sys: a directory playing /sys, or a
+    /// packed tree (a fixture machine: crates/topo/fixtures/xeonphi7250.sysfs).
+    #[arg(long, value_name = "PATH")]
     sysfs: Option<PathBuf>,
     /// Print JSON: a `cpus` list (one entry per logical CPU with its core,
     /// LLC and NUMA node) and the cores, LLCs and nodes.
