@@ -1,5 +1,9 @@
-//! What the throttling tests share: a spinning thread of this process and
+//! What the live tests share: a runtime on this machine and a thread's
+//! CPUs; for the throttling tests a spinning thread of this process and
 //! the share of a CPU a thread used, from its `schedstat`.
+#![allow(dead_code)] // each test binary uses some of it
+
+use allot_require::Blocks;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -64,4 +68,16 @@ impl Drop for Spinner {
             let _ = t.join();
         }
     }
+}
+
+/// A runtime on this machine that applies allocations to the OS, kept for
+/// the life of the test process (its threads outlive the test's frame).
+pub fn live_runtime() -> &'static Blocks {
+    Blocks::new(allot_topo::discover_live().unwrap(), true).into_static()
+}
+
+/// The calling thread's CPUs.
+pub fn affinity() -> Vec<usize> {
+    let s = rustix::thread::sched_getaffinity(None).unwrap();
+    (0..1024).filter(|&c| s.is_set(c)).collect()
 }
