@@ -148,7 +148,8 @@ impl Drop for User {
     }
 }
 
-/// What a refusal must be: `code`, or one of `codes`.
+/// Whether `what` (a request's outcome, the cell it made) was refused
+/// with one of `codes`; else what happened instead.
 fn refused(what: Result<u64, ClientError>, codes: &[ErrorCode]) -> Result<(), String> {
     match what {
         Err(e) if e.code().is_some_and(|c| codes.contains(&c)) => Ok(()),
