@@ -224,24 +224,7 @@ fn one_cpu_has_one_holder() {
 
 /// The ledger's `io` devices, by index (from `KindList`).
 fn io_devices(w: &mut World) -> Vec<String> {
-    let e = w.handle(
-        20,
-        ROOT,
-        Request::KindList {
-            kind: String::new(),
-        },
-        None,
-    );
-    let json: String = e
-        .iter()
-        .filter_map(|e| match e {
-            allot_broker::core::Effect::Reply {
-                reply: Reply::Json { json, .. },
-                ..
-            } => Some(json.clone()),
-            _ => None,
-        })
-        .collect();
+    let json = kind_listing(w, ROOT, "");
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     v["kinds"]
         .as_array()

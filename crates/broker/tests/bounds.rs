@@ -352,24 +352,7 @@ fn kind_definitions_are_bounded_per_user() {
     // The definer dies: its kinds go, and its quota is free again.
     w.os.exit(2);
     w.exited(2);
-    let list = w.handle(
-        7,
-        ROOT,
-        Request::KindList {
-            kind: String::new(),
-        },
-        None,
-    );
-    let json: String = list
-        .iter()
-        .filter_map(|e| match e {
-            Effect::Reply {
-                reply: Reply::Json { json, .. },
-                ..
-            } => Some(json.clone()),
-            _ => None,
-        })
-        .collect();
+    let json = kind_listing(&mut w, ROOT, "");
     assert!(
         !json.contains("\"k1\"") && json.contains("\"k3\""),
         "{json}"
@@ -381,18 +364,7 @@ fn kind_definitions_are_bounded_per_user() {
 #[test]
 fn a_listing_of_one_kind_is_not_made_larger_by_others_kinds() {
     let mut w = world(1);
-    let listing = |w: &mut World, kind: &str| -> String {
-        w.handle(7, BOB, Request::KindList { kind: kind.into() }, None)
-            .iter()
-            .filter_map(|e| match e {
-                Effect::Reply {
-                    reply: Reply::Json { json, .. },
-                    ..
-                } => Some(json.clone()),
-                _ => None,
-            })
-            .collect()
-    };
+    let listing = |w: &mut World, kind: &str| kind_listing(w, BOB, kind);
     let before = listing(&mut w, "cpu").len();
     for k in 0..16 {
         let devices = (0..256)

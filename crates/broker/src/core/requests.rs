@@ -22,14 +22,12 @@ impl Engine {
         fds: Vec<OwnedFd>,
     ) -> Vec<Effect> {
         if !self.caller_runs(peer) {
-            // The same refusal as `handle_request`'s, for the entry point
-            // that brings descriptors along.
-            let why = format!(
-                "the process that opened this connection (pid {}) has ended; connect again \
-                 from the process that asks",
-                peer.pid
-            );
-            return vec![answer(session, err(ErrorCode::Invalid, 0x13, why))];
+            // `handle_request`'s refusal, for the entry point that brings
+            // descriptors along.
+            return vec![answer(
+                session,
+                err(ErrorCode::Invalid, 0x13, caller_ended(peer)),
+            )];
         }
         let cell = self.cells.cell_of(peer.pid);
         let r = self.channels.adopt(
@@ -85,11 +83,7 @@ impl Engine {
         let kind = req.kind();
         let reply = |r: Reply| vec![answer(session, r)];
         if acts_for_caller(&req) && !self.caller_runs(peer) {
-            let why = format!(
-                "the process that opened this connection (pid {}) has ended, and its pid may now \
-                 name another process; connect again from the process that asks",
-                peer.pid
-            );
+            let why = caller_ended(peer);
             if !req.expects_reply() {
                 debug!("session {session}: request {kind:#04x} ignored: {why}");
                 return vec![];
@@ -415,6 +409,16 @@ impl Engine {
             }
         }
     }
+}
+
+/// Why a request acting for `peer`'s process is refused once that process
+/// has ended ([`Engine::caller_runs`]).
+fn caller_ended(peer: Peer) -> String {
+    format!(
+        "the process that opened this connection (pid {}) has ended, and its pid may now name \
+         another process; connect again from the process that asks",
+        peer.pid
+    )
 }
 
 /// Whether `req` acts for the process that opened its connection (by the

@@ -234,6 +234,21 @@ pub fn message(effects: &[Effect]) -> String {
     }
 }
 
+/// `KindList { kind }` (empty: every kind) from `peer`: the ledger's JSON,
+/// its chunks joined.
+pub fn kind_listing(w: &mut World, peer: Peer, kind: &str) -> String {
+    w.handle(7, peer, Request::KindList { kind: kind.into() }, None)
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Reply {
+                reply: Reply::Json { json, .. },
+                ..
+            } => Some(json.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Maps the page from a Registered effect.
 pub fn page(effects: Vec<Effect>) -> (u64, u64, PageMap) {
     for e in effects {
