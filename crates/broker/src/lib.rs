@@ -22,6 +22,8 @@
 //! - [`names`]: which names clients may choose, and how they are printed.
 //! - [`channels`]: named channels between cells, and who may open them.
 //! - [`timeline`]: each cell's steps through the broker, timed.
+//! - [`realtime`]: which of the broker's threads run at real-time
+//!   priority, and when the event loop gives it up.
 //! - [`windows`]: the timer thread that opens and closes time-triggered
 //!   cells' windows (gang activation through the freezer).
 
@@ -35,6 +37,7 @@ pub mod ledger;
 pub mod log;
 pub mod metrics;
 pub mod names;
+pub mod realtime;
 pub mod series;
 pub mod server;
 pub mod status;

@@ -351,3 +351,64 @@ fn stopping_the_broker_removes_its_cgroups() {
         assert!(!dir.exists(), "{} left behind", dir.display());
     }
 }
+
+/// Each thread of process `pid`: (tid, name, scheduling policy, real-time
+/// priority), from `/proc` (fields 41 and 40 of `stat`).
+fn thread_classes(pid: u32) -> Vec<(u32, String, u32, u32)> {
+    let dir = format!("/proc/{pid}/task");
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(&dir).unwrap().flatten() {
+        let tid: u32 = e.file_name().to_string_lossy().parse().unwrap();
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        let name = stat[stat.find('(').unwrap() + 1..stat.rfind(')').unwrap()].to_string();
+        let f: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+        // After the name, field 3 (the state) is f[0]: rt_priority is
+        // field 40, policy field 41.
+        out.push((tid, name, f[38].parse().unwrap(), f[37].parse().unwrap()));
+    }
+    out
+}
+
+#[test]
+fn the_event_loop_runs_at_real_time_priority_and_what_it_starts_does_not() {
+    if !prerequisite(
+        rustix::process::geteuid().is_root(),
+        "root (CAP_SYS_NICE for the real-time class)",
+    ) {
+        return;
+    }
+    const SCHED_OTHER: u32 = 0;
+    const SCHED_FIFO: u32 = 1;
+    let d = Daemon::start("affinity", &[]);
+    // A cell whose runtimes a status reads starts the mappings reader
+    // thread, which the loop creates after taking its class.
+    let s = spinner();
+    let mut c = d.client();
+    let _r = register(&mut c, "a", s.pid());
+    assert!(!d.status().cells.is_empty());
+    let pid = d.pid().expect("the broker runs");
+    let threads = thread_classes(pid);
+    let main = threads.iter().find(|t| t.0 == pid).unwrap();
+    assert_eq!((main.2, main.3), (SCHED_FIFO, 1), "{threads:?}");
+    assert!(
+        threads.iter().any(|t| t.1 == "allot-maps"),
+        "the reader thread started: {threads:?}"
+    );
+    for t in threads.iter().filter(|t| t.0 != pid) {
+        assert_eq!(t.2, SCHED_OTHER, "{t:?} is ordinary: {threads:?}");
+    }
+    assert!(d.log().contains("event loop: SCHED_FIFO 1"), "{}", d.log());
+    drop(d);
+    // `realtime = false` keeps the loop ordinary.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("allotd.toml");
+    std::fs::write(&cfg, "realtime = false\n").unwrap();
+    let d = Daemon::start("affinity", &["--config", cfg.to_str().unwrap()]);
+    let pid = d.pid().expect("the broker runs");
+    let threads = thread_classes(pid);
+    let main = threads.iter().find(|t| t.0 == pid).unwrap();
+    assert_eq!(main.2, SCHED_OTHER, "{threads:?}");
+    assert!(d.log().contains("realtime = false"), "{}", d.log());
+}

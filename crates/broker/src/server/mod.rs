@@ -67,6 +67,7 @@ use crate::core::{Effect, Engine, Peer, SessionId};
 use crate::journal::Journal;
 use crate::log::Throttle;
 use crate::metrics::Exporter;
+use crate::realtime::{Change, LoopClass};
 use crate::{info, warn};
 use allot_enforce::os::{Os, RealOs};
 use allot_proto::dirs::TrustedDir;
@@ -436,6 +437,11 @@ impl Broker {
     pub fn run(mut self) -> std::io::Result<()> {
         let mut events: Vec<Event> = Vec::with_capacity(256);
         let mut idle_since: Option<Instant> = None;
+        let (mut class, change) = LoopClass::start(self.cfg.realtime, Instant::now());
+        match change {
+            Some(c) => log_class_change(&c),
+            None => info!("event loop: {} (realtime = false)", class.class()),
+        }
         loop {
             events.clear();
             let timeout = Timespec {
@@ -494,8 +500,12 @@ impl Broker {
             // The cells admitted in this turn join together.
             let effects = self.core.settle();
             self.apply(effects);
+            let busy = busy_since.elapsed();
             if !events.is_empty() {
-                self.core.counters.turn.observe(busy_since.elapsed());
+                self.core.counters.turn.observe(busy);
+            }
+            if let Some(c) = class.turn(busy, Instant::now()) {
+                log_class_change(&c);
             }
             if stop || self.core.stop_requested() {
                 break;
@@ -648,6 +658,27 @@ impl Broker {
 
 /// Appends `recs` to `journal`; a failure is logged when the journal
 /// falls behind (once, not per record), and so is its catching up.
+/// Says in the log what became of the event loop's class.
+fn log_class_change(c: &Change) {
+    match c {
+        Change::Promoted => info!(
+            "event loop: SCHED_FIFO {} (while it uses under {:.0} % of a CPU)",
+            crate::realtime::LOOP_PRIORITY,
+            crate::realtime::DEMOTE_ABOVE * 100.0
+        ),
+        Change::Demoted { busy } => warn!(
+            "event loop: busy {:.0} % of the last second; back to SCHED_OTHER until a second \
+             under {:.0} %",
+            busy * 100.0,
+            crate::realtime::PROMOTE_BELOW * 100.0
+        ),
+        Change::Refused(e) => info!(
+            "event loop: SCHED_OTHER (real-time priority refused: {e}; give the broker \
+             CAP_SYS_NICE, or set realtime = false to keep it ordinary)"
+        ),
+    }
+}
+
 fn append_logged(journal: &mut Journal, recs: &[crate::journal::Record]) {
     let behind = journal.problem().is_some();
     match (journal.append(recs), behind) {

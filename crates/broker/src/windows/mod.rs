@@ -263,23 +263,18 @@ impl Drop for Windows {
 }
 
 /// Makes the calling thread a precise timer: no timer slack, and
-/// SCHED_FIFO when the process may use it. Says what it got.
+/// SCHED_FIFO when the process may use it (`crate::realtime`). Says what
+/// it got.
 fn sharpen_this_thread() -> String {
-    // SAFETY: prctl(PR_SET_TIMERSLACK) and sched_setscheduler on the
-    // calling thread (pid 0) take plain integers and a valid pointer.
+    // SAFETY: prctl(PR_SET_TIMERSLACK) on the calling thread takes plain
+    // integers.
     unsafe {
         libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
-        let param = libc::sched_param {
-            sched_priority: DRIVER_PRIORITY,
-        };
-        if libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0 {
-            format!("SCHED_FIFO {DRIVER_PRIORITY}")
-        } else {
-            format!(
-                "SCHED_OTHER (real-time priority refused: {})",
-                std::io::Error::last_os_error()
-            )
-        }
+    }
+    let class = crate::realtime::Class::Fifo(DRIVER_PRIORITY);
+    match crate::realtime::set_this_thread(class) {
+        Ok(()) => class.to_string(),
+        Err(e) => format!("SCHED_OTHER (real-time priority refused: {e})"),
     }
 }
 

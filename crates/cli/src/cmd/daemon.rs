@@ -157,6 +157,7 @@ fn check(c: &Config) -> Result<String, String> {
          confine_unmanaged {}\n\
          partitions        {}\n\
          isolate           {}\n\
+         realtime          {}\n\
          limits            connections {} cells {} queued {} members {} kinds {} devices {} \
          holdings {} cells_total {} kinds_total {} channels {} channel_mib {} guaranteed_cpus {} \
          guaranteed_memory_mib {} weight {} user_weight {} processes {}",
@@ -193,6 +194,7 @@ fn check(c: &Config) -> Result<String, String> {
         } else {
             "off".to_string()
         },
+        realtime_note(c.realtime),
         l.connections,
         l.cells,
         l.queued,
@@ -223,6 +225,30 @@ fn check(c: &Config) -> Result<String, String> {
         l.user_weight,
         l.processes,
     ))
+}
+
+/// `realtime` in `--check-config`: off, or on and whether this process
+/// may take the real-time class (tried on a thread of its own, which
+/// ends at once).
+fn realtime_note(on: bool) -> String {
+    use allot_broker::realtime::{Class, DEMOTE_ABOVE, LOOP_PRIORITY, set_this_thread};
+    if !on {
+        return "off: the event loop is an ordinary thread".into();
+    }
+    let tried = std::thread::spawn(|| set_this_thread(Class::Fifo(LOOP_PRIORITY)))
+        .join()
+        .unwrap_or_else(|_| Err(std::io::Error::other("the trial thread panicked")));
+    match tried {
+        Ok(()) => format!(
+            "on: the event loop runs at SCHED_FIFO {LOOP_PRIORITY} while it uses under {:.0} % \
+             of a CPU",
+            DEMOTE_ABOVE * 100.0
+        ),
+        Err(e) => format!(
+            "on, but refused here ({e}): the event loop will be an ordinary thread (give the \
+             broker CAP_SYS_NICE)"
+        ),
+    }
 }
 
 /// `partitions` in `--check-config`: on or off, and whether this machine

@@ -1,0 +1,261 @@
+//! The broker's own threads and the CPU: which of them run at real-time
+//! priority, and when the event loop gives it up.
+//!
+//! The broker governs the work that oversubscribes the machine, so it must
+//! not wait behind that work: a grant that changes a second late, a death
+//! noticed late or a status that takes seconds all come from an event loop
+//! that sat runnable while its own cells ran. As an ordinary thread it
+//! does: on a machine of two CPUs running five spinning cells, a goal cell
+//! and one spinning process outside allot, the loop was measured runnable
+//! and not run for 1 to 16 s at a time, at nice 0 and at nice −10 alike,
+//! and at SCHED_FIFO never. So two threads run at real-time priority
+//! where the broker may (`CAP_SYS_NICE`; refused otherwise, and said so):
+//!
+//! | thread           | class                 | why |
+//! |------------------|-----------------------|-----|
+//! | window driver    | SCHED_FIFO [`crate::windows::DRIVER_PRIORITY`] | opens and closes time cells' windows on time |
+//! | event loop       | SCHED_FIFO [`LOOP_PRIORITY`], while it uses little CPU | requests, ticks, deaths |
+//!
+//! Every other thread, and every process the broker starts, is an ordinary
+//! one: both set `SCHED_RESET_ON_FORK`, so what they create does not
+//! inherit the class.
+//!
+//! A real-time thread that keeps a CPU busy takes it from everyone below
+//! it, and the loop's work grows with what clients ask. So the loop holds
+//! the class only while it is cheap ([`next_class`], a pure function of
+//! how busy the loop was over the last [`WINDOW`]): above [`DEMOTE_ABOVE`]
+//! of a CPU it returns to SCHED_OTHER, and it takes the real-time class
+//! again only after a window below [`PROMOTE_BELOW`]. A client flooding the
+//! broker therefore moves it to the ordinary class, where it competes like
+//! any process (the per-user turns of `crate::server` still apply), and
+//! never holds a CPU at real-time priority for long.
+//!
+//! `realtime = false` in the configuration keeps the loop ordinary.
+
+use std::time::{Duration, Instant};
+
+/// The event loop's SCHED_FIFO priority: the lowest, below the window
+/// driver's, so the driver's edges preempt the loop.
+pub const LOOP_PRIORITY: i32 = 1;
+
+/// How long the loop's busy time is summed before [`next_class`] looks.
+pub const WINDOW: Duration = Duration::from_secs(1);
+
+/// Busier than this share of one CPU over a [`WINDOW`], the loop returns
+/// to the ordinary class.
+pub const DEMOTE_ABOVE: f64 = 0.25;
+
+/// The loop takes the real-time class again after a [`WINDOW`] less busy
+/// than this.
+pub const PROMOTE_BELOW: f64 = 0.05;
+
+/// The scheduling class of a thread of the broker's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// SCHED_FIFO at this priority.
+    Fifo(i32),
+    /// SCHED_OTHER.
+    Other,
+}
+
+impl std::fmt::Display for Class {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Class::Fifo(p) => write!(f, "SCHED_FIFO {p}"),
+            Class::Other => f.write_str("SCHED_OTHER"),
+        }
+    }
+}
+
+/// Puts the calling thread in `class`, with `SCHED_RESET_ON_FORK` (what it
+/// creates is ordinary).
+pub fn set_this_thread(class: Class) -> std::io::Result<()> {
+    let (policy, priority) = match class {
+        Class::Fifo(p) => (libc::SCHED_FIFO, p),
+        Class::Other => (libc::SCHED_OTHER, 0),
+    };
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: sched_setscheduler on the calling thread (pid 0) with a
+    // valid pointer to a sched_param that outlives the call.
+    let r = unsafe { libc::sched_setscheduler(0, policy | libc::SCHED_RESET_ON_FORK, &param) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// The class the event loop should be in after a [`WINDOW`] in which it
+/// was busy `busy` of a CPU, being in `now`.
+pub fn next_class(now: Class, busy: f64) -> Class {
+    match now {
+        Class::Fifo(_) if busy > DEMOTE_ABOVE => Class::Other,
+        Class::Other if busy < PROMOTE_BELOW => Class::Fifo(LOOP_PRIORITY),
+        c => c,
+    }
+}
+
+/// A change of the loop's class, for the log.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// Took the real-time class (at start, or again after a quiet window).
+    Promoted,
+    /// Returned to the ordinary class after a window this busy.
+    Demoted { busy: f64 },
+    /// The kernel refused the real-time class (no `CAP_SYS_NICE`, a
+    /// real-time limit of 0, a cgroup without real-time runtime): the
+    /// loop stays ordinary and does not ask again.
+    Refused(String),
+}
+
+/// The event loop's class and its busy time in the current window.
+#[derive(Debug)]
+pub struct LoopClass {
+    class: Class,
+    /// Off by configuration, or refused by the kernel: never promoted.
+    fixed: bool,
+    window_start: Instant,
+    busy: Duration,
+}
+
+impl LoopClass {
+    /// The calling thread (the event loop) in the real-time class if
+    /// `wanted` and the kernel allows it.
+    pub fn start(wanted: bool, now: Instant) -> (LoopClass, Option<Change>) {
+        let mut l = LoopClass {
+            class: Class::Other,
+            fixed: !wanted,
+            window_start: now,
+            busy: Duration::ZERO,
+        };
+        let change = wanted.then(|| l.enter(Class::Fifo(LOOP_PRIORITY), 0.0));
+        (l, change)
+    }
+
+    /// The class the loop is in.
+    pub fn class(&self) -> Class {
+        self.class
+    }
+
+    /// Counts one turn of the loop that took `busy`; at the end of a
+    /// window, moves the loop to the class [`next_class`] says.
+    pub fn turn(&mut self, busy: Duration, now: Instant) -> Option<Change> {
+        self.busy += busy;
+        let span = now.saturating_duration_since(self.window_start);
+        if span < WINDOW {
+            return None;
+        }
+        let share = self.busy.as_secs_f64() / span.as_secs_f64();
+        self.window_start = now;
+        self.busy = Duration::ZERO;
+        if self.fixed {
+            return None;
+        }
+        let next = next_class(self.class, share);
+        (next != self.class).then(|| self.enter(next, share))
+    }
+
+    fn enter(&mut self, class: Class, busy: f64) -> Change {
+        match set_this_thread(class) {
+            Ok(()) => {
+                self.class = class;
+                match class {
+                    Class::Fifo(_) => Change::Promoted,
+                    Class::Other => Change::Demoted { busy },
+                }
+            }
+            Err(e) => {
+                self.fixed = true;
+                // Whatever the thread was in, it is not real-time now.
+                let _ = set_this_thread(Class::Other);
+                self.class = Class::Other;
+                Change::Refused(e.to_string())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_loop_leaves_the_real_time_class_when_busy_and_returns_when_quiet() {
+        let rt = Class::Fifo(LOOP_PRIORITY);
+        assert_eq!(next_class(rt, 0.02), rt);
+        assert_eq!(next_class(rt, DEMOTE_ABOVE), rt, "at the bound it stays");
+        assert_eq!(next_class(rt, 0.26), Class::Other);
+        assert_eq!(next_class(rt, 1.0), Class::Other);
+        // Between the bounds each class keeps itself: no flapping.
+        assert_eq!(next_class(Class::Other, 0.1), Class::Other);
+        assert_eq!(next_class(Class::Other, PROMOTE_BELOW), Class::Other);
+        assert_eq!(next_class(Class::Other, 0.01), rt);
+    }
+
+    #[test]
+    fn a_loop_kept_ordinary_counts_its_windows_and_never_changes() {
+        let t0 = Instant::now();
+        let (mut l, change) = LoopClass::start(false, t0);
+        assert_eq!(change, None);
+        assert_eq!(l.class(), Class::Other);
+        assert_eq!(l.turn(Duration::from_millis(1), t0 + WINDOW * 2), None);
+        assert_eq!(l.busy, Duration::ZERO, "a new window began");
+        assert_eq!(l.class(), Class::Other);
+    }
+
+    /// Live, on a thread of its own: a loop busy over a window leaves the
+    /// real-time class, and a quiet window brings it back.
+    #[test]
+    fn a_busy_window_demotes_the_loop_and_a_quiet_one_promotes_it() {
+        std::thread::spawn(|| {
+            let t0 = Instant::now();
+            let (mut l, change) = LoopClass::start(true, t0);
+            if let Some(Change::Refused(e)) = change {
+                eprintln!("real-time class refused here ({e}); nothing to check");
+                assert_eq!(l.class(), Class::Other);
+                assert_eq!(l.turn(Duration::ZERO, t0 + WINDOW), None, "not asked again");
+                return;
+            }
+            assert_eq!(change, Some(Change::Promoted));
+            assert_eq!(l.class(), Class::Fifo(LOOP_PRIORITY));
+            // Within a window nothing is decided, however busy.
+            assert_eq!(l.turn(Duration::from_millis(400), t0 + WINDOW / 2), None);
+            let c = l.turn(Duration::from_millis(200), t0 + WINDOW);
+            assert_eq!(c, Some(Change::Demoted { busy: 0.6 }));
+            assert_eq!(l.class(), Class::Other);
+            // A middling window keeps it ordinary; a quiet one promotes it.
+            assert_eq!(l.turn(Duration::from_millis(100), t0 + WINDOW * 2), None);
+            let c = l.turn(Duration::from_millis(10), t0 + WINDOW * 3);
+            assert_eq!(c, Some(Change::Promoted));
+            assert_eq!(l.class(), Class::Fifo(LOOP_PRIORITY));
+            set_this_thread(Class::Other).unwrap();
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// Live: the calling thread really takes each class (as root), and a
+    /// thread it then starts is ordinary (`SCHED_RESET_ON_FORK`).
+    #[test]
+    fn a_thread_takes_the_class_and_what_it_starts_does_not() {
+        std::thread::spawn(|| {
+            let policy = || {
+                // SAFETY: sched_getscheduler on the calling thread.
+                unsafe { libc::sched_getscheduler(0) & !libc::SCHED_RESET_ON_FORK }
+            };
+            if let Err(e) = set_this_thread(Class::Fifo(LOOP_PRIORITY)) {
+                eprintln!("real-time class refused here ({e}); nothing to check");
+                return;
+            }
+            assert_eq!(policy(), libc::SCHED_FIFO);
+            let child = std::thread::spawn(policy).join().unwrap();
+            assert_eq!(child, libc::SCHED_OTHER, "a thread it starts is ordinary");
+            set_this_thread(Class::Other).unwrap();
+            assert_eq!(policy(), libc::SCHED_OTHER);
+        })
+        .join()
+        .unwrap();
+    }
+}
