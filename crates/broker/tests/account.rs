@@ -22,22 +22,12 @@ fn cpu(n: u32, shared: bool) -> LedgerItem {
 
 /// Process `pid` of alice (uid 1000) asks for `items`.
 fn acquire(w: &mut World, pid: u32, items: Vec<LedgerItem>) -> Vec<allot_broker::core::Effect> {
-    let peer = allot_broker::core::Peer {
-        pid,
-        start: Some(pid as u64),
-        uid: 1000,
-        gid: 1000,
-    };
+    let peer = peer(pid, 1000);
     w.handle(20, peer, Request::KindAcquire { items }, None)
 }
 
 fn release(w: &mut World, pid: u32, items: Vec<LedgerItem>) {
-    let peer = allot_broker::core::Peer {
-        pid,
-        start: Some(pid as u64),
-        uid: 1000,
-        gid: 1000,
-    };
+    let peer = peer(pid, 1000);
     let e = w.handle(20, peer, Request::KindRelease { items }, None);
     assert!(
         e.iter().all(|e| !matches!(

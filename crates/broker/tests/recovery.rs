@@ -148,12 +148,7 @@ fn a_cell_the_journal_lost_is_recovered_and_its_id_never_reused() {
             ..
         }
     ));
-    let member = allot_broker::core::Peer {
-        pid: 500,
-        start: Some(500),
-        uid: 1000,
-        gid: 1000,
-    };
+    let member = peer(500, 1000);
     let e = w.handle(9, member, Request::Rejoin { cell: 5, token: 77 }, None);
     assert!(
         matches!(

@@ -467,7 +467,7 @@ fn a_broker_that_stops_opens_every_gate() {
 /// arrives — through the doorbell or, failing that, the next tick.
 #[test]
 fn a_message_triggered_cell_sleeps_without_messages_and_wakes_on_one() {
-    use allot_broker::core::{Effect, Peer};
+    use allot_broker::core::Effect;
     use allot_channel::Full;
     use allot_enforce::gate::GateCall;
     use allot_proto::msg::Request;
@@ -493,12 +493,7 @@ fn a_message_triggered_cell_sleeps_without_messages_and_wakes_on_one() {
         grant(&page)
     );
     // Its process opens the receiving end of a channel; another sends.
-    let rx_peer = Peer {
-        pid: 100,
-        start: Some(100),
-        uid: 0,
-        gid: 0,
-    };
+    let rx_peer = peer(100, 0);
     let open = |w: &mut World, session, peer, send| {
         let e = w.handle(
             session,
@@ -611,12 +606,7 @@ fn without_a_freezer_a_message_triggered_cell_stays_active() {
         false,
     );
     let (id, _, _page) = page(e);
-    let peer = allot_broker::core::Peer {
-        pid: 100,
-        start: Some(100),
-        uid: 0,
-        gid: 0,
-    };
+    let peer = peer(100, 0);
     let e = w.handle(
         20,
         peer,

@@ -61,12 +61,7 @@ fn a_pid_reused_while_its_cell_waits_is_not_captured() {
 fn a_connection_whose_process_ended_acts_for_nobody() {
     let mut w = world(4);
     proc_of(&w, 300, 1000);
-    let old = Peer {
-        pid: 300,
-        start: Some(300),
-        uid: 1000,
-        gid: 1000,
-    };
+    let old = peer(300, 1000);
     w.os.exit(300);
     proc_of(&w, 300, 0);
     w.os.set_start(300, 1_000_000);
@@ -233,12 +228,6 @@ fn require_holds_outside_cells_count_as_guarantees() {
     for pid in 100..106 {
         proc_of(&w, pid, 1000);
     }
-    let peer = |pid: u32, uid: u32| Peer {
-        pid,
-        start: Some(pid as u64),
-        uid,
-        gid: uid,
-    };
     let cpu = |dev: u32, shared: bool| LedgerItem {
         kind: "cpu".into(),
         dev,

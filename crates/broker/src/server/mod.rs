@@ -656,8 +656,6 @@ impl Broker {
     }
 }
 
-/// Appends `recs` to `journal`; a failure is logged when the journal
-/// falls behind (once, not per record), and so is its catching up.
 /// Says in the log what became of the event loop's class.
 fn log_class_change(c: &Change) {
     match c {
@@ -679,6 +677,8 @@ fn log_class_change(c: &Change) {
     }
 }
 
+/// Appends `recs` to `journal`; a failure is logged when the journal
+/// falls behind (once, not per record), and so is its catching up.
 fn append_logged(journal: &mut Journal, recs: &[crate::journal::Record]) {
     let behind = journal.problem().is_some();
     match (journal.append(recs), behind) {

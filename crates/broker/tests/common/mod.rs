@@ -15,6 +15,17 @@ use rustix::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// A peer: process `pid` (started at tick `pid`, as `FakeOs` starts its
+/// processes), of user and group `uid`.
+pub const fn peer(pid: u32, uid: u32) -> Peer {
+    Peer {
+        pid,
+        start: Some(pid as u64),
+        uid,
+        gid: uid,
+    }
+}
+
 pub const ROOT: Peer = Peer {
     pid: 1,
     start: Some(1),

@@ -41,7 +41,7 @@ pub use block::{Wait, Waits, given_back, may_hold_current, release_on, releases,
 pub use request::{Amount, Request, RequireError, Timing, What};
 use resolve::{add_kind, add_kind_local, give_back, lookup, policy_impossible, resolve};
 pub use spawn::{ChildGuard, SpawnCtx, blocking, spawn};
-pub use wait::DEFAULT_GATHER_WINDOW;
+pub use wait::{DEFAULT_GATHER_WINDOW, PROBE_PART, QUIET_WINDOWS};
 
 use super::builtin;
 use super::kind::{self, Kind};

@@ -14,25 +14,43 @@ use super::*;
 pub const DEFAULT_GATHER_WINDOW: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// A request that arrives when no batch is open and none arrived for this
-/// many windows opens no batch: it is alone, and waiting for company that
-/// does not come only delays it (measured on the image server: a 1 ms
-/// window paid by every request at light load raised the mean latency by
-/// a quarter; docs/require.md).
+/// many windows is in a *quiet spell*: it opens a batch, but waits only
+/// [`PROBE_PART`] of the window for company, and the whole window only
+/// if a request joins meanwhile. At light load every request is alone,
+/// and a whole window paid by each raised the image server's mean latency
+/// by a quarter (docs/require.md); a burst after a quiet spell still
+/// divides (Poli-C's four requests on 64 cores, 16 each, whatever came
+/// before them).
 pub const QUIET_WINDOWS: u32 = 10;
 
-/// Whether a request that divides among concurrent arrivals waits for a
-/// batch: it joins one that is `open`; otherwise it opens one unless the
-/// window is zero or the last such request arrived `since` ago, at least
-/// [`QUIET_WINDOWS`] windows (`None`: the first request ever opens one).
-fn waits_for_batch(
+/// The part of the window a request in a quiet spell waits for company
+/// (one eighth: 125 µs of the default 1 ms).
+pub const PROBE_PART: u32 = 8;
+
+/// The longest a request alone in a quiet spell spins for company before
+/// it sleeps (its part of a window up to 1.6 ms is all spin).
+const MAX_SPIN: std::time::Duration = std::time::Duration::from_micros(200);
+
+/// How long a request of a policy that divides among concurrent arrivals
+/// waits for company while its batch has no other request: `None` (no
+/// batch) when the window is zero; the whole window when it joins an
+/// `open` batch or the last such request arrived `since` ago within
+/// [`QUIET_WINDOWS`] windows (`None`: the first request ever); else (a
+/// quiet spell) [`PROBE_PART`] of it. A batch that gains a second request
+/// stays open for the whole window from its first.
+fn alone_wait(
     open: bool,
     since: Option<std::time::Duration>,
     window: std::time::Duration,
-) -> bool {
+) -> Option<std::time::Duration> {
     if window.is_zero() {
-        return false;
+        return None;
     }
-    open || since.is_none_or(|d| d < window * QUIET_WINDOWS)
+    if open || since.is_none_or(|d| d < window * QUIET_WINDOWS) {
+        Some(window)
+    } else {
+        Some(window / PROBE_PART)
+    }
 }
 
 /// The gathering window the process starts with: `ALLOT_GATHER_WINDOW`
@@ -102,25 +120,49 @@ impl Blocks {
     /// Joins the batch of arrivals whose policies divide among themselves
     /// (the first opens it), and waits until the batch's window closes,
     /// so that every request of the batch is counted when each one's
-    /// policy runs. A request arriving in a quiet spell ([`QUIET_WINDOWS`]
-    /// without one) opens no batch and goes on at once. Takes and returns
-    /// the lock guard.
+    /// policy runs. A batch opened in a quiet spell ([`QUIET_WINDOWS`]
+    /// without a request) closes after [`PROBE_PART`] of the window unless
+    /// another request joins it ([`alone_wait`]). Takes and returns the
+    /// lock guard.
     pub(super) fn gather<'s>(&'s self, mut st: Locked<'s>, tid: Tid) -> Locked<'s> {
         let now = std::time::Instant::now();
-        let waits = waits_for_batch(
+        let window = st.gather_window;
+        let Some(alone) = alone_wait(
             !st.gathering.is_empty(),
             st.last_gathering.map(|t| now.duration_since(t)),
-            st.gather_window,
-        );
-        st.last_gathering = Some(now);
-        if !waits {
+            window,
+        ) else {
             return st;
-        }
+        };
+        st.last_gathering = Some(now);
         let opened = st.gathering.first().map_or(now, |&(_, at)| at);
         st.gathering.push((tid, now));
-        let closes = opened + st.gather_window;
+        if alone < window {
+            // Alone in a quiet spell: it spins through its part of the
+            // window (at most MAX_SPIN of it), the lock let go between
+            // looks, instead of sleeping; a sleep and its wake-up cost the
+            // image server's requests more than the part itself
+            // (docs/require.md). What a longer part leaves, it sleeps.
+            let spin_until = opened + alone.min(MAX_SPIN);
+            while st.gathering.len() == 1 && std::time::Instant::now() < spin_until {
+                drop(st);
+                for _ in 0..64 {
+                    std::hint::spin_loop();
+                }
+                st = self.lock();
+            }
+        }
+        // Then it waits for the batch to close: the whole window from its
+        // first request once it has company (or when it was not opened in
+        // a quiet spell), else the rest of its part.
         loop {
             let now = std::time::Instant::now();
+            let closes = opened
+                + if st.gathering.len() > 1 {
+                    window
+                } else {
+                    alone
+                };
             if now >= closes {
                 return st;
             }
@@ -182,29 +224,38 @@ impl Blocks {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_window, waits_for_batch};
+    use super::{alone_wait, parse_window};
     use std::time::Duration;
 
     #[test]
-    fn a_request_in_a_quiet_spell_opens_no_batch() {
+    fn a_request_in_a_quiet_spell_waits_a_part_of_the_window_for_company() {
         let ms = Duration::from_millis;
-        assert!(
-            waits_for_batch(false, None, ms(1)),
-            "the first ever opens one"
+        assert_eq!(
+            alone_wait(false, None, ms(1)),
+            Some(ms(1)),
+            "the first ever"
         );
-        assert!(
-            waits_for_batch(false, Some(ms(3)), ms(1)),
+        assert_eq!(
+            alone_wait(false, Some(ms(3)), ms(1)),
+            Some(ms(1)),
             "arrivals close together"
         );
-        assert!(
-            !waits_for_batch(false, Some(ms(10)), ms(1)),
-            "ten windows of quiet"
+        assert_eq!(
+            alone_wait(false, Some(ms(10)), ms(8)),
+            Some(ms(8)),
+            "a window and a bit of quiet is no spell"
         );
-        assert!(
-            waits_for_batch(true, Some(ms(50)), ms(1)),
-            "an open batch is joined"
+        assert_eq!(
+            alone_wait(false, Some(ms(10)), ms(1)),
+            Some(Duration::from_micros(125)),
+            "ten windows of quiet: an eighth"
         );
-        assert!(!waits_for_batch(true, None, Duration::ZERO), "batching off");
+        assert_eq!(
+            alone_wait(true, Some(ms(50)), ms(1)),
+            Some(ms(1)),
+            "an open batch is joined for its window"
+        );
+        assert_eq!(alone_wait(true, None, Duration::ZERO), None, "batching off");
     }
 
     #[test]

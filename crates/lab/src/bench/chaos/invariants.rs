@@ -3,7 +3,7 @@
 //! while they were read exempt), no
 //! leaked cgroup, and what was seen around the first overlap of two cells.
 
-use super::Tally;
+use super::tally::Tally;
 use crate::bench::broker::PrivateBroker;
 use allot_proto::status::Status;
 use allot_topo::CpuSet;

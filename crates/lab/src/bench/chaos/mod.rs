@@ -36,25 +36,22 @@
 //! with what was seen.
 
 mod invariants;
+mod procs;
+mod tally;
 
 use super::broker::PrivateBroker;
 use allot_proto::status::Status;
 use invariants::{check_exclusive, check_leaks};
+use procs::{alive, children, extra_fds, kill_group, open_fds};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+pub use tally::{ADOPT_WITHIN, JOB_LIMIT, LEAK_AFTER, REJOIN_WITHIN};
+use tally::{Bounds, Tally, overall, summary};
 
 /// How often the invariants are checked.
 pub const CHECK_EVERY: Duration = Duration::from_millis(50);
-/// How long an unlisted `cell-N` may remain.
-pub const LEAK_AFTER: Duration = Duration::from_secs(10);
-/// How long a restarted broker may take to list the surviving cells.
-pub const ADOPT_WITHIN: Duration = Duration::from_secs(2);
-/// How long a surviving `allot run` may take to rejoin.
-pub const REJOIN_WITHIN: Duration = Duration::from_secs(3);
-/// How long a job may run before it counts as hung.
-pub const JOB_LIMIT: Duration = Duration::from_secs(30);
 /// One step of the schedule.
 const STEP: Duration = Duration::from_millis(10);
 
@@ -94,34 +91,6 @@ pub struct ChaosArgs {
     patience: f64,
 }
 
-/// The time bounds the checks allow, the constants above times
-/// `--patience` (only for emulated machines, such as the guest lane's:
-/// there the checks still judge that each thing happens, not how fast).
-#[derive(Debug, Clone, Copy)]
-struct Bounds {
-    leak_after: Duration,
-    adopt_within: Duration,
-    rejoin_within: Duration,
-    job_limit: Duration,
-}
-
-impl Bounds {
-    fn scaled(patience: f64) -> Bounds {
-        Bounds {
-            leak_after: LEAK_AFTER.mul_f64(patience),
-            adopt_within: ADOPT_WITHIN.mul_f64(patience),
-            rejoin_within: REJOIN_WITHIN.mul_f64(patience),
-            job_limit: JOB_LIMIT.mul_f64(patience),
-        }
-    }
-}
-
-impl Default for Bounds {
-    fn default() -> Bounds {
-        Bounds::scaled(1.0)
-    }
-}
-
 /// A tiny deterministic generator (the schedule must be reproducible).
 struct Rng(u64);
 
@@ -156,26 +125,6 @@ struct Job {
     wrapper_killed: bool,
     /// The program was killed.
     program_killed: bool,
-}
-
-#[derive(Debug, Default)]
-struct Tally {
-    started: u32,
-    refused: u32,
-    finished: u32,
-    wrappers_killed: u32,
-    programs_killed: u32,
-    restarts: u32,
-    checks: u32,
-    adopt_ms: Vec<u64>,
-    rejoin_ms: Vec<u64>,
-    failures: Vec<String>,
-    /// What was seen around the first kernel overlap of each pair of
-    /// cells, printed after the failures.
-    diagnoses: BTreeMap<(u64, u64), String>,
-    bounds: Bounds,
-    /// Where the brokers' whole log was kept (after a failure).
-    log: Option<std::path::PathBuf>,
 }
 
 /// Runs `allot bench chaos`: one soak, or one per seed of `--seeds`.
@@ -637,81 +586,6 @@ fn stop_jobs(jobs: &mut Vec<Job>, keep: Option<u32>) {
     while let Ok(Some(_)) = rustix::process::waitpid(None, rustix::process::WaitOptions::NOHANG) {}
 }
 
-fn kill_group(pgid: u32, sig: rustix::process::Signal) {
-    if let Some(p) = rustix::process::Pid::from_raw(pgid as i32) {
-        let _ = rustix::process::kill_process_group(p, sig);
-    }
-}
-
-/// The processes whose parent is `pid` (its children, and for a subreaper
-/// the orphans it adopted).
-fn children(pid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            continue;
-        };
-        let ppid = stat
-            .rfind(')')
-            .and_then(|i| stat[i + 2..].split_whitespace().nth(1))
-            .and_then(|x| x.parse::<u32>().ok());
-        if ppid == Some(pid) {
-            out.push(p);
-        }
-    }
-    out
-}
-
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| s.rfind(')').is_some_and(|i| !s[i + 2..].starts_with('Z')))
-}
-
-/// The open descriptors of `pid`, by number, with what each refers to
-/// (a path, `socket`, `pipe`, `anon_inode:[pidfd]`...).
-fn open_fds(pid: u32) -> BTreeMap<u32, String> {
-    let dir = format!("/proc/{pid}/fd");
-    std::fs::read_dir(&dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let fd = e.file_name().to_str()?.parse().ok()?;
-            let target = std::fs::read_link(e.path())
-                .map_or_else(|_| "?".into(), |t| t.display().to_string());
-            // A restarted broker's socket or pipe is another inode.
-            let kind = match target.split_once(":[") {
-                Some((k @ ("socket" | "pipe"), _)) => k.to_string(),
-                _ => target,
-            };
-            Some((fd, kind))
-        })
-        .collect()
-}
-
-/// The descriptors of `now` that `start` did not have (by what they refer
-/// to: a number may be reused), or "none" when only the count grew.
-fn extra_fds(start: &BTreeMap<u32, String>, now: &BTreeMap<u32, String>) -> String {
-    let mut seen: Vec<&String> = start.values().collect();
-    let mut extra = Vec::new();
-    for (fd, target) in now {
-        match seen.iter().position(|s| *s == target) {
-            Some(i) => {
-                seen.swap_remove(i);
-            }
-            None => extra.push(format!("{fd} -> {target}")),
-        }
-    }
-    if extra.is_empty() {
-        "none by what they refer to".into()
-    } else {
-        extra.join(", ")
-    }
-}
-
 fn status(socket: &Path) -> Option<Status> {
     let mut c = allot_client::Client::connect(socket).ok()?;
     c.set_timeout(Some(Duration::from_secs(2))).ok()?;
@@ -720,100 +594,6 @@ fn status(socket: &Path) -> Option<Status> {
 
 fn broker_log_len(broker: &PrivateBroker) -> usize {
     broker.log().len()
-}
-
-fn pct(v: &[u64], p: f64) -> String {
-    if v.is_empty() {
-        return "-".into();
-    }
-    let mut s = v.to_vec();
-    s.sort_unstable();
-    let i = ((s.len() as f64 - 1.0) * p).round() as usize;
-    format!("{} ms", s[i])
-}
-
-fn summary(seconds: u64, backend: &str, seed: u64, t: &Tally) -> String {
-    use std::fmt::Write;
-    let mut out = String::new();
-    let _ = writeln!(out, "chaos: {seconds} s, {backend} backend, seed {seed}");
-    let _ = writeln!(
-        out,
-        "  jobs started {}, finished {}, refused {}; wrappers killed {}, programs killed {}",
-        t.started, t.finished, t.refused, t.wrappers_killed, t.programs_killed
-    );
-    let _ = writeln!(
-        out,
-        "  broker restarts {}; survivors listed again: median {}, max {} (bound {:?}); \
-         rejoined: median {}, max {} (bound {:?})",
-        t.restarts,
-        pct(&t.adopt_ms, 0.5),
-        pct(&t.adopt_ms, 1.0),
-        t.bounds.adopt_within,
-        pct(&t.rejoin_ms, 0.5),
-        pct(&t.rejoin_ms, 1.0),
-        t.bounds.rejoin_within
-    );
-    let _ = writeln!(
-        out,
-        "  invariant checks {}: exclusivity (status and kernel), leaked cgroups, lost tokens",
-        t.checks
-    );
-    if t.failures.is_empty() {
-        let _ = writeln!(out, "  no failure");
-    } else {
-        let _ = writeln!(out, "  {} FAILURE(S):", t.failures.len());
-        for f in t.failures.iter().take(30) {
-            let _ = writeln!(out, "    {f}");
-        }
-        if let Some(kept) = &t.log {
-            let _ = writeln!(
-                out,
-                "  the brokers' log (every restart): {}",
-                kept.display()
-            );
-        }
-        for ((id, other), seen) in &t.diagnoses {
-            let _ = writeln!(out, "  at the first overlap of cells {id} and {other}:");
-            for l in seen.lines() {
-                let _ = writeln!(out, "    {l}");
-            }
-        }
-    }
-    out
-}
-
-/// The summary of several soaks: their sums, and which seeds failed.
-fn overall(seconds: u64, backend: &str, runs: &[(u64, Tally)]) -> String {
-    use std::fmt::Write;
-    let sum = |f: fn(&Tally) -> u64| runs.iter().map(|(_, t)| f(t)).sum::<u64>();
-    let failed: Vec<String> = runs
-        .iter()
-        .filter(|(_, t)| !t.failures.is_empty())
-        .map(|(s, t)| format!("{s} ({} failures)", t.failures.len()))
-        .collect();
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "chaos over {} seeds, {seconds} s each ({} s in all), {backend} backend:",
-        runs.len(),
-        seconds * runs.len() as u64
-    );
-    let _ = writeln!(
-        out,
-        "  invariant checks {}, breaches {}, broker restarts {}, jobs started {}, wrappers killed {}, programs killed {}",
-        sum(|t| t.checks.into()),
-        sum(|t| t.failures.len() as u64),
-        sum(|t| t.restarts.into()),
-        sum(|t| t.started.into()),
-        sum(|t| t.wrappers_killed.into()),
-        sum(|t| t.programs_killed.into()),
-    );
-    if failed.is_empty() {
-        let _ = writeln!(out, "  no failure");
-    } else {
-        let _ = writeln!(out, "  FAILED with seeds {}", failed.join(", "));
-    }
-    out
 }
 
 #[cfg(test)]
@@ -827,33 +607,5 @@ mod tests {
         assert!(parse_seeds("5-2").unwrap_err().contains("range"));
         assert!(parse_seeds("1,x").unwrap_err().contains("\"x\""));
         assert!(parse_seeds("0-20000").is_err());
-    }
-
-    #[test]
-    fn the_overall_summary_sums_and_names_the_failed_seeds() {
-        let ok = Tally {
-            checks: 10,
-            restarts: 2,
-            ..Tally::default()
-        };
-        let bad = Tally {
-            checks: 5,
-            restarts: 1,
-            failures: vec!["exclusive cell 3 overlaps".into()],
-            ..Tally::default()
-        };
-        let text = overall(60, "cgroup2", &[(1, ok), (2, bad)]);
-        assert!(text.contains("2 seeds, 60 s each (120 s in all)"), "{text}");
-        assert!(
-            text.contains("invariant checks 15, breaches 1, broker restarts 3"),
-            "{text}"
-        );
-        assert!(text.contains("FAILED with seeds 2 (1 failures)"), "{text}");
-        let text = overall(
-            60,
-            "cgroup2",
-            &[(1, Tally::default()), (2, Tally::default())],
-        );
-        assert!(text.contains("no failure"), "{text}");
     }
 }
