@@ -490,7 +490,7 @@ impl Engine {
             self.retry_removals(now);
         }
         self.refreeze_stragglers();
-        self.watch_memory();
+        self.watch_memory(now);
         let mut changed = false;
         let ids: Vec<u64> = self.cells.keys().copied().collect();
         let mut usages = BTreeMap::new();
