@@ -23,9 +23,10 @@
 //! A real-time thread that keeps a CPU busy takes it from everyone below
 //! it, and the loop's work grows with what clients ask. So the loop holds
 //! the class only while it is cheap ([`next_class`], a pure function of
-//! how busy the loop was over the last [`WINDOW`]): above [`DEMOTE_ABOVE`]
-//! of a CPU it returns to SCHED_OTHER, and it takes the real-time class
-//! again only after a window below [`PROMOTE_BELOW`]. A client flooding the
+//! the CPU time the loop's thread used over the last [`WINDOW`], its own
+//! clock: time it spent blocked or preempted does not count): above
+//! [`DEMOTE_ABOVE`] of a CPU it returns to SCHED_OTHER, and it takes the
+//! real-time class again after a window below [`PROMOTE_BELOW`]. A client flooding the
 //! broker therefore moves it to the ordinary class, where it competes like
 //! any process (the per-user turns of `crate::server` still apply), and
 //! never holds a CPU at real-time priority for long.
@@ -46,8 +47,9 @@ pub const WINDOW: Duration = Duration::from_secs(1);
 pub const DEMOTE_ABOVE: f64 = 0.25;
 
 /// The loop takes the real-time class again after a [`WINDOW`] less busy
-/// than this.
-pub const PROMOTE_BELOW: f64 = 0.05;
+/// than this (half the demotion bound: a loop between the two keeps its
+/// class, so it does not change class every window).
+pub const PROMOTE_BELOW: f64 = 0.1;
 
 /// The scheduling class of a thread of the broker's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,25 +112,32 @@ pub enum Change {
     Refused(String),
 }
 
-/// The event loop's class and its busy time in the current window.
+/// The CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`).
+pub fn this_thread_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// The event loop's class, and where its current window began (on the
+/// wall clock and on the thread's CPU clock).
 #[derive(Debug)]
 pub struct LoopClass {
     class: Class,
     /// Off by configuration, or refused by the kernel: never promoted.
     fixed: bool,
     window_start: Instant,
-    busy: Duration,
+    cpu_at_start: Duration,
 }
 
 impl LoopClass {
     /// The calling thread (the event loop) in the real-time class if
     /// `wanted` and the kernel allows it.
-    pub fn start(wanted: bool, now: Instant) -> (LoopClass, Option<Change>) {
+    pub fn start(wanted: bool, now: Instant, cpu: Duration) -> (LoopClass, Option<Change>) {
         let mut l = LoopClass {
             class: Class::Other,
             fixed: !wanted,
             window_start: now,
-            busy: Duration::ZERO,
+            cpu_at_start: cpu,
         };
         let change = wanted.then(|| l.enter(Class::Fifo(LOOP_PRIORITY), 0.0));
         (l, change)
@@ -139,17 +148,19 @@ impl LoopClass {
         self.class
     }
 
-    /// Counts one turn of the loop that took `busy`; at the end of a
-    /// window, moves the loop to the class [`next_class`] says.
-    pub fn turn(&mut self, busy: Duration, now: Instant) -> Option<Change> {
-        self.busy += busy;
+    /// After one turn of the loop, at `now`: at the end of a window, reads
+    /// the thread's CPU clock (`cpu`, called once a window) and moves the
+    /// loop to the class [`next_class`] says for the share of a CPU it
+    /// used.
+    pub fn turn(&mut self, now: Instant, cpu: impl FnOnce() -> Duration) -> Option<Change> {
         let span = now.saturating_duration_since(self.window_start);
         if span < WINDOW {
             return None;
         }
-        let share = self.busy.as_secs_f64() / span.as_secs_f64();
+        let cpu = cpu();
+        let share = cpu.saturating_sub(self.cpu_at_start).as_secs_f64() / span.as_secs_f64();
         self.window_start = now;
-        self.busy = Duration::ZERO;
+        self.cpu_at_start = cpu;
         if self.fixed {
             return None;
         }
@@ -189,19 +200,24 @@ mod tests {
         assert_eq!(next_class(rt, 0.26), Class::Other);
         assert_eq!(next_class(rt, 1.0), Class::Other);
         // Between the bounds each class keeps itself: no flapping.
-        assert_eq!(next_class(Class::Other, 0.1), Class::Other);
+        assert_eq!(next_class(Class::Other, 0.2), Class::Other);
         assert_eq!(next_class(Class::Other, PROMOTE_BELOW), Class::Other);
-        assert_eq!(next_class(Class::Other, 0.01), rt);
+        assert_eq!(next_class(Class::Other, 0.09), rt);
     }
 
     #[test]
     fn a_loop_kept_ordinary_counts_its_windows_and_never_changes() {
         let t0 = Instant::now();
-        let (mut l, change) = LoopClass::start(false, t0);
+        let (mut l, change) = LoopClass::start(false, t0, Duration::ZERO);
         assert_eq!(change, None);
         assert_eq!(l.class(), Class::Other);
-        assert_eq!(l.turn(Duration::from_millis(1), t0 + WINDOW * 2), None);
-        assert_eq!(l.busy, Duration::ZERO, "a new window began");
+        let cpu = Duration::from_secs(2);
+        assert_eq!(
+            l.turn(t0 + WINDOW * 2, || cpu),
+            None,
+            "busy, but kept ordinary"
+        );
+        assert_eq!(l.cpu_at_start, cpu, "a new window began");
         assert_eq!(l.class(), Class::Other);
     }
 
@@ -211,23 +227,27 @@ mod tests {
     fn a_busy_window_demotes_the_loop_and_a_quiet_one_promotes_it() {
         std::thread::spawn(|| {
             let t0 = Instant::now();
-            let (mut l, change) = LoopClass::start(true, t0);
+            let ms = Duration::from_millis;
+            let (mut l, change) = LoopClass::start(true, t0, ms(1000));
             if let Some(Change::Refused(e)) = change {
                 eprintln!("real-time class refused here ({e}); nothing to check");
                 assert_eq!(l.class(), Class::Other);
-                assert_eq!(l.turn(Duration::ZERO, t0 + WINDOW), None, "not asked again");
+                assert_eq!(l.turn(t0 + WINDOW, || ms(1000)), None, "not asked again");
                 return;
             }
             assert_eq!(change, Some(Change::Promoted));
             assert_eq!(l.class(), Class::Fifo(LOOP_PRIORITY));
-            // Within a window nothing is decided, however busy.
-            assert_eq!(l.turn(Duration::from_millis(400), t0 + WINDOW / 2), None);
-            let c = l.turn(Duration::from_millis(200), t0 + WINDOW);
+            // Within a window nothing is decided (nor the clock read).
+            let unread = || -> Duration { panic!("the CPU clock read within a window") };
+            assert_eq!(l.turn(t0 + WINDOW / 2, unread), None);
+            // 600 ms of CPU in a second: demoted.
+            let c = l.turn(t0 + WINDOW, || ms(1600));
             assert_eq!(c, Some(Change::Demoted { busy: 0.6 }));
             assert_eq!(l.class(), Class::Other);
-            // A middling window keeps it ordinary; a quiet one promotes it.
-            assert_eq!(l.turn(Duration::from_millis(100), t0 + WINDOW * 2), None);
-            let c = l.turn(Duration::from_millis(10), t0 + WINDOW * 3);
+            // A middling window (150 ms) keeps it ordinary; a quiet one
+            // (20 ms) promotes it.
+            assert_eq!(l.turn(t0 + WINDOW * 2, || ms(1750)), None);
+            let c = l.turn(t0 + WINDOW * 3, || ms(1770));
             assert_eq!(c, Some(Change::Promoted));
             assert_eq!(l.class(), Class::Fifo(LOOP_PRIORITY));
             set_this_thread(Class::Other).unwrap();

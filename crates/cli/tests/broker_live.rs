@@ -397,7 +397,12 @@ fn the_event_loop_runs_at_real_time_priority_and_what_it_starts_does_not() {
     let pid = d.pid().expect("the broker runs");
     let threads = thread_classes(pid);
     let main = threads.iter().find(|t| t.0 == pid).unwrap();
-    assert_eq!((main.2, main.3), (SCHED_FIFO, 1), "{threads:?}");
+    // It holds the class, unless it gave it up, busy, and said so (a
+    // loaded machine can make a debug build's start that dear).
+    let gave_up = d.log().contains("back to SCHED_OTHER");
+    if !gave_up {
+        assert_eq!((main.2, main.3), (SCHED_FIFO, 1), "{threads:?}");
+    }
     assert!(
         threads.iter().any(|t| t.1 == "allot-maps"),
         "the reader thread started: {threads:?}"

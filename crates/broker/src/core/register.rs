@@ -571,6 +571,9 @@ impl Engine {
         }
         let before = self.cells[&cell].spec.memory;
         if spec.memory != before {
+            // What the kernel charges it now (the tick reads it only once
+            // a second).
+            self.observe_memory(cell);
             let used = self.memory.used.get(&cell).map_or(0, |u| u.current);
             if spec.memory.max != 0 && used > spec.memory.max {
                 return Err(err(

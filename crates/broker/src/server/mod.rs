@@ -67,7 +67,7 @@ use crate::core::{Effect, Engine, Peer, SessionId};
 use crate::journal::Journal;
 use crate::log::Throttle;
 use crate::metrics::Exporter;
-use crate::realtime::{Change, LoopClass};
+use crate::realtime::{Change, LoopClass, this_thread_cpu};
 use crate::{info, warn};
 use allot_enforce::os::{Os, RealOs};
 use allot_proto::dirs::TrustedDir;
@@ -437,7 +437,8 @@ impl Broker {
     pub fn run(mut self) -> std::io::Result<()> {
         let mut events: Vec<Event> = Vec::with_capacity(256);
         let mut idle_since: Option<Instant> = None;
-        let (mut class, change) = LoopClass::start(self.cfg.realtime, Instant::now());
+        let (mut class, change) =
+            LoopClass::start(self.cfg.realtime, Instant::now(), this_thread_cpu());
         match change {
             Some(c) => log_class_change(&c),
             None => info!("event loop: {} (realtime = false)", class.class()),
@@ -500,11 +501,10 @@ impl Broker {
             // The cells admitted in this turn join together.
             let effects = self.core.settle();
             self.apply(effects);
-            let busy = busy_since.elapsed();
             if !events.is_empty() {
-                self.core.counters.turn.observe(busy);
+                self.core.counters.turn.observe(busy_since.elapsed());
             }
-            if let Some(c) = class.turn(busy, Instant::now()) {
+            if let Some(c) = class.turn(Instant::now(), this_thread_cpu) {
                 log_class_change(&c);
             }
             if stop || self.core.stop_requested() {
@@ -665,8 +665,8 @@ fn log_class_change(c: &Change) {
             crate::realtime::DEMOTE_ABOVE * 100.0
         ),
         Change::Demoted { busy } => warn!(
-            "event loop: busy {:.0} % of the last second; back to SCHED_OTHER until a second \
-             under {:.0} %",
+            "event loop: used {:.0} % of a CPU over the last second; back to SCHED_OTHER until \
+             a second under {:.0} %",
             busy * 100.0,
             crate::realtime::PROMOTE_BELOW * 100.0
         ),

@@ -147,7 +147,8 @@ struct State {
     gathering: Vec<(Tid, std::time::Instant)>,
     /// How long a batch of such arrivals stays open.
     gather_window: std::time::Duration,
-    /// When the last such request arrived (a quiet spell opens no batch).
+    /// When the last such request arrived (one in a quiet spell waits only
+    /// part of the window for company: `wait::alone_wait`).
     last_gathering: Option<std::time::Instant>,
 }
 

@@ -19,8 +19,9 @@ pub const DEFAULT_GATHER_WINDOW: std::time::Duration = std::time::Duration::from
 /// if a request joins meanwhile. At light load every request is alone,
 /// and a whole window paid by each raised the image server's mean latency
 /// by a quarter (docs/require.md); a burst after a quiet spell still
-/// divides (Poli-C's four requests on 64 cores, 16 each, whatever came
-/// before them).
+/// divides (Poli-C's four requests on 64 cores, 16 each) when its second
+/// request comes within that part (125 µs of the default window; a
+/// longer window widens it).
 pub const QUIET_WINDOWS: u32 = 10;
 
 /// The part of the window a request in a quiet spell waits for company
