@@ -352,25 +352,6 @@ fn stopping_the_broker_removes_its_cgroups() {
     }
 }
 
-/// Each thread of process `pid`: (tid, name, scheduling policy, real-time
-/// priority), from `/proc` (fields 41 and 40 of `stat`).
-fn thread_classes(pid: u32) -> Vec<(u32, String, u32, u32)> {
-    let dir = format!("/proc/{pid}/task");
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(&dir).unwrap().flatten() {
-        let tid: u32 = e.file_name().to_string_lossy().parse().unwrap();
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            continue;
-        };
-        let name = stat[stat.find('(').unwrap() + 1..stat.rfind(')').unwrap()].to_string();
-        let f: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
-        // After the name, field 3 (the state) is f[0]: rt_priority is
-        // field 40, policy field 41.
-        out.push((tid, name, f[38].parse().unwrap(), f[37].parse().unwrap()));
-    }
-    out
-}
-
 #[test]
 fn the_event_loop_runs_at_real_time_priority_and_what_it_starts_does_not() {
     if !prerequisite(
@@ -395,7 +376,7 @@ fn the_event_loop_runs_at_real_time_priority_and_what_it_starts_does_not() {
         return;
     }
     let pid = d.pid().expect("the broker runs");
-    let threads = thread_classes(pid);
+    let threads = allot_testkit::thread_classes(pid);
     let main = threads.iter().find(|t| t.0 == pid).unwrap();
     // It holds the class, unless it gave it up, busy, and said so (a
     // loaded machine can make a debug build's start that dear).
@@ -418,7 +399,7 @@ fn the_event_loop_runs_at_real_time_priority_and_what_it_starts_does_not() {
     std::fs::write(&cfg, "realtime = false\n").unwrap();
     let d = Daemon::start("affinity", &["--config", cfg.to_str().unwrap()]);
     let pid = d.pid().expect("the broker runs");
-    let threads = thread_classes(pid);
+    let threads = allot_testkit::thread_classes(pid);
     let main = threads.iter().find(|t| t.0 == pid).unwrap();
     assert_eq!(main.2, SCHED_OTHER, "{threads:?}");
     assert!(d.log().contains("realtime = false"), "{}", d.log());

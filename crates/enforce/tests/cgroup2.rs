@@ -9,16 +9,9 @@ use allot_topo::CpuSet;
 use std::path::Path;
 use std::sync::Arc;
 
-fn fixture() -> (tempfile::TempDir, Arc<FixtureFs>) {
-    let dir = tempfile::tempdir().unwrap();
-    let fs = Arc::new(FixtureFs::new(FixtureLayout::V2));
-    fs.populate(dir.path()).unwrap();
-    (dir, fs)
-}
-
 #[test]
 fn the_cells_weigh_together_only_in_allots_own_directory() {
-    let (dir, fs) = fixture();
+    let (dir, fs) = common::v2_fixture();
     let root = dir.path().join("allot");
     let weight = || {
         fs.read(&root.join("cpu.weight"))
@@ -42,7 +35,7 @@ fn the_cells_weigh_together_only_in_allots_own_directory() {
 
 #[test]
 fn manages_cells_in_a_fixture_tree() {
-    let (dir, fs) = fixture();
+    let (dir, fs) = common::v2_fixture();
     let root = dir.path().join("allot");
     let mut b = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(8)).unwrap();
     assert!(
@@ -133,7 +126,7 @@ fn manages_cells_in_a_fixture_tree() {
 
 #[test]
 fn adopts_existing_cells_after_restart() {
-    let (dir, fs) = fixture();
+    let (dir, fs) = common::v2_fixture();
     let root = dir.path().join("allot");
     {
         let mut b = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(4)).unwrap();
@@ -219,7 +212,7 @@ fn fs_contract(fs: &dyn CgroupFs, parent: &Path, pid: u32) {
 
 #[test]
 fn fixture_matches_the_kernel_unified_hierarchy() {
-    let (dir, fs) = fixture();
+    let (dir, fs) = common::v2_fixture();
     fs_contract(fs.as_ref(), dir.path(), 1234);
 
     let mounts = allot_enforce::detect::Mounts::read();
@@ -261,7 +254,7 @@ fn live_unified_hierarchy_is_refused_with_a_clear_reason_when_it_lacks_cpuset() 
 
 #[test]
 fn fixture_gate_writes_cgroup_freeze_and_remove_thaws() {
-    let (dir, fs) = fixture();
+    let (dir, fs) = common::v2_fixture();
     let root = dir.path().join("allot");
     let mut b = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(2)).unwrap();
     b.create(5).unwrap();
@@ -353,7 +346,7 @@ fn live_v2_gate_stops_and_resumes_a_spinning_process() {
 
 #[test]
 fn io_weights_go_to_the_cells_io_weight_file() {
-    let (dir, fs) = fixture();
+    let (dir, fs) = common::v2_fixture();
     let root = dir.path().join("allot");
     let mut b = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(8)).unwrap();
     assert!(
@@ -384,7 +377,7 @@ fn io_weights_go_to_the_cells_io_weight_file() {
 #[test]
 fn the_join_file_is_the_cells_directory_and_a_process_inside_is_not_moved_again() {
     use std::os::fd::AsFd;
-    let (dir, fs) = fixture();
+    let (dir, fs) = common::v2_fixture();
     let root = dir.path().join("allot");
     let mut b = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(8)).unwrap();
     b.create(5).unwrap();
@@ -459,7 +452,7 @@ fn the_broker_leaves_the_top_of_its_delegated_subtree_on_the_kernel() {
 #[test]
 fn fixture_memory_goes_to_the_cells_memory_files_and_reads_back() {
     use allot_enforce::memory::MemoryUse;
-    let (dir, fs) = fixture();
+    let (dir, fs) = common::v2_fixture();
     let root = dir.path().join("allot");
     let mut b = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(4)).unwrap();
     // The memory controller is enabled with cpuset and cpu where the
@@ -509,7 +502,7 @@ fn fixture_memory_goes_to_the_cells_memory_files_and_reads_back() {
 /// parent's CPUs back (an empty list) and stays the launcher's.
 #[test]
 fn a_launcher_group_follows_the_cell_and_stays_the_launchers() {
-    let (dir, fs) = fixture();
+    let (dir, fs) = common::v2_fixture();
     let root = dir.path().join("allot");
     let mut b = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(8)).unwrap();
     let mut task = dir.path().to_path_buf();
@@ -689,7 +682,7 @@ fn live_a_launcher_group_confines_a_process_that_stays_where_it_is() {
 /// themselves; the paths are read against the hierarchy's mount.
 #[test]
 fn fixture_a_process_confined_elsewhere_is_not_taken_out_for_a_user() {
-    let (dir, fs) = fixture();
+    let (dir, fs) = common::v2_fixture();
     let job = dir.path().join("slurm/job_7/step_0");
     std::fs::create_dir_all(dir.path().join("slurm/job_7")).unwrap();
     fs.populate(&dir.path().join("slurm")).unwrap();

@@ -11,13 +11,6 @@ use allot_enforce::{Cgroup2, Enforcer};
 use allot_topo::CpuSet;
 use std::sync::Arc;
 
-fn fixture() -> (tempfile::TempDir, Arc<FixtureFs>) {
-    let dir = tempfile::tempdir().unwrap();
-    let fs = Arc::new(FixtureFs::new(FixtureLayout::V2));
-    fs.populate(dir.path()).unwrap();
-    (dir, fs)
-}
-
 /// An exclusive cell made a cpuset partition (fixture: a kernel with
 /// `cpuset.cpus.exclusive`, allot's root a child of the hierarchy's root):
 /// made over its grant, undone before its CPUs change and when it is
@@ -25,7 +18,7 @@ fn fixture() -> (tempfile::TempDir, Arc<FixtureFs>) {
 #[test]
 fn fixture_partitions_follow_the_cell_and_are_undone_before_a_change() {
     use allot_enforce::Partitioning::{self, Isolated};
-    let (dir, fs) = fixture();
+    let (dir, fs) = common::v2_fixture();
     // The hierarchy's root has no cpuset.cpus, .exclusive or .partition of
     // its own.
     for f in [

@@ -443,6 +443,20 @@ fn waiters_holding_nothing_do_not_wake_each_other() {
     );
 }
 
+/// Thread `tid` enters a block of one `policy` request on
+/// `rt`, waiting as needed; the block's scope, entered at the caller's
+/// line.
+#[track_caller]
+fn enter_policy(
+    rt: &Blocks,
+    tid: u64,
+    policy: Arc<dyn allot_require::policy::Policy>,
+) -> allot_require::blocks::Scope<'_> {
+    rt.enter_as(tid, vec![Request::policy(policy)], true, Location::caller())
+        .unwrap()
+        .expect("a blocking enter returns a scope")
+}
+
 /// Poli-C §7.2.1: requests of `fair_cores` (or `fair_numa`) that arrive
 /// together divide the free cores among them — four on 64 cores get 16
 /// each — instead of the first taking everything while the others wait.
@@ -470,15 +484,7 @@ fn arrive_together(
             let (start, entered) = (start.clone(), entered.clone());
             std::thread::spawn(move || {
                 start.wait();
-                let s = rt
-                    .enter_as(
-                        3000 + i,
-                        vec![Request::policy(policy())],
-                        true,
-                        Location::caller(),
-                    )
-                    .unwrap()
-                    .expect("a blocking enter returns a scope");
+                let s = enter_policy(rt, 3000 + i, policy());
                 let got = (s.outcome().cpus.len(), s.outcome().nodes.len());
                 // Each holds until all have entered, so no share is given
                 // back to a later arrival — for at most 10 s: where the
@@ -515,15 +521,7 @@ fn fair_cores_divides_a_burst_that_follows_a_quiet_spell() {
     let rt = Blocks::new(m, false).into_static();
     let window = Duration::from_millis(240);
     rt.set_gather_window(window);
-    let alone = rt
-        .enter_as(
-            2999,
-            vec![Request::policy(policy::fair_cores())],
-            true,
-            Location::caller(),
-        )
-        .unwrap()
-        .expect("a blocking enter returns a scope");
+    let alone = enter_policy(rt, 2999, policy::fair_cores());
     assert_eq!(alone.outcome().cpus.len(), 64, "alone, it takes every core");
     drop(alone);
     std::thread::sleep(window * allot_require::blocks::QUIET_WINDOWS + window / 4);
@@ -545,15 +543,7 @@ fn fair_numa_divides_whole_nodes_among_requests_arriving_together() {
 fn a_request_alone_takes_every_free_core() {
     let m = allot_topo::fixture("opteron6276-4s").unwrap();
     let rt = Blocks::new(m, false);
-    let s = rt
-        .enter_as(
-            4000,
-            vec![Request::policy(policy::fair_cores())],
-            true,
-            Location::caller(),
-        )
-        .unwrap()
-        .unwrap();
+    let s = enter_policy(&rt, 4000, policy::fair_cores());
     assert_eq!(s.outcome().cpus.len(), 64, "nobody else asked");
 }
 

@@ -27,7 +27,9 @@ mod stream;
 pub mod user;
 
 pub use cgroup::{CgroupDirs, move_to_root, unique, v1_cpuset_writable};
-pub use proc::{PYTHON, Proc, forking, output_within, sleeper, spinner, thread_masks, threaded};
+pub use proc::{
+    PYTHON, Proc, forking, output_within, sleeper, spinner, thread_classes, thread_masks, threaded,
+};
 pub use stream::{PATIENCE, Stream};
 
 use std::time::{Duration, Instant};

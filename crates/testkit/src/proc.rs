@@ -104,6 +104,30 @@ pub fn thread_masks(pid: u32) -> Vec<(u32, String)> {
     out
 }
 
+/// `(tid, name, scheduling policy, real-time priority)` of every thread
+/// of `pid`, from `/proc` (fields 41 and 40 of `stat`).
+pub fn thread_classes(pid: u32) -> Vec<(u32, String, u32, u32)> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for e in rd.flatten() {
+            let tid: u32 = e.file_name().to_string_lossy().parse().unwrap_or(0);
+            let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+                continue;
+            };
+            let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+                continue;
+            };
+            let name = stat[open + 1..close].to_string();
+            // After the name, field 3 (the state) is f[0]: rt_priority is
+            // field 40, policy field 41.
+            let f: Vec<&str> = stat[close + 2..].split(' ').collect();
+            let num = |i: usize| f.get(i).and_then(|v| v.parse().ok()).unwrap_or(u32::MAX);
+            out.push((tid, name, num(38), num(37)));
+        }
+    }
+    out
+}
+
 /// Runs `cmd` with its output captured; kills it (by its pid) and panics
 /// if it has not exited after `limit`, e.g. because it deadlocked.
 pub fn output_within(cmd: &mut Command, limit: std::time::Duration) -> Output {

@@ -62,3 +62,16 @@ pub fn v1_dirs(mounts: &allot_enforce::V1Mounts, name: &str) -> Vec<std::path::P
     dirs.extend(mounts.blkio.iter().map(|d| d.join(name)));
     dirs
 }
+
+/// A fixture tree of the cgroup v2 layout, populated, and the filesystem
+/// over it (the directory lives as long as the returned guard).
+pub fn v2_fixture() -> (
+    tempfile::TempDir,
+    std::sync::Arc<allot_enforce::cgroupfs::FixtureFs>,
+) {
+    use allot_enforce::cgroupfs::{FixtureFs, FixtureLayout};
+    let dir = tempfile::tempdir().unwrap();
+    let fs = std::sync::Arc::new(FixtureFs::new(FixtureLayout::V2));
+    fs.populate(dir.path()).unwrap();
+    (dir, fs)
+}
