@@ -235,6 +235,7 @@ pub fn run(a: IsolationArgs) -> Result<i32, String> {
         None => tempfile::tempdir_in("/var/tmp"),
     }
     .map_err(|e| format!("cannot make a directory for the data set: {e}"))?;
+    room_for(tmp.path(), a.data)?;
     let data = tmp.path().join("data");
     write_data(&data, a.data)?;
     let group = Group::enter(a.limit)?;
@@ -270,6 +271,26 @@ pub fn run(a: IsolationArgs) -> Result<i32, String> {
     }
     print!("{}", summary(&results));
     Ok(0)
+}
+
+/// Whether the file system under `dir` has room for a data set of
+/// `bytes` (and a margin, so that the experiment does not fill the disk
+/// for everyone else); refuses, saying what to do, where it has not.
+fn room_for(dir: &Path, bytes: u64) -> Result<(), String> {
+    let fs = rustix::fs::statvfs(dir)
+        .map_err(|e| format!("cannot read the free space under {}: {e}", dir.display()))?;
+    let free = fs.f_bavail.saturating_mul(fs.f_frsize);
+    let needed = bytes + (256 << 20);
+    if free < needed {
+        return Err(format!(
+            "the data set needs {} under {} (with a margin), which has {} free: free some \
+             space, pass --dir on a disk with room, or a smaller --data",
+            allot_plan::spec::Size(needed),
+            dir.display(),
+            allot_plan::spec::Size(free)
+        ));
+    }
+    Ok(())
 }
 
 /// Writes `bytes` of data to `path` (and syncs, so that its pages are
