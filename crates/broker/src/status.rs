@@ -158,6 +158,7 @@ impl Engine {
                 weigh: self.outside.weighing.to_string(),
                 together_weight: self.together_weight(),
                 weight_wanted: self.outside.weights.together,
+                made_ahead: self.made_ahead(),
             },
             machine: MachineStatus {
                 name: self.machine.name().to_string(),

@@ -579,6 +579,58 @@ fn the_timeline_shows_each_step_of_start_and_exit() {
     );
 }
 
+/// Between its turns the broker makes the next cell's directories, so a
+/// registration takes them instead of making its own (the timeline says
+/// "made ahead"); the next id's are made after it, and whatever was made
+/// ahead goes when the broker stops.
+#[test]
+fn a_registration_takes_the_groups_made_ahead_and_none_outlive_the_broker() {
+    if !prerequisite(
+        v1_cpuset_writable(),
+        "a writable cgroup v1 cpuset hierarchy (root)",
+    ) {
+        return;
+    }
+    let mut d = Daemon::start("cgroup1", &[]);
+    let top = Path::new("/sys/fs/cgroup/cpuset").join(&d.cgroup);
+    let cells = || -> Vec<String> {
+        std::fs::read_dir(&top)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("cell-"))
+            .collect()
+    };
+    // Made after the broker's first turn (its first tick at the latest).
+    assert!(eventually(PATIENCE, || !cells().is_empty()));
+    let o = run_out(allot_run(&d, &["--timeline", "--", "true"]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let cell: u64 = err
+        .split("registered as cell ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        err.contains(&format!("[broker] cgroup cell-{cell} made ahead")),
+        "{err}"
+    );
+    let next = format!("cell-{}", cell + 1);
+    assert!(
+        eventually(PATIENCE, || cells().contains(&next)
+            && d.status().broker.made_ahead == Some(cell + 1)),
+        "{next} was not made ahead: {:?}",
+        cells()
+    );
+    d.stop();
+    assert!(
+        allot_testkit::broker::remove_leftovers(&d.cgroup),
+        "the broker left directories behind"
+    );
+}
+
 /// On cgroup v1 `allot run` moves itself into its cell (writing `0` to the
 /// join files the broker hands a launcher it trusts) instead of being
 /// moved by pid, which waits for an RCU grace period after a quiet spell;

@@ -189,8 +189,19 @@ pub type Result<T> = std::result::Result<T, EnforceError>;
 pub trait Enforcer: Send + fmt::Debug {
     /// Which backend this is.
     fn kind(&self) -> BackendKind;
-    /// Prepares a new cell (creates its cgroups).
+    /// Prepares a new cell (creates its cgroups, or takes those
+    /// [`Enforcer::make_ahead`] made for it).
     fn create(&mut self, cell: u64) -> Result<()>;
+    /// Makes the groups of cell `cell` (the id the broker will hand out
+    /// next) before anyone asks for it, off a registration's path, so that
+    /// [`Enforcer::create`] finds them made; the groups made ahead for an
+    /// earlier id that no cell took are removed first. At most one cell's
+    /// groups are made ahead at a time, and [`Enforcer::cleanup`] removes
+    /// them. Returns whether the groups of `cell` are ready. Default:
+    /// nothing is worth making ahead.
+    fn make_ahead(&mut self, _cell: u64) -> Result<bool> {
+        Ok(false)
+    }
     /// Creates the group for a cell that is exclusive from its start:
     /// where the kernel can make it a partition only in another place
     /// (cgroup v2 before 6.7, [`partition`]), it is made there.

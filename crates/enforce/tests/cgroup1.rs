@@ -610,3 +610,102 @@ fn fixture_a_process_confined_elsewhere_is_not_taken_out_for_a_user() {
         assert_eq!(b.confined_elsewhere(10, 1000), None);
     }
 }
+
+/// The next cell's directories are made ahead in every hierarchy, ready
+/// for `create`; made ahead for an id no cell took, they are removed when
+/// the next id is made ahead, and at cleanup. A directory that existed
+/// before is not the backend's to make ahead.
+#[test]
+fn fixture_groups_made_ahead_serve_the_next_cell_and_are_removed_unused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fs, mounts) = fixture_v1(dir.path(), &["cpuset", "cpu", "freezer", "blkio", "memory"]);
+    let mut b = Cgroup1::new(Arc::new(fs), &mounts, "allot", CpuSet::first_n(4)).unwrap();
+    let cells = |id: u64| -> Vec<std::path::PathBuf> {
+        [
+            "cpuset/allot",
+            "cpu/allot",
+            "freezer/allot",
+            "blkio/allot",
+            "memory/base/allot",
+        ]
+        .iter()
+        .map(|h| dir.path().join(h).join(format!("cell-{id}")))
+        .collect()
+    };
+    assert!(b.make_ahead(1).unwrap());
+    for d in cells(1) {
+        assert!(d.is_dir(), "{}", d.display());
+    }
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("cpuset/allot/cell-1/cpuset.mems")).unwrap(),
+        "0"
+    );
+    // Asked again for the same id: nothing changes.
+    assert!(b.make_ahead(1).unwrap());
+    // Id 1 went to no cell (a queued request that left, say): its
+    // directories go when id 2 is made ahead.
+    assert!(b.make_ahead(2).unwrap());
+    for d in cells(1) {
+        assert!(!d.exists(), "{}", d.display());
+    }
+    b.create(2).unwrap();
+    b.apply(2, &on_cpus(CpuSet::parse_list("1").unwrap()))
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("cpuset/allot/cell-2/cpuset.cpus")).unwrap(),
+        "1"
+    );
+    // A cell's directories are its own once taken: making the next id
+    // ahead leaves them.
+    assert!(b.make_ahead(3).unwrap());
+    for d in cells(2).into_iter().chain(cells(3)) {
+        assert!(d.is_dir(), "{}", d.display());
+    }
+    // Someone else's directory where id 4 would go: not made ahead, and
+    // left alone.
+    std::fs::create_dir(dir.path().join("cpu/allot/cell-4")).unwrap();
+    assert!(!b.make_ahead(4).unwrap());
+    assert!(!dir.path().join("cpuset/allot/cell-4").exists());
+    assert!(!dir.path().join("cpuset/allot/cell-3").exists());
+    assert!(dir.path().join("cpu/allot/cell-4").is_dir());
+    b.remove(2).unwrap();
+    // Made ahead and never taken: cleanup removes them with the rest.
+    assert!(b.make_ahead(5).unwrap());
+    std::fs::remove_dir(dir.path().join("cpu/allot/cell-4")).unwrap();
+    b.cleanup().unwrap();
+    assert!(!dir.path().join("cpuset/allot").exists());
+    assert!(!dir.path().join("memory/base/allot").exists());
+}
+
+/// On the kernel: a cell made ahead is a working cell (its CPUs reach a
+/// process that joins it), and nothing is left after cleanup.
+#[test]
+fn live_a_cell_made_ahead_confines_its_process_and_cleanup_leaves_nothing() {
+    let Some((mounts, all)) = live_v1(2) else {
+        return;
+    };
+    let name = unique("v1-ahead");
+    let dirs = v1_dirs(&mounts, &name);
+    let _guard = CgroupDirs(dirs.clone());
+    let p = threaded(1, 0, 400);
+    let pid = p.pid();
+    let mut b = Cgroup1::new(Arc::new(KernelFs), &mounts, &name, all).unwrap();
+    assert!(b.make_ahead(3).unwrap());
+    assert!(mounts.cpuset.join(&name).join("cell-3").is_dir());
+    b.create(3).unwrap();
+    let first = all.take_first(1);
+    b.apply(3, &on_cpus(first)).unwrap();
+    b.attach(3, pid).unwrap();
+    assert_eq!(b.pids(3), vec![pid]);
+    for (tid, mask) in thread_masks(pid) {
+        assert_eq!(mask, first.to_string(), "thread {tid}");
+    }
+    assert!(b.make_ahead(4).unwrap());
+    drop(p);
+    assert!(eventually(Duration::from_secs(5), || b.pids(3).is_empty()));
+    b.remove(3).unwrap();
+    b.cleanup().unwrap();
+    for d in &dirs {
+        assert!(!d.exists(), "{} is left", d.display());
+    }
+}

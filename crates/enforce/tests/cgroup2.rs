@@ -711,3 +711,37 @@ fn fixture_a_process_confined_elsewhere_is_not_taken_out_for_a_user() {
     assert_eq!(b.confined_elsewhere(21, 1000), None);
     assert_eq!(b.confined_elsewhere(22, 1000), None);
 }
+
+/// The next cell's directory is made ahead below the root and taken by
+/// `create`; made ahead for an id no cell took, it goes when the next id
+/// is made ahead, and at cleanup.
+#[test]
+fn a_directory_made_ahead_serves_the_next_cell_and_is_removed_unused() {
+    let (dir, fs) = common::v2_fixture();
+    let root = dir.path().join("allot");
+    let mut b = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(8)).unwrap();
+    assert!(b.make_ahead(1).unwrap());
+    assert!(root.join("cell-1").is_dir());
+    assert!(b.make_ahead(1).unwrap());
+    assert!(b.make_ahead(2).unwrap());
+    assert!(!root.join("cell-1").exists());
+    b.create(2).unwrap();
+    b.apply(2, &common::on_cpus(CpuSet::parse_list("3").unwrap()))
+        .unwrap();
+    assert_eq!(
+        fs.read(&root.join("cell-2/cpuset.cpus")).unwrap().trim(),
+        "3"
+    );
+    assert!(b.make_ahead(3).unwrap());
+    assert!(root.join("cell-2").is_dir());
+    // Someone else's directory: not made ahead, not removed.
+    fs.populate(&root.join("cell-4")).unwrap();
+    assert!(!b.make_ahead(4).unwrap());
+    assert!(!root.join("cell-3").exists());
+    assert!(root.join("cell-4").is_dir());
+    fs.rmdir(&root.join("cell-4")).unwrap();
+    b.remove(2).unwrap();
+    assert!(b.make_ahead(5).unwrap());
+    b.cleanup().unwrap();
+    assert!(!root.join("cell-5").exists());
+}

@@ -101,6 +101,11 @@ pub struct BrokerStatus {
     /// directory's owner would set to match; 0 from older brokers).
     #[serde(default)]
     pub weight_wanted: u32,
+    /// The cell id whose groups the backend made ahead of its
+    /// registration: no cell's yet (a directory `cell-N` no cell lists),
+    /// taken by the next registration. `None` where none is made ahead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub made_ahead: Option<u64>,
 }
 
 /// The machine's CPUs and how the broker divides them now (CPU lists such as `0-3,8`).

@@ -10,6 +10,11 @@
 //! the whole burst leaves it, instead of the whole machine it would have
 //! had alone for a moment. A lone registration costs the same either way.
 //! Invariant: `arriving` is empty whenever the loop waits for events.
+//!
+//! Between turns the loop also has the backend make the next cell's
+//! groups ([`Engine::make_next_ahead`]): a registration then finds them
+//! made, and its reply does not wait for the directories' creation (the
+//! largest part of the broker's work for it on cgroup v1).
 
 use super::{Effect, Engine, Peer, SessionId, answer, err};
 use crate::info;
@@ -34,7 +39,65 @@ pub(crate) struct Arriving {
     pub(crate) joins_itself: bool,
 }
 
+/// The groups made ahead for the next cell (`Enforcer::make_ahead`).
+#[derive(Debug, Default)]
+pub(crate) struct Ahead {
+    /// The id they are made for, while no cell holds it.
+    id: Option<u64>,
+    /// A cell whose registering process was handed its join files and
+    /// has not yet added the program it starts: its moves take the
+    /// kernel's cgroup lock, which making directories holds, so nothing
+    /// is made until it adds the program or the next tick.
+    joining: Option<u64>,
+    /// Whether a failure to make them was logged (once is enough: the
+    /// registration makes its groups itself and says why if it cannot).
+    warned: bool,
+}
+
 impl Engine {
+    /// Between turns of the event loop: has the backend make the groups
+    /// of the id the next cell will get, unless it has already.
+    pub(super) fn make_next_ahead(&mut self) {
+        let next = self.cells.next_id();
+        if self.ahead.id == Some(next) || self.ahead.joining.is_some() {
+            return;
+        }
+        match self.enforcer.make_ahead(next) {
+            Ok(ready) => self.ahead.id = ready.then_some(next),
+            Err(e) => {
+                self.ahead.id = None;
+                if !std::mem::replace(&mut self.ahead.warned, true) {
+                    warn!(
+                        "cannot make a cell's groups ahead of its registration ({e}); each registration makes its own"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Cell `cell` added a process (its registering process has moved
+    /// itself in by then), or `None`: a tick passed. Groups may be made
+    /// ahead again.
+    pub(super) fn joined_itself(&mut self, cell: Option<u64>) {
+        if cell.is_none() || self.ahead.joining == cell {
+            self.ahead.joining = None;
+        }
+    }
+
+    /// The id whose groups are made ahead, while no cell holds it.
+    pub(crate) fn made_ahead(&self) -> Option<u64> {
+        self.ahead.id
+    }
+
+    /// Whether cell `id`'s groups were made ahead (and are now its own).
+    pub(super) fn took_ahead(&mut self, id: u64) -> bool {
+        let took = self.ahead.id == Some(id);
+        if took {
+            self.ahead.id = None;
+        }
+        took
+    }
+
     /// Makes the event loop defer joining to the end of each turn
     /// (`settle`); off by default, so a caller driving the core directly
     /// gets every reply from the call that caused it.
@@ -104,6 +167,9 @@ impl Engine {
         } else {
             Vec::new()
         };
+        if !join_files.is_empty() {
+            self.ahead.joining = Some(id);
+        }
         let mut effects = Vec::new();
         for pid in members {
             let Some(start) = self.os.start_time(pid) else {

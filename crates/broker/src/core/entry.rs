@@ -68,6 +68,13 @@ impl Engine {
         self.with_records(effects)
     }
 
+    /// After a turn's effects are out, before the loop waits again: work
+    /// done ahead of the next requests (the next cell's groups, so that
+    /// its registration finds them made).
+    pub fn between_turns(&mut self) {
+        self.make_next_ahead();
+    }
+
     /// A doorbell of cell `cell` rang: activates it if it is idle.
     pub fn doorbell(&mut self, cell: u64) -> Vec<Effect> {
         let effects = self.doorbell_rang(cell);

@@ -135,6 +135,8 @@ pub struct Engine {
     /// (`arrival`), when `batch_arrivals` is on.
     arriving: Vec<arrival::Arriving>,
     batch_arrivals: bool,
+    /// The next cell's groups, made between turns (`arrival`).
+    ahead: arrival::Ahead,
     enforcer: Box<dyn Enforcer>,
     os: Arc<dyn Os>,
     /// What the step asks the journal to record, and the journal's
@@ -237,6 +239,7 @@ impl Engine {
             cells: cells::Cells::new(),
             arriving: Vec::new(),
             batch_arrivals: false,
+            ahead: Default::default(),
             enforcer,
             os,
             journaling: journaling::Journaling::of(journal),
@@ -486,6 +489,7 @@ impl Engine {
 
     /// The step of [`Engine::tick`].
     pub(super) fn monitor_tick(&mut self, now: Instant) -> Vec<Effect> {
+        self.joined_itself(None);
         if !self.removals.is_empty() {
             self.retry_removals(now);
         }

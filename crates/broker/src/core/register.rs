@@ -267,6 +267,7 @@ impl Engine {
         // An exclusive cell is made where the kernel can make it a
         // partition (beside allot's directory on cgroup v2 before 6.7).
         let apart = spec.exclusive && self.partitions_on();
+        let ahead = self.took_ahead(id) && !apart;
         let (created, took) = timed(|| {
             if apart {
                 self.enforcer.create_exclusive(id)
@@ -274,7 +275,8 @@ impl Engine {
                 self.enforcer.create(id)
             }
         });
-        timeline.note("cgroup", format!("cell-{id} made"), Some(took));
+        let how = if ahead { "made ahead" } else { "made" };
+        timeline.note("cgroup", format!("cell-{id} {how}"), Some(took));
         if let Err(e) = created {
             self.journal(&[Record::End { id }]);
             return fail(
@@ -510,6 +512,7 @@ impl Engine {
     ) -> Result<Vec<Effect>, Reply> {
         const KIND: u16 = 0x04;
         self.owned(peer, cell, KIND)?;
+        self.joined_itself(Some(cell));
         self.check_member(peer, pid, KIND)?;
         let count = self.cells[&cell].members().len();
         if count >= self.limits.members as usize {

@@ -501,6 +501,7 @@ impl Broker {
             // The cells admitted in this turn join together.
             let effects = self.core.settle();
             self.apply(effects);
+            self.core.between_turns();
             if !events.is_empty() {
                 self.core.counters.turn.observe(busy_since.elapsed());
             }

@@ -525,6 +525,7 @@ mod tests {
                 weigh: "threads".into(),
                 together_weight: Some(200),
                 weight_wanted: 200,
+                made_ahead: None,
             },
             machine: MachineStatus {
                 name: "test".into(),

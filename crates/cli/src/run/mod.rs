@@ -422,6 +422,7 @@ pub fn run(a: Args) -> i32 {
     } else {
         tcm_ready(&socket)
     };
+    marks.mark("thread composability manager ready");
     let go_follows = std::fs::File::open(&program)
         .ok()
         .and_then(|mut f| allot_enforce::runtimes::go_release(&mut f))
@@ -456,6 +457,7 @@ pub fn run(a: Args) -> i32 {
     if a.partition.is_some() {
         vars.extend(env::partition_variables(&|k| std::env::var_os(k)));
     }
+    marks.mark("environment ready");
     // Channel ends, held open (by this process's connection) until the
     // program exits.
     let held = if a.channel.is_empty() {

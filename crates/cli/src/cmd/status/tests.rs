@@ -68,6 +68,7 @@ fn doc(names: &[&str]) -> Status {
             weigh: String::new(),
             together_weight: None,
             weight_wanted: 0,
+            made_ahead: None,
         },
         machine: MachineStatus {
             name: "m".into(),

@@ -237,11 +237,14 @@ pub(super) fn check_leaks(
     unlisted: &mut BTreeMap<u64, Instant>,
     t: &mut Tally,
 ) {
+    // The id made ahead of the next registration counts as listed: its
+    // directories are the broker's, for the next cell.
     let listed: BTreeSet<u64> = st
         .cells
         .iter()
         .map(|c| c.id)
         .chain(st.queue.iter().map(|q| q.id))
+        .chain(st.broker.made_ahead)
         .collect();
     let mut present = BTreeSet::new();
     for h in ["cpuset", "cpu", "cpuacct", "freezer"] {
