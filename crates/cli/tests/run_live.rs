@@ -579,6 +579,15 @@ fn the_timeline_shows_each_step_of_start_and_exit() {
     );
 }
 
+/// The cell id `allot run --timeline` printed on `err`.
+fn registered_cell(err: &str) -> u64 {
+    err.split("registered as cell ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no cell id in:\n{err}"))
+}
+
 /// Between its turns the broker makes the next cell's directories, so a
 /// registration takes them instead of making its own (the timeline says
 /// "made ahead"); the next id's are made after it, and whatever was made
@@ -607,12 +616,7 @@ fn a_registration_takes_the_groups_made_ahead_and_none_outlive_the_broker() {
     let o = run_out(allot_run(&d, &["--timeline", "--", "true"]));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
-    let cell: u64 = err
-        .split("registered as cell ")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("{err}"));
+    let cell = registered_cell(&err);
     assert!(
         err.contains(&format!("[broker] cgroup cell-{cell} made ahead")),
         "{err}"
@@ -651,12 +655,7 @@ fn allot_run_moves_itself_into_its_cgroup_cell() {
     ));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
-    let cell: u64 = err
-        .split("registered as cell ")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("{err}"));
+    let cell = registered_cell(&err);
     let out = String::from_utf8_lossy(&o.stdout);
     let want = format!("/{}/cell-{cell}", d.cgroup);
     for ctrl in ["cpuset", "cpu"] {

@@ -32,11 +32,10 @@
 //!
 //! Making a cell's six directories takes about 0.6 ms, a fifth of what
 //! `allot run` adds to a program's start, so the next cell's are made
-//! between the broker's turns ([`Enforcer::make_ahead`]): `create` then
-//! only opens their files. Invariant: `ahead`, when set, names an id that
-//! no cell holds yet, and its directories are allot's own (none existed
-//! before they were made).
+//! between the broker's turns ([`Enforcer::make_ahead`], `ahead.rs`):
+//! `create` then only opens their files.
 
+use crate::ahead;
 use crate::cgroupfs::{CgroupFs, ControlFile};
 use crate::gate::{CgroupGate, Gate, UsageFile};
 use crate::{Applied, BackendKind, EnforceError, Enforcer, Result, err};
@@ -260,66 +259,6 @@ impl Cgroup1 {
         }
     }
 
-    /// Makes cell `cell`'s directories, with the cpuset's CPUs and memory
-    /// nodes written.
-    fn make(&self, cell: u64) -> Result<()> {
-        for d in self.dirs(cell) {
-            match self.fs.mkdir(&d) {
-                // allot's own directory is gone (removed by someone): made
-                // again, and the cell in it.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    self.make_base()?;
-                    self.fs
-                        .mkdir(&d)
-                        .map_err(err(format!("create cell {cell}")))?;
-                }
-                other => other.map_err(err(format!("create cell {cell}")))?,
-            }
-        }
-        let mems = self
-            .fs
-            .read(&self.cpuset.join("cpuset.mems"))
-            .unwrap_or_default();
-        let leaf = self.cpuset.join(format!("cell-{cell}"));
-        // clone_children copies the parent's settings; write them anyway so
-        // a cell is usable even if that flag was reset by someone else.
-        if self
-            .fs
-            .read(&leaf.join("cpuset.mems"))
-            .unwrap_or_default()
-            .trim()
-            .is_empty()
-        {
-            self.fs
-                .write(&leaf.join("cpuset.mems"), mems.trim())
-                .map_err(err(format!("cell {cell} memory nodes")))?;
-        }
-        if self
-            .fs
-            .read(&leaf.join("cpuset.cpus"))
-            .unwrap_or_default()
-            .trim()
-            .is_empty()
-        {
-            let all = self
-                .fs
-                .read(&self.cpuset.join("cpuset.cpus"))
-                .unwrap_or_default();
-            self.fs
-                .write(&leaf.join("cpuset.cpus"), all.trim())
-                .map_err(err(format!("cell {cell} CPUs")))?;
-        }
-        Ok(())
-    }
-
-    /// Removes the (empty) directories of cell `cell`, made ahead and not
-    /// taken; what cannot be removed is left as it is.
-    fn unmake(&self, cell: u64) {
-        for d in self.dirs(cell).iter().rev() {
-            let _ = self.fs.rmdir(d);
-        }
-    }
-
     fn dirs(&self, cell: u64) -> Vec<PathBuf> {
         let leaf = format!("cell-{cell}");
         let mut out = vec![self.cpuset.join(&leaf)];
@@ -373,6 +312,79 @@ impl Cgroup1 {
     }
 }
 
+/// A cell's directories, one in each hierarchy (`ahead.rs`).
+impl ahead::Directories for Cgroup1 {
+    fn ahead(&mut self) -> &mut Option<u64> {
+        &mut self.ahead
+    }
+
+    /// Its directories in every hierarchy, with the cpuset's CPUs and
+    /// memory nodes written.
+    fn make(&self, cell: u64) -> Result<()> {
+        for d in self.dirs(cell) {
+            match self.fs.mkdir(&d) {
+                // allot's own directory is gone (removed by someone): made
+                // again, and the cell in it.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    self.make_base()?;
+                    self.fs
+                        .mkdir(&d)
+                        .map_err(err(format!("create cell {cell}")))?;
+                }
+                other => other.map_err(err(format!("create cell {cell}")))?,
+            }
+        }
+        let mems = self
+            .fs
+            .read(&self.cpuset.join("cpuset.mems"))
+            .unwrap_or_default();
+        let leaf = self.cpuset.join(format!("cell-{cell}"));
+        // clone_children copies the parent's settings; write them anyway so
+        // a cell is usable even if that flag was reset by someone else.
+        if self
+            .fs
+            .read(&leaf.join("cpuset.mems"))
+            .unwrap_or_default()
+            .trim()
+            .is_empty()
+        {
+            self.fs
+                .write(&leaf.join("cpuset.mems"), mems.trim())
+                .map_err(err(format!("cell {cell} memory nodes")))?;
+        }
+        if self
+            .fs
+            .read(&leaf.join("cpuset.cpus"))
+            .unwrap_or_default()
+            .trim()
+            .is_empty()
+        {
+            let all = self
+                .fs
+                .read(&self.cpuset.join("cpuset.cpus"))
+                .unwrap_or_default();
+            self.fs
+                .write(&leaf.join("cpuset.cpus"), all.trim())
+                .map_err(err(format!("cell {cell} CPUs")))?;
+        }
+        Ok(())
+    }
+
+    fn unmake(&self, cell: u64) {
+        for d in self.dirs(cell).iter().rev() {
+            let _ = self.fs.rmdir(d);
+        }
+    }
+
+    fn free(&self, cell: u64) -> bool {
+        !self.cells.contains_key(&cell) && !self.dirs(cell).iter().any(|d| self.fs.exists(d))
+    }
+
+    fn open(&mut self, cell: u64) -> Result<()> {
+        self.open_cell(cell).map(|_| ())
+    }
+}
+
 impl Enforcer for Cgroup1 {
     fn kind(&self) -> BackendKind {
         BackendKind::Cgroup1
@@ -398,36 +410,11 @@ impl Enforcer for Cgroup1 {
     }
 
     fn create(&mut self, cell: u64) -> Result<()> {
-        if self.ahead == Some(cell) {
-            self.ahead = None;
-            if self.open_cell(cell).is_ok() {
-                return Ok(());
-            }
-            // Removed meanwhile (with allot's directory, by someone):
-            // made again below.
-        }
-        self.make(cell)?;
-        self.open_cell(cell).map(|_| ())
+        ahead::create(self, cell)
     }
 
     fn make_ahead(&mut self, cell: u64) -> Result<bool> {
-        if self.ahead == Some(cell) {
-            return Ok(true);
-        }
-        if let Some(old) = self.ahead.take() {
-            self.unmake(old);
-        }
-        // Directories that exist already are not allot's to make ahead
-        // (nor to remove when unused).
-        if self.cells.contains_key(&cell) || self.dirs(cell).iter().any(|d| self.fs.exists(d)) {
-            return Ok(false);
-        }
-        if let Err(e) = self.make(cell) {
-            self.unmake(cell);
-            return Err(e);
-        }
-        self.ahead = Some(cell);
-        Ok(true)
+        ahead::make_ahead(self, cell)
     }
 
     fn adopt(&mut self, cell: u64, _members: &[u32]) -> Result<Option<CpuSet>> {
@@ -633,9 +620,7 @@ impl Enforcer for Cgroup1 {
         for c in cells {
             let _ = self.remove(c);
         }
-        if let Some(ahead) = self.ahead.take() {
-            self.unmake(ahead);
-        }
+        ahead::discard(self);
         // allot's directories, whoever created them: `<name>` in each
         // hierarchy is allot's alone.
         let mut tops = vec![self.cpuset.clone()];

@@ -22,10 +22,9 @@
 //! too, and its processes and CPU time count theirs.
 //!
 //! The next cell's directory is made between the broker's turns
-//! ([`Enforcer::make_ahead`]), off a registration's path. Invariant:
-//! `ahead`, when set, names an id no cell holds yet, whose directory below
-//! the root allot made.
+//! ([`Enforcer::make_ahead`], `ahead.rs`), off a registration's path.
 
+use crate::ahead;
 use crate::cgroupfs::{CgroupFs, ControlFile};
 use crate::gate::{CgroupGate, Gate, UsageFile};
 use crate::partition::Scheme;
@@ -287,37 +286,6 @@ impl Cgroup2 {
 
     /// Cell `cell`'s directory: `<root>/cell-N`, or beside the root for
     /// an exclusive cell under the local partition scheme.
-    /// Makes cell `cell`'s directory below the root (the root too, if
-    /// someone removed it).
-    fn make(&self, cell: u64) -> Result<()> {
-        let dir = self.dir_of(cell);
-        match self.fs.mkdir(&dir) {
-            // The root is gone (removed by someone): made again, with the
-            // managed CPUs and the controllers its cells need.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let root = &self.root;
-                self.fs
-                    .mkdir(root)
-                    .map_err(err(format!("create {}", root.display())))?;
-                let _ = self
-                    .fs
-                    .write(&root.join("cpuset.cpus"), &self.usable.to_string());
-                let control = root.join("cgroup.subtree_control");
-                self.fs
-                    .write(&control, "+cpuset +cpu")
-                    .map_err(err(format!("enable cpuset and cpu in {}", root.display())))?;
-                for x in ["+io", "+memory"] {
-                    let _ = self.fs.write(&control, x);
-                }
-                self.fs
-                    .mkdir(&dir)
-                    .map_err(err(format!("create cell {cell}")))?;
-            }
-            other => other.map_err(err(format!("create cell {cell}")))?,
-        }
-        Ok(())
-    }
-
     fn dir_of(&self, cell: u64) -> PathBuf {
         if self.apart.contains(&cell) {
             crate::partition::apart_dir(&self.root, cell)
@@ -367,6 +335,56 @@ impl Cgroup2 {
     }
 }
 
+/// A cell's directory below the root (`ahead.rs`).
+impl ahead::Directories for Cgroup2 {
+    fn ahead(&mut self) -> &mut Option<u64> {
+        &mut self.ahead
+    }
+
+    /// Makes cell `cell`'s directory below the root (the root too, if
+    /// someone removed it).
+    fn make(&self, cell: u64) -> Result<()> {
+        let dir = self.dir_of(cell);
+        match self.fs.mkdir(&dir) {
+            // The root is gone (removed by someone): made again, with the
+            // managed CPUs and the controllers its cells need.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let root = &self.root;
+                self.fs
+                    .mkdir(root)
+                    .map_err(err(format!("create {}", root.display())))?;
+                let _ = self
+                    .fs
+                    .write(&root.join("cpuset.cpus"), &self.usable.to_string());
+                let control = root.join("cgroup.subtree_control");
+                self.fs
+                    .write(&control, "+cpuset +cpu")
+                    .map_err(err(format!("enable cpuset and cpu in {}", root.display())))?;
+                for x in ["+io", "+memory"] {
+                    let _ = self.fs.write(&control, x);
+                }
+                self.fs
+                    .mkdir(&dir)
+                    .map_err(err(format!("create cell {cell}")))?;
+            }
+            other => other.map_err(err(format!("create cell {cell}")))?,
+        }
+        Ok(())
+    }
+
+    fn unmake(&self, cell: u64) {
+        let _ = self.fs.rmdir(&self.root.join(format!("cell-{cell}")));
+    }
+
+    fn free(&self, cell: u64) -> bool {
+        !self.cells.contains_key(&cell) && !self.fs.exists(&self.root.join(format!("cell-{cell}")))
+    }
+
+    fn open(&mut self, cell: u64) -> Result<()> {
+        self.open_cell(cell).map(|_| ())
+    }
+}
+
 impl Enforcer for Cgroup2 {
     fn kind(&self) -> BackendKind {
         BackendKind::Cgroup2
@@ -391,33 +409,11 @@ impl Enforcer for Cgroup2 {
     }
 
     fn create(&mut self, cell: u64) -> Result<()> {
-        if self.ahead == Some(cell) {
-            self.ahead = None;
-            if self.open_cell(cell).is_ok() {
-                return Ok(());
-            }
-            // Removed meanwhile (with the root, by someone): made again.
-        }
-        self.make(cell)?;
-        self.open_cell(cell).map(|_| ())
+        ahead::create(self, cell)
     }
 
     fn make_ahead(&mut self, cell: u64) -> Result<bool> {
-        if self.ahead == Some(cell) {
-            return Ok(true);
-        }
-        if let Some(old) = self.ahead.take() {
-            let _ = self.fs.rmdir(&self.root.join(format!("cell-{old}")));
-        }
-        // A directory that exists already is not allot's to make ahead
-        // (nor to remove when unused).
-        let dir = self.root.join(format!("cell-{cell}"));
-        if self.cells.contains_key(&cell) || self.fs.exists(&dir) {
-            return Ok(false);
-        }
-        self.make(cell)?;
-        self.ahead = Some(cell);
-        Ok(true)
+        ahead::make_ahead(self, cell)
     }
 
     fn create_exclusive(&mut self, cell: u64) -> Result<()> {
@@ -425,9 +421,8 @@ impl Enforcer for Cgroup2 {
             return self.create(cell);
         }
         // Made beside the root, not where the directory made ahead is.
-        if self.ahead == Some(cell) {
-            self.ahead = None;
-            let _ = self.fs.rmdir(&self.root.join(format!("cell-{cell}")));
+        if self.ahead.take_if(|a| *a == cell).is_some() {
+            ahead::Directories::unmake(self, cell);
         }
         // Below the hierarchy's root, the only partition root its parent
         // can be before 6.7 (the controllers are enabled there: the root
@@ -791,9 +786,7 @@ impl Enforcer for Cgroup2 {
         for c in cells {
             let _ = self.remove(c);
         }
-        if let Some(ahead) = self.ahead.take() {
-            let _ = self.fs.rmdir(&self.root.join(format!("cell-{ahead}")));
-        }
+        ahead::discard(self);
         crate::remove_stray_cells(self.fs.as_ref(), &self.root);
         for id in self.apart_dirs() {
             let dir = crate::partition::apart_dir(&self.root, id);

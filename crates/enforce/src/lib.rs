@@ -23,6 +23,7 @@
 //! guarantee and limit: [`memory`].
 
 pub mod affinity;
+mod ahead;
 pub mod cgroup1;
 pub mod cgroup2;
 pub mod cgroupfs;
