@@ -97,42 +97,6 @@ fn mount_of(fs: &dyn CgroupFs, dir: &Path) -> PathBuf {
     top
 }
 
-/// At most this many processes of one launcher group are read.
-const GROUP_PROCS_MAX: usize = 4096;
-
-/// Writes a grant to launcher groups (its CPUs, its weight, or both),
-/// dropping those that vanished ([`crate::launcher`], invariant 2).
-fn write_groups(
-    groups: &mut Vec<crate::launcher::Group>,
-    a: &Applied,
-    cpus: bool,
-    weight: bool,
-) -> std::io::Result<()> {
-    let mut failed = None;
-    groups.retain_mut(|g| {
-        let mut r = if cpus {
-            g.cpus.set(&a.cpus.to_string())
-        } else {
-            Ok(())
-        };
-        if r.is_ok()
-            && weight
-            && let Some(w) = g.weight.as_mut()
-        {
-            r = w.set(&v2_weight(a.weight).to_string());
-        }
-        match r {
-            Ok(()) => true,
-            Err(e) if crate::launcher::vanished(&e) => false,
-            Err(e) => {
-                failed.get_or_insert(e);
-                true
-            }
-        }
-    });
-    failed.map_or(Ok(()), Err)
-}
-
 /// The largest `cpu.weight` the kernel takes.
 const MAX_WEIGHT: u32 = 10_000;
 
@@ -514,8 +478,14 @@ impl Enforcer for Cgroup2 {
             last.map(|l| l.weight) != Some(a.weight),
         );
         if cpus_moved || weight_moved {
-            write_groups(&mut c.groups, a, cpus_moved, weight_moved)
-                .map_err(err(format!("set CPUs of cell {cell}'s launcher groups")))?;
+            crate::launcher::write(
+                &mut c.groups,
+                cpus_moved.then(|| a.cpus.to_string()).as_deref(),
+                weight_moved
+                    .then(|| v2_weight(a.weight).to_string())
+                    .as_deref(),
+            )
+            .map_err(err(format!("set CPUs of cell {cell}'s launcher groups")))?;
         }
         if last.map(|l| l.bandwidth) != Some(a.bandwidth)
             && (a.bandwidth.is_some() || last.is_some_and(|l| l.bandwidth.is_some()))
@@ -670,7 +640,7 @@ impl Enforcer for Cgroup2 {
                 pids.extend(crate::launcher::procs_below(
                     self.fs.as_ref(),
                     &g.dir,
-                    GROUP_PROCS_MAX,
+                    crate::launcher::PROCS_MAX,
                 ));
             }
         }
@@ -698,7 +668,8 @@ impl Enforcer for Cgroup2 {
         let g = crate::launcher::Group::open(fs.as_ref(), dir).map_err(err(what()))?;
         let mut one = vec![g];
         if let Some(a) = c.last {
-            write_groups(&mut one, &a, true, true).map_err(err(what()))?;
+            let (cpus, weight) = (a.cpus.to_string(), v2_weight(a.weight).to_string());
+            crate::launcher::write(&mut one, Some(&cpus), Some(&weight)).map_err(err(what()))?;
         }
         c.groups.append(&mut one);
         Ok(true)

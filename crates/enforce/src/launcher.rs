@@ -158,3 +158,36 @@ pub(crate) fn procs_below(fs: &dyn CgroupFs, dir: &Path, limit: usize) -> Vec<u3
 pub(crate) fn vanished(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENODEV)
 }
+
+/// At most this many processes of one launcher group are read.
+pub(crate) const PROCS_MAX: usize = 4096;
+
+/// Writes a grant to launcher groups: `cpus` to each one's `cpuset.cpus`
+/// and `weight` to its `cpu.weight` (where it has one), each as the
+/// kernel's file spells it, `None` left as it is; drops the groups that
+/// vanished (invariant 2). The first other failure is returned, after
+/// every group was tried.
+pub(crate) fn write(
+    groups: &mut Vec<Group>,
+    cpus: Option<&str>,
+    weight: Option<&str>,
+) -> io::Result<()> {
+    let mut failed = None;
+    groups.retain_mut(|g| {
+        let mut r = cpus.map_or(Ok(()), |c| g.cpus.set(c));
+        if r.is_ok()
+            && let (Some(w), Some(file)) = (weight, g.weight.as_mut())
+        {
+            r = file.set(w);
+        }
+        match r {
+            Ok(()) => true,
+            Err(e) if vanished(&e) => false,
+            Err(e) => {
+                failed.get_or_insert(e);
+                true
+            }
+        }
+    });
+    failed.map_or(Ok(()), Err)
+}

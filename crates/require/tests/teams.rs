@@ -203,6 +203,62 @@ fn a_waiting_members_cpu_is_used_by_a_teammate_meanwhile() {
     .unwrap();
 }
 
+/// A leader alone on its CPU waits (a join, say), a teammate moves onto
+/// that CPU, and the whole team ends while it waits: when it continues it
+/// has its whole block again, not the one CPU it was on before the wait
+/// (its mask was never changed for the wait, so retaking must set it).
+/// (A team of four on two CPUs whose members beside the leader end; where
+/// that leaves fewer than two on the other CPU, the placement of threads
+/// on tied CPUs being the machine's choice, the team is made again.)
+#[test]
+fn a_leader_whose_team_ended_while_it_waited_gets_its_whole_block_back() {
+    let cpus = allot_topo::allowed_cpus().unwrap();
+    if !allot_testkit::prerequisite(cpus.len() >= 2, "needs two CPUs") {
+        return;
+    }
+    let rt = live_runtime();
+    std::thread::spawn(move || {
+        for _ in 0..200 {
+            let block = rt.enter(vec![Request::policy(policy::cores(2))]).unwrap();
+            let granted = affinity();
+            // Four on two CPUs, then the members on the leader's CPU end:
+            // the leader is alone on its CPU, the two others share theirs.
+            let (with_me, team): (Vec<Member>, Vec<Member>) = spawn_team(rt, 3)
+                .into_iter()
+                .partition(|m| m.mask == affinity());
+            for m in with_me {
+                m.end();
+            }
+            let mine = affinity();
+            if team.len() < 2 || team.iter().any(|m| m.mask == mine) {
+                for m in team {
+                    m.end();
+                }
+                drop(block);
+                continue;
+            }
+            rt.block_current();
+            // A member took the leader's CPU for the wait.
+            let now: Vec<Vec<usize>> = team.iter().map(|m| affinity_of(m.tid)).collect();
+            assert!(now.contains(&mine), "nobody took {mine:?}: {now:?}");
+            for m in team {
+                m.end();
+            }
+            rt.unblock_current();
+            assert_eq!(
+                affinity(),
+                granted,
+                "the team ended while it waited: the whole block"
+            );
+            drop(block);
+            return;
+        }
+        panic!("in 200 teams the leader was never alone on its CPU");
+    })
+    .join()
+    .unwrap();
+}
+
 /// A thread spawned into its creator's block: its id, the CPUs it saw on
 /// starting, and how to end it.
 struct Member {

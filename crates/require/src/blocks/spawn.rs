@@ -239,6 +239,12 @@ impl Blocks {
                 self.rebalance(st, k, d);
                 if let Some(t) = st.threads.get_mut(&tid) {
                     t.lent = true;
+                    // Its affinity is still the device it let go, which
+                    // what it had applied no longer says: forgotten, so
+                    // that retaking applies again, whether its team is
+                    // still there (a device again) or ended while it
+                    // waited (its whole allocation).
+                    t.applied.remove(&k);
                 }
             } else {
                 place::set((&mut st.threads, &mut st.placed_on), tid, k, Some(d));
