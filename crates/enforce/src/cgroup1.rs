@@ -417,6 +417,10 @@ impl Enforcer for Cgroup1 {
         ahead::make_ahead(self, cell)
     }
 
+    fn made_ahead(&self) -> Option<u64> {
+        self.ahead
+    }
+
     fn adopt(&mut self, cell: u64, _members: &[u32]) -> Result<Option<CpuSet>> {
         let leaf = self.cpuset.join(format!("cell-{cell}"));
         let now = crate::adoptable(&*self.fs, &leaf, cell)?;

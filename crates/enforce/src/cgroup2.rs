@@ -380,6 +380,10 @@ impl Enforcer for Cgroup2 {
         ahead::make_ahead(self, cell)
     }
 
+    fn made_ahead(&self) -> Option<u64> {
+        self.ahead
+    }
+
     fn create_exclusive(&mut self, cell: u64) -> Result<()> {
         if self.scheme != Ok(Scheme::Local) {
             return self.create(cell);

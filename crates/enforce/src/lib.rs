@@ -203,6 +203,11 @@ pub trait Enforcer: Send + fmt::Debug {
     fn make_ahead(&mut self, _cell: u64) -> Result<bool> {
         Ok(false)
     }
+    /// The id whose groups [`Enforcer::make_ahead`] made and no cell has
+    /// taken yet, if any.
+    fn made_ahead(&self) -> Option<u64> {
+        None
+    }
     /// Creates the group for a cell that is exclusive from its start:
     /// where the kernel can make it a partition only in another place
     /// (cgroup v2 before 6.7, [`partition`]), it is made there.

@@ -39,11 +39,11 @@ pub(crate) struct Arriving {
     pub(crate) joins_itself: bool,
 }
 
-/// The groups made ahead for the next cell (`Enforcer::make_ahead`).
+/// When the next cell's groups may be made ahead (`Enforcer::make_ahead`;
+/// which id they are made for is the backend's to say,
+/// `Enforcer::made_ahead`).
 #[derive(Debug, Default)]
 pub(crate) struct Ahead {
-    /// The id they are made for, while no cell holds it.
-    id: Option<u64>,
     /// A cell whose registering process was handed its join files and
     /// has not yet added the program it starts: its moves take the
     /// kernel's cgroup lock, which making directories holds, so nothing
@@ -59,19 +59,15 @@ impl Engine {
     /// of the id the next cell will get, unless it has already.
     pub(super) fn make_next_ahead(&mut self) {
         let next = self.cells.next_id();
-        if self.ahead.id == Some(next) || self.ahead.joining.is_some() {
+        if self.enforcer.made_ahead() == Some(next) || self.ahead.joining.is_some() {
             return;
         }
-        match self.enforcer.make_ahead(next) {
-            Ok(ready) => self.ahead.id = ready.then_some(next),
-            Err(e) => {
-                self.ahead.id = None;
-                if !std::mem::replace(&mut self.ahead.warned, true) {
-                    warn!(
-                        "cannot make a cell's groups ahead of its registration ({e}); each registration makes its own"
-                    );
-                }
-            }
+        if let Err(e) = self.enforcer.make_ahead(next)
+            && !std::mem::replace(&mut self.ahead.warned, true)
+        {
+            warn!(
+                "cannot make a cell's groups ahead of its registration ({e}); each registration makes its own"
+            );
         }
     }
 
@@ -86,16 +82,7 @@ impl Engine {
 
     /// The id whose groups are made ahead, while no cell holds it.
     pub(crate) fn made_ahead(&self) -> Option<u64> {
-        self.ahead.id
-    }
-
-    /// Whether cell `id`'s groups were made ahead (and are now its own).
-    pub(super) fn took_ahead(&mut self, id: u64) -> bool {
-        let took = self.ahead.id == Some(id);
-        if took {
-            self.ahead.id = None;
-        }
-        took
+        self.enforcer.made_ahead()
     }
 
     /// Makes the event loop defer joining to the end of each turn

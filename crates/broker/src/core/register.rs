@@ -267,7 +267,7 @@ impl Engine {
         // An exclusive cell is made where the kernel can make it a
         // partition (beside allot's directory on cgroup v2 before 6.7).
         let apart = spec.exclusive && self.partitions_on();
-        let ahead = self.took_ahead(id) && !apart;
+        let ahead = self.made_ahead() == Some(id) && !apart;
         let (created, took) = timed(|| {
             if apart {
                 self.enforcer.create_exclusive(id)
