@@ -398,9 +398,16 @@ fn the_event_loop_runs_at_real_time_priority_and_what_it_starts_does_not() {
     let cfg = dir.path().join("allotd.toml");
     std::fs::write(&cfg, "realtime = false\n").unwrap();
     let d = Daemon::start("affinity", &["--config", cfg.to_str().unwrap()]);
+    // The socket listens before the loop starts and says its class.
+    assert!(
+        eventually(Duration::from_secs(5), || d
+            .log()
+            .contains("realtime = false")),
+        "{}",
+        d.log()
+    );
     let pid = d.pid().expect("the broker runs");
     let threads = allot_testkit::thread_classes(pid);
     let main = threads.iter().find(|t| t.0 == pid).unwrap();
     assert_eq!(main.2, SCHED_OTHER, "{threads:?}");
-    assert!(d.log().contains("realtime = false"), "{}", d.log());
 }
