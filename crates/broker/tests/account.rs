@@ -23,7 +23,17 @@ fn cpu(n: u32, shared: bool) -> LedgerItem {
 /// Process `pid` of alice (uid 1000) asks for `items`.
 fn acquire(w: &mut World, pid: u32, items: Vec<LedgerItem>) -> Vec<allot_broker::core::Effect> {
     let peer = peer(pid, 1000);
-    w.handle(20, peer, Request::KindAcquire { items }, None)
+    w.handle(
+        20,
+        peer,
+        Request::KindAcquire {
+            items,
+            place: 0,
+            holding: false,
+            any_device: false,
+        },
+        None,
+    )
 }
 
 fn release(w: &mut World, pid: u32, items: Vec<LedgerItem>) {

@@ -282,7 +282,17 @@ fn the_ledger_answers_invalid_requests_as_invalid() {
         (vec![item("cpu", 0, -1.0)], "negative amount"),
         (vec![item("cpu", 99, 1.0)], "no such device"),
     ] {
-        let e = w.handle(7, ALICE, Request::KindAcquire { items }, None);
+        let e = w.handle(
+            7,
+            ALICE,
+            Request::KindAcquire {
+                items,
+                place: 0,
+                holding: false,
+                any_device: false,
+            },
+            None,
+        );
         assert_eq!(code(&e), Some(ErrorCode::Invalid), "{why}: {}", message(&e));
     }
     let e = w.handle(
@@ -290,6 +300,9 @@ fn the_ledger_answers_invalid_requests_as_invalid() {
         ALICE,
         Request::KindAcquire {
             items: vec![item("cpu", 0, 1.0)],
+            place: 0,
+            holding: false,
+            any_device: false,
         },
         None,
     );
@@ -299,6 +312,9 @@ fn the_ledger_answers_invalid_requests_as_invalid() {
         BOB,
         Request::KindAcquire {
             items: vec![item("cpu", 0, 1.0)],
+            place: 0,
+            holding: false,
+            any_device: false,
         },
         None,
     );
@@ -425,6 +441,9 @@ fn one_watch_per_session() {
         BOB,
         Request::KindAcquire {
             items: vec![take.clone()],
+            place: 0,
+            holding: false,
+            any_device: false,
         },
         None,
     );

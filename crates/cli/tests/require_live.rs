@@ -153,3 +153,112 @@ fn a_process_killed_inside_require_gives_everything_back() {
     assert!(after >= 0.0, "b entered while a still held the CPU");
     assert!(after < 2.0, "reclaim took {after} s\n{}", d.log());
 }
+
+/// The line role: asks for `cpu0` (device 0) or `cores1` (the policy
+/// `cores(1)`), prints `waiting` once its runtime has a thread waiting
+/// (it then has a place in the broker's line), `entered T cpus LIST` and
+/// `leaving T`; holds `HOLD` ms, or with 0 until `STOP_FILE` exists.
+/// Selected by ALLOT_LINE_ROLE=ASK:HOLD.
+#[test]
+fn line_role() {
+    let Ok(role) = std::env::var("ALLOT_LINE_ROLE") else {
+        return;
+    };
+    let (ask, hold) = role.split_once(':').unwrap();
+    let hold: u64 = hold.parse().unwrap();
+    let socket = std::env::var("ALLOT_SOCKET").unwrap();
+    let m = allot_topo::discover_live().unwrap();
+    let rt = Blocks::with_broker(m, false, Some(socket.as_ref())).into_static();
+    assert!(rt.coordinated(), "no broker at {socket}");
+    std::thread::spawn(move || {
+        while rt.waiting() == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        println!("waiting");
+    });
+    let req = match ask {
+        "cpu0" => Request::device("cpu", 0, 1.0),
+        "cores1" => Request::policy(policy::cores(1)),
+        other => panic!("unknown ask {other}"),
+    };
+    let s = rt.enter(vec![req]).unwrap();
+    println!("entered {} cpus {}", mono(), s.outcome().cpus);
+    if hold > 0 {
+        std::thread::sleep(Duration::from_millis(hold));
+    } else {
+        let stop = std::env::var("STOP_FILE").unwrap();
+        let until = std::time::Instant::now() + Duration::from_secs(120);
+        while !std::path::Path::new(&stop).exists() && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    println!("leaving {}", mono());
+    drop(s);
+}
+
+fn in_line(d: &Daemon, ask: &str, hold_ms: u64) -> Watched {
+    let argv = role("line_role");
+    let mut c = Command::new(&argv[0]);
+    c.args(&argv[1..])
+        .env("ALLOT_LINE_ROLE", format!("{ask}:{hold_ms}"))
+        .env("ALLOT_SOCKET", &d.socket);
+    Watched::spawn(c)
+}
+
+fn printed(w: &mut Watched, what: &str, key: &str) {
+    w.wait_for(what, |lines| lines.iter().any(|l| l.contains(key)));
+}
+
+/// Poli-C's waiters across processes, served in the order they asked: three
+/// processes wait for CPU 0 one after another; when its holder leaves, they
+/// enter in that order, each after the one before has left. (Without the
+/// broker's line all three woke together and raced for it.)
+#[test]
+fn processes_waiting_for_a_cpu_enter_in_the_order_they_asked() {
+    let d = Daemon::start("dry-run", &[]);
+    let mut holder = in_line(&d, "cpu0", 0);
+    printed(&mut holder, "the holder entered", "entered ");
+    let mut waiters = Vec::new();
+    for i in 0..3 {
+        let mut w = in_line(&d, "cpu0", 100);
+        printed(&mut w, &format!("waiter {i} waits"), "waiting");
+        waiters.push(w);
+    }
+    holder.stop();
+    let stamps: Vec<(f64, f64)> = waiters.into_iter().map(|w| stamps_in(w.stop())).collect();
+    for pair in stamps.windows(2) {
+        let ((_, left), (entered, _)) = (pair[0], pair[1]);
+        assert!(
+            entered >= left,
+            "served out of order (entered, left): {stamps:?}\n{}",
+            d.log()
+        );
+    }
+}
+
+/// A policy in a process that waits is told what is free: with CPU 0 held
+/// by another process, `cores(1)` (which first chose CPU 0, not knowing)
+/// enters at once on another CPU instead of waiting for CPU 0.
+#[test]
+fn a_policy_refused_its_first_choice_takes_what_the_broker_says_is_free() {
+    let m = allot_topo::discover_live().unwrap();
+    if m.usable().len() < 2 {
+        eprintln!("skipped: needs two CPUs");
+        return;
+    }
+    let d = Daemon::start("dry-run", &[]);
+    let mut holder = in_line(&d, "cpu0", 0);
+    printed(&mut holder, "the holder entered", "entered ");
+    let mut b = in_line(&d, "cores1", 1);
+    printed(&mut b, "cores(1) entered beside the holder", "entered ");
+    let lines = b.stop();
+    holder.stop();
+    let cpus = lines
+        .iter()
+        .find_map(|l| Some(l.split_once(" cpus ")?.1.trim().to_string()))
+        .unwrap();
+    assert!(
+        !cpus.is_empty() && cpus != "0" && !cpus.starts_with("0,") && !cpus.starts_with("0-"),
+        "cores(1) got {cpus:?} while CPU 0 was held"
+    );
+}

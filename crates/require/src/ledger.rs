@@ -14,6 +14,12 @@
 //! from the broker's `KindList`); a device the broker does not list is the
 //! process's own.
 //!
+//! A thread that waits for the broker keeps a place in the broker's line
+//! (one number per waiting acquisition, given up with `KindLeave` when
+//! it stops waiting), so requests of all processes are served in the
+//! order they asked; a refusal says what is free to it, which its policy
+//! then chooses from. A try asks with place 0 and holds no place.
+//!
 //! A thread that must wait for the broker is woken by a *watcher* thread
 //! which parks a `KindWatch` at the broker and, when the ledger changes,
 //! bumps the runtime's epoch so every waiting thread tries again. It runs
@@ -33,6 +39,17 @@ pub struct Link {
     devices: HashMap<String, HashMap<String, u32>>,
 }
 
+/// How an acquisition asks the broker (see [`Link::acquire`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Asking {
+    /// The waiting request it is for (0: a try, which holds no place).
+    pub place: u64,
+    /// The asking thread holds allocations already (it is nested).
+    pub holding: bool,
+    /// A policy chose the devices: others of the same kinds would do.
+    pub any_device: bool,
+}
+
 /// Why the broker did not grant something.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Denied {
@@ -43,6 +60,16 @@ pub enum Denied {
     Never(String),
     /// The broker cannot be reached.
     Gone(String),
+    /// Not available now, and the request keeps its place in the broker's
+    /// line: `ahead` requests of other processes asked first for some of
+    /// its devices; `free` is what it could take now on the devices of the
+    /// kinds it asked for (a device not listed has nothing free).
+    InLine {
+        /// Requests of other processes ahead of it.
+        ahead: u32,
+        /// Free to it now, per device (exclusive and shared items).
+        free: Vec<LedgerItem>,
+    },
 }
 
 impl Link {
@@ -111,13 +138,26 @@ impl Link {
         }
     }
 
-    /// Takes `items` for this process, all or nothing.
-    pub fn acquire(&mut self, items: Vec<LedgerItem>) -> Result<(), Denied> {
+    /// Takes `items` for this process, all or nothing. `how.place` names
+    /// the waiting request it is for, which keeps its place in the
+    /// broker's line while refused (`Denied::InLine`) until it is granted
+    /// or [`Link::leave`] gives it up; 0 is a try, which holds no place
+    /// (refused: `NotNow`). `how.holding`: the asking thread holds items
+    /// already (its acquisition is nested), so it is not held back by
+    /// places waiting on this process. `how.any_device`: its place waits
+    /// for any device of the items' kinds.
+    pub fn acquire(&mut self, items: Vec<LedgerItem>, how: Asking) -> Result<(), Denied> {
         self.conn
-            .send(&Request::KindAcquire { items })
+            .send(&Request::KindAcquire {
+                items,
+                place: how.place,
+                holding: how.holding,
+                any_device: how.any_device,
+            })
             .map_err(|e| Denied::Gone(e.to_string()))?;
         match self.reply()? {
             Reply::Ok => Ok(()),
+            Reply::InLine { ahead, free } => Err(Denied::InLine { ahead, free }),
             Reply::Error {
                 code: ErrorCode::Refused,
                 message,
@@ -131,6 +171,12 @@ impl Link {
             Reply::Error { message, .. } => Err(Denied::Gone(message)),
             other => Err(Denied::Gone(format!("unexpected reply {other:?}"))),
         }
+    }
+
+    /// The waiting request `place` stopped waiting: gives its place in the
+    /// broker's line up (no reply awaited).
+    pub fn leave(&mut self, place: u64) {
+        let _ = self.conn.send(&Request::KindLeave { place });
     }
 
     /// Gives `items` back (no reply awaited).
@@ -155,6 +201,7 @@ impl Link {
             Ok(Reply::Error { message, .. }) => Err(message),
             Ok(other) => Err(format!("unexpected reply {other:?}")),
             Err(Denied::Gone(e) | Denied::NotNow(e) | Denied::Never(e)) => Err(e),
+            Err(Denied::InLine { .. }) => Err("unexpected place in line".into()),
         }
     }
 }

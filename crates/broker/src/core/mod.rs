@@ -474,6 +474,12 @@ impl Engine {
         if let Some((pid, _)) = self.account.watchers.remove(&session) {
             self.account.ledger.set_waiting(pid, 0);
         }
+        // Its places in line go with it; who waited behind them may go.
+        let mut e = if self.account.ledger.leave_session(session) {
+            self.ledger_changed()
+        } else {
+            Vec::new()
+        };
         self.channels.session_closed(session);
         let queue = &mut self.cells.queue;
         let before = queue.len();
@@ -484,7 +490,8 @@ impl Engine {
                 before - queue.len()
             );
         }
-        self.admit_queued()
+        e.extend(self.admit_queued());
+        e
     }
 
     /// The step of [`Engine::tick`].
@@ -535,6 +542,8 @@ impl Engine {
             self.keep_off_held();
         }
         effects.extend(self.admit_queued());
+        // Places in the ledger's line whose clients stopped asking leave.
+        self.account.ledger.expire_places(now);
         // Grants changed since the last look: waiting `require`s retry.
         effects.extend(self.ledger_changed());
         effects
@@ -575,14 +584,19 @@ impl Engine {
         }
     }
 
-    /// Answers every watcher whose epoch is behind the ledger's.
+    /// Answers every watcher whose epoch is behind the ledger's and whose
+    /// process the change may let through (`Ledger::to_wake`).
     fn ledger_changed(&mut self) -> Vec<Effect> {
         let epoch = self.account.ledger.epoch();
+        if self.account.watchers.is_empty() {
+            return Vec::new();
+        }
+        let wake = self.account.ledger.to_wake();
         let due: Vec<(SessionId, u32)> = self
             .account
             .watchers
             .iter()
-            .filter(|(_, (_, seen))| epoch > *seen)
+            .filter(|(_, (pid, seen))| epoch > *seen && wake.contains(pid))
             .map(|(&s, &(pid, _))| (s, pid))
             .collect();
         for (session, pid) in &due {

@@ -5,7 +5,7 @@
 //! logged (at debug level: a client can send them by the thousand).
 
 use super::{Effect, Engine, Peer, SessionId, answer, err};
-use crate::ledger::LedgerError;
+use crate::ledger::{InLine, LedgerError, Waiter};
 use crate::{debug, info};
 use allot_proto::msg::{ErrorCode, LedgerItem, Reply, Request};
 use rustix::fd::OwnedFd;
@@ -191,7 +191,12 @@ impl Engine {
                 let json = self.account.ledger.json(viewer, &kind);
                 chunked(session, &json, |more, json| Reply::Json { more, json })
             }
-            Request::KindAcquire { items } => self.kind_acquire(session, peer, &items),
+            Request::KindAcquire {
+                items,
+                place,
+                holding,
+                any_device,
+            } => self.kind_acquire(session, peer, &items, (place, holding, any_device)),
             Request::ChannelOpen {
                 name,
                 send,
@@ -240,15 +245,24 @@ impl Engine {
                 self.account.ledger.release(peer.pid, &items);
                 self.after_ledger_change()
             }
+            Request::KindLeave { place } => {
+                if self.account.ledger.leave_place(Waiter { session, place }) {
+                    self.after_ledger_change()
+                } else {
+                    vec![]
+                }
+            }
             Request::KindWatch { epoch, waiting } => {
-                if self.account.ledger.epoch() > epoch {
+                let ledger = &mut self.account.ledger;
+                ledger.set_waiting(peer.pid, waiting);
+                if ledger.epoch() > epoch && ledger.to_wake().contains(&peer.pid) {
+                    ledger.set_waiting(peer.pid, 0);
                     reply(Reply::Changed {
-                        epoch: self.account.ledger.epoch(),
-                        waiters: self.account.ledger.waiters(),
+                        epoch: ledger.epoch(),
+                        waiters: ledger.waiters(),
                     })
                 } else {
                     // One watch per session: a new one replaces the old.
-                    self.account.ledger.set_waiting(peer.pid, waiting);
                     self.account.watchers.insert(session, (peer.pid, epoch));
                     vec![]
                 }
@@ -310,18 +324,27 @@ impl Engine {
         vec![]
     }
 
+    /// `KindAcquire`: `wanted` is its (place, holding, any_device).
     fn kind_acquire(
         &mut self,
         session: SessionId,
         peer: Peer,
         items: &[LedgerItem],
+        wanted: (u64, bool, bool),
     ) -> Vec<Effect> {
+        let (place, holding, any_device) = wanted;
         let first = !self.account.ledger.involves(peer.pid);
+        let wait = (place != 0).then_some(Waiter { session, place });
         let checked = self.check_held_guarantees(peer, items).and_then(|()| {
             self.check_account(peer.pid, items)
                 .map_err(LedgerError::from)
         });
-        match checked.and_then(|()| self.account.ledger.acquire(peer.pid, peer.uid, items)) {
+        let ledger = &mut self.account.ledger;
+        let taken = checked.and_then(|()| match wait {
+            Some(w) => ledger.acquire_at(peer.pid, peer.uid, items, w, holding),
+            None => ledger.acquire(peer.pid, peer.uid, items),
+        });
+        match taken {
             Ok(()) => {
                 let mut e = Vec::new();
                 if first {
@@ -341,10 +364,24 @@ impl Engine {
             Err(why) => {
                 // A process the broker does not watch is not remembered:
                 // refused requests cannot make it keep an entry per pid.
+                // (A place in line is the connection's, and leaves with it.)
                 if first {
                     self.account.forget(peer.pid);
                 }
-                vec![answer(session, ledger_error(0x0C, why))]
+                let kept = match (&why, wait) {
+                    (LedgerError::Refused(_), Some(w)) => {
+                        let ledger = &mut self.account.ledger;
+                        Some(ledger.keep_place(peer.pid, w, items, holding, any_device))
+                    }
+                    _ => None,
+                };
+                match kept {
+                    Some(Ok(InLine { ahead, free })) => {
+                        vec![answer(session, Reply::InLine { ahead, free })]
+                    }
+                    Some(Err(limit)) => vec![answer(session, ledger_error(0x0C, limit))],
+                    None => vec![answer(session, ledger_error(0x0C, why))],
+                }
             }
         }
     }
@@ -437,6 +474,7 @@ fn acts_for_caller(req: &Request) -> bool {
         Request::KindDefine { .. }
         | Request::KindAcquire { .. }
         | Request::KindRelease { .. }
+        | Request::KindLeave { .. }
         | Request::KindWatch { .. }
         | Request::ChannelOpen { .. }
         | Request::ChannelRejoin { .. } => true,

@@ -15,6 +15,10 @@
 //! `max − min − Σ exclusive − max(shared)`; for a shared one
 //! `max − min − Σ exclusive`.
 //!
+//! Requests that wait are served in the order they asked, across
+//! processes: the line ([`line`], and [`waiting`] for what its places
+//! reserve and whom a change wakes).
+//!
 //! Built-in kinds mirror the client's (`cpu`: one device per usable CPU, named
 //! by CPU number, max 1; `memory`: one per NUMA node, named `nodeN`, max its
 //! bytes; `io`: one per disk and attached loop device, named `MAJ:MIN`, max
@@ -36,6 +40,12 @@
 //! (unknown kind or device, negative amount: `Invalid`) from one that must
 //! wait for others to give something back (`Refused`) and one past a limit
 //! (`Limit`).
+
+mod line;
+mod waiting;
+
+pub use line::Waiter;
+pub use waiting::InLine;
 
 use crate::config::Limits;
 use crate::names;
@@ -129,6 +139,8 @@ pub struct Ledger {
     watched: HashMap<u32, u32>,
     epoch: u64,
     waiting: HashMap<u32, u32>,
+    /// Requests waiting in line for devices, across processes.
+    line: line::Line,
     limits: Limits,
 }
 
@@ -446,9 +458,39 @@ impl Ledger {
     }
 
     /// Takes every item for process `pid` of user `uid`, or nothing (with
-    /// the reason). Checks first, accumulating items on the same device,
-    /// then applies.
+    /// the reason), as a try: a refusal holds no place in line, and places
+    /// of other processes reserve their devices against it.
     pub fn acquire(&mut self, pid: u32, uid: u32, items: &[LedgerItem]) -> Result<(), LedgerError> {
+        self.take(pid, uid, items, None, false)
+    }
+
+    /// Takes every item for process `pid` of user `uid` for the waiting
+    /// request `wait`, or nothing: only places ahead of it reserve their
+    /// devices against it (none that wait on `pid` when the asking thread
+    /// is `holding` items already), and granted, it leaves the line.
+    /// Refused (`Refused`), the caller keeps its place with
+    /// [`Ledger::keep_place`].
+    pub fn acquire_at(
+        &mut self,
+        pid: u32,
+        uid: u32,
+        items: &[LedgerItem],
+        wait: Waiter,
+        holding: bool,
+    ) -> Result<(), LedgerError> {
+        self.take(pid, uid, items, Some(wait), holding)
+    }
+
+    /// [`Ledger::acquire`] and [`Ledger::acquire_at`]: checks first,
+    /// accumulating items on the same device, then applies.
+    fn take(
+        &mut self,
+        pid: u32,
+        uid: u32,
+        items: &[LedgerItem],
+        wait: Option<Waiter>,
+        holding: bool,
+    ) -> Result<(), LedgerError> {
         self.may_watch(pid, uid)?;
         let held = self.holdings.get(&pid).map_or(0, |h| h.items.len());
         if held + items.len() > self.limits.holdings as usize {
@@ -458,6 +500,7 @@ impl Ledger {
                 self.limits.holdings
             )));
         }
+        let reserved = self.reserved(pid, wait, holding);
         // (kind, dev) -> (exclusive added, largest shared added)
         let mut adding: Vec<((&str, u32), f64, f64)> = Vec::new();
         for it in items {
@@ -470,6 +513,12 @@ impl Ledger {
                 )));
             }
             let d = self.dev(it).map_err(LedgerError::Invalid)?;
+            if let Some(ahead) = reserved.get(&(it.kind.as_str(), it.dev)) {
+                return Err(LedgerError::Refused(format!(
+                    "{} device {} ({}): {ahead} request(s) of other processes wait for it first",
+                    it.kind, it.dev, d.name
+                )));
+            }
             let key = (it.kind.as_str(), it.dev);
             let i = match adding.iter().position(|a| a.0 == key) {
                 Some(i) => i,
@@ -514,6 +563,12 @@ impl Ledger {
         h.uid = uid;
         h.items.extend(items.iter().cloned());
         self.watched.insert(pid, uid);
+        if let Some(w) = wait {
+            // Met: it leaves the line, and who waited behind it may go.
+            if self.line.leave(w.session, w.place) {
+                self.epoch += 1;
+            }
+        }
         Ok(())
     }
 
@@ -558,6 +613,9 @@ impl Ledger {
     /// Returns whether it held anything.
     pub fn forget(&mut self, pid: u32) -> bool {
         self.waiting.remove(&pid);
+        if self.line.leave_process(pid) {
+            self.epoch += 1;
+        }
         self.watched.remove(&pid);
         let mut defined = false;
         for k in self.kinds.values_mut() {
@@ -598,7 +656,7 @@ impl Ledger {
     }
 
     /// The ledger as JSON: kinds (`kind` alone, or every kind when it is
-    /// empty), devices with availability, holders. With `viewer` set, only
+    /// empty), devices with availability, holders, requests in line. With `viewer` set, only
     /// that user's holders are listed (the others are counted).
     pub fn json(&self, viewer: Option<u32>, kind: &str) -> String {
         let kinds: Vec<_> = self
@@ -624,7 +682,8 @@ impl Ledger {
             .iter()
             .map(|(pid, h)| json!({ "pid": pid, "uid": h.uid, "items": h.items.len() }))
             .collect();
-        json!({ "epoch": self.epoch, "waiters": self.waiters(), "kinds": kinds,
+        json!({ "epoch": self.epoch, "waiters": self.waiters(), "in_line": self.line.len(),
+                "kinds": kinds,
                 "holders": holders, "other_holders": hidden.len() })
         .to_string()
     }

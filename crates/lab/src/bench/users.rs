@@ -317,6 +317,9 @@ fn probe(a: &User, b: &User) -> Vec<(&'static str, Result<(), String>)> {
             let mut c = Conn::connect(&g.socket).map_err(|e| e.to_string())?;
             let r = match c.call(&Request::KindAcquire {
                 items: cpus(cpus_n),
+                place: 0,
+                holding: false,
+                any_device: false,
             }) {
                 Ok((
                     Reply::Error {

@@ -208,8 +208,18 @@ impl Request {
                     w.str(&d.name).f64(d.min).f64(d.max);
                 }
             }
-            Request::KindAcquire { items } | Request::KindRelease { items } => {
-                put_items(&mut w, items)
+            Request::KindAcquire {
+                items,
+                place,
+                holding,
+                any_device,
+            } => {
+                put_items(&mut w, items);
+                w.u64(*place).bool(*holding).bool(*any_device);
+            }
+            Request::KindRelease { items } => put_items(&mut w, items),
+            Request::KindLeave { place } => {
+                w.u64(*place);
             }
             Request::KindWatch { epoch, waiting } => {
                 w.u64(*epoch).u32(*waiting);
@@ -249,7 +259,7 @@ impl Request {
     /// Decodes one datagram. Never panics, whatever the bytes.
     pub fn decode(buf: &[u8]) -> Result<Request, FrameError> {
         let (kind, body) = unframe(buf)?;
-        if !(0x01..=0x16).contains(&kind) {
+        if !(0x01..=0x17).contains(&kind) {
             return Err(FrameError::Kind(kind));
         }
         let mut r = Reader::new(body);
@@ -319,6 +329,9 @@ impl Request {
             },
             0x0C => Request::KindAcquire {
                 items: get_items(r)?,
+                place: r.u64("place")?,
+                holding: r.bool("holding")?,
+                any_device: r.bool("any_device")?,
             },
             0x0D => Request::KindRelease {
                 items: get_items(r)?,
@@ -340,6 +353,9 @@ impl Request {
             0x13 => Request::ChannelRejoin {
                 name: r.str("name")?,
                 send: r.bool("send")?,
+            },
+            0x17 => Request::KindLeave {
+                place: r.u64("place")?,
             },
             0x16 => Request::IncludeGroup {
                 cell: r.u64("cell")?,
@@ -436,6 +452,10 @@ impl Reply {
             Reply::Channel { slots, message_max } => {
                 w.u32(*slots).u32(*message_max);
             }
+            Reply::InLine { ahead, free } => {
+                w.u32(*ahead);
+                put_items(&mut w, free);
+            }
         }
         frame(self.kind(), w)
     }
@@ -443,7 +463,7 @@ impl Reply {
     /// Decodes one datagram. Never panics, whatever the bytes.
     pub fn decode(buf: &[u8]) -> Result<Reply, FrameError> {
         let (kind, body) = unframe(buf)?;
-        if !(0x81..=0x89).contains(&kind) {
+        if !(0x81..=0x8A).contains(&kind) {
             return Err(FrameError::Kind(kind));
         }
         let mut r = Reader::new(body);
@@ -495,6 +515,10 @@ impl Reply {
             0x89 => Reply::Channel {
                 slots: r.u32("slots")?,
                 message_max: r.u32("message_max")?,
+            },
+            0x8A => Reply::InLine {
+                ahead: r.u32("ahead")?,
+                free: get_items(r)?,
             },
             _ => Reply::Changed {
                 epoch: r.u64("epoch")?,

@@ -4,7 +4,7 @@
 
 use super::*;
 
-/// A request of every kind (0x01 to 0x16).
+/// A request of every kind (0x01 to 0x17).
 pub fn example_requests() -> Vec<Request> {
     vec![
         Request::Hello {
@@ -120,7 +120,22 @@ pub fn example_requests() -> Vec<Request> {
                 amount: 0.5,
                 shared: true,
             }],
+            place: 0,
+            holding: false,
+            any_device: false,
         },
+        Request::KindAcquire {
+            items: vec![LedgerItem {
+                kind: "cpu".into(),
+                dev: 0,
+                amount: 1.0,
+                shared: false,
+            }],
+            place: 3,
+            holding: true,
+            any_device: true,
+        },
+        Request::KindLeave { place: 3 },
         Request::KindRelease {
             items: vec![LedgerItem {
                 kind: "cpu".into(),
@@ -150,7 +165,7 @@ pub fn example_requests() -> Vec<Request> {
     ]
 }
 
-/// A reply of every kind (0x81 to 0x89), in kind order.
+/// A reply of every kind (0x81 to 0x8A), in kind order.
 pub fn example_replies() -> Vec<Reply> {
     vec![
         Reply::Welcome {
@@ -187,6 +202,15 @@ pub fn example_replies() -> Vec<Reply> {
         Reply::Channel {
             slots: 64,
             message_max: 4080,
+        },
+        Reply::InLine {
+            ahead: 2,
+            free: vec![LedgerItem {
+                kind: "cpu".into(),
+                dev: 1,
+                amount: 1.0,
+                shared: false,
+            }],
         },
     ]
 }

@@ -56,8 +56,14 @@ pub mod spec;
 /// `SetMemory` (0x14) changes the memory, `SetCache` (0x15) the cache;
 /// 10 — `IncludeGroup` (0x16): a cell also confines a launcher's cgroup;
 /// 11 — `KindList` (0x0B) names the kind to list (empty: every kind), so a
-/// process that needs one kind's devices is not sent every user's kinds.
-pub const PROTOCOL_VERSION: u16 = 11;
+/// process that needs one kind's devices is not sent every user's kinds;
+/// 12 — waiting in line for the ledger: `KindAcquire` (0x0C) carries the
+/// caller's `place`, the broker answers a refusal with a place kept by
+/// `InLine` (0x8A: who is ahead, what is free to it), and the one-way
+/// `KindLeave` (0x17) gives a place up; `KindAcquire` says whether the
+/// asking thread holds items already (`holding`) and whether other devices
+/// of the same kinds would do (`any_device`).
+pub const PROTOCOL_VERSION: u16 = 12;
 
 /// The header's first two bytes, little-endian; other values are not the allot protocol.
 pub const MAGIC: u16 = 0xA110;
@@ -301,19 +307,45 @@ pub enum Request {
         /// The kind to list; empty: every kind.
         kind: String,
     },
-    /// `0x0C` — `items: list<(kind: str, dev: u32, amount: f64, shared: bool)>`.
-    /// Takes every item for the calling process, all or nothing.
+    /// `0x0C` — `items: list<(kind: str, dev: u32, amount: f64, shared: bool)>,
+    /// place: u64, holding: bool, any_device: bool`. Takes every item for the calling process, all or
+    /// nothing. With `place` 0 (a try) a refusal is an `Error` and holds no
+    /// place. Otherwise `place` names the caller's waiting request (one
+    /// number per waiting thread, the caller's choice): refused, it keeps a
+    /// place in the ledger's line under that number and is answered
+    /// `InLine`; asked again under the same number it keeps its place,
+    /// with the items asked last. The place is given up by a grant,
+    /// `KindLeave`, or the connection's end. `holding` says the asking
+    /// thread already holds items (the acquisition is nested in another):
+    /// then places that wait on the caller's process do not hold it back.
+    /// `any_device` says a policy chose the devices and would take others
+    /// of the same kinds: its place then waits for any device of them.
     KindAcquire {
         /// What to take.
         items: Vec<LedgerItem>,
+        /// The caller's waiting request (0: a try, which holds no place).
+        place: u64,
+        /// The asking thread holds items already.
+        holding: bool,
+        /// Any device of the items' kinds would do (a policy chose them).
+        any_device: bool,
     },
     /// `0x0D` — same fields as `KindAcquire`. Gives items back; no reply.
     KindRelease {
         /// What to give back.
         items: Vec<LedgerItem>,
     },
+    /// `0x17` — `place: u64`. The caller's waiting request `place` stopped
+    /// waiting (it was met another way, or gave up): its place in line is
+    /// given up. No reply.
+    KindLeave {
+        /// The place `KindAcquire` named.
+        place: u64,
+    },
     /// `0x0E` — `epoch: u64, waiting: u32`. Answered with `Changed` as soon
-    /// as the ledger's epoch exceeds `epoch`; `waiting` is how many of the
+    /// as the ledger's epoch exceeds `epoch` and the change may let the
+    /// caller through (it has a place in line that could take something,
+    /// or more threads waiting than places); `waiting` is how many of the
     /// caller's threads wait (summed into the waiters policies see).
     KindWatch {
         /// Last epoch seen.
@@ -360,7 +392,7 @@ pub enum Request {
 }
 
 /// The broker's reply.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
     /// `0x81` — `broker_pid: u32, instance: u64, backend: str, machine: str, cpus: u32`.
     Welcome {
@@ -433,6 +465,19 @@ pub enum Reply {
         /// Threads waiting across all processes.
         waiters: u32,
     },
+    /// `0x8A` — `ahead: u32, free: list<(kind: str, dev: u32, amount: f64,
+    /// shared: bool)>`. A `KindAcquire` with a place was refused and keeps
+    /// its place in line: `ahead` requests of other processes asked before
+    /// it for some of the same devices; `free` is what it could take now on
+    /// the devices of the kinds it asked for (exclusive and shared amounts,
+    /// devices others reserve by waiting ahead counted as taken; a device
+    /// not listed has nothing free).
+    InLine {
+        /// Waiting requests ahead of it that want some of its devices.
+        ahead: u32,
+        /// What is free to it now, per device of the kinds it asked for.
+        free: Vec<LedgerItem>,
+    },
     /// `0x89` — `slots: u32, message_max: u32`. A channel end is open; its
     /// memory, data doorbell and space doorbell travel with it as
     /// `SCM_RIGHTS`, in that order.
@@ -470,6 +515,7 @@ impl Request {
             Request::SetMemory { .. } => 0x14,
             Request::SetCache { .. } => 0x15,
             Request::IncludeGroup { .. } => 0x16,
+            Request::KindLeave { .. } => 0x17,
         }
     }
 
@@ -480,10 +526,10 @@ impl Request {
 }
 
 /// Whether the broker answers requests of wire kind `kind`: every kind but
-/// the one-way `Report` (0x05), `KindRelease` (0x0D), `PoolStats` (0x0F)
-/// and `ChannelClose` (0x12).
+/// the one-way `Report` (0x05), `KindRelease` (0x0D), `PoolStats` (0x0F),
+/// `ChannelClose` (0x12) and `KindLeave` (0x17).
 pub fn kind_expects_reply(kind: u16) -> bool {
-    !matches!(kind, 0x05 | 0x0D | 0x0F | 0x12)
+    !matches!(kind, 0x05 | 0x0D | 0x0F | 0x12 | 0x17)
 }
 
 /// The request kind a datagram's header names, read as far as the magic
@@ -541,6 +587,7 @@ impl Reply {
             Reply::Json { .. } => 0x87,
             Reply::Changed { .. } => 0x88,
             Reply::Channel { .. } => 0x89,
+            Reply::InLine { .. } => 0x8A,
         }
     }
 

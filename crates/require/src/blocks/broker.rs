@@ -1,19 +1,43 @@
 //! The link to the broker's ledger: growing the process's roots when
 //! they lack what a scope needs, and watching the ledger so threads that
 //! wait on other processes' holdings wake up when those change.
+//!
+//! A blocking acquisition that the broker refuses keeps a place in the
+//! broker's line under a number of this process's ([`State::next_place`]):
+//! the broker serves the requests of all processes in the order they
+//! asked. The refusal says what is free to the request
+//! ([`State::broker_free`], per thread: it depends on the request's place);
+//! its policy chooses from that until the thread waits or the acquisition
+//! ends (then it assumes the whole device again, and a refusal says
+//! afresh).
 
 use super::*;
 
+/// What asking the broker for the roots' shortfall came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Grown {
+    /// Granted: the roots grew.
+    Yes,
+    /// Refused, holding no place (a try, or no broker to ask).
+    No,
+    /// Refused; the request keeps its place in the broker's line, and
+    /// [`State::broker_free`] says what is free to it.
+    InLine,
+}
+
 impl Blocks {
-    /// Asks the broker for what the roots lack; true if granted (the roots
-    /// grew), false if it must wait. A broker that went away leaves the
-    /// process standalone: every root gets its whole device. A request the
-    /// broker can never grant as asked is an error naming a device of it.
+    /// Asks the broker for what the roots lack, as `how` says (for a
+    /// waiting request's place, or a try). A broker that went
+    /// away leaves the process standalone: every root gets its whole
+    /// device. A request the broker can never grant as asked is an error
+    /// naming a device of it.
     pub(super) fn grow_from_broker(
         &self,
         st: &mut Locked<'_>,
+        tid: Tid,
         short: &[(Dev, f64, bool)],
-    ) -> Result<bool, (Dev, String)> {
+        how: ledger::Asking,
+    ) -> Result<Grown, (Dev, String)> {
         let items: Vec<(Dev, LedgerItem)> = short
             .iter()
             .map(|&(dev, amount, shared)| {
@@ -30,18 +54,25 @@ impl Blocks {
             })
             .collect();
         let Some(link) = st.link.as_mut() else {
-            return Ok(false);
+            return Ok(Grown::No);
         };
-        match link.acquire(items.iter().map(|(_, i)| i.clone()).collect()) {
+        let asked = items.iter().map(|(_, i)| i.clone()).collect();
+        match link.acquire(asked, how) {
             Ok(()) => {
                 for (dev, it) in items {
                     let (amount, _) = st.trees.root(dev).unwrap_or((0.0, 0.0));
                     st.trees.set_root(dev, amount + it.amount);
                     st.root_items.entry(dev).or_default().push(it);
                 }
-                Ok(true)
+                // What the broker said was free stays until the acquisition
+                // ends: the policy, run again, must choose what was granted.
+                Ok(Grown::Yes)
             }
-            Err(Denied::NotNow(_)) => Ok(false),
+            Err(Denied::NotNow(_)) => Ok(Grown::No),
+            Err(Denied::InLine { free, .. }) => {
+                self.note_free(st, tid, &items, &free);
+                Ok(Grown::InLine)
+            }
             Err(Denied::Never(why)) => Err((items[0].0, why)),
             Err(Denied::Gone(_)) => {
                 st.link = None;
@@ -52,8 +83,45 @@ impl Blocks {
                     }
                 }
                 st.root_items.clear();
-                Ok(true)
+                st.broker_free.clear();
+                Ok(Grown::Yes)
             }
+        }
+    }
+
+    /// Records what the broker says is free to `tid`'s acquisition on every
+    /// device of the kinds of `asked` (a device it does not list has
+    /// nothing free).
+    fn note_free(
+        &self,
+        st: &mut Locked<'_>,
+        tid: Tid,
+        asked: &[(Dev, LedgerItem)],
+        free: &[LedgerItem],
+    ) {
+        let mut kinds: Vec<KindId> = asked.iter().map(|(dev, _)| dev.0).collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        for k in kinds {
+            for d in 0..st.kinds[k].devices.len() {
+                let index = st.broker_dev.get(&(k, d)).copied().unwrap_or(d as u32);
+                let name = &st.kinds[k].name;
+                let amount = |shared: bool| {
+                    free.iter()
+                        .find(|f| f.kind == *name && f.dev == index && f.shared == shared)
+                        .map_or(0.0, |f| f.amount)
+                };
+                let got = (amount(false), amount(true));
+                st.broker_free.entry(tid).or_default().insert((k, d), got);
+            }
+        }
+    }
+
+    /// The waiting request `place` stopped waiting: its place in the
+    /// broker's line is given up.
+    pub(super) fn leave_line(&self, st: &mut Locked<'_>, place: u64) {
+        if let Some(link) = st.link.as_mut() {
+            link.leave(place);
         }
     }
 

@@ -38,6 +38,7 @@ mod spawn;
 mod wait;
 
 pub use block::{Wait, Waits, given_back, may_hold_current, release_on, releases, releasing};
+use broker::Grown;
 pub use request::{Amount, Request, RequireError, Timing, What};
 use resolve::{add_kind, add_kind_local, give_back, lookup, policy_impossible, resolve};
 pub use spawn::{ChildGuard, SpawnCtx, blocking, spawn};
@@ -127,6 +128,15 @@ struct State {
     broker_dev: HashMap<Dev, u32>,
     /// Threads waiting in other processes too (from the broker).
     broker_waiters: u32,
+    /// What the broker last said was free to each thread's acquisition
+    /// (what is free depends on its place in the broker's line), per device
+    /// of the kinds it asked for: (exclusive, shared). Its policy chooses
+    /// from it until the thread waits or the acquisition ends
+    /// (`broker.rs`).
+    broker_free: IntMap<Tid, IntMap<Dev, (f64, f64)>>,
+    /// The number the next waiting acquisition's place in the broker's
+    /// line takes (from 1).
+    next_place: u64,
     /// Ledger epoch last seen, and whether a watcher thread runs.
     ledger_epoch: u64,
     watching: bool,
@@ -169,6 +179,8 @@ impl State {
             root_items: IntMap::default(),
             broker_dev: HashMap::new(),
             broker_waiters: 0,
+            broker_free: IntMap::default(),
+            next_place: 1,
             ledger_epoch: 0,
             watching: false,
             sleepers: 0,
@@ -570,7 +582,13 @@ impl Blocks {
         if gathers {
             st = self.gather(st, tid);
         }
-        loop {
+        // This acquisition's place in the broker's line (0: none taken),
+        // whether the broker keeps it now, and whether the policy has been
+        // run again with what the broker said is free since the last wake.
+        let mut place = 0;
+        let mut in_line = false;
+        let mut hinted = false;
+        let result = loop {
             let buf = std::mem::take(&mut st.scratch_asks);
             let resolved = resolve(&st, &self.machine, tid, reqs, devs, site, buf);
             // Its policy has run: it no longer counts as arriving (it now
@@ -580,7 +598,7 @@ impl Blocks {
             }
             let resolved = match resolved {
                 Ok(r) => r,
-                Err(e) => return (st, Err(e)),
+                Err(e) => break Err(e),
             };
             let failure = match resolved {
                 Some((asks, outcome)) => {
@@ -605,7 +623,7 @@ impl Blocks {
                             st.epoch += 1;
                             self.cond.notify_all();
                         }
-                        return (st, Ok(Some((frames, outcome))));
+                        break Ok(Some((frames, outcome)));
                     }
                     st.scratch_nodes = nodes;
                     match got.map(|_| ()) {
@@ -616,29 +634,47 @@ impl Blocks {
                             enclosing,
                         }) => {
                             let (kind, dev) = st.names(dev);
-                            let e = RequireError::TooLarge {
+                            break Err(RequireError::TooLarge {
                                 kind,
                                 dev,
                                 asked,
                                 enclosing,
                                 site,
-                            };
-                            return (st, Err(e));
+                            });
                         }
                         Err(Refusal::Wait { devs, root_short }) => {
                             if !root_short.is_empty() && st.link.is_some() {
-                                match self.grow_from_broker(&mut st, &root_short) {
-                                    Ok(true) => continue, // the roots grew: try again at once
-                                    Ok(false) => {}
+                                if block && place == 0 {
+                                    place = st.next_place;
+                                    st.next_place += 1;
+                                }
+                                let how = ledger::Asking {
+                                    place,
+                                    holding: st.trees.holds_any(tid),
+                                    any_device: has_policy,
+                                };
+                                match self.grow_from_broker(&mut st, tid, &root_short, how) {
+                                    Ok(Grown::Yes) => {
+                                        in_line = false;
+                                        continue; // the roots grew: try again at once
+                                    }
+                                    Ok(Grown::InLine) => {
+                                        in_line = true;
+                                        if !hinted {
+                                            // Choose again from what is free.
+                                            hinted = true;
+                                            continue;
+                                        }
+                                    }
+                                    Ok(Grown::No) => {}
                                     Err((dev, why)) => {
                                         let (kind, dev) = st.names(dev);
-                                        let e = RequireError::Unenforceable {
+                                        break Err(RequireError::Unenforceable {
                                             kind,
                                             dev,
                                             why,
                                             site,
-                                        };
-                                        return (st, Err(e));
+                                        });
                                     }
                                 }
                             }
@@ -649,7 +685,7 @@ impl Blocks {
                 None => Vec::new(),
             };
             if !block {
-                return (st, Ok(None));
+                break Ok(None);
             }
             if has_policy && policy_impossible(&st, &self.machine, reqs) {
                 let name = reqs
@@ -662,10 +698,22 @@ impl Blocks {
                         }
                     })
                     .unwrap_or_default();
-                return (st, Err(RequireError::Impossible { policy: name, site }));
+                break Err(RequireError::Impossible { policy: name, site });
             }
+            // What the roots were granted and nothing uses goes back before
+            // the wait: held idle, it could keep the broker's line from
+            // ever reaching this very request.
+            give_back(&mut st);
             st = self.wait(st, tid, &failure);
+            // Woken: the ledger changed; choose from the whole device again.
+            st.broker_free.remove(&tid);
+            hinted = false;
+        };
+        if in_line {
+            self.leave_line(&mut st, place);
         }
+        st.broker_free.remove(&tid);
+        (st, result)
     }
 
     fn exit(&self, tid: Tid, id: u64) {

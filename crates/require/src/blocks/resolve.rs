@@ -203,19 +203,27 @@ fn view_for<'m>(st: &State, machine: &'m Machine, tid: Tid, own: Ownership) -> V
     let coordinated = st.link.is_some();
     for (k, kind) in st.kinds.iter().enumerate() {
         for (d, dev) in kind.devices.iter().enumerate() {
-            let growable = if coordinated && !kind.local && st.trees.at_root(tid, (k, d)) {
-                let (held, _) = st.trees.root((k, d)).unwrap_or((0.0, 0.0));
-                (dev.max - held).max(0.0)
-            } else {
-                0.0
-            };
+            // What the root could still get from the broker: the whole
+            // device less what it holds, or what the broker last said was
+            // free to a waiting request of this process.
+            let (growable, growable_shared) =
+                if coordinated && !kind.local && st.trees.at_root(tid, (k, d)) {
+                    let (held, _) = st.trees.root((k, d)).unwrap_or((0.0, 0.0));
+                    let rest = (dev.max - held).max(0.0);
+                    match st.broker_free.get(&tid).and_then(|f| f.get(&(k, d))) {
+                        Some(&(excl, shared)) => (rest.min(excl), rest.min(shared)),
+                        None => (rest, rest),
+                    }
+                } else {
+                    (0.0, 0.0)
+                };
             devs.push(DevView {
                 kind: kind.name.clone(),
                 index: d,
                 name: dev.name.clone(),
                 max: dev.max,
                 available: st.trees.available(tid, (k, d)) + growable,
-                shared_available: st.trees.shared_available(tid, (k, d)) + growable,
+                shared_available: st.trees.shared_available(tid, (k, d)) + growable_shared,
                 waiters: st.waiting.get(&(k, d)).copied().unwrap_or(0),
                 rate: if kind.measured {
                     sampled_rate(st, kind, (k, d))
