@@ -262,3 +262,61 @@ fn a_policy_refused_its_first_choice_takes_what_the_broker_says_is_free() {
         "cores(1) got {cpus:?} while CPU 0 was held"
     );
 }
+
+/// The crowd role: `THREADS` threads each enter `fair_cores()` `ROUNDS`
+/// times, holding it 5 ms, then the process prints `done`. Selected by
+/// ALLOT_CROWD_ROLE=THREADS:ROUNDS.
+#[test]
+fn crowd_role() {
+    let Ok(role) = std::env::var("ALLOT_CROWD_ROLE") else {
+        return;
+    };
+    let (threads, rounds) = role.split_once(':').unwrap();
+    let (threads, rounds): (usize, usize) = (threads.parse().unwrap(), rounds.parse().unwrap());
+    let socket = std::env::var("ALLOT_SOCKET").unwrap();
+    let m = allot_topo::discover_live().unwrap();
+    let rt = Blocks::with_broker(m, false, Some(socket.as_ref())).into_static();
+    assert!(rt.coordinated(), "no broker at {socket}");
+    let all: Vec<_> = (0..threads)
+        .map(|_| {
+            std::thread::spawn(move || {
+                for _ in 0..rounds {
+                    let s = rt
+                        .enter(vec![Request::policy(policy::fair_cores())])
+                        .unwrap();
+                    std::thread::sleep(Duration::from_millis(5));
+                    drop(s);
+                }
+            })
+        })
+        .collect();
+    for t in all {
+        t.join().unwrap();
+    }
+    println!("done");
+}
+
+/// Many threads of several processes waiting in the broker's line at once
+/// all get their turn: a waiter's view of what is free is its own (what
+/// is free depends on its place), and a process's idle grant goes back
+/// before its threads wait. (With one view per process, a thread refused
+/// behind others made its process's first-in-line thread believe nothing
+/// was free: every process slept with the CPUs free.)
+#[test]
+fn a_crowd_of_waiting_policies_in_several_processes_all_get_their_turn() {
+    let d = Daemon::start("dry-run", &[]);
+    let crowd: Vec<Watched> = (0..3)
+        .map(|_| {
+            let argv = role("crowd_role");
+            let mut c = Command::new(&argv[0]);
+            c.args(&argv[1..])
+                .env("ALLOT_CROWD_ROLE", "6:4")
+                .env("ALLOT_SOCKET", &d.socket);
+            Watched::spawn(c)
+        })
+        .collect();
+    for mut p in crowd {
+        printed(&mut p, "every thread of the process had its turns", "done");
+        p.stop();
+    }
+}
