@@ -1,0 +1,168 @@
+//! Acquiring a scope's requests as one unit (see the module notes of
+//! [`super`], "Entering a scope"): resolve them, take them from the
+//! allocation trees, ask the broker for what the roots lack (keeping a
+//! place in its line while refused, `broker.rs`), and wait until they can
+//! be met.
+
+use super::broker::Grown;
+use super::*;
+
+impl Blocks {
+    /// Resolves and acquires `reqs` for `tid` as one unit, waiting (when
+    /// `block`) until they can be met. Takes and returns the lock guard,
+    /// which waiting hands to the condition variable.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn acquire<'s>(
+        &'s self,
+        mut st: Locked<'s>,
+        tid: Tid,
+        reqs: &[Request],
+        devs: Option<&[Option<Dev>]>,
+        block: bool,
+        site: &'static Location<'static>,
+    ) -> (Locked<'s>, Result<Option<Acquired>, RequireError>) {
+        if reqs.is_empty() {
+            return (st, Ok(Some((Vec::new(), None))));
+        }
+        let has_policy = reqs.iter().any(|r| matches!(r.what, What::Policy(_)));
+        let gathers = block
+            && reqs
+                .iter()
+                .any(|r| matches!(&r.what, What::Policy(p) if p.gathers()));
+        if gathers {
+            st = self.gather(st, tid);
+        }
+        // This acquisition's place in the broker's line (0: none taken),
+        // whether the broker keeps it now, and whether the policy has been
+        // run again with what the broker said is free since the last wake.
+        let mut place = 0;
+        let mut in_line = false;
+        let mut hinted = false;
+        let result = loop {
+            let buf = std::mem::take(&mut st.scratch_asks);
+            let resolved = resolve(&st, &self.machine, tid, reqs, devs, site, buf);
+            // Its policy has run: it no longer counts as arriving (it now
+            // holds, or waits and counts as a waiter).
+            if gathers {
+                st.gathering.retain(|(t, _)| *t != tid);
+            }
+            let resolved = match resolved {
+                Ok(r) => r,
+                Err(e) => break Err(e),
+            };
+            let failure = match resolved {
+                Some((asks, outcome)) => {
+                    let mut nodes = std::mem::take(&mut st.scratch_nodes);
+                    let got =
+                        st.trees
+                            .acquire_into(tid, &asks, has_policy || asks.len() > 1, &mut nodes);
+                    if got.is_ok() {
+                        let mut frames = st
+                            .threads
+                            .get_mut(&tid)
+                            .and_then(|t| t.spare.pop())
+                            .unwrap_or_default();
+                        frames.extend(asks.iter().map(|a| a.dev).zip(nodes.iter().copied()));
+                        st.scratch_nodes = nodes;
+                        st.scratch_asks = asks;
+                        // A nested acquisition moves this thread off its
+                        // enclosing allocations (and denials stop its use of
+                        // others): a sibling waiting to carve from them may
+                        // proceed now.
+                        if st.sleepers > 0 {
+                            st.epoch += 1;
+                            self.cond.notify_all();
+                        }
+                        break Ok(Some((frames, outcome)));
+                    }
+                    st.scratch_nodes = nodes;
+                    match got.map(|_| ()) {
+                        Ok(()) => unreachable!("handled above"),
+                        Err(Refusal::TooLarge {
+                            dev,
+                            asked,
+                            enclosing,
+                        }) => {
+                            let (kind, dev) = st.names(dev);
+                            break Err(RequireError::TooLarge {
+                                kind,
+                                dev,
+                                asked,
+                                enclosing,
+                                site,
+                            });
+                        }
+                        Err(Refusal::Wait { devs, root_short }) => {
+                            if !root_short.is_empty() && st.link.is_some() {
+                                if block && place == 0 {
+                                    place = st.next_place;
+                                    st.next_place += 1;
+                                }
+                                let how = ledger::Asking {
+                                    place,
+                                    holding: st.trees.holds_any(tid),
+                                    any_device: has_policy,
+                                };
+                                match self.grow_from_broker(&mut st, tid, &root_short, how) {
+                                    Ok(Grown::Yes) => {
+                                        in_line = false;
+                                        continue; // the roots grew: try again at once
+                                    }
+                                    Ok(Grown::InLine) => {
+                                        in_line = true;
+                                        if !hinted {
+                                            // Choose again from what is free.
+                                            hinted = true;
+                                            continue;
+                                        }
+                                    }
+                                    Ok(Grown::No) => {}
+                                    Err((dev, why)) => {
+                                        let (kind, dev) = st.names(dev);
+                                        break Err(RequireError::Unenforceable {
+                                            kind,
+                                            dev,
+                                            why,
+                                            site,
+                                        });
+                                    }
+                                }
+                            }
+                            devs
+                        }
+                    }
+                }
+                None => Vec::new(),
+            };
+            if !block {
+                break Ok(None);
+            }
+            if has_policy && policy_impossible(&st, &self.machine, reqs) {
+                let name = reqs
+                    .iter()
+                    .find_map(|r| {
+                        if let What::Policy(p) = &r.what {
+                            Some(p.name().to_string())
+                        } else {
+                            None
+                        }
+                    })
+                    .unwrap_or_default();
+                break Err(RequireError::Impossible { policy: name, site });
+            }
+            // What the roots were granted and nothing uses goes back before
+            // the wait: held idle, it could keep the broker's line from
+            // ever reaching this very request.
+            give_back(&mut st);
+            st = self.wait(st, tid, &failure);
+            // Woken: the ledger changed; choose from the whole device again.
+            st.broker_free.remove(&tid);
+            hinted = false;
+        };
+        if in_line {
+            self.leave_line(&mut st, place);
+        }
+        st.broker_free.remove(&tid);
+        (st, result)
+    }
+}
