@@ -17,30 +17,30 @@ pub struct InLine {
 }
 
 impl Ledger {
-    /// The devices that places ahead of `wait` (every place, for a try)
-    /// reserve against process `pid`, with how many places want each.
-    /// When the asking thread is `holding` items, places that wait on
-    /// `pid` reserve nothing against it (see the line's module notes: it
-    /// goes ahead of them, or neither would be met).
+    /// The places that hold a request of process `pid` back: those ahead
+    /// of `wait` (every place, for a try) of other processes. When the
+    /// asking thread is `holding` items, places that wait on `pid` are not
+    /// among them (see the line's module notes: it goes ahead of them, or
+    /// neither would be met).
+    fn reserving(&self, pid: u32, wait: Option<Waiter>, holding: bool) -> Vec<&Place> {
+        if self.line.is_empty() {
+            return Vec::new();
+        }
+        self.line
+            .ahead(wait, pid)
+            .filter(|p| !(holding && self.waits_on(p, pid)))
+            .collect()
+    }
+
+    /// The devices that [`Ledger::reserving`]'s places reserve against
+    /// that request, with how many places want each.
     pub(super) fn reserved(
         &self,
         pid: u32,
         wait: Option<Waiter>,
         holding: bool,
     ) -> HashMap<(&str, u32), usize> {
-        let mut out: HashMap<(&str, u32), usize> = HashMap::new();
-        if self.line.is_empty() {
-            return out;
-        }
-        for p in self.line.ahead(wait, pid) {
-            if holding && self.waits_on(p, pid) {
-                continue;
-            }
-            for (kind, dev) in &p.devices {
-                *out.entry((kind.as_str(), *dev)).or_default() += 1;
-            }
-        }
-        out
+        reserved_by(&self.reserving(pid, wait, holding))
     }
 
     /// Whether place `p` waits on process `pid`: `pid` holds part of a
@@ -103,11 +103,10 @@ impl Ledger {
             )));
         }
         self.line.keep(wait, pid, devices.clone());
-        let reserved = self.reserved(pid, Some(wait), holding);
-        let ahead = self
-            .line
-            .ahead(Some(wait), pid)
-            .filter(|p| !(holding && self.waits_on(p, pid)))
+        let reserving = self.reserving(pid, Some(wait), holding);
+        let reserved = reserved_by(&reserving);
+        let ahead = reserving
+            .iter()
             .filter(|p| p.devices.iter().any(|d| devices.contains(d)))
             .count() as u32;
         let mut free = Vec::new();
@@ -228,4 +227,15 @@ impl Ledger {
     pub fn in_line(&self) -> usize {
         self.line.len()
     }
+}
+
+/// The devices `places` wait for, with how many of them want each.
+fn reserved_by<'a>(places: &[&'a Place]) -> HashMap<(&'a str, u32), usize> {
+    let mut out: HashMap<(&str, u32), usize> = HashMap::new();
+    for p in places {
+        for (kind, dev) in &p.devices {
+            *out.entry((kind.as_str(), *dev)).or_default() += 1;
+        }
+    }
+    out
 }
