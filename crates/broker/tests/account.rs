@@ -23,17 +23,7 @@ fn cpu(n: u32, shared: bool) -> LedgerItem {
 /// Process `pid` of alice (uid 1000) asks for `items`.
 fn acquire(w: &mut World, pid: u32, items: Vec<LedgerItem>) -> Vec<allot_broker::core::Effect> {
     let peer = peer(pid, 1000);
-    w.handle(
-        20,
-        peer,
-        Request::KindAcquire {
-            items,
-            place: 0,
-            holding: false,
-            any_device: false,
-        },
-        None,
-    )
+    w.handle(20, peer, Request::kind_try(items), None)
 }
 
 fn release(w: &mut World, pid: u32, items: Vec<LedgerItem>) {

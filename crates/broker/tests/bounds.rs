@@ -282,42 +282,12 @@ fn the_ledger_answers_invalid_requests_as_invalid() {
         (vec![item("cpu", 0, -1.0)], "negative amount"),
         (vec![item("cpu", 99, 1.0)], "no such device"),
     ] {
-        let e = w.handle(
-            7,
-            ALICE,
-            Request::KindAcquire {
-                items,
-                place: 0,
-                holding: false,
-                any_device: false,
-            },
-            None,
-        );
+        let e = w.handle(7, ALICE, Request::kind_try(items), None);
         assert_eq!(code(&e), Some(ErrorCode::Invalid), "{why}: {}", message(&e));
     }
-    let e = w.handle(
-        7,
-        ALICE,
-        Request::KindAcquire {
-            items: vec![item("cpu", 0, 1.0)],
-            place: 0,
-            holding: false,
-            any_device: false,
-        },
-        None,
-    );
+    let e = w.handle(7, ALICE, Request::kind_try(vec![item("cpu", 0, 1.0)]), None);
     assert!(matches!(reply(&e), Reply::Ok));
-    let e = w.handle(
-        8,
-        BOB,
-        Request::KindAcquire {
-            items: vec![item("cpu", 0, 1.0)],
-            place: 0,
-            holding: false,
-            any_device: false,
-        },
-        None,
-    );
+    let e = w.handle(8, BOB, Request::kind_try(vec![item("cpu", 0, 1.0)]), None);
     assert_eq!(code(&e), Some(ErrorCode::Refused), "taken: try later");
 }
 
@@ -436,17 +406,7 @@ fn one_watch_per_session() {
         amount: 1.0,
         shared: false,
     };
-    w.handle(
-        8,
-        BOB,
-        Request::KindAcquire {
-            items: vec![take.clone()],
-            place: 0,
-            holding: false,
-            any_device: false,
-        },
-        None,
-    );
+    w.handle(8, BOB, Request::kind_try(vec![take.clone()]), None);
     let e = w.handle(8, BOB, Request::KindRelease { items: vec![take] }, None);
     let answers = e
         .iter()

@@ -79,33 +79,13 @@ fn a_connection_whose_process_ended_acts_for_nobody() {
             shared: false,
         }]
     };
-    let e = w.handle(
-        8,
-        newcomer,
-        Request::KindAcquire {
-            items: cpu(3),
-            place: 0,
-            holding: false,
-            any_device: false,
-        },
-        None,
-    );
+    let e = w.handle(8, newcomer, Request::kind_try(cpu(3)), None);
     assert!(matches!(reply(&e), Reply::Ok), "{}", message(&e));
     let ended =
         |e: &[Effect]| code(e) == Some(ErrorCode::Invalid) && message(e).contains("has ended");
     let e = register(&mut w, old, "trap", CellSpec::default(), vec![], false);
     assert!(ended(&e), "{e:?}");
-    let e = w.handle(
-        7,
-        old,
-        Request::KindAcquire {
-            items: cpu(2),
-            place: 0,
-            holding: false,
-            any_device: false,
-        },
-        None,
-    );
+    let e = w.handle(7, old, Request::kind_try(cpu(2)), None);
     assert!(ended(&e), "{e:?}");
     let define = Request::KindDefine {
         name: "gpu".into(),
@@ -255,17 +235,7 @@ fn require_holds_outside_cells_count_as_guarantees() {
         shared,
     };
     let acquire = |w: &mut World, p: Peer, items: Vec<LedgerItem>| {
-        w.handle(
-            9,
-            p,
-            Request::KindAcquire {
-                items,
-                place: 0,
-                holding: false,
-                any_device: false,
-            },
-            None,
-        )
+        w.handle(9, p, Request::kind_try(items), None)
     };
     // Two processes of one user hold three of the four CPUs.
     let e = acquire(&mut w, peer(100, 1000), vec![cpu(0, false), cpu(1, false)]);

@@ -315,12 +315,7 @@ fn probe(a: &User, b: &User) -> Vec<(&'static str, Result<(), String>)> {
         "A cannot hold every CPU through require outside its cells",
         a.on(move |g| -> Result<(), String> {
             let mut c = Conn::connect(&g.socket).map_err(|e| e.to_string())?;
-            let r = match c.call(&Request::KindAcquire {
-                items: cpus(cpus_n),
-                place: 0,
-                holding: false,
-                any_device: false,
-            }) {
+            let r = match c.call(&Request::kind_try(cpus(cpus_n))) {
                 Ok((
                     Reply::Error {
                         code: ErrorCode::Limit,

@@ -519,6 +519,16 @@ impl Request {
         }
     }
 
+    /// A `KindAcquire` that is a try: refused, it holds no place in line.
+    pub fn kind_try(items: Vec<LedgerItem>) -> Request {
+        Request::KindAcquire {
+            items,
+            place: 0,
+            holding: false,
+            any_device: false,
+        }
+    }
+
     /// Whether the broker answers this request (see the module docs).
     pub fn expects_reply(&self) -> bool {
         kind_expects_reply(self.kind())
