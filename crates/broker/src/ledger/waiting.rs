@@ -222,11 +222,6 @@ impl Ledger {
         }
         left
     }
-
-    /// Requests waiting in line.
-    pub fn in_line(&self) -> usize {
-        self.line.len()
-    }
 }
 
 /// The devices `places` wait for, with how many of them want each.
