@@ -17,6 +17,8 @@
 //!   the cells).
 //! - [`journal`]: crash-safe state.
 //! - [`ledger`]: what each process holds of each resource kind (`require`).
+//! - [`gathering`]: requests of dividing policies from every process that
+//!   arrive together, counted together.
 //! - [`config`] (with the per-user [`config::Limits`]), [`status`],
 //!   [`metrics`] (Prometheus, `allot daemon --metrics`).
 //! - [`names`]: which names clients may choose, and how they are printed.
@@ -32,6 +34,7 @@ pub mod channels;
 pub mod config;
 pub mod core;
 pub mod demand;
+pub mod gathering;
 pub mod journal;
 pub mod ledger;
 pub mod log;

@@ -320,3 +320,101 @@ fn a_crowd_of_waiting_policies_in_several_processes_all_get_their_turn() {
         p.stop();
     }
 }
+
+/// The burst role: on the 64-CPU fixture machine, waits until `START` (a
+/// CLOCK_MONOTONIC second), enters `fair_cores()` with a gathering window
+/// of `WINDOW` ms, prints `got N` (its CPUs) and holds them until
+/// `STOP_FILE` exists. Selected by ALLOT_BURST_ROLE=START:WINDOW.
+#[test]
+fn burst_role() {
+    let Ok(role) = std::env::var("ALLOT_BURST_ROLE") else {
+        return;
+    };
+    let (start, window) = role.split_once(':').unwrap();
+    let (start, window): (f64, u64) = (start.parse().unwrap(), window.parse().unwrap());
+    let socket = std::env::var("ALLOT_SOCKET").unwrap();
+    let m = allot_topo::fixture(BURST_MACHINE).unwrap();
+    let rt = Blocks::with_broker(m, false, Some(socket.as_ref())).into_static();
+    assert!(rt.coordinated(), "no broker at {socket}");
+    rt.set_gather_window(Duration::from_millis(window));
+    while mono() < start {
+        std::thread::sleep(Duration::from_secs_f64((start - mono()).min(0.01)));
+    }
+    let s = rt
+        .enter(vec![Request::policy(policy::fair_cores())])
+        .unwrap();
+    println!("got {}", s.outcome().cpus.len());
+    let stop = std::env::var("STOP_FILE").unwrap();
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    while !std::path::Path::new(&stop).exists() && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(s);
+}
+
+/// The machine the burst test's broker plans on (64 CPUs).
+const BURST_MACHINE: &str = "opteron6276-4s";
+
+/// `n` burst processes released together at `start`: the CPUs each got,
+/// once all have entered (within 15 s), or `None` for one that never did.
+fn burst(d: &Daemon, n: usize, start: f64, window_ms: u64) -> Vec<Option<usize>> {
+    let mut procs: Vec<Watched> = (0..n)
+        .map(|_| {
+            let argv = role("burst_role");
+            let mut c = Command::new(&argv[0]);
+            c.args(&argv[1..])
+                .env("ALLOT_BURST_ROLE", format!("{start}:{window_ms}"))
+                .env("ALLOT_SOCKET", &d.socket);
+            Watched::spawn(c)
+        })
+        .collect();
+    let got = |p: &Watched| {
+        p.lines().iter().find_map(|l| {
+            let i = l.find("got ")?;
+            l[i + 4..].split_whitespace().next()?.parse::<usize>().ok()
+        })
+    };
+    eventually(
+        Duration::from_secs(15) + Duration::from_secs_f64((start - mono()).max(0.0)),
+        || procs.iter().all(|p| got(p).is_some()),
+    );
+    let out = procs.iter().map(got).collect();
+    for p in procs.drain(..) {
+        drop(p);
+    }
+    out
+}
+
+/// Poli-C §7.2.1 across processes: requests of `fair_cores` from different
+/// processes arriving together after a quiet spell (no request for ten
+/// windows) divide the free CPUs, two ways and four ways, instead of the
+/// first taking them all while the others wait for it to leave. The
+/// broker gathers them. (The window is long, 300 ms with a 37 ms part in
+/// a quiet spell, so that processes released together reach it on a busy
+/// machine; what is judged is the division.)
+#[test]
+fn a_burst_of_fair_cores_from_several_processes_after_a_quiet_spell_divides_the_machine() {
+    let sysfs = allot_topo::fixture_path(BURST_MACHINE);
+    let d = Daemon::start("dry-run", &["--sysfs", sysfs.to_str().unwrap()]);
+    let window_ms = 300;
+    let quiet = Duration::from_millis(window_ms) * allot_require::blocks::QUIET_WINDOWS;
+    // Alone, one takes every CPU a request may: the whole to divide.
+    let all = burst(&d, 1, mono(), window_ms)[0].expect("a request alone enters");
+    assert!(all >= 60, "alone it got {all} of 64 CPUs\n{}", d.log());
+    for n in [2, 4] {
+        // Released after a quiet spell (counted from when the last ones
+        // entered, a little more for their processes to start).
+        let start = mono() + (quiet + Duration::from_millis(500)).as_secs_f64();
+        let got = burst(&d, n, start, window_ms);
+        // Each chooses in turn from what is left (the last may take a
+        // remainder of the division).
+        assert!(
+            got.iter()
+                .all(|g| g.is_some_and(|g| g >= all / n && g <= all.div_ceil(n) + 1)),
+            "{n} requests arriving together after a quiet spell got {got:?} CPUs, \
+             not about {} each\n{}",
+            all / n,
+            d.log()
+        );
+    }
+}

@@ -12,6 +12,8 @@
 //! - [`status`]: the broker's status document.
 //! - [`dirs`]: the directories allot trusts (socket, journal, installs).
 //! - [`env`](mod@env): the environment variables allot sets and reads.
+//! - [`gather`]: the rule by which requests arriving together wait for
+//!   each other.
 //! - [`log`]: the logging facade every Rust component uses (`ALLOT_LOG`).
 //!
 //! Any change to a message must bump [`PROTOCOL_VERSION`], any change to
@@ -20,6 +22,7 @@
 
 pub mod dirs;
 pub mod env;
+pub mod gather;
 pub mod log;
 pub mod msg;
 pub mod page;

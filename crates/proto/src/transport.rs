@@ -187,6 +187,13 @@ impl Conn {
         }
     }
 
+    /// A second handle on the same connection (its own receive buffer):
+    /// one thread may send on it while another waits to receive.
+    pub fn try_clone(&self) -> std::io::Result<Conn> {
+        let sock = rustix::io::fcntl_dupfd_cloexec(&self.sock, 0)?;
+        Ok(Conn::from_fd(sock))
+    }
+
     /// The socket, for polling.
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.sock.as_fd()
@@ -219,6 +226,17 @@ impl Conn {
         let d = recv(self.sock.as_fd(), &mut self.buf, false)?.ok_or(CallError::Closed)?;
         let reply = Reply::decode(&self.buf[..d.len])?;
         Ok((reply, d.fds))
+    }
+
+    /// Receives one reply if one has come (`Ok(None)`: none yet), without
+    /// blocking; descriptors that came with it are closed.
+    pub fn try_recv(&mut self) -> Result<Option<Reply>, CallError> {
+        match recv(self.sock.as_fd(), &mut self.buf, true) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e.into()),
+            Ok(None) => Err(CallError::Closed),
+            Ok(Some(d)) => Ok(Some(Reply::decode(&self.buf[..d.len])?)),
+        }
     }
 
     /// Sends `req` and waits for its reply.

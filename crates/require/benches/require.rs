@@ -4,7 +4,9 @@
 //!   covers it), OS effects off (the affinity call is measured separately:
 //!   it is what a CPU allocation costs on top);
 //! - through the broker: the same with a ledger link, so each enter asks
-//!   the broker for the root's shortfall and each exit gives it back.
+//!   the broker for the root's shortfall and each exit gives it back; and
+//!   a `fair_cores()` request alone after a quiet spell, which also waits
+//!   for company (gathered at the broker).
 //!
 //! Run: `cargo bench -p allot-require --bench require`. The broker rows need
 //! `ALLOT_BENCH_SOCKET` pointing at a running broker, for example
@@ -66,6 +68,35 @@ fn enter_leave_through_broker(b: divan::Bencher) {
     let Ok(socket) = std::env::var("ALLOT_BENCH_SOCKET") else {
         return;
     };
+    let rt = linked(&socket);
+    let reqs = vec![Request::device("cpu", 0, 0.5)];
+    b.bench_local(|| {
+        let s = rt.enter(reqs.clone()).unwrap();
+        drop(s);
+    });
+}
+
+/// Enter + leave `require(fair_cores())` through the broker's ledger, each
+/// alone after a quiet spell (15 ms without one: over ten of the default
+/// 1 ms gathering window): what a lone request pays for waiting for
+/// company (an eighth of the window, gathered by the broker with every
+/// process's) and for its CPUs. The quiet spell is not timed.
+#[divan::bench(sample_size = 1, sample_count = 60)]
+fn enter_leave_fair_cores_alone_through_broker(b: divan::Bencher) {
+    let Ok(socket) = std::env::var("ALLOT_BENCH_SOCKET") else {
+        return;
+    };
+    let rt = linked(&socket);
+    let reqs = vec![Request::policy(allot_require::policy::fair_cores())];
+    b.with_inputs(|| std::thread::sleep(std::time::Duration::from_millis(15)))
+        .bench_local_values(|()| {
+            let s = rt.enter(reqs.clone()).unwrap();
+            drop(s);
+        });
+}
+
+/// The runtime linked to the broker at `socket` (one per bench process).
+fn linked(socket: &str) -> &'static Blocks {
     static R: OnceLock<&'static Blocks> = OnceLock::new();
     let rt = R.get_or_init(|| {
         Blocks::with_broker(
@@ -76,11 +107,7 @@ fn enter_leave_through_broker(b: divan::Bencher) {
         .into_static()
     });
     assert!(rt.coordinated(), "no broker at {socket}");
-    let reqs = vec![Request::device("cpu", 0, 0.5)];
-    b.bench_local(|| {
-        let s = rt.enter(reqs.clone()).unwrap();
-        drop(s);
-    });
+    rt
 }
 
 /// Baseline: the affinity system call a CPU allocation adds.

@@ -20,6 +20,11 @@
 //! order they asked; a refusal says what is free to it, which its policy
 //! then chooses from. A try asks with place 0 and holds no place.
 //!
+//! Requests of policies that divide among concurrent arrivals
+//! (`fair_cores`) arrive at the broker before their policies run, on a
+//! connection of their own ([`Gatherer`]), and are answered in turn with
+//! how many others arrived with them, from any process.
+//!
 //! A thread that must wait for the broker is woken by a *watcher* thread
 //! which parks a `KindWatch` at the broker and, when the ledger changes,
 //! bumps the runtime's epoch so every waiting thread tries again. It runs
@@ -202,6 +207,107 @@ impl Link {
             Ok(other) => Err(format!("unexpected reply {other:?}")),
             Err(Denied::Gone(e) | Denied::NotNow(e) | Denied::Never(e)) => Err(e),
             Err(Denied::InLine { .. }) => Err("unexpected place in line".into()),
+        }
+    }
+}
+
+/// How long a gathered arrival waits for the broker's answer before its
+/// policy runs without it: far past any window the broker keeps
+/// ([`allot_proto::gather::MAX_WINDOW`]) for a broker that stopped
+/// answering.
+pub const GATHER_GIVE_UP: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// The connection on which a process's requests of dividing policies
+/// arrive at the broker to be gathered with every other process's
+/// (`KindGather`). Answers come when each one's turn comes, in any order
+/// across the process's threads: one thread at a time *reads*
+/// ([`Gatherer::take_reader`]) and files every answer it receives for
+/// whichever thread it is ([`Gatherer::file`]); the others sleep. Sending
+/// uses a second handle, so arrivals and choices go out while a thread
+/// reads.
+#[derive(Debug)]
+pub struct Gatherer {
+    send: Conn,
+    recv: Option<Conn>,
+    /// Arrivals sent and not yet answered.
+    asked: std::collections::HashSet<u64>,
+    /// Answers received and not yet taken: arrival → others.
+    answers: HashMap<u64, u32>,
+    next: u64,
+}
+
+impl Gatherer {
+    /// A connection of its own to the broker at `socket`.
+    pub fn connect(socket: &Path) -> Option<Gatherer> {
+        let recv = Conn::connect(socket).ok()?;
+        recv.set_timeout(Some(GATHER_GIVE_UP)).ok()?;
+        let send = recv.try_clone().ok()?;
+        Some(Gatherer {
+            send,
+            recv: Some(recv),
+            asked: Default::default(),
+            answers: HashMap::new(),
+            next: 1,
+        })
+    }
+
+    /// Sends an arrival with the process's `window`; its number, or `None`
+    /// when the broker cannot be reached.
+    pub fn arrive(&mut self, window: std::time::Duration) -> Option<u64> {
+        let arrival = self.next;
+        self.next += 1;
+        let window_us = u32::try_from(window.as_micros()).unwrap_or(u32::MAX);
+        let sent_ns = allot_proto::gather::monotonic_ns();
+        self.send
+            .send(&Request::KindGather {
+                arrival,
+                window_us,
+                sent_ns,
+            })
+            .ok()?;
+        self.asked.insert(arrival);
+        Some(arrival)
+    }
+
+    /// Says that the policy of `arrival` has chosen (no reply awaited).
+    pub fn chosen(&mut self, arrival: u64) {
+        self.asked.remove(&arrival);
+        self.answers.remove(&arrival);
+        let _ = self.send.send(&Request::KindChosen { arrival });
+    }
+
+    /// The answer to `arrival` (others of its batch), once received.
+    pub fn answer(&mut self, arrival: u64) -> Option<u32> {
+        let got = self.answers.remove(&arrival)?;
+        self.asked.remove(&arrival);
+        Some(got)
+    }
+
+    /// The receiving handle, unless a thread reads already.
+    pub fn take_reader(&mut self) -> Option<Conn> {
+        self.recv.take()
+    }
+
+    /// Gives the receiving handle back with what it `got`, filing an
+    /// answer for its arrival; false when the connection failed (the
+    /// broker went away or sent something else). Nothing received within
+    /// [`GATHER_GIVE_UP`] is not a failure: the waiting thread gives up.
+    pub fn file(&mut self, reader: Conn, got: Result<Reply, allot_proto::CallError>) -> bool {
+        self.recv = Some(reader);
+        match got {
+            Ok(Reply::Gathered { arrival, others }) => {
+                if self.asked.contains(&arrival) {
+                    self.answers.insert(arrival, others);
+                }
+                true
+            }
+            Err(allot_proto::CallError::Io(e)) => matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock
+                    | std::io::ErrorKind::TimedOut
+                    | std::io::ErrorKind::Interrupted
+            ),
+            _ => false,
         }
     }
 }

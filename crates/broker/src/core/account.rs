@@ -52,6 +52,7 @@
 //!   `ALLOT_IO_CGROUP` groups).
 
 use super::{Effect, Engine, SessionId};
+use crate::gathering::Gathering;
 use crate::ledger::{Ledger, LedgerError};
 use allot_enforce::{BackendKind, IoWeights};
 use allot_plan::{Admission, Admitted, CellId, CellSpec};
@@ -89,6 +90,9 @@ pub(crate) struct Account {
     /// Sessions waiting for the ledger to change: session → (pid, epoch
     /// seen). One each: a new watch replaces the session's old one.
     pub(crate) watchers: BTreeMap<SessionId, (u32, u64)>,
+    /// Requests of dividing policies arriving together, from every
+    /// process (`KindGather`).
+    pub(crate) gathering: Gathering,
     /// Holder of each live process that acquired something: its cell, or
     /// `None` (the broker watches these processes, and forgets them when
     /// they exit).

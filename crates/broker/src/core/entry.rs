@@ -60,6 +60,19 @@ impl Engine {
         self.with_records(effects)
     }
 
+    /// The gathered arrivals whose turn has come by `now` are answered.
+    /// The event loop calls it when [`Engine::next_gathered`] has passed.
+    pub fn gathered(&mut self, now: Instant) -> Vec<Effect> {
+        let effects = self.gathering_due(now);
+        self.with_records(effects)
+    }
+
+    /// When the next gathered arrival is due an answer (`None`: none
+    /// waits); the event loop wakes for it.
+    pub fn next_gathered(&self) -> Option<Instant> {
+        self.account.gathering.next_due()
+    }
+
     /// Plans once for every cell admitted since the last call, makes the
     /// kernel follow, then joins their processes and answers them. The
     /// event loop calls it at the end of every turn.

@@ -480,6 +480,9 @@ impl Engine {
         } else {
             Vec::new()
         };
+        // So do its arrivals; the next of their batch may be answered.
+        self.account.gathering.leave_session(session);
+        e.extend(self.gathering_due(Instant::now()));
         self.channels.session_closed(session);
         let queue = &mut self.cells.queue;
         let before = queue.len();
@@ -582,6 +585,25 @@ impl Engine {
                 self.cells.len()
             );
         }
+    }
+
+    /// Answers the gathered arrivals whose turn has come by `now`
+    /// (`crate::gathering`).
+    pub(super) fn gathering_due(&mut self, now: Instant) -> Vec<Effect> {
+        self.account
+            .gathering
+            .due(now)
+            .into_iter()
+            .map(|a| {
+                answer(
+                    a.session,
+                    Reply::Gathered {
+                        arrival: a.id,
+                        others: a.others,
+                    },
+                )
+            })
+            .collect()
     }
 
     /// Answers every watcher whose epoch is behind the ledger's and whose

@@ -5,11 +5,12 @@
 //! logged (at debug level: a client can send them by the thousand).
 
 use super::{Effect, Engine, Peer, SessionId, answer, err};
+use crate::gathering::NotTaken;
 use crate::ledger::{InLine, LedgerError, Waiter};
 use crate::{debug, info};
 use allot_proto::msg::{ErrorCode, LedgerItem, Reply, Request};
 use rustix::fd::OwnedFd;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 impl Engine {
     /// The step of [`Engine::channel_rejoin`].
@@ -252,6 +253,30 @@ impl Engine {
                     vec![]
                 }
             }
+            Request::KindGather {
+                arrival,
+                window_us,
+                sent_ns,
+            } => {
+                let now = Instant::now();
+                let window = Duration::from_micros(u64::from(window_us));
+                // Its wait counts from when it was sent (the broker's
+                // wake-up is not the client's to pay), within a window.
+                let now_ns = allot_proto::gather::monotonic_ns();
+                let ago = Duration::from_nanos(now_ns.saturating_sub(sent_ns)).min(window);
+                let at = now.checked_sub(ago).unwrap_or(now);
+                let bound = self.limits.holdings as usize;
+                let gathering = &mut self.account.gathering;
+                match gathering.arrive(session, peer.pid, arrival, window, at, bound) {
+                    Ok(()) => self.gathering_due(now),
+                    Err(NotTaken::Invalid(m)) => reply(err(ErrorCode::Invalid, kind, m)),
+                    Err(NotTaken::Limit(m)) => reply(err(ErrorCode::Limit, kind, m)),
+                }
+            }
+            Request::KindChosen { arrival } => {
+                self.account.gathering.chosen(session, arrival);
+                self.gathering_due(Instant::now())
+            }
             Request::KindWatch { epoch, waiting } => {
                 let ledger = &mut self.account.ledger;
                 ledger.set_waiting(peer.pid, waiting);
@@ -359,6 +384,9 @@ impl Engine {
                 }
                 e.extend(self.after_ledger_change());
                 e.push(answer(session, Reply::Ok));
+                // A grant is its gathered arrival's choice made.
+                self.account.gathering.granted(peer.pid);
+                e.extend(self.gathering_due(Instant::now()));
                 e
             }
             Err(why) => {
@@ -475,6 +503,8 @@ fn acts_for_caller(req: &Request) -> bool {
         | Request::KindAcquire { .. }
         | Request::KindRelease { .. }
         | Request::KindLeave { .. }
+        | Request::KindGather { .. }
+        | Request::KindChosen { .. }
         | Request::KindWatch { .. }
         | Request::ChannelOpen { .. }
         | Request::ChannelRejoin { .. } => true,

@@ -13,6 +13,7 @@
 //! |-----------------|------------------|---------------------------------------------|
 //! | listening socket| `LISTENER`       | accept, record peer credentials              |
 //! | monitor timerfd | `TIMER`          | `Engine::tick` (usage → demand → re-plan)      |
+//! | gathering timerfd | `GATHER`       | `Engine::gathered` (arrivals whose turn came)  |
 //! | stop pipe       | `STOP`           | leave the loop (signals write to it)         |
 //! | metrics pipe    | `METRICS`        | a scrape waits: publish a metrics snapshot   |
 //! | client socket   | `SESSION | id`   | requests within its user's turn budget       |
@@ -85,6 +86,7 @@ const LISTENER: u64 = 1;
 const TIMER: u64 = 2;
 const STOP: u64 = 3;
 const METRICS: u64 = 4;
+const GATHER: u64 = 5;
 const SESSION: u64 = 1 << 62;
 const PIDFD: u64 = 2 << 62;
 const DOORBELL: u64 = 3 << 62;
@@ -122,6 +124,10 @@ pub struct Broker {
     epoll: OwnedFd,
     listener: OwnedFd,
     timer: OwnedFd,
+    /// One-shot timer for the next gathered arrival due.
+    gather_timer: OwnedFd,
+    /// The instant `gather_timer` is armed for (`None`: disarmed).
+    gather_armed: Option<Instant>,
     stop_r: OwnedFd,
     stop_w: Arc<OwnedFd>,
     sessions: HashMap<SessionId, Session>,
@@ -369,6 +375,15 @@ impl Broker {
         )
         .map_err(other)?;
         add(&epoll, &timer, TIMER, EventFlags::IN).map_err(other)?;
+        // One-shot, armed for the next gathered arrival due
+        // (`Broker::arm_gather_timer`): its window is a fraction of a
+        // millisecond, finer than the monitor tick or epoll's timeout.
+        let gather_timer = rustix::time::timerfd_create(
+            TimerfdClockId::Monotonic,
+            TimerfdFlags::CLOEXEC | TimerfdFlags::NONBLOCK,
+        )
+        .map_err(other)?;
+        add(&epoll, &gather_timer, GATHER, EventFlags::IN).map_err(other)?;
 
         let (stop_r, stop_w) = rustix::pipe::pipe_with(
             rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK,
@@ -387,6 +402,8 @@ impl Broker {
             epoll,
             listener,
             timer,
+            gather_timer,
+            gather_armed: None,
             stop_r,
             stop_w: Arc::new(stop_w),
             sessions: HashMap::new(),
@@ -445,6 +462,7 @@ impl Broker {
         }
         loop {
             events.clear();
+            self.arm_gather_timer();
             let timeout = Timespec {
                 tv_sec: 1,
                 tv_nsec: 0,
@@ -484,6 +502,12 @@ impl Broker {
                             let _ = rustix::io::read(&self.timer, &mut b);
                             self.on_tick();
                         }
+                        GATHER => {
+                            // Answered below, with any other arrival due.
+                            let mut b = [0u8; 8];
+                            let _ = rustix::io::read(&self.gather_timer, &mut b);
+                            self.gather_armed = None;
+                        }
                         STOP => {
                             let mut b = [0u8; 64];
                             let _ = rustix::io::read(&self.stop_r, &mut b);
@@ -497,6 +521,15 @@ impl Broker {
                         _ => {}
                     },
                 }
+            }
+            // Arrivals whose turn came while the loop waited or served.
+            if self
+                .core
+                .next_gathered()
+                .is_some_and(|t| t <= Instant::now())
+            {
+                let effects = self.core.gathered(Instant::now());
+                self.apply(effects);
             }
             // The cells admitted in this turn join together.
             let effects = self.core.settle();
@@ -544,6 +577,39 @@ impl Broker {
             let _ = std::fs::remove_file(&self.cfg.socket);
         }
         info!("stopped");
+    }
+
+    /// Arms the gathering timer for the engine's next arrival due (or
+    /// disarms it), unless it is armed for that instant already.
+    fn arm_gather_timer(&mut self) {
+        let due = self.core.next_gathered();
+        if due == self.gather_armed {
+            return;
+        }
+        let after = due.map_or(Duration::ZERO, |t| {
+            t.saturating_duration_since(Instant::now())
+                .max(Duration::from_nanos(1))
+        });
+        let zero = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        let value = Timespec {
+            tv_sec: after.as_secs() as i64,
+            tv_nsec: after.subsec_nanos() as _,
+        };
+        let armed = rustix::time::timerfd_settime(
+            &self.gather_timer,
+            TimerfdTimerFlags::empty(),
+            &Itimerspec {
+                it_interval: zero,
+                it_value: value,
+            },
+        );
+        match armed {
+            Ok(_) => self.gather_armed = due,
+            Err(e) => warn!("gathering timer: {e}"),
+        }
     }
 
     fn on_tick(&mut self) {

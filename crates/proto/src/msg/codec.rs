@@ -221,6 +221,16 @@ impl Request {
             Request::KindLeave { place } => {
                 w.u64(*place);
             }
+            Request::KindGather {
+                arrival,
+                window_us,
+                sent_ns,
+            } => {
+                w.u64(*arrival).u32(*window_us).u64(*sent_ns);
+            }
+            Request::KindChosen { arrival } => {
+                w.u64(*arrival);
+            }
             Request::KindWatch { epoch, waiting } => {
                 w.u64(*epoch).u32(*waiting);
             }
@@ -259,7 +269,7 @@ impl Request {
     /// Decodes one datagram. Never panics, whatever the bytes.
     pub fn decode(buf: &[u8]) -> Result<Request, FrameError> {
         let (kind, body) = unframe(buf)?;
-        if !(0x01..=0x17).contains(&kind) {
+        if !(0x01..=0x19).contains(&kind) {
             return Err(FrameError::Kind(kind));
         }
         let mut r = Reader::new(body);
@@ -356,6 +366,14 @@ impl Request {
             },
             0x17 => Request::KindLeave {
                 place: r.u64("place")?,
+            },
+            0x18 => Request::KindGather {
+                arrival: r.u64("arrival")?,
+                window_us: r.u32("window_us")?,
+                sent_ns: r.u64("sent_ns")?,
+            },
+            0x19 => Request::KindChosen {
+                arrival: r.u64("arrival")?,
             },
             0x16 => Request::IncludeGroup {
                 cell: r.u64("cell")?,
@@ -456,6 +474,9 @@ impl Reply {
                 w.u32(*ahead);
                 put_items(&mut w, free);
             }
+            Reply::Gathered { arrival, others } => {
+                w.u64(*arrival).u32(*others);
+            }
         }
         frame(self.kind(), w)
     }
@@ -463,7 +484,7 @@ impl Reply {
     /// Decodes one datagram. Never panics, whatever the bytes.
     pub fn decode(buf: &[u8]) -> Result<Reply, FrameError> {
         let (kind, body) = unframe(buf)?;
-        if !(0x81..=0x8A).contains(&kind) {
+        if !(0x81..=0x8B).contains(&kind) {
             return Err(FrameError::Kind(kind));
         }
         let mut r = Reader::new(body);
@@ -519,6 +540,10 @@ impl Reply {
             0x8A => Reply::InLine {
                 ahead: r.u32("ahead")?,
                 free: get_items(r)?,
+            },
+            0x8B => Reply::Gathered {
+                arrival: r.u64("arrival")?,
+                others: r.u32("others")?,
             },
             _ => Reply::Changed {
                 epoch: r.u64("epoch")?,

@@ -4,7 +4,7 @@
 
 use super::*;
 
-/// A request of every kind (0x01 to 0x17).
+/// A request of every kind (0x01 to 0x19).
 pub fn example_requests() -> Vec<Request> {
     vec![
         Request::Hello {
@@ -136,6 +136,12 @@ pub fn example_requests() -> Vec<Request> {
             any_device: true,
         },
         Request::KindLeave { place: 3 },
+        Request::KindGather {
+            arrival: 2,
+            window_us: 1000,
+            sent_ns: 123_456_789,
+        },
+        Request::KindChosen { arrival: 2 },
         Request::KindRelease {
             items: vec![LedgerItem {
                 kind: "cpu".into(),
@@ -165,7 +171,7 @@ pub fn example_requests() -> Vec<Request> {
     ]
 }
 
-/// A reply of every kind (0x81 to 0x8A), in kind order.
+/// A reply of every kind (0x81 to 0x8B), in kind order.
 pub fn example_replies() -> Vec<Reply> {
     vec![
         Reply::Welcome {
@@ -211,6 +217,10 @@ pub fn example_replies() -> Vec<Reply> {
                 amount: 1.0,
                 shared: false,
             }],
+        },
+        Reply::Gathered {
+            arrival: 2,
+            others: 3,
         },
     ]
 }

@@ -62,8 +62,11 @@ pub mod spec;
 /// `InLine` (0x8A: who is ahead, what is free to it), and the one-way
 /// `KindLeave` (0x17) gives a place up; `KindAcquire` says whether the
 /// asking thread holds items already (`holding`) and whether other devices
-/// of the same kinds would do (`any_device`).
-pub const PROTOCOL_VERSION: u16 = 12;
+/// of the same kinds would do (`any_device`);
+/// 13 — gathering across processes: `KindGather` (0x18), answered by
+/// `Gathered` (0x8B) when the caller's turn in its batch comes, and the
+/// one-way `KindChosen` (0x19) when the policy it gathered for has chosen.
+pub const PROTOCOL_VERSION: u16 = 13;
 
 /// The header's first two bytes, little-endian; other values are not the allot protocol.
 pub const MAGIC: u16 = 0xA110;
@@ -342,6 +345,30 @@ pub enum Request {
         /// The place `KindAcquire` named.
         place: u64,
     },
+    /// `0x18` — `arrival: u64, window_us: u32, sent_ns: u64`. A request
+    /// of a policy that divides among concurrent arrivals (`fair_cores`)
+    /// arrives: answered by `Gathered` when its batch's window has closed
+    /// (the rule of [`crate::gather`]; `window_us` is the caller's window,
+    /// cut to [`crate::gather::MAX_WINDOW`]) and the arrival before it in
+    /// the batch has chosen. `arrival` is the caller's number for it (not
+    /// 0); `sent_ns` when it was sent (`CLOCK_MONOTONIC`, nanoseconds):
+    /// its wait counts from then, not from when the broker read it (no
+    /// later than that, no earlier than a window before).
+    KindGather {
+        /// The caller's number for this arrival.
+        arrival: u64,
+        /// The caller's gathering window, microseconds.
+        window_us: u32,
+        /// When the caller sent it (`CLOCK_MONOTONIC` nanoseconds).
+        sent_ns: u64,
+    },
+    /// `0x19` — `arrival: u64`. The policy of the caller's `arrival` has
+    /// chosen (its acquisition holds what it chose, or waits): the next
+    /// arrival of its batch may be answered. No reply.
+    KindChosen {
+        /// The arrival `KindGather` named.
+        arrival: u64,
+    },
     /// `0x0E` — `epoch: u64, waiting: u32`. Answered with `Changed` as soon
     /// as the ledger's epoch exceeds `epoch` and the change may let the
     /// caller through (it has a place in line that could take something,
@@ -478,6 +505,16 @@ pub enum Reply {
         /// What is free to it now, per device of the kinds it asked for.
         free: Vec<LedgerItem>,
     },
+    /// `0x8B` — `arrival: u64, others: u32`. The caller's turn in its batch
+    /// of arrivals (`KindGather`) came: `others` requests of the batch,
+    /// of any process, arrived with it and have not chosen yet; its policy
+    /// divides what is free among itself and them.
+    Gathered {
+        /// The arrival `KindGather` named.
+        arrival: u64,
+        /// Arrivals of its batch that have not chosen yet, itself aside.
+        others: u32,
+    },
     /// `0x89` — `slots: u32, message_max: u32`. A channel end is open; its
     /// memory, data doorbell and space doorbell travel with it as
     /// `SCM_RIGHTS`, in that order.
@@ -516,6 +553,8 @@ impl Request {
             Request::SetCache { .. } => 0x15,
             Request::IncludeGroup { .. } => 0x16,
             Request::KindLeave { .. } => 0x17,
+            Request::KindGather { .. } => 0x18,
+            Request::KindChosen { .. } => 0x19,
         }
     }
 
@@ -537,9 +576,9 @@ impl Request {
 
 /// Whether the broker answers requests of wire kind `kind`: every kind but
 /// the one-way `Report` (0x05), `KindRelease` (0x0D), `PoolStats` (0x0F),
-/// `ChannelClose` (0x12) and `KindLeave` (0x17).
+/// `ChannelClose` (0x12), `KindLeave` (0x17) and `KindChosen` (0x19).
 pub fn kind_expects_reply(kind: u16) -> bool {
-    !matches!(kind, 0x05 | 0x0D | 0x0F | 0x12 | 0x17)
+    !matches!(kind, 0x05 | 0x0D | 0x0F | 0x12 | 0x17 | 0x19)
 }
 
 /// The request kind a datagram's header names, read as far as the magic
@@ -598,6 +637,7 @@ impl Reply {
             Reply::Changed { .. } => 0x88,
             Reply::Channel { .. } => 0x89,
             Reply::InLine { .. } => 0x8A,
+            Reply::Gathered { .. } => 0x8B,
         }
     }
 

@@ -48,7 +48,7 @@ fn fuzz_unknown_error_codes_are_malformed_not_rewritten() {
 #[test]
 fn every_reply_kind_has_an_example() {
     let kinds: Vec<u16> = example_replies().iter().map(Reply::kind).collect();
-    assert_eq!(kinds, (0x81..=0x8A).collect::<Vec<u16>>());
+    assert_eq!(kinds, (0x81..=0x8B).collect::<Vec<u16>>());
 }
 
 #[test]
@@ -56,17 +56,17 @@ fn every_kind_is_covered_by_the_roundtrip_tests() {
     let mut kinds: Vec<u16> = requests().iter().map(Request::kind).collect();
     kinds.sort();
     kinds.dedup();
-    assert_eq!(kinds, (0x01..=0x17).collect::<Vec<u16>>());
+    assert_eq!(kinds, (0x01..=0x19).collect::<Vec<u16>>());
 }
 
 #[test]
-fn only_reports_releases_leaves_pool_stats_and_channel_closes_are_one_way() {
+fn only_reports_releases_leaves_choices_pool_stats_and_channel_closes_are_one_way() {
     let one_way: Vec<u16> = requests()
         .iter()
         .filter(|r| !r.expects_reply())
         .map(Request::kind)
         .collect();
-    assert_eq!(one_way, vec![0x05, 0x0F, 0x17, 0x0D, 0x12]);
+    assert_eq!(one_way, vec![0x05, 0x0F, 0x17, 0x19, 0x0D, 0x12]);
 }
 
 #[test]

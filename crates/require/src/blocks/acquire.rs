@@ -154,6 +154,9 @@ impl Blocks {
             // the wait: held idle, it could keep the broker's line from
             // ever reaching this very request.
             give_back(&mut st);
+            // Its policy chose and it waits: the next arrival of its
+            // batch at the broker may choose.
+            self.chose(&mut st, tid);
             st = self.wait(st, tid, &failure);
             // Woken: the ledger changed; choose from the whole device again.
             st.broker_free.remove(&tid);
@@ -162,6 +165,7 @@ impl Blocks {
         if in_line {
             self.leave_line(&mut st, place);
         }
+        self.chose(&mut st, tid);
         st.broker_free.remove(&tid);
         (st, result)
     }

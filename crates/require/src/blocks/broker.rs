@@ -10,6 +10,9 @@
 //! its policy chooses from that until the thread waits or the acquisition
 //! ends (then it assumes the whole device again, and a refusal says
 //! afresh).
+//!
+//! A request gathered at the broker (`wait.rs`) tells it when its policy
+//! has chosen ([`Blocks::chose`]), so the next of its batch may choose.
 
 use super::*;
 
@@ -76,6 +79,7 @@ impl Blocks {
             Err(Denied::Never(why)) => Err((items[0].0, why)),
             Err(Denied::Gone(_)) => {
                 st.link = None;
+                st.gatherer = None;
                 for k in 0..st.kinds.len() {
                     for d in 0..st.kinds[k].devices.len() {
                         let max = st.kinds[k].devices[d].max;
@@ -114,6 +118,16 @@ impl Blocks {
                 let got = (amount(false), amount(true));
                 st.broker_free.entry(tid).or_default().insert((k, d), got);
             }
+        }
+    }
+
+    /// The policy of `tid`'s gathered arrival has chosen (what it chose is
+    /// held, or it waits): the broker may answer the next of its batch.
+    pub(super) fn chose(&self, st: &mut Locked<'_>, tid: Tid) {
+        if let Some((arrival, _)) = st.gathered.remove(&tid)
+            && let Some(g) = st.gatherer.as_mut()
+        {
+            g.chosen(arrival);
         }
     }
 

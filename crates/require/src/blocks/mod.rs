@@ -157,6 +157,13 @@ struct State {
     gathering: Vec<(Tid, std::time::Instant)>,
     /// How long a batch of such arrivals stays open.
     gather_window: std::time::Duration,
+    /// The connection on which such arrivals are gathered with other
+    /// processes' at the broker, once made; whether making it was tried.
+    gatherer: Option<ledger::Gatherer>,
+    gatherer_tried: bool,
+    /// Threads whose arrival the broker answered and whose policy has not
+    /// chosen yet: (arrival, others of its batch that have not chosen).
+    gathered: IntMap<Tid, (u64, u32)>,
     /// When the last such request arrived (one in a quiet spell waits only
     /// part of the window for company: `wait::alone_wait`).
     last_gathering: Option<std::time::Instant>,
@@ -190,6 +197,9 @@ impl State {
             samples: Default::default(),
             gathering: Vec::new(),
             gather_window: wait::gather_window_from_env(),
+            gatherer: None,
+            gatherer_tried: false,
+            gathered: IntMap::default(),
             last_gathering: None,
         }
     }

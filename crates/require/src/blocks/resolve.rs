@@ -236,8 +236,11 @@ fn view_for<'m>(st: &State, machine: &'m Machine, tid: Tid, own: Ownership) -> V
         }
     }
     // A thread of a gathering batch also counts the batch's other
-    // arrivals whose policies have not run yet: they ask now too.
-    let arriving = if st.gathering.iter().any(|(t, _)| *t == tid) {
+    // arrivals whose policies have not run yet: they ask now too. The
+    // broker counts them across processes; a process alone, its threads.
+    let arriving = if let Some(&(_, others)) = st.gathered.get(&tid) {
+        others
+    } else if st.gathering.iter().any(|(t, _)| *t == tid) {
         st.gathering.iter().filter(|(t, _)| *t != tid).count() as u32
     } else {
         0

@@ -1,4 +1,5 @@
-//! Waiting inside the blocks: for a batch of arrivals to gather, for an
+//! Waiting inside the blocks: for a batch of arrivals to gather (the
+//! process's own, or every process's at the broker), for an
 //! allocation to be given back (the *epoch* moves), and to retake what a
 //! blocked thread gave back. Every wait sleeps on the one condition
 //! variable through [`Blocks::sleep`], which keeps `sleepers` exact: a
@@ -13,20 +14,15 @@ use super::*;
 /// pays up to this much before its policy runs.
 pub const DEFAULT_GATHER_WINDOW: std::time::Duration = std::time::Duration::from_millis(1);
 
-/// A request that arrives when no batch is open and none arrived for this
-/// many windows is in a *quiet spell*: it opens a batch, but waits only
-/// [`PROBE_PART`] of the window for company, and the whole window only
-/// if a request joins meanwhile. At light load every request is alone,
-/// and a whole window paid by each raised the image server's mean latency
-/// by a quarter (docs/require.md); a burst after a quiet spell still
-/// divides (Poli-C's four requests on 64 cores, 16 each) when its second
-/// request comes within that part (125 µs of the default window; a
-/// longer window widens it).
-pub const QUIET_WINDOWS: u32 = 10;
-
-/// The part of the window a request in a quiet spell waits for company
-/// (one eighth: 125 µs of the default 1 ms).
-pub const PROBE_PART: u32 = 8;
+/// The quiet-spell rule, shared with the broker's gathering across
+/// processes: a request in a quiet spell ([`QUIET_WINDOWS`] without one)
+/// waits [`PROBE_PART`] of the window for company. At light load every
+/// request is alone, and a whole window paid by each raised the image
+/// server's mean latency by a quarter (docs/require.md); a burst after a
+/// quiet spell still divides (Poli-C's four requests on 64 cores, 16
+/// each) when its second request comes within that part (125 µs of the
+/// default window; a longer window widens it).
+pub use allot_proto::gather::{PROBE_PART, QUIET_WINDOWS};
 
 /// The longest a request alone in a quiet spell spins for company before
 /// it sleeps (its part of a window up to 1.6 ms is all spin).
@@ -98,6 +94,27 @@ fn parse_window(text: &str) -> Result<std::time::Duration, String> {
     Ok(std::time::Duration::from_micros(us))
 }
 
+/// What a reader spins past an eighth of the window for the broker's
+/// answer (its wake-up and the reply's way back).
+const SPIN_SLACK: std::time::Duration = std::time::Duration::from_micros(100);
+
+/// Receives one answer on `reader`: looks without blocking for up to
+/// `spin`, then blocks (up to the socket's timeout).
+fn spin_then_recv(
+    reader: &mut allot_proto::Conn,
+    spin: std::time::Duration,
+) -> Result<allot_proto::Reply, allot_proto::CallError> {
+    let until = std::time::Instant::now() + spin;
+    loop {
+        match reader.try_recv() {
+            Ok(Some(r)) => return Ok(r),
+            Ok(None) if std::time::Instant::now() < until => std::hint::spin_loop(),
+            Ok(None) => return reader.recv().map(|(r, _)| r),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 impl Blocks {
     /// Sleeps on the condition variable (at most `timeout`, `None`: until
     /// woken), counted in `sleepers` meanwhile. Takes and returns the lock
@@ -123,9 +140,20 @@ impl Blocks {
     /// so that every request of the batch is counted when each one's
     /// policy runs. A batch opened in a quiet spell ([`QUIET_WINDOWS`]
     /// without a request) closes after [`PROBE_PART`] of the window unless
-    /// another request joins it ([`alone_wait`]). Takes and returns the
-    /// lock guard.
+    /// another request joins it ([`alone_wait`]). With a broker, the
+    /// broker keeps the batch, of every process's arrivals, by the same
+    /// rule, and lets them choose in turn (`Blocks::gather_at_broker`);
+    /// without one, or when it cannot be asked, the batch is this
+    /// process's threads. Takes and returns the lock guard.
     pub(super) fn gather<'s>(&'s self, mut st: Locked<'s>, tid: Tid) -> Locked<'s> {
+        if st.link.is_some() && !st.gather_window.is_zero() {
+            // With a broker, it gathers every process's arrivals.
+            let (back, gathered) = self.gather_at_broker(st, tid);
+            st = back;
+            if gathered {
+                return st;
+            }
+        }
         let now = std::time::Instant::now();
         let window = st.gather_window;
         let Some(alone) = alone_wait(
@@ -168,6 +196,65 @@ impl Blocks {
                 return st;
             }
             st = self.sleep(st, Some(closes - now));
+        }
+    }
+
+    /// Gathers `tid`'s arriving request of a dividing policy at the
+    /// broker, with every process's (`ledger::Gatherer`): sends the
+    /// arrival and waits for its turn, reading answers for the process's
+    /// other threads too while no other thread reads. Then
+    /// [`State::gathered`] has the others of its batch for its policy,
+    /// until it has chosen ([`Blocks::chose`]). False when there is no
+    /// broker to gather with (the process gathers its own threads), or the
+    /// broker did not answer within `ledger::GATHER_GIVE_UP`.
+    fn gather_at_broker<'s>(&'s self, mut st: Locked<'s>, tid: Tid) -> (Locked<'s>, bool) {
+        if st.gatherer.is_none() && !st.gatherer_tried {
+            st.gatherer_tried = true;
+            st.gatherer = st
+                .link
+                .as_ref()
+                .and_then(|l| ledger::Gatherer::connect(l.socket()));
+        }
+        let window = st.gather_window;
+        let Some(arrival) = st.gatherer.as_mut().and_then(|g| g.arrive(window)) else {
+            st.gatherer = None;
+            return (st, false);
+        };
+        let give_up = std::time::Instant::now() + ledger::GATHER_GIVE_UP;
+        // A lone arrival in a quiet spell is answered after an eighth of
+        // the window (and the broker's wake-up): the reader spins that
+        // long on the socket before it sleeps, as a process alone spins
+        // through its part ([`Blocks::gather`]), since a sleep and its wake-up
+        // cost more than the wait.
+        let spin = (window / PROBE_PART).min(MAX_SPIN) + SPIN_SLACK;
+        loop {
+            let Some(g) = st.gatherer.as_mut() else {
+                return (st, false);
+            };
+            if let Some(others) = g.answer(arrival) {
+                st.gathered.insert(tid, (arrival, others));
+                return (st, true);
+            }
+            let now = std::time::Instant::now();
+            if now >= give_up {
+                g.chosen(arrival);
+                return (st, false);
+            }
+            match g.take_reader() {
+                Some(mut reader) => {
+                    drop(st);
+                    let got = spin_then_recv(&mut reader, spin);
+                    st = self.lock();
+                    let kept = st.gatherer.as_mut().is_some_and(|g| g.file(reader, got));
+                    if !kept {
+                        st.gatherer = None;
+                    }
+                    if st.sleepers > 0 {
+                        self.cond.notify_all();
+                    }
+                }
+                None => st = self.sleep(st, Some(give_up - now)),
+            }
         }
     }
 
