@@ -322,16 +322,23 @@ fn a_crowd_of_waiting_policies_in_several_processes_all_get_their_turn() {
 }
 
 /// The burst role: on the 64-CPU fixture machine, waits until `START` (a
-/// CLOCK_MONOTONIC second), enters `fair_cores()` with a gathering window
-/// of `WINDOW` ms, prints `got N` (its CPUs) and holds them until
-/// `STOP_FILE` exists. Selected by ALLOT_BURST_ROLE=START:WINDOW.
+/// CLOCK_MONOTONIC second), enters `POLICY` (`fair_cores` or `fair_numa`)
+/// with a gathering window of `WINDOW` ms, prints `got N nodes LIST` (its
+/// CPUs, and the nodes it was given whole) and holds them until
+/// `STOP_FILE` exists. Selected by ALLOT_BURST_ROLE=START:WINDOW:POLICY.
 #[test]
 fn burst_role() {
     let Ok(role) = std::env::var("ALLOT_BURST_ROLE") else {
         return;
     };
-    let (start, window) = role.split_once(':').unwrap();
-    let (start, window): (f64, u64) = (start.parse().unwrap(), window.parse().unwrap());
+    let mut parts = role.split(':');
+    let start: f64 = parts.next().unwrap().parse().unwrap();
+    let window: u64 = parts.next().unwrap().parse().unwrap();
+    let policy = match parts.next().unwrap() {
+        "fair_cores" => policy::fair_cores(),
+        "fair_numa" => policy::fair_numa(),
+        other => panic!("unknown policy {other}"),
+    };
     let socket = std::env::var("ALLOT_SOCKET").unwrap();
     let m = allot_topo::fixture(BURST_MACHINE).unwrap();
     let rt = Blocks::with_broker(m, false, Some(socket.as_ref())).into_static();
@@ -340,10 +347,9 @@ fn burst_role() {
     while mono() < start {
         std::thread::sleep(Duration::from_secs_f64((start - mono()).min(0.01)));
     }
-    let s = rt
-        .enter(vec![Request::policy(policy::fair_cores())])
-        .unwrap();
-    println!("got {}", s.outcome().cpus.len());
+    let s = rt.enter(vec![Request::policy(policy)]).unwrap();
+    let nodes: Vec<String> = s.outcome().nodes.iter().map(|n| n.to_string()).collect();
+    println!("got {} nodes {}", s.outcome().cpus.len(), nodes.join(","));
     let stop = std::env::var("STOP_FILE").unwrap();
     let until = std::time::Instant::now() + Duration::from_secs(60);
     while !std::path::Path::new(&stop).exists() && std::time::Instant::now() < until {
@@ -355,23 +361,34 @@ fn burst_role() {
 /// The machine the burst test's broker plans on (64 CPUs).
 const BURST_MACHINE: &str = "opteron6276-4s";
 
-/// `n` burst processes released together at `start`: the CPUs each got,
-/// once all have entered (within 15 s), or `None` for one that never did.
-fn burst(d: &Daemon, n: usize, start: f64, window_ms: u64) -> Vec<Option<usize>> {
+/// What a burst process got: its CPUs and the nodes given whole.
+type Got = (usize, Vec<u32>);
+
+/// `n` burst processes of `policy` released together at `start`: what
+/// each got, once all have entered (within 15 s), or `None` for one that
+/// never did.
+fn burst(d: &Daemon, n: usize, start: f64, window_ms: u64, policy: &str) -> Vec<Option<Got>> {
     let mut procs: Vec<Watched> = (0..n)
         .map(|_| {
             let argv = role("burst_role");
             let mut c = Command::new(&argv[0]);
             c.args(&argv[1..])
-                .env("ALLOT_BURST_ROLE", format!("{start}:{window_ms}"))
+                .env("ALLOT_BURST_ROLE", format!("{start}:{window_ms}:{policy}"))
                 .env("ALLOT_SOCKET", &d.socket);
             Watched::spawn(c)
         })
         .collect();
     let got = |p: &Watched| {
         p.lines().iter().find_map(|l| {
-            let i = l.find("got ")?;
-            l[i + 4..].split_whitespace().next()?.parse::<usize>().ok()
+            let mut words = l[l.find("got ")? + 4..].split_whitespace();
+            let cpus = words.next()?.parse::<usize>().ok()?;
+            let nodes = match (words.next(), words.next()) {
+                (Some("nodes"), Some(list)) => {
+                    list.split(',').filter_map(|n| n.parse().ok()).collect()
+                }
+                _ => Vec::new(),
+            };
+            Some((cpus, nodes))
         })
     };
     eventually(
@@ -389,7 +406,8 @@ fn burst(d: &Daemon, n: usize, start: f64, window_ms: u64) -> Vec<Option<usize>>
 /// processes arriving together after a quiet spell (no request for ten
 /// windows) divide the free CPUs, two ways and four ways, instead of the
 /// first taking them all while the others wait for it to leave. The
-/// broker gathers them. (The window is long, 300 ms with a 37 ms part in
+/// broker gathers them. Four `fair_numa` requests get two whole nodes
+/// each of the fixture's eight, no node twice. (The window is long, 300 ms with a 37 ms part in
 /// a quiet spell, so that processes released together reach it on a busy
 /// machine; what is judged is the division.)
 #[test]
@@ -399,22 +417,39 @@ fn a_burst_of_fair_cores_from_several_processes_after_a_quiet_spell_divides_the_
     let window_ms = 300;
     let quiet = Duration::from_millis(window_ms) * allot_require::blocks::QUIET_WINDOWS;
     // Alone, one takes every CPU a request may: the whole to divide.
-    let all = burst(&d, 1, mono(), window_ms)[0].expect("a request alone enters");
+    let all = burst(&d, 1, mono(), window_ms, "fair_cores")[0]
+        .clone()
+        .expect("a request alone enters")
+        .0;
     assert!(all >= 60, "alone it got {all} of 64 CPUs\n{}", d.log());
     for n in [2, 4] {
         // Released after a quiet spell (counted from when the last ones
         // entered, a little more for their processes to start).
         let start = mono() + (quiet + Duration::from_millis(500)).as_secs_f64();
-        let got = burst(&d, n, start, window_ms);
+        let got = burst(&d, n, start, window_ms, "fair_cores");
         // Each chooses in turn from what is left (the last may take a
         // remainder of the division).
         assert!(
-            got.iter()
-                .all(|g| g.is_some_and(|g| g >= all / n && g <= all.div_ceil(n) + 1)),
+            got.iter().all(|g| g
+                .as_ref()
+                .is_some_and(|g| g.0 >= all / n && g.0 <= all.div_ceil(n) + 1)),
             "{n} requests arriving together after a quiet spell got {got:?} CPUs, \
              not about {} each\n{}",
             all / n,
             d.log()
         );
     }
+    // fair_numa, four ways on 8 nodes of 8 CPUs: two whole nodes each,
+    // no node given twice.
+    let start = mono() + (quiet + Duration::from_millis(500)).as_secs_f64();
+    let got = burst(&d, 4, start, window_ms, "fair_numa");
+    let mut nodes: Vec<u32> = got.iter().flatten().flat_map(|g| g.1.clone()).collect();
+    nodes.sort_unstable();
+    assert!(
+        got.iter()
+            .all(|g| g.as_ref().is_some_and(|g| g.0 == 16 && g.1.len() == 2))
+            && nodes == (0..8).collect::<Vec<u32>>(),
+        "four fair_numa requests arriving together got {got:?}, not two whole nodes each\n{}",
+        d.log()
+    );
 }
