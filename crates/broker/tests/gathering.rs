@@ -31,7 +31,7 @@ fn arrive_with(w: &mut World, pid: u32, arrival: u64, window_us: u32) -> Vec<Eff
         Request::KindGather {
             arrival,
             window_us,
-            sent_ns: allot_proto::gather::monotonic_ns(),
+            sent_ns: allot_proto::window::monotonic_ns(),
         },
     )
 }

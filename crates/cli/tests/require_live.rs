@@ -196,13 +196,24 @@ fn line_role() {
     drop(s);
 }
 
-fn in_line(d: &Daemon, ask: &str, hold_ms: u64) -> Watched {
-    let argv = role("line_role");
+/// The test `name` of this file run as a program, watched: selected by
+/// `var`=`value`, talking to `d`'s broker.
+fn watched_role(d: &Daemon, name: &str, var: &str, value: String) -> Watched {
+    let argv = role(name);
     let mut c = Command::new(&argv[0]);
     c.args(&argv[1..])
-        .env("ALLOT_LINE_ROLE", format!("{ask}:{hold_ms}"))
+        .env(var, value)
         .env("ALLOT_SOCKET", &d.socket);
     Watched::spawn(c)
+}
+
+fn in_line(d: &Daemon, ask: &str, hold_ms: u64) -> Watched {
+    watched_role(
+        d,
+        "line_role",
+        "ALLOT_LINE_ROLE",
+        format!("{ask}:{hold_ms}"),
+    )
 }
 
 fn printed(w: &mut Watched, what: &str, key: &str) {
@@ -306,14 +317,7 @@ fn crowd_role() {
 fn a_crowd_of_waiting_policies_in_several_processes_all_get_their_turn() {
     let d = Daemon::start("dry-run", &[]);
     let crowd: Vec<Watched> = (0..3)
-        .map(|_| {
-            let argv = role("crowd_role");
-            let mut c = Command::new(&argv[0]);
-            c.args(&argv[1..])
-                .env("ALLOT_CROWD_ROLE", "6:4")
-                .env("ALLOT_SOCKET", &d.socket);
-            Watched::spawn(c)
-        })
+        .map(|_| watched_role(&d, "crowd_role", "ALLOT_CROWD_ROLE", "6:4".into()))
         .collect();
     for mut p in crowd {
         printed(&mut p, "every thread of the process had its turns", "done");
@@ -368,15 +372,9 @@ type Got = (usize, Vec<u32>);
 /// each got, once all have entered (within 15 s), or `None` for one that
 /// never did.
 fn burst(d: &Daemon, n: usize, start: f64, window_ms: u64, policy: &str) -> Vec<Option<Got>> {
-    let mut procs: Vec<Watched> = (0..n)
-        .map(|_| {
-            let argv = role("burst_role");
-            let mut c = Command::new(&argv[0]);
-            c.args(&argv[1..])
-                .env("ALLOT_BURST_ROLE", format!("{start}:{window_ms}:{policy}"))
-                .env("ALLOT_SOCKET", &d.socket);
-            Watched::spawn(c)
-        })
+    let role = format!("{start}:{window_ms}:{policy}");
+    let procs: Vec<Watched> = (0..n)
+        .map(|_| watched_role(d, "burst_role", "ALLOT_BURST_ROLE", role.clone()))
         .collect();
     let got = |p: &Watched| {
         p.lines().iter().find_map(|l| {
@@ -395,11 +393,8 @@ fn burst(d: &Daemon, n: usize, start: f64, window_ms: u64, policy: &str) -> Vec<
         Duration::from_secs(15) + Duration::from_secs_f64((start - mono()).max(0.0)),
         || procs.iter().all(|p| got(p).is_some()),
     );
-    let out = procs.iter().map(got).collect();
-    for p in procs.drain(..) {
-        drop(p);
-    }
-    out
+    // (Dropping them stops them: their holdings go back.)
+    procs.iter().map(got).collect()
 }
 
 /// Poli-C §7.2.1 across processes: requests of `fair_cores` from different

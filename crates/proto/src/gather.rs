@@ -20,13 +20,3 @@ pub const PROBE_PART: u32 = 8;
 
 /// The longest window a request may ask for: longer ones are cut to it.
 pub const MAX_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// `CLOCK_MONOTONIC` now, in nanoseconds (one clock for every process of
-/// the machine): how a client stamps an arrival (`KindGather`'s
-/// `sent_ns`) and how the broker reads the stamp.
-pub fn monotonic_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    (t.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(t.tv_nsec as u64)
-}

@@ -202,7 +202,9 @@ pub fn sleep_until(at_ns: u64) {
     }
 }
 
-/// `CLOCK_MONOTONIC` now, in nanoseconds: the clock windows are defined on.
+/// `CLOCK_MONOTONIC` now, in nanoseconds, one clock for every process of
+/// the machine: the clock windows are defined on, and the one a gathered
+/// arrival is stamped with (`KindGather`'s `sent_ns`).
 pub fn monotonic_ns() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64

@@ -257,7 +257,7 @@ impl Gatherer {
         let arrival = self.next;
         self.next += 1;
         let window_us = u32::try_from(window.as_micros()).unwrap_or(u32::MAX);
-        let sent_ns = allot_proto::gather::monotonic_ns();
+        let sent_ns = allot_proto::window::monotonic_ns();
         self.send
             .send(&Request::KindGather {
                 arrival,

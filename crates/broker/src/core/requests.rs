@@ -262,7 +262,7 @@ impl Engine {
                 let window = Duration::from_micros(u64::from(window_us));
                 // Its wait counts from when it was sent (the broker's
                 // wake-up is not the client's to pay), within a window.
-                let now_ns = allot_proto::gather::monotonic_ns();
+                let now_ns = allot_proto::window::monotonic_ns();
                 let ago = Duration::from_nanos(now_ns.saturating_sub(sent_ns)).min(window);
                 let at = now.checked_sub(ago).unwrap_or(now);
                 let bound = self.limits.holdings as usize;

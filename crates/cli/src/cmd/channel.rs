@@ -10,6 +10,7 @@
 
 use allot_client::channel::{Full, RecvError};
 use allot_client::{ChannelEnd, ChannelKeeper};
+use allot_proto::window::monotonic_ns;
 use anyhow::{Context, bail};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -80,12 +81,6 @@ enum What {
         #[arg(long)]
         latency: bool,
     },
-}
-
-/// CLOCK_MONOTONIC, ns (comparable between processes of one machine).
-fn monotonic_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
 pub fn run(a: Args) -> i32 {
