@@ -13,7 +13,8 @@
 #               exclusive cells as partitions, time cells gated with
 #               cgroup.freeze, memory min/max and an OOM kill in a cell,
 #               best effort frozen and thawed, adoption after kill -9, no
-#               directory left), and a short chaos soak on cgroup2
+#               directory left), require's memory cap (memory.max, an OOM
+#               kill past it), and a short chaos soak on cgroup2
 #   kernel-6.1  Debian 12's own kernel, 4 CPUs: the cgroup2 backend's live
 #               tests and `allot run` on cgroup2 again
 #   numa        kernel 6.12, 8 CPUs in 2 NUMA nodes: topology from the
@@ -71,6 +72,7 @@ trap 'rm -f "$json"' EXIT
 {
   cargo test -q -p allot-enforce --lib --test cgroup2 --no-run --message-format=json
   cargo test -q -p allot-cli --bin allot --test v2_live --test numa_live --no-run --message-format=json
+  cargo test -q -p allot-require --test memory_cap_live --no-run --message-format=json
   cargo build -q -p allot-cli --bins --message-format=json
   cargo build -q -p allot-capi --message-format=json # liballot, for the Slurm plugin
 } >"$json"
@@ -79,7 +81,7 @@ import json, sys
 messages, out = sys.argv[1], sys.argv[2]
 names = {("allot_enforce", "lib"): "enforce-unit", ("cgroup2", "test"): "enforce-cgroup2",
          ("allot", "bin"): "cli-unit", ("v2_live", "test"): "v2_live",
-         ("numa_live", "test"): "numa_live"}
+         ("numa_live", "test"): "numa_live", ("memory_cap_live", "test"): "memory_cap_live"}
 found = {}
 for line in open(messages):
     try:

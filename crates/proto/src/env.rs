@@ -47,6 +47,12 @@ pub const THROTTLE_CGROUP: &str = "ALLOT_THROTTLE_CGROUP";
 /// each thread the weight it holds (per-weight groups, BFQ); without it
 /// the kind sets I/O priorities.
 pub const IO_CGROUP: &str = "ALLOT_IO_CGROUP";
+/// A memory cgroup directory (v1, or v2 with `memory` in its
+/// `cgroup.subtree_control`) under which `require`'s `memory` kind also
+/// caps: while a process's blocks hold memory, the process runs in a group
+/// of its own there limited to what they hold. Without it memory is bound
+/// to the nodes held, not capped.
+pub const MEMORY_CAP: &str = "ALLOT_MEMORY_CAP";
 /// Log level of every allot component: `error`, `warn`, `info`, `debug`
 /// (see [`crate::log`]).
 pub const LOG: &str = "ALLOT_LOG";

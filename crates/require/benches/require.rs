@@ -6,7 +6,9 @@
 //! - through the broker: the same with a ledger link, so each enter asks
 //!   the broker for the root's shortfall and each exit gives it back; and
 //!   a `fair_cores()` request alone after a quiet spell, which also waits
-//!   for company (gathered at the broker).
+//!   for company (gathered at the broker);
+//! - a `memory` request with the OS effects on: binding, and with
+//!   `ALLOT_MEMORY_CAP` set the process's cap too.
 //!
 //! Run: `cargo bench -p allot-require --bench require`. The broker rows need
 //! `ALLOT_BENCH_SOCKET` pointing at a running broker, for example
@@ -33,6 +35,22 @@ fn local() -> &'static Blocks {
 fn enter_leave_in_process(b: divan::Bencher) {
     let rt = local();
     let reqs = vec![Request::device("cpu", 0, 0.5)];
+    b.bench_local(|| {
+        let s = rt.enter(reqs.clone()).unwrap();
+        drop(s);
+    });
+}
+
+/// Enter + leave `require(memory(node0, 64 MiB))` with the OS effects on:
+/// the thread's memory binding, and where `ALLOT_MEMORY_CAP` names a memory
+/// cgroup also the process's cap (its group joined on entry, left and
+/// removed on exit).
+#[divan::bench]
+fn enter_leave_memory_applied(b: divan::Bencher) {
+    static R: OnceLock<&'static Blocks> = OnceLock::new();
+    let rt =
+        R.get_or_init(|| Blocks::new(allot_topo::discover_live().unwrap(), true).into_static());
+    let reqs = vec![Request::device("memory", "node0", (64u64 << 20) as f64)];
     b.bench_local(|| {
         let s = rt.enter(reqs.clone()).unwrap();
         drop(s);

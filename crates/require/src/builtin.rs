@@ -1,10 +1,12 @@
 //! The built-in kinds, `cpu`, `memory` and `io` (see [`super::kind`] for
 //! what each device and amount means): the machine's CPUs and NUMA nodes
-//! with the operations that confine the calling thread to them, and the
+//! with the operations that confine the calling thread to them (and, as
+//! an option, cap the process's memory: [`super::memcap`]), and the
 //! block devices with [`super::io`]'s.
 
 use super::io::{IoOps, block_devices};
 use super::kind::{Device, Kind, KindOps};
+use super::memcap::Setting;
 use allot_topo::{CpuSet, Machine};
 use std::sync::Arc;
 use std::time::Duration;
@@ -98,9 +100,29 @@ pub fn cpu_fraction(h: &[Option<f64>]) -> Option<f64> {
 pub struct MemoryOps {
     /// Device index → kernel node id.
     pub nodes: Vec<u32>,
+    /// The process's cap, when `ALLOT_MEMORY_CAP` asks for one.
+    pub cap: Setting,
 }
 
 impl KindOps for MemoryOps {
+    fn unenforced(&self, _dev: usize) -> Option<String> {
+        match &self.cap {
+            Setting::Refused(why) => Some(why.clone()),
+            _ => None,
+        }
+    }
+
+    fn limits_process(&self) -> bool {
+        matches!(self.cap, Setting::On(_))
+    }
+
+    fn limit_process(&self, entered: &[f64]) -> std::io::Result<()> {
+        match &self.cap {
+            Setting::On(cap) => cap.hold(entered.iter().sum::<f64>().max(0.0).ceil() as u64),
+            _ => Ok(()),
+        }
+    }
+
     fn restrict(&self, amounts: &[Option<f64>]) -> std::io::Result<()> {
         const MPOL_DEFAULT: libc::c_long = 0;
         const MPOL_BIND: libc::c_long = 2;
@@ -158,6 +180,7 @@ pub fn builtin(machine: &Machine, usable: &CpuSet) -> Vec<Kind> {
             .collect(),
         ops: Some(Arc::new(MemoryOps {
             nodes: nodes.iter().map(|n| n.id).collect(),
+            cap: Setting::from_env(),
         })),
         measured: false,
         local: false,
@@ -220,7 +243,10 @@ mod tests {
     #[test]
     fn memory_binding_and_io_priority_apply() {
         std::thread::spawn(|| {
-            let mem = MemoryOps { nodes: vec![0] };
+            let mem = MemoryOps {
+                nodes: vec![0],
+                cap: Setting::Off,
+            };
             mem.restrict(&[Some(1.0)]).unwrap();
             mem.restrict(&[None]).unwrap();
         })

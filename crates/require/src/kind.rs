@@ -4,7 +4,7 @@
 //! | kind | devices | amount | restrict (per thread) | throttle |
 //! |------|---------|--------|-----------------------|----------|
 //! | `cpu` | the CPUs this process may use | utilisation 0..1 | `sched_setaffinity` to the CPUs with a non-zero amount; a team's threads one CPU each (`blocks::place`) | fractions below 1: a per-thread cgroup quota when a cgroup is given, else the monitor thread (`throttle.rs`) |
-//! | `memory` | NUMA nodes | bytes | `set_mempolicy(MPOL_BIND)` to the nodes with a non-zero amount | none: amounts are accounted, not enforced |
+//! | `memory` | NUMA nodes | bytes | `set_mempolicy(MPOL_BIND)` to the nodes with a non-zero amount | none; with `ALLOT_MEMORY_CAP`, the process's memory group limited to what its blocks hold ([`super::memcap`]) |
 //! | `io` | block devices (`major:minor`) | weight 1..1000 | the thread's blkio group of that weight (`ALLOT_IO_CGROUP`, cgroup v1, BFQ), else its I/O priority (`ioprio_set`); see [`super::io`] | — |
 //! | virtual | named counters | any | — | — |
 //!
@@ -82,6 +82,21 @@ pub trait KindOps: Send + Sync + fmt::Debug {
     /// than accounted and silently not enforced.
     fn unenforced(&self, _dev: usize) -> Option<String> {
         None
+    }
+    /// Whether the kind also limits the whole process by what its blocks
+    /// hold ([`KindOps::limit_process`]; the `memory` kind's cap). Asked on
+    /// every change of a thread's allocation, so it must be cheap.
+    fn limits_process(&self) -> bool {
+        false
+    }
+    /// Makes the OS hold the whole process to `entered[d]` of each device:
+    /// what its outermost blocks entered and not left ask for, also while
+    /// their threads wait. Called when a kind [`limits_process`] and an
+    /// allocation of the process changed.
+    ///
+    /// [`limits_process`]: KindOps::limits_process
+    fn limit_process(&self, _entered: &[f64]) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

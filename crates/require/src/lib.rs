@@ -34,6 +34,8 @@
 //!   declarative constraints;
 //! - [`kind`]: resource kinds and their OS operations;
 //! - [`io`]: the `io` kind: blkio weights per thread, or I/O priorities;
+//! - [`memcap`]: the `memory` kind's cap, an option: the process's memory
+//!   group limited to what its blocks hold;
 //! - [`disk`]: `DiskRate`, a kind of the program's own on a real counter
 //!   (`Blocks::register_kind`), and a policy choosing the least busy disk;
 //! - [`throttle`]: fractional CPU limits (cgroup quota or monitor thread);
@@ -50,6 +52,7 @@ pub mod disk;
 pub mod io;
 pub mod kind;
 pub mod ledger;
+pub mod memcap;
 pub mod net;
 pub mod policy;
 pub mod throttle;

@@ -20,6 +20,7 @@
 
 mod quota;
 pub use quota::Quota;
+pub(crate) use quota::is_cgroupfs;
 
 use super::tree::Tid;
 use std::collections::HashMap;

@@ -3,7 +3,8 @@
 //! member to the one device it is placed on ([`super::place`]). Applied
 //! when the holdings (or the placement they call for) changed since the
 //! last time, so entering and leaving a block without a change costs no
-//! system call.
+//! system call. Kinds that limit the whole process are told what its
+//! blocks entered after every change (`limit_process`).
 
 use super::*;
 
@@ -11,7 +12,11 @@ impl Blocks {
     /// Applies `tid`'s holdings to the OS when it is the calling thread and
     /// they changed.
     pub(super) fn apply(&self, st: &mut Locked<'_>, tid: Tid) {
-        if !self.apply_os || tid != current_tid() {
+        if !self.apply_os {
+            return;
+        }
+        limit_process(st);
+        if tid != current_tid() {
             return;
         }
         let st = &mut **st;
@@ -70,5 +75,31 @@ impl Blocks {
             }
         }
         st.scratch_holdings = holdings;
+    }
+}
+
+/// Holds the process to what its blocks entered, for the kinds that limit
+/// a whole process (the `memory` kind's cap): each such kind is told the
+/// amounts of every device's outermost allocations. A failure is logged
+/// once until one succeeds again.
+fn limit_process(st: &State) {
+    for (k, kind) in st.kinds.iter().enumerate() {
+        let Some(ops) = kind.ops.as_ref().filter(|o| o.limits_process()) else {
+            continue;
+        };
+        let entered: Vec<f64> = (0..kind.devices.len())
+            .map(|d| st.trees.entered((k, d)))
+            .collect();
+        static FAILING: allot_proto::log::Once = allot_proto::log::Once::new();
+        match ops.limit_process(&entered) {
+            Ok(()) => FAILING.reset(),
+            Err(e) if FAILING.first() => allot_proto::app_log!(
+                Warn,
+                "allot-require",
+                "the {} kind's limit on this process was not set: {e}",
+                kind.name
+            ),
+            Err(_) => {}
+        }
     }
 }

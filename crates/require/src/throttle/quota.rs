@@ -156,7 +156,9 @@ fn with_path(e: io::Error, path: &Path) -> io::Error {
     io::Error::new(e.kind(), format!("{}: {e}", path.display()))
 }
 
-fn is_cgroupfs(p: &Path) -> bool {
+/// Whether `p` is on a cgroup file system (v1 or v2), not a fixture's
+/// plain directory.
+pub(crate) fn is_cgroupfs(p: &Path) -> bool {
     rustix::fs::statfs(p).is_ok_and(|s| {
         #[allow(clippy::unnecessary_cast)] // f_type is not i64 on every target
         let t = s.f_type as i64;

@@ -37,6 +37,23 @@ impl Trees {
         !out.is_empty()
     }
 
+    /// What the outermost allocations of `dev` that exist ask for in all:
+    /// the amounts of the root's children, held or not (a waiting
+    /// thread's allocation counts: what it did with it is still there).
+    /// A scan of every node, for the kinds that limit a whole process
+    /// ([`crate::kind::KindOps::limits_process`]).
+    pub fn entered(&self, dev: Dev) -> f64 {
+        let Some(&root) = self.roots.get(&dev) else {
+            return 0.0;
+        };
+        self.nodes
+            .iter()
+            .flatten()
+            .filter(|n| n.parent == Some(root))
+            .map(|n| n.amount)
+            .sum()
+    }
+
     /// What `tid` holds on `dev` now.
     pub fn holding(&self, tid: Tid, dev: Dev) -> Holding {
         match self.top_frame(tid, dev) {

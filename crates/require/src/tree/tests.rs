@@ -286,3 +286,29 @@ fn repeated_scopes_reuse_their_slots() {
     assert!(t.nodes.len() <= 4, "{} node slots", t.nodes.len());
     assert!(t.units.len() <= 1, "{} unit slots", t.units.len());
 }
+
+#[test]
+fn entered_counts_each_outermost_allocation_once_held_or_waiting() {
+    let mut t = trees();
+    assert_eq!(t.entered(R), 0.0);
+    let a = t.acquire(1, &[ask(0.5)], false).unwrap();
+    // A nested allocation is part of its parent's, and a team member
+    // shares the parent's: neither adds.
+    let b = t.acquire(1, &[ask(0.2)], false).unwrap();
+    t.spawn(1, 2);
+    assert!((t.entered(R) - 0.5).abs() < 1e-9);
+    let c = t.acquire(3, &[ask(0.3)], false).unwrap();
+    assert!((t.entered(R) - 0.8).abs() < 1e-9);
+    // Thread 3 waits: its allocation goes back to the root but still counts.
+    t.block(3);
+    assert!((root_free(&t) - 0.5).abs() < 1e-9);
+    assert!((t.entered(R) - 0.8).abs() < 1e-9);
+    t.unblock(3).unwrap();
+    assert!(t.release(3, &[(R, c[0])]));
+    assert!((t.entered(R) - 0.5).abs() < 1e-9);
+    t.thread_exit(2);
+    assert!(t.release(1, &[(R, b[0])]));
+    assert!(t.release(1, &[(R, a[0])]));
+    assert_eq!(t.entered(R), 0.0, "every scope left: nothing");
+    assert_eq!(t.entered((0, 9)), 0.0, "a device without a root");
+}
