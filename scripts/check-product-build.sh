@@ -2,7 +2,8 @@
 # Builds the `allot` binary from scratch the way a machine without OpenMP
 # would, and checks that it needs nothing from the lab:
 #
-#  - it links no code of the lab (allot-lab, the workloads, the charts);
+#  - its package depends on no package of the lab, and the binary links no
+#    code of it (allot-lab, the workloads, the charts);
 #  - every C compiler call goes through a wrapper first on the PATH (as
 #    `cc` and `gcc`) that logs it and fails any call asking for OpenMP
 #    (`-fopenmp`, `-lgomp`, `-lomp`), so the build fails if any part of the
@@ -38,6 +39,16 @@ WRAP
 chmod 755 "$work/bin/cc"
 ln -s cc "$work/bin/gcc"
 : >"$work/calls.log"
+
+# The product package depends on nothing of the lab (its normal
+# dependencies; the tests may use the lab's test kit).
+lab_deps=$(cargo tree --quiet --locked -p allot-cli -e normal --prefix none \
+  | grep -oE '^allot-(lab|workloads|plot|testkit) ' | sort -u || true)
+if [ -n "$lab_deps" ]; then
+  echo "FAIL: the allot-cli package depends on the lab: $lab_deps" >&2
+  exit 1
+fi
+echo "ok: allot-cli depends on nothing of the lab (cargo tree -e normal)"
 
 target=target/product-check
 rm -rf "$target"

@@ -30,7 +30,7 @@ scale=0.5 repeats=3 mixes=3
 [ "$quick" = 1 ] && scale=0.05 repeats=1 mixes=1
 
 bash scripts/deps.sh
-cargo build --release -p allot-cli # allot and allot-lab, which runs the experiments
+cargo build --release -p allot-cli -p allot-lab # allot, and allot-lab, which runs the experiments
 allot=$PWD/target/release/allot
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -53,12 +53,12 @@ if [ "$slurm" = 1 ]; then
 fi
 
 if [ -z "$from" ]; then
-  echo "$tool: cargo build --release -p allot-cli -p allot-capi" >&2
-  (cd "$here" && cargo build --release -p allot-cli -p allot-capi) || die "cargo build failed (see above)"
+  echo "$tool: cargo build --release -p allot-cli -p allot-lab -p allot-capi" >&2
+  (cd "$here" && cargo build --release -p allot-cli -p allot-lab -p allot-capi) || die "cargo build failed (see above)"
   from="${CARGO_TARGET_DIR:-$here/target}/release"
 fi
 for f in allot allot-lab liballot_capi.so liballot_capi.a; do
-  [ -f "$from/$f" ] || die "$from/$f not found: build with cargo build --release -p allot-cli -p allot-capi, or give --from"
+  [ -f "$from/$f" ] || die "$from/$f not found: build with cargo build --release -p allot-cli -p allot-lab -p allot-capi, or give --from"
 done
 
 version="$(sed -n '/^\[workspace.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' "$here/Cargo.toml" | head -n1)"

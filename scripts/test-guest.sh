@@ -73,7 +73,7 @@ trap 'rm -f "$json"' EXIT
   cargo test -q -p allot-enforce --lib --test cgroup2 --no-run --message-format=json
   cargo test -q -p allot-cli --bin allot --test v2_live --test numa_live --no-run --message-format=json
   cargo test -q -p allot-require --test memory_cap_live --no-run --message-format=json
-  cargo build -q -p allot-cli --bins --message-format=json
+  cargo build -q -p allot-cli -p allot-lab --bins --message-format=json
   cargo build -q -p allot-capi --message-format=json # liballot, for the Slurm plugin
 } >"$json"
 python3 - "$json" "$bins" <<'PY'

@@ -9,7 +9,7 @@
 #   bash scripts/test-package.sh [--from DIR]
 #
 # --from DIR packages the binaries in DIR (default: target/debug, built
-# here first with `cargo build -p allot-cli -p allot-capi`, mostly done by
+# here first with `cargo build -p allot-cli -p allot-lab -p allot-capi`, mostly done by
 # the test command already; a release package is built the same way from
 # target/release). Needs root and dpkg. Refuses to run where an allot
 # package or an allot binary on the system paths is already installed:
@@ -38,7 +38,7 @@ for p in /usr/bin/allot /usr/bin/allot-lab /usr/lib/liballot.so.0 /etc/allot/all
 done
 
 if [ -z "$from" ]; then
-  (cd "$here" && cargo build -q -p allot-cli -p allot-capi) || fail "cargo build failed (see above)"
+  (cd "$here" && cargo build -q -p allot-cli -p allot-lab -p allot-capi) || fail "cargo build failed (see above)"
   from="${CARGO_TARGET_DIR:-$here/target}/debug"
 fi
 

@@ -39,7 +39,7 @@ bench_cleanup() {
 bench_broker() { # LABEL [DAEMON OPTIONS...]
   local label=$1
   shift
-  cargo build --release -q -p allot-cli
+  cargo build --release -q -p allot-cli -p allot-lab
   A=$PWD/target/release/allot
   dir=$(mktemp -d)
   name=allot-bench-$label-$$

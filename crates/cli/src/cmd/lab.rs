@@ -42,8 +42,8 @@ pub fn hand_over(subcommand: &str, a: Args) -> i32 {
     let Some(lab) = find(me.clone(), std::env::var_os("PATH")) else {
         eprintln!(
             "allot: `allot {subcommand}` runs {LAB}, which is neither beside this allot nor on \
-             PATH; build both with `cargo build --release -p allot-cli` (target/release/{LAB}) \
-             or install it beside allot"
+             PATH; build both with `cargo build --release -p allot-cli -p allot-lab` \
+             (target/release/{LAB}) or install it beside allot"
         );
         return 1;
     };

@@ -13,10 +13,12 @@ mod watched;
 #[allow(unused_imports)]
 pub use watched::*;
 
+/// The `allot` binary. `allot demo` and `allot bench` hand over to
+/// `allot-lab` beside it, a package of its own that this one does not
+/// depend on: `cargo test --workspace` (the README's test command) builds
+/// it, and `cargo test -p allot-cli` alone needs `cargo build -p allot-lab`
+/// first (the hand-over says so when it is missing).
 pub const ALLOT: &str = env!("CARGO_BIN_EXE_allot");
-/// The lab binary built beside it (`allot demo` and `allot bench` hand
-/// over to it).
-pub const ALLOT_LAB: &str = env!("CARGO_BIN_EXE_allot-lab");
 
 #[allow(unused_imports)]
 pub use allot_testkit::{Proc, eventually, prerequisite, sleeper, spinner, v1_cpuset_writable};
