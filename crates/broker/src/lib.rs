@@ -2,7 +2,7 @@
 //!
 //! It owns the machine's CPUs on behalf of every parallel program on it.
 //! Programs connect over a seqpacket socket and ask for a share as a *cell*;
-//! the broker admits or refuses them ([`allot_plan::admit`]), divides the
+//! the broker admits or refuses them ([`allot_plan::Planner::admit`]), divides the
 //! CPUs ([`allot_plan::Planner`]), makes the kernel enforce the division
 //! ([`allot_enforce`]), tells each cell what it holds through a shared grant
 //! page, notices within milliseconds when a cell's processes die (pidfd),

@@ -10,31 +10,22 @@
 //! whose `tasks` lists it, and the threads it creates inherit it.
 //!
 //! [`Facts`] reads what the hardware offers from a mount (the kernel's or a
-//! fixture tree); [`allocate`] is the policy, a pure function from what
-//! cells ask for to classes; [`Resctrl`] is the mechanism.
+//! fixture tree); the policy, a pure function from what cells ask for to
+//! classes, is the planner's (`allot_plan::cache::allocate`); [`Resctrl`]
+//! is the mechanism that writes them.
 //!
-//! Invariants:
-//! - **Classes are scarce**: at most `closids - 1` cells have a class (the
-//!   default group keeps one); an ask past that is refused with the reason,
-//!   never given a shared class silently.
-//! - **Ways are exclusive and contiguous**: a cell's ways are a contiguous
-//!   range no other group's mask covers (CAT requires contiguous masks);
-//!   cells are packed from the highest way down in cell order, and the
-//!   default group keeps the lowest ways, at least `min_cbm_bits` of them.
-//!   So asks never sum past `ways - min_cbm_bits`.
+//! Invariants (those of the classes themselves are `allot_plan::cache`'s):
 //! - **Shrink before grow**: every group that loses ways is narrowed
 //!   first, and a group grows only into ways no other group holds at that
 //!   moment ([`steps`]), so no two masks of groups holding threads overlap
 //!   at any moment ([`Resctrl::apply`]).
 //! - Groups a previous broker left are read back at [`Resctrl::open`]: the
 //!   first `apply` keeps those of cells still asking and removes the rest.
-//! - Bandwidth is a per-domain ceiling, rounded up to the hardware's
-//!   granularity and never below its minimum; it is not exclusive (MBA
-//!   throttles, it does not reserve).
 //! - Absent resctrl (no mount, or a CPU without the features), every ask
 //!   is refused with [`Absent`]'s reason; nothing is written.
 
 use crate::cgroupfs::CgroupFs;
+use allot_topo::resctrl::{Class, L3, Mb, Offer};
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -43,35 +34,11 @@ use std::sync::Arc;
 /// Where the kernel mounts resctrl.
 pub const MOUNT: &str = "/sys/fs/resctrl";
 
-/// What the L3 cache allocation offers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct L3 {
-    /// Ways per cache domain (bits in `cbm_mask`).
-    pub ways: u32,
-    /// The fewest ways a mask may have.
-    pub min_bits: u32,
-    /// Classes of service.
-    pub closids: u32,
-}
-
-/// What the memory bandwidth allocation offers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Mb {
-    /// The lowest share, percent.
-    pub min: u32,
-    /// Shares are multiples of this, percent.
-    pub gran: u32,
-    /// Classes of service.
-    pub closids: u32,
-}
-
 /// What a resctrl mount offers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Facts {
-    /// L3 cache allocation, if the CPU has it.
-    pub l3: Option<L3>,
-    /// Memory bandwidth allocation, if the CPU has it.
-    pub mb: Option<Mb>,
+    /// L3 cache and memory bandwidth allocation, each if the CPU has it.
+    pub offer: Offer,
     /// The cache domains (the ids in the root's `schemata`).
     pub domains: Vec<u32>,
     /// Monitoring events the hardware counts (`info/L3_MON/mon_features`).
@@ -125,21 +92,10 @@ impl Facts {
             .map(|t| t.lines().map(|l| l.trim().to_string()).collect())
             .unwrap_or_default();
         Ok(Facts {
-            l3,
-            mb,
+            offer: Offer { l3, mb },
             domains: domains(&schemata),
             monitoring,
         })
-    }
-
-    /// Classes of service cells may have (the default group keeps one).
-    pub fn classes_for_cells(&self) -> u32 {
-        let all = [self.l3.map(|l| l.closids), self.mb.map(|m| m.closids)];
-        all.into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(1)
-            .saturating_sub(1)
     }
 }
 
@@ -165,107 +121,6 @@ fn first_value(schemata: &str, res: &str, radix: u32) -> Option<u64> {
     let (_, list) = line.split_once(':')?;
     let (_, v) = list.split(';').next()?.split_once('=')?;
     u64::from_str_radix(v.trim(), radix).ok()
-}
-
-/// What a cell asks for: L3 ways of its own (0: none) and a bandwidth
-/// ceiling, percent (0: none).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ask {
-    pub cell: u64,
-    /// Ways of every cache domain it alone may fill.
-    pub ways: u32,
-    /// Its memory bandwidth ceiling, percent.
-    pub bandwidth: u32,
-}
-
-/// A cell's class of service.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Class {
-    pub cell: u64,
-    /// Its capacity bitmask (the default group's when it asked for no
-    /// ways of its own).
-    pub mask: u64,
-    /// Its bandwidth ceiling, percent (100 when it asked for none).
-    pub bandwidth: u32,
-}
-
-/// Classes for every cell of `asks` and the default group's mask
-/// (see the module's invariants), or why they cannot be had.
-pub fn allocate(f: &Facts, asks: &[Ask]) -> Result<(Vec<Class>, u64), String> {
-    let mut asks: Vec<Ask> = asks
-        .iter()
-        .copied()
-        .filter(|a| a.ways > 0 || a.bandwidth > 0)
-        .collect();
-    asks.sort_by_key(|a| a.cell);
-    if asks.len() as u32 > f.classes_for_cells() {
-        return Err(format!(
-            "{} cells ask for cache ways or memory bandwidth, and the hardware has classes of \
-             service for {} besides the default group",
-            asks.len(),
-            f.classes_for_cells()
-        ));
-    }
-    let full = f.l3.map_or(0, |l| (1u64 << l.ways) - 1);
-    let mut next_top = f.l3.map_or(0, |l| l.ways);
-    let mut out = Vec::with_capacity(asks.len());
-    let asked_ways: u32 = asks.iter().map(|a| a.ways).sum();
-    if asked_ways > 0 {
-        let Some(l3) = f.l3 else {
-            return Err("this CPU has no L3 cache allocation (resctrl offers no L3)".into());
-        };
-        if asked_ways > l3.ways - l3.min_bits {
-            return Err(format!(
-                "cells ask for {asked_ways} L3 ways of their own; {} of the {} may be given, \
-                 the default group keeping {}",
-                l3.ways - l3.min_bits,
-                l3.ways,
-                l3.min_bits
-            ));
-        }
-        if let Some(a) = asks.iter().find(|a| a.ways > 0 && a.ways < l3.min_bits) {
-            return Err(format!(
-                "cell {} asks for {} L3 ways; a mask has at least {}",
-                a.cell, a.ways, l3.min_bits
-            ));
-        }
-    }
-    if asks.iter().any(|a| a.bandwidth > 100) {
-        return Err("a bandwidth ceiling is a percentage, 1 to 100".into());
-    }
-    if asks.iter().any(|a| a.bandwidth > 0) && f.mb.is_none() {
-        return Err("this CPU has no memory bandwidth allocation (resctrl offers no MB)".into());
-    }
-    let mut taken = 0u64;
-    for a in &asks {
-        let mask = if a.ways > 0 {
-            next_top -= a.ways;
-            let m = ((1u64 << a.ways) - 1) << next_top;
-            taken |= m;
-            Some(m)
-        } else {
-            None
-        };
-        let bandwidth = match (a.bandwidth, f.mb) {
-            (0, _) | (_, None) => 100,
-            (b, Some(mb)) => b
-                .div_ceil(mb.gran)
-                .saturating_mul(mb.gran)
-                .clamp(mb.min, 100),
-        };
-        out.push((a.cell, mask, bandwidth));
-    }
-    let default = full & !taken;
-    Ok((
-        out.into_iter()
-            .map(|(cell, mask, bandwidth)| Class {
-                cell,
-                mask: mask.unwrap_or(default),
-                bandwidth,
-            })
-            .collect(),
-        default,
-    ))
 }
 
 /// The order in which to write the masks `new` over `old` (the default
@@ -322,10 +177,10 @@ pub fn schemata(f: &Facts, mask: u64, bandwidth: u32) -> String {
         format!("{res}:{}\n", parts.join(";"))
     };
     let mut out = String::new();
-    if f.l3.is_some() {
+    if f.offer.l3.is_some() {
         out.push_str(&line("L3", &|| format!("{mask:x}")));
     }
-    if f.mb.is_some() {
+    if f.offer.mb.is_some() {
         out.push_str(&line("MB", &|| bandwidth.to_string()));
     }
     out
@@ -349,7 +204,7 @@ impl Resctrl {
     /// Opens the mount at `root`; groups are named `<prefix>-cell-N`.
     pub fn open(fs: Arc<dyn CgroupFs>, root: &Path, prefix: &str) -> Result<Resctrl, Absent> {
         let facts = Facts::read(fs.as_ref(), root)?;
-        let full = facts.l3.map_or(0, |l| (1u64 << l.ways) - 1);
+        let full = facts.offer.l3.map_or(0, |l| (1u64 << l.ways) - 1);
         // Groups an earlier broker left (its cells may still run, or may
         // have ended meanwhile): known, so the first `apply` keeps or
         // removes them and the default group gets their ways back.
@@ -391,13 +246,13 @@ impl Resctrl {
         self.root.join(format!("{}-cell-{cell}", self.prefix))
     }
 
-    /// Makes the classes of `asks` the kernel's, in the order
+    /// Makes `classes` and the default group's mask `default` (what
+    /// `allot_plan::cache::allocate` decided) the kernel's, in the order
     /// [`steps`] gives (no two masks of groups with threads overlap at
-    /// any moment); groups of cells no longer asking are removed first
-    /// (their threads return to the default group). Nothing is written
-    /// when [`allocate`] refuses.
-    pub fn apply(&mut self, asks: &[Ask]) -> Result<(), String> {
-        let (classes, default) = allocate(&self.facts, asks)?;
+    /// any moment); groups of cells without a class are removed first
+    /// (their threads return to the default group).
+    pub fn apply(&mut self, classes: &[Class], default: u64) -> Result<(), String> {
+        let classes = classes.to_vec();
         for old in &self.classes {
             if !classes.iter().any(|c| c.cell == old.cell) {
                 let _ = self.fs.rmdir(&self.group(old.cell));
@@ -409,7 +264,7 @@ impl Resctrl {
         let new: Vec<(Option<u64>, u64)> = std::iter::once((None, default))
             .chain(classes.iter().map(|c| (Some(c.cell), c.mask)))
             .collect();
-        let min_bits = self.facts.l3.map_or(1, |l| l.min_bits);
+        let min_bits = self.facts.offer.l3.map_or(1, |l| l.min_bits);
         let mut writes = steps(&old, &new, min_bits);
         // A class whose ways stay but whose bandwidth ceiling moved.
         for c in &classes {
@@ -538,88 +393,44 @@ mod tests {
 
     fn facts(ways: u32, min_bits: u32, closids: u32, mb: bool) -> Facts {
         Facts {
-            l3: Some(L3 {
-                ways,
-                min_bits,
-                closids,
-            }),
-            mb: mb.then_some(Mb {
-                min: 10,
-                gran: 10,
-                closids,
-            }),
+            offer: Offer {
+                l3: Some(L3 {
+                    ways,
+                    min_bits,
+                    closids,
+                }),
+                mb: mb.then_some(Mb {
+                    min: 10,
+                    gran: 10,
+                    closids,
+                }),
+            },
             domains: vec![0, 1],
             monitoring: vec![],
         }
     }
 
-    fn ask(cell: u64, ways: u32, bandwidth: u32) -> Ask {
-        Ask {
-            cell,
-            ways,
-            bandwidth,
-        }
+    /// Writes the classes the planner decides for `asks` (cell, ways,
+    /// bandwidth).
+    fn apply(r: &mut Resctrl, asks: &[(u64, u32, u32)]) -> Result<(), String> {
+        let asks: Vec<allot_plan::cache::Ask> = asks
+            .iter()
+            .map(|&(cell, ways, bandwidth)| allot_plan::cache::Ask {
+                cell,
+                ways,
+                bandwidth,
+            })
+            .collect();
+        let (classes, default) = allot_plan::cache::allocate(&r.facts().offer, &asks)?;
+        r.apply(&classes, default)
     }
 
     #[test]
-    fn ways_are_exclusive_contiguous_and_packed_from_the_top() {
+    fn a_class_is_written_for_every_domain() {
         let f = facts(12, 1, 16, true);
-        let (classes, default) =
-            allocate(&f, &[ask(3, 4, 0), ask(1, 2, 0), ask(7, 0, 35)]).unwrap();
-        // Cell order: 1 takes the top two ways, 3 the next four; 7 shares
-        // the default group's ways with a 40 % ceiling (35 rounded up).
-        assert_eq!(
-            classes[0],
-            Class {
-                cell: 1,
-                mask: 0xc00,
-                bandwidth: 100
-            }
-        );
-        assert_eq!(
-            classes[1],
-            Class {
-                cell: 3,
-                mask: 0x3c0,
-                bandwidth: 100
-            }
-        );
-        assert_eq!(default, 0x03f);
-        assert_eq!(
-            classes[2],
-            Class {
-                cell: 7,
-                mask: 0x03f,
-                bandwidth: 40
-            }
-        );
-        let masks: Vec<u64> = classes.iter().take(2).map(|c| c.mask).collect();
-        assert_eq!(masks[0] & masks[1], 0);
-        assert_eq!((masks[0] | masks[1]) & default, 0);
         assert_eq!(schemata(&f, 0xc00, 100), "L3:0=c00;1=c00\nMB:0=100;1=100\n");
-    }
-
-    #[test]
-    fn scarce_classes_and_ways_are_refused_with_the_reason() {
-        let f = facts(12, 2, 3, true);
-        let e = allocate(&f, &[ask(1, 2, 0), ask(2, 2, 0), ask(3, 2, 0)]).unwrap_err();
-        assert!(
-            e.contains("classes of service for 2 besides the default group"),
-            "{e}"
-        );
-        let e = allocate(&f, &[ask(1, 6, 0), ask(2, 5, 0)]).unwrap_err();
-        assert!(e.contains("10 of the 12 may be given"), "{e}");
-        let e = allocate(&f, &[ask(1, 1, 0)]).unwrap_err();
-        assert!(e.contains("a mask has at least 2"), "{e}");
-        let e = allocate(&facts(12, 1, 16, false), &[ask(1, 0, 50)]).unwrap_err();
-        assert!(e.contains("no memory bandwidth allocation"), "{e}");
-        // Nothing asked: no class, the default group keeps everything.
-        let (classes, default) = allocate(&f, &[ask(1, 0, 0)]).unwrap();
-        assert!(classes.is_empty());
-        assert_eq!(default, 0xfff);
-        // A tiny ceiling is raised to the hardware's minimum.
-        let (classes, _) = allocate(&f, &[ask(1, 0, 1)]).unwrap();
-        assert_eq!(classes[0].bandwidth, 10);
+        let no_mb = facts(12, 1, 16, false);
+        assert_eq!(schemata(&no_mb, 0x00f, 40), "L3:0=f;1=f\n");
     }
 
     #[test]
@@ -682,9 +493,9 @@ mod tests {
         let fs = mount(dir.path());
         let mut r = Resctrl::open(fs.clone(), dir.path(), "allot").unwrap();
         assert_eq!(r.facts().domains, [0, 1]);
-        assert_eq!(r.facts().classes_for_cells(), 3);
+        assert_eq!(r.facts().offer.classes_for_cells(), 3);
         assert_eq!(r.facts().monitoring, ["llc_occupancy", "mbm_total_bytes"]);
-        r.apply(&[ask(4, 3, 50)]).unwrap();
+        apply(&mut r, &[(4, 3, 50)]).unwrap();
         let read = |p: &str| std::fs::read_to_string(dir.path().join(p)).unwrap();
         assert_eq!(
             read("allot-cell-4/schemata"),
@@ -705,17 +516,17 @@ mod tests {
         }
         assert_eq!(r.usage(4), Some((1024, 10)));
         // Its ceiling moves, its ways stay: the new ceiling is written.
-        r.apply(&[ask(4, 3, 30)]).unwrap();
+        apply(&mut r, &[(4, 3, 30)]).unwrap();
         assert_eq!(
             read("allot-cell-4/schemata"),
             "L3:0=e00;1=e00\nMB:0=30;1=30\n"
         );
         // The cell stops asking: its group goes, the default gets it all.
-        r.apply(&[]).unwrap();
+        apply(&mut r, &[]).unwrap();
         assert!(!dir.path().join("allot-cell-4").exists());
         assert_eq!(read("schemata"), "L3:0=fff;1=fff\nMB:0=100;1=100\n");
         // A refusal writes nothing.
-        let e = r.apply(&[ask(1, 12, 0)]).unwrap_err();
+        let e = apply(&mut r, &[(1, 12, 0)]).unwrap_err();
         assert!(e.contains("11 of the 12 may be given"), "{e}");
         assert!(!dir.path().join("allot-cell-1").exists());
     }
@@ -740,7 +551,7 @@ mod tests {
         let mut r = Resctrl::open(fs, dir.path(), "allot").unwrap();
         assert_eq!(r.class(9).map(|c| (c.mask, c.bandwidth)), Some((0xf00, 50)));
         // Cell 5 still runs (now asking two ways); cell 9 ended.
-        r.apply(&[ask(5, 2, 0)]).unwrap();
+        apply(&mut r, &[(5, 2, 0)]).unwrap();
         assert!(!dir.path().join("allot-cell-9").exists());
         let read = |p: &str| std::fs::read_to_string(dir.path().join(p)).unwrap();
         assert_eq!(

@@ -140,7 +140,13 @@ fn print_arrivals() {
                         spec: &c.spec,
                     })
                     .collect();
-                if planner.admit(&admitted, &new.spec, &before) != Admission::Admit {
+                if planner.admit(
+                    &admitted,
+                    &new.spec,
+                    &before,
+                    &allot_plan::Room::cpus_only(),
+                ) != Admission::Admit
+                {
                     println!("{name:<16} {n:>6}  {kind:<12} (not admitted)");
                     continue;
                 }

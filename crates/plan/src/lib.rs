@@ -28,7 +28,10 @@
 //! their CPUs, and [`weight::weigh`] gives every cell, and the cells
 //! together, their weight in the kernel's scheduler.
 //!
-//! [`admit`] decides whether a new cell's guarantee fits beside the others.
+//! [`admission::admit_cell`] (through [`Planner::admit`]) decides whether a
+//! new cell fits beside the others, for its CPUs, its memory guarantee and
+//! its class of service ([`cache`]: L3 ways and bandwidth ceilings as
+//! classes).
 //! [`Plan::check`] verifies the plan invariants listed in [`plan`].
 //!
 //! Cost: a plan is linear in the cells. The mapping's topology work is for
@@ -41,6 +44,7 @@
 //! to 1024 CPUs and what one arrival changes ([`Plan::changes_to`]).
 
 pub mod admission;
+pub mod cache;
 pub mod lend;
 pub mod mapping;
 pub mod outside;
@@ -53,7 +57,7 @@ pub mod time;
 pub mod tracking;
 pub mod weight;
 
-pub use admission::{Admission, Admitted, admit, delays};
+pub use admission::{Admission, Admitted, Room, admit, delays};
 /// The vocabulary of what a cell asks for (the `allot-spec` crate).
 pub use allot_spec as spec;
 pub use allot_spec::goal;
@@ -147,10 +151,17 @@ impl<'m> Planner<'m> {
     }
 
     /// Admission for `new` beside `admitted`, whose time cells sit where
-    /// `current` put them.
-    pub fn admit(&self, admitted: &[Admitted<'_>], new: &CellSpec, current: &Plan) -> Admission {
+    /// `current` put them, with `room` for memory and classes of service
+    /// ([`admission::admit_cell`]).
+    pub fn admit(
+        &self,
+        admitted: &[Admitted<'_>],
+        new: &CellSpec,
+        current: &Plan,
+        room: &Room<'_>,
+    ) -> Admission {
         let time = self.time_candidates(current);
-        admit(
+        admission::admit_cell(
             self.topo.machine,
             self.config.reserve,
             &admission::TimeRoom {
@@ -158,6 +169,7 @@ impl<'m> Planner<'m> {
                 limit: self.time_limit(),
                 current,
             },
+            room,
             admitted,
             new,
             self.config.pause_best_effort,

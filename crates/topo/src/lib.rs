@@ -10,10 +10,14 @@
 //! Fixture machines (sysfs trees of real machines, each packed into one
 //! file `crates/topo/fixtures/<name>.sysfs`) are loaded with [`fixture`];
 //! the planner's tests and benchmarks run on them.
+//!
+//! [`resctrl`] holds what the machine offers to partition its cache and
+//! memory bandwidth.
 
 mod cpuset;
 mod machine;
 mod report;
+pub mod resctrl;
 mod sysfs;
 
 pub use cpuset::{CPUSET_WORDS, CpuListError, CpuSet, Iter, MAX_CPUS};

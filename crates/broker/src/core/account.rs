@@ -356,7 +356,7 @@ impl Engine {
     fn admit_outside(&self, outside: &CpuSet) -> Result<(), Denial> {
         let spec = Account::outside_spec(outside.len());
         let others = self.admitted_except(Some(OUTSIDE.0));
-        match self.planner.admit(&others, &spec, &self.plan) {
+        match self.planner.admit(&others, &spec, &self.plan, &self.room()) {
             Admission::Admit => Ok(()),
             Admission::NotNow(r) => Err(Denial::Wait(format!(
                 "holding CPUs {outside} outside every cell would leave too few for the cells' \

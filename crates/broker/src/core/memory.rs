@@ -4,33 +4,28 @@
 //! the memory system: a cell's L3 ways and memory bandwidth ceiling, its
 //! class of service in resctrl (`allot_enforce::resctrl`).
 //!
+//! Admission of memory guarantees and classes of service is the
+//! planner's (`allot_plan::admission`); this module gives it the room
+//! ([`Engine::room`]: capacity, reserve, what resctrl offers).
+//!
 //! Invariants:
-//! - **Admission never promises more than there is**: the guarantees of
-//!   admitted cells (their `memory.min`) sum to at most the capacity (the
-//!   machine's memory, or an enclosing memory group's limit when lower)
-//!   less the reserve ([`admit`]). A guarantee that can never fit is
-//!   refused for good; one that fits once others end is refused now (or
-//!   waits, with `--wait`).
-//! - A cell asking for memory on a backend without memory control is
-//!   refused with the reason: nothing would enforce it.
 //! - A limit below what the cell's processes use already is refused before
 //!   anything changes: at registration against their resident memory, for
 //!   a running cell against what the kernel charges it.
 //! - **The program pays**: at its limit the kernel reclaims or kills inside
 //!   the cell. The broker changes nothing then; it reports each OOM kill
 //!   once (log, timeline, status).
-//! - **Classes of service** are admitted like guarantees: an ask that
-//!   cannot fit beside the admitted cells' is refused now (or waits), one
-//!   that cannot fit alone, or on a machine without resctrl, never. The
-//!   classes in the kernel are those of the admitted cells, rewritten as a
-//!   whole whenever a cell with one arrives, changes or ends; every thread
+//! - **Classes of service**: the classes in the kernel are those the
+//!   planner gives the admitted cells (`allot_plan::cache::allocate`),
+//!   rewritten as a whole whenever a cell with one arrives, changes or
+//!   ends; every thread
 //!   of a member process joins its cell's class when it joins the cell
 //!   (threads it creates later inherit it).
 
 use super::Engine;
 use crate::{info, warn};
 use allot_enforce::memory::MemoryUse;
-use allot_enforce::resctrl::{self, Resctrl};
+use allot_enforce::resctrl::Resctrl;
 use allot_plan::Memory;
 use allot_plan::spec::Size;
 use std::collections::BTreeMap;
@@ -58,56 +53,6 @@ pub(crate) struct MemoryControl {
     pub(crate) watched_at: Option<std::time::Instant>,
     /// resctrl, or why cache ways and bandwidth cannot be had here.
     pub(crate) resctrl: Result<Resctrl, String>,
-}
-
-/// Whether a guarantee of `asked` bytes fits beside `guaranteed` bytes
-/// guaranteed to other cells, within `capacity` less `reserve`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// It fits now.
-    Fits,
-    /// It fits once other guarantees end.
-    NotNow(String),
-    /// It can never fit, or nothing would enforce it.
-    Never(String),
-}
-
-/// Admission of memory `asked` (pure).
-pub fn admit(capacity: Option<u64>, reserve: u64, guaranteed: u64, asked: &Memory) -> Verdict {
-    if asked.is_none() {
-        return Verdict::Fits;
-    }
-    let Some(capacity) = capacity else {
-        return Verdict::Never(
-            "the broker's backend has no memory control (it needs cgroup v2 with the memory \
-             controller, or the cgroup v1 memory hierarchy). Without root: run it in a systemd \
-             user scope that limits its memory (systemd-run --user --scope -p MemoryMax=SIZE \
-             -- allot run …), or start your own broker on a cgroup v2 subtree delegated to you \
-             (cgroup2_root, see docs/operations.md); as root: start the broker with such a \
-             backend. Or ask for no memory"
-                .to_string(),
-        );
-    };
-    let promisable = capacity.saturating_sub(reserve);
-    if asked.min > promisable {
-        return Verdict::Never(format!(
-            "a memory guarantee of {} is more than the {} cells may be guaranteed here \
-             ({} less a reserve of {})",
-            Size(asked.min),
-            Size(promisable),
-            Size(capacity),
-            Size(reserve)
-        ));
-    }
-    if guaranteed.saturating_add(asked.min) > promisable {
-        return Verdict::NotNow(format!(
-            "asks for {} of memory guaranteed but only {} of {} is unguaranteed now",
-            Size(asked.min),
-            Size(promisable.saturating_sub(guaranteed)),
-            Size(promisable)
-        ));
-    }
-    Verdict::Fits
 }
 
 /// The reserve for `capacity` when none is configured.
@@ -143,15 +88,17 @@ impl Engine {
             .sum()
     }
 
-    /// The memory verdict for `asked`, beside every admitted cell but
-    /// `except`.
-    pub(super) fn memory_verdict(&self, asked: &Memory, except: Option<u64>) -> Verdict {
-        admit(
-            self.memory.capacity,
-            self.memory.reserve,
-            self.memory_guaranteed(except),
-            asked,
-        )
+    /// What admission may give cells besides CPUs: the memory capacity
+    /// and reserve, and what resctrl offers (or why it offers nothing).
+    pub(super) fn room(&self) -> allot_plan::Room<'_> {
+        allot_plan::Room {
+            memory: self.memory.capacity,
+            memory_reserve: self.memory.reserve,
+            cache: match &self.memory.resctrl {
+                Ok(r) => Ok(&r.facts().offer),
+                Err(why) => Err(why.as_str()),
+            },
+        }
     }
 
     /// Why a limit of `asked` is below what `pids` have resident now, if
@@ -223,53 +170,19 @@ impl Engine {
         self.memory.used.insert(id, now);
     }
 
-    /// The classes cells ask for: every admitted cell's but `except`'s,
-    /// and `extra` (a newcomer's or a new spec's).
-    fn cache_asks(&self, except: Option<u64>, extra: Option<resctrl::Ask>) -> Vec<resctrl::Ask> {
-        self.cells
-            .iter()
-            .filter(|(id, c)| Some(**id) != except && !c.spec.cache.is_none())
-            .map(|(&cell, c)| resctrl::Ask {
-                cell,
-                ways: c.spec.cache.ways,
-                bandwidth: c.spec.cache.bandwidth,
-            })
-            .chain(extra)
-            .collect()
-    }
-
-    /// The verdict on a cell (`id`: a running one changing its spec)
-    /// asking for `cache`.
-    pub(super) fn cache_verdict(&self, cache: &allot_plan::Cache, id: Option<u64>) -> Verdict {
-        if cache.is_none() {
-            return Verdict::Fits;
-        }
-        let r = match &self.memory.resctrl {
-            Ok(r) => r,
-            Err(why) => return Verdict::Never(why.clone()),
-        };
-        let ask = resctrl::Ask {
-            // (A newcomer's id is not known yet: one no cell has.)
-            cell: id.unwrap_or(u64::MAX),
-            ways: cache.ways,
-            bandwidth: cache.bandwidth,
-        };
-        if let Err(why) = resctrl::allocate(r.facts(), &[ask]) {
-            return Verdict::Never(why);
-        }
-        match resctrl::allocate(r.facts(), &self.cache_asks(id, Some(ask))) {
-            Ok(_) => Verdict::Fits,
-            Err(why) => Verdict::NotNow(why),
-        }
-    }
-
     /// Writes the admitted cells' classes to the kernel.
     pub(super) fn apply_classes(&mut self) {
-        let asks = self.cache_asks(None, None);
-        if let Ok(r) = &mut self.memory.resctrl
-            && let Err(e) = r.apply(&asks)
-        {
-            warn!("classes of service: {e}");
+        let asks: Vec<allot_plan::cache::Ask> = self
+            .cells
+            .iter()
+            .map(|(&id, c)| allot_plan::admission::ask_of(id, &c.spec))
+            .collect();
+        if let Ok(r) = &mut self.memory.resctrl {
+            let done = allot_plan::cache::allocate(&r.facts().offer, &asks)
+                .and_then(|(classes, default)| r.apply(&classes, default));
+            if let Err(e) = done {
+                warn!("classes of service: {e}");
+            }
         }
     }
 
@@ -321,39 +234,6 @@ mod tests {
     use super::*;
 
     const G: u64 = 1 << 30;
-
-    fn asked(min: u64, max: u64) -> Memory {
-        Memory { min, max }
-    }
-
-    #[test]
-    fn guarantees_never_sum_past_the_capacity_less_the_reserve() {
-        let cap = Some(16 * G);
-        assert_eq!(admit(cap, G, 0, &asked(0, 0)), Verdict::Fits);
-        assert_eq!(admit(cap, G, 10 * G, &asked(5 * G, 0)), Verdict::Fits);
-        let Verdict::NotNow(why) = admit(cap, G, 11 * G, &asked(5 * G, 0)) else {
-            panic!()
-        };
-        assert_eq!(
-            why,
-            "asks for 5G of memory guaranteed but only 4G of 15G is unguaranteed now"
-        );
-        let Verdict::Never(why) = admit(cap, G, 0, &asked(16 * G, 0)) else {
-            panic!()
-        };
-        assert!(why.contains("more than the 15G"), "{why}");
-        // A limit alone guarantees nothing: it always fits.
-        assert_eq!(admit(cap, G, 15 * G, &asked(0, 64 * G)), Verdict::Fits);
-    }
-
-    #[test]
-    fn memory_without_memory_control_is_refused_and_none_is_fine() {
-        assert_eq!(admit(None, 0, 0, &asked(0, 0)), Verdict::Fits);
-        let Verdict::Never(why) = admit(None, 0, 0, &asked(0, G)) else {
-            panic!()
-        };
-        assert!(why.contains("no memory control"), "{why}");
-    }
 
     #[test]
     fn the_default_reserve_is_a_twentieth() {

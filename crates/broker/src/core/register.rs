@@ -22,7 +22,6 @@
 //! frees up, and a stream of small requests cannot starve a large one.
 
 use super::arrival::Arriving;
-use super::memory::Verdict;
 use super::{Cell, Effect, Engine, Peer, Queued, SessionId, answer, err, random_u64};
 use crate::journal::{MemberRec, Record, SpecRec};
 use crate::names::{self, shown};
@@ -129,10 +128,11 @@ impl Engine {
             return one(err(ErrorCode::Invalid, REGISTER, why));
         }
         let (verdict, took) = timed(|| {
-            let cpus = self
+            let room = self.room();
+            match self
                 .planner
-                .admit(&self.admitted_for(peer), &spec, &self.plan);
-            match self.with_memory(cpus, &spec, None) {
+                .admit(&self.admitted_for(peer), &spec, &self.plan, &room)
+            {
                 Admission::Admit => match self.delayed_by(self.cells.queue.iter(), &spec) {
                     None => Admission::Admit,
                     Some(q) => Admission::NotNow(format!(
@@ -327,8 +327,11 @@ impl Engine {
         let mut i = 0;
         while i < self.cells.queue.len() {
             let q = &self.cells.queue[i];
-            let cpus = self.planner.admit(&self.admitted(), &q.spec, &self.plan);
-            let verdict = match self.with_memory(cpus, &q.spec, None) {
+            let room = self.room();
+            let verdict = match self
+                .planner
+                .admit(&self.admitted(), &q.spec, &self.plan, &room)
+            {
                 Admission::Admit => match self.delayed_by(self.cells.queue.iter().take(i), &q.spec)
                 {
                     None => Admission::Admit,
@@ -566,8 +569,10 @@ impl Engine {
         self.check_guarantees(peer, &spec, Some(cell), KIND)?;
         let planned = self.planned_spec(cell, spec);
         let others: Vec<Admitted<'_>> = self.admitted_except(Some(cell));
-        let cpus = self.planner.admit(&others, &planned, &self.plan);
-        match self.with_memory(cpus, &spec, Some(cell)) {
+        match self
+            .planner
+            .admit(&others, &planned, &self.plan, &self.room())
+        {
             Admission::Admit => {}
             Admission::NotNow(r) => return Err(err(ErrorCode::Refused, KIND, r)),
             Admission::Never(r) => return Err(err(ErrorCode::Never, KIND, r)),
@@ -666,30 +671,6 @@ struct Newcomer {
     timeline: Timeline,
     /// The registering process moves itself in (`arrival`).
     joins_itself: bool,
-}
-
-impl Engine {
-    /// The planner's verdict `cpus` on `spec`, with what the memory
-    /// system says of its memory and cache asks beside every admitted cell
-    /// but `except`.
-    fn with_memory(&self, cpus: Admission, spec: &CellSpec, except: Option<u64>) -> Admission {
-        let mut verdict = cpus;
-        for v in [
-            self.memory_verdict(&spec.memory, except),
-            self.cache_verdict(&spec.cache, except),
-        ] {
-            verdict = match (verdict, v) {
-                (Admission::Never(r), _) => Admission::Never(r),
-                (verdict, Verdict::Fits) => verdict,
-                (_, Verdict::Never(r)) => Admission::Never(r),
-                (Admission::NotNow(c), Verdict::NotNow(m)) => {
-                    Admission::NotNow(format!("{c}; and {m}"))
-                }
-                (_, Verdict::NotNow(m)) => Admission::NotNow(m),
-            };
-        }
-        verdict
-    }
 }
 
 /// The admission verdict in a word or two, for the timeline.

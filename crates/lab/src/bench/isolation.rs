@@ -202,7 +202,7 @@ pub fn run(a: IsolationArgs) -> Result<i32, String> {
         &allot_enforce::cgroupfs::KernelFs,
         std::path::Path::new(allot_enforce::resctrl::MOUNT),
     )
-    .map(|f| f.l3.map_or(0, |l| l.ways));
+    .map(|f| f.offer.l3.map_or(0, |l| l.ways));
     if ways.contains(&Way::Cache) {
         match &l3_ways {
             Ok(w) if *w >= 2 => {}

@@ -123,7 +123,7 @@ pub fn try_admit(planner: &Planner<'_>, cells: &[CellInput], spec: &CellSpec, pl
             spec,
         })
         .collect();
-    planner.admit(&adm, spec, plan) == Admission::Admit
+    planner.admit(&adm, spec, plan, &allot_plan::Room::cpus_only()) == Admission::Admit
 }
 
 /// Admits the raw cells in order, planning after each as the broker does,

@@ -25,6 +25,9 @@
 //! fit what the region leaves. A space cell is admitted against the
 //! capacity minus the current region.
 //!
+//! Memory and classes of service are admitted beside CPUs
+//! ([`memory`], [`class`]); [`admit_cell`] is the one decision on a cell.
+//!
 //! A request that no state of the machine could satisfy is [`Admission::Never`];
 //! one that the current guarantees block is [`Admission::NotNow`], and the
 //! broker either refuses it or queues it if the cell asked to wait. Both carry
@@ -40,6 +43,9 @@
 //! a large one. The check is exact, not a heuristic: the admitted cells
 //! that may remain form every subset, and a bitset of their reachable
 //! guarantee sums answers it in `O(cells × capacity / 64)`.
+
+mod resources;
+pub use resources::{Room, ask_of, class, join, memory};
 
 use crate::plan::Plan;
 use crate::spec::{CellId, CellSpec, Placement, SpecError};
@@ -143,6 +149,39 @@ pub fn admit(
     }
     let region = time.region(admitted, None).unwrap_or(0);
     admit_space(machine, reserve, capacity, region, admitted, new, pause)
+}
+
+/// Decides on `new` beside the cells already admitted, for every
+/// resource: its CPUs ([`admit`]), its memory guarantee and its class of
+/// service ([`memory`], [`class`]), the verdicts joined ([`join`]). The one place
+/// a cell is admitted; the broker keeps only its own limits, the queue
+/// and whether its journal can record the cell.
+pub fn admit_cell(
+    machine: &Machine,
+    reserve: u32,
+    time: &TimeRoom<'_>,
+    room: &Room<'_>,
+    admitted: &[Admitted<'_>],
+    new: &CellSpec,
+    pause: bool,
+) -> Admission {
+    let cpus = admit(machine, reserve, time, admitted, new, pause);
+    if matches!(cpus, Admission::Never(_)) {
+        return cpus;
+    }
+    let guaranteed = admitted.iter().map(|a| a.spec.memory.min).sum();
+    let classes: Vec<crate::cache::Ask> = admitted
+        .iter()
+        .map(|a| resources::ask_of(a.id.0, a.spec))
+        .collect();
+    // (A newcomer's id is not known yet: one no cell has. Whether asks
+    // fit does not depend on the ids.)
+    let own = resources::ask_of(u64::MAX, new);
+    join([
+        cpus,
+        memory(room, guaranteed, &new.memory),
+        class(room, &classes, own),
+    ])
 }
 
 /// Space guarantees held by `admitted`, and whether one CPU stays with the
