@@ -140,7 +140,7 @@ impl Engine {
                     } else {
                         q.reason.clone()
                     },
-                    spec: SpecStatus::from(&q.spec),
+                    spec: SpecStatus::from(q.spec.spec()),
                 }
             })
             .collect();

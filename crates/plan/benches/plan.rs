@@ -142,7 +142,7 @@ fn print_arrivals() {
                     .collect();
                 if planner.admit(
                     &admitted,
-                    &new.spec,
+                    &new.spec.check().expect("the bench's specs are valid"),
                     &before,
                     &allot_plan::Room::cpus_only(),
                 ) != Admission::Admit

@@ -156,7 +156,7 @@ impl<'m> Planner<'m> {
     pub fn admit(
         &self,
         admitted: &[Admitted<'_>],
-        new: &CellSpec,
+        new: &allot_spec::ValidSpec,
         current: &Plan,
         room: &Room<'_>,
     ) -> Admission {

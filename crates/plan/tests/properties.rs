@@ -300,7 +300,7 @@ proptest! {
             let a: Vec<Admitted> = remaining.iter().map(|s| Admitted { id: CellId(0), name: "x", spec: s }).collect();
             let none = Plan::default();
             let room = allot_plan::admission::TimeRoom { candidates: &[], limit: allot_plan::PPM, current: &none };
-            allot_plan::admit(&m, 0, &room, &a, &waiting, pause) == Admission::Admit
+            waiting.check().is_ok_and(|w| allot_plan::admit(&m, 0, &room, &a, &w, pause) == Admission::Admit)
         };
         let mut harmed = false;
         for mask in 0u32..(1 << held.len()) {

@@ -378,7 +378,55 @@ pub enum SpecError {
     Memory(#[from] MemoryError),
 }
 
+/// A [`CellSpec`] that passed [`CellSpec::check`]. Nothing else makes one,
+/// so what takes it, the planner's admission above all, never checks
+/// again: a spec is checked once, where it enters a process (`allot run`'s
+/// flags, a request the broker reads, a record it replays).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ValidSpec(CellSpec);
+
+impl ValidSpec {
+    /// The spec.
+    pub fn spec(&self) -> &CellSpec {
+        &self.0
+    }
+
+    /// The spec, to change it (and check it again) or send it.
+    pub fn into_spec(self) -> CellSpec {
+        self.0
+    }
+
+    /// [`CellSpec::holding`], still valid: raising the minimum to `held`
+    /// and a maximum with it keeps the minimum at or below the maximum,
+    /// and a time cell is left as it is.
+    pub fn holding(self, held: u32) -> ValidSpec {
+        let s = self.0.holding(held);
+        debug_assert_eq!(s.validate(), Ok(()), "holding keeps a spec valid");
+        ValidSpec(s)
+    }
+}
+
+impl fmt::Display for ValidSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::ops::Deref for ValidSpec {
+    type Target = CellSpec;
+    fn deref(&self) -> &CellSpec {
+        &self.0
+    }
+}
+
 impl CellSpec {
+    /// Checks the spec ([`CellSpec::validate`]) and, when it holds, gives
+    /// the one type the planner's admission takes.
+    pub fn check(self) -> Result<ValidSpec, SpecError> {
+        self.validate()?;
+        Ok(ValidSpec(self))
+    }
+
     /// Checks what can be checked without a machine.
     pub fn validate(&self) -> Result<(), SpecError> {
         if self.weight == 0 || self.weight > MAX_WEIGHT {
@@ -570,6 +618,31 @@ mod tests {
             ..be
         };
         assert_eq!(timed.holding(2), timed);
+    }
+
+    #[test]
+    fn only_a_check_makes_a_valid_spec_and_holding_keeps_it_valid() {
+        let bad = CellSpec {
+            min: 4,
+            max: 2,
+            ..CellSpec::default()
+        };
+        assert_eq!(
+            bad.check().unwrap_err(),
+            SpecError::MinAboveMax { min: 4, max: 2 }
+        );
+        let ok = CellSpec {
+            min: 1,
+            max: 2,
+            ..CellSpec::default()
+        };
+        let valid = ok.check().unwrap();
+        assert_eq!(*valid.spec(), ok);
+        assert_eq!(valid.to_string(), ok.to_string());
+        let held = valid.holding(3);
+        assert_eq!((held.min, held.max), (3, 3));
+        assert_eq!(held.validate(), Ok(()));
+        assert_eq!(held.into_spec(), ok.holding(3));
     }
 
     #[test]

@@ -57,6 +57,7 @@ use crate::ledger::{Ledger, LedgerError};
 use allot_enforce::{BackendKind, IoWeights};
 use allot_plan::{Admission, Admitted, CellId, CellSpec};
 use allot_proto::LedgerItem;
+use allot_spec::ValidSpec;
 use allot_topo::CpuSet;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -354,7 +355,9 @@ impl Engine {
     /// Admission for processes outside every cell holding `outside`
     /// exclusively: as the `OUTSIDE` cell beside every real cell.
     fn admit_outside(&self, outside: &CpuSet) -> Result<(), Denial> {
-        let spec = Account::outside_spec(outside.len());
+        let spec = Account::outside_spec(outside.len())
+            .check()
+            .map_err(|e| Denial::Never(format!("CPUs {outside} cannot be held: {e}")))?;
         let others = self.admitted_except(Some(OUTSIDE.0));
         match self.planner.admit(&others, &spec, &self.plan, &self.room()) {
             Admission::Admit => Ok(()),
@@ -486,7 +489,7 @@ impl Engine {
 
     /// Cell `id`'s spec `spec` as planned and admitted while its processes
     /// hold what they hold now.
-    pub(crate) fn planned_spec(&self, id: u64, spec: CellSpec) -> CellSpec {
+    pub(crate) fn planned_spec(&self, id: u64, spec: ValidSpec) -> ValidSpec {
         spec.holding(self.account.held.get(&id).map_or(0, |h| h.len() as u32))
     }
 }

@@ -19,6 +19,7 @@ use crate::journal::MemberRec;
 use crate::timeline::Timeline;
 use allot_plan::{CellSpec, Grant};
 use allot_proto::PageMap;
+use allot_spec::ValidSpec;
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -102,7 +103,8 @@ pub(crate) struct Queued {
     pub(crate) id: u64,
     pub(crate) name: String,
     pub(crate) uid: u32,
-    pub(crate) spec: CellSpec,
+    /// Checked when it asked.
+    pub(crate) spec: ValidSpec,
     /// Each member pid with its start time when it asked (`None` where it
     /// could not be read): a pid whose process ended and was reused by
     /// another process while the cell waited is no longer this member.

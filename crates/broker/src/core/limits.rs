@@ -145,7 +145,7 @@ impl Engine {
             .queue
             .iter()
             .filter(|q| q.uid == uid)
-            .map(|q| &q.spec);
+            .map(|q| q.spec.spec());
         admitted.chain(waiting).fold((0, 0, 0), |(c, m, w), s| {
             (
                 c + s.guaranteed(),

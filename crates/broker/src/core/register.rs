@@ -86,13 +86,17 @@ impl Engine {
         let mut timeline = Timeline::start();
         timeline.note("request", format!("{spec}"), None);
         let one = |reply: Reply| vec![answer(session, reply)];
-        if let Err(e) = spec.validate() {
-            return one(err(
-                ErrorCode::Invalid,
-                REGISTER,
-                format!("invalid request: {e}"),
-            ));
-        }
+        // Checked here, where it enters the broker; admission trusts it.
+        let spec = match spec.check() {
+            Ok(s) => s,
+            Err(e) => {
+                return one(err(
+                    ErrorCode::Invalid,
+                    REGISTER,
+                    format!("invalid request: {e}"),
+                ));
+            }
+        };
         if let Err(e) = names::check("cell name", &name, names::MAX_CELL_NAME) {
             return one(err(ErrorCode::Invalid, REGISTER, e));
         }
@@ -173,7 +177,7 @@ impl Engine {
                     Newcomer {
                         name,
                         uid: peer.uid,
-                        spec,
+                        spec: *spec,
                         members,
                         session,
                         token: random_u64(),
@@ -377,7 +381,7 @@ impl Engine {
                             Newcomer {
                                 name: q.name,
                                 uid: q.uid,
-                                spec: q.spec,
+                                spec: *q.spec,
                                 members: alive,
                                 session: q.session,
                                 token: q.token,
@@ -564,7 +568,8 @@ impl Engine {
     ) -> Result<(), Reply> {
         const KIND: u16 = 0x06;
         self.owned(peer, cell, KIND)?;
-        spec.validate()
+        let spec = spec
+            .check()
             .map_err(|e| err(ErrorCode::Invalid, KIND, format!("invalid request: {e}")))?;
         self.check_guarantees(peer, &spec, Some(cell), KIND)?;
         let planned = self.planned_spec(cell, spec);
@@ -603,7 +608,7 @@ impl Engine {
         }
         let cache_before = self.cells[&cell].spec.cache;
         let c = self.cells.get_mut(&cell).expect("checked");
-        c.spec = spec;
+        c.spec = *spec;
         if spec.cache != cache_before {
             self.apply_classes();
             let pids: Vec<u32> = self.cells[&cell].members().iter().map(|m| m.pid).collect();

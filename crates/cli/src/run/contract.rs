@@ -126,8 +126,7 @@ mod tests {
     fn applied(f: &TimeFlags) -> Result<CellSpec, String> {
         let mut s = CellSpec::default();
         apply(f, &mut s)?;
-        s.validate().map_err(|e| e.to_string())?;
-        Ok(s)
+        Ok(s.check().map_err(|e| e.to_string())?.into_spec())
     }
 
     #[test]

@@ -262,10 +262,15 @@ pub fn run(a: Args) -> i32 {
         eprintln!("allot: {e}");
         return 2;
     }
-    if let Err(e) = spec.validate() {
-        eprintln!("allot: {e}");
-        return 2;
-    }
+    // Checked once, here, where the flags enter; the broker checks what it
+    // reads again (another process's word).
+    let spec = match spec.check() {
+        Ok(s) => s.into_spec(),
+        Err(e) => {
+            eprintln!("allot: {e}");
+            return 2;
+        }
+    };
     let name = a.name.clone().unwrap_or_else(|| {
         program
             .file_name()

@@ -48,7 +48,7 @@ mod resources;
 pub use resources::{Room, ask_of, class, join, memory};
 
 use crate::plan::Plan;
-use crate::spec::{CellId, CellSpec, Placement, SpecError};
+use crate::spec::{CellId, CellSpec, Placement, ValidSpec};
 use crate::time::{self, TimeCell};
 use allot_topo::{CpuSet, Machine};
 
@@ -122,12 +122,9 @@ pub fn admit(
     reserve: u32,
     time: &TimeRoom<'_>,
     admitted: &[Admitted<'_>],
-    new: &CellSpec,
+    new: &ValidSpec,
     pause: bool,
 ) -> Admission {
-    if let Err(e) = new.validate() {
-        return Admission::Never(invalid(e));
-    }
     let usable = machine.num_cpus() as u32;
     let capacity = usable.saturating_sub(reserve);
     if new.is_message() {
@@ -162,7 +159,7 @@ pub fn admit_cell(
     time: &TimeRoom<'_>,
     room: &Room<'_>,
     admitted: &[Admitted<'_>],
-    new: &CellSpec,
+    new: &ValidSpec,
     pause: bool,
 ) -> Admission {
     let cpus = admit(machine, reserve, time, admitted, new, pause);
@@ -437,14 +434,23 @@ impl SubsetSums {
     }
 }
 
-fn invalid(e: SpecError) -> String {
-    format!("invalid request: {e}")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::spec::PPM;
+
+    /// [`super::admit`] of a spec the test knows is valid.
+    fn admit(
+        m: &Machine,
+        reserve: u32,
+        time: &TimeRoom<'_>,
+        adm: &[Admitted<'_>],
+        new: &CellSpec,
+        pause: bool,
+    ) -> Admission {
+        let new = new.check().expect("the tests' specs are valid");
+        super::admit(m, reserve, time, adm, &new, pause)
+    }
 
     /// No time cells and no CPU open to them.
     fn no_time() -> TimeRoom<'static> {
@@ -552,10 +558,8 @@ mod tests {
             weight: 0,
             ..Default::default()
         };
-        assert!(matches!(
-            admit(&m, 0, &no_time(), &[], &bad, false),
-            Admission::Never(_)
-        ));
+        // An invalid spec never reaches admission: it has no `ValidSpec`.
+        assert!(bad.check().is_err());
     }
 
     fn adm(specs: &[CellSpec]) -> Vec<Admitted<'_>> {

@@ -123,7 +123,11 @@ pub fn try_admit(planner: &Planner<'_>, cells: &[CellInput], spec: &CellSpec, pl
             spec,
         })
         .collect();
-    planner.admit(&adm, spec, plan, &allot_plan::Room::cpus_only()) == Admission::Admit
+    // An invalid spec is never admitted (the broker refuses it before
+    // admission).
+    spec.check().is_ok_and(|valid| {
+        planner.admit(&adm, &valid, plan, &allot_plan::Room::cpus_only()) == Admission::Admit
+    })
 }
 
 /// Admits the raw cells in order, planning after each as the broker does,
