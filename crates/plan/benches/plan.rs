@@ -19,7 +19,8 @@
 //! Run: `cargo bench -p allot-plan --bench plan`.
 
 use allot_plan::{
-    Admission, Admitted, CellId, CellInput, CellSpec, Grant, Placement, Plan, PlanConfig, Planner,
+    Admission, Admitted, Allotment, CellId, CellInput, CellSpec, Placement, Plan, PlanConfig,
+    Planner,
 };
 use allot_topo::Machine;
 
@@ -106,7 +107,7 @@ fn newcomer(id: usize, min: u32) -> CellInput {
 
 /// What the grant page shows of a grant (`allot_proto::Grant` as the
 /// broker's `page_grant` fills it, less the time window).
-fn shown(g: &Grant) -> impl PartialEq {
+fn shown(g: &Allotment) -> impl PartialEq {
     (
         g.cpus,
         g.lent,

@@ -66,7 +66,7 @@ pub use allot_spec::{
     TimeContract,
 };
 pub use mapping::{MapCell, PoolSize, Topo};
-pub use plan::{Changes, Grant, Plan, Violation};
+pub use plan::{Allotment, Changes, Plan, Violation};
 pub use policy::{GlobalPolicy, PolicyCell};
 pub use weight::{Weighing, Weights};
 
@@ -344,7 +344,7 @@ impl<'m> Planner<'m> {
         });
         let mut time_grants = time_cells.iter().map(|c| {
             let set = placed.cells.get(&c.id).copied().unwrap_or_default();
-            Grant {
+            Allotment {
                 cpus: set,
                 lent: CpuSet::new(),
                 entitled: set,
@@ -373,7 +373,7 @@ impl<'m> Planner<'m> {
 /// Work conservation over time: a non-exclusive space cell runs on the
 /// time region too, as lent CPUs, within its maximum (`capacity` CPUs
 /// when it has none).
-fn widen(g: &mut Grant, spec: &CellSpec, region: &CpuSet, capacity: u32) {
+fn widen(g: &mut Allotment, spec: &CellSpec, region: &CpuSet, capacity: u32) {
     if g.stacked && region.is_empty() {
         return; // (the pool gains nothing)
     }

@@ -46,7 +46,7 @@
 //! moves: the cell's CPUs, and so what it may use should the outside work
 //! stop between ticks, stay as planned.
 
-use crate::plan::{Grant, Plan};
+use crate::plan::{Allotment, Plan};
 use crate::spec::{CellId, CellSpec};
 use allot_topo::CpuSet;
 use std::collections::BTreeMap;
@@ -184,7 +184,7 @@ pub fn teams(
     taken: &BTreeMap<CellId, u32>,
     pool: u32,
 ) {
-    let shrinks = |id: &CellId, g: &Grant| {
+    let shrinks = |id: &CellId, g: &Allotment| {
         specs
             .get(id)
             .is_some_and(|s| !s.is_guaranteed() && !s.time.is_time() && !g.cpus.is_empty())
@@ -199,7 +199,7 @@ pub fn teams(
     if pool == 0 || pool_len == 0 {
         return;
     }
-    let mut stacked: Vec<&mut Grant> = plan
+    let mut stacked: Vec<&mut Allotment> = plan
         .cells
         .iter_mut()
         .filter(|(id, g)| g.stacked && shrinks(id, g))
@@ -399,8 +399,8 @@ mod tests {
         assert_eq!(seed(&one, [(&one, 1), (&both, 2)]), 1);
     }
 
-    fn grant(cpus: &str, threads: u32, stacked: bool) -> Grant {
-        Grant::of(cpus, threads, stacked, 1.0)
+    fn grant(cpus: &str, threads: u32, stacked: bool) -> Allotment {
+        Allotment::of(cpus, threads, stacked, 1.0)
     }
 
     #[test]

@@ -37,9 +37,11 @@ use allot_topo::{CpuSet, Machine};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-/// What one cell holds.
+/// What one cell holds: the planner's *allotment*, in CPU sets. What a
+/// program reads of it is its grant (`allot_proto::Grant`, a count of
+/// threads and the CPUs, with a generation), made from this by the broker.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Grant {
+pub struct Allotment {
     /// CPUs the cell may run on now.
     pub cpus: CpuSet,
     /// The part of `cpus` lent to it: beyond its entitlement, taken back as
@@ -85,7 +87,7 @@ pub struct Plan {
     /// the broker's epoch, then every period ([`crate::time::phase`]).
     pub phases: BTreeMap<CellId, u32>,
     /// Grants by cell.
-    pub cells: BTreeMap<CellId, Grant>,
+    pub cells: BTreeMap<CellId, Allotment>,
 }
 
 /// A broken invariant.
@@ -307,7 +309,10 @@ impl Plan {
     /// cells, are found in one walk over the plan instead of one search
     /// each: with 10 000 cells the searches cost more than the rest of a
     /// plan's policy step.
-    pub(crate) fn grants_of(&self, ids: impl IntoIterator<Item = CellId>) -> Vec<Option<&Grant>> {
+    pub(crate) fn grants_of(
+        &self,
+        ids: impl IntoIterator<Item = CellId>,
+    ) -> Vec<Option<&Allotment>> {
         let ids: Vec<CellId> = ids.into_iter().collect();
         if !ids.windows(2).all(|w| w[0] < w[1]) {
             return ids.iter().map(|id| self.cells.get(id)).collect();
@@ -383,10 +388,10 @@ pub struct Changes {
 /// every grant is written in its place. (Many insertions, as into an
 /// empty map, cost more than building afresh.)
 pub(crate) fn keyed(
-    prev: &BTreeMap<CellId, Grant>,
+    prev: &BTreeMap<CellId, Allotment>,
     ids: impl Iterator<Item = CellId> + Clone,
-    grants: impl Iterator<Item = (CellId, Grant)>,
-) -> BTreeMap<CellId, Grant> {
+    grants: impl Iterator<Item = (CellId, Allotment)>,
+) -> BTreeMap<CellId, Allotment> {
     let ascending = ids.clone().zip(ids.clone().skip(1)).all(|(a, b)| a < b);
     if !ascending {
         return grants.collect();
@@ -411,7 +416,7 @@ pub(crate) fn keyed(
         map.remove(id);
     }
     for id in came {
-        map.insert(id, Grant::none());
+        map.insert(id, Allotment::none());
     }
     for ((at, slot), (id, g)) in map.iter_mut().zip(grants) {
         debug_assert_eq!(*at, id);
@@ -420,10 +425,10 @@ pub(crate) fn keyed(
     map
 }
 
-impl Grant {
+impl Allotment {
     /// Nothing: a placeholder, overwritten before it is seen.
-    fn none() -> Grant {
-        Grant {
+    fn none() -> Allotment {
+        Allotment {
             cpus: CpuSet::new(),
             lent: CpuSet::new(),
             entitled: CpuSet::new(),
@@ -438,15 +443,15 @@ impl Grant {
     /// A grant on `cpus` (a cpulist) with a team of `threads`, on the
     /// stacked pool or entitled to them, with fair share `share` (tests).
     #[cfg(test)]
-    pub(crate) fn of(cpus: &str, threads: u32, stacked: bool, share: f64) -> Grant {
+    pub(crate) fn of(cpus: &str, threads: u32, stacked: bool, share: f64) -> Allotment {
         let cpus = CpuSet::parse_list(cpus).expect("a cpulist");
-        Grant {
+        Allotment {
             cpus,
             entitled: if stacked { CpuSet::new() } else { cpus },
             threads,
             stacked,
             share,
-            ..Grant::none()
+            ..Allotment::none()
         }
     }
 }

@@ -47,7 +47,7 @@
 //! largest would pass `max`); the directory's weight lies in
 //! `THREAD..=max`, and is [`THREAD`] with no cell.
 
-use crate::plan::Grant;
+use crate::plan::Allotment;
 use crate::spec::{CellId, CellSpec};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -126,7 +126,7 @@ pub struct Weighed<'a> {
     /// What it asked for (its weight; whether it is a time cell).
     pub spec: &'a CellSpec,
     /// What it was granted (its CPUs, its team).
-    pub grant: &'a Grant,
+    pub grant: &'a Allotment,
 }
 
 /// The weights of `cells` weighed `how`, none above `max` (the backend's
@@ -187,12 +187,12 @@ mod tests {
     use proptest::prelude::*;
 
     /// A whole-CPU cell's grant, a team of `threads`.
-    fn grant(cpus: &str, threads: u32, stacked: bool) -> Grant {
-        Grant::of(cpus, threads, stacked, f64::from(threads))
+    fn grant(cpus: &str, threads: u32, stacked: bool) -> Allotment {
+        Allotment::of(cpus, threads, stacked, f64::from(threads))
     }
 
-    fn shared(cpus: &str, threads: u32, stacked: bool, share: f64) -> Grant {
-        Grant::of(cpus, threads, stacked, share)
+    fn shared(cpus: &str, threads: u32, stacked: bool, share: f64) -> Allotment {
+        Allotment::of(cpus, threads, stacked, share)
     }
 
     fn spec(weight: u32) -> CellSpec {
@@ -202,7 +202,7 @@ mod tests {
         }
     }
 
-    fn weighed<'a>(cells: &'a [(CellSpec, Grant)]) -> Vec<Weighed<'a>> {
+    fn weighed<'a>(cells: &'a [(CellSpec, Allotment)]) -> Vec<Weighed<'a>> {
         cells
             .iter()
             .enumerate()
@@ -321,7 +321,7 @@ mod tests {
             ),
             max in 100u32..300_000,
         ) {
-            let cells: Vec<(CellSpec, Grant)> = raw
+            let cells: Vec<(CellSpec, Allotment)> = raw
                 .iter()
                 .map(|&(threads, weight, stacked, share)| {
                     let cpus = format!("0-{}", threads - 1);
@@ -333,7 +333,7 @@ mod tests {
                 let max = max.max(THREAD);
                 prop_assert!(w.together >= THREAD && w.together <= max);
                 // What each cell should weigh, before the kernel's range.
-                let meant = |s: &CellSpec, g: &Grant| -> f64 {
+                let meant = |s: &CellSpec, g: &Allotment| -> f64 {
                     match how {
                         Weighing::Threads if g.stacked => on_grid(g.share * 100.0) as f64 / 100.0,
                         Weighing::Threads => f64::from(g.threads),

@@ -42,7 +42,7 @@ fn may_rewrite(
         (false, false) => {}
         _ => return Some("moved between whole CPUs and the pool"),
     }
-    let kept = |g: &allot_plan::Grant| g.cpus.intersection(&g.entitled).len();
+    let kept = |g: &allot_plan::Allotment| g.cpus.intersection(&g.entitled).len();
     if (b.entitled.len(), kept(b), b.lent.len()) != (a.entitled.len(), kept(a), a.lent.len()) {
         return Some("its counts changed");
     }

@@ -17,7 +17,7 @@ use super::SessionId;
 use crate::demand::Estimator;
 use crate::journal::MemberRec;
 use crate::timeline::Timeline;
-use allot_plan::{CellSpec, Grant};
+use allot_plan::{Allotment, CellSpec};
 use allot_proto::PageMap;
 use allot_spec::ValidSpec;
 use std::collections::hash_map::Entry;
@@ -36,7 +36,7 @@ pub(crate) struct Cell {
     members: Vec<MemberRec>,
     pub(super) pages: Vec<PageMap>,
     pub(crate) generation: u64,
-    pub(crate) published: Option<Grant>,
+    pub(crate) published: Option<Allotment>,
     pub(crate) est: Estimator,
     pub(crate) progress: u64,
     pub(crate) busy_reported: u32,

@@ -12,11 +12,11 @@ use crate::journal::Record;
 use crate::names::shown;
 use crate::timeline::timed;
 use crate::{debug, warn};
-use allot_plan::{CellId, CellInput, Grant};
+use allot_plan::{Allotment, CellId, CellInput};
 use allot_proto::FLAG_STACKED;
 
 impl Engine {
-    pub(super) fn page_grant(&self, id: u64, generation: u64, g: &Grant) -> allot_proto::Grant {
+    pub(super) fn page_grant(&self, id: u64, generation: u64, g: &Allotment) -> allot_proto::Grant {
         allot_proto::Grant {
             cell: id,
             generation,
@@ -85,7 +85,7 @@ impl Engine {
             .collect();
 
         // Enforce: shrink everyone to what they keep, then grow.
-        let changed: Vec<(u64, Grant)> = next
+        let changed: Vec<(u64, Allotment)> = next
             .cells
             .iter()
             .filter(|(id, g)| {

@@ -23,7 +23,7 @@ use crate::demand::Estimator;
 use crate::journal::{GrantRec, Journal, MemberRec, Record, SpecRec};
 use crate::names::shown;
 use crate::{info, warn};
-use allot_plan::{CellId, CellSpec, Grant, Plan};
+use allot_plan::{Allotment, CellId, CellSpec, Plan};
 use allot_proto::PageMap;
 use allot_topo::CpuSet;
 use std::collections::BTreeMap;
@@ -194,7 +194,7 @@ impl Engine {
             }
             // What it runs on now, so that re-planning shrinks it before
             // anyone grows into its CPUs.
-            let published = now.map(|cpus| Grant {
+            let published = now.map(|cpus| Allotment {
                 cpus,
                 lent: Default::default(),
                 entitled: cpus,

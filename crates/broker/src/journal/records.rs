@@ -7,7 +7,7 @@
 //! absent) still replay. Each record converts to and from the type it
 //! stores, here, beside it (round-trip tests below).
 
-use allot_plan::{CellSpec, Goal, Grant, Placement, TimeContract};
+use allot_plan::{Allotment, CellSpec, Goal, Placement, TimeContract};
 use allot_topo::CpuSet;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -144,7 +144,7 @@ pub enum PlacementRec {
     Numa,
 }
 
-/// What a cell holds, as journaled: the fields of `allot_plan::Grant`.
+/// What a cell holds, as journaled: the fields of `allot_plan::Allotment`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GrantRec {
     pub generation: u64,
@@ -427,7 +427,7 @@ impl SpecRec {
 
 impl GrantRec {
     /// A grant for the journal, with its generation and the demand estimate.
-    pub fn of(g: &Grant, generation: u64, demand: Option<u32>) -> GrantRec {
+    pub fn of(g: &Allotment, generation: u64, demand: Option<u32>) -> GrantRec {
         GrantRec {
             generation,
             cpus: g.cpus,
@@ -442,9 +442,9 @@ impl GrantRec {
     }
 
     /// A grant from the journal.
-    pub fn grant(&self) -> Grant {
+    pub fn grant(&self) -> Allotment {
         let r = self;
-        Grant {
+        Allotment {
             cpus: r.cpus,
             lent: r.lent,
             entitled: r.entitled,
@@ -527,7 +527,7 @@ mod tests {
 
     #[test]
     fn grants_round_trip_through_the_journal() {
-        let g = Grant {
+        let g = Allotment {
             cpus: CpuSet::parse_list("0-3").unwrap(),
             lent: CpuSet::parse_list("3").unwrap(),
             entitled: CpuSet::parse_list("0-2").unwrap(),

@@ -36,7 +36,7 @@ mod place;
 
 pub use place::Topo;
 
-use crate::plan::{Grant, Plan};
+use crate::plan::{Allotment, Plan};
 use crate::spec::{CellId, Placement};
 use allot_topo::CpuSet;
 use std::collections::BTreeMap;
@@ -125,7 +125,7 @@ pub(crate) fn map_grants<'c>(
     cells: &'c [MapCell],
     pool: PoolSize,
     prev: &Plan,
-) -> (Plan, impl Iterator<Item = Grant> + 'c) {
+) -> (Plan, impl Iterator<Item = Allotment> + 'c) {
     let usable = *topo.machine.usable();
 
     // 1. Reserve.
@@ -136,7 +136,7 @@ pub(crate) fn map_grants<'c>(
 
     // 2. Keep. `ent`, `own` and `borrowed` are parallel to `whole`.
     let whole: Vec<&MapCell> = cells.iter().filter(|c| !c.stacked).collect();
-    let before: Vec<Option<&Grant>> = prev.grants_of(whole.iter().map(|c| c.id));
+    let before: Vec<Option<&Allotment>> = prev.grants_of(whole.iter().map(|c| c.id));
     let mut ent: Vec<CpuSet> = Vec::with_capacity(whole.len());
     // Held CPUs go to their holders whatever comes first.
     let all_held = whole
@@ -273,7 +273,7 @@ pub(crate) fn map_grants<'c>(
         if c.stacked {
             let portion = pool_len * c.weight.max(1) as u64 / stacked_weight.max(1);
             let threads = portion.max(1) as u32;
-            let g = Grant {
+            let g = Allotment {
                 cpus: pool_all,
                 lent: pool_lent,
                 entitled: CpuSet::new(),
@@ -289,7 +289,7 @@ pub(crate) fn map_grants<'c>(
             let (lent, entitled) = (borrowed[k], ent[k]);
             let cpus = own[k].union(&lent);
             k += 1;
-            Grant {
+            Allotment {
                 cpus,
                 lent,
                 entitled,
