@@ -49,7 +49,8 @@
 #   bind     4 programs with OMP_PROC_BIND=true under allot run: any deaths
 #   tcm      (with --tcm) a oneTBB program beside an Intel-OpenMP program, and
 #            oneTBB outside OpenMP inside: plain, split, the shim, allot's
-#            TCM, Intel's TCM (scripts/bench-tcm.sh's experiment): tcm.txt
+#            TCM, Intel's TCM (scripts/bench-tcm.sh's experiment): tcm.txt;
+#            what allot's manager gave the nested program: tcm-trace.txt
 #   cells    activation and suspension of time-triggered cells of 1, 2, C/2
 #            and C-1 CPUs (Tessellation's Table 1): cells.txt
 #   noise    OS noise on a one-CPU partition against a shared CPU, beside
@@ -65,7 +66,7 @@
 #
 # Every run is printed as it ends; a summary table follows. Results go to
 # --out: console.log, runs.csv, summary.txt, machine.txt, launch.txt,
-# tests.txt, broker.log, timelines.txt, cells.txt, tcm.txt, noise.txt,
+# tests.txt, broker.log, timelines.txt, cells.txt, tcm.txt, tcm-trace.txt, noise.txt,
 # memory.txt, stuck.txt (what programs of allot's that still ran just
 # before their time limit were doing; machine.txt also says whether the
 # machine has resctrl). Exit status 0 unless something broke:
@@ -429,7 +430,7 @@ collect_broker_logs() {
 setup() {
   mkdir -p "$OUT"
   OUT=$(cd "$OUT" && pwd)
-  rm -f "$OUT"/{console.log,runs.csv,summary.txt,machine.txt,launch.txt,tests.txt,broker.log,timelines.txt,cells.txt,tcm.txt,noise.txt,memory.txt,stuck.txt}
+  rm -f "$OUT"/{console.log,runs.csv,summary.txt,machine.txt,launch.txt,tests.txt,broker.log,timelines.txt,cells.txt,tcm.txt,tcm-trace.txt,noise.txt,memory.txt,stuck.txt}
   work=$(mktemp -d /tmp/allot-b16.XXXXXX)
   chmod 700 "$work"
   mkdir -p "$work"/{bin,batch,tmp,xdg,auto}

@@ -12,7 +12,8 @@
 # Intel-OpenMP program, and oneTBB outside with OpenMP inside, each plain,
 # split, one after the other (beside only), OMP_DYNAMIC, OpenMP serial
 # inside (nested only), under the shim alone, under allot's TCM and under
-# Intel's TCM; makespans, medians of min(--repeats, 3); tcm.txt.
+# Intel's TCM; makespans, medians of min(--repeats, 3); tcm.txt; then
+# what allot's manager decided for the nested program, tcm-trace.txt.
 
 build_tcm_kit() {
   local dir=$1 rt
@@ -77,4 +78,20 @@ step_tcm() {
   [[ -s $work/tcm.err ]] && say "  (errors in tcm.txt)" && { echo "-- errors"; cat "$work/tcm.err"; } >>"$OUT/tcm.txt"
   grep -q ' fail$' "$OUT/tcm.txt" && fail "a TCM configuration failed (see tcm.txt)"
   say "$(tcm_summary "$OUT/tcm.txt")"
+  tcm_trace
+}
+
+# What allot's manager decided for the nested program, permit by permit
+# (ALLOT_SHIM_DEBUG=1: "permit P: asked MIN..MAX, got N of BUDGET"), for
+# the division rules' fixtures (crates/capi/tests/c/tcm_divide.c): the
+# first 3000 lines in tcm-trace.txt, and how many threads the OpenMP teams
+# (rigid permits) got.
+tcm_trace() {
+  fits 20 || return 0
+  say "== tcm: what allot's manager gave the nested program (tcm-trace.txt)"
+  timeout -k 5 60 bash -c "ALLOT_SHIM_DEBUG=1 ${TCM_HOW[nested/allot-tcm]}" 2>&1 >/dev/null |
+    grep -a 'allot-tcm' | head -n 3000 >"$OUT/tcm-trace.txt" || true
+  say "  $(wc -l <"$OUT/tcm-trace.txt") lines; OpenMP teams got (threads: permits):" \
+    "$(sed -n 's/.*(rigid), got \([0-9]*\) of.*/\1/p' "$OUT/tcm-trace.txt" | sort -n | uniq -c |
+      awk '{printf "%s: %s  ", $2, $1}')"
 }
