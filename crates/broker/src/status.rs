@@ -105,8 +105,8 @@ impl Engine {
                             isolated: r.is_ok(),
                             why_not: r.err().unwrap_or_default(),
                         }),
-                    memory: self.memory.used.get(&id).copied(),
-                    cache: self.cache_status(id),
+                    memory: self.memory.used(id),
+                    cache: self.memory.cache_status(id),
                     timeline: (!private).then(|| c.timeline.doc()),
                     outside: g
                         .and_then(|g| self.outside.group_of(id, g.stacked))
@@ -174,9 +174,9 @@ impl Engine {
                     / f64::from(allot_plan::PPM),
                 idle: idle.to_string(),
                 held_outside: self.account.outside.to_string(),
-                memory: self.memory.capacity.map(|capacity| MachineMemory {
+                memory: self.memory.capacity().map(|capacity| MachineMemory {
                     capacity,
-                    reserve: self.memory.reserve,
+                    reserve: self.memory.reserve(),
                     guaranteed: self.memory_guaranteed(None),
                 }),
             },
@@ -335,7 +335,7 @@ impl Engine {
                         members: c.members().len() as u32,
                         cpu_seconds: c.perf.used_ns().map(|ns| ns as f64 / 1e9),
                         cpu_pressure_seconds: pressure.get(&id).map(|&us| us as f64 / 1e6),
-                        memory: self.memory.used.get(&id).copied(),
+                        memory: self.memory.used(id),
                         outside: g
                             .and_then(|g| self.outside.group_of(id, g.stacked))
                             .map(|o| (round(o.last.outside, 3), o.leaves())),

@@ -359,7 +359,10 @@ impl Engine {
             .check()
             .map_err(|e| Denial::Never(format!("CPUs {outside} cannot be held: {e}")))?;
         let others = self.admitted_except(Some(OUTSIDE.0));
-        match self.planner.admit(&others, &spec, &self.plan, &self.room()) {
+        match self
+            .planner
+            .admit(&others, &spec, &self.plan, &self.memory.room())
+        {
             Admission::Admit => Ok(()),
             Admission::NotNow(r) => Err(Denial::Wait(format!(
                 "holding CPUs {outside} outside every cell would leave too few for the cells' \

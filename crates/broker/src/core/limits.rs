@@ -79,8 +79,8 @@ impl Engine {
         }
         let promisable = self
             .memory
-            .capacity
-            .map(|c| c.saturating_sub(self.memory.reserve));
+            .capacity()
+            .map(|c| c.saturating_sub(self.memory.reserve()));
         let max_memory = match l.guaranteed_memory_mib {
             0 => promisable.map(|p| p / 4 * 3),
             n => Some(n << 20),

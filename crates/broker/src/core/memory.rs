@@ -5,8 +5,11 @@
 //! class of service in resctrl (`allot_enforce::resctrl`).
 //!
 //! Admission of memory guarantees and classes of service is the
-//! planner's (`allot_plan::admission`); this module gives it the room
-//! ([`Engine::room`]: capacity, reserve, what resctrl offers).
+//! planner's (`allot_plan::admission`). [`MemoryControl`] owns this
+//! side's state behind its methods: the room it gives admission
+//! (capacity, reserve, what resctrl offers), the kernel's counts, and
+//! resctrl; the engine's methods here only join it to the cells, the
+//! enforcer and the OS.
 //!
 //! Invariants:
 //! - A limit below what the cell's processes use already is refused before
@@ -39,20 +42,22 @@ pub const WATCH_MEMORY_EVERY: std::time::Duration = std::time::Duration::from_se
 /// The default reserve: a twentieth of the capacity.
 pub const DEFAULT_RESERVE_DIVISOR: u64 = 20;
 
-/// The memory side of the broker.
+/// The memory side of the broker: what it may promise and what the kernel
+/// counted, and resctrl. Its fields are its own; the engine reaches them
+/// through the methods below.
 #[derive(Debug)]
 pub(crate) struct MemoryControl {
     /// Bytes the cells live within; `None`: the backend has no memory
     /// control.
-    pub(crate) capacity: Option<u64>,
+    capacity: Option<u64>,
     /// Bytes never guaranteed to cells.
-    pub(crate) reserve: u64,
+    reserve: u64,
     /// What the kernel counted for each cell at the last look.
-    pub(crate) used: BTreeMap<u64, MemoryUse>,
+    used: BTreeMap<u64, MemoryUse>,
     /// When every cell's memory was last read ([`WATCH_MEMORY_EVERY`]).
-    pub(crate) watched_at: Option<std::time::Instant>,
+    watched_at: Option<std::time::Instant>,
     /// resctrl, or why cache ways and bandwidth cannot be had here.
-    pub(crate) resctrl: Result<Resctrl, String>,
+    resctrl: Result<Resctrl, String>,
 }
 
 /// The reserve for `capacity` when none is configured.
@@ -76,6 +81,99 @@ impl MemoryControl {
             resctrl,
         }
     }
+
+    /// Bytes the cells live within (`None`: no memory control).
+    pub(crate) fn capacity(&self) -> Option<u64> {
+        self.capacity
+    }
+
+    /// Bytes never guaranteed to cells.
+    pub(crate) fn reserve(&self) -> u64 {
+        self.reserve
+    }
+
+    /// What the kernel counted for cell `id` at the last look.
+    pub(crate) fn used(&self, id: u64) -> Option<MemoryUse> {
+        self.used.get(&id).copied()
+    }
+
+    /// Cell `id` ended: its count goes.
+    pub(crate) fn forget(&mut self, id: u64) {
+        self.used.remove(&id);
+    }
+
+    /// Uses `r` for classes of service (a fixture mount, in tests).
+    pub(crate) fn set_resctrl(&mut self, r: Resctrl) {
+        self.resctrl = Ok(r);
+    }
+
+    /// What admission may give cells besides CPUs: the capacity and
+    /// reserve, and what resctrl offers (or why it offers nothing).
+    pub(crate) fn room(&self) -> allot_plan::Room<'_> {
+        allot_plan::Room {
+            memory: self.capacity,
+            memory_reserve: self.reserve,
+            cache: match &self.resctrl {
+                Ok(r) => Ok(&r.facts().offer),
+                Err(why) => Err(why.as_str()),
+            },
+        }
+    }
+
+    /// Whether every cell's memory is due to be read at `now` (with memory
+    /// control, at most once per [`WATCH_MEMORY_EVERY`]); if so, it counts
+    /// as read.
+    fn due(&mut self, now: std::time::Instant) -> bool {
+        if self.capacity.is_none()
+            || self
+                .watched_at
+                .is_some_and(|at| now.saturating_duration_since(at) < WATCH_MEMORY_EVERY)
+        {
+            return false;
+        }
+        self.watched_at = Some(now);
+        true
+    }
+
+    /// Records what the kernel counts for cell `id` now; returns how many
+    /// of its processes the kernel killed since the last look.
+    fn observed(&mut self, id: u64, now: MemoryUse) -> u64 {
+        let before = self.used.get(&id).map_or(0, |u| u.oom_kills);
+        self.used.insert(id, now);
+        now.oom_kills.saturating_sub(before)
+    }
+
+    /// Gives the cells of `asks` their classes of service (the planner's
+    /// division, written by resctrl); without resctrl, nothing.
+    fn classes(&mut self, asks: &[allot_plan::cache::Ask]) -> Result<(), String> {
+        let Ok(r) = &mut self.resctrl else {
+            return Ok(());
+        };
+        let (classes, default) = allot_plan::cache::allocate(&r.facts().offer, asks)?;
+        r.apply(&classes, default)
+    }
+
+    /// Puts threads `tids` of cell `id` in its class, if it has one.
+    fn join_class(&self, id: u64, tids: impl FnOnce() -> Vec<u32>) -> Result<(), String> {
+        let Ok(r) = &self.resctrl else {
+            return Ok(());
+        };
+        if r.class(id).is_none() {
+            return Ok(());
+        }
+        r.join(id, &tids())
+    }
+
+    /// Cell `id`'s class, as the status shows it.
+    pub(crate) fn cache_status(&self, id: u64) -> Option<allot_proto::status::CellCache> {
+        let r = self.resctrl.as_ref().ok()?;
+        let c = r.class(id)?;
+        Some(allot_proto::status::CellCache {
+            mask: format!("{:x}", c.mask),
+            bandwidth: c.bandwidth,
+            llc_bytes: r.usage(id).map(|(llc, _)| llc),
+        })
+    }
 }
 
 impl Engine {
@@ -86,19 +184,6 @@ impl Engine {
             .filter(|(id, _)| Some(**id) != except)
             .map(|(_, c)| c.spec.memory.min)
             .sum()
-    }
-
-    /// What admission may give cells besides CPUs: the memory capacity
-    /// and reserve, and what resctrl offers (or why it offers nothing).
-    pub(super) fn room(&self) -> allot_plan::Room<'_> {
-        allot_plan::Room {
-            memory: self.memory.capacity,
-            memory_reserve: self.memory.reserve,
-            cache: match &self.memory.resctrl {
-                Ok(r) => Ok(&r.facts().offer),
-                Err(why) => Err(why.as_str()),
-            },
-        }
     }
 
     /// Why a limit of `asked` is below what `pids` have resident now, if
@@ -122,17 +207,9 @@ impl Engine {
     /// that happened since the last look, at most once per
     /// [`WATCH_MEMORY_EVERY`].
     pub(super) fn watch_memory(&mut self, now: std::time::Instant) {
-        if self.memory.capacity.is_none() {
+        if !self.memory.due(now) {
             return;
         }
-        if self
-            .memory
-            .watched_at
-            .is_some_and(|at| now.saturating_duration_since(at) < WATCH_MEMORY_EVERY)
-        {
-            return;
-        }
-        self.memory.watched_at = Some(now);
         // (An ended cell's entry went with it: `end_cell`.)
         let ids: Vec<u64> = self.cells.keys().copied().collect();
         for id in ids {
@@ -144,17 +221,16 @@ impl Engine {
     /// (also called as the cell ends: a program the kernel killed is
     /// often its last process).
     pub(super) fn observe_memory(&mut self, id: u64) {
-        if self.memory.capacity.is_none() {
+        if self.memory.capacity().is_none() {
             return;
         }
         let Some(now) = self.enforcer.memory_use(id) else {
             return;
         };
-        let before = self.memory.used.get(&id).map_or(0, |u| u.oom_kills);
-        if now.oom_kills > before
+        let killed = self.memory.observed(id, now);
+        if killed > 0
             && let Some(c) = self.cells.get_mut(&id)
         {
-            let killed = now.oom_kills - before;
             let limit = if now.limit == 0 {
                 "an enclosing limit".to_string()
             } else {
@@ -167,7 +243,6 @@ impl Engine {
             c.timeline
                 .note("oom", format!("{killed} killed at {limit}"), None);
         }
-        self.memory.used.insert(id, now);
     }
 
     /// Writes the admitted cells' classes to the kernel.
@@ -177,37 +252,21 @@ impl Engine {
             .iter()
             .map(|(&id, c)| allot_plan::admission::ask_of(id, &c.spec))
             .collect();
-        if let Ok(r) = &mut self.memory.resctrl {
-            let done = allot_plan::cache::allocate(&r.facts().offer, &asks)
-                .and_then(|(classes, default)| r.apply(&classes, default));
-            if let Err(e) = done {
-                warn!("classes of service: {e}");
-            }
+        if let Err(e) = self.memory.classes(&asks) {
+            warn!("classes of service: {e}");
         }
     }
 
     /// Puts every thread of process `pid`, a member of cell `id`, in the
     /// cell's class, if it has one.
     pub(super) fn join_class(&mut self, id: u64, pid: u32) {
-        let Ok(r) = &self.memory.resctrl else { return };
-        if r.class(id).is_none() {
-            return;
-        }
-        let tids = self.os.threads(pid).unwrap_or_default();
-        if let Err(e) = r.join(id, &tids) {
+        let os = &self.os;
+        if let Err(e) = self
+            .memory
+            .join_class(id, || os.threads(pid).unwrap_or_default())
+        {
             warn!("cell {id}: {e}");
         }
-    }
-
-    /// Cell `id`'s class, as the status shows it.
-    pub(crate) fn cache_status(&self, id: u64) -> Option<allot_proto::status::CellCache> {
-        let r = self.memory.resctrl.as_ref().ok()?;
-        let c = r.class(id)?;
-        Some(allot_proto::status::CellCache {
-            mask: format!("{:x}", c.mask),
-            bandwidth: c.bandwidth,
-            llc_bytes: r.usage(id).map(|(llc, _)| llc),
-        })
     }
 
     /// Puts cell `id`'s memory spec into the kernel; the error says why
@@ -234,6 +293,33 @@ mod tests {
     use super::*;
 
     const G: u64 = 1 << 30;
+
+    #[test]
+    fn memory_is_read_once_a_window_and_kills_are_counted_once() {
+        let t0 = std::time::Instant::now();
+        let mut none = MemoryControl::new(None, None, Err("absent".into()));
+        assert!(!none.due(t0), "no memory control: nothing to read");
+        let mut m = MemoryControl::new(Some(20 * G), None, Err("absent".into()));
+        assert!(m.due(t0));
+        assert!(!m.due(t0 + WATCH_MEMORY_EVERY / 2));
+        assert!(m.due(t0 + WATCH_MEMORY_EVERY));
+        let at = |kills| MemoryUse {
+            current: G,
+            limit: 2 * G,
+            at_limit: 0,
+            oom_kills: kills,
+            pressure: None,
+        };
+        assert_eq!(m.observed(7, at(0)), 0);
+        assert_eq!(m.observed(7, at(2)), 2, "two kills since the last look");
+        assert_eq!(m.observed(7, at(2)), 0, "reported once");
+        assert_eq!(m.used(7).map(|u| u.current), Some(G));
+        m.forget(7);
+        assert_eq!(m.used(7), None);
+        assert_eq!(m.room().memory, Some(20 * G));
+        assert_eq!(m.room().memory_reserve, G);
+        assert_eq!(m.room().cache, Err("absent"));
+    }
 
     #[test]
     fn the_default_reserve_is_a_twentieth() {

@@ -281,7 +281,7 @@ impl Engine {
     /// Uses `r` for cache ways and bandwidth instead of the mount the
     /// configuration names (a fixture's, in tests).
     pub fn set_resctrl(&mut self, r: allot_enforce::resctrl::Resctrl) {
-        self.memory.resctrl = Ok(r);
+        self.memory.set_resctrl(r);
     }
 
     /// Notes from backend selection (why others were skipped).
@@ -335,7 +335,7 @@ impl Engine {
         }
         // What the kernel did to it last (an OOM kill that ended it).
         self.observe_memory(id);
-        self.memory.used.remove(&id);
+        self.memory.forget(id);
         let c = self.cells.remove(&id).expect("present above");
         if !c.spec.cache.is_none() {
             // Its ways go back to the default group.

@@ -132,7 +132,7 @@ impl Engine {
             return one(err(ErrorCode::Invalid, REGISTER, why));
         }
         let (verdict, took) = timed(|| {
-            let room = self.room();
+            let room = self.memory.room();
             match self
                 .planner
                 .admit(&self.admitted_for(peer), &spec, &self.plan, &room)
@@ -331,7 +331,7 @@ impl Engine {
         let mut i = 0;
         while i < self.cells.queue.len() {
             let q = &self.cells.queue[i];
-            let room = self.room();
+            let room = self.memory.room();
             let verdict = match self
                 .planner
                 .admit(&self.admitted(), &q.spec, &self.plan, &room)
@@ -576,7 +576,7 @@ impl Engine {
         let others: Vec<Admitted<'_>> = self.admitted_except(Some(cell));
         match self
             .planner
-            .admit(&others, &planned, &self.plan, &self.room())
+            .admit(&others, &planned, &self.plan, &self.memory.room())
         {
             Admission::Admit => {}
             Admission::NotNow(r) => return Err(err(ErrorCode::Refused, KIND, r)),
@@ -587,7 +587,7 @@ impl Engine {
             // What the kernel charges it now (the tick reads it only once
             // a second).
             self.observe_memory(cell);
-            let used = self.memory.used.get(&cell).map_or(0, |u| u.current);
+            let used = self.memory.used(cell).map_or(0, |u| u.current);
             if spec.memory.max != 0 && used > spec.memory.max {
                 return Err(err(
                     ErrorCode::Invalid,
