@@ -223,6 +223,14 @@ mod tests {
         std::fs::write(d.path().join("cgroup.controllers"), "cpu\n").unwrap();
         let q = Quota::at(d.path().into()).unwrap();
         let gone = std::thread::spawn(tid).join().unwrap();
+        // `join` returns once the thread's code is done; the kernel may
+        // list the exiting task a little longer, and the sweep rightly
+        // keeps the child of a thread it still lists.
+        let listed = format!("/proc/self/task/{gone}");
+        let t0 = std::time::Instant::now();
+        while Path::new(&listed).exists() && t0.elapsed() < std::time::Duration::from_secs(5) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         std::fs::create_dir(q.dir(gone)).unwrap();
         std::fs::create_dir(d.path().join("unrelated")).unwrap();
         q.limit(tid(), 0.5).unwrap();
