@@ -51,8 +51,10 @@ fn own_group(root: &Path, v2: bool) -> Option<PathBuf> {
     Some(root.join(rel.trim_start_matches('/')))
 }
 
-fn make_base() -> Option<Base> {
-    let tag = format!("allot-test-memcap-{}", std::process::id());
+/// A base group named for this process and `test` (the tests of this
+/// file run at once, each in a base of its own).
+fn make_base(test: &str) -> Option<Base> {
+    let tag = format!("allot-test-memcap-{}-{test}", std::process::id());
     let v1_root = Path::new("/sys/fs/cgroup/memory");
     let v2_root = Path::new("/sys/fs/cgroup");
     let (dir, home, v2) = if v1_root.join("memory.limit_in_bytes").exists() {
@@ -166,7 +168,7 @@ fn cap_role() {
 
 #[test]
 fn a_block_holding_memory_caps_its_process_and_leaving_lifts_the_cap() {
-    let Some(base) = make_base() else {
+    let Some(base) = make_base("fits") else {
         return;
     };
     let out = role(Some(&base.dir), "fits");
@@ -199,7 +201,7 @@ fn a_block_holding_memory_caps_its_process_and_leaving_lifts_the_cap() {
 
 #[test]
 fn allocating_past_the_cap_inside_a_block_ends_the_process() {
-    let Some(base) = make_base() else {
+    let Some(base) = make_base("over") else {
         return;
     };
     let out = role(Some(&base.dir), "over");
