@@ -48,6 +48,7 @@
 
 pub mod blocks;
 pub mod builtin;
+mod cgroupfile;
 pub mod disk;
 pub mod io;
 pub mod kind;

@@ -41,6 +41,7 @@
 //! records it joined, and the group is made only by this module under
 //! `<dir>` with this process's id in its name.
 
+use crate::cgroupfile::{is_cgroupfs, make_group, remove_group, write};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -196,7 +197,7 @@ impl MemoryCap {
             ));
         }
         Ok(MemoryCap {
-            cgroupfs: crate::throttle::is_cgroupfs(&dir),
+            cgroupfs: is_cgroupfs(&dir),
             dir,
             v2,
             home: Home::Own { root },
@@ -208,7 +209,7 @@ impl MemoryCap {
     /// file names), going back to `home`.
     pub fn fixture(dir: PathBuf, v2: bool, home: PathBuf) -> MemoryCap {
         MemoryCap {
-            cgroupfs: crate::throttle::is_cgroupfs(&dir),
+            cgroupfs: is_cgroupfs(&dir),
             dir,
             v2,
             home: Home::Fixed(home),
@@ -294,12 +295,9 @@ impl MemoryCap {
         let home = self.home_now()?;
         self.sweep();
         let group = self.group();
-        match std::fs::create_dir(&group) {
-            Ok(()) => {}
-            // Left by a process of the same id that ended capped: ours by name.
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(with_path(e, &group)),
-        }
+        // One that exists was left by a process of the same id that ended
+        // capped: ours by name.
+        make_group(&group)?;
         let moved = self
             .set_limit(&group, limit)
             .and_then(|()| write(&group.join("cgroup.procs"), &std::process::id().to_string()));
@@ -358,11 +356,7 @@ impl MemoryCap {
     }
 
     fn remove(&self, group: &Path) {
-        if self.cgroupfs {
-            let _ = std::fs::remove_dir(group);
-        } else {
-            let _ = std::fs::remove_dir_all(group);
-        }
+        let _ = remove_group(group, self.cgroupfs);
     }
 }
 
@@ -383,14 +377,6 @@ fn mount_root(dir: &Path, v2: bool) -> PathBuf {
         root = up.to_path_buf();
     }
     root
-}
-
-fn write(path: &Path, text: &str) -> io::Result<()> {
-    std::fs::write(path, text).map_err(|e| with_path(e, path))
-}
-
-fn with_path(e: io::Error, p: &Path) -> io::Error {
-    io::Error::new(e.kind(), format!("{}: {e}", p.display()))
 }
 
 #[cfg(test)]

@@ -20,7 +20,6 @@
 
 mod quota;
 pub use quota::Quota;
-pub(crate) use quota::is_cgroupfs;
 
 use super::tree::Tid;
 use std::collections::HashMap;

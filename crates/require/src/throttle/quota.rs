@@ -16,6 +16,7 @@
 //! directory (a test fixture) the same files are written, and removing a
 //! child removes its files too; on cgroupfs only `rmdir` is used.
 
+use crate::cgroupfile::{is_cgroupfs, make_group, remove_group, write};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -23,9 +24,6 @@ use std::path::{Path, PathBuf};
 pub const PERIOD_US: u64 = 100_000;
 /// Smallest quota the kernel accepts, microseconds.
 const MIN_QUOTA_US: u64 = 1_000;
-
-const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
-const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
 
 /// Children of one base cgroup holding throttled threads.
 #[derive(Debug, Clone)]
@@ -73,11 +71,7 @@ impl Quota {
     pub fn limit(&self, tid: u64, fraction: f64) -> io::Result<()> {
         self.sweep();
         let dir = self.dir(tid);
-        match std::fs::create_dir(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(with_path(e, &dir)),
-        }
+        make_group(&dir)?;
         let q = Self::quota_us(fraction);
         let moved = if self.v2 {
             write(&dir.join("cgroup.type"), "threaded")
@@ -89,7 +83,7 @@ impl Quota {
                 .and_then(|()| write(&dir.join("tasks"), &tid.to_string()))
         };
         if let Err(e) = moved {
-            let _ = self.remove_dir(&dir);
+            let _ = remove_group(&dir, self.cgroupfs);
             return Err(e);
         }
         Ok(())
@@ -115,7 +109,7 @@ impl Quota {
         };
         let file = if self.v2 { "cgroup.threads" } else { "tasks" };
         write(&self.base.join(file), &tid.to_string())?;
-        self.remove_dir(&dir)
+        remove_group(&dir, self.cgroupfs)
     }
 
     /// Removes children whose thread no longer exists in this process.
@@ -133,37 +127,10 @@ impl Quota {
                 continue;
             };
             if !Path::new(&format!("/proc/self/task/{tid}")).exists() {
-                let _ = self.remove_dir(&e.path());
+                let _ = remove_group(&e.path(), self.cgroupfs);
             }
         }
     }
-
-    fn remove_dir(&self, dir: &Path) -> io::Result<()> {
-        if self.cgroupfs {
-            std::fs::remove_dir(dir)
-        } else {
-            std::fs::remove_dir_all(dir)
-        }
-        .map_err(|e| with_path(e, dir))
-    }
-}
-
-fn write(path: &Path, value: &str) -> io::Result<()> {
-    std::fs::write(path, value).map_err(|e| with_path(e, path))
-}
-
-fn with_path(e: io::Error, path: &Path) -> io::Error {
-    io::Error::new(e.kind(), format!("{}: {e}", path.display()))
-}
-
-/// Whether `p` is on a cgroup file system (v1 or v2), not a fixture's
-/// plain directory.
-pub(crate) fn is_cgroupfs(p: &Path) -> bool {
-    rustix::fs::statfs(p).is_ok_and(|s| {
-        #[allow(clippy::unnecessary_cast)] // f_type is not i64 on every target
-        let t = s.f_type as i64;
-        t == CGROUP_SUPER_MAGIC || t == CGROUP2_SUPER_MAGIC
-    })
 }
 
 #[cfg(test)]
