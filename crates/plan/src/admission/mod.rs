@@ -167,17 +167,14 @@ pub fn admit_cell(
         return cpus;
     }
     let guaranteed = admitted.iter().map(|a| a.spec.memory.min).sum();
-    let classes: Vec<crate::cache::Ask> = admitted
-        .iter()
-        .map(|a| resources::ask_of(a.id.0, a.spec))
-        .collect();
+    let classes = admitted.iter().map(|a| resources::ask_of(a.id.0, a.spec));
     // (A newcomer's id is not known yet: one no cell has. Whether asks
     // fit does not depend on the ids.)
     let own = resources::ask_of(u64::MAX, new);
     join([
         cpus,
         memory(room, guaranteed, &new.memory),
-        class(room, &classes, own),
+        class(room, classes, own),
     ])
 }
 

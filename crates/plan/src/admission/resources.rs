@@ -88,8 +88,8 @@ pub fn memory(room: &Room<'_>, guaranteed: u64, asked: &Memory) -> Admission {
 }
 
 /// Admission of `new`'s class of service beside the admitted cells'
-/// `others`.
-pub fn class(room: &Room<'_>, others: &[Ask], new: Ask) -> Admission {
+/// `others` (read only when `new` asks for one).
+pub fn class(room: &Room<'_>, others: impl IntoIterator<Item = Ask>, new: Ask) -> Admission {
     if new.ways == 0 && new.bandwidth == 0 {
         return Admission::Admit;
     }
@@ -100,7 +100,7 @@ pub fn class(room: &Room<'_>, others: &[Ask], new: Ask) -> Admission {
     if let Err(why) = cache::allocate(offer, &[new]) {
         return Admission::Never(why);
     }
-    let all: Vec<Ask> = others.iter().copied().chain([new]).collect();
+    let all: Vec<Ask> = others.into_iter().chain([new]).collect();
     match cache::allocate(offer, &all) {
         Ok(_) => Admission::Admit,
         Err(why) => Admission::NotNow(why),
@@ -203,13 +203,13 @@ mod tests {
             ways,
             bandwidth: 0,
         };
-        assert_eq!(class(&r, &[], ask(1, 0)), Admission::Admit, "none asked");
-        assert_eq!(class(&r, &[ask(1, 4)], ask(2, 4)), Admission::Admit);
-        let Admission::NotNow(why) = class(&r, &[ask(1, 4), ask(2, 4)], ask(3, 2)) else {
+        assert_eq!(class(&r, [], ask(1, 0)), Admission::Admit, "none asked");
+        assert_eq!(class(&r, [ask(1, 4)], ask(2, 4)), Admission::Admit);
+        let Admission::NotNow(why) = class(&r, [ask(1, 4), ask(2, 4)], ask(3, 2)) else {
             panic!("two classes for cells: a third waits")
         };
         assert!(why.contains("classes of service for 2"), "{why}");
-        let Admission::Never(why) = class(&r, &[], ask(3, 12)) else {
+        let Admission::Never(why) = class(&r, [], ask(3, 12)) else {
             panic!("more ways than may ever be given")
         };
         assert!(why.contains("11 of the 12"), "{why}");
@@ -218,7 +218,7 @@ mod tests {
             ..Room::cpus_only()
         };
         assert_eq!(
-            class(&none, &[], ask(1, 2)),
+            class(&none, [], ask(1, 2)),
             Admission::Never("no resctrl here".into())
         );
     }
