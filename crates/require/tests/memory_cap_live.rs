@@ -10,39 +10,15 @@
 //! there is no memory controller or no permission; fails there instead
 //! under `ALLOT_STRICT_TESTS=1`.
 
+mod common;
+
 use allot_require::{Blocks, Request};
+use common::CgroupBase;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 const ROLE: &str = "ALLOT_TEST_MEMCAP_ROLE";
 const MIB: u64 = 1 << 20;
-
-/// A base group of ours; on drop, processes still below it go home and
-/// the directories are removed.
-struct Base {
-    dir: PathBuf,
-    home: PathBuf,
-    v2: bool,
-}
-
-impl Drop for Base {
-    fn drop(&mut self) {
-        for sub in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
-            if sub.path().is_dir() {
-                evict(&sub.path(), &self.home);
-                let _ = std::fs::remove_dir(sub.path());
-            }
-        }
-        let _ = std::fs::remove_dir(&self.dir);
-    }
-}
-
-fn evict(from: &Path, to: &Path) {
-    let procs = std::fs::read_to_string(from.join("cgroup.procs")).unwrap_or_default();
-    for p in procs.split_whitespace() {
-        let _ = std::fs::write(to.join("cgroup.procs"), p);
-    }
-}
 
 /// This process's group in the memory hierarchy at `root`.
 fn own_group(root: &Path, v2: bool) -> Option<PathBuf> {
@@ -52,8 +28,9 @@ fn own_group(root: &Path, v2: bool) -> Option<PathBuf> {
 }
 
 /// A base group named for this process and `test` (the tests of this
-/// file run at once, each in a base of its own).
-fn make_base(test: &str) -> Option<Base> {
+/// file run at once, each in a base of its own), and whether it is
+/// cgroup v2's.
+fn make_base(test: &str) -> Option<(CgroupBase, bool)> {
     let tag = format!("allot-test-memcap-{}-{test}", std::process::id());
     let v1_root = Path::new("/sys/fs/cgroup/memory");
     let v2_root = Path::new("/sys/fs/cgroup");
@@ -75,11 +52,15 @@ fn make_base(test: &str) -> Option<Base> {
     ) {
         return None;
     }
-    let base = Base { dir, home, v2 };
+    let base = CgroupBase {
+        dir,
+        home,
+        moved: "cgroup.procs",
+    };
     if v2 {
         std::fs::write(base.dir.join("cgroup.subtree_control"), "+memory").unwrap();
     }
-    Some(base)
+    Some((base, v2))
 }
 
 /// This binary started again as `cap_role`, doing `role`.
@@ -168,14 +149,14 @@ fn cap_role() {
 
 #[test]
 fn a_block_holding_memory_caps_its_process_and_leaving_lifts_the_cap() {
-    let Some(base) = make_base("fits") else {
+    let Some((base, v2)) = make_base("fits") else {
         return;
     };
     let out = role(Some(&base.dir), "fits");
     assert!(out.status.success(), "{out:?}");
     let before = said(&out, "before");
     let inside = said(&out, "inside");
-    let rel = base.dir.strip_prefix(if base.v2 {
+    let rel = base.dir.strip_prefix(if v2 {
         "/sys/fs/cgroup"
     } else {
         "/sys/fs/cgroup/memory"
@@ -201,7 +182,7 @@ fn a_block_holding_memory_caps_its_process_and_leaving_lifts_the_cap() {
 
 #[test]
 fn allocating_past_the_cap_inside_a_block_ends_the_process() {
-    let Some(base) = make_base("over") else {
+    let Some((base, _)) = make_base("over") else {
         return;
     };
     let out = role(Some(&base.dir), "over");

@@ -8,38 +8,11 @@
 mod common;
 
 use allot_require::throttle::Quota;
-use common::{Spinner, share_over};
+use common::{CgroupBase, Spinner, share_over};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 const CPU_ROOT: &str = "/sys/fs/cgroup/cpu";
-
-/// The base cgroup; on drop, threads still in it or below go back to
-/// where the process was, and the directories are removed.
-struct Base {
-    dir: PathBuf,
-    home: PathBuf,
-}
-
-impl Drop for Base {
-    fn drop(&mut self) {
-        for sub in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
-            if sub.path().is_dir() {
-                evict(&sub.path(), &self.home);
-                let _ = std::fs::remove_dir(sub.path());
-            }
-        }
-        evict(&self.dir, &self.home);
-        let _ = std::fs::remove_dir(&self.dir);
-    }
-}
-
-fn evict(from: &Path, to: &Path) {
-    let tasks = std::fs::read_to_string(from.join("tasks")).unwrap_or_default();
-    for t in tasks.split_whitespace() {
-        let _ = std::fs::write(to.join("tasks"), t);
-    }
-}
 
 fn home() -> Option<PathBuf> {
     let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
@@ -56,7 +29,7 @@ fn home() -> Option<PathBuf> {
 
 /// A base cgroup of ours under the v1 `cpu` hierarchy, or `None` (with a
 /// note, or a failure under `ALLOT_STRICT_TESTS=1`) where there is none.
-fn make_base(tag: &str) -> Option<Base> {
+fn make_base(tag: &str) -> Option<CgroupBase> {
     let home = home().filter(|_| Path::new(CPU_ROOT).join("cpu.cfs_quota_us").exists());
     let Some(home) = home else {
         allot_testkit::prerequisite(false, &format!("a cgroup v1 cpu controller at {CPU_ROOT}"));
@@ -70,7 +43,11 @@ fn make_base(tag: &str) -> Option<Base> {
     ) {
         return None;
     }
-    Some(Base { dir, home })
+    Some(CgroupBase {
+        dir,
+        home,
+        moved: "tasks",
+    })
 }
 
 #[test]

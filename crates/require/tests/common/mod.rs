@@ -5,6 +5,7 @@
 
 use allot_require::Blocks;
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -80,4 +81,36 @@ pub fn live_runtime() -> &'static Blocks {
 pub fn affinity() -> Vec<usize> {
     let s = rustix::thread::sched_getaffinity(None).unwrap();
     (0..1024).filter(|&c| s.is_set(c)).collect()
+}
+
+/// A cgroup directory a test made. On drop, even when the test failed,
+/// what is still listed in it or in a group below it goes back to `home`
+/// (`moved` names the list: `tasks` for threads, `cgroup.procs` for
+/// processes), and the directories are removed.
+pub struct CgroupBase {
+    pub dir: PathBuf,
+    pub home: PathBuf,
+    pub moved: &'static str,
+}
+
+impl Drop for CgroupBase {
+    fn drop(&mut self) {
+        for sub in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
+            if sub.path().is_dir() {
+                self.evict(&sub.path());
+                let _ = std::fs::remove_dir(sub.path());
+            }
+        }
+        self.evict(&self.dir);
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+impl CgroupBase {
+    fn evict(&self, from: &Path) {
+        let listed = std::fs::read_to_string(from.join(self.moved)).unwrap_or_default();
+        for id in listed.split_whitespace() {
+            let _ = std::fs::write(self.home.join(self.moved), id);
+        }
+    }
 }
