@@ -40,6 +40,25 @@ pub(crate) fn remove_group(dir: &Path, cgroupfs: bool) -> io::Result<()> {
     .map_err(|e| with_path(e, dir))
 }
 
+/// Removes the groups `<prefix><id>` under `dir` whose owner `gone` says
+/// has ended (a thread or a process left one behind). A group that still
+/// holds something cannot be removed anyway.
+pub(crate) fn sweep(dir: &Path, prefix: &str, cgroupfs: bool, gone: impl Fn(u64) -> bool) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let id = e
+            .file_name()
+            .to_str()
+            .and_then(|n| n.strip_prefix(prefix))
+            .and_then(|i| i.parse::<u64>().ok());
+        if id.is_some_and(&gone) {
+            let _ = remove_group(&e.path(), cgroupfs);
+        }
+    }
+}
+
 /// Whether `p` is on a cgroup file system (v1 or v2), not a fixture's
 /// plain directory.
 pub(crate) fn is_cgroupfs(p: &Path) -> bool {

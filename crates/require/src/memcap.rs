@@ -41,7 +41,7 @@
 //! records it joined, and the group is made only by this module under
 //! `<dir>` with this process's id in its name.
 
-use crate::cgroupfile::{is_cgroupfs, make_group, remove_group, write};
+use crate::cgroupfile::{is_cgroupfs, make_group, remove_group, sweep, write};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -313,23 +313,16 @@ impl MemoryCap {
     /// process `<pid>`. A group whose id is alive again is left alone;
     /// one with processes in it cannot be removed anyway.
     fn sweep(&self) {
-        let Ok(entries) = std::fs::read_dir(&self.dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let name = e.file_name();
-            let pid = name
-                .to_str()
-                .and_then(|n| n.strip_prefix("allot-m"))
-                .and_then(|p| p.parse::<i32>().ok())
-                .and_then(rustix::process::Pid::from_raw);
-            if let Some(pid) = pid
-                && pid.as_raw_nonzero().get() as u32 != std::process::id()
-                && rustix::process::test_kill_process(pid) == Err(rustix::io::Errno::SRCH)
-            {
-                self.remove(&e.path());
-            }
-        }
+        let me = u64::from(std::process::id());
+        sweep(&self.dir, "allot-m", self.cgroupfs, |pid| {
+            pid != me
+                && i32::try_from(pid)
+                    .ok()
+                    .and_then(rustix::process::Pid::from_raw)
+                    .is_some_and(|p| {
+                        rustix::process::test_kill_process(p) == Err(rustix::io::Errno::SRCH)
+                    })
+        });
     }
 
     fn set_limit(&self, group: &Path, limit: u64) -> io::Result<()> {

@@ -16,7 +16,7 @@
 //! directory (a test fixture) the same files are written, and removing a
 //! child removes its files too; on cgroupfs only `rmdir` is used.
 
-use crate::cgroupfile::{is_cgroupfs, make_group, remove_group, write};
+use crate::cgroupfile::{is_cgroupfs, make_group, remove_group, sweep, write};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -114,22 +114,9 @@ impl Quota {
 
     /// Removes children whose thread no longer exists in this process.
     fn sweep(&self) {
-        let Ok(entries) = std::fs::read_dir(&self.base) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let name = e.file_name();
-            let Some(tid) = name
-                .to_str()
-                .and_then(|n| n.strip_prefix("allot-t"))
-                .and_then(|t| t.parse::<u64>().ok())
-            else {
-                continue;
-            };
-            if !Path::new(&format!("/proc/self/task/{tid}")).exists() {
-                let _ = remove_group(&e.path(), self.cgroupfs);
-            }
-        }
+        sweep(&self.base, "allot-t", self.cgroupfs, |tid| {
+            !Path::new(&format!("/proc/self/task/{tid}")).exists()
+        });
     }
 }
 
