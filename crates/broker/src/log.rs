@@ -63,7 +63,10 @@ pub fn line(level: Level, msg: std::fmt::Arguments<'_>) {
     if enabled(level) {
         let t = start().elapsed().as_secs_f64();
         let prefix = if to_journal() { priority(level) } else { "" };
-        eprintln!("{prefix}allotd [{t:9.3}] {}: {msg}", level.as_str());
+        // Formatted whole, then written at once: stderr is unbuffered, and
+        // `eprintln!` would make a system call of every piece.
+        let text = format!("{prefix}allotd [{t:9.3}] {}: {msg}\n", level.as_str());
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), text.as_bytes());
     }
 }
 

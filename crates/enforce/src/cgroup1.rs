@@ -73,6 +73,9 @@ pub struct Cgroup1 {
     freezer: Option<PathBuf>,
     blkio: Option<PathBuf>,
     memory: Option<MemoryGroups>,
+    /// Where each hierarchy is mounted (what `/proc/PID/cgroup` paths
+    /// start from).
+    mounts: V1Mounts,
     /// Where processes' cgroup memberships are read (`/proc`).
     proc: PathBuf,
     /// The CPUs allot manages (`<cpuset>/<name>/cpuset.cpus`).
@@ -163,6 +166,7 @@ impl Cgroup1 {
             freezer: sub(&mounts.freezer),
             blkio: sub(&mounts.blkio),
             memory,
+            mounts: mounts.clone(),
             usable,
             proc: PathBuf::from("/proc"),
             holding: false,
@@ -215,6 +219,22 @@ impl Cgroup1 {
     }
 
     /// Cell `cell`'s memory group, if the memory hierarchy is used.
+    /// The v1 controller naming the hierarchy `dir` is in, and where that
+    /// hierarchy is mounted.
+    fn hierarchy_of(&self, dir: &std::path::Path) -> Option<(&'static str, &std::path::Path)> {
+        let m = &self.mounts;
+        [
+            ("cpuset", Some(&m.cpuset)),
+            ("cpu", m.cpu.as_ref()),
+            ("cpuacct", m.cpuacct.as_ref()),
+            ("freezer", m.freezer.as_ref()),
+            ("blkio", m.blkio.as_ref()),
+            ("memory", m.memory.as_ref().map(|(mount, _)| mount)),
+        ]
+        .into_iter()
+        .find_map(|(c, mount)| Some((c, mount?.as_path())).filter(|(_, m)| dir.starts_with(m)))
+    }
+
     fn memory_dir(&self, cell: u64) -> Option<PathBuf> {
         Some(self.memory.as_ref()?.dir.join(format!("cell-{cell}")))
     }
@@ -451,9 +471,20 @@ impl Enforcer for Cgroup1 {
         self.open_cell(cell)?;
         let dirs = self.dirs_for(cell, pid);
         // A process forked inside the cell (by a launcher that moved
-        // itself in) is there already: moving it again would take the
-        // kernel's global lock for nothing.
-        if dirs.iter().all(|d| crate::listed(&*self.fs, d, pid)) {
+        // itself in) is there already, and one that ended is nowhere:
+        // moving either would take the kernel's global lock for nothing.
+        let groups: Vec<crate::Group<'_>> = dirs
+            .iter()
+            .filter_map(|d| {
+                let (controller, mount) = self.hierarchy_of(d)?;
+                Some(crate::Group {
+                    controller: Some(controller),
+                    mount,
+                    dir: d,
+                })
+            })
+            .collect();
+        if groups.len() == dirs.len() && crate::needs_no_move(&*self.fs, &self.proc, pid, &groups) {
             return Ok(());
         }
         for d in dirs {

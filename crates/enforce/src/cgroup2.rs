@@ -447,9 +447,14 @@ impl Enforcer for Cgroup2 {
 
     fn attach(&mut self, cell: u64, pid: u32) -> Result<()> {
         let dir = self.open_cell(cell)?.dir.clone();
-        // Started inside by a launcher (`clone3(CLONE_INTO_CGROUP)`): there
-        // already, and a move by pid would take the kernel's global lock.
-        if crate::listed(&*self.fs, &dir, pid) {
+        // Started inside by a launcher (`clone3(CLONE_INTO_CGROUP)`), or
+        // ended: a move by pid would take the kernel's global lock.
+        let group = crate::Group {
+            controller: None,
+            mount: &self.mount,
+            dir: &dir,
+        };
+        if crate::needs_no_move(&*self.fs, &self.proc, pid, &[group]) {
             return Ok(());
         }
         self.fs

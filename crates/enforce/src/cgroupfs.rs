@@ -217,7 +217,7 @@ impl CgroupFs for KernelFs {
         }
     }
     fn read(&self, path: &Path) -> io::Result<String> {
-        std::fs::read_to_string(path).map_err(|e| ctx(e, "read", path))
+        crate::os::read_kernel_file(path).map_err(|e| ctx(e, "read", path))
     }
     fn write(&self, path: &Path, text: &str) -> io::Result<()> {
         let f = OpenOptions::new()

@@ -393,10 +393,55 @@ pub(crate) fn adoptable(
 
 /// Whether process `pid` is listed in cgroup `dir` (its `cgroup.procs`;
 /// on v1 a process is listed where any of its threads is).
-pub(crate) fn listed(fs: &dyn cgroupfs::CgroupFs, dir: &std::path::Path, pid: u32) -> bool {
+fn listed(fs: &dyn cgroupfs::CgroupFs, dir: &std::path::Path, pid: u32) -> bool {
     let pid = pid.to_string();
     fs.read(&dir.join("cgroup.procs"))
         .is_ok_and(|procs| procs.split_whitespace().any(|p| p == pid))
+}
+
+/// A cell's group in one hierarchy, for [`needs_no_move`]: the v1
+/// controller that names the hierarchy in `/proc/PID/cgroup` (`None`:
+/// the v2 hierarchy), where the hierarchy is mounted, and the group.
+pub(crate) struct Group<'a> {
+    pub controller: Option<&'a str>,
+    pub mount: &'a std::path::Path,
+    pub dir: &'a std::path::Path,
+}
+
+/// Whether moving process `pid` into `groups` would change nothing, so
+/// the move (which takes the kernel's global threadgroup lock, an RCU
+/// grace period when none was taken lately) is skipped:
+///
+/// - `/proc/PID/cgroup` names every group already: a launcher that joined
+///   the cell forked it inside (one small read, whatever the cell holds);
+/// - the process has exited: the kernel lists a zombie in no group, so a
+///   short program the broker hears of after its end would otherwise be
+///   moved for nothing, the broker's loop waiting on the lock;
+/// - each group's `cgroup.procs` lists it (on v1, where any of its
+///   threads is).
+///
+/// `proc` is where `/proc` is read (tests point it at a fixture).
+pub(crate) fn needs_no_move(
+    fs: &dyn cgroupfs::CgroupFs,
+    proc: &std::path::Path,
+    pid: u32,
+    groups: &[Group<'_>],
+) -> bool {
+    if let Ok(text) = fs.read(&proc.join(format!("{pid}/cgroup"))) {
+        let inside = |g: &Group<'_>| {
+            cgroupfs::group_in(&text, g.controller)
+                .is_some_and(|path| g.mount.join(path.trim_start_matches('/')) == g.dir)
+        };
+        if groups.iter().all(inside) {
+            return true;
+        }
+    }
+    let exited = fs
+        .read(&proc.join(format!("{pid}/stat")))
+        .ok()
+        .and_then(|t| Some(t.get(t.rfind(')')? + 2..)?.starts_with(['Z', 'X'])))
+        .unwrap_or(false);
+    exited || groups.iter().all(|g| listed(fs, g.dir, pid))
 }
 
 /// The cells whose directories are children of `dir`, sorted (helper for

@@ -122,7 +122,7 @@ pub fn group_of(
 /// cell itself; on cgroup v2 only the program is (cloned into the cell), so
 /// `allot run` asks for its program's.
 pub fn cell_group_of(pid: u32) -> Option<(Version, std::path::PathBuf)> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let text = crate::os::read_kernel_file(format!("/proc/{pid}/cgroup")).ok()?;
     let mounts = crate::detect::Mounts::read();
     let (version, dir) = group_of(&text, mounts.v1_for("memory"), mounts.cgroup2.as_deref())?;
     // `cell-N`, or `<allot's root>.cell-N` beside it (an exclusive cell

@@ -142,6 +142,32 @@ pub(crate) fn parse_pressure(text: &str) -> Option<u64> {
         .ok()
 }
 
+/// Reads a file the kernel makes up when it is read (`/proc`, sysfs,
+/// cgroupfs): one `open`, reads into a page-sized buffer until the end,
+/// no `stat`. Such files report a size of 0, so `std::fs::read_to_string`
+/// would probe with 32 bytes and double from there, each read making the
+/// whole text again (ten system calls for `/proc/PID/status`, two here).
+pub fn read_kernel_file(path: impl AsRef<std::path::Path>) -> io::Result<String> {
+    use std::io::Read;
+    // Not `read_to_end`, which asks the file's size and offset first.
+    let mut f = std::fs::File::open(path)?;
+    let mut buf = vec![0u8; 4096];
+    let mut len = 0;
+    loop {
+        if len == buf.len() {
+            buf.resize(len * 2, 0);
+        }
+        match f.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(len);
+    String::from_utf8(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
 /// The real thing: `/proc` and `sched_setaffinity`.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RealOs;
@@ -155,7 +181,7 @@ fn clock_ticks() -> u64 {
 /// Fields of `/proc/PID/stat` after the command name (which may contain
 /// spaces and parentheses, so we split after the last `)`).
 fn stat_fields(pid: u32) -> Option<Vec<String>> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let text = read_kernel_file(format!("/proc/{pid}/stat")).ok()?;
     let rest = &text[text.rfind(')')? + 2..];
     Some(rest.split_whitespace().map(str::to_string).collect())
 }
@@ -177,7 +203,7 @@ impl Os for RealOs {
     fn children(&self, pid: u32) -> Vec<u32> {
         let mut out = Vec::new();
         for tid in self.threads(pid).unwrap_or_default() {
-            if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/children")) {
+            if let Ok(text) = read_kernel_file(format!("/proc/{pid}/task/{tid}/children")) {
                 out.extend(
                     text.split_whitespace()
                         .filter_map(|c| c.parse::<u32>().ok()),
@@ -229,8 +255,7 @@ impl Os for RealOs {
         let mut sum = None;
         for tid in threads.into_iter().take(max_threads) {
             // "run time (ns) run delay (ns) timeslices"
-            let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
-            else {
+            let Ok(text) = read_kernel_file(format!("/proc/{pid}/task/{tid}/schedstat")) else {
                 continue;
             };
             if let Some(d) = text
@@ -245,10 +270,10 @@ impl Os for RealOs {
     }
 
     fn system_cpu(&self) -> Option<SystemCpu> {
-        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let stat = read_kernel_file("/proc/stat").ok()?;
         let (busy_ns, total_ns, running, per_cpu_busy_ns) =
             parse_proc_stat(&stat, 1_000_000_000 / clock_ticks())?;
-        let pressure_some_us = std::fs::read_to_string("/proc/pressure/cpu")
+        let pressure_some_us = read_kernel_file("/proc/pressure/cpu")
             .ok()
             .and_then(|t| parse_pressure(&t));
         Some(SystemCpu {
@@ -265,18 +290,18 @@ impl Os for RealOs {
     }
 
     fn rss_bytes(&self, pid: u32) -> Option<u64> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+        let text = read_kernel_file(format!("/proc/{pid}/statm")).ok()?;
         let pages: u64 = text.split_whitespace().nth(1)?.parse().ok()?;
         Some(pages * rustix::param::page_size() as u64)
     }
 
     fn uid(&self, pid: u32) -> Option<u32> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let text = read_kernel_file(format!("/proc/{pid}/status")).ok()?;
         owner(text.lines().find(|l| l.starts_with("Uid:"))?)
     }
 
     fn mapped_objects(&self, pid: u32) -> io::Result<Vec<PathBuf>> {
-        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+        let maps = read_kernel_file(format!("/proc/{pid}/maps"))?;
         Ok(executable_mappings(&maps))
     }
 
@@ -569,6 +594,25 @@ pub fn process_tree_at_most(os: &dyn Os, roots: &[u32], max: usize) -> Vec<u32> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whole texts, past the first buffer too, and the kernel's made-up
+    /// files, whose size reads as 0.
+    #[test]
+    fn kernel_files_are_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let long: String = (0..3000).map(|i| format!("{i} ")).collect();
+        assert!(long.len() > 3 * 4096);
+        std::fs::write(dir.path().join("f"), &long).unwrap();
+        assert_eq!(read_kernel_file(dir.path().join("f")).unwrap(), long);
+        std::fs::write(dir.path().join("e"), "").unwrap();
+        assert_eq!(read_kernel_file(dir.path().join("e")).unwrap(), "");
+        let status = read_kernel_file("/proc/self/status").unwrap();
+        assert!(
+            status.starts_with("Name:") && status.ends_with('\n'),
+            "{status}"
+        );
+        assert!(read_kernel_file(dir.path().join("missing")).is_err());
+    }
 
     #[test]
     fn a_process_tree_walk_stops_at_its_bound() {

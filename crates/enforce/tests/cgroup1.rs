@@ -131,6 +131,53 @@ fn fixture_memory_groups_nest_below_the_brokers_and_take_only_its_processes() {
     );
 }
 
+/// The broker does not move a process `/proc/PID/cgroup` shows in every
+/// one of the cell's groups already (forked inside by a launcher that
+/// joined it), nor one that has ended; one in a group elsewhere is moved.
+#[test]
+fn fixture_a_process_inside_or_ended_is_not_moved_one_elsewhere_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fs, mounts) = fixture_v1(dir.path(), &["cpuset", "cpu", "freezer"]);
+    let proc = dir.path().join("proc");
+    let inside = "3:freezer:/allot/cell-2\n2:cpu,cpuacct:/allot/cell-2\n1:cpuset:/allot/cell-2\n";
+    let half = "3:freezer:/\n2:cpu,cpuacct:/allot/cell-2\n1:cpuset:/allot/cell-2\n";
+    let root = "3:freezer:/\n2:cpu,cpuacct:/\n1:cpuset:/\n";
+    for (pid, groups, state) in [
+        (91, inside, 'R'),
+        (92, root, 'Z'),
+        (93, half, 'S'),
+        (94, root, 'S'),
+    ] {
+        std::fs::create_dir_all(proc.join(pid.to_string())).unwrap();
+        std::fs::write(proc.join(format!("{pid}/cgroup")), groups).unwrap();
+        std::fs::write(
+            proc.join(format!("{pid}/stat")),
+            format!("{pid} (a (prog)) {state} 1 1 1 0"),
+        )
+        .unwrap();
+    }
+    let mut b = Cgroup1::new(Arc::new(fs), &mounts, "allot", CpuSet::first_n(4))
+        .unwrap()
+        .with_proc_root(proc);
+    b.create(2).unwrap();
+    for pid in [91, 92, 93, 94] {
+        b.attach(2, pid).unwrap();
+    }
+    for h in ["cpuset", "cpu", "freezer"] {
+        let procs =
+            std::fs::read_to_string(dir.path().join(format!("{h}/allot/cell-2/cgroup.procs")))
+                .unwrap();
+        let moved: Vec<&str> = procs.split_whitespace().collect();
+        assert_eq!(
+            moved,
+            ["93", "94"],
+            "{h}: only the processes not wholly inside"
+        );
+    }
+    b.remove(2).unwrap();
+    b.cleanup().unwrap();
+}
+
 #[test]
 fn fixture_gate_freezes_and_thaws_the_cell_and_remove_thaws_it() {
     let dir = tempfile::tempdir().unwrap();

@@ -401,6 +401,36 @@ fn the_join_file_is_the_cells_directory_and_a_process_inside_is_not_moved_again(
     );
 }
 
+/// Whether the broker moves a process it is told of: not when
+/// `/proc/PID/cgroup` names the cell already (forked inside), nor when the
+/// process has ended (a zombie is in no group; the move would only wait
+/// for the kernel's lock); a process elsewhere is moved.
+#[test]
+fn a_process_inside_or_ended_is_not_moved_one_elsewhere_is() {
+    let (dir, fs) = common::v2_fixture();
+    let root = dir.path().join("allot");
+    let proc = dir.path().join("proc");
+    for (pid, group, state) in [(81, "/allot/cell-6", 'S'), (82, "/", 'Z'), (83, "/", 'S')] {
+        std::fs::create_dir_all(proc.join(pid.to_string())).unwrap();
+        std::fs::write(proc.join(format!("{pid}/cgroup")), format!("0::{group}\n")).unwrap();
+        std::fs::write(
+            proc.join(format!("{pid}/stat")),
+            format!("{pid} (a prog) {state} 1 1 1 0"),
+        )
+        .unwrap();
+    }
+    let mut b = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(8))
+        .unwrap()
+        .with_proc_root(proc);
+    b.create(6).unwrap();
+    for pid in [81, 82, 83] {
+        b.attach(6, pid).unwrap();
+    }
+    assert_eq!(b.pids(6), vec![83], "only the process elsewhere was moved");
+    b.remove(6).unwrap();
+    b.cleanup().unwrap();
+}
+
 #[test]
 fn the_broker_leaves_the_top_of_its_delegated_subtree_on_the_kernel() {
     use allot_enforce::delegation::{Layout, own_cgroup, settle};
