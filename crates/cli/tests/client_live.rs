@@ -85,6 +85,43 @@ fn registered_cell_follows_the_broker_across_a_restart() {
         .is_empty()));
 }
 
+/// With `watch_later` (a launcher's choice) nothing watches the broker
+/// until `watch` starts the watcher: a broker that went away goes unseen;
+/// from then on the cell follows a restarted broker as any registered
+/// cell does. Sending the request and taking the answer in two steps
+/// makes the same cell.
+#[test]
+fn a_cell_watched_later_sees_nothing_until_asked_then_follows_a_restart() {
+    let mut d = Daemon::start("dry-run", &[]);
+    let mut o = Options::new("later");
+    o.socket = Some(d.socket.clone());
+    o.watch_later = true;
+    let sent =
+        Cell::send_registration(allot_client::Client::connect(&d.socket).unwrap(), &o).unwrap();
+    let cell = sent.finish(|_| {}).unwrap();
+    assert_eq!(cell.mode(), Mode::Registered);
+    let id = cell.id();
+    d.kill9();
+    // The watcher polls every 200 ms: one would have seen it by now.
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(cell.broker_up(), "nothing watches before watch()");
+    cell.watch();
+    cell.watch(); // starts it once
+    assert!(eventually(Duration::from_secs(3), || !cell.broker_up()));
+    d.spawn();
+    assert!(
+        eventually(Duration::from_secs(5), || cell.broker_up()),
+        "watcher did not rejoin\n{}",
+        d.log()
+    );
+    assert_eq!(cell.id(), id);
+    // Leaving at exit does not release the cell (this process, its
+    // member, still runs).
+    cell.leave_at_exit();
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(d.status().cells.len(), 1, "not released");
+}
+
 /// A runtime pool on a registered cell reports its statistics, and the
 /// broker's status shows them for that cell.
 #[test]

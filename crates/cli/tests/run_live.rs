@@ -557,6 +557,17 @@ fn the_timeline_shows_each_step_of_start_and_exit() {
             .unwrap_or_else(|| panic!("{step:?} missing or out of order in:\n{err}"));
         from += at;
     }
+    // The request goes out before the libraries are made ready, and the
+    // answer is taken after: the two overlap.
+    let at = |step: &str| {
+        err.find(step)
+            .unwrap_or_else(|| panic!("{step:?} in:\n{err}"))
+    };
+    assert!(
+        at("broker answering") < at("shim and thread composability manager ready")
+            && at("shim and thread composability manager ready") < at("registered as cell"),
+        "{err}"
+    );
     // The broker saw the program join and exit (its own pid).
     let pid = err
         .split("program started (process ")

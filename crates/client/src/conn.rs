@@ -241,8 +241,23 @@ impl Client {
         members: &[u32],
         wait: bool,
         joins_itself: bool,
-        mut on_queued: impl FnMut(u32, &str),
+        on_queued: impl FnMut(u32, &str),
     ) -> Result<Registration, ClientError> {
+        self.send_register(name, spec, members, wait, joins_itself)?;
+        self.await_registration(on_queued)
+    }
+
+    /// The first half of [`Client::register`]: sends the request and
+    /// returns at once, so the caller can do other work while the broker
+    /// decides; [`Client::await_registration`] takes the answer.
+    pub fn send_register(
+        &mut self,
+        name: &str,
+        spec: CellSpec,
+        members: &[u32],
+        wait: bool,
+        joins_itself: bool,
+    ) -> Result<(), ClientError> {
         self.conn.send(&Request::Register {
             name: name.into(),
             spec,
@@ -250,6 +265,16 @@ impl Client {
             members: members.to_vec(),
             joins_itself,
         })?;
+        Ok(())
+    }
+
+    /// The second half of [`Client::register`]: the broker's answer to the
+    /// request [`Client::send_register`] sent (each place in the queue
+    /// first, to `on_queued`, while it waits there).
+    pub fn await_registration(
+        &mut self,
+        mut on_queued: impl FnMut(u32, &str),
+    ) -> Result<Registration, ClientError> {
         loop {
             let (reply, fds) = self.recv_fds()?;
             match reply {

@@ -25,7 +25,8 @@ pub use allot_spec::{
     TimeTerms, parse_size,
 };
 pub use cell::{
-    Cell, GrantWriter, Mode, Options, Ticket, Wait, broker_alive, include_group, page_from_raw_fd,
+    Cell, GrantWriter, Mode, Options, Registering, Ticket, Wait, broker_alive, include_group,
+    page_from_raw_fd,
 };
 pub use conn::{ChannelEnd, Client, ClientError, Registration, Welcome};
 pub use keeper::ChannelKeeper;

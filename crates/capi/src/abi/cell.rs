@@ -286,6 +286,7 @@ pub(crate) unsafe fn register_spec(
         fallback: false,
         joins_itself: false,
         stays_put,
+        watch_later: false,
     };
     let cell = Cell::register(&opts).map_err(client_error)?;
     insert(cell, out)

@@ -11,7 +11,7 @@
 //! the started broker (tests and experiments use them).
 
 use allot_client::Client;
-use allot_proto::dirs::{DirError, Trust, TrustedDir};
+use allot_proto::dirs::{DirError, TrustedDir};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -66,13 +66,13 @@ fn last_error(log: &Path) -> Option<String> {
 /// caller registers its cell over (no separate probe).
 pub fn ensure_broker(socket: &Path, start: bool) -> Result<Client, NoBroker> {
     let dir_path = allot_proto::dirs::socket_parent(socket);
-    match TrustedDir::open(dir_path, Trust::OwnerOrRoot) {
-        Ok(_) => {
-            if let Ok(c) = Client::connect(socket) {
-                return Ok(c);
-            }
+    // Connecting checks the directory first (a socket another user could
+    // plant is never talked to).
+    match Client::connect(socket) {
+        Ok(c) => return Ok(c),
+        Err(allot_client::ClientError::Untrusted { reason, .. }) => {
+            return Err(NoBroker::Untrusted(reason));
         }
-        Err(e) if e.is_untrusted() => return Err(NoBroker::Untrusted(e)),
         Err(_) => {}
     }
     if !start {

@@ -311,7 +311,10 @@ pub fn run(a: Args) -> i32 {
     // The cell (or none: unconfined).
     let broker = autostart::ensure_broker(&socket, !a.no_start);
     marks.mark("broker answering");
-    let cell = match broker {
+    // The request goes out first; what the program needs besides its cell
+    // (the shim, the thread composability manager) is made ready while
+    // the broker decides.
+    let registering = match broker {
         Err(autostart::NoBroker::Untrusted(e)) => {
             eprintln!("allot: refusing to use the broker's directory: {e}");
             return EXIT_ALLOT;
@@ -334,13 +337,40 @@ pub fn run(a: Args) -> i32 {
             // lets it (no kernel-wide wait); the program, forked from
             // it, starts inside.
             opts.joins_itself = true;
+            // Started with the other helpers once the program has run a
+            // while (`HELPERS_AFTER`): a short one ends before it matters.
+            opts.watch_later = true;
+            match Cell::send_registration(client, &opts) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    warn(format!("{e}; running {} unconfined", cmd.to_string_lossy()));
+                    None
+                }
+            }
+        }
+    };
+    let libraries = match &registering {
+        Some(_) => match Libraries::ready(&socket, !a.no_shim, !a.no_tcm) {
+            Ok(l) => l,
+            Err(code) => return code,
+        },
+        None => Libraries::default(),
+    };
+    let go_follows = std::fs::File::open(&program)
+        .ok()
+        .and_then(|mut f| allot_enforce::runtimes::go_release(&mut f))
+        .is_some_and(|r| r.follows_cpu_set());
+    marks.mark("shim and thread composability manager ready");
+    let cell = match registering {
+        None => None,
+        Some(r) => {
             let on_wait = |w: Wait<'_>| match w {
                 Wait::Queued { position, reason } => {
                     eprintln!("allot: waiting for CPUs (position {position}): {reason}")
                 }
                 Wait::Paused => eprintln!("allot: paused: {}", allot_broker::core::PAUSED_WHY),
             };
-            match Cell::register_over(client, &opts, on_wait) {
+            match r.finish(on_wait) {
                 Ok(c) => Some(c),
                 Err(ClientError::Broker {
                     code: ErrorCode::Refused | ErrorCode::Never | ErrorCode::Invalid,
@@ -355,6 +385,12 @@ pub fn run(a: Args) -> i32 {
                 }
             }
         }
+    };
+    // Without a cell the program runs as it would without allot.
+    let Libraries { shim, tcm } = if cell.is_some() {
+        libraries
+    } else {
+        Libraries::default()
     };
 
     if let Some(c) = &cell {
@@ -400,38 +436,6 @@ pub fn run(a: Args) -> i32 {
         .and_then(|j| j.prepare_for_children(cap.unwrap_or(max as usize)).ok());
 
     let page_fd = cell.as_ref().and_then(|c| c.inheritable_page_fd().ok());
-    let shim = if a.no_shim || cell.is_none() {
-        None
-    } else {
-        let installed = match shim_dir(&socket) {
-            Ok(dir) => allot_capi::install_shim(&dir),
-            Err(e) if e.is_untrusted() => {
-                eprintln!("allot: refusing to install the OpenMP shim: {e}");
-                return EXIT_ALLOT;
-            }
-            Err(e) => Err(std::io::Error::other(e)),
-        };
-        match installed {
-            Ok(p) => Some(p),
-            Err(e) => {
-                warn(format!(
-                    "cannot install the OpenMP shim ({e}); OpenMP teams keep their launch size"
-                ));
-                None
-            }
-        }
-    };
-    marks.mark("shim ready");
-    let tcm = if a.no_tcm || cell.is_none() {
-        None
-    } else {
-        tcm_ready(&socket)
-    };
-    marks.mark("thread composability manager ready");
-    let go_follows = std::fs::File::open(&program)
-        .ok()
-        .and_then(|mut f| allot_enforce::runtimes::go_release(&mut f))
-        .is_some_and(|r| r.follows_cpu_set());
     let memory_max = a.memory_max.filter(|_| cell.is_some());
     let cell_env = CellEnv {
         launch,
@@ -481,9 +485,9 @@ pub fn run(a: Args) -> i32 {
     };
 
     // Handlers go in before the program exists, so an early Ctrl-C cannot
-    // kill this process first; signals wait in the handler's pipe until the
-    // forwarding thread knows the program's pid.
-    let signals = signal_setup();
+    // kill this process first; signals wait in the handler's pipe until
+    // they can be forwarded to the program's pid.
+    let mut signals = signal_setup();
 
     marks.mark("spawning the program");
     let cannot_run = |e: std::io::Error| {
@@ -559,15 +563,25 @@ pub fn run(a: Args) -> i32 {
         ));
     }
 
-    let forward = signals.map(|s| forward_signals(s, pid));
-
-    // Follow the grant while the program runs.
+    // A short program ends before anything more is needed: the threads
+    // that forward signals and keep the jobserver in step with the grant
+    // start only once it has run for `HELPERS_AFTER` (each would cost its
+    // start and, at the end, its join, while competing with the program
+    // for the CPUs). Meanwhile signals are forwarded from here.
+    let ended_early = ends_within(pid, HELPERS_AFTER, signals.as_mut());
+    let forward = match signals {
+        Some(s) if !ended_early => Some(forward_signals(s, pid)),
+        _ => None,
+    };
+    if let Some(c) = cell.as_ref().filter(|_| !ended_early) {
+        c.watch();
+    }
     let done = Arc::new(AtomicBool::new(false));
-    let follower = match (cell.clone(), js.take()) {
-        (Some(c), Some(j)) => {
-            let d = done.clone();
-            Some(std::thread::spawn(move || follow(c, j, cap, pid, d)))
-        }
+    let follower = match (&cell, ended_early) {
+        (Some(c), false) => js.take().map(|j| {
+            let (c, d) = (c.clone(), done.clone());
+            std::thread::spawn(move || follow(c, j, cap, pid, d))
+        }),
         _ => None,
     };
 
@@ -583,10 +597,11 @@ pub fn run(a: Args) -> i32 {
     };
     marks.mark("program exited");
     done.store(true, Ordering::Release);
-    if let Some(c) = &cell {
-        c.interrupt_waits(); // the follower stops now, not at its next tick
-    }
     if let Some(f) = follower {
+        if let Some(c) = &cell {
+            c.interrupt_waits(); // the follower stops now, not at its next tick
+        }
+        // Joined: the jobserver it holds removes its fifo when dropped.
         let _ = f.join();
     }
     if let Some(h) = forward {
@@ -615,31 +630,121 @@ pub fn run(a: Args) -> i32 {
     if let Some(c) = cell {
         c.leave_at_exit();
     }
-    exit_like(status)
+    // The jobserver's fifo (if any) goes with it; everything else (the
+    // signal handlers, descriptors, memory) the exit reclaims, sooner
+    // than dropping it one by one would.
+    drop(js);
+    std::process::exit(exit_like(status))
 }
 
-/// allot's Thread Composability Manager for the program: the directory
-/// holding `libtcm.so.1` (beside the shim) and a new permit table. `None`,
-/// with a warning, where either cannot be made: oneTBB and Intel OpenMP
-/// then size their threads at start, as without allot.
-fn tcm_ready(socket: &std::path::Path) -> Option<(std::path::PathBuf, rustix::fd::OwnedFd)> {
-    let dir = shim_dir(socket)
-        .map_err(|e| e.to_string())
-        .and_then(|d| allot_capi::tcm::install_tcm(&d, 0o700).map_err(|e| e.to_string()));
-    match dir.and_then(|d| {
-        Ok((
-            d,
-            allot_capi::tcm::permit_table().map_err(|e| e.to_string())?,
-        ))
-    }) {
-        Ok(t) => Some(t),
-        Err(e) => {
-            warn(format!(
-                "cannot set up the thread composability manager ({e}); oneTBB and Intel \
-                 OpenMP keep their own thread counts"
-            ));
-            None
+/// How long the program runs before `allot run` starts its helper threads
+/// (signal forwarding, the jobserver's follower).
+const HELPERS_AFTER: Duration = Duration::from_millis(10);
+
+/// Whether process `pid` (this process's child, not yet reaped) ends
+/// within `limit`, forwarding the termination signals this process
+/// receives meanwhile. `false` when that cannot be watched (no pidfd).
+fn ends_within(
+    pid: u32,
+    limit: Duration,
+    mut signals: Option<&mut signal_hook::iterator::Signals>,
+) -> bool {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let Some(fd) = rustix::process::Pid::from_raw(pid as i32)
+        .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok())
+    else {
+        return false;
+    };
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(s) = signals.as_deref_mut() {
+            s.pending().for_each(|sig| forward_one(sig, pid));
         }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        let timeout = Timespec::try_from(left).ok();
+        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+        match poll(&mut fds, timeout.as_ref()) {
+            Ok(n) if n > 0 => return true,
+            // A timeout, or a signal (forwarded at the top).
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return false,
+        }
+    }
+}
+
+/// Forwards signal `sig` to `pid`: SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2.
+/// SIGINT and SIGQUIT reach the program from the terminal directly (same
+/// process group), so they are only kept from killing `allot run`.
+fn forward_one(sig: i32, pid: u32) {
+    use signal_hook::consts::*;
+    if sig == SIGINT || sig == SIGQUIT {
+        return;
+    }
+    if let (Some(p), Some(s)) = (
+        rustix::process::Pid::from_raw(pid as i32),
+        rustix::process::Signal::from_named_raw(sig),
+    ) {
+        let _ = rustix::process::kill_process(p, s);
+    }
+}
+
+/// What the program loads besides itself: the OpenMP shim (`LD_PRELOAD`)
+/// and allot's Thread Composability Manager (the directory holding
+/// `libtcm.so.1`, and a new permit table). Either is `None`, with a
+/// warning, where it cannot be had: OpenMP teams then keep their launch
+/// size, and oneTBB and Intel OpenMP size their threads at start, as
+/// without allot.
+#[derive(Default)]
+struct Libraries {
+    shim: Option<std::path::PathBuf>,
+    tcm: Option<(std::path::PathBuf, rustix::fd::OwnedFd)>,
+}
+
+impl Libraries {
+    /// Installs what is wanted in the user's library directory beside
+    /// `socket` (opened once, each step of its path checked). A directory
+    /// others could replace files in is refused: the exit code then.
+    fn ready(socket: &std::path::Path, shim: bool, tcm: bool) -> Result<Libraries, i32> {
+        if !shim && !tcm {
+            return Ok(Libraries::default());
+        }
+        let dir = match shim_dir(socket) {
+            Err(e) if e.is_untrusted() => {
+                eprintln!("allot: refusing to install the OpenMP shim: {e}");
+                return Err(EXIT_ALLOT);
+            }
+            d => d.map_err(|e| e.to_string()),
+        };
+        let shim = shim
+            .then(|| {
+                let d = dir.as_ref().map_err(|e| std::io::Error::other(e.clone()));
+                d.and_then(allot_capi::install_shim).map_err(|e| {
+                    warn(format!(
+                        "cannot install the OpenMP shim ({e}); OpenMP teams keep their launch size"
+                    ))
+                })
+            })
+            .and_then(Result::ok);
+        let tcm = tcm
+            .then(|| {
+                let d = dir.as_ref().map_err(Clone::clone);
+                d.and_then(|d| {
+                    let lib = allot_capi::tcm::install_tcm(d, 0o700).map_err(|e| e.to_string())?;
+                    let table = allot_capi::tcm::permit_table().map_err(|e| e.to_string())?;
+                    Ok((lib, table))
+                })
+                .map_err(|e| {
+                    warn(format!(
+                        "cannot set up the thread composability manager ({e}); oneTBB and Intel \
+                         OpenMP keep their own thread counts"
+                    ))
+                })
+            })
+            .and_then(Result::ok);
+        Ok(Libraries { shim, tcm })
     }
 }
 
@@ -656,12 +761,6 @@ fn shim_dir(socket: &std::path::Path) -> Result<TrustedDir, DirError> {
     }
 }
 
-/// Keeps the jobserver in step with the grant until `done`.
-///
-/// While tokens are being withheld the follower sits in `poll` on the pipe,
-/// so a token a client writes back is taken before the client's next read
-/// (make returns a token when it reaps a job and reads again only after its
-/// bookkeeping); otherwise it sleeps on the grant page's futex.
 /// Waits until the cell's grant has stayed the same for `quiet` (newcomers
 /// move every cell's share), for at most ten times `quiet`.
 fn settle(cell: &Cell, quiet: Duration) {
@@ -680,6 +779,12 @@ fn settle(cell: &Cell, quiet: Duration) {
     }
 }
 
+/// Keeps the jobserver in step with the grant until `done`.
+///
+/// While tokens are being withheld the follower sits in `poll` on the pipe,
+/// so a token a client writes back is taken before the client's next read
+/// (make returns a token when it reaps a job and reads again only after its
+/// bookkeeping); otherwise it sleeps on the grant page's futex.
 fn follow(cell: Cell, mut js: Jobserver, cap: Option<usize>, pid: u32, done: Arc<AtomicBool>) {
     const TICK: Duration = Duration::from_millis(50);
     const LEAK_CHECK: Duration = Duration::from_millis(250);
@@ -718,27 +823,16 @@ fn signal_setup() -> Option<signal_hook::iterator::Signals> {
     signal_hook::iterator::Signals::new([SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGINT, SIGQUIT]).ok()
 }
 
-/// Forwards SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 to `pid`. SIGINT and
-/// SIGQUIT reach the program from the terminal directly (same process
-/// group), so they are only kept from killing `allot run`. Dropping the
-/// handle stops forwarding.
+/// Forwards the termination signals to `pid` from a thread of its own
+/// ([`forward_one`]). Closing the handle stops forwarding.
 fn forward_signals(
     mut signals: signal_hook::iterator::Signals,
     pid: u32,
 ) -> signal_hook::iterator::Handle {
-    use signal_hook::consts::*;
     let handle = signals.handle();
     std::thread::spawn(move || {
         for sig in signals.forever() {
-            if sig == SIGINT || sig == SIGQUIT {
-                continue;
-            }
-            if let (Some(p), Some(s)) = (
-                rustix::process::Pid::from_raw(pid as i32),
-                rustix::process::Signal::from_named_raw(sig),
-            ) {
-                let _ = rustix::process::kill_process(p, s);
-            }
+            forward_one(sig, pid);
         }
     });
     handle

@@ -39,7 +39,7 @@ mod register;
 mod ticket;
 mod watch;
 pub use manual::GrantWriter;
-pub use register::Options;
+pub use register::{Options, Registering};
 pub use ticket::{Ticket, include_group};
 
 use watch::{WATCH_PERIOD, Watcher};
@@ -138,7 +138,9 @@ impl Inner {
 #[derive(Debug, Clone)]
 pub struct Cell {
     inner: Arc<Inner>,
-    _watcher: Option<Arc<Watcher>>,
+    /// The watcher of a registered cell, shared by every handle: its
+    /// thread stopped (and the cell released) when the last one drops.
+    watcher: Option<Arc<Watcher>>,
 }
 
 fn reports_ptr(page: &PageMap) -> *mut ReportPage {
@@ -213,10 +215,20 @@ impl Cell {
             release_on_drop: AtomicBool::new(true),
             spawn_cgroup: Mutex::new(None),
         });
-        let watcher = (mode == Mode::Registered).then(|| Watcher::start(&inner));
-        Cell {
-            inner,
-            _watcher: watcher,
+        let watcher = (mode == Mode::Registered).then(|| Arc::new(Watcher::new(&inner)));
+        let cell = Cell { inner, watcher };
+        if !opts.is_some_and(|o| o.watch_later) {
+            cell.watch();
+        }
+        cell
+    }
+
+    /// Starts the thread that rejoins a restarted broker, where
+    /// [`Options::watch_later`] left it for later; a no-op when it runs
+    /// already or the cell has no broker.
+    pub fn watch(&self) {
+        if let Some(w) = &self.watcher {
+            w.start();
         }
     }
 
@@ -385,12 +397,21 @@ impl Cell {
             .take()
     }
 
-    /// Drops this handle without releasing the cell, for a process about to
-    /// exit: the broker ends the cell when its last process exits (within
-    /// the same loop iteration, through pidfds), so the release round trip
-    /// would only make the exit slower.
+    /// Lets go of this handle without releasing the cell, for a process
+    /// about to exit: the broker ends the cell when its last process exits
+    /// (within the same loop iteration, through pidfds), so the release
+    /// round trip would only make the exit slower. For the same reason the
+    /// last handle tells the watcher thread to stop without waiting for
+    /// it, and leaves the connection and the page mapped for the exit to
+    /// reclaim (closing and unmapping them one by one costs more).
     pub fn leave_at_exit(self) {
         self.inner.release_on_drop.store(false, Ordering::Release);
+        if let Some(w) = &self.watcher
+            && Arc::strong_count(w) == 1
+        {
+            w.stop_unjoined();
+            std::mem::forget(self);
+        }
     }
 
     /// A new descriptor for the current grant page, without close-on-exec,

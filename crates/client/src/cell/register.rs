@@ -46,6 +46,11 @@ pub struct Options {
     /// (Slurm's `task/cgroup` on cgroup v2), which then gives the cell
     /// those cgroups with [`crate::include_group`].
     pub stays_put: bool,
+    /// The thread that rejoins a restarted broker starts only when
+    /// [`Cell::watch`] is called, not at registration: for a launcher
+    /// whose program may end before it would matter (its start, and its
+    /// end, cost the launch time).
+    pub watch_later: bool,
 }
 
 impl Options {
@@ -59,6 +64,7 @@ impl Options {
             fallback: true,
             joins_itself: false,
             stays_put: false,
+            watch_later: false,
         }
     }
 }
@@ -94,21 +100,52 @@ impl Cell {
     /// [`Cell::register_with`] over a connection the caller already opened
     /// (to the socket of `opts`, or the default one).
     pub fn register_over(
+        client: Client,
+        opts: &Options,
+        on_wait: impl FnMut(Wait<'_>),
+    ) -> Result<Cell, ClientError> {
+        Cell::send_registration(client, opts)?.finish(on_wait)
+    }
+
+    /// The first half of [`Cell::register_over`]: sends the request and
+    /// returns at once, so the caller can prepare what it needs while the
+    /// broker decides; [`Registering::finish`] takes the answer.
+    pub fn send_registration(
         mut client: Client,
         opts: &Options,
-        mut on_wait: impl FnMut(Wait<'_>),
-    ) -> Result<Cell, ClientError> {
-        let socket = client.socket().to_path_buf();
+    ) -> Result<Registering, ClientError> {
         // Staying put is joining itself without joining: the broker (v2)
         // sends the cell's directory and moves nothing.
-        let reg = client.register(
+        client.send_register(
             &opts.name,
             opts.spec,
             &[],
             opts.wait,
             opts.joins_itself || opts.stays_put,
-            |position, reason| on_wait(Wait::Queued { position, reason }),
         )?;
+        Ok(Registering {
+            client,
+            opts: opts.clone(),
+        })
+    }
+}
+
+/// A registration sent and not yet answered ([`Cell::send_registration`]).
+#[derive(Debug)]
+pub struct Registering {
+    client: Client,
+    opts: Options,
+}
+
+impl Registering {
+    /// Waits for the broker's answer and makes the cell, as
+    /// [`Cell::register_over`] does.
+    pub fn finish(self, mut on_wait: impl FnMut(Wait<'_>)) -> Result<Cell, ClientError> {
+        let Registering { mut client, opts } = self;
+        let opts = &opts;
+        let socket = client.socket().to_path_buf();
+        let reg = client
+            .await_registration(|position, reason| on_wait(Wait::Queued { position, reason }))?;
         let (dirs, files): (Vec<OwnedFd>, Vec<OwnedFd>) = if opts.stays_put {
             let (d, f): (Vec<OwnedFd>, Vec<OwnedFd>) =
                 reg.join_files.into_iter().partition(is_directory);
@@ -150,7 +187,9 @@ impl Cell {
             .unwrap_or_else(|p| p.into_inner()) = dirs.into_iter().next();
         Ok(cell)
     }
+}
 
+impl Cell {
     /// The cell `allot run` put this process in, from `ALLOT_CELL` and
     /// `ALLOT_GRANT_FD`; `None` outside `allot run`.
     pub fn from_env() -> Option<Result<Cell, ClientError>> {

@@ -14,42 +14,66 @@ use crate::conn::Client;
 use allot_proto::log::Once;
 use allot_proto::msg::ErrorCode;
 use rustix::fd::OwnedFd;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// The watcher of a registered cell: its thread, stopped and joined (and
-/// the cell released, unless it leaves at exit) when the last handle drops.
+/// the cell released, unless it leaves at exit) when the cell's last
+/// handle drops.
 #[derive(Debug)]
 pub(super) struct Watcher {
     inner: Arc<Inner>,
     handle: Mutex<Option<JoinHandle<()>>>,
+    /// Whether the thread was started ([`Watcher::start`]).
+    started: AtomicBool,
 }
 
 impl Watcher {
-    /// Starts the watcher thread of `inner`'s cell.
-    pub(super) fn start(inner: &Arc<Inner>) -> Arc<Watcher> {
-        let w = Arc::new(Watcher {
+    /// The watcher of `inner`'s cell, its thread not started yet.
+    pub(super) fn new(inner: &Arc<Inner>) -> Watcher {
+        Watcher {
             inner: inner.clone(),
             handle: Mutex::new(None),
-        });
-        let i = inner.clone();
+            started: AtomicBool::new(false),
+        }
+    }
+
+    /// Starts the thread, once.
+    pub(super) fn start(&self) {
+        if self.started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let i = self.inner.clone();
         let h = std::thread::Builder::new()
             .name("allot-watch".into())
             .spawn(move || watch(i))
             .ok();
-        *w.handle.lock().unwrap_or_else(|p| p.into_inner()) = h;
-        w
+        *self.handle.lock().unwrap_or_else(|p| p.into_inner()) = h;
+    }
+}
+
+impl Watcher {
+    /// Tells the thread to stop and leaves it to end by itself: the drop
+    /// then does not wait for it. For the cell's last handle in a process
+    /// about to exit, which ends the thread anyway.
+    pub(super) fn stop_unjoined(&self) {
+        self.stop();
+        drop(self.handle.lock().unwrap_or_else(|p| p.into_inner()).take());
+    }
+
+    fn stop(&self) {
+        self.inner.stop.store(true, Ordering::Release);
+        if let Some(fd) = &self.inner.stop_fd {
+            let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+        }
     }
 }
 
 impl Drop for Watcher {
     fn drop(&mut self) {
-        self.inner.stop.store(true, Ordering::Release);
-        if let Some(fd) = &self.inner.stop_fd {
-            let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
-        }
+        self.stop();
         if let Some(h) = self.handle.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = h.join();
         }
