@@ -438,9 +438,31 @@ impl TrustedDir {
         {
             return Ok(false);
         }
-        let mut have = Vec::with_capacity(bytes.len());
-        std::io::Read::read_to_end(&mut std::fs::File::from(fd), &mut have)?;
-        Ok(have == bytes)
+        if bytes.is_empty() {
+            return Ok(true);
+        }
+        // Compared where the page cache holds it (a mapping) rather than
+        // read into fresh memory: the shim and the manager's library are
+        // checked on every launch, and a copy costs a page fault a page.
+        // SAFETY: a private read-only mapping of `st_size` bytes of a
+        // regular file, unmapped below; a file truncated meanwhile makes
+        // the comparison fault, which only a writer of this user's own
+        // directory could cause.
+        let p = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                bytes.len(),
+                rustix::mm::ProtFlags::READ,
+                rustix::mm::MapFlags::PRIVATE,
+                &fd,
+                0,
+            )
+        }?;
+        // SAFETY: the mapping above, `bytes.len()` readable bytes.
+        let same = unsafe { std::slice::from_raw_parts(p.cast::<u8>(), bytes.len()) } == bytes;
+        // SAFETY: unmapped once, nothing borrows it any more.
+        let _ = unsafe { rustix::mm::munmap(p, bytes.len()) };
+        Ok(same)
     }
 }
 

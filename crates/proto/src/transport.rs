@@ -125,11 +125,70 @@ pub fn listen(path: &Path) -> std::io::Result<OwnedFd> {
     Ok(sock)
 }
 
+/// A receive buffer of [`MAX_MESSAGE`] bytes in an anonymous mapping: the
+/// kernel gives each page, zeroed, when a message first lands in it, so a
+/// connection whose messages are small touches one page. A zeroed heap
+/// buffer of the same size is written whole when made: sixteen page
+/// faults on every connection (a launch makes two).
+#[derive(Debug)]
+pub struct RecvBuf {
+    ptr: std::ptr::NonNull<u8>,
+}
+
+// SAFETY: the mapping is owned by this value alone (no other pointer to it
+// exists) and freed only by its drop.
+unsafe impl Send for RecvBuf {}
+// SAFETY: shared access only reads through `&[u8]`.
+unsafe impl Sync for RecvBuf {}
+
+impl RecvBuf {
+    /// A new buffer; it fails only where the kernel refuses the mapping
+    /// (no address space left).
+    pub fn new() -> std::io::Result<RecvBuf> {
+        use rustix::mm::{MapFlags, ProtFlags, mmap_anonymous};
+        // SAFETY: a fresh private anonymous mapping aliases nothing.
+        let p = unsafe {
+            mmap_anonymous(
+                std::ptr::null_mut(),
+                MAX_MESSAGE,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE,
+            )
+        }?;
+        Ok(RecvBuf {
+            ptr: std::ptr::NonNull::new(p.cast()).ok_or_else(|| std::io::Error::other("mmap"))?,
+        })
+    }
+}
+
+impl std::ops::Deref for RecvBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: the mapping is MAX_MESSAGE bytes, readable, and zero
+        // filled by the kernel, so every byte is initialized.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), MAX_MESSAGE) }
+    }
+}
+
+impl std::ops::DerefMut for RecvBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as for `deref`; `&mut self` makes this the only access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), MAX_MESSAGE) }
+    }
+}
+
+impl Drop for RecvBuf {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once.
+        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), MAX_MESSAGE) };
+    }
+}
+
 /// A client's connection to the broker.
 #[derive(Debug)]
 pub struct Conn {
     sock: OwnedFd,
-    buf: Vec<u8>,
+    buf: RecvBuf,
 }
 
 /// Why a call failed.
@@ -175,7 +234,7 @@ impl Conn {
         }
         Ok(Conn {
             sock,
-            buf: vec![0; MAX_MESSAGE],
+            buf: RecvBuf::new()?,
         })
     }
 
@@ -183,7 +242,7 @@ impl Conn {
     pub fn from_fd(sock: OwnedFd) -> Conn {
         Conn {
             sock,
-            buf: vec![0; MAX_MESSAGE],
+            buf: RecvBuf::new().expect("address space for a receive buffer"),
         }
     }
 
@@ -191,7 +250,10 @@ impl Conn {
     /// one thread may send on it while another waits to receive.
     pub fn try_clone(&self) -> std::io::Result<Conn> {
         let sock = rustix::io::fcntl_dupfd_cloexec(&self.sock, 0)?;
-        Ok(Conn::from_fd(sock))
+        Ok(Conn {
+            sock,
+            buf: RecvBuf::new()?,
+        })
     }
 
     /// The socket, for polling.

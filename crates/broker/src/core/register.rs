@@ -292,7 +292,11 @@ impl Engine {
                 ),
             );
         }
-        if let Err(why) = self.apply_memory(id, &spec.memory) {
+        // A new cell's groups hold the kernel's defaults (no limit, no
+        // protection): written only when the spec asks for memory.
+        if !spec.memory.is_none()
+            && let Err(why) = self.apply_memory(id, &spec.memory)
+        {
             self.remove_backend(id);
             self.journal(&[Record::End { id }]);
             return fail(
