@@ -69,7 +69,7 @@ impl Engine {
                     entitled: g.map(|g| g.entitled.to_string()).unwrap_or_default(),
                     held: self
                         .account
-                        .held
+                        .held()
                         .get(&id)
                         .map(|s| s.to_string())
                         .unwrap_or_default(),
@@ -173,7 +173,7 @@ impl Engine {
                 time_reserve: f64::from(allot_plan::PPM.saturating_sub(self.planner.time_limit()))
                     / f64::from(allot_plan::PPM),
                 idle: idle.to_string(),
-                held_outside: self.account.outside.to_string(),
+                held_outside: self.account.outside().to_string(),
                 memory: self.memory.capacity().map(|capacity| MachineMemory {
                     capacity,
                     reserve: self.memory.reserve(),

@@ -53,10 +53,10 @@
 
 use super::{Effect, Engine, SessionId};
 use crate::gathering::Gathering;
-use crate::ledger::{Ledger, LedgerError};
+use crate::ledger::{InLine, Ledger, LedgerError, Waiter};
 use allot_enforce::{BackendKind, IoWeights};
 use allot_plan::{Admission, Admitted, CellId, CellSpec};
-use allot_proto::LedgerItem;
+use allot_proto::{DeviceDef, LedgerItem};
 use allot_spec::ValidSpec;
 use allot_topo::CpuSet;
 use std::collections::{BTreeMap, HashMap};
@@ -87,34 +87,29 @@ pub(crate) enum Denial {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Account {
     /// What each process holds of each resource kind.
-    pub(crate) ledger: Ledger,
+    ledger: Ledger,
     /// Sessions waiting for the ledger to change: session → (pid, epoch
     /// seen). One each: a new watch replaces the session's old one.
-    pub(crate) watchers: BTreeMap<SessionId, (u32, u64)>,
+    watchers: BTreeMap<SessionId, (u32, u64)>,
     /// Requests of dividing policies arriving together, from every
     /// process (`KindGather`).
-    pub(crate) gathering: Gathering,
+    gathering: Gathering,
     /// Holder of each live process that acquired something: its cell, or
     /// `None` (the broker watches these processes, and forgets them when
     /// they exit).
     holders: HashMap<u32, Option<u64>>,
     /// CPUs each cell's processes hold exclusively.
-    pub(crate) held: BTreeMap<u64, CpuSet>,
+    held: BTreeMap<u64, CpuSet>,
     /// CPUs processes outside every cell hold exclusively.
-    pub(crate) outside: CpuSet,
+    outside: CpuSet,
     /// Each cell's spec as planned and admitted ([`CellSpec::holding`]),
     /// for the cells holding CPUs, and `OUTSIDE`'s.
-    pub(crate) specs: BTreeMap<u64, CellSpec>,
+    specs: BTreeMap<u64, CellSpec>,
     /// CPUs given back that stay with their last holder until
     /// [`LINGER`] after this instant.
-    pub(crate) lingering: BTreeMap<usize, Instant>,
+    lingering: BTreeMap<usize, Instant>,
     /// The I/O weights applied to each cell.
-    pub(crate) io: BTreeMap<u64, IoWeights>,
-    /// Cells whose other processes were last kept off held CPUs, and those
-    /// CPUs (`keep_off`).
-    pub(crate) kept_off: BTreeMap<u64, CpuSet>,
-    /// The processes of each such cell whose affinity was narrowed.
-    pub(crate) narrowed: BTreeMap<u64, std::collections::BTreeSet<u32>>,
+    io: BTreeMap<u64, IoWeights>,
 }
 
 impl Account {
@@ -150,6 +145,164 @@ impl Account {
     pub(crate) fn members_changed(&mut self) {
         let ledger = &self.ledger;
         self.holders.retain(|pid, _| ledger.holds(*pid));
+    }
+
+    /// `pid` (of user `uid`) defines resource kind `name` over `devices`;
+    /// whether it is a new definer (watched: its kinds end with it).
+    pub(crate) fn define(
+        &mut self,
+        pid: u32,
+        uid: u32,
+        name: &str,
+        devices: &[DeviceDef],
+    ) -> Result<bool, LedgerError> {
+        self.ledger.define(pid, uid, name, devices)
+    }
+
+    /// The ledger, to read (every change goes through the account).
+    pub(crate) fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    /// CPUs each cell's processes hold exclusively (lingering ones too).
+    pub(crate) fn held(&self) -> &BTreeMap<u64, CpuSet> {
+        &self.held
+    }
+
+    /// CPUs processes outside every cell hold exclusively.
+    pub(crate) fn outside(&self) -> CpuSet {
+        self.outside
+    }
+
+    /// Whether CPUs given back still linger with their last holder.
+    pub(crate) fn lingers(&self) -> bool {
+        !self.lingering.is_empty()
+    }
+
+    /// `pid` takes `items`: at once, or (`wait`) in its place in line,
+    /// holding what it has meanwhile when `holding`.
+    pub(crate) fn acquire(
+        &mut self,
+        pid: u32,
+        uid: u32,
+        items: &[LedgerItem],
+        wait: Option<Waiter>,
+        holding: bool,
+    ) -> Result<(), LedgerError> {
+        match wait {
+            Some(w) => self.ledger.acquire_at(pid, uid, items, w, holding),
+            None => self.ledger.acquire(pid, uid, items),
+        }
+    }
+
+    /// Keeps `pid`'s place `w` in line for `items` it was refused.
+    pub(crate) fn keep_place(
+        &mut self,
+        pid: u32,
+        w: Waiter,
+        items: &[LedgerItem],
+        holding: bool,
+        any_device: bool,
+    ) -> Result<InLine, LedgerError> {
+        self.ledger.keep_place(pid, w, items, holding, any_device)
+    }
+
+    /// `pid` gives `items` back.
+    pub(crate) fn release(&mut self, pid: u32, items: &[LedgerItem]) {
+        self.ledger.release(pid, items);
+    }
+
+    /// Place `w` leaves the line; whether it was in it.
+    pub(crate) fn leave_place(&mut self, w: Waiter) -> bool {
+        self.ledger.leave_place(w)
+    }
+
+    /// Places whose clients stopped asking before `now` leave the line.
+    pub(crate) fn expire_places(&mut self, now: Instant) {
+        self.ledger.expire_places(now);
+    }
+
+    /// Process `pid` exited: what it held goes back; whether it held
+    /// anything.
+    pub(crate) fn process_ended(&mut self, pid: u32) -> bool {
+        self.ledger.forget(pid)
+    }
+
+    /// A grant changed: processes waiting for one try again.
+    pub(crate) fn grants_changed(&mut self) {
+        self.ledger.touch();
+    }
+
+    /// `cpu` is the system minimum's: no `require` takes it.
+    pub(crate) fn keep_cpu(&mut self, cpu: usize) {
+        self.ledger.keep_cpu(cpu);
+    }
+
+    /// Session `session` of process `pid`, which saw the ledger at
+    /// `epoch` and has `waiting` threads waiting, watches it. The answer
+    /// now (the epoch and the waiters) when the ledger moved since in a
+    /// way that may let `pid` through; `None`: it waits, replacing the
+    /// session's earlier watch.
+    pub(crate) fn watch(
+        &mut self,
+        session: SessionId,
+        pid: u32,
+        epoch: u64,
+        waiting: u32,
+    ) -> Option<(u64, u32)> {
+        let ledger = &mut self.ledger;
+        ledger.set_waiting(pid, waiting);
+        if ledger.epoch() > epoch && ledger.to_wake().contains(&pid) {
+            ledger.set_waiting(pid, 0);
+            Some((ledger.epoch(), ledger.waiters()))
+        } else {
+            self.watchers.insert(session, (pid, epoch));
+            None
+        }
+    }
+
+    /// The watching sessions the ledger's change may let through, taken
+    /// out of the watch, with the epoch and the waiters to tell them.
+    pub(crate) fn wake_watchers(&mut self) -> (Vec<SessionId>, u64, u32) {
+        let epoch = self.ledger.epoch();
+        if self.watchers.is_empty() {
+            return (Vec::new(), epoch, 0);
+        }
+        let wake = self.ledger.to_wake();
+        let due: Vec<(SessionId, u32)> = self
+            .watchers
+            .iter()
+            .filter(|(_, (pid, seen))| epoch > *seen && wake.contains(pid))
+            .map(|(&s, &(pid, _))| (s, pid))
+            .collect();
+        for (session, pid) in &due {
+            self.watchers.remove(session);
+            self.ledger.set_waiting(*pid, 0);
+        }
+        let waiters = self.ledger.waiters();
+        (due.into_iter().map(|(s, _)| s).collect(), epoch, waiters)
+    }
+
+    /// Session `session` closed: its watch, its places in line and its
+    /// gathered arrivals go. Whether the line changed (who waited behind
+    /// its places may go).
+    pub(crate) fn leave_session(&mut self, session: SessionId) -> bool {
+        if let Some((pid, _)) = self.watchers.remove(&session) {
+            self.ledger.set_waiting(pid, 0);
+        }
+        self.gathering.leave_session(session);
+        self.ledger.leave_session(session)
+    }
+
+    /// The gathering of requests arriving together (`KindGather`,
+    /// `KindChosen`, a grant that is an arrival's choice made).
+    pub(crate) fn gathering(&mut self) -> &mut Gathering {
+        &mut self.gathering
+    }
+
+    /// When the next gathered batch is due.
+    pub(crate) fn next_gathering_due(&self) -> Option<Instant> {
+        self.gathering.next_due()
     }
 }
 

@@ -70,7 +70,7 @@ impl Engine {
     /// When the next gathered arrival is due an answer (`None`: none
     /// waits); the event loop wakes for it.
     pub fn next_gathered(&self) -> Option<Instant> {
-        self.account.gathering.next_due()
+        self.account.next_gathering_due()
     }
 
     /// Plans once for every cell admitted since the last call, makes the

@@ -115,7 +115,7 @@ impl Engine {
         let before = self.held_outside_by(peer.uid);
         let mut after = before.clone();
         for it in items.iter().filter(|it| !it.shared) {
-            after.extend(self.account.ledger.cpu_of(it));
+            after.extend(self.account.ledger().cpu_of(it));
         }
         let (in_cells, _, _) = self.cells_guarantee(peer.uid, None);
         let cpus = in_cells + after.len() as u32;
@@ -157,7 +157,7 @@ impl Engine {
 
     /// The CPUs `uid`'s processes outside every cell hold exclusively.
     fn held_outside_by(&self, uid: u32) -> BTreeSet<usize> {
-        let ledger = &self.account.ledger;
+        let ledger = self.account.ledger();
         ledger
             .exclusive_cpus()
             .into_iter()

@@ -97,7 +97,7 @@ impl Engine {
         let exempt: BTreeSet<u32> = self
             .account
             .outside_holders()
-            .filter(|pid| self.account.ledger.holds(*pid))
+            .filter(|pid| self.account.ledger().holds(*pid))
             .collect();
         match u.sweep(&self.plan.reserve, &exempt) {
             Ok(0) => {}

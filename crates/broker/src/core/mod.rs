@@ -150,6 +150,8 @@ pub struct Engine {
     /// The ledger of `require` holdings, its watchers, and its CPU
     /// holdings as the plan sees them (`account`).
     pub(crate) account: account::Account,
+    /// What the cells' other processes were last kept off (`keep_off`).
+    kept_off: keep_off::KeptOff,
     pub(crate) limits: Limits,
     pub(crate) show_other_users: bool,
     removals: Vec<Removal>,
@@ -250,6 +252,7 @@ impl Engine {
             stop_requested: false,
             uid: rustix::process::geteuid().as_raw(),
             account: account::Account::new(Ledger::new(machine, cfg.limits)),
+            kept_off: Default::default(),
             limits: cfg.limits,
             channels: crate::channels::Channels::new(cfg.channel_acl.clone()),
             messages: BTreeMap::new(),
@@ -365,7 +368,7 @@ impl Engine {
             .iter()
             .filter_map(|m| {
                 // A process the ledger still involves stays watched.
-                (!self.account.ledger.involves(m.pid)).then_some(Effect::Unwatch(m.pid))
+                (!self.account.ledger().involves(m.pid)).then_some(Effect::Unwatch(m.pid))
             })
             .collect()
     }
@@ -412,7 +415,7 @@ impl Engine {
         let seen = Instant::now();
         let mut effects = Vec::new();
         self.account.forget(pid);
-        if self.account.ledger.forget(pid) {
+        if self.account.process_ended(pid) {
             info!("process {pid} died holding resources; given back");
             effects.extend(self.after_ledger_change());
         }
@@ -472,17 +475,14 @@ impl Engine {
 
     /// The step of [`Engine::session_closed`].
     pub(super) fn close_session(&mut self, session: SessionId) -> Vec<Effect> {
-        if let Some((pid, _)) = self.account.watchers.remove(&session) {
-            self.account.ledger.set_waiting(pid, 0);
-        }
-        // Its places in line go with it; who waited behind them may go.
-        let mut e = if self.account.ledger.leave_session(session) {
+        // Its watch, places in line and gathered arrivals go with it: who
+        // waited behind them may go, and the next of their batch may be
+        // answered.
+        let mut e = if self.account.leave_session(session) {
             self.ledger_changed()
         } else {
             Vec::new()
         };
-        // So do its arrivals; the next of their batch may be answered.
-        self.account.gathering.leave_session(session);
         e.extend(self.gathering_due(Instant::now()));
         self.channels.session_closed(session);
         let queue = &mut self.cells.queue;
@@ -535,7 +535,7 @@ impl Engine {
         self.channels.settle(now);
         let (mut effects, moved) = self.message_tick(now);
         // CPUs given back through `require` leave their holder.
-        if !self.account.lingering.is_empty() && self.refresh_account(now) {
+        if self.account.lingers() && self.refresh_account(now) {
             changed = true;
         }
         self.sweep_unmanaged();
@@ -547,7 +547,7 @@ impl Engine {
         }
         effects.extend(self.admit_queued());
         // Places in the ledger's line whose clients stopped asking leave.
-        self.account.ledger.expire_places(now);
+        self.account.expire_places(now);
         // Grants changed since the last look: waiting `require`s retry.
         effects.extend(self.ledger_changed());
         effects
@@ -592,7 +592,7 @@ impl Engine {
     /// (`crate::gathering`).
     pub(super) fn gathering_due(&mut self, now: Instant) -> Vec<Effect> {
         self.account
-            .gathering
+            .gathering()
             .due(now)
             .into_iter()
             .map(|a| {
@@ -610,25 +610,9 @@ impl Engine {
     /// Answers every watcher whose epoch is behind the ledger's and whose
     /// process the change may let through (`Ledger::to_wake`).
     fn ledger_changed(&mut self) -> Vec<Effect> {
-        let epoch = self.account.ledger.epoch();
-        if self.account.watchers.is_empty() {
-            return Vec::new();
-        }
-        let wake = self.account.ledger.to_wake();
-        let due: Vec<(SessionId, u32)> = self
-            .account
-            .watchers
-            .iter()
-            .filter(|(_, (pid, seen))| epoch > *seen && wake.contains(pid))
-            .map(|(&s, &(pid, _))| (s, pid))
-            .collect();
-        for (session, pid) in &due {
-            self.account.watchers.remove(session);
-            self.account.ledger.set_waiting(*pid, 0);
-        }
-        let waiters = self.account.ledger.waiters();
+        let (due, epoch, waiters) = self.account.wake_watchers();
         due.into_iter()
-            .map(|(session, _)| answer(session, Reply::Changed { epoch, waiters }))
+            .map(|session| answer(session, Reply::Changed { epoch, waiters }))
             .collect()
     }
 

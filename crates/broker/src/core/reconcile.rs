@@ -50,14 +50,14 @@ impl Engine {
                 },
                 demand: c.est.demand(),
                 perf: self.hint_of(c),
-                held: self.account.held.get(&id).copied().unwrap_or_default(),
+                held: self.account.held().get(&id).copied().unwrap_or_default(),
             })
-            .chain((!self.account.outside.is_empty()).then(|| CellInput {
+            .chain((!self.account.outside().is_empty()).then(|| CellInput {
                 id: account::OUTSIDE,
-                spec: account::Account::outside_spec(self.account.outside.len()),
+                spec: account::Account::outside_spec(self.account.outside().len()),
                 demand: None,
                 perf: Default::default(),
-                held: self.account.outside,
+                held: self.account.outside(),
             }))
             .collect();
         let mut next = self
@@ -229,7 +229,7 @@ impl Engine {
         self.keep_off_held();
         if any {
             // Processes waiting for their cell's grant try again.
-            self.account.ledger.touch();
+            self.account.grants_changed();
         }
         any
     }
@@ -254,7 +254,7 @@ impl Engine {
     /// that asked for nothing (`account`).
     pub(super) fn keep_reserve(&mut self) {
         for cpu in self.plan.reserve.iter() {
-            self.account.ledger.keep_cpu(cpu);
+            self.account.keep_cpu(cpu);
         }
     }
 }

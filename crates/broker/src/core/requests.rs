@@ -170,11 +170,7 @@ impl Engine {
             }
             Request::Shutdown => reply(self.shutdown_request(peer, kind)),
             Request::KindDefine { name, devices } => {
-                match self
-                    .account
-                    .ledger
-                    .define(peer.pid, peer.uid, &name, &devices)
-                {
+                match self.account.define(peer.pid, peer.uid, &name, &devices) {
                     // A new definer is watched: its kinds end with it.
                     Ok(new) => {
                         let mut e = Vec::new();
@@ -189,7 +185,7 @@ impl Engine {
             }
             Request::KindList { kind } => {
                 let viewer = (!self.sees_everything(peer)).then_some(peer.uid);
-                let json = self.account.ledger.json(viewer, &kind);
+                let json = self.account.ledger().json(viewer, &kind);
                 chunked(session, &json, |more, json| Reply::Json { more, json })
             }
             Request::KindAcquire {
@@ -243,11 +239,11 @@ impl Engine {
                 vec![]
             }
             Request::KindRelease { items } => {
-                self.account.ledger.release(peer.pid, &items);
+                self.account.release(peer.pid, &items);
                 self.after_ledger_change()
             }
             Request::KindLeave { place } => {
-                if self.account.ledger.leave_place(Waiter { session, place }) {
+                if self.account.leave_place(Waiter { session, place }) {
                     self.after_ledger_change()
                 } else {
                     vec![]
@@ -266,7 +262,7 @@ impl Engine {
                 let ago = Duration::from_nanos(now_ns.saturating_sub(sent_ns)).min(window);
                 let at = now.checked_sub(ago).unwrap_or(now);
                 let bound = self.limits.holdings as usize;
-                let gathering = &mut self.account.gathering;
+                let gathering = self.account.gathering();
                 match gathering.arrive(session, peer.pid, arrival, window, at, bound) {
                     Ok(()) => self.gathering_due(now),
                     Err(NotTaken::Invalid(m)) => reply(err(ErrorCode::Invalid, kind, m)),
@@ -274,22 +270,13 @@ impl Engine {
                 }
             }
             Request::KindChosen { arrival } => {
-                self.account.gathering.chosen(session, arrival);
+                self.account.gathering().chosen(session, arrival);
                 self.gathering_due(Instant::now())
             }
             Request::KindWatch { epoch, waiting } => {
-                let ledger = &mut self.account.ledger;
-                ledger.set_waiting(peer.pid, waiting);
-                if ledger.epoch() > epoch && ledger.to_wake().contains(&peer.pid) {
-                    ledger.set_waiting(peer.pid, 0);
-                    reply(Reply::Changed {
-                        epoch: ledger.epoch(),
-                        waiters: ledger.waiters(),
-                    })
-                } else {
-                    // One watch per session: a new one replaces the old.
-                    self.account.watchers.insert(session, (peer.pid, epoch));
-                    vec![]
+                match self.account.watch(session, peer.pid, epoch, waiting) {
+                    Some((epoch, waiters)) => reply(Reply::Changed { epoch, waiters }),
+                    None => vec![],
                 }
             }
         }
@@ -358,16 +345,15 @@ impl Engine {
         wanted: (u64, bool, bool),
     ) -> Vec<Effect> {
         let (place, holding, any_device) = wanted;
-        let first = !self.account.ledger.involves(peer.pid);
+        let first = !self.account.ledger().involves(peer.pid);
         let wait = (place != 0).then_some(Waiter { session, place });
         let checked = self.check_held_guarantees(peer, items).and_then(|()| {
             self.check_account(peer.pid, items)
                 .map_err(LedgerError::from)
         });
-        let ledger = &mut self.account.ledger;
-        let taken = checked.and_then(|()| match wait {
-            Some(w) => ledger.acquire_at(peer.pid, peer.uid, items, w, holding),
-            None => ledger.acquire(peer.pid, peer.uid, items),
+        let taken = checked.and_then(|()| {
+            self.account
+                .acquire(peer.pid, peer.uid, items, wait, holding)
         });
         match taken {
             Ok(()) => {
@@ -385,7 +371,7 @@ impl Engine {
                 e.extend(self.after_ledger_change());
                 e.push(answer(session, Reply::Ok));
                 // A grant is its gathered arrival's choice made.
-                self.account.gathering.granted(peer.pid);
+                self.account.gathering().granted(peer.pid);
                 e.extend(self.gathering_due(Instant::now()));
                 e
             }
@@ -397,10 +383,10 @@ impl Engine {
                     self.account.forget(peer.pid);
                 }
                 let kept = match (&why, wait) {
-                    (LedgerError::Refused(_), Some(w)) => {
-                        let ledger = &mut self.account.ledger;
-                        Some(ledger.keep_place(peer.pid, w, items, holding, any_device))
-                    }
+                    (LedgerError::Refused(_), Some(w)) => Some(
+                        self.account
+                            .keep_place(peer.pid, w, items, holding, any_device),
+                    ),
                     _ => None,
                 };
                 match kept {
