@@ -85,20 +85,7 @@ impl Engine {
     /// time cell's windows): the new one reaches the group just included,
     /// and a paused cell's new gate is closed at once.
     fn regate(&mut self, id: u64) {
-        if self.paused.contains_key(&id) {
-            match self.enforcer.gate(id) {
-                Ok(Some(mut g)) => {
-                    if let Err(e) = g.close() {
-                        warn!("cell {id}: cannot pause its new group: {e}");
-                    }
-                    if let Some(p) = self.paused.get_mut(&id) {
-                        p.gate = g;
-                    }
-                }
-                Ok(None) => {}
-                Err(e) => warn!("cell {id}: cannot pause its new group: {e}"),
-            }
-        }
+        self.repause(id);
         if let Some(window) = self.windows.window(id) {
             let cpus = self.cells[&id].spec.time_cpus();
             match self.enforcer.gate(id) {

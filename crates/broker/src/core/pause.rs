@@ -57,9 +57,9 @@ pub const WHY: &str = "every CPU is guaranteed to other cells; it runs again whe
 
 /// A paused cell.
 #[derive(Debug)]
-pub(crate) struct Paused {
-    pub(super) gate: Box<dyn Gate>,
-    pub(crate) since: Instant,
+pub(super) struct Paused {
+    gate: Box<dyn Gate>,
+    since: Instant,
     /// The CPUs its cpuset confines it to while paused (empty: unknown).
     on: allot_topo::CpuSet,
     /// How often the freeze was sent again to threads that ran on.
@@ -80,7 +80,7 @@ impl Paused {
     /// A cell adopted frozen after a restart, whose journaled grant was
     /// empty (or missing): still paused, with its new gate closed, its
     /// cpuset confining it to `on` (the kernel's).
-    pub(super) fn adopted(mut gate: Box<dyn Gate>, on: allot_topo::CpuSet) -> Paused {
+    fn adopted(mut gate: Box<dyn Gate>, on: allot_topo::CpuSet) -> Paused {
         let _ = gate.close();
         Paused {
             gate,
@@ -333,5 +333,31 @@ impl Engine {
     /// Since when cell `id` is paused, if it is.
     pub(crate) fn paused_since(&self, id: u64) -> Option<Instant> {
         self.paused.get(&id).map(|p| p.since)
+    }
+
+    /// Cell `id`, paused, has a new gate (a group was just included): it is
+    /// closed at once and kept in place of the old one.
+    pub(super) fn repause(&mut self, id: u64) {
+        if !self.paused.contains_key(&id) {
+            return;
+        }
+        match self.enforcer.gate(id) {
+            Ok(Some(mut g)) => {
+                if let Err(e) = g.close() {
+                    warn!("cell {id}: cannot pause its new group: {e}");
+                }
+                if let Some(p) = self.paused.get_mut(&id) {
+                    p.gate = g;
+                }
+            }
+            Ok(None) => {}
+            Err(e) => warn!("cell {id}: cannot pause its new group: {e}"),
+        }
+    }
+
+    /// Cell `id`, adopted after a restart, was paused by the broker before
+    /// (frozen on `on`): it stays paused, through `gate`.
+    pub(super) fn adopt_paused(&mut self, id: u64, gate: Box<dyn Gate>, on: allot_topo::CpuSet) {
+        self.paused.insert(id, Paused::adopted(gate, on));
     }
 }

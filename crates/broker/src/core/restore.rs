@@ -263,8 +263,7 @@ impl Engine {
             }
         };
         if was_paused {
-            self.paused
-                .insert(id, super::pause::Paused::adopted(gate, on));
+            self.adopt_paused(id, gate, on);
         } else {
             let mut gate = gate;
             if let Err(e) = gate.open() {
