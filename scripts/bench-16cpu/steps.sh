@@ -173,6 +173,14 @@ s = json.load(sys.stdin)
 a, b, c, d = s["activation"], s["activation_all"], s["suspension"], s["suspension_spread"]
 print("  %s CPUs: activation first %.1f / all %.1f us (p99 %.1f), suspension %.1f us (p99 %.1f), spread %.1f us, %d windows" % (sys.argv[1], a["p50"], b["p50"], b["p99"], c["p50"], c["p99"], d["p50"], b["n"]))' "$n")"
   done
+  # The window driver's scheduling class, and why the kernel refused the
+  # real-time one if it did (the broker's log says).
+  local driver
+  driver=$(grep -h "window driver started" "$work/daemon.log" 2>/dev/null | tail -1)
+  if [[ -n $driver ]]; then
+    say "  ${driver#*info: }"
+    printf 'driver\t%s\n' "${driver#*info: }" >>"$OUT/cells.txt"
+  fi
 }
 
 # OS noise on a partition CPU against a shared one (scripts/bench-noise.sh's

@@ -182,15 +182,162 @@ impl LoopClass {
                 // Whatever the thread was in, it is not real-time now.
                 let _ = set_this_thread(Class::Other);
                 self.class = Class::Other;
-                Change::Refused(e.to_string())
+                let priority = match class {
+                    Class::Fifo(p) => p,
+                    Class::Other => 0,
+                };
+                Change::Refused(refused(&e, priority))
             }
         }
+    }
+}
+
+/// What the kernel shows of why this process may not take the real-time
+/// class ([`refusal_reason`]'s inputs, read from `/proc` and cgroupfs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RtPermission {
+    /// `CAP_SYS_NICE` is in the effective set (`CapEff`, bit 23); `None`:
+    /// unreadable.
+    pub cap_sys_nice: Option<bool>,
+    /// `RLIMIT_RTPRIO`'s soft limit: the highest priority the process may
+    /// take without the capability.
+    pub rtprio_limit: Option<u64>,
+    /// The real-time budget of its cgroup v1 `cpu` group
+    /// (`cpu.rt_runtime_us`; absent without real-time group scheduling).
+    pub rt_runtime_us: Option<i64>,
+    /// It runs below the root of a cgroup v2 hierarchy (where a kernel
+    /// with real-time group scheduling gives it no real-time time).
+    pub v2_below_root: bool,
+}
+
+impl RtPermission {
+    /// This process's, as the kernel shows it now.
+    pub fn read() -> RtPermission {
+        let status = allot_enforce::os::read_kernel_file("/proc/self/status").unwrap_or_default();
+        let cap_sys_nice = status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .map(|caps| caps & (1 << 23) != 0);
+        let rtprio_limit = rustix::process::getrlimit(rustix::process::Resource::Rtprio).current;
+        let groups = allot_enforce::os::read_kernel_file("/proc/self/cgroup").unwrap_or_default();
+        let v1_cpu = allot_enforce::cgroupfs::group_in(&groups, Some("cpu"));
+        let rt_runtime_us = v1_cpu.and_then(|g| {
+            ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"]
+                .iter()
+                .find_map(|m| {
+                    let dir = std::path::Path::new(m).join(g.trim_start_matches('/'));
+                    allot_enforce::os::read_kernel_file(dir.join("cpu.rt_runtime_us")).ok()
+                })
+                .and_then(|t| t.trim().parse().ok())
+        });
+        let v2_below_root =
+            allot_enforce::cgroupfs::group_in(&groups, None).is_some_and(|g| g.trim() != "/");
+        RtPermission {
+            cap_sys_nice,
+            rtprio_limit,
+            rt_runtime_us,
+            v2_below_root,
+        }
+    }
+}
+
+/// Why the real-time class at `priority` was refused, and what would let
+/// it through, from what the kernel shows (`p`).
+pub fn refusal_reason(p: &RtPermission, priority: i32) -> String {
+    let mut why = Vec::new();
+    let capable = p.cap_sys_nice == Some(true);
+    if !capable && p.rtprio_limit.is_none_or(|l| l < priority as u64) {
+        why.push(format!(
+            "the broker lacks CAP_SYS_NICE{} and its RLIMIT_RTPRIO is {} (give it the \
+             capability: a container drops it unless started with --cap-add SYS_NICE; or \
+             raise the limit to {priority}, e.g. LimitRTPRIO= in its unit)",
+            if p.cap_sys_nice.is_none() {
+                " (unreadable)"
+            } else {
+                ""
+            },
+            p.rtprio_limit.map_or("unknown".into(), |l| l.to_string())
+        ));
+    }
+    if p.rt_runtime_us == Some(0) {
+        why.push(
+            "its cgroup v1 cpu group has no real-time budget (cpu.rt_runtime_us is 0; give it \
+             some, or run the broker in the root cpu group)"
+                .into(),
+        );
+    }
+    if why.is_empty() && p.v2_below_root {
+        why.push(
+            "it runs below the cgroup v2 root, where a kernel built with real-time group \
+             scheduling gives no real-time time (run it in the root cgroup, or set \
+             realtime = false)"
+                .into(),
+        );
+    }
+    if why.is_empty() {
+        why.push("the kernel did not say why".into());
+    }
+    why.join("; ")
+}
+
+/// The refusal `e` of the real-time class at `priority`, said with its
+/// reason where it is a permission the kernel withheld.
+pub fn refused(e: &std::io::Error, priority: i32) -> String {
+    if e.raw_os_error() == Some(libc::EPERM) {
+        format!("{e}: {}", refusal_reason(&RtPermission::read(), priority))
+    } else {
+        e.to_string()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The reasons follow what the kernel shows: no capability and no
+    /// limit (a container's root), a cgroup with no real-time budget, a
+    /// v2 cgroup below the root; with the capability nothing is blamed on
+    /// it.
+    #[test]
+    fn a_refusal_names_what_withheld_the_real_time_class() {
+        let container_root = RtPermission {
+            cap_sys_nice: Some(false),
+            rtprio_limit: Some(0),
+            ..Default::default()
+        };
+        let r = refusal_reason(&container_root, 10);
+        assert!(
+            r.contains("lacks CAP_SYS_NICE") && r.contains("RLIMIT_RTPRIO is 0"),
+            "{r}"
+        );
+        assert!(r.contains("--cap-add SYS_NICE"), "{r}");
+        let limited = RtPermission {
+            cap_sys_nice: Some(false),
+            rtprio_limit: Some(20),
+            ..Default::default()
+        };
+        assert_eq!(refusal_reason(&limited, 10), "the kernel did not say why");
+        let no_budget = RtPermission {
+            cap_sys_nice: Some(true),
+            rt_runtime_us: Some(0),
+            ..Default::default()
+        };
+        let r = refusal_reason(&no_budget, 1);
+        assert!(
+            r.contains("cpu.rt_runtime_us is 0") && !r.contains("CAP_SYS_NICE"),
+            "{r}"
+        );
+        let v2 = RtPermission {
+            cap_sys_nice: Some(true),
+            v2_below_root: true,
+            ..Default::default()
+        };
+        assert!(refusal_reason(&v2, 1).contains("below the cgroup v2 root"));
+        // This process's own reading is well formed, whatever it finds.
+        let here = RtPermission::read();
+        assert!(here.rtprio_limit.is_some());
+    }
 
     #[test]
     fn the_loop_leaves_the_real_time_class_when_busy_and_returns_when_quiet() {

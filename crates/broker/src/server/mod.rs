@@ -738,8 +738,8 @@ fn log_class_change(c: &Change) {
             crate::realtime::PROMOTE_BELOW * 100.0
         ),
         Change::Refused(e) => info!(
-            "event loop: SCHED_OTHER (real-time priority refused: {e}; give the broker \
-             CAP_SYS_NICE, or set realtime = false to keep it ordinary)"
+            "event loop: SCHED_OTHER (real-time priority refused: {e}; or set realtime = \
+             false to keep it ordinary)"
         ),
     }
 }

@@ -274,7 +274,10 @@ fn sharpen_this_thread() -> String {
     let class = crate::realtime::Class::Fifo(DRIVER_PRIORITY);
     match crate::realtime::set_this_thread(class) {
         Ok(()) => class.to_string(),
-        Err(e) => format!("SCHED_OTHER (real-time priority refused: {e})"),
+        Err(e) => format!(
+            "SCHED_OTHER (real-time priority refused: {}; its windows may open late)",
+            crate::realtime::refused(&e, DRIVER_PRIORITY)
+        ),
     }
 }
 

@@ -245,8 +245,8 @@ fn realtime_note(on: bool) -> String {
             DEMOTE_ABOVE * 100.0
         ),
         Err(e) => format!(
-            "on, but refused here ({e}): the event loop will be an ordinary thread (give the \
-             broker CAP_SYS_NICE)"
+            "on, but refused here ({}): the event loop will be an ordinary thread",
+            allot_broker::realtime::refused(&e, LOOP_PRIORITY)
         ),
     }
 }
