@@ -5,7 +5,7 @@
 //! (where the machine has hardware counters), and what it reported on its
 //! report page (heartbeats, request latencies; `allot_proto::report`).
 //!
-//! Every counter in a [`Sample`] is cumulative; a [`Perf::over`] window
+//! Every counter in a [`Sample`] is cumulative; a [`Perf::over`] stretch
 //! reads the differences between its newest sample and the oldest within
 //! the span. The report counters are the cell's own (untrusted) and wrap;
 //! they are only ever differenced. When the set of pages the broker reads
@@ -18,7 +18,7 @@
 //! information (`/proc/pressure/cpu`).
 //!
 //! Both are a [`Series`]: at most [`SAMPLES`] readings, oldest first, and
-//! the window of a span is read from its newest reading back to the
+//! the stretch of a span is read from its newest reading back to the
 //! oldest at least that span before it.
 //!
 //! Pure: the broker's core fills the samples (`core::measure`).
@@ -202,7 +202,7 @@ pub struct Perf {
 
 /// What a stretch of the series says.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct Window {
+pub struct Stretch {
     /// Its length, s.
     pub secs: f64,
     /// CPUs held on average.
@@ -264,24 +264,24 @@ impl Perf {
             .map(|s| s.at)
     }
 
-    /// The window from the newest sample back to the oldest at least
+    /// The stretch from the newest sample back to the oldest at least
     /// `span` before it (or the oldest kept); `None` with fewer than two
     /// samples.
-    pub fn over(&self, span: Duration) -> Option<Window> {
+    pub fn over(&self, span: Duration) -> Option<Stretch> {
         let (from, new) = self.samples.span(span)?;
         self.between(from, new)
     }
 
-    /// The shortest window of at least `span` that holds
+    /// The shortest stretch of at least `span` that holds
     /// [`P99_LATENCIES`] latencies, or all samples when none does.
-    pub fn latency_window(&self, span: Duration) -> Option<Window> {
+    pub fn latency_stretch(&self, span: Duration) -> Option<Stretch> {
         let (from, new) = self.samples.span_until(span, |old, new| {
             new.reports.count.wrapping_sub(old.reports.count) >= P99_LATENCIES
         })?;
         self.between(from, new)
     }
 
-    fn between(&self, from: &Sample, new: &Sample) -> Option<Window> {
+    fn between(&self, from: &Sample, new: &Sample) -> Option<Stretch> {
         let secs = new.at.duration_since(from.at).as_secs_f64();
         if secs <= 0.0 {
             return None;
@@ -325,7 +325,7 @@ impl Perf {
             (Some(a), Some(b)) => b.ratio_since(*a),
             _ => None,
         };
-        Some(Window {
+        Some(Stretch {
             secs,
             cpus: held / secs,
             rate_per_s: self.beats_seen.then(|| d.beats as f64 / secs),
@@ -382,7 +382,7 @@ impl Load {
         self.samples.push(s);
     }
 
-    /// The window from the newest sample back `span` (or the oldest kept).
+    /// The stretch from the newest sample back `span` (or the oldest kept).
     pub fn over(&self, span: Duration) -> Option<LoadWindow> {
         let (from, new) = self.samples.span(span)?;
         let wall = new.at.duration_since(from.at).as_nanos() as f64;
@@ -430,7 +430,7 @@ mod tests {
     }
 
     #[test]
-    fn a_window_reads_rate_cpus_and_cpu_use_from_differences() {
+    fn a_stretch_reads_rate_cpus_and_cpu_use_from_differences() {
         let t0 = Instant::now();
         let mut p = Perf::default();
         // 2 CPUs, both busy, 100 beats a second, for 2 s at 100 ms ticks.
@@ -461,7 +461,7 @@ mod tests {
     }
 
     #[test]
-    fn the_latency_window_grows_until_it_holds_enough_latencies() {
+    fn the_latency_stretch_grows_until_it_holds_enough_latencies() {
         let t0 = Instant::now();
         let mut p = Perf::default();
         let mut r = Reports::default();
@@ -478,9 +478,9 @@ mod tests {
                 ..sample(t0, k * 100, 1, 0, 0)
             });
         }
-        let w = p.latency_window(Duration::from_millis(100)).unwrap();
+        let w = p.latency_stretch(Duration::from_millis(100)).unwrap();
         assert!(w.latencies >= P99_LATENCIES && w.secs < 1.0, "{w:?}");
-        let all = p.latency_window(Duration::from_secs(60)).unwrap();
+        let all = p.latency_stretch(Duration::from_secs(60)).unwrap();
         assert!((all.secs - 3.9).abs() < 1e-9, "{all:?}");
         assert!(all.p99_us.unwrap() >= 100, "{all:?}");
     }
@@ -536,7 +536,7 @@ mod tests {
             pages: 2,
             ..sample(t0, 500, 1, 0, 1_000_000)
         });
-        assert!(p.over(RATE_SPAN).is_none(), "one sample: no window");
+        assert!(p.over(RATE_SPAN).is_none(), "one sample: no stretch");
         p.record(Sample {
             pages: 2,
             ..sample(t0, 600, 1, 0, 1_000_010)

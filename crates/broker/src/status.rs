@@ -240,7 +240,7 @@ fn perf_status(
     note: String,
 ) -> Option<PerfStatus> {
     let w = perf.over(crate::series::RATE_SPAN)?;
-    let lat = perf.latency_window(crate::series::RATE_SPAN).unwrap_or(w);
+    let lat = perf.latency_stretch(crate::series::RATE_SPAN).unwrap_or(w);
     let goal_met = goal.met(w.rate_per_s, lat.p99_us);
     let goal_note = match (goal, goal_met) {
         (allot_plan::Goal::Rate { .. }, None) => {

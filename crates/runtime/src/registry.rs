@@ -1,7 +1,7 @@
 //! What the workers of one pool, its monitor and its handle share: the
 //! [`Registry`] (one per pool, behind an `Arc`), its worker [`Slot`]s, the
 //! monitor's bookkeeping ([`PlanState`], with the [`GrantStamp`] of the
-//! grant applied last) and the suspension [`Gate`].
+//! grant applied last) and the suspension [`SuspendGate`].
 //!
 //! This module holds state and the few operations every holder needs; the
 //! protocols live with the code that runs them: a slot's `target` is
@@ -15,7 +15,7 @@ use crate::stats::WorkerCounters;
 use crate::task::Task;
 use crate::timer::Timers;
 use crate::vp::VpPolicy;
-use crate::window::Windows;
+use crate::window::PoolWindows;
 use allot_proto::Grant;
 use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
@@ -67,9 +67,9 @@ pub(crate) struct Registry {
     /// never).
     pub(crate) quantum: Option<Duration>,
     /// Suspended tasks and the timer (`pool::suspend`).
-    pub(crate) gate: Gate,
+    pub(crate) gate: SuspendGate,
     /// The cell's windows, when it is time-triggered (`window`).
-    pub(crate) windows: Windows,
+    pub(crate) windows: PoolWindows,
 }
 
 impl Registry {
@@ -166,7 +166,7 @@ pub(crate) fn supersedes(last: Option<GrantStamp>, g: &Grant) -> bool {
 /// The pool's side of suspension: the gate and the count of tasks that
 /// wait (the protocol: `pool::suspend`, "The gate").
 #[derive(Debug, Default)]
-pub(crate) struct Gate {
+pub(crate) struct SuspendGate {
     /// True once the pool is being dropped: resumes cancel.
     pub(crate) closed: Mutex<bool>,
     /// Suspended tasks neither resumed nor cancelled yet.
@@ -175,7 +175,7 @@ pub(crate) struct Gate {
     pub(crate) timers: Timers,
 }
 
-impl Gate {
+impl SuspendGate {
     /// Closes the gate and stops the timer (cancelling the tasks it
     /// holds); every later resume cancels. Called by `Pool::drop` before
     /// the workers are shut down.

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// The window schedule the pool follows (all zero: none).
 #[derive(Debug, Default)]
-pub(crate) struct Windows {
+pub(crate) struct PoolWindows {
     origin_ns: AtomicU64,
     /// Period and budget, µs, packed (period in the high half): one load
     /// tells whether there are windows.
@@ -31,7 +31,7 @@ pub(crate) struct Windows {
     pub(crate) waits: AtomicU32,
 }
 
-impl Windows {
+impl PoolWindows {
     /// Follows `w` from now on (an unset window lifts the schedule).
     pub(crate) fn set(&self, w: Window) {
         self.origin_ns.store(w.origin_ns, Ordering::Relaxed);
@@ -78,7 +78,7 @@ mod tests {
 
     #[test]
     fn without_a_schedule_a_worker_never_waits() {
-        let w = Windows::default();
+        let w = PoolWindows::default();
         assert!(!w.hold());
         w.set(Window::default());
         assert!(w.get().is_none());
@@ -87,7 +87,7 @@ mod tests {
 
     #[test]
     fn between_windows_a_worker_sleeps_until_the_next_opens() {
-        let w = Windows::default();
+        let w = PoolWindows::default();
         // Windows of 1 ms every 50 ms, the next opening 30 ms from now.
         let origin = monotonic_ns() + 30_000_000;
         w.set(Window {

@@ -203,7 +203,7 @@ impl Engine {
             let Some(w) = c.perf.over(RATE_SPAN) else {
                 continue;
             };
-            let lat = c.perf.latency_window(RATE_SPAN).unwrap_or(w);
+            let lat = c.perf.latency_stretch(RATE_SPAN).unwrap_or(w);
             let before = c.tracker.hint();
             let after = c.tracker.observe(
                 Observation {

@@ -263,7 +263,7 @@ impl Builder {
             vp_errors: AtomicU64::new(0),
             pin_errors: AtomicU64::new(0),
             quantum: self.quantum,
-            gate: Gate::default(),
+            gate: SuspendGate::default(),
             windows: Default::default(),
         });
         monitor::apply(&reg, &grant);

@@ -24,7 +24,7 @@ use crate::claim::{Claim, ClaimJob};
 use crate::controller::{AbortOnUnwind, Waited, WorkerThread};
 use crate::monitor;
 use crate::policy::{Hint, Place, PolicyKind, PolicySpec, PoolInfo, ThreadPolicy};
-use crate::registry::{Gate, PlanState, Registry, Slot};
+use crate::registry::{PlanState, Registry, Slot, SuspendGate};
 use crate::sleep::Sleep;
 use crate::source::GrantSource;
 use crate::stats::WorkerStats;
