@@ -85,6 +85,9 @@ pub struct Cgroup1 {
     cells: HashMap<u64, Cell>,
     /// The id whose directories are made ahead, no cell holding it yet.
     ahead: Option<u64>,
+    /// That id's `tasks` files, opened with them (a registration that
+    /// hands out join files takes them: [`Enforcer::join_files`]).
+    joins_ahead: Option<(u64, Vec<(PathBuf, std::fs::File)>)>,
     /// The flock on `<cpuset>/<name>` that keeps other brokers out of it
     /// ([`crate::cgroupfs::claim_own`]); held for the backend's lifetime.
     _claim: rustix::fd::OwnedFd,
@@ -172,6 +175,7 @@ impl Cgroup1 {
             holding: false,
             cells: HashMap::new(),
             ahead: None,
+            joins_ahead: None,
             _claim: claim,
         };
         backend.make_base()?;
@@ -434,7 +438,28 @@ impl Enforcer for Cgroup1 {
     }
 
     fn make_ahead(&mut self, cell: u64) -> Result<bool> {
-        ahead::make_ahead(self, cell)
+        // Closed before an id's directories made ahead are removed.
+        if self.joins_ahead.as_ref().is_some_and(|(id, _)| *id != cell) {
+            self.joins_ahead = None;
+        }
+        let made = ahead::make_ahead(self, cell)?;
+        // Its join files too, opened now rather than while a launcher
+        // waits for the registration's answer.
+        if made && self.joins_ahead.as_ref().is_none_or(|(id, _)| *id != cell) {
+            let files = self
+                .dirs(cell)
+                .into_iter()
+                .filter_map(|d| {
+                    let f = std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(d.join("tasks"))
+                        .ok()?;
+                    Some((d, f))
+                })
+                .collect();
+            self.joins_ahead = Some((cell, files));
+        }
+        Ok(made)
     }
 
     fn made_ahead(&self) -> Option<u64> {
@@ -455,9 +480,19 @@ impl Enforcer for Cgroup1 {
 
     fn join_files(&mut self, cell: u64, pid: u32) -> Result<Vec<std::fs::File>> {
         self.open_cell(cell)?;
+        let mut ahead = match self.joins_ahead.take() {
+            Some((id, files)) if id == cell => files,
+            other => {
+                self.joins_ahead = other;
+                Vec::new()
+            }
+        };
         self.dirs_for(cell, pid)
             .iter()
             .map(|d| {
+                if let Some(at) = ahead.iter().position(|(dir, _)| dir == d) {
+                    return Ok(ahead.swap_remove(at).1);
+                }
                 let tasks = d.join("tasks");
                 std::fs::OpenOptions::new()
                     .write(true)
@@ -655,6 +690,7 @@ impl Enforcer for Cgroup1 {
         for c in cells {
             let _ = self.remove(c);
         }
+        self.joins_ahead = None;
         ahead::discard(self);
         // allot's directories, whoever created them: `<name>` in each
         // hierarchy is allot's alone.

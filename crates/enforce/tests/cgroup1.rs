@@ -724,6 +724,40 @@ fn fixture_groups_made_ahead_serve_the_next_cell_and_are_removed_unused() {
     assert!(!dir.path().join("memory/base/allot").exists());
 }
 
+/// A cell's join files are its hierarchies' `tasks` files: those of a
+/// cell made ahead were opened with its directories, others are opened
+/// when asked for.
+#[test]
+fn fixture_join_files_are_the_cells_tasks_files_made_ahead_or_not() {
+    use std::os::fd::AsFd;
+    let dir = tempfile::tempdir().unwrap();
+    let (fs, mounts) = fixture_v1(dir.path(), &["cpuset", "cpu", "freezer"]);
+    let mut b = Cgroup1::new(Arc::new(fs), &mounts, "allot", CpuSet::first_n(4)).unwrap();
+    let same = |f: &std::fs::File, p: std::path::PathBuf| {
+        let a = rustix::fs::fstat(f.as_fd()).unwrap();
+        let b = rustix::fs::stat(&p).unwrap();
+        (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+    };
+    assert!(b.make_ahead(3).unwrap());
+    b.create(3).unwrap();
+    b.create(4).unwrap();
+    for cell in [3, 4] {
+        let files = b.join_files(cell, std::process::id()).unwrap();
+        assert_eq!(files.len(), 3, "cell {cell}: cpuset, cpu and freezer");
+        for h in ["cpuset", "cpu", "freezer"] {
+            let tasks = dir.path().join(format!("{h}/allot/cell-{cell}/tasks"));
+            assert!(
+                files.iter().any(|f| same(f, tasks.clone())),
+                "cell {cell}: {}",
+                tasks.display()
+            );
+        }
+    }
+    // Taken once: asked again, they are opened afresh.
+    assert_eq!(b.join_files(3, std::process::id()).unwrap().len(), 3);
+    b.cleanup().unwrap();
+}
+
 /// On the kernel: a cell made ahead is a working cell (its CPUs reach a
 /// process that joins it), and nothing is left after cleanup.
 #[test]

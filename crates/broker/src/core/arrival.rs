@@ -37,6 +37,9 @@ pub(crate) struct Arriving {
     /// Its registering process moves itself in, through the join files
     /// sent with the reply, when the backend has them.
     pub(crate) joins_itself: bool,
+    /// The registering process and its start time as read when it
+    /// connected: not read from `/proc` again.
+    pub(crate) registrant: Option<(u32, u64)>,
 }
 
 /// When the next cell's groups may be made ahead (`Enforcer::make_ahead`;
@@ -133,6 +136,7 @@ impl Engine {
             session,
             token,
             joins_itself,
+            registrant,
         } = a;
         if !self.cells.contains_key(&id) {
             // Released (by an id guessed before the reply) in this turn.
@@ -159,7 +163,11 @@ impl Engine {
         }
         let mut effects = Vec::new();
         for pid in members {
-            let Some(start) = self.os.start_time(pid) else {
+            let start = match registrant {
+                Some((p, start)) if p == pid => Some(start),
+                _ => self.os.start_time(pid),
+            };
+            let Some(start) = start else {
                 continue;
             };
             let (how, took) = if join_files.is_empty() {

@@ -183,6 +183,7 @@ impl Engine {
                         token: random_u64(),
                         timeline,
                         joins_itself,
+                        registrant: peer.start.map(|s| (peer.pid, s)),
                     },
                 )
             }
@@ -248,6 +249,7 @@ impl Engine {
             token,
             mut timeline,
             joins_itself,
+            registrant,
         } = new;
         let fail = |code, msg: String| vec![answer(session, err(code, REGISTER, msg))];
         // Recorded in this step, before its reply (`journaling`).
@@ -316,6 +318,7 @@ impl Engine {
             session,
             token,
             joins_itself,
+            registrant,
         };
         if self.batch_arrivals {
             // Joined, with the others of this turn, by `settle`.
@@ -391,6 +394,7 @@ impl Engine {
                                 token: q.token,
                                 timeline,
                                 joins_itself: false,
+                                registrant: None,
                             },
                         ));
                     }
@@ -680,6 +684,9 @@ struct Newcomer {
     timeline: Timeline,
     /// The registering process moves itself in (`arrival`).
     joins_itself: bool,
+    /// The registering process and its start time, read when it
+    /// connected (`None`: read again as it joins).
+    registrant: Option<(u32, u64)>,
 }
 
 /// The admission verdict in a word or two, for the timeline.
