@@ -118,19 +118,7 @@ impl Engine {
                 wanted,
                 progress,
             } => self.report(peer, cell, busy, wanted, progress),
-            Request::PoolStats { cell, stats } => {
-                match self.owned(peer, cell, 0x0F) {
-                    Ok(()) => {
-                        let c = self.cells.get_mut(&cell).expect("checked by owned");
-                        c.pool_stats = Some(stats);
-                    }
-                    Err(Reply::Error { message, .. }) => {
-                        debug!("pool statistics from pid {} ignored: {message}", peer.pid);
-                    }
-                    Err(_) => {}
-                }
-                vec![]
-            }
+            Request::PoolStats { cell, stats } => self.pool_stats(peer, cell, stats),
             Request::SetGoal { cell, goal } => {
                 let spec = self
                     .cells
@@ -170,18 +158,7 @@ impl Engine {
             }
             Request::Shutdown => reply(self.shutdown_request(peer, kind)),
             Request::KindDefine { name, devices } => {
-                match self.account.define(peer.pid, peer.uid, &name, &devices) {
-                    // A new definer is watched: its kinds end with it.
-                    Ok(new) => {
-                        let mut e = Vec::new();
-                        if new {
-                            e.push(Effect::Watch(peer.pid));
-                        }
-                        e.push(answer(session, Reply::Ok));
-                        e
-                    }
-                    Err(e) => reply(ledger_error(kind, e)),
-                }
+                self.kind_define(session, peer, kind, &name, &devices)
             }
             Request::KindList { kind } => {
                 let viewer = (!self.sees_everything(peer)).then_some(peer.uid);
@@ -199,36 +176,7 @@ impl Engine {
                 send,
                 slots,
                 message_max,
-            } => {
-                let cell = self.cells.cell_of(peer.pid);
-                match self.channels.open(
-                    session,
-                    peer.uid,
-                    cell,
-                    &name,
-                    send,
-                    slots,
-                    message_max,
-                    &self.limits,
-                ) {
-                    Ok(o) => {
-                        debug!(
-                            "session {session} (uid {}) opened the {} end of channel {name}",
-                            peer.uid,
-                            if send { "sending" } else { "receiving" }
-                        );
-                        vec![Effect::Reply {
-                            session,
-                            reply: Reply::Channel {
-                                slots: o.geometry.slots as u32,
-                                message_max: o.geometry.message_max() as u32,
-                            },
-                            fds: o.fds,
-                        }]
-                    }
-                    Err((code, message)) => reply(err(code, kind, message)),
-                }
-            }
+            } => self.channel_open(session, peer, kind, &name, (send, slots, message_max)),
             Request::ChannelRejoin { name, send } => {
                 self.rejoin_channel(session, peer, &name, send, vec![])
             }
@@ -253,27 +201,14 @@ impl Engine {
                 arrival,
                 window_us,
                 sent_ns,
-            } => {
-                let now = Instant::now();
-                let window = Duration::from_micros(u64::from(window_us));
-                // Its wait counts from when it was sent (the broker's
-                // wake-up is not the client's to pay), within a window.
-                let now_ns = allot_proto::window::monotonic_ns();
-                let ago = Duration::from_nanos(now_ns.saturating_sub(sent_ns)).min(window);
-                let at = now.checked_sub(ago).unwrap_or(now);
-                let bound = self.limits.holdings as usize;
-                let gathering = self.account.gathering();
-                match gathering.arrive(session, peer.pid, arrival, window, at, bound) {
-                    Ok(()) => self.gathering_due(now),
-                    Err(NotTaken::Invalid(m)) => reply(err(ErrorCode::Invalid, kind, m)),
-                    Err(NotTaken::Limit(m)) => reply(err(ErrorCode::Limit, kind, m)),
-                }
-            }
+            } => self.kind_gather(session, peer, kind, arrival, (window_us, sent_ns)),
             Request::KindChosen { arrival } => {
                 self.account.gathering().chosen(session, arrival);
                 self.gathering_due(Instant::now())
             }
             Request::KindWatch { epoch, waiting } => {
+                // Answered now when the ledger moved since its epoch in a
+                // way that may let it through; else when it does.
                 match self.account.watch(session, peer.pid, epoch, waiting) {
                     Some((epoch, waiters)) => reply(Reply::Changed { epoch, waiters }),
                     None => vec![],
@@ -397,6 +332,117 @@ impl Engine {
                     None => vec![answer(session, ledger_error(0x0C, why))],
                 }
             }
+        }
+    }
+
+    /// `PoolStats` (one-way): a runtime pool's statistics for its cell.
+    fn pool_stats(
+        &mut self,
+        peer: Peer,
+        cell: u64,
+        stats: allot_proto::msg::PoolStatsWire,
+    ) -> Vec<Effect> {
+        match self.owned(peer, cell, 0x0F) {
+            Ok(()) => {
+                let c = self.cells.get_mut(&cell).expect("checked by owned");
+                c.pool_stats = Some(stats);
+            }
+            Err(Reply::Error { message, .. }) => {
+                debug!("pool statistics from pid {} ignored: {message}", peer.pid);
+            }
+            Err(_) => {}
+        }
+        vec![]
+    }
+
+    /// `KindDefine`: a resource kind of the caller's; a new definer is
+    /// watched, so its kinds end with it.
+    fn kind_define(
+        &mut self,
+        session: SessionId,
+        peer: Peer,
+        kind: u16,
+        name: &str,
+        devices: &[allot_proto::DeviceDef],
+    ) -> Vec<Effect> {
+        match self.account.define(peer.pid, peer.uid, name, devices) {
+            Ok(new) => {
+                let mut e = Vec::new();
+                if new {
+                    e.push(Effect::Watch(peer.pid));
+                }
+                e.push(answer(session, Reply::Ok));
+                e
+            }
+            Err(e) => vec![answer(session, ledger_error(kind, e))],
+        }
+    }
+
+    /// `ChannelOpen`: an end of a named channel (`end`: whether it sends,
+    /// the slots and message size asked), its descriptors in the reply.
+    fn channel_open(
+        &mut self,
+        session: SessionId,
+        peer: Peer,
+        kind: u16,
+        name: &str,
+        end: (bool, u32, u32),
+    ) -> Vec<Effect> {
+        let (send, slots, message_max) = end;
+        let cell = self.cells.cell_of(peer.pid);
+        match self.channels.open(
+            session,
+            peer.uid,
+            cell,
+            name,
+            send,
+            slots,
+            message_max,
+            &self.limits,
+        ) {
+            Ok(o) => {
+                debug!(
+                    "session {session} (uid {}) opened the {} end of channel {name}",
+                    peer.uid,
+                    if send { "sending" } else { "receiving" }
+                );
+                vec![Effect::Reply {
+                    session,
+                    reply: Reply::Channel {
+                        slots: o.geometry.slots as u32,
+                        message_max: o.geometry.message_max() as u32,
+                    },
+                    fds: o.fds,
+                }]
+            }
+            Err((code, message)) => vec![answer(session, err(code, kind, message))],
+        }
+    }
+
+    /// `KindGather`: a dividing policy's request arriving with others
+    /// (`timing`: its gathering window, µs, and when it was sent).
+    fn kind_gather(
+        &mut self,
+        session: SessionId,
+        peer: Peer,
+        kind: u16,
+        arrival: u64,
+        timing: (u32, u64),
+    ) -> Vec<Effect> {
+        let (window_us, sent_ns) = timing;
+        let now = Instant::now();
+        let window = Duration::from_micros(u64::from(window_us));
+        // Its wait counts from when it was sent (the broker's wake-up is
+        // not the client's to pay), within a window.
+        let now_ns = allot_proto::window::monotonic_ns();
+        let ago = Duration::from_nanos(now_ns.saturating_sub(sent_ns)).min(window);
+        let at = now.checked_sub(ago).unwrap_or(now);
+        let bound = self.limits.holdings as usize;
+        let gathering = self.account.gathering();
+        match gathering.arrive(session, peer.pid, arrival, window, at, bound) {
+            Ok(()) => self.gathering_due(now),
+            Err(NotTaken::Invalid(m)) => vec![answer(session, err(ErrorCode::Invalid, kind, m))],
+            Err(NotTaken::Limit(m)) => vec![answer(session, err(ErrorCode::Limit, kind, m))],
         }
     }
 

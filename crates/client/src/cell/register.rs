@@ -147,8 +147,7 @@ impl Registering {
         let reg = client
             .await_registration(|position, reason| on_wait(Wait::Queued { position, reason }))?;
         let (dirs, files): (Vec<OwnedFd>, Vec<OwnedFd>) = if opts.stays_put {
-            let (d, f): (Vec<OwnedFd>, Vec<OwnedFd>) =
-                reg.join_files.into_iter().partition(is_directory);
+            let (d, f): (Vec<OwnedFd>, Vec<OwnedFd>) = directories_or_files(reg.join_files);
             if !f.is_empty() {
                 // A v1 broker hands over its tasks files: it moves
                 // nothing there either, so the process is moved as usual.
@@ -156,7 +155,7 @@ impl Registering {
             }
             (d, Vec::new())
         } else {
-            reg.join_files.into_iter().partition(is_directory)
+            directories_or_files(reg.join_files)
         };
         // Told before this process joins: a paused cell stops it there,
         // and a broker that adopts the cell after a restart thaws it.
@@ -254,6 +253,16 @@ fn is_directory(fd: &OwnedFd) -> bool {
     rustix::fs::fstat(fd).is_ok_and(|st| {
         rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
     })
+}
+
+/// The join files as (v2 directories, v1 `tasks` files). A broker sends
+/// one kind: the cell's directory, or each hierarchy's `tasks` file; so
+/// the first says which (one `fstat`, not one a file).
+fn directories_or_files(join_files: Vec<OwnedFd>) -> (Vec<OwnedFd>, Vec<OwnedFd>) {
+    match join_files.first() {
+        Some(f) if is_directory(f) => (join_files, Vec::new()),
+        _ => (Vec::new(), join_files),
+    }
 }
 
 /// Moves the calling thread into the cell through its join files (each
