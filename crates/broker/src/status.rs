@@ -184,7 +184,7 @@ impl Engine {
             queue,
             load: self
                 .measure
-                .load
+                .load()
                 .over(crate::series::RATE_SPAN)
                 .map(|w| LoadStatus {
                     window_s: round(w.secs, 2),
@@ -193,7 +193,7 @@ impl Engine {
                     unmanaged: w.unmanaged.map(|v| round(v, 2)),
                     pressure: w.pressure.map(|v| round(v, 3)),
                     running: w.running,
-                    counters: self.measure.pmu.unavailable.clone(),
+                    counters: self.measure.counters_unavailable().map(str::to_string),
                 }),
             channels: self
                 .channels
@@ -350,7 +350,7 @@ impl Engine {
                 .collect(),
             outside_cpus: self
                 .measure
-                .load
+                .load()
                 .over(crate::series::RATE_SPAN)
                 .and_then(|w| w.unmanaged)
                 .map(|u| round(u, 3)),

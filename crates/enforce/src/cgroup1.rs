@@ -222,7 +222,6 @@ impl Cgroup1 {
         self
     }
 
-    /// Cell `cell`'s memory group, if the memory hierarchy is used.
     /// The v1 controller naming the hierarchy `dir` is in, and where that
     /// hierarchy is mounted.
     fn hierarchy_of(&self, dir: &std::path::Path) -> Option<(&'static str, &std::path::Path)> {
@@ -239,6 +238,7 @@ impl Cgroup1 {
         .find_map(|(c, mount)| Some((c, mount?.as_path())).filter(|(_, m)| dir.starts_with(m)))
     }
 
+    /// Cell `cell`'s memory group, if the memory hierarchy is used.
     fn memory_dir(&self, cell: u64) -> Option<PathBuf> {
         Some(self.memory.as_ref()?.dir.join(format!("cell-{cell}")))
     }

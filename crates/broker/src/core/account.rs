@@ -51,7 +51,8 @@
 //!   outside every cell weight their own threads (the client's
 //!   `ALLOT_IO_CGROUP` groups).
 
-use super::{Effect, Engine, SessionId};
+use super::Engine;
+use super::effect::{Effect, SessionId};
 use crate::gathering::Gathering;
 use crate::ledger::{InLine, Ledger, LedgerError, Waiter};
 use allot_enforce::{BackendKind, IoWeights};

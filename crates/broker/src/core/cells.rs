@@ -13,7 +13,7 @@
 //!   and a restore raises it above every id the backend still holds).
 //! - A queued id is never a live cell's id.
 
-use super::SessionId;
+use super::effect::SessionId;
 use crate::demand::Estimator;
 use crate::journal::MemberRec;
 use crate::timeline::Timeline;

@@ -51,7 +51,7 @@ pub const COUNTED_GROUPS: usize = 512;
 #[derive(Debug)]
 pub(crate) struct Measure {
     /// The machine's load, tick by tick.
-    pub(crate) load: Load,
+    load: Load,
     /// CPU time the cells used, counted by increments.
     cells_used_ns: u64,
     /// Some cell's CPU time could not be read this tick.
@@ -59,7 +59,7 @@ pub(crate) struct Measure {
     /// When the trackers last evaluated.
     last_evaluation: Option<Instant>,
     /// The hardware counters the goal cells are read with.
-    pub(crate) pmu: Pmu,
+    pmu: Pmu,
 }
 
 impl Measure {
@@ -73,21 +73,36 @@ impl Measure {
             pmu: Pmu::new(counters),
         }
     }
+
+    /// The machine's load, tick by tick.
+    pub(crate) fn load(&self) -> &Load {
+        &self.load
+    }
+
+    /// Reads hardware counters through `counters` from now on.
+    pub(crate) fn set_counters(&mut self, counters: Arc<dyn PerfCounters>) {
+        self.pmu = Pmu::new(counters);
+    }
+
+    /// Why cycles and instructions are not counted (`None`: they are).
+    pub(crate) fn counters_unavailable(&self) -> Option<&str> {
+        self.pmu.unavailable.as_deref()
+    }
 }
 
 /// The hardware counters, and whether this machine has them.
 #[derive(Debug)]
-pub(crate) struct Pmu {
+struct Pmu {
     counters: Arc<dyn PerfCounters>,
     /// Why cycles and instructions are not counted (`None`: they are).
-    pub(crate) unavailable: Option<String>,
+    unavailable: Option<String>,
     /// Groups open over all cells (recounted every tick).
     open: usize,
 }
 
 impl Pmu {
     /// Checks once whether `counters` count cycles and instructions.
-    pub(crate) fn new(counters: Arc<dyn PerfCounters>) -> Pmu {
+    fn new(counters: Arc<dyn PerfCounters>) -> Pmu {
         let unavailable = counters.check(Events::CyclesInstructions).err();
         Pmu {
             counters,

@@ -307,7 +307,7 @@ impl Engine {
     /// Reads hardware counters through `counters` instead of the kernel
     /// (tests).
     pub fn set_counters(&mut self, counters: Arc<dyn allot_enforce::counters::PerfCounters>) {
-        self.measure.pmu = measure::Pmu::new(counters);
+        self.measure.set_counters(counters);
     }
 
     /// The OS interface (for the event loop's exit polling fallback).

@@ -100,9 +100,11 @@ pub(super) fn run(l: Launch, mut marks: Marks) -> i32 {
     }
 
     let ended_early = ends_within(pid, HELPERS_AFTER, signals.as_mut());
-    let forward = match signals {
-        Some(s) if !ended_early => Some(forward_signals(s, pid)),
-        _ => None,
+    // Where the program ended already, the handlers stay registered until
+    // this process exits (a Ctrl-C now must not kill it first).
+    let (forward, _signals) = match signals {
+        Some(s) if !ended_early => (Some(forward_signals(s, pid)), None),
+        other => (None, other),
     };
     if let Some(c) = cell.as_ref().filter(|_| !ended_early) {
         c.watch();
