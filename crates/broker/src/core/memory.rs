@@ -8,8 +8,8 @@
 //! planner's (`allot_plan::admission`). [`MemoryControl`] owns this
 //! side's state behind its methods: the room it gives admission
 //! (capacity, reserve, what resctrl offers), the kernel's counts, and
-//! resctrl; the engine's methods here only join it to the cells, the
-//! enforcer and the OS.
+//! resctrl; the engine's methods that join it to the cells, the enforcer
+//! and the OS are in `memory_limits`.
 //!
 //! Invariants:
 //! - A limit below what the cell's processes use already is refused before
@@ -25,12 +25,9 @@
 //!   of a member process joins its cell's class when it joins the cell
 //!   (threads it creates later inherit it).
 
-use super::Engine;
-use crate::{info, warn};
 use allot_enforce::memory::MemoryUse;
 use allot_enforce::resctrl::Resctrl;
-use allot_plan::Memory;
-use allot_plan::spec::Size;
+
 use std::collections::BTreeMap;
 
 /// How often the tick reads every cell's memory files (four or five a
@@ -123,7 +120,7 @@ impl MemoryControl {
     /// Whether every cell's memory is due to be read at `now` (with memory
     /// control, at most once per [`WATCH_MEMORY_EVERY`]); if so, it counts
     /// as read.
-    fn due(&mut self, now: std::time::Instant) -> bool {
+    pub(super) fn due(&mut self, now: std::time::Instant) -> bool {
         if self.capacity.is_none()
             || self
                 .watched_at
@@ -137,7 +134,7 @@ impl MemoryControl {
 
     /// Records what the kernel counts for cell `id` now; returns how many
     /// of its processes the kernel killed since the last look.
-    fn observed(&mut self, id: u64, now: MemoryUse) -> u64 {
+    pub(super) fn observed(&mut self, id: u64, now: MemoryUse) -> u64 {
         let before = self.used.get(&id).map_or(0, |u| u.oom_kills);
         self.used.insert(id, now);
         now.oom_kills.saturating_sub(before)
@@ -145,7 +142,7 @@ impl MemoryControl {
 
     /// Gives the cells of `asks` their classes of service (the planner's
     /// division, written by resctrl); without resctrl, nothing.
-    fn classes(&mut self, asks: &[allot_plan::cache::Ask]) -> Result<(), String> {
+    pub(super) fn classes(&mut self, asks: &[allot_plan::cache::Ask]) -> Result<(), String> {
         let Ok(r) = &mut self.resctrl else {
             return Ok(());
         };
@@ -154,7 +151,11 @@ impl MemoryControl {
     }
 
     /// Puts threads `tids` of cell `id` in its class, if it has one.
-    fn join_class(&self, id: u64, tids: impl FnOnce() -> Vec<u32>) -> Result<(), String> {
+    pub(super) fn join_class(
+        &self,
+        id: u64,
+        tids: impl FnOnce() -> Vec<u32>,
+    ) -> Result<(), String> {
         let Ok(r) = &self.resctrl else {
             return Ok(());
         };
@@ -173,118 +174,6 @@ impl MemoryControl {
             bandwidth: c.bandwidth,
             llc_bytes: r.usage(id).map(|(llc, _)| llc),
         })
-    }
-}
-
-impl Engine {
-    /// Bytes of memory guaranteed to admitted cells other than `except`.
-    pub(crate) fn memory_guaranteed(&self, except: Option<u64>) -> u64 {
-        self.cells
-            .iter()
-            .filter(|(id, _)| Some(**id) != except)
-            .map(|(_, c)| c.spec.memory.min)
-            .sum()
-    }
-
-    /// Why a limit of `asked` is below what `pids` have resident now, if
-    /// it is.
-    pub(super) fn below_resident(&self, asked: &Memory, pids: &[u32]) -> Option<String> {
-        if asked.max == 0 {
-            return None;
-        }
-        let resident: u64 = pids.iter().filter_map(|&p| self.os.rss_bytes(p)).sum();
-        (resident > asked.max).then(|| {
-            format!(
-                "the memory limit {} is below what its processes use already ({} resident); \
-                 raise --memory-max",
-                Size(asked.max),
-                Size(resident)
-            )
-        })
-    }
-
-    /// Reads every cell's memory from the kernel and reports OOM kills
-    /// that happened since the last look, at most once per
-    /// [`WATCH_MEMORY_EVERY`].
-    pub(super) fn watch_memory(&mut self, now: std::time::Instant) {
-        if !self.memory.due(now) {
-            return;
-        }
-        // (An ended cell's entry went with it: `end_cell`.)
-        let ids: Vec<u64> = self.cells.keys().copied().collect();
-        for id in ids {
-            self.observe_memory(id);
-        }
-    }
-
-    /// Reads cell `id`'s memory, reporting OOM kills since the last look
-    /// (also called as the cell ends: a program the kernel killed is
-    /// often its last process).
-    pub(super) fn observe_memory(&mut self, id: u64) {
-        if self.memory.capacity().is_none() {
-            return;
-        }
-        let Some(now) = self.enforcer.memory_use(id) else {
-            return;
-        };
-        let killed = self.memory.observed(id, now);
-        if killed > 0
-            && let Some(c) = self.cells.get_mut(&id)
-        {
-            let limit = if now.limit == 0 {
-                "an enclosing limit".to_string()
-            } else {
-                format!("its limit of {}", Size(now.limit))
-            };
-            warn!(
-                "cell {id}: the kernel killed {killed} of its processes: out of memory at \
-                 {limit} (the cell's own processes pay; nothing else was touched)"
-            );
-            c.timeline
-                .note("oom", format!("{killed} killed at {limit}"), None);
-        }
-    }
-
-    /// Writes the admitted cells' classes to the kernel.
-    pub(super) fn apply_classes(&mut self) {
-        let asks: Vec<allot_plan::cache::Ask> = self
-            .cells
-            .iter()
-            .map(|(&id, c)| allot_plan::admission::ask_of(id, &c.spec))
-            .collect();
-        if let Err(e) = self.memory.classes(&asks) {
-            warn!("classes of service: {e}");
-        }
-    }
-
-    /// Puts every thread of process `pid`, a member of cell `id`, in the
-    /// cell's class, if it has one.
-    pub(super) fn join_class(&mut self, id: u64, pid: u32) {
-        let os = &self.os;
-        if let Err(e) = self
-            .memory
-            .join_class(id, || os.threads(pid).unwrap_or_default())
-        {
-            warn!("cell {id}: {e}");
-        }
-    }
-
-    /// Puts cell `id`'s memory spec into the kernel; the error says why
-    /// the kernel refused.
-    pub(super) fn apply_memory(&mut self, id: u64, m: &Memory) -> Result<(), String> {
-        match self.enforcer.set_memory(id, m) {
-            Ok(_) => {
-                if !m.is_none() {
-                    info!("cell {id}: memory {m}");
-                }
-                Ok(())
-            }
-            Err(e) if e.is_busy() => Err(format!(
-                "the kernel could not bring the cell's memory under the new limit ({e}); \
-                 raise --memory-max"
-            )),
-            Err(e) => Err(e.to_string()),
-        }
     }
 }
 

@@ -78,6 +78,7 @@ mod journaling;
 mod keep_off;
 mod limits;
 mod memory;
+mod memory_limits;
 mod message;
 mod minimum;
 mod pause;
