@@ -223,13 +223,13 @@ impl RtPermission {
         let groups = allot_enforce::os::read_kernel_file("/proc/self/cgroup").unwrap_or_default();
         let v1_cpu = allot_enforce::cgroupfs::group_in(&groups, Some("cpu"));
         let rt_runtime_us = v1_cpu.and_then(|g| {
-            ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"]
-                .iter()
-                .find_map(|m| {
-                    let dir = std::path::Path::new(m).join(g.trim_start_matches('/'));
-                    allot_enforce::os::read_kernel_file(dir.join("cpu.rt_runtime_us")).ok()
-                })
-                .and_then(|t| t.trim().parse().ok())
+            let mounts = allot_enforce::detect::Mounts::read();
+            let dir = mounts.v1_for("cpu")?.join(g.trim_start_matches('/'));
+            allot_enforce::os::read_kernel_file(dir.join("cpu.rt_runtime_us"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
         });
         let v2_below_root =
             allot_enforce::cgroupfs::group_in(&groups, None).is_some_and(|g| g.trim() != "/");

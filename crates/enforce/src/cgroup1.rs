@@ -63,6 +63,13 @@ pub struct V1Mounts {
     pub memory: Option<(PathBuf, String)>,
 }
 
+/// A hierarchy's `tasks` file in `dir`, opened for writing: a join file.
+fn open_tasks(dir: &std::path::Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("tasks"))
+}
+
 /// The cgroup v1 backend.
 #[derive(Debug)]
 pub struct Cgroup1 {
@@ -449,13 +456,7 @@ impl Enforcer for Cgroup1 {
             let files = self
                 .dirs(cell)
                 .into_iter()
-                .filter_map(|d| {
-                    let f = std::fs::OpenOptions::new()
-                        .write(true)
-                        .open(d.join("tasks"))
-                        .ok()?;
-                    Some((d, f))
-                })
+                .filter_map(|d| open_tasks(&d).ok().map(|f| (d, f)))
                 .collect();
             self.joins_ahead = Some((cell, files));
         }
@@ -493,11 +494,7 @@ impl Enforcer for Cgroup1 {
                 if let Some(at) = ahead.iter().position(|(dir, _)| dir == d) {
                     return Ok(ahead.swap_remove(at).1);
                 }
-                let tasks = d.join("tasks");
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(&tasks)
-                    .map_err(err(format!("open {}", tasks.display())))
+                open_tasks(d).map_err(err(format!("open {}", d.join("tasks").display())))
             })
             .collect()
     }

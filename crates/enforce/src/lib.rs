@@ -439,7 +439,7 @@ pub(crate) fn needs_no_move(
     let exited = fs
         .read(&proc.join(format!("{pid}/stat")))
         .ok()
-        .and_then(|t| Some(t.get(t.rfind(')')? + 2..)?.starts_with(['Z', 'X'])))
+        .and_then(|t| Some(os::stat_after_name(&t)?.starts_with(['Z', 'X'])))
         .unwrap_or(false);
     exited || groups.iter().all(|g| listed(fs, g.dir, pid))
 }

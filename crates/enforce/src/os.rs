@@ -178,11 +178,17 @@ fn clock_ticks() -> u64 {
     if t > 0 { t as u64 } else { 100 }
 }
 
-/// Fields of `/proc/PID/stat` after the command name (which may contain
-/// spaces and parentheses, so we split after the last `)`).
+/// A `/proc/PID/stat` text after the command name (which may contain
+/// spaces and parentheses, so it is split after the last `)`): the state
+/// first.
+pub(crate) fn stat_after_name(text: &str) -> Option<&str> {
+    text.get(text.rfind(')')? + 2..)
+}
+
+/// Fields of `/proc/PID/stat` after the command name.
 fn stat_fields(pid: u32) -> Option<Vec<String>> {
     let text = read_kernel_file(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &text[text.rfind(')')? + 2..];
+    let rest = stat_after_name(&text)?;
     Some(rest.split_whitespace().map(str::to_string).collect())
 }
 

@@ -221,8 +221,9 @@ pub fn run(a: Args) -> i32 {
         settle(c, Duration::from_millis(a.settle));
     }
     let grant = cell.as_ref().map(|c| c.grant());
+    // Without a cell nothing confined this process since `launch_cpus`.
     let threads = grant.map_or_else(
-        || allot_topo::allowed_cpus().map_or(1, |s| s.len() as u32),
+        || launch_cpus.as_ref().map_or(1, |s| s.len() as u32),
         |g| g.threads.max(1),
     );
     let machine_cpus = launch_cpus.as_ref().map_or(threads, |s| s.len() as u32);
