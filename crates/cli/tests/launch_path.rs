@@ -60,7 +60,12 @@ fn stand_in_broker(socket: &Path) -> std::thread::JoinHandle<Seen> {
                     transport::send_fds(sock.as_fd(), &reply.encode(), &[page.fd()]).unwrap();
                     pages.push(page);
                 }
-                _ => transport::send(sock.as_fd(), &Reply::Ok.encode(), None).unwrap(),
+                // `allot run` adds its program without waiting for the
+                // answer, and may have exited (a program that ends at once)
+                // before it is written: a broker ignores that too.
+                _ => {
+                    let _ = transport::send(sock.as_fd(), &Reply::Ok.encode(), None);
+                }
             }
             requests.push(req);
         }
