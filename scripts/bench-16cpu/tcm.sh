@@ -82,16 +82,21 @@ step_tcm() {
 }
 
 # What allot's manager decided for the nested program, permit by permit
-# (ALLOT_SHIM_DEBUG=1: "permit P: asked MIN..MAX, got N of BUDGET"), for
-# the division rules' fixtures (crates/capi/tests/c/tcm_divide.c): the
-# first 3000 lines in tcm-trace.txt, and how many threads the OpenMP teams
-# (rigid permits) got.
+# (ALLOT_SHIM_DEBUG=1: "permit P: asked MIN..MAX, got N of BUDGET", "permit
+# P: active, got N", "thread registered" ...), for the division rules'
+# fixtures (crates/capi/tests/c/tcm_divide.c, tcm_nested.c): the first 3000
+# lines in tcm-trace.txt, how many threads the OpenMP teams (rigid permits,
+# asked for or activated again) got, and how many workers the arena was
+# given.
 tcm_trace() {
   fits 20 || return 0
   say "== tcm: what allot's manager gave the nested program (tcm-trace.txt)"
   timeout -k 5 60 bash -c "ALLOT_SHIM_DEBUG=1 ${TCM_HOW[nested/allot-tcm]}" 2>&1 >/dev/null |
     grep -a 'allot-tcm' | head -n 3000 >"$OUT/tcm-trace.txt" || true
-  say "  $(wc -l <"$OUT/tcm-trace.txt") lines; OpenMP teams got (threads: permits):" \
-    "$(sed -n 's/.*(rigid), got \([0-9]*\) of.*/\1/p' "$OUT/tcm-trace.txt" | sort -n | uniq -c |
-      awk '{printf "%s: %s  ", $2, $1}')"
+  say "  $(wc -l <"$OUT/tcm-trace.txt") lines; OpenMP teams got (threads: regions):" \
+    "$(sed -n -e 's/.*(rigid)[^,]*, got \([0-9]*\) of.*/\1/p' -e 's/.*: active, got \([0-9]*\)$/\1/p' \
+      "$OUT/tcm-trace.txt" | sort -n | uniq -c | awk '{printf "%s: %s  ", $2, $1}')"
+  say "  the arena's workers (workers: times):" \
+    "$(sed -n 's/.*asked 0\.\.[0-9]* with its caller, got \([0-9]*\) of.*/\1/p' "$OUT/tcm-trace.txt" |
+      sort -n | uniq -c | awk '{printf "%s: %s  ", $2, $1}')"
 }

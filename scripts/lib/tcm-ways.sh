@@ -10,12 +10,16 @@
 # for `bash -c`) and TCM_ORDER (the ways, in the order they run).
 #
 # beside: a oneTBB program and an Intel-OpenMP program start together;
-# nested: oneTBB loops outside, an OpenMP region in each item.
+# nested: oneTBB loops outside, an OpenMP region in each item; a loop has
+# half as many items as the machine has CPUs (8 on 16, 1 on 2), so half
+# of oneTBB's threads have no item and an uncoordinated program runs
+# NCPU/2 full OpenMP teams.
 # shellcheck disable=SC2034 # TCM_HOW and TCM_ORDER are the caller's
 tcm_ways() {
   local b=$1 rounds=$2 nested=$3 n=$4 run=$5 itcm=$6
   local half=$((n / 2))
   ((half >= 1)) || half=1
+  nested="$nested $half"
   local beside="$b/tbb_work $rounds & $b/omp_work $rounds & wait"
   declare -gA TCM_HOW=(
     [beside/plain]="sh -c '$beside'"

@@ -1,8 +1,8 @@
 // Nested parallelism for scripts/bench-tcm.sh: oneTBB outside, Intel
-// OpenMP inside. ROUNDS parallel loops of 8 items; each item runs an
-// OpenMP region of 16 iterations of about 1 ms (static schedule). Without
-// coordination every TBB thread starts a full OpenMP team. Prints its
-// wall time.
+// OpenMP inside. `nested ROUNDS [ITEMS]`: ROUNDS parallel loops of ITEMS
+// items (8 unless given); each item runs an OpenMP region of 16 iterations
+// of about 1 ms (static schedule). Without coordination every TBB thread
+// starts a full OpenMP team. Prints its wall time.
 #include <omp.h>
 #include <tbb/parallel_for.h>
 
@@ -15,10 +15,11 @@
 int main(int argc, char **argv)
 {
     int rounds = argc > 1 ? atoi(argv[1]) : 40;
+    int items = argc > 2 ? atoi(argv[2]) : 8;
     auto t0 = std::chrono::steady_clock::now();
     volatile double sink = 0;
     for (int r = 0; r < rounds; r++)
-        tbb::parallel_for(0, 8, [&](int) {
+        tbb::parallel_for(0, items, [&](int) {
             double s = 0;
 #pragma omp parallel for schedule(static) reduction(+ : s)
             for (int i = 0; i < 16; i++)

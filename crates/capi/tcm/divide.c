@@ -6,9 +6,11 @@
  * should run (the grant page's `threads`). A permit's cost is its
  * concurrency plus `caller`: one more for a permit whose requester runs
  * beside the threads it asks for (a TBB arena asks for workers; the
- * thread that entered the arena works too), one less for a team whose
- * primary thread another permit already counts (an OpenMP region started
- * inside a TBB task: the TBB thread is the team's primary).
+ * thread that entered the arena works too), less for a team *nested* in
+ * an arena (an OpenMP region started inside a TBB task): the TBB thread is
+ * the team's primary, already counted, and so are the arena's threads the
+ * arena lends the team (tcm_lent: threads that host no team while its
+ * loop runs, which would otherwise wait).
  *
  * Each permit has a *target*: its share when nothing is fixed (rules 2
  * and 3 with rule 1 left out). Rules, in order:
@@ -24,6 +26,11 @@
  *  3. What is left is handed out one thread at a time, highest priority
  *     first, and among equal priorities in turn in request order (the
  *     order of `c`), never past a permit's maximum, nor past its target.
+ *     Nested teams come last, after every other permit is full: the
+ *     arena's threads are their primaries, so an arena cut down to grow
+ *     its own teams runs fewer of them (fewer items of its loop at once)
+ *     with nothing gained; what the arena does not use reaches its teams
+ *     as lent threads instead.
  *
  * The cap at the target is what makes permits converge to their shares:
  * without it, whoever is divided while the others are fixed keeps what
@@ -49,12 +56,17 @@ static void fill(uint32_t budget, const struct claim *c, size_t n, const uint32_
     }
     uint64_t left = used < (int64_t)budget ? (uint64_t)((int64_t)budget - used) : 0;
 #define GROWS(i) (!(fixed_too && c[i].fixed) && out[i] < cap[i])
+#define NESTED(i) (c[i].caller < 0)
     while (left > 0) {
-        /* The highest priority among claims that can still grow. */
-        int found = 0;
+        /* Among claims that can still grow: others before nested teams,
+         * then the highest priority. */
+        int found = 0, nested = 1;
         int32_t top = 0;
+        for (size_t i = 0; i < n; i++)
+            if (GROWS(i) && !NESTED(i))
+                nested = 0;
         for (size_t i = 0; i < n; i++) {
-            if (!GROWS(i))
+            if (!GROWS(i) || NESTED(i) != nested)
                 continue;
             if (!found || c[i].priority > top)
                 top = c[i].priority;
@@ -62,14 +74,15 @@ static void fill(uint32_t budget, const struct claim *c, size_t n, const uint32_
         }
         if (!found)
             break;
-        /* One round at that priority, in request order. */
+        /* One round at that rank, in request order. */
         for (size_t i = 0; i < n && left > 0; i++) {
-            if (!GROWS(i) || c[i].priority != top)
+            if (!GROWS(i) || NESTED(i) != nested || c[i].priority != top)
                 continue;
             out[i]++;
             left--;
         }
     }
+#undef NESTED
 #undef GROWS
 }
 
@@ -85,4 +98,14 @@ void tcm_divide(uint32_t budget, const struct claim *c, size_t n, uint32_t *out)
         if (target[i] < c[i].min)
             target[i] = c[i].min;
     fill(budget, c, n, target, 1, out);
+}
+
+uint32_t tcm_lent(uint32_t threads, uint32_t teams, uint32_t lent_out, uint32_t waiting)
+{
+    if (teams == 0 || teams >= threads || lent_out >= threads - teams)
+        return 0;
+    uint32_t idle = threads - teams;
+    uint32_t by_rounds = idle / teams;
+    uint32_t left = (idle - lent_out) / (waiting > 0 ? waiting : 1);
+    return by_rounds < left ? by_rounds : left;
 }

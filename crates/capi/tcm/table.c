@@ -23,6 +23,11 @@
  *  4. Initialization: the first process to find `ready` 0 moves it to 1,
  *     fills the header and the lock, and publishes 2; the others wait for
  *     2. The memory file starts zeroed, so every slot starts free.
+ *  5. A team's `outer` names a live slot or is 0: freeing a slot clears
+ *     every `outer` that named it (table_free). What an arena lends its
+ *     nested teams (its rounds, `lingers`) is kept in its slot and only
+ *     read by the division through `nest` (TCM.md, "What an arena lends
+ *     its nested teams").
  */
 
 #define _GNU_SOURCE
@@ -117,6 +122,139 @@ static int holds_threads(const struct slot *s)
            (s->state == TCM_PERMIT_STATE_ACTIVE || s->state == TCM_PERMIT_STATE_IDLE);
 }
 
+/* Whether slot `j` is a team nested in slot `i`, running now with threads
+ * besides its primary. (Intel's OpenMP leaves a team of one thread active
+ * after its region, so such a team may have ended long ago; it holds
+ * nothing of the arena's either way.) */
+static int runs_in(const struct table *t, int j, int i)
+{
+    const struct slot *s = &t->slots[j];
+    return s->pid != 0 && s->outer == i + 1 && s->state == TCM_PERMIT_STATE_ACTIVE && s->conc > 1;
+}
+
+/* Whether slot `i` counts threads in the division: a permit that holds
+ * them, or an arena oneTBB turned off when its work ran out (every item
+ * taken) while its threads still run the items, and their teams: those
+ * threads are still there. It keeps what it had until its round ends
+ * (`lingers`, for an arena whose rounds host teams: oneTBB turns it off
+ * as the last item is taken, often before that item's team starts), or
+ * while a team of its runs. */
+static int counts(const struct table *t, int i)
+{
+    const struct slot *s = &t->slots[i];
+    if (holds_threads(s))
+        return 1;
+    if (s->pid == 0 || s->state != TCM_PERMIT_STATE_INACTIVE || s->conc == 0)
+        return 0;
+    if (s->lingers)
+        return 1;
+    for (int j = 0; j < TCM_SLOTS; j++)
+        if (runs_in(t, j, i))
+            return 1;
+    return 0;
+}
+
+/* A team's claim, nested in its arena: while the arena counts, the team's
+ * primary and the threads the arena lends it are the arena's (they cost
+ * the team nothing and it gets them whatever the budget); otherwise the
+ * team counts its primary itself. */
+static void nest(const struct table *t, const struct slot *s, struct claim *c)
+{
+    int a = s->outer - 1;
+    if (a < 0 || !counts(t, a)) {
+        c->caller = 0;
+        return;
+    }
+    const struct slot *o = &t->slots[a];
+    uint32_t threads = o->conc + (o->caller > 0 ? (uint32_t)o->caller : 0);
+    uint32_t lent;
+    if (s->fixed) {
+        lent = s->conc; /* running: what it has, up to what a round lends */
+        uint32_t most = 1 + tcm_lent(threads, o->teams_seen, 0, 1);
+        if (lent > most)
+            lent = most;
+    } else {
+        uint32_t lent_out = 0, waiting = 0;
+        for (int j = 0; j < TCM_SLOTS; j++) {
+            const struct slot *m = &t->slots[j];
+            if (m->pid == 0 || m->outer != a + 1 || m->state != TCM_PERMIT_STATE_ACTIVE)
+                continue;
+            if (!m->fixed)
+                waiting++; /* being divided now (or never fixed: not rigid) */
+            else if (m->conc > 1)
+                lent_out += m->conc - 1;
+        }
+        lent = 1 + tcm_lent(threads, o->teams_seen, lent_out, waiting);
+    }
+    if (lent > s->max)
+        lent = s->max;
+    if (c->min < lent)
+        c->min = lent;
+    c->caller = -(int32_t)lent;
+}
+
+void table_free(struct table *t, int i)
+{
+    t->slots[i] = (struct slot){0};
+    for (int j = 0; j < TCM_SLOTS; j++)
+        if (t->slots[j].outer == i + 1)
+            t->slots[j].outer = 0;
+}
+
+/* Ends slot `i`'s round (an arena's): the teams it started become what
+ * the arena lends by. More teams count at once; fewer a quarter of the way
+ * a round, so that one odd round does not make it lend much more: lending
+ * too much costs more than too little (a team holds its threads for its
+ * whole region, and leaves the next ones none). */
+static void new_round(struct slot *s)
+{
+    uint16_t n = s->teams_started;
+    if (n > 0)
+        s->teams_seen = n >= s->teams_seen ? n : (uint16_t)(s->teams_seen - (s->teams_seen - n + 3) / 4);
+    s->teams_started = 0;
+    s->round = (uint16_t)(s->round == UINT16_MAX ? 1 : s->round + 1);
+}
+
+void table_team_started(struct table *t, int i)
+{
+    struct slot *s = &t->slots[i];
+    if (s->outer <= 0)
+        return;
+    struct slot *a = &t->slots[s->outer - 1];
+    if (a->round == 0)
+        a->round = 1;
+    /* A thread that hosted a team in this round hosts another: it
+     * finished its item, so the round's teams have all started. */
+    if (s->started_in == a->round)
+        new_round(a);
+    s->started_in = a->round;
+    if (a->teams_started < UINT16_MAX)
+        a->teams_started++;
+}
+
+void table_turned_off(struct table *t, int i)
+{
+    struct slot *s = &t->slots[i];
+    s->lingers = !s->rigid && s->teams_seen > 0 && s->conc > 0;
+}
+
+void table_team_stopped(struct table *t, int i)
+{
+    int a = t->slots[i].outer - 1;
+    if (a < 0)
+        return;
+    for (int j = 0; j < TCM_SLOTS; j++)
+        if (runs_in(t, j, a))
+            return;
+    t->slots[a].lingers = 0;
+}
+
+void table_quiet(struct table *t)
+{
+    for (int i = 0; i < TCM_SLOTS; i++)
+        t->slots[i].lingers = 0;
+}
+
 int table_settle(struct table *t, uint32_t budget)
 {
     int changed = 0;
@@ -124,7 +262,7 @@ int table_settle(struct table *t, uint32_t budget)
         struct slot *s = &t->slots[i];
         if (s->pid != 0 && kill(s->pid, 0) != 0 && errno == ESRCH) {
             changed |= s->conc != 0;
-            *s = (struct slot){0};
+            table_free(t, i);
         }
     }
     /* Claims in request order (insertion sort: a handful of permits). */
@@ -133,7 +271,7 @@ int table_settle(struct table *t, uint32_t budget)
     uint32_t out[TCM_SLOTS];
     size_t n = 0;
     for (int i = 0; i < TCM_SLOTS; i++) {
-        if (!holds_threads(&t->slots[i]))
+        if (!counts(t, i))
             continue;
         size_t k = n++;
         while (k > 0 && t->slots[who[k - 1]].order > t->slots[i].order) {
@@ -147,11 +285,13 @@ int table_settle(struct table *t, uint32_t budget)
         c[k] = (struct claim){
             .min = s->min,
             .max = s->max,
-            .fixed = s->fixed,
+            .fixed = s->fixed || !holds_threads(s), /* an arena off, still counting */
             .held = s->conc,
             .caller = s->caller,
             .priority = s->priority,
         };
+        if (s->caller < 0)
+            nest(t, s, &c[k]);
     }
     tcm_divide(budget, c, n, out);
     for (size_t k = 0; k < n; k++) {
@@ -163,7 +303,7 @@ int table_settle(struct table *t, uint32_t budget)
     }
     for (int i = 0; i < TCM_SLOTS; i++) {
         struct slot *s = &t->slots[i];
-        if (s->pid != 0 && !holds_threads(s) && s->conc != 0) {
+        if (s->pid != 0 && !counts(t, i) && s->conc != 0) {
             s->conc = 0;
             changed = 1;
         }

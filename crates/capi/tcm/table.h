@@ -12,18 +12,29 @@
 #define TCM_SLOTS TCM_DIVIDE_MAX
 /* Bytes `allot run` gives the table's memory file (ALLOT_TCM_FD). */
 #define TCM_TABLE_BYTES 16384u
-#define TCM_TABLE_MAGIC 0x4D43544Cu /* "LTCM" */
+#define TCM_TABLE_MAGIC 0x3243544Cu /* "LTC2": slots with `outer` */
 
 struct slot {
     int32_t pid;      /* owner; 0: free */
     uint32_t state;   /* TCM_PERMIT_STATE_* */
     uint32_t min, max;
     uint32_t conc;    /* the permit's concurrency now */
-    uint32_t rigid;   /* rigid_concurrency was asked for */
-    uint32_t fixed;   /* rigid and running with `conc`: not re-divided */
+    uint16_t rigid;   /* rigid_concurrency was asked for */
+    uint16_t fixed;   /* rigid and running with `conc`: not re-divided */
     int32_t caller;   /* threads beyond `conc` (struct claim's `caller`) */
     int32_t priority;
     uint32_t threads; /* threads registered with it (tcmRegisterThread) */
+    int16_t outer;    /* 1 + the slot of the permit that counts this one's
+                       * requester (a team nested in a TBB arena); 0: none */
+    /* An arena's rounds of work (table_new_round): */
+    uint16_t round;         /* the round now, counted */
+    uint16_t teams_started; /* its teams that started in this round */
+    uint16_t teams_seen;    /* teams of its last rounds: how many of its
+                             * threads host teams at once */
+    uint16_t started_in;    /* a team's: its arena's round it last started in */
+    uint16_t lingers;       /* an arena turned off while its round's items
+                             * (and their teams) still run: it keeps what it
+                             * had until the round ends */
     uint64_t order;   /* request order, for the division's turns */
 };
 
@@ -50,5 +61,25 @@ void table_unlock(struct table *t);
  * `budget` among the rest and, if any concurrency changed, bumps `futex`
  * and wakes its waiters. Returns whether anything changed. */
 int table_settle(struct table *t, uint32_t budget);
+/* Under the lock: frees slot `i`, and forgets it as any team's outer. */
+void table_free(struct table *t, int i);
+/* Under the lock: slot `i`, a team nested in slot `outer - 1` (or in none
+ * for 0), was asked for or activated: counted among its arena's teams of
+ * this round. An arena's *round* is a wave of teams started by distinct
+ * threads: it ends when a thread that hosted one of its teams hosts
+ * another (it finished its item), and how many teams it held is what the
+ * arena lends by (tcm_lent in divide.h). A thread's team keeps its slot
+ * from region to region, or passes its round on to the one asked for in
+ * its place (`started_in`). */
+void table_team_started(struct table *t, int i);
+/* Under the lock: slot `i` was turned off (deactivated). An arena whose
+ * rounds host teams lingers (see `lingers`). */
+void table_turned_off(struct table *t, int i);
+/* Under the lock: slot `i`, a team, stopped running (idle or off): if it
+ * was the last of its arena's teams to run, the arena lingers no more. */
+void table_team_stopped(struct table *t, int i);
+/* Under the lock: nothing changed for a while: no arena lingers (an arena
+ * turned off whose teams never came). */
+void table_quiet(struct table *t);
 
 #endif

@@ -233,6 +233,7 @@ static void *notifier(void *unused)
         notify();
         if (futex_wait(&g_table->futex, seen, REAP_MS) != 0 && errno == ETIMEDOUT) {
             table_lock(g_table);
+            table_quiet(g_table);
             settle();
             table_unlock(g_table);
         }
@@ -344,7 +345,7 @@ EXPORT tcm_result_t tcmConnect(tcm_callback_t callback, tcm_client_id_t *client_
 static void drop_permit(struct tcm_permit_rep_t *r)
 {
     table_lock(g_table);
-    g_table->slots[r->slot] = (struct slot){0};
+    table_free(g_table, r->slot);
     settle();
     table_unlock(g_table);
     r->released = 1;
@@ -428,6 +429,7 @@ EXPORT tcm_result_t tcmRequestPermit(tcm_client_id_t client_id, tcm_permit_reque
         }
     }
     pid_t tid = (pid_t)syscall(SYS_gettid);
+    uint16_t started_in = 0;
     if (r == NULL && request.flags.rigid_concurrency) {
         /* Invariant 6. */
         for (struct tcm_permit_rep_t *o = g_permits; o != NULL; o = o->next) {
@@ -436,6 +438,8 @@ EXPORT tcm_result_t tcmRequestPermit(tcm_client_id_t client_id, tcm_permit_reque
             table_lock(g_table);
             const struct slot *os = &g_table->slots[o->slot];
             int abandoned = os->rigid && os->conc == 1 && os->state == TCM_PERMIT_STATE_ACTIVE;
+            if (abandoned)
+                started_in = os->started_in; /* the new team is this thread's */
             table_unlock(g_table);
             if (abandoned)
                 drop_permit(o);
@@ -462,6 +466,7 @@ EXPORT tcm_result_t tcmRequestPermit(tcm_client_id_t client_id, tcm_permit_reque
             return TCM_RESULT_ERROR_UNKNOWN;
         }
         r->slot = free_slot;
+        g_table->slots[free_slot].started_in = started_in;
         r->client = client_id;
         r->tid = tid;
         r->next = g_permits;
@@ -485,19 +490,31 @@ EXPORT tcm_result_t tcmRequestPermit(tcm_client_id_t client_id, tcm_permit_reque
     struct tcm_permit_rep_t *outer = t_counted;
     if (outer == r || find_permit(outer) == NULL) /* compares, never reads */
         outer = NULL;
+    /* The permit that counts this thread may be a team it led before,
+     * nested in an arena (the thread registered with it): the arena is
+     * the outer one. */
+    int outer_slot = outer != NULL ? outer->slot : -1;
+    for (int k = 0; k < 4 && outer_slot >= 0 && g_table->slots[outer_slot].outer > 0; k++)
+        outer_slot = g_table->slots[outer_slot].outer - 1;
+    if (outer_slot == r->slot)
+        outer = NULL, outer_slot = -1;
     if (min == 0)
         s->caller = max > 0 && outer == NULL ? 1 : 0;
     else
         s->caller = outer != NULL ? -1 : 0;
+    s->outer = min > 0 && outer != NULL ? outer_slot + 1 : 0;
     if (outer == NULL && max > 0)
         t_counted = r;
     s->priority = request.priority;
+    table_team_started(g_table, r->slot);
     settle();
     fill(s, permit);
     r->told = s->conc;
     if (g_debug)
-        say("permit %p: asked %u..%u%s, got %u of %u", (void *)r, min, max,
-            s->rigid ? " (rigid)" : "", s->conc, g_table->budget);
+        say("permit %p: asked %u..%u%s%s, got %u of %u", (void *)r, min, max,
+            s->rigid ? " (rigid)" : "",
+            s->caller > 0 ? " with its caller" : s->caller < 0 ? " nested" : "", s->conc,
+            g_table->budget);
     table_unlock(g_table);
     pthread_mutex_unlock(&g_local);
     *permit_handle = r;
@@ -539,7 +556,20 @@ static tcm_result_t set_state(tcm_permit_handle_t permit_handle, uint32_t state)
     struct slot *s = &g_table->slots[r->slot];
     s->state = state;
     s->fixed = 0;
+    if (state == TCM_PERMIT_STATE_ACTIVE) {
+        table_team_started(g_table, r->slot);
+    } else {
+        table_team_stopped(g_table, r->slot);
+        if (state == TCM_PERMIT_STATE_INACTIVE)
+            table_turned_off(g_table, r->slot);
+    }
     settle();
+    if (g_debug)
+        say("permit %p: %s, got %u", (void *)r,
+            state == TCM_PERMIT_STATE_ACTIVE ? "active"
+            : state == TCM_PERMIT_STATE_IDLE ? "idle"
+                                             : "inactive",
+            s->conc);
     table_unlock(g_table);
     pthread_mutex_unlock(&g_local);
     return TCM_RESULT_SUCCESS;
@@ -587,6 +617,8 @@ EXPORT tcm_result_t tcmRegisterThread(tcm_permit_handle_t permit_handle)
         if (before != NULL && g_table->slots[before->slot].threads > 0)
             g_table->slots[before->slot].threads--;
         g_table->slots[r->slot].threads++;
+        if (g_debug)
+            say("permit %p: thread registered, %u in it", (void *)r, g_table->slots[r->slot].threads);
         table_unlock(g_table);
         t_registered = r;
         t_counted = r;
@@ -605,6 +637,8 @@ EXPORT tcm_result_t tcmUnregisterThread(void)
         table_lock(g_table);
         if (g_table->slots[r->slot].threads > 0)
             g_table->slots[r->slot].threads--;
+        if (g_debug)
+            say("permit %p: thread left, %u in it", (void *)r, g_table->slots[r->slot].threads);
         table_unlock(g_table);
     }
     if (t_counted == t_registered)

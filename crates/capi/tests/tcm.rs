@@ -103,7 +103,18 @@ struct Probe {
 
 impl Probe {
     fn start(name: &'static str, program: &Path, page: &Page, table: &OwnedFd) -> Probe {
+        Probe::start_with(name, program, &[], page, table)
+    }
+
+    fn start_with(
+        name: &'static str,
+        program: &Path,
+        args: &[&str],
+        page: &Page,
+        table: &OwnedFd,
+    ) -> Probe {
         let mut cmd = Command::new(program);
+        cmd.args(args);
         inherit_page(&mut cmd, page.fd());
         inherit(&mut cmd, table.as_fd_borrowed());
         cmd.env("TCM_ENABLE", "1")
@@ -307,6 +318,80 @@ fn every_entry_point_as_a_runtime_calls_it() {
     }
     let status = child.wait().unwrap();
     assert!(status.success() && text.ends_with("ok\n"), "{text}");
+}
+
+/// A oneTBB loop with OpenMP teams in its items, as the runtimes call the
+/// manager (`tests/c/tcm_nested.c`): the arena lends the threads a round
+/// leaves without a team to the teams of the next, keeps its own workers,
+/// and lends nothing after a round in which every thread hosted a team.
+#[test]
+fn an_arena_lends_its_idle_threads_to_the_teams_nested_in_it() {
+    let exe = compile(
+        "gcc",
+        "tests/c/tcm_nested.c",
+        "tcm_nested",
+        &["-ldl", "-pthread"],
+    )
+    .unwrap();
+    let page = Page::new(16);
+    let mut cmd = Command::new(&exe);
+    cmd.arg(tcm_dir().join("libtcm.so.1"));
+    inherit_page(&mut cmd, page.fd());
+    let out = cmd.env_remove(tcm::ENV_TCM_FD).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.ends_with("ok\n"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The real runtimes, oneTBB outside and Intel OpenMP inside: on a grant
+/// of 4 and an arena of 4, a loop of 2 items leaves 2 of the arena's
+/// threads without a team, and once a round has shown it each team runs
+/// with one of them; a loop of 4 items hosts a team on every thread, and
+/// the teams stay serial.
+#[test]
+fn nested_openmp_teams_grow_into_what_the_tbb_loop_leaves_idle() {
+    let Some(rt) = runtimes() else { return };
+    let inc = format!("-I{}", rt.join("include").display());
+    let lib = format!("-L{}", rt.join("lib").display());
+    let rpath = format!("-Wl,-rpath,{}", rt.join("lib").display());
+    let exe = compile(
+        "g++",
+        "tests/c/tcm_tbb_omp.cpp",
+        "tcm_tbb_omp",
+        &[
+            "-fopenmp",
+            &inc,
+            &lib,
+            "-l:libtbb.so.12",
+            "-l:libiomp5.so",
+            &rpath,
+        ],
+    )
+    .unwrap();
+    for (items, want) in [("2", 2), ("4", 1)] {
+        let page = Page::new(4);
+        let table = tcm::permit_table().unwrap();
+        let p = Probe::start_with("oneTBB with OpenMP inside", &exe, &[items], &page, &table);
+        let until = Instant::now() + Duration::from_secs(30);
+        while p.samples.lock().unwrap().len() < 60 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let teams: Vec<i64> = p.samples.lock().unwrap().iter().map(|s| s.1).collect();
+        assert!(teams.len() >= 60, "{items} items: {teams:?}");
+        // The first rounds run before one was seen whole; on a machine with
+        // fewer CPUs than the arena, an item may end before the other's
+        // team starts (then that team is divided as if alone).
+        let mut late = teams[teams.len() - 40..].to_vec();
+        late.sort_unstable();
+        assert!(
+            late[late.len() / 2] == want && late.iter().all(|&t| t <= 4),
+            "{items} items on an arena of 4: teams of {late:?}, expected mostly {want} (all: \
+             {teams:?})"
+        );
+    }
 }
 
 #[test]

@@ -46,6 +46,50 @@ int main(void)
     expect("nested on 2: TBB's worker first, the teams stay serial", nested, 3, 2,
            (uint32_t[]){1, 1, 1});
     expect("nested on 4: then one more thread for each team", nested, 3, 4, (uint32_t[]){1, 2, 2});
+    /* Nested teams come after every other permit: their arena's threads
+     * are their primaries, and cutting it down to grow them runs fewer
+     * items at once. */
+    struct claim arena8[9] = {{0, 15, 0, 0, 1, 0}};
+    for (int i = 1; i < 9; i++)
+        arena8[i] = (struct claim){1, 16, 0, 0, -1, 0};
+    expect("16 for an arena of 16 and 8 teams: the arena keeps 15, the teams 1", arena8, 9, 16,
+           (uint32_t[]){15, 1, 1, 1, 1, 1, 1, 1, 1});
+    /* ...and with one thread each lent by the arena (min 2, cost 0). */
+    for (int i = 1; i < 9; i++)
+        arena8[i] = (struct claim){2, 16, 0, 0, -2, 0};
+    expect("lent: each team gets its thread whatever the budget", arena8, 9, 16,
+           (uint32_t[]){15, 2, 2, 2, 2, 2, 2, 2, 2});
+    struct claim beside_nested[] = {{0, 3, 0, 0, 1, 0}, {1, 4, 0, 0, -1, 0}, {1, 4, 0, 0, 0, 0}};
+    expect("a permit beside fills before a nested team", beside_nested, 3, 8,
+           (uint32_t[]){3, 1, 4});
+    expect("...and the nested team takes what is left", beside_nested, 3, 9,
+           (uint32_t[]){3, 2, 4});
+    /* What an arena lends: the threads of a round without a team, evenly,
+     * never more than are left now. */
+    struct {
+        uint32_t threads, teams, lent_out, waiting, want;
+        const char *what;
+    } lend[] = {
+        {16, 0, 0, 1, 0, "no round known: nothing"},
+        {16, 8, 0, 1, 1, "8 teams on 16 threads: one more each"},
+        {16, 8, 7, 1, 1, "the eighth team gets the last"},
+        {16, 8, 8, 1, 0, "all lent: nothing"},
+        {16, 16, 0, 1, 0, "every thread hosts a team: nothing"},
+        {16, 20, 0, 1, 0, "more teams than threads: nothing"},
+        {16, 1, 0, 1, 15, "one team: all the others"},
+        {16, 1, 0, 3, 5, "a wrong guess: what is left, split among the waiting"},
+        {16, 4, 9, 1, 3, "4 teams: 3 each, while 3 are left"},
+        {16, 4, 10, 1, 2, "...2 when 2 are left"},
+        {2, 1, 0, 1, 1, "2 CPUs, one item: the other thread"},
+        {2, 2, 0, 1, 0, "2 CPUs, two items: nothing"},
+    };
+    for (size_t i = 0; i < sizeof lend / sizeof lend[0]; i++) {
+        uint32_t got = tcm_lent(lend[i].threads, lend[i].teams, lend[i].lent_out, lend[i].waiting);
+        if (got != lend[i].want) {
+            printf("FAIL lent, %s: got %u, expected %u\n", lend[i].what, got, lend[i].want);
+            failed = 1;
+        }
+    }
     /* Priorities: the higher fills to its maximum first. */
     struct claim prio[] = {{0, 8, 0, 0, 0, 1}, {0, 2, 0, 0, 0, 5}};
     expect("higher priority first", prio, 2, 4, (uint32_t[]){2, 2});
