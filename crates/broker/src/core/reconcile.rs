@@ -12,7 +12,8 @@ use crate::journal::Record;
 use crate::names::shown;
 use crate::timeline::timed;
 use crate::{debug, warn};
-use allot_plan::{Allotment, CellId, CellInput};
+use allot_plan::weight::Weights;
+use allot_plan::{Allotment, CellId, CellInput, Plan};
 use allot_proto::FLAG_STACKED;
 
 impl Engine {
@@ -35,31 +36,7 @@ impl Engine {
     /// Re-plans and makes the kernel and the pages follow. Returns whether
     /// any grant changed.
     pub(super) fn reconcile(&mut self) -> bool {
-        // An idle message-triggered cell holds nothing; an active one is
-        // a best-effort cell (`message`).
-        let inputs: Vec<CellInput> = self
-            .cells
-            .iter()
-            .filter(|(id, _)| self.planned(**id))
-            .map(|(&id, c)| CellInput {
-                id: CellId(id),
-                spec: if c.spec.is_message() {
-                    c.spec.as_active_message()
-                } else {
-                    c.spec
-                },
-                demand: c.est.demand(),
-                perf: self.hint_of(c),
-                held: self.account.held().get(&id).copied().unwrap_or_default(),
-            })
-            .chain((!self.account.outside().is_empty()).then(|| CellInput {
-                id: account::OUTSIDE,
-                spec: account::Account::outside_spec(self.account.outside().len()),
-                demand: None,
-                perf: Default::default(),
-                held: self.account.outside(),
-            }))
-            .collect();
+        let inputs = self.plan_inputs();
         let mut next = self
             .planner
             .plan_loaded(&inputs, &self.plan, self.unmanaged_cpus());
@@ -83,8 +60,63 @@ impl Engine {
             .filter(|c| self.sync_windows(c.id.0, &c.spec, next.phases.get(&c.id).copied()))
             .map(|c| c.id.0)
             .collect();
+        self.enforce(&next, &rewindowed, weights);
+        let (mut recs, any) = self.publish(&next, &rewindowed);
+        let reserve_moved = next.reserve != self.plan.reserve;
+        if next.pool != self.plan.pool || reserve_moved {
+            recs.push(Record::Shared {
+                pool: next.pool,
+                reserve: next.reserve,
+            });
+        }
+        self.journal(&recs);
+        self.plan = next;
+        self.follow_isolation();
+        if reserve_moved {
+            self.keep_reserve();
+        }
+        self.keep_off_held();
+        if any {
+            // Processes waiting for their cell's grant try again.
+            self.account.grants_changed();
+        }
+        any
+    }
 
-        // Enforce: shrink everyone to what they keep, then grow.
+    /// What the planner is given: every planned cell (an idle
+    /// message-triggered cell holds nothing; an active one is a
+    /// best-effort cell, `message`), with what `require` holds in it, and
+    /// the processes outside every cell that hold CPUs.
+    fn plan_inputs(&self) -> Vec<CellInput> {
+        self.cells
+            .iter()
+            .filter(|(id, _)| self.planned(**id))
+            .map(|(&id, c)| CellInput {
+                id: CellId(id),
+                spec: if c.spec.is_message() {
+                    c.spec.as_active_message()
+                } else {
+                    c.spec
+                },
+                demand: c.est.demand(),
+                perf: self.hint_of(c),
+                held: self.account.held().get(&id).copied().unwrap_or_default(),
+            })
+            .chain((!self.account.outside().is_empty()).then(|| CellInput {
+                id: account::OUTSIDE,
+                spec: account::Account::outside_spec(self.account.outside().len()),
+                demand: None,
+                perf: Default::default(),
+                held: self.account.outside(),
+            }))
+            .collect()
+    }
+
+    /// Makes the kernel follow `next`: every cell whose CPUs change (or
+    /// whose window was set anew) is shrunk to what it keeps, a cell left
+    /// with none paused, then each grown, the emptied resumed; cells whose
+    /// CPUs stayed but whose weight moved get the new weight.
+    fn enforce(&mut self, next: &Plan, rewindowed: &[u64], weights: Weights) {
         let changed: Vec<(u64, Allotment)> = next
             .cells
             .iter()
@@ -121,14 +153,14 @@ impl Engine {
             }
         }
         // A cell left with no CPU stops before another grows into its own.
-        self.pause_emptied(&next);
+        self.pause_emptied(next);
         for (id, g) in &changed {
             // (An empty grant is a paused cell's: `pause`.)
             if !g.cpus.is_empty() {
                 self.apply_cpus(*id, g.cpus, "");
             }
         }
-        self.resume_granted(&next);
+        self.resume_granted(next);
         // Cells whose CPUs stayed but whose weight moved (on a backend
         // with weights: the affinity backend's apply sets affinities
         // again). A write the kernel refused is tried at the next plan.
@@ -152,12 +184,16 @@ impl Engine {
             }
         }
         self.write_together();
-        // Publish every grant that changed in any field; journal those whose
-        // CPU sets changed: the planner's stability reads only those from
-        // the previous plan, and a restart's re-plan recomputes the rest.
-        // (Each newcomer moves the share, and each departure the `home`, of
-        // every stacked cell: journaling those would cost a record per cell
-        // per change, an O(cells²) journal for cells arriving one by one.)
+    }
+
+    /// Publishes every grant of `next` that changed in any field; returns
+    /// the journal records of those whose CPU sets changed, and whether
+    /// any was published. The planner's stability reads only those from
+    /// the previous plan, and a restart's re-plan recomputes the rest.
+    /// (Each newcomer moves the share, and each departure the `home`, of
+    /// every stacked cell: journaling those would cost a record per cell
+    /// per change, an O(cells²) journal for cells arriving one by one.)
+    fn publish(&mut self, next: &Plan, rewindowed: &[u64]) -> (Vec<Record>, bool) {
         let mut recs = Vec::new();
         let mut any = false;
         for (cid, g) in &next.cells {
@@ -205,33 +241,14 @@ impl Engine {
                 g.lent,
                 g.threads
             );
-            if !placement_changed {
-                continue;
+            if placement_changed {
+                recs.push(Record::Grant {
+                    id,
+                    grant: crate::journal::GrantRec::of(g, generation, c.est.demand()),
+                });
             }
-            recs.push(Record::Grant {
-                id,
-                grant: crate::journal::GrantRec::of(g, generation, c.est.demand()),
-            });
         }
-        let reserve_moved = next.reserve != self.plan.reserve;
-        if next.pool != self.plan.pool || reserve_moved {
-            recs.push(Record::Shared {
-                pool: next.pool,
-                reserve: next.reserve,
-            });
-        }
-        self.journal(&recs);
-        self.plan = next;
-        self.follow_isolation();
-        if reserve_moved {
-            self.keep_reserve();
-        }
-        self.keep_off_held();
-        if any {
-            // Processes waiting for their cell's grant try again.
-            self.account.grants_changed();
-        }
-        any
+        (recs, any)
     }
 
     /// Makes the kernel confine cell `id` to `cpus` (with the weights and

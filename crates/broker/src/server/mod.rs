@@ -1,6 +1,8 @@
 //! The broker's event loop: one thread, one epoll set.
 //!
-//! - this file: start-up, the loop, ticks, process exits;
+//! - this file: the loop, ticks, process exits, and start-up's order;
+//! - `setup`: start-up's steps (the socket and state directory claimed,
+//!   the journal opened, the listener, the timers) and why it can fail;
 //! - `accept`: new connections, per-user connection limits, running out
 //!   of descriptors;
 //! - `session`: reading requests within each user's turn, queueing and
@@ -59,9 +61,12 @@ mod accept;
 mod activation;
 mod notify;
 mod session;
+mod setup;
 
 use accept::open_spare;
 pub use session::{EXPENSIVE, MAX_QUEUED_BYTES, USER_TURN};
+pub use setup::StartError;
+use setup::other;
 
 use crate::config::Config;
 use crate::core::{Effect, Engine, Peer, SessionId};
@@ -71,14 +76,12 @@ use crate::metrics::Exporter;
 use crate::realtime::{Change, LoopClass, this_thread_cpu};
 use crate::{info, warn};
 use allot_enforce::os::{Os, RealOs};
-use allot_proto::dirs::TrustedDir;
 use allot_proto::msg::MAX_MESSAGE;
-use allot_proto::transport;
 use rustix::event::epoll::{self, CreateFlags, Event, EventData, EventFlags};
 use rustix::fd::{AsFd, AsRawFd, OwnedFd};
-use rustix::time::{Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec};
+use rustix::time::{Itimerspec, TimerfdTimerFlags, Timespec};
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -174,64 +177,6 @@ impl StopHandle {
     }
 }
 
-/// Why the broker could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// Another broker serves the socket.
-    #[error("another broker is already serving {0}")]
-    AlreadyRunning(PathBuf),
-    /// Another broker holds the state directory, serving another socket.
-    #[error(
-        "another broker already keeps its journal in {dir} and serves {serving}: talk to it \
-         (ALLOT_SOCKET={serving}), or give this broker a state directory of its own \
-         (--state-dir)"
-    )]
-    StateDirTaken {
-        /// The state directory.
-        dir: PathBuf,
-        /// The socket the other broker serves, as its lock file says.
-        serving: String,
-    },
-    /// Anything else, with what to do about it.
-    #[error("{0}")]
-    Other(String),
-}
-
-fn other(what: impl std::fmt::Display) -> StartError {
-    StartError::Other(what.to_string())
-}
-
-/// Takes the state directory's lock (`broker.lock`, an flock held for
-/// the broker's lifetime: one broker per state directory) and writes the
-/// socket it serves into it, so that a broker refused the lock can say
-/// which one holds it.
-fn lock_state_dir(cfg: &Config) -> Result<OwnedFd, StartError> {
-    use rustix::fs::{FlockOperation, Mode, OFlags};
-    let lock_path = cfg.state_dir.join("broker.lock");
-    let lock = rustix::fs::open(
-        &lock_path,
-        OFlags::CREATE | OFlags::RDWR | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-        Mode::from_raw_mode(0o600),
-    )
-    .map_err(|e| other(format!("cannot open {}: {e}", lock_path.display())))?;
-    if rustix::fs::flock(&lock, FlockOperation::NonBlockingLockExclusive).is_err() {
-        let serving = std::fs::read_to_string(&lock_path).unwrap_or_default();
-        let serving = serving.trim();
-        let same = serving.is_empty() || Path::new(serving) == cfg.socket;
-        return Err(if same {
-            StartError::AlreadyRunning(cfg.socket.clone())
-        } else {
-            StartError::StateDirTaken {
-                dir: cfg.state_dir.clone(),
-                serving: serving.to_string(),
-            }
-        });
-    }
-    let _ = rustix::fs::ftruncate(&lock, 0);
-    let _ = rustix::io::pwrite(&lock, cfg.socket.as_os_str().as_encoded_bytes(), 0);
-    Ok(lock)
-}
-
 fn add(ep: &OwnedFd, fd: impl AsFd, token: u64, flags: EventFlags) -> std::io::Result<()> {
     epoll::add(ep, fd, EventData::new_u64(token), flags)?;
     Ok(())
@@ -241,35 +186,7 @@ impl Broker {
     /// Sets everything up: topology, backend, journal (adopting surviving
     /// cells), the socket. Fails if another broker serves the socket.
     pub fn start(cfg: Config) -> Result<Broker, StartError> {
-        // A socket passed by systemd is served as it is (it is not ours to
-        // remove or re-mode). Otherwise the path must be free or hold a
-        // socket of ours: a file a user named by mistake is refused before
-        // anything is created beside it.
-        let activated = activation::inherited(&cfg.socket).map_err(other)?;
-        if activated.is_none() {
-            allot_proto::dirs::check_socket_path(&cfg.socket).map_err(other)?;
-        }
-        let dir = allot_proto::dirs::socket_parent(&cfg.socket).to_path_buf();
-        let private = !rustix::process::geteuid().is_root();
-        // The socket's and the journal's directories must be the broker's
-        // own and writable by nobody else (see allot_proto::dirs); a user's
-        // broker keeps them private, root's lets every user reach the socket.
-        TrustedDir::create(&dir, if private { 0o700 } else { 0o755 })
-            .map_err(|e| other(format!("refusing the socket directory: {e}")))?;
-        TrustedDir::create(&cfg.state_dir, 0o700)
-            .map_err(|e| other(format!("refusing the state directory: {e}")))?;
-        let lock = lock_state_dir(&cfg)?;
-        // A stale socket of ours (a broker that died) is replaced; one that
-        // answers is another broker's.
-        if activated.is_none()
-            && allot_proto::dirs::check_socket_path(&cfg.socket).map_err(other)?
-        {
-            if allot_proto::Conn::connect(&cfg.socket).is_ok() {
-                return Err(StartError::AlreadyRunning(cfg.socket.clone()));
-            }
-            let _ = std::fs::remove_file(&cfg.socket);
-        }
-
+        let claimed = setup::claim(&cfg)?;
         let machine = cfg.machine().map_err(other)?;
         let (enforcer, notes) = allot_enforce::open(
             cfg.backend,
@@ -283,26 +200,7 @@ impl Broker {
         for n in &notes {
             info!("{n}");
         }
-        let opened = Journal::open(&cfg.journal_path()).map_err(|e| {
-            other(format!(
-                "cannot use the journal {}: {e}",
-                cfg.journal_path().display()
-            ))
-        })?;
-        if let Some(d) = &opened.damaged {
-            warn!(
-                "THE JOURNAL {} IS DAMAGED at line {}: kept the {} records before it{}; cells \
-                 it no longer lists are recovered from the backend where it still holds them",
-                cfg.journal_path().display(),
-                d.line,
-                d.kept,
-                match &d.copy {
-                    Some(c) => format!("; the damaged file is kept as {}", c.display()),
-                    None => "; could not keep a copy of it".into(),
-                }
-            );
-        }
-        let mut journal = opened.journal;
+        let mut journal = setup::open_journal(&cfg)?;
         raise_fd_limit();
         let os: Arc<dyn Os> = Arc::new(RealOs);
         let (mut core, mut effects) = Engine::new(&cfg, machine, enforcer, os, Some(&journal));
@@ -330,61 +228,11 @@ impl Broker {
             None => None,
         };
         let epoll = epoll::create(CreateFlags::CLOEXEC).map_err(other)?;
-        let (listener, socket_ino) = match activated {
-            Some(fd) => {
-                info!(
-                    "serving the socket systemd passed for {}",
-                    cfg.socket.display()
-                );
-                (fd, None)
-            }
-            None => {
-                let listener = transport::listen(&cfg.socket).map_err(|e| {
-                    other(format!("cannot listen on {}: {e}", cfg.socket.display()))
-                })?;
-                // Root's broker serves every user (peer credentials decide
-                // what each may do); a user's broker serves that user only.
-                use std::os::unix::fs::PermissionsExt;
-                let mode = if private { 0o600 } else { 0o666 };
-                let _ =
-                    std::fs::set_permissions(&cfg.socket, std::fs::Permissions::from_mode(mode));
-                let ino = std::os::unix::fs::MetadataExt::ino(
-                    &std::fs::metadata(&cfg.socket).map_err(other)?,
-                );
-                (listener, Some(ino))
-            }
-        };
+        let (listener, socket_ino) = setup::listen(&cfg, claimed.activated, claimed.private)?;
         add(&epoll, &listener, LISTENER, EventFlags::IN).map_err(other)?;
-
-        let timer = rustix::time::timerfd_create(
-            TimerfdClockId::Monotonic,
-            TimerfdFlags::CLOEXEC | TimerfdFlags::NONBLOCK,
-        )
-        .map_err(other)?;
-        let ts = Timespec {
-            tv_sec: cfg.tick.as_secs() as i64,
-            tv_nsec: cfg.tick.subsec_nanos() as _,
-        };
-        rustix::time::timerfd_settime(
-            &timer,
-            TimerfdTimerFlags::empty(),
-            &Itimerspec {
-                it_interval: ts,
-                it_value: ts,
-            },
-        )
-        .map_err(other)?;
+        let (timer, gather_timer) = setup::timers(cfg.tick)?;
         add(&epoll, &timer, TIMER, EventFlags::IN).map_err(other)?;
-        // One-shot, armed for the next gathered arrival due
-        // (`Broker::arm_gather_timer`): its window is a fraction of a
-        // millisecond, finer than the monitor tick or epoll's timeout.
-        let gather_timer = rustix::time::timerfd_create(
-            TimerfdClockId::Monotonic,
-            TimerfdFlags::CLOEXEC | TimerfdFlags::NONBLOCK,
-        )
-        .map_err(other)?;
         add(&epoll, &gather_timer, GATHER, EventFlags::IN).map_err(other)?;
-
         let (stop_r, stop_w) = rustix::pipe::pipe_with(
             rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK,
         )
@@ -412,7 +260,7 @@ impl Broker {
             polled: HashSet::new(),
             next_session: 1,
             socket_ino,
-            _lock: lock,
+            _lock: claimed.lock,
             buf: vec![0; MAX_MESSAGE + 1],
             conns: HashMap::new(),
             spare: open_spare(),

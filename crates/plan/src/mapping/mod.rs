@@ -127,39 +127,77 @@ pub(crate) fn map_grants<'c>(
     prev: &Plan,
 ) -> (Plan, impl Iterator<Item = Allotment> + 'c) {
     let usable = *topo.machine.usable();
-
-    // 1. Reserve.
     let reserved = reserve_set(topo, reserve, prev);
     let capacity = usable.difference(&reserved).len() as u32;
-    let space = usable.difference(&reserved).difference(&time);
-    let mut free = space;
-
-    // 2. Keep. `ent`, `own` and `borrowed` are parallel to `whole`.
+    let mut free = usable.difference(&reserved).difference(&time);
     let whole: Vec<&MapCell> = cells.iter().filter(|c| !c.stacked).collect();
     let before: Vec<Option<&Allotment>> = prev.grants_of(whole.iter().map(|c| c.id));
-    let mut ent: Vec<CpuSet> = Vec::with_capacity(whole.len());
-    // Held CPUs go to their holders whatever comes first.
+    // The steps of the module's list; `ent`, `own` and `borrowed` are
+    // parallel to `whole`.
+    let mut ent = keep(topo, &whole, &before, &mut free);
+    // 3. Pool keep.
+    let mut pool_set = topo.shrink(prev.pool.intersection(&free), pool.base as usize);
+    free = free.difference(&pool_set);
+    grow(topo, &whole, &mut ent, &mut free);
+    // 5. Pool grow.
+    if pool_set.len() < pool.base as usize {
+        pool_set = topo.grow(
+            pool_set,
+            pool.base as usize - pool_set.len(),
+            &free,
+            Placement::Any,
+        );
+        free = free.difference(&pool_set);
+    }
+    let (own, mut lendable) = own(topo, &whole, &ent, &before, free);
+    let borrowed = lend(topo, &whole, &before, &own, &mut lendable);
+    let pool_lent = lend_to_pool(topo, pool, prev, pool_set, &lendable);
+    let pool_all = pool_set.union(&pool_lent);
+    let grants = assemble(cells, ent, own, borrowed, pool_all, pool_lent);
+    let plan = Plan {
+        capacity,
+        reserve: reserved,
+        pool: pool_all,
+        time,
+        time_limit: 0, // the planner's to fill
+        contracts: BTreeMap::new(),
+        phases: BTreeMap::new(), // the planner's to fill
+        cells: BTreeMap::new(),  // the caller's to fill
+    };
+    (plan, grants)
+}
+
+/// Step 2, keep: each whole-CPU cell's held CPUs (whatever comes first),
+/// then its previous entitlement trimmed to its count. Takes what it
+/// returns from `free`.
+fn keep(
+    topo: &Topo<'_>,
+    whole: &[&MapCell],
+    before: &[Option<&Allotment>],
+    free: &mut CpuSet,
+) -> Vec<CpuSet> {
     let all_held = whole
         .iter()
         .fold(CpuSet::new(), |acc, c| acc.union(&c.held))
-        .intersection(&free);
-    free = free.difference(&all_held);
-    for (c, b) in whole.iter().zip(&before) {
+        .intersection(free);
+    *free = free.difference(&all_held);
+    let mut ent = Vec::with_capacity(whole.len());
+    for (c, b) in whole.iter().zip(before) {
         let before = b.map(|g| g.entitled).unwrap_or_default();
         let held = c.held.intersection(&all_held);
         let rest = (c.entitled as usize).saturating_sub(held.len());
         let kept = topo
-            .shrink(before.intersection(&free).difference(&held), rest)
+            .shrink(before.intersection(free).difference(&held), rest)
             .union(&held);
-        free = free.difference(&kept);
+        *free = free.difference(&kept);
         ent.push(kept);
     }
+    ent
+}
 
-    // 3. Pool keep.
-    let mut pool_set = topo.shrink(prev.pool.intersection(&free), pool.base as usize);
-    free = free.difference(&pool_set);
-
-    // 4. Grow, most constrained and largest first.
+/// Step 4, grow: each cell to its count, the most constrained and largest
+/// first, into the domain that can hold it when one can.
+fn grow(topo: &Topo<'_>, whole: &[&MapCell], ent: &mut [CpuSet], free: &mut CpuSet) {
     let mut order: Vec<usize> = (0..whole.len()).collect();
     order.sort_by_key(|&k| {
         let c = whole[k];
@@ -174,11 +212,11 @@ pub(crate) fn map_grants<'c>(
         let mut set = ent[k];
         let need = c.entitled as usize;
         if let Some(home) = topo
-            .home_domain(&set, &free, need, c.placement)
+            .home_domain(&set, free, need, c.placement)
             .filter(|home| c.held.is_subset(home))
         {
             let outside = set.difference(&home);
-            free = free.union(&outside);
+            *free = free.union(&outside);
             set = set.intersection(&home);
             set = topo.grow(
                 set,
@@ -188,27 +226,26 @@ pub(crate) fn map_grants<'c>(
             );
         }
         if set.len() < need {
-            set = topo.grow(set, need - set.len(), &free, c.placement);
+            set = topo.grow(set, need - set.len(), free, c.placement);
         }
-        free = free.difference(&set);
+        *free = free.difference(&set);
         ent[k] = set;
     }
+}
 
-    // 5. Pool grow.
-    if pool_set.len() < pool.base as usize {
-        pool_set = topo.grow(
-            pool_set,
-            pool.base as usize - pool_set.len(),
-            &free,
-            Placement::Any,
-        );
-        free = free.difference(&pool_set);
-    }
-
-    // 6. Own.
-    let mut own: Vec<CpuSet> = Vec::with_capacity(whole.len());
+/// Step 6, own: what each cell keeps of its entitlement (held CPUs first,
+/// then its previous grant's); returns those and what is lendable: the
+/// rest of every entitlement, and `free`.
+fn own(
+    topo: &Topo<'_>,
+    whole: &[&MapCell],
+    ent: &[CpuSet],
+    before: &[Option<&Allotment>],
+    free: CpuSet,
+) -> (Vec<CpuSet>, CpuSet) {
+    let mut own = Vec::with_capacity(whole.len());
     let mut lendable = free;
-    for ((c, e), b) in whole.iter().zip(&ent).zip(&before) {
+    for ((c, e), b) in whole.iter().zip(ent).zip(before) {
         let before = b.map(|g| g.cpus.intersection(e)).unwrap_or_default();
         let held = c.held.intersection(e);
         let rest = (c.own as usize).saturating_sub(held.len());
@@ -219,48 +256,77 @@ pub(crate) fn map_grants<'c>(
         lendable = lendable.union(&e.difference(&mine));
         own.push(mine);
     }
+    (own, lendable)
+}
 
-    // 7. Lend: previous borrowings first, then the nearest.
+/// Step 7, lend to cells: previous borrowings first, then the nearest.
+/// Takes what it lends from `lendable`.
+fn lend(
+    topo: &Topo<'_>,
+    whole: &[&MapCell],
+    before: &[Option<&Allotment>],
+    own: &[CpuSet],
+    lendable: &mut CpuSet,
+) -> Vec<CpuSet> {
     let borrowers: Vec<usize> = (0..whole.len()).filter(|&k| whole[k].borrow > 0).collect();
     let mut borrowed: Vec<CpuSet> = vec![CpuSet::new(); whole.len()];
     for &k in &borrowers {
         let before = before[k]
-            .map(|g| g.lent.intersection(&lendable))
+            .map(|g| g.lent.intersection(lendable))
             .unwrap_or_default();
         let keep = topo.shrink(before, whole[k].borrow as usize);
-        lendable = lendable.difference(&keep);
+        *lendable = lendable.difference(&keep);
         borrowed[k] = keep;
     }
     for &k in &borrowers {
-        let c = whole[k];
-        let mine = own[k];
-        let have = borrowed[k];
+        let (mine, have) = (own[k], borrowed[k]);
         let grown = topo.grow(
             mine.union(&have),
-            c.borrow as usize - have.len(),
-            &lendable,
-            c.placement,
+            whole[k].borrow as usize - have.len(),
+            lendable,
+            whole[k].placement,
         );
         let got = grown.difference(&mine);
-        lendable = lendable.difference(&got);
+        *lendable = lendable.difference(&got);
         borrowed[k] = got;
     }
-    let pool_lent = if pool.borrow > 0 {
-        let before = prev.pool.intersection(&lendable);
-        let kept = topo.shrink(before, pool.borrow as usize);
-        let grown = topo.grow(
-            pool_set.union(&kept),
-            pool.borrow as usize - kept.len(),
-            &lendable,
-            Placement::Any,
-        );
-        grown.difference(&pool_set)
-    } else {
-        CpuSet::new()
-    };
-    let pool_all = pool_set.union(&pool_lent);
+    borrowed
+}
 
-    // Assemble, in the order of `cells` (whole-CPU cells in `whole`'s).
+/// Step 7, lend to the stacked pool: its previous borrowings first.
+fn lend_to_pool(
+    topo: &Topo<'_>,
+    pool: PoolSize,
+    prev: &Plan,
+    pool_set: CpuSet,
+    lendable: &CpuSet,
+) -> CpuSet {
+    if pool.borrow == 0 {
+        return CpuSet::new();
+    }
+    let before = prev.pool.intersection(lendable);
+    let kept = topo.shrink(before, pool.borrow as usize);
+    let grown = topo.grow(
+        pool_set.union(&kept),
+        pool.borrow as usize - kept.len(),
+        lendable,
+        Placement::Any,
+    );
+    grown.difference(&pool_set)
+}
+
+/// The grants, in the order of `cells` (whole-CPU cells in the order of
+/// `ent`, `own` and `borrowed`), made as they are taken. Stacked cells run
+/// on the whole pool, each advised threads in proportion to its weight,
+/// their homes spread over it.
+fn assemble<'c>(
+    cells: &'c [MapCell],
+    ent: Vec<CpuSet>,
+    own: Vec<CpuSet>,
+    borrowed: Vec<CpuSet>,
+    pool_all: CpuSet,
+    pool_lent: CpuSet,
+) -> impl Iterator<Item = Allotment> + 'c {
     let stacked_weight: u64 = cells
         .iter()
         .filter(|c| c.stacked)
@@ -269,7 +335,7 @@ pub(crate) fn map_grants<'c>(
     let pool_len = pool_all.len() as u64;
     let mut home = 0u32;
     let mut k = 0;
-    let grants = cells.iter().map(move |c| {
+    cells.iter().map(move |c| {
         if c.stacked {
             let portion = pool_len * c.weight.max(1) as u64 / stacked_weight.max(1);
             let threads = portion.max(1) as u32;
@@ -300,16 +366,5 @@ pub(crate) fn map_grants<'c>(
                 held: c.held,
             }
         }
-    });
-    let plan = Plan {
-        capacity,
-        reserve: reserved,
-        pool: pool_all,
-        time,
-        time_limit: 0, // the planner's to fill
-        contracts: BTreeMap::new(),
-        phases: BTreeMap::new(), // the planner's to fill
-        cells: BTreeMap::new(),  // the caller's to fill
-    };
-    (plan, grants)
+    })
 }
