@@ -1,15 +1,19 @@
 //! The engine's entry points: the events from outside that run a step
-//! (set-up calls such as `set_counters` and `batch_arrivals`, and the event
-//! loop's word on its journal, `Engine::journaled`, aside). Each runs one step and returns what the event loop must do,
-//! the records the step asks the journal to keep first
-//! ([`Effect::Journal`], see `journaling`), then replies and watches in
-//! the order the step made them.
+//! (set-up calls such as `set_counters` and `batch_arrivals` aside). Each
+//! runs one step and returns what the event loop must do, the records the
+//! step asks the journal to keep first ([`Effect::Journal`], see
+//! `journaling`), then replies and watches in the order the step made
+//! them. The event loop's word on its journal (`Engine::journaled`) is one
+//! of them, with the helpers every step uses to record (`journal`,
+//! `journal_ready`, `with_records`).
 
 use super::Engine;
-use super::effect::{Effect, Peer, SessionId};
-use allot_proto::msg::Request;
+use super::effect::{Effect, Peer, SessionId, answer, err};
+use super::journaling::REGISTER;
+use crate::journal::Record;
+use allot_proto::msg::{ErrorCode, Reply, Request};
 use rustix::fd::OwnedFd;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 impl Engine {
     /// Handles one request from `session` (`fd`: the descriptor that came
@@ -100,5 +104,75 @@ impl Engine {
     pub fn shutdown(&mut self) -> Vec<Effect> {
         self.wind_down();
         self.with_records(vec![])
+    }
+}
+
+impl Engine {
+    /// Why the journal is behind, if it is.
+    pub fn journal_problem(&self) -> Option<&str> {
+        self.journaling.behind()
+    }
+
+    /// The event loop's word after it appended `recs` (taking `took`), or
+    /// tried to catch up (no records): why the journal is behind, or
+    /// `None` when it holds everything. A newcomer whose record was in a
+    /// failed append and that has not been answered yet is ended and
+    /// refused; the effects say so. Each recorded newcomer's timeline
+    /// shows the append that carried its record. The queue moves again at
+    /// the next step that tries it (a tick, an exit) once the journal
+    /// caught up.
+    pub fn journaled(
+        &mut self,
+        recs: &[Record],
+        took: Duration,
+        behind: Option<String>,
+    ) -> Vec<Effect> {
+        let failed = !recs.is_empty() && behind.is_some();
+        let mut effects = Vec::new();
+        for r in recs {
+            let &Record::Cell { id, .. } = r else {
+                continue;
+            };
+            if !failed {
+                if let Some(c) = self.cells.get_mut(&id) {
+                    c.timeline.note("journal", format!("cell {id}"), Some(took));
+                }
+            } else if let Some(session) = self.take_arriving(id) {
+                let why = behind.as_deref().unwrap_or_default();
+                effects.extend(self.end_cell(id, "the journal could not record it"));
+                effects.push(answer(
+                    session,
+                    err(
+                        ErrorCode::Internal,
+                        REGISTER,
+                        format!(
+                            "the broker cannot record the cell in its journal ({why}); free \
+                             space on its filesystem and retry"
+                        ),
+                    ),
+                ));
+            }
+        }
+        self.journaling.set_behind(behind);
+        self.with_records(effects)
+    }
+
+    /// Asks the journal to record `recs` (with the step's other records).
+    pub(super) fn journal(&mut self, recs: &[Record]) {
+        self.journaling.record(recs);
+    }
+
+    /// Whether a new cell may be admitted now; the refusal when not.
+    pub(super) fn journal_ready(&self, kind: u16) -> Result<(), Reply> {
+        self.journaling.ready(kind)
+    }
+
+    /// `effects`, after the records this step made: an entry point's
+    /// last word.
+    pub(super) fn with_records(&mut self, mut effects: Vec<Effect>) -> Vec<Effect> {
+        if let Some(j) = self.journaling.take() {
+            effects.insert(0, j);
+        }
+        effects
     }
 }

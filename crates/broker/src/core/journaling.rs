@@ -20,15 +20,13 @@
 //! - Without a journal (a broker that keeps none) nothing is recorded and
 //!   nothing is refused for it.
 
-use super::Engine;
-use super::effect::{Effect, answer, err};
+use super::effect::{Effect, err};
 use crate::journal::{Journal, Record};
 use allot_proto::msg::{ErrorCode, Reply};
 use std::path::PathBuf;
-use std::time::Duration;
 
 /// The request kind of a registration.
-const REGISTER: u16 = 0x02;
+pub(super) const REGISTER: u16 = 0x02;
 
 /// The engine's side of the journal.
 #[derive(Debug)]
@@ -49,6 +47,16 @@ impl Journaling {
             pending: Vec::new(),
             behind: journal.and_then(|j| j.problem().map(str::to_string)),
         }
+    }
+
+    /// Why the journal is behind, if it is.
+    pub(super) fn behind(&self) -> Option<&str> {
+        self.behind.as_deref()
+    }
+
+    /// The event loop's word on the journal: why it is behind, or `None`.
+    pub(super) fn set_behind(&mut self, behind: Option<String>) {
+        self.behind = behind;
     }
 
     pub(super) fn record(&mut self, recs: &[Record]) {
@@ -80,75 +88,5 @@ impl Journaling {
                 path.display(),
             ),
         ))
-    }
-}
-
-impl Engine {
-    /// Why the journal is behind, if it is.
-    pub fn journal_problem(&self) -> Option<&str> {
-        self.journaling.behind.as_deref()
-    }
-
-    /// The event loop's word after it appended `recs` (taking `took`), or
-    /// tried to catch up (no records): why the journal is behind, or
-    /// `None` when it holds everything. A newcomer whose record was in a
-    /// failed append and that has not been answered yet is ended and
-    /// refused; the effects say so. Each recorded newcomer's timeline
-    /// shows the append that carried its record. The queue moves again at
-    /// the next step that tries it (a tick, an exit) once the journal
-    /// caught up.
-    pub fn journaled(
-        &mut self,
-        recs: &[Record],
-        took: Duration,
-        behind: Option<String>,
-    ) -> Vec<Effect> {
-        let failed = !recs.is_empty() && behind.is_some();
-        let mut effects = Vec::new();
-        for r in recs {
-            let &Record::Cell { id, .. } = r else {
-                continue;
-            };
-            if !failed {
-                if let Some(c) = self.cells.get_mut(&id) {
-                    c.timeline.note("journal", format!("cell {id}"), Some(took));
-                }
-            } else if let Some(session) = self.take_arriving(id) {
-                let why = behind.as_deref().unwrap_or_default();
-                effects.extend(self.end_cell(id, "the journal could not record it"));
-                effects.push(answer(
-                    session,
-                    err(
-                        ErrorCode::Internal,
-                        REGISTER,
-                        format!(
-                            "the broker cannot record the cell in its journal ({why}); free \
-                             space on its filesystem and retry"
-                        ),
-                    ),
-                ));
-            }
-        }
-        self.journaling.behind = behind;
-        self.with_records(effects)
-    }
-
-    /// Asks the journal to record `recs` (with the step's other records).
-    pub(super) fn journal(&mut self, recs: &[Record]) {
-        self.journaling.record(recs);
-    }
-
-    /// Whether a new cell may be admitted now; the refusal when not.
-    pub(super) fn journal_ready(&self, kind: u16) -> Result<(), Reply> {
-        self.journaling.ready(kind)
-    }
-
-    /// `effects`, after the records this step made: an entry point's
-    /// last word.
-    pub(super) fn with_records(&mut self, mut effects: Vec<Effect>) -> Vec<Effect> {
-        if let Some(j) = self.journaling.take() {
-            effects.insert(0, j);
-        }
-        effects
     }
 }

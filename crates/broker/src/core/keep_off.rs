@@ -21,31 +21,19 @@ use allot_plan::CellId;
 use allot_topo::CpuSet;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// What was kept off last: the cells whose other processes were kept off
-/// held CPUs, those CPUs, and the processes whose affinity was narrowed.
-#[derive(Debug, Default)]
-pub(super) struct KeptOff {
-    cpus: BTreeMap<u64, CpuSet>,
-    narrowed: BTreeMap<u64, BTreeSet<u32>>,
-}
-
 impl Engine {
     /// Keeps the cells' non-holding processes off the CPUs held in them
     /// (see the module notes).
     pub(crate) fn keep_off_held(&mut self) {
         let held = self.account.held().clone();
-        let cells: BTreeSet<u64> = held
-            .keys()
-            .chain(self.kept_off.cpus.keys())
-            .copied()
-            .collect();
+        let cells: BTreeSet<u64> = held.keys().copied().chain(self.kept_off.cells()).collect();
         if cells.is_empty() {
             return;
         }
         let holders: BTreeMap<usize, BTreeSet<u32>> = self.account.ledger().exclusive_cpus();
         let mut kept_off = BTreeMap::new();
         for cell in cells {
-            let mut narrowed = self.kept_off.narrowed.remove(&cell).unwrap_or_default();
+            let mut narrowed = self.kept_off.take_narrowed(cell);
             let Some(grant) = self.plan.cells.get(&CellId(cell)).map(|g| g.cpus) else {
                 continue; // ended: its processes left with it
             };
@@ -67,10 +55,10 @@ impl Engine {
             }
             if !mine.is_empty() {
                 kept_off.insert(cell, mine);
-                self.kept_off.narrowed.insert(cell, narrowed);
+                self.kept_off.keep(cell, narrowed);
             }
         }
-        self.kept_off.cpus = kept_off;
+        self.kept_off.set_cpus(kept_off);
     }
 
     /// Takes `held` out of the affinity of every thread of `pid` that has

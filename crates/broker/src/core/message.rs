@@ -29,44 +29,21 @@
 
 use super::{Effect, Engine};
 use crate::{debug, info, warn};
-use allot_enforce::gate::Gate;
 use std::time::{Duration, Instant};
-
-/// A cell under this much CPU (a share of one) counts as idle.
-const IDLE_CPU: f64 = 0.05;
-
-/// A message-triggered cell's state.
-#[derive(Debug)]
-pub(crate) struct MessageState {
-    pub(crate) active: bool,
-    /// Messages sent to its channels when last looked at.
-    sent: u64,
-    /// Its CPU time when last looked at, ns.
-    usage: Option<u64>,
-    /// Since when nothing happened (no message, no CPU).
-    quiet_since: Instant,
-    gate: Option<Box<dyn Gate>>,
-}
 
 impl Engine {
     /// Starts following cell `id` if it is message-triggered (it starts
     /// active).
     pub(super) fn follow_message(&mut self, id: u64, now: Instant) {
         if self.cells.get(&id).is_some_and(|c| c.spec.is_message()) {
-            self.messages.entry(id).or_insert(MessageState {
-                active: true,
-                sent: 0,
-                usage: None,
-                quiet_since: now,
-                gate: None,
-            });
+            self.messages.follow(id, now);
         }
     }
 
     /// Whether cell `id` is planned now (an idle message-triggered cell is
     /// not).
     pub(crate) fn planned(&self, id: u64) -> bool {
-        self.messages.get(&id).is_none_or(|m| m.active)
+        self.messages.active(id)
     }
 
     /// Moves message-triggered cells between their states (see the module
@@ -77,25 +54,20 @@ impl Engine {
         let new: Vec<u64> = self
             .cells
             .iter()
-            .filter(|(id, c)| c.spec.is_message() && !self.messages.contains_key(id))
+            .filter(|(id, c)| c.spec.is_message() && !self.messages.follows(**id))
             .map(|(id, _)| *id)
             .collect();
         for id in new {
             self.follow_message(id, now);
         }
         // Cells that ended: their doorbells are no longer watched.
-        let gone: Vec<u64> = self
-            .messages
-            .keys()
-            .filter(|id| !self.cells.contains_key(id))
-            .copied()
-            .collect();
-        for id in gone {
-            self.messages.remove(&id);
-            effects.push(Effect::ForgetDoorbell(id));
+        for id in self.messages.ids() {
+            if !self.cells.contains_key(&id) {
+                self.messages.forget(id);
+                effects.push(Effect::ForgetDoorbell(id));
+            }
         }
-        let ids: Vec<u64> = self.messages.keys().copied().collect();
-        for id in ids {
+        for id in self.messages.ids() {
             let Some(c) = self.cells.get(&id) else {
                 continue;
             };
@@ -110,15 +82,9 @@ impl Engine {
             let waiting = channels.iter().any(|ch| !ch.is_empty());
             let held = !channels.is_empty();
             let usage = self.enforcer.usage_ns(id);
-            let m = self.messages.get_mut(&id).expect("listed above");
-            let elapsed = now.duration_since(m.quiet_since);
-            let busy = match (m.usage, usage) {
-                (Some(a), Some(b)) if elapsed > Duration::ZERO => {
-                    (b.saturating_sub(a) as f64 / 1e9) / elapsed.as_secs_f64() > IDLE_CPU
-                }
-                _ => false,
-            };
-            if !m.active {
+            let m = self.messages.get_mut(id).expect("listed above");
+            let busy = m.busy(usage, now);
+            if !m.active() {
                 if waiting {
                     // A doorbell missed (or not pollable): wake it now.
                     effects.extend(self.wake_message(id, now, "a message waits"));
@@ -126,48 +92,40 @@ impl Engine {
                 }
                 continue;
             }
-            if sent != m.sent || waiting || busy || !held {
-                m.sent = sent;
-                m.usage = usage;
-                m.quiet_since = now;
+            if sent != m.sent() || waiting || busy || !held {
+                m.heard(sent, usage, now);
                 continue;
             }
-            if elapsed < idle_after {
+            if m.quiet_for(now) < idle_after {
                 continue;
             }
             // Quiet for idle_ms. A backend that cannot suspend the cell
             // (affinity) leaves it active: asleep but running, it would
             // run on CPUs the plan gives to others, exclusive ones too.
-            if m.gate.is_none() {
-                m.gate = match self.enforcer.gate(id) {
+            if !m.has_gate() {
+                m.set_gate(match self.enforcer.gate(id) {
                     Ok(g) => g,
                     Err(e) => {
                         warn!("cell {id}: {e}; it stays active while idle");
                         None
                     }
-                };
+                });
             }
-            if m.gate.is_none() {
-                m.quiet_since = now;
+            if !m.has_gate() {
+                m.stay_active(now);
                 continue;
             }
             // Arm every doorbell, then suspend it.
             let armed = channels.iter().all(|ch| ch.arm_doorbell());
             if !armed {
-                m.quiet_since = now;
+                m.stay_active(now);
                 continue;
             }
             let fds: Vec<rustix::fd::OwnedFd> = channels
                 .iter()
                 .filter_map(|ch| ch.fds()[1].try_clone_to_owned().ok())
                 .collect();
-            m.active = false;
-            m.usage = usage;
-            if let Some(g) = m.gate.as_mut()
-                && let Err(e) = g.close()
-            {
-                warn!("cell {id}: cannot suspend it: {e}");
-            }
+            m.suspend(id, usage);
             debug!("cell {id}: idle for {idle_after:?}; it holds nothing until a message comes");
             effects.push(Effect::WatchDoorbell { cell: id, fds });
             changed = true;
@@ -178,7 +136,7 @@ impl Engine {
     /// The step of [`Engine::doorbell`].
     pub(super) fn doorbell_rang(&mut self, cell: u64) -> Vec<Effect> {
         let now = Instant::now();
-        if self.messages.get(&cell).is_none_or(|m| m.active) {
+        if self.messages.active(cell) {
             return vec![];
         }
         let mut effects = self.wake_message(cell, now, "a message arrived");
@@ -189,17 +147,10 @@ impl Engine {
 
     /// Thaws cell `id` and marks it active (the caller re-plans).
     fn wake_message(&mut self, id: u64, now: Instant, why: &str) -> Vec<Effect> {
-        let Some(m) = self.messages.get_mut(&id) else {
+        let Some(m) = self.messages.get_mut(id) else {
             return vec![];
         };
-        m.active = true;
-        m.quiet_since = now;
-        m.usage = None;
-        if let Some(g) = m.gate.as_mut()
-            && let Err(e) = g.open()
-        {
-            warn!("cell {id}: cannot resume it: {e}");
-        }
+        m.wake(id, now);
         info!("cell {id}: activated ({why})");
         vec![Effect::ForgetDoorbell(id)]
     }

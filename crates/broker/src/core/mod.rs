@@ -73,6 +73,7 @@ pub(crate) use cells::{Cell, Queued};
 pub(crate) mod effect;
 mod entry;
 mod groups;
+mod holdings;
 mod isolation;
 mod journaling;
 mod keep_off;
@@ -82,13 +83,14 @@ mod memory_limits;
 mod message;
 mod minimum;
 mod pause;
-pub use pause::WHY as PAUSED_WHY;
+pub use state::pause::WHY as PAUSED_WHY;
 mod measure;
 mod outside;
 mod reconcile;
 mod register;
 mod requests;
 mod restore;
+mod state;
 mod time;
 
 pub use effect::{Effect, Peer, SessionId};
@@ -152,7 +154,7 @@ pub struct Engine {
     /// holdings as the plan sees them (`account`).
     pub(crate) account: account::Account,
     /// What the cells' other processes were last kept off (`keep_off`).
-    kept_off: keep_off::KeptOff,
+    kept_off: state::keep_off::KeptOff,
     pub(crate) limits: Limits,
     pub(crate) show_other_users: bool,
     removals: Vec<Removal>,
@@ -171,9 +173,9 @@ pub struct Engine {
     /// Partition CPUs kept clear of interrupts and workqueues (`isolation`).
     isolation: isolation::Isolation,
     /// Message-triggered cells' states (`message`).
-    messages: BTreeMap<u64, message::MessageState>,
+    messages: state::message::Messages,
     /// Best-effort cells paused while guarantees take every CPU (`pause`).
-    paused: BTreeMap<u64, pause::Paused>,
+    paused: state::pause::Pauses,
     /// The system minimum, when the operator turned it on (`minimum`).
     unmanaged: Option<allot_enforce::unmanaged::Unmanaged>,
     /// Memory capacity, the reserve, and the cells' use (`memory`).
@@ -256,8 +258,8 @@ impl Engine {
             kept_off: Default::default(),
             limits: cfg.limits,
             channels: crate::channels::Channels::new(cfg.channel_acl.clone()),
-            messages: BTreeMap::new(),
-            paused: BTreeMap::new(),
+            messages: Default::default(),
+            paused: Default::default(),
             unmanaged: None,
             isolation: isolation::Isolation::new(
                 cfg.isolate,

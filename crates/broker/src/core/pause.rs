@@ -41,6 +41,7 @@
 //!   thawed.
 
 use super::Engine;
+use super::state::pause::WHY;
 use crate::{debug, info, warn};
 use allot_enforce::gate::Gate;
 use allot_plan::Plan;
@@ -52,45 +53,6 @@ const SETTLE: Duration = Duration::from_millis(50);
 /// How often the settling wait looks.
 const SETTLE_POLL: Duration = Duration::from_millis(1);
 
-/// Why a paused cell is paused, as the status says it.
-pub const WHY: &str = "every CPU is guaranteed to other cells; it runs again when one frees";
-
-/// A paused cell.
-#[derive(Debug)]
-pub(super) struct Paused {
-    gate: Box<dyn Gate>,
-    since: Instant,
-    /// The CPUs its cpuset confines it to while paused (empty: unknown).
-    on: allot_topo::CpuSet,
-    /// How often the freeze was sent again to threads that ran on.
-    resent: u32,
-}
-
-impl Paused {
-    /// Sends cell `id`'s freeze again, to threads that ran on.
-    fn resend(&mut self, id: u64) {
-        self.resent += 1;
-        if let Err(e) = self.gate.close() {
-            warn!("cell {id}: cannot pause it: {e}");
-        }
-    }
-}
-
-impl Paused {
-    /// A cell adopted frozen after a restart, whose journaled grant was
-    /// empty (or missing): still paused, with its new gate closed, its
-    /// cpuset confining it to `on` (the kernel's).
-    fn adopted(mut gate: Box<dyn Gate>, on: allot_topo::CpuSet) -> Paused {
-        let _ = gate.close();
-        Paused {
-            gate,
-            since: Instant::now(),
-            on,
-            resent: 0,
-        }
-    }
-}
-
 impl Engine {
     /// Before any cell grows into the CPUs of plan `next` (the shrink
     /// phase): lets go of the paused cells no longer planned, freezes the
@@ -98,47 +60,28 @@ impl Engine {
     /// at most [`SETTLE`], so that a CPU a paused cell leaves is not given
     /// to another while its threads still run there.
     pub(super) fn pause_emptied(&mut self, next: &Plan) {
-        let gone: Vec<u64> = self
-            .paused
-            .keys()
-            .filter(|id| {
-                !self.cells.contains_key(id) || !next.cells.contains_key(&allot_plan::CellId(**id))
-            })
-            .copied()
-            .collect();
-        for id in gone {
-            self.paused.remove(&id);
+        for id in self.paused.ids() {
+            if !self.cells.contains_key(&id) || !next.cells.contains_key(&allot_plan::CellId(id)) {
+                self.paused.forget(id);
+            }
         }
         let emptied: Vec<u64> = next
             .cells
             .iter()
             .filter(|(cid, g)| {
                 // (The account's OUTSIDE cell is not one of ours.)
-                g.cpus.is_empty()
-                    && self.cells.contains_key(&cid.0)
-                    && !self.paused.contains_key(&cid.0)
+                g.cpus.is_empty() && self.cells.contains_key(&cid.0) && !self.paused.contains(cid.0)
             })
             .map(|(cid, _)| cid.0)
             .collect();
         // Paused cells still freezing leave the CPUs exclusive cells are
         // about to hold.
         let exclusive = self.exclusive_in(next);
-        let freezing: Vec<u64> = self
-            .paused
-            .iter_mut()
-            .filter_map(|(id, p)| {
-                let anywhere = p.on.is_empty();
-                ((anywhere || p.on.intersects(&exclusive)) && p.gate.stopped() != Some(true))
-                    .then_some(*id)
-            })
-            .collect();
-        for id in freezing {
-            let on = self.paused[&id].on;
+        for id in self.paused.freezing_on(&exclusive) {
+            let on = self.paused.on(id).unwrap_or_default();
             if let Some(to) = self.refuge(next, on) {
                 self.apply_cpus(id, to, "paused, still freezing, moved to");
-                if let Some(p) = self.paused.get_mut(&id) {
-                    p.on = to;
-                }
+                self.paused.moved(id, to);
             }
         }
         let mut closed = Vec::new();
@@ -191,13 +134,13 @@ impl Engine {
     pub(super) fn resume_granted(&mut self, next: &Plan) {
         let granted: Vec<u64> = self
             .paused
-            .keys()
+            .ids()
+            .into_iter()
             .filter(|id| {
                 next.cells
-                    .get(&allot_plan::CellId(**id))
+                    .get(&allot_plan::CellId(*id))
                     .is_some_and(|g| !g.cpus.is_empty())
             })
-            .copied()
             .collect();
         for id in granted {
             self.resume(id);
@@ -211,11 +154,7 @@ impl Engine {
         let mut waiting: Vec<u64> = ids.to_vec();
         let mut round = 0u32;
         loop {
-            waiting.retain(|id| {
-                self.paused
-                    .get_mut(id)
-                    .is_some_and(|p| p.gate.stopped() == Some(false))
-            });
+            waiting.retain(|&id| self.paused.running(id));
             if waiting.is_empty() {
                 return;
             }
@@ -228,10 +167,8 @@ impl Engine {
             }
             round += 1;
             if round.is_multiple_of(5) {
-                for id in &waiting {
-                    if let Some(p) = self.paused.get_mut(id) {
-                        p.resend(*id);
-                    }
+                for &id in &waiting {
+                    self.paused.resend(id);
                 }
             }
             std::thread::sleep(SETTLE_POLL);
@@ -266,36 +203,21 @@ impl Engine {
                 return false;
             }
         };
-        let mut paused = Paused {
-            gate,
-            since: Instant::now(),
-            on,
-            resent: 0,
-        };
-        if let Err(e) = paused.gate.close() {
-            warn!("cell {id}: cannot pause it: {e}");
+        if !self.paused.pause(id, gate, on) {
             return false;
         }
         info!("cell {id}: paused: {WHY}");
         if let Some(c) = self.cells.get_mut(&id) {
             c.timeline.note("paused", WHY, None);
         }
-        self.paused.insert(id, paused);
         true
     }
 
     fn resume(&mut self, id: u64) {
-        let Some(mut p) = self.paused.remove(&id) else {
+        let Some((held, resent)) = self.paused.resume(id) else {
             return;
         };
-        if let Err(e) = p.gate.open() {
-            warn!("cell {id}: cannot resume it: {e}");
-        }
-        let held = p.since.elapsed();
-        debug!(
-            "cell {id}: resumed after {held:?} (the freeze was sent again {} times)",
-            p.resent
-        );
+        debug!("cell {id}: resumed after {held:?} (the freeze was sent again {resent} times)");
         if let Some(c) = self.cells.get_mut(&id) {
             c.timeline.note(
                 "resumed",
@@ -312,44 +234,30 @@ impl Engine {
     /// every tick, so a straggler runs at most one tick on CPUs that
     /// other cells hold.
     pub(super) fn refreeze_stragglers(&mut self) {
-        for (id, p) in &mut self.paused {
-            if p.gate.stopped() == Some(false) {
-                debug!("cell {id}: paused, but some threads still run; freezing them again");
-                p.resend(*id);
-            }
+        for id in self.paused.resend_to_running() {
+            debug!("cell {id}: paused, but some threads still run; it was frozen again");
         }
     }
 
     /// Thaws every paused cell (broker exit: they run on the CPUs they
     /// were last given until a broker adopts them).
     pub(super) fn thaw_paused(&mut self) {
-        for (id, mut p) in std::mem::take(&mut self.paused) {
-            if let Err(e) = p.gate.open() {
-                warn!("cell {id}: cannot thaw it: {e}");
-            }
-        }
+        self.paused.thaw_all();
     }
 
     /// Since when cell `id` is paused, if it is.
     pub(crate) fn paused_since(&self, id: u64) -> Option<Instant> {
-        self.paused.get(&id).map(|p| p.since)
+        self.paused.since(id)
     }
 
     /// Cell `id`, paused, has a new gate (a group was just included): it is
     /// closed at once and kept in place of the old one.
     pub(super) fn repause(&mut self, id: u64) {
-        if !self.paused.contains_key(&id) {
+        if !self.paused.contains(id) {
             return;
         }
         match self.enforcer.gate(id) {
-            Ok(Some(mut g)) => {
-                if let Err(e) = g.close() {
-                    warn!("cell {id}: cannot pause its new group: {e}");
-                }
-                if let Some(p) = self.paused.get_mut(&id) {
-                    p.gate = g;
-                }
-            }
+            Ok(Some(g)) => self.paused.replace_gate(id, g),
             Ok(None) => {}
             Err(e) => warn!("cell {id}: cannot pause its new group: {e}"),
         }
@@ -358,6 +266,6 @@ impl Engine {
     /// Cell `id`, adopted after a restart, was paused by the broker before
     /// (frozen on `on`): it stays paused, through `gate`.
     pub(super) fn adopt_paused(&mut self, id: u64, gate: Box<dyn Gate>, on: allot_topo::CpuSet) {
-        self.paused.insert(id, Paused::adopted(gate, on));
+        self.paused.adopt(id, gate, on);
     }
 }
