@@ -16,6 +16,7 @@
 //! made, and its reply does not wait for the directories' creation (the
 //! largest part of the broker's work for it on cgroup v1).
 
+use super::state::arrival::Arriving;
 use super::{Effect, Engine, Peer, SessionId, answer, err};
 use crate::info;
 use crate::journal::{MemberRec, Record};
@@ -27,46 +28,16 @@ use allot_proto::msg::{ErrorCode, Reply};
 /// The request kind of a registration.
 const REGISTER: u16 = 0x02;
 
-/// An admitted cell whose member processes have not joined yet.
-#[derive(Debug)]
-pub(crate) struct Arriving {
-    pub(crate) id: u64,
-    pub(crate) members: Vec<u32>,
-    pub(crate) session: SessionId,
-    pub(crate) token: u64,
-    /// Its registering process moves itself in, through the join files
-    /// sent with the reply, when the backend has them.
-    pub(crate) joins_itself: bool,
-    /// The registering process and its start time as read when it
-    /// connected: not read from `/proc` again.
-    pub(crate) registrant: Option<(u32, u64)>,
-}
-
-/// When the next cell's groups may be made ahead (`Enforcer::make_ahead`;
-/// which id they are made for is the backend's to say,
-/// `Enforcer::made_ahead`).
-#[derive(Debug, Default)]
-pub(crate) struct Ahead {
-    /// A cell whose registering process was handed its join files and
-    /// has not yet added the program it starts: its moves take the
-    /// kernel's cgroup lock, which making directories holds, so nothing
-    /// is made until it adds the program or the next tick.
-    joining: Option<u64>,
-    /// Whether a failure to make them was logged (once is enough: the
-    /// registration makes its groups itself and says why if it cannot).
-    warned: bool,
-}
-
 impl Engine {
     /// Between turns of the event loop: has the backend make the groups
     /// of the id the next cell will get, unless it has already.
     pub(super) fn make_next_ahead(&mut self) {
         let next = self.cells.next_id();
-        if self.enforcer.made_ahead() == Some(next) || self.ahead.joining.is_some() {
+        if self.enforcer.made_ahead() == Some(next) || self.ahead.joining().is_some() {
             return;
         }
         if let Err(e) = self.enforcer.make_ahead(next)
-            && !std::mem::replace(&mut self.ahead.warned, true)
+            && self.ahead.first_failure()
         {
             warn!(
                 "cannot make a cell's groups ahead of its registration ({e}); each registration makes its own"
@@ -78,8 +49,8 @@ impl Engine {
     /// itself in by then), or `None`: a tick passed. Groups may be made
     /// ahead again.
     pub(super) fn joined_itself(&mut self, cell: Option<u64>) {
-        if cell.is_none() || self.ahead.joining == cell {
-            self.ahead.joining = None;
+        if cell.is_none() || self.ahead.joining() == cell {
+            self.ahead.set_joining(None);
         }
     }
 
@@ -159,7 +130,7 @@ impl Engine {
             Vec::new()
         };
         if !join_files.is_empty() {
-            self.ahead.joining = Some(id);
+            self.ahead.set_joining(Some(id));
         }
         let mut effects = Vec::new();
         for pid in members {

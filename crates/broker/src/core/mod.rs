@@ -136,10 +136,10 @@ pub struct Engine {
     pub(crate) cells: cells::Cells,
     /// Admitted cells whose processes join at the end of the turn
     /// (`arrival`), when `batch_arrivals` is on.
-    arriving: Vec<arrival::Arriving>,
+    arriving: Vec<state::arrival::Arriving>,
     batch_arrivals: bool,
     /// The next cell's groups, made between turns (`arrival`).
-    ahead: arrival::Ahead,
+    ahead: state::arrival::Ahead,
     enforcer: Box<dyn Enforcer>,
     os: Arc<dyn Os>,
     /// What the step asks the journal to record, and the journal's
@@ -171,7 +171,7 @@ pub struct Engine {
     /// Named channels, and who besides their creators may open them.
     pub(crate) channels: crate::channels::Channels,
     /// Partition CPUs kept clear of interrupts and workqueues (`isolation`).
-    isolation: isolation::Isolation,
+    isolation: state::isolation::Isolation,
     /// Message-triggered cells' states (`message`).
     messages: state::message::Messages,
     /// Best-effort cells paused while guarantees take every CPU (`pause`).
@@ -261,7 +261,7 @@ impl Engine {
             messages: Default::default(),
             paused: Default::default(),
             unmanaged: None,
-            isolation: isolation::Isolation::new(
+            isolation: state::isolation::Isolation::new(
                 cfg.isolate,
                 cfg.isolate_root.clone(),
                 &cfg.state_dir,

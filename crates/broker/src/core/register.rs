@@ -21,7 +21,7 @@
 //! does not turn away a small one that fits beside it once the machine
 //! frees up, and a stream of small requests cannot starve a large one.
 
-use super::arrival::Arriving;
+use super::state::arrival::Arriving;
 use super::{Cell, Effect, Engine, Peer, Queued, SessionId, answer, err, random_u64};
 use crate::journal::{MemberRec, Record, SpecRec};
 use crate::names::{self, shown};

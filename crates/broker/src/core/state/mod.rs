@@ -3,6 +3,8 @@
 //! side of each (when it acts, on which cells, with which kernel writes)
 //! is the file of the same name in `core/`.
 
+pub(super) mod arrival;
+pub(super) mod isolation;
 pub(super) mod keep_off;
 pub(super) mod message;
 pub(crate) mod pause;
