@@ -10,20 +10,15 @@
 //! threads waited for a CPU (`/proc`, bounded per cell) and, where the
 //! machine has hardware counters, the cycles and instructions they
 //! retired (a counter group per thread, at most [`COUNTED_THREADS`] per
-//! cell and [`COUNTED_GROUPS`] in all, so the descriptors the broker keeps
+//! cell and `COUNTED_GROUPS` in all, so the descriptors the broker keeps
 //! are bounded whatever the cells do). Per machine: `/proc/stat` and
 //! `/proc/pressure/cpu`, and the CPU time all cells used.
 
 use super::{Cell, Engine};
-use crate::series::{Load, LoadSample, RATE_SPAN, Sample};
-use allot_enforce::counters::{Events, PerfCounters};
+use crate::series::{RATE_SPAN, Sample};
 use allot_plan::GlobalPolicy;
 use allot_plan::tracking::{Observation, PerfHint};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// How often the trackers evaluate (their window is a second long).
-pub const EVALUATE_EVERY: Duration = Duration::from_secs(1);
 
 /// Run delay is read this often, and only for cells with a goal (it
 /// costs a file per thread).
@@ -36,81 +31,6 @@ const RUN_DELAY_MEMBERS: usize = 16;
 /// Threads of one cell with a counter group: instructions per cycle over
 /// a sample of a cell's threads is what is wanted, not every cycle.
 pub const COUNTED_THREADS: usize = 16;
-
-/// Counter groups open in all (two descriptors each).
-pub const COUNTED_GROUPS: usize = 512;
-
-/// The machine-wide measurement state the core keeps between ticks; the
-/// per-cell series live in each cell (`Cell::perf`, `tracker`, `hw`).
-///
-/// Invariants: `cells_used_ns` only grows, by the increments of cells
-/// measured at two consecutive ticks, so cells coming and going never make
-/// it jump; a tick at which some cell could not be measured records the
-/// machine's load without the cells' part (`cells_unmeasured`); the
-/// groups counted in `pmu.open` never exceed [`COUNTED_GROUPS`].
-#[derive(Debug)]
-pub(crate) struct Measure {
-    /// The machine's load, tick by tick.
-    load: Load,
-    /// CPU time the cells used, counted by increments.
-    cells_used_ns: u64,
-    /// Some cell's CPU time could not be read this tick.
-    cells_unmeasured: bool,
-    /// When the trackers last evaluated.
-    last_evaluation: Option<Instant>,
-    /// The hardware counters the goal cells are read with.
-    pmu: Pmu,
-}
-
-impl Measure {
-    /// Nothing measured yet; goal cells counted with `counters`.
-    pub(crate) fn new(counters: Arc<dyn PerfCounters>) -> Measure {
-        Measure {
-            load: Load::default(),
-            cells_used_ns: 0,
-            cells_unmeasured: false,
-            last_evaluation: None,
-            pmu: Pmu::new(counters),
-        }
-    }
-
-    /// The machine's load, tick by tick.
-    pub(crate) fn load(&self) -> &Load {
-        &self.load
-    }
-
-    /// Reads hardware counters through `counters` from now on.
-    pub(crate) fn set_counters(&mut self, counters: Arc<dyn PerfCounters>) {
-        self.pmu = Pmu::new(counters);
-    }
-
-    /// Why cycles and instructions are not counted (`None`: they are).
-    pub(crate) fn counters_unavailable(&self) -> Option<&str> {
-        self.pmu.unavailable.as_deref()
-    }
-}
-
-/// The hardware counters, and whether this machine has them.
-#[derive(Debug)]
-struct Pmu {
-    counters: Arc<dyn PerfCounters>,
-    /// Why cycles and instructions are not counted (`None`: they are).
-    unavailable: Option<String>,
-    /// Groups open over all cells (recounted every tick).
-    open: usize,
-}
-
-impl Pmu {
-    /// Checks once whether `counters` count cycles and instructions.
-    fn new(counters: Arc<dyn PerfCounters>) -> Pmu {
-        let unavailable = counters.check(Events::CyclesInstructions).err();
-        Pmu {
-            counters,
-            unavailable,
-            open: 0,
-        }
-    }
-}
 
 impl Engine {
     /// Adds this tick's sample to cell `id`'s series: `usage` is its CPU
@@ -144,7 +64,7 @@ impl Engine {
             None
         };
         // Counted with run delay, on the members' threads.
-        let hw = if read_delay && self.measure.pmu.unavailable.is_none() {
+        let hw = if read_delay && self.measure.counting() {
             let tids: Vec<u32> = c
                 .members()
                 .iter()
@@ -152,16 +72,7 @@ impl Engine {
                 .flat_map(|m| self.os.threads(m.pid).unwrap_or_default())
                 .take(COUNTED_THREADS)
                 .collect();
-            let before = c.hw.open();
-            let room = COUNTED_GROUPS.saturating_sub(self.measure.pmu.open) + before;
-            let total = c.hw.refresh(
-                &*self.measure.pmu.counters,
-                Events::CyclesInstructions,
-                &tids,
-                room.min(COUNTED_THREADS),
-            );
-            self.measure.pmu.open = (self.measure.pmu.open + c.hw.open()).saturating_sub(before);
-            Some(total)
+            Some(self.measure.count(&mut c.hw, &tids, COUNTED_THREADS))
         } else {
             if !c.spec.goal.is_some() && c.hw.open() > 0 {
                 // The goal was dropped: so are its counters.
@@ -171,16 +82,8 @@ impl Engine {
         };
         // The cells' CPU time, counted by increments so that cells coming
         // and going do not make the sum jump.
-        match (c.perf.last().and_then(|s| s.usage_ns), usage) {
-            (Some(before), Some(now)) => {
-                self.measure.cells_used_ns = self
-                    .measure
-                    .cells_used_ns
-                    .saturating_add(now.saturating_sub(before));
-            }
-            (_, None) => self.measure.cells_unmeasured = true,
-            (None, Some(_)) => {}
-        }
+        self.measure
+            .cell_used(c.perf.last().and_then(|s| s.usage_ns), usage);
         c.perf.record(Sample {
             at: now,
             cpus: held,
@@ -196,18 +99,13 @@ impl Engine {
     /// (and the latency span); returns whether a hint the goals policy
     /// plans with changed (the caller re-plans).
     pub(super) fn evaluate(&mut self, now: Instant) -> bool {
-        if self
-            .measure
-            .last_evaluation
-            .is_some_and(|t| now.duration_since(t) < EVALUATE_EVERY)
-        {
+        if !self.measure.evaluation_due(now) {
             return false;
         }
-        self.measure.last_evaluation = Some(now);
         let capacity = self.planner.capacity();
         let goals = self.planner.config().policy == GlobalPolicy::Goals;
         let available = available_share(
-            self.measure.load.over(RATE_SPAN).and_then(|w| w.unmanaged),
+            self.measure.load().over(RATE_SPAN).and_then(|w| w.unmanaged),
             (capacity + self.planner.config().reserve) as usize,
         );
         let mut changed = false;
@@ -251,7 +149,7 @@ impl Engine {
     /// down (the goals policy does not count on them).
     pub(super) fn unmanaged_cpus(&self) -> u32 {
         self.measure
-            .load
+            .load()
             .over(RATE_SPAN)
             .and_then(|w| w.unmanaged)
             .map_or(0, |u| u.floor() as u32)
@@ -262,16 +160,10 @@ impl Engine {
     /// CPU (kept out of the series: only the outside reading, which
     /// keeps its own last one, needs it).
     pub(super) fn observe_machine(&mut self, now: Instant) -> Option<Vec<u64>> {
-        self.measure.pmu.open = self.cells.values().map(|c| c.hw.open()).sum();
-        let cells_ns = (!std::mem::take(&mut self.measure.cells_unmeasured))
-            .then_some(self.measure.cells_used_ns);
+        let open = self.cells.values().map(|c| c.hw.open()).sum();
         let mut system = self.os.system_cpu()?;
         let per_cpu = std::mem::take(&mut system.per_cpu_busy_ns);
-        self.measure.load.record(LoadSample {
-            at: now,
-            system,
-            cells_ns,
-        });
+        self.measure.record_machine(now, system, open);
         Some(per_cpu)
     }
 }

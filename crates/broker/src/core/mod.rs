@@ -39,7 +39,7 @@
 //!   partition CPUs kept clear of interrupts and workqueues;
 //! - `measure`: each tick's reading of every cell and of the machine
 //!   (kept in `crate::series`), and the goal trackers' evaluation; its
-//!   machine-wide state is one subsystem, `measure::Measure`;
+//!   machine-wide state is one subsystem, `state::measure::Measure`;
 //! - `outside`: work outside every cell: what it takes of each cell's
 //!   CPUs, the teams that leave them to it, the cells' kernel weights
 //!   (`outside::Outside`);
@@ -167,7 +167,7 @@ pub struct Engine {
     /// (`crate::cell_runtimes::RuntimeCache`); the status is built from `&self`.
     pub(crate) runtime_cache: std::sync::Mutex<crate::cell_runtimes::RuntimeCache>,
     /// The machine's load and the goal cells' counters (`measure`).
-    pub(crate) measure: measure::Measure,
+    pub(crate) measure: state::measure::Measure,
     /// Named channels, and who besides their creators may open them.
     pub(crate) channels: crate::channels::Channels,
     /// Partition CPUs kept clear of interrupts and workqueues (`isolation`).
@@ -272,7 +272,7 @@ impl Engine {
             counters: Counters::default(),
             windows: Windows::new(),
             runtime_cache: Default::default(),
-            measure: measure::Measure::new(Arc::new(allot_enforce::counters::RealCounters)),
+            measure: state::measure::Measure::new(Arc::new(allot_enforce::counters::RealCounters)),
             memory,
             outside: outside::Outside::new(cfg.weigh),
         };

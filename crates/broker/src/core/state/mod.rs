@@ -6,5 +6,6 @@
 pub(super) mod arrival;
 pub(super) mod isolation;
 pub(super) mod keep_off;
+pub(crate) mod measure;
 pub(super) mod message;
 pub(crate) mod pause;
