@@ -111,8 +111,8 @@ impl Engine {
                     outside: g
                         .and_then(|g| self.outside.group_of(id, g.stacked))
                         .map(|o| OutsideStatus {
-                            used: round(o.last.outside, 2),
-                            waiting: o.last.waiting.map(|w| round(w, 2)),
+                            used: round(o.last().outside, 2),
+                            waiting: o.last().waiting.map(|w| round(w, 2)),
                             taken: o.leaves(),
                         }),
                 }
@@ -155,9 +155,9 @@ impl Engine {
                 uptime_s: round(self.started.elapsed().as_secs_f64(), 1),
                 notes: self.backend_notes.clone(),
                 journal_problem: self.journal_problem().map(str::to_string),
-                weigh: self.outside.weighing.to_string(),
+                weigh: self.outside.weighing().to_string(),
                 together_weight: self.together_weight(),
-                weight_wanted: self.outside.weights.together,
+                weight_wanted: self.outside.weights().together,
                 made_ahead: self.made_ahead(),
             },
             machine: MachineStatus {
@@ -338,7 +338,7 @@ impl Engine {
                         memory: self.memory.used(id),
                         outside: g
                             .and_then(|g| self.outside.group_of(id, g.stacked))
-                            .map(|o| (round(o.last.outside, 3), o.leaves())),
+                            .map(|o| (round(o.last().outside, 3), o.leaves())),
                         partition: c
                             .spec
                             .exclusive

@@ -105,7 +105,10 @@ impl Engine {
         let capacity = self.planner.capacity();
         let goals = self.planner.config().policy == GlobalPolicy::Goals;
         let available = available_share(
-            self.measure.load().over(RATE_SPAN).and_then(|w| w.unmanaged),
+            self.measure
+                .load()
+                .over(RATE_SPAN)
+                .and_then(|w| w.unmanaged),
             (capacity + self.planner.config().reserve) as usize,
         );
         let mut changed = false;

@@ -39,13 +39,19 @@
 //!   partition CPUs kept clear of interrupts and workqueues;
 //! - `measure`: each tick's reading of every cell and of the machine
 //!   (kept in `crate::series`), and the goal trackers' evaluation; its
-//!   machine-wide state is one subsystem, `state::measure::Measure`;
+//!   machine-wide state is `state::measure::Measure`;
 //! - `outside`: work outside every cell: what it takes of each cell's
 //!   CPUs, the teams that leave them to it, the cells' kernel weights
-//!   (`outside::Outside`);
-//! - `account`, `keep_off`, `minimum`, `pause`: the ledger's CPU holdings
-//!   as the plan sees them, holders' CPUs kept off their cell's other
-//!   processes, the system minimum, paused best-effort cells.
+//!   (its state `state::outside::Outside`);
+//! - `account` (the state) and `holdings` (the engine's side), `keep_off`,
+//!   `minimum`, `pause`: the ledger's CPU holdings as the plan sees them,
+//!   holders' CPUs kept off their cell's other processes, the system
+//!   minimum, paused best-effort cells;
+//! - `state`: what the subsystems above keep, each a struct with private
+//!   fields and its own methods that imports nothing of the engine (as
+//!   `cells`, `account`, `memory` and `journaling` are): every import in
+//!   `core/` points down, from the engine's sides through this file to
+//!   the state.
 //!
 //! Invariants kept here (the planner keeps the plan invariants):
 //!
@@ -182,7 +188,7 @@ pub struct Engine {
     pub(crate) memory: memory::MemoryControl,
     /// Work outside the cells: what it takes of their CPUs, and the
     /// cells' weights against it (`outside`).
-    pub(crate) outside: outside::Outside,
+    pub(crate) outside: state::outside::Outside,
 }
 
 fn random_u64() -> u64 {
@@ -274,7 +280,7 @@ impl Engine {
             runtime_cache: Default::default(),
             measure: state::measure::Measure::new(Arc::new(allot_enforce::counters::RealCounters)),
             memory,
-            outside: outside::Outside::new(cfg.weigh),
+            outside: state::outside::Outside::new(cfg.weigh),
         };
         let effects = core.restore(journal);
         // Classes of service: the adopted cells' kept, the rest removed.

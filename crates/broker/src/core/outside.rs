@@ -16,7 +16,7 @@
 //! seen, so a machine without any pays nothing for it; a process that
 //! joins brings its past waiting into one reading, which alone changes
 //! nothing). A group's
-//! [`Contention`] turns the readings into the CPUs outside work holds
+//! `Contention` turns the readings into the CPUs outside work holds
 //! there, with hysteresis; a change re-plans.
 //!
 //! Every re-plan (`reconcile`), [`Engine::fit_teams`] lowers the teams of
@@ -34,9 +34,11 @@
 //! only when it changes.
 
 use super::Engine;
+use super::state::outside::Key;
 use crate::warn;
-use allot_plan::outside::{COUNTS_FROM, Contention, Reading, seed};
-use allot_plan::weight::{self, Weighed, Weighing, Weights};
+use allot_enforce::Enforcer;
+use allot_enforce::os::Os;
+use allot_plan::weight::{self, Weighed, Weights};
 use allot_plan::{CellId, CellSpec, Plan};
 use allot_topo::CpuSet;
 use std::collections::BTreeMap;
@@ -55,80 +57,6 @@ pub const WAIT_PROCESSES: usize = 16;
 /// Threads read per process.
 pub const WAIT_THREADS: usize = 64;
 
-/// Which group of CPUs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Key {
-    /// A whole-CPU cell's grant (less the time region).
-    Cell(u64),
-    /// The stacked pool.
-    Pool,
-}
-
-/// What is known of one group.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Group {
-    /// Its CPUs when last read.
-    cpus: CpuSet,
-    /// Whether its cells are all best effort (their teams may shrink).
-    shrinks: bool,
-    contention: Contention,
-    /// Its cells' threads' waiting so far (ns), as last read.
-    waited_ns: Option<u64>,
-    /// The last reading.
-    pub(crate) last: Reading,
-}
-
-impl Group {
-    /// The CPUs outside work holds of the group's that its team could
-    /// leave it (all but one).
-    pub(crate) fn taken(&self) -> u32 {
-        self.contention.taken(self.cpus.len() as u32)
-    }
-
-    /// The CPUs its team leaves to outside work now: none where a
-    /// guaranteed cell runs.
-    pub(crate) fn leaves(&self) -> u32 {
-        if self.shrinks { self.taken() } else { 0 }
-    }
-}
-
-/// Work outside the cells, as the broker keeps it between ticks.
-#[derive(Debug, Default)]
-pub(crate) struct Outside {
-    /// How the cells weigh against it (the `weigh` setting).
-    pub(crate) weighing: Weighing,
-    /// The weights the kernel was last asked for.
-    pub(crate) weights: Weights,
-    /// The directory's weight as last written.
-    together: Option<u32>,
-    /// A weight the kernel refused (not tried again until it changes).
-    together_refused: Option<u32>,
-    /// The backend said the directory's weight is not allot's.
-    together_not_ours: bool,
-    /// The machine's per-CPU busy time at the last tick.
-    busy: Option<(Instant, Vec<u64>)>,
-    /// Each cell's CPU time at the last tick.
-    used: BTreeMap<u64, u64>,
-    /// Every group read at the last tick.
-    pub(crate) groups: BTreeMap<Key, Group>,
-}
-
-impl Outside {
-    /// Nothing read yet; cells weighed `weighing`.
-    pub(crate) fn new(weighing: Weighing) -> Outside {
-        Outside {
-            weighing,
-            ..Default::default()
-        }
-    }
-
-    /// The group cell `id` runs in, given its grant.
-    pub(crate) fn group_of(&self, id: u64, stacked: bool) -> Option<&Group> {
-        self.groups
-            .get(&if stacked { Key::Pool } else { Key::Cell(id) })
-    }
-}
-
 impl Engine {
     /// Reads this tick's work outside the cells on each group of CPUs
     /// (`per_cpu`: the machine's busy time per CPU, ns; `usage`: each
@@ -141,92 +69,11 @@ impl Engine {
         per_cpu: &[u64],
         usage: &BTreeMap<u64, Option<u64>>,
     ) -> bool {
-        let last_busy = self.outside.busy.replace((now, per_cpu.to_vec()));
-        let last_used = std::mem::take(&mut self.outside.used);
-        self.outside.used = usage
-            .iter()
-            .filter_map(|(&id, u)| Some((id, (*u)?)))
-            .collect();
-        let Some((then, before)) = last_busy else {
-            return false;
-        };
-        let dt_ns = now.duration_since(then).as_nanos() as f64;
-        if dt_ns <= 0.0 {
-            return false;
-        }
-        // CPUs' worth: of busy time on `cpus`, and of CPU time used by
-        // cells `ids` (`None`: some cell's is unknown), since the last tick.
-        let busy_on = |cpus: &CpuSet| -> f64 {
-            cpus.iter()
-                .map(|c| {
-                    let now = per_cpu.get(c).copied().unwrap_or(0);
-                    let then = before.get(c).copied().unwrap_or(now);
-                    now.saturating_sub(then) as f64
-                })
-                .sum::<f64>()
-                / dt_ns
-        };
-        let used_by = |ids: &[u64]| -> Option<f64> {
-            ids.iter()
-                .map(|id| {
-                    let now = (*usage.get(id)?)?;
-                    let then = *last_used.get(id)?;
-                    Some(now.saturating_sub(then) as f64 / dt_ns)
-                })
-                .sum()
-        };
-        let old = std::mem::take(&mut self.outside.groups);
-        let mut groups: BTreeMap<Key, Group> = BTreeMap::new();
-        let mut changed = false;
-        for (key, (cpus, ids, shrinks)) in self.alone() {
-            let was = old.get(&key).map_or(0, Group::leaves);
-            // A group whose CPUs changed starts from what outside work
-            // held of them where they were read before, and takes no
-            // reading this tick: the time since the last one was spent
-            // on the old CPUs, by other cells too.
-            let mut g = match old.get(&key) {
-                Some(g) if g.cpus == cpus => g.clone(),
-                _ => {
-                    let g = Group {
-                        contention: Contention::seeded(seed(
-                            &cpus,
-                            old.values().map(|g| (&g.cpus, g.contention.held())),
-                        )),
-                        cpus,
-                        shrinks,
-                        ..Default::default()
-                    };
-                    changed |= g.leaves() != was;
-                    groups.insert(key, g);
-                    continue;
-                }
-            };
-            g.shrinks = shrinks;
-            if let Some(used) = used_by(&ids) {
-                let outside = (busy_on(&g.cpus) - used).max(0.0);
-                // The waiting matters only where outside work could hold
-                // a CPU and the team could shrink for it.
-                let waited = (shrinks && outside >= COUNTS_FROM).then(|| self.waited_ns(&ids));
-                let waiting = waited
-                    .zip(g.waited_ns)
-                    .map(|(now, then)| now.saturating_sub(then) as f64 / dt_ns);
-                g.waited_ns = waited;
-                let r = Reading { outside, waiting };
-                g.contention.observe(r, g.cpus.len() as u32);
-                g.last = r;
-            } else {
-                g.waited_ns = None;
-            }
-            changed |= g.leaves() != was;
-            groups.insert(key, g);
-        }
-        // A team that left CPUs to outside work in a group now gone has
-        // other CPUs, or is gone.
-        changed |= old
-            .iter()
-            .any(|(k, g)| !groups.contains_key(k) && g.leaves() > 0);
-        self.outside.groups = groups;
-        changed
+        let alone = self.alone();
+        let (enforcer, os) = (&mut self.enforcer, &self.os);
+        self.outside.observe(now, per_cpu, usage, alone, |ids| {
+            waited_ns(&mut **enforcer, &**os, ids)
+        })
     }
 
     /// The groups of CPUs that cells run on alone now: each whole-CPU
@@ -255,41 +102,16 @@ impl Engine {
         out
     }
 
-    /// The time the threads of cells `ids` waited to run so far, ns:
-    /// every process in a cell (a shell's or make's children run the
-    /// work, not only its members), bounded, and the first
-    /// [`WAIT_CELLS`] cells' sum scaled to all.
-    fn waited_ns(&mut self, ids: &[u64]) -> u64 {
-        let read = ids.len().min(WAIT_CELLS);
-        let mut sum = 0u64;
-        for &id in &ids[..read] {
-            for pid in self.enforcer.pids(id).into_iter().take(WAIT_PROCESSES) {
-                if let Some(d) = self.os.run_delay_ns(pid, WAIT_THREADS) {
-                    sum = sum.saturating_add(d);
-                }
-            }
-        }
-        (sum as f64 * ids.len() as f64 / read.max(1) as f64) as u64
-    }
-
     /// Lowers the teams of `plan`'s best-effort cells (planned as
     /// `specs`) by what outside work holds of their CPUs
     /// ([`allot_plan::outside::teams`]). A cell whose CPUs are not those
     /// last read (a grant that just moved) counts what outside work held
     /// of its new CPUs where they were read ([`seed`]).
     pub(super) fn fit_teams(&self, plan: &mut Plan, specs: &BTreeMap<CellId, CellSpec>) {
-        let groups = &self.outside.groups;
-        if groups.values().all(|g| g.contention.held() == 0) {
+        if !self.outside.holds_any() {
             return;
         }
-        let read = || groups.values().map(|g| (&g.cpus, g.contention.held()));
-        let taken_on = |key: Key, cpus: CpuSet| -> u32 {
-            let held = match groups.get(&key) {
-                Some(g) if g.cpus == cpus => g.contention.held(),
-                _ => seed(&cpus, read()),
-            };
-            Contention::seeded(held).taken(cpus.len() as u32)
-        };
+        let taken_on = |key: Key, cpus: CpuSet| self.outside.taken_on(key, cpus);
         let taken: BTreeMap<CellId, u32> = plan
             .cells
             .iter()
@@ -324,13 +146,13 @@ impl Engine {
                 })
             })
             .collect();
-        weight::weigh(self.outside.weighing, &cells, self.enforcer.max_weight())
+        weight::weigh(self.outside.weighing(), &cells, self.enforcer.max_weight())
     }
 
     /// Cell `id`'s weight now: as last weighed, else (a cell not weighed
     /// yet) its spec weight, or the most for a time cell.
     pub(super) fn weight_of(&self, id: u64, spec: &CellSpec) -> u32 {
-        if let Some(&w) = self.outside.weights.cells.get(&CellId(id)) {
+        if let Some(&w) = self.outside.weights().cells.get(&CellId(id)) {
             return w;
         }
         if spec.time.is_time() && !spec.is_message() {
@@ -343,30 +165,40 @@ impl Engine {
     /// The cells' weight together as the kernel has it (`None`: not
     /// allot's to set, or never written).
     pub(crate) fn together_weight(&self) -> Option<u32> {
-        (!self.outside.together_not_ours)
-            .then_some(self.outside.together)
-            .flatten()
+        self.outside.together()
     }
 
     /// Writes the cells' weight together, if it changed and is allot's.
     /// A write the kernel refused is tried again when the weight changes
     /// (once per value, so a broken directory costs one warning each).
     pub(super) fn write_together(&mut self) {
-        let w = self.outside.weights.together;
-        let o = &self.outside;
-        if o.together_not_ours || o.together == Some(w) || o.together_refused == Some(w) {
+        let Some(w) = self.outside.together_due() else {
             return;
-        }
-        match self.enforcer.set_together_weight(w) {
-            Ok(true) => {
-                self.outside.together = Some(w);
-                self.outside.together_refused = None;
-            }
-            Ok(false) => self.outside.together_not_ours = true,
+        };
+        let outcome = match self.enforcer.set_together_weight(w) {
+            Ok(ours) => Some(ours),
             Err(e) => {
                 warn!("the cells' weight against work outside them: {e}");
-                self.outside.together_refused = Some(w);
+                None
+            }
+        };
+        self.outside.together_written(w, outcome);
+    }
+}
+
+/// The time the threads of cells `ids` waited to run so far, ns: every
+/// process in a cell (a shell's or make's children run the work, not only
+/// its members), bounded, and the first [`WAIT_CELLS`] cells' sum scaled
+/// to all.
+fn waited_ns(enforcer: &mut dyn Enforcer, os: &dyn Os, ids: &[u64]) -> u64 {
+    let read = ids.len().min(WAIT_CELLS);
+    let mut sum = 0u64;
+    for &id in &ids[..read] {
+        for pid in enforcer.pids(id).into_iter().take(WAIT_PROCESSES) {
+            if let Some(d) = os.run_delay_ns(pid, WAIT_THREADS) {
+                sum = sum.saturating_add(d);
             }
         }
     }
+    (sum as f64 * ids.len() as f64 / read.max(1) as f64) as u64
 }

@@ -137,7 +137,7 @@ impl Engine {
         // Every cell whose CPUs change gets its new weight with them; the
         // others whose weight moved, after the growth below.
         let moved: std::collections::BTreeSet<u64> = changed.iter().map(|(id, _)| *id).collect();
-        let before = std::mem::replace(&mut self.outside.weights, weights);
+        let before = self.outside.replace_weights(weights);
         for (id, g) in &changed {
             let Some(old) = self
                 .cells
@@ -172,7 +172,7 @@ impl Engine {
                     && !g.cpus.is_empty()
                     && self.cells.contains_key(&id.0)
                     && !moved.contains(&id.0)
-                    && before.cells.get(id) != self.outside.weights.cells.get(id)
+                    && before.cells.get(id) != self.outside.weights().cells.get(id)
             })
             .map(|(id, g)| (id.0, g.cpus))
             .collect();
@@ -180,7 +180,7 @@ impl Engine {
             let applied = self.applied(id, cpus);
             if let Err(e) = self.enforcer.apply(id, &applied) {
                 warn!("cell {id}: {e}");
-                self.outside.weights.cells.remove(&CellId(id));
+                self.outside.weight_refused(CellId(id));
             }
         }
         self.write_together();

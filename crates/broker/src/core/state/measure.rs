@@ -85,7 +85,6 @@ impl Pmu {
     }
 }
 
-
 impl Measure {
     /// Whether cycles and instructions are counted on this machine.
     pub(in crate::core) fn counting(&self) -> bool {
@@ -144,8 +143,7 @@ impl Measure {
     /// `open` counter groups over all cells now.
     pub(in crate::core) fn record_machine(&mut self, now: Instant, system: SystemCpu, open: usize) {
         self.pmu.open = open;
-        let cells_ns =
-            (!std::mem::take(&mut self.cells_unmeasured)).then_some(self.cells_used_ns);
+        let cells_ns = (!std::mem::take(&mut self.cells_unmeasured)).then_some(self.cells_used_ns);
         self.load.record(LoadSample {
             at: now,
             system,
