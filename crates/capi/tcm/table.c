@@ -215,7 +215,7 @@ static void new_round(struct slot *s)
     s->round = (uint16_t)(s->round == UINT16_MAX ? 1 : s->round + 1);
 }
 
-void table_team_started(struct table *t, int i)
+void table_team_started(struct table *t, int i, uint16_t *round)
 {
     struct slot *s = &t->slots[i];
     if (s->outer <= 0)
@@ -223,11 +223,11 @@ void table_team_started(struct table *t, int i)
     struct slot *a = &t->slots[s->outer - 1];
     if (a->round == 0)
         a->round = 1;
-    /* A thread that hosted a team in this round hosts another: it
+    /* This thread hosted a team in this round and hosts another: it
      * finished its item, so the round's teams have all started. */
-    if (s->started_in == a->round)
+    if (*round == a->round)
         new_round(a);
-    s->started_in = a->round;
+    *round = a->round;
     if (a->teams_started < UINT16_MAX)
         a->teams_started++;
 }

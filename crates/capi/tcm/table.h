@@ -31,7 +31,6 @@ struct slot {
     uint16_t teams_started; /* its teams that started in this round */
     uint16_t teams_seen;    /* teams of its last rounds: how many of its
                              * threads host teams at once */
-    uint16_t started_in;    /* a team's: its arena's round it last started in */
     uint16_t lingers;       /* an arena turned off while its round's items
                              * (and their teams) still run: it keeps what it
                              * had until the round ends */
@@ -64,14 +63,13 @@ int table_settle(struct table *t, uint32_t budget);
 /* Under the lock: frees slot `i`, and forgets it as any team's outer. */
 void table_free(struct table *t, int i);
 /* Under the lock: slot `i`, a team nested in slot `outer - 1` (or in none
- * for 0), was asked for or activated: counted among its arena's teams of
- * this round. An arena's *round* is a wave of teams started by distinct
- * threads: it ends when a thread that hosted one of its teams hosts
- * another (it finished its item), and how many teams it held is what the
- * arena lends by (tcm_lent in divide.h). A thread's team keeps its slot
- * from region to region, or passes its round on to the one asked for in
- * its place (`started_in`). */
-void table_team_started(struct table *t, int i);
+ * for 0), was asked for or activated by a thread that last started a
+ * team in its arena's round `*round` (0: never; updated here): counted
+ * among its arena's teams of this round. An arena's *round* is a wave of
+ * teams started by distinct threads: it ends when a thread that hosted
+ * one of its teams hosts another (it finished its item), and how many
+ * teams it held is what the arena lends by (tcm_lent in divide.h). */
+void table_team_started(struct table *t, int i, uint16_t *round);
 /* Under the lock: slot `i` was turned off (deactivated). An arena whose
  * rounds host teams lingers (see `lingers`). */
 void table_turned_off(struct table *t, int i);

@@ -101,6 +101,10 @@ static __thread struct tcm_permit_rep_t *t_registered;
  * OpenMP team's primary). A permit asked for by a thread another permit
  * counts is nested in that one (see `caller` in divide.h). */
 static __thread struct tcm_permit_rep_t *t_counted;
+/* The round of its arena in which this thread last started a nested team
+ * (table_team_started), and that arena's slot (+1; 0: none). */
+static __thread uint16_t t_round;
+static __thread int t_round_arena;
 
 static int enabled(void)
 {
@@ -276,6 +280,8 @@ static void in_child(void)
     g_clients = NULL;
     t_registered = NULL;
     t_counted = NULL;
+    t_round = 0;
+    t_round_arena = 0;
     /* A private table's lock may have been held by another thread; a
      * shared one's holder lives on in the parent and lets it go. Its
      * slots are the parent's: free them for the child. */
@@ -315,6 +321,20 @@ static int client_known(tcm_client_id_t id)
         if (c->id == id)
             return 1;
     return 0;
+}
+
+/* Counts slot `i`, asked for or activated by this thread, among its
+ * arena's teams of the round (with the table's lock held). */
+static void team_started(int i)
+{
+    int arena = g_table->slots[i].outer;
+    if (arena <= 0)
+        return;
+    if (t_round_arena != arena) {
+        t_round_arena = arena;
+        t_round = 0;
+    }
+    table_team_started(g_table, i, &t_round);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -429,7 +449,6 @@ EXPORT tcm_result_t tcmRequestPermit(tcm_client_id_t client_id, tcm_permit_reque
         }
     }
     pid_t tid = (pid_t)syscall(SYS_gettid);
-    uint16_t started_in = 0;
     if (r == NULL && request.flags.rigid_concurrency) {
         /* Invariant 6. */
         for (struct tcm_permit_rep_t *o = g_permits; o != NULL; o = o->next) {
@@ -438,8 +457,6 @@ EXPORT tcm_result_t tcmRequestPermit(tcm_client_id_t client_id, tcm_permit_reque
             table_lock(g_table);
             const struct slot *os = &g_table->slots[o->slot];
             int abandoned = os->rigid && os->conc == 1 && os->state == TCM_PERMIT_STATE_ACTIVE;
-            if (abandoned)
-                started_in = os->started_in; /* the new team is this thread's */
             table_unlock(g_table);
             if (abandoned)
                 drop_permit(o);
@@ -466,7 +483,6 @@ EXPORT tcm_result_t tcmRequestPermit(tcm_client_id_t client_id, tcm_permit_reque
             return TCM_RESULT_ERROR_UNKNOWN;
         }
         r->slot = free_slot;
-        g_table->slots[free_slot].started_in = started_in;
         r->client = client_id;
         r->tid = tid;
         r->next = g_permits;
@@ -506,7 +522,7 @@ EXPORT tcm_result_t tcmRequestPermit(tcm_client_id_t client_id, tcm_permit_reque
     if (outer == NULL && max > 0)
         t_counted = r;
     s->priority = request.priority;
-    table_team_started(g_table, r->slot);
+    team_started(r->slot);
     settle();
     fill(s, permit);
     r->told = s->conc;
@@ -557,7 +573,7 @@ static tcm_result_t set_state(tcm_permit_handle_t permit_handle, uint32_t state)
     s->state = state;
     s->fixed = 0;
     if (state == TCM_PERMIT_STATE_ACTIVE) {
-        table_team_started(g_table, r->slot);
+        team_started(r->slot);
     } else {
         table_team_stopped(g_table, r->slot);
         if (state == TCM_PERMIT_STATE_INACTIVE)

@@ -4,47 +4,15 @@
  *
  * Protocol with the test: prints "publish N" when it wants the grant
  * changed to N threads, then waits for a line on stdin. */
-#include "../../tcm/tcm_api.h"
+#include "tcm_calls.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <sys/wait.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#define CHECK(cond, ...)                                                                         \
-    do {                                                                                         \
-        if (!(cond)) {                                                                           \
-            printf("FAIL line %d: ", __LINE__);                                                  \
-            printf(__VA_ARGS__);                                                                 \
-            printf("\n");                                                                        \
-            exit(1);                                                                             \
-        }                                                                                        \
-    } while (0)
-
-static tcm_result_t (*connect_)(tcm_callback_t, tcm_client_id_t *);
-static tcm_result_t (*disconnect_)(tcm_client_id_t);
-static tcm_result_t (*request_)(tcm_client_id_t, tcm_permit_request_t, void *,
-                                tcm_permit_handle_t *, tcm_permit_t *);
-static tcm_result_t (*get_)(tcm_permit_handle_t, tcm_permit_t *);
-static tcm_result_t (*release_)(tcm_permit_handle_t);
-static tcm_result_t (*deactivate_)(tcm_permit_handle_t);
-static tcm_result_t (*activate_)(tcm_permit_handle_t);
-static tcm_result_t (*version_)(char *, uint32_t);
-
 /* Concurrency each permit's callback last read, by callback argument. */
 static volatile uint32_t told[2];
-
-static uint32_t read_permit(tcm_permit_handle_t h)
-{
-    uint32_t c = 99;
-    tcm_permit_t p = {&c, NULL, 1, 0, {0}};
-    CHECK(get_(h, &p) == TCM_RESULT_SUCCESS, "tcmGetPermitData");
-    return c;
-}
 
 static tcm_result_t callback(tcm_permit_handle_t h, void *arg, tcm_callback_flags_t flags)
 {
@@ -91,31 +59,10 @@ static tcm_result_t request_elsewhere(tcm_client_id_t id, tcm_permit_request_t r
     return e.res;
 }
 
-static tcm_permit_request_t ask(int32_t min, int32_t max, int rigid)
-{
-    tcm_permit_request_t r;
-    memset(&r, 0, sizeof r);
-    r.min_sw_threads = min;
-    r.max_sw_threads = max;
-    r.priority = 0;
-    r.flags.rigid_concurrency = rigid ? 1 : 0;
-    return r;
-}
-
 int main(int argc, char **argv)
 {
     CHECK(argc == 2, "usage: tcm_api LIBTCM");
-    void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-    CHECK(lib != NULL, "dlopen: %s", dlerror());
-#define LOOK(var, name) CHECK((*(void **)&var = dlsym(lib, name)) != NULL, "no %s", name)
-    LOOK(connect_, "tcmConnect");
-    LOOK(disconnect_, "tcmDisconnect");
-    LOOK(request_, "tcmRequestPermit");
-    LOOK(get_, "tcmGetPermitData");
-    LOOK(release_, "tcmReleasePermit");
-    LOOK(deactivate_, "tcmDeactivatePermit");
-    LOOK(activate_, "tcmActivatePermit");
-    LOOK(version_, "tcmGetVersionInfo");
+    void *lib = tcm_look(argv[1]);
 
     /* Off unless TCM_ENABLE says on. */
     tcm_client_id_t id = 0;

@@ -18,34 +18,11 @@
  * grow its own teams); a round in which every thread hosted a team lends
  * nothing after it, nor do the next rounds until fewer teams run again;
  * nothing is lent before a round is known. */
-#include "../../tcm/tcm_api.h"
+#include "tcm_calls.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#define CHECK(cond, ...)                                                                         \
-    do {                                                                                         \
-        if (!(cond)) {                                                                           \
-            printf("FAIL line %d: ", __LINE__);                                                  \
-            printf(__VA_ARGS__);                                                                 \
-            printf("\n");                                                                        \
-            exit(1);                                                                             \
-        }                                                                                        \
-    } while (0)
 
 #define WORKERS 16
-
-static tcm_result_t (*connect_)(tcm_callback_t, tcm_client_id_t *);
-static tcm_result_t (*request_)(tcm_client_id_t, tcm_permit_request_t, void *,
-                                tcm_permit_handle_t *, tcm_permit_t *);
-static tcm_result_t (*get_)(tcm_permit_handle_t, tcm_permit_t *);
-static tcm_result_t (*idle_)(tcm_permit_handle_t);
-static tcm_result_t (*deactivate_)(tcm_permit_handle_t);
-static tcm_result_t (*activate_)(tcm_permit_handle_t);
-static tcm_result_t (*register_)(tcm_permit_handle_t);
 
 static tcm_client_id_t tbb, omp;
 static tcm_permit_handle_t arena;
@@ -58,24 +35,6 @@ static tcm_result_t quiet(tcm_permit_handle_t h, void *arg, tcm_callback_flags_t
 {
     (void)h, (void)arg, (void)f;
     return TCM_RESULT_SUCCESS;
-}
-
-static tcm_permit_request_t ask(int32_t min, int32_t max, int rigid)
-{
-    tcm_permit_request_t r;
-    memset(&r, 0, sizeof r);
-    r.min_sw_threads = min;
-    r.max_sw_threads = max;
-    r.flags.rigid_concurrency = rigid ? 1 : 0;
-    return r;
-}
-
-static uint32_t read_permit(tcm_permit_handle_t h)
-{
-    uint32_t c = 99;
-    tcm_permit_t p = {&c, NULL, 1, 0, {0}};
-    CHECK(get_(h, &p) == TCM_RESULT_SUCCESS, "tcmGetPermitData");
-    return c;
 }
 
 /* A oneTBB worker: in each round, if it hosts an item, starts its team. */
@@ -146,16 +105,7 @@ static void expect_teams(const char *what, const uint32_t *teams, int n, uint32_
 int main(int argc, char **argv)
 {
     CHECK(argc == 2, "usage: tcm_nested LIBTCM");
-    void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-    CHECK(lib != NULL, "dlopen: %s", dlerror());
-#define LOOK(var, name) CHECK((*(void **)&var = dlsym(lib, name)) != NULL, "no %s", name)
-    LOOK(connect_, "tcmConnect");
-    LOOK(request_, "tcmRequestPermit");
-    LOOK(get_, "tcmGetPermitData");
-    LOOK(idle_, "tcmIdlePermit");
-    LOOK(deactivate_, "tcmDeactivatePermit");
-    LOOK(activate_, "tcmActivatePermit");
-    LOOK(register_, "tcmRegisterThread");
+    tcm_look(argv[1]);
     setenv("TCM_ENABLE", "1", 1);
     CHECK(connect_(quiet, &tbb) == TCM_RESULT_SUCCESS, "connect oneTBB");
     CHECK(connect_(NULL, &omp) == TCM_RESULT_SUCCESS, "connect OpenMP");

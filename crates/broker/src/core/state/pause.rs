@@ -24,6 +24,16 @@ struct Paused {
 }
 
 impl Paused {
+    /// Paused from now through `gate` (closed), waiting on `on`.
+    fn new(gate: Box<dyn Gate>, on: CpuSet) -> Paused {
+        Paused {
+            gate,
+            since: Instant::now(),
+            on,
+            resent: 0,
+        }
+    }
+
     /// Sends cell `id`'s freeze again, to threads that ran on.
     fn resend(&mut self, id: u64) {
         self.resent += 1;
@@ -117,15 +127,7 @@ impl Pauses {
             warn!("cell {id}: cannot pause it: {e}");
             return false;
         }
-        self.cells.insert(
-            id,
-            Paused {
-                gate,
-                since: Instant::now(),
-                on,
-                resent: 0,
-            },
-        );
+        self.cells.insert(id, Paused::new(gate, on));
         true
     }
 
@@ -134,15 +136,7 @@ impl Pauses {
     /// (the kernel's).
     pub(in crate::core) fn adopt(&mut self, id: u64, mut gate: Box<dyn Gate>, on: CpuSet) {
         let _ = gate.close();
-        self.cells.insert(
-            id,
-            Paused {
-                gate,
-                since: Instant::now(),
-                on,
-                resent: 0,
-            },
-        );
+        self.cells.insert(id, Paused::new(gate, on));
     }
 
     /// Opens cell `id`'s gate and forgets it: how long it was paused and
