@@ -11,7 +11,7 @@ mod abi_util;
 use abi_util::*;
 use allot_capi::abi::cell::*;
 use allot_capi::abi::pool::*;
-use allot_capi::abi::status::{ALL, Status};
+use allot_capi::abi::status::{ALL, Code};
 use allot_capi::abi::*;
 use std::ffi::{CStr, c_int, c_void};
 use std::ptr::{null, null_mut};
@@ -25,7 +25,7 @@ fn null_out_pointers_are_invalid_and_name_the_function() {
     // SAFETY: the out-pointers below are null on purpose, which the
     // library detects; everything else is valid.
     unsafe {
-        assert_eq!(status(allot_cell_standalone(null_mut())), Status::Invalid);
+        assert_eq!(status(allot_cell_standalone(null_mut())), Code::Invalid);
         assert!(
             last_error().starts_with("allot_cell_standalone: out is NULL"),
             "{}",
@@ -33,25 +33,25 @@ fn null_out_pointers_are_invalid_and_name_the_function() {
         );
         assert_eq!(
             status(allot_cell_auto(c"x".as_ptr(), null_mut())),
-            Status::Invalid
+            Code::Invalid
         );
         let spec = Spec::default();
         assert_eq!(
             status(allot_cell_register(c"x".as_ptr(), &spec, 0, null_mut())),
-            Status::Invalid
+            Code::Invalid
         );
-        assert_eq!(status(allot_cell_grant(c, null_mut())), Status::Invalid);
+        assert_eq!(status(allot_cell_grant(c, null_mut())), Code::Invalid);
         assert_eq!(
             status(allot_cell_wait_change(c, 0, 0, null_mut())),
-            Status::Invalid
+            Code::Invalid
         );
-        assert_eq!(status(allot_cell_mode(c, null_mut())), Status::Invalid);
-        assert_eq!(status(allot_cell_broker_id(c, null_mut())), Status::Invalid);
-        assert_eq!(status(allot_pool_new(c, null_mut())), Status::Invalid);
-        assert_eq!(status(allot_pool_workers(p, null_mut())), Status::Invalid);
+        assert_eq!(status(allot_cell_mode(c, null_mut())), Code::Invalid);
+        assert_eq!(status(allot_cell_broker_id(c, null_mut())), Code::Invalid);
+        assert_eq!(status(allot_pool_new(c, null_mut())), Code::Invalid);
+        assert_eq!(status(allot_pool_workers(p, null_mut())), Code::Invalid);
         assert_eq!(
             status(allot_pool_spawn(p, Some(nop), null_mut(), null_mut())),
-            Status::Invalid
+            Code::Invalid
         );
     }
     ok(allot_pool_free(p));
@@ -66,40 +66,40 @@ fn null_strings_callbacks_and_bad_arguments_are_invalid() {
     let spec = Spec::default();
     // SAFETY: the nulls below are detected; the other pointers are valid.
     unsafe {
-        assert_eq!(status(allot_cell_auto(null(), &mut c)), Status::Invalid);
+        assert_eq!(status(allot_cell_auto(null(), &mut c)), Code::Invalid);
         assert_eq!(
             status(allot_cell_register(null(), &spec, 0, &mut c)),
-            Status::Invalid
+            Code::Invalid
         );
         assert_eq!(
             status(allot_cell_register(c"x".as_ptr(), null(), 0, &mut c)),
-            Status::Invalid
+            Code::Invalid
         );
         assert_eq!(
             status(allot_cell_auto(c"\xff\xfe".as_ptr(), &mut c)),
-            Status::Invalid
+            Code::Invalid
         );
         assert!(last_error().contains("UTF-8"));
         let long = std::ffi::CString::new(vec![b'a'; 5000]).unwrap();
         assert_eq!(
             status(allot_cell_auto(long.as_ptr(), &mut c)),
-            Status::Invalid
+            Code::Invalid
         );
         assert_eq!(
             status(allot_pool_spawn(p, None, null_mut(), &mut t)),
-            Status::Invalid
+            Code::Invalid
         );
         assert_eq!(
             status(allot_pool_join(p, None, null_mut(), Some(nop), null_mut())),
-            Status::Invalid
+            Code::Invalid
         );
         assert_eq!(
             status(allot_pool_join(p, Some(nop), null_mut(), None, null_mut())),
-            Status::Invalid
+            Code::Invalid
         );
         assert_eq!(
             status(allot_pool_parallel_for(p, 0, 10, 1, None, null_mut())),
-            Status::Invalid
+            Code::Invalid
         );
         assert_eq!(
             status(allot_pool_parallel_for(
@@ -110,7 +110,7 @@ fn null_strings_callbacks_and_bad_arguments_are_invalid() {
                 Some(nop_body),
                 null_mut()
             )),
-            Status::Invalid
+            Code::Invalid
         );
         assert!(
             last_error().contains("begin (10) is after end (9)"),
@@ -160,14 +160,14 @@ fn specs_are_checked_before_the_broker_is_asked() {
     for (spec, why) in cases {
         // SAFETY: valid strings, spec and out-pointer.
         let rc = unsafe { allot_cell_register_at(no_broker, c"x".as_ptr(), &spec, 0, &mut c) };
-        assert_eq!(status(rc), Status::Invalid, "{spec:?}");
+        assert_eq!(status(rc), Code::Invalid, "{spec:?}");
         assert!(last_error().contains(why), "{}", last_error());
     }
     // A valid spec gets as far as the (missing) broker; weight 0 means 1.
     let spec = Spec::default();
     // SAFETY: as above.
     let rc = unsafe { allot_cell_register_at(no_broker, c"x".as_ptr(), &spec, 0, &mut c) };
-    assert_eq!(status(rc), Status::NoBroker, "{}", last_error());
+    assert_eq!(status(rc), Code::NoBroker, "{}", last_error());
     assert!(
         last_error().contains("/nonexistent/allot-test.sock"),
         "{}",
@@ -182,25 +182,25 @@ fn freed_handles_are_stale_and_double_frees_fail() {
     let n = AtomicUsize::new(0);
     let t = spawn(p, bump, ptr(&n)).unwrap();
     ok(allot_task_join(t));
-    assert_eq!(status(allot_task_join(t)), Status::Handle, "joined twice");
-    assert_eq!(status(allot_task_detach(t)), Status::Handle);
+    assert_eq!(status(allot_task_join(t)), Code::Handle, "joined twice");
+    assert_eq!(status(allot_task_detach(t)), Code::Handle);
     ok(allot_pool_free(p));
-    assert_eq!(workers(p), Err(Status::Handle));
-    assert_eq!(spawn(p, nop, null_mut()), Err(Status::Handle));
-    assert_eq!(status(allot_pool_free(p)), Status::Handle, "double free");
+    assert_eq!(workers(p), Err(Code::Handle));
+    assert_eq!(spawn(p, nop, null_mut()), Err(Code::Handle));
+    assert_eq!(status(allot_pool_free(p)), Code::Handle, "double free");
     assert!(
         last_error().contains("stale allot_pool_t"),
         "{}",
         last_error()
     );
     ok(allot_cell_free(c));
-    assert_eq!(grant(c), Err(Status::Handle));
-    assert_eq!(status(allot_cell_report(c, 0, 0, 0)), Status::Handle);
-    assert_eq!(status(allot_cell_free(c)), Status::Handle, "double free");
+    assert_eq!(grant(c), Err(Code::Handle));
+    assert_eq!(status(allot_cell_report(c, 0, 0, 0)), Code::Handle);
+    assert_eq!(status(allot_cell_free(c)), Code::Handle, "double free");
     // Slots are reused under new generations: old ids stay dead.
     let fresh: Vec<CellHandle> = (0..8).map(|_| standalone()).collect();
     assert!(fresh.iter().all(|f| f.id != c.id));
-    assert_eq!(grant(c), Err(Status::Handle));
+    assert_eq!(grant(c), Err(Code::Handle));
     for f in fresh {
         ok(allot_cell_free(f));
     }
@@ -211,26 +211,26 @@ fn handles_of_the_wrong_type_are_rejected_by_name() {
     let c = standalone();
     let p = pool();
     let t = spawn(p, nop, null_mut()).unwrap();
-    assert_eq!(grant(CellHandle { id: p.id }), Err(Status::Handle));
+    assert_eq!(grant(CellHandle { id: p.id }), Err(Code::Handle));
     assert!(
         last_error().contains("allot_pool_t passed where an allot_cell_t"),
         "{}",
         last_error()
     );
-    assert_eq!(workers(PoolHandle { id: c.id }), Err(Status::Handle));
+    assert_eq!(workers(PoolHandle { id: c.id }), Err(Code::Handle));
     assert!(last_error().contains("allot_cell_t passed where an allot_pool_t"));
-    assert_eq!(workers(PoolHandle { id: t.id }), Err(Status::Handle));
+    assert_eq!(workers(PoolHandle { id: t.id }), Err(Code::Handle));
     assert_eq!(
         status(allot_task_join(TaskHandle { id: p.id })),
-        Status::Handle
+        Code::Handle
     );
     assert_eq!(
         status(allot_cell_free(CellHandle { id: t.id })),
-        Status::Handle
+        Code::Handle
     );
     assert_eq!(
         status(allot_pool_free(PoolHandle { id: c.id })),
-        Status::Handle
+        Code::Handle
     );
     // Nothing was freed by the failed calls.
     ok(allot_task_join(t));
@@ -241,10 +241,10 @@ fn handles_of_the_wrong_type_are_rejected_by_name() {
 #[test]
 fn null_and_made_up_handles_are_rejected() {
     for id in [0, 1, u64::MAX, 0x1234_5678_9abc_def0, u64::from(b'p') << 56] {
-        assert_eq!(workers(PoolHandle { id }), Err(Status::Handle), "{id:#x}");
-        assert_eq!(status(allot_pool_free(PoolHandle { id })), Status::Handle);
-        assert_eq!(grant(CellHandle { id }), Err(Status::Handle));
-        assert_eq!(status(allot_task_join(TaskHandle { id })), Status::Handle);
+        assert_eq!(workers(PoolHandle { id }), Err(Code::Handle), "{id:#x}");
+        assert_eq!(status(allot_pool_free(PoolHandle { id })), Code::Handle);
+        assert_eq!(grant(CellHandle { id }), Err(Code::Handle));
+        assert_eq!(status(allot_task_join(TaskHandle { id })), Code::Handle);
     }
     // A live handle with one bit of its generation flipped.
     let p = pool();
@@ -252,7 +252,7 @@ fn null_and_made_up_handles_are_rejected() {
         workers(PoolHandle {
             id: p.id ^ (1 << 30)
         }),
-        Err(Status::Handle)
+        Err(Code::Handle)
     );
     ok(allot_pool_free(p));
 }
@@ -279,10 +279,7 @@ fn strerror_describes_every_code_and_last_error_is_per_thread() {
     }
     assert_eq!(allot_abi_version(), ABI_VERSION);
 
-    assert_eq!(
-        status(allot_pool_free(PoolHandle { id: 0 })),
-        Status::Handle
-    );
+    assert_eq!(status(allot_pool_free(PoolHandle { id: 0 })), Code::Handle);
     let here = last_error();
     assert!(
         here.starts_with("allot_pool_free: null allot_pool_t"),
@@ -323,12 +320,12 @@ fn a_standalone_grant_is_the_allowed_cpus_and_never_changes() {
     let t0 = Instant::now();
     // SAFETY: valid out-pointer.
     let rc = unsafe { allot_cell_wait_change(c, g.generation, 20_000_000, &mut h) };
-    assert_eq!(status(rc), Status::Timeout);
+    assert_eq!(status(rc), Code::Timeout);
     assert!(t0.elapsed() >= Duration::from_millis(20));
     assert_eq!(h, g, "*out holds the current grant on timeout");
     // SAFETY: valid out-pointer.
     let rc = unsafe { allot_cell_wait_change(c, g.generation, 0, &mut h) };
-    assert_eq!(status(rc), Status::Timeout);
+    assert_eq!(status(rc), Code::Timeout);
     // A generation other than the current one returns at once.
     // SAFETY: valid out-pointer.
     ok(unsafe { allot_cell_wait_change(c, g.generation + 1, -1, &mut h) });
@@ -348,7 +345,7 @@ fn an_unbounded_wait_ends_when_the_cell_is_freed() {
     std::thread::sleep(Duration::from_millis(80));
     let t0 = Instant::now();
     ok(allot_cell_free(c));
-    assert_eq!(waiter.join().unwrap(), Status::Handle);
+    assert_eq!(waiter.join().unwrap(), Code::Handle);
     assert!(t0.elapsed() < Duration::from_secs(2));
 }
 

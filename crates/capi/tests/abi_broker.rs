@@ -13,7 +13,7 @@ use allot_capi::abi::cell::*;
 use allot_capi::abi::goals::*;
 use allot_capi::abi::memory::*;
 use allot_capi::abi::pool::*;
-use allot_capi::abi::status::Status;
+use allot_capi::abi::status::Code;
 use allot_capi::abi::time::*;
 use allot_capi::abi::*;
 use allot_client::{CellSpec, Client, TimeContract};
@@ -48,7 +48,7 @@ fn admission_answers_map_to_refused_and_never() {
         min: n + 1000,
         ..Spec::default()
     };
-    assert_eq!(b.register("capi-never", never, false), Err(Status::Never));
+    assert_eq!(b.register("capi-never", never, false), Err(Code::Never));
     assert!(
         last_error().starts_with("allot_cell_register_at: "),
         "{}",
@@ -64,7 +64,7 @@ fn admission_answers_map_to_refused_and_never() {
         min: 1,
         ..Spec::default()
     };
-    assert_eq!(b.register("capi-refused", one, false), Err(Status::Refused));
+    assert_eq!(b.register("capi-refused", one, false), Err(Code::Refused));
     assert!(
         last_error().contains("capi-other"),
         "names who holds it: {}",
@@ -88,13 +88,13 @@ fn admission_answers_map_to_refused_and_never() {
     );
     drop(big);
     let (rc, queued) = waiter.join().unwrap();
-    assert_eq!(rc, Status::Ok, "{}", last_error());
+    assert_eq!(rc, Code::Ok, "{}", last_error());
     assert!(grant(queued).unwrap().ncpus >= 1);
 
     // One registered cell per process: a second one is refused as invalid.
     assert_eq!(
         b.register("capi-second", Spec::default(), false),
-        Err(Status::Invalid)
+        Err(Code::Invalid)
     );
     assert!(last_error().contains("already in cell"), "{}", last_error());
     ok(allot_cell_free(queued));
@@ -118,7 +118,7 @@ fn a_grant_change_wakes_the_waiter() {
         ..CellSpec::default()
     });
     let (rc, h) = waiter.join().unwrap();
-    assert_eq!(rc, Status::Ok, "{}", last_error());
+    assert_eq!(rc, Code::Ok, "{}", last_error());
     assert!(h.generation > g.generation);
     drop(other);
     ok(allot_cell_free(a));
@@ -159,20 +159,20 @@ fn without_the_broker_reports_say_no_broker_and_the_grant_stays() {
     b.stop();
     // The first report may still be written into the dying socket; within
     // a few tries the connection is known to be gone.
-    let mut last = Status::Ok;
+    let mut last = Code::Ok;
     for _ in 0..50 {
         last = status(allot_cell_report(c, 0, 0, 0));
-        if last != Status::Ok {
+        if last != Code::Ok {
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(last, Status::NoBroker, "{}", last_error());
+    assert_eq!(last, Code::NoBroker, "{}", last_error());
     assert_eq!(grant(c).unwrap().cpus, g.cpus, "the last grant is kept");
     ok(allot_cell_free(c));
 }
 
-fn register_timed(b: &TestBroker, name: &CStr, spec: Spec, time: TimeC, wait: bool) -> Status {
+fn register_timed(b: &TestBroker, name: &CStr, spec: Spec, time: TimeC, wait: bool) -> Code {
     let mut c = CellHandle::default();
     // SAFETY: valid strings, spec, time and out-pointer.
     let rc = unsafe {
@@ -185,7 +185,7 @@ fn register_timed(b: &TestBroker, name: &CStr, spec: Spec, time: TimeC, wait: bo
             &mut c,
         )
     };
-    if status(rc) == Status::Ok {
+    if status(rc) == Code::Ok {
         ok(allot_cell_free(c));
     }
     status(rc)
@@ -213,13 +213,13 @@ fn a_time_triggered_cell_reads_its_windows_and_over_commit_is_refused() {
     };
     assert_eq!(
         register_timed(&b, c"capi-bad", one, stray, false),
-        Status::Invalid
+        Code::Invalid
     );
     assert!(last_error().contains("fraction_ppm"), "{}", last_error());
     let no_cpu = Spec::default();
     assert_eq!(
         register_timed(&b, c"capi-bad", no_cpu, triggered, false),
-        Status::Invalid
+        Code::Invalid
     );
     let long = TimeC {
         budget_us: 20_000,
@@ -227,7 +227,7 @@ fn a_time_triggered_cell_reads_its_windows_and_over_commit_is_refused() {
     };
     assert_eq!(
         register_timed(&b, c"capi-bad", one, long, false),
-        Status::Invalid
+        Code::Invalid
     );
     assert!(last_error().contains("budget"), "{}", last_error());
     // Time promises may cover all CPUs but one (kept for space cells).
@@ -238,7 +238,7 @@ fn a_time_triggered_cell_reads_its_windows_and_over_commit_is_refused() {
     };
     assert_eq!(
         register_timed(&b, c"capi-never", everywhere, triggered, false),
-        Status::Never
+        Code::Never
     );
 
     // Another process's time-fraction cell takes 90 % of every CPU that
@@ -254,7 +254,7 @@ fn a_time_triggered_cell_reads_its_windows_and_over_commit_is_refused() {
     });
     assert_eq!(
         register_timed(&b, c"capi-refused", one, triggered, false),
-        Status::Refused
+        Code::Refused
     );
     // Queued, it is admitted when the fraction cell leaves.
     let socket = b.socket.clone();
@@ -280,7 +280,7 @@ fn a_time_triggered_cell_reads_its_windows_and_over_commit_is_refused() {
     );
     drop(big);
     let (rc, cell) = waiter.join().unwrap();
-    assert_eq!(rc, Status::Ok, "{}", last_error());
+    assert_eq!(rc, Code::Ok, "{}", last_error());
 
     // The page carries the windows; over a few periods the call sees the
     // cell inside and outside them, with the right edges.
@@ -361,12 +361,12 @@ fn memory_set_from_c_is_checked_and_refused_without_memory_control() {
     let cell = b.register("capi-memory", Spec::default(), false).unwrap();
     // A guarantee above the limit: invalid before the broker is asked.
     let rc = allot_cell_set_memory(cell, 8 << 30, 2 << 30);
-    assert_eq!(status(rc), Status::Invalid, "{}", last_error());
+    assert_eq!(status(rc), Code::Invalid, "{}", last_error());
     assert!(last_error().contains("above the limit"), "{}", last_error());
     // The dry-run backend has no memory control: never, with the reason,
     // and the cell keeps its spec.
     let rc = allot_cell_set_memory(cell, 0, 1 << 30);
-    assert_eq!(status(rc), Status::Never, "{}", last_error());
+    assert_eq!(status(rc), Code::Never, "{}", last_error());
     assert!(
         last_error().contains("no memory control"),
         "{}",
@@ -375,13 +375,13 @@ fn memory_set_from_c_is_checked_and_refused_without_memory_control() {
     // Nor cache ways or bandwidth (the dry-run backend touches nothing);
     // a ceiling above 100 % is invalid before the broker is asked.
     let rc = allot_cell_set_cache(cell, 2, 0);
-    assert_eq!(status(rc), Status::Never, "{}", last_error());
+    assert_eq!(status(rc), Code::Never, "{}", last_error());
     assert!(
         last_error().contains("no cache or bandwidth"),
         "{}",
         last_error()
     );
-    assert_eq!(status(allot_cell_set_cache(cell, 0, 150)), Status::Invalid);
+    assert_eq!(status(allot_cell_set_cache(cell, 0, 150)), Code::Invalid);
     let st = Client::connect(&b.path).unwrap().status().unwrap();
     let c = st.cells.iter().find(|c| c.name == "capi-memory").unwrap();
     assert_eq!((c.spec.memory_min, c.spec.memory_max), (0, 0));
@@ -393,7 +393,7 @@ fn memory_set_from_c_is_checked_and_refused_without_memory_control() {
     ok(unsafe { allot_cell_standalone(&mut alone) });
     assert_eq!(
         status(allot_cell_set_memory(alone, 0, 1 << 30)),
-        Status::NoBroker
+        Code::NoBroker
     );
     ok(allot_cell_free(alone));
 }
@@ -407,11 +407,11 @@ fn a_goal_set_from_c_and_its_heartbeats_reach_the_broker() {
     for bad in [c"fast", c"rate=0/s"] {
         // SAFETY: as above.
         let rc = unsafe { allot_cell_set_goal(cell, bad.as_ptr()) };
-        assert_eq!(status(rc), Status::Invalid, "{}", last_error());
+        assert_eq!(status(rc), Code::Invalid, "{}", last_error());
     }
     // SAFETY: a null goal is allowed by the contract (refused, not read).
     let rc = unsafe { allot_cell_set_goal(cell, std::ptr::null()) };
-    assert_eq!(status(rc), Status::Invalid);
+    assert_eq!(status(rc), Code::Invalid);
     // 100 units and 100 latencies of 1 ms a tick, for half a second.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let mut status_doc = None;
@@ -448,5 +448,5 @@ fn a_goal_set_from_c_and_its_heartbeats_reach_the_broker() {
     assert!((1_000..=1_280).contains(&p.p99_us.unwrap()), "{p:?}");
     ok(allot_cell_free(cell));
     // A freed handle is refused.
-    assert_eq!(status(allot_heartbeat(cell, 1)), Status::Handle);
+    assert_eq!(status(allot_heartbeat(cell, 1)), Code::Handle);
 }

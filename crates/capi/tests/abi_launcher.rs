@@ -8,7 +8,7 @@ mod abi_util;
 use abi_util::broker::*;
 use abi_util::*;
 use allot_capi::abi::cell::*;
-use allot_capi::abi::status::Status;
+use allot_capi::abi::status::Code;
 use allot_capi::abi::*;
 use allot_client::{CellSpec, Client};
 use std::ffi::{CStr, CString, c_char, c_void};
@@ -80,7 +80,7 @@ fn a_launcher_gets_allot_s_thread_composability_manager() {
             arg,
         )
     };
-    assert_eq!(status(rc), Status::Invalid);
+    assert_eq!(status(rc), Code::Invalid);
     assert!(vars.is_empty());
     assert!(
         last_error().contains("allot shim --out"),
@@ -145,7 +145,7 @@ fn a_launcher_gets_the_environment_allot_run_gives() {
             std::ptr::null_mut(),
         )
     };
-    assert_eq!(status(rc), Status::Invalid);
+    assert_eq!(status(rc), Code::Invalid);
     ok(allot_cell_free(c));
 
     // Without a maximum, the ceiling is every CPU the broker gives cells,
@@ -196,7 +196,7 @@ fn a_ticket_lets_another_process_join_the_cell_and_nothing_else_does() {
     // Too short a buffer: a clear error.
     // SAFETY: a buffer of 4 bytes.
     let rc = unsafe { allot_capi::abi::launcher::allot_cell_ticket(mine, buf.as_mut_ptr(), 4) };
-    assert_eq!(status(rc), Status::Invalid);
+    assert_eq!(status(rc), Code::Invalid);
     ok(allot_cell_free(mine));
 
     // The joiner's side: a cell of another process (its registration's
@@ -222,17 +222,17 @@ fn a_ticket_lets_another_process_join_the_cell_and_nothing_else_does() {
         };
         (status(rc), c)
     };
-    assert_eq!(attach("not a ticket").0, Status::Invalid);
+    assert_eq!(attach("not a ticket").0, Code::Invalid);
     assert_eq!(
         attach(&format!("{}:{}", reg.cell, reg.token ^ 1)).0,
-        Status::Permission
+        Code::Permission
     );
     assert_eq!(
         attach(&format!("{}:{}", reg.cell + 100, reg.token)).0,
-        Status::NoBroker
+        Code::NoBroker
     );
     let (st, joined) = attach(&format!("{}:{}", reg.cell, reg.token));
-    assert_eq!(st, Status::Ok, "{}", last_error());
+    assert_eq!(st, Code::Ok, "{}", last_error());
     let mut mode = -1;
     let mut joined_id = 0;
     // SAFETY: valid out-pointers.
@@ -255,7 +255,7 @@ fn a_ticket_lets_another_process_join_the_cell_and_nothing_else_does() {
     // Once in a cell, a process cannot attach to another.
     assert_eq!(
         attach(&format!("{}:{}", reg.cell, reg.token)).0,
-        Status::Invalid
+        Code::Invalid
     );
     // Freeing the joined handle leaves the cell to its processes.
     ok(allot_cell_free(joined));
@@ -315,12 +315,12 @@ fn a_launcher_with_cgroups_of_its_own_registers_and_attaches_in_place() {
     let root = rustix::process::geteuid().is_root();
     assert_eq!(
         include(&ticket, Some(group)),
-        if root { Status::Ok } else { Status::Permission },
+        if root { Code::Ok } else { Code::Permission },
         "{}",
         last_error()
     );
-    assert_eq!(include(&ticket, None), Status::Invalid);
-    assert_eq!(include(c"not a ticket", Some(group)), Status::Invalid);
+    assert_eq!(include(&ticket, None), Code::Invalid);
+    assert_eq!(include(c"not a ticket", Some(group)), Code::Invalid);
     let id: u64 = ticket
         .to_str()
         .unwrap()
@@ -330,7 +330,7 @@ fn a_launcher_with_cgroups_of_its_own_registers_and_attaches_in_place() {
         .parse()
         .unwrap();
     let wrong = CString::new(format!("{id}:1")).unwrap();
-    assert_eq!(include(&wrong, Some(group)), Status::Permission);
+    assert_eq!(include(&wrong, Some(group)), Code::Permission);
     ok(allot_cell_free(mine));
 
     // Attaching in place to another process's cell: the grant, not a
@@ -340,7 +340,7 @@ fn a_launcher_with_cgroups_of_its_own_registers_and_attaches_in_place() {
     let mut joined = CellHandle::default();
     // SAFETY: valid strings and out-pointer.
     let rc = unsafe { allot_cell_attach_in_place_at(b.socket.as_ptr(), t.as_ptr(), &mut joined) };
-    assert_eq!(status(rc), Status::Ok, "{}", last_error());
+    assert_eq!(status(rc), Code::Ok, "{}", last_error());
     assert!(grant(joined).unwrap().ncpus >= 1);
     let members = Client::connect(&b.path)
         .unwrap()

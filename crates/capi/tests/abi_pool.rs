@@ -12,7 +12,7 @@ mod abi_util;
 use abi_util::*;
 use allot_capi::abi::cell::*;
 use allot_capi::abi::pool::*;
-use allot_capi::abi::status::Status;
+use allot_capi::abi::status::Code;
 use allot_capi::abi::*;
 use std::ffi::{c_int, c_void};
 use std::ptr::{null, null_mut};
@@ -76,7 +76,7 @@ fn parallel_for_covers_the_range_once_in_pieces_of_at_most_grain() {
     ok(allot_pool_free(p));
     // SAFETY: as above.
     let rc = unsafe { allot_pool_parallel_for(p, 5, 5, 1, Some(nop_body), null_mut()) };
-    assert_eq!(status(rc), Status::Handle);
+    assert_eq!(status(rc), Code::Handle);
 }
 
 #[test]
@@ -105,15 +105,15 @@ fn the_static_schedule_gives_one_block_per_worker() {
     ok(unsafe { allot_pool_parallel_for_static(p, 5, 5, Some(nop_body), null_mut()) });
     // SAFETY: as above.
     let rc = unsafe { allot_pool_parallel_for_static(p, 6, 5, Some(nop_body), null_mut()) };
-    assert_eq!(status(rc), Status::Invalid);
+    assert_eq!(status(rc), Code::Invalid);
     assert!(last_error().contains("after end"), "{}", last_error());
     // SAFETY: a null body is refused before anything is called.
     let rc = unsafe { allot_pool_parallel_for_static(p, 0, 5, None, null_mut()) };
-    assert_eq!(status(rc), Status::Invalid);
+    assert_eq!(status(rc), Code::Invalid);
     ok(allot_pool_free(p));
     // SAFETY: as above.
     let rc = unsafe { allot_pool_parallel_for_static(p, 0, 5, Some(nop_body), null_mut()) };
-    assert_eq!(status(rc), Status::Handle);
+    assert_eq!(status(rc), Code::Handle);
 }
 
 #[test]
@@ -241,15 +241,15 @@ fn calls_that_would_wait_for_themselves_are_refused() {
     s.me.store(t.id, Ordering::SeqCst);
     s.go.store(true, Ordering::SeqCst);
     ok(allot_task_join(t));
-    assert_eq!(s.free_own.load(Ordering::SeqCst), Status::Invalid as u32);
-    assert_eq!(s.shutdown.load(Ordering::SeqCst), Status::Invalid as u32);
-    assert_eq!(s.self_join.load(Ordering::SeqCst), Status::Invalid as u32);
+    assert_eq!(s.free_own.load(Ordering::SeqCst), Code::Invalid as u32);
+    assert_eq!(s.shutdown.load(Ordering::SeqCst), Code::Invalid as u32);
+    assert_eq!(s.self_join.load(Ordering::SeqCst), Code::Invalid as u32);
     assert_eq!(
         s.free_other.load(Ordering::SeqCst),
-        Status::Ok as u32,
+        Code::Ok as u32,
         "another pool may be freed"
     );
-    assert_eq!(workers(s.other), Err(Status::Handle));
+    assert_eq!(workers(s.other), Err(Code::Handle));
     assert!(
         workers(s.pool).unwrap() >= 1,
         "the refused free left the pool alone"
@@ -276,7 +276,7 @@ fn calls_that_would_wait_for_themselves_are_refused() {
     };
     // SAFETY: `half` matches the type; `n` outlives the join.
     ok(unsafe { allot_pool_join(s.pool, Some(half), ptr(&n), Some(nop), null_mut()) });
-    assert_eq!(n.rc.load(Ordering::SeqCst), Status::Invalid as u32);
+    assert_eq!(n.rc.load(Ordering::SeqCst), Code::Invalid as u32);
     ok(allot_pool_free(s.pool));
 }
 
@@ -319,14 +319,14 @@ fn freeing_a_pool_while_other_threads_use_it_is_safe() {
                     loop {
                         match spawn(p, bump, ptr(&n)) {
                             Ok(t) => mine.push(t),
-                            Err(Status::Handle) => break,
+                            Err(Code::Handle) => break,
                             Err(e) => panic!("{e:?}: {}", last_error()),
                         }
                         // SAFETY: `cover`-free body; no argument used.
                         let rc = unsafe {
                             allot_pool_parallel_for(p, 0, 64, 8, Some(nop_body), null_mut())
                         };
-                        assert!(matches!(status(rc), Status::Ok | Status::Handle));
+                        assert!(matches!(status(rc), Code::Ok | Code::Handle));
                     }
                     spawned.fetch_add(mine.len(), Ordering::SeqCst);
                     for t in mine {
@@ -377,23 +377,23 @@ fn worker_statistics_count_the_pool_tasks_and_refuse_a_bad_index() {
     assert_eq!(
         // SAFETY: valid (or deliberately null) out-pointers.
         status(unsafe { allot_pool_worker_stats(p, slots, &mut s) }),
-        Status::Invalid
+        Code::Invalid
     );
     assert_eq!(
         // SAFETY: valid (or deliberately null) out-pointers.
         status(unsafe { allot_pool_worker_stats(p, 0, null_mut()) }),
-        Status::Invalid
+        Code::Invalid
     );
     assert_eq!(
         // SAFETY: valid (or deliberately null) out-pointers.
         status(unsafe { allot_pool_slots(p, null_mut()) }),
-        Status::Invalid
+        Code::Invalid
     );
     ok(allot_pool_free(p));
     assert_eq!(
         // SAFETY: valid (or deliberately null) out-pointers.
         status(unsafe { allot_pool_worker_stats(p, 0, &mut s) }),
-        Status::Handle
+        Code::Handle
     );
 }
 
@@ -447,7 +447,7 @@ fn policies_by_name_priorities_and_named_workers_from_c() {
         ] {
             // SAFETY: as above; the call fails before queueing anything.
             let rc = unsafe { allot_pool_spawn_with(p, Some(bump), ptr(&n), prio, worker, &mut t) };
-            assert_eq!(status(rc), Status::Invalid);
+            assert_eq!(status(rc), Code::Invalid);
             assert!(last_error().contains(want), "{}", last_error());
         }
         ok(allot_pool_free(p));
@@ -456,7 +456,7 @@ fn policies_by_name_priorities_and_named_workers_from_c() {
     let bad = std::ffi::CString::new("stack:levels=9").unwrap();
     // SAFETY: valid out-pointer and NUL-terminated name.
     let rc = unsafe { allot_pool_new_policy(c, bad.as_ptr(), &mut p) };
-    assert_eq!(status(rc), Status::Invalid);
+    assert_eq!(status(rc), Code::Invalid);
     assert!(last_error().contains("local-lifo"), "{}", last_error());
     // NULL: the defaults.
     // SAFETY: valid out-pointer; a null name is allowed.

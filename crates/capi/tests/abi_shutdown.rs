@@ -10,7 +10,7 @@ mod abi_util;
 use abi_util::*;
 use allot_capi::abi::cell::*;
 use allot_capi::abi::pool::*;
-use allot_capi::abi::status::Status;
+use allot_capi::abi::status::Code;
 use allot_capi::abi::*;
 use std::ffi::{CStr, c_void};
 use std::ptr::null_mut;
@@ -51,7 +51,7 @@ fn shutdown_frees_everything_and_refuses_every_later_call() {
     // Inside a callback: refused, nothing freed.
     let t = spawn(p, try_shutdown, &INSIDE as *const AtomicU32 as *mut c_void).unwrap();
     ok(allot_task_join(t));
-    assert_eq!(INSIDE.load(Ordering::SeqCst), Status::Invalid as u32);
+    assert_eq!(INSIDE.load(Ordering::SeqCst), Code::Invalid as u32);
     assert!(workers(p).is_ok());
 
     // Queued work, an unjoined task handle, and a thread waiting forever.
@@ -76,7 +76,7 @@ fn shutdown_frees_everything_and_refuses_every_later_call() {
         50,
         "queued tasks finished first"
     );
-    assert_eq!(waiter.join().unwrap(), Status::Shutdown);
+    assert_eq!(waiter.join().unwrap(), Code::Shutdown);
     assert!(t0.elapsed() < Duration::from_secs(5));
     assert_eq!(threads_named("liballot"), 0, "every worker was joined");
 
@@ -108,12 +108,12 @@ fn shutdown_frees_everything_and_refuses_every_later_call() {
         ]
     };
     for (i, rc) in rcs.into_iter().enumerate() {
-        assert_eq!(status(rc), Status::Shutdown, "call #{i}: {}", last_error());
+        assert_eq!(status(rc), Code::Shutdown, "call #{i}: {}", last_error());
     }
     assert!(last_error().starts_with("allot_shutdown: the library was shut down"));
     // The error functions keep working.
     // SAFETY: static NUL-terminated string.
-    let s = unsafe { CStr::from_ptr(allot_strerror(Status::Shutdown as i32)) };
+    let s = unsafe { CStr::from_ptr(allot_strerror(Code::Shutdown as i32)) };
     assert!(s.to_str().unwrap().contains("shut down"));
     assert_eq!(allot_abi_version(), ABI_VERSION);
 }

@@ -6,7 +6,7 @@ mod abi_util;
 
 use abi_util::*;
 use allot_capi::abi::pool::*;
-use allot_capi::abi::status::Status;
+use allot_capi::abi::status::Code;
 use allot_capi::abi::suspend::*;
 use allot_capi::abi::*;
 use std::ffi::c_void;
@@ -65,8 +65,8 @@ fn a_suspended_task_runs_once_after_allot_resume() {
     assert_eq!(n.load(Ordering::SeqCst), 1);
     assert_eq!(suspended(p), 0);
     // The resumer is spent: a task is resumed at most once.
-    assert_eq!(status(allot_resume(r)), Status::Handle);
-    assert_eq!(status(allot_resumer_cancel(r)), Status::Handle);
+    assert_eq!(status(allot_resume(r)), Code::Handle);
+    assert_eq!(status(allot_resumer_cancel(r)), Code::Handle);
     let mut slots = 0u32;
     // SAFETY: a valid out-pointer.
     ok(unsafe { allot_pool_slots(p, &mut slots) });
@@ -87,7 +87,7 @@ fn cancelling_or_freeing_the_pool_cancels_the_task() {
     let n = AtomicUsize::new(0);
     let (r, t) = spawn_suspended(p, &n, 1, -1);
     ok(allot_resumer_cancel(r));
-    assert_eq!(status(allot_task_join(t)), Status::Cancelled);
+    assert_eq!(status(allot_task_join(t)), Code::Cancelled);
     assert!(last_error().contains("cancelled"), "{}", last_error());
     // Freed pool: the resume reports the cancellation, and so does the join.
     let (r, t) = spawn_suspended(p, &n, 1, 0);
@@ -98,9 +98,9 @@ fn cancelling_or_freeing_the_pool_cancels_the_task() {
     });
     assert_eq!(suspended(p), 2);
     ok(allot_pool_free(p));
-    assert_eq!(status(allot_resume(r)), Status::Cancelled);
-    assert_eq!(status(allot_task_join(t)), Status::Cancelled);
-    assert_eq!(status(allot_task_join(timed)), Status::Cancelled);
+    assert_eq!(status(allot_resume(r)), Code::Cancelled);
+    assert_eq!(status(allot_task_join(t)), Code::Cancelled);
+    assert_eq!(status(allot_task_join(timed)), Code::Cancelled);
     assert_eq!(n.load(Ordering::SeqCst), 0, "nothing cancelled ran");
 }
 
@@ -136,32 +136,29 @@ fn misuse_is_refused_and_creates_nothing() {
     // detects them before queueing anything.
     unsafe {
         let rc = allot_pool_spawn_suspended(p, Some(bump), ptr(&n), 1, -1, null_mut(), &mut t);
-        assert_eq!(status(rc), Status::Invalid);
+        assert_eq!(status(rc), Code::Invalid);
         assert!(last_error().contains("resumer is NULL"), "{}", last_error());
         let rc = allot_pool_spawn_suspended(p, None, ptr(&n), 1, -1, &mut r, &mut t);
-        assert_eq!(status(rc), Status::Invalid);
+        assert_eq!(status(rc), Code::Invalid);
         let rc = allot_pool_spawn_suspended(p, Some(bump), ptr(&n), 7, -1, &mut r, &mut t);
-        assert_eq!(status(rc), Status::Invalid);
+        assert_eq!(status(rc), Code::Invalid);
         assert!(last_error().contains("priority 7"), "{}", last_error());
         let rc = allot_pool_spawn_after(p, 0, Some(bump), ptr(&n), 1, 4096, &mut t);
-        assert_eq!(status(rc), Status::Invalid);
+        assert_eq!(status(rc), Code::Invalid);
         assert!(last_error().contains("does not exist"), "{}", last_error());
         let rc = allot_pool_suspended(p, null_mut());
-        assert_eq!(status(rc), Status::Invalid);
+        assert_eq!(status(rc), Code::Invalid);
         // A pool handle is not a resumer.
         assert_eq!(
             status(allot_resume(ResumerHandle { id: p.id })),
-            Status::Handle
+            Code::Handle
         );
-        assert_eq!(
-            status(allot_resume(ResumerHandle::default())),
-            Status::Handle
-        );
+        assert_eq!(status(allot_resume(ResumerHandle::default())), Code::Handle);
     }
     assert_eq!(suspended(p), 0);
     ok(allot_pool_free(p));
     let mut x = 0u64;
     // SAFETY: a valid out-pointer; the pool is freed.
     let rc = unsafe { allot_pool_suspended(p, &mut x) };
-    assert_eq!(status(rc), Status::Handle);
+    assert_eq!(status(rc), Code::Handle);
 }

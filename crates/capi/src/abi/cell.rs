@@ -6,7 +6,7 @@
 //! broker releases a registered cell when its last clone drops — at
 //! `allot_cell_free`, or later at `allot_pool_free` of a pool built on it.
 
-use super::status::{Error, Result, Status, entry};
+use super::status::{Code, Error, Result, entry};
 use super::{CELLS, CellHandle, Grant, Spec, ensure_live, need_out, write_out};
 use allot_client::{Cell, CellSpec, ClientError, Mode, Options, Placement, TimeContract};
 use allot_proto::CallError;
@@ -82,20 +82,20 @@ pub(crate) fn spec_from_c(s: &Spec, time: TimeContract) -> Result<CellSpec> {
 /// The status a client error maps to.
 pub(crate) fn client_error(e: ClientError) -> Error {
     let status = match &e {
-        ClientError::NoBroker { .. } => Status::NoBroker,
+        ClientError::NoBroker { .. } => Code::NoBroker,
         // Another user could control the socket's directory.
-        ClientError::Untrusted { .. } => Status::Permission,
+        ClientError::Untrusted { .. } => Code::Permission,
         ClientError::Broker { code, .. } => match code {
-            ErrorCode::Refused => Status::Refused,
-            ErrorCode::Never => Status::Never,
-            ErrorCode::PermissionDenied => Status::Permission,
-            ErrorCode::Invalid => Status::Invalid,
+            ErrorCode::Refused => Code::Refused,
+            ErrorCode::Never => Code::Never,
+            ErrorCode::PermissionDenied => Code::Permission,
+            ErrorCode::Invalid => Code::Invalid,
             // The broker no longer knows the cell, or is going away: for
             // the caller, no broker serves this cell now.
-            ErrorCode::UnknownCell | ErrorCode::ShuttingDown => Status::NoBroker,
-            _ => Status::Internal,
+            ErrorCode::UnknownCell | ErrorCode::ShuttingDown => Code::NoBroker,
+            _ => Code::Internal,
         },
-        ClientError::Call(CallError::Closed) => Status::NoBroker,
+        ClientError::Call(CallError::Closed) => Code::NoBroker,
         ClientError::Call(CallError::Io(io))
             if matches!(
                 io.kind(),
@@ -105,15 +105,15 @@ pub(crate) fn client_error(e: ClientError) -> Error {
                     | ErrorKind::NotConnected
             ) =>
         {
-            Status::NoBroker
+            Code::NoBroker
         }
         // A reply this library cannot read: a broker of another protocol
         // version, as allot.h documents.
-        ClientError::Call(CallError::Frame(_)) => Status::Internal,
-        ClientError::Call(_) | ClientError::Page(_) | ClientError::Channel(_) => Status::Os,
-        ClientError::Protocol(_) => Status::Internal,
-        ClientError::Spec(_) => Status::Invalid,
-        ClientError::NoBrokerForCell(_) => Status::NoBroker,
+        ClientError::Call(CallError::Frame(_)) => Code::Internal,
+        ClientError::Call(_) | ClientError::Page(_) | ClientError::Channel(_) => Code::Os,
+        ClientError::Protocol(_) => Code::Internal,
+        ClientError::Spec(_) => Code::Invalid,
+        ClientError::NoBrokerForCell(_) => Code::NoBroker,
     };
     Error::new(status, e.to_string())
 }
@@ -353,7 +353,7 @@ pub unsafe extern "C" fn allot_cell_wait_change(
                 // SAFETY: checked non-null above.
                 unsafe { write_out(out, Grant::from_client(&g)) };
                 return Err(Error::new(
-                    Status::Timeout,
+                    Code::Timeout,
                     format!(
                         "the grant stayed at generation {seen_generation} for {timeout_ns} ns; *out holds it"
                     ),

@@ -9,7 +9,7 @@
 
 use super::CHANNELS;
 use super::cell::client_error;
-use super::status::{Error, Result, Status, entry};
+use super::status::{Code, Error, Result, entry};
 use allot_client::channel::{Full, Receiver, RecvError, SendError, Sender};
 use allot_client::{ChannelEnd, ChannelKeeper};
 use std::ffi::{CStr, c_char, c_int, c_void};
@@ -99,7 +99,7 @@ pub unsafe extern "C" fn allot_channel_open(
                 allot_client::ClientError::Broker {
                     code: allot_proto::msg::ErrorCode::Limit,
                     message,
-                } => Error::new(Status::Os, message),
+                } => Error::new(Code::Os, message),
                 other => client_error(other),
             })?;
         let end = match which {
@@ -146,9 +146,9 @@ pub unsafe extern "C" fn allot_channel_inherited(
 
 fn send_error(e: SendError) -> Error {
     match e {
-        SendError::Full => Error::new(Status::Timeout, "the channel is full"),
+        SendError::Full => Error::new(Code::Timeout, "the channel is full"),
         SendError::TooLong { .. } => Error::invalid(e.to_string()),
-        SendError::Disconnected => Error::new(Status::Closed, e.to_string()),
+        SendError::Disconnected => Error::new(Code::Closed, e.to_string()),
     }
 }
 
@@ -237,17 +237,14 @@ pub unsafe extern "C" fn allot_channel_recv(
                     )));
                 }
                 Err(RecvError::Disconnected) => {
-                    return Err(Error::new(
-                        Status::Closed,
-                        "every sender closed the channel",
-                    ));
+                    return Err(Error::new(Code::Closed, "every sender closed the channel"));
                 }
                 Err(e @ RecvError::Corrupt { .. }) => {
-                    return Err(Error::new(Status::Os, e.to_string()));
+                    return Err(Error::new(Code::Os, e.to_string()));
                 }
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(Error::new(Status::Timeout, "no message came"));
+                return Err(Error::new(Code::Timeout, "no message came"));
             }
             rx.wait_ready(deadline);
         }

@@ -66,7 +66,7 @@ mod tests {
         assert_eq!(ok, allot_client::Goal::P99 { us: 5_000 });
         for bad in [c"fast", c"rate=0/s"] {
             let e = goal_from_c(bad.as_ptr()).unwrap_err();
-            assert_eq!(e.status, super::super::status::Status::Invalid, "{e:?}");
+            assert_eq!(e.status, super::super::status::Code::Invalid, "{e:?}");
         }
         assert!(goal_from_c(std::ptr::null()).is_err());
     }

@@ -36,7 +36,7 @@
 //! objects themselves are used outside it (callers clone an `Arc` or a
 //! cheap handle out of the table).
 
-use super::status::{Error, Result, Status};
+use super::status::{Code, Error, Result};
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -186,7 +186,7 @@ impl<T> Table<T> {
             None => {
                 if s.entries.len() >= MAX_SLOTS {
                     return Err(Error::new(
-                        Status::Os,
+                        Code::Os,
                         format!(
                             "{MAX_SLOTS} live {} handles: the table is full; free (or join) some",
                             self.kind.c_name()
@@ -220,12 +220,12 @@ impl<T> Table<T> {
         }
         let name = self.kind.c_name();
         if id == 0 {
-            return Err(Error::new(Status::Handle, format!("null {name} (id 0)")));
+            return Err(Error::new(Code::Handle, format!("null {name} (id 0)")));
         }
         let p = decode(id);
         if p.tag != self.kind.tag() {
             return Err(Error::new(
-                Status::Handle,
+                Code::Handle,
                 match Kind::from_tag(p.tag) {
                     Some(other) => format!(
                         "{id:#018x} is an {} passed where an {name} is expected",
@@ -238,7 +238,7 @@ impl<T> Table<T> {
         match s.entries.get(p.slot as usize) {
             Some(e) if e.generation == p.generation && e.value.is_some() => Ok(p.slot as usize),
             _ => Err(Error::new(
-                Status::Handle,
+                Code::Handle,
                 format!(
                     "stale {name} {id:#018x}: it was freed (or joined) already, or was never issued by this process"
                 ),
@@ -345,16 +345,12 @@ mod tests {
         let a = t.insert("a").unwrap();
         assert_eq!(t.get(a).unwrap(), "a");
         assert_eq!(t.remove(a).unwrap(), "a");
-        assert_eq!(t.get(a).unwrap_err().status, Status::Handle);
-        assert_eq!(
-            t.remove(a).unwrap_err().status,
-            Status::Handle,
-            "double free"
-        );
+        assert_eq!(t.get(a).unwrap_err().status, Code::Handle);
+        assert_eq!(t.remove(a).unwrap_err().status, Code::Handle, "double free");
         let b = t.insert("b").unwrap();
         assert_eq!(decode(a).slot, decode(b).slot, "the slot is reused");
         assert_ne!(a, b, "under a new generation");
-        assert_eq!(t.get(a).unwrap_err().status, Status::Handle);
+        assert_eq!(t.get(a).unwrap_err().status, Code::Handle);
         assert_eq!(t.get(b).unwrap(), "b");
     }
 
@@ -365,7 +361,7 @@ mod tests {
         let c = cells.insert(1).unwrap();
         let p = pools.insert(2).unwrap();
         let e = cells.get(p).unwrap_err();
-        assert_eq!(e.status, Status::Handle);
+        assert_eq!(e.status, Code::Handle);
         assert!(
             e.detail
                 .contains("allot_pool_t passed where an allot_cell_t"),
@@ -388,9 +384,9 @@ mod tests {
                 .contains("not an allot handle")
         );
         let beyond = encode(Kind::Cell, decode(c).generation, 5);
-        assert_eq!(cells.get(beyond).unwrap_err().status, Status::Handle);
+        assert_eq!(cells.get(beyond).unwrap_err().status, Code::Handle);
         let wrong_gen = encode(Kind::Cell, decode(c).generation ^ 1, decode(c).slot);
-        assert_eq!(cells.get(wrong_gen).unwrap_err().status, Status::Handle);
+        assert_eq!(cells.get(wrong_gen).unwrap_err().status, Code::Handle);
     }
 
     #[test]
@@ -401,8 +397,8 @@ mod tests {
         let mut all = t.close();
         all.sort();
         assert_eq!(all, vec![1, 2]);
-        assert_eq!(t.get(a).unwrap_err().status, Status::Shutdown);
-        assert_eq!(t.insert(3).unwrap_err().status, Status::Shutdown);
+        assert_eq!(t.get(a).unwrap_err().status, Code::Shutdown);
+        assert_eq!(t.insert(3).unwrap_err().status, Code::Shutdown);
         assert!(t.is_empty());
     }
 

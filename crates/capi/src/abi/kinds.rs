@@ -12,7 +12,7 @@
 //! enter or leave a `require` block, and should return quickly.
 
 use super::site::Busy;
-use super::status::{Error, Status, entry};
+use super::status::{Code, Error, entry};
 use allot_require::kind::{Device, Kind, KindOps};
 use allot_require::{Blocks, RequireError};
 use std::ffi::{CStr, c_char, c_int, c_void};
@@ -166,7 +166,7 @@ pub unsafe extern "C" fn allot_kind_register(
                 Error::invalid(format!("resource kind {name:?} already exists"))
             }
             refused @ RequireError::KindRefused(..) => {
-                Error::new(Status::Refused, refused.to_string())
+                Error::new(Code::Refused, refused.to_string())
             }
             other => Error::invalid(other.to_string()),
         })

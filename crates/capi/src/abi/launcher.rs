@@ -101,7 +101,7 @@ pub unsafe extern "C" fn allot_cell_tcm_environment(
         let fd = crate::tcm::permit_table()
             .map_err(|e| {
                 Error::new(
-                    super::status::Status::Os,
+                    super::status::Code::Os,
                     format!("cannot make the permit table: {e}"),
                 )
             })?

@@ -49,7 +49,7 @@ pub mod time;
 pub mod view;
 
 use handle::{Kind, Table};
-use status::{Error, Result, Status, entry};
+use status::{Code, Error, Result, entry};
 use std::ffi::{c_char, c_int};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -190,8 +190,8 @@ pub(crate) static CHANNELS: Table<std::sync::Arc<channel::Entry>> = Table::new(K
 /// `const char *allot_strerror(int status)`: never null, static.
 #[unsafe(no_mangle)]
 pub extern "C" fn allot_strerror(status: c_int) -> *const c_char {
-    Status::from_code(status)
-        .map(Status::description)
+    Code::from_code(status)
+        .map(Code::description)
         .unwrap_or(status::UNKNOWN)
         .as_ptr()
 }

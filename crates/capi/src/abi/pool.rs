@@ -37,7 +37,7 @@
 //! frames and is undefined behaviour, as the header says.
 
 use super::handle::Kind;
-use super::status::{Error, Status, entry};
+use super::status::{Code, Error, entry};
 use super::{
     CELLS, CellHandle, POOLS, PoolHandle, TASKS, TaskHandle, ensure_live, need_out, write_out,
 };
@@ -229,7 +229,7 @@ fn new_pool(cell: CellHandle, spec: Option<PolicySpec>, out: *mut PoolHandle) ->
     }
     let pool = builder
         .build()
-        .map_err(|e| Error::new(Status::Os, format!("cannot start the pool: {e}")))?;
+        .map_err(|e| Error::new(Code::Os, format!("cannot start the pool: {e}")))?;
     let pool = Arc::new(pool);
     match POOLS.insert(pool.clone()) {
         Ok(id) => {
@@ -476,10 +476,10 @@ pub extern "C" fn allot_task_join(task: TaskHandle) -> c_int {
         let t = TASKS.remove(task.id)?;
         t.handle.join().map_err(|p| {
             if p.is_cancelled() {
-                Error::new(Status::Cancelled, p.to_string())
+                Error::new(Code::Cancelled, p.to_string())
             } else {
                 Error::new(
-                    Status::Internal,
+                    Code::Internal,
                     format!("the task panicked inside allot ({p:?}); please report it"),
                 )
             }

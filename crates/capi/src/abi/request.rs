@@ -5,7 +5,7 @@
 
 use super::cell::c_str;
 use super::site::{At, COutcome};
-use super::status::{Error, Result, Status, entry};
+use super::status::{Code, Error, Result, entry};
 use super::view::{CPolicy, PolicyFn};
 use allot_require::policy::{self, Constraint, Domain, Policy};
 use allot_require::{Ownership, Request, Timing};
@@ -189,7 +189,7 @@ pub(crate) unsafe fn to_request(r: &CReq, i: usize, at: At) -> Result<Request> {
                             .map(String::from),
                         );
                         return Err(Error::new(
-                            Status::Unknown,
+                            Code::Unknown,
                             format!(
                                 "{at}: no policy named {name:?} (known: {}); define one with \
                                  allot_policy_define",

@@ -41,7 +41,7 @@
 use super::cell::c_str;
 use super::request::{CReq, REQ_BIND, to_request};
 use super::site::{At, Busy, COutcome, CSite, fatal};
-use super::status::{Error, Result, Status, entry};
+use super::status::{Code, Error, Result, entry};
 use super::view;
 use allot_require::blocks::current_tid;
 use allot_require::{Blocks, Prepared, RequireError, Scope};
@@ -186,7 +186,7 @@ unsafe fn site_cache(site: *mut CSite) -> &'static SiteCache {
 fn from_require(e: RequireError, at: At) -> Error {
     match e {
         RequireError::UnknownKind { kind, known, .. } => Error::new(
-            Status::Unknown,
+            Code::Unknown,
             format!(
                 "{at}: unknown resource kind {kind:?} (known: {known}); define virtual kinds \
                  with allot_kind_define"
@@ -195,7 +195,7 @@ fn from_require(e: RequireError, at: At) -> Error {
         RequireError::UnknownDevice {
             kind, dev, count, ..
         } => Error::new(
-            Status::Unknown,
+            Code::Unknown,
             format!("{at}: resource kind {kind:?} has no device {dev:?} (it has {count})"),
         ),
         RequireError::BadAmount {
@@ -208,7 +208,7 @@ fn from_require(e: RequireError, at: At) -> Error {
             "{at}: invalid amount {amount} for {kind} device {dev} (0 to {max})"
         )),
         RequireError::Impossible { policy, .. } => Error::new(
-            Status::Never,
+            Code::Never,
             format!(
                 "{at}: policy {policy} cannot be met on this machine even with every device free"
             ),
@@ -227,7 +227,7 @@ fn from_require(e: RequireError, at: At) -> Error {
             ),
         ),
         RequireError::Unenforceable { kind, dev, why, .. } => Error::new(
-            Status::Never,
+            Code::Never,
             format!("{at}: {kind} device {dev} cannot be held as asked: {why}"),
         ),
         RequireError::KindExists(name) => Error::invalid(format!(
@@ -514,7 +514,7 @@ pub unsafe extern "C" fn allot_kind_define(name: *const c_char, count: usize, ma
         rt.register_virtual(name, count, max).map_err(|e| {
             if !existed && rt.coordinated() {
                 Error::new(
-                    Status::Refused,
+                    Code::Refused,
                     format!("the broker refused kind {name:?} ({e}): another process defined it with other devices"),
                 )
             } else {

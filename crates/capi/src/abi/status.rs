@@ -1,7 +1,7 @@
 //! The error model of the C ABI: stable status codes, a thread-local
 //! detail string, and the guard every entry point runs its body in.
 //!
-//! Every exported function returns an `int` status ([`Status`] as
+//! Every exported function returns an `int` status ([`Code`] as
 //! `c_int`). On failure it also stores a sentence saying what went wrong and
 //! what to do in a per-thread buffer that `allot_last_error` returns; like
 //! `errno`, a successful call leaves the buffer alone.
@@ -16,11 +16,12 @@ use std::ffi::{CStr, CString, c_char, c_int};
 use std::fmt;
 use std::panic::{self, AssertUnwindSafe};
 
-/// Status codes, as in `allot_status` in `include/allot.h`. The values are
+/// The status codes every entry point returns, as in `allot_status` in
+/// `include/allot.h` (a code, not the broker's status report). The values are
 /// part of the ABI: never renumber, only append.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
+pub enum Code {
     /// The call did what it was asked; the only code that is not an error.
     Ok = 0,
     /// A null pointer or an argument out of range.
@@ -52,51 +53,49 @@ pub enum Status {
 }
 
 /// Every status, in code order (for `allot_strerror` and tests).
-pub const ALL: [Status; 14] = [
-    Status::Ok,
-    Status::Invalid,
-    Status::Handle,
-    Status::Shutdown,
-    Status::NoBroker,
-    Status::Refused,
-    Status::Never,
-    Status::Permission,
-    Status::Timeout,
-    Status::Os,
-    Status::Internal,
-    Status::Unknown,
-    Status::Cancelled,
-    Status::Closed,
+pub const ALL: [Code; 14] = [
+    Code::Ok,
+    Code::Invalid,
+    Code::Handle,
+    Code::Shutdown,
+    Code::NoBroker,
+    Code::Refused,
+    Code::Never,
+    Code::Permission,
+    Code::Timeout,
+    Code::Os,
+    Code::Internal,
+    Code::Unknown,
+    Code::Cancelled,
+    Code::Closed,
 ];
 
-impl Status {
+impl Code {
     /// The status with code `code`, if any.
-    pub fn from_code(code: c_int) -> Option<Status> {
+    pub fn from_code(code: c_int) -> Option<Code> {
         usize::try_from(code).ok().and_then(|i| ALL.get(i).copied())
     }
 
     /// The static, NUL-terminated description `allot_strerror` returns.
     pub fn description(self) -> &'static CStr {
         match self {
-            Status::Ok => c"success",
-            Status::Invalid => c"invalid argument (a null pointer or a value out of range)",
-            Status::Handle => c"invalid handle (freed, stale, of another type, or never issued)",
-            Status::Shutdown => c"the allot library was shut down (allot_shutdown)",
-            Status::NoBroker => c"no allot broker answers (start one with `allot daemon`)",
-            Status::Refused => c"admission refused for now: other cells hold the guarantees",
-            Status::Never => c"the request can never be met on this machine",
-            Status::Permission => c"permission denied by the broker",
-            Status::Timeout => c"timed out",
-            Status::Os => c"the operating system refused a resource",
-            Status::Internal => c"internal error in allot (please report it)",
-            Status::Unknown => c"no such resource kind, device or policy",
-            Status::Cancelled => {
+            Code::Ok => c"success",
+            Code::Invalid => c"invalid argument (a null pointer or a value out of range)",
+            Code::Handle => c"invalid handle (freed, stale, of another type, or never issued)",
+            Code::Shutdown => c"the allot library was shut down (allot_shutdown)",
+            Code::NoBroker => c"no allot broker answers (start one with `allot daemon`)",
+            Code::Refused => c"admission refused for now: other cells hold the guarantees",
+            Code::Never => c"the request can never be met on this machine",
+            Code::Permission => c"permission denied by the broker",
+            Code::Timeout => c"timed out",
+            Code::Os => c"the operating system refused a resource",
+            Code::Internal => c"internal error in allot (please report it)",
+            Code::Unknown => c"no such resource kind, device or policy",
+            Code::Cancelled => {
                 c"the task was cancelled before it ran (its resumer was cancelled, or its pool \
                   freed, while it was suspended)"
             }
-            Status::Closed => {
-                c"the other end of the channel is gone (closed, or its process exited)"
-            }
+            Code::Closed => c"the other end of the channel is gone (closed, or its process exited)",
         }
     }
 }
@@ -108,14 +107,14 @@ pub const UNKNOWN: &CStr = c"unknown allot status code";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error {
     /// What the function returns.
-    pub status: Status,
+    pub status: Code,
     /// What `allot_last_error` says: what happened and what to do.
     pub detail: String,
 }
 
 impl Error {
     /// A failure with `status` and `detail`.
-    pub fn new(status: Status, detail: impl Into<String>) -> Error {
+    pub fn new(status: Code, detail: impl Into<String>) -> Error {
         Error {
             status,
             detail: detail.into(),
@@ -124,13 +123,13 @@ impl Error {
 
     /// `ALLOT_ERR_INVALID` with `detail`.
     pub fn invalid(detail: impl Into<String>) -> Error {
-        Error::new(Status::Invalid, detail)
+        Error::new(Code::Invalid, detail)
     }
 
     /// `ALLOT_ERR_SHUTDOWN`.
     pub fn shut_down() -> Error {
         Error::new(
-            Status::Shutdown,
+            Code::Shutdown,
             "the library was shut down by allot_shutdown; no further calls are possible in this process",
         )
     }
@@ -170,7 +169,7 @@ pub fn last_error() -> *const c_char {
 /// a failure in the last-error buffer, a panic as `ALLOT_ERR_INTERNAL`.
 pub fn entry(function: &'static str, body: impl FnOnce() -> Result<()>) -> c_int {
     match panic::catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => Status::Ok as c_int,
+        Ok(Ok(())) => Code::Ok as c_int,
         Ok(Err(e)) => {
             set_last_error(function, &e.detail);
             e.status as c_int
@@ -185,7 +184,7 @@ pub fn entry(function: &'static str, body: impl FnOnce() -> Result<()>) -> c_int
                 function,
                 &format!("internal error ({what}); the call did nothing useful; please report it"),
             );
-            Status::Internal as c_int
+            Code::Internal as c_int
         }
     }
 }
@@ -198,12 +197,12 @@ mod tests {
     fn codes_are_dense_and_stable() {
         for (i, s) in ALL.iter().enumerate() {
             assert_eq!(*s as usize, i);
-            assert_eq!(Status::from_code(i as c_int), Some(*s));
+            assert_eq!(Code::from_code(i as c_int), Some(*s));
         }
-        assert_eq!(Status::from_code(-1), None);
-        assert_eq!(Status::from_code(12), Some(Status::Cancelled));
-        assert_eq!(Status::from_code(13), Some(Status::Closed));
-        assert_eq!(Status::from_code(14), None);
+        assert_eq!(Code::from_code(-1), None);
+        assert_eq!(Code::from_code(12), Some(Code::Cancelled));
+        assert_eq!(Code::from_code(13), Some(Code::Closed));
+        assert_eq!(Code::from_code(14), None);
     }
 
     #[test]
@@ -211,7 +210,7 @@ mod tests {
         assert_eq!(entry("f", || Ok(())), 0);
         assert_eq!(
             entry("f", || Err(Error::invalid("x is NULL"))),
-            Status::Invalid as c_int
+            Code::Invalid as c_int
         );
         // SAFETY: `last_error` returns a NUL-terminated string owned by
         // this thread, read before the next call.
@@ -221,7 +220,7 @@ mod tests {
             .to_owned();
         assert_eq!(msg, "f: x is NULL");
         let rc = entry("g", || panic!("boom"));
-        assert_eq!(rc, Status::Internal as c_int);
+        assert_eq!(rc, Code::Internal as c_int);
         // SAFETY: as above.
         let msg = unsafe { CStr::from_ptr(last_error()) }
             .to_str()

@@ -12,7 +12,7 @@
 //! are freed.
 
 use super::pool::{Arg, TaskEntry, TaskFn, options, run_task};
-use super::status::{Error, Status, entry};
+use super::status::{Code, Error, entry};
 use super::{POOLS, PoolHandle, RESUMERS, ResumerHandle, TASKS, TaskHandle, need_out, write_out};
 use std::ffi::{c_int, c_void};
 use std::time::Duration;
@@ -78,7 +78,7 @@ pub extern "C" fn allot_resume(resumer: ResumerHandle) -> c_int {
             Ok(())
         } else {
             Err(Error::new(
-                Status::Cancelled,
+                Code::Cancelled,
                 "the task's pool was freed before it was resumed: the task was cancelled \
                  (allot_task_join on it returns ALLOT_ERR_CANCELLED)",
             ))

@@ -4,7 +4,7 @@
 use super::status;
 use allot_broker::{Broker, Config, StopHandle};
 use allot_capi::abi::cell::*;
-use allot_capi::abi::status::Status;
+use allot_capi::abi::status::Code;
 use allot_capi::abi::*;
 use allot_client::{CellSpec, Client};
 use std::ffi::CString;
@@ -42,7 +42,7 @@ impl TestBroker {
         }
     }
 
-    pub fn register(&self, name: &str, spec: Spec, wait: bool) -> Result<CellHandle, Status> {
+    pub fn register(&self, name: &str, spec: Spec, wait: bool) -> Result<CellHandle, Code> {
         let name = CString::new(name).unwrap();
         let mut c = CellHandle::default();
         // SAFETY: valid strings, spec and out-pointer.
@@ -56,7 +56,7 @@ impl TestBroker {
             )
         };
         match status(rc) {
-            Status::Ok => Ok(c),
+            Code::Ok => Ok(c),
             s => Err(s),
         }
     }

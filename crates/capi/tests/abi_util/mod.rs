@@ -6,14 +6,14 @@ pub mod broker;
 
 use allot_capi::abi::cell::*;
 use allot_capi::abi::pool::*;
-use allot_capi::abi::status::Status;
+use allot_capi::abi::status::Code;
 use allot_capi::abi::*;
 use std::ffi::{CStr, c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The status a call returned.
-pub fn status(rc: c_int) -> Status {
-    Status::from_code(rc).unwrap_or_else(|| panic!("unknown status code {rc}"))
+pub fn status(rc: c_int) -> Code {
+    Code::from_code(rc).unwrap_or_else(|| panic!("unknown status code {rc}"))
 }
 
 /// This thread's last error detail.
@@ -28,7 +28,7 @@ pub fn last_error() -> String {
 /// Asserts a call succeeded, showing the detail if not.
 #[track_caller]
 pub fn ok(rc: c_int) {
-    assert_eq!(status(rc), Status::Ok, "{}", last_error());
+    assert_eq!(status(rc), Code::Ok, "{}", last_error());
 }
 
 /// A standalone cell.
@@ -51,32 +51,32 @@ pub fn pool() -> PoolHandle {
 }
 
 /// The cell's grant.
-pub fn grant(c: CellHandle) -> Result<Grant, Status> {
+pub fn grant(c: CellHandle) -> Result<Grant, Code> {
     let mut g = Grant::default();
     // SAFETY: `g` is a valid out-pointer.
     match status(unsafe { allot_cell_grant(c, &mut g) }) {
-        Status::Ok => Ok(g),
+        Code::Ok => Ok(g),
         s => Err(s),
     }
 }
 
 /// The pool's worker count.
-pub fn workers(p: PoolHandle) -> Result<u32, Status> {
+pub fn workers(p: PoolHandle) -> Result<u32, Code> {
     let mut n = 0;
     // SAFETY: `n` is a valid out-pointer.
     match status(unsafe { allot_pool_workers(p, &mut n) }) {
-        Status::Ok => Ok(n),
+        Code::Ok => Ok(n),
         s => Err(s),
     }
 }
 
 /// Spawns `f(arg)`.
-pub fn spawn(p: PoolHandle, f: TaskFn, arg: *mut std::ffi::c_void) -> Result<TaskHandle, Status> {
+pub fn spawn(p: PoolHandle, f: TaskFn, arg: *mut std::ffi::c_void) -> Result<TaskHandle, Code> {
     let mut t = TaskHandle::default();
     // SAFETY: `t` is a valid out-pointer; `f` is a function of the right
     // type and the callers keep `arg` alive until the task is joined.
     match status(unsafe { allot_pool_spawn(p, Some(f), arg, &mut t) }) {
-        Status::Ok => Ok(t),
+        Code::Ok => Ok(t),
         s => Err(s),
     }
 }
