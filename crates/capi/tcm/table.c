@@ -135,10 +135,10 @@ static int runs_in(const struct table *t, int j, int i)
 /* Whether slot `i` counts threads in the division: a permit that holds
  * them, or an arena oneTBB turned off when its work ran out (every item
  * taken) while its threads still run the items, and their teams: those
- * threads are still there. It keeps what it had until its round ends
- * (`lingers`, for an arena whose rounds host teams: oneTBB turns it off
+ * threads are still there. It keeps what it had while the teams its loop
+ * is expected to start still come (`lingers`: oneTBB turns an arena off
  * as the last item is taken, often before that item's team starts), or
- * while a team of its runs. */
+ * while a team of its runs with threads it lent. */
 static int counts(const struct table *t, int i)
 {
     const struct slot *s = &t->slots[i];
@@ -201,13 +201,13 @@ void table_free(struct table *t, int i)
             t->slots[j].outer = 0;
 }
 
-/* Ends slot `i`'s round (an arena's): the teams it started become what
- * the arena lends by. More teams count at once; fewer a quarter of the way
- * a round, so that one odd round does not make it lend much more: lending
- * too much costs more than too little (a team holds its threads for its
- * whole region, and leaves the next ones none). */
-static void new_round(struct slot *s)
+/* More teams count at once; fewer a quarter of the way a round, so that
+ * one odd round does not make it lend much more: lending too much costs
+ * more than too little (a team holds its threads for its whole region,
+ * and leaves the next ones none). */
+void table_new_round(struct table *t, int i)
 {
+    struct slot *s = &t->slots[i];
     uint16_t n = s->teams_started;
     if (n > 0)
         s->teams_seen = n >= s->teams_seen ? n : (uint16_t)(s->teams_seen - (s->teams_seen - n + 3) / 4);
@@ -226,33 +226,39 @@ void table_team_started(struct table *t, int i, uint16_t *round)
     /* This thread hosted a team in this round and hosts another: it
      * finished its item, so the round's teams have all started. */
     if (*round == a->round)
-        new_round(a);
+        table_new_round(t, s->outer - 1);
     *round = a->round;
     if (a->teams_started < UINT16_MAX)
         a->teams_started++;
+    /* A start the arena lingers for (the last one it expects sees it
+     * lingering still). */
+    if (a->lingers > 0)
+        a->lingers--;
 }
 
 void table_turned_off(struct table *t, int i)
 {
     struct slot *s = &t->slots[i];
-    s->lingers = !s->rigid && s->teams_seen > 0 && s->conc > 0;
-}
-
-void table_team_stopped(struct table *t, int i)
-{
-    int a = t->slots[i].outer - 1;
-    if (a < 0)
+    s->lingers = 0;
+    s->quiet_ticks = 0;
+    if (s->rigid || s->teams_seen == 0 || s->conc == 0)
         return;
-    for (int j = 0; j < TCM_SLOTS; j++)
-        if (runs_in(t, j, a))
-            return;
-    t->slots[a].lingers = 0;
+    uint16_t expected =
+        s->teams_seen > s->teams_started ? (uint16_t)(s->teams_seen - s->teams_started) : 0;
+    s->lingers = (uint16_t)(expected + 1);
 }
 
 void table_quiet(struct table *t)
 {
-    for (int i = 0; i < TCM_SLOTS; i++)
-        t->slots[i].lingers = 0;
+    for (int i = 0; i < TCM_SLOTS; i++) {
+        struct slot *s = &t->slots[i];
+        if (s->lingers == 0)
+            continue;
+        if (s->teams_started > 0)
+            s->quiet_ticks = 0;
+        else if (++s->quiet_ticks >= 2)
+            s->lingers = 0;
+    }
 }
 
 int table_settle(struct table *t, uint32_t budget)

@@ -26,14 +26,15 @@ struct slot {
     uint32_t threads; /* threads registered with it (tcmRegisterThread) */
     int16_t outer;    /* 1 + the slot of the permit that counts this one's
                        * requester (a team nested in a TBB arena); 0: none */
-    /* An arena's rounds of work (table_new_round): */
+    /* An arena's rounds of work (table_team_started, table_new_round): */
     uint16_t round;         /* the round now, counted */
     uint16_t teams_started; /* its teams that started in this round */
     uint16_t teams_seen;    /* teams of its last rounds: how many of its
                              * threads host teams at once */
-    uint16_t lingers;       /* an arena turned off while its round's items
-                             * (and their teams) still run: it keeps what it
-                             * had until the round ends */
+    uint16_t lingers;       /* an arena turned off while its loop's items
+                             * still start teams: how many more team starts
+                             * it keeps what it had for (0: none) */
+    uint16_t quiet_ticks;   /* quiet spells since its round started no team */
     uint64_t order;   /* request order, for the division's turns */
 };
 
@@ -70,14 +71,20 @@ void table_free(struct table *t, int i);
  * one of its teams hosts another (it finished its item), and how many
  * teams it held is what the arena lends by (tcm_lent in divide.h). */
 void table_team_started(struct table *t, int i, uint16_t *round);
+/* Under the lock: slot `i`'s (an arena's) round ends, at a thread's
+ * second team (above). Not when oneTBB asks for the arena again: it may do
+ * so in the middle of a loop (work it ran out of comes again), and a loop
+ * cut in two rounds would lend twice what it leaves. The teams the round
+ * started become what it lends by. */
+void table_new_round(struct table *t, int i);
 /* Under the lock: slot `i` was turned off (deactivated). An arena whose
- * rounds host teams lingers (see `lingers`). */
+ * rounds host teams lingers (see `lingers`) for the starts its round still
+ * expects (the round's teams so far against its last rounds'), and one
+ * more. */
 void table_turned_off(struct table *t, int i);
-/* Under the lock: slot `i`, a team, stopped running (idle or off): if it
- * was the last of its arena's teams to run, the arena lingers no more. */
-void table_team_stopped(struct table *t, int i);
-/* Under the lock: nothing changed for a while: no arena lingers (an arena
- * turned off whose teams never came). */
+/* Under the lock: nothing changed for a while. An arena that lingers and
+ * whose round started no team through two such spells lingers no more
+ * (its teams are not coming: a loop without them, or no loop at all). */
 void table_quiet(struct table *t);
 
 #endif

@@ -574,10 +574,8 @@ static tcm_result_t set_state(tcm_permit_handle_t permit_handle, uint32_t state)
     s->fixed = 0;
     if (state == TCM_PERMIT_STATE_ACTIVE) {
         team_started(r->slot);
-    } else {
-        table_team_stopped(g_table, r->slot);
-        if (state == TCM_PERMIT_STATE_INACTIVE)
-            table_turned_off(g_table, r->slot);
+    } else if (state == TCM_PERMIT_STATE_INACTIVE) {
+        table_turned_off(g_table, r->slot);
     }
     settle();
     if (g_debug)
