@@ -201,11 +201,15 @@ void table_free(struct table *t, int i)
             t->slots[j].outer = 0;
 }
 
-/* More teams count at once; fewer a quarter of the way a round, so that
- * one odd round does not make it lend much more: lending too much costs
- * more than too little (a team holds its threads for its whole region,
- * and leaves the next ones none). */
-void table_new_round(struct table *t, int i)
+/* Ends slot `i`'s (an arena's) round: at a thread's second team
+ * (table_team_started), not when oneTBB asks for the arena again (it may
+ * do so in the middle of a loop, and a loop cut in two rounds would lend
+ * twice what it leaves). The teams the round started become what it lends
+ * by: more teams count at once, fewer a quarter of the way a round, so
+ * that one odd round does not make it lend much more (lending too much
+ * costs more than too little: a team holds its threads for its whole
+ * region, and leaves the next ones none). */
+static void new_round(struct table *t, int i)
 {
     struct slot *s = &t->slots[i];
     uint16_t n = s->teams_started;
@@ -226,7 +230,7 @@ void table_team_started(struct table *t, int i, uint16_t *round)
     /* This thread hosted a team in this round and hosts another: it
      * finished its item, so the round's teams have all started. */
     if (*round == a->round)
-        table_new_round(t, s->outer - 1);
+        new_round(t, s->outer - 1);
     *round = a->round;
     if (a->teams_started < UINT16_MAX)
         a->teams_started++;

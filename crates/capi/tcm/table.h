@@ -26,7 +26,7 @@ struct slot {
     uint32_t threads; /* threads registered with it (tcmRegisterThread) */
     int16_t outer;    /* 1 + the slot of the permit that counts this one's
                        * requester (a team nested in a TBB arena); 0: none */
-    /* An arena's rounds of work (table_team_started, table_new_round): */
+    /* An arena's rounds of work (table_team_started): */
     uint16_t round;         /* the round now, counted */
     uint16_t teams_started; /* its teams that started in this round */
     uint16_t teams_seen;    /* teams of its last rounds: how many of its
@@ -71,12 +71,6 @@ void table_free(struct table *t, int i);
  * one of its teams hosts another (it finished its item), and how many
  * teams it held is what the arena lends by (tcm_lent in divide.h). */
 void table_team_started(struct table *t, int i, uint16_t *round);
-/* Under the lock: slot `i`'s (an arena's) round ends, at a thread's
- * second team (above). Not when oneTBB asks for the arena again: it may do
- * so in the middle of a loop (work it ran out of comes again), and a loop
- * cut in two rounds would lend twice what it leaves. The teams the round
- * started become what it lends by. */
-void table_new_round(struct table *t, int i);
 /* Under the lock: slot `i` was turned off (deactivated). An arena whose
  * rounds host teams lingers (see `lingers`) for the starts its round still
  * expects (the round's teams so far against its last rounds'), and one
