@@ -20,7 +20,7 @@
 //! one entry of `ends` for a live session (checked by the tests below).
 
 use crate::config::{ChannelAcl, Limits};
-use crate::core::effect::SessionId;
+use crate::peer::SessionId;
 use allot_channel::{Channel, Geometry};
 use allot_proto::msg::ErrorCode;
 use rustix::fd::OwnedFd;

@@ -22,6 +22,8 @@
 //! - [`config`] (with the per-user [`config::Limits`]), [`status`],
 //!   [`metrics`] (Prometheus, `allot daemon --metrics`).
 //! - [`names`]: which names clients may choose, and how they are printed.
+//! - [`peer`]: who is at the other end of a connection.
+//! - [`log`]: the broker's log lines (`use crate::log::{info, warn}`).
 //! - [`channels`]: named channels between cells, and who may open them.
 //! - [`timeline`]: each cell's steps through the broker, timed.
 //! - [`realtime`]: which of the broker's threads run at real-time
@@ -40,6 +42,7 @@ pub mod ledger;
 pub mod log;
 pub mod metrics;
 pub mod names;
+pub mod peer;
 pub mod realtime;
 pub mod series;
 pub mod server;

@@ -70,15 +70,14 @@ pub fn line(level: Level, msg: std::fmt::Arguments<'_>) {
     }
 }
 
-/// `info!`-style macros.
-#[macro_export]
+/// `info!`-style macros, imported as `use crate::log::{info, warn}`.
 macro_rules! info { ($($a:tt)*) => { $crate::log::line(allot_proto::log::Level::Info, format_args!($($a)*)) } }
 /// Warning.
-#[macro_export]
-macro_rules! warn { ($($a:tt)*) => { $crate::log::line(allot_proto::log::Level::Warn, format_args!($($a)*)) } }
+macro_rules! warning { ($($a:tt)*) => { $crate::log::line(allot_proto::log::Level::Warn, format_args!($($a)*)) } }
 /// Debug (only with `ALLOT_LOG=debug`).
-#[macro_export]
 macro_rules! debug { ($($a:tt)*) => { if $crate::log::debug_enabled() { $crate::log::line(allot_proto::log::Level::Debug, format_args!($($a)*)) } } }
+// `warn` is also a built-in attribute's name: defined as `warning`.
+pub(crate) use {debug, info, warning as warn};
 
 /// Lets a repeated message through at most once per interval and counts
 /// what it held back (a client flood or a resource shortage must not turn

@@ -1,13 +1,13 @@
 //! `allot status`: the broker's state as the typed document of
 //! [`allot_proto::status`], as one peer may see it.
 
-use crate::core::{Engine, Peer};
+use crate::core::Engine;
 use crate::metrics::{CellGauges, Snapshot};
+use crate::peer::Peer;
 use allot_proto::status::{
     BrokerStatus, CellStatus, LoadStatus, MachineMemory, MachineStatus, OutsideStatus,
     PartitionStatus, PausedStatus, PerfStatus, QueuedStatus, STATUS_VERSION, SpecStatus, Status,
 };
-use allot_proto::wire::MAX_STR;
 use allot_topo::CpuSet;
 use std::collections::BTreeMap;
 
@@ -284,24 +284,6 @@ fn delivery_status(d: &crate::windows::Delivery) -> allot_proto::status::Deliver
     }
 }
 
-/// Splits `json` into pieces that fit a string field, at char boundaries.
-pub fn chunks(json: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut rest = json;
-    while !rest.is_empty() {
-        let mut end = rest.len().min(MAX_STR);
-        while !rest.is_char_boundary(end) {
-            end -= 1;
-        }
-        out.push(rest[..end].to_string());
-        rest = &rest[end..];
-    }
-    if out.is_empty() {
-        out.push(String::new());
-    }
-    out
-}
-
 impl Engine {
     /// The metrics of this moment ([`crate::metrics`]). Names are included
     /// only when the configuration shows other users' names. Reads each
@@ -360,18 +342,5 @@ impl Engine {
             counters: self.counters.clone(),
             process: crate::metrics::ProcessGauges::read(),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn chunks_reassemble() {
-        let s = "é".repeat(5000);
-        let c = super::chunks(&s);
-        assert!(c.len() > 1);
-        assert!(c.iter().all(|p| p.len() <= super::MAX_STR));
-        assert_eq!(c.concat(), s);
-        assert_eq!(super::chunks(""), vec![String::new()]);
     }
 }

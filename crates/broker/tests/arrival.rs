@@ -143,7 +143,7 @@ fn world_with_join_files(cpus: usize) -> World {
 
 fn register_joining(
     w: &mut World,
-    peer: allot_broker::core::Peer,
+    peer: allot_broker::peer::Peer,
 ) -> Vec<allot_broker::core::Effect> {
     w.handle(
         7,

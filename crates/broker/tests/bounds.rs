@@ -6,7 +6,8 @@
 mod common;
 
 use allot_broker::config::Limits;
-use allot_broker::core::{Effect, Peer};
+use allot_broker::core::Effect;
+use allot_broker::peer::Peer;
 use allot_plan::CellSpec;
 use allot_proto::msg::{DeviceDef, ErrorCode, LedgerItem, Reply, Request};
 use common::*;

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 const GROUP: &str = "/sys/fs/cgroup/system.slice/slurmstepd.scope/job_42/step_0/user";
 
-fn include(w: &mut World, peer: allot_broker::core::Peer, cell: u64, token: u64) -> Reply {
+fn include(w: &mut World, peer: allot_broker::peer::Peer, cell: u64, token: u64) -> Reply {
     let effects = w.handle(
         7,
         peer,

@@ -21,6 +21,27 @@ pub const MAX_STR: usize = 4096;
 /// Longest list field, in items.
 pub const MAX_LIST: usize = 4096;
 
+/// Splits `text` into pieces that each fit a string field, at character
+/// boundaries; always at least one piece (empty for empty text). A reply
+/// too long for one field goes out as several, each with `more` set but
+/// the last.
+pub fn str_pieces(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let mut end = rest.len().min(MAX_STR);
+        while !rest.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.push(rest[..end].to_string());
+        rest = &rest[end..];
+    }
+    if out.is_empty() {
+        out.push(String::new());
+    }
+    out
+}
+
 /// Why a message body could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
@@ -227,5 +248,18 @@ impl<'a> Reader<'a> {
         } else {
             Err(DecodeError::Trailing(self.buf.len()))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn str_pieces_fit_a_field_and_reassemble() {
+        let s = "é".repeat(5000);
+        let c = super::str_pieces(&s);
+        assert!(c.len() > 1);
+        assert!(c.iter().all(|p| p.len() <= super::MAX_STR));
+        assert_eq!(c.concat(), s);
+        assert_eq!(super::str_pieces(""), vec![String::new()]);
     }
 }

@@ -51,9 +51,9 @@
 //!   outside every cell weight their own threads (the client's
 //!   `ALLOT_IO_CGROUP` groups).
 
-use super::effect::SessionId;
 use crate::gathering::Gathering;
 use crate::ledger::{InLine, Ledger, LedgerError, Waiter};
+use crate::peer::SessionId;
 use allot_enforce::IoWeights;
 use allot_plan::{CellId, CellSpec};
 use allot_proto::{DeviceDef, LedgerItem};

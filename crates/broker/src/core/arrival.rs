@@ -17,12 +17,13 @@
 //! largest part of the broker's work for it on cgroup v1).
 
 use super::state::arrival::Arriving;
-use super::{Effect, Engine, Peer, SessionId, answer, err};
-use crate::info;
+use super::{Effect, Engine, answer, err};
 use crate::journal::{MemberRec, Record};
+use crate::log::info;
+use crate::log::warn;
 use crate::names::shown;
+use crate::peer::{Peer, SessionId};
 use crate::timeline::timed;
-use crate::warn;
 use allot_proto::msg::{ErrorCode, Reply};
 
 /// The request kind of a registration.

@@ -13,9 +13,9 @@
 //!   and a restore raises it above every id the backend still holds).
 //! - A queued id is never a live cell's id.
 
-use super::effect::SessionId;
 use crate::demand::Estimator;
 use crate::journal::MemberRec;
+use crate::peer::SessionId;
 use crate::timeline::Timeline;
 use allot_plan::{Allotment, CellSpec};
 use allot_proto::PageMap;

@@ -8,9 +8,10 @@
 //! `journal_ready`, `with_records`).
 
 use super::Engine;
-use super::effect::{Effect, Peer, SessionId, answer, err};
+use super::effect::{Effect, answer, err};
 use super::journaling::REGISTER;
 use crate::journal::Record;
+use crate::peer::{Peer, SessionId};
 use allot_proto::msg::{ErrorCode, Reply, Request};
 use rustix::fd::OwnedFd;
 use std::time::{Duration, Instant};

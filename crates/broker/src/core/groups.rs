@@ -15,10 +15,11 @@
 //! before it counts the cell's processes (a cell whose own directory is
 //! empty lives on its groups' processes).
 
-use super::{Engine, Peer, err};
+use super::{Engine, err};
 use crate::journal::Record;
+use crate::log::{info, warn};
 use crate::names::shown;
-use crate::{info, warn};
+use crate::peer::Peer;
 use allot_proto::msg::{ErrorCode, Reply};
 use std::path::Path;
 

@@ -151,7 +151,7 @@ impl Engine {
             }
             match self.enforcer.set_io_weights(cell, &now) {
                 Ok(_) => self.account.set_applied_io(cell, now),
-                Err(e) => crate::warn!("cell {cell}: {e}"),
+                Err(e) => crate::log::warn!("cell {cell}: {e}"),
             }
         }
     }

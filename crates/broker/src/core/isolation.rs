@@ -24,7 +24,7 @@
 //! exit restores them too.
 
 use super::Engine;
-use crate::{info, warn};
+use crate::log::{info, warn};
 use allot_enforce::Partitioning;
 use allot_topo::CpuSet;
 use std::collections::BTreeMap;

@@ -21,8 +21,9 @@
 //! cells. A hold inside a cell counts nothing more: it takes from that
 //! cell's grant.
 
-use super::{Engine, Peer, err};
+use super::{Engine, err};
 use crate::ledger::LedgerError;
+use crate::peer::Peer;
 use allot_plan::CellSpec;
 use allot_proto::msg::{ErrorCode, LedgerItem, Reply};
 use std::collections::BTreeSet;

@@ -5,7 +5,7 @@
 //! join. The invariants are `memory`'s.
 
 use super::Engine;
-use crate::{info, warn};
+use crate::log::{info, warn};
 use allot_plan::Memory;
 use allot_plan::spec::Size;
 

@@ -28,7 +28,7 @@
 //! sees the ring too.
 
 use super::{Effect, Engine};
-use crate::{debug, info, warn};
+use crate::log::{debug, info, warn};
 use std::time::{Duration, Instant};
 
 impl Engine {

@@ -21,7 +21,7 @@
 
 use super::Engine;
 use crate::config::Config;
-use crate::{info, warn};
+use crate::log::{info, warn};
 use allot_enforce::BackendKind;
 use allot_enforce::cgroupfs::KernelFs;
 use allot_enforce::unmanaged::Unmanaged;
@@ -101,7 +101,7 @@ impl Engine {
             .collect();
         match u.sweep(&self.plan.reserve, &exempt) {
             Ok(0) => {}
-            Ok(n) => crate::debug!(
+            Ok(n) => crate::log::debug!(
                 "{n} processes outside the cells moved to the reserve {}",
                 self.plan.reserve
             ),

@@ -99,16 +99,17 @@ mod restore;
 mod state;
 mod time;
 
-pub use effect::{Effect, Peer, SessionId};
+use crate::peer::{Peer, SessionId};
+pub use effect::Effect;
 pub(crate) use effect::{answer, err};
 
 use crate::config::{Config, Limits};
 use crate::journal::{Journal, MemberRec, Record};
 use crate::ledger::Ledger;
+use crate::log::{debug, info, warn};
 use crate::metrics::Counters;
 use crate::names::shown;
 use crate::windows::Windows;
-use crate::{debug, info, warn};
 use allot_enforce::Enforcer;
 use allot_enforce::os::Os;
 use allot_plan::{Plan, PlanConfig, Planner};

@@ -35,7 +35,7 @@
 
 use super::Engine;
 use super::state::outside::Key;
-use crate::warn;
+use crate::log::warn;
 use allot_enforce::Enforcer;
 use allot_enforce::os::Os;
 use allot_plan::weight::{self, Weighed, Weights};

@@ -42,7 +42,7 @@
 
 use super::Engine;
 use super::state::pause::WHY;
-use crate::{debug, info, warn};
+use crate::log::{debug, info, warn};
 use allot_enforce::gate::Gate;
 use allot_plan::Plan;
 use std::time::{Duration, Instant};

@@ -9,9 +9,9 @@
 
 use super::{Engine, account};
 use crate::journal::Record;
+use crate::log::{debug, warn};
 use crate::names::shown;
 use crate::timeline::timed;
-use crate::{debug, warn};
 use allot_plan::weight::Weights;
 use allot_plan::{Allotment, CellId, CellInput, Plan};
 use allot_proto::FLAG_STACKED;

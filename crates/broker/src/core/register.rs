@@ -22,11 +22,12 @@
 //! frees up, and a stream of small requests cannot starve a large one.
 
 use super::state::arrival::Arriving;
-use super::{Cell, Effect, Engine, Peer, Queued, SessionId, answer, err, random_u64};
+use super::{Cell, Effect, Engine, Queued, answer, err, random_u64};
 use crate::journal::{MemberRec, Record, SpecRec};
+use crate::log::{info, warn};
 use crate::names::{self, shown};
+use crate::peer::{Peer, SessionId};
 use crate::timeline::{Timeline, timed};
-use crate::{info, warn};
 use allot_plan::{Admission, Admitted, CellId, CellSpec};
 use allot_proto::PageMap;
 use allot_proto::msg::{ErrorCode, Reply};

@@ -4,10 +4,11 @@
 //! produce a reply, also when they are refused; what is wrong with them is
 //! logged (at debug level: a client can send them by the thousand).
 
-use super::{Effect, Engine, Peer, SessionId, answer, err};
+use super::{Effect, Engine, answer, err};
 use crate::gathering::NotTaken;
 use crate::ledger::{InLine, LedgerError, Waiter};
-use crate::{debug, info};
+use crate::log::{debug, info};
+use crate::peer::{Peer, SessionId};
 use allot_proto::msg::{ErrorCode, LedgerItem, Reply, Request};
 use rustix::fd::OwnedFd;
 use std::time::{Duration, Instant};
@@ -474,7 +475,7 @@ fn ledger_error(kind: u16, e: LedgerError) -> Reply {
 /// `json` as replies of at most one string field each, the last with
 /// `more` unset.
 fn chunked(session: SessionId, json: &str, make: impl Fn(bool, String) -> Reply) -> Vec<Effect> {
-    let mut parts = crate::status::chunks(json);
+    let mut parts = allot_proto::wire::str_pieces(json);
     let last = parts.pop().unwrap_or_default();
     parts
         .into_iter()

@@ -21,8 +21,8 @@
 use super::{Cell, Effect, Engine};
 use crate::demand::Estimator;
 use crate::journal::{GrantRec, Journal, MemberRec, Record, SpecRec};
+use crate::log::{info, warn};
 use crate::names::shown;
-use crate::{info, warn};
 use allot_plan::{Allotment, CellId, CellSpec, Plan};
 use allot_proto::PageMap;
 use allot_topo::CpuSet;

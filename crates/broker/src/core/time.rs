@@ -6,7 +6,7 @@
 //! docs/architecture.md, "Time contracts".
 
 use super::Engine;
-use crate::{debug, warn};
+use crate::log::{debug, warn};
 use allot_enforce::Applied;
 use allot_plan::CellSpec;
 use allot_proto::Window;

@@ -5,8 +5,8 @@
 use super::{
     ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, Broker, LISTENER, Paused, SESSION, Session, add,
 };
-use crate::core::Peer;
-use crate::{debug, warn};
+use crate::log::{debug, warn};
+use crate::peer::Peer;
 use allot_enforce::os::Os;
 use allot_proto::msg::{ErrorCode, Reply};
 use allot_proto::transport;

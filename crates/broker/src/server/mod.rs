@@ -69,12 +69,13 @@ pub use setup::StartError;
 use setup::other;
 
 use crate::config::Config;
-use crate::core::{Effect, Engine, Peer, SessionId};
+use crate::core::{Effect, Engine};
 use crate::journal::Journal;
 use crate::log::Throttle;
+use crate::log::{info, warn};
 use crate::metrics::Exporter;
+use crate::peer::{Peer, SessionId};
 use crate::realtime::{Change, LoopClass, this_thread_cpu};
-use crate::{info, warn};
 use allot_enforce::os::{Os, RealOs};
 use allot_proto::msg::MAX_MESSAGE;
 use rustix::event::epoll::{self, CreateFlags, Event, EventData, EventFlags};

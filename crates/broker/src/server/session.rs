@@ -3,8 +3,9 @@
 
 use super::accept::held_back;
 use super::{Broker, SESSION};
-use crate::core::{Effect, SessionId};
-use crate::{debug, warn};
+use crate::core::Effect;
+use crate::log::{debug, warn};
+use crate::peer::SessionId;
 use allot_proto::msg::{ErrorCode, MAX_MESSAGE, Reply, Request, header_kind, kind_expects_reply};
 use allot_proto::transport;
 use rustix::event::epoll::{self, EventData, EventFlags};

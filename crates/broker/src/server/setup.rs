@@ -9,7 +9,7 @@
 use super::activation;
 use crate::config::Config;
 use crate::journal::Journal;
-use crate::{info, warn};
+use crate::log::{info, warn};
 use allot_proto::dirs::TrustedDir;
 use allot_proto::transport;
 use rustix::fd::OwnedFd;

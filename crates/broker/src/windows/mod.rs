@@ -39,7 +39,7 @@
 
 pub mod schedule;
 
-use crate::{info, warn};
+use crate::log::{info, warn};
 use allot_enforce::Gate;
 use allot_proto::Window;
 use allot_proto::window::{monotonic_ns, until};

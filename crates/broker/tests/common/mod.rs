@@ -3,8 +3,9 @@
 #![allow(dead_code)]
 
 use allot_broker::Config;
-use allot_broker::core::{Effect, Engine, Peer, SessionId};
+use allot_broker::core::{Effect, Engine};
 use allot_broker::journal::{Journal, Record};
+use allot_broker::peer::{Peer, SessionId};
 use allot_enforce::DryRun;
 use allot_enforce::os::FakeOs;
 use allot_plan::CellSpec;

@@ -2,7 +2,7 @@
 //! and the groups made ahead): an admitted cell waiting for its processes
 //! to join, and when the next cell's groups may be made ahead.
 
-use super::super::effect::SessionId;
+use crate::peer::SessionId;
 
 /// An admitted cell whose member processes have not joined yet.
 #[derive(Debug)]

@@ -2,7 +2,7 @@
 //! the protocol): the mover's saved values, and which exclusive cells are
 //! kernel partitions or were refused one.
 
-use crate::{info, warn};
+use crate::log::{info, warn};
 use allot_enforce::isolate::{self, Report, Saved, SysFiles};
 use allot_topo::CpuSet;
 use std::collections::BTreeMap;

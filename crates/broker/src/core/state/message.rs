@@ -3,7 +3,7 @@
 //! backend). A cell is *active* (planned, running) or idle (holding
 //! nothing, its gate closed, its doorbells watched); it starts active.
 
-use crate::warn;
+use crate::log::warn;
 use allot_enforce::gate::Gate;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! closed, with since when and where it waits; a cell is here exactly
 //! while its gate is meant closed.
 
-use crate::warn;
+use crate::log::warn;
 use allot_enforce::gate::Gate;
 use allot_topo::CpuSet;
 use std::collections::BTreeMap;
