@@ -39,7 +39,7 @@ pub const TABLE_BYTES: u64 = 16384;
 /// for one user's programs, 0o755 for every user's) and returns that
 /// directory.
 pub fn install_tcm(dir: &TrustedDir, mode: u32) -> Result<PathBuf, DirError> {
-    let sub = TrustedDir::create(&dir.join(TCM_DIR_NAME), mode)?;
+    let sub = dir.create_child(TCM_DIR_NAME, mode)?;
     let io = |e: io::Error| DirError::Io {
         path: sub.path().to_path_buf(),
         source: e,

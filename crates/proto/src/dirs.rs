@@ -356,6 +356,41 @@ impl TrustedDir {
         Ok(TrustedDir { fd, path: norm })
     }
 
+    /// Opens `name`, a directory inside this one, creating it with `mode`
+    /// (of which group and other write bits are ignored) if missing, and
+    /// checks it with [`Trust::Owner`]. The same rule as [`TrustedDir::create`]
+    /// on the joined path, without walking from `/` again: this directory
+    /// passed it, and its descriptor is what `name` is opened from.
+    pub fn create_child(&self, name: &str, mode: u32) -> Result<TrustedDir, DirError> {
+        let path = self.join(name);
+        let mut parts = Path::new(name).components();
+        if !matches!(
+            (parts.next(), parts.next()),
+            (Some(Component::Normal(_)), None)
+        ) {
+            return Err(DirError::Io {
+                path,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "not a single file name",
+                ),
+            });
+        }
+        let fd = match open_dir(self.fd.as_fd(), OsStr::new(name), &path) {
+            Err(DirError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                let mode = Mode::from_raw_mode(mode & !OTHERS_WRITE);
+                match rustix::fs::mkdirat(self.fd.as_fd(), name, mode) {
+                    Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                    Err(e) => return Err(io(&path)(e)),
+                }
+                open_dir(self.fd.as_fd(), OsStr::new(name), &path)?
+            }
+            other => other?,
+        };
+        check(fd.as_fd(), &path, Some(Trust::Owner))?;
+        Ok(TrustedDir { fd, path })
+    }
+
     /// The directory's descriptor.
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
@@ -507,6 +542,32 @@ mod tests {
         let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700);
         TrustedDir::open(&p, Trust::Owner).unwrap();
+    }
+
+    #[test]
+    fn a_child_is_made_private_and_held_to_the_same_rule() {
+        let t = tempfile::tempdir().unwrap();
+        let d = TrustedDir::create(&t.path().join("a"), 0o700).unwrap();
+        let c = d.create_child("shim", 0o777).unwrap();
+        assert_eq!(c.path(), d.join("shim"));
+        let mode = std::fs::metadata(c.path()).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o755, "group and other write bits are dropped");
+        // Opened again, not made again; the same files are seen.
+        std::fs::write(c.join("f"), "x").unwrap();
+        let again = d.create_child("shim", 0o700).unwrap();
+        assert_eq!(std::fs::read_to_string(again.join("f")).unwrap(), "x");
+        // A child others can write, or a link in its place, is refused.
+        chmod(c.path(), 0o777);
+        let e = d.create_child("shim", 0o700).unwrap_err();
+        assert!(matches!(e, DirError::WritableByOthers { .. }), "{e}");
+        std::os::unix::fs::symlink(t.path(), d.join("link")).unwrap();
+        let e = d.create_child("link", 0o700).unwrap_err();
+        assert!(matches!(e, DirError::NotDirectory { .. }), "{e}");
+        // Only a name inside it: no way out through `..` or a path.
+        for bad in ["..", "a/b", "/etc", ""] {
+            let e = d.create_child(bad, 0o700).unwrap_err();
+            assert!(!e.is_untrusted(), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -70,15 +70,18 @@ pub(super) fn register(a: &Args, plan: &Plan, marks: &mut Marks) -> Result<Regis
             }
         }
     };
+    if registering.is_some() {
+        marks.mark("registration sent");
+    }
     let libraries = match &registering {
-        Some(_) => Libraries::ready(&plan.socket, !a.no_shim, !a.no_tcm)?,
+        Some(_) => Libraries::ready(&plan.socket, !a.no_shim, !a.no_tcm, marks)?,
         None => Libraries::default(),
     };
     let go_follows = std::fs::File::open(&plan.program)
         .ok()
         .and_then(|mut f| allot_enforce::runtimes::go_release(&mut f))
         .is_some_and(|r| r.follows_cpu_set());
-    marks.mark("shim and thread composability manager ready");
+    marks.mark("program looked at (a Go program?)");
     let cell = match registering {
         None => None,
         Some(r) => {
@@ -136,7 +139,7 @@ impl Libraries {
     /// Installs what is wanted in the user's library directory beside
     /// `socket` (opened once, each step of its path checked). A directory
     /// others could replace files in is refused: the exit code then.
-    fn ready(socket: &Path, shim: bool, tcm: bool) -> Result<Libraries, i32> {
+    fn ready(socket: &Path, shim: bool, tcm: bool, marks: &mut Marks) -> Result<Libraries, i32> {
         if !shim && !tcm {
             return Ok(Libraries::default());
         }
@@ -147,6 +150,7 @@ impl Libraries {
             }
             d => d.map_err(|e| e.to_string()),
         };
+        marks.mark("library directory checked");
         let shim = shim
             .then(|| {
                 let d = dir.as_ref().map_err(|e| std::io::Error::other(e.clone()));
@@ -157,6 +161,7 @@ impl Libraries {
                 })
             })
             .and_then(Result::ok);
+        marks.mark("shim ready");
         let tcm = tcm
             .then(|| {
                 let d = dir.as_ref().map_err(Clone::clone);
@@ -173,6 +178,7 @@ impl Libraries {
                 })
             })
             .and_then(Result::ok);
+        marks.mark("thread composability manager ready");
         Ok(Libraries { shim, tcm })
     }
 }
@@ -185,7 +191,7 @@ impl Libraries {
 fn shim_dir(socket: &Path) -> Result<TrustedDir, DirError> {
     let beside = TrustedDir::open(allot_proto::dirs::socket_parent(socket), Trust::Owner).ok();
     match beside {
-        Some(d) => TrustedDir::create(&d.join("shim"), 0o700),
+        Some(d) => d.create_child("shim", 0o700),
         None => TrustedDir::create(&allot_proto::default_state_dir().join("shim"), 0o700),
     }
 }
