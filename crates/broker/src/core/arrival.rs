@@ -23,7 +23,6 @@ use crate::log::info;
 use crate::log::warn;
 use crate::names::shown;
 use crate::peer::{Peer, SessionId};
-use crate::timeline::timed;
 use allot_proto::msg::{ErrorCode, Reply};
 
 /// The request kind of a registration.
@@ -34,10 +33,10 @@ impl Engine {
     /// of the id the next cell will get, unless it has already.
     pub(super) fn make_next_ahead(&mut self) {
         let next = self.cells.next_id();
-        if self.enforcer.made_ahead() == Some(next) || self.ahead.joining().is_some() {
+        if self.kernel.made_ahead() == Some(next) || self.ahead.joining().is_some() {
             return;
         }
-        if let Err(e) = self.enforcer.make_ahead(next)
+        if let Err(e) = self.kernel.make_ahead(next)
             && self.ahead.first_failure()
         {
             warn!(
@@ -57,7 +56,7 @@ impl Engine {
 
     /// The id whose groups are made ahead, while no cell holds it.
     pub(crate) fn made_ahead(&self) -> Option<u64> {
-        self.enforcer.made_ahead()
+        self.kernel.made_ahead()
     }
 
     /// Makes the event loop defer joining to the end of each turn
@@ -123,7 +122,7 @@ impl Engine {
         }
         let join_files = if joins_itself {
             let joiner = members.first().copied().unwrap_or(0);
-            self.enforcer.join_files(id, joiner).unwrap_or_else(|e| {
+            self.kernel.join_files(id, joiner).unwrap_or_else(|e| {
                 warn!("cell {id}: {e}; moving its process instead");
                 Vec::new()
             })
@@ -143,7 +142,7 @@ impl Engine {
                 continue;
             };
             let (how, took) = if join_files.is_empty() {
-                let (attached, took) = timed(|| self.enforcer.attach(id, pid));
+                let (attached, took) = self.kernel.attach(id, pid);
                 if let Err(e) = attached {
                     warn!("cell {id}: {e}");
                     continue;

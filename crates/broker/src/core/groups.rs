@@ -49,7 +49,7 @@ impl Engine {
                 format!("wrong token for cell {cell}"),
             );
         }
-        match self.enforcer.include_group(cell, Path::new(dir)) {
+        match self.kernel.include_group(cell, Path::new(dir)) {
             Ok(true) => {}
             Ok(false) => {
                 return err(
@@ -58,7 +58,7 @@ impl Engine {
                     format!(
                         "the {} backend keeps cells in cgroups of its own only; a launcher's \
                          cgroup needs the cgroup2 backend",
-                        self.enforcer.kind()
+                        self.kernel.kind()
                     ),
                 );
             }
@@ -89,7 +89,7 @@ impl Engine {
         self.repause(id);
         if let Some(window) = self.windows.window(id) {
             let cpus = self.cells[&id].spec.time_cpus();
-            match self.enforcer.gate(id) {
+            match self.kernel.gate(id) {
                 Ok(Some(g)) => {
                     self.windows.remove(id);
                     self.windows.add(id, window, cpus, g);
@@ -106,7 +106,7 @@ impl Engine {
     pub(super) fn restore_groups(&mut self, id: u64, groups: &[String]) -> Vec<String> {
         let mut kept = Vec::new();
         for dir in groups {
-            match self.enforcer.include_group(id, Path::new(dir)) {
+            match self.kernel.include_group(id, Path::new(dir)) {
                 Ok(true) => kept.push(dir.clone()),
                 Ok(false) => {}
                 Err(e) => info!("cell {id}: the launcher's cgroup {dir} is left out: {e}"),

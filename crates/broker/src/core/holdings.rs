@@ -100,7 +100,7 @@ impl Engine {
             .iter()
             .filter(|it| it.kind == "io" && it.amount > 0.0)
             .collect();
-        if io.is_empty() || self.enforcer.kind() != BackendKind::Cgroup1 {
+        if io.is_empty() || self.kernel.kind() != BackendKind::Cgroup1 {
             return Ok(());
         }
         let Some(cell) = holder else {
@@ -149,7 +149,7 @@ impl Engine {
                 self.account.set_applied_io(cell, IoWeights::default());
                 continue;
             }
-            match self.enforcer.set_io_weights(cell, &now) {
+            match self.kernel.set_io_weights(cell, &now) {
                 Ok(_) => self.account.set_applied_io(cell, now),
                 Err(e) => crate::log::warn!("cell {cell}: {e}"),
             }

@@ -67,7 +67,7 @@ impl Engine {
     fn follow_partitions(&mut self, want: &BTreeMap<u64, CpuSet>) {
         for id in self.isolation.forget_unwanted(want) {
             if self.cells.contains_key(&id) {
-                let _ = self.enforcer.set_partition(id, None);
+                let _ = self.kernel.set_partition(id, None);
             }
         }
         for (&id, &cpus) in want {
@@ -75,7 +75,7 @@ impl Engine {
                 continue;
             }
             self.isolation.unpartition(id);
-            let why = match self.enforcer.set_partition(id, Some(cpus)) {
+            let why = match self.kernel.set_partition(id, Some(cpus)) {
                 Ok(Partitioning::Isolated) => {
                     info!("cell {id}: CPUs {cpus} are an isolated cpuset partition");
                     if let Some(c) = self.cells.get_mut(&id) {

@@ -44,7 +44,7 @@ impl Engine {
                 .flatten()
                 .copied()
                 .collect();
-            for pid in self.enforcer.pids(cell) {
+            for pid in self.kernel.pids(cell) {
                 if mine.is_empty() || holding.contains(&pid) {
                     if narrowed.remove(&pid) {
                         self.widen(pid, &grant);

@@ -57,7 +57,7 @@ impl Engine {
         if self.memory.capacity().is_none() {
             return;
         }
-        let Some(now) = self.enforcer.memory_use(id) else {
+        let Some(now) = self.kernel.memory_use(id) else {
             return;
         };
         let killed = self.memory.observed(id, now);
@@ -105,7 +105,7 @@ impl Engine {
     /// Puts cell `id`'s memory spec into the kernel; the error says why
     /// the kernel refused.
     pub(super) fn apply_memory(&mut self, id: u64, m: &Memory) -> Result<(), String> {
-        match self.enforcer.set_memory(id, m) {
+        match self.kernel.set_memory(id, m) {
             Ok(_) => {
                 if !m.is_none() {
                     info!("cell {id}: memory {m}");

@@ -81,7 +81,7 @@ impl Engine {
             let sent: u64 = channels.iter().map(|ch| ch.sent()).sum();
             let waiting = channels.iter().any(|ch| !ch.is_empty());
             let held = !channels.is_empty();
-            let usage = self.enforcer.usage_ns(id);
+            let usage = self.kernel.usage_ns(id);
             let m = self.messages.get_mut(id).expect("listed above");
             let busy = m.busy(usage, now);
             if !m.active() {
@@ -103,7 +103,7 @@ impl Engine {
             // (affinity) leaves it active: asleep but running, it would
             // run on CPUs the plan gives to others, exclusive ones too.
             if !m.has_gate() {
-                m.set_gate(match self.enforcer.gate(id) {
+                m.set_gate(match self.kernel.gate(id) {
                     Ok(g) => g,
                     Err(e) => {
                         warn!("cell {id}: {e}; it stays active while idle");

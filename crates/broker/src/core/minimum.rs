@@ -60,7 +60,7 @@ impl Engine {
     /// Sets up the system minimum for `cfg` (see the module notes); with
     /// the opt-in off, removes what a crashed broker left.
     pub(super) fn open_minimum(&mut self, cfg: &Config) {
-        let kind = self.enforcer.kind();
+        let kind = self.kernel.kind();
         let Some((source, allot)) = paths(cfg, kind) else {
             if cfg.confine_unmanaged {
                 let note = format!(

@@ -11,8 +11,10 @@
 //! The kernel writes stay calls, not effects: a grant reaches the kernel
 //! (every shrink before any growth) before a process is attached to it,
 //! so the engine must see each write succeed or fail where it makes it.
-//! They go through the OS boundary instead: the backend ([`Enforcer`]) and
-//! the process table ([`Os`]). The state-machine tests
+//! Every one of them goes through `kernel::Kernel`, the engine's one door
+//! to the backend ([`Enforcer`]), which says what is written and in which
+//! order; processes are read through the process table ([`Os`]). Both sit
+//! at the OS boundary. The state-machine tests
 //! (`crates/broker/tests/`) run the engine on the dry-run backend and a
 //! fake process table, writing nothing to the kernel, and read what it
 //! asked to journal from its effects. Publishing a grant writes the
@@ -20,6 +22,8 @@
 //!
 //! - this file: the state, process exits, ticks, shutdown, ended cells'
 //!   backend removal;
+//! - `kernel`: every write to the machine, and the order writes keep
+//!   (the CPU sets' passes: `kernel::CpuPasses`);
 //! - `cells`: the subsystem of the cells, the queue, which cell each
 //!   process is in and the ids given out (its invariants in its doc);
 //! - `reconcile`: the re-plan pipeline (`Engine::reconcile`);
@@ -59,7 +63,9 @@
 //! - A cell's grant is applied to the kernel *before* its first process is
 //!   attached, so a process never runs a single instruction outside it.
 //! - When CPUs move between cells, every cell first shrinks to the CPUs it
-//!   keeps, then grows: no transient overlap between grants.
+//!   keeps, then grows (`kernel::CpuPasses`): a CPU one cell gains has
+//!   left every cell that keeps some of its own, and a cell the plan
+//!   leaves with none is paused before any growth.
 //! - Grant generations only grow; a page is published only when its grant
 //!   changed, and every published grant is journaled.
 //! - A cell whose processes are all gone is ended in the same step that
@@ -83,6 +89,7 @@ mod holdings;
 mod isolation;
 mod journaling;
 mod keep_off;
+mod kernel;
 mod limits;
 mod memory;
 mod memory_limits;
@@ -147,7 +154,8 @@ pub struct Engine {
     batch_arrivals: bool,
     /// The next cell's groups, made between turns (`arrival`).
     ahead: state::arrival::Ahead,
-    enforcer: Box<dyn Enforcer>,
+    /// The backend: every write to the machine (`kernel`).
+    kernel: kernel::Kernel,
     os: Arc<dyn Os>,
     /// What the step asks the journal to record, and the journal's
     /// health (`journaling`).
@@ -217,11 +225,12 @@ impl Engine {
     pub fn new(
         cfg: &Config,
         machine: Machine,
-        mut enforcer: Box<dyn Enforcer>,
+        enforcer: Box<dyn Enforcer>,
         os: Arc<dyn Os>,
         journal: Option<&Journal>,
     ) -> (Engine, Vec<Effect>) {
         let machine: &'static Machine = Box::leak(Box::new(machine));
+        let mut kernel = kernel::Kernel::new(enforcer);
         let planner = Planner::new(
             machine,
             PlanConfig {
@@ -229,11 +238,11 @@ impl Engine {
                 policy: cfg.policy,
                 lend: cfg.lend,
                 time_reserve_ppm: cfg.time_reserve_ppm,
-                pause_best_effort: enforcer.can_pause(),
+                pause_best_effort: kernel.can_pause(),
             },
         );
         // (The dry-run backend touches nothing, resctrl included.)
-        let resctrl = if enforcer.kind() == allot_enforce::BackendKind::DryRun {
+        let resctrl = if kernel.kind() == allot_enforce::BackendKind::DryRun {
             Err("the dry-run backend partitions no cache or bandwidth".to_string())
         } else {
             allot_enforce::resctrl::Resctrl::open(
@@ -244,7 +253,7 @@ impl Engine {
             .map_err(|a| a.to_string())
         };
         let memory =
-            memory::MemoryControl::new(enforcer.memory_capacity(), cfg.memory_reserve, resctrl);
+            memory::MemoryControl::new(kernel.memory_capacity(), cfg.memory_reserve, resctrl);
         let mut core = Engine {
             machine,
             planner,
@@ -253,7 +262,7 @@ impl Engine {
             arriving: Vec::new(),
             batch_arrivals: false,
             ahead: Default::default(),
-            enforcer,
+            kernel,
             os,
             journaling: journaling::Journaling::of(journal),
             instance: random_u64(),
@@ -306,12 +315,12 @@ impl Engine {
     /// How long some runnable thread of cell `id` waited for a CPU, µs,
     /// where the backend keeps pressure stall information per cell.
     pub(crate) fn cpu_pressure_us(&mut self, id: u64) -> Option<u64> {
-        self.enforcer.cpu_pressure_us(id)
+        self.kernel.cpu_pressure_us(id)
     }
 
     /// The enforcement backend's name.
     pub fn backend(&self) -> String {
-        self.enforcer.kind().to_string()
+        self.kernel.kind().to_string()
     }
 
     /// Reads hardware counters through `counters` instead of the kernel
@@ -384,7 +393,7 @@ impl Engine {
     }
 
     pub(super) fn remove_backend(&mut self, id: u64) {
-        match self.enforcer.remove(id) {
+        match self.kernel.remove(id) {
             Ok(()) => {}
             Err(e) if e.is_busy() => {
                 debug!("cell {id}: {e}; retrying on the next ticks");
@@ -406,7 +415,7 @@ impl Engine {
             if self.cells.contains_key(&r.id) {
                 continue; // adopted again meanwhile
             }
-            match self.enforcer.remove(r.id) {
+            match self.kernel.remove(r.id) {
                 Ok(()) => debug!("cell {}: removed after a retry", r.id),
                 Err(e) if now.duration_since(r.since) < REMOVE_RETRY_FOR => {
                     let _ = e;
@@ -469,7 +478,7 @@ impl Engine {
     /// `except`), bounded by the member limit.
     fn live_backend_members(&mut self, id: u64, except: u32) -> Vec<MemberRec> {
         let limit = self.limits.members as usize;
-        self.enforcer
+        self.kernel
             .pids(id)
             .into_iter()
             .filter(|&p| p != except && self.os.alive(p))
@@ -520,7 +529,7 @@ impl Engine {
         let ids: Vec<u64> = self.cells.keys().copied().collect();
         let mut usages = BTreeMap::new();
         for id in ids {
-            let usage = self.enforcer.usage_ns(id);
+            let usage = self.kernel.usage_ns(id);
             usages.insert(id, usage);
             let c = self.cells.get_mut(&id).expect("listed above");
             let granted = c.published.as_ref().map_or(1, |g| g.cpus.len() as u32);
@@ -587,7 +596,7 @@ impl Engine {
             self.retry_removals(Instant::now());
         }
         if self.cells.is_empty() {
-            if let Err(e) = self.enforcer.cleanup() {
+            if let Err(e) = self.kernel.cleanup() {
                 warn!("cleanup: {e}");
             }
         } else {
@@ -668,7 +677,7 @@ impl Engine {
         }
         // Only what the requester could do itself: not out of another
         // cgroup's CPU confinement they may not undo.
-        if let Some(why) = self.enforcer.confined_elsewhere(pid, peer.uid) {
+        if let Some(why) = self.kernel.confined_elsewhere(pid, peer.uid) {
             return Err(err(ErrorCode::PermissionDenied, kind, why));
         }
         if let Some(c) = self.cells.cell_of(pid) {

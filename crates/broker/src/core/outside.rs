@@ -34,9 +34,9 @@
 //! only when it changes.
 
 use super::Engine;
+use super::kernel::Kernel;
 use super::state::outside::Key;
 use crate::log::warn;
-use allot_enforce::Enforcer;
 use allot_enforce::os::Os;
 use allot_plan::weight::{self, Weighed, Weights};
 use allot_plan::{CellId, CellSpec, Plan};
@@ -70,9 +70,9 @@ impl Engine {
         usage: &BTreeMap<u64, Option<u64>>,
     ) -> bool {
         let alone = self.alone();
-        let (enforcer, os) = (&mut self.enforcer, &self.os);
+        let (kernel, os) = (&mut self.kernel, &self.os);
         self.outside.observe(now, per_cpu, usage, alone, |ids| {
-            waited_ns(&mut **enforcer, &**os, ids)
+            waited_ns(kernel, &**os, ids)
         })
     }
 
@@ -146,7 +146,7 @@ impl Engine {
                 })
             })
             .collect();
-        weight::weigh(self.outside.weighing(), &cells, self.enforcer.max_weight())
+        weight::weigh(self.outside.weighing(), &cells, self.kernel.max_weight())
     }
 
     /// Cell `id`'s weight now: as last weighed, else (a cell not weighed
@@ -156,7 +156,7 @@ impl Engine {
             return w;
         }
         if spec.time.is_time() && !spec.is_message() {
-            self.enforcer.max_weight()
+            self.kernel.max_weight()
         } else {
             spec.weight.saturating_mul(weight::THREAD)
         }
@@ -175,7 +175,7 @@ impl Engine {
         let Some(w) = self.outside.together_due() else {
             return;
         };
-        let outcome = match self.enforcer.set_together_weight(w) {
+        let outcome = match self.kernel.set_together_weight(w) {
             Ok(ours) => Some(ours),
             Err(e) => {
                 warn!("the cells' weight against work outside them: {e}");
@@ -190,11 +190,11 @@ impl Engine {
 /// process in a cell (a shell's or make's children run the work, not only
 /// its members), bounded, and the first [`WAIT_CELLS`] cells' sum scaled
 /// to all.
-fn waited_ns(enforcer: &mut dyn Enforcer, os: &dyn Os, ids: &[u64]) -> u64 {
+fn waited_ns(kernel: &mut Kernel, os: &dyn Os, ids: &[u64]) -> u64 {
     let read = ids.len().min(WAIT_CELLS);
     let mut sum = 0u64;
     for &id in &ids[..read] {
-        for pid in enforcer.pids(id).into_iter().take(WAIT_PROCESSES) {
+        for pid in kernel.pids(id).into_iter().take(WAIT_PROCESSES) {
             if let Some(d) = os.run_delay_ns(pid, WAIT_THREADS) {
                 sum = sum.saturating_add(d);
             }

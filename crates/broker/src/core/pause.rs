@@ -192,7 +192,7 @@ impl Engine {
         if ran_on != Some(on) {
             self.apply_cpus(id, on, "paused on");
         }
-        let gate = match self.enforcer.gate(id) {
+        let gate = match self.kernel.gate(id) {
             Ok(Some(g)) => g,
             Ok(None) => {
                 warn!("cell {id}: no CPU is left for it, and its backend cannot pause it");
@@ -256,7 +256,7 @@ impl Engine {
         if !self.paused.contains(id) {
             return;
         }
-        match self.enforcer.gate(id) {
+        match self.kernel.gate(id) {
             Ok(Some(g)) => self.paused.replace_gate(id, g),
             Ok(None) => {}
             Err(e) => warn!("cell {id}: cannot pause its new group: {e}"),

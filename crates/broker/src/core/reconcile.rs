@@ -7,6 +7,7 @@
 //! whose weight moved its new weight, publish every changed page, journal
 //! the changed CPU sets.
 
+use super::kernel::{CpuChange, CpuPasses};
 use super::{Engine, account};
 use crate::journal::Record;
 use crate::log::{debug, warn};
@@ -114,51 +115,33 @@ impl Engine {
 
     /// Makes the kernel follow `next`: every cell whose CPUs change (or
     /// whose window was set anew) is shrunk to what it keeps, a cell left
-    /// with none paused, then each grown, the emptied resumed; cells whose
-    /// CPUs stayed but whose weight moved get the new weight.
+    /// with none paused, then each grown, the emptied resumed
+    /// ([`CpuPasses`], the order `kernel` states); cells whose CPUs stayed
+    /// but whose weight moved get the new weight.
     fn enforce(&mut self, next: &Plan, rewindowed: &[u64], weights: Weights) {
-        let changed: Vec<(u64, Allotment)> = next
+        let changes: Vec<CpuChange> = next
             .cells
             .iter()
-            .filter(|(id, g)| {
+            .filter_map(|(id, g)| {
                 // (`OUTSIDE` stands for processes outside every cell:
                 // nothing of it is enforced or published.)
-                self.cells.contains_key(&id.0)
-                    && (rewindowed.contains(&id.0)
-                        || self
-                            .cells
-                            .get(&id.0)
-                            .and_then(|c| c.published.as_ref())
-                            .map(|p| p.cpus)
-                            != Some(g.cpus))
+                let c = self.cells.get(&id.0)?;
+                let old = c.published.as_ref().map(|p| p.cpus);
+                (rewindowed.contains(&id.0) || old != Some(g.cpus)).then_some((id.0, old, g.cpus))
             })
-            .map(|(id, g)| (id.0, g.clone()))
             .collect();
         // Every cell whose CPUs change gets its new weight with them; the
         // others whose weight moved, after the growth below.
-        let moved: std::collections::BTreeSet<u64> = changed.iter().map(|(id, _)| *id).collect();
+        let moved: std::collections::BTreeSet<u64> = changes.iter().map(|c| c.0).collect();
         let before = self.outside.replace_weights(weights);
-        for (id, g) in &changed {
-            let Some(old) = self
-                .cells
-                .get(id)
-                .and_then(|c| c.published.as_ref())
-                .map(|p| p.cpus)
-            else {
-                continue;
-            };
-            let keep = old.intersection(&g.cpus);
-            if !keep.is_empty() && keep != old {
-                self.apply_cpus(*id, keep, "shrunk to");
-            }
+        let passes = CpuPasses::of(&changes);
+        for (id, keep) in passes.shrink {
+            self.apply_cpus(id, keep, "shrunk to");
         }
         // A cell left with no CPU stops before another grows into its own.
         self.pause_emptied(next);
-        for (id, g) in &changed {
-            // (An empty grant is a paused cell's: `pause`.)
-            if !g.cpus.is_empty() {
-                self.apply_cpus(*id, g.cpus, "");
-            }
+        for (id, cpus) in passes.grow {
+            self.apply_cpus(id, cpus, "");
         }
         self.resume_granted(next);
         // Cells whose CPUs stayed but whose weight moved (on a backend
@@ -168,7 +151,7 @@ impl Engine {
             .cells
             .iter()
             .filter(|(id, g)| {
-                self.enforcer.has_weights()
+                self.kernel.has_weights()
                     && !g.cpus.is_empty()
                     && self.cells.contains_key(&id.0)
                     && !moved.contains(&id.0)
@@ -178,7 +161,7 @@ impl Engine {
             .collect();
         for (id, cpus) in reweighed {
             let applied = self.applied(id, cpus);
-            if let Err(e) = self.enforcer.apply(id, &applied) {
+            if let (Err(e), _) = self.kernel.confine(id, &applied) {
                 warn!("cell {id}: {e}");
                 self.outside.weight_refused(CellId(id));
             }
@@ -255,7 +238,7 @@ impl Engine {
     /// caps its contract adds), timed on its timeline.
     pub(super) fn apply_cpus(&mut self, id: u64, cpus: allot_topo::CpuSet, how: &str) {
         let applied = self.applied(id, cpus);
-        let (r, took) = timed(|| self.enforcer.apply(id, &applied));
+        let (r, took) = self.kernel.confine(id, &applied);
         if let Err(e) = &r {
             warn!("cell {id}: {e}");
         }

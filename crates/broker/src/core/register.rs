@@ -275,13 +275,7 @@ impl Engine {
         // partition (beside allot's directory on cgroup v2 before 6.7).
         let apart = spec.exclusive && self.partitions_on();
         let ahead = self.made_ahead() == Some(id) && !apart;
-        let (created, took) = timed(|| {
-            if apart {
-                self.enforcer.create_exclusive(id)
-            } else {
-                self.enforcer.create(id)
-            }
-        });
+        let (created, took) = timed(|| self.kernel.create(id, apart));
         let how = if ahead { "made ahead" } else { "made" };
         timeline.note("cgroup", format!("cell-{id} {how}"), Some(took));
         if let Err(e) = created {
@@ -376,7 +370,7 @@ impl Engine {
                             start.is_some()
                                 && self.os.start_time(p) == start
                                 && (q.uid == 0 || self.os.uid(p) == Some(q.uid))
-                                && self.enforcer.confined_elsewhere(p, q.uid).is_none()
+                                && self.kernel.confined_elsewhere(p, q.uid).is_none()
                                 && self.cells.cell_of(p).is_none()
                         })
                         .map(|&(p, _)| p)
@@ -548,7 +542,7 @@ impl Engine {
                 format!("process {pid} does not exist"),
             )
         })?;
-        let (attached, took) = timed(|| self.enforcer.attach(cell, pid));
+        let (attached, took) = self.kernel.attach(cell, pid);
         attached.map_err(|e| {
             err(
                 ErrorCode::Internal,
@@ -638,10 +632,11 @@ impl Engine {
         // The weight and the time cap follow the new spec even when its CPUs
         // did not change (reconcile applies only changed CPU sets; backends
         // write only what differs from what they last applied).
-        if let Some(g) = self.plan.cells.get(&CellId(cell))
-            && let Err(e) = self.enforcer.apply(cell, &self.applied(cell, g.cpus))
-        {
-            warn!("cell {cell}: {e}");
+        if let Some(g) = self.plan.cells.get(&CellId(cell)) {
+            let applied = self.applied(cell, g.cpus);
+            if let (Err(e), _) = self.kernel.confine(cell, &applied) {
+                warn!("cell {cell}: {e}");
+            }
         }
         Ok(())
     }

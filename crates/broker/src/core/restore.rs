@@ -42,7 +42,7 @@ impl Engine {
                 .filter(|m| self.os.alive(m.pid) && self.os.start_time(m.pid) == Some(m.start))
                 .collect();
             let adopted = self
-                .enforcer
+                .kernel
                 .adopt(id, &live.iter().map(|m| m.pid).collect::<Vec<_>>());
             // Its launchers' cgroups first: their processes keep it alive.
             let groups = if adopted.is_ok() {
@@ -152,7 +152,7 @@ impl Engine {
         journaled: &BTreeMap<u64, crate::journal::CellRec>,
     ) -> Vec<Effect> {
         let mut effects = Vec::new();
-        for id in self.enforcer.existing() {
+        for id in self.kernel.existing() {
             self.cells.ids_above(id);
             if journaled.contains_key(&id) {
                 continue;
@@ -166,7 +166,7 @@ impl Engine {
             let uid = self.os.uid(first.pid).unwrap_or(0);
             let name = format!("recovered-{id}");
             let now = match self
-                .enforcer
+                .kernel
                 .adopt(id, &live.iter().map(|m| m.pid).collect::<Vec<_>>())
             {
                 Ok(cpus) => cpus,
@@ -254,7 +254,7 @@ impl Engine {
     /// a cell paused off an exclusive cell's CPUs never runs there between
     /// the adoption and the first plan.
     fn after_adopting(&mut self, id: u64, was_paused: bool, on: allot_topo::CpuSet) {
-        let gate = match self.enforcer.gate(id) {
+        let gate = match self.kernel.gate(id) {
             Ok(Some(g)) => g,
             Ok(None) => return,
             Err(e) => {

@@ -22,14 +22,14 @@ impl Engine {
         if self.windows.holds(id) {
             return Applied {
                 cpus,
-                weight: self.enforcer.max_weight(),
+                weight: self.kernel.max_weight(),
                 bandwidth: None,
             };
         }
         match allot_plan::time::bandwidth(&spec.time, spec.time_cpus()) {
             Some((quota_us, period_us)) => Applied {
                 cpus,
-                weight: self.enforcer.max_weight(),
+                weight: self.kernel.max_weight(),
                 bandwidth: Some(allot_enforce::Bandwidth {
                     quota_us,
                     period_us,
@@ -65,7 +65,7 @@ impl Engine {
         }
         let mut changed = self.windows.remove(id);
         if let Some(window) = want {
-            match self.enforcer.gate(id) {
+            match self.kernel.gate(id) {
                 Ok(Some(gate)) => {
                     self.windows.add(id, window, spec.time_cpus(), gate);
                     changed = true;
