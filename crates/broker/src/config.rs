@@ -417,7 +417,7 @@ impl Config {
         }
         if let Some(m) = f.memory_reserve {
             self.memory_reserve =
-                Some(allot_plan::spec::parse_size(&m).map_err(|e| format!("memory_reserve: {e}"))?);
+                Some(allot_spec::parse_size(&m).map_err(|e| format!("memory_reserve: {e}"))?);
         }
         if let Some(t) = f.time_reserve {
             if !(0.0..1.0).contains(&t) {

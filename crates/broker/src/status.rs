@@ -170,8 +170,8 @@ impl Engine {
                 time: self.plan.time.to_string(),
                 // Whole parts per million, then a fraction: 0.05, not
                 // 1 - 0.95 = 0.050000000000000044.
-                time_reserve: f64::from(allot_plan::PPM.saturating_sub(self.planner.time_limit()))
-                    / f64::from(allot_plan::PPM),
+                time_reserve: f64::from(allot_spec::PPM.saturating_sub(self.planner.time_limit()))
+                    / f64::from(allot_spec::PPM),
                 idle: idle.to_string(),
                 held_outside: self.account.outside().to_string(),
                 memory: self.memory.capacity().map(|capacity| MachineMemory {
@@ -235,7 +235,7 @@ impl Engine {
 /// A cell's recent performance as the status document shows it; `note`
 /// is what the policy does about its goal.
 fn perf_status(
-    goal: &allot_plan::Goal,
+    goal: &allot_spec::Goal,
     perf: &crate::series::Perf,
     note: String,
 ) -> Option<PerfStatus> {
@@ -243,10 +243,10 @@ fn perf_status(
     let lat = perf.latency_stretch(crate::series::RATE_SPAN).unwrap_or(w);
     let goal_met = goal.met(w.rate_per_s, lat.p99_us);
     let goal_note = match (goal, goal_met) {
-        (allot_plan::Goal::Rate { .. }, None) => {
+        (allot_spec::Goal::Rate { .. }, None) => {
             "no heartbeats yet: count work with heartbeat(n) (allot_heartbeat in C)".to_string()
         }
-        (allot_plan::Goal::P99 { .. }, None) => {
+        (allot_spec::Goal::P99 { .. }, None) => {
             "no latencies yet: record them with report_latency (allot_report_latency in C)"
                 .to_string()
         }

@@ -4,9 +4,9 @@
 
 mod common;
 
-use allot_plan::{CellSpec, TimeContract};
 use allot_proto::PageMap;
 use allot_proto::msg::{ErrorCode, LedgerItem, Reply, Request};
+use allot_spec::{CellSpec, TimeContract};
 use allot_topo::CpuSet;
 use common::*;
 use std::time::{Duration, Instant};

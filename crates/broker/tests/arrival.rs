@@ -5,8 +5,8 @@
 mod common;
 
 use allot_enforce::dryrun::Call;
-use allot_plan::CellSpec;
 use allot_proto::msg::Reply;
+use allot_spec::CellSpec;
 use common::*;
 
 /// CPU-set writes (`apply`) per cell, and the joins (`attach`: cell, pid).

@@ -8,8 +8,8 @@ mod common;
 use allot_broker::config::Limits;
 use allot_broker::core::Effect;
 use allot_broker::peer::Peer;
-use allot_plan::CellSpec;
 use allot_proto::msg::{DeviceDef, ErrorCode, LedgerItem, Reply, Request};
+use allot_spec::CellSpec;
 use common::*;
 
 /// A world whose broker has `limits`.

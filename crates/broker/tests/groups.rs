@@ -6,8 +6,8 @@ mod common;
 
 use allot_enforce::Call;
 use allot_enforce::os::FakeOs;
-use allot_plan::CellSpec;
 use allot_proto::msg::{ErrorCode, Reply, Request};
+use allot_spec::CellSpec;
 use allot_topo::CpuSet;
 use common::*;
 use std::path::PathBuf;

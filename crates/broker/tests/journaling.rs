@@ -6,8 +6,8 @@ mod common;
 
 use allot_broker::core::Effect;
 use allot_broker::journal::Record;
-use allot_plan::CellSpec;
 use allot_proto::msg::{ErrorCode, Reply, Request};
+use allot_spec::CellSpec;
 use common::*;
 use std::time::{Duration, Instant};
 

@@ -8,10 +8,10 @@ mod common;
 use allot_broker::Config;
 use allot_enforce::DryRun;
 use allot_enforce::dryrun::Call;
-use allot_enforce::memory::MemoryUse;
 use allot_enforce::os::FakeOs;
-use allot_plan::{CellSpec, Memory};
 use allot_proto::msg::{ErrorCode, Reply, Request};
+use allot_spec::MemoryUse;
+use allot_spec::{CellSpec, Memory};
 use allot_topo::CpuSet;
 use common::*;
 
@@ -280,7 +280,7 @@ fn resctrl_fixture(dir: &std::path::Path) -> allot_enforce::resctrl::Resctrl {
 
 fn cache(ways: u32, bandwidth: u32) -> CellSpec {
     CellSpec {
-        cache: allot_plan::Cache { ways, bandwidth },
+        cache: allot_spec::Cache { ways, bandwidth },
         ..CellSpec::default()
     }
 }

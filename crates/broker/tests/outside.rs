@@ -8,7 +8,8 @@ mod common;
 
 use allot_enforce::dryrun::Call;
 use allot_enforce::os::SystemCpu;
-use allot_plan::{CellSpec, Weighing};
+use allot_plan::Weighing;
+use allot_spec::CellSpec;
 use common::*;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

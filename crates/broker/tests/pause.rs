@@ -8,8 +8,8 @@ mod common;
 
 use allot_enforce::DryRun;
 use allot_enforce::gate::GateCall;
-use allot_plan::CellSpec;
 use allot_proto::msg::{ErrorCode, Reply};
+use allot_spec::CellSpec;
 use common::*;
 
 #[test]

@@ -5,7 +5,7 @@
 mod common;
 
 use allot_enforce::os::SystemCpu;
-use allot_plan::{CellSpec, Goal};
+use allot_spec::{CellSpec, Goal};
 use common::*;
 use std::time::{Duration, Instant};
 
@@ -192,7 +192,7 @@ fn set_goal_changes_the_goal_alone_and_refuses_time_cells() {
     ));
     let timed = CellSpec {
         min: 1,
-        time: allot_plan::TimeContract::Fraction {
+        time: allot_spec::TimeContract::Fraction {
             ppm: 250_000,
             slice_us: 0,
         },

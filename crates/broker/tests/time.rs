@@ -5,8 +5,8 @@
 mod common;
 
 use allot_enforce::os::FakeOs;
-use allot_plan::{CellSpec, TimeContract};
 use allot_proto::msg::{ErrorCode, Reply, Request};
+use allot_spec::{CellSpec, TimeContract};
 use allot_topo::CpuSet;
 use common::*;
 
@@ -530,7 +530,7 @@ fn a_message_triggered_cell_sleeps_without_messages_and_wakes_on_one() {
     assert_eq!(bell.len(), 1);
     assert!(w.dry.gate_calls().contains(&GateCall::Close(id)));
     assert!(
-        !w.core.plan().cells.contains_key(&allot_plan::CellId(id)),
+        !w.core.plan().cells.contains_key(&allot_spec::CellId(id)),
         "idle: it holds nothing"
     );
     // A message rings the doorbell the server polls.
@@ -558,7 +558,7 @@ fn a_message_triggered_cell_sleeps_without_messages_and_wakes_on_one() {
     );
     assert_eq!(w.dry.gate_calls().last(), Some(&GateCall::Open(id)));
     assert!(
-        w.core.plan().cells.contains_key(&allot_plan::CellId(id)),
+        w.core.plan().cells.contains_key(&allot_spec::CellId(id)),
         "planned again"
     );
     // A second ring while active changes nothing.
@@ -570,10 +570,10 @@ fn a_message_triggered_cell_sleeps_without_messages_and_wakes_on_one() {
     let t1 = Instant::now();
     w.tick(t1);
     w.tick(t1 + Duration::from_millis(150));
-    assert!(!w.core.plan().cells.contains_key(&allot_plan::CellId(id)));
+    assert!(!w.core.plan().cells.contains_key(&allot_spec::CellId(id)));
     tx.send(b"more", Full::Fail).unwrap();
     w.tick(t1 + Duration::from_millis(200));
-    assert!(w.core.plan().cells.contains_key(&allot_plan::CellId(id)));
+    assert!(w.core.plan().cells.contains_key(&allot_spec::CellId(id)));
 }
 
 /// On a backend that cannot suspend a cell, a message-triggered cell stays
@@ -629,5 +629,5 @@ fn without_a_freezer_a_message_triggered_cell_stays_active() {
         !e.iter()
             .any(|e| matches!(e, allot_broker::core::Effect::WatchDoorbell { .. }))
     );
-    assert!(w.core.plan().cells.contains_key(&allot_plan::CellId(id)));
+    assert!(w.core.plan().cells.contains_key(&allot_spec::CellId(id)));
 }

@@ -8,8 +8,8 @@ mod common;
 
 use allot_broker::core::Effect;
 use allot_broker::peer::Peer;
-use allot_plan::CellSpec;
 use allot_proto::msg::{DeviceDef, ErrorCode, LedgerItem, Reply, Request};
+use allot_spec::CellSpec;
 use common::*;
 
 /// A queued cell's member that exits while it waits, its pid reused by

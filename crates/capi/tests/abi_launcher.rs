@@ -10,7 +10,8 @@ use abi_util::*;
 use allot_capi::abi::cell::*;
 use allot_capi::abi::status::Code;
 use allot_capi::abi::*;
-use allot_client::{CellSpec, Client};
+use allot_client::Client;
+use allot_spec::CellSpec;
 use std::ffi::{CStr, CString, c_char, c_void};
 use std::process::Command;
 

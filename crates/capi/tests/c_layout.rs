@@ -221,7 +221,7 @@ fn the_c_copies_match_the_rust_definitions() {
     for flag in ["released", "api_released"] {
         assert_eq!(num(flag), allot_proto::FLAG_RELEASED as u64, "{flag}");
     }
-    use allot_client::Placement;
+    use allot_spec::Placement;
     assert_eq!(num("place_any"), u64::from(Placement::Any.code()));
     assert_eq!(num("place_llc"), u64::from(Placement::Llc.code()));
     assert_eq!(num("place_numa"), u64::from(Placement::Numa.code()));
@@ -237,7 +237,7 @@ fn the_c_copies_match_the_rust_definitions() {
         vec![std::mem::size_of::<allot_capi::abi::pool::WorkerStatsC>().to_string()]
     );
     // The time kinds are the wire's (`time_fields`'s first field).
-    use allot_client::TimeContract;
+    use allot_spec::TimeContract;
     for (name, wire) in [
         ("time_space", TimeContract::Space),
         (

@@ -9,7 +9,8 @@
 //! Run: `cargo bench -p allot-cli --bench broker` (root for the cgroup1
 //! rows). Prints one table; each backend is measured in the same run.
 
-use allot_client::{CellSpec, Client};
+use allot_client::Client;
+use allot_spec::CellSpec;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -2,9 +2,10 @@
 
 mod common;
 
-use allot_client::{CellSpec, Client};
+use allot_client::Client;
 use allot_proto::msg::{ErrorCode, HEADER_LEN, MAGIC, PROTOCOL_VERSION};
 use allot_proto::{Conn, Reply, Request};
+use allot_spec::CellSpec;
 use allot_topo::CpuSet;
 use common::*;
 use std::time::{Duration, Instant};

@@ -5,9 +5,9 @@
 mod common;
 
 use allot_client::Client;
-use allot_plan::CellSpec;
 use allot_proto::Conn;
 use allot_proto::msg::{ErrorCode, Reply, Request};
+use allot_spec::CellSpec;
 use allot_testkit::user::{RemoveOnDrop, SharedExe, as_user, can_switch_users, test_uid};
 use common::*;
 use std::path::{Path, PathBuf};

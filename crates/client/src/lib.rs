@@ -20,6 +20,9 @@ mod keeper;
 
 pub use allot_channel as channel;
 pub use allot_proto::{FLAG_STACKED, Grant, GrantPage, PageMap, Reports};
+// What a cell asks for, for applications that use only this crate: the
+// `allot-spec` crate's types, under their own names (the crates of this
+// tree name them by `allot_spec::`).
 pub use allot_spec::{
     Cache, CellSpec, Goal, GoalError, Memory, Placement, SpecError, Term, TermsError, TimeContract,
     TimeTerms, parse_size,

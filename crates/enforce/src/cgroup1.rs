@@ -635,7 +635,7 @@ impl Enforcer for Cgroup1 {
             .map_err(err(format!("set the memory of cell {cell}")))
     }
 
-    fn memory_use(&mut self, cell: u64) -> Option<crate::memory::MemoryUse> {
+    fn memory_use(&mut self, cell: u64) -> Option<allot_spec::MemoryUse> {
         let dir = self.memory_dir(cell)?;
         crate::memory::read(self.fs.as_ref(), crate::memory::Version::V1, &dir)
     }

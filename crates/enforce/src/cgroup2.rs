@@ -602,7 +602,7 @@ impl Enforcer for Cgroup2 {
             .map_err(err(format!("set the memory of cell {cell}")))
     }
 
-    fn memory_use(&mut self, cell: u64) -> Option<crate::memory::MemoryUse> {
+    fn memory_use(&mut self, cell: u64) -> Option<allot_spec::MemoryUse> {
         let dir = self.dir_of(cell);
         crate::memory::read(self.fs.as_ref(), crate::memory::Version::V2, &dir)
     }

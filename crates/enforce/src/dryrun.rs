@@ -62,7 +62,7 @@ struct MemoryState {
     /// `None`: no memory control.
     capacity: Option<u64>,
     /// Use per cell.
-    used: HashMap<u64, crate::memory::MemoryUse>,
+    used: HashMap<u64, allot_spec::MemoryUse>,
     /// Whether the next `set_memory` fails (a kernel refusing a limit).
     refuse_next: bool,
 }
@@ -105,7 +105,7 @@ impl DryRun {
     }
 
     /// Sets what `memory_use` reports for cell `cell`.
-    pub fn set_memory_use(&self, cell: u64, used: crate::memory::MemoryUse) {
+    pub fn set_memory_use(&self, cell: u64, used: allot_spec::MemoryUse) {
         self.memory
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -296,7 +296,7 @@ impl Enforcer for DryRun {
         Ok(true)
     }
 
-    fn memory_use(&mut self, cell: u64) -> Option<crate::memory::MemoryUse> {
+    fn memory_use(&mut self, cell: u64) -> Option<allot_spec::MemoryUse> {
         let st = self.memory.lock().unwrap_or_else(|p| p.into_inner());
         st.capacity?;
         Some(st.used.get(&cell).copied().unwrap_or_default())

@@ -345,7 +345,7 @@ pub trait Enforcer: Send + fmt::Debug {
     }
     /// Cell `cell`'s memory as the kernel counts it; `None` without
     /// memory control.
-    fn memory_use(&mut self, cell: u64) -> Option<memory::MemoryUse> {
+    fn memory_use(&mut self, cell: u64) -> Option<allot_spec::MemoryUse> {
         let _ = cell;
         None
     }

@@ -29,7 +29,7 @@
 
 use crate::cgroupfs::CgroupFs;
 use allot_spec::Memory;
-pub use allot_spec::MemoryUse;
+use allot_spec::MemoryUse;
 use std::io;
 use std::path::{Path, PathBuf};
 

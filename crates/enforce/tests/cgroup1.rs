@@ -60,7 +60,7 @@ fn fixture_v1(dir: &std::path::Path, hierarchies: &[&str]) -> (FixtureFs, V1Moun
 
 #[test]
 fn fixture_memory_groups_nest_below_the_brokers_and_take_only_its_processes() {
-    use allot_enforce::memory::MemoryUse;
+    use allot_spec::MemoryUse;
     let dir = tempfile::tempdir().unwrap();
     let (fs, mounts) = fixture_v1(dir.path(), &["cpuset", "cpu", "memory"]);
     // Two processes: 100 runs in the broker's memory group, 200 in one of

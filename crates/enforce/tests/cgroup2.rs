@@ -481,7 +481,7 @@ fn the_broker_leaves_the_top_of_its_delegated_subtree_on_the_kernel() {
 
 #[test]
 fn fixture_memory_goes_to_the_cells_memory_files_and_reads_back() {
-    use allot_enforce::memory::MemoryUse;
+    use allot_spec::MemoryUse;
     let (dir, fs) = common::v2_fixture();
     let root = dir.path().join("allot");
     let mut b = Cgroup2::new(fs.clone(), root.clone(), CpuSet::first_n(4)).unwrap();

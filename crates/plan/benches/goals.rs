@@ -16,7 +16,8 @@
 
 use allot_plan::sim::{Sim, SimCell, Truth};
 use allot_plan::tracking::Curve;
-use allot_plan::{CellSpec, GlobalPolicy, Goal, PlanConfig};
+use allot_plan::{GlobalPolicy, PlanConfig};
+use allot_spec::{CellSpec, Goal};
 use std::time::Instant;
 
 /// A small deterministic generator for the cells.

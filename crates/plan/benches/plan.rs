@@ -18,10 +18,8 @@
 //!
 //! Run: `cargo bench -p allot-plan --bench plan`.
 
-use allot_plan::{
-    Admission, Admitted, Allotment, CellId, CellInput, CellSpec, Placement, Plan, PlanConfig,
-    Planner,
-};
+use allot_plan::{Admission, Admitted, Allotment, CellInput, Plan, PlanConfig, Planner};
+use allot_spec::{CellId, CellSpec, Placement};
 use allot_topo::Machine;
 
 /// The machines timed: 64 cores, 272 threads, 1024 CPUs.

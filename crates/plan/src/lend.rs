@@ -18,7 +18,7 @@
 
 use crate::policy::Entitlements;
 use crate::share::{Claim, waterfill_int};
-use crate::spec::CellSpec;
+use allot_spec::CellSpec;
 
 /// Per-cell result of lending.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

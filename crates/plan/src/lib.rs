@@ -58,18 +58,12 @@ pub mod tracking;
 pub mod weight;
 
 pub use admission::{Admission, Admitted, Room, admit, delays};
-/// The vocabulary of what a cell asks for (the `allot-spec` crate).
-pub use allot_spec as spec;
-pub use allot_spec::goal;
-pub use allot_spec::{
-    Cache, CellId, CellSpec, Goal, GoalError, MAX_WEIGHT, Memory, PPM, Placement, SpecError,
-    TimeContract,
-};
 pub use mapping::{MapCell, PoolSize, Topo};
 pub use plan::{Allotment, Changes, Plan, Violation};
 pub use policy::{GlobalPolicy, PolicyCell};
 pub use weight::{Weighing, Weights};
 
+use allot_spec::{CellId, CellSpec, PPM};
 use allot_topo::{CpuSet, Machine};
 use std::borrow::Cow;
 

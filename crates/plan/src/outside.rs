@@ -47,7 +47,7 @@
 //! stop between ticks, stay as planned.
 
 use crate::plan::{Allotment, Plan};
-use crate::spec::{CellId, CellSpec};
+use allot_spec::{CellId, CellSpec};
 use allot_topo::CpuSet;
 use std::collections::BTreeMap;
 

@@ -31,8 +31,8 @@
 //!    to a cell of their own that is never published (the broker's
 //!    `OUTSIDE` cell), which keeps every other cell off them.
 
-use crate::spec::{CellId, CellSpec};
 use crate::time;
+use allot_spec::{CellId, CellSpec};
 use allot_topo::{CpuSet, Machine};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -82,7 +82,7 @@ pub struct Plan {
     /// The contract each time cell was placed for: a cell whose contract
     /// changed is placed afresh instead of keeping its CPUs, so that it
     /// never crowds out a cell whose contract did not.
-    pub contracts: BTreeMap<CellId, crate::spec::TimeContract>,
+    pub contracts: BTreeMap<CellId, allot_spec::TimeContract>,
     /// Each time-triggered cell's phase: its windows open `phase` µs after
     /// the broker's epoch, then every period ([`crate::time::phase`]).
     pub phases: BTreeMap<CellId, u32>,
@@ -257,7 +257,7 @@ impl Plan {
     /// The CPUs time cell `id` holds in this plan if it was placed for
     /// `contract` (empty otherwise: a new cell, or one whose contract
     /// changed, is placed afresh).
-    pub fn placed_for(&self, id: CellId, contract: &crate::spec::TimeContract) -> CpuSet {
+    pub fn placed_for(&self, id: CellId, contract: &allot_spec::TimeContract) -> CpuSet {
         match (self.contracts.get(&id), self.cells.get(&id)) {
             (Some(t), Some(g)) if t == contract => g.entitled,
             _ => CpuSet::new(),
@@ -266,7 +266,7 @@ impl Plan {
 
     /// The phase cell `id` was placed at for `contract` (none if its
     /// contract changed, or it is not time-triggered).
-    pub fn phase_for(&self, id: CellId, contract: &crate::spec::TimeContract) -> Option<u32> {
+    pub fn phase_for(&self, id: CellId, contract: &allot_spec::TimeContract) -> Option<u32> {
         match self.contracts.get(&id) {
             Some(t) if t == contract => self.phases.get(&id).copied(),
             _ => None,

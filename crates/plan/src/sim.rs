@@ -9,7 +9,8 @@
 //! Deterministic for a seed (its own xorshift generator; no I/O).
 
 use crate::tracking::{Curve, Observation, Tracker};
-use crate::{CellId, CellInput, CellSpec, Plan, PlanConfig, Planner};
+use crate::{CellInput, Plan, PlanConfig, Planner};
+use allot_spec::{CellId, CellSpec};
 use allot_topo::Machine;
 
 /// How a synthetic cell really performs.
@@ -215,7 +216,8 @@ impl<'m> Sim<'m> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{GlobalPolicy, Goal};
+    use crate::GlobalPolicy;
+    use allot_spec::Goal;
 
     fn rate_cell(p: f64, goal: Option<u64>) -> SimCell {
         SimCell {

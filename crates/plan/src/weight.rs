@@ -48,7 +48,7 @@
 //! `THREAD..=max`, and is [`THREAD`] with no cell.
 
 use crate::plan::Allotment;
-use crate::spec::{CellId, CellSpec};
+use allot_spec::{CellId, CellSpec};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -183,7 +183,7 @@ pub fn weigh(how: Weighing, cells: &[Weighed<'_>], max: u32) -> Weights {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::TimeContract;
+    use allot_spec::TimeContract;
     use proptest::prelude::*;
 
     /// A whole-CPU cell's grant, a team of `threads`.

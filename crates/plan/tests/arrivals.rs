@@ -22,7 +22,8 @@
 
 mod common;
 
-use allot_plan::{CellId, CellInput, GlobalPolicy, Placement, Plan, PlanConfig, Planner};
+use allot_plan::{CellInput, GlobalPolicy, Plan, PlanConfig, Planner};
+use allot_spec::{CellId, Placement};
 use allot_topo::{CpuSet, FIXTURES, Machine};
 use common::*;
 use proptest::prelude::*;
@@ -178,7 +179,7 @@ fn arrivals_into_a_thousand_cells() {
                 .collect();
             let plan = planner.plan(&cells, &Plan::default());
             for min in [0, 2] {
-                let spec = allot_plan::CellSpec {
+                let spec = allot_spec::CellSpec {
                     min,
                     ..Default::default()
                 };

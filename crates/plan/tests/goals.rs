@@ -6,7 +6,8 @@
 
 use allot_plan::sim::{Sim, SimCell, Truth};
 use allot_plan::tracking::Curve;
-use allot_plan::{CellSpec, GlobalPolicy, Goal, PlanConfig};
+use allot_plan::{GlobalPolicy, PlanConfig};
+use allot_spec::{CellSpec, Goal};
 use allot_topo::{FIXTURES, Machine, fixture};
 use proptest::prelude::*;
 use std::sync::OnceLock;

@@ -10,7 +10,8 @@
 
 mod common;
 
-use allot_plan::{CellId, CellInput, CellSpec, Plan, PlanConfig, Planner};
+use allot_plan::{CellInput, Plan, PlanConfig, Planner};
+use allot_spec::{CellId, CellSpec};
 use allot_topo::{CpuSet, FIXTURES};
 use common::*;
 use proptest::prelude::*;

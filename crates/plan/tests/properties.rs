@@ -6,10 +6,8 @@
 
 mod common;
 
-use allot_plan::{
-    Admission, Admitted, CellId, CellInput, CellSpec, GlobalPolicy, Placement, Plan, PlanConfig,
-    Planner, TimeContract,
-};
+use allot_plan::{Admission, Admitted, CellInput, GlobalPolicy, Plan, PlanConfig, Planner};
+use allot_spec::{CellId, CellSpec, Placement, TimeContract};
 use allot_topo::{FIXTURES, Machine, fixture};
 use common::*;
 use proptest::prelude::*;
@@ -299,7 +297,7 @@ proptest! {
         let fits = |remaining: &[CellSpec]| {
             let a: Vec<Admitted> = remaining.iter().map(|s| Admitted { id: CellId(0), name: "x", spec: s }).collect();
             let none = Plan::default();
-            let room = allot_plan::admission::TimeRoom { candidates: &[], limit: allot_plan::PPM, current: &none };
+            let room = allot_plan::admission::TimeRoom { candidates: &[], limit: allot_spec::PPM, current: &none };
             waiting.check().is_ok_and(|w| allot_plan::admit(&m, 0, &room, &a, &w, pause) == Admission::Admit)
         };
         let mut harmed = false;

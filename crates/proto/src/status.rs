@@ -282,7 +282,7 @@ pub enum TimeStatus {
 
 /// Placement names in the document (`any`, `llc`, `numa`): the spec's own
 /// [`Placement`], whose serde form is these names.
-pub use allot_spec::Placement;
+use allot_spec::Placement;
 
 /// An admitted cell.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -395,7 +395,7 @@ pub struct OutsideStatus {
 
 /// A cell's memory as the kernel counts it: use, limit, pressure, OOM
 /// kills (the one type the backends read into).
-pub use allot_spec::MemoryUse;
+use allot_spec::MemoryUse;
 
 /// A cell's class of service in the kernel's resctrl.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -17,7 +17,7 @@
 //! the last look, cost anything.
 
 use super::Engine;
-use allot_plan::CellId;
+use allot_spec::CellId;
 use allot_topo::CpuSet;
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -37,9 +37,8 @@
 //! come after the writes, apart.
 
 use crate::timeline::timed;
-use allot_enforce::{
-    Applied, BackendKind, Enforcer, Gate, IoWeights, Partitioning, Result, memory::MemoryUse,
-};
+use allot_enforce::{Applied, BackendKind, Enforcer, Gate, IoWeights, Partitioning, Result};
+use allot_spec::MemoryUse;
 use allot_topo::CpuSet;
 use std::path::Path;
 use std::time::Duration;

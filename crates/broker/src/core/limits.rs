@@ -24,8 +24,8 @@
 use super::{Engine, err};
 use crate::ledger::LedgerError;
 use crate::peer::Peer;
-use allot_plan::CellSpec;
 use allot_proto::msg::{ErrorCode, LedgerItem, Reply};
+use allot_spec::CellSpec;
 use std::collections::BTreeSet;
 
 use super::register::REGISTER;
@@ -92,8 +92,8 @@ impl Engine {
                  limits.guaranteed_memory_mib; by default three quarters of what cells may be \
                  guaranteed); ask for less",
                 peer.uid,
-                allot_plan::spec::Size(memory),
-                allot_plan::spec::Size(max)
+                allot_spec::Size(memory),
+                allot_spec::Size(max)
             ));
         }
         Ok(())

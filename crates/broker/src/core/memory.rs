@@ -25,8 +25,8 @@
 //!   of a member process joins its cell's class when it joins the cell
 //!   (threads it creates later inherit it).
 
-use allot_enforce::memory::MemoryUse;
 use allot_enforce::resctrl::Resctrl;
+use allot_spec::MemoryUse;
 
 use std::collections::BTreeMap;
 

@@ -6,8 +6,8 @@
 
 use super::Engine;
 use crate::log::{info, warn};
-use allot_plan::Memory;
-use allot_plan::spec::Size;
+use allot_spec::Memory;
+use allot_spec::Size;
 
 impl Engine {
     /// Bytes of memory guaranteed to admitted cells other than `except`.

@@ -72,7 +72,7 @@ impl Engine {
                 continue;
             };
             let idle_after = match c.spec.time {
-                allot_plan::TimeContract::Message { idle_ms } => {
+                allot_spec::TimeContract::Message { idle_ms } => {
                     Duration::from_millis(u64::from(idle_ms))
                 }
                 _ => continue,

@@ -61,7 +61,7 @@ impl Engine {
     /// to another while its threads still run there.
     pub(super) fn pause_emptied(&mut self, next: &Plan) {
         for id in self.paused.ids() {
-            if !self.cells.contains_key(&id) || !next.cells.contains_key(&allot_plan::CellId(id)) {
+            if !self.cells.contains_key(&id) || !next.cells.contains_key(&allot_spec::CellId(id)) {
                 self.paused.forget(id);
             }
         }
@@ -138,7 +138,7 @@ impl Engine {
             .into_iter()
             .filter(|id| {
                 next.cells
-                    .get(&allot_plan::CellId(*id))
+                    .get(&allot_spec::CellId(*id))
                     .is_some_and(|g| !g.cpus.is_empty())
             })
             .collect();

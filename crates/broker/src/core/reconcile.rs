@@ -14,8 +14,9 @@ use crate::log::{debug, warn};
 use crate::names::shown;
 use crate::timeline::timed;
 use allot_plan::weight::Weights;
-use allot_plan::{Allotment, CellId, CellInput, Plan};
+use allot_plan::{Allotment, CellInput, Plan};
 use allot_proto::FLAG_STACKED;
+use allot_spec::CellId;
 
 impl Engine {
     pub(super) fn page_grant(&self, id: u64, generation: u64, g: &Allotment) -> allot_proto::Grant {
@@ -50,7 +51,7 @@ impl Engine {
         );
         // Teams leave outside work the CPUs it holds; then every cell is
         // weighed, by its team or its share of the pool (`outside`).
-        let specs: std::collections::BTreeMap<CellId, allot_plan::CellSpec> =
+        let specs: std::collections::BTreeMap<CellId, allot_spec::CellSpec> =
             inputs.iter().map(|c| (c.id, c.spec)).collect();
         self.fit_teams(&mut next, &specs);
         let weights = self.weigh(&next, &specs);

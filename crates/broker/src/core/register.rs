@@ -28,9 +28,10 @@ use crate::log::{info, warn};
 use crate::names::{self, shown};
 use crate::peer::{Peer, SessionId};
 use crate::timeline::{Timeline, timed};
-use allot_plan::{Admission, Admitted, CellId, CellSpec};
+use allot_plan::{Admission, Admitted};
 use allot_proto::PageMap;
 use allot_proto::msg::{ErrorCode, Reply};
+use allot_spec::{CellId, CellSpec};
 use rustix::fd::OwnedFd;
 
 pub(super) const REGISTER: u16 = 0x02;
@@ -598,8 +599,8 @@ impl Engine {
                     format!(
                         "the memory limit {} is below what the cell uses now ({}); raise it, \
                          or free memory first",
-                        allot_plan::spec::Size(spec.memory.max),
-                        allot_plan::spec::Size(used)
+                        allot_spec::Size(spec.memory.max),
+                        allot_spec::Size(used)
                     ),
                 ));
             }

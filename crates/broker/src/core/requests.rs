@@ -124,21 +124,21 @@ impl Engine {
                 let spec = self
                     .cells
                     .get(&cell)
-                    .map(|c| allot_plan::CellSpec { goal, ..c.spec });
+                    .map(|c| allot_spec::CellSpec { goal, ..c.spec });
                 self.set_part(session, peer, cell, spec, 0x10)
             }
             Request::SetMemory { cell, memory } => {
                 let spec = self
                     .cells
                     .get(&cell)
-                    .map(|c| allot_plan::CellSpec { memory, ..c.spec });
+                    .map(|c| allot_spec::CellSpec { memory, ..c.spec });
                 self.set_part(session, peer, cell, spec, 0x14)
             }
             Request::SetCache { cell, cache } => {
                 let spec = self
                     .cells
                     .get(&cell)
-                    .map(|c| allot_plan::CellSpec { cache, ..c.spec });
+                    .map(|c| allot_spec::CellSpec { cache, ..c.spec });
                 self.set_part(session, peer, cell, spec, 0x15)
             }
             Request::IncludeGroup { cell, token, dir } => {
@@ -493,7 +493,7 @@ impl Engine {
         session: SessionId,
         peer: Peer,
         cell: u64,
-        spec: Option<allot_plan::CellSpec>,
+        spec: Option<allot_spec::CellSpec>,
         kind: u16,
     ) -> Vec<Effect> {
         // (An unknown cell: `update_spec` says so.)

@@ -23,8 +23,9 @@ use crate::demand::Estimator;
 use crate::journal::{GrantRec, Journal, MemberRec, Record, SpecRec};
 use crate::log::{info, warn};
 use crate::names::shown;
-use allot_plan::{Allotment, CellId, CellSpec, Plan};
+use allot_plan::{Allotment, Plan};
 use allot_proto::PageMap;
+use allot_spec::{CellId, CellSpec};
 use allot_topo::CpuSet;
 use std::collections::BTreeMap;
 

@@ -8,8 +8,8 @@
 use super::Engine;
 use crate::log::{debug, warn};
 use allot_enforce::Applied;
-use allot_plan::CellSpec;
 use allot_proto::Window;
+use allot_spec::CellSpec;
 
 impl Engine {
     /// What the kernel should enforce for cell `id` on `cpus`: its weight

@@ -7,7 +7,8 @@
 //! absent) still replay. Each record converts to and from the type it
 //! stores, here, beside it (round-trip tests below).
 
-use allot_plan::{Allotment, CellSpec, Goal, Placement, TimeContract};
+use allot_plan::Allotment;
+use allot_spec::{CellSpec, Goal, Placement, TimeContract};
 use allot_topo::CpuSet;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -413,11 +414,11 @@ impl SpecRec {
                 GoalRec::Rate { milli_per_s } => Goal::Rate { milli_per_s },
                 GoalRec::P99 { us } => Goal::P99 { us },
             },
-            memory: allot_plan::Memory {
+            memory: allot_spec::Memory {
                 min: r.memory.min,
                 max: r.memory.max,
             },
-            cache: allot_plan::Cache {
+            cache: allot_spec::Cache {
                 ways: r.cache.ways,
                 bandwidth: r.cache.bandwidth,
             },
@@ -489,12 +490,12 @@ mod tests {
         for placement in [Placement::Any, Placement::Llc, Placement::Numa] {
             for time in times {
                 for (goal, memory) in goals.into_iter().zip([
-                    allot_plan::Memory::default(),
-                    allot_plan::Memory {
+                    allot_spec::Memory::default(),
+                    allot_spec::Memory {
                         min: 0,
                         max: 8 << 30,
                     },
-                    allot_plan::Memory {
+                    allot_spec::Memory {
                         min: 1 << 30,
                         max: 2 << 30,
                     },
@@ -508,7 +509,7 @@ mod tests {
                         time,
                         goal,
                         memory,
-                        cache: allot_plan::Cache {
+                        cache: allot_spec::Cache {
                             ways: memory.min.count_ones(),
                             bandwidth: 0,
                         },

@@ -123,7 +123,7 @@ pub struct CellGauges {
     /// backend has none, such as cgroup v1 and affinity).
     pub cpu_pressure_seconds: Option<f64>,
     /// Its memory as the kernel counts it (`None`: no memory control).
-    pub memory: Option<allot_enforce::memory::MemoryUse>,
+    pub memory: Option<allot_spec::MemoryUse>,
     /// CPUs' worth of work outside every cell on its CPUs at the last
     /// tick, and the CPUs its team leaves to that work (`None`: not
     /// read yet).

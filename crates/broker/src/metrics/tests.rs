@@ -38,7 +38,7 @@ fn sample() -> Snapshot {
                 members: 2,
                 cpu_seconds: Some(12.5),
                 cpu_pressure_seconds: Some(0.25),
-                memory: Some(allot_enforce::memory::MemoryUse {
+                memory: Some(allot_spec::MemoryUse {
                     current: 1 << 20,
                     limit: 8 << 20,
                     at_limit: 2,

@@ -8,9 +8,10 @@
 
 use super::status::{Code, Error, Result, entry};
 use super::{CELLS, CellHandle, Grant, Spec, ensure_live, need_out, write_out};
-use allot_client::{Cell, CellSpec, ClientError, Mode, Options, Placement, TimeContract};
+use allot_client::{Cell, ClientError, Mode, Options};
 use allot_proto::CallError;
 use allot_proto::msg::ErrorCode;
+use allot_spec::{CellSpec, Placement, TimeContract};
 use std::ffi::{CStr, c_char, c_int};
 use std::io::ErrorKind;
 use std::path::PathBuf;
@@ -70,7 +71,7 @@ pub(crate) fn spec_from_c(s: &Spec, time: TimeContract) -> Result<CellSpec> {
         exclusive: s.exclusive != 0,
         placement,
         time,
-        goal: allot_client::Goal::None,
+        goal: allot_spec::Goal::None,
         // (Memory is asked for with `allot_cell_set_memory`.)
         memory: Default::default(),
         cache: Default::default(),

@@ -2,7 +2,7 @@
 //! goals and performance reports from C (`include/allot/goals.h`).
 //!
 //! The goal's text form is the one `allot run --goal` takes
-//! ([`allot_client::Goal`]'s parser); heartbeats and latencies go to the
+//! ([`allot_spec::Goal`]'s parser); heartbeats and latencies go to the
 //! cell's report page (`allot_proto::report`) without a system call.
 
 use super::CELLS;
@@ -13,7 +13,7 @@ use std::ffi::{CStr, c_char, c_int};
 use std::time::Duration;
 
 /// The goal `text` names.
-fn goal_from_c(text: *const c_char) -> Result<allot_client::Goal> {
+fn goal_from_c(text: *const c_char) -> Result<allot_spec::Goal> {
     if text.is_null() {
         return Err(Error::invalid("goal is NULL: pass \"none\" for no goal"));
     }
@@ -22,7 +22,7 @@ fn goal_from_c(text: *const c_char) -> Result<allot_client::Goal> {
         .to_str()
         .map_err(|_| Error::invalid("goal is not UTF-8"))?;
     text.parse()
-        .map_err(|e: allot_client::GoalError| Error::invalid(e.to_string()))
+        .map_err(|e: allot_spec::GoalError| Error::invalid(e.to_string()))
 }
 
 /// `int allot_cell_set_goal(allot_cell_t cell, const char *goal)`.
@@ -63,7 +63,7 @@ mod tests {
     #[test]
     fn goals_parse_from_c_strings_and_mistakes_are_invalid() {
         let ok = goal_from_c(c"p99=5ms".as_ptr()).unwrap();
-        assert_eq!(ok, allot_client::Goal::P99 { us: 5_000 });
+        assert_eq!(ok, allot_spec::Goal::P99 { us: 5_000 });
         for bad in [c"fast", c"rate=0/s"] {
             let e = goal_from_c(bad.as_ptr()).unwrap_err();
             assert_eq!(e.status, super::super::status::Code::Invalid, "{e:?}");

@@ -13,7 +13,7 @@ use std::ffi::c_int;
 pub extern "C" fn allot_cell_set_memory(cell: CellHandle, min_bytes: u64, max_bytes: u64) -> c_int {
     entry("allot_cell_set_memory", || {
         let c = CELLS.get(cell.id)?;
-        c.set_memory(allot_client::Memory {
+        c.set_memory(allot_spec::Memory {
             min: min_bytes,
             max: max_bytes,
         })
@@ -26,7 +26,7 @@ pub extern "C" fn allot_cell_set_memory(cell: CellHandle, min_bytes: u64, max_by
 pub extern "C" fn allot_cell_set_cache(cell: CellHandle, ways: u32, bandwidth_pct: u32) -> c_int {
     entry("allot_cell_set_cache", || {
         let c = CELLS.get(cell.id)?;
-        c.set_cache(allot_client::Cache {
+        c.set_cache(allot_spec::Cache {
             ways,
             bandwidth: bandwidth_pct,
         })

@@ -11,8 +11,8 @@
 use super::cell::{read_spec, register_spec, spec_from_c};
 use super::status::{Error, Result, entry};
 use super::{CELLS, CellHandle, Spec, need_out, write_out};
-use allot_client::{CellSpec, TimeContract};
 use allot_proto::window::{Phase, monotonic_ns};
+use allot_spec::{CellSpec, TimeContract};
 use std::ffi::{c_char, c_int};
 
 /// `ALLOT_TIME_SPACE`.

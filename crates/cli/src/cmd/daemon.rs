@@ -32,7 +32,7 @@ pub struct Args {
     reserve: Option<u32>,
     /// Memory never guaranteed to cells (K, M, G, T or bytes) [default: a
     /// twentieth of the memory cells live within].
-    #[arg(long, value_name = "SIZE", value_parser = allot_plan::spec::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = allot_spec::parse_size)]
     memory_reserve: Option<u64>,
     /// Do not lend idle CPUs to busy cells (for experiments).
     #[arg(long)]

@@ -102,7 +102,7 @@ fn cpu_map(s: &Status) -> Line<'static> {
 /// A cell's memory for the table: used, then its limit, then `!` when
 /// the kernel killed one of its processes for want of memory.
 fn memory_text(c: &allot_proto::status::CellStatus) -> String {
-    use allot_plan::spec::Size;
+    use allot_spec::Size;
     let Some(m) = &c.memory else {
         return "-".into();
     };
@@ -455,9 +455,9 @@ pub fn run(a: Args) -> i32 {
 mod tests {
     use super::*;
     use allot_proto::status::{
-        BrokerStatus, CellStatus, MachineStatus, Placement, QueuedStatus, STATUS_VERSION,
-        SpecStatus,
+        BrokerStatus, CellStatus, MachineStatus, QueuedStatus, STATUS_VERSION, SpecStatus,
     };
+    use allot_spec::Placement;
     use ratatui::Terminal;
     use ratatui::backend::TestBackend;
 

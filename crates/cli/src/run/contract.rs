@@ -11,7 +11,7 @@
 //! Durations take a unit: `us`, `ms` or `s` (`2.5ms` is fine). Every
 //! mistake is reported before anything starts.
 
-use allot_client::CellSpec;
+use allot_spec::CellSpec;
 use allot_spec::{Term, TimeTerms};
 
 /// The flags as given.
@@ -116,7 +116,7 @@ pub fn apply(flags: &TimeFlags, spec: &mut CellSpec) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use allot_client::TimeContract;
+    use allot_spec::TimeContract;
 
     fn flags() -> TimeFlags {
         TimeFlags::default()

@@ -37,7 +37,7 @@ mod supervise;
 mod timeline;
 
 use allot_client::Cell;
-use allot_plan::{CellSpec, Placement};
+use allot_spec::{CellSpec, Placement};
 use env::{CellEnv, LaunchRule};
 use jobserver::Jobserver;
 use std::ffi::OsString;
@@ -97,16 +97,16 @@ pub struct Args {
     /// counts with allot heartbeats) or p99=DURATION (latency of the
     /// requests it reports); the goals policy sizes its CPUs to meet it.
     #[arg(long, value_name = "GOAL")]
-    goal: Option<allot_client::Goal>,
+    goal: Option<allot_spec::Goal>,
     /// Memory guaranteed to the program (K, M, G, T or bytes, e.g. 2G):
     /// the kernel does not reclaim it under pressure, and admission never
     /// promises more than the machine has.
-    #[arg(long, value_name = "SIZE", value_parser = allot_plan::spec::parse_size, help_heading = "Memory")]
+    #[arg(long, value_name = "SIZE", value_parser = allot_spec::parse_size, help_heading = "Memory")]
     memory_min: Option<u64>,
     /// The most memory the program may use (e.g. 8G): past it the kernel
     /// reclaims its memory and, failing that, kills one of its processes;
     /// nothing else pays.
-    #[arg(long, value_name = "SIZE", value_parser = allot_plan::spec::parse_size, help_heading = "Memory")]
+    #[arg(long, value_name = "SIZE", value_parser = allot_spec::parse_size, help_heading = "Memory")]
     memory_max: Option<u64>,
     /// L3 cache ways of the program's own (needs resctrl: Intel RDT or
     /// AMD QoS): no other cell's data evicts its data from them.

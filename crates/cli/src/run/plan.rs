@@ -7,7 +7,7 @@
 
 use super::jobserver::Style;
 use super::{Args, contract, makeargs, resolve};
-use allot_plan::CellSpec;
+use allot_spec::CellSpec;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -126,11 +126,11 @@ fn spec_of(a: &Args) -> Result<CellSpec, i32> {
         message_idle: a.message_idle.clone(),
         cpus: a.cpus,
     };
-    spec.memory = allot_plan::Memory {
+    spec.memory = allot_spec::Memory {
         min: a.memory_min.unwrap_or(0),
         max: a.memory_max.unwrap_or(0),
     };
-    spec.cache = allot_plan::Cache {
+    spec.cache = allot_spec::Cache {
         ways: a.cache_ways.unwrap_or(0),
         bandwidth: a.mem_bandwidth.unwrap_or(0),
     };

@@ -155,7 +155,7 @@ pub(super) fn run(l: Launch, mut marks: Marks) -> i32 {
             "allot: {}: killed: out of memory at its {} limit (--memory-max); give it more \
              or make it use less",
             cmd.to_string_lossy(),
-            allot_plan::spec::Size(max)
+            allot_spec::Size(max)
         );
     }
     // No release: this process and the program are the cell's members, and

@@ -45,16 +45,16 @@ pub struct IsolationArgs {
     runs: usize,
     /// The experiment's memory group: what the three programs and the
     /// broker share.
-    #[arg(long, default_value = "2G", value_parser = allot_plan::spec::parse_size, value_name = "SIZE")]
+    #[arg(long, default_value = "2G", value_parser = allot_spec::parse_size, value_name = "SIZE")]
     limit: u64,
     /// The server's data set (a file it reads random pages of).
-    #[arg(long, default_value = "640M", value_parser = allot_plan::spec::parse_size, value_name = "SIZE")]
+    #[arg(long, default_value = "640M", value_parser = allot_spec::parse_size, value_name = "SIZE")]
     data: u64,
     /// What the hog asks for.
-    #[arg(long, default_value = "1600M", value_parser = allot_plan::spec::parse_size, value_name = "SIZE")]
+    #[arg(long, default_value = "1600M", value_parser = allot_spec::parse_size, value_name = "SIZE")]
     hog: u64,
     /// The hog's limit in the `memory` way.
-    #[arg(long, default_value = "768M", value_parser = allot_plan::spec::parse_size, value_name = "SIZE")]
+    #[arg(long, default_value = "768M", value_parser = allot_spec::parse_size, value_name = "SIZE")]
     hog_limit: u64,
     /// Ways to run (comma-separated): plain, cpus, memory, cache (cache:
     /// only where the machine has resctrl).
@@ -242,9 +242,9 @@ pub fn run(a: IsolationArgs) -> Result<i32, String> {
     println!(
         "isolation: a request server (data set {}) beside a memory hog ({}) and a streamer, \
          in a memory group of {}; {} runs of {} s per way",
-        allot_plan::spec::Size(a.data),
-        allot_plan::spec::Size(a.hog),
-        allot_plan::spec::Size(a.limit),
+        allot_spec::Size(a.data),
+        allot_spec::Size(a.hog),
+        allot_spec::Size(a.limit),
         a.runs,
         a.seconds
     );
@@ -285,9 +285,9 @@ fn room_for(dir: &Path, bytes: u64) -> Result<(), String> {
         return Err(format!(
             "the data set needs {} under {} (with a margin), which has {} free: free some \
              space, pass --dir on a disk with room, or a smaller --data",
-            allot_plan::spec::Size(needed),
+            allot_spec::Size(needed),
             dir.display(),
-            allot_plan::spec::Size(free)
+            allot_spec::Size(free)
         ));
     }
     Ok(())

@@ -27,8 +27,8 @@
 
 use super::broker::PrivateBroker;
 use allot_client::Client;
-use allot_plan::CellSpec;
 use allot_proto::{Conn, Request};
+use allot_spec::CellSpec;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -472,7 +472,7 @@ fn flood(
         .encode(),
         Request::Register {
             name: "flood".into(),
-            spec: allot_client::CellSpec::default(),
+            spec: allot_spec::CellSpec::default(),
             wait: true,
             members: vec![1; 4096],
             joins_itself: false,

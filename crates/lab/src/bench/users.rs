@@ -21,9 +21,9 @@
 use super::broker::PrivateBroker;
 use super::load::{become_user, kill_all, sleeper};
 use allot_client::{Client, ClientError};
-use allot_plan::CellSpec;
 use allot_proto::msg::{ErrorCode, LedgerItem, Reply};
 use allot_proto::{Conn, Request};
+use allot_spec::CellSpec;
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::sync::mpsc;

@@ -48,8 +48,8 @@ mod resources;
 pub use resources::{Room, ask_of, class, join, memory};
 
 use crate::plan::Plan;
-use crate::spec::{CellId, CellSpec, Placement, ValidSpec};
 use crate::time::{self, TimeCell};
+use allot_spec::{CellId, CellSpec, Placement, ValidSpec};
 use allot_topo::{CpuSet, Machine};
 
 /// The verdict on a new cell.
@@ -434,7 +434,7 @@ impl SubsetSums {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::PPM;
+    use allot_spec::PPM;
 
     /// [`super::admit`] of a spec the test knows is valid.
     fn admit(
@@ -720,7 +720,7 @@ mod tests {
         // is admitted (time cells included).
         let timed = CellSpec {
             min: 1,
-            time: crate::spec::TimeContract::Fraction {
+            time: allot_spec::TimeContract::Fraction {
                 ppm: 500_000,
                 slice_us: 0,
             },

@@ -37,7 +37,7 @@ mod place;
 pub use place::Topo;
 
 use crate::plan::{Allotment, Plan};
-use crate::spec::{CellId, Placement};
+use allot_spec::{CellId, Placement};
 use allot_topo::CpuSet;
 use std::collections::BTreeMap;
 

@@ -9,7 +9,7 @@
 //! breaks ties by the lowest CPU number, which makes the mapping
 //! deterministic.
 
-use crate::spec::Placement;
+use allot_spec::Placement;
 use allot_topo::{CpuSet, Machine};
 
 /// Per-CPU domain masks, built once per machine.

@@ -269,7 +269,7 @@ pub(crate) fn allocate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::CellSpec;
+    use allot_spec::CellSpec;
 
     fn cell(min: u32, max: u32, perf: PerfHint) -> PolicyCell {
         PolicyCell {

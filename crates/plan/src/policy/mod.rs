@@ -15,7 +15,7 @@ mod fair;
 pub(crate) mod goals;
 mod priority;
 
-use crate::spec::CellSpec;
+use allot_spec::CellSpec;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;

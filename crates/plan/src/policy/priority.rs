@@ -84,7 +84,7 @@ pub(super) fn entitle(capacity: u32, cells: &[PolicyCell]) -> Entitlements {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::CellSpec;
+    use allot_spec::CellSpec;
 
     fn cell(min: u32, max: u32, weight: u32) -> PolicyCell {
         PolicyCell {

@@ -42,7 +42,7 @@
 
 pub mod phase;
 
-use crate::spec::{CellId, TimeContract};
+use allot_spec::{CellId, TimeContract};
 use allot_topo::CpuSet;
 pub use phase::{Periodic, WINDOW_GAP_US};
 use std::collections::BTreeMap;
@@ -432,10 +432,10 @@ pub fn bandwidth(contract: &TimeContract, cpus: u32) -> Option<(u64, u32)> {
         TimeContract::Fraction { ppm, .. } => {
             let ppm = u64::from(ppm.max(1));
             let slice = u64::from(contract.slice_us()).max(CFS_QUOTA_MIN);
-            let period = (slice * u64::from(crate::spec::PPM))
+            let period = (slice * u64::from(allot_spec::PPM))
                 .div_ceil(ppm)
                 .clamp(u64::from(CFS_PERIOD_MIN), u64::from(CFS_PERIOD_MAX));
-            let per_cpu = (period * ppm / u64::from(crate::spec::PPM)).max(CFS_QUOTA_MIN);
+            let per_cpu = (period * ppm / u64::from(allot_spec::PPM)).max(CFS_QUOTA_MIN);
             Some((per_cpu * n, period as u32))
         }
         TimeContract::Triggered {

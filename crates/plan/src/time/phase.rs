@@ -30,7 +30,7 @@
 //! question ([`candidates`]). The search is exact up to [`MAX_SHIFTS`]
 //! shifts per neighbour (a 10 s period beside a 1 ms one has 10 000).
 
-use crate::spec::{MAX_PERIOD_US, PPM, TimeContract};
+use allot_spec::{MAX_PERIOD_US, PPM, TimeContract};
 
 /// Time kept free between two windows on one CPU, µs: the broker's
 /// window timer acts tens of microseconds off an edge on a loaded

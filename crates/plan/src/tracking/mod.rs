@@ -49,7 +49,7 @@
 
 pub mod fit;
 
-use crate::Goal;
+use allot_spec::Goal;
 use std::collections::BTreeMap;
 
 /// Evaluations with the goal missed, with none in between that beat it

@@ -4,9 +4,8 @@
 #![allow(dead_code)] // each test file uses its own part
 
 use allot_plan::tracking::{Curve, PerfHint};
-use allot_plan::{
-    Admission, Admitted, CellId, CellInput, CellSpec, Placement, Plan, Planner, TimeContract,
-};
+use allot_plan::{Admission, Admitted, CellInput, Plan, Planner};
+use allot_spec::{CellId, CellSpec, Placement, TimeContract};
 use allot_topo::{FIXTURES, Machine, fixture};
 use proptest::prelude::*;
 use std::sync::OnceLock;

@@ -31,7 +31,7 @@
 //! checked once, by [`CellSpec::validate`] and the planner's admission.
 
 use crate::wire::DecodeError;
-pub use allot_spec::{CellSpec, Goal, Placement, TimeContract};
+use allot_spec::{CellSpec, Goal, Placement, TimeContract};
 
 pub mod spec;
 

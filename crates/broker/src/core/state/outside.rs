@@ -3,9 +3,9 @@
 //! invariants): each group's readings and the CPUs outside work holds
 //! there, the weights last wanted, the weight together as written.
 
-use allot_plan::CellId;
 use allot_plan::outside::{COUNTS_FROM, Contention, Reading, seed};
 use allot_plan::weight::{Weighing, Weights};
+use allot_spec::CellId;
 use allot_topo::CpuSet;
 use std::collections::BTreeMap;
 use std::time::Instant;

@@ -304,7 +304,7 @@ fn partition_line(c: &CellStatus) -> Option<String> {
 /// One line on the cell's memory, for a cell that asked for memory or
 /// met a limit.
 fn memory_line(c: &CellStatus) -> Option<String> {
-    use allot_plan::spec::Size;
+    use allot_spec::Size;
     let m = c.memory.as_ref();
     let asked = c.spec.memory_min != 0 || c.spec.memory_max != 0;
     let struck = m.is_some_and(|m| m.at_limit > 0 || m.oom_kills > 0);
@@ -353,7 +353,7 @@ fn cache_line(c: &CellStatus) -> Option<String> {
 }
 
 fn class_text(k: &allot_proto::status::CellCache) -> String {
-    use allot_plan::spec::Size;
+    use allot_spec::Size;
     let mut t = format!(
         "L3 ways {} of its own, bandwidth at most {} %",
         cell_text(&k.mask),
@@ -457,7 +457,7 @@ pub fn render(v: &Status) -> String {
         );
     }
     if let Some(mm) = &m.memory {
-        use allot_plan::spec::Size;
+        use allot_spec::Size;
         let _ = writeln!(
             out,
             "memory for cells: {}   reserve: {}   guaranteed: {}",

@@ -1,9 +1,8 @@
 //! Tests of `allot status`'s rendering.
 
 use super::*;
-use allot_proto::status::{
-    BrokerStatus, Follows, MachineStatus, Placement, RuntimeStatus, SpecStatus,
-};
+use allot_proto::status::{BrokerStatus, Follows, MachineStatus, RuntimeStatus, SpecStatus};
+use allot_spec::Placement;
 
 fn doc(names: &[&str]) -> Status {
     let cell = |i: usize, name: &str| CellStatus {
@@ -210,7 +209,8 @@ fn reported_pool_statistics_get_a_line_per_cell() {
 
 #[test]
 fn memory_and_classes_of_service_get_lines_and_other_cells_none() {
-    use allot_proto::status::{CellCache, MachineMemory, MemoryUse};
+    use allot_proto::status::{CellCache, MachineMemory};
+    use allot_spec::MemoryUse;
     let mut v = doc(&["db", "hog", "quiet"]);
     assert!(!render(&v).contains("memory"));
     v.machine.memory = Some(MachineMemory {
