@@ -15,7 +15,7 @@
 
 use allot_client::{CellSpec, Goal, Mode, Options, Term, TimeContract, TimeTerms};
 use allot_proto::window::{Phase, monotonic_ns};
-use allot_require::{self as require, Blocks, Request, Scope, policy};
+use allot_require::{self as require, Blocks, Request, Block, policy};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use std::path::PathBuf;
@@ -580,7 +580,7 @@ impl Outcome {
 /// A scope held across the GIL release: it never leaves the thread that
 /// entered it (the closure given to `allow_threads` runs on the calling
 /// thread).
-struct Held(Scope<'static>);
+struct Held(Block<'static>);
 // SAFETY: `allow_threads` runs its closure on the current thread, so the
 // scope is created and handed back on the thread that owns it; `Require`
 // is `unsendable`, so Python never moves it to another thread either.
@@ -590,7 +590,7 @@ unsafe impl Send for Held {}
 #[pyclass(unsendable, module = "allot")]
 struct Require {
     requests: Vec<Request>,
-    scope: Option<Scope<'static>>,
+    scope: Option<Block<'static>>,
 }
 
 #[pymethods]

@@ -60,7 +60,7 @@ pub mod throttle;
 pub mod tree;
 
 pub use blocks::{
-    Amount, Blocks, Prepared, Request, RequireError, Scope, Timing, Wait, Waits, What, blocking,
+    Amount, Block, Blocks, Prepared, Request, RequireError, Timing, Wait, Waits, What, blocking,
     given_back, release_on, spawn,
 };
 pub use policy::{Constraint, Domain, Outcome, Policy, View};
@@ -69,7 +69,7 @@ pub use tree::Ownership;
 /// Runs `f` inside a scope of the process's runtime ([`Blocks::global`])
 /// holding `reqs`, waiting until they can be met; the scope is left when
 /// `f` returns or unwinds.
-pub fn require<R>(reqs: Vec<Request>, f: impl FnOnce(&Scope<'_>) -> R) -> Result<R, RequireError> {
+pub fn require<R>(reqs: Vec<Request>, f: impl FnOnce(&Block<'_>) -> R) -> Result<R, RequireError> {
     let scope = Blocks::global().enter(reqs)?;
     Ok(f(&scope))
 }

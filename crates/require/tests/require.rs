@@ -451,7 +451,7 @@ fn enter_policy(
     rt: &Blocks,
     tid: u64,
     policy: Arc<dyn allot_require::policy::Policy>,
-) -> allot_require::blocks::Scope<'_> {
+) -> allot_require::blocks::Block<'_> {
     rt.enter_as(tid, vec![Request::policy(policy)], true, Location::caller())
         .unwrap()
         .expect("a blocking enter returns a scope")

@@ -11,7 +11,7 @@
 //! (1), left (2), failed (3). Only `enter` moves fresh/left/failed to
 //! entered (or failed); only `leave` moves entered to left.
 //!
-//! An entered scope holds, inside the C struct, the Rust [`Scope`] the
+//! An entered scope holds, inside the C struct, the Rust [`Block`] the
 //! runtime returned (a plain value, moved in and out with `ptr::write` and
 //! `ptr::read`; the C struct must not move meanwhile, which the header
 //! states), the call site, and the entering thread's id. Each thread keeps
@@ -44,7 +44,7 @@ use super::site::{At, Busy, COutcome, CSite, fatal};
 use super::status::{Code, Error, Result, entry};
 use super::view;
 use allot_require::blocks::current_tid;
-use allot_require::{Blocks, Prepared, RequireError, Scope};
+use allot_require::{Block, Blocks, Prepared, RequireError};
 use std::cell::Cell;
 use std::ffi::{CStr, c_char, c_int, c_uint};
 use std::mem::{align_of, size_of};
@@ -77,8 +77,8 @@ pub struct CScope {
 
 const _: () = assert!(size_of::<CReq>() == 88);
 const _: () = assert!(size_of::<CScope>() == 80);
-const _: () = assert!(size_of::<Scope<'static>>() <= size_of::<[u64; 6]>());
-const _: () = assert!(align_of::<Scope<'static>>() <= align_of::<u64>());
+const _: () = assert!(size_of::<Block<'static>>() <= size_of::<[u64; 6]>());
+const _: () = assert!(align_of::<Block<'static>>() <= align_of::<u64>());
 
 thread_local! {
     /// The innermost C scope this thread entered and has not left.
@@ -382,10 +382,10 @@ unsafe fn enter(scope: *mut CScope, site: *mut CSite, reqs: *const CReq, n: usiz
         // the contract.
         unsafe { r.out.write(outcome) };
     }
-    // SAFETY: the opaque words are large and aligned enough for a Scope
+    // SAFETY: the opaque words are large and aligned enough for a Block
     // (asserted above); the value is moved in and read back exactly once,
     // by `allot_require_leave`.
-    unsafe { ptr::write(s.opaque.as_mut_ptr() as *mut Scope<'static>, entered) };
+    unsafe { ptr::write(s.opaque.as_mut_ptr() as *mut Block<'static>, entered) };
     s.prev = TOP.with(|t| t.replace(scope));
     s.site = site;
     s.tid = current_tid();
@@ -445,7 +445,7 @@ pub unsafe extern "C" fn allot_require_leave(scope: *mut CScope) {
     TOP.with(|t| t.set(s.prev));
     s.state = LEFT;
     // SAFETY: written by `enter` in the ENTERED state, read once here.
-    let entered = unsafe { ptr::read(s.opaque.as_ptr() as *const Scope<'static>) };
+    let entered = unsafe { ptr::read(s.opaque.as_ptr() as *const Block<'static>) };
     let busy = Busy::new();
     if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(entered))) {
         let what = p

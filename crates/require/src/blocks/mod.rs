@@ -435,7 +435,7 @@ impl Blocks {
     /// Enters a scope on the calling thread, waiting until its requests can
     /// be met.
     #[track_caller]
-    pub fn enter(&self, reqs: Vec<Request>) -> Result<Scope<'_>, RequireError> {
+    pub fn enter(&self, reqs: Vec<Request>) -> Result<Block<'_>, RequireError> {
         self.enter_as(current_tid(), reqs, true, Location::caller())
             .map(|s| s.expect("blocking enter returns a scope"))
     }
@@ -448,7 +448,7 @@ impl Blocks {
         reqs: Vec<Request>,
         block: bool,
         site: &'static Location<'static>,
-    ) -> Result<Option<Scope<'_>>, RequireError> {
+    ) -> Result<Option<Block<'_>>, RequireError> {
         self.enter_inner(tid, &reqs, None, block, site)
     }
 
@@ -484,7 +484,7 @@ impl Blocks {
     }
 
     /// Enters a scope of prepared requests on the calling thread.
-    pub fn enter_prepared(&self, p: &Prepared) -> Result<Scope<'_>, RequireError> {
+    pub fn enter_prepared(&self, p: &Prepared) -> Result<Block<'_>, RequireError> {
         self.enter_inner(current_tid(), &p.reqs, Some(&p.devs), true, p.site)
             .map(|s| s.expect("blocking enter returns a scope"))
     }
@@ -496,7 +496,7 @@ impl Blocks {
         devs: Option<&[Option<Dev>]>,
         block: bool,
         site: &'static Location<'static>,
-    ) -> Result<Option<Scope<'_>>, RequireError> {
+    ) -> Result<Option<Block<'_>>, RequireError> {
         if tid == current_tid() {
             block::mark_may_hold();
         }
@@ -559,7 +559,7 @@ impl Blocks {
         {
             forget_at_exit(rt, tid);
         }
-        Ok(Some(Scope {
+        Ok(Some(Block {
             rt: self,
             id,
             tid,
@@ -636,9 +636,10 @@ pub struct Prepared {
     site: &'static Location<'static>,
 }
 
-/// An entered scope; leaving it (drop) releases what it acquired.
+/// An entered `require` block (Poli-C's word; the code it covers is its
+/// scope); leaving it (drop) releases what it acquired.
 #[derive(Debug)]
-pub struct Scope<'r> {
+pub struct Block<'r> {
     rt: &'r Blocks,
     id: u64,
     tid: Tid,
@@ -646,7 +647,7 @@ pub struct Scope<'r> {
     _not_send: PhantomData<*const ()>,
 }
 
-impl Scope<'_> {
+impl Block<'_> {
     /// What the scope's policy obtained (empty for device requests).
     pub fn outcome(&self) -> &Outcome {
         static NONE: Outcome = Outcome {
@@ -663,7 +664,7 @@ impl Scope<'_> {
     }
 }
 
-impl Drop for Scope<'_> {
+impl Drop for Block<'_> {
     fn drop(&mut self) {
         self.rt.exit(self.tid, self.id);
     }
