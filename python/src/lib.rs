@@ -15,7 +15,7 @@
 
 use allot_client::{CellSpec, Goal, Mode, Options, Term, TimeContract, TimeTerms};
 use allot_proto::window::{Phase, monotonic_ns};
-use allot_require::{self as require, Blocks, Request, Block, policy};
+use allot_require::{self as require, Block, Blocks, Need, policy};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use std::path::PathBuf;
@@ -589,7 +589,7 @@ unsafe impl Send for Held {}
 /// A `require` block: `with Require(...) as outcome:`.
 #[pyclass(unsendable, module = "allot")]
 struct Require {
-    requests: Vec<Request>,
+    requests: Vec<Need>,
     scope: Option<Block<'static>>,
 }
 
@@ -612,10 +612,10 @@ impl Require {
             if n == 0 {
                 return Err(PyValueError::new_err("cores must be at least 1"));
             }
-            requests.push(Request::policy(policy::cores(n)));
+            requests.push(Need::policy(policy::cores(n)));
         }
         if fair {
-            requests.push(Request::policy(policy::fair_cores()));
+            requests.push(Need::policy(policy::fair_cores()));
         }
         if let Some(f) = cpu_fraction {
             if !(f > 0.0 && f <= 1.0) {
@@ -623,10 +623,10 @@ impl Require {
                     "cpu_fraction must be in (0, 1]: a share of one CPU",
                 ));
             }
-            requests.push(Request::device("cpu", cpu_device, f));
+            requests.push(Need::device("cpu", cpu_device, f));
         }
         if let Some(n) = numa_nodes {
-            requests.push(Request::policy(policy::numa_nodes(n)));
+            requests.push(Need::policy(policy::numa_nodes(n)));
         }
         if requests.is_empty() {
             return Err(PyValueError::new_err(

@@ -316,7 +316,7 @@ fn a_standalone_grant_is_the_allowed_cpus_and_never_changes() {
     assert_eq!((mode, id), (MODE_STANDALONE, 0));
     ok(allot_cell_report(c, 1, 2, 3));
 
-    let mut h = Grant::default();
+    let mut h = CGrant::default();
     let t0 = Instant::now();
     // SAFETY: valid out-pointer.
     let rc = unsafe { allot_cell_wait_change(c, g.generation, 20_000_000, &mut h) };
@@ -338,7 +338,7 @@ fn an_unbounded_wait_ends_when_the_cell_is_freed() {
     let c = standalone();
     let g = grant(c).unwrap();
     let waiter = std::thread::spawn(move || {
-        let mut h = Grant::default();
+        let mut h = CGrant::default();
         // SAFETY: valid out-pointer.
         status(unsafe { allot_cell_wait_change(c, g.generation, -1, &mut h) })
     });

@@ -107,7 +107,7 @@ fn a_grant_change_wakes_the_waiter() {
     let a = b.register("capi-a", Spec::default(), false).unwrap();
     let g = grant(a).unwrap();
     let waiter = std::thread::spawn(move || {
-        let mut h = Grant::default();
+        let mut h = CGrant::default();
         // SAFETY: valid out-pointer.
         let rc = unsafe { allot_cell_wait_change(a, g.generation, 5_000_000_000, &mut h) };
         (status(rc), h)

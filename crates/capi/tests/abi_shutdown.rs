@@ -63,7 +63,7 @@ fn shutdown_frees_everything_and_refuses_every_later_call() {
     }
     let g = grant(cell).unwrap();
     let waiter = std::thread::spawn(move || {
-        let mut h = Grant::default();
+        let mut h = CGrant::default();
         // SAFETY: valid out-pointer.
         status(unsafe { allot_cell_wait_change(cell, g.generation, -1, &mut h) })
     });
@@ -84,7 +84,7 @@ fn shutdown_frees_everything_and_refuses_every_later_call() {
     let mut c = CellHandle::default();
     let mut np = PoolHandle::default();
     let mut t = TaskHandle::default();
-    let mut gr = Grant::default();
+    let mut gr = CGrant::default();
     let mut n = 0u32;
     // SAFETY: valid strings and out-pointers throughout.
     let rcs = unsafe {

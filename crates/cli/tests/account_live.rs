@@ -4,7 +4,7 @@
 
 mod common;
 
-use allot_require::{Blocks, Request};
+use allot_require::{Blocks, Need};
 use common::*;
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
@@ -24,7 +24,7 @@ fn child_role() {
     let m = allot_topo::discover_live().unwrap();
     let rt = Blocks::with_broker(m, false, Some(socket.as_ref())).into_static();
     assert!(rt.coordinated(), "no broker at {socket}");
-    let _s = rt.enter(vec![Request::device("cpu", cpu, 1.0)]).unwrap();
+    let _s = rt.enter(vec![Need::device("cpu", cpu, 1.0)]).unwrap();
     println!("held {cpu}");
     println!("holder {}", std::process::id());
     std::thread::sleep(Duration::from_secs(30));
@@ -72,7 +72,7 @@ fn a_cpu_held_outside_every_cell_leaves_the_cells_cpuset() {
     let m = allot_topo::discover_live().unwrap();
     let rt = Blocks::with_broker(m, false, Some(&d.socket)).into_static();
     assert!(rt.coordinated());
-    let s = rt.enter(vec![Request::device("cpu", 1, 1.0)]).unwrap();
+    let s = rt.enter(vec![Need::device("cpu", 1, 1.0)]).unwrap();
     wait_for(&d, "spin", "0");
     assert_eq!(d.status().machine.held_outside, "1");
     drop(s);
@@ -141,7 +141,7 @@ fn io_child_role() {
     let m = allot_topo::discover_live().unwrap();
     let rt = Blocks::with_broker(m, false, Some(socket.as_ref())).into_static();
     assert!(rt.coordinated(), "no broker at {socket}");
-    match rt.enter(vec![Request::device("io", &dev, 700.0)]) {
+    match rt.enter(vec![Need::device("io", &dev, 700.0)]) {
         Ok(_s) => {
             println!("held");
             std::thread::sleep(Duration::from_secs(30));
@@ -325,7 +325,7 @@ fn kind_child_role() {
     let rt = Blocks::with_broker(m, false, Some(socket.as_ref())).into_static();
     register_link(rt);
     println!("asking");
-    let _s = rt.enter(vec![Request::device("Link", 0, 1.0)]).unwrap();
+    let _s = rt.enter(vec![Need::device("Link", 0, 1.0)]).unwrap();
     println!("got");
 }
 
@@ -340,7 +340,7 @@ fn a_kind_with_operations_is_exclusive_across_processes() {
     let m = allot_topo::discover_live().unwrap();
     let rt = Blocks::with_broker(m, false, Some(&d.socket)).into_static();
     register_link(rt);
-    let held = rt.enter(vec![Request::device("Link", 0, 1.0)]).unwrap();
+    let held = rt.enter(vec![Need::device("Link", 0, 1.0)]).unwrap();
     let argv = role("kind_child_role");
     let mut child = std::process::Command::new(&argv[0])
         .args(&argv[1..])

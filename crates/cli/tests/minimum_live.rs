@@ -6,7 +6,7 @@
 
 mod common;
 
-use allot_require::{Blocks, Request};
+use allot_require::{Blocks, Need};
 use common::*;
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
@@ -43,7 +43,7 @@ fn minimum_child_role() {
     let rt = Blocks::with_broker(m, false, Some(socket.as_ref())).into_static();
     assert!(rt.coordinated());
     let _s = rt
-        .enter(vec![Request::device("cpu", take.as_str(), 1.0)])
+        .enter(vec![Need::device("cpu", take.as_str(), 1.0)])
         .unwrap();
     println!("holding, allowed {}", allowed(me));
     std::thread::sleep(Duration::from_secs(30));

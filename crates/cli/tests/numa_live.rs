@@ -179,7 +179,7 @@ fn cells_that_fit_a_node_stay_on_one_and_a_larger_one_spans_both() {
 /// CPUs (the affinity the thread reads back from the kernel).
 #[test]
 fn fair_numa_gives_requests_arriving_together_a_whole_node_each() {
-    use allot_require::{Blocks, Request, policy};
+    use allot_require::{Blocks, Need, policy};
     let Some(m) = numa_machine() else { return };
     let nodes: Vec<CpuSet> = m
         .nodes()
@@ -199,9 +199,7 @@ fn fair_numa_gives_requests_arriving_together_a_whole_node_each() {
             let (start, all_in) = (start.clone(), all_in.clone());
             std::thread::spawn(move || {
                 start.wait();
-                let s = rt
-                    .enter(vec![Request::policy(policy::fair_numa())])
-                    .unwrap();
+                let s = rt.enter(vec![Need::policy(policy::fair_numa())]).unwrap();
                 let o = s.outcome().clone();
                 let mask = rustix::thread::sched_getaffinity(None).unwrap();
                 let mask: CpuSet = (0..1024).filter(|&c| mask.is_set(c)).collect();

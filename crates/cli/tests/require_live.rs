@@ -2,7 +2,7 @@
 
 mod common;
 
-use allot_require::{Blocks, Request, policy};
+use allot_require::{Blocks, Need, policy};
 use common::*;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -25,7 +25,7 @@ fn child_role() {
     let m = allot_topo::discover_live().unwrap();
     let rt = Blocks::with_broker(m, false, Some(socket.as_ref())).into_static();
     assert!(rt.coordinated(), "no broker at {socket}");
-    let s = rt.enter(vec![Request::device("cpu", 0, 1.0)]).unwrap();
+    let s = rt.enter(vec![Need::device("cpu", 0, 1.0)]).unwrap();
     println!("entered {}", mono());
     std::thread::sleep(Duration::from_millis(hold));
     println!("leaving {}", mono());
@@ -86,7 +86,7 @@ fn a_policy_enters_in_a_process_coordinated_by_the_broker() {
     assert!(rt.coordinated());
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let s = rt.enter(vec![Request::policy(policy::cores(1))]);
+        let s = rt.enter(vec![Need::policy(policy::cores(1))]);
         let _ = tx.send(s.map(|s| s.outcome().ncores).map_err(|e| e.to_string()));
     });
     let got = rx
@@ -177,8 +177,8 @@ fn line_role() {
         println!("waiting");
     });
     let req = match ask {
-        "cpu0" => Request::device("cpu", 0, 1.0),
-        "cores1" => Request::policy(policy::cores(1)),
+        "cpu0" => Need::device("cpu", 0, 1.0),
+        "cores1" => Need::policy(policy::cores(1)),
         other => panic!("unknown ask {other}"),
     };
     let s = rt.enter(vec![req]).unwrap();
@@ -292,9 +292,7 @@ fn crowd_role() {
         .map(|_| {
             std::thread::spawn(move || {
                 for _ in 0..rounds {
-                    let s = rt
-                        .enter(vec![Request::policy(policy::fair_cores())])
-                        .unwrap();
+                    let s = rt.enter(vec![Need::policy(policy::fair_cores())]).unwrap();
                     std::thread::sleep(Duration::from_millis(5));
                     drop(s);
                 }
@@ -351,7 +349,7 @@ fn burst_role() {
     while mono() < start {
         std::thread::sleep(Duration::from_secs_f64((start - mono()).min(0.01)));
     }
-    let s = rt.enter(vec![Request::policy(policy)]).unwrap();
+    let s = rt.enter(vec![Need::policy(policy)]).unwrap();
     let nodes: Vec<String> = s.outcome().nodes.iter().map(|n| n.to_string()).collect();
     println!("got {} nodes {}", s.outcome().cpus.len(), nodes.join(","));
     let stop = std::env::var("STOP_FILE").unwrap();

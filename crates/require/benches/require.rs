@@ -18,7 +18,7 @@
 //! ALLOT_BENCH_SOCKET=/tmp/bench.sock cargo bench -p allot-require --bench require
 //! ```
 
-use allot_require::{Blocks, Request};
+use allot_require::{Blocks, Need};
 use std::sync::OnceLock;
 
 fn main() {
@@ -34,7 +34,7 @@ fn local() -> &'static Blocks {
 #[divan::bench]
 fn enter_leave_in_process(b: divan::Bencher) {
     let rt = local();
-    let reqs = vec![Request::device("cpu", 0, 0.5)];
+    let reqs = vec![Need::device("cpu", 0, 0.5)];
     b.bench_local(|| {
         let s = rt.enter(reqs.clone()).unwrap();
         drop(s);
@@ -50,7 +50,7 @@ fn enter_leave_memory_applied(b: divan::Bencher) {
     static R: OnceLock<&'static Blocks> = OnceLock::new();
     let rt =
         R.get_or_init(|| Blocks::new(allot_topo::discover_live().unwrap(), true).into_static());
-    let reqs = vec![Request::device("memory", "node0", (64u64 << 20) as f64)];
+    let reqs = vec![Need::device("memory", "node0", (64u64 << 20) as f64)];
     b.bench_local(|| {
         let s = rt.enter(reqs.clone()).unwrap();
         drop(s);
@@ -62,7 +62,7 @@ fn enter_leave_memory_applied(b: divan::Bencher) {
 #[divan::bench]
 fn enter_leave_prepared_in_process(b: divan::Bencher) {
     let rt = local();
-    let p = rt.prepare(vec![Request::device("cpu", 0, 0.5)]).unwrap();
+    let p = rt.prepare(vec![Need::device("cpu", 0, 0.5)]).unwrap();
     b.bench_local(|| {
         let s = rt.enter_prepared(&p).unwrap();
         drop(s);
@@ -73,7 +73,7 @@ fn enter_leave_prepared_in_process(b: divan::Bencher) {
 #[divan::bench]
 fn enter_leave_policy_in_process(b: divan::Bencher) {
     let rt = local();
-    let reqs = vec![Request::policy(allot_require::policy::cores(1))];
+    let reqs = vec![Need::policy(allot_require::policy::cores(1))];
     b.bench_local(|| {
         let s = rt.enter(reqs.clone()).unwrap();
         drop(s);
@@ -87,7 +87,7 @@ fn enter_leave_through_broker(b: divan::Bencher) {
         return;
     };
     let rt = linked(&socket);
-    let reqs = vec![Request::device("cpu", 0, 0.5)];
+    let reqs = vec![Need::device("cpu", 0, 0.5)];
     b.bench_local(|| {
         let s = rt.enter(reqs.clone()).unwrap();
         drop(s);
@@ -105,7 +105,7 @@ fn enter_leave_fair_cores_alone_through_broker(b: divan::Bencher) {
         return;
     };
     let rt = linked(&socket);
-    let reqs = vec![Request::policy(allot_require::policy::fair_cores())];
+    let reqs = vec![Need::policy(allot_require::policy::fair_cores())];
     b.with_inputs(|| std::thread::sleep(std::time::Duration::from_millis(15)))
         .bench_local_values(|()| {
             let s = rt.enter(reqs.clone()).unwrap();

@@ -1,8 +1,8 @@
 //! Enters and leaves a prepared require scope in a loop (for profiling).
 fn main() {
-    use allot_require::{Blocks, Request};
+    use allot_require::{Blocks, Need};
     let rt = Blocks::new(allot_topo::discover_live().unwrap(), false).into_static();
-    let p = rt.prepare(vec![Request::device("cpu", 0, 0.5)]).unwrap();
+    let p = rt.prepare(vec![Need::device("cpu", 0, 0.5)]).unwrap();
     let n: u64 = std::env::args()
         .nth(1)
         .and_then(|a| a.parse().ok())

@@ -8,10 +8,10 @@
 //! denied. Leaving the scope (dropping the guard) gives everything back.
 //!
 //! ```
-//! use allot_require::{self as require, Request, policy};
+//! use allot_require::{self as require, Need, policy};
 //!
 //! // A policy: one whole CPU, exclusive; the block learns which one.
-//! let n = require::require(vec![Request::policy(policy::cores(1))], |s| {
+//! let n = require::require(vec![Need::policy(policy::cores(1))], |s| {
 //!     assert_eq!(s.outcome().cpus.len(), 1);
 //!     s.outcome().ncores
 //! })
@@ -20,7 +20,7 @@
 //!
 //! // Per device: half of the first CPU (`"cpu"` device 0).
 //! let rt = require::Blocks::global();
-//! let scope = rt.enter(vec![Request::device("cpu", 0, 0.5)]).unwrap();
+//! let scope = rt.enter(vec![Need::device("cpu", 0, 0.5)]).unwrap();
 //! drop(scope); // released here
 //! ```
 //!
@@ -60,7 +60,7 @@ pub mod throttle;
 pub mod tree;
 
 pub use blocks::{
-    Amount, Block, Blocks, Prepared, Request, RequireError, Timing, Wait, Waits, What, blocking,
+    Amount, Block, Blocks, Need, Prepared, RequireError, Timing, Wait, Waits, What, blocking,
     given_back, release_on, spawn,
 };
 pub use policy::{Constraint, Domain, Outcome, Policy, View};
@@ -69,7 +69,7 @@ pub use tree::Ownership;
 /// Runs `f` inside a scope of the process's runtime ([`Blocks::global`])
 /// holding `reqs`, waiting until they can be met; the scope is left when
 /// `f` returns or unwinds.
-pub fn require<R>(reqs: Vec<Request>, f: impl FnOnce(&Block<'_>) -> R) -> Result<R, RequireError> {
+pub fn require<R>(reqs: Vec<Need>, f: impl FnOnce(&Block<'_>) -> R) -> Result<R, RequireError> {
     let scope = Blocks::global().enter(reqs)?;
     Ok(f(&scope))
 }

@@ -9,7 +9,7 @@
 
 use allot_require::disk::{self, NAME};
 use allot_require::policy::{self, View};
-use allot_require::{Blocks, Request};
+use allot_require::{Blocks, Need};
 use allot_testkit::loopdev::{LoopDevice, losetup_available};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -72,12 +72,12 @@ fn policies_see_which_disk_is_busy_and_pick_the_idle_one() {
             true
         })
     };
-    drop(rt.enter(vec![Request::policy(peek.clone())]).unwrap());
+    drop(rt.enter(vec![Need::policy(peek.clone())]).unwrap());
     std::thread::sleep(Duration::from_millis(500));
-    drop(rt.enter(vec![Request::policy(peek)]).unwrap());
+    drop(rt.enter(vec![Need::policy(peek)]).unwrap());
     let rates = seen.lock().unwrap().clone();
     let pick = rt
-        .enter(vec![Request::policy(disk::least_busy(ids.clone()))])
+        .enter(vec![Need::policy(disk::least_busy(ids.clone()))])
         .unwrap();
     let picked = pick.outcome().nodes.clone();
     drop(pick);

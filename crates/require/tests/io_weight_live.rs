@@ -9,7 +9,7 @@
 //! One test in its own binary: it sets `ALLOT_IO_CGROUP` before building
 //! its runtime, which reads it once.
 
-use allot_require::{Blocks, Request, RequireError};
+use allot_require::{Blocks, Need, RequireError};
 use allot_testkit::loopdev::{LoopDevice, losetup_available};
 use std::os::unix::fs::FileExt;
 use std::os::unix::fs::OpenOptionsExt;
@@ -62,7 +62,7 @@ fn reader(
     go: Arc<AtomicBool>,
     span: Duration,
 ) -> (f64, String) {
-    let scope = rt.enter(vec![Request::device("io", &majmin, w)]).unwrap();
+    let scope = rt.enter(vec![Need::device("io", &majmin, w)]).unwrap();
     let group = std::fs::read_to_string("/proc/thread-self/cgroup")
         .unwrap()
         .lines()
@@ -133,7 +133,7 @@ fn threads_read_a_bfq_device_in_proportion_to_their_weights() {
     // what to change.
     lo.set_scheduler("mq-deadline").unwrap();
     let rt: &'static Blocks = Blocks::new(machine, true).into_static();
-    match rt.enter(vec![Request::device("io", &mm, 500.0)]) {
+    match rt.enter(vec![Need::device("io", &mm, 500.0)]) {
         Err(RequireError::Unenforceable { why, .. }) => {
             assert!(
                 why.contains("mq-deadline") && why.contains("echo bfq"),
@@ -144,7 +144,7 @@ fn threads_read_a_bfq_device_in_proportion_to_their_weights() {
         Ok(_) => panic!("a weight on an mq-deadline device was accepted"),
     }
     // Weight 0 (nothing) is no weight to enforce: accepted.
-    drop(rt.enter(vec![Request::device("io", &mm, 0.0)]).unwrap());
+    drop(rt.enter(vec![Need::device("io", &mm, 0.0)]).unwrap());
 
     lo.set_scheduler("bfq").unwrap();
     // BFQ raises the weight of queues it takes for interactive (new ones,

@@ -7,7 +7,7 @@
 
 use allot_require::kind::{Device, Kind, KindOps};
 use allot_require::policy::{self, View};
-use allot_require::{Blocks, Request, RequireError};
+use allot_require::{Blocks, Need, RequireError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -99,13 +99,13 @@ fn policies_see_the_rate_the_probe_measures_and_requests_use_the_devices() {
     // has one. Each look is bracketed by clock reads: its probe ran
     // somewhere between them.
     let a = Instant::now();
-    drop(rt.enter(vec![Request::policy(peek.clone())]).unwrap());
+    drop(rt.enter(vec![Need::policy(peek.clone())]).unwrap());
     let b = Instant::now();
     // 5 MB over about 100 ms.
     ops.bytes.fetch_add(5_000_000, Ordering::Relaxed);
     std::thread::sleep(Duration::from_millis(100));
     let c = Instant::now();
-    drop(rt.enter(vec![Request::policy(peek.clone())]).unwrap());
+    drop(rt.enter(vec![Need::policy(peek.clone())]).unwrap());
     let d = Instant::now();
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen[0], (None, None));
@@ -123,7 +123,7 @@ fn policies_see_the_rate_the_probe_measures_and_requests_use_the_devices() {
     assert_eq!(seen[1].1, None);
 
     // A per-device request is exclusive and reaches the kind's restrict.
-    let held = rt.enter(vec![Request::device("Link", "a", 1.0)]).unwrap();
+    let held = rt.enter(vec![Need::device("Link", "a", 1.0)]).unwrap();
     assert!(
         ops.restricted
             .lock()
@@ -136,7 +136,7 @@ fn policies_see_the_rate_the_probe_measures_and_requests_use_the_devices() {
     let try_take = move || {
         std::thread::spawn(move || {
             let tid = allot_require::blocks::current_tid();
-            let req = vec![Request::device("Link", "a", 1.0)];
+            let req = vec![Need::device("Link", "a", 1.0)];
             let got = rt
                 .enter_as(tid, req, false, std::panic::Location::caller())
                 .unwrap();
@@ -179,7 +179,7 @@ fn a_policy_walks_every_kind_and_its_devices() {
             true
         })
     };
-    let held = rt.enter(vec![Request::policy(walk)]).unwrap();
+    let held = rt.enter(vec![Need::policy(walk)]).unwrap();
     let kinds = seen.lock().unwrap().clone();
     assert_eq!(kinds.first().map(String::as_str), Some("cpu"), "{kinds:?}");
     assert!(kinds.contains(&"Walk".to_string()), "{kinds:?}");

@@ -12,7 +12,7 @@
 
 mod common;
 
-use allot_require::{Blocks, Request};
+use allot_require::{Blocks, Need};
 use common::CgroupBase;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -116,7 +116,7 @@ fn cap_role() {
     let rt = Blocks::new(allot_topo::discover_live().unwrap(), true).into_static();
     // A line of its own: the harness's "test cap_role ... " has none.
     println!("\nbefore {}", cgroup());
-    let scope = match rt.enter(vec![Request::device("memory", "node0", (64 * MIB) as f64)]) {
+    let scope = match rt.enter(vec![Need::device("memory", "node0", (64 * MIB) as f64)]) {
         Ok(s) => s,
         Err(e) => {
             println!("refused {e}");

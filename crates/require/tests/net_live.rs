@@ -6,7 +6,7 @@
 
 use allot_require::net::{self, NAME};
 use allot_require::policy::{self, View};
-use allot_require::{Blocks, Request};
+use allot_require::{Blocks, Need};
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -56,12 +56,12 @@ fn policies_see_which_interface_is_busy_and_pick_the_idle_one() {
             true
         })
     };
-    drop(rt.enter(vec![Request::policy(peek.clone())]).unwrap());
+    drop(rt.enter(vec![Need::policy(peek.clone())]).unwrap());
     std::thread::sleep(Duration::from_millis(500));
-    drop(rt.enter(vec![Request::policy(peek)]).unwrap());
+    drop(rt.enter(vec![Need::policy(peek)]).unwrap());
     let (lo, idle) = *seen.lock().unwrap();
     let pick = rt
-        .enter(vec![Request::policy(net::least_busy(vec![
+        .enter(vec![Need::policy(net::least_busy(vec![
             "lo".into(),
             other.clone(),
         ]))])

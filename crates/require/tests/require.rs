@@ -6,7 +6,7 @@ mod common;
 
 use allot_require::Ownership;
 use allot_require::policy::{self, Constraint, Domain};
-use allot_require::{Blocks, Request, RequireError, Timing};
+use allot_require::{Blocks, Need, RequireError, Timing};
 use common::{affinity, live_runtime};
 use std::panic::Location;
 use std::sync::Arc;
@@ -20,9 +20,9 @@ use std::time::Duration;
 fn figure_1_threads_never_exceed_the_granted_cores() {
     let cpus = allot_topo::allowed_cpus().unwrap();
     let rt = live_runtime();
-    let all: Vec<Request> = cpus
+    let all: Vec<Need> = cpus
         .iter()
-        .map(|c| Request::device("cpu", rt_index(rt, c), 1.0))
+        .map(|c| Need::device("cpu", rt_index(rt, c), 1.0))
         .collect();
     let outer = rt.enter(all).unwrap();
     let running = Arc::new(AtomicUsize::new(0));
@@ -34,7 +34,7 @@ fn figure_1_threads_never_exceed_the_granted_cores() {
         let (running, peak, seen) = (running.clone(), peak.clone(), seen.clone());
         handles.push(std::thread::spawn(move || {
             let _g = ctx.map(|c| rt.child_start(c));
-            let s = rt.enter(vec![Request::policy(policy::cores(1))]).unwrap();
+            let s = rt.enter(vec![Need::policy(policy::cores(1))]).unwrap();
             let now = running.fetch_add(1, Ordering::SeqCst) + 1;
             peak.fetch_max(now, Ordering::SeqCst);
             let mine = affinity();
@@ -74,27 +74,25 @@ fn rt_index(rt: &Blocks, cpu: usize) -> usize {
 #[test]
 fn errors_name_the_site() {
     let rt = Blocks::new(allot_topo::discover_live().unwrap(), false);
-    let e = rt.enter(vec![Request::device("gpu", 0, 1.0)]).unwrap_err();
+    let e = rt.enter(vec![Need::device("gpu", 0, 1.0)]).unwrap_err();
     assert!(matches!(e, RequireError::UnknownKind { .. }));
     assert!(
         e.to_string().contains("require.rs") && e.to_string().contains("known: cpu, memory, io"),
         "{e}"
     );
-    let e = rt
-        .enter(vec![Request::device("cpu", 999, 1.0)])
-        .unwrap_err();
+    let e = rt.enter(vec![Need::device("cpu", 999, 1.0)]).unwrap_err();
     assert!(matches!(e, RequireError::UnknownDevice { .. }), "{e}");
-    let e = rt.enter(vec![Request::device("cpu", 0, 2.0)]).unwrap_err();
+    let e = rt.enter(vec![Need::device("cpu", 0, 2.0)]).unwrap_err();
     assert!(matches!(e, RequireError::BadAmount { .. }), "{e}");
-    let _s = rt.enter(vec![Request::device("cpu", 0, 0.25)]).unwrap();
-    let e = rt.enter(vec![Request::device("cpu", 0, 0.5)]).unwrap_err();
+    let _s = rt.enter(vec![Need::device("cpu", 0, 0.25)]).unwrap();
+    let e = rt.enter(vec![Need::device("cpu", 0, 0.5)]).unwrap_err();
     assert!(matches!(e, RequireError::TooLarge { .. }), "{e}");
     assert!(
         e.to_string()
             .contains("may not ask for more than its enclosing one")
     );
     let e = rt
-        .enter(vec![Request::policy(policy::cores(10_000))])
+        .enter(vec![Need::policy(policy::cores(10_000))])
         .unwrap_err();
     assert!(matches!(e, RequireError::Impossible { .. }), "{e}");
 }
@@ -103,10 +101,8 @@ fn errors_name_the_site() {
 fn shares_and_nesting() {
     let rt = Blocks::new(allot_topo::discover_live().unwrap(), false);
     let tid = allot_require::blocks::current_tid();
-    let outer = rt.enter(vec![Request::device("cpu", 0, 0.8)]).unwrap();
-    let inner = rt
-        .enter(vec![Request::device_share("cpu", 0, 0.5)])
-        .unwrap();
+    let outer = rt.enter(vec![Need::device("cpu", 0, 0.8)]).unwrap();
+    let inner = rt.enter(vec![Need::device_share("cpu", 0, 0.5)]).unwrap();
     assert!(
         (rt.holding(tid, "cpu", 0).unwrap() - 0.4).abs() < 1e-9,
         "50% of the 0.8 available"
@@ -126,8 +122,8 @@ fn for_child_requests_are_made_by_each_child() {
     let rt = live_runtime();
     let s = rt
         .enter(vec![
-            Request::policy(policy::cores(2)),
-            Request::policy(policy::cores(1)).when(Timing::ForChild),
+            Need::policy(policy::cores(2)),
+            Need::policy(policy::cores(1)).when(Timing::ForChild),
         ])
         .unwrap();
     assert_eq!(s.outcome().ncores, 2);
@@ -166,7 +162,7 @@ fn join_policies_keep_strong_and_weak_apart() {
             policy::weak_numa_node()
         };
         if let Some(s) = rt
-            .enter_as(1000 + j, vec![Request::policy(p)], false, site)
+            .enter_as(1000 + j, vec![Need::policy(p)], false, site)
             .unwrap()
         {
             scopes.push((j % 2 == 0, s));
@@ -195,7 +191,7 @@ fn join_policies_keep_strong_and_weak_apart() {
     assert!(
         rt.enter_as(
             2000,
-            vec![Request::policy(policy::strong_numa_node())],
+            vec![Need::policy(policy::strong_numa_node())],
             false,
             site
         )
@@ -220,7 +216,7 @@ fn qr_outer_workers_get_a_node_apiece() {
             .map(|w| {
                 rt.enter_as(
                     100 + w,
-                    vec![Request::policy(policy::numa_nodes(1))],
+                    vec![Need::policy(policy::numa_nodes(1))],
                     false,
                     site,
                 )
@@ -240,14 +236,9 @@ fn qr_outer_workers_get_a_node_apiece() {
         got.dedup();
         assert_eq!(got.len(), nodes.len(), "{name}: two workers share a node");
         assert!(
-            rt.enter_as(
-                999,
-                vec![Request::policy(policy::numa_nodes(1))],
-                false,
-                site
-            )
-            .unwrap()
-            .is_none(),
+            rt.enter_as(999, vec![Need::policy(policy::numa_nodes(1))], false, site)
+                .unwrap()
+                .is_none(),
             "{name}: a worker beyond the nodes must wait"
         );
     }
@@ -264,12 +255,7 @@ fn declarative_constraints_stay_in_one_domain() {
         domain: Domain::Llc,
     };
     let s = rt
-        .enter_as(
-            1,
-            vec![Request::policy(policy::constrained(c))],
-            false,
-            site,
-        )
+        .enter_as(1, vec![Need::policy(policy::constrained(c))], false, site)
         .unwrap()
         .unwrap();
     assert_eq!(s.outcome().ncores, 8);
@@ -290,7 +276,7 @@ fn declarative_constraints_stay_in_one_domain() {
     let s = rt
         .enter_as(
             1,
-            vec![Request::policy(policy::constrained(n)).owned(Ownership::Default)],
+            vec![Need::policy(policy::constrained(n)).owned(Ownership::Default)],
             false,
             site,
         )
@@ -315,15 +301,15 @@ fn figure_6c_after_spawn_and_for_child_give_each_thread_its_cpu() {
     std::thread::spawn(move || {
         let outer = rt
             .enter(vec![
-                Request::policy(policy::cores(2)).when(Timing::BeforeSpawn),
+                Need::policy(policy::cores(2)).when(Timing::BeforeSpawn),
             ])
             .unwrap();
         let inner = rt
             .enter(vec![
-                Request::policy(policy::cores(1))
+                Need::policy(policy::cores(1))
                     .owned(Ownership::Private)
                     .when(Timing::AfterSpawn),
-                Request::policy(policy::cores(1)).when(Timing::ForChild),
+                Need::policy(policy::cores(1)).when(Timing::ForChild),
             ])
             .unwrap();
         assert_eq!(
@@ -378,7 +364,7 @@ fn records_of_ended_threads_are_dropped() {
     let threads: Vec<_> = (0..50)
         .map(|_| {
             std::thread::spawn(move || {
-                let _s = rt.enter(vec![Request::device("cpu", 0, 0.5)]).unwrap();
+                let _s = rt.enter(vec![Need::device("cpu", 0, 0.5)]).unwrap();
                 rt.block_current();
                 rt.unblock_current();
             })
@@ -391,12 +377,12 @@ fn records_of_ended_threads_are_dropped() {
     // A thread that ends inside a scope (its guard forgotten) gives back
     // what it held.
     std::thread::spawn(move || {
-        std::mem::forget(rt.enter(vec![Request::device("cpu", 1, 1.0)]).unwrap());
+        std::mem::forget(rt.enter(vec![Need::device("cpu", 1, 1.0)]).unwrap());
     })
     .join()
     .unwrap();
     assert_eq!(rt.thread_records(), 0);
-    let _all = rt.enter(vec![Request::device("cpu", 1, 1.0)]).unwrap();
+    let _all = rt.enter(vec![Need::device("cpu", 1, 1.0)]).unwrap();
 }
 
 /// Threads waiting at the top level hold nothing, so one starting to wait
@@ -407,9 +393,7 @@ fn records_of_ended_threads_are_dropped() {
 #[test]
 fn waiters_holding_nothing_do_not_wake_each_other() {
     let rt = Blocks::new(allot_topo::Machine::uniform(2), false).into_static();
-    let holder = rt
-        .enter(vec![Request::policy(policy::min_cores(1))])
-        .unwrap();
+    let holder = rt.enter(vec![Need::policy(policy::min_cores(1))]).unwrap();
     let runs = Arc::new(AtomicUsize::new(0));
     let waiters: Vec<_> = (0..3)
         .map(|_| {
@@ -420,7 +404,7 @@ fn waiters_holding_nothing_do_not_wake_each_other() {
                     runs.fetch_add(1, Ordering::SeqCst);
                     fair.run(v)
                 });
-                let s = rt.enter(vec![Request::policy(counted)]).unwrap();
+                let s = rt.enter(vec![Need::policy(counted)]).unwrap();
                 assert!(s.outcome().ncores >= 1);
             })
         })
@@ -452,7 +436,7 @@ fn enter_policy(
     tid: u64,
     policy: Arc<dyn allot_require::policy::Policy>,
 ) -> allot_require::blocks::Block<'_> {
-    rt.enter_as(tid, vec![Request::policy(policy)], true, Location::caller())
+    rt.enter_as(tid, vec![Need::policy(policy)], true, Location::caller())
         .unwrap()
         .expect("a blocking enter returns a scope")
 }
@@ -556,7 +540,7 @@ fn cpu0_available(rt: &'static Blocks) -> f64 {
             *out.lock().unwrap() = v.devices("cpu").next().map_or(f64::NAN, |d| d.available);
             true
         });
-        drop(rt.enter(vec![Request::policy(probe)]).unwrap());
+        drop(rt.enter(vec![Need::policy(probe)]).unwrap());
     })
     .join()
     .unwrap();
@@ -574,7 +558,7 @@ fn waits_give_back_by_kind_and_the_count_says_so() {
     let rt = Blocks::new(allot_topo::Machine::uniform(2), false).into_static();
     std::thread::spawn(move || {
         release_on(Waits::PAPER);
-        let _s = rt.enter(vec![Request::device("cpu", 0, 1.0)]).unwrap();
+        let _s = rt.enter(vec![Need::device("cpu", 0, 1.0)]).unwrap();
         let n = given_back();
         assert!(!rt.block_current_for(Wait::Io), "I/O keeps by default");
         assert_eq!(given_back(), n);

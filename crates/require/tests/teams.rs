@@ -7,7 +7,7 @@
 mod common;
 
 use allot_require::policy;
-use allot_require::{Blocks, Request};
+use allot_require::{Blocks, Need};
 use common::{affinity, live_runtime};
 
 /// A team made inside a block (spawn points called as the
@@ -22,7 +22,7 @@ fn a_team_in_a_block_gets_one_cpu_per_thread_and_a_lone_thread_keeps_all() {
     }
     let rt = live_runtime();
     std::thread::spawn(move || {
-        let block = rt.enter(vec![Request::policy(policy::cores(2))]).unwrap();
+        let block = rt.enter(vec![Need::policy(policy::cores(2))]).unwrap();
         assert_eq!(affinity().len(), 2, "alone in its block: both CPUs");
         let granted = affinity();
         let team = spawn_team(rt, 3);
@@ -63,7 +63,7 @@ fn when_members_end_the_team_spreads_again_over_the_cpus_they_left() {
     }
     let rt = live_runtime();
     std::thread::spawn(move || {
-        let block = rt.enter(vec![Request::policy(policy::cores(2))]).unwrap();
+        let block = rt.enter(vec![Need::policy(policy::cores(2))]).unwrap();
         let granted = affinity();
         let team = spawn_team(rt, 3);
         let mine = affinity();
@@ -113,7 +113,7 @@ fn a_waiting_members_cpu_is_used_by_a_teammate_meanwhile() {
     }
     let rt = live_runtime();
     std::thread::spawn(move || {
-        let block = rt.enter(vec![Request::policy(policy::cores(2))]).unwrap();
+        let block = rt.enter(vec![Need::policy(policy::cores(2))]).unwrap();
         let granted = affinity();
         // Two members that block and continue on command.
         let (said, hear) = std::sync::mpsc::channel::<(usize, u32, Vec<usize>)>();
@@ -219,7 +219,7 @@ fn a_leader_whose_team_ended_while_it_waited_gets_its_whole_block_back() {
     let rt = live_runtime();
     std::thread::spawn(move || {
         for _ in 0..200 {
-            let block = rt.enter(vec![Request::policy(policy::cores(2))]).unwrap();
+            let block = rt.enter(vec![Need::policy(policy::cores(2))]).unwrap();
             let granted = affinity();
             // Four on two CPUs, then the members on the leader's CPU end:
             // the leader is alone on its CPU, the two others share theirs.

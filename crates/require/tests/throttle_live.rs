@@ -151,12 +151,12 @@ fn a_fractional_require_uses_the_configured_quota() {
     const CHILD: &str = "ALLOT_TEST_THROTTLE_CHILD";
     if std::env::var_os(CHILD).is_some() {
         // In the child process: the runtime reads ALLOT_THROTTLE_CGROUP.
-        use allot_require::{Blocks, Request};
+        use allot_require::{Blocks, Need};
         let rt = Blocks::new(allot_topo::discover_live().unwrap(), true).into_static();
         let tid = rustix::thread::gettid().as_raw_nonzero().get();
         let outside = my_cpu_cgroup();
         {
-            let _s = rt.enter(vec![Request::device("cpu", 0, 0.3)]).unwrap();
+            let _s = rt.enter(vec![Need::device("cpu", 0, 0.3)]).unwrap();
             let inside = my_cpu_cgroup();
             assert!(
                 inside.ends_with(&format!("/allot-t{tid}")),

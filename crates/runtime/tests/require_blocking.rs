@@ -1,7 +1,7 @@
 //! A thread blocked in the runtime gives its `require` allocation back and
 //! retakes it before it continues (Poli-C's rule for blocked threads).
 
-use allot_require::{Blocks, Request};
+use allot_require::{Blocks, Need};
 use allot_runtime::Event;
 use std::sync::Arc;
 use std::sync::mpsc;
@@ -22,7 +22,7 @@ fn within(f: impl FnOnce() + Send + 'static) -> bool {
 #[test]
 fn a_thread_waiting_on_an_event_lends_its_cpu_and_retakes_it() {
     let rt = Blocks::global();
-    let cpu0 = || vec![Request::device("cpu", 0, 1.0)];
+    let cpu0 = || vec![Need::device("cpu", 0, 1.0)];
     let event = Arc::new(Event::new());
     let (held_tx, held_rx) = mpsc::channel();
     let holder = {
@@ -56,13 +56,13 @@ fn a_worker_parked_inside_a_scope_lends_its_cpu() {
     // A task enters a scope on CPU 1 and waits for an event; the worker
     // blocks there.
     let task = pool.spawn(move || {
-        let _s = rt.enter(vec![Request::device("cpu", 1, 1.0)]).unwrap();
+        let _s = rt.enter(vec![Need::device("cpu", 1, 1.0)]).unwrap();
         held_tx.send(()).unwrap();
         g2.wait();
     });
     held_rx.recv().unwrap();
     let got = within(move || {
-        let _s = rt.enter(vec![Request::device("cpu", 1, 1.0)]).unwrap();
+        let _s = rt.enter(vec![Need::device("cpu", 1, 1.0)]).unwrap();
     });
     gate.set();
     task.join().unwrap();

@@ -7,7 +7,7 @@
 //! `allot_cell_free`, or later at `allot_pool_free` of a pool built on it.
 
 use super::status::{Code, Error, Result, entry};
-use super::{CELLS, CellHandle, Grant, Spec, ensure_live, need_out, write_out};
+use super::{CELLS, CGrant, CellHandle, Spec, ensure_live, need_out, write_out};
 use allot_client::{Cell, ClientError, Mode, Options};
 use allot_proto::CallError;
 use allot_proto::msg::ErrorCode;
@@ -311,12 +311,12 @@ pub unsafe extern "C" fn allot_cell_standalone(out: *mut CellHandle) -> c_int {
 /// # Safety
 /// `out` is null or valid for a write.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn allot_cell_grant(cell: CellHandle, out: *mut Grant) -> c_int {
+pub unsafe extern "C" fn allot_cell_grant(cell: CellHandle, out: *mut CGrant) -> c_int {
     entry("allot_cell_grant", || {
         need_out(out, "out")?;
         let g = CELLS.with(cell.id, Cell::grant)?;
         // SAFETY: checked non-null above.
-        unsafe { write_out(out, Grant::from_client(&g)) };
+        unsafe { write_out(out, CGrant::from_client(&g)) };
         Ok(())
     })
 }
@@ -331,7 +331,7 @@ pub unsafe extern "C" fn allot_cell_wait_change(
     cell: CellHandle,
     seen_generation: u64,
     timeout_ns: i64,
-    out: *mut Grant,
+    out: *mut CGrant,
 ) -> c_int {
     entry("allot_cell_wait_change", || {
         need_out(out, "out")?;
@@ -347,12 +347,12 @@ pub unsafe extern "C" fn allot_cell_wait_change(
             );
             if g.generation != seen_generation {
                 // SAFETY: checked non-null above.
-                unsafe { write_out(out, Grant::from_client(&g)) };
+                unsafe { write_out(out, CGrant::from_client(&g)) };
                 return Ok(());
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 // SAFETY: checked non-null above.
-                unsafe { write_out(out, Grant::from_client(&g)) };
+                unsafe { write_out(out, CGrant::from_client(&g)) };
                 return Err(Error::new(
                     Code::Timeout,
                     format!(

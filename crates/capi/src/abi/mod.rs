@@ -111,7 +111,7 @@ pub const GRANT_WORDS: usize = 16;
 /// `allot_grant_t`: a consistent copy of a cell's grant.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Grant {
+pub struct CGrant {
     /// Grows with every change.
     pub generation: u64,
     /// Recommended worker count.
@@ -130,14 +130,14 @@ pub struct Grant {
 
 const _: () = assert!(std::mem::size_of::<CellHandle>() == 8);
 const _: () = assert!(std::mem::size_of::<Spec>() == 20);
-const _: () = assert!(std::mem::size_of::<Grant>() == 280);
-const _: () = assert!(std::mem::offset_of!(Grant, cpus) == 24);
-const _: () = assert!(std::mem::offset_of!(Grant, lent) == 152);
-impl Grant {
+const _: () = assert!(std::mem::size_of::<CGrant>() == 280);
+const _: () = assert!(std::mem::offset_of!(CGrant, cpus) == 24);
+const _: () = assert!(std::mem::offset_of!(CGrant, lent) == 152);
+impl CGrant {
     /// The C view of a client grant. (The bitmaps are the client's words
     /// as they are: a different `MAX_CPUS` there fails to compile here.)
-    pub fn from_client(g: &allot_client::Grant) -> Grant {
-        Grant {
+    pub fn from_client(g: &allot_client::Grant) -> CGrant {
+        CGrant {
             generation: g.generation,
             threads: g.threads,
             ncpus: g.cpus.len() as u32,

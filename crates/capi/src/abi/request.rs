@@ -1,5 +1,5 @@
 //! The requests of a C `require` block (`allot_req_t`, [`CReq`]) turned
-//! into the runtime's [`Request`]s, and the policies C names: built-in
+//! into the runtime's [`Need`]s, and the policies C names: built-in
 //! ones by code or name, and those a program defines at run time
 //! (`allot_policy_define`). The block itself is `require.rs`.
 
@@ -8,7 +8,7 @@ use super::site::{At, COutcome};
 use super::status::{Code, Error, Result, entry};
 use super::view::{CPolicy, PolicyFn};
 use allot_require::policy::{self, Constraint, Domain, Policy};
-use allot_require::{Ownership, Request, Timing};
+use allot_require::{Need, Ownership, Timing};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::{Arc, Mutex};
@@ -110,7 +110,7 @@ fn timing(code: c_int, i: usize) -> Result<Timing> {
 ///
 /// # Safety
 /// `r`'s strings are NULL or NUL-terminated.
-pub(crate) unsafe fn to_request(r: &CReq, i: usize, at: At) -> Result<Request> {
+pub(crate) unsafe fn to_request(r: &CReq, i: usize, at: At) -> Result<Need> {
     let own = ownership(r.own, i)?;
     let when = timing(r.timing, i)?;
     let req = match r.kind {
@@ -139,12 +139,12 @@ pub(crate) unsafe fn to_request(r: &CReq, i: usize, at: At) -> Result<Request> {
                         r.amount
                     )));
                 }
-                Request::device_share(kind, dev, r.amount)
+                Need::device_share(kind, dev, r.amount)
             } else {
-                Request::device(kind, dev, r.amount)
+                Need::device(kind, dev, r.amount)
             }
         }
-        REQ_POLICY => Request::policy(builtin(r, i, at)?),
+        REQ_POLICY => Need::policy(builtin(r, i, at)?),
         REQ_CPOLICY => {
             let Some(f) = r.func else {
                 return Err(Error::invalid(format!(
@@ -157,7 +157,7 @@ pub(crate) unsafe fn to_request(r: &CReq, i: usize, at: At) -> Result<Request> {
                 // SAFETY: the function's contract.
                 unsafe { c_str(r.name, &format!("request {i}'s policy name")) }?.to_string()
             };
-            Request::policy(Arc::new(CPolicy::new(name, f, r.arg)))
+            Need::policy(Arc::new(CPolicy::new(name, f, r.arg)))
         }
         REQ_NAMED => {
             // SAFETY: the function's contract.
@@ -168,9 +168,9 @@ pub(crate) unsafe fn to_request(r: &CReq, i: usize, at: At) -> Result<Request> {
                 .as_ref()
                 .and_then(|m| m.get(name).copied());
             match defined {
-                Some(f) => Request::policy(Arc::new(CPolicy::new(name.to_string(), f, r.arg))),
+                Some(f) => Need::policy(Arc::new(CPolicy::new(name.to_string(), f, r.arg))),
                 None => match builtin_named(name) {
-                    Some(p) => Request::policy(p),
+                    Some(p) => Need::policy(p),
                     None => {
                         let mut known: Vec<String> = NAMED
                             .lock()

@@ -51,8 +51,8 @@ pub fn pool() -> PoolHandle {
 }
 
 /// The cell's grant.
-pub fn grant(c: CellHandle) -> Result<Grant, Code> {
-    let mut g = Grant::default();
+pub fn grant(c: CellHandle) -> Result<CGrant, Code> {
+    let mut g = CGrant::default();
     // SAFETY: `g` is a valid out-pointer.
     match status(unsafe { allot_cell_grant(c, &mut g) }) {
         Code::Ok => Ok(g),

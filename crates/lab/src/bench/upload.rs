@@ -17,7 +17,7 @@
 //! and worst upload latency and the throughput, per number of clients,
 //! medians of `--repeats` runs.
 
-use allot_require::{Blocks, Request};
+use allot_require::{Blocks, Need};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -198,7 +198,7 @@ fn round(
                 let scope = match mode {
                     Mode::Plain => None,
                     Mode::Require => Some(
-                        rt.enter(vec![Request::device("io", &mm, 1000.0)])
+                        rt.enter(vec![Need::device("io", &mm, 1000.0)])
                             .map_err(std::io::Error::other)?,
                     ),
                 };

@@ -16,7 +16,7 @@ impl Blocks {
         &'s self,
         mut st: Locked<'s>,
         tid: Tid,
-        reqs: &[Request],
+        reqs: &[Need],
         devs: Option<&[Option<Dev>]>,
         block: bool,
         site: &'static Location<'static>,

@@ -347,7 +347,7 @@ mod tests {
     fn a_futex_wait_gives_back_past_a_busy_lock_but_not_from_inside_it() {
         let rt = Blocks::new(allot_topo::Machine::uniform(2), false).into_static();
         std::thread::spawn(move || {
-            let scope = rt.enter(vec![Request::device("cpu", 0, 1.0)]).unwrap();
+            let scope = rt.enter(vec![Need::device("cpu", 0, 1.0)]).unwrap();
             let (held, holding) = std::sync::mpsc::channel();
             let holder = std::thread::spawn(move || {
                 let st = rt.lock();

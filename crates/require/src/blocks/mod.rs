@@ -32,14 +32,14 @@ mod apply;
 mod block;
 mod broker;
 mod locked;
+mod need;
 mod place;
-mod request;
 mod resolve;
 mod spawn;
 mod wait;
 
 pub use block::{Wait, Waits, given_back, may_hold_current, release_on, releases, releasing};
-pub use request::{Amount, Request, RequireError, Timing, What};
+pub use need::{Amount, Need, RequireError, Timing, What};
 use resolve::{add_kind, add_kind_local, give_back, lookup, policy_impossible, resolve};
 pub use spawn::{ChildGuard, SpawnCtx, blocking, spawn};
 pub use wait::{DEFAULT_GATHER_WINDOW, PROBE_PART, QUIET_WINDOWS};
@@ -68,10 +68,10 @@ type Acquired = (Vec<(Dev, NodeId)>, Option<Box<Outcome>>);
 struct ScopeRec {
     id: u64,
     frames: Vec<(Dev, NodeId)>,
-    before: Vec<Request>,
-    after: Vec<Request>,
-    for_child: Vec<Request>,
-    for_desc: Vec<Request>,
+    before: Vec<Need>,
+    after: Vec<Need>,
+    for_child: Vec<Need>,
+    for_desc: Vec<Need>,
     spawned: bool,
     site: &'static Location<'static>,
 }
@@ -80,7 +80,7 @@ struct ScopeRec {
 struct ThreadRec {
     scopes: Vec<ScopeRec>,
     /// `ForDescendants` requests inherited from ancestors.
-    inherited: Vec<Request>,
+    inherited: Vec<Need>,
     /// Last OS state applied, per kind.
     applied: IntMap<KindId, Vec<Option<f64>>>,
     /// Frame vectors of left scopes, kept for reuse (no allocation per
@@ -435,7 +435,7 @@ impl Blocks {
     /// Enters a scope on the calling thread, waiting until its requests can
     /// be met.
     #[track_caller]
-    pub fn enter(&self, reqs: Vec<Request>) -> Result<Block<'_>, RequireError> {
+    pub fn enter(&self, reqs: Vec<Need>) -> Result<Block<'_>, RequireError> {
         self.enter_as(current_tid(), reqs, true, Location::caller())
             .map(|s| s.expect("blocking enter returns a scope"))
     }
@@ -445,7 +445,7 @@ impl Blocks {
     pub fn enter_as(
         &self,
         tid: Tid,
-        reqs: Vec<Request>,
+        reqs: Vec<Need>,
         block: bool,
         site: &'static Location<'static>,
     ) -> Result<Option<Block<'_>>, RequireError> {
@@ -455,7 +455,7 @@ impl Blocks {
     /// Resolves `reqs` once (kinds and devices looked up, amounts checked),
     /// so entering them again costs no lookup and no allocation for them.
     #[track_caller]
-    pub fn prepare(&self, reqs: Vec<Request>) -> Result<Prepared, RequireError> {
+    pub fn prepare(&self, reqs: Vec<Need>) -> Result<Prepared, RequireError> {
         let site = Location::caller();
         let st = self.lock();
         let mut devs = Vec::with_capacity(reqs.len());
@@ -492,7 +492,7 @@ impl Blocks {
     fn enter_inner(
         &self,
         tid: Tid,
-        reqs: &[Request],
+        reqs: &[Need],
         devs: Option<&[Option<Dev>]>,
         block: bool,
         site: &'static Location<'static>,
@@ -503,23 +503,22 @@ impl Blocks {
         let deferred = reqs.iter().any(|r| r.timing != Timing::Now);
         // Requests for later (spawn timings) are kept aside; the rest are
         // acquired now. Without deferred requests nothing is copied.
-        let (now, mut later, now_devs): (Cow<'_, [Request]>, Vec<Request>, Option<Vec<_>>) =
-            if deferred {
-                let mut now = Vec::new();
-                let mut nd = Vec::new();
-                let mut later = Vec::new();
-                for (i, r) in reqs.iter().enumerate() {
-                    if r.timing == Timing::Now {
-                        now.push(r.clone());
-                        nd.push(devs.and_then(|d| d[i]));
-                    } else {
-                        later.push(r.clone());
-                    }
+        let (now, mut later, now_devs): (Cow<'_, [Need]>, Vec<Need>, Option<Vec<_>>) = if deferred {
+            let mut now = Vec::new();
+            let mut nd = Vec::new();
+            let mut later = Vec::new();
+            for (i, r) in reqs.iter().enumerate() {
+                if r.timing == Timing::Now {
+                    now.push(r.clone());
+                    nd.push(devs.and_then(|d| d[i]));
+                } else {
+                    later.push(r.clone());
                 }
-                (Cow::Owned(now), later, Some(nd))
-            } else {
-                (Cow::Borrowed(reqs), Vec::new(), None)
-            };
+            }
+            (Cow::Owned(now), later, Some(nd))
+        } else {
+            (Cow::Borrowed(reqs), Vec::new(), None)
+        };
         let now_devs: Option<&[Option<Dev>]> = match &now_devs {
             Some(v) => Some(v),
             None => devs,
@@ -631,7 +630,7 @@ impl Blocks {
 /// Requests resolved once against a runtime ([`Blocks::prepare`]).
 #[derive(Debug, Clone)]
 pub struct Prepared {
-    reqs: Vec<Request>,
+    reqs: Vec<Need>,
     devs: Vec<Option<Dev>>,
     site: &'static Location<'static>,
 }

@@ -62,7 +62,7 @@ pub(super) fn resolve(
     st: &State,
     machine: &Machine,
     tid: Tid,
-    reqs: &[Request],
+    reqs: &[Need],
     devs: Option<&[Option<Dev>]>,
     site: &'static Location<'static>,
     mut asks: Vec<Ask>,
@@ -254,7 +254,7 @@ fn view_for<'m>(st: &State, machine: &'m Machine, tid: Tid, own: Ownership) -> V
 }
 
 /// Whether a policy fails even on a completely free machine.
-pub(super) fn policy_impossible(st: &State, machine: &Machine, reqs: &[Request]) -> bool {
+pub(super) fn policy_impossible(st: &State, machine: &Machine, reqs: &[Need]) -> bool {
     let mut devs = Vec::new();
     for (k, kind) in st.kinds.iter().enumerate() {
         for (d, dev) in kind.devices.iter().enumerate() {

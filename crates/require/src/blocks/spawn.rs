@@ -33,8 +33,8 @@ impl Blocks {
         }
         let t = st.threads.get(&tid)?;
         // The child makes these when it starts: they are immediate there.
-        let now = |r: &Request| r.clone().when(Timing::Now);
-        let mut for_child: Vec<Request> = t.inherited.clone();
+        let now = |r: &Need| r.clone().when(Timing::Now);
+        let mut for_child: Vec<Need> = t.inherited.clone();
         for s in &t.scopes {
             for_child.extend(s.for_desc.iter().map(now));
         }
@@ -214,8 +214,8 @@ pub struct SpawnCtx {
     parent: Tid,
     /// The dormant stand-in that holds the child's share until it starts.
     pending: Tid,
-    for_child: Vec<Request>,
-    descendants: Vec<Request>,
+    for_child: Vec<Need>,
+    descendants: Vec<Need>,
     /// The spawning thread's choice of waits that give back.
     release_on: block::Waits,
 }

@@ -47,7 +47,7 @@ pub enum What {
 
 /// One request of a `require`.
 #[derive(Debug, Clone)]
-pub struct Request {
+pub struct Need {
     /// A device amount, or a policy that picks devices.
     pub what: What,
     /// Exclusive (the default), private to the thread, or shared.
@@ -56,10 +56,10 @@ pub struct Request {
     pub timing: Timing,
 }
 
-impl Request {
+impl Need {
     /// `kind(dev, amount)`.
-    pub fn device(kind: &str, dev: impl ToString, amount: f64) -> Request {
-        Request {
+    pub fn device(kind: &str, dev: impl ToString, amount: f64) -> Need {
+        Need {
             what: What::Device {
                 kind: kind.into(),
                 dev: dev.to_string(),
@@ -70,8 +70,8 @@ impl Request {
         }
     }
     /// `kind(dev, share%)`: a share of what is available.
-    pub fn device_share(kind: &str, dev: impl ToString, share: f64) -> Request {
-        Request {
+    pub fn device_share(kind: &str, dev: impl ToString, share: f64) -> Need {
+        Need {
             what: What::Device {
                 kind: kind.into(),
                 dev: dev.to_string(),
@@ -82,20 +82,20 @@ impl Request {
         }
     }
     /// A request that runs policy `p`, with the default ownership and timing.
-    pub fn policy(p: Arc<dyn Policy>) -> Request {
-        Request {
+    pub fn policy(p: Arc<dyn Policy>) -> Need {
+        Need {
             what: What::Policy(p),
             own: Ownership::Default,
             timing: Timing::Now,
         }
     }
     /// With ownership `own`.
-    pub fn owned(mut self, own: Ownership) -> Request {
+    pub fn owned(mut self, own: Ownership) -> Need {
         self.own = own;
         self
     }
     /// With timing `t`.
-    pub fn when(mut self, t: Timing) -> Request {
+    pub fn when(mut self, t: Timing) -> Need {
         self.timing = t;
         self
     }
