@@ -17,7 +17,7 @@
 //! cell (work the cells must not be promised), and the pressure stall
 //! information (`/proc/pressure/cpu`).
 //!
-//! Both are a [`Series`]: at most [`SAMPLES`] readings, oldest first, and
+//! Both are a [`Samples`]: at most [`SAMPLES`] readings, oldest first, and
 //! the stretch of a span is read from its newest reading back to the
 //! oldest at least that span before it.
 //!
@@ -112,19 +112,19 @@ pub trait Stamped {
 
 /// The last [`SAMPLES`] readings, oldest first.
 #[derive(Debug, Clone)]
-pub struct Series<S> {
+pub struct Samples<S> {
     samples: VecDeque<S>,
 }
 
-impl<S> Default for Series<S> {
+impl<S> Default for Samples<S> {
     fn default() -> Self {
-        Series {
+        Samples {
             samples: VecDeque::new(),
         }
     }
 }
 
-impl<S: Stamped> Series<S> {
+impl<S: Stamped> Samples<S> {
     /// Adds a reading, forgetting the oldest when [`SAMPLES`] are kept.
     pub fn push(&mut self, s: S) {
         if self.samples.len() == SAMPLES {
@@ -185,7 +185,7 @@ impl Stamped for LoadSample {
 /// A cell's recent samples.
 #[derive(Debug, Clone, Default)]
 pub struct Perf {
-    samples: Series<Sample>,
+    samples: Samples<Sample>,
     /// Whether the cell ever counted a heartbeat or a latency: a cell
     /// that never did has no rate or latency (rather than zero).
     pub beats_seen: bool,
@@ -352,7 +352,7 @@ pub struct LoadSample {
 /// The machine's recent load.
 #[derive(Debug, Clone, Default)]
 pub struct Load {
-    samples: Series<LoadSample>,
+    samples: Samples<LoadSample>,
 }
 
 /// What a stretch of the machine's series says.

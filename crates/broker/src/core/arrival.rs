@@ -19,8 +19,7 @@
 use super::state::arrival::Arriving;
 use super::{Effect, Engine, answer, err};
 use crate::journal::{MemberRec, Record};
-use crate::log::info;
-use crate::log::warn;
+use crate::log::{info, warn};
 use crate::names::shown;
 use crate::peer::{Peer, SessionId};
 use allot_proto::msg::{ErrorCode, Reply};
