@@ -35,8 +35,8 @@
 //! - `time`: what the kernel enforces for a time cell, and its windows;
 //! - `entry`: the entry points, each returning its step's effects with
 //!   the journal's records first;
-//! - `effect`: what entry points return to the event loop ([`Effect`]),
-//!   sessions and peers;
+//! - `effect`: what entry points return to the event loop ([`Effect`])
+//!   (the sessions and peers it names are `crate::peer`'s);
 //! - `journaling`: the records a step asks for, and admission held while
 //!   the journal is behind;
 //! - `message`: message-triggered cells asleep and awake; `isolation`:

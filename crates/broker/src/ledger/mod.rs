@@ -16,7 +16,7 @@
 //! `max − min − Σ exclusive`.
 //!
 //! Requests that wait are served in the order they asked, across
-//! processes: the line ([`line`], and [`waiting`] for what its places
+//! processes: the line ([`line`], and `waiting` for what its places
 //! reserve and whom a change wakes).
 //!
 //! Built-in kinds mirror the client's (`cpu`: one device per usable CPU, named
