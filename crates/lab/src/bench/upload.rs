@@ -64,14 +64,27 @@ impl Drop for Device {
             for d in std::fs::read_dir(g).into_iter().flatten().flatten() {
                 if d.path().is_dir() {
                     move_all(&d.path(), &root);
-                    let _ = std::fs::remove_dir(d.path());
+                    remove_group(&d.path());
                 }
             }
             move_all(g, &root);
-            let _ = std::fs::remove_dir(g);
+            remove_group(g);
         }
         let _ = Command::new("losetup").args(["-d", &self.dev]).status();
         let _ = std::fs::remove_file(&self.file);
+    }
+}
+
+/// Removes the emptied cgroup directory `d`. A thread that has just left
+/// it (or ended) is released a moment later, and until then the kernel
+/// refuses with `EBUSY`: tried again for up to a second.
+fn remove_group(d: &Path) {
+    let until = Instant::now() + Duration::from_secs(1);
+    while let Err(e) = std::fs::remove_dir(d) {
+        if e.raw_os_error() != Some(libc::EBUSY) || Instant::now() >= until {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
