@@ -59,46 +59,19 @@ struct Device {
 
 impl Drop for Device {
     fn drop(&mut self) {
-        if let Some(g) = &self.group {
-            let root = Path::new(BLKIO).join("tasks");
-            for d in std::fs::read_dir(g).into_iter().flatten().flatten() {
-                if d.path().is_dir() {
-                    move_all(&d.path(), &root);
-                    remove_group(&d.path());
-                }
-            }
-            move_all(g, &root);
-            remove_group(g);
+        // The group and the per-thread groups `require` made in it: their
+        // threads back to the root, each removed once the kernel released
+        // the threads that left (the test kit's removal).
+        if let Some(g) = self.group.take() {
+            drop(allot_testkit::CgroupDirs(vec![g]));
         }
         let _ = Command::new("losetup").args(["-d", &self.dev]).status();
         let _ = std::fs::remove_file(&self.file);
     }
 }
 
-/// Removes the emptied cgroup directory `d`. A thread that has just left
-/// it (or ended) is released a moment later, and until then the kernel
-/// refuses with `EBUSY`: tried again for up to a second.
-fn remove_group(d: &Path) {
-    let until = Instant::now() + Duration::from_secs(1);
-    while let Err(e) = std::fs::remove_dir(d) {
-        if e.raw_os_error() != Some(libc::EBUSY) || Instant::now() >= until {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 const BLKIO: &str = "/sys/fs/cgroup/blkio";
 const CHUNK: usize = 1 << 20;
-
-fn move_all(from: &Path, to: &Path) {
-    for t in std::fs::read_to_string(from.join("tasks"))
-        .unwrap_or_default()
-        .split_whitespace()
-    {
-        let _ = std::fs::write(to, t);
-    }
-}
 
 /// Attaches a loop device of `bytes` to a file in `dir`, with BFQ where
 /// the kernel has it, and a blkio group where v1 blkio has BFQ weights.
