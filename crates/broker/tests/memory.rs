@@ -10,8 +10,7 @@ use allot_enforce::DryRun;
 use allot_enforce::dryrun::Call;
 use allot_enforce::os::FakeOs;
 use allot_proto::msg::{ErrorCode, Reply, Request};
-use allot_spec::MemoryUse;
-use allot_spec::{CellSpec, Memory};
+use allot_spec::{CellSpec, Memory, MemoryUse};
 use allot_topo::CpuSet;
 use common::*;
 

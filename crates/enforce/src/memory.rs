@@ -28,8 +28,7 @@
 //!   where it was (the kernel does not move charges by default).
 
 use crate::cgroupfs::CgroupFs;
-use allot_spec::Memory;
-use allot_spec::MemoryUse;
+use allot_spec::{Memory, MemoryUse};
 use std::io;
 use std::path::{Path, PathBuf};
 

@@ -11,6 +11,10 @@
 //! sees their CPUs and sizes but not their names or processes, and such a
 //! cell is marked [`CellStatus::private`].
 
+// The spec's own types, in the document as they are: a placement's serde
+// form is its name (`any`, `llc`, `numa`); a cell's memory as the kernel
+// counts it is the one type the backends read into.
+use allot_spec::{MemoryUse, Placement};
 use serde::{Deserialize, Serialize};
 
 /// Version of the document's shape.
@@ -280,10 +284,6 @@ pub enum TimeStatus {
     },
 }
 
-/// Placement names in the document (`any`, `llc`, `numa`): the spec's own
-/// [`Placement`], whose serde form is these names.
-use allot_spec::Placement;
-
 /// An admitted cell.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CellStatus {
@@ -392,10 +392,6 @@ pub struct OutsideStatus {
     /// whose team stays).
     pub taken: u32,
 }
-
-/// A cell's memory as the kernel counts it: use, limit, pressure, OOM
-/// kills (the one type the backends read into).
-use allot_spec::MemoryUse;
 
 /// A cell's class of service in the kernel's resctrl.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -19,8 +19,7 @@ use crate::peer::SessionId;
 use crate::timeline::Timeline;
 use allot_plan::Allotment;
 use allot_proto::PageMap;
-use allot_spec::CellSpec;
-use allot_spec::ValidSpec;
+use allot_spec::{CellSpec, ValidSpec};
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 

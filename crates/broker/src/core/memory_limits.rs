@@ -6,8 +6,7 @@
 
 use super::Engine;
 use crate::log::{info, warn};
-use allot_spec::Memory;
-use allot_spec::Size;
+use allot_spec::{Memory, Size};
 
 impl Engine {
     /// Bytes of memory guaranteed to admitted cells other than `except`.

@@ -11,8 +11,7 @@
 //! Durations take a unit: `us`, `ms` or `s` (`2.5ms` is fine). Every
 //! mistake is reported before anything starts.
 
-use allot_spec::CellSpec;
-use allot_spec::{Term, TimeTerms};
+use allot_spec::{CellSpec, Term, TimeTerms};
 
 /// The flags as given.
 #[derive(Debug, Clone, Default, PartialEq)]
