@@ -275,6 +275,29 @@ fn open_dir(at: BorrowedFd<'_>, name: &OsStr, path: &Path) -> Result<OwnedFd, Di
     })
 }
 
+/// Opens directory `name` in `at` (`path` names it in errors), making it
+/// with permission bits `create` first where it is missing and `create`
+/// is given.
+fn open_or_make(
+    at: BorrowedFd<'_>,
+    name: &OsStr,
+    path: &Path,
+    create: Option<u32>,
+) -> Result<OwnedFd, DirError> {
+    match (open_dir(at, name, path), create) {
+        (Err(DirError::Io { source, .. }), Some(mode))
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            match rustix::fs::mkdirat(at, name, Mode::from_raw_mode(mode)) {
+                Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                Err(e) => return Err(io(path)(e)),
+            }
+            open_dir(at, name, path)
+        }
+        (opened, _) => opened,
+    }
+}
+
 /// `path` made absolute and free of `.`/`..` (resolved against the
 /// canonical form of its longest existing prefix, so symbolic links the
 /// user chose, such as a `/tmp` that is a link, still work; the walk then
@@ -337,19 +360,7 @@ impl TrustedDir {
         for (i, name) in names.iter().enumerate() {
             let last = i + 1 == names.len();
             at.push(name);
-            let next = match open_dir(fd.as_fd(), name, &at) {
-                Err(DirError::Io { source, .. })
-                    if source.kind() == std::io::ErrorKind::NotFound && create.is_some() =>
-                {
-                    let mode = create.unwrap_or(0o700);
-                    match rustix::fs::mkdirat(fd.as_fd(), *name, Mode::from_raw_mode(mode)) {
-                        Ok(()) | Err(rustix::io::Errno::EXIST) => {}
-                        Err(e) => return Err(io(&at)(e)),
-                    }
-                    open_dir(fd.as_fd(), name, &at)?
-                }
-                other => other?,
-            };
+            let next = open_or_make(fd.as_fd(), name, &at, create)?;
             check(next.as_fd(), &at, last.then_some(trust))?;
             fd = next;
         }
@@ -376,17 +387,12 @@ impl TrustedDir {
                 ),
             });
         }
-        let fd = match open_dir(self.fd.as_fd(), OsStr::new(name), &path) {
-            Err(DirError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-                let mode = Mode::from_raw_mode(mode & !OTHERS_WRITE);
-                match rustix::fs::mkdirat(self.fd.as_fd(), name, mode) {
-                    Ok(()) | Err(rustix::io::Errno::EXIST) => {}
-                    Err(e) => return Err(io(&path)(e)),
-                }
-                open_dir(self.fd.as_fd(), OsStr::new(name), &path)?
-            }
-            other => other?,
-        };
+        let fd = open_or_make(
+            self.fd.as_fd(),
+            OsStr::new(name),
+            &path,
+            Some(mode & !OTHERS_WRITE),
+        )?;
         check(fd.as_fd(), &path, Some(Trust::Owner))?;
         Ok(TrustedDir { fd, path })
     }
