@@ -10,7 +10,7 @@
 # no Rust toolchain and no network. Build here, carry target/allot-stripped
 # and target/allot-lab (and target/v2-tests, optional) with the tree:
 #
-#   cargo build --release -p allot-cli -p allot-lab
+#   cargo build --release -p allot-lab && bash scripts/build-allot.sh   # allot static, as shipped
 #   strip -o target/allot-stripped target/release/allot
 #   strip -o target/allot-lab target/release/allot-lab
 #   bash scripts/bench-16cpu.sh --build-tests target/v2-tests    # optional, needs cargo

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the `allot` binary from scratch the way a machine without OpenMP
-# would, and checks that it needs nothing from the lab:
+# would, static as the package ships it (scripts/build-allot.sh), and
+# checks that it needs nothing from the lab and works:
 #
 #  - its package depends on no package of the lab, and the binary links no
 #    code of it (allot-lab, the workloads, the charts);
@@ -8,11 +9,13 @@
 #    `cc` and `gcc`) that logs it and fails any call asking for OpenMP
 #    (`-fopenmp`, `-lgomp`, `-lomp`), so the build fails if any part of the
 #    product needs OpenMP;
-#  - the binary must not link an OpenMP runtime;
+#  - the binary must not carry an OpenMP runtime;
 #  - the only C the build may compile is the OpenMP preload shim
 #    (crates/capi/shim/*.c) and allot's Thread Composability Manager
 #    (crates/capi/tcm/*.c), plain C, no OpenMP; everything else the
-#    compiler driver does is linking, which Rust itself needs `cc` for.
+#    compiler driver does is linking, which Rust itself needs `cc` for;
+#  - the static binary's broker, on a private socket, starts a program in a
+#    cell.
 #
 # Uses its own target directory (target/product-check) so the build is
 # cold on every run; takes a few minutes on 2 CPUs.
@@ -52,21 +55,22 @@ echo "ok: allot-cli depends on nothing of the lab (cargo tree -e normal)"
 
 target=target/product-check
 rm -rf "$target"
-echo "building allot (cold, $target) with an OpenMP-refusing compiler …"
+echo "building allot (cold, $target, static as the package ships it) with an OpenMP-refusing compiler …"
 start=$(date +%s)
-if ! PATH="$work/bin:$PATH" CC="$work/bin/cc" CARGO_TARGET_DIR="$target" \
-    cargo build --quiet --locked -p allot-cli --bin allot; then
-  echo "FAIL: the allot binary does not build without OpenMP" >&2
+if ! PATH="$work/bin:$PATH" CC="$work/bin/cc" \
+    bash scripts/build-allot.sh --debug --target-dir "$target" --locked >/dev/null; then
+  echo "FAIL: the allot binary does not build static without OpenMP (scripts/build-allot.sh)" >&2
   [ -s "$work/openmp.log" ] && { echo "calls that asked for OpenMP:" >&2; cat "$work/openmp.log" >&2; }
   exit 1
 fi
-echo "built in $(( $(date +%s) - start )) s"
+echo "built in $(( $(date +%s) - start )) s: a static executable (no interpreter, no shared library)"
+bin="$target/debug/allot"
 
-if ldd "$target/debug/allot" | grep -E 'libgomp|libomp|libiomp' >&2; then
-  echo "FAIL: the allot binary links an OpenMP runtime" >&2
+if nm --defined-only "$bin" | grep -E ' (GOMP_|omp_get_|__kmpc_)' >&2; then
+  echo "FAIL: the allot binary carries an OpenMP runtime" >&2
   exit 1
 fi
-lab=$(nm -C --defined-only "$target/debug/allot" \
+lab=$(nm -C --defined-only "$bin" \
   | grep -cE 'allot_lab::|allot_workloads::|allot_plot::|plotters::' || true)
 if [ "$lab" != 0 ]; then
   echo "FAIL: the allot binary links $lab symbols of the lab (allot-lab, workloads, charts)" >&2
@@ -83,6 +87,25 @@ if [ -n "$others" ]; then
 fi
 shim=$(grep -oE '(shim|tcm)/[a-z_]+\.c' "$work/calls.log" | sort -u | tr '\n' ' ')
 echo "compiler calls: $(wc -l <"$work/calls.log") (C compiled: ${shim:-none}; the rest link)"
-"$target/debug/allot" --version
-echo "ok: allot builds and runs without OpenMP, compiles no workload and links no lab code"
+"$bin" --version
+
+# The static binary does its work: a broker of its own on a private socket
+# starts a program in a cell (killed and waited for on any exit).
+sock_dir=$(mktemp -d -t allot-product-sock.XXXXXX)
+broker=""
+trap 'if [ -n "$broker" ]; then kill "$broker" 2>/dev/null; wait "$broker" 2>/dev/null; fi; rm -rf "$work" "$sock_dir"' EXIT
+"$bin" daemon --socket "$sock_dir/a.sock" --idle-exit 60 >"$sock_dir/broker.log" 2>&1 &
+broker=$!
+for _ in $(seq 100); do [ -S "$sock_dir/a.sock" ] && break; sleep 0.1; done
+if ! out=$("$bin" run --socket "$sock_dir/a.sock" --no-start --timeline -- /bin/true 2>&1) \
+    || ! grep -q 'registered as cell' <<<"$out"; then
+  echo "FAIL: the static allot did not start a program in a cell:" >&2
+  echo "$out" >&2
+  sed 's/^/broker: /' "$sock_dir/broker.log" >&2
+  exit 1
+fi
+kill "$broker"
+wait "$broker" 2>/dev/null || true
+broker=""
+echo "ok: allot builds static and runs without OpenMP, compiles no workload, links no lab code, and starts a program in a cell"
 rm -rf "$target"

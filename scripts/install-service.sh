@@ -28,7 +28,7 @@ if [ -z "$bin" ]; then
   bin=$here/target/release/allot
   # Not built here: this runs as root, and a build would run build scripts
   # as root and leave a root-owned target/ in the user's tree.
-  [ -x "$bin" ] || { echo "install-service.sh: build first (cargo build --release -p allot-cli -p allot-lab, as yourself) or give --bin PATH" >&2; exit 1; }
+  [ -x "$bin" ] || { echo "install-service.sh: build first (as yourself: cargo build --release -p allot-lab and bash scripts/build-allot.sh, which links allot static as the package ships it) or give --bin PATH" >&2; exit 1; }
 fi
 [ -x "$bin" ] || { echo "install-service.sh: no executable at $bin" >&2; exit 1; }
 if [ -z "$root" ] && [ "$(id -u)" != 0 ]; then

@@ -23,7 +23,8 @@
 #
 #   --from DIR  take allot, allot-lab and liballot_capi.{so,a} from DIR (a
 #               cargo profile directory such as target/release) instead of
-#               building them with `cargo build --release`
+#               building them with `cargo build --release` (allot static,
+#               with scripts/build-allot.sh)
 #   --out DIR   where the packages go (default: target/deb)
 #   --slurm     build allot-slurm too (needs gcc and Slurm's spank.h:
 #               Debian's libslurm-dev)
@@ -40,11 +41,11 @@ while [ $# -gt 0 ]; do
     --from) [ $# -ge 2 ] || die "--from needs a directory"; from=$2; shift 2 ;;
     --out) [ $# -ge 2 ] || die "--out needs a directory"; out=$2; shift 2 ;;
     --slurm) slurm=1; shift ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
 done
-for t in dpkg-deb strip gzip objdump; do
+for t in dpkg-deb strip gzip objdump readelf; do
   command -v "$t" >/dev/null || die "$t not found (Debian: apt-get install dpkg-dev binutils gzip)"
 done
 if [ "$slurm" = 1 ]; then
@@ -53,8 +54,10 @@ if [ "$slurm" = 1 ]; then
 fi
 
 if [ -z "$from" ]; then
-  echo "$tool: cargo build --release -p allot-cli -p allot-lab -p allot-capi" >&2
-  (cd "$here" && cargo build --release -p allot-cli -p allot-lab -p allot-capi) || die "cargo build failed (see above)"
+  echo "$tool: cargo build --release -p allot-lab -p allot-capi" >&2
+  (cd "$here" && cargo build --release -p allot-lab -p allot-capi) || die "cargo build failed (see above)"
+  # allot itself static, for its start at every launch (the script says why).
+  bash "$here/scripts/build-allot.sh" >/dev/null || die "scripts/build-allot.sh failed (see above)"
   from="${CARGO_TARGET_DIR:-$here/target}/release"
 fi
 for f in allot allot-lab liballot_capi.so liballot_capi.a; do
@@ -85,9 +88,13 @@ bash "$here/scripts/install-liballot.sh" --from "$from" --destdir "$stage" /usr 
 strip --strip-debug "$stage/usr/lib/liballot.so.$version" "$stage/usr/lib/liballot.a"
 
 # The newest glibc symbol version the binaries use is the least glibc
-# they run on.
-glibc=$(objdump -T "$work/bin/allot" "$work/bin/allot-lab" "$stage/usr/lib/liballot.so.$version" \
-  | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -n1)
+# they run on (a static allot, as scripts/build-allot.sh makes it, uses
+# none: it carries its own).
+dynamic=()
+for f in "$work/bin/allot" "$work/bin/allot-lab" "$stage/usr/lib/liballot.so.$version"; do
+  readelf -dW "$f" 2>/dev/null | grep -q '(NEEDED)' && dynamic+=("$f")
+done
+glibc=$(objdump -T "${dynamic[@]}" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -n1)
 size=$(du -sk --exclude=DEBIAN "$stage" | cut -f1)
 cat >"$stage/DEBIAN/control" <<CONTROL
 Package: allot

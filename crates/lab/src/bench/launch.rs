@@ -224,6 +224,7 @@ pub fn run(a: LaunchArgs) -> Result<i32, String> {
     println!(
         "ms; start: spawn to the program running, exit: the program's clock reading to its exit seen"
     );
+    println!("allot: {} ({})", allot.display(), linking(&allot));
     println!(
         "{:<10} {:>7} {:>9} | {:>9} {:>7} | {:>8} {:>7} | {:>9} {:>7} {:>7}",
         "backend",
@@ -299,9 +300,72 @@ pub fn run(a: LaunchArgs) -> Result<i32, String> {
     Ok(0)
 }
 
+/// How the measured `allot` is linked, as the table's reader needs to
+/// know: a dynamically linked one pays the loader at every start.
+fn linking(bin: &Path) -> &'static str {
+    let mut head = vec![0u8; 4096];
+    let read = std::fs::File::open(bin).and_then(|mut f| {
+        use std::io::Read;
+        f.read(&mut head)
+    });
+    match read.ok().and_then(|n| asks_for_loader(&head[..n])) {
+        Some(false) => "static",
+        Some(true) => {
+            "dynamically linked: scripts/build-allot.sh builds it static, as the package ships it"
+        }
+        None => "linking unknown: not a 64-bit little-endian ELF file",
+    }
+}
+
+/// Whether the 64-bit little-endian ELF executable starting with `elf`
+/// names a program interpreter (a `PT_INTERP` program header), that is, is
+/// linked dynamically; `None` where `elf` is not one or its program headers
+/// lie beyond it.
+fn asks_for_loader(elf: &[u8]) -> Option<bool> {
+    const PT_INTERP: u32 = 3;
+    if elf.len() < 64 || &elf[..4] != b"\x7fELF" || elf[4] != 2 || elf[5] != 1 {
+        return None;
+    }
+    let u16_at = |i: usize| Some(u16::from_le_bytes(elf.get(i..i + 2)?.try_into().ok()?));
+    let phoff = usize::try_from(u64::from_le_bytes(elf[32..40].try_into().ok()?)).ok()?;
+    let (size, count) = (usize::from(u16_at(54)?), usize::from(u16_at(56)?));
+    let mut interp = false;
+    for i in 0..count {
+        let at = phoff.checked_add(i.checked_mul(size)?)?;
+        let kind = u32::from_le_bytes(elf.get(at..at + 4)?.try_into().ok()?);
+        interp |= kind == PT_INTERP;
+    }
+    Some(interp)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::quantile;
+    use super::{asks_for_loader, quantile};
+
+    /// A minimal ELF header with program headers of the kinds given.
+    fn elf(kinds: &[u32]) -> Vec<u8> {
+        let mut b = vec![0u8; 64 + 56 * kinds.len()];
+        b[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        b[32..40].copy_from_slice(&64u64.to_le_bytes());
+        b[54..56].copy_from_slice(&56u16.to_le_bytes());
+        b[56..58].copy_from_slice(&(kinds.len() as u16).to_le_bytes());
+        for (i, k) in kinds.iter().enumerate() {
+            b[64 + 56 * i..68 + 56 * i].copy_from_slice(&k.to_le_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn a_program_interpreter_marks_a_dynamic_executable() {
+        assert_eq!(asks_for_loader(&elf(&[6, 3, 1, 2])), Some(true));
+        assert_eq!(asks_for_loader(&elf(&[1, 1, 2, 0x6474e550])), Some(false));
+        // Cut short, or not ELF: unknown, never a guess.
+        assert_eq!(asks_for_loader(&elf(&[1, 3])[..100]), None);
+        assert_eq!(asks_for_loader(b"#!/bin/sh\n"), None);
+        // This test's own binary, linked as cargo links it: dynamically.
+        let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        assert_eq!(asks_for_loader(&me[..4096]), Some(true));
+    }
 
     #[test]
     fn nearest_rank_quantiles() {
