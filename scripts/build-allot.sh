@@ -38,7 +38,9 @@ while [ $# -gt 0 ]; do
     *) die "unknown argument $1 (see --help)" ;;
   esac
 done
-command -v readelf >/dev/null || die "readelf not found (Debian: apt-get install binutils)"
+for t in readelf nm; do
+  command -v "$t" >/dev/null || die "$t not found (Debian: apt-get install binutils)"
+done
 flags=()
 [ "$profile" = release ] && flags=(--release)
 
@@ -52,5 +54,12 @@ bin="$target/$profile/allot"
 # and names no shared library.
 if readelf -lW "$bin" | grep -q 'INTERP' || readelf -dW "$bin" 2>/dev/null | grep -q '(NEEDED)'; then
   die "$bin is linked dynamically (readelf -l shows an interpreter); the toolchain did not link it static"
+fi
+# What glibc does through shared libraries even in a static program (user
+# and host lookups through NSS) would tie this binary to the glibc
+# it was built with: none of it may be linked in. The linker's warning for
+# these does not reach cargo's output, so the symbols are looked for.
+if late=$(nm --defined-only "$bin" | grep -oE ' [TW] (getpw(nam|uid|ent)|getgr(nam|gid|ent)|getaddrinfo|gethostby[a-z0-9]*)(_r)?$'); then
+  die "$bin links what glibc can only do through shared libraries:$(echo $late | tr -d 'TW')"
 fi
 echo "$bin"
