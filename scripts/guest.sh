@@ -205,8 +205,14 @@ esac
 
 if [[ -z $OUT ]]; then
   mkdir -p "$target/guest/runs"
-  # Keep the 20 latest runs' directories.
-  ls -dt "$target"/guest/runs/run.* 2>/dev/null | tail -n +20 | xargs -r rm -rf
+  # Keep the 20 latest runs' directories (none yet on a first run: the
+  # glob then matches nothing, and ls's complaint must not end the script).
+  shopt -s nullglob
+  old_runs=("$target"/guest/runs/run.*)
+  shopt -u nullglob
+  if ((${#old_runs[@]} > 0)); then
+    ls -dt "${old_runs[@]}" | tail -n +20 | xargs -r rm -rf
+  fi
   OUT=$(mktemp -d "$target/guest/runs/run.XXXXXX")
 else
   mkdir -p "$OUT"

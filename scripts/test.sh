@@ -43,7 +43,7 @@ for c in scripts/*.c; do
   gcc -O2 -Wall -Wextra -Werror -fsyntax-only "$c"
 done
 
-step "the product builds without OpenMP, compiles no workload and links no lab code (scripts/check-product-build.sh)"
+step "the product builds static without OpenMP, compiles no workload, links no lab code and starts a program in a cell (scripts/check-product-build.sh)"
 bash scripts/check-product-build.sh
 
 step "the Debian package: built, installed, used and purged (scripts/test-package.sh)"
