@@ -46,7 +46,9 @@ flags=()
 
 echo "$tool: cargo rustc ${flags[*]:+${flags[*]} }-p allot-cli --bin allot -- -C target-feature=+crt-static" >&2
 (cd "$here" && CARGO_TARGET_DIR="$target" cargo rustc --quiet "${flags[@]}" "${locked[@]}" \
-  -p allot-cli --bin allot -- -C target-feature=+crt-static) || die "cargo rustc failed (see above)"
+  -p allot-cli --bin allot -- -C target-feature=+crt-static) ||
+  die "cargo rustc failed (see above); a link error naming -lc or -lgcc_eh means the static C
+  libraries are missing (Debian, Ubuntu: libc6-dev, libgcc-12-dev; Fedora, RHEL: glibc-static)"
 
 bin="$target/$profile/allot"
 [ -x "$bin" ] || die "$bin was not built"
