@@ -452,6 +452,64 @@ fn launch_cost_is_measured_per_backend() {
     }
 }
 
+/// `allot bench launch --vs`: two binaries measured in the same rounds, a
+/// row each, named, each with the binary it measured said above the table.
+#[test]
+fn launch_cost_of_two_binaries_is_measured_side_by_side() {
+    let _turn = machine_turn();
+    let out = allot_testkit::output_within(
+        Command::new(ALLOT).args([
+            "bench",
+            "launch",
+            "--runs",
+            "3",
+            "--backends",
+            "affinity",
+            "--vs",
+            ALLOT,
+        ]),
+        Duration::from_secs(120),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (name, row) in [("allot A: ", "affinity A "), ("allot B: ", "affinity B ")] {
+        let said = text.lines().find(|l| l.starts_with(name));
+        assert!(said.is_some_and(|l| l.contains(ALLOT)), "{text}");
+        let row = text.lines().find(|l| l.starts_with(row));
+        let row = row.unwrap_or_else(|| panic!("no {row:?} row: {text}"));
+        let v: Vec<f64> = row
+            .split_whitespace()
+            .skip(2)
+            .filter(|x| *x != "|")
+            .map(|x| x.parse().unwrap())
+            .collect();
+        assert_eq!(v.len(), 9, "{row}");
+        assert!(v[0] > 0.0 && v[1] > v[0], "{row}");
+    }
+    // A second binary that is not there is refused before any round.
+    let out = Command::new(ALLOT)
+        .args([
+            "bench",
+            "launch",
+            "--runs",
+            "1",
+            "--vs",
+            "/nonexistent/allot",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--vs /nonexistent/allot: no such file"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn a_program_started_on_one_cpu_may_still_grow_its_openmp_teams() {
     // A program whose cell holds one CPU when it starts (a neighbour

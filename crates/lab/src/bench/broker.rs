@@ -47,6 +47,25 @@ impl PrivateBroker {
         patience: f64,
     ) -> Result<PrivateBroker, String> {
         let cgroup = format!("allot-bench-{}", std::process::id());
+        Self::start_in(cgroup, allot, backend, extra, env, patience)
+    }
+
+    /// As [`PrivateBroker::start`], under a cgroup name of its own made with
+    /// `tag` (`allot-bench-<pid>-<tag>`): a second broker of the same
+    /// experiment, running at the same time as the first.
+    pub fn start_tagged(allot: &Path, backend: &str, tag: &str) -> Result<PrivateBroker, String> {
+        let cgroup = format!("allot-bench-{}-{tag}", std::process::id());
+        Self::start_in(cgroup, allot, backend, &[], &[], 1.0)
+    }
+
+    fn start_in(
+        cgroup: String,
+        allot: &Path,
+        backend: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        patience: f64,
+    ) -> Result<PrivateBroker, String> {
         let mut process = BrokerProcess::new(allot, backend, cgroup)?;
         process.set_args(extra);
         process.env = env

@@ -12,7 +12,9 @@
 //! direct and `allot run` medians of the whole run, the start and exit
 //! overheads' medians and p99, and the whole overhead's median, p90, p99. `--hogs K` keeps K busy
 //! loops running meanwhile (children of this process, killed at the end):
-//! the cost on a loaded machine.
+//! the cost on a loaded machine. `--vs PATH` measures a second `allot`
+//! binary in the same rounds (a broker of its own, the order rotating), a
+//! row each: before and after in one run.
 
 use super::broker::PrivateBroker;
 use super::quantile;
@@ -44,6 +46,12 @@ pub struct LaunchArgs {
     /// Rounds of bursts per backend.
     #[arg(long, default_value_t = 10, value_name = "N")]
     burst_rounds: usize,
+    /// A second `allot` binary measured in the same rounds (each binary
+    /// with a broker of its own, the order rotating): before and after a
+    /// change, or a dynamic and a static build, in one run (the bursts
+    /// measure the first only).
+    #[arg(long, value_name = "PATH")]
+    vs: Option<PathBuf>,
 }
 
 /// Busy loops, killed when dropped.
@@ -138,58 +146,72 @@ struct Row {
     total: [f64; 3],
 }
 
+/// Measures `allots` (one row each, in their order) on `backend`: every
+/// round runs `date` directly and under each binary's `allot run`, the
+/// order rotating from round to round, each binary with a private broker
+/// of its own.
 fn measure(
-    allot: &Path,
+    allots: &[&Path],
     date: &Path,
     backend: &str,
     runs: usize,
     gap: std::time::Duration,
-) -> Result<Row, String> {
-    let broker = PrivateBroker::start(allot, backend)?;
+) -> Result<Vec<Row>, String> {
+    // Each under a cgroup name of its own: two brokers never share one.
+    let brokers = allots
+        .iter()
+        .enumerate()
+        .map(|(i, a)| match i {
+            0 => PrivateBroker::start(a, backend),
+            i => PrivateBroker::start_tagged(a, backend, &format!("vs{i}")),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let mut direct = Vec::with_capacity(runs);
-    let mut run = Vec::with_capacity(runs);
+    let mut run: Vec<Vec<Timing>> = vec![Vec::with_capacity(runs); allots.len()];
     let plain = || time_run(Command::new(date).arg("+%s%N"));
-    let allot_run = || {
-        let mut c = Command::new(allot);
+    let allot_run = |i: usize| {
+        let mut c = Command::new(allots[i]);
         c.arg("run")
             .arg("--socket")
-            .arg(broker.socket())
+            .arg(brokers[i].socket())
             .args(["--no-start", "--name", "launch", "--"])
             .arg(date)
             .arg("+%s%N");
         time_run(&mut c)
     };
     // One of each first: the shim is installed and the caches are warm.
-    allot_run()?;
+    for i in 0..allots.len() {
+        allot_run(i)?;
+    }
+    // Slot 0 is the direct run, slot i + 1 binary i's.
+    let slots = allots.len() + 1;
     for round in 0..runs {
         if super::interrupt::requested() {
             return Err("interrupted".into());
         }
-        let pause = || std::thread::sleep(gap);
-        if round % 2 == 0 {
-            pause();
-            direct.push(plain()?);
-            pause();
-            run.push(allot_run()?);
-        } else {
-            pause();
-            run.push(allot_run()?);
-            pause();
-            direct.push(plain()?);
+        for k in 0..slots {
+            std::thread::sleep(gap);
+            match (round + k) % slots {
+                0 => direct.push(plain()?),
+                i => run[i - 1].push(allot_run(i - 1)?),
+            }
         }
     }
-    drop(broker);
+    drop(brokers);
     let start = median(direct.iter().map(|t| t.start));
     let exit = median(direct.iter().map(|t| t.exit));
     let total = median(direct.iter().map(|t| t.start + t.exit));
-    Ok(Row {
-        backend: backend.to_string(),
-        direct: total,
-        run: median(run.iter().map(|t| t.start + t.exit)),
-        start: over(run.iter().map(|t| t.start), start),
-        exit: over(run.iter().map(|t| t.exit), exit),
-        total: over(run.iter().map(|t| t.start + t.exit), total),
-    })
+    Ok(run
+        .iter()
+        .map(|run| Row {
+            backend: backend.to_string(),
+            direct: total,
+            run: median(run.iter().map(|t| t.start + t.exit)),
+            start: over(run.iter().map(|t| t.start), start),
+            exit: over(run.iter().map(|t| t.exit), exit),
+            total: over(run.iter().map(|t| t.start + t.exit), total),
+        })
+        .collect())
 }
 
 /// Runs `allot bench launch`.
@@ -199,6 +221,11 @@ pub fn run(a: LaunchArgs) -> Result<i32, String> {
         return Err("--runs: give at least one round".into());
     }
     let allot: PathBuf = crate::product()?;
+    if let Some(vs) = &a.vs
+        && !vs.is_file()
+    {
+        return Err(format!("--vs {}: no such file", vs.display()));
+    }
     // Both sides run `date` by its full path, so neither pays a PATH search.
     let path = std::env::var_os("PATH").unwrap_or_default();
     let date = std::env::split_paths(&path)
@@ -224,7 +251,19 @@ pub fn run(a: LaunchArgs) -> Result<i32, String> {
     println!(
         "ms; start: spawn to the program running, exit: the program's clock reading to its exit seen"
     );
-    println!("allot: {} ({})", allot.display(), linking(&allot));
+    let mut allots = vec![allot.as_path()];
+    allots.extend(a.vs.as_deref());
+    // With --vs the rows name their binary: A, B.
+    let label = |i: usize| {
+        if allots.len() > 1 {
+            format!(" {}", (b'A' + i as u8) as char)
+        } else {
+            String::new()
+        }
+    };
+    for (i, bin) in allots.iter().enumerate() {
+        println!("allot{}: {} ({})", label(i), bin.display(), linking(bin));
+    }
     println!(
         "{:<10} {:>7} {:>9} | {:>9} {:>7} | {:>8} {:>7} | {:>9} {:>7} {:>7}",
         "backend",
@@ -241,27 +280,29 @@ pub fn run(a: LaunchArgs) -> Result<i32, String> {
     let mut measured = 0;
     for b in &backends {
         match measure(
-            &allot,
+            &allots,
             &date,
             b,
             a.runs,
             std::time::Duration::from_millis(a.gap),
         ) {
-            Ok(r) => {
+            Ok(rows) => {
                 measured += 1;
-                println!(
-                    "{:<10} {:>7.2} {:>9.2} | {:>9.2} {:>7.2} | {:>8.2} {:>7.2} | {:>9.2} {:>7.2} {:>7.2}",
-                    r.backend,
-                    r.direct,
-                    r.run,
-                    r.start[0],
-                    r.start[2],
-                    r.exit[0],
-                    r.exit[2],
-                    r.total[0],
-                    r.total[1],
-                    r.total[2]
-                );
+                for (i, r) in rows.iter().enumerate() {
+                    println!(
+                        "{:<10} {:>7.2} {:>9.2} | {:>9.2} {:>7.2} | {:>8.2} {:>7.2} | {:>9.2} {:>7.2} {:>7.2}",
+                        format!("{}{}", r.backend, label(i)),
+                        r.direct,
+                        r.run,
+                        r.start[0],
+                        r.start[2],
+                        r.exit[0],
+                        r.exit[2],
+                        r.total[0],
+                        r.total[1],
+                        r.total[2]
+                    );
+                }
             }
             Err(e) if super::interrupt::requested() => return Err(e),
             Err(e) if asked => return Err(format!("{b}: {e}")),
