@@ -472,22 +472,9 @@ fn another_users_runtime_directory_does_not_stop_a_private_one() {
 #[test]
 fn a_short_chaos_soak_breaks_no_invariant() {
     let _turn = machine_turn();
-    let out = allot_testkit::output_within(
-        std::process::Command::new(ALLOT).args([
-            "bench",
-            "chaos",
-            "--seconds",
-            "12",
-            "--seed",
-            "7",
-        ]),
+    let text = succeeds_within(
+        &["bench", "chaos", "--seconds", "12", "--seed", "7"],
         Duration::from_secs(120),
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
     );
     assert!(text.contains("no failure"), "{text}");
     // It did break things: the broker was restarted and jobs were killed.
@@ -516,8 +503,8 @@ fn a_short_load_run_keeps_the_flood_bound() {
     // repeat, so the bound must hold in one of two runs.
     let mut texts = Vec::new();
     for _ in 0..2 {
-        let out = allot_testkit::output_within(
-            std::process::Command::new(ALLOT).args([
+        let text = succeeds_within(
+            &[
                 "bench",
                 "load",
                 "--cells",
@@ -530,14 +517,8 @@ fn a_short_load_run_keeps_the_flood_bound() {
                 "5",
                 "--seconds",
                 "2",
-            ]),
+            ],
             Duration::from_secs(180),
-        );
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "{text}{}",
-            String::from_utf8_lossy(&out.stderr)
         );
         assert!(text.contains("200 cells from 20 users"), "{text}");
         let kept = text.contains(": kept");

@@ -188,8 +188,8 @@ fn a_short_isolation_run_keeps_the_servers_data_and_the_hog_pays() {
         return;
     }
     let _turn = machine_turn();
-    let out = allot_testkit::output_within(
-        Command::new(ALLOT).args([
+    let text = succeeds_within(
+        &[
             "bench",
             "isolation",
             "--ways",
@@ -209,14 +209,8 @@ fn a_short_isolation_run_keeps_the_servers_data_and_the_hog_pays() {
             "1280M",
             "--hog-limit",
             "512M",
-        ]),
+        ],
         Duration::from_secs(120),
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
     );
     // What the partition decided: the hog met its own limit, and the
     // server's data set stayed in memory.

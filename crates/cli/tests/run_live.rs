@@ -368,6 +368,16 @@ fn openmp_teams_follow_the_grant_under_allot_run() {
     });
 }
 
+/// The numbers of a benchmark table's `row`, after its first `words`
+/// words (the row's name) and without the column separators.
+fn figures(row: &str, words: usize) -> Vec<f64> {
+    row.split_whitespace()
+        .skip(words)
+        .filter(|x| *x != "|")
+        .map(|x| x.parse().unwrap_or_else(|_| panic!("{x:?} in {row:?}")))
+        .collect()
+}
+
 /// `allot bench launch`, briefly: a row per backend asked for, with the
 /// overhead of `allot run` over the program alone, ordered p50 ≤ p90 ≤ p99.
 #[test]
@@ -381,8 +391,8 @@ fn launch_cost_is_measured_per_backend() {
         "affinity"
     };
     let _turn = machine_turn();
-    let out = allot_testkit::output_within(
-        Command::new(ALLOT).args([
+    let text = succeeds_within(
+        &[
             "bench",
             "launch",
             "--runs",
@@ -393,14 +403,8 @@ fn launch_cost_is_measured_per_backend() {
             "3",
             "--burst-rounds",
             "2",
-        ]),
+        ],
         Duration::from_secs(120),
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
     );
     let (runs, bursts) = text
         .split_once("programs started at once")
@@ -410,12 +414,7 @@ fn launch_cost_is_measured_per_backend() {
         // time after the first spawn.
         let row = bursts.lines().find(|l| l.starts_with(b));
         let row = row.unwrap_or_else(|| panic!("no {b} burst row: {text}"));
-        let v: Vec<f64> = row
-            .split_whitespace()
-            .skip(1)
-            .filter(|x| *x != "|")
-            .map(|x| x.parse().unwrap())
-            .collect();
+        let v = figures(row, 1);
         let [plain, warm, warm_max, cold, cold_max] = v[..] else {
             panic!("{row}");
         };
@@ -436,12 +435,7 @@ fn launch_cost_is_measured_per_backend() {
     for b in backends.split(',') {
         let row = runs.lines().find(|l| l.starts_with(b));
         let row = row.unwrap_or_else(|| panic!("no {b} row: {text}"));
-        let v: Vec<f64> = row
-            .split_whitespace()
-            .skip(1)
-            .filter(|x| *x != "|")
-            .map(|x| x.parse().unwrap())
-            .collect();
+        let v = figures(row, 1);
         let [direct, run, start50, start99, exit50, exit99, p50, p90, p99] = v[..] else {
             panic!("{row}");
         };
@@ -457,8 +451,8 @@ fn launch_cost_is_measured_per_backend() {
 #[test]
 fn launch_cost_of_two_binaries_is_measured_side_by_side() {
     let _turn = machine_turn();
-    let out = allot_testkit::output_within(
-        Command::new(ALLOT).args([
+    let text = succeeds_within(
+        &[
             "bench",
             "launch",
             "--runs",
@@ -467,26 +461,15 @@ fn launch_cost_of_two_binaries_is_measured_side_by_side() {
             "affinity",
             "--vs",
             ALLOT,
-        ]),
+        ],
         Duration::from_secs(120),
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
     );
     for (name, row) in [("allot A: ", "affinity A "), ("allot B: ", "affinity B ")] {
         let said = text.lines().find(|l| l.starts_with(name));
         assert!(said.is_some_and(|l| l.contains(ALLOT)), "{text}");
         let row = text.lines().find(|l| l.starts_with(row));
         let row = row.unwrap_or_else(|| panic!("no {row:?} row: {text}"));
-        let v: Vec<f64> = row
-            .split_whitespace()
-            .skip(2)
-            .filter(|x| *x != "|")
-            .map(|x| x.parse().unwrap())
-            .collect();
+        let v = figures(row, 2);
         assert_eq!(v.len(), 9, "{row}");
         assert!(v[0] > 0.0 && v[1] > v[0], "{row}");
     }

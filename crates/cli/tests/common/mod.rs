@@ -175,6 +175,19 @@ pub fn run_out(mut c: Command) -> Output {
     c.stdin(Stdio::null()).output().expect("allot runs")
 }
 
+/// Runs `allot ARGS` (an experiment: `bench …`) within `limit`; it must
+/// succeed (a failure shows both of its streams). Its standard output.
+pub fn succeeds_within(args: &[&str], limit: Duration) -> String {
+    let out = allot_testkit::output_within(Command::new(ALLOT).args(args), limit);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
 /// The backend live `allot run` tests use: cgroup v1 where it is writable.
 pub fn backend() -> &'static str {
     if prerequisite(
