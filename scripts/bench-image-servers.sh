@@ -17,9 +17,13 @@
 # Rates are fractions of the machine's capacity (CPUs ÷ one request on one
 # thread). Prints, per rate and variant, the mean latency over all requests
 # of all processes (and the worst process's 95th percentile), medians of
-# ROUNDS rounds, variants interleaved. Starts its own broker (cgroup v1,
-# root) and removes everything it made. Builds the programs with the image
-# server's bench harness when they are missing.
+# ROUNDS rounds, variants interleaved; then, for the two `fair_cores`
+# variants, the CPU time that idled while a request waited for cores, per
+# request (from every request's arrival, start and end, `--trace`: what
+# passing a freed core from one request to the next costs). Starts its own
+# broker (cgroup v1, root) and removes everything it made. Builds the
+# programs (release, as they ship) with the image server's bench harness
+# when they are missing.
 #
 #   bash scripts/bench-image-servers.sh [K] [ROUNDS] [BURST]
 set -euo pipefail
@@ -29,8 +33,8 @@ burst=${3:-3}
 cd "$(dirname "$0")/.."
 progs=target/tmp/image_server
 if [ ! -x "$progs/image_server" ] || [ ! -x "$progs/image_server_plain" ]; then
-  echo "building the image server (cargo test -p allot-capi --bench image_server)" >&2
-  cargo test -q -p allot-capi --bench image_server >/dev/null
+  echo "building the image server (cargo test --release -p allot-capi --bench image_server)" >&2
+  cargo test --release -q -p allot-capi --bench image_server >/dev/null
 fi
 shim=$(ls "$PWD"/$progs/shim/*.so | head -1)
 lib=$PWD/$progs/prefix/lib
@@ -45,12 +49,13 @@ run_variant() { # variant rate_each seed_base → one line per process: "request
   local v=$1 rate=$2 seed=$3 i
   local pids=()
   for i in $(seq "$k"); do
+    local opts=(--burst "$burst" --seed $((seed + i)) --trace "$dir/trace-$v-$i")
     case "$v" in
-      fixed-*) "$progs/image_server_plain" fixed "${v#fixed-}" "$rate" --burst "$burst" --seed $((seed + i)) ;;
+      fixed-*) "$progs/image_server_plain" fixed "${v#fixed-}" "$rate" "${opts[@]}" ;;
       fair) ALLOT_SOCKET=$ALLOT_SOCKET LD_PRELOAD=$shim LD_LIBRARY_PATH=$lib \
-              "$progs/image_server" fair "$rate" --burst "$burst" --seed $((seed + i)) ;;
+              "$progs/image_server" fair "$rate" "${opts[@]}" ;;
       alone) ALLOT_SOCKET=/nonexistent LD_PRELOAD=$shim LD_LIBRARY_PATH=$lib \
-              "$progs/image_server" fair "$rate" --burst "$burst" --seed $((seed + i)) ;;
+              "$progs/image_server" fair "$rate" "${opts[@]}" ;;
     esac >"$dir/out-$v-$i" 2>&1 &
     pids+=($!)
   done
@@ -58,6 +63,30 @@ run_variant() { # variant rate_each seed_base → one line per process: "request
   for i in $(seq "$k"); do
     sed -n 's/^result .*requests=\([0-9]*\) mean_ms=\([0-9.]*\) .*p95_ms=\([0-9.]*\).*/\1 \2 \3/p' "$dir/out-$v-$i"
   done
+}
+
+idle_while_waiting() { # variant → CPU ms idle while a request waited, per request
+  python3 - "$cpus" "$dir"/trace-"$1"-* <<'PY'
+import sys
+# Every request's arrival, start and end on one time line: while a request
+# waits, each idle CPU (CPUs minus the cores of the requests running) up to
+# the number waiting is time a freed core was not yet passed on.
+cpus, events, n = int(sys.argv[1]), [], 0
+for path in sys.argv[2:]:
+    for line in open(path):
+        arrival, start, done, cores = line.split()[:4]
+        n += 1
+        events += [(float(arrival), 0, 1), (float(start), int(cores), -1),
+                   (float(done), -int(cores), 0)]
+events.sort()
+busy = waiting = 0
+idle = 0.0
+last = events[0][0] if events else 0.0
+for t, d_busy, d_wait in events:
+    idle += min(max(0, cpus - busy), waiting) * (t - last)
+    busy, waiting, last = busy + d_busy, waiting + d_wait, t
+print(f"{idle * 1e3 / max(1, n):.3f}")
+PY
 }
 
 variants=(fixed-1 fixed-2 fixed-4 fair alone)
@@ -71,10 +100,11 @@ for load in 0.4 0.7 1.0; do
       run_variant "$v" "$each" $((r * 100)) | while read -r n mean p95; do
         echo "$load $r $v $n $mean $p95" >>"$dir/results"
       done
+      case "$v" in fair | alone) echo "$load $v $(idle_while_waiting "$v")" >>"$dir/idle" ;; esac
     done
   done
 done
-python3 - "$dir/results" "$capacity" <<'PY'
+python3 - "$dir/results" "$capacity" "$dir/idle" <<'PY'
 import collections, statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
 cap = float(sys.argv[2])
@@ -99,4 +129,15 @@ for load in sorted({l for l, _ in by}, key=float):
     best = min(means[v] for v in order if v.startswith("fixed"))
     print(f"| {float(load) * 100:.0f} % | {cap * float(load):.1f} | " + " | ".join(cells)
           + f" | **{means['fair'] / best:.2f}** |")
+idle = collections.defaultdict(list)
+for line in open(sys.argv[3]):
+    load, v, ms = line.split()
+    idle[(load, v)].append(float(ms))
+print()
+print("CPU idle while a request waited, ms per request (median of rounds)")
+print("| load | fair_cores | fair_cores alone |")
+print("|---:|---:|---:|")
+for load in sorted({l for l, _ in idle}, key=float):
+    print(f"| {float(load) * 100:.0f} % | " + " | ".join(
+        f"{statistics.median(idle[(load, v)]):.2f}" for v in ("fair", "alone")) + " |")
 PY

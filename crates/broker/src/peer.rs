@@ -22,6 +22,13 @@ pub struct Peer {
     /// `pid` names the connecting process only while the process at `pid`
     /// started then. `None`: it had ended before the broker accepted.
     pub start: Option<u64>,
+    /// Whether the connecting process still ran as the message in hand was
+    /// taken up, where the connection keeps the kernel's pidfd for it
+    /// (`SO_PEERPIDFD`, Linux 6.5): asked of the pidfd, one system call,
+    /// and exact (a pidfd names one process, never a later one at the same
+    /// pid). `None`: no pidfd; whether it runs is read from `/proc`
+    /// against `start`.
+    pub runs: Option<bool>,
 }
 
 impl Peer {

@@ -236,6 +236,19 @@ fn watch(w: &mut World, pid: u32) {
     assert!(e.is_empty(), "parked: {e:?}");
 }
 
+/// The places that the watch of process `pid` is told are due, if
+/// `effects` answer it.
+fn due_of(effects: &[Effect], pid: u32) -> Option<Vec<u64>> {
+    effects.iter().find_map(|e| match e {
+        Effect::Reply {
+            session,
+            reply: Reply::Changed { due, .. },
+            ..
+        } if *session == 5000 + pid as u64 => Some(due.clone()),
+        _ => None,
+    })
+}
+
 /// The pids whose watches `effects` answer.
 fn woken(effects: &[Effect]) -> Vec<u32> {
     effects
@@ -273,4 +286,49 @@ fn a_policy_waits_for_any_cpu_and_a_freed_one_wakes_only_the_first_in_line() {
     // CPU 0 comes free: the second, now first, is woken.
     assert_eq!(woken(&release(&mut w, 101, cpu(0))), vec![104]);
     assert!(granted(&ask_as(&mut w, 104, cpu(0), 1, any)));
+}
+
+#[test]
+fn a_wake_up_names_the_places_the_free_cpus_are_for_one_each() {
+    let mut w = world(4);
+    for (pid, n) in [(101, 0), (102, 1), (103, 2), (104, 3)] {
+        assert!(granted(&ask(&mut w, pid, cpu(n), 0)));
+    }
+    // Three threads of one process wait for any CPU (its places 1, 2 and
+    // 3), then one thread of another process.
+    let any = (false, true);
+    for place in 1..=3 {
+        in_line(&ask_as(&mut w, 110, cpu(0), place, any));
+    }
+    in_line(&ask_as(&mut w, 111, cpu(0), 1, any));
+    watch(&mut w, 110);
+    watch(&mut w, 111);
+    // One CPU comes free: the process first in line is woken, told of its
+    // first place alone (its others would be refused); the other process
+    // sleeps on.
+    let e = release(&mut w, 101, cpu(0));
+    assert_eq!(woken(&e), vec![110]);
+    assert_eq!(due_of(&e, 110), Some(vec![1]));
+    // Two more come free before it asks: a watch parked now is answered at
+    // once, with a place for each free CPU, first in line first.
+    release(&mut w, 102, cpu(1));
+    release(&mut w, 103, cpu(2));
+    let e = w.handle(
+        5110,
+        peer(110, 1110),
+        Request::KindWatch {
+            epoch: 0,
+            waiting: 3,
+        },
+        None,
+    );
+    assert_eq!(due_of(&e, 110), Some(vec![1, 2, 3]));
+    // Its places are served; the fourth CPU is the other process's.
+    for place in 1..=3 {
+        let n = place as u32 - 1;
+        assert!(granted(&ask_as(&mut w, 110, cpu(n), place, any)));
+    }
+    let e = release(&mut w, 104, cpu(3));
+    assert_eq!(woken(&e), vec![111]);
+    assert_eq!(due_of(&e, 111), Some(vec![1]));
 }

@@ -71,6 +71,7 @@ fn a_connection_whose_process_ended_acts_for_nobody() {
         start: Some(1_000_000),
         uid: 0,
         gid: 0,
+        runs: None,
     };
     let cpu = |dev| {
         vec![LedgerItem {

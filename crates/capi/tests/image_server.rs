@@ -2,8 +2,8 @@
 //! (`benches/c/image_server.c`): both builds compile with `-Werror`, every
 //! variant serves a short burst of a tiny image at a low rate without a
 //! broker, prints one well-formed `result` line, and blurs the same image
-//! as the calibration. No timing is checked; `cargo bench -p allot-capi
-//! --bench image_server` measures.
+//! as the calibration; `--trace` writes a line per request. No timing is
+//! checked; `cargo bench -p allot-capi --bench image_server` measures.
 
 #[path = "../benches/support/case.rs"]
 mod case;
@@ -64,5 +64,37 @@ fn every_variant_serves_a_short_burst() {
             _ => assert_eq!(cores, name[5..].parse::<f64>().unwrap()),
         }
         assert_eq!(f["checksum"], cal["checksum"], "{name} blurred differently");
+    }
+}
+
+/// `--trace` writes one line per request ("arrival start done cores
+/// cpu", in arrival order), which `scripts/bench-image-servers.sh` puts on
+/// one time line with the other processes' requests.
+#[test]
+fn the_trace_has_a_line_per_request_in_order() {
+    let p = case::build("image_server", "IMAGE_SERVER_ALLOT", "image_server_trace");
+    let path = p.work.join("trace");
+    let out = case::run_stdout(
+        p.command(&p.plain)
+            .args(["fixed", "1", "40", "--width", "48", "--height", "32"])
+            .args(["--burst", "0.3", "--seed", "3", "--trace"])
+            .arg(&path),
+    );
+    let requests = num(&fields(&out, "result"), "requests") as usize;
+    let text = std::fs::read_to_string(&path).expect("the trace was written");
+    let rows: Vec<Vec<f64>> = text
+        .lines()
+        .map(|l| l.split(' ').map(|x| x.parse().expect("a number")).collect())
+        .collect();
+    assert!(requests >= 1);
+    assert_eq!(rows.len(), requests, "a line per request:\n{text}");
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(r.len(), 5, "arrival start done cores cpu: {r:?}");
+        assert!(r[0] <= r[1] && r[1] <= r[2], "in order: {r:?}");
+        assert_eq!(r[3], 1.0, "fixed 1: one core");
+        assert!(r[4] > 0.0, "its thread's CPU time: {r:?}");
+        if i > 0 {
+            assert!(rows[i - 1][0] <= r[0], "arrival order: {text}");
+        }
     }
 }

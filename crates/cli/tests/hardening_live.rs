@@ -562,3 +562,68 @@ fn two_users_cannot_act_on_each_other() {
         }
     }
 }
+
+/// A connection that outlives the process that opened it (passed on, as a
+/// child inherits one) acts for nobody once that process has ended: its
+/// pid may name another process by then. The broker asks the connection's
+/// pidfd (Linux 6.5 on; `/proc` before), with every message.
+#[test]
+fn a_connection_whose_process_ended_acts_for_nobody() {
+    let python = std::process::Command::new("python3")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !prerequisite(python, "python3 opens the connection that outlives it") {
+        return;
+    }
+    let d = Daemon::start("dry-run", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let handover = dir.path().join("handover");
+    let listener = std::os::unix::net::UnixListener::bind(&handover).unwrap();
+    // A process connects to the broker, hands the connection over and ends.
+    let script = "import socket, sys\n\
+                  b = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\n\
+                  b.connect(sys.argv[1])\n\
+                  t = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n\
+                  t.connect(sys.argv[2])\n\
+                  socket.send_fds(t, [b'c'], [b.fileno()])\n";
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(&d.socket)
+        .arg(&handover)
+        .spawn()
+        .unwrap();
+    let (stream, _) = listener.accept().unwrap();
+    let mut buf = vec![0u8; 64];
+    let got = allot_proto::transport::recv(rustix::fd::AsFd::as_fd(&stream), &mut buf, false)
+        .unwrap()
+        .expect("the connection came");
+    assert!(child.wait().unwrap().success());
+    let fd = got
+        .fds
+        .into_iter()
+        .next()
+        .expect("a descriptor came with it");
+    let acquire = Request::KindAcquire {
+        items: vec![allot_proto::msg::LedgerItem {
+            kind: "cpu".into(),
+            dev: 0,
+            amount: 1.0,
+            shared: false,
+        }],
+        place: 0,
+        holding: false,
+        any_device: false,
+    };
+    let mut orphan = Conn::from_fd(fd);
+    match orphan.call(&acquire).unwrap().0 {
+        Reply::Error { code, message, .. } => {
+            assert_eq!(code, ErrorCode::Invalid, "{message}");
+            assert!(message.contains("has ended"), "{message}");
+        }
+        other => panic!("acted for a process that ended: {other:?}"),
+    }
+    // The same request from a connection whose process runs is served.
+    let mut mine = Conn::connect(&d.socket).unwrap();
+    assert_eq!(mine.call(&acquire).unwrap().0, Reply::Ok);
+}

@@ -312,15 +312,51 @@ impl Gatherer {
     }
 }
 
-/// Waits until the ledger's epoch passes `epoch` (a blocking call on a
-/// connection of its own). Returns the new epoch and the system-wide
-/// waiters, or `None` if the broker went away.
-pub fn watch(socket: &Path, epoch: u64, waiting: u32) -> Option<(u64, u32)> {
-    let mut conn = Conn::connect(socket).ok()?;
-    conn.send(&Request::KindWatch { epoch, waiting }).ok()?;
-    match conn.recv().ok()?.0 {
-        Reply::Changed { epoch, waiters } => Some((epoch, waiters)),
-        _ => None,
+/// The watcher thread's connection to the broker (see the module notes):
+/// one connection for every watch the thread parks, so a wake-up is not
+/// followed by a connection made anew (the broker accepting it and
+/// checking the process) while the woken threads ask for what was freed.
+#[derive(Debug)]
+pub struct Watch {
+    socket: PathBuf,
+    conn: Option<Conn>,
+}
+
+impl Watch {
+    /// A watch of the broker at `socket`, connected at its first use.
+    pub fn new(socket: &Path) -> Watch {
+        Watch {
+            socket: socket.to_path_buf(),
+            conn: None,
+        }
+    }
+
+    /// Waits until the ledger's epoch passes `epoch`, telling the broker
+    /// that `waiting` threads of this process wait. Returns the new epoch,
+    /// the system-wide waiters and this process's places in line that
+    /// could take something now, or `None` if the broker went away.
+    pub fn wait(&mut self, epoch: u64, waiting: u32) -> Option<(u64, u32, Vec<u64>)> {
+        let got = self.park(epoch, waiting);
+        if got.is_none() {
+            self.conn = None;
+        }
+        got
+    }
+
+    fn park(&mut self, epoch: u64, waiting: u32) -> Option<(u64, u32, Vec<u64>)> {
+        if self.conn.is_none() {
+            self.conn = Some(Conn::connect(&self.socket).ok()?);
+        }
+        let conn = self.conn.as_mut()?;
+        conn.send(&Request::KindWatch { epoch, waiting }).ok()?;
+        match conn.recv().ok()?.0 {
+            Reply::Changed {
+                epoch,
+                waiters,
+                due,
+            } => Some((epoch, waiters, due)),
+            _ => None,
+        }
     }
 }
 

@@ -72,6 +72,27 @@ pub(crate) const LINGER: Duration = Duration::from_millis(50);
 /// How many ancestors are looked at to find a process's cell.
 pub(super) const MAX_ANCESTORS: usize = 64;
 
+/// What a watch is answered (`Changed`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Woken {
+    /// The ledger's epoch.
+    pub epoch: u64,
+    /// Threads waiting across all processes.
+    pub waiters: u32,
+    /// The process's places in line that could take something now.
+    pub due: Vec<u64>,
+}
+
+impl From<Woken> for allot_proto::msg::Reply {
+    fn from(w: Woken) -> Self {
+        allot_proto::msg::Reply::Changed {
+            epoch: w.epoch,
+            waiters: w.waiters,
+            due: w.due,
+        }
+    }
+}
+
 /// Why an acquisition cannot go to the ledger as asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Denial {
@@ -239,39 +260,50 @@ impl Account {
 
     /// Session `session` of process `pid`, which saw the ledger at
     /// `epoch` and has `waiting` threads waiting, watches it. The answer
-    /// now (the epoch and the waiters) when the ledger moved since in a
-    /// way that may let `pid` through; `None`: it waits, replacing the
-    /// session's earlier watch.
+    /// now when the ledger moved since in a way that may let `pid`
+    /// through; `None`: it waits, replacing the session's earlier watch.
     pub(crate) fn watch(
         &mut self,
         session: SessionId,
         pid: u32,
         epoch: u64,
         waiting: u32,
-    ) -> Option<(u64, u32)> {
+    ) -> Option<Woken> {
         let ledger = &mut self.ledger;
         ledger.set_waiting(pid, waiting);
-        if ledger.epoch() > epoch && ledger.to_wake().contains(&pid) {
-            ledger.set_waiting(pid, 0);
-            Some((ledger.epoch(), ledger.waiters()))
+        let due = if ledger.epoch() > epoch {
+            ledger.to_wake().remove(&pid)
         } else {
-            self.watchers.insert(session, (pid, epoch));
             None
+        };
+        match due {
+            Some(due) => {
+                ledger.set_waiting(pid, 0);
+                Some(Woken {
+                    epoch: ledger.epoch(),
+                    waiters: ledger.waiters(),
+                    due,
+                })
+            }
+            None => {
+                self.watchers.insert(session, (pid, epoch));
+                None
+            }
         }
     }
 
     /// The watching sessions the ledger's change may let through, taken
-    /// out of the watch, with the epoch and the waiters to tell them.
-    pub(crate) fn wake_watchers(&mut self) -> (Vec<SessionId>, u64, u32) {
+    /// out of the watch, each with what to tell it.
+    pub(crate) fn wake_watchers(&mut self) -> Vec<(SessionId, Woken)> {
         let epoch = self.ledger.epoch();
         if self.watchers.is_empty() {
-            return (Vec::new(), epoch, 0);
+            return Vec::new();
         }
-        let wake = self.ledger.to_wake();
+        let mut wake = self.ledger.to_wake();
         let due: Vec<(SessionId, u32)> = self
             .watchers
             .iter()
-            .filter(|(_, (pid, seen))| epoch > *seen && wake.contains(pid))
+            .filter(|(_, (pid, seen))| epoch > *seen && wake.contains_key(pid))
             .map(|(&s, &(pid, _))| (s, pid))
             .collect();
         for (session, pid) in &due {
@@ -279,7 +311,19 @@ impl Account {
             self.ledger.set_waiting(*pid, 0);
         }
         let waiters = self.ledger.waiters();
-        (due.into_iter().map(|(s, _)| s).collect(), epoch, waiters)
+        due.into_iter()
+            .map(|(session, pid)| {
+                let places = wake.get_mut(&pid).map(std::mem::take).unwrap_or_default();
+                (
+                    session,
+                    Woken {
+                        epoch,
+                        waiters,
+                        due: places,
+                    },
+                )
+            })
+            .collect()
     }
 
     /// Session `session` closed: its watch, its places in line and its

@@ -227,6 +227,12 @@ impl Cells {
         self.by_pid.get(&pid).copied()
     }
 
+    /// Whether any cell has a member (else no process is in a cell, and
+    /// no ancestor need be looked up to say so).
+    pub(crate) fn has_members(&self) -> bool {
+        !self.by_pid.is_empty()
+    }
+
     /// The next id [`Cells::take_id`] gives.
     pub(super) fn next_id(&self) -> u64 {
         self.next_id

@@ -17,8 +17,12 @@ use std::time::Instant;
 
 impl Engine {
     /// The cell process `pid` runs in: it or its nearest ancestor is a
-    /// member. `None` outside every cell.
+    /// member. `None` outside every cell. Each ancestor costs a read of
+    /// `/proc`, so with no member anywhere none is read.
     pub(crate) fn cell_of(&self, pid: u32) -> Option<u64> {
+        if !self.cells.has_members() {
+            return None;
+        }
         let mut p = pid;
         for _ in 0..MAX_ANCESTORS {
             if let Some(c) = self.cells.cell_of(p) {

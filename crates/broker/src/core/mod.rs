@@ -629,9 +629,10 @@ impl Engine {
     /// Answers every watcher whose epoch is behind the ledger's and whose
     /// process the change may let through (`Ledger::to_wake`).
     fn ledger_changed(&mut self) -> Vec<Effect> {
-        let (due, epoch, waiters) = self.account.wake_watchers();
-        due.into_iter()
-            .map(|session| answer(session, Reply::Changed { epoch, waiters }))
+        self.account
+            .wake_watchers()
+            .into_iter()
+            .map(|(session, w)| answer(session, w.into()))
             .collect()
     }
 

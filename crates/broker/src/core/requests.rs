@@ -211,7 +211,7 @@ impl Engine {
                 // Answered now when the ledger moved since its epoch in a
                 // way that may let it through; else when it does.
                 match self.account.watch(session, peer.pid, epoch, waiting) {
-                    Some((epoch, waiters)) => reply(Reply::Changed { epoch, waiters }),
+                    Some(woken) => reply(woken.into()),
                     None => vec![],
                 }
             }
@@ -219,9 +219,13 @@ impl Engine {
     }
 
     /// Whether the process that opened `peer`'s connection still runs at
-    /// its pid (the pid's process started when the connection was made).
+    /// its pid: as its pidfd says where the connection has one, else the
+    /// pid's process started when the connection was made.
     pub(super) fn caller_runs(&self, peer: Peer) -> bool {
-        peer.start.is_some() && self.os.start_time(peer.pid) == peer.start
+        match peer.runs {
+            Some(runs) => runs && peer.start.is_some(),
+            None => peer.start.is_some() && self.os.start_time(peer.pid) == peer.start,
+        }
     }
 
     /// Whether `peer` sees other users' cell names and processes.
@@ -312,12 +316,6 @@ impl Engine {
                 e
             }
             Err(why) => {
-                // A process the broker does not watch is not remembered:
-                // refused requests cannot make it keep an entry per pid.
-                // (A place in line is the connection's, and leaves with it.)
-                if first {
-                    self.account.forget(peer.pid);
-                }
                 let kept = match (&why, wait) {
                     (LedgerError::Refused(_), Some(w)) => Some(
                         self.account
@@ -325,9 +323,25 @@ impl Engine {
                     ),
                     _ => None,
                 };
+                // A process the broker does not watch is not remembered:
+                // refused requests cannot make it keep an entry per pid.
+                // (A place in line is the connection's, and leaves with it.)
+                // One that waits in line is watched, and its holder kept:
+                // it asks again when woken, and finding its cell anew
+                // would read `/proc` for each of its ancestors while the
+                // CPU it waits for idles.
+                let waits = matches!(kept, Some(Ok(_)));
+                if first && !waits {
+                    self.account.forget(peer.pid);
+                }
                 match kept {
                     Some(Ok(InLine { ahead, free })) => {
-                        vec![answer(session, Reply::InLine { ahead, free })]
+                        let mut e = Vec::new();
+                        if first {
+                            e.push(Effect::Watch(peer.pid));
+                        }
+                        e.push(answer(session, Reply::InLine { ahead, free }));
+                        e
                     }
                     Some(Err(limit)) => vec![answer(session, ledger_error(0x0C, limit))],
                     None => vec![answer(session, ledger_error(0x0C, why))],

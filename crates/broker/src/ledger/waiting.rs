@@ -155,25 +155,33 @@ impl Ledger {
 
     /// The places that could take something now: a device each waits for
     /// has something free that no place of another process ahead of it
-    /// waits for. One pass along the line.
+    /// waits for, and that no place ahead that is due already counts on.
+    /// One pass along the line. Each due place counts on one free device
+    /// (the first such it waits for): of one process's places waiting for
+    /// any CPU, one freed CPU makes one due, not all (the others would be
+    /// refused, and are woken when the ledger moves again).
     fn due_places(&self) -> BTreeSet<(u64, u64)> {
         let mut due = BTreeSet::new();
         // Device → the processes whose places ahead wait for it.
         let mut wanted: HashMap<(&str, u32), BTreeSet<u32>> = HashMap::new();
+        // Devices a due place ahead counts on.
+        let mut counted: BTreeSet<(&str, u32)> = BTreeSet::new();
         for p in self.line.places() {
-            let free_to_it = p.devices.iter().any(|(kind, d)| {
+            let free_to_it = p.devices.iter().find(|(kind, d)| {
                 let others_first = wanted
                     .get(&(kind.as_str(), *d))
                     .is_some_and(|pids| pids.iter().any(|&q| q != p.pid));
                 !others_first
+                    && !counted.contains(&(kind.as_str(), *d))
                     && self
                         .kinds
                         .get(kind)
                         .and_then(|k| k.devices.get(*d as usize))
                         .is_some_and(|dev| dev.avail_shared() > EPS)
             });
-            if free_to_it {
+            if let Some((kind, d)) = free_to_it {
                 due.insert((p.session, p.place));
+                counted.insert((kind.as_str(), *d));
             }
             for (kind, d) in &p.devices {
                 wanted.entry((kind.as_str(), *d)).or_default().insert(p.pid);
@@ -182,25 +190,27 @@ impl Ledger {
         due
     }
 
-    /// The processes whose watches a change of the ledger answers: those
-    /// with a place that could take something now, and those with more
-    /// threads waiting (as their watch said) than places in line (the
-    /// others wait on something the line does not know). A change that
-    /// frees one device thus wakes the process first in line for it, not
-    /// every waiting one.
-    pub fn to_wake(&self) -> BTreeSet<u32> {
+    /// The processes whose watches a change of the ledger answers, each
+    /// with its places that could take something now (first in line
+    /// first): those with such a place, and those with more threads
+    /// waiting (as their watch said) than places in line (the others wait
+    /// on something the line does not know; their list may be empty). A
+    /// change that frees one device thus wakes the process first in line
+    /// for it, not every waiting one, and within it the threads of the
+    /// named places.
+    pub fn to_wake(&self) -> BTreeMap<u32, Vec<u64>> {
         let due = self.due_places();
         let mut places: HashMap<u32, u32> = HashMap::new();
-        let mut wake = BTreeSet::new();
+        let mut wake: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
         for p in self.line.places() {
             *places.entry(p.pid).or_default() += 1;
             if due.contains(&(p.session, p.place)) {
-                wake.insert(p.pid);
+                wake.entry(p.pid).or_default().push(p.place);
             }
         }
         for (&pid, &n) in &self.waiting {
             if n > places.get(&pid).copied().unwrap_or(0) {
-                wake.insert(pid);
+                wake.entry(pid).or_default();
             }
         }
         wake

@@ -42,6 +42,7 @@ impl Broker {
                     return;
                 }
             };
+            let pidfd = peer_pidfd(&sock);
             let peer = match rustix::net::sockopt::socket_peercred(&sock) {
                 Ok(c) => {
                     let pid = c.pid.as_raw_nonzero().get() as u32;
@@ -49,7 +50,8 @@ impl Broker {
                         pid,
                         uid: c.uid.as_raw(),
                         gid: c.gid.as_raw(),
-                        start: pinned_start(&sock, pid, self.core.os().as_ref()),
+                        start: pinned_start(pidfd.as_ref(), pid, self.core.os().as_ref()),
+                        runs: None,
                     }
                 }
                 Err(e) => {
@@ -96,6 +98,7 @@ impl Broker {
                 Session {
                     sock,
                     peer,
+                    pidfd,
                     out: VecDeque::new(),
                     out_bytes: 0,
                     writable_wanted: false,
@@ -152,26 +155,31 @@ impl Broker {
     }
 }
 
-/// The start time of the process that connected `sock` (its pid `pid`
-/// from `SO_PEERCRED`), so that later requests can tell it from a process
-/// that reuses the pid ([`Peer::start`]).
+/// The start time of the process that connected a socket (its pid `pid`
+/// from `SO_PEERCRED`, its `pidfd` from `SO_PEERPIDFD` where the kernel
+/// hands one), so that later requests can tell it from a process that
+/// reuses the pid ([`Peer::start`]).
 ///
-/// Where the kernel hands a pidfd for the peer (`SO_PEERPIDFD`, Linux 6.5)
-/// the time read from `/proc` is proven the connecting process's: its
-/// pidfd not yet readable after the read means it had not exited, so the
-/// pid could not have been reused. On older kernels the time is read as
-/// the connection is accepted; a process that connects and ends before
-/// that (the connection waiting in the listen queue) could lend its pid to
-/// whichever process starts next at that number, a race this leaves open
-/// there. `None`: the connecting process has ended.
-fn pinned_start(sock: &OwnedFd, pid: u32, os: &dyn Os) -> Option<u64> {
-    let Some(pidfd) = peer_pidfd(sock) else {
+/// With a pidfd the time read from `/proc` is proven the connecting
+/// process's: its pidfd not yet readable after the read means it had not
+/// exited, so the pid could not have been reused. On older kernels the
+/// time is read as the connection is accepted; a process that connects and
+/// ends before that (the connection waiting in the listen queue) could lend
+/// its pid to whichever process starts next at that number, a race this
+/// leaves open there. `None`: the connecting process has ended.
+fn pinned_start(pidfd: Option<&OwnedFd>, pid: u32, os: &dyn Os) -> Option<u64> {
+    let Some(pidfd) = pidfd else {
         return os.start_time(pid);
     };
     let start = os.start_time(pid)?;
-    let mut fds = [PollFd::new(&pidfd, PollFlags::IN)];
-    let ended = rustix::event::poll(&mut fds, Some(&Timespec::default())).map_or(true, |n| n > 0);
-    (!ended).then_some(start)
+    (!pidfd_ended(pidfd)).then_some(start)
+}
+
+/// Whether the process `pidfd` names has ended (its pidfd is readable then;
+/// an error counts as ended).
+pub(super) fn pidfd_ended(pidfd: &OwnedFd) -> bool {
+    let mut fds = [PollFd::new(pidfd, PollFlags::IN)];
+    rustix::event::poll(&mut fds, Some(&Timespec::default())).map_or(true, |n| n > 0)
 }
 
 /// A pidfd for the process that connected `sock` (`SO_PEERPIDFD`); `None`
@@ -244,8 +252,12 @@ mod tests {
         if kernel_at_least(6, 5) {
             assert!(peer_pidfd(&sock).is_some(), "SO_PEERPIDFD from 6.5 on");
         }
-        let start = pinned_start(&sock, me, &RealOs);
+        let pidfd = peer_pidfd(&sock);
+        let start = pinned_start(pidfd.as_ref(), me, &RealOs);
         assert!(start.is_some());
         assert_eq!(start, RealOs.start_time(me));
+        if let Some(fd) = &pidfd {
+            assert!(!pidfd_ended(fd), "this process runs");
+        }
     }
 }

@@ -106,6 +106,10 @@ pub const LOG_EVERY: Duration = Duration::from_secs(10);
 struct Session {
     sock: OwnedFd,
     peer: Peer,
+    /// The connecting process's pidfd (`SO_PEERPIDFD`, Linux 6.5), asked
+    /// with every message whether that process still runs
+    /// ([`Peer::runs`]); `None` on older kernels.
+    pidfd: Option<OwnedFd>,
     out: VecDeque<(Vec<u8>, Vec<OwnedFd>)>,
     out_bytes: usize,
     writable_wanted: bool,

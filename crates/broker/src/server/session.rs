@@ -1,7 +1,7 @@
 //! Serving connections: requests read within each user's turn, replies
 //! queued and flushed (see the module docs of [`super`]).
 
-use super::accept::held_back;
+use super::accept::{held_back, pidfd_ended};
 use super::{Broker, SESSION};
 use crate::core::Effect;
 use crate::log::{debug, warn};
@@ -43,7 +43,7 @@ impl Broker {
             let Some(s) = self.sessions.get(&id) else {
                 return;
             };
-            let peer = s.peer;
+            let mut peer = s.peer;
             if self.turn.get(&peer.uid).copied().unwrap_or(0) >= USER_TURN {
                 break; // this user's turn is over; the rest waits
             }
@@ -71,6 +71,9 @@ impl Broker {
                     return self.close(id);
                 }
             };
+            // Whether the process that connected still runs, as of this
+            // message (see `Peer::runs`).
+            peer.runs = s.pidfd.as_ref().map(|fd| !pidfd_ended(fd));
             let mut units = 1;
             // A datagram whose header names a one-way kind is never
             // answered, even when the rest of it is wrong (see

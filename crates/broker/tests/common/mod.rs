@@ -24,6 +24,7 @@ pub const fn peer(pid: u32, uid: u32) -> Peer {
         start: Some(pid as u64),
         uid,
         gid: uid,
+        runs: None,
     }
 }
 
@@ -32,18 +33,21 @@ pub const ROOT: Peer = Peer {
     start: Some(1),
     uid: 0,
     gid: 0,
+    runs: None,
 };
 pub const ALICE: Peer = Peer {
     pid: 2,
     start: Some(2),
     uid: 1000,
     gid: 1000,
+    runs: None,
 };
 pub const BOB: Peer = Peer {
     pid: 3,
     start: Some(3),
     uid: 1001,
     gid: 1001,
+    runs: None,
 };
 
 pub struct World {

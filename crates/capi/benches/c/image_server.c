@@ -7,7 +7,8 @@
  *   image_server fair RATE [OPTIONS]        (built with -DIMAGE_SERVER_ALLOT)
  *
  * OPTIONS: --burst SECONDS (3), --seed S (1), --width W (1024),
- *          --height H (768), --radius R (3), --passes P (2)
+ *          --height H (768), --radius R (3), --passes P (2),
+ *          --trace PATH (one line per request, below)
  *
  * A generator thread draws exponential inter-arrival times for RATE
  * requests per second over the burst and, at each arrival, starts a fresh
@@ -48,6 +49,13 @@
  * the same input, so all must produce the same image, whatever their team
  * size: a mismatch is an error, exit status 1).
  *
+ * --trace PATH writes, per request in arrival order, "arrival start done
+ * cores cpu" (CLOCK_MONOTONIC seconds, shared by every process of a
+ * machine; cpu: the CPU time of the request's own thread),
+ * so the requests of several processes can be put on one time line:
+ * scripts/bench-image-servers.sh uses it to count the CPU time that idled
+ * while a request waited.
+ *
  * `calibrate` times one request alone, with 1 and with 2 threads (median of
  * 7 after a warm-up, each on a fresh thread like a real request), and
  * prints: calibrate service1_ms= service2_ms= ... checksum=
@@ -70,9 +78,10 @@ struct params {
     int width, height, radius, passes;
     double burst_s;
     uint64_t seed;
+    const char *trace; /* --trace PATH, or NULL */
 };
 
-static struct params g_p = {1024, 768, 3, 2, 3.0, 1};
+static struct params g_p = {1024, 768, 3, 2, 3.0, 1, NULL};
 static uint8_t *g_src; /* the shared input image, read-only after start */
 
 static double now_s(void)
@@ -234,6 +243,7 @@ struct request {
     double arrival; /* scheduled arrival */
     double start;   /* blur started (in `fair`: cores granted) */
     double done;
+    double cpu; /* CPU time of the handler thread, seconds */
     int cores;
     uint64_t checksum;
     pthread_t thread;
@@ -241,6 +251,13 @@ struct request {
 
 static enum variant g_variant;
 static int g_fixed_n;
+
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static void *handle(void *arg)
 {
@@ -250,6 +267,7 @@ static void *handle(void *arg)
         rq->cores = g_fixed_n;
         rq->checksum = blur_image(g_fixed_n);
         rq->done = now_s();
+        rq->cpu = thread_cpu_s();
         return NULL;
     }
 #ifdef IMAGE_SERVER_ALLOT
@@ -260,6 +278,7 @@ static void *handle(void *arg)
         rq->checksum = blur_image((int)c.ncores);
     }
     rq->done = now_s();
+    rq->cpu = thread_cpu_s();
 #endif
     return NULL;
 }
@@ -349,6 +368,20 @@ static int serve(double rate, const char *name)
     }
     if (n)
         checksum = reqs[0].checksum;
+    if (g_p.trace) {
+        FILE *t = fopen(g_p.trace, "w");
+        if (!t) {
+            fprintf(stderr, "image_server: cannot write %s: %s\n", g_p.trace, strerror(errno));
+            return 2;
+        }
+        for (size_t i = 0; i < n; i++)
+            fprintf(t, "%.6f %.6f %.6f %d %.6f\n", reqs[i].arrival, reqs[i].start,
+                    reqs[i].done, reqs[i].cores, reqs[i].cpu);
+        if (fclose(t) != 0) {
+            fprintf(stderr, "image_server: cannot write %s: %s\n", g_p.trace, strerror(errno));
+            return 2;
+        }
+    }
     qsort(lat, n, sizeof *lat, cmp_double);
     double dn = n ? (double)n : 1.0;
     printf("result rate=%.3f variant=%s requests=%zu mean_ms=%.3f p50_ms=%.3f p95_ms=%.3f "
@@ -390,7 +423,7 @@ static void usage(FILE *f)
             "       image_server fair RATE [OPTIONS]\n"
 #endif
             "options: --burst SECONDS (3)  --seed S (1)  --width W (1024)  --height H (768)\n"
-            "         --radius R (3)  --passes P (2)\n");
+            "         --radius R (3)  --passes P (2)  --trace PATH\n");
 }
 
 static int parse_options(int argc, char **argv, int first)
@@ -414,6 +447,8 @@ static int parse_options(int argc, char **argv, int first)
             g_p.radius = atoi(v);
         else if (!strcmp(o, "--passes"))
             g_p.passes = atoi(v);
+        else if (!strcmp(o, "--trace"))
+            g_p.trace = v;
         else {
             fprintf(stderr, "image_server: unknown option %s\n", o);
             return -1;

@@ -464,8 +464,17 @@ impl Reply {
             Reply::Status { more, json } | Reply::Json { more, json } => {
                 w.bool(*more).str(json);
             }
-            Reply::Changed { epoch, waiters } => {
+            Reply::Changed {
+                epoch,
+                waiters,
+                due,
+            } => {
                 w.u64(*epoch).u32(*waiters);
+                let n = due.len().min(crate::wire::MAX_LIST);
+                w.u16(n as u16);
+                for place in &due[..n] {
+                    w.u64(*place);
+                }
             }
             Reply::Channel { slots, message_max } => {
                 w.u32(*slots).u32(*message_max);
@@ -548,6 +557,18 @@ impl Reply {
             _ => Reply::Changed {
                 epoch: r.u64("epoch")?,
                 waiters: r.u32("waiters")?,
+                due: {
+                    let n = r.u16("due")? as usize;
+                    if n > crate::wire::MAX_LIST {
+                        return Err(DecodeError::Malformed {
+                            field: "due",
+                            detail: format!("{n} places"),
+                        });
+                    }
+                    (0..n)
+                        .map(|_| r.u64("due.place"))
+                        .collect::<Result<_, _>>()?
+                },
             },
         })
     }

@@ -204,6 +204,7 @@ pub fn example_replies() -> Vec<Reply> {
         Reply::Changed {
             epoch: 7,
             waiters: 3,
+            due: vec![4, 9],
         },
         Reply::Channel {
             slots: 64,

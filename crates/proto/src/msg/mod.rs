@@ -65,8 +65,10 @@ pub mod spec;
 /// of the same kinds would do (`any_device`);
 /// 13 — gathering across processes: `KindGather` (0x18), answered by
 /// `Gathered` (0x8B) when the caller's turn in its batch comes, and the
-/// one-way `KindChosen` (0x19) when the policy it gathered for has chosen.
-pub const PROTOCOL_VERSION: u16 = 13;
+/// one-way `KindChosen` (0x19) when the policy it gathered for has chosen;
+/// 14 — `Changed` (0x88) names the caller's places in line that could
+/// take something now (`due`), so only their threads ask again.
+pub const PROTOCOL_VERSION: u16 = 14;
 
 /// The header's first two bytes, little-endian; other values are not the allot protocol.
 pub const MAGIC: u16 = 0xA110;
@@ -485,12 +487,18 @@ pub enum Reply {
         /// The next piece of the JSON text; the pieces concatenate in order.
         json: String,
     },
-    /// `0x88` — `epoch: u64, waiters: u32`. The ledger changed.
+    /// `0x88` — `epoch: u64, waiters: u32, due: list<u64>`. The ledger
+    /// changed.
     Changed {
         /// The ledger's epoch now.
         epoch: u64,
         /// Threads waiting across all processes.
         waiters: u32,
+        /// The watching process's places in line (`KindAcquire`'s `place`)
+        /// that could take something now, first in line first; the others
+        /// would be refused again. Empty when the process was woken for
+        /// its threads that wait without a place.
+        due: Vec<u64>,
     },
     /// `0x8A` — `ahead: u32, free: list<(kind: str, dev: u32, amount: f64,
     /// shared: bool)>`. A `KindAcquire` with a place was refused and keeps

@@ -38,6 +38,11 @@ impl Blocks {
         let mut place = 0;
         let mut in_line = false;
         let mut hinted = false;
+        // The broker's wake-up count when it last refused the place, and
+        // whether the policy chooses again from what the refusal said is
+        // free (that choice is asked for at once).
+        let mut refused_at: Option<u64> = None;
+        let mut rechoosing = false;
         let result = loop {
             let buf = std::mem::take(&mut st.scratch_asks);
             let resolved = resolve(&st, &self.machine, tid, reqs, devs, site, buf);
@@ -93,7 +98,13 @@ impl Blocks {
                             });
                         }
                         Err(Refusal::Wait { devs, root_short }) => {
-                            if !root_short.is_empty() && st.link.is_some() {
+                            // A refused place asks again only once a wake-up
+                            // since names it: the broker would refuse the
+                            // others, each a round trip under the lock while
+                            // the freed CPU waits for the named one.
+                            let named = std::mem::take(&mut rechoosing)
+                                || asks_again(refused_at, st.ledger_wakes, &st.ledger_due, place);
+                            if !root_short.is_empty() && st.link.is_some() && named {
                                 if block && place == 0 {
                                     place = st.next_place;
                                     st.next_place += 1;
@@ -106,13 +117,16 @@ impl Blocks {
                                 match self.grow_from_broker(&mut st, tid, &root_short, how) {
                                     Ok(Grown::Yes) => {
                                         in_line = false;
+                                        refused_at = None;
                                         continue; // the roots grew: try again at once
                                     }
                                     Ok(Grown::InLine) => {
                                         in_line = true;
+                                        refused_at = Some(st.ledger_wakes);
                                         if !hinted {
                                             // Choose again from what is free.
                                             hinted = true;
+                                            rechoosing = true;
                                             continue;
                                         }
                                     }
@@ -161,6 +175,7 @@ impl Blocks {
             // Woken: the ledger changed; choose from the whole device again.
             st.broker_free.remove(&tid);
             hinted = false;
+            rechoosing = false;
         };
         if in_line {
             self.leave_line(&mut st, place);
@@ -168,5 +183,41 @@ impl Blocks {
         self.chose(&mut st, tid);
         st.broker_free.remove(&tid);
         (st, result)
+    }
+}
+
+/// Whether a waiting request asks the broker again: always while the
+/// broker has not refused its `place` (`refused_at`: the wake-up count
+/// then), and after a refusal only once a wake-up since (`wakes` counts
+/// them) named the place among those that could take something (`due`,
+/// the last wake-up's). The broker wakes the process again whenever the
+/// ledger moves in a way that may let one of its places through, so a
+/// place not named keeps waiting without asking.
+fn asks_again(refused_at: Option<u64>, wakes: u64, due: &[u64], place: u64) -> bool {
+    refused_at.is_none_or(|at| wakes != at && due.contains(&place))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::asks_again;
+
+    #[test]
+    fn a_refused_place_asks_again_only_once_a_wake_up_names_it() {
+        assert!(asks_again(None, 0, &[], 1), "never refused: it asks");
+        assert!(
+            asks_again(None, 5, &[], 3),
+            "its first ask, whatever woke before"
+        );
+        assert!(
+            !asks_again(Some(2), 2, &[1], 1),
+            "no wake-up since its refusal"
+        );
+        assert!(!asks_again(Some(2), 3, &[4], 1), "woken for another place");
+        assert!(
+            !asks_again(Some(2), 3, &[], 1),
+            "woken for threads without a place"
+        );
+        assert!(asks_again(Some(2), 3, &[4, 1], 1), "named");
+        assert!(asks_again(Some(2), 7, &[1], 1), "named by a later wake-up");
     }
 }

@@ -153,6 +153,7 @@ impl Blocks {
         let _ = std::thread::Builder::new()
             .name("allot-ledger".into())
             .spawn(move || {
+                let mut watch = ledger::Watch::new(&socket);
                 loop {
                     let (epoch, waiting) = {
                         let mut st = me.lock();
@@ -162,12 +163,14 @@ impl Blocks {
                         }
                         (st.ledger_epoch, st.total_waiting)
                     };
-                    let got = ledger::watch(&socket, epoch, waiting);
+                    let got = watch.wait(epoch, waiting);
                     let mut st = me.lock();
                     match got {
-                        Some((e, w)) => {
+                        Some((e, w, due)) => {
                             st.ledger_epoch = e;
                             st.broker_waiters = w;
+                            st.ledger_wakes += 1;
+                            st.ledger_due = due;
                         }
                         None => st.watching = false,
                     }

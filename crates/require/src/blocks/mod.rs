@@ -140,6 +140,12 @@ struct State {
     /// Ledger epoch last seen, and whether a watcher thread runs.
     ledger_epoch: u64,
     watching: bool,
+    /// How many times the broker woke the watcher, and the places in line
+    /// it named the last time (those that could take something then):
+    /// a thread whose place was refused asks again only once a later
+    /// wake-up names it (`acquire.rs`).
+    ledger_wakes: u64,
+    ledger_due: Vec<u64>,
     /// Threads sleeping on the condition variable (no wake-up call is made
     /// when there are none: it is a system call).
     sleepers: u32,
@@ -190,6 +196,8 @@ impl State {
             next_place: 1,
             ledger_epoch: 0,
             watching: false,
+            ledger_wakes: 0,
+            ledger_due: Vec::new(),
             sleepers: 0,
             scratch_asks: Vec::new(),
             scratch_nodes: Vec::new(),

@@ -1,0 +1,62 @@
+//! Smoke test of the hand-over benchmark's C program
+//! (`benches/c/handoff.c`, run by `scripts/bench-handoff.sh`): it compiles
+//! with `-Werror` and, with a broker of the test's own, every waiter is
+//! let in only after the holder of every CPU left its block. No timing is
+//! checked; the script measures.
+
+#[path = "support/liballot.rs"]
+mod liballot;
+
+use allot_broker::{Broker, Config};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+#[test]
+fn a_waiting_process_enters_only_after_the_holder_leaves() {
+    let work = Path::new(env!("CARGO_TARGET_TMPDIR")).join("handoff");
+    let prefix = work.join("prefix");
+    liballot::install(&prefix);
+    let exe = work.join("handoff");
+    liballot::run(
+        Command::new("gcc")
+            .args(["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror"])
+            .arg(format!("-I{}", prefix.join("include").display()))
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/c/handoff.c"))
+            .arg("-o")
+            .arg(&exe)
+            .arg(format!("-L{}", prefix.join("lib").display()))
+            .arg("-lallot")
+            .arg(format!("-Wl,-rpath,{}", prefix.join("lib").display())),
+    );
+    // A broker in this process: dry-run backend, private socket.
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("allot.sock");
+    let mut cfg = Config::new(socket.clone());
+    cfg.backend = allot_enforce::BackendKind::DryRun;
+    cfg.tick = Duration::from_millis(20);
+    let broker = Broker::start(cfg).unwrap();
+    let stop = broker.stop_handle();
+    let thread = std::thread::spawn(move || broker.run().unwrap());
+    let out = liballot::run_stdout(
+        Command::new(&exe)
+            .arg("8")
+            .env("ALLOT_SOCKET", &socket)
+            .env_remove("ALLOT_CELL")
+            .env_remove("ALLOT_GRANT_FD")
+            .env_remove("LD_PRELOAD"),
+    );
+    stop.stop();
+    thread.join().unwrap();
+    let fields: std::collections::BTreeMap<&str, f64> = out
+        .split_whitespace()
+        .filter_map(|f| f.split_once('='))
+        .filter_map(|(k, v)| Some((k, v.parse().ok()?)))
+        .collect();
+    assert_eq!(fields.get("n"), Some(&8.0), "{out}");
+    let min = fields["min_us"];
+    assert!(
+        min >= 0.0 && min <= fields["p50_us"] && fields["p50_us"] <= fields["max_us"],
+        "a waiter entered while the holder held every CPU, or the line is wrong: {out}"
+    );
+}
