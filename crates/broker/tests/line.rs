@@ -236,17 +236,30 @@ fn watch(w: &mut World, pid: u32) {
     assert!(e.is_empty(), "parked: {e:?}");
 }
 
-/// The places that the watch of process `pid` is told are due, if
-/// `effects` answer it.
-fn due_of(effects: &[Effect], pid: u32) -> Option<Vec<u64>> {
+/// The places that the watch of process `pid` is told are due, with the
+/// CPUs free to each (exclusively), if `effects` answer it.
+fn due_free(effects: &[Effect], pid: u32) -> Option<Vec<(u64, Vec<u32>)>> {
     effects.iter().find_map(|e| match e {
         Effect::Reply {
             session,
             reply: Reply::Changed { due, .. },
             ..
-        } if *session == 5000 + pid as u64 => Some(due.clone()),
+        } if *session == 5000 + pid as u64 => Some(
+            due.iter()
+                .map(|d| {
+                    let cpus = d.free.iter().filter(|f| f.kind == "cpu" && !f.shared);
+                    (d.place, cpus.map(|f| f.dev).collect())
+                })
+                .collect(),
+        ),
         _ => None,
     })
+}
+
+/// The places that the watch of process `pid` is told are due, if
+/// `effects` answer it.
+fn due_of(effects: &[Effect], pid: u32) -> Option<Vec<u64>> {
+    due_free(effects, pid).map(|d| d.into_iter().map(|(place, _)| place).collect())
 }
 
 /// The pids whose watches `effects` answer.
@@ -323,6 +336,12 @@ fn a_wake_up_names_the_places_the_free_cpus_are_for_one_each() {
         None,
     );
     assert_eq!(due_of(&e, 110), Some(vec![1, 2, 3]));
+    // Each is told what is free to it: what the places ahead count on
+    // (the first free CPU each) is not.
+    assert_eq!(
+        due_free(&e, 110),
+        Some(vec![(1, vec![0, 1, 2]), (2, vec![1, 2]), (3, vec![2])])
+    );
     // Its places are served; the fourth CPU is the other process's.
     for place in 1..=3 {
         let n = place as u32 - 1;

@@ -34,8 +34,8 @@ pub mod window;
 pub mod wire;
 
 pub use msg::{
-    DeviceDef, ErrorCode, FrameError, LedgerItem, MAX_MESSAGE, PROTOCOL_VERSION, PoolStatsWire,
-    Reply, Request,
+    DeviceDef, DuePlace, ErrorCode, FrameError, LedgerItem, MAX_MESSAGE, PROTOCOL_VERSION,
+    PoolStatsWire, Reply, Request,
 };
 pub use page::{FLAG_RELEASED, FLAG_STACKED, Grant, GrantPage, PAGE_SIZE, PAGE_VERSION, PageError};
 pub use report::{ReportPage, Reports};

@@ -26,12 +26,14 @@
 //! how many others arrived with them, from any process.
 //!
 //! A thread that must wait for the broker is woken by a *watcher* thread
-//! which parks a `KindWatch` at the broker and, when the ledger changes,
-//! bumps the runtime's epoch so every waiting thread tries again. It runs
-//! only while threads of this process wait.
+//! which parks a `KindWatch` at the broker ([`Watch`], one connection for
+//! all its watches) and, when the ledger changes, bumps the runtime's epoch
+//! so every waiting thread looks again; of those with a place in line, only
+//! the ones the broker's answer names ask it again (the others would be
+//! refused). It runs only while threads of this process wait.
 
 use allot_proto::msg::{ErrorCode, LedgerItem, Reply, Request};
-use allot_proto::{Conn, DeviceDef};
+use allot_proto::{Conn, DeviceDef, DuePlace};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -334,8 +336,9 @@ impl Watch {
     /// Waits until the ledger's epoch passes `epoch`, telling the broker
     /// that `waiting` threads of this process wait. Returns the new epoch,
     /// the system-wide waiters and this process's places in line that
-    /// could take something now, or `None` if the broker went away.
-    pub fn wait(&mut self, epoch: u64, waiting: u32) -> Option<(u64, u32, Vec<u64>)> {
+    /// could take something now (with what is free to each), or `None` if
+    /// the broker went away.
+    pub fn wait(&mut self, epoch: u64, waiting: u32) -> Option<(u64, u32, Vec<DuePlace>)> {
         let got = self.park(epoch, waiting);
         if got.is_none() {
             self.conn = None;
@@ -343,7 +346,7 @@ impl Watch {
         got
     }
 
-    fn park(&mut self, epoch: u64, waiting: u32) -> Option<(u64, u32, Vec<u64>)> {
+    fn park(&mut self, epoch: u64, waiting: u32) -> Option<(u64, u32, Vec<DuePlace>)> {
         if self.conn.is_none() {
             self.conn = Some(Conn::connect(&self.socket).ok()?);
         }

@@ -55,7 +55,7 @@ use crate::gathering::Gathering;
 use crate::ledger::{InLine, Ledger, LedgerError, Waiter};
 use crate::peer::SessionId;
 use allot_enforce::IoWeights;
-use allot_proto::{DeviceDef, LedgerItem};
+use allot_proto::{DeviceDef, DuePlace, LedgerItem};
 use allot_spec::{CellId, CellSpec};
 use allot_topo::CpuSet;
 use std::collections::{BTreeMap, HashMap};
@@ -73,14 +73,15 @@ pub(crate) const LINGER: Duration = Duration::from_millis(50);
 pub(super) const MAX_ANCESTORS: usize = 64;
 
 /// What a watch is answered (`Changed`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Woken {
     /// The ledger's epoch.
     pub epoch: u64,
     /// Threads waiting across all processes.
     pub waiters: u32,
-    /// The process's places in line that could take something now.
-    pub due: Vec<u64>,
+    /// The process's places in line that could take something now, with
+    /// what is free to each.
+    pub due: Vec<DuePlace>,
 }
 
 impl From<Woken> for allot_proto::msg::Reply {

@@ -49,7 +49,7 @@ pub use waiting::InLine;
 
 use crate::config::Limits;
 use crate::names;
-use allot_proto::{DeviceDef, LedgerItem};
+use allot_proto::{DeviceDef, DuePlace, LedgerItem};
 use allot_topo::Machine;
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet, HashMap};

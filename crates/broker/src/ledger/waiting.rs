@@ -153,26 +153,30 @@ impl Ledger {
         left
     }
 
-    /// The places that could take something now: a device each waits for
-    /// has something free that no place of another process ahead of it
-    /// waits for, and that no place ahead that is due already counts on.
-    /// One pass along the line. Each due place counts on one free device
-    /// (the first such it waits for): of one process's places waiting for
-    /// any CPU, one freed CPU makes one due, not all (the others would be
-    /// refused, and are woken when the ledger moves again).
-    fn due_places(&self) -> BTreeSet<(u64, u64)> {
-        let mut due = BTreeSet::new();
+    /// The places that could take something now, each with what is free
+    /// to it: a device it waits for has something free that no place of
+    /// another process ahead of it waits for, and that no place ahead that
+    /// is due already counts on. One pass along the line. Each due place
+    /// counts on one free device (the first such it waits for): of one
+    /// process's places waiting for any CPU, one freed CPU makes one due,
+    /// not all (the others would be refused, and are woken when the ledger
+    /// moves again). What is free to a due place is what `InLine` would
+    /// say, less the devices the due places ahead count on.
+    fn due_places(&self) -> BTreeMap<(u64, u64), Vec<LedgerItem>> {
+        let mut due = BTreeMap::new();
         // Device → the processes whose places ahead wait for it.
         let mut wanted: HashMap<(&str, u32), BTreeSet<u32>> = HashMap::new();
         // Devices a due place ahead counts on.
         let mut counted: BTreeSet<(&str, u32)> = BTreeSet::new();
         for p in self.line.places() {
-            let free_to_it = p.devices.iter().find(|(kind, d)| {
+            let open = |kind: &str, d: u32| {
                 let others_first = wanted
-                    .get(&(kind.as_str(), *d))
+                    .get(&(kind, d))
                     .is_some_and(|pids| pids.iter().any(|&q| q != p.pid));
-                !others_first
-                    && !counted.contains(&(kind.as_str(), *d))
+                !others_first && !counted.contains(&(kind, d))
+            };
+            let free_to_it = p.devices.iter().find(|(kind, d)| {
+                open(kind, *d)
                     && self
                         .kinds
                         .get(kind)
@@ -180,7 +184,31 @@ impl Ledger {
                         .is_some_and(|dev| dev.avail_shared() > EPS)
             });
             if let Some((kind, d)) = free_to_it {
-                due.insert((p.session, p.place));
+                let kinds: BTreeSet<&str> = p.devices.iter().map(|(k, _)| k.as_str()).collect();
+                let mut free = Vec::new();
+                for kind in kinds {
+                    let Some(k) = self.kinds.get(kind) else {
+                        continue;
+                    };
+                    for (i, dev) in k.devices.iter().enumerate() {
+                        if !open(kind, i as u32) {
+                            continue;
+                        }
+                        for (amount, shared) in
+                            [(dev.avail_exclusive(), false), (dev.avail_shared(), true)]
+                        {
+                            if amount > EPS {
+                                free.push(LedgerItem {
+                                    kind: kind.to_string(),
+                                    dev: i as u32,
+                                    amount,
+                                    shared,
+                                });
+                            }
+                        }
+                    }
+                }
+                due.insert((p.session, p.place), free);
                 counted.insert((kind.as_str(), *d));
             }
             for (kind, d) in &p.devices {
@@ -192,20 +220,23 @@ impl Ledger {
 
     /// The processes whose watches a change of the ledger answers, each
     /// with its places that could take something now (first in line
-    /// first): those with such a place, and those with more threads
-    /// waiting (as their watch said) than places in line (the others wait
-    /// on something the line does not know; their list may be empty). A
-    /// change that frees one device thus wakes the process first in line
-    /// for it, not every waiting one, and within it the threads of the
-    /// named places.
-    pub fn to_wake(&self) -> BTreeMap<u32, Vec<u64>> {
-        let due = self.due_places();
+    /// first, with what is free to each): those with such a place, and
+    /// those with more threads waiting (as their watch said) than places
+    /// in line (the others wait on something the line does not know;
+    /// their list may be empty). A change that frees one device thus wakes
+    /// the process first in line for it, not every waiting one, and within
+    /// it the threads of the named places.
+    pub fn to_wake(&self) -> BTreeMap<u32, Vec<DuePlace>> {
+        let mut due = self.due_places();
         let mut places: HashMap<u32, u32> = HashMap::new();
-        let mut wake: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+        let mut wake: BTreeMap<u32, Vec<DuePlace>> = BTreeMap::new();
         for p in self.line.places() {
             *places.entry(p.pid).or_default() += 1;
-            if due.contains(&(p.session, p.place)) {
-                wake.entry(p.pid).or_default().push(p.place);
+            if let Some(free) = due.remove(&(p.session, p.place)) {
+                wake.entry(p.pid).or_default().push(DuePlace {
+                    place: p.place,
+                    free,
+                });
             }
         }
         for (&pid, &n) in &self.waiting {
@@ -226,7 +257,7 @@ impl Ledger {
         let due = self.due_places();
         let left = self
             .line
-            .expire(now, |p| due.contains(&(p.session, p.place)));
+            .expire(now, |p| due.contains_key(&(p.session, p.place)));
         if left {
             self.epoch += 1;
         }

@@ -472,8 +472,9 @@ impl Reply {
                 w.u64(*epoch).u32(*waiters);
                 let n = due.len().min(crate::wire::MAX_LIST);
                 w.u16(n as u16);
-                for place in &due[..n] {
-                    w.u64(*place);
+                for d in &due[..n] {
+                    w.u64(d.place);
+                    put_items(&mut w, &d.free);
                 }
             }
             Reply::Channel { slots, message_max } => {
@@ -566,8 +567,13 @@ impl Reply {
                         });
                     }
                     (0..n)
-                        .map(|_| r.u64("due.place"))
-                        .collect::<Result<_, _>>()?
+                        .map(|_| {
+                            Ok(DuePlace {
+                                place: r.u64("due.place")?,
+                                free: get_items(r)?,
+                            })
+                        })
+                        .collect::<Result<_, DecodeError>>()?
                 },
             },
         })

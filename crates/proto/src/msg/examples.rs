@@ -204,7 +204,21 @@ pub fn example_replies() -> Vec<Reply> {
         Reply::Changed {
             epoch: 7,
             waiters: 3,
-            due: vec![4, 9],
+            due: vec![
+                DuePlace {
+                    place: 4,
+                    free: vec![LedgerItem {
+                        kind: "cpu".into(),
+                        dev: 1,
+                        amount: 1.0,
+                        shared: false,
+                    }],
+                },
+                DuePlace {
+                    place: 9,
+                    free: vec![],
+                },
+            ],
         },
         Reply::Channel {
             slots: 64,

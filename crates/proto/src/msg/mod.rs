@@ -67,8 +67,9 @@ pub mod spec;
 /// `Gathered` (0x8B) when the caller's turn in its batch comes, and the
 /// one-way `KindChosen` (0x19) when the policy it gathered for has chosen;
 /// 14 — `Changed` (0x88) names the caller's places in line that could
-/// take something now (`due`), so only their threads ask again.
-pub const PROTOCOL_VERSION: u16 = 14;
+/// take something now (`due`), so only their threads ask again;
+/// 15 — with what is free to each of them.
+pub const PROTOCOL_VERSION: u16 = 15;
 
 /// The header's first two bytes, little-endian; other values are not the allot protocol.
 pub const MAGIC: u16 = 0xA110;
@@ -166,6 +167,18 @@ pub struct LedgerItem {
     pub amount: f64,
     /// A shared (non-exclusive) holding.
     pub shared: bool,
+}
+
+/// A place in line that could take something now (`Changed`), with what is
+/// free to it: as `InLine` says, less what the due places ahead of it count
+/// on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DuePlace {
+    /// The place (`KindAcquire`'s `place`).
+    pub place: u64,
+    /// Free to it, per device of the kinds it waits for (exclusive and
+    /// shared items).
+    pub free: Vec<LedgerItem>,
 }
 
 /// One device of a kind definition.
@@ -487,18 +500,19 @@ pub enum Reply {
         /// The next piece of the JSON text; the pieces concatenate in order.
         json: String,
     },
-    /// `0x88` — `epoch: u64, waiters: u32, due: list<u64>`. The ledger
-    /// changed.
+    /// `0x88` — `epoch: u64, waiters: u32, due: list<(place: u64, free:
+    /// list<item>)>`. The ledger changed.
     Changed {
         /// The ledger's epoch now.
         epoch: u64,
         /// Threads waiting across all processes.
         waiters: u32,
         /// The watching process's places in line (`KindAcquire`'s `place`)
-        /// that could take something now, first in line first; the others
-        /// would be refused again. Empty when the process was woken for
-        /// its threads that wait without a place.
-        due: Vec<u64>,
+        /// that could take something now, first in line first, each with
+        /// what is free to it; the others would be refused again. Empty
+        /// when the process was woken for its threads that wait without a
+        /// place.
+        due: Vec<DuePlace>,
     },
     /// `0x8A` — `ahead: u32, free: list<(kind: str, dev: u32, amount: f64,
     /// shared: bool)>`. A `KindAcquire` with a place was refused and keeps

@@ -6,6 +6,7 @@
 
 use super::broker::Grown;
 use super::*;
+use allot_proto::DuePlace;
 
 impl Blocks {
     /// Resolves and acquires `reqs` for `tid` as one unit, waiting (when
@@ -43,6 +44,8 @@ impl Blocks {
         // free (that choice is asked for at once).
         let mut refused_at: Option<u64> = None;
         let mut rechoosing = false;
+        // The kinds it last asked the broker for.
+        let mut asked_kinds: Vec<KindId> = Vec::new();
         let result = loop {
             let buf = std::mem::take(&mut st.scratch_asks);
             let resolved = resolve(&st, &self.machine, tid, reqs, devs, site, buf);
@@ -109,6 +112,8 @@ impl Blocks {
                                     place = st.next_place;
                                     st.next_place += 1;
                                 }
+                                asked_kinds.clear();
+                                asked_kinds.extend(root_short.iter().map(|(dev, _, _)| dev.0));
                                 let how = ledger::Asking {
                                     place,
                                     holding: st.trees.holds_any(tid),
@@ -172,8 +177,17 @@ impl Blocks {
             // batch at the broker may choose.
             self.chose(&mut st, tid);
             st = self.wait(st, tid, &failure);
-            // Woken: the ledger changed; choose from the whole device again.
+            // Woken: the ledger changed. A place a wake-up since its refusal
+            // names chooses from what that says is free to it; any other
+            // from the whole device again.
             st.broker_free.remove(&tid);
+            let named = refused_at
+                .filter(|&at| at != st.ledger_wakes)
+                .and_then(|_| st.ledger_due.iter().find(|d| d.place == place))
+                .map(|d| d.free.clone());
+            if let Some(free) = named {
+                self.note_free_of_kinds(&mut st, tid, &asked_kinds, &free);
+            }
             hinted = false;
             rechoosing = false;
         };
@@ -193,13 +207,23 @@ impl Blocks {
 /// the last wake-up's). The broker wakes the process again whenever the
 /// ledger moves in a way that may let one of its places through, so a
 /// place not named keeps waiting without asking.
-fn asks_again(refused_at: Option<u64>, wakes: u64, due: &[u64], place: u64) -> bool {
-    refused_at.is_none_or(|at| wakes != at && due.contains(&place))
+fn asks_again(refused_at: Option<u64>, wakes: u64, due: &[DuePlace], place: u64) -> bool {
+    refused_at.is_none_or(|at| wakes != at && due.iter().any(|d| d.place == place))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::asks_again;
+    use super::{DuePlace, asks_again};
+
+    fn due(places: &[u64]) -> Vec<DuePlace> {
+        places
+            .iter()
+            .map(|&place| DuePlace {
+                place,
+                free: vec![],
+            })
+            .collect()
+    }
 
     #[test]
     fn a_refused_place_asks_again_only_once_a_wake_up_names_it() {
@@ -209,15 +233,21 @@ mod tests {
             "its first ask, whatever woke before"
         );
         assert!(
-            !asks_again(Some(2), 2, &[1], 1),
+            !asks_again(Some(2), 2, &due(&[1]), 1),
             "no wake-up since its refusal"
         );
-        assert!(!asks_again(Some(2), 3, &[4], 1), "woken for another place");
+        assert!(
+            !asks_again(Some(2), 3, &due(&[4]), 1),
+            "woken for another place"
+        );
         assert!(
             !asks_again(Some(2), 3, &[], 1),
             "woken for threads without a place"
         );
-        assert!(asks_again(Some(2), 3, &[4, 1], 1), "named");
-        assert!(asks_again(Some(2), 7, &[1], 1), "named by a later wake-up");
+        assert!(asks_again(Some(2), 3, &due(&[4, 1]), 1), "named");
+        assert!(
+            asks_again(Some(2), 7, &due(&[1]), 1),
+            "named by a later wake-up"
+        );
     }
 }

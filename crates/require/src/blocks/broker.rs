@@ -9,7 +9,9 @@
 //! ([`State::broker_free`], per thread: it depends on the request's place);
 //! its policy chooses from that until the thread waits or the acquisition
 //! ends (then it assumes the whole device again, and a refusal says
-//! afresh).
+//! afresh). The watcher's wake-ups name the places that could take
+//! something ([`State::ledger_due`]); a refused place asks again only once
+//! one names it (`acquire.rs`, `asks_again`).
 //!
 //! A request gathered at the broker (`wait.rs`) tells it when its policy
 //! has chosen ([`Blocks::chose`]), so the next of its batch may choose.
@@ -103,7 +105,20 @@ impl Blocks {
         asked: &[(Dev, LedgerItem)],
         free: &[LedgerItem],
     ) {
-        let mut kinds: Vec<KindId> = asked.iter().map(|(dev, _)| dev.0).collect();
+        let kinds: Vec<KindId> = asked.iter().map(|(dev, _)| dev.0).collect();
+        self.note_free_of_kinds(st, tid, &kinds, free);
+    }
+
+    /// Records what the broker says is free to `tid`'s acquisition on every
+    /// device of `kinds` (a device it does not list has nothing free).
+    pub(super) fn note_free_of_kinds(
+        &self,
+        st: &mut Locked<'_>,
+        tid: Tid,
+        kinds: &[KindId],
+        free: &[LedgerItem],
+    ) {
+        let mut kinds = kinds.to_vec();
         kinds.sort_unstable();
         kinds.dedup();
         for k in kinds {

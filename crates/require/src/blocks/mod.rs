@@ -145,7 +145,7 @@ struct State {
     /// a thread whose place was refused asks again only once a later
     /// wake-up names it (`acquire.rs`).
     ledger_wakes: u64,
-    ledger_due: Vec<u64>,
+    ledger_due: Vec<allot_proto::DuePlace>,
     /// Threads sleeping on the condition variable (no wake-up call is made
     /// when there are none: it is a system call).
     sleepers: u32,
