@@ -4,13 +4,13 @@
 //! let in only after the holder of every CPU left its block. No timing is
 //! checked; the script measures.
 
+mod abi_util;
 #[path = "support/liballot.rs"]
 mod liballot;
 
-use allot_broker::{Broker, Config};
+use abi_util::broker::TestBroker;
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
 #[test]
 fn a_waiting_process_enters_only_after_the_holder_leaves() {
@@ -29,25 +29,16 @@ fn a_waiting_process_enters_only_after_the_holder_leaves() {
             .arg("-lallot")
             .arg(format!("-Wl,-rpath,{}", prefix.join("lib").display())),
     );
-    // A broker in this process: dry-run backend, private socket.
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("allot.sock");
-    let mut cfg = Config::new(socket.clone());
-    cfg.backend = allot_enforce::BackendKind::DryRun;
-    cfg.tick = Duration::from_millis(20);
-    let broker = Broker::start(cfg).unwrap();
-    let stop = broker.stop_handle();
-    let thread = std::thread::spawn(move || broker.run().unwrap());
+    let broker = TestBroker::start();
     let out = liballot::run_stdout(
         Command::new(&exe)
             .arg("8")
-            .env("ALLOT_SOCKET", &socket)
+            .env("ALLOT_SOCKET", &broker.path)
             .env_remove("ALLOT_CELL")
             .env_remove("ALLOT_GRANT_FD")
             .env_remove("LD_PRELOAD"),
     );
-    stop.stop();
-    thread.join().unwrap();
+    drop(broker);
     let fields: std::collections::BTreeMap<&str, f64> = out
         .split_whitespace()
         .filter_map(|f| f.split_once('='))

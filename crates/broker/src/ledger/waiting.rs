@@ -109,14 +109,25 @@ impl Ledger {
             .iter()
             .filter(|p| p.devices.iter().any(|d| devices.contains(d)))
             .count() as u32;
-        let mut free = Vec::new();
         let kinds: BTreeSet<&str> = items.iter().map(|it| it.kind.as_str()).collect();
+        let free = self.free_on(kinds, |kind, d| !reserved.contains_key(&(kind, d)));
+        Ok(InLine { ahead, free })
+    }
+
+    /// What is free on every device of `kinds` that `open` lets through:
+    /// an exclusive and a shared item per device with something free.
+    fn free_on<'k>(
+        &self,
+        kinds: impl IntoIterator<Item = &'k str>,
+        open: impl Fn(&str, u32) -> bool,
+    ) -> Vec<LedgerItem> {
+        let mut free = Vec::new();
         for kind in kinds {
             let Some(k) = self.kinds.get(kind) else {
                 continue;
             };
             for (i, d) in k.devices.iter().enumerate() {
-                if reserved.contains_key(&(kind, i as u32)) {
+                if !open(kind, i as u32) {
                     continue;
                 }
                 for (amount, shared) in [(d.avail_exclusive(), false), (d.avail_shared(), true)] {
@@ -131,7 +142,7 @@ impl Ledger {
                 }
             }
         }
-        Ok(InLine { ahead, free })
+        free
     }
 
     /// The waiting request `wait` stopped waiting; whether it was in line.
@@ -185,29 +196,7 @@ impl Ledger {
             });
             if let Some((kind, d)) = free_to_it {
                 let kinds: BTreeSet<&str> = p.devices.iter().map(|(k, _)| k.as_str()).collect();
-                let mut free = Vec::new();
-                for kind in kinds {
-                    let Some(k) = self.kinds.get(kind) else {
-                        continue;
-                    };
-                    for (i, dev) in k.devices.iter().enumerate() {
-                        if !open(kind, i as u32) {
-                            continue;
-                        }
-                        for (amount, shared) in
-                            [(dev.avail_exclusive(), false), (dev.avail_shared(), true)]
-                        {
-                            if amount > EPS {
-                                free.push(LedgerItem {
-                                    kind: kind.to_string(),
-                                    dev: i as u32,
-                                    amount,
-                                    shared,
-                                });
-                            }
-                        }
-                    }
-                }
+                let free = self.free_on(kinds, open);
                 due.insert((p.session, p.place), free);
                 counted.insert((kind.as_str(), *d));
             }
