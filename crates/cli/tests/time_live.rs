@@ -95,6 +95,13 @@ fn check_share_within(share: f64, target: f64, within: f64, m: &Machine) {
     }
 }
 
+/// One missed window in how many periods a test allows: one in a hundred
+/// on a quiet machine, one in ten beside work outside the cells (see
+/// `check_share_within`).
+fn missed_bound(m: &Machine) -> u64 {
+    if m.quiet() { 100 } else { 10 }
+}
+
 /// Runs the time cells `timed` (name, `allot run` options) beside two
 /// best-effort cells of two hogs each for `secs`; returns what each time
 /// cell received and what the machine did.
@@ -215,8 +222,10 @@ fn a_budget_of_3ms_every_10ms_beside_hogs_gets_30_percent() {
     assert!(d.periods >= 250, "{d:?}");
     // A window is missed when the broker's timer fires after the window's
     // end (3 ms late): a clean-clone CI run on this VM saw it once in 352
-    // periods, so the test allows one in a hundred.
-    assert!(d.missed * 100 <= d.periods, "{d:?}");
+    // periods, so the test allows one in a hundred. With work outside the
+    // cells the timer competes for a CPU by the kernel's rules (a run with
+    // a CPU of it missed 4 in 298): then only a collapse is judged.
+    assert!(d.missed * missed_bound(&m) <= d.periods, "{d:?}");
     // Most periods got their budget: a spinning cell is short only when
     // the machine held it back. On this 2-vCPU VM under a debug build,
     // the measured stretch (about 300 periods) usually has 1 to 6 short
@@ -253,7 +262,10 @@ fn two_time_triggered_cells_share_a_cpu_and_each_gets_its_budget() {
     for r in &got {
         check_share_within(r.share, 0.30, 0.05, &m);
         let d = r.delivery.as_ref().expect("windowed");
-        assert!(d.periods >= 250 && d.missed * 100 <= d.periods, "{d:?}");
+        assert!(
+            d.periods >= 250 && d.missed * missed_bound(&m) <= d.periods,
+            "{d:?}"
+        );
     }
     assert!(m.busy >= 0.95, "the machine was only {:.3} busy", m.busy);
 }

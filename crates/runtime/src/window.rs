@@ -8,7 +8,9 @@
 //! worker checks the window before it looks for its next task, and
 //! between windows it sleeps until the next one opens instead of taking
 //! one (with [`allot_proto::window::sleep_until`], which a suspension
-//! cannot make miss the opening). Tasks are never dropped or moved: they wait in their queues and
+//! cannot make miss the opening), and looks again when it wakes: woken
+//! after that window already closed, it sleeps until the next (at most
+//! [`LATE_WAKES`] times in a row). Tasks are never dropped or moved: they wait in their queues and
 //! run in the next window. Tasks already running finish (or are suspended
 //! by the freezer) as before; the check is cooperative.
 //!
@@ -19,6 +21,10 @@
 use allot_proto::window::{monotonic_ns, sleep_until};
 use allot_proto::{Phase, Window};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// How many wake-ups in a row that came after the window they waited for
+/// had closed a worker sleeps past before it takes a task anyway.
+const LATE_WAKES: u32 = 3;
 
 /// The window schedule the pool follows (all zero: none).
 #[derive(Debug, Default)]
@@ -54,20 +60,39 @@ impl PoolWindows {
     }
 
     /// Called by a worker before it takes a task: between windows, sleeps
-    /// until the next one opens. Returns whether it waited.
+    /// until the next one opens, and looks again when it wakes: a wake-up
+    /// later than the window's end (a loaded machine) waits for the next
+    /// window rather than start a task between windows. After
+    /// [`LATE_WAKES`] such wake-ups in a row it goes on all the same, so a
+    /// machine whose wake-ups always come later than a window lasts still
+    /// runs the pool's tasks. Returns whether it waited.
     pub(crate) fn hold(&self) -> bool {
-        let Some(w) = self.get() else {
-            return false;
-        };
-        let now = monotonic_ns();
-        match w.phase(now) {
-            Phase::Open { .. } => false,
-            Phase::Closed { opens_ns } => {
-                self.waits.fetch_add(1, Ordering::Relaxed);
-                sleep_until(opens_ns);
-                true
+        let mut slept = 0;
+        loop {
+            let Some(w) = self.get() else {
+                return slept > 0;
+            };
+            match sleep_for(w.phase(monotonic_ns()), slept) {
+                None => return slept > 0,
+                Some(opens_ns) => {
+                    self.waits.fetch_add(1, Ordering::Relaxed);
+                    sleep_until(opens_ns);
+                    slept += 1;
+                }
             }
         }
+    }
+}
+
+/// Until when a worker sleeps before it takes a task, in window phase
+/// `phase`, having slept `slept` times for it already (each wake-up after
+/// the first is a late one: it slept until an opening and found the window
+/// closed); `None`: it takes the task now.
+fn sleep_for(phase: Phase, slept: u32) -> Option<u64> {
+    match phase {
+        Phase::Open { .. } => None,
+        Phase::Closed { .. } if slept > LATE_WAKES => None,
+        Phase::Closed { opens_ns } => Some(opens_ns),
     }
 }
 
@@ -106,5 +131,21 @@ mod tests {
         // Lifting the schedule lets it go on at once.
         w.set(Window::default());
         assert!(!w.hold());
+    }
+
+    #[test]
+    fn a_wake_up_after_the_window_closed_waits_for_the_next_but_not_forever() {
+        let closed = Phase::Closed { opens_ns: 7 };
+        assert_eq!(sleep_for(closed, 0), Some(7), "between windows: sleep");
+        assert_eq!(sleep_for(closed, 1), Some(7), "woke after it closed: again");
+        assert_eq!(sleep_for(closed, LATE_WAKES), Some(7));
+        assert_eq!(
+            sleep_for(closed, LATE_WAKES + 1),
+            None,
+            "late every time: go on all the same"
+        );
+        let open = Phase::Open { closes_ns: 9 };
+        assert_eq!(sleep_for(open, 0), None);
+        assert_eq!(sleep_for(open, 2), None, "woke inside the window");
     }
 }
