@@ -38,17 +38,12 @@ fn build_pfor() -> PathBuf {
     let prefix = work.join("prefix");
     liballot::install(&prefix);
     let bin = work.join("pfor");
-    run_stdout(
-        Command::new("gcc")
-            .args(["-std=c11", "-O2", "-fopenmp", "-Wall", "-Wextra", "-Werror"])
-            .arg(format!("-I{}", prefix.join("include").display()))
-            .arg(crate_dir.join("benches/c/pfor.c"))
-            .arg("-o")
-            .arg(&bin)
-            .arg(format!("-L{}", prefix.join("lib").display()))
-            .arg("-lallot")
-            .arg(format!("-Wl,-rpath,{}", prefix.join("lib").display())),
-    );
+    run_stdout(&mut liballot::gcc_against(
+        &prefix,
+        &crate_dir.join("benches/c/pfor.c"),
+        &bin,
+        &["-fopenmp"],
+    ));
     bin
 }
 

@@ -22,17 +22,12 @@ fn main() {
     let prefix = work.join("prefix");
     liballot::install(&prefix);
     let bin = work.join("require_cost");
-    run_stdout(
-        Command::new("gcc")
-            .args(["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror"])
-            .arg(format!("-I{}", prefix.join("include").display()))
-            .arg(crate_dir.join("benches/c/require_cost.c"))
-            .arg("-o")
-            .arg(&bin)
-            .arg(format!("-L{}", prefix.join("lib").display()))
-            .arg("-lallot")
-            .arg(format!("-Wl,-rpath,{}", prefix.join("lib").display())),
-    );
+    run_stdout(&mut liballot::gcc_against(
+        &prefix,
+        &crate_dir.join("benches/c/require_cost.c"),
+        &bin,
+        &[],
+    ));
     let rounds = std::env::var("ALLOT_BENCH_ROUNDS").unwrap_or_else(|_| "21".into());
     let iters = std::env::var("ALLOT_BENCH_ITERS").unwrap_or_else(|_| "20000".into());
     let out = run_stdout(

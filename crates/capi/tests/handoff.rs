@@ -18,17 +18,12 @@ fn a_waiting_process_enters_only_after_the_holder_leaves() {
     let prefix = work.join("prefix");
     liballot::install(&prefix);
     let exe = work.join("handoff");
-    liballot::run(
-        Command::new("gcc")
-            .args(["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror"])
-            .arg(format!("-I{}", prefix.join("include").display()))
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/c/handoff.c"))
-            .arg("-o")
-            .arg(&exe)
-            .arg(format!("-L{}", prefix.join("lib").display()))
-            .arg("-lallot")
-            .arg(format!("-Wl,-rpath,{}", prefix.join("lib").display())),
-    );
+    liballot::run(&mut liballot::gcc_against(
+        &prefix,
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/c/handoff.c"),
+        &exe,
+        &[],
+    ));
     let broker = TestBroker::start();
     let out = liballot::run_stdout(
         Command::new(&exe)

@@ -1,7 +1,8 @@
-//! Running build steps and installing this build's liballot: shared by the
-//! C tests (`tests/c_abi.rs`, `tests/c_require.rs`, `tests/image_server.rs`)
-//! and the C benches (`benches/pfor.rs`, `benches/require.rs`,
-//! `benches/image_server.rs`), which include this file with `#[path]`.
+//! Running build steps, installing this build's liballot and compiling C
+//! against it: shared by the C tests (`tests/c_abi.rs`, `tests/c_require.rs`,
+//! `tests/image_server.rs`, `tests/handoff.rs`) and the C benches
+//! (`benches/pfor.rs`, `benches/require.rs`, `benches/image_server.rs`),
+//! which include this file with `#[path]`.
 //!
 //! The library is the one cargo built for the running test or bench (the
 //! `cdylib` and `staticlib` of this crate, beside its binary in `deps/`):
@@ -46,6 +47,23 @@ pub fn repo() -> PathBuf {
 pub fn artifacts() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     exe.parent().unwrap().to_path_buf()
+}
+
+/// `gcc` compiling the C file `src` into `exe` against the liballot
+/// installed in `prefix` (its headers, the library and its run path), C11,
+/// `-O2`, warnings as errors, with `extra` flags (`-fopenmp`).
+pub fn gcc_against(prefix: &Path, src: &Path, exe: &Path, extra: &[&str]) -> Command {
+    let mut c = Command::new("gcc");
+    c.args(["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror"])
+        .args(extra)
+        .arg(format!("-I{}", prefix.join("include").display()))
+        .arg(src)
+        .arg("-o")
+        .arg(exe)
+        .arg(format!("-L{}", prefix.join("lib").display()))
+        .arg("-lallot")
+        .arg(format!("-Wl,-rpath,{}", prefix.join("lib").display()));
+    c
 }
 
 /// Installs this build's liballot into `prefix` with
