@@ -142,21 +142,38 @@ short=$(submit -c 2 --oversubscribe --wrap 'timeout 4 sh -c "while :; do :; done
 long=$(submit -c 2 --oversubscribe --wrap 'timeout 60 sh -c "while :; do :; done"; true')
 slurm_wait_for 20 "both busy jobs' cells" sh -c \
   "'$A' status --json | grep -q '\"slurm-$short\"' && '$A' status --json | grep -q '\"slurm-$long\"'"
-cpus_of() {
+# Cell $1's grant as "CPUs team taken": how many CPUs it may run on, its
+# team (the grant's threads) and how many of its CPUs the broker leaves
+# to work outside every cell (the team is that much smaller). Outside
+# work is the machine's, not the test's, so the team is judged as the
+# broker sized it: its CPUs less what it leaves.
+grant_of() {
   json | python3 -c '
 import json, sys
 for c in json.load(sys.stdin)["cells"]:
     if c["name"] == sys.argv[1]:
-        print(c["threads"])' "$1"
+        o = c.get("outside") or {}
+        print(len([x for r in c["cpus"].split(",") if r for x in range(int(r.split("-")[0]), int(r.split("-")[-1]) + 1)]), c["threads"], o.get("taken", 0))' "$1"
+}
+# Whether cell $1 runs on $2 CPUs with the team the broker sizes for them.
+sized() {
+  local cpus team taken
+  read -r cpus team taken < <(grant_of "$1")
+  [ "${cpus:-0}" = "$2" ] && [ "$team" = $((cpus - taken > 1 ? cpus - taken : 1)) ]
 }
 [ "$(spec_of "slurm-$long")" = "0 0 $n 0" ] || fail "oversubscribed job: spec $(spec_of "slurm-$long"), want min 0 max 0 weight $n"
 ok "--oversubscribe: best effort, weight $n"
 sleep 1.5
-both=$(cpus_of "slurm-$long")
-[ "$both" = $((n / 2)) ] || fail "while both run, $long has $both worker threads, want $((n / 2))"
+both=$(grant_of "slurm-$long")
+sized "slurm-$long" $((n / 2)) || fail "while both run, $long has (CPUs team taken) $both, want $((n / 2)) CPUs"
 slurm_wait_for 20 "the short job ending" sh -c "! squeue -h -j $short | grep -q ."
-slurm_wait_for 5 "$long taking the freed CPUs" sh -c "[ \"\$('$A' status --json | python3 -c 'import json,sys; print([c[\"threads\"] for c in json.load(sys.stdin)[\"cells\"] if c[\"name\"]==\"slurm-$long\"][0])')\" = $n ]"
-ok "job $long: $both CPU(s) beside job $short, $n once it ended"
+deadline=$((SECONDS + 5))
+until sized "slurm-$long" "$n"; do
+  ((SECONDS < deadline)) ||
+    fail "5 s after job $short ended, job $long has (CPUs team taken) $(grant_of "slurm-$long"), want $n CPUs"
+  sleep 0.1
+done
+ok "job $long: (CPUs team taken) $both beside job $short, $(grant_of "slurm-$long") once it ended"
 scancel "$long"
 
 echo "==> another user's job gets a cell too"
