@@ -15,11 +15,14 @@
 #   strip -o target/allot-lab target/release/allot-lab
 #   bash scripts/bench-16cpu.sh --build-tests target/v2-tests    # optional, needs cargo
 #   bash scripts/bench-16cpu.sh --build-tcm target/tcm-kit       # optional, needs network
+#   bash scripts/bench-16cpu.sh --build-images target/images-kit # optional, needs cargo
+#   bash scripts/bench-16cpu.sh --build-sting target/sting-kit   # optional, needs cargo
 #
 # and run there, as root:
 #
 #   bash scripts/bench-16cpu.sh --allot target/allot-stripped --out bench-out/16cpu \
-#        [--tests target/v2-tests] [--tcm target/tcm-kit]
+#        [--tests target/v2-tests] [--tcm target/tcm-kit] [--images target/images-kit] \
+#        [--sting target/sting-kit/sting]
 #
 # What it measures (makespan = wall time from the start of a batch to the
 # last program's exit; medians of --repeats runs, modes interleaved, ratios
@@ -51,6 +54,14 @@
 #            oneTBB outside OpenMP inside: plain, split, the shim, allot's
 #            TCM, Intel's TCM (scripts/bench-tcm.sh's experiment): tcm.txt;
 #            what allot's manager gave the nested program: tcm-trace.txt
+#   images   (with --images) Poli-C's image server (Figure 10): 4 server
+#            processes, fixed OpenMP team sizes 1, 2, 4, ... C against
+#            fair_cores and fair_numa through the broker and fair_cores
+#            without it, at 40, 70 and 100 % of capacity: images.txt
+#            (scripts/bench-image-servers.sh's experiment)
+#   sting    (with --sting) Sting's three programs under every policy of
+#            allot's runtime (the victim orders and overflow placement
+#            among them), rayon and OpenMP: sting.txt
 #   cells    activation and suspension of time-triggered cells of 1, 2, C/2
 #            and C-1 CPUs (Tessellation's Table 1): cells.txt
 #   noise    OS noise on a one-CPU partition against a shared CPU, beside
@@ -66,7 +77,7 @@
 #
 # Every run is printed as it ends; a summary table follows. Results go to
 # --out: console.log, runs.csv, summary.txt, machine.txt, launch.txt,
-# tests.txt, broker.log, timelines.txt, cells.txt, tcm.txt, tcm-trace.txt, noise.txt,
+# tests.txt, broker.log, timelines.txt, cells.txt, tcm.txt, tcm-trace.txt, images.txt, sting.txt, noise.txt,
 # memory.txt, stuck.txt (what programs of allot's that still ran just
 # before their time limit were doing; machine.txt also says whether the
 # machine has resctrl). Exit status 0 unless something broke:
@@ -99,11 +110,17 @@
 #                        Intel OpenMP, Intel's TCM and the TCM workloads into DIR
 #                        (about 10 MiB) and exit
 #   --tcm DIR            run the tcm step with the kit in DIR
+#   --build-images DIR   (on the build machine, needs cargo) put the image
+#                        server, liballot and the shim into DIR and exit
+#   --images DIR         run the images step with the kit in DIR
+#   --build-sting DIR    (on the build machine, needs cargo) put the Sting
+#                        bench's binary into DIR/sting and exit
+#   --sting PATH         run the sting step with that binary
 #   --outside LIST       busy outside processes for the outside step
 #                        (comma-separated counts, 0 for none) [default: C/4,C/2;
 #                        0,1,2 on 2 CPUs]
 #   --only LIST          run only these steps (comma-separated: launch,
-#                        timeline, tests, bind, tcm, cells, noise, memory,
+#                        timeline, tests, bind, tcm, images, sting, cells, noise, memory,
 #                        numpy, unequal, arrival, sweep, outside)
 set -euo pipefail
 export LC_ALL=C
@@ -124,6 +141,10 @@ BACKEND=auto
 BUILD_TESTS=""
 BUILD_TCM=""
 TCM_KIT=""
+BUILD_IMAGES=""
+IMAGES_KIT=""
+BUILD_STING=""
+STING=""
 ONLY=""
 OUTSIDE=""
 LIMIT_EXTRA=0 # seconds added to every batch's time limit
@@ -152,18 +173,31 @@ parse_args() {
       --build-tests) BUILD_TESTS=${2:?--build-tests needs a directory}; shift 2 ;;
       --build-tcm) BUILD_TCM=${2:?--build-tcm needs a directory}; shift 2 ;;
       --tcm) TCM_KIT=${2:?--tcm needs a directory}; shift 2 ;;
+      --build-images) BUILD_IMAGES=${2:?--build-images needs a directory}; shift 2 ;;
+      --images) IMAGES_KIT=${2:?--images needs a directory}; shift 2 ;;
+      --build-sting) BUILD_STING=${2:?--build-sting needs a directory}; shift 2 ;;
+      --sting) STING=${2:?--sting needs the bench binary}; shift 2 ;;
       --only) ONLY=",${2:?--only needs a list of steps},"; shift 2 ;;
       --outside) OUTSIDE=${2:?--outside needs a list of counts}; shift 2 ;;
       -h|--help) usage; exit 0 ;;
       *) die "unknown argument '$1' (see --help)" ;;
     esac
   done
-  if [[ -n $BUILD_TESTS || -n $BUILD_TCM ]]; then
+  if [[ -n $BUILD_TESTS || -n $BUILD_TCM || -n $BUILD_IMAGES || -n $BUILD_STING ]]; then
     return
   fi
   if [[ -n $TCM_KIT ]]; then
     [[ -x $TCM_KIT/bin/nested ]] || die "--tcm: $TCM_KIT has no bin/nested (build it with --build-tcm)"
     TCM_KIT=$(cd "$TCM_KIT" && pwd)
+  fi
+  if [[ -n $IMAGES_KIT ]]; then
+    [[ -x $IMAGES_KIT/image_server && -f $IMAGES_KIT/lib/liballot.so.0 ]] ||
+      die "--images: $IMAGES_KIT has no image_server and lib/liballot.so.0 (build it with --build-images)"
+    IMAGES_KIT=$(cd "$IMAGES_KIT" && pwd)
+  fi
+  if [[ -n $STING ]]; then
+    [[ -x $STING && -f $STING ]] || die "--sting: $STING is not an executable (build it with --build-sting)"
+    STING=$(cd "$(dirname "$STING")" && pwd)/$(basename "$STING")
   fi
   [[ -n $ALLOT ]] || die "--allot PATH is required (see --help)"
   [[ -n $OUT ]] || die "--out DIR is required (see --help)"
@@ -643,6 +677,12 @@ source "$here_16/bench-16cpu/summary.sh"
 source "$here_16/bench-16cpu/tcm.sh"
 # shellcheck source=lib/tcm-ways.sh
 source "$here_16/lib/tcm-ways.sh"
+# shellcheck source=bench-16cpu/images.sh
+source "$here_16/bench-16cpu/images.sh"
+# shellcheck source=lib/image-servers.sh
+source "$here_16/lib/image-servers.sh"
+# shellcheck source=bench-16cpu/sting.sh
+source "$here_16/bench-16cpu/sting.sh"
 
 main() {
   parse_args "$@"
@@ -654,6 +694,14 @@ main() {
     build_tcm_kit "$BUILD_TCM"
     exit 0
   fi
+  if [[ -n $BUILD_IMAGES ]]; then
+    build_images_kit "$BUILD_IMAGES"
+    exit 0
+  fi
+  if [[ -n $BUILD_STING ]]; then
+    build_sting "$BUILD_STING"
+    exit 0
+  fi
   ((EUID == 0)) || say "note: not root; cgroup backends and the live tests need root"
   setup
   read_cpus
@@ -663,7 +711,7 @@ main() {
   start_daemon
   calibrate
   local step
-  for step in launch timeline tests bind tcm cells noise memory numpy unequal arrival sweep outside; do
+  for step in launch timeline tests bind tcm images sting cells noise memory numpy unequal arrival sweep outside; do
     if [[ -z $ONLY || $ONLY == *",$step,"* ]]; then
       "step_$step"
     fi

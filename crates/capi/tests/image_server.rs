@@ -21,11 +21,12 @@ fn every_variant_serves_a_short_burst() {
         "calibrate",
     );
     assert!(num(&cal, "service1_ms") > 0.0);
-    let variants: [(&Path, &[&str], &str); 4] = [
+    let variants: [(&Path, &[&str], &str); 5] = [
         (plain, &["fixed", "1"], "fixed1"),
         (plain, &["fixed", "2"], "fixed2"),
         (plain, &["fixed", "4"], "fixed4"),
         (with_allot, &["fair"], "fair"),
+        (with_allot, &["numa"], "numa"),
     ];
     for (prog, args, name) in variants {
         // Without a broker, in no cell, with libgomp's defaults.
@@ -57,7 +58,7 @@ fn every_variant_serves_a_short_burst() {
         );
         let cores = num(&f, "cores");
         match name {
-            "fair" => {
+            "fair" | "numa" => {
                 let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
                 assert!((1.0..=cpus as f64).contains(&cores), "{f:?}");
             }

@@ -12,7 +12,9 @@
 //! `ALLOT_STING_QUICK=1`, for tiny sizes; `cargo test` runs it quick).
 //! `ALLOT_STING_RUNS` sets the timed runs per configuration (default 7;
 //! one untimed warm-up run comes first); `ALLOT_STING_ONLY=abisort,queens`
-//! runs only the benchmarks named. Every configuration runs alone:
+//! runs only the benchmarks named; `ALLOT_STING_SOURCE` and
+//! `ALLOT_STING_TMP` say where the OpenMP build's source is and goes
+//! (`build_omp`). Every configuration runs alone:
 //! one allot pool (standalone cell: one pinned worker per CPU), a rayon
 //! pool of as many threads, or an OpenMP process (`OMP_NUM_THREADS` the
 //! same), never two at once. Each answer is checked against a sequential
@@ -369,10 +371,21 @@ fn once_rust(b: Bench, s: &Sizes, exec: &Threads) -> Run {
 
 /// Compiles `sting/sting.c` with `gcc -O2 -fopenmp` into the target's
 /// temporary directory; `None` (OpenMP rows left out) if that fails.
+///
+/// On a machine without the build tree (the bench binary carried to a
+/// borrowed machine: `scripts/bench-16cpu.sh --sting`),
+/// `ALLOT_STING_SOURCE` names `sting.c` and `ALLOT_STING_TMP` a directory
+/// for the program.
 #[cfg(not(loom))]
 fn build_omp() -> Option<PathBuf> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/sting/sting.c");
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("sting");
+    let src = std::env::var_os("ALLOT_STING_SOURCE").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/sting/sting.c"),
+        PathBuf::from,
+    );
+    let dir = std::env::var_os("ALLOT_STING_TMP").map_or_else(
+        || Path::new(env!("CARGO_TARGET_TMPDIR")).join("sting"),
+        PathBuf::from,
+    );
     std::fs::create_dir_all(&dir).ok()?;
     let bin = dir.join("sting-omp");
     let out = Command::new("gcc")

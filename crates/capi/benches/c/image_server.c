@@ -5,6 +5,7 @@
  *   image_server calibrate [OPTIONS]
  *   image_server fixed N RATE [OPTIONS]
  *   image_server fair RATE [OPTIONS]        (built with -DIMAGE_SERVER_ALLOT)
+ *   image_server numa RATE [OPTIONS]        (the same)
  *
  * OPTIONS: --burst SECONDS (3), --seed S (1), --width W (1024),
  *          --height H (768), --radius R (3), --passes P (2),
@@ -21,6 +22,9 @@
  *   fair     allot_require(&c, allot_fair_cores()) { omp_set_num_threads(
  *            c.ncores); blur }: the free cores shared among the requests
  *            waiting now (at least one each), waiting while none is free.
+ *   numa     the same with allot_fair_numa(): a NUMA node of its own for
+ *            each request while there are nodes enough, else that share
+ *            of cores within one node (the paper's second policy).
  *
  * The bench runs `fair` with liballot's preload shim: the team's threads
  * are then made through the shim's pthread_create, share the request's
@@ -237,7 +241,7 @@ static void make_source(void)
 /* Requests                                                                 */
 /* ------------------------------------------------------------------------ */
 
-enum variant { FIXED, FAIR };
+enum variant { FIXED, FAIR, NUMA };
 
 struct request {
     double arrival; /* scheduled arrival */
@@ -272,7 +276,7 @@ static void *handle(void *arg)
     }
 #ifdef IMAGE_SERVER_ALLOT
     allot_outcome_t c;
-    allot_require(&c, allot_fair_cores()) {
+    allot_require(&c, g_variant == NUMA ? allot_fair_numa() : allot_fair_cores()) {
         rq->start = now_s();
         rq->cores = (int)c.ncores;
         rq->checksum = blur_image((int)c.ncores);
@@ -421,6 +425,7 @@ static void usage(FILE *f)
             "       image_server fixed N RATE [OPTIONS]\n"
 #ifdef IMAGE_SERVER_ALLOT
             "       image_server fair RATE [OPTIONS]\n"
+            "       image_server numa RATE [OPTIONS]\n"
 #endif
             "options: --burst SECONDS (3)  --seed S (1)  --width W (1024)  --height H (768)\n"
             "         --radius R (3)  --passes P (2)  --trace PATH\n");
@@ -495,11 +500,11 @@ int main(int argc, char **argv)
         }
         snprintf(name, sizeof name, "fixed%d", g_fixed_n);
 #ifdef IMAGE_SERVER_ALLOT
-    } else if (!strcmp(mode, "fair") && argc >= 3) {
-        g_variant = FAIR;
+    } else if ((!strcmp(mode, "fair") || !strcmp(mode, "numa")) && argc >= 3) {
+        g_variant = strcmp(mode, "fair") ? NUMA : FAIR;
         rate = atof(argv[2]);
         first = 3;
-        snprintf(name, sizeof name, "fair");
+        snprintf(name, sizeof name, "%s", mode);
 #endif
     } else {
         usage(stderr);
