@@ -43,6 +43,11 @@ for c in scripts/*.c; do
   gcc -O2 -Wall -Wextra -Werror -fsyntax-only "$c"
 done
 
+step "shell scripts parse (bash -n; the benchmark scripts run nowhere else here)"
+for s in scripts/*.sh scripts/*/*.sh; do
+  bash -n "$s"
+done
+
 step "the product builds static without OpenMP, compiles no workload, links no lab code and starts a program in a cell (scripts/check-product-build.sh)"
 bash scripts/check-product-build.sh
 
