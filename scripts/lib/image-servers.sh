@@ -26,8 +26,10 @@
 #
 # img_measure LOADS ROUNDS prints progress to stderr and the tables (mean
 # latency over every process's requests, medians of rounds, the variants'
-# order rotating from round to round; then the CPU time that idled while
-# a request waited, per request) to stdout.
+# order rotating from round to round; against the best fixed size, the
+# median and range of each round's ratio to the best fixed size of that
+# round; then the CPU time that idled while a request waited, per
+# request) to stdout.
 
 # The variants measured on $img_cpus CPUs.
 img_variants() {
@@ -148,9 +150,24 @@ for load in sorted({l for l, _ in by}, key=float):
             for procs in per_round)
         p = statistics.median(max(p for _, _, p in procs) for procs in per_round)
         cells.append(f"{means[v]:.1f} ({p:.0f})")
-    fixed = [means[v] for v in order if v.startswith("fixed") and v in means]
-    best = min(fixed) if fixed else float("nan")
-    ratios = [f"**{means[v] / best:.2f}**" if v in means else "-" for v in ours]
+    # Against the best fixed size of the same round (the variants of a
+    # round run back to back, so a VM's change of speed between rounds
+    # does not move the ratio): the median of the rounds, and their range.
+    def round_mean(v, r):
+        procs = by[(load, v)].get(r)
+        if not procs:
+            return None
+        return sum(n * x for n, x, _ in procs) / max(1, sum(n for n, _, _ in procs))
+    ratios = []
+    for v in ours:
+        per = []
+        for r in sorted({r for (l, _), rs in by.items() if l == load for r in rs}):
+            fixed = [m for f in order if f.startswith("fixed") for m in [round_mean(f, r)] if m]
+            mine = round_mean(v, r)
+            if fixed and mine:
+                per.append(mine / min(fixed))
+        ratios.append(f"**{statistics.median(per):.2f}** ({min(per):.2f}–{max(per):.2f})"
+                      if per else "-")
     print(f"| {float(load) * 100:.0f} % | {cap * float(load):.1f} | " + " | ".join(cells)
           + " | " + " | ".join(ratios) + " |")
 idle = collections.defaultdict(list)
