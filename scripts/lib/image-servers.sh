@@ -23,16 +23,23 @@
 #   img_dir     a scratch directory (traces, outputs, results)
 #   img_k       server processes          img_burst  seconds per burst
 #   img_socket  the broker's socket       img_cpus   the machine's CPUs
+#   img_only    (optional) the variants to run, space-separated
 #
 # img_measure LOADS ROUNDS prints progress to stderr and the tables (mean
 # latency over every process's requests, medians of rounds, the variants'
 # order rotating from round to round; against the best fixed size, the
 # median and range of each round's ratio to the best fixed size of that
 # round; then the CPU time that idled while a request waited, per
-# request) to stdout.
+# request; then each variant's requests on average: their wait for cores,
+# their service time and their team size) to stdout.
 
-# The variants measured on $img_cpus CPUs.
+# The variants measured on $img_cpus CPUs ($img_only, when set: those,
+# space-separated).
 img_variants() {
+  if [[ -n ${img_only:-} ]]; then
+    echo "$img_only"
+    return
+  fi
   local n=1 top=$((img_cpus > 4 ? img_cpus : 4))
   while ((n <= top)); do
     printf 'fixed-%d ' "$n"
@@ -98,6 +105,13 @@ print(f"{idle * 1e3 / max(1, n):.3f}")
 PY
 }
 
+# What variant $1's requests were, on average: "wait_ms service_ms cores"
+# (arrival to start, start to end, team size).
+img_shape() {
+  cat "$img_dir"/trace-"$1"-* | awk '{ n++; w += $2 - $1; s += $3 - $2; c += $4 }
+    END { if (n) printf "%.2f %.2f %.2f\n", w / n * 1e3, s / n * 1e3, c / n }'
+}
+
 img_measure() { # LOADS (comma-separated fractions of capacity) ROUNDS
   local loads=$1 rounds=$2 one capacity load each r j v nv
   local -a variants
@@ -109,6 +123,7 @@ img_measure() { # LOADS (comma-separated fractions of capacity) ROUNDS
   echo "$img_k image servers on $img_cpus CPUs: one request $one ms on one thread, capacity $(printf %.1f "$capacity") requests/s; $rounds round(s) of $img_burst s; variants ${variants[*]}"
   : >"$img_dir/results"
   : >"$img_dir/idle"
+  : >"$img_dir/shape"
   for load in ${loads//,/ }; do
     each=$(python3 -c "print($capacity * $load / $img_k)")
     for r in $(seq "$rounds"); do
@@ -118,15 +133,16 @@ img_measure() { # LOADS (comma-separated fractions of capacity) ROUNDS
           echo "$load $r $v $n $mean $p95" >>"$img_dir/results"
         done
         case "$v" in fair | numa | alone) echo "$load $v $(img_idle_while_waiting "$v")" >>"$img_dir/idle" ;; esac
+        echo "$load $v $(img_shape "$v")" >>"$img_dir/shape"
         echo "  load $load round $r: $v done" >&2
       done
     done
   done
-  python3 - "$img_dir/results" "$capacity" "$img_dir/idle" "${variants[@]}" <<'PY'
+  python3 - "$img_dir/results" "$capacity" "$img_dir/idle" "$img_dir/shape" "${variants[@]}" <<'PY'
 import collections, statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
 cap = float(sys.argv[2])
-order = sys.argv[4:]
+order = sys.argv[5:]
 by = collections.defaultdict(lambda: collections.defaultdict(list))
 for load, r, v, n, mean, p95 in rows:
     by[(load, v)][r].append((int(n), float(mean), float(p95)))
@@ -183,5 +199,24 @@ for load in sorted({l for l, _ in idle}, key=float):
     print(f"| {float(load) * 100:.0f} % | " + " | ".join(
         f"{statistics.median(idle[(load, v)]):.2f}" if idle[(load, v)] else "-"
         for v in waits) + " |")
+shape = collections.defaultdict(list)
+for line in open(sys.argv[4]):
+    f = line.split()
+    if len(f) == 5:
+        shape[(f[0], f[1])].append(tuple(float(x) for x in f[2:]))
+print()
+print("per request: wait for cores + service ms (mean team size), median of rounds")
+print("| load | " + " | ".join(name(v) for v in order) + " |")
+print("|---:|" + "---:|" * len(order))
+for load in sorted({l for l, _ in shape}, key=float):
+    cells = []
+    for v in order:
+        rows = shape[(load, v)]
+        if not rows:
+            cells.append("-")
+            continue
+        w, sv, c = (statistics.median(r[i] for r in rows) for i in range(3))
+        cells.append(f"{w:.1f} + {sv:.1f} ({c:.2f})")
+    print(f"| {float(load) * 100:.0f} % | " + " | ".join(cells) + " |")
 PY
 }
