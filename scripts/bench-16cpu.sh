@@ -2,7 +2,9 @@
 # shellcheck disable=SC2317 # the clean-up runs from the EXIT trap
 # shellcheck source-path=SCRIPTDIR
 # bench-16cpu.sh: allot against the usual ways of sharing a machine, on a
-# many-CPU machine with a pure cgroup v2 hierarchy, in under 8 minutes.
+# many-CPU machine with a pure cgroup v2 hierarchy, in under 8 minutes
+# (the optional tcm, images and sting steps add about 2.5, 2 and 1.5;
+# --only runs a part).
 #
 # Made for a borrowed machine that has this working tree, a stripped
 # `allot` binary with `allot-lab` beside it (`allot bench launch` hands
@@ -77,8 +79,8 @@
 #
 # Every run is printed as it ends; a summary table follows. Results go to
 # --out: console.log, runs.csv, summary.txt, machine.txt, launch.txt,
-# tests.txt, broker.log, timelines.txt, cells.txt, tcm.txt, tcm-trace.txt, images.txt, sting.txt, noise.txt,
-# memory.txt, stuck.txt (what programs of allot's that still ran just
+# tests.txt, broker.log, timelines.txt, cells.txt, tcm.txt, tcm-trace.txt,
+# images.txt, sting.txt, noise.txt, memory.txt, stuck.txt (what programs of allot's that still ran just
 # before their time limit were doing; machine.txt also says whether the
 # machine has resctrl). Exit status 0 unless something broke:
 # a program died or gave a wrong answer, an allot or split run hit its time
@@ -150,7 +152,7 @@ OUTSIDE=""
 LIMIT_EXTRA=0 # seconds added to every batch's time limit
 
 usage() {
-  sed -n '3,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
+  sed -n '4,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
 }
 
 die() {
