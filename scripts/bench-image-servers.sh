@@ -53,15 +53,15 @@ burst=${positional[2]:-3}
 [[ $k =~ ^[1-9][0-9]*$ && $rounds =~ ^[1-9][0-9]*$ && $burst =~ ^[0-9]*\.?[0-9]+$ ]] ||
   { echo "bench-image-servers: K and ROUNDS want positive integers, BURST seconds (see --help)" >&2; exit 2; }
 cd "$(dirname "$0")/.."
+source scripts/lib/image-servers.sh
 progs=target/tmp/image_server
 src=crates/capi/benches/c/image_server.c
 if [ ! -x "$progs/image_server" ] || [ ! -x "$progs/image_server_plain" ] ||
   [ "$src" -nt "$progs/image_server" ]; then
   echo "building the image server (cargo test --release -p allot-capi --bench image_server)" >&2
-  cargo test --release -q -p allot-capi --bench image_server >/dev/null
+  img_build .
 fi
 source scripts/lib/bench-broker.sh
-source scripts/lib/image-servers.sh
 bench_broker imageservers
 # The programs as the shared part expects them: lib/ and shim/ beside them.
 img_progs=$dir/progs

@@ -13,11 +13,12 @@
 # CPUs, fair_cores and fair_numa through the broker and fair_cores without
 # it, at 40, 70 and 100 % of the machine's capacity; medians of
 # min(--repeats, 2) rounds of 2 s bursts (0.5 s with --quick):
-# images.txt, with the CPU time idle while a request waited.
+# images.txt, with the CPU time idle while a request waited and each
+# variant's wait, service time and team size per request.
 
 build_images_kit() {
   local dir=$1 progs=$repo/target/tmp/image_server
-  (cd "$repo" && cargo test --release -q -p allot-capi --bench image_server >/dev/null) ||
+  img_build "$repo" ||
     die "building the image server failed (cargo test --release -p allot-capi --bench image_server)"
   mkdir -p "$dir/lib" "$dir/shim"
   cp "$progs/image_server" "$progs/image_server_plain" "$dir/"

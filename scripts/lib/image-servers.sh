@@ -33,6 +33,13 @@
 # request; then each variant's requests on average: their wait for cores,
 # their service time and their team size) to stdout.
 
+# Builds the programs in the tree $1 (release, as liballot ships), with
+# the image server's bench harness: target/tmp/image_server. On the build
+# machine only (it needs cargo).
+img_build() {
+  (cd "$1" && cargo test --release -q -p allot-capi --bench image_server >/dev/null)
+}
+
 # The variants measured on $img_cpus CPUs ($img_only, when set: those,
 # space-separated).
 img_variants() {
@@ -59,6 +66,8 @@ img_service_ms() {
 img_run() {
   local v=$1 rate=$2 seed=$3 i shim pids=()
   shim=$(ls "$img_progs"/shim/*.so | head -1)
+  # A process that fails writes no trace: none of an earlier load's stays.
+  rm -f "$img_dir"/trace-"$v"-*
   for i in $(seq "$img_k"); do
     local opts=(--burst "$img_burst" --seed $((seed + i)) --trace "$img_dir/trace-$v-$i")
     case "$v" in
