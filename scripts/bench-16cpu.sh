@@ -72,7 +72,8 @@
 #   memory   a cell's memory guarantee and limit in its own cgroup, and a
 #            program past its limit killed inside its cell: memory.txt
 #   launch   `allot bench launch --runs 100 --burst 8`, then spaced apart
-#            (`--runs 30 --gap 300`), on cgroup2 and affinity where cgroup2
+#            (`--runs 30 --gap 300`), then beside busy loops on all CPUs
+#            but one (`--hogs`), on cgroup2 and affinity where cgroup2
 #            has a cpuset controller (else every backend available)
 #   tests    the cgroup v2 live tests, from pre-built test binaries (--tests)
 #   cleanup  the broker removes its cgroups when stopped

@@ -36,18 +36,22 @@ bench_launch() {
 
 # What `allot run` adds to a start and an exit: back to back with bursts,
 # then spaced apart (where a cgroup move would wait for the kernel; on v2
-# the program is created inside its cell instead).
+# the program is created inside its cell instead), then beside busy loops
+# on every CPU but one (where the kernel may place the new program on a
+# busy CPU; docs/benchmarks.md, "A launch beside a busy CPU").
 step_launch() {
-  local backends=()
+  local backends=() hogs=$((NCPU > 1 ? NCPU - 1 : 1))
   if v2_has_cpuset; then
     backends=(--backends "cgroup2,affinity")
   fi
   if ((QUICK)); then
     bench_launch 60 --runs 20 "${backends[@]}" --burst 4 --burst-rounds 3
     bench_launch 30 --runs 5 --gap 100 "${backends[@]}"
+    bench_launch 30 --runs 20 --hogs "$hogs" "${backends[@]}"
   else
     bench_launch 90 --runs 100 "${backends[@]}" --burst 8 --burst-rounds 10
     bench_launch 60 --runs 30 --gap 300 "${backends[@]}"
+    bench_launch 60 --runs 100 --hogs "$hogs" "${backends[@]}"
   fi
 }
 

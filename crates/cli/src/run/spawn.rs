@@ -1,20 +1,41 @@
-//! Starting the program directly inside a cgroup v2 cell:
-//! `clone3(CLONE_INTO_CGROUP)` with the cell's directory, then `execve`.
+//! Starting the program from a raw clone and `execve`, in two places:
 //!
-//! A process the broker moves into a cgroup by pid waits, in the kernel,
-//! for an RCU grace period whenever no move happened in the last few
-//! milliseconds; a child created inside the cgroup does not move at all.
-//! This is the v2 half of `allot run` joining its cell by itself (on v1 its
-//! thread writes `0` to the cell's `tasks` files instead; see
-//! `allot_client::Options::joins_itself`).
+//! - **inside a cgroup v2 cell** (`spawn_into`): `clone3` with
+//!   `CLONE_INTO_CGROUP` and the cell's directory. A process the broker
+//!   moves into a cgroup by pid waits, in the kernel, for an RCU grace
+//!   period whenever no move happened in the last few milliseconds; a child
+//!   created inside the cgroup does not move at all. This is the v2 half of
+//!   `allot run` joining its cell by itself (on v1 its thread writes `0` to
+//!   the cell's `tasks` files instead; see
+//!   `allot_client::Options::joins_itself`).
+//! - **on this CPU** (`spawn_here`), where `allot run` is in the cell
+//!   already (v1, affinity, no broker). The kernel places a new process
+//!   when it is created, before it has run, by the CPUs' loads, and a
+//!   process that has just started (`allot run`) counts as fully loaded: so
+//!   beside one CPU kept busy outside allot the child was put on that CPU,
+//!   and in a cgroup the broker has just made it then waited for the busy
+//!   program's time slice to end (up to a scheduler tick, 4 ms here) before
+//!   it could start, while the CPU `allot run` was on fell idle (a
+//!   scheduler trace of 200 launches beside one busy loop: 97 programs
+//!   waited more than 0.5 ms for their first run before, none after;
+//!   docs/benchmarks.md, "Launch"). `allot run` sleeps as soon as the
+//!   program runs, so its CPU is the one about to be free: the calling
+//!   thread narrows its CPU mask to that CPU around the clone, the child is
+//!   created there, and the child puts the mask back before `execve`, where
+//!   the kernel balances it again. The child shares this memory until then
+//!   (`CLONE_VM | CLONE_VFORK`, as `posix_spawn` does: no page tables
+//!   copied), with every signal blocked until it has put the handlers back.
 //!
-//! Invariants: between `clone3` and `execve` the child only calls
-//! `sigprocmask`, `signal`, `execve`, `write` and `_exit`
-//! (async-signal-safe; the parent has threads), on
-//! memory prepared before the clone; an `execve` failure comes back to the
-//! parent as its errno through a close-on-exec pipe, and the child is
-//! reaped, so `spawn_into` either returns a running program's pid or an
-//! error with no child left behind.
+//! Invariants: between the clone and `execve` the child only calls
+//! `sigaction`, `signal`, `sched_setaffinity`, `sigprocmask`, `execve`,
+//! `write` and `_exit` (async-signal-safe; the parent has threads), on
+//! memory prepared before the clone; the program's CPU mask and signal
+//! dispositions are what `std::process::Command` would give it (the calling
+//! thread's mask as it was before the call; none blocked; SIGPIPE at its
+//! default), and the caller's CPU and signal masks are put back before
+//! `spawn_here` returns; an `execve` failure comes back to the parent as
+//! its errno, and the child is reaped, so a spawn either returns a running
+//! program's pid or an error with no child left behind.
 
 use std::ffi::{CString, OsStr, OsString};
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -63,6 +84,79 @@ pub enum SpawnError {
     Exec(std::io::Error),
 }
 
+/// The program's `execve` arguments, made before the clone (the child
+/// allocates nothing).
+struct Exec {
+    path: CString,
+    // Owners of the strings the pointer arrays point into.
+    _argv: Vec<CString>,
+    _envp: Vec<CString>,
+    argv_p: Vec<*const libc::c_char>,
+    envp_p: Vec<*const libc::c_char>,
+}
+
+impl Exec {
+    fn new(
+        program: &Path,
+        arg0: &OsStr,
+        args: &[OsString],
+        env: &[(OsString, OsString)],
+    ) -> std::io::Result<Exec> {
+        let path = cstring(program.as_os_str())?;
+        let argv: Vec<CString> = std::iter::once(arg0)
+            .chain(args.iter().map(|a| a.as_os_str()))
+            .map(cstring)
+            .collect::<Result<_, _>>()?;
+        let envp: Vec<CString> = env
+            .iter()
+            .map(|(k, v)| {
+                let mut kv = k.clone();
+                kv.push("=");
+                kv.push(v);
+                cstring(&kv)
+            })
+            .collect::<Result<_, _>>()?;
+        let pointers = |v: &[CString]| -> Vec<*const libc::c_char> {
+            v.iter()
+                .map(|s| s.as_ptr())
+                .chain(std::iter::once(std::ptr::null()))
+                .collect()
+        };
+        Ok(Exec {
+            path,
+            argv_p: pointers(&argv),
+            envp_p: pointers(&envp),
+            _argv: argv,
+            _envp: envp,
+        })
+    }
+
+    /// Runs the program in this (child) process; returns only if `execve`
+    /// failed, with its errno. Async-signal-safe.
+    fn exec(&self) -> i32 {
+        // SAFETY: the pointers are into strings `self` owns, each array
+        // ends with a null pointer.
+        unsafe {
+            libc::execve(
+                self.path.as_ptr(),
+                self.argv_p.as_ptr(),
+                self.envp_p.as_ptr(),
+            );
+            *libc::__errno_location()
+        }
+    }
+}
+
+/// The empty signal set.
+fn no_signals() -> libc::sigset_t {
+    // SAFETY: sigemptyset initialises the set it is given.
+    unsafe {
+        let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+        libc::sigemptyset(set.as_mut_ptr());
+        set.assume_init()
+    }
+}
+
 /// Starts `program` (argv `arg0`, `args`; environment exactly `env`)
 /// inside the cgroup whose directory is `cgroup`. Returns its pid.
 pub fn spawn_into(
@@ -72,29 +166,9 @@ pub fn spawn_into(
     args: &[OsString],
     env: &[(OsString, OsString)],
 ) -> Result<u32, SpawnError> {
-    let prep = |e| SpawnError::Clone(e);
-    let path = cstring(program.as_os_str()).map_err(prep)?;
-    let argv: Vec<CString> = std::iter::once(arg0)
-        .chain(args.iter().map(|a| a.as_os_str()))
-        .map(cstring)
-        .collect::<Result<_, _>>()
-        .map_err(prep)?;
-    let envp: Vec<CString> = env
-        .iter()
-        .map(|(k, v)| {
-            let mut kv = k.clone();
-            kv.push("=");
-            kv.push(v);
-            cstring(&kv)
-        })
-        .collect::<Result<_, _>>()
-        .map_err(prep)?;
-    let mut argv_p: Vec<*const libc::c_char> = argv.iter().map(|s| s.as_ptr()).collect();
-    argv_p.push(std::ptr::null());
-    let mut envp_p: Vec<*const libc::c_char> = envp.iter().map(|s| s.as_ptr()).collect();
-    envp_p.push(std::ptr::null());
-    let (r, w) =
-        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| prep(e.into()))?;
+    let exec = Exec::new(program, arg0, args, env).map_err(SpawnError::Clone)?;
+    let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| SpawnError::Clone(e.into()))?;
     let args = CloneArgs {
         flags: CLONE_INTO_CGROUP,
         exit_signal: libc::SIGCHLD as u64,
@@ -102,12 +176,7 @@ pub fn spawn_into(
         ..CloneArgs::default()
     };
     let wfd = w.as_raw_fd();
-    // SAFETY: sigemptyset initialises the set it is given.
-    let empty = unsafe {
-        let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-        libc::sigemptyset(set.as_mut_ptr());
-        set.assume_init()
-    };
+    let empty = no_signals();
     // SAFETY: clone3 without CLONE_VM gives the child a copy of this
     // address space; in the child only async-signal-safe calls follow
     // (execve, write, _exit), on memory prepared above.
@@ -127,9 +196,7 @@ pub fn spawn_into(
         unsafe {
             libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-            libc::execve(path.as_ptr(), argv_p.as_ptr(), envp_p.as_ptr());
-            let errno = *libc::__errno_location();
-            let b = errno.to_ne_bytes();
+            let b = exec.exec().to_ne_bytes();
             libc::write(wfd, b.as_ptr().cast(), b.len());
             libc::_exit(127);
         }
@@ -153,6 +220,167 @@ pub fn spawn_into(
         )));
     }
     Ok(pid)
+}
+
+/// What the child of [`spawn_here`] works from: everything made before
+/// the clone, in memory it shares with the suspended parent.
+struct HereChild<'a> {
+    exec: &'a Exec,
+    /// The caller's CPU mask to put back (`None`: not narrowed).
+    mask: Option<libc::cpu_set_t>,
+    /// Every CPU: the mask to fall back to (see `restore_mask`).
+    every: libc::cpu_set_t,
+    empty: libc::sigset_t,
+    /// The highest signal number.
+    last_signal: libc::c_int,
+    /// `execve`'s errno, should it fail (read once the child has exited).
+    errno: i32,
+}
+
+/// The child of [`spawn_here`]: runs on its own stack, in the parent's
+/// memory, until `execve`.
+extern "C" fn here_child(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the parent's `HereChild`, alive while the parent is
+    // suspended (CLONE_VFORK); only async-signal-safe calls follow.
+    unsafe {
+        let c = &mut *arg.cast::<HereChild<'_>>();
+        // The parent's handlers would run here, in its memory: every
+        // handled signal goes back to its default before any is unblocked
+        // (an ignored one stays ignored, as `Command` leaves it), and
+        // SIGPIPE, which Rust ignores, to its default.
+        for sig in 1..=c.last_signal {
+            let mut old = std::mem::zeroed::<libc::sigaction>();
+            if libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+                && old.sa_sigaction != libc::SIG_DFL
+                && (old.sa_sigaction != libc::SIG_IGN || sig == libc::SIGPIPE)
+            {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+        }
+        if let Some(mask) = &c.mask {
+            restore_mask(mask, &c.every);
+        }
+        libc::sigprocmask(libc::SIG_SETMASK, &c.empty, std::ptr::null_mut());
+        c.errno = c.exec.exec();
+        libc::_exit(127);
+    }
+}
+
+/// Starts `program` like [`spawn_into`], in this process's cgroups, the
+/// child created on the CPU the calling thread runs on (the module's
+/// second case), sharing this memory until it runs the program (as
+/// `posix_spawn` does: no copy of the page tables). Returns its pid.
+pub fn spawn_here(
+    program: &Path,
+    arg0: &OsStr,
+    args: &[OsString],
+    env: &[(OsString, OsString)],
+) -> Result<u32, SpawnError> {
+    let exec = Exec::new(program, arg0, args, env).map_err(SpawnError::Clone)?;
+    // The child's stack; glibc's own posix_spawn uses far less.
+    let mut stack = vec![0u8; 64 * 1024];
+    let mut child = HereChild {
+        exec: &exec,
+        mask: None,
+        every: every_cpu(),
+        empty: no_signals(),
+        last_signal: libc::SIGRTMAX(),
+        errno: 0,
+    };
+    // No signal may reach the child before it has put the handlers back.
+    let mut saved = no_signals();
+    // SAFETY: sigfillset initialises the set; pthread_sigmask reads one
+    // set and writes the other.
+    unsafe {
+        let mut all = no_signals();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut saved);
+    }
+    child.mask = pin_to_this_cpu();
+    // SAFETY: the child runs `here_child` on its own stack (the top of
+    // `stack`, 16-byte aligned) in this memory; CLONE_VFORK suspends this
+    // thread until it has run the program or exited, so `child`, `exec`
+    // and `stack` outlive its use of them.
+    let pid = unsafe {
+        let top = stack.as_mut_ptr().add(stack.len());
+        let top = top.sub(top as usize % 16);
+        libc::clone(
+            here_child,
+            top.cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&raw mut child).cast(),
+        )
+    };
+    let clone_error = std::io::Error::last_os_error();
+    if let Some(mask) = &child.mask {
+        restore_mask(mask, &child.every);
+    }
+    // SAFETY: puts back the mask read above.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_SETMASK, &saved, std::ptr::null_mut());
+    }
+    if pid < 0 {
+        return Err(SpawnError::Clone(clone_error));
+    }
+    let pid = pid as u32;
+    // SAFETY: the child has exec'd or exited (CLONE_VFORK); a volatile
+    // read, since it wrote the field behind the compiler's back.
+    let errno = unsafe { std::ptr::read_volatile(&child.errno) };
+    if errno != 0 {
+        let _ = wait(pid);
+        return Err(SpawnError::Exec(std::io::Error::from_raw_os_error(errno)));
+    }
+    Ok(pid)
+}
+
+/// Narrows the calling thread's CPU mask to the CPU it runs on now, and
+/// returns the mask it had; `None` where that cannot be done (the child is
+/// then placed as the kernel likes).
+fn pin_to_this_cpu() -> Option<libc::cpu_set_t> {
+    // SAFETY: cpu_set_t is plain bits; sched_getaffinity writes at most
+    // the size given; sched_getcpu has no preconditions.
+    unsafe {
+        let mut mask: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut mask) != 0 {
+            return None;
+        }
+        let cpu = usize::try_from(libc::sched_getcpu()).ok()?;
+        if cpu >= libc::CPU_SETSIZE as usize || !libc::CPU_ISSET(cpu, &mask) {
+            return None;
+        }
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut one);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one) != 0 {
+            return None;
+        }
+        Some(mask)
+    }
+}
+
+/// A set of every CPU.
+fn every_cpu() -> libc::cpu_set_t {
+    // SAFETY: cpu_set_t is plain bits; CPU_SET writes bit `cpu` < its size.
+    unsafe {
+        let mut every: libc::cpu_set_t = std::mem::zeroed();
+        for cpu in 0..libc::CPU_SETSIZE as usize {
+            libc::CPU_SET(cpu, &mut every);
+        }
+        every
+    }
+}
+
+/// Sets the calling thread's CPU mask back to `mask` (async-signal-safe).
+/// Should the kernel refuse it (the cpuset changed meanwhile and holds
+/// none of those CPUs), the thread gets every CPU its cpuset allows rather
+/// than staying on one.
+fn restore_mask(mask: &libc::cpu_set_t, every: &libc::cpu_set_t) {
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: each call reads the set it is given, of the size given.
+    unsafe {
+        if libc::sched_setaffinity(0, size, mask) != 0 {
+            libc::sched_setaffinity(0, size, every);
+        }
+    }
 }
 
 /// Waits for child `pid` to end (retrying on signals).
@@ -217,14 +445,112 @@ mod tests {
             "{text}"
         );
         // SIGPIPE (bit 13) neither ignored nor blocked, as `Command` leaves it.
-        for field in ["SigIgn:", "SigBlk:"] {
-            let mask = text
-                .lines()
-                .find_map(|l| l.strip_prefix(field))
-                .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
-                .unwrap_or_else(|| panic!("{field} in {text}"));
-            assert_eq!(mask & (1 << (libc::SIGPIPE - 1)), 0, "{field} {mask:x}");
+        assert_eq!(
+            signal_set(&text, "SigIgn:") & bit(libc::SIGPIPE),
+            0,
+            "{text}"
+        );
+        assert_eq!(signal_set(&text, "SigBlk:"), 0, "{text}");
+    }
+
+    /// A signal set of `/proc/PID/status` (`SigIgn:`, `SigBlk:`).
+    fn signal_set(status: &str, field: &str) -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
+            .unwrap_or_else(|| panic!("{field} in {status}"))
+    }
+
+    fn bit(sig: libc::c_int) -> u64 {
+        1 << (sig - 1)
+    }
+
+    /// A field of the calling thread's `/proc` status.
+    fn own(field: &str) -> String {
+        let text = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(field))
+            .unwrap_or_else(|| panic!("{field} in {text}"))
+            .trim()
+            .to_owned()
+    }
+
+    /// Blocks or unblocks `sig` in the calling thread.
+    fn block(sig: libc::c_int, on: bool) {
+        let mut set = no_signals();
+        // SAFETY: sigaddset and pthread_sigmask on a set made here.
+        unsafe {
+            libc::sigaddset(&mut set, sig);
+            let how = if on {
+                libc::SIG_BLOCK
+            } else {
+                libc::SIG_UNBLOCK
+            };
+            libc::pthread_sigmask(how, &set, std::ptr::null_mut());
         }
+    }
+
+    #[test]
+    fn a_program_started_here_has_the_callers_cpus_and_signals_as_command_leaves_them() {
+        // The caller's mask is narrowed for the clone only: the program
+        // and the caller both end with the whole of it. Meaningful only
+        // where the thread may run on more than one CPU.
+        let cpus = own("Cpus_allowed_list:");
+        if !allot_testkit::prerequisite(
+            cpus.contains(['-', ',']),
+            "a thread allowed more than one CPU",
+        ) {
+            return;
+        }
+        // A signal the caller blocks is not blocked in the program, and
+        // stays blocked in the caller.
+        block(libc::SIGUSR2, true);
+        let out = tempfile::NamedTempFile::new().unwrap();
+        let script = format!("cat /proc/self/status > {}", out.path().display());
+        let pid = spawn_here(
+            Path::new("/bin/sh"),
+            OsStr::new("sh"),
+            &["-c".into(), script.into()],
+            &[("PATH".into(), "/usr/bin:/bin".into())],
+        )
+        .unwrap_or_else(|e| panic!("{e:?}"));
+        let after = (own("Cpus_allowed_list:"), own("SigBlk:"));
+        block(libc::SIGUSR2, false);
+        assert!(wait(pid).unwrap().success());
+        let text = std::fs::read_to_string(out.path()).unwrap();
+        let program = text
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .map(str::trim);
+        assert_eq!(program, Some(cpus.as_str()), "{text}");
+        assert_eq!(after.0, cpus, "the caller's mask was not put back");
+        let caller_blocked = u64::from_str_radix(&after.1, 16).unwrap();
+        assert_ne!(caller_blocked & bit(libc::SIGUSR2), 0, "{caller_blocked:x}");
+        assert_eq!(
+            signal_set(&text, "SigIgn:") & bit(libc::SIGPIPE),
+            0,
+            "{text}"
+        );
+        assert_eq!(signal_set(&text, "SigBlk:"), 0, "{text}");
+    }
+
+    #[test]
+    fn a_program_that_cannot_start_here_is_an_exec_error_and_the_caller_is_as_before() {
+        let cpus = own("Cpus_allowed_list:");
+        let blocked = own("SigBlk:");
+        let e = spawn_here(Path::new("/no/such/program"), OsStr::new("x"), &[], &[]).unwrap_err();
+        match e {
+            SpawnError::Exec(e) => assert_eq!(e.kind(), std::io::ErrorKind::NotFound),
+            other => panic!("{other:?}"),
+        }
+        let e = spawn_here(Path::new("/bin/true"), OsStr::new("a\0b"), &[], &[]).unwrap_err();
+        match e {
+            SpawnError::Clone(e) => assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(own("Cpus_allowed_list:"), cpus);
+        assert_eq!(own("SigBlk:"), blocked);
     }
 
     #[test]

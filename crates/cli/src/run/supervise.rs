@@ -171,8 +171,11 @@ pub(super) fn run(l: Launch, mut marks: Marks) -> i32 {
 }
 
 /// Starts the program: inside its cell's cgroup v2 directory where the
-/// broker handed it over (`spawn`), else forked from this process (inside
-/// the cell already). A failure is the exit code, its reason printed.
+/// broker handed it over (`spawn::spawn_into`), else from this process
+/// (inside the cell already), created on this CPU (`spawn::spawn_here`);
+/// by `std::process::Command` where the kernel has no `clone3` (a
+/// container's seccomp filter may refuse it). A failure is the exit code,
+/// its reason printed.
 fn start(
     program: &Path,
     cmd: &OsStr,
@@ -188,12 +191,12 @@ fn start(
             127
         }
     };
+    let mut env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    for (k, v) in &vars {
+        env.retain(|(ek, _)| ek.as_os_str() != OsStr::new(k));
+        env.push((k.into(), v.clone()));
+    }
     if let Some(dir) = cell.and_then(|c| c.take_spawn_cgroup()) {
-        let mut env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-        for (k, v) in &vars {
-            env.retain(|(ek, _)| ek.as_os_str() != OsStr::new(k));
-            env.push((k.into(), v.clone()));
-        }
         match spawn::spawn_into(std::os::fd::AsFd::as_fd(&dir), program, cmd, args, &env) {
             Ok(pid) => return Ok(Program::Raw(pid)),
             Err(spawn::SpawnError::Exec(e)) => return Err(cannot_run(e)),
@@ -212,6 +215,11 @@ fn start(
                 }
             }
         }
+    }
+    match spawn::spawn_here(program, cmd, args, &env) {
+        Ok(pid) => return Ok(Program::Raw(pid)),
+        Err(spawn::SpawnError::Exec(e)) => return Err(cannot_run(e)),
+        Err(spawn::SpawnError::Clone(_)) => {}
     }
     let mut command = std::process::Command::new(program);
     command.arg0(cmd).args(args).envs(vars);
@@ -327,8 +335,8 @@ fn follow(cell: Cell, mut js: Jobserver, cap: Option<usize>, pid: u32, done: Arc
     }
 }
 
-/// The program: started by `std::process::Command`, or created inside its
-/// cgroup v2 cell (`spawn`).
+/// The program: created by `spawn`, or started by `std::process::Command`
+/// where the kernel has no `clone3`.
 enum Program {
     Std(std::process::Child),
     Raw(u32),
