@@ -549,6 +549,64 @@ fn a_program_started_on_one_cpu_may_still_grow_its_openmp_teams() {
     let _ = holder.0.wait();
 }
 
+#[test]
+fn a_program_started_on_one_cpu_grows_when_its_neighbour_ends() {
+    // Started while a neighbour holds the other CPU, the program runs on
+    // one; when the neighbour ends, its cell grows and so must the
+    // program's mask. (On the cgroup v1 backend `allot run` creates the
+    // program on its own CPU, narrowing its mask for the clone: a mask put
+    // back to the one CPU of the moment would be kept by the kernel and
+    // stop the program growing with its cpuset.)
+    let all = allot_topo::allowed_cpus().unwrap();
+    if !prerequisite(all.len() >= 2, "needs two CPUs") {
+        return;
+    }
+    let d = Daemon::start(backend(), &[]);
+    let mut holder = Proc(
+        allot_run(&d, &["--min", "1", "--name", "holder", "--", "sleep", "30"])
+            .spawn()
+            .unwrap(),
+    );
+    assert!(eventually(Duration::from_secs(5), || cell_program_pids(&d)
+        .len()
+        == 1));
+    let held = cell_program_pids(&d)[0];
+    let mut grower = Proc(
+        allot_run(&d, &["--min", "1", "--name", "grower", "--", "sleep", "30"])
+            .spawn()
+            .unwrap(),
+    );
+    assert!(eventually(Duration::from_secs(5), || cell_program_pids(&d)
+        .len()
+        == 2));
+    let p = *cell_program_pids(&d).iter().find(|&&p| p != held).unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || thread_masks(p)
+            .iter()
+            .all(|m| m.parse::<allot_topo::CpuSet>().map(|s| s.len()) == Ok(1))),
+        "{:?}",
+        thread_masks(p)
+    );
+    // allot run forwards the termination to its program.
+    let pid = rustix::process::Pid::from_raw(holder.pid() as i32).unwrap();
+    let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+    let _ = holder.0.wait();
+    let both = all.take_first(2).to_string();
+    assert!(
+        eventually(Duration::from_secs(5), || thread_masks(p)
+            .iter()
+            .all(|m| *m == both)),
+        "{:?} (both: {both})\n{}",
+        thread_masks(p),
+        d.log()
+    );
+    let _ = rustix::process::kill_process(
+        rustix::process::Pid::from_raw(p as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    );
+    let _ = grower.0.wait();
+}
+
 /// `--timeline` prints the run's own steps and the broker's for the cell,
 /// in time order, and `allot status --json` carries the broker's part.
 #[test]

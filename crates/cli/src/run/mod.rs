@@ -306,6 +306,11 @@ pub fn run(a: Args) -> i32 {
         }
     };
     let memory_max = a.memory_max.filter(|_| cell.is_some());
+    let on_this_cpu = spawn::on_this_cpu(
+        cell.as_ref().is_some_and(Cell::in_v1_cpuset),
+        launch_cpus.as_ref().map(|s| s.len()),
+        online_cpus(),
+    );
     let plan::Plan {
         program,
         args,
@@ -325,6 +330,7 @@ pub fn run(a: Args) -> i32 {
             channels,
             memory_max,
             timeline: a.timeline.then_some(socket),
+            on_this_cpu,
         },
         marks,
     );
@@ -348,4 +354,10 @@ fn settle(cell: &Cell, quiet: Duration) {
         }
         seen = g.generation;
     }
+}
+
+/// How many CPUs are online (`None` where that cannot be read).
+fn online_cpus() -> Option<usize> {
+    // SAFETY: sysconf has no preconditions.
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).ok()
 }

@@ -3,39 +3,54 @@
 //! - **inside a cgroup v2 cell** (`spawn_into`): `clone3` with
 //!   `CLONE_INTO_CGROUP` and the cell's directory. A process the broker
 //!   moves into a cgroup by pid waits, in the kernel, for an RCU grace
-//!   period whenever no move happened in the last few milliseconds; a child
-//!   created inside the cgroup does not move at all. This is the v2 half of
-//!   `allot run` joining its cell by itself (on v1 its thread writes `0` to
-//!   the cell's `tasks` files instead; see
+//!   period whenever no move happened in the last few milliseconds; a
+//!   child created inside the cgroup does not move at all. This is the v2
+//!   half of `allot run` joining its cell by itself (on v1 its thread
+//!   writes `0` to the cell's `tasks` files instead; see
 //!   `allot_client::Options::joins_itself`).
-//! - **on this CPU** (`spawn_here`), where `allot run` is in the cell
-//!   already (v1, affinity, no broker). The kernel places a new process
-//!   when it is created, before it has run, by the CPUs' loads, and a
-//!   process that has just started (`allot run`) counts as fully loaded: so
-//!   beside one CPU kept busy outside allot the child was put on that CPU,
-//!   and in a cgroup the broker has just made it then waited for the busy
-//!   program's time slice to end (up to a scheduler tick, 4 ms here) before
-//!   it could start, while the CPU `allot run` was on fell idle (a
-//!   scheduler trace of 200 launches beside one busy loop: 97 programs
-//!   waited more than 0.5 ms for their first run before, none after;
-//!   docs/benchmarks.md, "Launch"). `allot run` sleeps as soon as the
-//!   program runs, so its CPU is the one about to be free: the calling
-//!   thread narrows its CPU mask to that CPU around the clone, the child is
-//!   created there, and the child puts the mask back before `execve`, where
-//!   the kernel balances it again. The child shares this memory until then
-//!   (`CLONE_VM | CLONE_VFORK`, as `posix_spawn` does: no page tables
-//!   copied), with every signal blocked until it has put the handlers back.
+//! - **on this CPU** (`spawn_here`), where `allot run` has moved itself
+//!   into a cgroup v1 cell (see `on_this_cpu`). The kernel places a new
+//!   process when it is created, before it has run, by the CPUs' loads,
+//!   and a process that has just started (`allot run`) counts as fully
+//!   loaded: so beside one CPU kept busy outside allot the child was put
+//!   on that CPU, and in a cgroup the broker has just made it then waited
+//!   for the busy program's time slice to end (up to a scheduler tick, 4
+//!   ms here) before it could start, while the CPU `allot run` was on
+//!   fell idle (a scheduler trace of 200 launches beside one busy loop:
+//!   97 programs waited more than 0.5 ms for their first run before, none
+//!   after; docs/benchmarks.md, "Launch"). `allot run` sleeps as soon as
+//!   the program runs, so its CPU is the one about to be free: the
+//!   calling thread narrows its CPU mask to that CPU around the clone,
+//!   the child is created there, and the child widens its mask again
+//!   before `execve`, where the kernel balances it. The child shares this
+//!   memory until then (`CLONE_VM | CLONE_VFORK`, as `posix_spawn` does:
+//!   no page tables copied), with every signal blocked until it has put
+//!   the handlers back.
+//!
+//! **Widened to every CPU, not back to the old mask.** Since Linux 6.2
+//! the kernel keeps the mask a thread last asked for with
+//! `sched_setaffinity` and limits every later cpuset change to it, and
+//! a child inherits it: a program whose mask was "put back" to its
+//! cell's CPUs at launch would never grow with its cell. Asking for
+//! every CPU leaves the cpuset alone in charge, as if no mask had been
+//! set. That is right only where the cpuset is all that limits the
+//! thread: a cgroup v1 cell joined by a process that started with every
+//! online CPU (no `taskset` around it). Elsewhere (the affinity
+//! backend, whose grant is the mask itself; a narrower start; no
+//! broker, where nothing waits a tick) `allot run` starts the program
+//! with `std::process::Command`, which leaves masks alone.
 //!
 //! Invariants: between the clone and `execve` the child only calls
 //! `sigaction`, `signal`, `sched_setaffinity`, `sigprocmask`, `execve`,
 //! `write` and `_exit` (async-signal-safe; the parent has threads), on
-//! memory prepared before the clone; the program's CPU mask and signal
-//! dispositions are what `std::process::Command` would give it (the calling
-//! thread's mask as it was before the call; none blocked; SIGPIPE at its
-//! default), and the caller's CPU and signal masks are put back before
-//! `spawn_here` returns; an `execve` failure comes back to the parent as
-//! its errno, and the child is reaped, so a spawn either returns a running
-//! program's pid or an error with no child left behind.
+//! memory prepared before the clone; the program's signal dispositions
+//! are what `std::process::Command` would give it (none blocked;
+//! SIGPIPE at its default); the caller's signal mask is put back before
+//! `spawn_here` returns, and its CPU mask, like the program's, is every
+//! CPU again (or untouched, where it could not be narrowed); an
+//! `execve` failure comes back to the parent as its errno, and the
+//! child is reaped, so a spawn either returns a running program's pid
+//! or an error with no child left behind.
 
 use std::ffi::{CString, OsStr, OsString};
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -226,10 +241,8 @@ pub fn spawn_into(
 /// the clone, in memory it shares with the suspended parent.
 struct HereChild<'a> {
     exec: &'a Exec,
-    /// The caller's CPU mask to put back (`None`: not narrowed).
-    mask: Option<libc::cpu_set_t>,
-    /// Every CPU: the mask to fall back to (see `restore_mask`).
-    every: libc::cpu_set_t,
+    /// Every CPU, to widen the mask to (`None`: it was not narrowed).
+    widen: Option<libc::cpu_set_t>,
     empty: libc::sigset_t,
     /// The highest signal number.
     last_signal: libc::c_int,
@@ -257,8 +270,8 @@ extern "C" fn here_child(arg: *mut libc::c_void) -> libc::c_int {
                 libc::signal(sig, libc::SIG_DFL);
             }
         }
-        if let Some(mask) = &c.mask {
-            restore_mask(mask, &c.every);
+        if let Some(every) = &c.widen {
+            set_mask(every);
         }
         libc::sigprocmask(libc::SIG_SETMASK, &c.empty, std::ptr::null_mut());
         c.errno = c.exec.exec();
@@ -266,10 +279,20 @@ extern "C" fn here_child(arg: *mut libc::c_void) -> libc::c_int {
     }
 }
 
-/// Starts `program` like [`spawn_into`], in this process's cgroups, the
-/// child created on the CPU the calling thread runs on (the module's
-/// second case), sharing this memory until it runs the program (as
-/// `posix_spawn` does: no copy of the page tables). Returns its pid.
+/// Whether `allot run` creates its program with [`spawn_here`]: only where
+/// the cell's cpuset alone limits it (the module's "widened to every CPU"):
+/// it joined a cgroup v1 cell itself, and it started with every online
+/// CPU (`launch_cpus` of `online`), so no mask of its own narrows it.
+pub fn on_this_cpu(in_v1_cpuset: bool, launch_cpus: Option<usize>, online: Option<usize>) -> bool {
+    in_v1_cpuset && launch_cpus.is_some() && launch_cpus == online
+}
+
+/// Starts `program` like [`spawn_into`], in this process's cgroups,
+/// created on the CPU the calling thread runs on, its mask and the
+/// caller's widened to every CPU afterwards (the module's second case:
+/// only where a cpuset alone limits the calling thread). The child shares
+/// this memory until it runs the program (as `posix_spawn` does: no copy
+/// of the page tables). Returns its pid.
 pub fn spawn_here(
     program: &Path,
     arg0: &OsStr,
@@ -281,8 +304,7 @@ pub fn spawn_here(
     let mut stack = vec![0u8; 64 * 1024];
     let mut child = HereChild {
         exec: &exec,
-        mask: None,
-        every: every_cpu(),
+        widen: None,
         empty: no_signals(),
         last_signal: libc::SIGRTMAX(),
         errno: 0,
@@ -296,7 +318,9 @@ pub fn spawn_here(
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut saved);
     }
-    child.mask = pin_to_this_cpu();
+    if pin_to_this_cpu() {
+        child.widen = Some(every_cpu());
+    }
     // SAFETY: the child runs `here_child` on its own stack (the top of
     // `stack`, 16-byte aligned) in this memory; CLONE_VFORK suspends this
     // thread until it has run the program or exited, so `child`, `exec`
@@ -312,8 +336,8 @@ pub fn spawn_here(
         )
     };
     let clone_error = std::io::Error::last_os_error();
-    if let Some(mask) = &child.mask {
-        restore_mask(mask, &child.every);
+    if let Some(every) = &child.widen {
+        set_mask(every);
     }
     // SAFETY: puts back the mask read above.
     unsafe {
@@ -333,31 +357,27 @@ pub fn spawn_here(
     Ok(pid)
 }
 
-/// Narrows the calling thread's CPU mask to the CPU it runs on now, and
-/// returns the mask it had; `None` where that cannot be done (the child is
-/// then placed as the kernel likes).
-fn pin_to_this_cpu() -> Option<libc::cpu_set_t> {
-    // SAFETY: cpu_set_t is plain bits; sched_getaffinity writes at most
-    // the size given; sched_getcpu has no preconditions.
-    unsafe {
-        let mut mask: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut mask) != 0 {
-            return None;
-        }
-        let cpu = usize::try_from(libc::sched_getcpu()).ok()?;
-        if cpu >= libc::CPU_SETSIZE as usize || !libc::CPU_ISSET(cpu, &mask) {
-            return None;
-        }
+/// Narrows the calling thread's CPU mask to the CPU it runs on now;
+/// `false` where that cannot be done (the mask is then unchanged, and the
+/// child placed as the kernel likes).
+fn pin_to_this_cpu() -> bool {
+    // SAFETY: sched_getcpu has no preconditions.
+    let Ok(cpu) = usize::try_from(unsafe { libc::sched_getcpu() }) else {
+        return false;
+    };
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return false;
+    }
+    // SAFETY: cpu_set_t is plain bits; CPU_SET writes bit `cpu` < its size.
+    let one = unsafe {
         let mut one: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut one);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one) != 0 {
-            return None;
-        }
-        Some(mask)
-    }
+        one
+    };
+    set_mask(&one)
 }
 
-/// A set of every CPU.
+/// A set of every CPU: as a thread's mask, whatever its cpuset allows.
 fn every_cpu() -> libc::cpu_set_t {
     // SAFETY: cpu_set_t is plain bits; CPU_SET writes bit `cpu` < its size.
     unsafe {
@@ -369,18 +389,10 @@ fn every_cpu() -> libc::cpu_set_t {
     }
 }
 
-/// Sets the calling thread's CPU mask back to `mask` (async-signal-safe).
-/// Should the kernel refuse it (the cpuset changed meanwhile and holds
-/// none of those CPUs), the thread gets every CPU its cpuset allows rather
-/// than staying on one.
-fn restore_mask(mask: &libc::cpu_set_t, every: &libc::cpu_set_t) {
-    let size = std::mem::size_of::<libc::cpu_set_t>();
-    // SAFETY: each call reads the set it is given, of the size given.
-    unsafe {
-        if libc::sched_setaffinity(0, size, mask) != 0 {
-            libc::sched_setaffinity(0, size, every);
-        }
-    }
+/// Sets the calling thread's CPU mask (async-signal-safe).
+fn set_mask(mask: &libc::cpu_set_t) -> bool {
+    // SAFETY: reads the set it is given, of the size given.
+    unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), mask) == 0 }
 }
 
 /// Waits for child `pid` to end (retrying on signals).
@@ -492,17 +504,29 @@ mod tests {
     }
 
     #[test]
-    fn a_program_started_here_has_the_callers_cpus_and_signals_as_command_leaves_them() {
+    fn only_a_v1_cell_joined_with_every_online_cpu_creates_its_program_here() {
+        assert!(on_this_cpu(true, Some(16), Some(16)));
+        // The affinity backend (no v1 cpuset), or a v2 cell, or no cell.
+        assert!(!on_this_cpu(false, Some(16), Some(16)));
+        // Started narrower (taskset, a parent cpuset): a mask of its own
+        // may limit it, which widening would lose.
+        assert!(!on_this_cpu(true, Some(8), Some(16)));
+        // Unknown either way.
+        assert!(!on_this_cpu(true, None, Some(16)));
+        assert!(!on_this_cpu(true, Some(16), None));
+        assert!(!on_this_cpu(true, None, None));
+    }
+
+    /// The CPUs in a `Cpus_allowed_list` value.
+    fn cpus_of(list: &str) -> allot_topo::CpuSet {
+        list.parse().unwrap_or_else(|e| panic!("{list}: {e}"))
+    }
+
+    #[test]
+    fn a_program_created_here_has_at_least_the_callers_cpus_and_signals_as_command_leaves_them() {
         // The caller's mask is narrowed for the clone only: the program
-        // and the caller both end with the whole of it. Meaningful only
-        // where the thread may run on more than one CPU.
-        let cpus = own("Cpus_allowed_list:");
-        if !allot_testkit::prerequisite(
-            cpus.contains(['-', ',']),
-            "a thread allowed more than one CPU",
-        ) {
-            return;
-        }
+        // and the caller end with at least what the caller had.
+        let before = cpus_of(&own("Cpus_allowed_list:"));
         // A signal the caller blocks is not blocked in the program, and
         // stays blocked in the caller.
         block(libc::SIGUSR2, true);
@@ -515,16 +539,17 @@ mod tests {
             &[("PATH".into(), "/usr/bin:/bin".into())],
         )
         .unwrap_or_else(|e| panic!("{e:?}"));
-        let after = (own("Cpus_allowed_list:"), own("SigBlk:"));
+        let after = (cpus_of(&own("Cpus_allowed_list:")), own("SigBlk:"));
         block(libc::SIGUSR2, false);
         assert!(wait(pid).unwrap().success());
         let text = std::fs::read_to_string(out.path()).unwrap();
-        let program = text
-            .lines()
-            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-            .map(str::trim);
-        assert_eq!(program, Some(cpus.as_str()), "{text}");
-        assert_eq!(after.0, cpus, "the caller's mask was not put back");
+        let program = cpus_of(field(&text, "Cpus_allowed_list:"));
+        assert!(before.is_subset(&program), "{before} then {program}");
+        assert!(
+            before.is_subset(&after.0),
+            "the caller: {before} then {}",
+            after.0
+        );
         let caller_blocked = u64::from_str_radix(&after.1, 16).unwrap();
         assert_ne!(caller_blocked & bit(libc::SIGUSR2), 0, "{caller_blocked:x}");
         assert_eq!(
@@ -535,9 +560,96 @@ mod tests {
         assert_eq!(signal_set(&text, "SigBlk:"), 0, "{text}");
     }
 
+    fn field<'a>(status: &'a str, name: &str) -> &'a str {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or_else(|| panic!("{name} in {status}"))
+            .trim()
+    }
+
+    /// The v1 cpuset directory this process is in.
+    fn own_cpuset() -> Option<std::path::PathBuf> {
+        let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        let rel = text.lines().find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            controllers
+                .split(',')
+                .any(|c| c == "cpuset")
+                .then_some(path)
+        })?;
+        Some(Path::new("/sys/fs/cgroup/cpuset").join(rel.trim_start_matches('/')))
+    }
+
     #[test]
-    fn a_program_that_cannot_start_here_is_an_exec_error_and_the_caller_is_as_before() {
-        let cpus = own("Cpus_allowed_list:");
+    fn a_program_created_on_this_cpu_grows_with_its_v1_cpuset() {
+        // The kernel (6.2 and later) keeps the mask a thread asked for and
+        // limits later cpuset changes to it: the program created on this
+        // CPU must not be left with one, or it would never grow with its
+        // cell. A thread of this test joins a v1 cpuset of one CPU, starts
+        // a program on its CPU, and the cpuset grows to two before the
+        // program reads its mask.
+        let allowed: Vec<usize> = own("Cpus_allowed_list:")
+            .parse::<allot_topo::CpuSet>()
+            .map(|s| s.iter().collect())
+            .unwrap_or_default();
+        let parent = own_cpuset();
+        if !allot_testkit::prerequisite(
+            allot_testkit::v1_cpuset_writable() && allowed.len() >= 2 && parent.is_some(),
+            "root, the v1 cpuset hierarchy and two CPUs",
+        ) {
+            return;
+        }
+        let parent = parent.expect("checked");
+        let dir = parent.join(allot_testkit::unique("spawn-here"));
+        std::fs::create_dir(&dir).unwrap();
+        let _guard = allot_testkit::CgroupDirs(vec![dir.clone()]);
+        let mems = std::fs::read_to_string(parent.join("cpuset.effective_mems")).unwrap();
+        std::fs::write(dir.join("cpuset.mems"), mems.trim()).unwrap();
+        std::fs::write(dir.join("cpuset.cpus"), allowed[0].to_string()).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let (go, out) = (tmp.path().join("go"), tmp.path().join("out"));
+        let script = format!(
+            "while [ ! -e {} ]; do sleep 0.01; done; cat /proc/self/status > {}",
+            go.display(),
+            out.display()
+        );
+        let (dir2, parent2) = (dir.clone(), parent.clone());
+        let (pid, caller) = std::thread::spawn(move || {
+            // This thread alone joins the cpuset, and leaves it before it ends.
+            std::fs::write(dir2.join("tasks"), "0").unwrap();
+            let pid = spawn_here(
+                Path::new("/bin/sh"),
+                OsStr::new("sh"),
+                &["-c".into(), script.into()],
+                &[("PATH".into(), "/usr/bin:/bin".into())],
+            );
+            let both = format!("{},{}", allowed[0], allowed[1]);
+            std::fs::write(dir2.join("cpuset.cpus"), &both).unwrap();
+            let caller = own("Cpus_allowed_list:");
+            std::fs::write(parent2.join("tasks"), "0").unwrap();
+            (pid, caller)
+        })
+        .join()
+        .unwrap();
+        let pid = pid.unwrap_or_else(|e| panic!("{e:?}"));
+        std::fs::write(&go, "").unwrap();
+        assert!(wait(pid).unwrap().success());
+        let text = std::fs::read_to_string(&out).unwrap();
+        let two: allot_topo::CpuSet = field(&text, "Cpus_allowed_list:").parse().unwrap();
+        assert_eq!(
+            two.len(),
+            2,
+            "the program did not grow with its cpuset: {text}"
+        );
+        let caller: allot_topo::CpuSet = caller.parse().unwrap();
+        assert_eq!(caller.len(), 2, "nor did the caller: {caller}");
+    }
+
+    #[test]
+    fn a_program_that_cannot_start_here_is_an_exec_error_and_the_caller_keeps_its_cpus() {
+        let before = cpus_of(&own("Cpus_allowed_list:"));
         let blocked = own("SigBlk:");
         let e = spawn_here(Path::new("/no/such/program"), OsStr::new("x"), &[], &[]).unwrap_err();
         match e {
@@ -549,7 +661,8 @@ mod tests {
             SpawnError::Clone(e) => assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput),
             other => panic!("{other:?}"),
         }
-        assert_eq!(own("Cpus_allowed_list:"), cpus);
+        let after = cpus_of(&own("Cpus_allowed_list:"));
+        assert!(before.is_subset(&after), "{before} then {after}");
         assert_eq!(own("SigBlk:"), blocked);
     }
 

@@ -50,6 +50,9 @@ pub(super) struct Launch {
     pub memory_max: Option<u64>,
     /// `--timeline`: the broker's socket, to fetch the cell's steps.
     pub timeline: Option<PathBuf>,
+    /// Create the program on this process's CPU (`spawn::spawn_here`:
+    /// only where the cell's cpuset alone limits this process).
+    pub on_this_cpu: bool,
 }
 
 /// Starts the program and sees it through; exits like it did (the return
@@ -67,13 +70,14 @@ pub(super) fn run(l: Launch, mut marks: Marks) -> i32 {
         channels,
         memory_max,
         timeline,
+        on_this_cpu,
     } = l;
     // Handlers go in before the program exists, so an early Ctrl-C cannot
     // kill this process first; signals wait in the handler's pipe until
     // they can be forwarded to the program's pid.
     let mut signals = signal_setup();
     marks.mark("spawning the program");
-    let mut child = match start(&program, &cmd, &args, vars, cell.as_ref()) {
+    let mut child = match start(&program, &cmd, &args, vars, cell.as_ref(), on_this_cpu) {
         Ok(c) => c,
         Err(code) => return code,
     };
@@ -172,16 +176,17 @@ pub(super) fn run(l: Launch, mut marks: Marks) -> i32 {
 
 /// Starts the program: inside its cell's cgroup v2 directory where the
 /// broker handed it over (`spawn::spawn_into`), else from this process
-/// (inside the cell already), created on this CPU (`spawn::spawn_here`);
-/// by `std::process::Command` where the kernel has no `clone3` (a
-/// container's seccomp filter may refuse it). A failure is the exit code,
-/// its reason printed.
+/// (inside the cell already): on this CPU where `on_this_cpu`
+/// (`spawn::spawn_here`), else, or where that could not create it, by
+/// `std::process::Command`. A failure is the exit code, its reason
+/// printed.
 fn start(
     program: &Path,
     cmd: &OsStr,
     args: &[OsString],
     vars: Vec<(String, OsString)>,
     cell: Option<&Cell>,
+    on_this_cpu: bool,
 ) -> Result<Program, i32> {
     let cannot_run = |e: std::io::Error| {
         eprintln!("allot: cannot run '{}': {e}", cmd.to_string_lossy());
@@ -191,13 +196,17 @@ fn start(
             127
         }
     };
-    let mut env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-    for (k, v) in &vars {
-        env.retain(|(ek, _)| ek.as_os_str() != OsStr::new(k));
-        env.push((k.into(), v.clone()));
-    }
+    // The whole environment, for the raw spawns (`Command` builds its own).
+    let env = || {
+        let mut env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+        for (k, v) in &vars {
+            env.retain(|(ek, _)| ek.as_os_str() != OsStr::new(k));
+            env.push((k.into(), v.clone()));
+        }
+        env
+    };
     if let Some(dir) = cell.and_then(|c| c.take_spawn_cgroup()) {
-        match spawn::spawn_into(std::os::fd::AsFd::as_fd(&dir), program, cmd, args, &env) {
+        match spawn::spawn_into(std::os::fd::AsFd::as_fd(&dir), program, cmd, args, &env()) {
             Ok(pid) => return Ok(Program::Raw(pid)),
             Err(spawn::SpawnError::Exec(e)) => return Err(cannot_run(e)),
             Err(spawn::SpawnError::Clone(e)) => {
@@ -216,10 +225,12 @@ fn start(
             }
         }
     }
-    match spawn::spawn_here(program, cmd, args, &env) {
-        Ok(pid) => return Ok(Program::Raw(pid)),
-        Err(spawn::SpawnError::Exec(e)) => return Err(cannot_run(e)),
-        Err(spawn::SpawnError::Clone(_)) => {}
+    if on_this_cpu {
+        match spawn::spawn_here(program, cmd, args, &env()) {
+            Ok(pid) => return Ok(Program::Raw(pid)),
+            Err(spawn::SpawnError::Exec(e)) => return Err(cannot_run(e)),
+            Err(spawn::SpawnError::Clone(_)) => {}
+        }
     }
     let mut command = std::process::Command::new(program);
     command.arg0(cmd).args(args).envs(vars);
@@ -335,8 +346,8 @@ fn follow(cell: Cell, mut js: Jobserver, cap: Option<usize>, pid: u32, done: Arc
     }
 }
 
-/// The program: created by `spawn`, or started by `std::process::Command`
-/// where the kernel has no `clone3`.
+/// The program: created by `spawn`, or started by
+/// `std::process::Command`.
 enum Program {
     Std(std::process::Child),
     Raw(u32),

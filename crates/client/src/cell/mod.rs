@@ -88,6 +88,9 @@ struct Inner {
     /// The cell's cgroup v2 directory, for starting a process inside it
     /// (`Options::joins_itself`; taken by [`Cell::take_spawn_cgroup`]).
     spawn_cgroup: Mutex<Option<OwnedFd>>,
+    /// This process joined the cell's cgroup v1 hierarchies (a cgroup1
+    /// broker): its CPUs are the cell's cpuset's (see [`Cell::in_v1_cpuset`]).
+    in_v1_cpuset: AtomicBool,
 }
 
 // SAFETY: `current` and `reports` always point into mappings owned by
@@ -214,6 +217,7 @@ impl Cell {
             fallback_reason: reason,
             release_on_drop: AtomicBool::new(true),
             spawn_cgroup: Mutex::new(None),
+            in_v1_cpuset: AtomicBool::new(false),
         });
         let watcher = (mode == Mode::Registered).then(|| Arc::new(Watcher::new(&inner)));
         let cell = Cell { inner, watcher };
@@ -395,6 +399,16 @@ impl Cell {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()
+    }
+
+    /// Whether this process is in the cell's cgroup v1 hierarchies, known
+    /// where a cgroup1 broker handed it their `tasks` files (a launcher
+    /// that joins itself, `Options::joins_itself`): the CPUs it may use are
+    /// then the cell's cpuset's, which the broker rewrites, not a mask the
+    /// broker sets on its threads (the affinity backend's way). `false`
+    /// where that is not known.
+    pub fn in_v1_cpuset(&self) -> bool {
+        self.inner.in_v1_cpuset.load(Ordering::Relaxed)
     }
 
     /// Lets go of this handle without releasing the cell, for a process

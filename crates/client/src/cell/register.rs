@@ -146,16 +146,18 @@ impl Registering {
         let socket = client.socket().to_path_buf();
         let reg = client
             .await_registration(|position, reason| on_wait(Wait::Queued { position, reason }))?;
-        let (dirs, files): (Vec<OwnedFd>, Vec<OwnedFd>) = if opts.stays_put {
-            let (d, f): (Vec<OwnedFd>, Vec<OwnedFd>) = directories_or_files(reg.join_files);
-            if !f.is_empty() {
+        let (dirs, files) = directories_or_files(reg.join_files);
+        // Only a cgroup1 broker hands over `tasks` files.
+        let in_v1_cpuset = !files.is_empty();
+        let files = if opts.stays_put {
+            if in_v1_cpuset {
                 // A v1 broker hands over its tasks files: it moves
                 // nothing there either, so the process is moved as usual.
                 client.add_member(reg.cell, std::process::id())?;
             }
-            (d, Vec::new())
+            Vec::new()
         } else {
-            directories_or_files(reg.join_files)
+            files
         };
         // Told before this process joins: a paused cell stops it there,
         // and a broker that adopts the cell after a restart thaws it.
@@ -184,6 +186,9 @@ impl Registering {
             .spawn_cgroup
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = dirs.into_iter().next();
+        cell.inner
+            .in_v1_cpuset
+            .store(in_v1_cpuset, std::sync::atomic::Ordering::Relaxed);
         Ok(cell)
     }
 }
