@@ -330,6 +330,55 @@ fn the_cells_other_processes_keep_off_a_cpu_one_of_them_holds() {
 }
 
 #[test]
+fn behind_a_cpuset_the_kept_off_masks_name_every_cpu_but_the_held_one() {
+    // On a cgroup backend the kernel keeps a mask the broker sets through
+    // later cpuset changes: a mask of the grant of the moment would stop
+    // the threads growing with their cell, so the masks name every CPU
+    // (but the held one) and leave the rest to the cpuset.
+    let os = allot_enforce::os::FakeOs::new();
+    for (pid, uid) in [(1, 0), (2, 1000), (3, 1001)] {
+        os.spawn(pid, 0, 1, &CpuSet::first_n(4));
+        os.set_uid(pid, uid);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = world_with_backend(4, dir, os, allot_enforce::DryRun::new().with_cpusets()).0;
+    w.os.spawn(10, 0, 2, &CpuSet::first_n(4));
+    w.os.set_uid(10, 1000);
+    w.os.spawn(20, 0, 1, &CpuSet::first_n(4));
+    w.os.set_uid(20, 1000);
+    let a = page(register(
+        &mut w,
+        ALICE,
+        "a",
+        CellSpec::default(),
+        vec![10, 20],
+        false,
+    ))
+    .2;
+    assert_eq!(cpus(&a), set("0-3"));
+    let mask = |w: &World, tid: u32| {
+        use allot_enforce::os::Os;
+        w.os.affinity(tid).unwrap()
+    };
+    // The program pinned thread 11 to CPUs 2-3 itself: it keeps the rest
+    // of its own mask.
+    {
+        use allot_enforce::os::Os;
+        w.os.set_affinity(11, &set("2-3")).unwrap();
+    }
+    let e = acquire(&mut w, 20, vec![cpu(2, false)]);
+    assert!(matches!(reply(&e), Reply::Ok), "{}", message(&e));
+    let every = CpuSet::first_n(allot_topo::MAX_CPUS);
+    assert_eq!(mask(&w, 10), every.difference(&set("2")));
+    assert_eq!(mask(&w, 11), set("3"));
+    release(&mut w, 20, vec![cpu(2, false)]);
+    w.tick(Instant::now() + Duration::from_millis(200));
+    for tid in [10, 11] {
+        assert_eq!(mask(&w, tid), every, "thread {tid}");
+    }
+}
+
+#[test]
 fn a_cell_that_holds_cpus_and_changes_its_spec_is_admitted_at_the_new_one() {
     // Cell a holds CPU 0 (planned with a minimum of 1), then asks for a
     // minimum of 3: beside it an exclusive newcomer of 2 no longer fits 4.

@@ -577,6 +577,10 @@ impl Enforcer for Cgroup1 {
         self.cpu.is_some()
     }
 
+    fn cpuset_confines(&self) -> bool {
+        true
+    }
+
     fn max_weight(&self) -> u32 {
         (MAX_SHARES * u64::from(crate::THREAD) / 1024) as u32
     }

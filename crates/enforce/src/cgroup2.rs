@@ -516,6 +516,10 @@ impl Enforcer for Cgroup2 {
         true
     }
 
+    fn cpuset_confines(&self) -> bool {
+        true
+    }
+
     fn max_weight(&self) -> u32 {
         MAX_WEIGHT
     }

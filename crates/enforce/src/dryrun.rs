@@ -51,6 +51,8 @@ pub struct DryRun {
     gate_stopped: Arc<Mutex<Option<bool>>>,
     no_gates: bool,
     join_files: bool,
+    /// Stands in for a cgroup backend's cpusets (`cpuset_confines`).
+    cpusets: bool,
     /// Why no partition can be made (`None`: every one asked is made).
     no_partitions: Option<String>,
     memory: Arc<Mutex<MemoryState>>,
@@ -154,6 +156,12 @@ impl DryRun {
         self.join_files = true;
         self
     }
+    /// Says its cells' CPUs reach their threads through cpusets, as the
+    /// cgroup backends do (`Enforcer::cpuset_confines`).
+    pub fn with_cpusets(mut self) -> Self {
+        self.cpusets = true;
+        self
+    }
     /// Every gate opening and closing so far, in order.
     pub fn gate_calls(&self) -> Vec<GateCall> {
         self.calls()
@@ -230,6 +238,9 @@ impl Enforcer for DryRun {
     }
     fn has_weights(&self) -> bool {
         true
+    }
+    fn cpuset_confines(&self) -> bool {
+        self.cpusets
     }
     fn set_together_weight(&mut self, weight: u32) -> Result<bool> {
         self.record(Call::Together(weight));

@@ -240,6 +240,16 @@ pub trait Enforcer: Send + fmt::Debug {
     fn has_weights(&self) -> bool {
         false
     }
+    /// Whether a cell's CPUs reach its threads through a cpuset (the
+    /// cgroup backends) rather than through masks set on the threads. A
+    /// mask the broker sets on a thread then limits it on top of the
+    /// cpuset, and the kernel (Linux 6.2 and later) keeps that mask through
+    /// every later change of the cpuset: such a mask must name every CPU
+    /// the thread may use whatever the cell gets, not the grant of the
+    /// moment.
+    fn cpuset_confines(&self) -> bool {
+        false
+    }
     /// The largest weight this backend can give a cell or the cells
     /// together, in [`Applied::weight`]'s unit.
     fn max_weight(&self) -> u32 {

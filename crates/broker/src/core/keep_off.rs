@@ -11,10 +11,18 @@
 //! remembered per cell and get the whole grant back when they become
 //! holders or the cell holds nothing any more.
 //!
+//! Where a cpuset confines the cell (the cgroup backends), "the grant" in
+//! a mask means every CPU, the cpuset doing the rest: the kernel (Linux
+//! 6.2 and later) keeps the mask a thread was given through every later
+//! cpuset change, so a thread given the grant of the moment would never
+//! grow with its cell. A thread that follows the cell (its mask covers
+//! the grant) is narrowed to every CPU but the held ones for the same
+//! reason.
+//!
 //! The cells concerned are checked on every reconcile and every tick (a
-//! process may join a cell, and a cgroup v1 cpuset rewrite resets the
-//! affinities of its tasks): only cells holding CPUs, or that held some at
-//! the last look, cost anything.
+//! process may join a cell, and on kernels before 6.2 a cpuset rewrite
+//! resets the affinities of its tasks): only cells holding CPUs, or that
+//! held some at the last look, cost anything.
 
 use super::Engine;
 use allot_spec::CellId;
@@ -44,12 +52,18 @@ impl Engine {
                 .flatten()
                 .copied()
                 .collect();
+            // What "the whole grant" is in a mask (module notes).
+            let whole = if self.kernel.cpuset_confines() {
+                CpuSet::first_n(allot_topo::MAX_CPUS)
+            } else {
+                grant
+            };
             for pid in self.kernel.pids(cell) {
                 if mine.is_empty() || holding.contains(&pid) {
                     if narrowed.remove(&pid) {
-                        self.widen(pid, &grant);
+                        self.widen(pid, &whole);
                     }
-                } else if self.narrow(pid, &mine, &grant) {
+                } else if self.narrow(pid, &mine, &grant, &whole) {
                     narrowed.insert(pid);
                 }
             }
@@ -62,10 +76,12 @@ impl Engine {
     }
 
     /// Takes `held` out of the affinity of every thread of `pid` that has
-    /// any of it (a thread left with nothing gets `grant` minus `held`).
+    /// any of it: a thread that follows the cell (its mask covers `grant`)
+    /// gets `whole` minus `held`, one the program narrowed keeps the rest
+    /// of its own mask (or gets `whole` minus `held` if nothing is left).
     /// Returns whether this narrowed any (a process narrowed before stays
     /// in its cell's set either way).
-    fn narrow(&self, pid: u32, held: &CpuSet, grant: &CpuSet) -> bool {
+    fn narrow(&self, pid: u32, held: &CpuSet, grant: &CpuSet, whole: &CpuSet) -> bool {
         let mut any = false;
         for tid in self.os.threads(pid).unwrap_or_default() {
             let Ok(mask) = self.os.affinity(tid) else {
@@ -75,8 +91,8 @@ impl Engine {
                 continue;
             }
             let mut to = mask.difference(held);
-            if to.is_empty() {
-                to = grant.difference(held);
+            if to.is_empty() || grant.is_subset(&mask) {
+                to = whole.difference(held);
             }
             if !to.is_empty() && self.os.set_affinity(tid, &to).is_ok() {
                 any = true;
@@ -85,11 +101,11 @@ impl Engine {
         any
     }
 
-    /// Every thread of `pid` back on the whole `grant`.
-    fn widen(&self, pid: u32, grant: &CpuSet) {
+    /// Every thread of `pid` back on the whole grant (`whole`).
+    fn widen(&self, pid: u32, whole: &CpuSet) {
         for tid in self.os.threads(pid).unwrap_or_default() {
             // A thread that exited meanwhile is not an error.
-            let _ = self.os.set_affinity(tid, grant);
+            let _ = self.os.set_affinity(tid, whole);
         }
     }
 }

@@ -160,6 +160,12 @@ impl Kernel {
         self.backend.has_weights()
     }
 
+    /// Whether cells' CPUs reach their threads through cpusets
+    /// (`Enforcer::cpuset_confines`).
+    pub(super) fn cpuset_confines(&self) -> bool {
+        self.backend.cpuset_confines()
+    }
+
     /// The largest weight a cell or the cells together can get.
     pub(super) fn max_weight(&self) -> u32 {
         self.backend.max_weight()
