@@ -152,10 +152,11 @@ const NEIGHBOUR: &str = "import os, time\n\
 /// reads the samples' stamps from the program's lines). The neighbour
 /// comes once the program has printed three samples in the last 0.35 s,
 /// stays until it has printed five stamped `secs` or more after the
-/// neighbour started, and the program runs on until it has printed one
-/// stamped `after` seconds past the neighbour's end. So every phase has
-/// samples however slowly a loaded machine runs the program. Stops the
-/// program; returns its lines and the neighbour's visit.
+/// neighbour started (and 0.1 s more), and the program runs on until it
+/// has printed one stamped `after` seconds past the neighbour's end. So
+/// every phase has samples however slowly a loaded machine runs the
+/// program. Stops the program; returns its lines and the neighbour's
+/// visit.
 pub fn with_a_neighbour(
     d: &Daemon,
     mut program: Watched,
@@ -191,6 +192,11 @@ pub fn with_a_neighbour(
     program.wait_for("samples while sharing", |lines| {
         times(lines).iter().filter(|&&t| t > started + secs).count() >= 5
     });
+    // The neighbour leaves a little after those samples, so that they
+    // fall inside the sharing phase whose end a reader keeps clear of the
+    // change (a CI run saw a program on a loaded machine print nothing
+    // for 0.75 s, then the five samples within 0.02 s of the end).
+    std::thread::sleep(Duration::from_millis(100));
     let ended = instant(other.stop().get(1));
     program.wait_for("samples after the neighbour left", |lines| {
         times(lines).iter().any(|&t| t > ended + after)
