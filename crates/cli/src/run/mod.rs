@@ -309,7 +309,7 @@ pub fn run(a: Args) -> i32 {
     let on_this_cpu = spawn::on_this_cpu(
         cell.as_ref().is_some_and(Cell::in_v1_cpuset),
         launch_cpus.as_ref().map(|s| s.len()),
-        online_cpus(),
+        online_cpus,
     );
     let plan::Plan {
         program,

@@ -242,7 +242,7 @@ pub fn spawn_into(
 struct HereChild<'a> {
     exec: &'a Exec,
     /// Every CPU, to widen the mask to (`None`: it was not narrowed).
-    widen: Option<libc::cpu_set_t>,
+    widen: Option<rustix::thread::CpuSet>,
     empty: libc::sigset_t,
     /// The highest signal number.
     last_signal: libc::c_int,
@@ -282,9 +282,14 @@ extern "C" fn here_child(arg: *mut libc::c_void) -> libc::c_int {
 /// Whether `allot run` creates its program with [`spawn_here`]: only where
 /// the cell's cpuset alone limits it (the module's "widened to every CPU"):
 /// it joined a cgroup v1 cell itself, and it started with every online
-/// CPU (`launch_cpus` of `online`), so no mask of its own narrows it.
-pub fn on_this_cpu(in_v1_cpuset: bool, launch_cpus: Option<usize>, online: Option<usize>) -> bool {
-    in_v1_cpuset && launch_cpus.is_some() && launch_cpus == online
+/// CPU (`launch_cpus` of `online`, asked only then), so no mask of its own
+/// narrows it.
+pub fn on_this_cpu(
+    in_v1_cpuset: bool,
+    launch_cpus: Option<usize>,
+    online: impl FnOnce() -> Option<usize>,
+) -> bool {
+    in_v1_cpuset && launch_cpus.is_some() && launch_cpus == online()
 }
 
 /// Starts `program` like [`spawn_into`], in this process's cgroups,
@@ -361,38 +366,27 @@ pub fn spawn_here(
 /// `false` where that cannot be done (the mask is then unchanged, and the
 /// child placed as the kernel likes).
 fn pin_to_this_cpu() -> bool {
-    // SAFETY: sched_getcpu has no preconditions.
-    let Ok(cpu) = usize::try_from(unsafe { libc::sched_getcpu() }) else {
-        return false;
-    };
-    if cpu >= libc::CPU_SETSIZE as usize {
+    let cpu = rustix::thread::sched_getcpu();
+    if cpu >= rustix::thread::CpuSet::MAX_CPU {
         return false;
     }
-    // SAFETY: cpu_set_t is plain bits; CPU_SET writes bit `cpu` < its size.
-    let one = unsafe {
-        let mut one: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut one);
-        one
-    };
+    let mut one = rustix::thread::CpuSet::new();
+    one.set(cpu);
     set_mask(&one)
 }
 
 /// A set of every CPU: as a thread's mask, whatever its cpuset allows.
-fn every_cpu() -> libc::cpu_set_t {
-    // SAFETY: cpu_set_t is plain bits; CPU_SET writes bit `cpu` < its size.
-    unsafe {
-        let mut every: libc::cpu_set_t = std::mem::zeroed();
-        for cpu in 0..libc::CPU_SETSIZE as usize {
-            libc::CPU_SET(cpu, &mut every);
-        }
-        every
+fn every_cpu() -> rustix::thread::CpuSet {
+    let mut every = rustix::thread::CpuSet::new();
+    for cpu in 0..rustix::thread::CpuSet::MAX_CPU {
+        every.set(cpu);
     }
+    every
 }
 
-/// Sets the calling thread's CPU mask (async-signal-safe).
-fn set_mask(mask: &libc::cpu_set_t) -> bool {
-    // SAFETY: reads the set it is given, of the size given.
-    unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), mask) == 0 }
+/// Sets the calling thread's CPU mask (one system call, async-signal-safe).
+fn set_mask(mask: &rustix::thread::CpuSet) -> bool {
+    rustix::thread::sched_setaffinity(None, mask).is_ok()
 }
 
 /// Waits for child `pid` to end (retrying on signals).
@@ -505,16 +499,20 @@ mod tests {
 
     #[test]
     fn only_a_v1_cell_joined_with_every_online_cpu_creates_its_program_here() {
-        assert!(on_this_cpu(true, Some(16), Some(16)));
-        // The affinity backend (no v1 cpuset), or a v2 cell, or no cell.
-        assert!(!on_this_cpu(false, Some(16), Some(16)));
+        let online = |n| move || n;
+        assert!(on_this_cpu(true, Some(16), online(Some(16))));
+        // The affinity backend (no v1 cpuset), or a v2 cell, or no cell:
+        // the online CPUs are not even read.
+        assert!(!on_this_cpu(false, Some(16), || -> Option<usize> {
+            unreachable!()
+        }));
         // Started narrower (taskset, a parent cpuset): a mask of its own
         // may limit it, which widening would lose.
-        assert!(!on_this_cpu(true, Some(8), Some(16)));
+        assert!(!on_this_cpu(true, Some(8), online(Some(16))));
         // Unknown either way.
-        assert!(!on_this_cpu(true, None, Some(16)));
-        assert!(!on_this_cpu(true, Some(16), None));
-        assert!(!on_this_cpu(true, None, None));
+        assert!(!on_this_cpu(true, None, online(Some(16))));
+        assert!(!on_this_cpu(true, Some(16), online(None)));
+        assert!(!on_this_cpu(true, None, online(None)));
     }
 
     /// The CPUs in a `Cpus_allowed_list` value.
