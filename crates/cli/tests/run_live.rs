@@ -493,6 +493,30 @@ fn launch_cost_of_two_binaries_is_measured_side_by_side() {
     );
 }
 
+/// A neighbour cell that guarantees itself one CPU (`sleep 30` under
+/// `allot run --min 1`), once the broker lists it.
+fn one_cpu_holder(d: &Daemon) -> Proc {
+    let holder = Proc(
+        allot_run(d, &["--min", "1", "--name", "holder", "--", "sleep", "30"])
+            .spawn()
+            .unwrap(),
+    );
+    assert!(eventually(Duration::from_secs(5), || d
+        .status()
+        .cells
+        .len()
+        == 1));
+    holder
+}
+
+/// Ends an `allot run` with SIGTERM, which it forwards to its program (a
+/// SIGKILL would leave the program behind), and reaps it.
+fn end_forwarded(mut p: Proc) {
+    let pid = rustix::process::Pid::from_raw(p.pid() as i32).unwrap();
+    let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+    let _ = p.0.wait();
+}
+
 #[test]
 fn a_program_started_on_one_cpu_may_still_grow_its_openmp_teams() {
     // A program whose cell holds one CPU when it starts (a neighbour
@@ -504,16 +528,7 @@ fn a_program_started_on_one_cpu_may_still_grow_its_openmp_teams() {
         return;
     }
     let d = Daemon::start(backend(), &[]);
-    let mut holder = Proc(
-        allot_run(&d, &["--min", "1", "--name", "holder", "--", "sleep", "30"])
-            .spawn()
-            .unwrap(),
-    );
-    assert!(eventually(Duration::from_secs(5), || d
-        .status()
-        .cells
-        .len()
-        == 1));
+    let holder = one_cpu_holder(&d);
     let o = run_out(allot_run(
         &d,
         &[
@@ -542,11 +557,7 @@ fn a_program_started_on_one_cpu_may_still_grow_its_openmp_teams() {
             "{text}"
         );
     }
-    // allot run forwards the termination to its program (a SIGKILL would
-    // leave `sleep` behind).
-    let pid = rustix::process::Pid::from_raw(holder.pid() as i32).unwrap();
-    let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-    let _ = holder.0.wait();
+    end_forwarded(holder);
 }
 
 #[test]
@@ -562,16 +573,12 @@ fn a_program_started_on_one_cpu_grows_when_its_neighbour_ends() {
         return;
     }
     let d = Daemon::start(backend(), &[]);
-    let mut holder = Proc(
-        allot_run(&d, &["--min", "1", "--name", "holder", "--", "sleep", "30"])
-            .spawn()
-            .unwrap(),
-    );
+    let holder = one_cpu_holder(&d);
     assert!(eventually(Duration::from_secs(5), || cell_program_pids(&d)
         .len()
         == 1));
     let held = cell_program_pids(&d)[0];
-    let mut grower = Proc(
+    let grower = Proc(
         allot_run(&d, &["--min", "1", "--name", "grower", "--", "sleep", "30"])
             .spawn()
             .unwrap(),
@@ -587,10 +594,7 @@ fn a_program_started_on_one_cpu_grows_when_its_neighbour_ends() {
         "{:?}",
         thread_masks(p)
     );
-    // allot run forwards the termination to its program.
-    let pid = rustix::process::Pid::from_raw(holder.pid() as i32).unwrap();
-    let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-    let _ = holder.0.wait();
+    end_forwarded(holder);
     let both = all.take_first(2).to_string();
     assert!(
         eventually(Duration::from_secs(5), || thread_masks(p)
@@ -600,11 +604,7 @@ fn a_program_started_on_one_cpu_grows_when_its_neighbour_ends() {
         thread_masks(p),
         d.log()
     );
-    let _ = rustix::process::kill_process(
-        rustix::process::Pid::from_raw(p as i32).unwrap(),
-        rustix::process::Signal::KILL,
-    );
-    let _ = grower.0.wait();
+    end_forwarded(grower);
 }
 
 /// `--timeline` prints the run's own steps and the broker's for the cell,
